@@ -1,0 +1,30 @@
+# Third-party dependencies, all from Debian packages (see scripts/setup.sh).
+find_package(Threads REQUIRED)
+find_package(OpenSSL 3.0 REQUIRED COMPONENTS SSL Crypto)
+find_package(PkgConfig REQUIRED)
+
+# Standalone Asio is header-only and ships no CMake config.
+find_path(ASIO_INCLUDE_DIR asio.hpp REQUIRED)
+add_library(rgpu_asio INTERFACE)
+target_include_directories(rgpu_asio SYSTEM INTERFACE ${ASIO_INCLUDE_DIR})
+target_compile_definitions(rgpu_asio INTERFACE ASIO_STANDALONE ASIO_NO_DEPRECATED)
+target_link_libraries(rgpu_asio INTERFACE Threads::Threads OpenSSL::SSL OpenSSL::Crypto)
+
+find_package(CapnProto 0.9 CONFIG REQUIRED)
+pkg_check_modules(LZ4 REQUIRED IMPORTED_TARGET liblz4>=1.9)
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd>=1.4)
+find_package(CLI11 2.1 CONFIG REQUIRED)
+find_package(tomlplusplus 3.3 CONFIG REQUIRED)
+find_package(spdlog 1.10 CONFIG REQUIRED)
+
+# CUDA toolkit: headers for the client library (prototype checking) and the
+# device-property layout; nvcc for end-to-end tests.
+set(RGPU_CUDA_HOME "$ENV{CUDA_HOME}" CACHE PATH "CUDA toolkit root")
+if(NOT RGPU_CUDA_HOME)
+  set(RGPU_CUDA_HOME "/usr/local/cuda")
+endif()
+find_path(CUDA_RUNTIME_INCLUDE_DIR cuda_runtime_api.h
+  HINTS "${RGPU_CUDA_HOME}/include" REQUIRED)
+find_program(RGPU_NVCC nvcc HINTS "${RGPU_CUDA_HOME}/bin")
+add_library(rgpu_cuda_headers INTERFACE)
+target_include_directories(rgpu_cuda_headers SYSTEM INTERFACE ${CUDA_RUNTIME_INCLUDE_DIR})

@@ -1,0 +1,75 @@
+// Frames over a TlsConnection: encoding a Cap'n Proto message behind a header,
+// reading and validating frames, and moving bulk payloads (optionally lz4).
+//
+// Bulk bytes never pass through a Cap'n Proto builder: the sender writes them
+// straight from the caller's buffer, the reader decodes them straight into the
+// caller's destination. Compressed bulk is a sequence of blocks
+//   u32 raw_len (<= kBulkBlockBytes) | u32 stored_len | stored bytes
+// where stored_len == raw_len means "stored uncompressed". Every block length is
+// checked against what remains before a byte is written.
+#pragma once
+
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/tls.h"
+#include "protocol/frame.h"
+
+namespace rgpu::common {
+
+enum class Compression { kOff, kAuto, kOn };
+Result<Compression> parseCompression(const std::string& s);
+
+// Appends header + flat-array message to `out`. `flags` may include kFlagAsync;
+// the bulk flag is decided later by sendBulk().
+void appendFrame(std::vector<uint8_t>& out, protocol::FrameType type, uint8_t flags, uint64_t seq,
+                 capnp::MessageBuilder& message, uint64_t bulk_len);
+
+// Whether `data` should travel lz4-compressed under `mode`: kAuto trial-compresses
+// a 64 KiB sample and says yes only when it shrinks by more than 1.5x (dense
+// float data does not, and compressing it would slow the link down).
+bool shouldCompress(Compression mode, const void* data, size_t len);
+
+// Sends one frame whose message bytes are already in `frame` (from appendFrame,
+// possibly preceded by other queued frames) followed by `len` bulk bytes.
+// Patches the bulk flag of the last frame's header when compressing.
+class BulkSender {
+ public:
+  Status send(TlsConnection& conn, std::vector<uint8_t>& frames, size_t last_frame_offset,
+              const void* bulk, size_t len, Compression mode);
+
+ private:
+  std::vector<uint8_t> scratch_;
+};
+
+class FrameReader {
+ public:
+  explicit FrameReader(TlsConnection& conn, uint64_t max_bulk = protocol::kMaxBulkBytes)
+      : conn_(conn), max_bulk_(max_bulk) {}
+  // Reads the next header and message. The message stays valid until the next call.
+  Status next(protocol::FrameHeader& header, kj::ArrayPtr<const capnp::word>& message);
+  // Consumes the bulk payload of the current frame into dst (header.bulk_len bytes).
+  Status readBulk(const protocol::FrameHeader& header, void* dst);
+  // Consumes and drops the bulk payload of the current frame.
+  Status skipBulk(const protocol::FrameHeader& header);
+
+ private:
+  TlsConnection& conn_;
+  uint64_t max_bulk_;
+  std::vector<capnp::word> buf_;
+  std::vector<uint8_t> block_;
+};
+
+inline capnp::ReaderOptions readerOptions() {
+  capnp::ReaderOptions o;
+  o.traversalLimitInWords = protocol::kMaxTraversalWords;
+  o.nestingLimit = 16;
+  return o;
+}
+
+}  // namespace rgpu::common

@@ -1,0 +1,24 @@
+// Logging: one spdlog logger per process, to stderr, prefixed with the component
+// ("rgpu-client", "rgpu-server", "rgpu-worker") so mixed output stays readable.
+// Level comes from config or RGPU_LOG_LEVEL (trace|debug|info|warn|error|off).
+// Secrets (tokens, keys) are never passed to these functions.
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <string>
+
+namespace rgpu::common {
+
+void initLogging(const std::string& component, const std::string& level);
+// rgpu's own logger (never spdlog's default: an application may use spdlog too).
+spdlog::logger& logger();
+// Logs `message` at warn level the first time `key` is seen in this process.
+void logOnce(const std::string& key, const std::string& message);
+
+}  // namespace rgpu::common
+
+#define RGPU_LOG_DEBUG(...) ::rgpu::common::logger().debug(__VA_ARGS__)
+#define RGPU_LOG_INFO(...) ::rgpu::common::logger().info(__VA_ARGS__)
+#define RGPU_LOG_WARN(...) ::rgpu::common::logger().warn(__VA_ARGS__)
+#define RGPU_LOG_ERROR(...) ::rgpu::common::logger().error(__VA_ARGS__)

@@ -1,0 +1,371 @@
+#include "common/tls.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace rgpu::common {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string opensslError() {
+  std::string out;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof buf);
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out.empty() ? "unknown TLS error" : out;
+}
+
+Status tlsFail(const std::string& what) {
+  return Status(err::kDevicesUnavailable, what + ": " + opensslError());
+}
+
+// A socket BIO whose writes never raise SIGPIPE: a library must not kill its
+// host program because a server went away, nor change the program's handler.
+int sendNoSignal(BIO* bio, const char* data, int len) {
+  int fd = -1;
+  BIO_get_fd(bio, &fd);
+  BIO_clear_retry_flags(bio);
+  ssize_t n = ::send(fd, data, static_cast<size_t>(len), MSG_NOSIGNAL);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_write(bio);
+  return static_cast<int>(n);
+}
+
+BIO_METHOD* noSigpipeMethod() {
+  static BIO_METHOD* method = [] {
+    const BIO_METHOD* base = BIO_s_socket();
+    BIO_METHOD* m = BIO_meth_new(BIO_TYPE_SOCKET, "rgpu socket");
+    BIO_meth_set_write(m, sendNoSignal);
+    BIO_meth_set_read(m, BIO_meth_get_read(base));
+    BIO_meth_set_puts(m, BIO_meth_get_puts(base));
+    BIO_meth_set_ctrl(m, BIO_meth_get_ctrl(base));
+    BIO_meth_set_create(m, BIO_meth_get_create(base));
+    BIO_meth_set_destroy(m, BIO_meth_get_destroy(base));
+    return m;
+  }();
+  return method;
+}
+
+void attachSocket(SSL* ssl, int fd) {
+  BIO* bio = BIO_new(noSigpipeMethod());
+  BIO_set_fd(bio, fd, BIO_NOCLOSE);
+  SSL_set_bio(ssl, bio, bio);
+}
+
+int remainingMs(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left < 0 ? 0 : static_cast<int>(left);
+}
+
+Result<SSL_CTX*> baseContext(bool server, const TlsOptions& opts) {
+  SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
+  if (!ctx) return tlsFail("SSL_CTX_new");
+  // TLS 1.3 only: no downgrade to protocols with weaker handshakes.
+  SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+  SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  auto fail = [&](const std::string& what) -> Status {
+    Status s = tlsFail(what);
+    SSL_CTX_free(ctx);
+    return s;
+  };
+  if (!opts.cert_file.empty()) {
+    if (SSL_CTX_use_certificate_chain_file(ctx, opts.cert_file.c_str()) != 1)
+      return fail("cannot load certificate " + opts.cert_file);
+    if (SSL_CTX_use_PrivateKey_file(ctx, opts.key_file.c_str(), SSL_FILETYPE_PEM) != 1)
+      return fail("cannot load private key " + opts.key_file);
+    if (SSL_CTX_check_private_key(ctx) != 1) return fail("key does not match " + opts.cert_file);
+  } else if (server) {
+    SSL_CTX_free(ctx);
+    return Status(err::kInvalidValue, "the server needs a TLS certificate and key");
+  }
+  if (!opts.ca_file.empty()) {
+    if (SSL_CTX_load_verify_locations(ctx, opts.ca_file.c_str(), nullptr) != 1)
+      return fail("cannot load CA " + opts.ca_file);
+  } else if (!server) {
+    SSL_CTX_set_default_verify_paths(ctx);
+  }
+  return ctx;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TlsContext>> TlsContext::makeServer(const TlsOptions& opts) {
+  auto ctx = baseContext(true, opts);
+  if (!ctx) return ctx.status();
+  int mode = SSL_VERIFY_PEER | SSL_VERIFY_CLIENT_ONCE;
+  if (opts.require_client_cert) mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
+  SSL_CTX_set_verify(*ctx, mode, nullptr);
+  if (!opts.ca_file.empty()) {
+    STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(opts.ca_file.c_str());
+    if (names) SSL_CTX_set_client_CA_list(*ctx, names);
+  }
+  // One worker process per session: resumption tickets buy nothing here.
+  SSL_CTX_set_num_tickets(*ctx, 0);
+  return std::unique_ptr<TlsContext>(new TlsContext(*ctx, true));
+}
+
+Result<std::unique_ptr<TlsContext>> TlsContext::makeClient(const TlsOptions& opts) {
+  auto ctx = baseContext(false, opts);
+  if (!ctx) return ctx.status();
+  SSL_CTX_set_verify(*ctx, SSL_VERIFY_PEER, nullptr);
+  return std::unique_ptr<TlsContext>(new TlsContext(*ctx, false));
+}
+
+TlsContext::~TlsContext() { SSL_CTX_free(ctx_); }
+
+void tuneSocket(int fd, int dead_after_s) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  int idle = dead_after_s > 6 ? dead_after_s / 2 : 3, intvl = 2, cnt = 3;
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  unsigned user_timeout = static_cast<unsigned>(dead_after_s) * 1000u;
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
+}
+
+Result<std::pair<std::string, uint16_t>> parseHostPort(const std::string& s) {
+  std::string host, port;
+  if (!s.empty() && s[0] == '[') {
+    auto close = s.find(']');
+    if (close == std::string::npos || close + 1 >= s.size() || s[close + 1] != ':')
+      return Status(err::kInvalidValue, "bad address '" + s + "' (want [v6]:port)");
+    host = s.substr(1, close - 1);
+    port = s.substr(close + 2);
+  } else {
+    auto colon = s.rfind(':');
+    if (colon == std::string::npos) return Status(err::kInvalidValue, "bad address '" + s + "' (want host:port)");
+    host = s.substr(0, colon);
+    port = s.substr(colon + 1);
+  }
+  char* end = nullptr;
+  long p = std::strtol(port.c_str(), &end, 10);
+  if (host.empty() || port.empty() || *end != '\0' || p < 0 || p > 65535)
+    return Status(err::kInvalidValue, "bad address '" + s + "' (want host:port)");
+  return std::make_pair(host, static_cast<uint16_t>(p));
+}
+
+TlsConnection::TlsConnection(int fd, SSL* ssl, std::string peer)
+    : fd_(fd), wake_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)), ssl_(ssl), peer_(std::move(peer)) {}
+
+TlsConnection::~TlsConnection() {
+  shutdown();
+  SSL_free(ssl_);
+  ::close(fd_);
+  ::close(wake_fd_);
+}
+
+Result<std::unique_ptr<TlsConnection>> TlsConnection::connect(TlsContext& ctx, const std::string& host,
+                                                              uint16_t port,
+                                                              const std::string& server_name,
+                                                              std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  std::string where = host + ":" + std::to_string(port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0)
+    return Status(err::kDevicesUnavailable, "cannot resolve " + where + ": " + gai_strerror(rc));
+  std::string last_error = "no addresses";
+  int fd = -1;
+  for (addrinfo* ai = res; ai && fd < 0; ai = ai->ai_next) {
+    int s = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (s < 0) continue;
+    if (::connect(s, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS) {
+      pollfd p{s, POLLOUT, 0};
+      int rc = ::poll(&p, 1, remainingMs(deadline));
+      int soerr = 0;
+      socklen_t len = sizeof soerr;
+      if (rc == 1 && getsockopt(s, SOL_SOCKET, SO_ERROR, &soerr, &len) == 0 && soerr == 0) {
+        fd = s;
+        break;
+      }
+      last_error = rc == 0 ? "timed out" : std::strerror(soerr ? soerr : errno);
+    } else {
+      last_error = std::strerror(errno);
+    }
+    ::close(s);
+  }
+  freeaddrinfo(res);
+  if (fd < 0) return Status(err::kDevicesUnavailable, "cannot connect to " + where + ": " + last_error);
+  tuneSocket(fd, 30);
+
+  SSL* ssl = SSL_new(ctx.native());
+  attachSocket(ssl, fd);
+  std::string name = server_name.empty() ? host : server_name;
+  in6_addr a6;
+  in_addr a4;
+  if (inet_pton(AF_INET, name.c_str(), &a4) == 1 || inet_pton(AF_INET6, name.c_str(), &a6) == 1) {
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str());
+  } else {
+    SSL_set_tlsext_host_name(ssl, name.c_str());
+    SSL_set1_host(ssl, name.c_str());
+  }
+  std::unique_ptr<TlsConnection> conn(new TlsConnection(fd, ssl, where));
+  RGPU_TRY(conn->handshake(false, std::chrono::milliseconds(remainingMs(deadline))));
+  return conn;
+}
+
+Result<std::unique_ptr<TlsConnection>> TlsConnection::accept(TlsContext& ctx, int fd,
+                                                             std::chrono::milliseconds timeout) {
+  int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  sockaddr_storage ss{};
+  socklen_t sl = sizeof ss;
+  std::string peer = "?";
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &sl) == 0) {
+    char host[NI_MAXHOST], serv[NI_MAXSERV];
+    if (getnameinfo(reinterpret_cast<sockaddr*>(&ss), sl, host, sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+      peer = std::string(host) + ":" + serv;
+  }
+  tuneSocket(fd, 30);
+  SSL* ssl = SSL_new(ctx.native());
+  attachSocket(ssl, fd);
+  std::unique_ptr<TlsConnection> conn(new TlsConnection(fd, ssl, peer));
+  RGPU_TRY(conn->handshake(true, timeout));
+  return conn;
+}
+
+Status TlsConnection::handshake(bool server, std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  for (;;) {
+    ERR_clear_error();
+    int rc = server ? SSL_accept(ssl_) : SSL_connect(ssl_);
+    if (rc == 1) return Status::ok();
+    int e = SSL_get_error(ssl_, rc);
+    short ev = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+    if (ev == 0) {
+      std::string why = opensslError();
+      long vr = SSL_get_verify_result(ssl_);
+      if (vr != X509_V_OK) why += " (certificate: " + std::string(X509_verify_cert_error_string(vr)) + ")";
+      return Status(err::kDevicesUnavailable, "TLS handshake with " + peer_ + " failed: " + why);
+    }
+    int left = remainingMs(deadline);
+    if (left == 0 || !waitFor(ev, left))
+      return Status(err::kDevicesUnavailable, "TLS handshake with " + peer_ + " timed out");
+  }
+}
+
+bool TlsConnection::waitFor(short events, int timeout_ms) {
+  pollfd p[2] = {{fd_, events, 0}, {wake_fd_, POLLIN, 0}};
+  for (;;) {
+    if (closed_.load()) return false;
+    int rc = ::poll(p, 2, timeout_ms);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) return false;
+    if (p[1].revents) return false;
+    return true;  // readable/writable or error: the next SSL call reports which
+  }
+}
+
+Status TlsConnection::writeAll(const struct iovec* iov, int count) {
+  std::lock_guard wlock(write_mu_);
+  for (int i = 0; i < count; ++i) {
+    auto* p = static_cast<const char*>(iov[i].iov_base);
+    size_t left = iov[i].iov_len;
+    while (left > 0) {
+      if (closed_.load()) return Status(err::kDevicesUnavailable, "connection to " + peer_ + " is closed");
+      int chunk = static_cast<int>(std::min<size_t>(left, 1u << 30));
+      int rc, e;
+      {
+        std::lock_guard lock(ssl_mu_);
+        ERR_clear_error();
+        rc = SSL_write(ssl_, p, chunk);
+        e = rc > 0 ? SSL_ERROR_NONE : SSL_get_error(ssl_, rc);
+      }
+      if (rc > 0) {
+        p += rc;
+        left -= static_cast<size_t>(rc);
+        continue;
+      }
+      if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+        // Without ssl_mu_ held, so the reader keeps draining the peer's data:
+        // both sides blocked in write with full buffers would deadlock otherwise.
+        if (!waitFor(e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN, -1))
+          return Status(err::kDevicesUnavailable, "connection to " + peer_ + " is closed");
+        continue;
+      }
+      closed_.store(true);
+      return Status(err::kDevicesUnavailable, "write to " + peer_ + " failed: " +
+                                                  (e == SSL_ERROR_SYSCALL ? std::strerror(errno) : opensslError()));
+    }
+  }
+  return Status::ok();
+}
+
+Result<size_t> TlsConnection::readSome(void* dst, size_t len) {
+  for (;;) {
+    if (closed_.load()) return Status(err::kDevicesUnavailable, "connection to " + peer_ + " is closed");
+    int rc, e;
+    {
+      std::lock_guard lock(ssl_mu_);
+      ERR_clear_error();
+      rc = SSL_read(ssl_, dst, static_cast<int>(std::min<size_t>(len, 1u << 30)));
+      e = rc > 0 ? SSL_ERROR_NONE : SSL_get_error(ssl_, rc);
+    }
+    if (rc > 0) return static_cast<size_t>(rc);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+      if (!waitFor(e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, -1))
+        return Status(err::kDevicesUnavailable, "connection to " + peer_ + " is closed");
+      continue;
+    }
+    closed_.store(true);
+    if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && errno == 0))
+      return Status(err::kDevicesUnavailable, "connection closed by " + peer_);
+    return Status(err::kDevicesUnavailable, "read from " + peer_ + " failed: " +
+                                                (e == SSL_ERROR_SYSCALL ? std::strerror(errno) : opensslError()));
+  }
+}
+
+Status TlsConnection::readExact(void* dst, size_t len) {
+  auto* p = static_cast<char*>(dst);
+  while (len > 0) {
+    auto n = readSome(p, len);
+    if (!n) return n.status();
+    p += *n;
+    len -= *n;
+  }
+  return Status::ok();
+}
+
+void TlsConnection::shutdown() {
+  if (closed_.exchange(true)) return;
+  uint64_t one = 1;
+  [[maybe_unused]] auto r = ::write(wake_fd_, &one, sizeof one);
+  ::shutdown(fd_, SHUT_RDWR);
+}
+
+std::string TlsConnection::peerCommonName() const {
+  X509* cert = SSL_get1_peer_certificate(ssl_);
+  if (!cert) return {};
+  std::string cn;
+  if (SSL_get_verify_result(ssl_) == X509_V_OK) {
+    char buf[256];
+    int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, buf, sizeof buf);
+    if (n > 0) cn.assign(buf, static_cast<size_t>(n));
+  }
+  X509_free(cert);
+  return cn;
+}
+
+}  // namespace rgpu::common

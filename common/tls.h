@@ -1,0 +1,105 @@
+// TLS 1.3 connections on a plain socket, safe for one reader thread and many
+// writer threads at once.
+//
+// Why not asio::ssl::stream for the data path: its engine is not safe for a read
+// and a write in flight from two threads, and the client needs exactly that (a
+// receiver thread waits for replies while application threads send calls). So a
+// TlsConnection owns an OpenSSL SSL* on a non-blocking fd; `ssl_mu_` serialises
+// the SSL_* calls (held only for the call, never across a poll), `write_mu_`
+// keeps each writeAll() contiguous on the wire. The daemon still uses Asio for
+// accepting and signals.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/status.h"
+
+typedef struct ssl_ctx_st SSL_CTX;
+typedef struct ssl_st SSL;
+
+namespace rgpu::common {
+
+struct TlsOptions {
+  std::string ca_file;    // CA bundle that signs the peer's certificate
+  std::string cert_file;  // our certificate chain (PEM); optional on a client
+  std::string key_file;   // our private key (PEM)
+  bool require_client_cert = false;  // server only: refuse clients without one
+};
+
+class TlsContext {
+ public:
+  static Result<std::unique_ptr<TlsContext>> makeServer(const TlsOptions& opts);
+  static Result<std::unique_ptr<TlsContext>> makeClient(const TlsOptions& opts);
+  ~TlsContext();
+  SSL_CTX* native() const { return ctx_; }
+  bool isServer() const { return server_; }
+
+ private:
+  TlsContext(SSL_CTX* ctx, bool server) : ctx_(ctx), server_(server) {}
+  SSL_CTX* ctx_;
+  bool server_;
+};
+
+class TlsConnection {
+ public:
+  // Opens a TCP connection and completes the TLS handshake within `timeout`.
+  // `server_name` is verified against the server certificate (DNS name or IP).
+  static Result<std::unique_ptr<TlsConnection>> connect(TlsContext& ctx, const std::string& host,
+                                                        uint16_t port,
+                                                        const std::string& server_name,
+                                                        std::chrono::milliseconds timeout);
+  // Takes ownership of an accepted socket and runs the server handshake.
+  static Result<std::unique_ptr<TlsConnection>> accept(TlsContext& ctx, int fd,
+                                                       std::chrono::milliseconds timeout);
+  ~TlsConnection();
+
+  // Writes all buffers, contiguously with respect to other writers. Thread-safe.
+  Status writeAll(const struct iovec* iov, int count);
+  Status write(const void* data, size_t len) {
+    struct iovec v{const_cast<void*>(data), len};
+    return writeAll(&v, 1);
+  }
+  // Reads exactly `len` bytes. Only one thread may read. Fails with
+  // kDevicesUnavailable when the peer closed or the connection was shut down.
+  Status readExact(void* dst, size_t len);
+  // Reads whatever is available, at least one byte, at most `len`.
+  Result<size_t> readSome(void* dst, size_t len);
+
+  // Makes pending and future reads and writes fail; wakes a blocked reader.
+  void shutdown();
+  bool isOpen() const { return !closed_.load(); }
+
+  // The CN of the peer's verified certificate, empty when it sent none.
+  std::string peerCommonName() const;
+  const std::string& peerAddress() const { return peer_; }
+  int fd() const { return fd_; }
+
+ private:
+  TlsConnection(int fd, SSL* ssl, std::string peer);
+  Status handshake(bool server, std::chrono::milliseconds timeout);
+  // Waits until fd is readable (events=POLLIN) or writable; false when shut down.
+  bool waitFor(short events, int timeout_ms);
+
+  int fd_;
+  int wake_fd_;  // eventfd: shutdown() wakes poll()
+  SSL* ssl_;
+  std::string peer_;
+  std::mutex ssl_mu_;
+  std::mutex write_mu_;
+  std::atomic<bool> closed_{false};
+};
+
+// Applies TCP_NODELAY and keepalive settings so a dead peer is noticed
+// (about `dead_after_s` seconds of silence on an otherwise idle link).
+void tuneSocket(int fd, int dead_after_s);
+
+// "host:port" -> (host, port). Accepts [v6]:port.
+Result<std::pair<std::string, uint16_t>> parseHostPort(const std::string& s);
+
+}  // namespace rgpu::common

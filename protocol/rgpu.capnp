@@ -1,0 +1,189 @@
+# The rgpu wire protocol.
+#
+# Every frame on the TLS stream is a fixed 32-byte header (protocol/frame.h), one
+# Cap'n Proto message of the struct named by the header's type, and an optional
+# raw bulk payload (memcpy data, fatbins) that never passes through a builder.
+#
+# APPEND-ONLY: ordinals and union members are never renumbered or reused. A call
+# that is withdrawn keeps its ordinal forever.
+@0xd6465e1a6ec38fd1;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("rgpu::wire");
+
+const protocolVersion :UInt16 = 1;
+
+struct Hello {
+  protocolVersion @0 :UInt16;
+  clientVersion @1 :Text;
+  token @2 :Text;            # optional bearer token (users table); never logged
+  hostname @3 :Text;
+  pid @4 :UInt32;
+  resumeToken @5 :Data;      # reserved for session resume (empty: new session)
+}
+
+struct DeviceInfo {
+  name @0 :Text;
+  totalMem @1 :UInt64;
+  major @2 :Int32;
+  minor @3 :Int32;
+  multiProcessorCount @4 :Int32;
+  uuid @5 :Data;             # 16 bytes
+  prop @6 :Data;             # the CUDA 13 cudaDeviceProp, 1008 bytes, as the server's backend filled it
+  attributes @7 :List(Int32);  # indexed by cudaDeviceAttr; 0 where unknown
+}
+
+struct Welcome {
+  error @0 :Int32;           # 0: accepted; otherwise a cudaError_t and `message` says why
+  message @1 :Text;
+  protocolVersion @2 :UInt16;
+  serverVersion @3 :Text;
+  identity @4 :Text;         # the user name the server authenticated
+  sessionId @5 :UInt64;
+  resumeToken @6 :Data;
+  devices @7 :List(DeviceInfo);
+  driverVersion @8 :Int32;
+  backend @9 :Text;          # "sim" or "cuda"
+  limits @10 :Limits;
+}
+
+struct Limits {
+  maxBulkBytes @0 :UInt64;   # largest bulk payload of one frame
+  maxMessageBytes @1 :UInt32;
+  maxParamBytes @2 :UInt32;
+}
+
+struct Dim3 { x @0 :UInt32; y @1 :UInt32; z @2 :UInt32; }
+
+# Streams and events are named by client-chosen ids so creating them needs no
+# round trip. Stream 0 is the device's legacy default stream.
+struct StreamRef { id @0 :UInt32; device @1 :Int32; }
+
+struct Request {
+  union {
+    noop @0 :Void;                   # asynchronous no-op (benchmarks, keep-alive)
+    ping @1 :Void;                   # synchronous no-op
+    malloc @2 :Malloc;
+    free @3 :Free;
+    memcpyHtoD @4 :MemcpyHtoD;       # bulk payload = the bytes
+    memcpyDtoH @5 :MemcpyDtoH;       # reply bulk payload = the bytes
+    memcpyDtoD @6 :MemcpyDtoD;
+    memset @7 :Memset;
+    memcpy2D @8 :Memcpy2D;           # H2D: bulk = packed rows; D2H: reply bulk = packed rows
+    memset2D @9 :Memset2D;
+    streamCreate @10 :StreamCreate;
+    streamDestroy @11 :StreamRef;
+    streamSynchronize @12 :StreamRef;
+    streamQuery @13 :StreamRef;
+    streamWaitEvent @14 :StreamWaitEvent;
+    eventCreate @15 :EventCreate;
+    eventRecord @16 :EventRecord;
+    eventSynchronize @17 :EventRef;
+    eventQuery @18 :EventRef;
+    eventElapsedTime @19 :EventElapsed;
+    eventDestroy @20 :EventRef;
+    deviceSynchronize @21 :Device;
+    deviceReset @22 :Device;
+    memGetInfo @23 :Device;
+    moduleLoad @24 :ModuleLoad;      # bulk payload = the fatbin
+    moduleUnload @25 :ModuleUnload;
+    functionRegister @26 :FunctionRegister;
+    varRegister @27 :VarRegister;
+    launchKernel @28 :LaunchKernel;
+    funcGetAttributes @29 :FunctionRef;
+    funcSetAttribute @30 :FuncSetAttribute;
+    occupancy @31 :Occupancy;
+    symbolAddress @32 :SymbolRef;
+    hostFuncEnqueue @33 :HostFuncEnqueue;
+    hostFuncDone @34 :HostFuncDone;
+    memcpyPeer @35 :MemcpyPeer;
+    pointerAttributes @36 :PointerAttributes;
+  }
+}
+
+struct Malloc { device @0 :Int32; size @1 :UInt64; }
+struct Free { ptr @0 :UInt64; }
+struct MemcpyHtoD { dst @0 :UInt64; size @1 :UInt64; stream @2 :StreamRef; }
+struct MemcpyDtoH { src @0 :UInt64; size @1 :UInt64; stream @2 :StreamRef; }
+struct MemcpyDtoD { dst @0 :UInt64; src @1 :UInt64; size @2 :UInt64; stream @3 :StreamRef; }
+struct Memset { dst @0 :UInt64; value @1 :UInt8; size @2 :UInt64; stream @3 :StreamRef; }
+struct Memcpy2D {
+  # Direction: 1 = H2D (device side is dst), 2 = D2H (device side is src), 3 = D2D.
+  kind @0 :UInt8;
+  dst @1 :UInt64; dpitch @2 :UInt64;
+  src @3 :UInt64; spitch @4 :UInt64;
+  width @5 :UInt64; height @6 :UInt64;
+  stream @7 :StreamRef;
+}
+struct Memset2D { dst @0 :UInt64; pitch @1 :UInt64; value @2 :UInt8; width @3 :UInt64; height @4 :UInt64; stream @5 :StreamRef; }
+struct StreamCreate { stream @0 :StreamRef; flags @1 :UInt32; priority @2 :Int32; }
+struct StreamWaitEvent { stream @0 :StreamRef; event @1 :UInt32; flags @2 :UInt32; }
+struct EventRef { id @0 :UInt32; }
+struct EventCreate { id @0 :UInt32; device @1 :Int32; flags @2 :UInt32; }
+struct EventRecord { id @0 :UInt32; stream @1 :StreamRef; }
+struct EventElapsed { start @0 :UInt32; end @1 :UInt32; }
+struct Device { device @0 :Int32; }
+struct ModuleLoad { id @0 :UInt32; device @1 :Int32; }
+struct ModuleUnload { id @0 :UInt32; }
+struct FunctionRegister { id @0 :UInt32; module @1 :UInt32; name @2 :Text; }
+struct VarRegister { id @0 :UInt32; module @1 :UInt32; name @2 :Text; size @3 :UInt64; constant @4 :Bool; }
+struct FunctionRef { id @0 :UInt32; }
+struct FuncSetAttribute { id @0 :UInt32; attr @1 :Int32; value @2 :Int32; }
+struct Occupancy { id @0 :UInt32; blockSize @1 :Int32; dynamicSmem @2 :UInt64; flags @3 :UInt32; }
+struct SymbolRef { id @0 :UInt32; }
+struct LaunchKernel {
+  function @0 :UInt32;
+  grid @1 :Dim3;
+  block @2 :Dim3;
+  sharedMem @3 :UInt64;
+  stream @4 :StreamRef;
+  params @5 :Data;           # packed exactly as the kernel's parameter block
+}
+struct HostFuncEnqueue { id @0 :UInt64; stream @1 :StreamRef; }
+struct HostFuncDone { id @0 :UInt64; }
+struct MemcpyPeer { dst @0 :UInt64; dstDevice @1 :Int32; src @2 :UInt64; srcDevice @3 :Int32; size @4 :UInt64; stream @5 :StreamRef; }
+struct PointerAttributes { ptr @0 :UInt64; }
+
+struct FuncAttributes {
+  sharedSizeBytes @0 :UInt64;
+  constSizeBytes @1 :UInt64;
+  localSizeBytes @2 :UInt64;
+  maxThreadsPerBlock @3 :Int32;
+  numRegs @4 :Int32;
+  ptxVersion @5 :Int32;
+  binaryVersion @6 :Int32;
+  cacheModeCA @7 :Int32;
+  maxDynamicSharedSizeBytes @8 :Int32;
+  preferredShmemCarveout @9 :Int32;
+}
+
+struct Reply {
+  # cudaError_t of this call.
+  error @0 :Int32;
+  # The first error of an earlier asynchronous call not yet reported (0: none).
+  # CUDA reports asynchronous errors at the next synchronising call; so do we.
+  asyncError @1 :Int32;
+  message @2 :Text;          # human-readable detail when error != 0
+  union {
+    none @3 :Void;
+    ptr @4 :UInt64;
+    memInfo @5 :MemInfo;
+    elapsedMs @6 :Float32;
+    funcAttributes @7 :FuncAttributes;
+    value @8 :Int64;          # occupancy, query results
+    symbol @9 :Symbol;
+    pointer @10 :PointerInfo;
+  }
+}
+
+struct MemInfo { free @0 :UInt64; total @1 :UInt64; }
+struct Symbol { address @0 :UInt64; size @1 :UInt64; }
+struct PointerInfo { device @0 :Int32; base @1 :UInt64; size @2 :UInt64; }
+
+# Server-initiated messages.
+struct Notify {
+  union {
+    hostFuncReady @0 :UInt64;  # run host function #id now; answer with hostFuncDone
+    goodbye @1 :Text;          # the server is closing this session, and why
+  }
+}

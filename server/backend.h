@@ -1,0 +1,127 @@
+// The seam between a session's dispatcher and a GPU (real or simulated).
+//
+// One Backend instance serves one session (one worker process). The session has
+// already validated every pointer, size and handle against its own tables
+// before calling in, so a Backend may trust its arguments. Stream-ordered
+// operations are enqueued and return at once; errors found while executing them
+// are handed to the async error sink. Completion callbacks run on a backend
+// thread and must not block for long.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace rgpu::server {
+
+using DevPtr = uint64_t;
+
+struct StreamKey {
+  uint32_t id = 0;  // 0: the legacy default stream of `device`
+  int device = 0;
+};
+
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+};
+
+struct DeviceDescription {
+  std::string name;
+  std::string prop;              // cudaDeviceProp bytes (1008 in CUDA 13)
+  std::vector<int32_t> attributes;  // by cudaDeviceAttr
+  uint64_t total_mem = 0;
+  int major = 0, minor = 0, sm_count = 0;
+  std::string uuid;  // 16 bytes
+};
+
+struct FunctionAttributes {
+  uint64_t shared_size = 0, const_size = 0, local_size = 0;
+  int max_threads_per_block = 1024;
+  int num_regs = 0;
+  int ptx_version = 0;
+  int binary_version = 0;
+  int max_dynamic_shared = 48 * 1024;
+  int preferred_carveout = -1;
+};
+
+struct LaunchConfig {
+  Dim3 grid, block;
+  uint64_t shared_mem = 0;
+};
+
+// A byte buffer handed from the session to a stream-ordered copy.
+// shared_ptr: the closure that holds it lives in a std::function, which must be
+// copyable; ownership is still single (the buffer returns to the session's pool
+// when the copy has run).
+using Staging = std::shared_ptr<std::vector<uint8_t>>;
+
+using Done = std::function<void(Status)>;
+using ReadDone = std::function<void(Status, const uint8_t* data, uint64_t size)>;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  virtual int driverVersion() const = 0;
+  virtual const std::vector<DeviceDescription>& devices() const = 0;
+  // Errors of stream-ordered work, reported at the client's next synchronising call.
+  virtual void setAsyncErrorSink(std::function<void(Status)> sink) = 0;
+
+  // Memory.
+  virtual Result<DevPtr> allocate(int device, uint64_t size) = 0;
+  virtual Status release(DevPtr ptr) = 0;
+  virtual Status memInfo(int device, uint64_t& free, uint64_t& total) = 0;
+
+  // Streams and events; ids are the session's (client-chosen, validated).
+  virtual Status createStream(StreamKey stream, uint32_t flags, int priority) = 0;
+  virtual Status destroyStream(StreamKey stream) = 0;
+  virtual Status createEvent(uint32_t id, int device, uint32_t flags) = 0;
+  virtual Status destroyEvent(uint32_t id) = 0;
+
+  // Stream-ordered work.
+  virtual Status copyToDevice(StreamKey s, DevPtr dst, Staging data, uint64_t size) = 0;
+  virtual Status copyFromDevice(StreamKey s, DevPtr src, uint64_t size, ReadDone done) = 0;
+  virtual Status copyOnDevice(StreamKey s, DevPtr dst, DevPtr src, uint64_t size) = 0;
+  // 2D: rows of `width` bytes, `height` rows; host side packed (pitch = width).
+  virtual Status copy2DToDevice(StreamKey s, DevPtr dst, uint64_t dpitch, Staging data, uint64_t width,
+                                uint64_t height) = 0;
+  virtual Status copy2DFromDevice(StreamKey s, DevPtr src, uint64_t spitch, uint64_t width, uint64_t height,
+                                  ReadDone done) = 0;
+  virtual Status copy2DOnDevice(StreamKey s, DevPtr dst, uint64_t dpitch, DevPtr src, uint64_t spitch,
+                                uint64_t width, uint64_t height) = 0;
+  virtual Status fill(StreamKey s, DevPtr dst, uint8_t value, uint64_t size) = 0;
+  virtual Status fill2D(StreamKey s, DevPtr dst, uint64_t pitch, uint8_t value, uint64_t width,
+                        uint64_t height) = 0;
+  virtual Status launch(StreamKey s, uint32_t function, const LaunchConfig& cfg, std::string params) = 0;
+  virtual Status recordEvent(uint32_t event, StreamKey s) = 0;
+  virtual Status waitEvent(StreamKey s, uint32_t event) = 0;
+  // Runs `fn` in stream order; the stream does not proceed until it returns.
+  virtual Status hostCall(StreamKey s, std::function<void()> fn) = 0;
+
+  // Completion. `done` runs once the work enqueued so far has finished.
+  virtual Status whenStreamDone(StreamKey s, Done done) = 0;
+  virtual Status whenEventDone(uint32_t event, Done done) = 0;
+  virtual Status whenDeviceDone(int device, Done done) = 0;
+  virtual Result<bool> streamIdle(StreamKey s) = 0;
+  virtual Result<bool> eventDone(uint32_t event) = 0;
+  virtual Result<float> elapsedMs(uint32_t start, uint32_t end) = 0;
+
+  // Modules, functions, globals.
+  virtual Status loadModule(uint32_t id, int device, const std::string& fatbin) = 0;
+  virtual Status unloadModule(uint32_t id) = 0;
+  // Binds function id -> (module, mangled name); reports its parameter block size.
+  virtual Result<uint32_t> registerFunction(uint32_t id, uint32_t module, const std::string& name) = 0;
+  virtual Result<FunctionAttributes> functionAttributes(uint32_t function) = 0;
+  virtual Status setFunctionAttribute(uint32_t function, int attr, int value) = 0;
+  virtual Result<int> occupancy(uint32_t function, int block_size, uint64_t dynamic_smem) = 0;
+  // Address and size of a module-scope variable (allocated on first use).
+  virtual Result<std::pair<DevPtr, uint64_t>> globalAddress(uint32_t module, const std::string& name,
+                                                            uint64_t size_hint) = 0;
+};
+
+}  // namespace rgpu::server

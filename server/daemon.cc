@@ -1,0 +1,180 @@
+#include "server/daemon.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <asio.hpp>
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "common/log.h"
+#include "common/tls.h"
+#include "server/backend_factory.h"
+#include "server/session.h"
+
+namespace rgpu::server {
+namespace {
+
+common::TlsOptions tlsOptions(const ServerConfig& cfg) {
+  common::TlsOptions o;
+  o.cert_file = cfg.tls_cert;
+  o.key_file = cfg.tls_key;
+  o.ca_file = cfg.tls_ca;
+  o.require_client_cert = cfg.require_client_cert;
+  return o;
+}
+
+}  // namespace
+
+int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id) {
+  auto ctx = common::TlsContext::makeServer(tlsOptions(cfg));
+  if (!ctx) {
+    RGPU_LOG_ERROR("worker: {}", ctx.status().message());
+    ::close(fd);
+    return 1;
+  }
+  auto conn = common::TlsConnection::accept(**ctx, fd, std::chrono::milliseconds(cfg.handshake_timeout_ms));
+  if (!conn) {
+    RGPU_LOG_WARN("session {}: {}", session_id, conn.status().message());
+    return 1;
+  }
+  auto backend = makeBackend(cfg);
+  if (!backend) {
+    RGPU_LOG_ERROR("session {}: {}", session_id, backend.status().message());
+    return 1;
+  }
+  Session session(std::move(*conn), cfg, std::move(*backend), session_id);
+  Status s = session.run();
+  return s ? 0 : 2;
+}
+
+int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts) {
+  // Fail at start, not per connection, when the TLS material is wrong.
+  if (auto ctx = common::TlsContext::makeServer(tlsOptions(cfg)); !ctx) {
+    RGPU_LOG_ERROR("{}", ctx.status().message());
+    return 1;
+  }
+  if (auto b = makeBackend(cfg); !b) {
+    RGPU_LOG_ERROR("{}", b.status().message());
+    return 1;
+  }
+  auto hp = common::parseHostPort(cfg.listen);
+  if (!hp) {
+    RGPU_LOG_ERROR("listen: {}", hp.status().message());
+    return 1;
+  }
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io);
+  try {
+    asio::ip::tcp::resolver resolver(io);
+    auto ep = *resolver.resolve(hp->first, std::to_string(hp->second)).begin();
+    acceptor.open(ep.endpoint().protocol());
+    acceptor.set_option(asio::ip::tcp::acceptor::reuse_address(true));
+    acceptor.bind(ep.endpoint());
+    acceptor.listen(128);
+  } catch (const std::exception& e) {
+    RGPU_LOG_ERROR("cannot listen on {}: {}", cfg.listen, e.what());
+    return 1;
+  }
+  uint16_t port = acceptor.local_endpoint().port();
+  RGPU_LOG_INFO("rgpu-server {} listening on {}:{} (backend {}, {} user(s), config {})", RGPU_VERSION, hp->first, port,
+                cfg.backend, cfg.users.size(), cfg.source.empty() ? "(defaults)" : cfg.source);
+  if (!opts.port_file.empty()) {
+    std::string tmp = opts.port_file + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::rename(tmp.c_str(), opts.port_file.c_str());
+  }
+
+  std::map<pid_t, uint64_t> workers;  // pid -> session id
+  uint64_t next_session = 1;
+  bool stopping = false;
+
+  asio::signal_set signals(io, SIGINT, SIGTERM, SIGCHLD);
+  std::function<void()> waitSignal = [&] {
+    signals.async_wait([&](const asio::error_code& ec, int sig) {
+      if (ec) return;
+      if (sig == SIGCHLD) {
+        int status = 0;
+        pid_t pid;
+        while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+          auto it = workers.find(pid);
+          uint64_t sid = it == workers.end() ? 0 : it->second;
+          if (WIFSIGNALED(status))
+            RGPU_LOG_WARN("worker {} (session {}) killed by signal {}", pid, sid, WTERMSIG(status));
+          else
+            RGPU_LOG_DEBUG("worker {} (session {}) exited with {}", pid, sid, WEXITSTATUS(status));
+          workers.erase(pid);
+        }
+        if (stopping && workers.empty()) io.stop();
+      } else {
+        RGPU_LOG_INFO("signal {}: shutting down ({} session(s) running)", sig, workers.size());
+        stopping = true;
+        asio::error_code ignored;
+        acceptor.close(ignored);
+        for (auto& [pid, sid] : workers) ::kill(pid, SIGTERM);
+        if (workers.empty()) io.stop();
+      }
+      waitSignal();
+    });
+  };
+  waitSignal();
+
+  std::function<void()> acceptNext = [&] {
+    acceptor.async_accept([&](const asio::error_code& ec, asio::ip::tcp::socket sock) {
+      if (ec) {
+        if (!stopping) {
+          RGPU_LOG_WARN("accept: {}", ec.message());
+          acceptNext();
+        }
+        return;
+      }
+      int fd = sock.release();
+      uint64_t sid = next_session++;
+      pid_t pid = ::fork();
+      if (pid == 0) {
+        // Child: the socket becomes fd 3, everything else of ours closes on exec.
+        ::dup2(fd, 3);
+        std::vector<std::string> args = {"rgpu-server", "--worker", "--fd", "3", "--session-id", std::to_string(sid)};
+        if (!opts.config_path.empty()) {
+          args.push_back("--config");
+          args.push_back(opts.config_path);
+        }
+        args.insert(args.end(), opts.worker_args.begin(), opts.worker_args.end());
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        ::execv("/proc/self/exe", argv.data());
+        _exit(127);
+      }
+      ::close(fd);
+      if (pid < 0) {
+        RGPU_LOG_ERROR("cannot start a worker: {}", std::strerror(errno));
+      } else {
+        workers[pid] = sid;
+        RGPU_LOG_DEBUG("session {}: worker {}", sid, pid);
+      }
+      acceptNext();
+    });
+  };
+  acceptNext();
+
+  io.run();
+  // Bounded drain: give workers a moment to finish, then stop them hard.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!workers.empty() && std::chrono::steady_clock::now() < deadline) {
+    int status;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) workers.erase(pid);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (auto& [pid, sid] : workers) ::kill(pid, SIGKILL);
+  RGPU_LOG_INFO("rgpu-server stopped");
+  return 0;
+}
+
+}  // namespace rgpu::server

@@ -1,0 +1,101 @@
+#include "server/server_config.h"
+
+#include <cstdlib>
+
+#include "common/config.h"
+
+namespace rgpu::server {
+
+Result<uint64_t> parseSize(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::string unit = end ? std::string(end) : "";
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  uint64_t mul = 1;
+  if (unit.empty() || unit == "B") mul = 1;
+  else if (unit == "KiB" || unit == "K") mul = 1ull << 10;
+  else if (unit == "MiB" || unit == "M") mul = 1ull << 20;
+  else if (unit == "GiB" || unit == "G") mul = 1ull << 30;
+  else if (unit == "TiB" || unit == "T") mul = 1ull << 40;
+  else return Status(err::kInvalidValue, "bad size '" + s + "' (use e.g. 16GiB, 512MiB)");
+  if (end == s.c_str() || v < 0) return Status(err::kInvalidValue, "bad size '" + s + "'");
+  return static_cast<uint64_t>(v * static_cast<double>(mul));
+}
+
+Result<ServerConfig> loadServerConfig(const std::string& path) {
+  ServerConfig c;
+  c.source = path;
+  auto t = common::loadTomlFile(path);
+  if (!t) return t.status();
+  toml::table& tbl = *t;
+  auto where = [&](const std::string& key) { return "config " + path + ": " + key; };
+  c.listen = tbl["listen"].value_or(c.listen);
+  c.log_level = tbl["log_level"].value_or(c.log_level);
+  c.backend = tbl["backend"].value_or(c.backend);
+  c.compression = tbl["compression"].value_or(c.compression);
+  c.allow_anonymous = tbl["allow_anonymous"].value_or(false);
+  if (c.backend != "sim" && c.backend != "cuda" && c.backend != "auto")
+    return Status(err::kInvalidValue, where("backend") + " must be sim, cuda or auto");
+  if (auto* tls = tbl["tls"].as_table()) {
+    auto rel = [&](const char* k) {
+      auto v = (*tls)[k].value<std::string>();
+      return v ? common::resolveRelative(path, *v) : std::string();
+    };
+    c.tls_cert = rel("cert");
+    c.tls_key = rel("key");
+    c.tls_ca = rel("ca");
+    c.require_client_cert = (*tls)["require_client_cert"].value_or(false);
+    c.handshake_timeout_ms = (*tls)["handshake_timeout_ms"].value_or(c.handshake_timeout_ms);
+  }
+  if (auto* users = tbl["users"].as_array()) {
+    for (auto& u : *users) {
+      auto* ut = u.as_table();
+      if (!ut) return Status(err::kInvalidValue, where("users") + " entries must be tables");
+      UserEntry e;
+      e.name = (*ut)["name"].value_or(std::string());
+      e.token = (*ut)["token"].value_or(std::string());
+      e.cert_cn = (*ut)["cert_cn"].value_or(std::string());
+      if (e.name.empty()) return Status(err::kInvalidValue, where("users") + ": every user needs a name");
+      if (e.token.empty() && e.cert_cn.empty())
+        return Status(err::kInvalidValue, where("users") + ": user '" + e.name + "' needs a token or a cert_cn");
+      c.users.push_back(std::move(e));
+    }
+  }
+  if (auto* lim = tbl["limits"].as_table()) {
+    auto& L = c.limits;
+    L.max_allocations = (*lim)["max_allocations"].value_or(L.max_allocations);
+    L.max_streams = (*lim)["max_streams"].value_or(L.max_streams);
+    L.max_events = (*lim)["max_events"].value_or(L.max_events);
+    L.max_modules = (*lim)["max_modules"].value_or(L.max_modules);
+    L.max_functions = (*lim)["max_functions"].value_or(L.max_functions);
+  }
+  if (auto* sim = tbl["sim"].as_table()) {
+    if (auto log = (*sim)["launch_log"].value<std::string>()) c.sim_launch_log = common::resolveRelative(path, *log);
+    if (auto* devs = (*sim)["devices"].as_array()) {
+      for (auto& d : *devs) {
+        auto* dt = d.as_table();
+        if (!dt) return Status(err::kInvalidValue, where("sim.devices") + " entries must be tables");
+        SimDeviceConfig s;
+        s.name = (*dt)["name"].value_or(s.name);
+        if (auto m = (*dt)["memory"].value<std::string>()) {
+          auto bytes = parseSize(*m);
+          if (!bytes) return Status(err::kInvalidValue, where("sim.devices.memory") + ": " + bytes.status().message());
+          s.memory = *bytes;
+        } else if (auto mi = (*dt)["memory"].value<int64_t>()) {
+          s.memory = static_cast<uint64_t>(*mi);
+        }
+        std::string cc = (*dt)["compute_capability"].value_or(std::string("9.0"));
+        if (std::sscanf(cc.c_str(), "%d.%d", &s.major, &s.minor) != 2)
+          return Status(err::kInvalidValue, where("sim.devices.compute_capability") + " must look like \"9.0\"");
+        s.sm_count = (*dt)["sm_count"].value_or(s.sm_count);
+        if (s.sm_count < 1 || s.sm_count > 1024)
+          return Status(err::kInvalidValue, where("sim.devices.sm_count") + " must be 1..1024");
+        c.sim_devices.push_back(std::move(s));
+      }
+    }
+  }
+  if (c.sim_devices.empty()) c.sim_devices.push_back({});
+  return c;
+}
+
+}  // namespace rgpu::server

@@ -1,0 +1,57 @@
+// server.toml: listen address, TLS, users, backend and sim devices, limits.
+// See docs/configuration.md for every key; examples/server.toml for a sample.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace rgpu::server {
+
+struct UserEntry {
+  std::string name;
+  std::string token;    // bearer token; empty = not accepted by token
+  std::string cert_cn;  // client-certificate common name; empty = not by cert
+};
+
+struct SimDeviceConfig {
+  std::string name = "rgpu sim device";
+  uint64_t memory = 16ull << 30;
+  int major = 9;
+  int minor = 0;
+  int sm_count = 16;
+};
+
+// Per-session limits that protect the worker. Each is named in docs/limits.md.
+struct SessionLimits {
+  uint64_t max_allocations = 1u << 20;  // live device allocations
+  uint32_t max_streams = 1024;
+  uint32_t max_events = 65536;
+  uint32_t max_modules = 4096;
+  uint32_t max_functions = 1u << 20;
+  uint32_t max_pending_host_funcs = 4096;
+};
+
+struct ServerConfig {
+  std::string source;  // file it was read from ("" = defaults)
+  std::string listen = "127.0.0.1:7443";
+  std::string log_level = "info";
+  std::string backend = "sim";
+  std::string compression = "off";
+  std::string tls_cert, tls_key, tls_ca;
+  bool require_client_cert = false;
+  bool allow_anonymous = false;  // accept clients that match no user (dev only)
+  int handshake_timeout_ms = 10000;
+  std::vector<UserEntry> users;
+  std::vector<SimDeviceConfig> sim_devices;
+  std::string sim_launch_log;  // [sim] launch_log: record every kernel launch (tests)
+  SessionLimits limits;
+};
+
+Result<ServerConfig> loadServerConfig(const std::string& path);
+// "16GiB", "512MiB", "1048576" -> bytes.
+Result<uint64_t> parseSize(const std::string& s);
+
+}  // namespace rgpu::server

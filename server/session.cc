@@ -1,0 +1,853 @@
+#include "server/session.h"
+
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "common/log.h"
+#include "protocol/frame.h"
+
+namespace rgpu::server {
+
+using protocol::FrameHeader;
+using protocol::FrameType;
+
+// Reusable buffers for incoming bulk data. Large host buffers are expensive to
+// fault in fresh (first touch is slower than the TLS link), so they are kept.
+class StagingPool : public std::enable_shared_from_this<StagingPool> {
+ public:
+  static constexpr uint64_t kMaxIdleBytes = 256ull << 20;
+
+  Staging acquire(uint64_t size) {
+    std::unique_ptr<std::vector<uint8_t>> buf;
+    {
+      std::lock_guard lock(mu_);
+      for (size_t i = 0; i < free_.size(); ++i) {
+        if (free_[i]->capacity() >= size && free_[i]->capacity() <= 4 * size + (1 << 20)) {
+          buf = std::move(free_[i]);
+          free_.erase(free_.begin() + static_cast<long>(i));
+          idle_ -= buf->capacity();
+          break;
+        }
+      }
+    }
+    if (!buf) buf = std::make_unique<std::vector<uint8_t>>();
+    buf->resize(size);
+    std::weak_ptr<StagingPool> weak = weak_from_this();
+    return Staging(buf.release(), [weak](std::vector<uint8_t>* b) {
+      if (auto pool = weak.lock()) pool->giveBack(b);
+      else delete b;
+    });
+  }
+
+ private:
+  void giveBack(std::vector<uint8_t>* b) {
+    std::lock_guard lock(mu_);
+    if (idle_ + b->capacity() > kMaxIdleBytes) {
+      delete b;
+      return;
+    }
+    idle_ += b->capacity();
+    free_.emplace_back(b);
+  }
+  std::mutex mu_;
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> free_;
+  uint64_t idle_ = 0;
+};
+
+namespace {
+
+bool constantTimeEquals(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::string hexPtr(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+Session::Session(std::unique_ptr<common::TlsConnection> conn, const ServerConfig& cfg,
+                 std::unique_ptr<Backend> backend, uint64_t session_id)
+    : conn_(std::move(conn)),
+      cfg_(cfg),
+      backend_(std::move(backend)),
+      session_id_(session_id),
+      staging_(std::make_shared<StagingPool>()),
+      allocs_(cfg.limits.max_allocations) {
+  auto c = common::parseCompression(cfg.compression);
+  compression_ = c ? *c : common::Compression::kOff;
+  backend_->setAsyncErrorSink([this](Status s) { recordAsyncError(s); });
+}
+
+Session::~Session() {
+  {
+    std::lock_guard lock(host_mu_);
+    closing_ = true;
+  }
+  host_cv_.notify_all();
+  conn_->shutdown();
+  // The backend's threads call back into this session: stop them first.
+  backend_.reset();
+}
+
+Status Session::run() {
+  Status s = handshake();
+  if (!s) {
+    RGPU_LOG_WARN("session {} from {}: {}", session_id_, conn_->peerAddress(), s.message());
+    return s;
+  }
+  RGPU_LOG_INFO("session {} started: user '{}' from {}", session_id_, identity_, conn_->peerAddress());
+  s = serve();
+  {
+    std::lock_guard lock(host_mu_);
+    closing_ = true;
+  }
+  host_cv_.notify_all();
+  RGPU_LOG_INFO("session {} ended ({} allocations released): {}", session_id_, allocs_.count(),
+                s ? "client left" : s.message());
+  return s;
+}
+
+Status Session::handshake() {
+  // A client that connects and stays silent must not hold a worker forever.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, std::chrono::milliseconds(cfg_.handshake_timeout_ms), [&] { return done; })) {
+      RGPU_LOG_WARN("session {}: no Hello from {} within {} ms, closing", session_id_, conn_->peerAddress(),
+                    cfg_.handshake_timeout_ms);
+      conn_->shutdown();
+    }
+  });
+  auto finishWatch = [&] {
+    {
+      std::lock_guard lock(mu);
+      done = true;
+    }
+    cv.notify_all();
+    watchdog.join();
+  };
+
+  common::FrameReader reader(*conn_, 0);
+  FrameHeader h;
+  kj::ArrayPtr<const capnp::word> msg;
+  Status s = reader.next(h, msg);
+  finishWatch();
+  if (!s) return s;
+  if (h.type != FrameType::kHello) return Status(err::kInvalidValue, "first frame is not a Hello");
+
+  capnp::MallocMessageBuilder out;
+  auto welcome = out.initRoot<wire::Welcome>();
+  welcome.setProtocolVersion(wire::PROTOCOL_VERSION);
+  welcome.setServerVersion(RGPU_VERSION);
+  welcome.setSessionId(session_id_);
+  auto reject = [&](int code, const std::string& why) {
+    welcome.setError(code);
+    welcome.setMessage(why);
+    std::vector<uint8_t> frame;
+    common::appendFrame(frame, FrameType::kWelcome, 0, h.seq, out, 0);
+    (void)conn_->write(frame.data(), frame.size());
+    return Status(code, why);
+  };
+  try {
+    capnp::FlatArrayMessageReader r(msg, common::readerOptions());
+    auto hello = r.getRoot<wire::Hello>();
+    if (hello.getProtocolVersion() != wire::PROTOCOL_VERSION)
+      return reject(err::kInsufficientDriver, "protocol version " + std::to_string(hello.getProtocolVersion()) +
+                                                  " not supported (server speaks " +
+                                                  std::to_string(wire::PROTOCOL_VERSION) + ")");
+    std::string cn = conn_->peerCommonName();
+    std::string token = hello.getToken();
+    for (auto& u : cfg_.users) {
+      if ((!cn.empty() && !u.cert_cn.empty() && u.cert_cn == cn) ||
+          (!token.empty() && !u.token.empty() && constantTimeEquals(u.token, token))) {
+        identity_ = u.name;
+        break;
+      }
+    }
+    if (identity_.empty() && cfg_.allow_anonymous) identity_ = "anonymous";
+    if (identity_.empty()) {
+      std::string why = "authentication failed: ";
+      why += cn.empty() ? "no client certificate" : "certificate CN '" + cn + "' is not a known user";
+      why += token.empty() ? " and no token" : " and the token matches no user";
+      RGPU_LOG_WARN("session {}: rejected client {} (pid {} on '{}'): {}", session_id_, conn_->peerAddress(),
+                    hello.getPid(), std::string(hello.getHostname()), why);
+      return reject(err::kNotPermitted, why);
+    }
+    welcome.setIdentity(identity_);
+    uint8_t resume[16];
+    RAND_bytes(resume, sizeof resume);
+    welcome.setResumeToken(kj::arrayPtr(resume, sizeof resume));
+    welcome.setBackend(backend_->name());
+    welcome.setDriverVersion(backend_->driverVersion());
+    auto limits = welcome.initLimits();
+    limits.setMaxBulkBytes(protocol::kMaxBulkBytes);
+    limits.setMaxMessageBytes(protocol::kMaxMessageBytes);
+    limits.setMaxParamBytes(protocol::kMaxParamBytes);
+    const auto& devs = backend_->devices();
+    auto list = welcome.initDevices(static_cast<unsigned>(devs.size()));
+    for (size_t i = 0; i < devs.size(); ++i) {
+      auto d = list[static_cast<unsigned>(i)];
+      d.setName(devs[i].name);
+      d.setTotalMem(devs[i].total_mem);
+      d.setMajor(devs[i].major);
+      d.setMinor(devs[i].minor);
+      d.setMultiProcessorCount(devs[i].sm_count);
+      d.setUuid(kj::arrayPtr(reinterpret_cast<const kj::byte*>(devs[i].uuid.data()), devs[i].uuid.size()));
+      d.setProp(kj::arrayPtr(reinterpret_cast<const kj::byte*>(devs[i].prop.data()), devs[i].prop.size()));
+      auto attrs = d.initAttributes(static_cast<unsigned>(devs[i].attributes.size()));
+      for (size_t a = 0; a < devs[i].attributes.size(); ++a) attrs.set(static_cast<unsigned>(a), devs[i].attributes[a]);
+    }
+  } catch (const kj::Exception& e) {
+    return reject(err::kInvalidValue, std::string("malformed Hello: ") + e.getDescription().cStr());
+  }
+  std::vector<uint8_t> frame;
+  common::appendFrame(frame, FrameType::kWelcome, 0, h.seq, out, 0);
+  return conn_->write(frame.data(), frame.size());
+}
+
+Status Session::serve() {
+  common::FrameReader reader(*conn_);
+  for (;;) {
+    FrameHeader h;
+    kj::ArrayPtr<const capnp::word> msg;
+    Status s = reader.next(h, msg);
+    if (!s) {
+      if (conn_->isOpen()) {
+        RGPU_LOG_WARN("session {}: {}", session_id_, s.message());
+        // Tell the peer why before hanging up (best effort).
+        sendNotify([&](wire::Notify::Builder& n) { n.setGoodbye(s.message()); });
+      }
+      return s.message().find("closed by") != std::string::npos ? Status::ok() : s;
+    }
+    if (h.type != FrameType::kRequest) {
+      RGPU_LOG_WARN("session {}: unexpected frame type {} from client", session_id_, static_cast<int>(h.type));
+      sendNotify([&](wire::Notify::Builder& n) { n.setGoodbye("protocol error: unexpected frame type"); });
+      return Status(err::kInvalidValue, "unexpected frame type");
+    }
+    reader_ = &reader;
+    try {
+      capnp::FlatArrayMessageReader r(msg, common::readerOptions());
+      Status d = dispatch(h, r.getRoot<wire::Request>());
+      if (!d) return d;
+    } catch (const kj::Exception& e) {
+      std::string why = std::string("malformed request: ") + e.getDescription().cStr();
+      RGPU_LOG_WARN("session {}: {}", session_id_, why);
+      // The bulk (if any) was not consumed: the stream position is lost.
+      if (h.bulk_len) {
+        sendNotify([&](wire::Notify::Builder& n) { n.setGoodbye(why); });
+        return Status(err::kInvalidValue, why);
+      }
+      finish(h, Status(err::kInvalidValue, why));
+    }
+  }
+}
+
+Status Session::consumeBulk(const FrameHeader& h, uint64_t expected, Staging* into) {
+  if (h.bulk_len != expected) {
+    // The frame's lengths disagree: we cannot trust where the next frame starts.
+    return Status(err::kInvalidValue, "bulk length " + std::to_string(h.bulk_len) + " does not match the call's size " +
+                                          std::to_string(expected));
+  }
+  if (!into) return reader_->skipBulk(h);
+  *into = staging_->acquire(expected);
+  return reader_->readBulk(h, (*into)->data());
+}
+
+void Session::recordAsyncError(const Status& s) {
+  RGPU_LOG_DEBUG("session {}: asynchronous error {}: {}", session_id_, s.code(), s.message());
+  std::lock_guard lock(async_mu_);
+  if (async_error_.isOk()) async_error_ = s;
+}
+
+void Session::finish(const FrameHeader& h, const Status& s, const Fill& fill) {
+  if (h.flags & protocol::kFlagAsync) {
+    if (!s) recordAsyncError(s);
+    return;
+  }
+  sendReply(h.seq, s, fill);
+}
+
+void Session::sendReply(uint64_t seq, const Status& s, const Fill& fill, const uint8_t* bulk, uint64_t bulk_len) {
+  capnp::MallocMessageBuilder out(256);
+  auto r = out.initRoot<wire::Reply>();
+  r.setError(s.code());
+  if (!s) r.setMessage(s.message());
+  {
+    std::lock_guard lock(async_mu_);
+    if (!async_error_.isOk()) {
+      r.setAsyncError(async_error_.code());
+      if (s) r.setMessage(async_error_.message());
+      async_error_ = Status::ok();
+    }
+  }
+  if (fill && s) fill(r);
+  if (!s) bulk_len = 0;
+  std::vector<uint8_t> frame;
+  common::appendFrame(frame, FrameType::kReply, 0, seq, out, bulk_len);
+  common::BulkSender sender;
+  Status w = sender.send(*conn_, frame, 0, bulk, bulk_len, compression_);
+  if (!w) RGPU_LOG_DEBUG("session {}: reply not sent: {}", session_id_, w.message());
+}
+
+void Session::sendNotify(const std::function<void(wire::Notify::Builder&)>& fill) {
+  capnp::MallocMessageBuilder out(128);
+  auto n = out.initRoot<wire::Notify>();
+  fill(n);
+  std::vector<uint8_t> frame;
+  common::appendFrame(frame, FrameType::kNotify, 0, 0, out, 0);
+  (void)conn_->write(frame.data(), frame.size());
+}
+
+Status Session::checkDevice(int device) const {
+  if (device < 0 || static_cast<size_t>(device) >= backend_->devices().size())
+    return Status(err::kInvalidDevice, "invalid device ordinal " + std::to_string(device));
+  return Status::ok();
+}
+
+Status Session::checkStream(wire::StreamRef::Reader s, StreamKey& key) const {
+  key.id = s.getId();
+  key.device = s.getDevice();
+  if (key.id == 0) return checkDevice(key.device);
+  auto it = streams_.find(key.id);
+  if (it == streams_.end()) return Status(err::kInvalidResourceHandle, "unknown stream handle " + std::to_string(key.id));
+  key.device = it->second;
+  return Status::ok();
+}
+
+Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
+  using R = wire::Request;
+  const uint64_t seq = h.seq;
+  const auto& L = cfg_.limits;
+  // Requests that carry bulk bytes must consume them whatever the outcome.
+  auto bulkNotExpected = [&]() -> Status {
+    if (h.bulk_len) return Status(err::kInvalidValue, "unexpected bulk payload");
+    return Status::ok();
+  };
+  switch (req.which()) {
+    case R::NOOP:
+      RGPU_TRY(bulkNotExpected());
+      finish(h, Status::ok());
+      return Status::ok();
+    case R::PING:
+      RGPU_TRY(bulkNotExpected());
+      finish(h, Status::ok());
+      return Status::ok();
+
+    case R::MALLOC: {
+      auto m = req.getMalloc();
+      Status s = checkDevice(m.getDevice());
+      if (s && m.getSize() == 0) {
+        finish(h, Status::ok(), [](auto& r) { r.setPtr(0); });
+        return Status::ok();
+      }
+      if (!s) return finish(h, s), Status::ok();
+      auto p = backend_->allocate(m.getDevice(), m.getSize());
+      if (!p) return finish(h, p.status()), Status::ok();
+      if (Status a = allocs_.add(*p, m.getSize(), m.getDevice()); !a) {
+        (void)backend_->release(*p);
+        return finish(h, a), Status::ok();
+      }
+      uint64_t ptr = *p;
+      finish(h, Status::ok(), [ptr](auto& r) { r.setPtr(ptr); });
+      return Status::ok();
+    }
+    case R::FREE: {
+      uint64_t ptr = req.getFree().getPtr();
+      if (ptr == 0) return finish(h, Status::ok()), Status::ok();
+      auto e = allocs_.remove(ptr);
+      if (!e) {
+        RGPU_LOG_WARN("session {}: cudaFree of {}: {}", session_id_, hexPtr(ptr), e.status().message());
+        return finish(h, e.status()), Status::ok();
+      }
+      // cudaFree waits for the device: work still queued may use the memory.
+      bool async = h.flags & protocol::kFlagAsync;
+      Status s = backend_->whenDeviceDone(e->device, [this, ptr, seq, async](Status) {
+        Status r = backend_->release(ptr);
+        if (async) {
+          if (!r) recordAsyncError(r);
+        } else {
+          sendReply(seq, r, nullptr);
+        }
+      });
+      if (!s) finish(h, s);
+      return Status::ok();
+    }
+
+    case R::MEMCPY_HTO_D: {
+      auto m = req.getMemcpyHtoD();
+      StreamKey key;
+      Status s = checkStream(m.getStream(), key);
+      if (s && m.getSize() > protocol::kMaxBulkBytes)
+        s = Status(err::kInvalidValue, "copy larger than the frame limit");
+      if (s) s = allocs_.check(m.getDst(), m.getSize());
+      if (!s) {
+        RGPU_LOG_WARN("session {}: host-to-device copy rejected: {}", session_id_, s.message());
+        RGPU_TRY(consumeBulk(h, m.getSize(), nullptr));
+        return finish(h, s), Status::ok();
+      }
+      Staging data;
+      RGPU_TRY(consumeBulk(h, m.getSize(), &data));
+      finish(h, backend_->copyToDevice(key, m.getDst(), std::move(data), m.getSize()));
+      return Status::ok();
+    }
+    case R::MEMCPY_DTO_H: {
+      RGPU_TRY(bulkNotExpected());
+      auto m = req.getMemcpyDtoH();
+      StreamKey key;
+      Status s = checkStream(m.getStream(), key);
+      if (s && m.getSize() > protocol::kMaxBulkBytes)
+        s = Status(err::kInvalidValue, "copy larger than the frame limit");
+      if (s) s = allocs_.check(m.getSrc(), m.getSize());
+      if (!s) {
+        RGPU_LOG_WARN("session {}: device-to-host copy rejected: {}", session_id_, s.message());
+        return finish(h, s), Status::ok();
+      }
+      s = backend_->copyFromDevice(key, m.getSrc(), m.getSize(), [this, seq](Status st, const uint8_t* d, uint64_t n) {
+        sendReply(seq, st, nullptr, d, n);
+      });
+      if (!s) finish(h, s);
+      return Status::ok();
+    }
+    case R::MEMCPY_DTO_D: {
+      RGPU_TRY(bulkNotExpected());
+      auto m = req.getMemcpyDtoD();
+      StreamKey key;
+      Status s = checkStream(m.getStream(), key);
+      if (s) s = allocs_.check(m.getDst(), m.getSize());
+      if (s) s = allocs_.check(m.getSrc(), m.getSize());
+      if (s) s = backend_->copyOnDevice(key, m.getDst(), m.getSrc(), m.getSize());
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::MEMCPY_PEER: {
+      RGPU_TRY(bulkNotExpected());
+      auto m = req.getMemcpyPeer();
+      StreamKey key;
+      Status s = checkStream(m.getStream(), key);
+      int dd = -1, sd = -1;
+      if (s) s = allocs_.check(m.getDst(), m.getSize(), &dd);
+      if (s) s = allocs_.check(m.getSrc(), m.getSize(), &sd);
+      if (s && (dd != m.getDstDevice() || sd != m.getSrcDevice()))
+        s = Status(err::kInvalidValue, "peer copy pointers are not on the devices named");
+      if (s) s = backend_->copyOnDevice(key, m.getDst(), m.getSrc(), m.getSize());
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::MEMSET: {
+      RGPU_TRY(bulkNotExpected());
+      auto m = req.getMemset();
+      StreamKey key;
+      Status s = checkStream(m.getStream(), key);
+      if (s) s = allocs_.check(m.getDst(), m.getSize());
+      if (s) s = backend_->fill(key, m.getDst(), m.getValue(), m.getSize());
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::MEMSET2_D: {
+      RGPU_TRY(bulkNotExpected());
+      auto m = req.getMemset2D();
+      StreamKey key;
+      Status s = checkStream(m.getStream(), key);
+      if (s) s = allocs_.check2D(m.getDst(), m.getPitch(), m.getWidth(), m.getHeight());
+      if (s) s = backend_->fill2D(key, m.getDst(), m.getPitch(), m.getValue(), m.getWidth(), m.getHeight());
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::MEMCPY2_D: {
+      auto m = req.getMemcpy2D();
+      StreamKey key;
+      Status s = checkStream(m.getStream(), key);
+      uint64_t w = m.getWidth(), ht = m.getHeight();
+      bool h2d = m.getKind() == 1, d2h = m.getKind() == 2, d2d = m.getKind() == 3;
+      if (s && !(h2d || d2h || d2d)) s = Status(err::kInvalidMemcpyDirection, "bad 2D copy kind");
+      if (s && (h2d || d2h) && (ht != 0 && w > protocol::kMaxBulkBytes / ht))
+        s = Status(err::kInvalidValue, "2D copy larger than the frame limit");
+      if (s && (h2d || d2d)) s = allocs_.check2D(m.getDst(), m.getDpitch(), w, ht);
+      if (s && (d2h || d2d)) s = allocs_.check2D(m.getSrc(), m.getSpitch(), w, ht);
+      if (h2d) {
+        if (!s) {
+          RGPU_TRY(consumeBulk(h, h.bulk_len, nullptr));
+          return finish(h, s), Status::ok();
+        }
+        Staging data;
+        RGPU_TRY(consumeBulk(h, w * ht, &data));
+        finish(h, backend_->copy2DToDevice(key, m.getDst(), m.getDpitch(), std::move(data), w, ht));
+        return Status::ok();
+      }
+      RGPU_TRY(bulkNotExpected());
+      if (s && d2h) {
+        s = backend_->copy2DFromDevice(key, m.getSrc(), m.getSpitch(), w, ht,
+                                       [this, seq](Status st, const uint8_t* d, uint64_t n) { sendReply(seq, st, nullptr, d, n); });
+        if (!s) finish(h, s);
+        return Status::ok();
+      }
+      if (s) s = backend_->copy2DOnDevice(key, m.getDst(), m.getDpitch(), m.getSrc(), m.getSpitch(), w, ht);
+      finish(h, s);
+      return Status::ok();
+    }
+
+    case R::STREAM_CREATE: {
+      RGPU_TRY(bulkNotExpected());
+      auto m = req.getStreamCreate();
+      uint32_t id = m.getStream().getId();
+      int dev = m.getStream().getDevice();
+      Status s = checkDevice(dev);
+      if (s && id == 0) s = Status(err::kInvalidValue, "stream id 0 is reserved");
+      if (s && streams_.count(id)) s = Status(err::kInvalidValue, "stream id " + std::to_string(id) + " in use");
+      if (s && streams_.size() >= L.max_streams)
+        s = Status(err::kLaunchOutOfResources, "session stream limit reached (max_streams = " + std::to_string(L.max_streams) + ")");
+      if (s) s = backend_->createStream({id, dev}, m.getFlags(), m.getPriority());
+      if (s) streams_[id] = dev;
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::STREAM_DESTROY: {
+      RGPU_TRY(bulkNotExpected());
+      StreamKey key;
+      Status s = checkStream(req.getStreamDestroy(), key);
+      if (s && key.id == 0) s = Status(err::kInvalidResourceHandle, "cannot destroy the default stream");
+      if (s) s = backend_->destroyStream(key);
+      if (s) streams_.erase(key.id);
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::STREAM_SYNCHRONIZE: {
+      RGPU_TRY(bulkNotExpected());
+      StreamKey key;
+      Status s = checkStream(req.getStreamSynchronize(), key);
+      if (s) s = backend_->whenStreamDone(key, [this, seq](Status st) { sendReply(seq, st, nullptr); });
+      if (!s) finish(h, s);
+      return Status::ok();
+    }
+    case R::STREAM_QUERY: {
+      RGPU_TRY(bulkNotExpected());
+      StreamKey key;
+      Status s = checkStream(req.getStreamQuery(), key);
+      if (s) {
+        auto idle = backend_->streamIdle(key);
+        s = !idle ? idle.status() : *idle ? Status::ok() : Status(err::kNotReady, "stream busy");
+      }
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::STREAM_WAIT_EVENT: {
+      RGPU_TRY(bulkNotExpected());
+      auto m = req.getStreamWaitEvent();
+      StreamKey key;
+      Status s = checkStream(m.getStream(), key);
+      if (s && !events_.count(m.getEvent())) s = Status(err::kInvalidResourceHandle, "unknown event");
+      if (s) s = backend_->waitEvent(key, m.getEvent());
+      finish(h, s);
+      return Status::ok();
+    }
+
+    case R::EVENT_CREATE: {
+      RGPU_TRY(bulkNotExpected());
+      auto m = req.getEventCreate();
+      Status s = checkDevice(m.getDevice());
+      if (s && (m.getId() == 0 || events_.count(m.getId()))) s = Status(err::kInvalidValue, "event id in use");
+      if (s && events_.size() >= L.max_events)
+        s = Status(err::kLaunchOutOfResources, "session event limit reached (max_events = " + std::to_string(L.max_events) + ")");
+      if (s) s = backend_->createEvent(m.getId(), m.getDevice(), m.getFlags());
+      if (s) events_[m.getId()] = m.getDevice();
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::EVENT_RECORD: {
+      RGPU_TRY(bulkNotExpected());
+      auto m = req.getEventRecord();
+      StreamKey key;
+      Status s = checkStream(m.getStream(), key);
+      if (s && !events_.count(m.getId())) s = Status(err::kInvalidResourceHandle, "unknown event");
+      if (s) s = backend_->recordEvent(m.getId(), key);
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::EVENT_SYNCHRONIZE: {
+      RGPU_TRY(bulkNotExpected());
+      uint32_t id = req.getEventSynchronize().getId();
+      Status s = events_.count(id) ? Status::ok() : Status(err::kInvalidResourceHandle, "unknown event");
+      if (s) s = backend_->whenEventDone(id, [this, seq](Status st) { sendReply(seq, st, nullptr); });
+      if (!s) finish(h, s);
+      return Status::ok();
+    }
+    case R::EVENT_QUERY: {
+      RGPU_TRY(bulkNotExpected());
+      uint32_t id = req.getEventQuery().getId();
+      Status s = events_.count(id) ? Status::ok() : Status(err::kInvalidResourceHandle, "unknown event");
+      if (s) {
+        auto d = backend_->eventDone(id);
+        s = !d ? d.status() : *d ? Status::ok() : Status(err::kNotReady, "event not completed");
+      }
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::EVENT_ELAPSED_TIME: {
+      RGPU_TRY(bulkNotExpected());
+      auto m = req.getEventElapsedTime();
+      Status s = events_.count(m.getStart()) && events_.count(m.getEnd())
+                     ? Status::ok()
+                     : Status(err::kInvalidResourceHandle, "unknown event");
+      float ms = 0;
+      if (s) {
+        auto r = backend_->elapsedMs(m.getStart(), m.getEnd());
+        if (r) ms = *r;
+        else s = r.status();
+      }
+      finish(h, s, [ms](auto& r) { r.setElapsedMs(ms); });
+      return Status::ok();
+    }
+    case R::EVENT_DESTROY: {
+      RGPU_TRY(bulkNotExpected());
+      uint32_t id = req.getEventDestroy().getId();
+      Status s = events_.count(id) ? backend_->destroyEvent(id) : Status(err::kInvalidResourceHandle, "unknown event");
+      if (s) events_.erase(id);
+      finish(h, s);
+      return Status::ok();
+    }
+
+    case R::DEVICE_SYNCHRONIZE: {
+      RGPU_TRY(bulkNotExpected());
+      int dev = req.getDeviceSynchronize().getDevice();
+      Status s = checkDevice(dev);
+      if (s) s = backend_->whenDeviceDone(dev, [this, seq](Status st) { sendReply(seq, st, nullptr); });
+      if (!s) finish(h, s);
+      return Status::ok();
+    }
+    case R::DEVICE_RESET: {
+      RGPU_TRY(bulkNotExpected());
+      int dev = req.getDeviceReset().getDevice();
+      Status s = checkDevice(dev);
+      if (!s) return finish(h, s), Status::ok();
+      // Every allocation of the device goes, once its queued work is done.
+      std::vector<uint64_t> mine;
+      for (uint64_t b : allocs_.bases())
+        if (allocs_.find(b)->device == dev) mine.push_back(b);
+      for (uint64_t b : mine) (void)allocs_.remove(b);
+      s = backend_->whenDeviceDone(dev, [this, seq, mine](Status) {
+        for (uint64_t b : mine) (void)backend_->release(b);
+        sendReply(seq, Status::ok(), nullptr);
+      });
+      if (!s) finish(h, s);
+      return Status::ok();
+    }
+    case R::MEM_GET_INFO: {
+      RGPU_TRY(bulkNotExpected());
+      int dev = req.getMemGetInfo().getDevice();
+      uint64_t free = 0, total = 0;
+      Status s = checkDevice(dev);
+      if (s) s = backend_->memInfo(dev, free, total);
+      finish(h, s, [free, total](auto& r) {
+        auto mi = r.initMemInfo();
+        mi.setFree(free);
+        mi.setTotal(total);
+      });
+      return Status::ok();
+    }
+
+    case R::MODULE_LOAD: {
+      auto m = req.getModuleLoad();
+      Status s = checkDevice(m.getDevice());
+      if (s && (m.getId() == 0 || modules_.count(m.getId()))) s = Status(err::kInvalidValue, "module id in use");
+      if (s && modules_.size() >= L.max_modules)
+        s = Status(err::kLaunchOutOfResources, "session module limit reached (max_modules = " + std::to_string(L.max_modules) + ")");
+      if (s && h.bulk_len > protocol::kMaxFatbinBytes) s = Status(err::kInvalidKernelImage, "fatbin too large");
+      if (!s) {
+        RGPU_TRY(consumeBulk(h, h.bulk_len, nullptr));
+        return finish(h, s), Status::ok();
+      }
+      Staging data;
+      RGPU_TRY(consumeBulk(h, h.bulk_len, &data));
+      s = backend_->loadModule(m.getId(), m.getDevice(), std::string(data->begin(), data->end()));
+      if (s) modules_[m.getId()] = m.getDevice();
+      else RGPU_LOG_WARN("session {}: module {} rejected: {}", session_id_, m.getId(), s.message());
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::MODULE_UNLOAD: {
+      RGPU_TRY(bulkNotExpected());
+      uint32_t id = req.getModuleUnload().getId();
+      Status s = modules_.count(id) ? Status::ok() : Status(err::kInvalidResourceHandle, "unknown module");
+      if (s) {
+        for (auto it = vars_.begin(); it != vars_.end();) {
+          if (it->second.module != id) {
+            ++it;
+            continue;
+          }
+          if (it->second.addr) allocs_.forget(it->second.addr);
+          it = vars_.erase(it);
+        }
+        s = backend_->unloadModule(id);
+        modules_.erase(id);
+      }
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::FUNCTION_REGISTER: {
+      RGPU_TRY(bulkNotExpected());
+      auto m = req.getFunctionRegister();
+      Status s = modules_.count(m.getModule()) ? Status::ok() : Status(err::kInvalidResourceHandle, "unknown module");
+      if (s && functions_.size() >= L.max_functions)
+        s = Status(err::kLaunchOutOfResources, "session function limit reached");
+      if (s) {
+        auto bytes = backend_->registerFunction(m.getId(), m.getModule(), m.getName());
+        if (bytes) functions_[m.getId()] = *bytes;
+        else s = bytes.status();
+      }
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::VAR_REGISTER: {
+      RGPU_TRY(bulkNotExpected());
+      auto m = req.getVarRegister();
+      Status s = modules_.count(m.getModule()) ? Status::ok() : Status(err::kInvalidResourceHandle, "unknown module");
+      if (s && vars_.size() >= L.max_functions) s = Status(err::kLaunchOutOfResources, "session variable limit reached");
+      if (s) vars_[m.getId()] = {m.getModule(), m.getName(), m.getSize(), 0};
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::SYMBOL_ADDRESS: {
+      RGPU_TRY(bulkNotExpected());
+      auto it = vars_.find(req.getSymbolAddress().getId());
+      if (it == vars_.end()) return finish(h, Status(err::kInvalidSymbol, "unknown symbol")), Status::ok();
+      auto g = backend_->globalAddress(it->second.module, it->second.name, it->second.size);
+      if (!g) return finish(h, g.status()), Status::ok();
+      auto [addr, size] = *g;
+      if (!allocs_.find(addr)) {
+        Status a = allocs_.add(addr, size, modules_[it->second.module], true);
+        if (!a) return finish(h, a), Status::ok();
+      }
+      it->second.addr = addr;
+      finish(h, Status::ok(), [addr, size](auto& r) {
+        auto sym = r.initSymbol();
+        sym.setAddress(addr);
+        sym.setSize(size);
+      });
+      return Status::ok();
+    }
+    case R::LAUNCH_KERNEL: {
+      RGPU_TRY(bulkNotExpected());
+      auto m = req.getLaunchKernel();
+      auto f = functions_.find(m.getFunction());
+      StreamKey key;
+      Status s = f == functions_.end() ? Status(err::kInvalidDeviceFunction, "unknown function") : Status::ok();
+      if (s) s = checkStream(m.getStream(), key);
+      auto params = m.getParams();
+      if (s && params.size() != f->second)
+        s = Status(err::kInvalidValue, "parameter block of " + std::to_string(params.size()) + " bytes; the kernel takes " +
+                                           std::to_string(f->second));
+      if (s) {
+        LaunchConfig cfg;
+        cfg.grid = {m.getGrid().getX(), m.getGrid().getY(), m.getGrid().getZ()};
+        cfg.block = {m.getBlock().getX(), m.getBlock().getY(), m.getBlock().getZ()};
+        cfg.shared_mem = m.getSharedMem();
+        s = backend_->launch(key, m.getFunction(), cfg, std::string(params.begin(), params.end()));
+      }
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::FUNC_GET_ATTRIBUTES: {
+      RGPU_TRY(bulkNotExpected());
+      uint32_t id = req.getFuncGetAttributes().getId();
+      if (!functions_.count(id)) return finish(h, Status(err::kInvalidDeviceFunction, "unknown function")), Status::ok();
+      auto a = backend_->functionAttributes(id);
+      if (!a) return finish(h, a.status()), Status::ok();
+      FunctionAttributes fa = *a;
+      finish(h, Status::ok(), [fa](auto& r) {
+        auto o = r.initFuncAttributes();
+        o.setSharedSizeBytes(fa.shared_size);
+        o.setConstSizeBytes(fa.const_size);
+        o.setLocalSizeBytes(fa.local_size);
+        o.setMaxThreadsPerBlock(fa.max_threads_per_block);
+        o.setNumRegs(fa.num_regs);
+        o.setPtxVersion(fa.ptx_version);
+        o.setBinaryVersion(fa.binary_version);
+        o.setMaxDynamicSharedSizeBytes(fa.max_dynamic_shared);
+        o.setPreferredShmemCarveout(fa.preferred_carveout);
+      });
+      return Status::ok();
+    }
+    case R::FUNC_SET_ATTRIBUTE: {
+      RGPU_TRY(bulkNotExpected());
+      auto m = req.getFuncSetAttribute();
+      Status s = functions_.count(m.getId()) ? backend_->setFunctionAttribute(m.getId(), m.getAttr(), m.getValue())
+                                             : Status(err::kInvalidDeviceFunction, "unknown function");
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::OCCUPANCY: {
+      RGPU_TRY(bulkNotExpected());
+      auto m = req.getOccupancy();
+      if (!functions_.count(m.getId())) return finish(h, Status(err::kInvalidDeviceFunction, "unknown function")), Status::ok();
+      auto n = backend_->occupancy(m.getId(), m.getBlockSize(), m.getDynamicSmem());
+      if (!n) return finish(h, n.status()), Status::ok();
+      int64_t v = *n;
+      finish(h, Status::ok(), [v](auto& r) { r.setValue(v); });
+      return Status::ok();
+    }
+    case R::HOST_FUNC_ENQUEUE: {
+      RGPU_TRY(bulkNotExpected());
+      auto m = req.getHostFuncEnqueue();
+      StreamKey key;
+      Status s = checkStream(m.getStream(), key);
+      uint64_t id = m.getId();
+      if (s) {
+        std::lock_guard lock(host_mu_);
+        if (host_pending_.size() >= L.max_pending_host_funcs) s = Status(err::kLaunchOutOfResources, "too many pending host functions");
+        else if (!host_pending_.insert(id).second) s = Status(err::kInvalidValue, "host function id in use");
+      }
+      if (s) {
+        s = backend_->hostCall(key, [this, id] {
+          sendNotify([id](wire::Notify::Builder& n) { n.setHostFuncReady(id); });
+          std::unique_lock lock(host_mu_);
+          host_cv_.wait(lock, [&] { return closing_ || !host_pending_.count(id); });
+        });
+      }
+      finish(h, s);
+      return Status::ok();
+    }
+    case R::HOST_FUNC_DONE: {
+      RGPU_TRY(bulkNotExpected());
+      {
+        std::lock_guard lock(host_mu_);
+        host_pending_.erase(req.getHostFuncDone().getId());
+      }
+      host_cv_.notify_all();
+      finish(h, Status::ok());
+      return Status::ok();
+    }
+    case R::POINTER_ATTRIBUTES: {
+      RGPU_TRY(bulkNotExpected());
+      uint64_t base = 0;
+      const AllocationTable::Entry* e = allocs_.find(req.getPointerAttributes().getPtr(), &base);
+      if (!e) return finish(h, Status(err::kInvalidValue, "not a device pointer of this session")), Status::ok();
+      int dev = e->device;
+      uint64_t size = e->size;
+      finish(h, Status::ok(), [dev, base, size](auto& r) {
+        auto p = r.initPointer();
+        p.setDevice(dev);
+        p.setBase(base);
+        p.setSize(size);
+      });
+      return Status::ok();
+    }
+  }
+  // A call this server does not know (a newer client): refuse it, keep serving.
+  RGPU_LOG_WARN("session {}: unknown call {} from client", session_id_, static_cast<int>(req.which()));
+  if (h.bulk_len) RGPU_TRY(reader_->skipBulk(h));
+  finish(h, Status(err::kNotSupported, "call " + std::to_string(static_cast<int>(req.which())) +
+                                          " is not supported by this server (version " RGPU_VERSION ")"));
+  return Status::ok();
+}
+
+}  // namespace rgpu::server

@@ -1,0 +1,520 @@
+#include "server/sim_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "common/log.h"
+#include "server/device_props.h"
+
+namespace rgpu::server {
+namespace {
+constexpr uint32_t kStreamNonBlocking = 0x1;  // cudaStreamNonBlocking
+constexpr uint32_t kEventDisableTiming = 0x2;  // cudaEventDisableTiming
+constexpr uint64_t kAlign = 256;               // cudaMalloc alignment
+
+Status noStream(StreamKey k) {
+  return Status(err::kInvalidResourceHandle, "unknown stream " + std::to_string(k.id));
+}
+}  // namespace
+
+SimBackend::SimBackend(const std::vector<SimDeviceConfig>& devices, SimOptions opts) : opts_(std::move(opts)) {
+  for (size_t i = 0; i < devices.size(); ++i) devices_.push_back(describeSimDevice(devices[i], static_cast<int>(i)));
+  used_.assign(devices_.size(), 0);
+  if (!opts_.launch_log.empty()) launch_log_.open(opts_.launch_log, std::ios::app);
+  std::lock_guard lock(mu_);
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    auto s = std::make_unique<Stream>();
+    s->device = static_cast<int>(d);
+    s->legacy = true;
+    Stream* raw = s.get();
+    s->thread = std::thread([this, raw] { runStream(raw); });
+    legacy_.push_back(std::move(s));
+  }
+}
+
+SimBackend::~SimBackend() {
+  {
+    std::lock_guard lock(mu_);
+    for (auto& s : legacy_) s->stopping = true;
+    for (auto& [id, s] : streams_) s->stopping = true;
+    for (auto& s : retired_) s->stopping = true;
+    progress_.notify_all();
+  }
+  auto join = [](std::unique_ptr<Stream>& s) {
+    if (s->thread.joinable()) s->thread.join();
+  };
+  for (auto& s : legacy_) join(s);
+  for (auto& [id, s] : streams_) join(s);
+  for (auto& s : retired_) join(s);
+  for (auto& [ptr, a] : allocations_) std::free(reinterpret_cast<void*>(ptr));
+}
+
+void SimBackend::setAsyncErrorSink(std::function<void(Status)> sink) {
+  std::lock_guard lock(mu_);
+  async_sink_ = std::move(sink);
+}
+
+void SimBackend::reportAsync(Status s) {
+  std::function<void(Status)> sink;
+  {
+    std::lock_guard lock(mu_);
+    sink = async_sink_;
+  }
+  if (sink) sink(std::move(s));
+}
+
+// ---- memory -------------------------------------------------------------
+
+Result<DevPtr> SimBackend::allocateLocked(int device, uint64_t size) {
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size())
+    return Status(err::kInvalidDevice, "invalid device " + std::to_string(device));
+  uint64_t rounded = (size + kAlign - 1) / kAlign * kAlign;
+  if (rounded < size || used_[device] + rounded > devices_[device].total_mem || used_[device] + rounded < rounded)
+    return Status(err::kMemoryAllocation, "out of memory on device " + std::to_string(device) + ": asked " +
+                                              std::to_string(size) + " bytes, " +
+                                              std::to_string(devices_[device].total_mem - used_[device]) + " free");
+  void* p = std::aligned_alloc(kAlign, rounded);
+  if (!p) return Status(err::kMemoryAllocation, "host memory exhausted backing a sim allocation");
+  used_[device] += rounded;
+  allocations_[reinterpret_cast<DevPtr>(p)] = {device, rounded};
+  return reinterpret_cast<DevPtr>(p);
+}
+
+Result<DevPtr> SimBackend::allocate(int device, uint64_t size) {
+  std::lock_guard lock(mu_);
+  return allocateLocked(device, size);
+}
+
+Status SimBackend::release(DevPtr ptr) {
+  std::lock_guard lock(mu_);
+  auto it = allocations_.find(ptr);
+  if (it == allocations_.end()) return Status(err::kInvalidDevicePointer, "not an allocation");
+  used_[it->second.device] -= it->second.size;
+  std::free(reinterpret_cast<void*>(ptr));
+  allocations_.erase(it);
+  return Status::ok();
+}
+
+Status SimBackend::memInfo(int device, uint64_t& free, uint64_t& total) {
+  std::lock_guard lock(mu_);
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size())
+    return Status(err::kInvalidDevice, "invalid device");
+  total = devices_[device].total_mem;
+  free = total - used_[device];
+  return Status::ok();
+}
+
+// ---- streams and events ---------------------------------------------------
+
+Result<SimBackend::Stream*> SimBackend::streamLocked(StreamKey key) {
+  if (key.id == 0) {
+    if (key.device < 0 || static_cast<size_t>(key.device) >= legacy_.size())
+      return Status(err::kInvalidDevice, "invalid device " + std::to_string(key.device));
+    return legacy_[key.device].get();
+  }
+  auto it = streams_.find(key.id);
+  if (it == streams_.end()) return noStream(key);
+  return it->second.get();
+}
+
+Status SimBackend::createStream(StreamKey key, uint32_t flags, int /*priority*/) {
+  std::lock_guard lock(mu_);
+  if (key.device < 0 || static_cast<size_t>(key.device) >= devices_.size())
+    return Status(err::kInvalidDevice, "invalid device");
+  if (key.id == 0 || streams_.count(key.id)) return Status(err::kInvalidValue, "stream id in use");
+  auto s = std::make_unique<Stream>();
+  s->device = key.device;
+  s->non_blocking = (flags & kStreamNonBlocking) != 0;
+  Stream* raw = s.get();
+  s->thread = std::thread([this, raw] { runStream(raw); });
+  streams_.emplace(key.id, std::move(s));
+  return Status::ok();
+}
+
+Status SimBackend::destroyStream(StreamKey key) {
+  std::lock_guard lock(mu_);
+  auto it = streams_.find(key.id);
+  if (it == streams_.end()) return noStream(key);
+  // As in CUDA, work already queued still runs; the thread exits when drained.
+  it->second->stopping = true;
+  retired_.push_back(std::move(it->second));
+  streams_.erase(it);
+  progress_.notify_all();
+  return Status::ok();
+}
+
+Status SimBackend::createEvent(uint32_t id, int device, uint32_t flags) {
+  std::lock_guard lock(mu_);
+  if (events_.count(id)) return Status(err::kInvalidValue, "event id in use");
+  Event e;
+  e.device = device;
+  e.flags = flags;
+  events_.emplace(id, e);
+  return Status::ok();
+}
+
+Status SimBackend::destroyEvent(uint32_t id) {
+  std::lock_guard lock(mu_);
+  return events_.erase(id) ? Status::ok() : Status(err::kInvalidResourceHandle, "unknown event");
+}
+
+std::vector<SimBackend::Dep> SimBackend::implicitDeps(Stream* s) {
+  std::vector<Dep> deps;
+  auto pending = [](Stream* t) { return t->enqueued > t->completed; };
+  if (s->legacy) {
+    // The legacy stream waits for all earlier work of the device's blocking streams.
+    for (auto& [id, t] : streams_)
+      if (t->device == s->device && !t->non_blocking && pending(t.get())) deps.emplace_back(t.get(), t->enqueued);
+  } else if (!s->non_blocking) {
+    Stream* l = legacy_[s->device].get();
+    if (pending(l)) deps.emplace_back(l, l->enqueued);
+  }
+  return deps;
+}
+
+bool SimBackend::depsMet(const std::vector<Dep>& deps) const {
+  for (auto& [s, ticket] : deps)
+    if (s->completed < ticket) return false;
+  return true;
+}
+
+Status SimBackend::enqueueLocked(Stream* s, std::function<void()> fn, std::vector<Dep> extra) {
+  std::vector<Dep> deps = implicitDeps(s);
+  deps.insert(deps.end(), extra.begin(), extra.end());
+  s->queue.push_back({std::move(fn), std::move(deps)});
+  ++s->enqueued;
+  progress_.notify_all();
+  return Status::ok();
+}
+
+Status SimBackend::enqueue(StreamKey key, std::function<void()> fn) {
+  std::lock_guard lock(mu_);
+  auto s = streamLocked(key);
+  if (!s) return s.status();
+  return enqueueLocked(*s, std::move(fn));
+}
+
+void SimBackend::runStream(Stream* s) {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    progress_.wait(lock, [&] { return (s->stopping && s->queue.empty()) || (!s->queue.empty() && depsMet(s->queue.front().deps)); });
+    if (s->queue.empty()) return;  // stopping and drained
+    Op op = std::move(s->queue.front());
+    s->queue.pop_front();
+    lock.unlock();
+    op.fn();
+    lock.lock();
+    ++s->completed;
+    fireReadyWaitersLocked(lock);
+    progress_.notify_all();
+  }
+}
+
+void SimBackend::fireReadyWaitersLocked(std::unique_lock<std::mutex>& lock) {
+  std::vector<Done> ready;
+  for (size_t i = 0; i < waiters_.size();) {
+    if (depsMet(waiters_[i].deps)) {
+      ready.push_back(std::move(waiters_[i].done));
+      waiters_[i] = std::move(waiters_.back());
+      waiters_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  if (ready.empty()) return;
+  lock.unlock();
+  for (auto& d : ready) d(Status::ok());
+  lock.lock();
+}
+
+Status SimBackend::addWaiterLocked(std::vector<Dep> deps, Done done) {
+  if (depsMet(deps)) {
+    // Run outside the lock: the callback may send a reply.
+    mu_.unlock();
+    done(Status::ok());
+    mu_.lock();
+    return Status::ok();
+  }
+  waiters_.push_back({std::move(deps), std::move(done)});
+  return Status::ok();
+}
+
+Status SimBackend::recordEvent(uint32_t id, StreamKey key) {
+  std::lock_guard lock(mu_);
+  auto it = events_.find(id);
+  if (it == events_.end()) return Status(err::kInvalidResourceHandle, "unknown event");
+  auto s = streamLocked(key);
+  if (!s) return s.status();
+  Event& e = it->second;
+  e.stamped = false;
+  RGPU_TRY(enqueueLocked(*s, [this, id] {
+    std::lock_guard l(mu_);
+    auto ev = events_.find(id);
+    if (ev != events_.end()) {
+      ev->second.when = std::chrono::steady_clock::now();
+      ev->second.stamped = true;
+    }
+  }));
+  e.stream = *s;
+  e.ticket = (*s)->enqueued;
+  return Status::ok();
+}
+
+Status SimBackend::waitEvent(StreamKey key, uint32_t id) {
+  std::lock_guard lock(mu_);
+  auto it = events_.find(id);
+  if (it == events_.end()) return Status(err::kInvalidResourceHandle, "unknown event");
+  auto s = streamLocked(key);
+  if (!s) return s.status();
+  if (!it->second.stream) return Status::ok();  // never recorded: nothing to wait for
+  return enqueueLocked(*s, [] {}, {{it->second.stream, it->second.ticket}});
+}
+
+Status SimBackend::hostCall(StreamKey key, std::function<void()> fn) { return enqueue(key, std::move(fn)); }
+
+Status SimBackend::whenStreamDone(StreamKey key, Done done) {
+  std::lock_guard lock(mu_);
+  auto s = streamLocked(key);
+  if (!s) return s.status();
+  std::vector<Dep> deps{{*s, (*s)->enqueued}};
+  auto more = implicitDeps(*s);
+  deps.insert(deps.end(), more.begin(), more.end());
+  return addWaiterLocked(std::move(deps), std::move(done));
+}
+
+Status SimBackend::whenEventDone(uint32_t id, Done done) {
+  std::lock_guard lock(mu_);
+  auto it = events_.find(id);
+  if (it == events_.end()) return Status(err::kInvalidResourceHandle, "unknown event");
+  std::vector<Dep> deps;
+  if (it->second.stream) deps.emplace_back(it->second.stream, it->second.ticket);
+  return addWaiterLocked(std::move(deps), std::move(done));
+}
+
+Status SimBackend::whenDeviceDone(int device, Done done) {
+  std::lock_guard lock(mu_);
+  if (device < 0 || static_cast<size_t>(device) >= legacy_.size()) return Status(err::kInvalidDevice, "invalid device");
+  std::vector<Dep> deps{{legacy_[device].get(), legacy_[device]->enqueued}};
+  for (auto& [id, s] : streams_)
+    if (s->device == device) deps.emplace_back(s.get(), s->enqueued);
+  for (auto& s : retired_)
+    if (s->device == device) deps.emplace_back(s.get(), s->enqueued);
+  return addWaiterLocked(std::move(deps), std::move(done));
+}
+
+Result<bool> SimBackend::streamIdle(StreamKey key) {
+  std::lock_guard lock(mu_);
+  auto s = streamLocked(key);
+  if (!s) return s.status();
+  return (*s)->completed == (*s)->enqueued && depsMet(implicitDeps(*s));
+}
+
+Result<bool> SimBackend::eventDone(uint32_t id) {
+  std::lock_guard lock(mu_);
+  auto it = events_.find(id);
+  if (it == events_.end()) return Status(err::kInvalidResourceHandle, "unknown event");
+  return !it->second.stream || it->second.stream->completed >= it->second.ticket;
+}
+
+Result<float> SimBackend::elapsedMs(uint32_t start, uint32_t end) {
+  std::lock_guard lock(mu_);
+  auto a = events_.find(start), b = events_.find(end);
+  if (a == events_.end() || b == events_.end()) return Status(err::kInvalidResourceHandle, "unknown event");
+  if ((a->second.flags | b->second.flags) & kEventDisableTiming)
+    return Status(err::kInvalidResourceHandle, "event created with cudaEventDisableTiming");
+  if (!a->second.stream || !b->second.stream) return Status(err::kInvalidResourceHandle, "event not recorded");
+  if (!a->second.stamped || !b->second.stamped) return Status(err::kNotReady, "event not completed");
+  return std::chrono::duration<float, std::milli>(b->second.when - a->second.when).count();
+}
+
+// ---- stream-ordered copies ---------------------------------------------------
+
+Status SimBackend::copyToDevice(StreamKey s, DevPtr dst, Staging data, uint64_t size) {
+  return enqueue(s, [dst, data = std::move(data), size] { std::memcpy(reinterpret_cast<void*>(dst), data->data(), size); });
+}
+
+Status SimBackend::copyFromDevice(StreamKey s, DevPtr src, uint64_t size, ReadDone done) {
+  // Zero-copy: the reply is written from device memory while the stream is held.
+  return enqueue(s, [src, size, done = std::move(done)] { done(Status::ok(), reinterpret_cast<const uint8_t*>(src), size); });
+}
+
+Status SimBackend::copyOnDevice(StreamKey s, DevPtr dst, DevPtr src, uint64_t size) {
+  return enqueue(s, [dst, src, size] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), size); });
+}
+
+Status SimBackend::copy2DToDevice(StreamKey s, DevPtr dst, uint64_t dpitch, Staging data, uint64_t width,
+                                  uint64_t height) {
+  return enqueue(s, [=, data = std::move(data)] {
+    for (uint64_t r = 0; r < height; ++r)
+      std::memcpy(reinterpret_cast<uint8_t*>(dst + r * dpitch), data->data() + r * width, width);
+  });
+}
+
+Status SimBackend::copy2DFromDevice(StreamKey s, DevPtr src, uint64_t spitch, uint64_t width, uint64_t height,
+                                    ReadDone done) {
+  return enqueue(s, [=, done = std::move(done)] {
+    std::vector<uint8_t> packed(width * height);
+    for (uint64_t r = 0; r < height; ++r)
+      std::memcpy(packed.data() + r * width, reinterpret_cast<const uint8_t*>(src + r * spitch), width);
+    done(Status::ok(), packed.data(), packed.size());
+  });
+}
+
+Status SimBackend::copy2DOnDevice(StreamKey s, DevPtr dst, uint64_t dpitch, DevPtr src, uint64_t spitch,
+                                  uint64_t width, uint64_t height) {
+  return enqueue(s, [=] {
+    for (uint64_t r = 0; r < height; ++r)
+      std::memmove(reinterpret_cast<void*>(dst + r * dpitch), reinterpret_cast<const void*>(src + r * spitch), width);
+  });
+}
+
+Status SimBackend::fill(StreamKey s, DevPtr dst, uint8_t value, uint64_t size) {
+  return enqueue(s, [=] { std::memset(reinterpret_cast<void*>(dst), value, size); });
+}
+
+Status SimBackend::fill2D(StreamKey s, DevPtr dst, uint64_t pitch, uint8_t value, uint64_t width, uint64_t height) {
+  return enqueue(s, [=] {
+    for (uint64_t r = 0; r < height; ++r) std::memset(reinterpret_cast<void*>(dst + r * pitch), value, width);
+  });
+}
+
+// ---- modules and launches ------------------------------------------------------
+
+Status SimBackend::loadModule(uint32_t id, int device, const std::string& fatbin) {
+  auto image = common::parseFatbin(fatbin.data(), fatbin.size());
+  if (!image) return image.status();
+  std::lock_guard lock(mu_);
+  if (modules_.count(id)) return Status(err::kInvalidValue, "module id in use");
+  Module m;
+  m.device = device;
+  m.image = std::move(*image);
+  modules_.emplace(id, std::move(m));
+  return Status::ok();
+}
+
+Status SimBackend::unloadModule(uint32_t id) {
+  std::lock_guard lock(mu_);
+  auto it = modules_.find(id);
+  if (it == modules_.end()) return Status(err::kInvalidResourceHandle, "unknown module");
+  for (auto& [name, g] : it->second.globals) {
+    auto a = allocations_.find(g.first);
+    if (a != allocations_.end()) {
+      used_[a->second.device] -= a->second.size;
+      std::free(reinterpret_cast<void*>(g.first));
+      allocations_.erase(a);
+    }
+  }
+  modules_.erase(it);
+  return Status::ok();
+}
+
+Result<uint32_t> SimBackend::registerFunction(uint32_t id, uint32_t module, const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto m = modules_.find(module);
+  if (m == modules_.end()) return Status(err::kInvalidResourceHandle, "unknown module");
+  auto k = m->second.image.kernels.find(name);
+  if (k == m->second.image.kernels.end())
+    return Status(err::kInvalidDeviceFunction, "kernel " + name + " is not in the module's fatbin");
+  functions_[id] = {module, name, k->second.param_bytes, 48 * 1024};
+  return k->second.param_bytes;
+}
+
+Result<FunctionAttributes> SimBackend::functionAttributes(uint32_t function) {
+  std::lock_guard lock(mu_);
+  auto f = functions_.find(function);
+  if (f == functions_.end()) return Status(err::kInvalidDeviceFunction, "unknown function");
+  const Module& m = modules_.at(f->second.module);
+  FunctionAttributes a;
+  const DeviceDescription& d = devices_[m.device];
+  a.binary_version = d.major * 10 + d.minor;
+  a.ptx_version = a.binary_version;
+  for (auto& e : m.image.entries)
+    if (e.kind == common::FatbinEntry::kPtx) a.ptx_version = static_cast<int>(e.arch);
+  a.num_regs = 32;
+  a.max_dynamic_shared = f->second.max_dynamic_shared;
+  return a;
+}
+
+Status SimBackend::setFunctionAttribute(uint32_t function, int attr, int value) {
+  std::lock_guard lock(mu_);
+  auto f = functions_.find(function);
+  if (f == functions_.end()) return Status(err::kInvalidDeviceFunction, "unknown function");
+  constexpr int kMaxDynamicSharedMemorySize = 8;  // cudaFuncAttributeMaxDynamicSharedMemorySize
+  constexpr int kPreferredCarveout = 9;           // cudaFuncAttributePreferredSharedMemoryCarveout
+  if (attr == kMaxDynamicSharedMemorySize) {
+    const Module& m = modules_.at(f->second.module);
+    if (value < 0 || value > 227 * 1024 || m.device < 0)
+      return Status(err::kInvalidValue, "dynamic shared memory beyond the device's opt-in limit");
+    f->second.max_dynamic_shared = value;
+    return Status::ok();
+  }
+  if (attr == kPreferredCarveout) return Status::ok();  // advisory, as on a GPU
+  return Status(err::kInvalidValue, "unsupported function attribute " + std::to_string(attr));
+}
+
+Result<int> SimBackend::occupancy(uint32_t function, int block_size, uint64_t dynamic_smem) {
+  std::lock_guard lock(mu_);
+  auto f = functions_.find(function);
+  if (f == functions_.end()) return Status(err::kInvalidDeviceFunction, "unknown function");
+  if (block_size <= 0) return Status(err::kInvalidValue, "block size must be positive");
+  if (block_size > 1024) return 0;
+  int warps = (block_size + 31) / 32;
+  int by_threads = 64 / warps;  // 2048 threads = 64 warps per SM
+  int by_smem = dynamic_smem ? static_cast<int>((228u * 1024u) / (dynamic_smem + 1024)) : 32;
+  return std::min({32, by_threads, by_smem});
+}
+
+Result<std::pair<DevPtr, uint64_t>> SimBackend::globalAddress(uint32_t module, const std::string& name,
+                                                              uint64_t size_hint) {
+  std::lock_guard lock(mu_);
+  auto m = modules_.find(module);
+  if (m == modules_.end()) return Status(err::kInvalidResourceHandle, "unknown module");
+  auto g = m->second.globals.find(name);
+  if (g != m->second.globals.end()) return g->second;
+  if (size_hint == 0 || size_hint > kMaxSimGlobalBytes)
+    return Status(err::kInvalidSymbol, "symbol " + name + " has size " + std::to_string(size_hint) +
+                                           " (limit " + std::to_string(kMaxSimGlobalBytes) + ")");
+  auto p = allocateLocked(m->second.device, size_hint);
+  if (!p) return p.status();
+  std::memset(reinterpret_cast<void*>(*p), 0, size_hint);
+  m->second.globals[name] = {*p, size_hint};
+  return std::make_pair(*p, size_hint);
+}
+
+Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& cfg, std::string params) {
+  std::lock_guard lock(mu_);
+  auto f = functions_.find(function);
+  if (f == functions_.end()) return Status(err::kInvalidDeviceFunction, "unknown function");
+  if (params.size() != f->second.param_bytes)
+    return Status(err::kInvalidValue, "kernel " + f->second.name + " takes " + std::to_string(f->second.param_bytes) +
+                                          " parameter bytes, got " + std::to_string(params.size()));
+  const Dim3 &g = cfg.grid, &b = cfg.block;
+  uint64_t threads = uint64_t{b.x} * b.y * b.z;
+  if (b.x == 0 || b.y == 0 || b.z == 0 || g.x == 0 || g.y == 0 || g.z == 0 || b.x > 1024 || b.y > 1024 ||
+      b.z > 64 || threads > 1024 || g.y > 65535 || g.z > 65535 || g.x > 2147483647u)
+    return Status(err::kInvalidConfiguration, "launch configuration outside the device limits");
+  if (cfg.shared_mem > static_cast<uint64_t>(f->second.max_dynamic_shared))
+    return Status(err::kInvalidValue, "dynamic shared memory " + std::to_string(cfg.shared_mem) +
+                                          " exceeds the function's limit");
+  auto s = streamLocked(key);
+  if (!s) return s.status();
+  std::string name = f->second.name;
+  return enqueueLocked(*s, [this, key, function, cfg, name, params = std::move(params)] {
+    if (launch_log_.is_open()) {
+      std::ostringstream line;
+      line << "launch function=" << function << " name=" << name << " grid=" << cfg.grid.x << ',' << cfg.grid.y
+           << ',' << cfg.grid.z << " block=" << cfg.block.x << ',' << cfg.block.y << ',' << cfg.block.z
+           << " shmem=" << cfg.shared_mem << " stream=" << key.id << " device=" << key.device << " params=";
+      static const char* hex = "0123456789abcdef";
+      for (unsigned char c : params) line << hex[c >> 4] << hex[c & 15];
+      std::lock_guard l(log_mu_);
+      launch_log_ << line.str() << '\n';
+      launch_log_.flush();
+    }
+    reportAsync(Status(err::kNotSupported,
+                       "the sim backend cannot execute kernels yet (PTX interpreter not built): " + name));
+  });
+}
+
+}  // namespace rgpu::server

@@ -1,0 +1,158 @@
+// SimBackend: configurable fake devices in host memory.
+//
+// Device memory is host memory (a device pointer is the host address of the
+// allocation; the session has validated every range before we see it). Each
+// stream is an executor thread running its operations in order; cross-stream
+// ordering (the legacy default stream, cudaStreamWaitEvent) is expressed as
+// dependencies on (stream, ticket) pairs checked before an operation runs.
+// One mutex guards all stream, event and waiter state.
+//
+// Kernel execution arrives with the PTX interpreter; until then a launch is
+// recorded (optionally to a launch log) and fails with cudaErrorNotSupported
+// at the next synchronising call — never a silent fake success.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "common/fatbin.h"
+#include "server/backend.h"
+#include "server/server_config.h"
+
+namespace rgpu::server {
+
+struct SimOptions {
+  std::string launch_log;  // when set, every launch is appended here (tests)
+};
+
+// Largest module-scope variable the sim allocates.
+inline constexpr uint64_t kMaxSimGlobalBytes = 256ull << 20;
+
+class SimBackend final : public Backend {
+ public:
+  SimBackend(const std::vector<SimDeviceConfig>& devices, SimOptions opts);
+  ~SimBackend() override;
+
+  // rgpu::server::Backend
+  std::string name() const override { return "sim"; }
+  int driverVersion() const override { return 13000; }
+  const std::vector<DeviceDescription>& devices() const override { return devices_; }
+  void setAsyncErrorSink(std::function<void(Status)> sink) override;
+  Result<DevPtr> allocate(int device, uint64_t size) override;
+  Status release(DevPtr ptr) override;
+  Status memInfo(int device, uint64_t& free, uint64_t& total) override;
+  Status createStream(StreamKey stream, uint32_t flags, int priority) override;
+  Status destroyStream(StreamKey stream) override;
+  Status createEvent(uint32_t id, int device, uint32_t flags) override;
+  Status destroyEvent(uint32_t id) override;
+  Status copyToDevice(StreamKey s, DevPtr dst, Staging data, uint64_t size) override;
+  Status copyFromDevice(StreamKey s, DevPtr src, uint64_t size, ReadDone done) override;
+  Status copyOnDevice(StreamKey s, DevPtr dst, DevPtr src, uint64_t size) override;
+  Status copy2DToDevice(StreamKey s, DevPtr dst, uint64_t dpitch, Staging data, uint64_t width,
+                        uint64_t height) override;
+  Status copy2DFromDevice(StreamKey s, DevPtr src, uint64_t spitch, uint64_t width, uint64_t height,
+                          ReadDone done) override;
+  Status copy2DOnDevice(StreamKey s, DevPtr dst, uint64_t dpitch, DevPtr src, uint64_t spitch, uint64_t width,
+                        uint64_t height) override;
+  Status fill(StreamKey s, DevPtr dst, uint8_t value, uint64_t size) override;
+  Status fill2D(StreamKey s, DevPtr dst, uint64_t pitch, uint8_t value, uint64_t width, uint64_t height) override;
+  Status launch(StreamKey s, uint32_t function, const LaunchConfig& cfg, std::string params) override;
+  Status recordEvent(uint32_t event, StreamKey s) override;
+  Status waitEvent(StreamKey s, uint32_t event) override;
+  Status hostCall(StreamKey s, std::function<void()> fn) override;
+  Status whenStreamDone(StreamKey s, Done done) override;
+  Status whenEventDone(uint32_t event, Done done) override;
+  Status whenDeviceDone(int device, Done done) override;
+  Result<bool> streamIdle(StreamKey s) override;
+  Result<bool> eventDone(uint32_t event) override;
+  Result<float> elapsedMs(uint32_t start, uint32_t end) override;
+  Status loadModule(uint32_t id, int device, const std::string& fatbin) override;
+  Status unloadModule(uint32_t id) override;
+  Result<uint32_t> registerFunction(uint32_t id, uint32_t module, const std::string& name) override;
+  Result<FunctionAttributes> functionAttributes(uint32_t function) override;
+  Status setFunctionAttribute(uint32_t function, int attr, int value) override;
+  Result<int> occupancy(uint32_t function, int block_size, uint64_t dynamic_smem) override;
+  Result<std::pair<DevPtr, uint64_t>> globalAddress(uint32_t module, const std::string& name,
+                                                    uint64_t size_hint) override;
+
+ private:
+  struct Stream;
+  using Dep = std::pair<Stream*, uint64_t>;  // done when stream->completed >= ticket
+  struct Op {
+    std::function<void()> fn;
+    std::vector<Dep> deps;
+  };
+  struct Stream {
+    int device = 0;
+    bool legacy = false;
+    bool non_blocking = false;
+    bool stopping = false;
+    uint64_t enqueued = 0, completed = 0;
+    std::deque<Op> queue;
+    std::thread thread;
+  };
+  struct Event {
+    int device = 0;
+    uint32_t flags = 0;
+    Stream* stream = nullptr;  // null until recorded
+    uint64_t ticket = 0;
+    std::chrono::steady_clock::time_point when;
+    bool stamped = false;
+  };
+  struct Waiter {
+    std::vector<Dep> deps;
+    Done done;
+  };
+  struct Module {
+    int device = 0;
+    common::FatbinImage image;
+    std::map<std::string, std::pair<DevPtr, uint64_t>> globals;
+  };
+  struct Function {
+    uint32_t module = 0;
+    std::string name;
+    uint32_t param_bytes = 0;
+    int max_dynamic_shared = 48 * 1024;
+  };
+  struct Allocation {
+    int device;
+    uint64_t size;
+  };
+
+  // All below with mu_ held.
+  Result<Stream*> streamLocked(StreamKey key);
+  std::vector<Dep> implicitDeps(Stream* s);
+  Status enqueueLocked(Stream* s, std::function<void()> fn, std::vector<Dep> extra = {});
+  bool depsMet(const std::vector<Dep>& deps) const;
+  void runStream(Stream* s);
+  void fireReadyWaitersLocked(std::unique_lock<std::mutex>& lock);
+  Status addWaiterLocked(std::vector<Dep> deps, Done done);
+  Status enqueue(StreamKey key, std::function<void()> fn);
+  void reportAsync(Status s);
+  Result<DevPtr> allocateLocked(int device, uint64_t size);
+
+  std::vector<DeviceDescription> devices_;
+  SimOptions opts_;
+  std::mutex mu_;
+  std::condition_variable progress_;
+  std::vector<std::unique_ptr<Stream>> legacy_;  // by device
+  std::unordered_map<uint32_t, std::unique_ptr<Stream>> streams_;
+  std::vector<std::unique_ptr<Stream>> retired_;  // destroyed; joined at teardown
+  std::unordered_map<uint32_t, Event> events_;
+  std::vector<Waiter> waiters_;
+  std::unordered_map<uint32_t, Module> modules_;
+  std::unordered_map<uint32_t, Function> functions_;
+  std::unordered_map<DevPtr, Allocation> allocations_;
+  std::vector<uint64_t> used_;  // bytes allocated per device
+  std::function<void(Status)> async_sink_;
+  std::mutex log_mu_;
+  std::ofstream launch_log_;
+};
+
+}  // namespace rgpu::server
