@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,7 +32,20 @@ common::TlsOptions tlsOptions(const ServerConfig& cfg) {
 
 }  // namespace
 
+namespace {
+// The session's socket, for the SIGTERM handler: shutting it down ends the
+// session's read loop, so the worker tears down in order and exits 0.
+volatile sig_atomic_t g_worker_fd = -1;
+void onWorkerTerm(int) {
+  if (g_worker_fd >= 0) ::shutdown(g_worker_fd, SHUT_RDWR);
+}
+}  // namespace
+
 int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id) {
+  g_worker_fd = fd;
+  struct sigaction sa {};
+  sa.sa_handler = onWorkerTerm;
+  sigaction(SIGTERM, &sa, nullptr);
   auto ctx = common::TlsContext::makeServer(tlsOptions(cfg));
   if (!ctx) {
     RGPU_LOG_ERROR("worker: {}", ctx.status().message());
@@ -104,7 +118,7 @@ int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts) {
         while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
           auto it = workers.find(pid);
           uint64_t sid = it == workers.end() ? 0 : it->second;
-          if (WIFSIGNALED(status))
+          if (WIFSIGNALED(status) && !(stopping && WTERMSIG(status) == SIGTERM))
             RGPU_LOG_WARN("worker {} (session {}) killed by signal {}", pid, sid, WTERMSIG(status));
           else
             RGPU_LOG_DEBUG("worker {} (session {}) exited with {}", pid, sid, WEXITSTATUS(status));

@@ -1,0 +1,240 @@
+// Devices, versions, errors, function attributes and occupancy.
+#include <cstring>
+
+#include "client/api_util.h"
+
+using namespace rgpu;
+using namespace rgpu::client;
+
+namespace {
+struct ErrorEntry {
+  int code;
+  const char* name;
+  const char* text;
+};
+const ErrorEntry kErrors[] = {
+#include "client/cudart_error_table.inc"
+};
+const ErrorEntry* findError(cudaError_t e) {
+  for (const auto& x : kErrors)
+    if (x.code == static_cast<int>(e)) return &x;
+  return nullptr;
+}
+}  // namespace
+
+RGPU_EXPORT const char* cudaGetErrorName(cudaError_t error) {
+  const ErrorEntry* e = findError(error);
+  return e ? e->name : "cudaErrorUnknown";
+}
+RGPU_EXPORT const char* cudaGetErrorString(cudaError_t error) {
+  const ErrorEntry* e = findError(error);
+  return e ? e->text : "unknown error";
+}
+RGPU_EXPORT cudaError_t cudaGetLastError(void) { return rt().lastError(true); }
+RGPU_EXPORT cudaError_t cudaPeekAtLastError(void) { return rt().lastError(false); }
+
+RGPU_EXPORT cudaError_t cudaRuntimeGetVersion(int* runtimeVersion) {
+  if (!runtimeVersion) return rt().finish(Status(err::kInvalidValue, "NULL"));
+  *runtimeVersion = CUDART_VERSION;
+  return cudaSuccess;
+}
+RGPU_EXPORT cudaError_t cudaDriverGetVersion(int* driverVersion) {
+  if (!driverVersion) return rt().finish(Status(err::kInvalidValue, "NULL"));
+  // The server's driver; 0 (as with no driver installed) when unreachable.
+  auto c = rt().conn();
+  *driverVersion = c ? (*c)->welcome().driver_version : 0;
+  return cudaSuccess;
+}
+
+RGPU_EXPORT cudaError_t cudaGetDeviceCount(int* count) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(count, "count"));
+    *count = 0;
+    auto c = rt().conn();
+    if (!c) return c.status();
+    *count = static_cast<int>((*c)->welcome().devices.size());
+    return *count ? Status::ok() : Status(err::kNoDevice, "the rgpu server offers no devices");
+  });
+}
+RGPU_EXPORT cudaError_t cudaGetDevice(int* device) {
+  if (!device) return rt().finish(Status(err::kInvalidValue, "NULL"));
+  *device = rt().currentDevice();
+  return cudaSuccess;
+}
+RGPU_EXPORT cudaError_t cudaSetDevice(int device) {
+  return guarded([&] { return rt().setCurrentDevice(device); });
+}
+RGPU_EXPORT cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int flags) {
+  return guarded([&] { return rt().device(device).status(); });
+}
+RGPU_EXPORT cudaError_t cudaSetDeviceFlags(unsigned int flags) {
+  return guarded([&]() -> Status {
+    if (flags & ~(cudaDeviceScheduleMask | cudaDeviceMapHost | cudaDeviceLmemResizeToMax | cudaDeviceSyncMemops))
+      return Status(err::kInvalidValue, "unknown device flags");
+    rt().deviceFlags() = flags;
+    return Status::ok();
+  });
+}
+RGPU_EXPORT cudaError_t cudaGetDeviceFlags(unsigned int* flags) {
+  if (!flags) return rt().finish(Status(err::kInvalidValue, "NULL"));
+  *flags = rt().deviceFlags();
+  return cudaSuccess;
+}
+RGPU_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(prop, "prop"));
+    auto d = rt().device(device);
+    if (!d) return d.status();
+    std::memset(prop, 0, sizeof *prop);
+    std::memcpy(prop, (*d)->prop.data(), std::min(sizeof *prop, (*d)->prop.size()));
+    return Status::ok();
+  });
+}
+RGPU_EXPORT cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(value, "value"));
+    auto d = rt().device(device);
+    if (!d) return d.status();
+    const auto& a = (*d)->attributes;
+    if (attr < 0 || static_cast<size_t>(attr) >= a.size())
+      return Status(err::kInvalidValue, "unknown device attribute " + std::to_string(static_cast<int>(attr)));
+    *value = a[static_cast<size_t>(attr)];
+    return Status::ok();
+  });
+}
+RGPU_EXPORT cudaError_t cudaDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(canAccessPeer, "canAccessPeer"));
+    RGPU_TRY(rt().device(device).status());
+    RGPU_TRY(rt().device(peerDevice).status());
+    // Devices of one server copy between each other through cudaMemcpyPeer.
+    *canAccessPeer = device != peerDevice;
+    return Status::ok();
+  });
+}
+RGPU_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags) {
+  return guarded([&]() -> Status {
+    if (flags) return Status(err::kInvalidValue, "flags must be 0");
+    if (peerDevice == rt().currentDevice()) return Status(err::kInvalidDevice, "a device is not its own peer");
+    return rt().device(peerDevice).status();
+  });
+}
+RGPU_EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peerDevice) {
+  return guarded([&] { return rt().device(peerDevice).status(); });
+}
+RGPU_EXPORT cudaError_t cudaDeviceSetCacheConfig(enum cudaFuncCache cacheConfig) {
+  // A preference the hardware may ignore; accepted as on GPUs with fixed caches.
+  return cudaSuccess;
+}
+RGPU_EXPORT cudaError_t cudaDeviceGetCacheConfig(enum cudaFuncCache* pCacheConfig) {
+  if (!pCacheConfig) return rt().finish(Status(err::kInvalidValue, "NULL"));
+  *pCacheConfig = cudaFuncCachePreferNone;
+  return cudaSuccess;
+}
+
+RGPU_EXPORT struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w, enum cudaChannelFormatKind f) {
+  struct cudaChannelFormatDesc d;
+  d.x = x;
+  d.y = y;
+  d.z = z;
+  d.w = w;
+  d.f = f;
+  return d;
+}
+
+// ---- functions -----------------------------------------------------------------------------
+
+RGPU_EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* attr, const void* func) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(attr, "attr"));
+    auto k = rt().kernelByHostFun(func);
+    if (!k) return k.status();
+    int dev = rt().currentDevice();
+    RGPU_TRY(rt().ensureShipped((*k)->module, dev));
+    capnp::MallocMessageBuilder msg(32);
+    msg.initRoot<wire::Request>().initFuncGetAttributes().setId(rt().serverKernelId(**k, dev));
+    auto r = rt().call(msg);
+    if (!r) return r.status();
+    auto a = r->reader().getFuncAttributes();
+    std::memset(attr, 0, sizeof *attr);
+    attr->sharedSizeBytes = a.getSharedSizeBytes();
+    attr->constSizeBytes = a.getConstSizeBytes();
+    attr->localSizeBytes = a.getLocalSizeBytes();
+    attr->maxThreadsPerBlock = a.getMaxThreadsPerBlock();
+    attr->numRegs = a.getNumRegs();
+    attr->ptxVersion = a.getPtxVersion();
+    attr->binaryVersion = a.getBinaryVersion();
+    attr->cacheModeCA = a.getCacheModeCA();
+    attr->maxDynamicSharedSizeBytes = a.getMaxDynamicSharedSizeBytes();
+    attr->preferredShmemCarveout = a.getPreferredShmemCarveout();
+    return Status::ok();
+  });
+}
+RGPU_EXPORT cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, int value) {
+  return guarded([&]() -> Status {
+    auto k = rt().kernelByHostFun(func);
+    if (!k) return k.status();
+    int dev = rt().currentDevice();
+    RGPU_TRY(rt().ensureShipped((*k)->module, dev));
+    capnp::MallocMessageBuilder msg(32);
+    auto m = msg.initRoot<wire::Request>().initFuncSetAttribute();
+    m.setId(rt().serverKernelId(**k, dev));
+    m.setAttr(attr);
+    m.setValue(value);
+    auto r = rt().call(msg);
+    return r ? Status::ok() : r.status();
+  });
+}
+RGPU_EXPORT cudaError_t cudaFuncSetCacheConfig(const void* func, enum cudaFuncCache cacheConfig) {
+  return guarded([&] { return rt().kernelByHostFun(func).status(); });  // a preference; see cudaDeviceSetCacheConfig
+}
+RGPU_EXPORT cudaError_t cudaFuncGetName(const char** name, const void* func) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(name, "name"));
+    auto k = rt().kernelByHostFun(func);
+    if (!k) return k.status();
+    *name = (*k)->name.c_str();
+    return Status::ok();
+  });
+}
+RGPU_EXPORT cudaError_t cudaFuncGetParamInfo(const void* func, size_t paramIndex, size_t* paramOffset,
+                                             size_t* paramSize) {
+  return guarded([&]() -> Status {
+    auto k = rt().kernelByHostFun(func);
+    if (!k) return k.status();
+    if (!(*k)->has_layout || paramIndex >= (*k)->layout.params.size()) return Status(err::kInvalidValue, "no such parameter");
+    if (paramOffset) *paramOffset = (*k)->layout.params[paramIndex].offset;
+    if (paramSize) *paramSize = (*k)->layout.params[paramIndex].size;
+    return Status::ok();
+  });
+}
+
+namespace {
+Status occupancyImpl(int* numBlocks, const void* func, int blockSize, size_t dynamicSMemSize, unsigned flags) {
+  RGPU_TRY(needPtr(numBlocks, "numBlocks"));
+  auto k = rt().kernelByHostFun(func);
+  if (!k) return k.status();
+  int dev = rt().currentDevice();
+  RGPU_TRY(rt().ensureShipped((*k)->module, dev));
+  capnp::MallocMessageBuilder msg(32);
+  auto m = msg.initRoot<wire::Request>().initOccupancy();
+  m.setId(rt().serverKernelId(**k, dev));
+  m.setBlockSize(blockSize);
+  m.setDynamicSmem(dynamicSMemSize);
+  m.setFlags(flags);
+  auto r = rt().call(msg);
+  if (!r) return r.status();
+  *numBlocks = static_cast<int>(r->reader().getValue());
+  return Status::ok();
+}
+}  // namespace
+
+RGPU_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks, const void* func, int blockSize,
+                                                                      size_t dynamicSMemSize) {
+  return guarded([&] { return occupancyImpl(numBlocks, func, blockSize, dynamicSMemSize, 0); });
+}
+RGPU_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* numBlocks, const void* func,
+                                                                               int blockSize, size_t dynamicSMemSize,
+                                                                               unsigned int flags) {
+  return guarded([&] { return occupancyImpl(numBlocks, func, blockSize, dynamicSMemSize, flags); });
+}

@@ -1,0 +1,123 @@
+// Registration hooks nvcc emits, and kernel launches.
+#include "client/api_util.h"
+
+using namespace rgpu;
+using namespace rgpu::client;
+
+namespace {
+// Launch configuration pushed by <<<>>> and popped by the device stub. Nested
+// pushes are legal (a launch inside argument evaluation), hence a stack.
+struct CallConfig {
+  dim3 grid, block;
+  size_t shmem;
+  cudaStream_t stream;
+};
+thread_local std::vector<CallConfig> t_call_configs;
+}  // namespace
+
+RGPU_EXPORT void** __cudaRegisterFatBinary(void* fatCubin) { return rt().registerFatBinary(fatCubin); }
+RGPU_EXPORT void __cudaRegisterFatBinaryEnd(void** fatCubinHandle) {}
+RGPU_EXPORT void __cudaUnregisterFatBinary(void** fatCubinHandle) { rt().unregisterFatBinary(fatCubinHandle); }
+RGPU_EXPORT char __cudaInitModule(void** fatCubinHandle) { return 1; }
+
+RGPU_EXPORT void __cudaRegisterFunction(void** fatCubinHandle, const char* hostFun, char* deviceFun,
+                                        const char* deviceName, int thread_limit, uint3* tid, uint3* bid, dim3* bDim,
+                                        dim3* gDim, int* wSize) {
+  rt().registerFunction(fatCubinHandle, hostFun, deviceName ? deviceName : deviceFun);
+}
+
+RGPU_EXPORT void __cudaRegisterVar(void** fatCubinHandle, char* hostVar, char* deviceAddress, const char* deviceName,
+                                   int ext, size_t size, int constant, int global) {
+  rt().registerVar(fatCubinHandle, hostVar, deviceName ? deviceName : deviceAddress, size, constant);
+}
+
+RGPU_EXPORT void __cudaRegisterManagedVar(void** fatCubinHandle, void** hostVarPtrAddress, char* deviceAddress,
+                                          const char* deviceName, int ext, size_t size, int constant, int global) {
+  // __managed__ needs memory visible to host and device at once, which a GPU on
+  // another machine cannot offer. Accesses fail: the host pointer stays NULL.
+  common::logOnce("managed-var", std::string("__managed__ variable ") + (deviceName ? deviceName : "?") +
+                                     " is not supported by rgpu (unified memory across the network)");
+}
+
+RGPU_EXPORT unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem, struct CUstream_st* stream) {
+  t_call_configs.push_back({gridDim, blockDim, sharedMem, stream});
+  return 0;
+}
+
+RGPU_EXPORT cudaError_t __cudaPopCallConfiguration(dim3* gridDim, dim3* blockDim, size_t* sharedMem, void* stream) {
+  if (t_call_configs.empty()) return rt().finish(Status(err::kInvalidConfiguration, "no pushed launch configuration"));
+  CallConfig c = t_call_configs.back();
+  t_call_configs.pop_back();
+  *gridDim = c.grid;
+  *blockDim = c.block;
+  *sharedMem = c.shmem;
+  *static_cast<cudaStream_t*>(stream) = c.stream;
+  return cudaSuccess;
+}
+
+RGPU_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* hostFun) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(kernel, "kernel"));
+    auto k = rt().kernelByHostFun(hostFun);
+    if (!k) return k.status();
+    *kernel = rt().handleOf(**k);
+    return Status::ok();
+  });
+}
+
+RGPU_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
+                                           size_t sharedMem, cudaStream_t stream) {
+  return guarded([&]() -> Status {
+    auto k = rt().kernelByHandle(kernel);
+    if (!k) return k.status();
+    return rt().launch(**k, gridDim, blockDim, args, sharedMem, stream, false);
+  });
+}
+RGPU_EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
+                                                size_t sharedMem, cudaStream_t stream) {
+  return guarded([&]() -> Status {
+    auto k = rt().kernelByHandle(kernel);
+    if (!k) return k.status();
+    return rt().launch(**k, gridDim, blockDim, args, sharedMem, stream, true);
+  });
+}
+
+RGPU_EXPORT cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args, size_t sharedMem,
+                                         cudaStream_t stream) {
+  return guarded([&]() -> Status {
+    auto k = rt().kernelByHostFun(func);
+    if (!k) return k.status();
+    return rt().launch(**k, gridDim, blockDim, args, sharedMem, stream, false);
+  });
+}
+RGPU_EXPORT cudaError_t cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim, void** args,
+                                              size_t sharedMem, cudaStream_t stream) {
+  return guarded([&]() -> Status {
+    auto k = rt().kernelByHostFun(func);
+    if (!k) return k.status();
+    return rt().launch(**k, gridDim, blockDim, args, sharedMem, stream, true);
+  });
+}
+
+namespace {
+Status launchEx(const cudaLaunchConfig_t* config, const void* func, void** args, bool ptsz) {
+  RGPU_TRY(needPtr(config, "config"));
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    // Attributes change scheduling semantics (clusters, cooperative launch,
+    // programmatic serialization); refusing them is honest, ignoring them is not.
+    if (config->attrs[i].id != cudaLaunchAttributeIgnore)
+      return Status(err::kNotSupported, "launch attribute " + std::to_string(config->attrs[i].id) +
+                                            " is not supported by rgpu yet");
+  }
+  auto k = rt().kernelByHostFun(func);
+  if (!k) return k.status();
+  return rt().launch(**k, config->gridDim, config->blockDim, args, config->dynamicSmemBytes, config->stream, ptsz);
+}
+}  // namespace
+
+RGPU_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config, const void* func, void** args) {
+  return guarded([&] { return launchEx(config, func, args, false); });
+}
+RGPU_EXPORT cudaError_t cudaLaunchKernelExC_ptsz(const cudaLaunchConfig_t* config, const void* func, void** args) {
+  return guarded([&] { return launchEx(config, func, args, true); });
+}

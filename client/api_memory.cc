@@ -1,0 +1,532 @@
+// Memory: allocation, copies of every kind, memset, symbols, pointer attributes.
+#include <cstdlib>
+#include <cstring>
+
+#include "client/api_util.h"
+#include "protocol/frame.h"
+
+using namespace rgpu;
+using namespace rgpu::client;
+
+namespace rgpu::client {
+namespace {
+constexpr unsigned kRegisteredFlag = 0x80000000u;  // pinned range came from cudaHostRegister
+
+// The device side of a copy must be memory this process allocated on the server.
+Status needDevice(const void* p, size_t count, const char* what, int* device = nullptr) {
+  uint64_t base = 0, size = 0;
+  if (rt().classify(p, device, &base, &size) != MemKind::kDevice)
+    return Status(err::kInvalidValue, std::string(what) + " is not a device pointer of this process");
+  if (count > size - (reinterpret_cast<uint64_t>(p) - base))
+    return Status(err::kInvalidValue, std::string(what) + " range runs past the end of its allocation");
+  return Status::ok();
+}
+
+Result<cudaMemcpyKind> resolveKind(void* dst, const void* src, cudaMemcpyKind kind) {
+  bool dd = rt().classify(dst) == MemKind::kDevice, sd = rt().classify(src) == MemKind::kDevice;
+  if (kind == cudaMemcpyDefault)
+    return sd ? (dd ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost)
+              : (dd ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
+  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
+    return Status(err::kInvalidMemcpyDirection, "invalid cudaMemcpyKind");
+  return kind;
+}
+}  // namespace
+
+Status memcpyImpl(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream, bool async,
+                  bool ptsz) {
+  if (count == 0) return Status::ok();
+  RGPU_TRY(needPtr(dst, "destination"));
+  RGPU_TRY(needPtr(src, "source"));
+  auto k = resolveKind(dst, src, kind);
+  if (!k) return k.status();
+  auto s = rt().stream(stream, ptsz);
+  if (!s) return s.status();
+  const uint64_t chunk = protocol::kMaxBulkBytes;
+  switch (*k) {
+    case cudaMemcpyHostToDevice: {
+      RGPU_TRY(needDevice(dst, count, "destination"));
+      // Sent now (the caller may reuse its buffer on return); errors surface at
+      // the next synchronising call.
+      for (uint64_t off = 0; off < count; off += chunk) {
+        uint64_t n = std::min<uint64_t>(chunk, count - off);
+        capnp::MallocMessageBuilder msg(64);
+        auto m = msg.initRoot<wire::Request>().initMemcpyHtoD();
+        m.setDst(reinterpret_cast<uint64_t>(dst) + off);
+        m.setSize(n);
+        setStream(m.initStream(), *s);
+        RGPU_TRY(rt().post(msg, static_cast<const char*>(src) + off, n));
+      }
+      return Status::ok();
+    }
+    case cudaMemcpyDeviceToHost: {
+      RGPU_TRY(needDevice(src, count, "source"));
+      // Into pinned memory an async copy really is asynchronous: the receiver
+      // thread writes the data when the stream gets there. Pageable memory is
+      // synchronous, as in CUDA.
+      bool deferred = async && rt().classify(dst) == MemKind::kPinned;
+      for (uint64_t off = 0; off < count; off += chunk) {
+        uint64_t n = std::min<uint64_t>(chunk, count - off);
+        capnp::MallocMessageBuilder msg(64);
+        auto m = msg.initRoot<wire::Request>().initMemcpyDtoH();
+        m.setSrc(reinterpret_cast<uint64_t>(src) + off);
+        m.setSize(n);
+        setStream(m.initStream(), *s);
+        char* into = static_cast<char*>(dst) + off;
+        if (deferred) {
+          auto c = rt().conn();
+          if (!c) return c.status();
+          RGPU_TRY((*c)->postExpectingData(msg, into, n));
+        } else {
+          auto r = rt().call(msg, nullptr, 0, into, n);
+          if (!r) return r.status();
+        }
+      }
+      return Status::ok();
+    }
+    case cudaMemcpyDeviceToDevice: {
+      RGPU_TRY(needDevice(dst, count, "destination"));
+      RGPU_TRY(needDevice(src, count, "source"));
+      capnp::MallocMessageBuilder msg(64);
+      auto m = msg.initRoot<wire::Request>().initMemcpyDtoD();
+      m.setDst(reinterpret_cast<uint64_t>(dst));
+      m.setSrc(reinterpret_cast<uint64_t>(src));
+      m.setSize(count);
+      setStream(m.initStream(), *s);
+      return rt().post(msg);
+    }
+    default: {
+      // Host to host, in stream order: earlier device-to-host copies may still
+      // be landing in `src`.
+      if (async) RGPU_TRY(streamSyncImpl(stream, ptsz));
+      std::memmove(dst, src, count);
+      return Status::ok();
+    }
+  }
+}
+
+Status memsetImpl(void* dst, int value, size_t count, cudaStream_t stream, bool ptsz) {
+  if (count == 0) return Status::ok();
+  RGPU_TRY(needDevice(dst, count, "destination"));
+  auto s = rt().stream(stream, ptsz);
+  if (!s) return s.status();
+  capnp::MallocMessageBuilder msg(64);
+  auto m = msg.initRoot<wire::Request>().initMemset();
+  m.setDst(reinterpret_cast<uint64_t>(dst));
+  m.setValue(static_cast<uint8_t>(value));
+  m.setSize(count);
+  setStream(m.initStream(), *s);
+  return rt().post(msg);
+}
+
+Status memcpy2DImpl(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                    cudaMemcpyKind kind, cudaStream_t stream, bool async, bool ptsz) {
+  if (width == 0 || height == 0) return Status::ok();
+  if (width > dpitch || width > spitch) return Status(err::kInvalidPitchValue, "width exceeds a pitch");
+  RGPU_TRY(needPtr(dst, "destination"));
+  RGPU_TRY(needPtr(src, "source"));
+  auto k = resolveKind(dst, src, kind);
+  if (!k) return k.status();
+  auto s = rt().stream(stream, ptsz);
+  if (!s) return s.status();
+  uint64_t packed = uint64_t{width} * height;
+  if (*k == cudaMemcpyHostToHost) {
+    if (async) RGPU_TRY(streamSyncImpl(stream, ptsz));
+    for (size_t r = 0; r < height; ++r)
+      std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+    return Status::ok();
+  }
+  if ((*k == cudaMemcpyHostToDevice || *k == cudaMemcpyDeviceToHost) && packed > protocol::kMaxBulkBytes) {
+    // Split by rows so each piece fits one frame.
+    size_t rows = std::max<size_t>(1, protocol::kMaxBulkBytes / width);
+    for (size_t r = 0; r < height; r += rows) {
+      size_t n = std::min(rows, height - r);
+      RGPU_TRY(memcpy2DImpl(static_cast<char*>(dst) + r * dpitch, dpitch, static_cast<const char*>(src) + r * spitch,
+                            spitch, width, n, *k, stream, async, ptsz));
+    }
+    return Status::ok();
+  }
+  capnp::MallocMessageBuilder msg(64);
+  auto m = msg.initRoot<wire::Request>().initMemcpy2D();
+  m.setDst(reinterpret_cast<uint64_t>(dst));
+  m.setDpitch(dpitch);
+  m.setSrc(reinterpret_cast<uint64_t>(src));
+  m.setSpitch(spitch);
+  m.setWidth(width);
+  m.setHeight(height);
+  setStream(m.initStream(), *s);
+  if (*k == cudaMemcpyHostToDevice) {
+    m.setKind(1);
+    if (spitch == width) return rt().post(msg, src, packed);
+    std::vector<char> rows(packed);
+    for (size_t r = 0; r < height; ++r) std::memcpy(rows.data() + r * width, static_cast<const char*>(src) + r * spitch, width);
+    return rt().post(msg, rows.data(), packed);
+  }
+  if (*k == cudaMemcpyDeviceToHost) {
+    m.setKind(2);
+    if (dpitch == width) {
+      auto r = rt().call(msg, nullptr, 0, dst, packed);
+      return r ? Status::ok() : r.status();
+    }
+    std::vector<char> rows(packed);
+    auto r = rt().call(msg, nullptr, 0, rows.data(), packed);
+    if (!r) return r.status();
+    for (size_t i = 0; i < height; ++i) std::memcpy(static_cast<char*>(dst) + i * dpitch, rows.data() + i * width, width);
+    return Status::ok();
+  }
+  m.setKind(3);
+  return rt().post(msg);
+}
+
+Status memset2DImpl(void* dst, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream, bool ptsz) {
+  if (width == 0 || height == 0) return Status::ok();
+  if (width > pitch) return Status(err::kInvalidPitchValue, "width exceeds pitch");
+  RGPU_TRY(needDevice(dst, (height - 1) * pitch + width, "destination"));
+  auto s = rt().stream(stream, ptsz);
+  if (!s) return s.status();
+  capnp::MallocMessageBuilder msg(64);
+  auto m = msg.initRoot<wire::Request>().initMemset2D();
+  m.setDst(reinterpret_cast<uint64_t>(dst));
+  m.setPitch(pitch);
+  m.setValue(static_cast<uint8_t>(value));
+  m.setWidth(width);
+  m.setHeight(height);
+  setStream(m.initStream(), *s);
+  return rt().post(msg);
+}
+
+Status symbolCopyImpl(const void* symbol, void* host, size_t count, size_t offset, cudaMemcpyKind kind,
+                      cudaStream_t stream, bool to_symbol, bool async, bool ptsz) {
+  auto s = rt().stream(stream, ptsz);
+  if (!s) return s.status();
+  auto sym = rt().symbol(symbol, s->device);
+  if (!sym) return sym.status();
+  auto [addr, size] = *sym;
+  if (offset > size || count > size - offset) return Status(err::kInvalidValue, "copy runs past the end of the symbol");
+  rt().trackDevice(addr, size, s->device);
+  void* dev = reinterpret_cast<void*>(addr + offset);
+  if (kind == cudaMemcpyDefault) kind = rt().classify(host) == MemKind::kDevice ? cudaMemcpyDeviceToDevice
+                                                                                  : (to_symbol ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+  if (to_symbol) {
+    if (kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDeviceToDevice)
+      return Status(err::kInvalidMemcpyDirection, "copies to a symbol go host-to-device or device-to-device");
+    return memcpyImpl(dev, host, count, kind, stream, async, ptsz);
+  }
+  if (kind != cudaMemcpyDeviceToHost && kind != cudaMemcpyDeviceToDevice)
+    return Status(err::kInvalidMemcpyDirection, "copies from a symbol go device-to-host or device-to-device");
+  return memcpyImpl(host, dev, count, kind, stream, async, ptsz);
+}
+
+}  // namespace rgpu::client
+
+// ---- allocation ------------------------------------------------------------------
+
+RGPU_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(devPtr, "devPtr"));
+    *devPtr = nullptr;
+    if (size == 0) return Status::ok();
+    int dev = rt().currentDevice();
+    capnp::MallocMessageBuilder msg(32);
+    auto m = msg.initRoot<wire::Request>().initMalloc();
+    m.setDevice(dev);
+    m.setSize(size);
+    auto r = rt().call(msg);
+    if (!r) return r.status();
+    uint64_t p = r->reader().getPtr();
+    rt().trackDevice(p, size, dev);
+    *devPtr = reinterpret_cast<void*>(p);
+    return Status::ok();
+  });
+}
+
+RGPU_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t height) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(pitch, "pitch"));
+    size_t p = (width + 511) / 512 * 512;
+    *pitch = p;
+    return cudaMalloc(devPtr, p * height) == cudaSuccess ? Status::ok() : Status(rt().lastError(false), "");
+  });
+}
+
+RGPU_EXPORT cudaError_t cudaFree(void* devPtr) {
+  return guarded([&]() -> Status {
+    if (!devPtr) return Status::ok();
+    if (rt().classify(devPtr) != MemKind::kDevice) return Status(err::kInvalidValue, "not a device pointer of this process");
+    capnp::MallocMessageBuilder msg(32);
+    msg.initRoot<wire::Request>().initFree().setPtr(reinterpret_cast<uint64_t>(devPtr));
+    auto r = rt().call(msg);
+    rt().untrackDevice(reinterpret_cast<uint64_t>(devPtr));
+    return r ? Status::ok() : r.status();
+  });
+}
+
+RGPU_EXPORT cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t stream) {
+  // Allocating earlier than stream order is always valid; the pointer is usable
+  // by work enqueued after this call.
+  return guarded([&]() -> Status {
+    auto s = rt().stream(stream);
+    if (!s) return s.status();
+    return cudaMalloc(devPtr, size) == cudaSuccess ? Status::ok() : Status(rt().lastError(false), "");
+  });
+}
+RGPU_EXPORT cudaError_t cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStream_t stream) {
+  return cudaMallocAsync(devPtr, size, stream);
+}
+
+RGPU_EXPORT cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
+  // The server frees once the device's queued work is done: never early.
+  return guarded([&]() -> Status {
+    auto s = rt().stream(stream);
+    if (!s) return s.status();
+    return cudaFree(devPtr) == cudaSuccess ? Status::ok() : Status(rt().lastError(false), "");
+  });
+}
+RGPU_EXPORT cudaError_t cudaFreeAsync_ptsz(void* devPtr, cudaStream_t stream) { return cudaFreeAsync(devPtr, stream); }
+
+RGPU_EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(pHost, "pHost"));
+    // "Pinned" memory is ordinary host memory here: the GPU is on another
+    // machine. Tracking it lets async device-to-host copies into it stay async.
+    void* p = nullptr;
+    if (posix_memalign(&p, 4096, size ? size : 1) != 0) return Status(err::kMemoryAllocation, "host allocation failed");
+    rt().trackPinned(p, size ? size : 1, flags);
+    *pHost = p;
+    return Status::ok();
+  });
+}
+
+RGPU_EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) { return cudaHostAlloc(ptr, size, 0); }
+
+RGPU_EXPORT cudaError_t cudaFreeHost(void* ptr) {
+  return guarded([&]() -> Status {
+    if (!ptr) return Status::ok();
+    unsigned flags = 0;
+    if (!rt().untrackPinned(ptr, &flags)) return Status(err::kInvalidValue, "not memory from cudaHostAlloc/cudaMallocHost");
+    if (flags & kRegisteredFlag) {
+      rt().trackPinned(ptr, 1, flags);
+      return Status(err::kInvalidValue, "memory from cudaHostRegister is released with cudaHostUnregister");
+    }
+    std::free(ptr);
+    return Status::ok();
+  });
+}
+
+RGPU_EXPORT cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int flags) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(ptr, "ptr"));
+    if (size == 0) return Status(err::kInvalidValue, "size is 0");
+    if (rt().classify(ptr) != MemKind::kHost) return Status(cudaErrorHostMemoryAlreadyRegistered, "already registered");
+    rt().trackPinned(ptr, size, flags | kRegisteredFlag);
+    return Status::ok();
+  });
+}
+
+RGPU_EXPORT cudaError_t cudaHostUnregister(void* ptr) {
+  return guarded([&]() -> Status {
+    unsigned flags = 0;
+    if (!rt().untrackPinned(ptr, &flags)) return Status(cudaErrorHostMemoryNotRegistered, "not registered");
+    if (!(flags & kRegisteredFlag)) {
+      rt().trackPinned(ptr, 1, flags);
+      return Status(cudaErrorHostMemoryNotRegistered, "not registered with cudaHostRegister");
+    }
+    return Status::ok();
+  });
+}
+
+RGPU_EXPORT cudaError_t cudaHostGetFlags(unsigned int* pFlags, void* pHost) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(pFlags, "pFlags"));
+    unsigned flags = 0;
+    if (rt().classify(pHost, nullptr, nullptr, nullptr, &flags) != MemKind::kPinned)
+      return Status(err::kInvalidValue, "not pinned memory");
+    *pFlags = flags & ~kRegisteredFlag;
+    return Status::ok();
+  });
+}
+
+RGPU_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes* attributes, const void* ptr) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(attributes, "attributes"));
+    std::memset(attributes, 0, sizeof *attributes);
+    int dev = 0;
+    switch (rt().classify(ptr, &dev)) {
+      case MemKind::kDevice:
+        attributes->type = cudaMemoryTypeDevice;
+        attributes->device = dev;
+        attributes->devicePointer = const_cast<void*>(ptr);
+        break;
+      case MemKind::kPinned:
+        attributes->type = cudaMemoryTypeHost;
+        attributes->device = rt().currentDevice();
+        attributes->hostPointer = const_cast<void*>(ptr);
+        break;
+      case MemKind::kHost:
+        attributes->type = cudaMemoryTypeUnregistered;
+        attributes->device = -2;
+        attributes->hostPointer = const_cast<void*>(ptr);
+        break;
+    }
+    return Status::ok();
+  });
+}
+
+RGPU_EXPORT cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(free, "free"));
+    RGPU_TRY(needPtr(total, "total"));
+    capnp::MallocMessageBuilder msg(32);
+    msg.initRoot<wire::Request>().initMemGetInfo().setDevice(rt().currentDevice());
+    auto r = rt().call(msg);
+    if (!r) return r.status();
+    *free = r->reader().getMemInfo().getFree();
+    *total = r->reader().getMemInfo().getTotal();
+    return Status::ok();
+  });
+}
+
+// ---- copies and memset -----------------------------------------------------------------
+
+RGPU_EXPORT cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
+  return guarded([&] { return memcpyImpl(dst, src, count, kind, nullptr, false, false); });
+}
+RGPU_EXPORT cudaError_t cudaMemcpy_ptds(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
+  return guarded([&] { return memcpyImpl(dst, src, count, kind, nullptr, false, true); });
+}
+RGPU_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind,
+                                        cudaStream_t stream) {
+  return guarded([&] { return memcpyImpl(dst, src, count, kind, stream, true, false); });
+}
+RGPU_EXPORT cudaError_t cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind,
+                                             cudaStream_t stream) {
+  return guarded([&] { return memcpyImpl(dst, src, count, kind, stream, true, true); });
+}
+RGPU_EXPORT cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
+  return guarded([&] { return memsetImpl(devPtr, value, count, nullptr, false); });
+}
+RGPU_EXPORT cudaError_t cudaMemset_ptds(void* devPtr, int value, size_t count) {
+  return guarded([&] { return memsetImpl(devPtr, value, count, nullptr, true); });
+}
+RGPU_EXPORT cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
+  return guarded([&] { return memsetImpl(devPtr, value, count, stream, false); });
+}
+RGPU_EXPORT cudaError_t cudaMemsetAsync_ptsz(void* devPtr, int value, size_t count, cudaStream_t stream) {
+  return guarded([&] { return memsetImpl(devPtr, value, count, stream, true); });
+}
+RGPU_EXPORT cudaError_t cudaMemcpy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                                     size_t height, enum cudaMemcpyKind kind) {
+  return guarded([&] { return memcpy2DImpl(dst, dpitch, src, spitch, width, height, kind, nullptr, false, false); });
+}
+RGPU_EXPORT cudaError_t cudaMemcpy2D_ptds(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                                          size_t height, enum cudaMemcpyKind kind) {
+  return guarded([&] { return memcpy2DImpl(dst, dpitch, src, spitch, width, height, kind, nullptr, false, true); });
+}
+RGPU_EXPORT cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                                          size_t height, enum cudaMemcpyKind kind, cudaStream_t stream) {
+  return guarded([&] { return memcpy2DImpl(dst, dpitch, src, spitch, width, height, kind, stream, true, false); });
+}
+RGPU_EXPORT cudaError_t cudaMemcpy2DAsync_ptsz(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                                               size_t height, enum cudaMemcpyKind kind, cudaStream_t stream) {
+  return guarded([&] { return memcpy2DImpl(dst, dpitch, src, spitch, width, height, kind, stream, true, true); });
+}
+RGPU_EXPORT cudaError_t cudaMemset2D(void* devPtr, size_t pitch, int value, size_t width, size_t height) {
+  return guarded([&] { return memset2DImpl(devPtr, pitch, value, width, height, nullptr, false); });
+}
+RGPU_EXPORT cudaError_t cudaMemset2D_ptds(void* devPtr, size_t pitch, int value, size_t width, size_t height) {
+  return guarded([&] { return memset2DImpl(devPtr, pitch, value, width, height, nullptr, true); });
+}
+RGPU_EXPORT cudaError_t cudaMemset2DAsync(void* devPtr, size_t pitch, int value, size_t width, size_t height,
+                                          cudaStream_t stream) {
+  return guarded([&] { return memset2DImpl(devPtr, pitch, value, width, height, stream, false); });
+}
+RGPU_EXPORT cudaError_t cudaMemset2DAsync_ptsz(void* devPtr, size_t pitch, int value, size_t width, size_t height,
+                                               cudaStream_t stream) {
+  return guarded([&] { return memset2DImpl(devPtr, pitch, value, width, height, stream, true); });
+}
+
+namespace {
+Status peerImpl(void* dst, int dstDevice, const void* src, int srcDevice, size_t count, cudaStream_t stream, bool ptsz) {
+  if (count == 0) return Status::ok();
+  int dd = -1, sd = -1;
+  if (rt().classify(dst, &dd) != MemKind::kDevice || rt().classify(src, &sd) != MemKind::kDevice || dd != dstDevice ||
+      sd != srcDevice)
+    return Status(err::kInvalidValue, "peer copy pointers are not device memory of the devices named");
+  auto s = rt().stream(stream, ptsz);
+  if (!s) return s.status();
+  capnp::MallocMessageBuilder msg(64);
+  auto m = msg.initRoot<wire::Request>().initMemcpyPeer();
+  m.setDst(reinterpret_cast<uint64_t>(dst));
+  m.setDstDevice(dstDevice);
+  m.setSrc(reinterpret_cast<uint64_t>(src));
+  m.setSrcDevice(srcDevice);
+  m.setSize(count);
+  setStream(m.initStream(), *s);
+  return rt().post(msg);
+}
+}  // namespace
+
+RGPU_EXPORT cudaError_t cudaMemcpyPeer(void* dst, int dstDevice, const void* src, int srcDevice, size_t count) {
+  return guarded([&] { return peerImpl(dst, dstDevice, src, srcDevice, count, nullptr, false); });
+}
+RGPU_EXPORT cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int srcDevice, size_t count,
+                                            cudaStream_t stream) {
+  return guarded([&] { return peerImpl(dst, dstDevice, src, srcDevice, count, stream, false); });
+}
+
+// ---- symbols ---------------------------------------------------------------------------------
+
+RGPU_EXPORT cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src, size_t count, size_t offset,
+                                           enum cudaMemcpyKind kind) {
+  return guarded([&] { return symbolCopyImpl(symbol, const_cast<void*>(src), count, offset, kind, nullptr, true, false, false); });
+}
+RGPU_EXPORT cudaError_t cudaMemcpyToSymbol_ptds(const void* symbol, const void* src, size_t count, size_t offset,
+                                                enum cudaMemcpyKind kind) {
+  return guarded([&] { return symbolCopyImpl(symbol, const_cast<void*>(src), count, offset, kind, nullptr, true, false, true); });
+}
+RGPU_EXPORT cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol, size_t count, size_t offset,
+                                             enum cudaMemcpyKind kind) {
+  return guarded([&] { return symbolCopyImpl(symbol, dst, count, offset, kind, nullptr, false, false, false); });
+}
+RGPU_EXPORT cudaError_t cudaMemcpyFromSymbol_ptds(void* dst, const void* symbol, size_t count, size_t offset,
+                                                  enum cudaMemcpyKind kind) {
+  return guarded([&] { return symbolCopyImpl(symbol, dst, count, offset, kind, nullptr, false, false, true); });
+}
+RGPU_EXPORT cudaError_t cudaMemcpyToSymbolAsync(const void* symbol, const void* src, size_t count, size_t offset,
+                                                enum cudaMemcpyKind kind, cudaStream_t stream) {
+  return guarded([&] { return symbolCopyImpl(symbol, const_cast<void*>(src), count, offset, kind, stream, true, true, false); });
+}
+RGPU_EXPORT cudaError_t cudaMemcpyToSymbolAsync_ptsz(const void* symbol, const void* src, size_t count, size_t offset,
+                                                     enum cudaMemcpyKind kind, cudaStream_t stream) {
+  return guarded([&] { return symbolCopyImpl(symbol, const_cast<void*>(src), count, offset, kind, stream, true, true, true); });
+}
+RGPU_EXPORT cudaError_t cudaMemcpyFromSymbolAsync(void* dst, const void* symbol, size_t count, size_t offset,
+                                                  enum cudaMemcpyKind kind, cudaStream_t stream) {
+  return guarded([&] { return symbolCopyImpl(symbol, dst, count, offset, kind, stream, false, true, false); });
+}
+RGPU_EXPORT cudaError_t cudaMemcpyFromSymbolAsync_ptsz(void* dst, const void* symbol, size_t count, size_t offset,
+                                                       enum cudaMemcpyKind kind, cudaStream_t stream) {
+  return guarded([&] { return symbolCopyImpl(symbol, dst, count, offset, kind, stream, false, true, true); });
+}
+
+RGPU_EXPORT cudaError_t cudaGetSymbolAddress(void** devPtr, const void* symbol) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(devPtr, "devPtr"));
+    int dev = rt().currentDevice();
+    auto sym = rt().symbol(symbol, dev);
+    if (!sym) return sym.status();
+    rt().trackDevice(sym->first, sym->second, dev);
+    *devPtr = reinterpret_cast<void*>(sym->first);
+    return Status::ok();
+  });
+}
+
+RGPU_EXPORT cudaError_t cudaGetSymbolSize(size_t* size, const void* symbol) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(size, "size"));
+    auto sym = rt().symbol(symbol, rt().currentDevice());
+    if (!sym) return sym.status();
+    *size = sym->second;
+    return Status::ok();
+  });
+}

@@ -1,0 +1,475 @@
+#include "client/runtime.h"
+
+#include <cstring>
+
+#include "common/log.h"
+
+namespace rgpu::client {
+namespace {
+thread_local int t_device = 0;
+thread_local cudaError_t t_last_error = cudaSuccess;
+// Per-thread default streams (cudaStreamPerThread, --default-stream per-thread), per device.
+thread_local std::map<int, cudaStream_t> t_default_streams;
+
+constexpr uint64_t kTagMask = 0xffff'ffff'0000'0000ull;
+}  // namespace
+
+Runtime& Runtime::get() {
+  // Never destroyed: nvcc's atexit handlers and user static destructors may
+  // call into the runtime after main returns.
+  static Runtime* rt = new Runtime();
+  return *rt;
+}
+
+// ---- connection and errors ----------------------------------------------------
+
+Result<Connection*> Runtime::conn() {
+  if (Connection* c = conn_ptr_.load(std::memory_order_acquire)) return c;
+  std::lock_guard lock(conn_mu_);
+  if (conn_) return conn_.get();
+  if (conn_tried_) return conn_error_;
+  conn_tried_ = true;
+  auto cfg = loadClientConfig();
+  if (!cfg) {
+    conn_error_ = Status(err::kDevicesUnavailable, cfg.status().message());
+    common::initLogging("rgpu-client", "warn");
+    RGPU_LOG_ERROR("{}", conn_error_.message());
+    return conn_error_;
+  }
+  cfg_ = *cfg;
+  common::initLogging("rgpu-client", cfg_.log_level);
+  auto c = Connection::open(cfg_, [this](uint64_t id) { runHostFunc(id); });
+  if (!c) {
+    conn_error_ = c.status();
+    RGPU_LOG_ERROR("{}", conn_error_.message());
+    return conn_error_;
+  }
+  conn_ = std::move(*c);
+  conn_ptr_.store(conn_.get(), std::memory_order_release);
+  return conn_.get();
+}
+
+cudaError_t Runtime::finish(const Status& s) {
+  if (s) return cudaSuccess;
+  auto code = static_cast<cudaError_t>(s.code());
+  t_last_error = code;
+  if (!s.message().empty()) RGPU_LOG_DEBUG("call failed ({}): {}", s.code(), s.message());
+  return code;
+}
+
+cudaError_t Runtime::lastError(bool reset) {
+  cudaError_t e = t_last_error;
+  if (reset) t_last_error = cudaSuccess;
+  return e;
+}
+
+Result<Reply> Runtime::call(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len, void* in,
+                            uint64_t in_len) {
+  auto c = conn();
+  if (!c) return c.status();
+  Reply r = (*c)->call(msg, bulk, bulk_len, in, in_len);
+  if (!r.status) return r.status;
+  if (!r.async_error.isOk()) {
+    RGPU_LOG_DEBUG("asynchronous error reported: {}", r.async_error.message());
+    return r.async_error;
+  }
+  if (Status d = (*c)->takeDeferredError(); !d) return d;
+  return r;
+}
+
+Status Runtime::post(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len) {
+  auto c = conn();
+  if (!c) return c.status();
+  return (*c)->post(msg, bulk, bulk_len);
+}
+
+// ---- devices ---------------------------------------------------------------------
+
+int Runtime::currentDevice() { return t_device; }
+
+Status Runtime::setCurrentDevice(int device) {
+  auto d = this->device(device);
+  if (!d) return d.status();
+  t_device = device;
+  return Status::ok();
+}
+
+Result<const Welcome::Device*> Runtime::device(int index) {
+  auto c = conn();
+  if (!c) return c.status();
+  const auto& devs = (*c)->welcome().devices;
+  if (devs.empty()) return Status(err::kNoDevice, "the rgpu server offers no devices");
+  if (index < 0 || static_cast<size_t>(index) >= devs.size())
+    return Status(err::kInvalidDevice, "device " + std::to_string(index) + " does not exist");
+  return &devs[static_cast<size_t>(index)];
+}
+
+int Runtime::deviceCount() {
+  auto c = conn();
+  return c ? static_cast<int>((*c)->welcome().devices.size()) : 0;
+}
+
+// ---- streams and events ---------------------------------------------------------
+
+cudaStream_t Runtime::newStream(int device, unsigned flags, int priority, uint32_t* id) {
+  *id = next_stream_.fetch_add(1);
+  {
+    std::unique_lock lock(handle_mu_);
+    streams_[*id] = {device, flags, priority};
+  }
+  return reinterpret_cast<cudaStream_t>(kStreamTag | *id);
+}
+
+Result<StreamRef> Runtime::stream(cudaStream_t s, bool per_thread_default) {
+  auto v = reinterpret_cast<uint64_t>(s);
+  if (v == 0 && per_thread_default) s = cudaStreamPerThread, v = 2;
+  if (v == 0 || v == 1) return StreamRef{0, t_device};
+  if (v == 2) {
+    auto it = t_default_streams.find(t_device);
+    if (it == t_default_streams.end()) {
+      uint32_t id;
+      cudaStream_t h = newStream(t_device, 0, 0, &id);
+      capnp::MallocMessageBuilder msg(64);
+      auto sc = msg.initRoot<wire::Request>().initStreamCreate();
+      sc.initStream().setId(id);
+      sc.getStream().setDevice(t_device);
+      RGPU_TRY(post(msg));
+      it = t_default_streams.emplace(t_device, h).first;
+    }
+    v = reinterpret_cast<uint64_t>(it->second);
+  }
+  if ((v & kTagMask) != kStreamTag) return Status(err::kInvalidResourceHandle, "not a stream handle");
+  auto id = static_cast<uint32_t>(v);
+  std::shared_lock lock(handle_mu_);
+  auto it = streams_.find(id);
+  if (it == streams_.end()) return Status(err::kInvalidResourceHandle, "stream was destroyed or never created");
+  return StreamRef{id, it->second.device};
+}
+
+Status Runtime::dropStream(cudaStream_t s, StreamRef* ref) {
+  auto v = reinterpret_cast<uint64_t>(s);
+  if ((v & kTagMask) != kStreamTag) return Status(err::kInvalidResourceHandle, "not a stream handle");
+  std::unique_lock lock(handle_mu_);
+  auto it = streams_.find(static_cast<uint32_t>(v));
+  if (it == streams_.end()) return Status(err::kInvalidResourceHandle, "stream was destroyed or never created");
+  *ref = {it->first, it->second.device};
+  streams_.erase(it);
+  return Status::ok();
+}
+
+Result<std::pair<unsigned, int>> Runtime::streamInfo(cudaStream_t s) {
+  auto v = reinterpret_cast<uint64_t>(s);
+  if (v == 0 || v == 1) return std::make_pair(0u, 0);
+  if (v == 2) return std::make_pair(0u, 0);
+  if ((v & kTagMask) != kStreamTag) return Status(err::kInvalidResourceHandle, "not a stream handle");
+  std::shared_lock lock(handle_mu_);
+  auto it = streams_.find(static_cast<uint32_t>(v));
+  if (it == streams_.end()) return Status(err::kInvalidResourceHandle, "stream was destroyed or never created");
+  return std::make_pair(it->second.flags, it->second.priority);
+}
+
+cudaEvent_t Runtime::newEvent(int device, unsigned /*flags*/, uint32_t* id) {
+  *id = next_event_.fetch_add(1);
+  {
+    std::unique_lock lock(handle_mu_);
+    events_[*id] = device;
+  }
+  return reinterpret_cast<cudaEvent_t>(kEventTag | *id);
+}
+
+Result<uint32_t> Runtime::event(cudaEvent_t e) {
+  auto v = reinterpret_cast<uint64_t>(e);
+  if ((v & kTagMask) != kEventTag) return Status(err::kInvalidResourceHandle, "not an event handle");
+  std::shared_lock lock(handle_mu_);
+  if (!events_.count(static_cast<uint32_t>(v)))
+    return Status(err::kInvalidResourceHandle, "event was destroyed or never created");
+  return static_cast<uint32_t>(v);
+}
+
+Status Runtime::dropEvent(cudaEvent_t e, uint32_t* id) {
+  auto v = reinterpret_cast<uint64_t>(e);
+  if ((v & kTagMask) != kEventTag) return Status(err::kInvalidResourceHandle, "not an event handle");
+  std::unique_lock lock(handle_mu_);
+  if (!events_.erase(static_cast<uint32_t>(v)))
+    return Status(err::kInvalidResourceHandle, "event was destroyed or never created");
+  *id = static_cast<uint32_t>(v);
+  return Status::ok();
+}
+
+uint64_t Runtime::addHostFunc(void (*fn)(void*), void* user) {
+  std::lock_guard lock(host_fn_mu_);
+  uint64_t id = next_host_fn_++;
+  host_fns_[id] = {fn, user};
+  return id;
+}
+
+void Runtime::runHostFunc(uint64_t id) {
+  std::pair<void (*)(void*), void*> f{nullptr, nullptr};
+  {
+    std::lock_guard lock(host_fn_mu_);
+    auto it = host_fns_.find(id);
+    if (it != host_fns_.end()) {
+      f = it->second;
+      host_fns_.erase(it);
+    }
+  }
+  if (f.first) f.first(f.second);
+  else RGPU_LOG_WARN("server asked for unknown host function {}", id);
+  // The stream on the server waits for this before it proceeds.
+  capnp::MallocMessageBuilder msg(32);
+  msg.initRoot<wire::Request>().initHostFuncDone().setId(id);
+  (void)post(msg);
+}
+
+// ---- memory tracking ------------------------------------------------------------
+
+void Runtime::trackDevice(uint64_t ptr, uint64_t size, int device) {
+  std::unique_lock lock(mem_mu_);
+  device_allocs_[ptr] = {size, device, 0};
+}
+
+void Runtime::untrackDevice(uint64_t ptr) {
+  std::unique_lock lock(mem_mu_);
+  device_allocs_.erase(ptr);
+}
+
+void Runtime::untrackDeviceAll(int device) {
+  std::unique_lock lock(mem_mu_);
+  for (auto it = device_allocs_.begin(); it != device_allocs_.end();)
+    it = it->second.device == device ? device_allocs_.erase(it) : std::next(it);
+}
+
+MemKind Runtime::classify(const void* p, int* device, uint64_t* base, uint64_t* size, unsigned* flags) {
+  auto v = reinterpret_cast<uint64_t>(p);
+  std::shared_lock lock(mem_mu_);
+  auto find = [v](const std::map<uint64_t, Range>& m) -> const std::pair<const uint64_t, Range>* {
+    auto it = m.upper_bound(v);
+    if (it == m.begin()) return nullptr;
+    --it;
+    return v - it->first < it->second.size ? &*it : nullptr;
+  };
+  if (auto* d = find(device_allocs_)) {
+    if (device) *device = d->second.device;
+    if (base) *base = d->first;
+    if (size) *size = d->second.size;
+    return MemKind::kDevice;
+  }
+  if (auto* h = find(pinned_)) {
+    if (base) *base = h->first;
+    if (size) *size = h->second.size;
+    if (flags) *flags = h->second.flags;
+    return MemKind::kPinned;
+  }
+  return MemKind::kHost;
+}
+
+void Runtime::trackPinned(const void* p, uint64_t size, unsigned flags) {
+  std::unique_lock lock(mem_mu_);
+  pinned_[reinterpret_cast<uint64_t>(p)] = {size, -1, flags};
+}
+
+bool Runtime::untrackPinned(const void* p, unsigned* flags) {
+  std::unique_lock lock(mem_mu_);
+  auto it = pinned_.find(reinterpret_cast<uint64_t>(p));
+  if (it == pinned_.end()) return false;
+  if (flags) *flags = it->second.flags;
+  pinned_.erase(it);
+  return true;
+}
+
+// ---- registration --------------------------------------------------------------------
+
+void** Runtime::registerFatBinary(void* wrapper) {
+  std::unique_lock lock(reg_mu_);
+  ModuleRecord m;
+  m.index = static_cast<uint32_t>(modules_.size());
+  auto bytes = common::fatbinFromWrapper(wrapper);
+  if (bytes) {
+    auto image = common::parseFatbin(bytes->data(), bytes->size());
+    if (image) {
+      m.kernels = std::move(image->kernels);
+      m.fatbin = std::move(*bytes);
+    } else {
+      RGPU_LOG_WARN("fatbin {} not usable: {}", m.index, image.status().message());
+    }
+  } else {
+    RGPU_LOG_WARN("fatbin {} not usable: {}", m.index, bytes.status().message());
+  }
+  modules_.push_back(std::move(m));
+  // The handle nvcc keeps: a stable cell holding our module index.
+  auto* cell = new uintptr_t(modules_.back().index);
+  return reinterpret_cast<void**>(cell);
+}
+
+void Runtime::registerFunction(void** handle, const char* host_fun, const char* device_name) {
+  std::unique_lock lock(reg_mu_);
+  auto module = static_cast<uint32_t>(*reinterpret_cast<uintptr_t*>(handle));
+  KernelRecord k;
+  k.index = static_cast<uint32_t>(kernels_.size());
+  k.module = module;
+  k.name = device_name;
+  k.host_fun = host_fun;
+  auto& m = modules_[module];
+  if (auto it = m.kernels.find(k.name); it != m.kernels.end()) {
+    k.has_layout = true;
+    k.layout = it->second;
+  }
+  m.kernel_ids.push_back(k.index);
+  kernel_by_host_[host_fun] = k.index;
+  kernels_.push_back(std::move(k));
+}
+
+void Runtime::registerVar(void** handle, char* host_var, const char* device_name, size_t size, int constant) {
+  std::unique_lock lock(reg_mu_);
+  auto module = static_cast<uint32_t>(*reinterpret_cast<uintptr_t*>(handle));
+  VarRecord v;
+  v.index = static_cast<uint32_t>(vars_.size());
+  v.module = module;
+  v.name = device_name;
+  v.size = size;
+  v.constant = constant != 0;
+  modules_[module].var_ids.push_back(v.index);
+  var_by_host_[host_var] = v.index;
+  vars_.push_back(std::move(v));
+}
+
+void Runtime::unregisterFatBinary(void** handle) {
+  // Runs from atexit: the session ends with the process and the server frees
+  // the module then; sending more here would only slow the exit down.
+  std::unique_lock lock(reg_mu_);
+  auto module = static_cast<uint32_t>(*reinterpret_cast<uintptr_t*>(handle));
+  if (module < modules_.size()) modules_[module].unregistered = true;
+}
+
+Result<const KernelRecord*> Runtime::kernelByHostFun(const void* host_fun) {
+  std::shared_lock lock(reg_mu_);
+  auto it = kernel_by_host_.find(host_fun);
+  if (it == kernel_by_host_.end())
+    return Status(err::kInvalidDeviceFunction, "no kernel registered for this host function");
+  return &kernels_[it->second];
+}
+
+cudaKernel_t Runtime::handleOf(const KernelRecord& k) { return reinterpret_cast<cudaKernel_t>(kKernelTag | k.index); }
+
+Result<const KernelRecord*> Runtime::kernelByHandle(cudaKernel_t handle) {
+  auto v = reinterpret_cast<uint64_t>(handle);
+  if ((v & kTagMask) != kKernelTag) return Status(err::kInvalidResourceHandle, "not a kernel handle");
+  std::shared_lock lock(reg_mu_);
+  auto idx = static_cast<uint32_t>(v);
+  if (idx >= kernels_.size()) return Status(err::kInvalidResourceHandle, "not a kernel handle");
+  return &kernels_[idx];
+}
+
+Status Runtime::ensureShipped(uint32_t module, int device) {
+  {
+    std::shared_lock lock(reg_mu_);
+    if (modules_[module].shipped & (1ull << device)) return Status::ok();
+  }
+  std::lock_guard ship(ship_mu_);
+  std::shared_lock lock(reg_mu_);
+  ModuleRecord& m = modules_[module];
+  if (m.shipped & (1ull << device)) return Status::ok();
+  if (m.fatbin.empty()) return Status(err::kInvalidKernelImage, "this module's fatbin could not be read");
+  if (device >= 64) return Status(err::kInvalidDevice, "rgpu supports 64 devices per server");
+  uint32_t mid = (m.index + 1) << 6 | static_cast<uint32_t>(device);
+  // All asynchronous: the fatbin bulk is written now, errors surface at the
+  // next synchronising call, and no round trip is spent.
+  {
+    capnp::MallocMessageBuilder msg(64);
+    auto ml = msg.initRoot<wire::Request>().initModuleLoad();
+    ml.setId(mid);
+    ml.setDevice(device);
+    RGPU_TRY(post(msg, m.fatbin.data(), m.fatbin.size()));
+  }
+  for (uint32_t kid : m.kernel_ids) {
+    capnp::MallocMessageBuilder msg(64);
+    auto fr = msg.initRoot<wire::Request>().initFunctionRegister();
+    fr.setId(serverKernelId(kernels_[kid], device));
+    fr.setModule(mid);
+    fr.setName(kernels_[kid].name);
+    RGPU_TRY(post(msg));
+  }
+  for (uint32_t vid : m.var_ids) {
+    capnp::MallocMessageBuilder msg(64);
+    auto vr = msg.initRoot<wire::Request>().initVarRegister();
+    vr.setId((vid + 1) << 6 | static_cast<uint32_t>(device));
+    vr.setModule(mid);
+    vr.setName(vars_[vid].name);
+    vr.setSize(vars_[vid].size);
+    vr.setConstant(vars_[vid].constant);
+    RGPU_TRY(post(msg));
+  }
+  lock.unlock();
+  std::unique_lock w(reg_mu_);
+  m.shipped |= 1ull << device;
+  return Status::ok();
+}
+
+Result<std::pair<uint64_t, uint64_t>> Runtime::symbol(const void* host_var, int device) {
+  uint32_t vid, module;
+  uint64_t size;
+  {
+    std::shared_lock lock(reg_mu_);
+    auto it = var_by_host_.find(host_var);
+    if (it == var_by_host_.end()) return Status(err::kInvalidSymbol, "not a registered __device__ or __constant__ variable");
+    vid = it->second;
+    VarRecord& v = vars_[vid];
+    if (auto a = v.address.find(device); a != v.address.end()) return std::make_pair(a->second, v.size);
+    module = v.module;
+    size = v.size;
+  }
+  RGPU_TRY(ensureShipped(module, device));
+  capnp::MallocMessageBuilder msg(32);
+  msg.initRoot<wire::Request>().initSymbolAddress().setId((vid + 1) << 6 | static_cast<uint32_t>(device));
+  auto r = call(msg);
+  if (!r) return r.status();
+  uint64_t addr = r->reader().getSymbol().getAddress();
+  {
+    std::unique_lock lock(reg_mu_);
+    vars_[vid].address[device] = addr;
+  }
+  return std::make_pair(addr, size);
+}
+
+Status Runtime::launch(const KernelRecord& k, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream,
+                       bool ptsz) {
+  auto s = this->stream(stream, ptsz);
+  if (!s) return s.status();
+  auto dev = device(s->device);
+  if (!dev) return dev.status();
+  const auto& a = (*dev)->attributes;
+  auto attr = [&](cudaDeviceAttr i) { return static_cast<size_t>(i) < a.size() ? static_cast<uint64_t>(a[i]) : 0; };
+  uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  // Launch configuration errors are immediate in CUDA; check them here.
+  if (block.x == 0 || block.y == 0 || block.z == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+      threads > attr(cudaDevAttrMaxThreadsPerBlock) || block.x > attr(cudaDevAttrMaxBlockDimX) ||
+      block.y > attr(cudaDevAttrMaxBlockDimY) || block.z > attr(cudaDevAttrMaxBlockDimZ) ||
+      grid.x > attr(cudaDevAttrMaxGridDimX) || grid.y > attr(cudaDevAttrMaxGridDimY) ||
+      grid.z > attr(cudaDevAttrMaxGridDimZ))
+    return Status(err::kInvalidConfiguration, "launch configuration outside the device's limits");
+  if (!k.has_layout)
+    return Status(err::kInvalidDeviceFunction, "no parameter layout for kernel " + k.name + " in its fatbin");
+  if (!k.layout.params.empty() && !args) return Status(err::kInvalidValue, "kernel arguments missing");
+  RGPU_TRY(ensureShipped(k.module, s->device));
+
+  capnp::MallocMessageBuilder msg(128 + k.layout.param_bytes / 8);
+  auto lk = msg.initRoot<wire::Request>().initLaunchKernel();
+  lk.setFunction(serverKernelId(k, s->device));
+  auto g = lk.initGrid();
+  g.setX(grid.x), g.setY(grid.y), g.setZ(grid.z);
+  auto b = lk.initBlock();
+  b.setX(block.x), b.setY(block.y), b.setZ(block.z);
+  lk.setSharedMem(shmem);
+  auto sr = lk.initStream();
+  sr.setId(s->id);
+  sr.setDevice(s->device);
+  // Argument pointers point into the caller's stack frame: pack them now.
+  auto params = lk.initParams(k.layout.param_bytes);
+  for (size_t i = 0; i < k.layout.params.size(); ++i) {
+    const auto& p = k.layout.params[i];
+    if (p.size) std::memcpy(params.begin() + p.offset, args[i], p.size);
+  }
+  return post(msg);
+}
+
+}  // namespace rgpu::client

@@ -1,0 +1,175 @@
+// The process-wide client runtime behind the exported CUDA functions.
+//
+// The C ABI forces one instance per process (Runtime::get()). It owns the lazy
+// connection, the registry of fatbins/kernels/variables registered by nvcc's
+// constructors, the client-side handle tables (streams, events), and the
+// tracking of device and pinned host allocations that cudaMemcpyDefault and
+// cudaPointerGetAttributes need. Thread-safe: registration happens before main
+// on one thread, everything else may be called from any thread.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "client/client_config.h"
+#include "client/connection.h"
+#include "common/fatbin.h"
+
+namespace rgpu::client {
+
+// Wire reference to a stream: id 0 is the device's legacy default stream.
+struct StreamRef {
+  uint32_t id = 0;
+  int device = 0;
+};
+
+struct KernelRecord {
+  uint32_t index = 0;
+  uint32_t module = 0;
+  std::string name;
+  const void* host_fun = nullptr;
+  bool has_layout = false;
+  common::KernelInfo layout;
+};
+
+struct VarRecord {
+  uint32_t index = 0;
+  uint32_t module = 0;
+  std::string name;
+  uint64_t size = 0;
+  bool constant = false;
+  std::map<int, uint64_t> address;  // per device, resolved on first use
+};
+
+struct ModuleRecord {
+  uint32_t index = 0;
+  std::string fatbin;
+  std::map<std::string, common::KernelInfo> kernels;
+  std::vector<uint32_t> kernel_ids, var_ids;
+  uint64_t shipped = 0;  // bit per device
+  bool unregistered = false;
+};
+
+enum class MemKind { kHost, kPinned, kDevice };
+
+class Runtime {
+ public:
+  static Runtime& get();
+
+  // ---- connection and errors --------------------------------------------
+  Result<Connection*> conn();  // connects on first use; a failure is sticky
+  // Records a failure as the thread's last error; returns its code.
+  cudaError_t finish(const Status& s);
+  cudaError_t lastError(bool reset);
+  // Sends a synchronous call; an earlier asynchronous error is returned if the
+  // call itself succeeded (CUDA's reporting rule).
+  Result<Reply> call(capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0,
+                     void* in = nullptr, uint64_t in_len = 0);
+  Status post(capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0);
+
+  // ---- devices ------------------------------------------------------------
+  int currentDevice();
+  Status setCurrentDevice(int device);
+  Result<const Welcome::Device*> device(int index);
+  int deviceCount();  // 0 when not connected
+  unsigned& deviceFlags() { return device_flags_; }
+
+  // ---- streams and events ----------------------------------------------------
+  Result<StreamRef> stream(cudaStream_t s, bool per_thread_default = false);
+  cudaStream_t newStream(int device, unsigned flags, int priority, uint32_t* id);
+  Status dropStream(cudaStream_t s, StreamRef* ref);
+  Result<std::pair<unsigned, int>> streamInfo(cudaStream_t s);  // flags, priority
+  cudaEvent_t newEvent(int device, unsigned flags, uint32_t* id);
+  Result<uint32_t> event(cudaEvent_t e);
+  Status dropEvent(cudaEvent_t e, uint32_t* id);
+  uint64_t addHostFunc(void (*fn)(void*), void* user);
+  void runHostFunc(uint64_t id);
+
+  // ---- memory tracking -----------------------------------------------------
+  void trackDevice(uint64_t ptr, uint64_t size, int device);
+  void untrackDevice(uint64_t ptr);
+  void untrackDeviceAll(int device);
+  // Kind of a pointer from this process's view; for device pointers also the
+  // allocation's device.
+  MemKind classify(const void* p, int* device = nullptr, uint64_t* base = nullptr, uint64_t* size = nullptr,
+                   unsigned* flags = nullptr);
+  void trackPinned(const void* p, uint64_t size, unsigned flags);
+  bool untrackPinned(const void* p, unsigned* flags = nullptr);
+
+  // ---- registration ------------------------------------------------------------
+  void** registerFatBinary(void* wrapper);
+  void registerFunction(void** handle, const char* host_fun, const char* device_name);
+  void registerVar(void** handle, char* host_var, const char* device_name, size_t size, int constant);
+  void unregisterFatBinary(void** handle);
+  Result<const KernelRecord*> kernelByHostFun(const void* host_fun);
+  Result<const KernelRecord*> kernelByHandle(cudaKernel_t handle);
+  cudaKernel_t handleOf(const KernelRecord& k);
+  // Ships the module of `kernel` (and its functions and variables) to `device`.
+  Status ensureShipped(uint32_t module, int device);
+  uint32_t serverKernelId(const KernelRecord& k, int device) const { return (k.index + 1) << 6 | device; }
+  // Resolves a __device__/__constant__ variable by its host shadow address.
+  Result<std::pair<uint64_t, uint64_t>> symbol(const void* host_var, int device);
+
+  // Launch with the packed parameter block.
+  Status launch(const KernelRecord& k, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream,
+                bool ptsz);
+
+ private:
+  Runtime() = default;
+
+  std::mutex conn_mu_;
+  std::unique_ptr<Connection> conn_;
+  std::atomic<Connection*> conn_ptr_{nullptr};
+  Status conn_error_;
+  bool conn_tried_ = false;
+  ClientConfig cfg_;
+  unsigned device_flags_ = 0;
+
+  std::shared_mutex reg_mu_;
+  std::deque<ModuleRecord> modules_;
+  std::deque<KernelRecord> kernels_;
+  std::deque<VarRecord> vars_;
+  std::unordered_map<const void*, uint32_t> kernel_by_host_;
+  std::unordered_map<const void*, uint32_t> var_by_host_;
+  std::mutex ship_mu_;
+
+  std::shared_mutex handle_mu_;
+  struct StreamState {
+    int device;
+    unsigned flags;
+    int priority;
+  };
+  std::unordered_map<uint32_t, StreamState> streams_;
+  std::unordered_map<uint32_t, int> events_;
+  std::atomic<uint32_t> next_stream_{1}, next_event_{1};
+
+  std::mutex host_fn_mu_;
+  std::unordered_map<uint64_t, std::pair<void (*)(void*), void*>> host_fns_;
+  uint64_t next_host_fn_ = 1;
+
+  std::shared_mutex mem_mu_;
+  struct Range {
+    uint64_t size;
+    int device;
+    unsigned flags;
+  };
+  std::map<uint64_t, Range> device_allocs_;
+  std::map<uint64_t, Range> pinned_;
+};
+
+// Handle encodings: a recognisable tag so a stray pointer is rejected, and the
+// id in the low bits.
+inline constexpr uint64_t kStreamTag = 0x7267'7073'0000'0000ull;  // "rgps"
+inline constexpr uint64_t kEventTag = 0x7267'7065'0000'0000ull;   // "rgpe"
+inline constexpr uint64_t kKernelTag = 0x7267'706b'0000'0000ull;  // "rgpk"
+
+}  // namespace rgpu::client
