@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The whole product in one command: set up, build, make development
+# certificates, start rgpu-server (sim backend) on loopback, run the examples
+# through it unchanged, show what they print, stop the server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh
+build="$(pwd)/${RGPU_BUILD_DIR:-build}"
+demo="$build/demo"
+rm -rf "$demo" && mkdir -p "$demo"
+
+"$build/server/rgpu-server" --make-dev-certs "$demo" --client-cert demo >/dev/null
+cat >"$demo/server.toml" <<TOML
+listen = "127.0.0.1:0"
+log_level = "info"
+backend = "sim"
+[tls]
+cert = "server.pem"
+key = "server.key"
+ca = "ca.pem"
+[[users]]
+name = "demo"
+cert_cn = "demo"
+[[sim.devices]]
+name = "rgpu sim H100"
+memory = "16GiB"
+compute_capability = "9.0"
+sm_count = 132
+TOML
+"$build/server/rgpu-server" --config "$demo/server.toml" --port-file "$demo/port" 2>"$demo/server.log" &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+for _ in $(seq 100); do [ -s "$demo/port" ] && break; sleep 0.05; done
+port=$(cat "$demo/port")
+cat >"$demo/client.toml" <<TOML
+server = "127.0.0.1:$port"
+[tls]
+ca = "ca.pem"
+cert = "demo.pem"
+key = "demo.key"
+TOML
+echo "== rgpu-server listening on 127.0.0.1:$port (sim backend); client config $demo/client.toml"
+export RGPU_CONFIG="$demo/client.toml" LD_LIBRARY_PATH="$build/client${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+status=0
+for ex in device_query memory streams; do
+  echo
+  echo "== examples/$ex.cu (built with nvcc -cudart shared, run unchanged)"
+  "$build/examples/$ex" || status=1
+done
+echo
+echo "== the same program through rgpu-run --local (a private server for one run)"
+"$build/client/rgpu-run" --local "$build/examples/device_query" || status=1
+echo
+echo "== server log"
+sed -e 's/^/   /' "$demo/server.log"
+exit $status

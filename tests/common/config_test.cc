@@ -1,0 +1,112 @@
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "client/client_config.h"
+#include "common/tls.h"
+#include "server/server_config.h"
+#include "tests/support/test_env.h"
+
+namespace rgpu {
+namespace {
+
+TEST(ParseHostPort, AcceptsHostsAndBracketedIpv6) {
+  auto a = common::parseHostPort("gpu01.example:7443");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->first, "gpu01.example");
+  EXPECT_EQ(a->second, 7443);
+  auto b = common::parseHostPort("[::1]:9");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->first, "::1");
+  EXPECT_EQ(b->second, 9);
+}
+
+TEST(ParseHostPort, RejectsMalformedAddresses) {
+  for (const char* s : {"nohost", ":80", "host:", "host:99999", "host:12x", "[::1]80"})
+    EXPECT_FALSE(common::parseHostPort(s)) << s;
+}
+
+TEST(ServerConfig, ReadsUsersDevicesAndLimits) {
+  test::TempDir dir;
+  test::writeFile(dir.file("s.toml"), R"(
+listen = "0.0.0.0:9000"
+backend = "auto"
+[tls]
+cert = "server.pem"
+key = "server.key"
+[[users]]
+name = "alice"
+cert_cn = "alice"
+[[users]]
+name = "bob"
+token = "t"
+[limits]
+max_streams = 7
+[[sim.devices]]
+name = "A"
+memory = "2GiB"
+compute_capability = "8.6"
+sm_count = 84
+[[sim.devices]]
+name = "B"
+)");
+  auto c = server::loadServerConfig(dir.file("s.toml"));
+  ASSERT_TRUE(c) << c.status().message();
+  EXPECT_EQ(c->listen, "0.0.0.0:9000");
+  EXPECT_EQ(c->backend, "auto");
+  EXPECT_EQ(c->tls_cert, dir.file("server.pem"));  // relative to the config file
+  ASSERT_EQ(c->users.size(), 2u);
+  EXPECT_EQ(c->users[1].token, "t");
+  EXPECT_EQ(c->limits.max_streams, 7u);
+  ASSERT_EQ(c->sim_devices.size(), 2u);
+  EXPECT_EQ(c->sim_devices[0].memory, 2ull << 30);
+  EXPECT_EQ(c->sim_devices[0].major, 8);
+  EXPECT_EQ(c->sim_devices[0].minor, 6);
+  EXPECT_EQ(c->sim_devices[0].sm_count, 84);
+}
+
+TEST(ServerConfig, RejectsBadValuesWithTheFileAndKey) {
+  test::TempDir dir;
+  test::writeFile(dir.file("s.toml"), "backend = \"quantum\"\n");
+  auto c = server::loadServerConfig(dir.file("s.toml"));
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.status().message().find("backend"), std::string::npos);
+  EXPECT_NE(c.status().message().find(dir.file("s.toml")), std::string::npos);
+  test::writeFile(dir.file("u.toml"), "[[users]]\nname = \"x\"\n");
+  EXPECT_FALSE(server::loadServerConfig(dir.file("u.toml")));  // neither token nor cert
+  test::writeFile(dir.file("bad.toml"), "listen = \n");
+  EXPECT_FALSE(server::loadServerConfig(dir.file("bad.toml")));
+  EXPECT_FALSE(server::loadServerConfig(dir.file("missing.toml")));
+}
+
+TEST(ParseSize, UnderstandsBinaryUnits) {
+  EXPECT_EQ(*server::parseSize("16GiB"), 16ull << 30);
+  EXPECT_EQ(*server::parseSize("512MiB"), 512ull << 20);
+  EXPECT_EQ(*server::parseSize("4096"), 4096u);
+  EXPECT_FALSE(server::parseSize("12 parsecs"));
+}
+
+TEST(ClientConfig, EnvironmentOverridesTheFile) {
+  test::TempDir dir;
+  test::writeFile(dir.file("client.toml"), "server = \"a:1\"\ntoken = \"file\"\n[tls]\nca = \"ca.pem\"\n");
+  setenv("RGPU_CONFIG", dir.file("client.toml").c_str(), 1);
+  setenv("RGPU_SERVER", "b:2", 1);
+  auto c = client::loadClientConfig();
+  unsetenv("RGPU_SERVER");
+  unsetenv("RGPU_CONFIG");
+  ASSERT_TRUE(c) << c.status().message();
+  EXPECT_EQ(c->server, "b:2");
+  EXPECT_EQ(c->token, "file");
+  EXPECT_EQ(c->ca, dir.file("ca.pem"));
+  EXPECT_EQ(c->source, dir.file("client.toml"));
+}
+
+TEST(ClientConfig, MissingConfigNamedByRgpuConfigIsAnError) {
+  setenv("RGPU_CONFIG", "/nonexistent/rgpu/client.toml", 1);
+  auto c = client::loadClientConfig();
+  unsetenv("RGPU_CONFIG");
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.status().message().find("/nonexistent/rgpu/client.toml"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rgpu

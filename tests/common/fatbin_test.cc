@@ -1,0 +1,153 @@
+#include "common/fatbin.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "tests/support/test_env.h"
+
+namespace rgpu::common {
+namespace {
+
+std::string fatbin(const std::string& tag) { return test::readFile(std::string(RGPU_TEST_DATA_DIR) + "/kernels_" + tag + ".fatbin"); }
+
+void expectLayout(const FatbinImage& img, const std::string& name, std::vector<std::pair<uint32_t, uint32_t>> params,
+                  uint32_t bytes) {
+  auto it = img.kernels.find(name);
+  ASSERT_NE(it, img.kernels.end()) << name;
+  ASSERT_EQ(it->second.params.size(), params.size()) << name;
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(it->second.params[i].offset, params[i].first) << name << " param " << i;
+    EXPECT_EQ(it->second.params[i].size, params[i].second) << name << " param " << i;
+  }
+  EXPECT_EQ(it->second.param_bytes, bytes) << name;
+}
+
+void expectAllLayouts(const FatbinImage& img) {
+  expectLayout(img, "_Z8k_vecaddPKfS0_Pfi", {{0, 8}, {8, 8}, {16, 8}, {24, 4}}, 28);
+  expectLayout(img, "_Z7k_smallcbsfdxPv", {{0, 1}, {1, 1}, {2, 2}, {4, 4}, {8, 8}, {16, 8}, {24, 8}}, 32);
+  expectLayout(img, "_Z5k_vec4Vec4dS_c", {{0, 16}, {16, 8}, {32, 16}, {48, 1}}, 49);
+  expectLayout(img, "_Z5k_bigi3BigPd", {{0, 4}, {4, 4000}, {4008, 8}}, 4016);
+  expectLayout(img, "_Z10k_noparamsv", {}, 0);
+  expectLayout(img, "_Z6k_fillIfEvPT_S0_i", {{0, 8}, {8, 4}, {12, 4}}, 16);
+  expectLayout(img, "_Z6k_fillIdEvPT_S0_i", {{0, 8}, {8, 8}, {16, 4}}, 20);
+}
+
+TEST(Fatbin, ParsesDefaultBuildWithCubinAndZstdPtx) {
+  std::string f = fatbin("default");
+  auto img = parseFatbin(f.data(), f.size());
+  ASSERT_TRUE(img) << img.status().message();
+  EXPECT_TRUE(img->has_ptx);
+  bool elf = false;
+  for (auto& e : img->entries) elf |= e.kind == FatbinEntry::kElf && e.arch == 75;
+  EXPECT_TRUE(elf);
+  expectAllLayouts(*img);
+}
+
+TEST(Fatbin, DecodesTheLz4SchemeOfCompressModeSpeed) {
+  std::string f = fatbin("speed");
+  auto img = parseFatbin(f.data(), f.size());
+  ASSERT_TRUE(img) << img.status().message();
+  std::string ptx;
+  for (auto& e : img->entries)
+    if (e.kind == FatbinEntry::kPtx) ptx = e.payload;
+  EXPECT_NE(ptx.find(".entry _Z8k_vecaddPKfS0_Pfi"), std::string::npos);
+  expectAllLayouts(*img);
+}
+
+TEST(Fatbin, TakesLayoutsFromPtxWhenThereIsNoCubin) {
+  std::string f = fatbin("ptxonly");
+  auto img = parseFatbin(f.data(), f.size());
+  ASSERT_TRUE(img) << img.status().message();
+  for (auto& e : img->entries) EXPECT_EQ(e.kind, FatbinEntry::kPtx);
+  expectAllLayouts(*img);
+}
+
+TEST(Fatbin, DecompressesZstdCubins) {
+  std::string f = fatbin("size");
+  auto img = parseFatbin(f.data(), f.size());
+  ASSERT_TRUE(img) << img.status().message();
+  expectAllLayouts(*img);
+}
+
+TEST(Fatbin, PtxAndCubinLayoutsAgree) {
+  std::string f = fatbin("default");
+  auto img = parseFatbin(f.data(), f.size());
+  ASSERT_TRUE(img);
+  for (auto& e : img->entries) {
+    if (e.kind != FatbinEntry::kPtx) continue;
+    auto ptx = kernelsFromPtx(e.payload);
+    ASSERT_TRUE(ptx);
+    for (auto& [name, k] : *ptx) {
+      auto& c = img->kernels.at(name);
+      ASSERT_EQ(k.params.size(), c.params.size()) << name;
+      for (size_t i = 0; i < k.params.size(); ++i) {
+        EXPECT_EQ(k.params[i].offset, c.params[i].offset) << name;
+        EXPECT_EQ(k.params[i].size, c.params[i].size) << name;
+      }
+    }
+  }
+}
+
+TEST(Fatbin, RejectsTruncatedInputAtEveryLength) {
+  std::string f = fatbin("default");
+  for (size_t len = 0; len < f.size(); len += (len < 256 ? 1 : 97)) {
+    auto img = parseFatbin(f.data(), len);
+    EXPECT_FALSE(img) << "accepted " << len << " of " << f.size() << " bytes";
+  }
+}
+
+TEST(Fatbin, SurvivesRandomCorruption) {
+  // Untrusted on the server: a corrupted fatbin must give an error, never a crash.
+  for (const char* tag : {"default", "speed", "size"}) {
+    std::string f = fatbin(tag);
+    std::mt19937 rng(1234);
+    for (int iter = 0; iter < 1500; ++iter) {
+      std::string g = f;
+      int flips = 1 + static_cast<int>(rng() % 8);
+      for (int k = 0; k < flips; ++k) g[rng() % g.size()] = static_cast<char>(rng());
+      (void)parseFatbin(g.data(), g.size());
+    }
+  }
+  SUCCEED();
+}
+
+TEST(Fatbin, RejectsGarbageWithAClearMessage) {
+  std::string junk(100, 'x');
+  auto img = parseFatbin(junk.data(), junk.size());
+  ASSERT_FALSE(img);
+  EXPECT_EQ(img.status().code(), err::kInvalidKernelImage);
+  EXPECT_NE(img.status().message().find("invalid fatbin"), std::string::npos);
+}
+
+TEST(PtxSignature, HandlesAlignmentArraysAndPointerAttributes) {
+  auto k = kernelsFromPtx(R"(
+.visible .entry f(
+  .param .u8 f_param_0,
+  .param .u64 .ptr .global .align 1 f_param_1,
+  .param .align 16 .b8 f_param_2[20],
+  .param .f32 f_param_3
+)
+{ ret; }
+.visible .entry g()
+{ ret; }
+)");
+  ASSERT_TRUE(k) << k.status().message();
+  auto& f = k->at("f");
+  ASSERT_EQ(f.params.size(), 4u);
+  EXPECT_EQ(f.params[1].offset, 8u);   // .ptr .align 1 is the pointee's alignment
+  EXPECT_EQ(f.params[2].offset, 16u);
+  EXPECT_EQ(f.params[2].size, 20u);
+  EXPECT_EQ(f.params[3].offset, 36u);
+  EXPECT_EQ(f.param_bytes, 40u);
+  EXPECT_TRUE(k->at("g").params.empty());
+}
+
+TEST(PtxSignature, RejectsMalformedSignatures) {
+  EXPECT_FALSE(kernelsFromPtx(".entry f( .param .u32 a, .param .weird b )"));
+  EXPECT_FALSE(kernelsFromPtx(".entry f( .param .u32 a"));
+  EXPECT_FALSE(kernelsFromPtx(".entry f( .param .align 3 .b8 a[4] )"));
+}
+
+}  // namespace
+}  // namespace rgpu::common

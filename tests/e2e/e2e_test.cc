@@ -1,0 +1,162 @@
+// End to end: CUDA programs compiled by nvcc with -cudart shared run unchanged
+// against rgpu's libcudart.so.13 and a real rgpu-server over TLS.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <regex>
+#include <sstream>
+
+#include "tests/support/test_env.h"
+
+namespace rgpu::test {
+namespace {
+
+class E2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    makeCerts(dir_->path());
+    server_ = new ServerProcess(dir_->path(), serverToml(dir_->path(), "", "launch_log = \"" + dir_->file("launches.log") + "\""));
+    writeFile(dir_->file("client.toml"), clientToml(dir_->path(), server_->port()));
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete dir_;
+  }
+  static std::string env() {
+    return "RGPU_CONFIG=" + dir_->file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR;
+  }
+  static RunResult program(const std::string& path) { return run(path, env()); }
+  static inline TempDir* dir_ = nullptr;
+  static inline ServerProcess* server_ = nullptr;
+};
+
+std::string example(const char* name) { return std::string(RGPU_EXAMPLES_DIR) + "/" + name; }
+std::string testProgram(const char* name) { return std::string(RGPU_TEST_PROGRAMS_DIR) + "/" + name; }
+
+TEST_F(E2E, DeviceQueryReportsTheServersDevices) {
+  RunResult r = program(example("device_query"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("1 device(s), runtime 13000, driver 13000"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rgpu test device, compute capability 9.0, 8 SMs, 1.0 GiB"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1024 MiB free of 1024 MiB"), std::string::npos) << r.output;
+}
+
+TEST_F(E2E, MemoryExamplePassesAllChecks) {
+  RunResult r = program(example("memory"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("memory: all checks passed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("copy from a pointer never allocated: cudaErrorInvalidValue"), std::string::npos) << r.output;
+}
+
+TEST_F(E2E, StreamsExamplePassesAllChecks) {
+  RunResult r = program(example("streams"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("streams: all checks passed"), std::string::npos) << r.output;
+}
+
+TEST_F(E2E, PerThreadDefaultStreamBuildsWork) {
+  RunResult s = program(testProgram("streams_ptds"));
+  EXPECT_EQ(s.code, 0) << s.output;
+  RunResult m = program(testProgram("memory_ptds"));
+  EXPECT_EQ(m.code, 0) << m.output;
+}
+
+std::string hexOf(const void* p, size_t n) {
+  std::string out;
+  char b[3];
+  for (size_t i = 0; i < n; ++i) {
+    std::snprintf(b, sizeof b, "%02x", static_cast<const unsigned char*>(p)[i]);
+    out += b;
+  }
+  return out;
+}
+
+TEST_F(E2E, LaunchesDeliverKernelGridBlockSharedMemoryAndParameterBytes) {
+  std::remove(dir_->file("launches.log").c_str());
+  RunResult r = program(testProgram("launch_check"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  // NVIDIA's library must not have been picked up instead of ours.
+  EXPECT_NE(r.output.find(std::string("libcudart: ") + RGPU_CLIENT_LIBDIR), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("launch 1: cudaSuccess"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("launch 4 (cudaLaunchKernel): cudaSuccess"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("oversized block: cudaErrorInvalidConfiguration"), std::string::npos) << r.output;
+  // Kernel execution needs the PTX interpreter: the sim backend says so at the
+  // next synchronising call instead of pretending.
+  EXPECT_NE(r.output.find("synchronize after launches: cudaErrorNotSupported"), std::string::npos) << r.output;
+
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("pointer: 0x([0-9a-f]+)")));
+  uint64_t ptr = std::stoull(m[1].str(), nullptr, 16);
+  // k_params('x', -7, 2.5, float4(1,2,3,4), ptr): offsets 0, 4, 8, 16, 32.
+  unsigned char block[40] = {0};
+  block[0] = 'x';
+  int i = -7;
+  double d = 2.5;
+  float v[4] = {1, 2, 3, 4};
+  std::memcpy(block + 4, &i, 4);
+  std::memcpy(block + 8, &d, 8);
+  std::memcpy(block + 16, v, 16);
+  std::memcpy(block + 32, &ptr, 8);
+  std::string params = hexOf(block, sizeof block);
+  double eighth = 0.125;
+  std::string tmpl_params = hexOf(&ptr, 8) + hexOf(&eighth, 8);
+  std::string ptr_hex = hexOf(&ptr, 8);
+
+  std::string log = readFile(dir_->file("launches.log"));
+  std::vector<std::string> lines;
+  std::istringstream in(log);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 4u) << log;
+  EXPECT_NE(lines[0].find("name=_Z8k_paramscid6float4Pi grid=3,2,1 block=32,4,2 shmem=0 stream=0"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("params=" + params), std::string::npos) << lines[0] << "\nwant " << params;
+  EXPECT_NE(lines[1].find("name=_Z7k_shmemPf grid=5,1,1 block=128,1,1 shmem=4096"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("params=" + ptr_hex), std::string::npos) << lines[1];
+  EXPECT_EQ(lines[1].find("stream=0 "), std::string::npos) << "launched on a created stream: " << lines[1];
+  EXPECT_NE(lines[2].find("name=_Z6k_tmplIdEvPT_S0_ grid=1,1,1 block=1,1,1"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[2].find("params=" + tmpl_params), std::string::npos) << lines[2];
+  EXPECT_NE(lines[3].find("name=_Z8k_paramscid6float4Pi grid=7,1,1 block=64,1,1"), std::string::npos) << lines[3];
+  EXPECT_NE(lines[3].find("params=" + params), std::string::npos) << lines[3];
+}
+
+TEST_F(E2E, RgpuRunLocalPassesTheExitStatusThrough) {
+  RunResult r = run(std::string(RGPU_RUN_BIN) + " --local " + testProgram("exit_code"));
+  EXPECT_EQ(r.code, 3) << r.output;
+}
+
+TEST_F(E2E, RgpuRunLocalRunsAProgramWithoutAnyConfiguration) {
+  RunResult r = run(std::string(RGPU_RUN_BIN) + " --local " + example("memory"), "RGPU_CONFIG= RGPU_SERVER=");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("memory: all checks passed"), std::string::npos) << r.output;
+}
+
+TEST_F(E2E, RgpuRunServerPointsTheProgramAtAServer) {
+  RunResult r = run(std::string(RGPU_RUN_BIN) + " --server 127.0.0.1:" + std::to_string(server_->port()) + " -- " +
+                        example("device_query"),
+                    "RGPU_CONFIG=" + dir_->file("client.toml"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("rgpu test device"), std::string::npos) << r.output;
+}
+
+TEST_F(E2E, UnreachableServerFailsQuicklyWithAClearMessage) {
+  auto t0 = std::chrono::steady_clock::now();
+  RunResult r = run(example("device_query"), env() + " RGPU_SERVER=127.0.0.1:1 RGPU_CONNECT_TIMEOUT_MS=2000");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("cudaErrorDevicesUnavailable"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("127.0.0.1:1 unreachable"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("config " + dir_->file("client.toml")), std::string::npos) << r.output;
+}
+
+TEST_F(E2E, RefusedClientIsToldWhy) {
+  writeFile(dir_->file("nocert.toml"), clientToml(dir_->path(), server_->port(), ""));
+  RunResult r = run(example("device_query"), "RGPU_CONFIG=" + dir_->file("nocert.toml") +
+                                                 " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("authentication failed"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace rgpu::test

@@ -1,0 +1,75 @@
+// rgpu-server as a process: startup errors, isolation between sessions,
+// clean shutdown.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include "tests/integration/raw_client.h"
+
+namespace rgpu::test {
+namespace {
+
+std::unique_ptr<common::TlsConnection> connectTo(const std::string& dir, uint16_t port) {
+  auto ctx = common::TlsContext::makeClient({dir + "/ca.pem", dir + "/alice.pem", dir + "/alice.key", false});
+  auto c = common::TlsConnection::connect(**ctx, "127.0.0.1", port, "", std::chrono::milliseconds(5000));
+  EXPECT_TRUE(c) << c.status().message();
+  return std::move(*c);
+}
+
+TEST(Daemon, ServesSessionsInSeparateWorkersAndSurvivesABadClient) {
+  TempDir dir;
+  makeCerts(dir.path());
+  ServerProcess server(dir.path(), serverToml(dir.path()));
+  RawClient a(connectTo(dir.path(), server.port()));
+  ASSERT_EQ(a.hello().first, 0);
+  uint64_t p = a.malloc(128);
+  {
+    RawClient bad(connectTo(dir.path(), server.port()));
+    ASSERT_EQ(bad.hello().first, 0);
+    std::string junk(100, '\xee');
+    ASSERT_TRUE(bad.writeRaw(junk.data(), junk.size()));
+    EXPECT_TRUE(bad.next().goodbye);
+  }
+  a.write(p, std::vector<uint8_t>(128, 3));
+  RawReply r = a.readBack(p, 128);
+  ASSERT_EQ(r.error, 0);
+  EXPECT_EQ(r.bulk, std::vector<uint8_t>(128, 3));
+  RawClient b(connectTo(dir.path(), server.port()));
+  EXPECT_EQ(b.hello().first, 0);
+  EXPECT_EQ(b.ping().error, 0);
+  EXPECT_NE(server.log().find("bad frame magic"), std::string::npos);
+}
+
+TEST(Daemon, SigtermStopsCleanlyWithSessionsOpen) {
+  TempDir dir;
+  makeCerts(dir.path());
+  ServerProcess server(dir.path(), serverToml(dir.path()));
+  RawClient a(connectTo(dir.path(), server.port()));
+  ASSERT_EQ(a.hello().first, 0);
+  int st = server.stop();
+  EXPECT_TRUE(WIFEXITED(st)) << st;
+  EXPECT_EQ(WEXITSTATUS(st), 0);
+  EXPECT_EQ(a.next().error, -1);  // the session's connection is closed
+}
+
+TEST(Daemon, RefusesToStartWithBadTlsMaterial) {
+  TempDir dir;
+  makeCerts(dir.path());
+  std::string toml = serverToml(dir.path());
+  toml.replace(toml.find("server.key"), 10, "alice.key");  // key of another certificate
+  writeFile(dir.file("server.toml"), toml);
+  RunResult r = run(std::string(RGPU_SERVER_BIN) + " --config " + dir.file("server.toml"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("cannot load private key"), std::string::npos) << r.output;
+}
+
+TEST(Daemon, RefusesACudaBackendItDoesNotHave) {
+  TempDir dir;
+  makeCerts(dir.path());
+  writeFile(dir.file("server.toml"), serverToml(dir.path()));
+  RunResult r = run(std::string(RGPU_SERVER_BIN) + " --backend cuda --config " + dir.file("server.toml"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("backend = \"cuda\""), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace rgpu::test

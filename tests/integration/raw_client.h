@@ -1,0 +1,125 @@
+// A protocol-level client for integration tests: writes frames by hand, so
+// tests can send what a real client never would.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include "common/frame_io.h"
+#include "protocol/rgpu.capnp.h"
+#include "tests/support/test_env.h"
+
+namespace rgpu::test {
+
+struct RawReply {
+  protocol::FrameType type{};
+  int error = -1;
+  int async_error = 0;
+  std::string message;
+  uint64_t ptr = 0;
+  std::vector<uint8_t> bulk;
+  bool goodbye = false;
+};
+
+class RawClient {
+ public:
+  explicit RawClient(std::unique_ptr<common::TlsConnection> c) : conn_(std::move(c)), reader_(*conn_) {}
+
+  // Sends Hello; returns the Welcome's error (0 = accepted) and message.
+  std::pair<int, std::string> hello(const std::string& token = "") {
+    capnp::MallocMessageBuilder msg;
+    auto h = msg.initRoot<wire::Hello>();
+    h.setProtocolVersion(wire::PROTOCOL_VERSION);
+    h.setToken(token);
+    std::vector<uint8_t> f;
+    common::appendFrame(f, protocol::FrameType::kHello, 0, 0, msg, 0);
+    if (!conn_->write(f.data(), f.size())) return {-1, "write failed"};
+    protocol::FrameHeader hdr;
+    kj::ArrayPtr<const capnp::word> words;
+    Status s = reader_.next(hdr, words);
+    if (!s) return {-1, s.message()};
+    capnp::FlatArrayMessageReader r(words, common::readerOptions());
+    auto w = r.getRoot<wire::Welcome>();
+    return {w.getError(), w.getMessage()};
+  }
+
+  uint64_t send(capnp::MessageBuilder& msg, bool async = false, const std::vector<uint8_t>& bulk = {}) {
+    std::vector<uint8_t> f;
+    uint64_t seq = next_seq_++;
+    common::appendFrame(f, protocol::FrameType::kRequest, async ? protocol::kFlagAsync : 0, seq, msg, bulk.size());
+    f.insert(f.end(), bulk.begin(), bulk.end());
+    EXPECT_TRUE(conn_->write(f.data(), f.size()));
+    return seq;
+  }
+  Status writeRaw(const void* p, size_t n) { return conn_->write(p, n); }
+
+  // Reads the next frame; a transport failure gives error -1.
+  RawReply next() {
+    RawReply out;
+    protocol::FrameHeader h;
+    kj::ArrayPtr<const capnp::word> words;
+    Status s = reader_.next(h, words);
+    if (!s) {
+      out.message = s.message();
+      return out;
+    }
+    out.type = h.type;
+    capnp::FlatArrayMessageReader r(words, common::readerOptions());
+    if (h.type == protocol::FrameType::kNotify) {
+      auto n = r.getRoot<wire::Notify>();
+      out.goodbye = n.isGoodbye();
+      if (out.goodbye) out.message = n.getGoodbye();
+      return out;
+    }
+    auto rep = r.getRoot<wire::Reply>();
+    out.error = rep.getError();
+    out.async_error = rep.getAsyncError();
+    out.message = rep.getMessage();
+    if (rep.isPtr()) out.ptr = rep.getPtr();
+    out.bulk.resize(h.bulk_len);
+    if (h.bulk_len) EXPECT_TRUE(reader_.readBulk(h, out.bulk.data()));
+    return out;
+  }
+
+  // Convenience calls.
+  uint64_t malloc(uint64_t size, int device = 0) {
+    capnp::MallocMessageBuilder msg;
+    auto m = msg.initRoot<wire::Request>().initMalloc();
+    m.setDevice(device);
+    m.setSize(size);
+    send(msg);
+    RawReply r = next();
+    EXPECT_EQ(r.error, 0) << r.message;
+    return r.ptr;
+  }
+  RawReply readBack(uint64_t src, uint64_t size) {
+    capnp::MallocMessageBuilder msg;
+    auto m = msg.initRoot<wire::Request>().initMemcpyDtoH();
+    m.setSrc(src);
+    m.setSize(size);
+    m.initStream();
+    send(msg);
+    return next();
+  }
+  void write(uint64_t dst, const std::vector<uint8_t>& data, bool async = true) {
+    capnp::MallocMessageBuilder msg;
+    auto m = msg.initRoot<wire::Request>().initMemcpyHtoD();
+    m.setDst(dst);
+    m.setSize(data.size());
+    m.initStream();
+    send(msg, async, data);
+  }
+  RawReply ping() {
+    capnp::MallocMessageBuilder msg;
+    msg.initRoot<wire::Request>().setPing();
+    send(msg);
+    return next();
+  }
+  common::TlsConnection& conn() { return *conn_; }
+
+ private:
+  std::unique_ptr<common::TlsConnection> conn_;
+  common::FrameReader reader_;
+  uint64_t next_seq_ = 1;
+};
+
+}  // namespace rgpu::test
