@@ -121,6 +121,19 @@ TEST_F(E2E, LaunchesDeliverKernelGridBlockSharedMemoryAndParameterBytes) {
   EXPECT_NE(lines[3].find("params=" + params), std::string::npos) << lines[3];
 }
 
+TEST_F(E2E, UnsupportedCallsFailWithNotSupportedAndLogOnce) {
+  RunResult r = program(testProgram("unsupported"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("cudaGraphCreate: cudaErrorNotSupported, again: cudaErrorNotSupported"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("last error: cudaErrorNotSupported"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cudaMallocManaged: cudaErrorNotSupported"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cudaMalloc: cudaSuccess"), std::string::npos) << r.output;
+  std::string line = "cudaGraphCreate is not supported by rgpu";
+  size_t first = r.output.find(line);
+  ASSERT_NE(first, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(line, first + 1), std::string::npos) << "logged twice:\n" << r.output;
+}
+
 TEST_F(E2E, RgpuRunLocalPassesTheExitStatusThrough) {
   RunResult r = run(std::string(RGPU_RUN_BIN) + " --local " + testProgram("exit_code"));
   EXPECT_EQ(r.code, 3) << r.output;

@@ -55,6 +55,32 @@ TEST_F(SessionTest, CertificateNotInTheUserTableIsRefused) {
   EXPECT_NE(msg.find("'bob' is not a known user"), std::string::npos) << msg;
 }
 
+TEST_F(SessionTest, OtherProtocolVersionIsRefusedInTheWelcome) {
+  RawClient c = client("alice");
+  capnp::MallocMessageBuilder msg;
+  auto h = msg.initRoot<wire::Hello>();
+  h.setProtocolVersion(wire::PROTOCOL_VERSION + 1);
+  std::vector<uint8_t> f;
+  common::appendFrame(f, protocol::FrameType::kHello, 0, 0, msg, 0);
+  ASSERT_TRUE(c.writeRaw(f.data(), f.size()));
+  common::FrameReader reader(c.conn());
+  protocol::FrameHeader hdr;
+  kj::ArrayPtr<const capnp::word> words;
+  ASSERT_TRUE(reader.next(hdr, words));
+  capnp::FlatArrayMessageReader r(words, common::readerOptions());
+  auto w = r.getRoot<wire::Welcome>();
+  EXPECT_EQ(w.getError(), err::kInsufficientDriver);
+  EXPECT_NE(std::string(w.getMessage()).find("protocol version"), std::string::npos);
+}
+
+TEST_F(SessionTest, FirstFrameMustBeAHello) {
+  RawClient c = client("alice");
+  capnp::MallocMessageBuilder msg;
+  msg.initRoot<wire::Request>().setPing();
+  c.send(msg);
+  EXPECT_EQ(c.next().error, -1);  // closed without serving the call
+}
+
 TEST_F(SessionTest, CopiesRoundTripThroughDeviceMemory) {
   RawClient c = authed();
   uint64_t p = c.malloc(4096);

@@ -1,0 +1,264 @@
+// rgpu-bench: rgpu against raw TLS on the same transport, measured side by
+// side in one run (this machine is shared and noisy, so every figure is a
+// median over interleaved rounds).
+//
+//   (a) synchronous call round trip (cudaStreamQuery on an idle stream) vs a
+//       raw TLS ping-pong of the same frame size;
+//   (b) asynchronous call rate (cudaStreamWaitEvent on a never-recorded event:
+//       fire and forget, a no-op on the server);
+//   (c) cudaMemcpy host-to-device and device-to-host bandwidth for 64 MiB vs a
+//       raw TLS bulk stream in the same direction.
+//
+// It starts its own rgpu-server (sim backend) and raw TLS peer on loopback,
+// with throwaway certificates. Links rgpu's libcudart.so.13 like any program.
+#include <cuda_runtime_api.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/dev_pki.h"
+#include "common/tls.h"
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using rgpu::common::TlsConnection;
+using rgpu::common::TlsContext;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "rgpu-bench: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// ---- the raw TLS peer (a separate process, like rgpu's worker) ----------------
+// Commands: 'p' n k: k times read n bytes and echo them; 's' total: read total
+// bytes, answer one byte; 'r' total: send total bytes.
+void rawPeer(int lfd, const std::string& dir) {
+  int fd = ::accept(lfd, nullptr, nullptr);
+  auto ctx = TlsContext::makeServer({dir + "/ca.pem", dir + "/server.pem", dir + "/server.key", false});
+  auto c = TlsConnection::accept(**ctx, fd, std::chrono::seconds(10));
+  if (!c) _exit(1);
+  TlsConnection& conn = **c;
+  std::vector<char> buf(64 << 20);
+  for (;;) {
+    char cmd;
+    uint64_t a[2];
+    if (!conn.readExact(&cmd, 1) || !conn.readExact(a, sizeof a)) _exit(0);
+    if (cmd == 'p') {
+      for (uint64_t i = 0; i < a[1]; ++i) {
+        if (!conn.readExact(buf.data(), a[0]) || !conn.write(buf.data(), a[0])) _exit(1);
+      }
+    } else if (cmd == 's') {
+      for (uint64_t left = a[0]; left;) {
+        uint64_t n = std::min<uint64_t>(left, buf.size());
+        if (!conn.readExact(buf.data(), n)) _exit(1);
+        left -= n;
+      }
+      char ok = 1;
+      (void)conn.write(&ok, 1);
+    } else if (cmd == 'r') {
+      for (uint64_t left = a[0]; left;) {
+        uint64_t n = std::min<uint64_t>(left, buf.size());
+        if (!conn.write(buf.data(), n)) _exit(1);
+        left -= n;
+      }
+    }
+  }
+}
+
+struct Raw {
+  pid_t pid = -1;
+  std::unique_ptr<TlsConnection> conn;
+  void command(char c, uint64_t a, uint64_t b) {
+    char frame[17];
+    frame[0] = c;
+    std::memcpy(frame + 1, &a, 8);
+    std::memcpy(frame + 9, &b, 8);
+    (void)conn->write(frame, sizeof frame);
+  }
+};
+
+Raw startRaw(const std::string& dir) {
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::listen(lfd, 1);
+  socklen_t len = sizeof a;
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  Raw r;
+  r.pid = fork();
+  if (r.pid == 0) {
+    rawPeer(lfd, dir);
+    _exit(0);
+  }
+  ::close(lfd);
+  auto ctx = TlsContext::makeClient({dir + "/ca.pem", "", "", false});
+  auto c = TlsConnection::connect(**ctx, "127.0.0.1", ntohs(a.sin_port), "", std::chrono::seconds(10));
+  if (!c) {
+    std::fprintf(stderr, "rgpu-bench: raw peer: %s\n", c.status().message().c_str());
+    std::exit(1);
+  }
+  r.conn = std::move(*c);
+  return r;
+}
+
+pid_t startServer(const std::string& dir, uint16_t* port) {
+  std::ofstream(dir + "/server.toml") << "listen = \"127.0.0.1:0\"\nlog_level = \"warn\"\nbackend = \"sim\"\n"
+                                      << "[tls]\ncert = \"server.pem\"\nkey = \"server.key\"\nca = \"ca.pem\"\n"
+                                      << "[[users]]\nname = \"bench\"\ncert_cn = \"bench\"\n"
+                                      << "[[sim.devices]]\nname = \"bench device\"\nmemory = \"4GiB\"\n";
+  fs::path self = fs::read_symlink("/proc/self/exe").parent_path();
+  std::string server = RGPU_SERVER_BIN;
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl(server.c_str(), "rgpu-server", "--config", (dir + "/server.toml").c_str(), "--port-file",
+          (dir + "/port").c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  for (int i = 0; i < 2000; ++i) {
+    int p = 0;
+    std::ifstream(dir + "/port") >> p;
+    if (p > 0) {
+      *port = static_cast<uint16_t>(p);
+      return pid;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::fprintf(stderr, "rgpu-bench: rgpu-server did not start\n");
+  std::exit(1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = argc > 1 && std::string(argv[1]) == "--quick";  // smoke test: tiny counts
+  const int rounds = quick ? 1 : 7;
+  const int pings = quick ? 50 : 2000;
+  const int async_calls = quick ? 1000 : 200000;
+  const uint64_t bulk = quick ? (1 << 20) : (64ull << 20);
+  const int copies = quick ? 1 : 4;
+
+  char templ[] = "/tmp/rgpu-bench-XXXXXX";
+  std::string dir = mkdtemp(templ);
+  rgpu::common::DevPkiOptions pki;
+  pki.dir = dir;
+  pki.clients = {"bench"};
+  if (!rgpu::common::makeDevPki(pki)) return 1;
+  uint16_t port = 0;
+  pid_t server = startServer(dir, &port);
+  std::ofstream(dir + "/client.toml") << "server = \"127.0.0.1:" << port << "\"\n[tls]\nca = \"ca.pem\"\ncert = \"bench.pem\"\nkey = \"bench.key\"\n";
+  setenv("RGPU_CONFIG", (dir + "/client.toml").c_str(), 1);
+  Raw raw = startRaw(dir);
+
+  cudaStream_t s;
+  check(cudaStreamCreate(&s), "cudaStreamCreate");
+  cudaEvent_t never;
+  check(cudaEventCreate(&never), "cudaEventCreate");
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  // A cudaStreamQuery frame is 32 header + 40 message bytes; its reply 32 + 24.
+  const uint64_t ping_bytes = 64;
+
+  std::vector<double> rt_rgpu, rt_raw, async_rate, h2d, d2h, raw_up, raw_down;
+  std::vector<char> host(bulk, 1), back(bulk);
+  void* dev = nullptr;
+  check(cudaMalloc(&dev, bulk), "cudaMalloc");
+  check(cudaMemcpy(dev, host.data(), bulk, cudaMemcpyHostToDevice), "warm-up copy");
+  check(cudaMemcpy(back.data(), dev, bulk, cudaMemcpyDeviceToHost), "warm-up copy");
+  std::vector<char> pbuf(ping_bytes);
+
+  for (int round = 0; round < rounds; ++round) {
+    // (a) round trips, raw then rgpu.
+    raw.command('p', ping_bytes, pings);
+    auto t0 = Clock::now();
+    for (int i = 0; i < pings; ++i) {
+      (void)raw.conn->write(pbuf.data(), ping_bytes);
+      (void)raw.conn->readExact(pbuf.data(), ping_bytes);
+    }
+    auto t1 = Clock::now();
+    rt_raw.push_back(seconds(t0, t1) / pings * 1e6);
+    t0 = Clock::now();
+    for (int i = 0; i < pings; ++i) check(cudaStreamQuery(s), "cudaStreamQuery");
+    t1 = Clock::now();
+    rt_rgpu.push_back(seconds(t0, t1) / pings * 1e6);
+
+    // (b) asynchronous calls, drained by one synchronising call.
+    t0 = Clock::now();
+    for (int i = 0; i < async_calls; ++i) check(cudaStreamWaitEvent(s, never, 0), "cudaStreamWaitEvent");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    t1 = Clock::now();
+    async_rate.push_back(async_calls / seconds(t0, t1));
+
+    // (c) bulk, each direction: raw then rgpu.
+    raw.command('s', bulk * copies, 0);
+    t0 = Clock::now();
+    for (int i = 0; i < copies; ++i) (void)raw.conn->write(host.data(), bulk);
+    char ack;
+    (void)raw.conn->readExact(&ack, 1);
+    t1 = Clock::now();
+    raw_up.push_back(bulk * copies / seconds(t0, t1) / 1e9);
+    t0 = Clock::now();
+    for (int i = 0; i < copies; ++i) check(cudaMemcpy(dev, host.data(), bulk, cudaMemcpyHostToDevice), "H2D");
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    t1 = Clock::now();
+    h2d.push_back(bulk * copies / seconds(t0, t1) / 1e9);
+
+    raw.command('r', bulk * copies, 0);
+    t0 = Clock::now();
+    for (int i = 0; i < copies; ++i) (void)raw.conn->readExact(back.data(), bulk);
+    t1 = Clock::now();
+    raw_down.push_back(bulk * copies / seconds(t0, t1) / 1e9);
+    t0 = Clock::now();
+    for (int i = 0; i < copies; ++i) check(cudaMemcpy(back.data(), dev, bulk, cudaMemcpyDeviceToHost), "D2H");
+    t1 = Clock::now();
+    d2h.push_back(bulk * copies / seconds(t0, t1) / 1e9);
+  }
+  if (std::memcmp(host.data(), back.data(), bulk) != 0) {
+    std::fprintf(stderr, "rgpu-bench: data came back wrong\n");
+    return 1;
+  }
+
+  double a_rgpu = median(rt_rgpu), a_raw = median(rt_raw), b = median(async_rate);
+  double up = median(h2d), up_raw = median(raw_up), down = median(d2h), down_raw = median(raw_down);
+  std::printf("rgpu-bench: loopback, TLS 1.3, sim backend, %u cores, median of %d interleaved rounds%s\n",
+              std::thread::hardware_concurrency(), rounds, quick ? " (--quick: smoke test, figures meaningless)" : "");
+  std::printf("%-34s %12s %12s %8s   %s\n", "measure", "rgpu", "raw TLS", "ratio", "target");
+  std::printf("%-34s %9.1f us %9.1f us %8.2f   <= 1.30\n", "(a) sync call round trip", a_rgpu, a_raw, a_rgpu / a_raw);
+  std::printf("%-34s %10.0f/s %12s %8s   >= 200000/s\n", "(b) async calls (no-op on server)", b, "-", "-");
+  std::printf("%-34s %8.2f GB/s %7.2f GB/s %8.2f   >= 0.80\n", "(c) H2D cudaMemcpy 64 MiB", up, up_raw, up / up_raw);
+  std::printf("%-34s %8.2f GB/s %7.2f GB/s %8.2f   >= 0.80\n", "(c) D2H cudaMemcpy 64 MiB", down, down_raw, down / down_raw);
+
+  cudaFree(dev);
+  raw.conn.reset();
+  int st;
+  waitpid(raw.pid, &st, 0);
+  kill(server, SIGTERM);
+  waitpid(server, &st, 0);
+  fs::remove_all(dir);
+  return 0;
+}

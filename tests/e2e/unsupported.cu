@@ -1,0 +1,19 @@
+// Calls the runtime does not implement must fail with cudaErrorNotSupported
+// (logged once per name), never crash or pretend to succeed.
+#include <cstdio>
+#include <cuda_runtime.h>
+
+int main() {
+  cudaGraph_t g;
+  cudaError_t a = cudaGraphCreate(&g, 0);
+  cudaError_t b = cudaGraphCreate(&g, 0);
+  std::printf("cudaGraphCreate: %s, again: %s\n", cudaGetErrorName(a), cudaGetErrorName(b));
+  std::printf("last error: %s\n", cudaGetErrorName(cudaGetLastError()));
+  void* p = nullptr;
+  cudaError_t m = cudaMallocManaged(&p, 64);
+  std::printf("cudaMallocManaged: %s\n", cudaGetErrorName(m));
+  // Ordinary calls keep working afterwards.
+  cudaError_t ok = cudaMalloc(&p, 64);
+  std::printf("cudaMalloc: %s\n", cudaGetErrorName(ok));
+  return ok == cudaSuccess ? 0 : 1;
+}
