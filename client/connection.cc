@@ -16,9 +16,11 @@ namespace {
 // A batch larger than this is written by the posting thread itself, which
 // bounds memory when the application outruns the link.
 constexpr size_t kMaxBatchBytes = 256 * 1024;
-// Spin this many polls before sleeping on a reply: a loopback or LAN round trip
-// often completes within it, and a futex sleep/wake costs several microseconds.
-constexpr int kSpinPolls = 4000;
+// Poll this many times, yielding the CPU in between, before sleeping on a
+// reply: a loopback or LAN round trip often completes within it, and a futex
+// sleep and wake cost several microseconds. Yielding (rather than spinning)
+// lets the receiver thread run when cores are scarce.
+constexpr int kSpinPolls = 200;
 }  // namespace
 
 wire::Reply::Reader Reply::reader() const {
@@ -53,6 +55,7 @@ Result<std::unique_ptr<Connection>> Connection::open(const ClientConfig& cfg, Ho
                                                 " (" + describeSource(cfg) + ")");
   common::tuneSocket((*tc)->fd(), cfg.dead_after_s);
   std::unique_ptr<Connection> c(new Connection(std::move(*tc), cfg.server, *compression));
+  c->conn_->setBusyPollWhile(&c->sync_waiters_);
   c->on_host_func_ = std::move(on_host_func);
   RGPU_TRY(c->handshake(cfg));
   c->flusher_ = std::thread([p = c.get()] { p->flusherLoop(); });
@@ -228,14 +231,18 @@ Reply Connection::call(capnp::MessageBuilder& msg, const void* bulk, uint64_t bu
   slot.in = in;
   slot.in_len = in_len;
   uint64_t seq = 0;
+  sync_waiters_.fetch_add(1, std::memory_order_relaxed);
   Status s = enqueue(msg, 0, bulk, bulk_len, true, &slot, &seq);
   if (!s) {
+    sync_waiters_.fetch_sub(1, std::memory_order_relaxed);
     std::lock_guard lock(slots_mu_);
     slots_.erase(seq);
     reply.status = s;
     return reply;
   }
-  for (int i = 0; i < kSpinPolls && slot.state.load(std::memory_order_acquire) == 0; ++i) __builtin_ia32_pause();
+  for (int i = 0; i < kSpinPolls && slot.state.load(std::memory_order_acquire) == 0; ++i) std::this_thread::yield();
+  // A long wait (a kernel, a stream): stop busy-polling and sleep.
+  sync_waiters_.fetch_sub(1, std::memory_order_relaxed);
   while (slot.state.load(std::memory_order_acquire) == 0) slot.state.wait(0, std::memory_order_acquire);
   reply.status = slot.status;
   reply.words = std::move(slot.words);

@@ -118,6 +118,7 @@ class Connection {
   std::mutex write_mu_;
   common::BulkSender bulk_sender_;  // guarded by write_mu_
 
+  std::atomic<int> sync_waiters_{0};  // callers waiting for a reply: the receiver busy-polls
   mutable std::mutex slots_mu_;
   std::unordered_map<uint64_t, Slot*> slots_;
   Status broken_;

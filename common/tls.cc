@@ -16,6 +16,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 namespace rgpu::common {
 namespace {
@@ -80,6 +81,9 @@ Result<SSL_CTX*> baseContext(bool server, const TlsOptions& opts) {
   // TLS 1.3 only: no downgrade to protocols with weaker handshakes.
   SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
   SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // Pull whole records (and whatever follows) in one read(): a frame is read
+  // as header then message, and each read() is a syscall.
+  SSL_CTX_set_read_ahead(ctx, 1);
   auto fail = [&](const std::string& what) -> Status {
     Status s = tlsFail(what);
     SSL_CTX_free(ctx);
@@ -324,6 +328,10 @@ Result<size_t> TlsConnection::readSome(void* dst, size_t len) {
       e = rc > 0 ? SSL_ERROR_NONE : SSL_get_error(ssl_, rc);
     }
     if (rc > 0) return static_cast<size_t>(rc);
+    if (e == SSL_ERROR_WANT_READ && busy_poll_ && busy_poll_->load(std::memory_order_relaxed) > 0) {
+      std::this_thread::yield();
+      continue;
+    }
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
       if (!waitFor(e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, -1))
         return Status(err::kDevicesUnavailable, "connection to " + peer_ + " is closed");

@@ -71,6 +71,11 @@ class TlsConnection {
   // Reads whatever is available, at least one byte, at most `len`.
   Result<size_t> readSome(void* dst, size_t len);
 
+  // While *counter > 0 the reader polls the socket with yields instead of
+  // sleeping in poll(): a caller waiting for a reply is then not delayed by the
+  // reader's wake-up. The counter must outlive the connection's reads.
+  void setBusyPollWhile(const std::atomic<int>* counter) { busy_poll_ = counter; }
+
   // Makes pending and future reads and writes fail; wakes a blocked reader.
   void shutdown();
   bool isOpen() const { return !closed_.load(); }
@@ -93,6 +98,7 @@ class TlsConnection {
   std::mutex ssl_mu_;
   std::mutex write_mu_;
   std::atomic<bool> closed_{false};
+  const std::atomic<int>* busy_poll_ = nullptr;
 };
 
 // Applies TCP_NODELAY and keepalive settings so a dead peer is noticed

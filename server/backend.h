@@ -83,6 +83,12 @@ class Backend {
   virtual Status createEvent(uint32_t id, int device, uint32_t flags) = 0;
   virtual Status destroyEvent(uint32_t id) = 0;
 
+  // Where the bytes of a host-to-device copy on `s` may be written directly,
+  // when nothing queued before it on `s` (or on the streams it implicitly
+  // waits for) is still pending; nullptr when the copy must be staged.
+  // Saves a full extra copy of bulk data in the worker.
+  virtual uint8_t* directWriteTarget(StreamKey s, DevPtr dst) { return nullptr; }
+
   // Stream-ordered work.
   virtual Status copyToDevice(StreamKey s, DevPtr dst, Staging data, uint64_t size) = 0;
   virtual Status copyFromDevice(StreamKey s, DevPtr src, uint64_t size, ReadDone done) = 0;

@@ -395,6 +395,11 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
         RGPU_TRY(consumeBulk(h, m.getSize(), nullptr));
         return finish(h, s), Status::ok();
       }
+      if (uint8_t* direct = backend_->directWriteTarget(key, m.getDst()); direct && h.bulk_len == m.getSize()) {
+        RGPU_TRY(reader_->readBulk(h, direct));
+        finish(h, Status::ok());
+        return Status::ok();
+      }
       Staging data;
       RGPU_TRY(consumeBulk(h, m.getSize(), &data));
       finish(h, backend_->copyToDevice(key, m.getDst(), std::move(data), m.getSize()));

@@ -330,6 +330,15 @@ Result<float> SimBackend::elapsedMs(uint32_t start, uint32_t end) {
 
 // ---- stream-ordered copies ---------------------------------------------------
 
+uint8_t* SimBackend::directWriteTarget(StreamKey key, DevPtr dst) {
+  std::lock_guard lock(mu_);
+  auto s = streamLocked(key);
+  if (!s || (*s)->completed != (*s)->enqueued || !depsMet(implicitDeps(*s))) return nullptr;
+  // Only the session's dispatch thread enqueues work, and it is busy with this
+  // copy until the bytes are in: the stream stays idle meanwhile.
+  return reinterpret_cast<uint8_t*>(dst);
+}
+
 Status SimBackend::copyToDevice(StreamKey s, DevPtr dst, Staging data, uint64_t size) {
   return enqueue(s, [dst, data = std::move(data), size] { std::memcpy(reinterpret_cast<void*>(dst), data->data(), size); });
 }

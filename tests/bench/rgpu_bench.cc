@@ -133,8 +133,9 @@ pid_t startServer(const std::string& dir, uint16_t* port) {
                                       << "[tls]\ncert = \"server.pem\"\nkey = \"server.key\"\nca = \"ca.pem\"\n"
                                       << "[[users]]\nname = \"bench\"\ncert_cn = \"bench\"\n"
                                       << "[[sim.devices]]\nname = \"bench device\"\nmemory = \"4GiB\"\n";
+  // Installed: rgpu-server is beside us. In the build tree: where CMake put it.
   fs::path self = fs::read_symlink("/proc/self/exe").parent_path();
-  std::string server = RGPU_SERVER_BIN;
+  std::string server = fs::exists(self / "rgpu-server") ? (self / "rgpu-server").string() : RGPU_SERVER_BIN;
   pid_t pid = fork();
   if (pid == 0) {
     execl(server.c_str(), "rgpu-server", "--config", (dir + "/server.toml").c_str(), "--port-file",
