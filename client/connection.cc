@@ -64,7 +64,10 @@ Result<std::unique_ptr<Connection>> Connection::open(const ClientConfig& cfg, Ho
   return c;
 }
 
-Connection::~Connection() {
+Connection::~Connection() { close(); }
+
+void Connection::close() {
+  if (closing_.exchange(true)) return;
   {
     std::lock_guard lock(batch_mu_);
     stopping_ = true;
@@ -146,7 +149,7 @@ void Connection::fail(const Status& s) {
     std::lock_guard lock(slots_mu_);
     if (broken_.isOk()) {
       broken_ = Status(err::kDevicesUnavailable, "lost the connection to rgpu server " + server_ + ": " + s.message());
-      RGPU_LOG_ERROR("{}", broken_.message());
+      if (!closing_.load()) RGPU_LOG_ERROR("{}", broken_.message());
     }
     for (auto& [seq, slot] : slots_) waiting.push_back(slot);
     slots_.clear();

@@ -77,6 +77,10 @@ class Connection {
   // receiver thread later; its error surfaces as an asynchronous error.
   Status postExpectingData(capnp::MessageBuilder& msg, void* in, uint64_t in_len);
 
+  // Flushes queued calls, closes the connection and stops the I/O threads,
+  // quietly (the process is exiting). Idempotent.
+  void close();
+
   // Errors of asynchronous calls the receiver saw in replies to deferred calls.
   Status takeDeferredError();
   // Non-ok once the connection is lost; every later call fails with it.
@@ -115,6 +119,7 @@ class Connection {
   std::vector<uint8_t> batch_;
   uint64_t next_seq_ = 1;
   bool stopping_ = false;
+  std::atomic<bool> closing_{false};
   std::mutex write_mu_;
   common::BulkSender bulk_sender_;  // guarded by write_mu_
 

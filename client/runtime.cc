@@ -1,5 +1,6 @@
 #include "client/runtime.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "common/log.h"
@@ -26,7 +27,7 @@ Runtime& Runtime::get() {
 Result<Connection*> Runtime::conn() {
   if (Connection* c = conn_ptr_.load(std::memory_order_acquire)) return c;
   std::lock_guard lock(conn_mu_);
-  if (conn_) return conn_.get();
+  if (conn_ && !exiting_) return conn_.get();
   if (conn_tried_) return conn_error_;
   conn_tried_ = true;
   auto cfg = loadClientConfig();
@@ -46,7 +47,21 @@ Result<Connection*> Runtime::conn() {
   }
   conn_ = std::move(*c);
   conn_ptr_.store(conn_.get(), std::memory_order_release);
+  // Registered after OpenSSL's own handler, so it runs before it.
+  std::atexit(&Runtime::shutdownAtExit);
   return conn_.get();
+}
+
+void Runtime::shutdownAtExit() {
+  Runtime& rt = get();
+  std::lock_guard lock(rt.conn_mu_);
+  rt.exiting_ = true;
+  rt.conn_tried_ = true;
+  rt.conn_error_ = Status(err::kCudartUnloading, "the program is exiting: the rgpu connection is closed");
+  rt.conn_ptr_.store(nullptr, std::memory_order_release);
+  // The Connection object stays (a thread of the program may still hold a
+  // pointer to it); closing makes its calls fail instead of touching freed state.
+  if (rt.conn_) rt.conn_->close();
 }
 
 cudaError_t Runtime::finish(const Status& s) {

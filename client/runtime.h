@@ -125,12 +125,16 @@ class Runtime {
 
  private:
   Runtime() = default;
+  // atexit: flush and close the connection before the libraries it uses
+  // (OpenSSL) clean up; later calls get cudaErrorCudartUnloading.
+  static void shutdownAtExit();
 
   std::mutex conn_mu_;
   std::unique_ptr<Connection> conn_;
   std::atomic<Connection*> conn_ptr_{nullptr};
   Status conn_error_;
   bool conn_tried_ = false;
+  bool exiting_ = false;
   ClientConfig cfg_;
   unsigned device_flags_ = 0;
 

@@ -238,7 +238,11 @@ Status Session::serve() {
     try {
       capnp::FlatArrayMessageReader r(msg, common::readerOptions());
       Status d = dispatch(h, r.getRoot<wire::Request>());
-      if (!d) return d;
+      if (!d) {
+        RGPU_LOG_WARN("session {}: {}", session_id_, d.message());
+        sendNotify([&](wire::Notify::Builder& n) { n.setGoodbye(d.message()); });
+        return d;
+      }
     } catch (const kj::Exception& e) {
       std::string why = std::string("malformed request: ") + e.getDescription().cStr();
       RGPU_LOG_WARN("session {}: {}", session_id_, why);
