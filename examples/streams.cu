@@ -54,6 +54,16 @@ int main() {
   cudaError_t nt = cudaEventElapsedTime(&ms, start, copied);
   std::printf("elapsed time with a cudaEventDisableTiming event: %s\n", cudaGetErrorName(nt));
   ok = ok && order && ms >= 0 && q == cudaSuccess && nt == cudaErrorInvalidResourceHandle;
+  // The special handles: cudaStreamLegacy (0x1) and cudaStreamPerThread (0x2).
+  CHECK(cudaMemsetAsync(d, 5, 16, cudaStreamLegacy));
+  CHECK(cudaMemsetAsync(d + 16, 6, 16, cudaStreamPerThread));
+  CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+  CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+  char special[32];
+  CHECK(cudaMemcpy(special, d, sizeof special, cudaMemcpyDeviceToHost));
+  bool handles = special[0] == 5 && special[15] == 5 && special[16] == 6 && special[31] == 6;
+  std::printf("cudaStreamLegacy and cudaStreamPerThread: %s\n", handles ? "work" : "BROKEN");
+  ok = ok && handles;
   cudaGetLastError();
   CHECK(cudaEventDestroy(start));
   CHECK(cudaEventDestroy(stop));

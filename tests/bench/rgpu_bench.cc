@@ -32,6 +32,7 @@
 
 #include "common/dev_pki.h"
 #include "common/tls.h"
+#include "tests/support/test_env.h"
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -103,14 +104,8 @@ struct Raw {
 };
 
 Raw startRaw(const std::string& dir) {
-  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::listen(lfd, 1);
-  socklen_t len = sizeof a;
-  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  uint16_t port = 0;
+  int lfd = rgpu::test::listenLoopback(&port);
   Raw r;
   r.pid = fork();
   if (r.pid == 0) {
@@ -119,7 +114,7 @@ Raw startRaw(const std::string& dir) {
   }
   ::close(lfd);
   auto ctx = TlsContext::makeClient({dir + "/ca.pem", "", "", false});
-  auto c = TlsConnection::connect(**ctx, "127.0.0.1", ntohs(a.sin_port), "", std::chrono::seconds(10));
+  auto c = TlsConnection::connect(**ctx, "127.0.0.1", port, "", std::chrono::seconds(10));
   if (!c) {
     std::fprintf(stderr, "rgpu-bench: raw peer: %s\n", c.status().message().c_str());
     std::exit(1);

@@ -86,17 +86,11 @@ TEST_F(Tls, ConnectToAClosedPortFailsFastNamingTheAddress) {
 
 TEST_F(Tls, HandshakeTimesOutAgainstASilentPeer) {
   // A listener that accepts TCP but never speaks TLS.
-  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::listen(lfd, 1);
-  socklen_t len = sizeof a;
-  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  uint16_t port = 0;
+  int lfd = test::listenLoopback(&port);
   auto ctx = TlsContext::makeClient({dir_.file("ca.pem"), "", "", false});
   auto t0 = std::chrono::steady_clock::now();
-  auto c = TlsConnection::connect(**ctx, "127.0.0.1", ntohs(a.sin_port), "", std::chrono::milliseconds(300));
+  auto c = TlsConnection::connect(**ctx, "127.0.0.1", port, "", std::chrono::milliseconds(300));
   auto waited = std::chrono::steady_clock::now() - t0;
   ::close(lfd);
   ASSERT_FALSE(c);

@@ -55,6 +55,7 @@ TEST_F(E2E, StreamsExamplePassesAllChecks) {
   RunResult r = program(example("streams"));
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("streams: all checks passed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cudaStreamLegacy and cudaStreamPerThread: work"), std::string::npos) << r.output;
 }
 
 TEST_F(E2E, PerThreadDefaultStreamBuildsWork) {
@@ -128,10 +129,32 @@ TEST_F(E2E, UnsupportedCallsFailWithNotSupportedAndLogOnce) {
   EXPECT_NE(r.output.find("last error: cudaErrorNotSupported"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("cudaMallocManaged: cudaErrorNotSupported"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("cudaMalloc: cudaSuccess"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("names: cudaSuccess cudaErrorMemoryAllocation cudaErrorIllegalAddress cudaErrorStreamCaptureUnsupported"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("strings: out of memory | invalid argument | operation not supported"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("unknown code: cudaErrorUnknown"), std::string::npos) << r.output;
   std::string line = "cudaGraphCreate is not supported by rgpu";
   size_t first = r.output.find(line);
   ASSERT_NE(first, std::string::npos) << r.output;
   EXPECT_EQ(r.output.find(line, first + 1), std::string::npos) << "logged twice:\n" << r.output;
+}
+
+TEST(Exports, EveryNameOfNvidiasRuntimeWithItsVersionNode) {
+  std::string ours = std::string(RGPU_CLIENT_LIBDIR) + "/libcudart.so.13";
+  std::string nvidia = std::string(RGPU_CUDA_HOME) + "/lib64/libcudart.so.13";
+  auto names = [](const std::string& lib) {
+    return run("nm -D --defined-only --with-symbol-versions " + lib + " | awk '{print $3}' | sort").output;
+  };
+  std::string a = names(ours), b = names(nvidia);
+  ASSERT_GT(b.size(), 1000u) << "NVIDIA's runtime not found at " << nvidia;
+  EXPECT_EQ(a, b);
+  EXPECT_NE(run("readelf -d " + ours).output.find("Library soname: [libcudart.so.13]"), std::string::npos);
+}
+
+TEST_F(E2E, ProgramsStartWithEagerBindingSoNoNameIsMissing) {
+  RunResult r = run(example("device_query"), env() + " LD_BIND_NOW=1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("no version information"), std::string::npos) << r.output;
 }
 
 TEST_F(E2E, RgpuRunLocalPassesTheExitStatusThrough) {

@@ -12,6 +12,12 @@ int main() {
   void* p = nullptr;
   cudaError_t m = cudaMallocManaged(&p, 64);
   std::printf("cudaMallocManaged: %s\n", cudaGetErrorName(m));
+  // Names and strings for error codes, as NVIDIA's runtime gives them.
+  std::printf("names: %s %s %s %s\n", cudaGetErrorName(cudaSuccess), cudaGetErrorName(cudaErrorMemoryAllocation),
+              cudaGetErrorName(cudaErrorIllegalAddress), cudaGetErrorName(cudaErrorStreamCaptureUnsupported));
+  std::printf("strings: %s | %s | %s\n", cudaGetErrorString(cudaErrorMemoryAllocation),
+              cudaGetErrorString(cudaErrorInvalidValue), cudaGetErrorString(cudaErrorNotSupported));
+  std::printf("unknown code: %s\n", cudaGetErrorName(static_cast<cudaError_t>(12345)));
   // Ordinary calls keep working afterwards.
   cudaError_t ok = cudaMalloc(&p, 64);
   std::printf("cudaMalloc: %s\n", cudaGetErrorName(ok));

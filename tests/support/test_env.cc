@@ -28,6 +28,19 @@ TempDir::TempDir() {
 }
 TempDir::~TempDir() { std::filesystem::remove_all(path_); }
 
+int listenLoopback(uint16_t* port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 16) != 0)
+    throw std::runtime_error("cannot listen on loopback");
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
 void writeFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 std::string readFile(const std::string& path) {
   std::ifstream in(path);
@@ -121,15 +134,8 @@ RunResult run(const std::string& command, const std::string& env) {
 TlsPair makeTlsPair(const std::string& dir, const std::string& client_cert, std::string client_ca,
                     bool require_client_cert) {
   if (client_ca.empty()) client_ca = dir + "/ca.pem";
-  int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::listen(lfd, 1);
-  socklen_t len = sizeof a;
-  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
-  uint16_t port = ntohs(a.sin_port);
+  uint16_t port = 0;
+  int lfd = listenLoopback(&port);
   TlsPair pair;
   std::thread srv([&] {
     int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
@@ -152,6 +158,10 @@ TlsPair makeTlsPair(const std::string& dir, const std::string& client_cert, std:
   else pair.client = ctx.status();
   if (!pair.client) {
     // Unblock the server side if the client never completed.
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
     int dummy = ::socket(AF_INET, SOCK_STREAM, 0);
     ::connect(dummy, reinterpret_cast<sockaddr*>(&a), sizeof a);
     ::close(dummy);
@@ -166,15 +176,7 @@ InProcessServer::InProcessServer(const std::string& dir, const std::string& extr
   auto c = server::loadServerConfig(dir + "/inproc.toml");
   if (!c) throw std::runtime_error(c.status().message());
   cfg_ = *c;
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listen_fd_, 16) != 0)
-    throw std::runtime_error("listen failed");
-  socklen_t len = sizeof a;
-  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
-  port_ = ntohs(a.sin_port);
+  listen_fd_ = listenLoopback(&port_);
   thread_ = std::thread([this] { acceptLoop(); });
 }
 

@@ -25,6 +25,9 @@ class TempDir {
   std::string path_;
 };
 
+// A TCP socket listening on 127.0.0.1 at a free port.
+int listenLoopback(uint16_t* port);
+
 void writeFile(const std::string& path, const std::string& text);
 std::string readFile(const std::string& path);
 
