@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "common/log.h"
@@ -303,6 +304,11 @@ void Connection::receiverLoop() {
             callbacks_.push_back(n.getHostFuncReady());
           }
           cb_cv_.notify_one();
+        } else if (n.isOutput()) {
+          // Device printf: this program's stdout, as with a local GPU.
+          auto text = n.getOutput();
+          std::fwrite(text.begin(), 1, text.size(), stdout);
+          std::fflush(stdout);
         } else if (n.isGoodbye()) {
           fail(Status(err::kDevicesUnavailable, "server closed the session: " + std::string(n.getGoodbye())));
           return;

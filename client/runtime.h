@@ -135,6 +135,8 @@ class Runtime {
   Status conn_error_;
   bool conn_tried_ = false;
   bool exiting_ = false;
+  // A kernel fault (illegal address, assert, trap): sticky, as on a GPU.
+  std::atomic<int> sticky_{0};
   ClientConfig cfg_;
   unsigned device_flags_ = 0;
 

@@ -185,5 +185,6 @@ struct Notify {
   union {
     hostFuncReady @0 :UInt64;  # run host function #id now; answer with hostFuncDone
     goodbye @1 :Text;          # the server is closing this session, and why
+    output @2 :Data;           # device printf output of a finished launch: the client writes it to stdout
   }
 }

@@ -43,7 +43,7 @@ TOML
 echo "== rgpu-server listening on 127.0.0.1:$port (sim backend); client config $demo/client.toml"
 export RGPU_CONFIG="$demo/client.toml" LD_LIBRARY_PATH="$build/client${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 status=0
-for ex in device_query memory streams; do
+for ex in device_query memory streams vector_add matmul reduction; do
   echo
   echo "== examples/$ex.cu (built with nvcc -cudart shared, run unchanged)"
   "$build/examples/$ex" || status=1

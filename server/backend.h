@@ -72,6 +72,9 @@ class Backend {
   // Errors of stream-ordered work, reported at the client's next synchronising call.
   virtual void setAsyncErrorSink(std::function<void(Status)> sink) = 0;
 
+  // Device printf output of finished launches, in completion order.
+  virtual void setOutputSink(std::function<void(std::string)> sink) {}
+
   // Memory.
   virtual Result<DevPtr> allocate(int device, uint64_t size) = 0;
   virtual Status release(DevPtr ptr) = 0;

@@ -73,6 +73,10 @@ std::string hexPtr(uint64_t v) {
 
 }  // namespace
 
+namespace {
+bool isStickyError(int code);
+}  // namespace
+
 Session::Session(std::unique_ptr<common::TlsConnection> conn, const ServerConfig& cfg,
                  std::unique_ptr<Backend> backend, uint64_t session_id)
     : conn_(std::move(conn)),
@@ -84,6 +88,11 @@ Session::Session(std::unique_ptr<common::TlsConnection> conn, const ServerConfig
   auto c = common::parseCompression(cfg.compression);
   compression_ = c ? *c : common::Compression::kOff;
   backend_->setAsyncErrorSink([this](Status s) { recordAsyncError(s); });
+  backend_->setOutputSink([this](std::string text) {
+    sendNotify([&](wire::Notify::Builder& n) {
+      n.setOutput(kj::arrayPtr(reinterpret_cast<const kj::byte*>(text.data()), text.size()));
+    });
+  });
 }
 
 Session::~Session() {
@@ -267,10 +276,19 @@ Status Session::consumeBulk(const FrameHeader& h, uint64_t expected, Staging* in
   return reader_->readBulk(h, (*into)->data());
 }
 
+namespace {
+bool isStickyError(int code) {
+  // A kernel fault corrupts the context on a GPU: every later call fails too.
+  return code == 700 || code == 710 || code == 715 || code == 716 || code == 719;
+}
+}  // namespace
+
 void Session::recordAsyncError(const Status& s) {
-  RGPU_LOG_DEBUG("session {}: asynchronous error {}: {}", session_id_, s.code(), s.message());
+  if (isStickyError(s.code())) RGPU_LOG_WARN("session {}: {}", session_id_, s.message());
+  else RGPU_LOG_DEBUG("session {}: asynchronous error {}: {}", session_id_, s.code(), s.message());
   std::lock_guard lock(async_mu_);
   if (async_error_.isOk()) async_error_ = s;
+  if (isStickyError(s.code()) && sticky_.isOk()) sticky_ = s;
 }
 
 void Session::finish(const FrameHeader& h, const Status& s, const Fill& fill) {
@@ -281,9 +299,14 @@ void Session::finish(const FrameHeader& h, const Status& s, const Fill& fill) {
   sendReply(h.seq, s, fill);
 }
 
-void Session::sendReply(uint64_t seq, const Status& s, const Fill& fill, const uint8_t* bulk, uint64_t bulk_len) {
+void Session::sendReply(uint64_t seq, const Status& status, const Fill& fill, const uint8_t* bulk, uint64_t bulk_len) {
   capnp::MallocMessageBuilder out(256);
   auto r = out.initRoot<wire::Reply>();
+  Status s = status;
+  {
+    std::lock_guard lock(async_mu_);
+    if (!sticky_.isOk() && s) s = sticky_;
+  }
   r.setError(s.code());
   if (!s) r.setMessage(s.message());
   {
@@ -337,6 +360,17 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
     if (h.bulk_len) return Status(err::kInvalidValue, "unexpected bulk payload");
     return Status::ok();
   };
+  Status sticky;
+  {
+    std::lock_guard lock(async_mu_);
+    sticky = sticky_;
+  }
+  if (!sticky.isOk() && req.which() != R::HOST_FUNC_DONE) {
+    // After a kernel fault the session only answers with that fault.
+    if (h.bulk_len) RGPU_TRY(reader_->skipBulk(h));
+    if (!(h.flags & protocol::kFlagAsync)) sendReply(seq, sticky, nullptr);
+    return Status::ok();
+  }
   switch (req.which()) {
     case R::NOOP:
       RGPU_TRY(bulkNotExpected());

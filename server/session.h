@@ -81,6 +81,7 @@ class Session {
 
   std::mutex async_mu_;
   Status async_error_;  // first unreported error of an asynchronous call
+  Status sticky_;       // a kernel fault: every later call fails with it
 
   // Host functions waiting for the client to run them.
   std::mutex host_mu_;

@@ -1,11 +1,13 @@
 #include "server/sim_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 
 #include "common/log.h"
 #include "server/device_props.h"
+#include "server/ptx/ptx_parser.h"
 
 namespace rgpu::server {
 namespace {
@@ -53,6 +55,19 @@ SimBackend::~SimBackend() {
 void SimBackend::setAsyncErrorSink(std::function<void(Status)> sink) {
   std::lock_guard lock(mu_);
   async_sink_ = std::move(sink);
+}
+
+void SimBackend::setOutputSink(std::function<void(std::string)> sink) {
+  std::lock_guard lock(mu_);
+  output_sink_ = std::move(sink);
+}
+
+ptx::MemoryRanges SimBackend::memoryRangesLocked() const {
+  ptx::MemoryRanges r;
+  r.reserve(allocations_.size());
+  for (auto& [base, a] : allocations_) r.emplace_back(base, base + a.size);
+  std::sort(r.begin(), r.end());
+  return r;
 }
 
 void SimBackend::reportAsync(Status s) {
@@ -393,10 +408,59 @@ Status SimBackend::fill2D(StreamKey s, DevPtr dst, uint64_t pitch, uint8_t value
 Status SimBackend::loadModule(uint32_t id, int device, const std::string& fatbin) {
   auto image = common::parseFatbin(fatbin.data(), fatbin.size());
   if (!image) return image.status();
-  std::lock_guard lock(mu_);
-  if (modules_.count(id)) return Status(err::kInvalidValue, "module id in use");
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return Status(err::kInvalidDevice, "invalid device");
+  // The PTX closest to (not above) the device's compute capability.
+  int cc = devices_[device].major * 10 + devices_[device].minor;
+  const common::FatbinEntry* best = nullptr;
+  for (auto& e : image->entries) {
+    if (e.kind != common::FatbinEntry::kPtx) continue;
+    bool fits = static_cast<int>(e.arch) <= cc, best_fits = best && static_cast<int>(best->arch) <= cc;
+    if (!best || (fits && !best_fits) || (fits == best_fits && (fits ? e.arch > best->arch : e.arch < best->arch))) best = &e;
+  }
+  if (!best)
+    return Status(209, "the fatbin has no PTX, which the sim backend needs to run its kernels (built with -rdc=true, or "
+                       "with -gencode ...,code=sm_XX only). Rebuild with -arch=sm_XX (which embeds PTX) and without -rdc");
+  auto program = ptx::parsePtx(best->payload);
+  if (!program) return program.status();
   Module m;
   m.device = device;
+  m.ptx_arch = static_cast<int>(best->arch);
+  m.program = std::move(*program);
+  std::lock_guard lock(mu_);
+  if (modules_.count(id)) return Status(err::kInvalidValue, "module id in use");
+  // Module variables live in device memory, initialised from the PTX.
+  std::vector<DevPtr> addrs;
+  for (auto& g : m.program.globals) {
+    auto p = allocateLocked(device, std::max<uint64_t>(g.size, 1));
+    if (!p) {
+      for (DevPtr a : addrs) {
+        used_[device] -= allocations_[a].size;
+        std::free(reinterpret_cast<void*>(a));
+        allocations_.erase(a);
+      }
+      return p.status();
+    }
+    std::memcpy(reinterpret_cast<void*>(*p), g.init.data(), g.init.size());
+    addrs.push_back(*p);
+    m.globals[g.name] = {*p, g.size};
+  }
+  for (size_t gi = 0; gi < m.program.globals.size(); ++gi) {
+    for (auto& [off, sym] : m.program.globals[gi].address_inits) {
+      auto it = m.globals.find(sym);
+      if (it != m.globals.end() && off + 8 <= m.program.globals[gi].size)
+        std::memcpy(reinterpret_cast<uint8_t*>(addrs[gi]) + off, &it->second.first, 8);
+    }
+  }
+  // Resolve symbol operands to the addresses just allocated.
+  for (auto& [name, fn] : m.program.functions) {
+    for (auto& in : fn.code) {
+      for (ptx::Operand* o : {&in.d, &in.a, &in.b, &in.c, &in.e}) {
+        if (o->global >= 0) o->imm += addrs[static_cast<size_t>(o->global)];
+        for (auto& v : o->vec)
+          if (v.global >= 0) v.imm += addrs[static_cast<size_t>(v.global)];
+      }
+    }
+  }
   m.image = std::move(*image);
   modules_.emplace(id, std::move(m));
   return Status::ok();
@@ -423,9 +487,12 @@ Result<uint32_t> SimBackend::registerFunction(uint32_t id, uint32_t module, cons
   auto m = modules_.find(module);
   if (m == modules_.end()) return Status(err::kInvalidResourceHandle, "unknown module");
   auto k = m->second.image.kernels.find(name);
-  if (k == m->second.image.kernels.end())
+  auto code = m->second.program.functions.find(name);
+  if (k == m->second.image.kernels.end() || code == m->second.program.functions.end() || !code->second.is_entry)
     return Status(err::kInvalidDeviceFunction, "kernel " + name + " is not in the module's fatbin");
-  functions_[id] = {module, name, k->second.param_bytes, 48 * 1024};
+  if (code->second.param_bytes != k->second.param_bytes)
+    return Status(err::kInvalidKernelImage, "kernel " + name + ": PTX and cubin disagree on the parameter block");
+  functions_[id] = {module, name, k->second.param_bytes, 48 * 1024, &code->second};
   return k->second.param_bytes;
 }
 
@@ -438,9 +505,10 @@ Result<FunctionAttributes> SimBackend::functionAttributes(uint32_t function) {
   const DeviceDescription& d = devices_[m.device];
   a.binary_version = d.major * 10 + d.minor;
   a.ptx_version = a.binary_version;
-  for (auto& e : m.image.entries)
-    if (e.kind == common::FatbinEntry::kPtx) a.ptx_version = static_cast<int>(e.arch);
-  a.num_regs = 32;
+  a.ptx_version = m.ptx_arch;
+  a.num_regs = static_cast<int>(std::min<uint32_t>(255, f->second.code->num_regs));
+  a.local_size = f->second.code->local_bytes;
+  a.shared_size = f->second.code->static_shared;
   a.max_dynamic_shared = f->second.max_dynamic_shared;
   return a;
 }
@@ -506,10 +574,15 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
   if (cfg.shared_mem > static_cast<uint64_t>(f->second.max_dynamic_shared))
     return Status(err::kInvalidValue, "dynamic shared memory " + std::to_string(cfg.shared_mem) +
                                           " exceeds the function's limit");
+  uint64_t static_shared = f->second.code->static_shared;
+  if (static_shared + cfg.shared_mem > ptx::kMaxSharedBytes)
+    return Status(err::kInvalidValue, "static plus dynamic shared memory exceed the device's limit");
   auto s = streamLocked(key);
   if (!s) return s.status();
   std::string name = f->second.name;
-  return enqueueLocked(*s, [this, key, function, cfg, name, params = std::move(params)] {
+  const ptx::Function* code = f->second.code;
+  int sm_count = devices_[key.device].sm_count;
+  return enqueueLocked(*s, [this, key, function, cfg, name, code, sm_count, params = std::move(params)] {
     if (launch_log_.is_open()) {
       std::ostringstream line;
       line << "launch function=" << function << " name=" << name << " grid=" << cfg.grid.x << ',' << cfg.grid.y
@@ -521,8 +594,25 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
       launch_log_ << line.str() << '\n';
       launch_log_.flush();
     }
-    reportAsync(Status(err::kNotSupported,
-                       "the sim backend cannot execute kernels yet (PTX interpreter not built): " + name));
+    ptx::MemoryRanges memory;
+    std::function<void(std::string)> out;
+    {
+      std::lock_guard l(mu_);
+      memory = memoryRangesLocked();
+      out = output_sink_;
+    }
+    ptx::Launch L;
+    L.fn = code;
+    L.grid = {cfg.grid.x, cfg.grid.y, cfg.grid.z};
+    L.block = {cfg.block.x, cfg.block.y, cfg.block.z};
+    L.dynamic_shared = static_cast<uint32_t>(cfg.shared_mem);
+    L.params = reinterpret_cast<const uint8_t*>(params.data());
+    L.memory = &memory;
+    L.sm_count = sm_count;
+    ptx::LaunchResult r = interp_.run(L);
+    thread_instructions_.fetch_add(r.thread_instructions, std::memory_order_relaxed);
+    if (!r.output.empty() && out) out(std::move(r.output));
+    if (!r.status) reportAsync(Status(r.status.code(), "kernel " + name + ": " + r.status.message()));
   });
 }
 

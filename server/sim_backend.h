@@ -7,9 +7,9 @@
 // dependencies on (stream, ticket) pairs checked before an operation runs.
 // One mutex guards all stream, event and waiter state.
 //
-// Kernel execution arrives with the PTX interpreter; until then a launch is
-// recorded (optionally to a launch log) and fails with cudaErrorNotSupported
-// at the next synchronising call — never a silent fake success.
+// Kernels run on the PTX interpreter (server/ptx/), from the PTX the fatbin
+// carries. A launch that faults (illegal address, assert, trap) reports its
+// error at the next synchronising call; such errors are sticky, as on a GPU.
 #pragma once
 
 #include <condition_variable>
@@ -22,6 +22,8 @@
 #include <unordered_map>
 
 #include "common/fatbin.h"
+#include "server/ptx/ptx_interp.h"
+#include "server/ptx/ptx_ir.h"
 #include "server/backend.h"
 #include "server/server_config.h"
 
@@ -44,6 +46,7 @@ class SimBackend final : public Backend {
   int driverVersion() const override { return 13000; }
   const std::vector<DeviceDescription>& devices() const override { return devices_; }
   void setAsyncErrorSink(std::function<void(Status)> sink) override;
+  void setOutputSink(std::function<void(std::string)> sink) override;
   Result<DevPtr> allocate(int device, uint64_t size) override;
   Status release(DevPtr ptr) override;
   Status memInfo(int device, uint64_t& free, uint64_t& total) override;
@@ -113,6 +116,8 @@ class SimBackend final : public Backend {
   struct Module {
     int device = 0;
     common::FatbinImage image;
+    ptx::Module program;
+    int ptx_arch = 0;
     std::map<std::string, std::pair<DevPtr, uint64_t>> globals;
   };
   struct Function {
@@ -120,6 +125,7 @@ class SimBackend final : public Backend {
     std::string name;
     uint32_t param_bytes = 0;
     int max_dynamic_shared = 48 * 1024;
+    const ptx::Function* code = nullptr;  // owned by the module's program
   };
   struct Allocation {
     int device;
@@ -137,6 +143,11 @@ class SimBackend final : public Backend {
   Status enqueue(StreamKey key, std::function<void()> fn);
   void reportAsync(Status s);
   Result<DevPtr> allocateLocked(int device, uint64_t size);
+  ptx::MemoryRanges memoryRangesLocked() const;
+
+ public:
+  // Thread-instructions executed by all launches so far (benchmarks).
+  uint64_t threadInstructions() const { return thread_instructions_.load(); }
 
   std::vector<DeviceDescription> devices_;
   SimOptions opts_;
@@ -152,6 +163,9 @@ class SimBackend final : public Backend {
   std::unordered_map<DevPtr, Allocation> allocations_;
   std::vector<uint64_t> used_;  // bytes allocated per device
   std::function<void(Status)> async_sink_;
+  std::function<void(std::string)> output_sink_;
+  ptx::Interpreter interp_;
+  std::atomic<uint64_t> thread_instructions_{0};
   std::mutex log_mu_;
   std::ofstream launch_log_;
 };

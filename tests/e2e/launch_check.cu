@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 
 __global__ void k_params(char c, int i, double d, float4 v, int* p) {
-  if (c == 'x' && i < 0 && d > 0 && v.w > 0) *p = 1;
+  if (c == 'x' && i == -7 && d == 2.5 && v.w == 4 && threadIdx.x == 0 && blockIdx.x == 0) *p = 1;
 }
 __global__ void k_shmem(float* out) {
   extern __shared__ float s[];
@@ -29,9 +29,9 @@ int main() {
 
   k_params<<<dim3(3, 2, 1), dim3(32, 4, 2)>>>('x', -7, 2.5, make_float4(1, 2, 3, 4), dp);
   std::printf("launch 1: %s\n", cudaGetErrorName(cudaGetLastError()));
-  k_shmem<<<5, 128, 4096, s>>>(reinterpret_cast<float*>(dp));
+  k_shmem<<<5, 128, 4096, s>>>(reinterpret_cast<float*>(dp) + 256);
   std::printf("launch 2: %s\n", cudaGetErrorName(cudaGetLastError()));
-  k_tmpl<double><<<1, 1>>>(reinterpret_cast<double*>(dp), 0.125);
+  k_tmpl<double><<<1, 1>>>(reinterpret_cast<double*>(dp) + 100, 0.125);
   std::printf("launch 3: %s\n", cudaGetErrorName(cudaGetLastError()));
   char c = 'x';
   int i = -7;
@@ -47,6 +47,9 @@ int main() {
 
   e = cudaDeviceSynchronize();
   std::printf("synchronize after launches: %s\n", cudaGetErrorName(e));
+  int wrote = 0;
+  cudaMemcpy(&wrote, dp, sizeof wrote, cudaMemcpyDeviceToHost);
+  std::printf("kernel wrote: %d\n", wrote);
   cudaStreamDestroy(s);
   cudaFree(dp);
   return 0;

@@ -1,0 +1,1520 @@
+#include "server/ptx/ptx_interp.h"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cfenv>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "server/ptx/ptx_parser.h"
+
+namespace rgpu::server::ptx {
+
+// ---- thread pool ------------------------------------------------------------------
+
+ThreadPool::ThreadPool(unsigned threads) {
+  for (unsigned i = 1; i < threads; ++i) {
+    workers_.emplace_back([this] {
+      std::unique_lock lock(mu_);
+      for (;;) {
+        cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+        if (stop_) return;
+        Job* job = jobs_.front();
+        lock.unlock();
+        work(*job);
+        lock.lock();
+      }
+    });
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::work(Job& job) {
+  for (;;) {
+    uint64_t i = job.next.fetch_add(1);
+    if (i >= job.n) {
+      std::lock_guard lock(mu_);
+      auto it = std::find(jobs_.begin(), jobs_.end(), &job);
+      if (it != jobs_.end()) jobs_.erase(it);  // exhausted: no new takers
+      return;
+    }
+    (*job.fn)(i);
+    if (job.done.fetch_add(1) + 1 == job.n) {
+      std::lock_guard lock(mu_);
+      done_cv_.notify_all();
+    }
+  }
+}
+
+void ThreadPool::parallelFor(uint64_t n, const std::function<void(uint64_t)>& fn) {
+  if (n == 0) return;
+  Job job;
+  job.fn = &fn;
+  job.n = n;
+  if (n > 1 && !workers_.empty()) {
+    std::lock_guard lock(mu_);
+    jobs_.push_back(&job);
+    cv_.notify_all();
+  }
+  work(job);
+  std::unique_lock lock(mu_);
+  done_cv_.wait(lock, [&] { return job.done.load() == job.n; });
+  auto it = std::find(jobs_.begin(), jobs_.end(), &job);
+  if (it != jobs_.end()) jobs_.erase(it);
+}
+
+Interpreter::Interpreter(unsigned threads)
+    : pool_(threads ? threads : std::max(1u, std::thread::hardware_concurrency())) {}
+
+// ---- value helpers ----------------------------------------------------------------
+
+namespace {
+
+inline uint64_t widthMask(Type t) {
+  int b = typeBytes(t);
+  return b >= 8 ? ~0ull : (1ull << (b * 8)) - 1;
+}
+inline uint64_t trunc(uint64_t v, Type t) { return v & widthMask(t); }
+inline int64_t sext(uint64_t v, Type t) {
+  switch (typeBytes(t)) {
+    case 1: return static_cast<int8_t>(v);
+    case 2: return static_cast<int16_t>(v);
+    case 4: return static_cast<int32_t>(v);
+    default: return static_cast<int64_t>(v);
+  }
+}
+inline float f32(uint64_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v)); }
+inline uint64_t b32(float f) { return std::bit_cast<uint32_t>(f); }
+inline double f64(uint64_t v) { return std::bit_cast<double>(v); }
+inline uint64_t b64(double d) { return std::bit_cast<uint64_t>(d); }
+
+float halfToFloat(uint16_t h) {
+  uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  float v;
+  if (exp == 0) v = std::ldexp(static_cast<float>(man), -24);
+  else if (exp == 31) v = man ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  else v = std::ldexp(static_cast<float>(man | 0x400), static_cast<int>(exp) - 25);
+  return sign ? -v : v;
+}
+
+uint16_t floatToHalf(float f) {  // round to nearest even
+  uint32_t x = std::bit_cast<uint32_t>(f);
+  uint32_t sign = (x >> 16) & 0x8000;
+  uint32_t exp = (x >> 23) & 0xff;
+  uint32_t man = x & 0x7fffff;
+  if (exp == 0xff) return static_cast<uint16_t>(sign | 0x7c00 | (man ? 0x200 : 0));
+  int e = static_cast<int>(exp) - 127 + 15;
+  if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00);
+  if (e <= 0) {
+    if (e < -10) return static_cast<uint16_t>(sign);
+    man |= 0x800000;
+    uint32_t shift = static_cast<uint32_t>(14 - e);
+    uint32_t half = man >> shift;
+    uint32_t rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = sign | (static_cast<uint32_t>(e) << 10) | (man >> 13);
+  uint32_t rem = man & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;
+  return static_cast<uint16_t>(half);
+}
+
+float bf16ToFloat(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+uint16_t floatToBf16(float f) {
+  uint32_t x = std::bit_cast<uint32_t>(f);
+  if (std::isnan(f)) return static_cast<uint16_t>((x >> 16) | 0x40);
+  x += 0x7fff + ((x >> 16) & 1);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+// Reads a floating value of type t as double (exact for f16/bf16/f32).
+inline double readF(uint64_t v, Type t) {
+  switch (t) {
+    case Type::kF16: return halfToFloat(static_cast<uint16_t>(v));
+    case Type::kBF16: return bf16ToFloat(static_cast<uint16_t>(v));
+    case Type::kF32: return f32(v);
+    default: return f64(v);
+  }
+}
+inline uint64_t writeF(double d, Type t) {
+  switch (t) {
+    case Type::kF16: return floatToHalf(static_cast<float>(d));
+    case Type::kBF16: return floatToBf16(static_cast<float>(d));
+    case Type::kF32: return b32(static_cast<float>(d));
+    default: return b64(d);
+  }
+}
+
+inline float ftz32(float f) { return std::fpclassify(f) == FP_SUBNORMAL ? std::copysign(0.0f, f) : f; }
+
+struct ScopedRounding {
+  int old;
+  explicit ScopedRounding(Round r) : old(std::fegetround()) {
+    int mode = r == Round::kRz ? FE_TOWARDZERO : r == Round::kRm ? FE_DOWNWARD : r == Round::kRp ? FE_UPWARD : FE_TONEAREST;
+    if (mode != old) std::fesetround(mode);
+  }
+  ~ScopedRounding() {
+    if (std::fegetround() != old) std::fesetround(old);
+  }
+};
+
+double roundInt(double v, Round r) {
+  switch (r) {
+    case Round::kRzi: return std::trunc(v);
+    case Round::kRmi: return std::floor(v);
+    case Round::kRpi: return std::ceil(v);
+    default: return std::nearbyint(v);  // .rni and default: nearest even
+  }
+}
+
+// Float -> integer with PTX's saturation: NaN -> 0, out of range -> min/max.
+uint64_t floatToInt(double v, Type t, Round r) {
+  if (std::isnan(v)) return 0;
+  v = roundInt(v, r == Round::kDefault ? Round::kRzi : r);
+  int bits = typeBytes(t) * 8;
+  if (isSigned(t)) {
+    double lo = -std::ldexp(1.0, bits - 1), hi = std::ldexp(1.0, bits - 1) - 1;
+    int64_t x = v <= lo ? static_cast<int64_t>(lo) : v >= hi ? (bits == 64 ? INT64_MAX : static_cast<int64_t>(hi)) : static_cast<int64_t>(v);
+    return trunc(static_cast<uint64_t>(x), t);
+  }
+  double hi = std::ldexp(1.0, bits) - 1;
+  uint64_t x = v <= 0 ? 0 : v >= hi ? (bits == 64 ? UINT64_MAX : static_cast<uint64_t>(hi)) : static_cast<uint64_t>(v);
+  return x;
+}
+
+bool compare(Cmp c, double a, double b) {
+  bool un = std::isnan(a) || std::isnan(b);
+  switch (c) {
+    case Cmp::kEq: return !un && a == b;
+    case Cmp::kNe: return !un && a != b;
+    case Cmp::kLt: case Cmp::kLo: return !un && a < b;
+    case Cmp::kLe: case Cmp::kLs: return !un && a <= b;
+    case Cmp::kGt: case Cmp::kHi: return !un && a > b;
+    case Cmp::kGe: case Cmp::kHs: return !un && a >= b;
+    case Cmp::kEqu: return un || a == b;
+    case Cmp::kNeu: return un || a != b;
+    case Cmp::kLtu: return un || a < b;
+    case Cmp::kLeu: return un || a <= b;
+    case Cmp::kGtu: return un || a > b;
+    case Cmp::kGeu: return un || a >= b;
+    case Cmp::kNum: return !un;
+    case Cmp::kNan: return un;
+  }
+  return false;
+}
+
+template <typename T>
+bool compareInt(Cmp c, T a, T b) {
+  switch (c) {
+    case Cmp::kEq: case Cmp::kEqu: return a == b;
+    case Cmp::kNe: case Cmp::kNeu: return a != b;
+    case Cmp::kLt: case Cmp::kLo: case Cmp::kLtu: return a < b;
+    case Cmp::kLe: case Cmp::kLs: case Cmp::kLeu: return a <= b;
+    case Cmp::kGt: case Cmp::kHi: case Cmp::kGtu: return a > b;
+    case Cmp::kGe: case Cmp::kHs: case Cmp::kGeu: return a >= b;
+    default: return false;
+  }
+}
+
+bool compareTyped(const Inst& in, uint64_t a, uint64_t b) {
+  Type t = in.type;
+  if (isFloat(t)) return compare(in.cmp, readF(a, t), readF(b, t));
+  if (isSigned(t)) return compareInt<int64_t>(in.cmp, sext(a, t), sext(b, t));
+  return compareInt<uint64_t>(in.cmp, trunc(a, t), trunc(b, t));
+}
+
+#define LANES(mask)                                       \
+  for (uint32_t mm_ = (mask); mm_; mm_ &= mm_ - 1) {      \
+    const int l = __builtin_ctz(mm_);
+#define END_LANES }
+
+struct Fault {
+  int code = 0;
+  std::string message;
+};
+
+struct Warp {
+  uint32_t id = 0;
+  uint32_t valid = 0;    // lanes that exist (the last warp may be partial)
+  uint32_t exited = 0;
+  uint32_t active = 0;   // lanes at pc
+  uint32_t waiting = 0;  // lanes parked at other program counters (lane_pc)
+  uint32_t pc = 0;
+  bool at_barrier = false;
+  bool done = false;
+  uint32_t lane_pc[32];
+  std::vector<uint64_t> regs;
+};
+
+struct Block {
+  uint32_t cx, cy, cz;
+  std::vector<uint8_t> shared;
+  std::vector<uint8_t> local;
+  std::vector<Warp> warps;
+  std::string output;
+  uint64_t insts = 0;
+};
+
+class BlockRunner {
+ public:
+  BlockRunner(const Launch& L, Block& b, std::atomic<bool>& abort) : L_(L), fn_(*L.fn), b_(b), abort_(abort) {}
+  Fault run();
+
+ private:
+  // Runs warp w until it blocks, finishes, or `budget` instructions pass.
+  bool step(Warp& w, int budget);
+  void reschedule(Warp& w);
+  const uint64_t* src(const Operand& o, Warp& w, uint64_t* tmp);
+  uint64_t specialValue(Special s, const Warp& w, int lane) const;
+  void tid(const Warp& w, int lane, uint32_t& x, uint32_t& y, uint32_t& z) const;
+  bool resolve(Space space, uint64_t addr, uint32_t size, const Warp& w, int lane, uint8_t*& out);
+  bool execMemory(const Inst& in, Warp& w, uint32_t m);
+  bool execAtomic(const Inst& in, Warp& w, uint32_t m);
+  bool execCall(const Inst& in, Warp& w, uint32_t m);
+  void fault(int code, const std::string& what, const Inst& in, const Warp& w, int lane);
+  std::string formatPrintf(const std::string& fmt, const uint8_t* args, uint32_t args_len);
+
+  const Launch& L_;
+  const Function& fn_;
+  Block& b_;
+  std::atomic<bool>& abort_;
+  Fault fault_;
+  uint64_t cache_lo_ = 1, cache_hi_ = 0;  // last global range hit
+};
+
+uint64_t nowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+void BlockRunner::tid(const Warp& w, int lane, uint32_t& x, uint32_t& y, uint32_t& z) const {
+  uint32_t t = w.id * 32 + static_cast<uint32_t>(lane);
+  x = t % L_.block.x;
+  y = (t / L_.block.x) % L_.block.y;
+  z = t / (L_.block.x * L_.block.y);
+}
+
+uint64_t BlockRunner::specialValue(Special s, const Warp& w, int lane) const {
+  uint32_t x, y, z;
+  switch (s) {
+    case Special::kTidX: tid(w, lane, x, y, z); return x;
+    case Special::kTidY: tid(w, lane, x, y, z); return y;
+    case Special::kTidZ: tid(w, lane, x, y, z); return z;
+    case Special::kNtidX: return L_.block.x;
+    case Special::kNtidY: return L_.block.y;
+    case Special::kNtidZ: return L_.block.z;
+    case Special::kCtaidX: return b_.cx;
+    case Special::kCtaidY: return b_.cy;
+    case Special::kCtaidZ: return b_.cz;
+    case Special::kNctaidX: return L_.grid.x;
+    case Special::kNctaidY: return L_.grid.y;
+    case Special::kNctaidZ: return L_.grid.z;
+    case Special::kLaneid: return static_cast<uint64_t>(lane);
+    case Special::kWarpid: return w.id;
+    case Special::kNwarpid: return b_.warps.size();
+    case Special::kLanemaskEq: return 1u << lane;
+    case Special::kLanemaskLe: return lane == 31 ? 0xffffffffu : (2u << lane) - 1;
+    case Special::kLanemaskLt: return (1u << lane) - 1;
+    case Special::kLanemaskGe: return ~((1u << lane) - 1) & 0xffffffffu;
+    case Special::kLanemaskGt: return lane == 31 ? 0 : ~((2u << lane) - 1) & 0xffffffffu;
+    case Special::kClock: return static_cast<uint32_t>(nowNs());
+    case Special::kClock64: case Special::kGlobaltimer: return nowNs();
+    case Special::kSmid: return (b_.cx + b_.cy * L_.grid.x) % static_cast<uint32_t>(std::max(1, L_.sm_count));
+    case Special::kNsmid: return static_cast<uint64_t>(L_.sm_count);
+    case Special::kGridid: return 1;
+    case Special::kDynamicSmem: return L_.dynamic_shared;
+    case Special::kTotalSmem: return b_.shared.size();
+  }
+  return 0;
+}
+
+const uint64_t* BlockRunner::src(const Operand& o, Warp& w, uint64_t* tmp) {
+  switch (o.kind) {
+    case Operand::kReg:
+    case Operand::kParamReg:
+      if (o.neg) {  // !%p
+        const uint64_t* r = &w.regs[static_cast<size_t>(o.reg) * 32];
+        for (int l = 0; l < 32; ++l) tmp[l] = !(r[l] & 1);
+        return tmp;
+      }
+      return &w.regs[static_cast<size_t>(o.reg) * 32];
+    case Operand::kImm:
+      for (int l = 0; l < 32; ++l) tmp[l] = o.imm;
+      return tmp;
+    case Operand::kSpecial:
+      LANES(w.active) tmp[l] = specialValue(o.special, w, l);
+      END_LANES
+      return tmp;
+    default:
+      for (int l = 0; l < 32; ++l) tmp[l] = 0;
+      return tmp;
+  }
+}
+
+void BlockRunner::fault(int code, const std::string& what, const Inst& in, const Warp& w, int lane) {
+  if (fault_.code) return;
+  uint32_t x, y, z;
+  tid(w, lane, x, y, z);
+  fault_.code = code;
+  fault_.message = what + " (PTX line " + std::to_string(in.line) + ", block (" + std::to_string(b_.cx) + "," +
+                   std::to_string(b_.cy) + "," + std::to_string(b_.cz) + "), thread (" + std::to_string(x) + "," +
+                   std::to_string(y) + "," + std::to_string(z) + "))";
+  abort_.store(true);
+}
+
+bool BlockRunner::resolve(Space space, uint64_t addr, uint32_t size, const Warp& w, int lane, uint8_t*& out) {
+  if (space == Space::kGeneric) {
+    uint64_t window = addr & kWindowMask;
+    if (window == kSharedWindow) {
+      space = Space::kShared;
+      addr -= kSharedWindow;
+    } else if (window == kLocalWindow) {
+      space = Space::kLocal;
+      addr -= kLocalWindow;
+    } else {
+      space = Space::kGlobal;
+    }
+  }
+  switch (space) {
+    case Space::kShared:
+      if (addr > b_.shared.size() || size > b_.shared.size() - addr) return false;
+      out = b_.shared.data() + addr;
+      return true;
+    case Space::kLocal: {
+      if (addr > fn_.local_bytes || size > fn_.local_bytes - addr) return false;
+      out = b_.local.data() + static_cast<size_t>(w.id * 32 + static_cast<uint32_t>(lane)) * fn_.local_bytes + addr;
+      return true;
+    }
+    case Space::kParam:
+      if (addr > fn_.param_bytes || size > fn_.param_bytes - addr) return false;
+      out = const_cast<uint8_t*>(L_.params) + addr;
+      return true;
+    default: {  // global, const
+      if (addr >= cache_lo_ && addr + size <= cache_hi_ && addr + size >= addr) {
+        out = reinterpret_cast<uint8_t*>(addr);
+        return true;
+      }
+      const MemoryRanges& r = *L_.memory;
+      auto it = std::upper_bound(r.begin(), r.end(), std::make_pair(addr, UINT64_MAX));
+      if (it == r.begin()) return false;
+      --it;
+      if (addr < it->first || addr + size > it->second || addr + size < addr) return false;
+      cache_lo_ = it->first;
+      cache_hi_ = it->second;
+      out = reinterpret_cast<uint8_t*>(addr);
+      return true;
+    }
+  }
+}
+
+void storeBytes(uint8_t* p, uint64_t v, int n) { std::memcpy(p, &v, static_cast<size_t>(n)); }
+uint64_t loadBytes(const uint8_t* p, int n) {
+  uint64_t v = 0;
+  std::memcpy(&v, p, static_cast<size_t>(n));
+  return v;
+}
+
+bool BlockRunner::execMemory(const Inst& in, Warp& w, uint32_t m) {
+  const Operand& addr_op = in.op == Op::kLd ? in.a : in.d;
+  const Operand& val_op = in.op == Op::kLd ? in.d : in.a;
+  int n = typeBytes(in.type);
+  int count = val_op.kind == Operand::kVec ? static_cast<int>(val_op.vec.size()) : 1;
+  uint32_t total = static_cast<uint32_t>(n * count);
+  // Call-sequence params live in registers.
+  if (addr_op.kind == Operand::kParamReg) {
+    uint64_t* slot = &w.regs[static_cast<size_t>(addr_op.reg) * 32];
+    if (addr_op.imm + total > 8) {
+      fault(kErrLaunchFailure, "call parameter access out of range", in, w, __builtin_ctz(m));
+      return false;
+    }
+    int shift = static_cast<int>(addr_op.imm) * 8;
+    uint64_t tmp[32];
+    if (in.op == Op::kLd) {
+      uint64_t* D = &w.regs[static_cast<size_t>(val_op.reg) * 32];
+      LANES(m) D[l] = (slot[l] >> shift) & widthMask(in.type);
+      END_LANES
+    } else {
+      const uint64_t* V = src(val_op, w, tmp);
+      uint64_t mask = widthMask(in.type) << shift;
+      LANES(m) slot[l] = (slot[l] & ~mask) | ((V[l] << shift) & mask);
+      END_LANES
+    }
+    return true;
+  }
+  uint64_t tmp[32];
+  const uint64_t* base = addr_op.has_base ? &w.regs[static_cast<size_t>(addr_op.reg) * 32] : nullptr;
+  Space space = in.space;
+  if (!addr_op.has_base && addr_op.sym_space != Space::kGeneric) space = addr_op.sym_space;
+  LANES(m)
+    uint64_t a = (base ? base[l] : 0) + addr_op.imm;
+    if (space == Space::kShared || space == Space::kLocal || space == Space::kParam) {
+      // Window addresses may arrive in generic form through registers.
+      if ((a & kWindowMask) == kSharedWindow || (a & kWindowMask) == kLocalWindow) a &= ~kWindowMask;
+    }
+    uint8_t* p = nullptr;
+    if (!resolve(space, a, total, w, l, p)) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
+      fault(kErrIllegalAddress, std::string("illegal address ") + buf + " (" + std::to_string(total) + " bytes)", in, w, l);
+      return false;
+    }
+    if (n > 1 && (reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(std::min<uint32_t>(total, 16))) != 0 &&
+        space != Space::kParam) {
+      fault(kErrMisaligned, "misaligned address", in, w, l);
+      return false;
+    }
+    if (in.op == Op::kLd) {
+      if (count == 1) {
+        uint64_t v = loadBytes(p, n);
+        if (isSigned(in.type)) v = static_cast<uint64_t>(sext(v, in.type));
+        if (val_op.kind == Operand::kReg) w.regs[static_cast<size_t>(val_op.reg) * 32 + l] = v;
+      } else {
+        for (int k = 0; k < count; ++k) {
+          const Operand& e = val_op.vec[static_cast<size_t>(k)];
+          if (e.kind != Operand::kReg) continue;
+          uint64_t v = loadBytes(p + k * n, n);
+          if (isSigned(in.type)) v = static_cast<uint64_t>(sext(v, in.type));
+          w.regs[static_cast<size_t>(e.reg) * 32 + l] = v;
+        }
+      }
+    } else {
+      if (count == 1) {
+        uint64_t v = val_op.kind == Operand::kReg ? w.regs[static_cast<size_t>(val_op.reg) * 32 + l]
+                                                  : src(val_op, w, tmp)[l];
+        storeBytes(p, v, n);
+      } else {
+        for (int k = 0; k < count; ++k) {
+          const Operand& e = val_op.vec[static_cast<size_t>(k)];
+          uint64_t v = e.kind == Operand::kReg ? w.regs[static_cast<size_t>(e.reg) * 32 + l] : e.imm;
+          storeBytes(p + k * n, v, n);
+        }
+      }
+    }
+  END_LANES
+  return true;
+}
+
+template <typename T>
+T atomicApply(AtomOp op, Type t, T old, T v, T cmpv) {
+  switch (op) {
+    case AtomOp::kAdd:
+      if (t == Type::kF32) return static_cast<T>(b32(f32(old) + f32(v)));
+      if (t == Type::kF64) return static_cast<T>(b64(f64(old) + f64(v)));
+      return old + v;
+    case AtomOp::kMin:
+      if (isSigned(t)) return sext(old, t) < sext(v, t) ? old : v;
+      if (t == Type::kF32) return f32(old) < f32(v) ? old : v;
+      return old < v ? old : v;
+    case AtomOp::kMax:
+      if (isSigned(t)) return sext(old, t) > sext(v, t) ? old : v;
+      if (t == Type::kF32) return f32(old) > f32(v) ? old : v;
+      return old > v ? old : v;
+    case AtomOp::kExch: return v;
+    case AtomOp::kCas: return old == cmpv ? v : old;
+    case AtomOp::kAnd: return old & v;
+    case AtomOp::kOr: return old | v;
+    case AtomOp::kXor: return old ^ v;
+    case AtomOp::kInc: return old >= v ? 0 : old + 1;
+    case AtomOp::kDec: return (old == 0 || old > v) ? v : old - 1;
+  }
+  return old;
+}
+
+bool BlockRunner::execAtomic(const Inst& in, Warp& w, uint32_t m) {
+  bool red = in.op == Op::kRed;
+  const Operand& addr_op = red ? in.d : in.a;
+  uint64_t tb[32], tc[32];
+  const uint64_t* V = src(red ? in.a : in.b, w, tb);
+  const uint64_t* C = in.atom == AtomOp::kCas ? src(in.c, w, tc) : nullptr;
+  int n = typeBytes(in.type);
+  if (n != 4 && n != 8) {
+    fault(kErrLaunchFailure, "atomic of unsupported width", in, w, __builtin_ctz(m));
+    return false;
+  }
+  const uint64_t* base = addr_op.has_base ? &w.regs[static_cast<size_t>(addr_op.reg) * 32] : nullptr;
+  Space space = in.space;
+  if (!addr_op.has_base && addr_op.sym_space != Space::kGeneric) space = addr_op.sym_space;
+  uint64_t* D = (!red && in.d.kind == Operand::kReg) ? &w.regs[static_cast<size_t>(in.d.reg) * 32] : nullptr;
+  LANES(m)
+    uint64_t a = (base ? base[l] : 0) + addr_op.imm;
+    if (space == Space::kShared && (a & kWindowMask) == kSharedWindow) a &= ~kWindowMask;
+    uint8_t* p = nullptr;
+    if (!resolve(space, a, static_cast<uint32_t>(n), w, l, p) || reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(n)) {
+      fault(kErrIllegalAddress, "illegal atomic address", in, w, l);
+      return false;
+    }
+    uint64_t old;
+    if (n == 4) {
+      std::atomic_ref<uint32_t> ref(*reinterpret_cast<uint32_t*>(p));
+      uint32_t cur = ref.load(std::memory_order_relaxed), next;
+      do {
+        next = atomicApply<uint32_t>(in.atom, in.type, cur, static_cast<uint32_t>(V[l]), C ? static_cast<uint32_t>(C[l]) : 0);
+      } while (!ref.compare_exchange_weak(cur, next, std::memory_order_relaxed));
+      old = isSigned(in.type) ? static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(cur))) : cur;
+    } else {
+      std::atomic_ref<uint64_t> ref(*reinterpret_cast<uint64_t*>(p));
+      uint64_t cur = ref.load(std::memory_order_relaxed), next;
+      do {
+        next = atomicApply<uint64_t>(in.atom, in.type, cur, V[l], C ? C[l] : 0);
+      } while (!ref.compare_exchange_weak(cur, next, std::memory_order_relaxed));
+      old = cur;
+    }
+    if (D) D[l] = old;
+  END_LANES
+  return true;
+}
+
+std::string BlockRunner::formatPrintf(const std::string& fmt, const uint8_t* args, uint32_t args_len) {
+  std::string out;
+  uint32_t off = 0;
+  auto take = [&](uint32_t size, uint64_t& v) {
+    off = (off + size - 1) & ~(size - 1);
+    if (!args || off + size > args_len) return false;
+    v = loadBytes(args + off, static_cast<int>(size));
+    off += size;
+    return true;
+  };
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out += fmt[i];
+      continue;
+    }
+    if (i + 1 < fmt.size() && fmt[i + 1] == '%') {
+      out += '%';
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < fmt.size() && std::strchr("-+ #0123456789.*", fmt[j])) ++j;
+    int longs = 0;
+    while (j < fmt.size() && std::strchr("hlLzjt", fmt[j])) longs += fmt[j++] == 'l' || fmt[j - 1] == 'z' || fmt[j - 1] == 'j';
+    if (j >= fmt.size()) {
+      out += fmt.substr(i);
+      break;
+    }
+    char conv = fmt[j];
+    std::string spec = fmt.substr(i, j - i);
+    spec.erase(std::remove_if(spec.begin() + 1, spec.end(), [](char c) { return std::strchr("hlLzjt", c); }), spec.end());
+    char buf[512];
+    uint64_t v = 0;
+    if (std::strchr("diuxXoc", conv)) {
+      bool wide = longs > 0;
+      if (!take(wide ? 8 : 4, v)) break;
+      if (conv == 'd' || conv == 'i') {
+        long long s = wide ? static_cast<long long>(v) : static_cast<int32_t>(v);
+        std::snprintf(buf, sizeof buf, (spec + "lld").c_str(), s);
+      } else if (conv == 'c') {
+        std::snprintf(buf, sizeof buf, (spec + "c").c_str(), static_cast<int>(v));
+      } else {
+        unsigned long long u = wide ? v : static_cast<uint32_t>(v);
+        std::snprintf(buf, sizeof buf, (spec + "ll" + conv).c_str(), u);
+      }
+    } else if (std::strchr("feEgGaA", conv)) {
+      if (!take(8, v)) break;
+      std::snprintf(buf, sizeof buf, (spec + conv).c_str(), f64(v));
+    } else if (conv == 'p') {
+      if (!take(8, v)) break;
+      std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+    } else if (conv == 's') {
+      if (!take(8, v)) break;
+      std::string str;
+      for (uint64_t k = 0; k < 4096; ++k) {
+        uint8_t* p = nullptr;
+        if (!resolve(Space::kGeneric, v + k, 1, b_.warps[0], 0, p) || *p == 0) break;
+        str += static_cast<char>(*p);
+      }
+      std::snprintf(buf, sizeof buf, (spec + "s").c_str(), str.c_str());
+    } else {
+      std::snprintf(buf, sizeof buf, "%s%c", spec.c_str(), conv);
+    }
+    out += buf;
+    i = j;
+  }
+  return out;
+}
+
+bool BlockRunner::execCall(const Inst& in, Warp& w, uint32_t m) {
+  auto readString = [&](uint64_t addr, const Warp& ww, int lane) {
+    std::string s;
+    for (uint64_t k = 0; k < 4096; ++k) {
+      uint8_t* p = nullptr;
+      if (!resolve(Space::kGeneric, addr + k, 1, ww, lane, p) || *p == 0) break;
+      s += static_cast<char>(*p);
+    }
+    return s;
+  };
+  const uint64_t* A = &w.regs[static_cast<size_t>(in.a.reg) * 32];
+  const uint64_t* B = &w.regs[static_cast<size_t>(in.b.reg) * 32];
+  if (in.op == Op::kCallPrintf) {
+    uint64_t* D = in.d.kind == Operand::kParamReg || in.d.kind == Operand::kReg ? &w.regs[static_cast<size_t>(in.d.reg) * 32] : nullptr;
+    LANES(m)
+      std::string fmt = readString(A[l], w, l);
+      uint8_t* args = nullptr;
+      uint32_t len = 0;
+      if (B[l] != 0) {
+        // The argument buffer is in local memory: everything up to its end.
+        uint64_t a = B[l];
+        if ((a & kWindowMask) == kLocalWindow) {
+          a -= kLocalWindow;
+          if (a <= fn_.local_bytes && resolve(Space::kLocal, a, 0, w, l, args)) len = fn_.local_bytes - static_cast<uint32_t>(a);
+        } else {
+          uint8_t* p = nullptr;
+          if (resolve(Space::kGeneric, a, 8, w, l, p)) {
+            args = p;
+            len = 8;
+            while (len < 1024) {
+              uint8_t* q = nullptr;
+              if (!resolve(Space::kGeneric, a + len, 8, w, l, q)) break;
+              len += 8;
+            }
+          }
+        }
+      }
+      std::string s = formatPrintf(fmt, args, len);
+      b_.output += s;
+      if (D) D[l] = s.size();
+    END_LANES
+    return true;
+  }
+  // __assertfail(message, file, line, function, char size)
+  const uint64_t* C = &w.regs[static_cast<size_t>(in.c.reg) * 32];
+  const uint64_t* E = &w.regs[static_cast<size_t>(in.e.reg) * 32];
+  LANES(m)
+    uint32_t x, y, z;
+    tid(w, l, x, y, z);
+    std::string msg = readString(A[l], w, l), file = readString(B[l], w, l), func = readString(E[l], w, l);
+    char buf[1024];
+    std::snprintf(buf, sizeof buf, "%s:%u: %s: block: [%u,%u,%u], thread: [%u,%u,%u] Assertion `%s` failed.\n",
+                  file.c_str(), static_cast<uint32_t>(C[l]), func.c_str(), b_.cx, b_.cy, b_.cz, x, y, z, msg.c_str());
+    b_.output += buf;
+  END_LANES
+  fault(kErrAssert, "device-side assertion failed", in, w, __builtin_ctz(m));
+  return false;
+}
+
+void BlockRunner::reschedule(Warp& w) {
+  // Park the active lanes at w.pc, then continue with the lowest pc.
+  LANES(w.active) w.lane_pc[l] = w.pc;
+  END_LANES
+  uint32_t live = (w.active | w.waiting) & ~w.exited;
+  if (!live) {
+    w.active = w.waiting = 0;
+    w.done = true;
+    return;
+  }
+  uint32_t best = UINT32_MAX;
+  LANES(live) best = std::min(best, w.lane_pc[l]);
+  END_LANES
+  uint32_t act = 0;
+  LANES(live) if (w.lane_pc[l] == best) act |= 1u << l;
+  END_LANES
+  w.pc = best;
+  w.active = act;
+  w.waiting = live & ~act;
+}
+
+bool BlockRunner::step(Warp& w, int budget) {
+  const std::vector<Inst>& code = fn_.code;
+  uint64_t ta[32], tb[32], tc[32];
+  while (budget-- > 0) {
+    if (w.pc >= code.size()) {
+      fault(kErrLaunchFailure, "ran past the end of the kernel", code.back(), w, 0);
+      return false;
+    }
+    const Inst& in = code[w.pc];
+    uint32_t m = w.active;
+    if (in.guard >= 0) {
+      const uint64_t* P = &w.regs[static_cast<size_t>(in.guard) * 32];
+      uint32_t pm = 0;
+      LANES(m) if (P[l] & 1) pm |= 1u << l;
+      END_LANES
+      m = in.guard_neg ? (m & ~pm) : (m & pm);
+    }
+    b_.insts += static_cast<uint64_t>(__builtin_popcount(m));
+    uint64_t* D = in.d.kind == Operand::kReg ? &w.regs[static_cast<size_t>(in.d.reg) * 32] : nullptr;
+    const Type t = in.type;
+    bool advance = true;
+
+    switch (in.op) {
+      case Op::kMov: {
+        if (in.d.kind == Operand::kVec) {  // unpack: mov.b64 {a,b}, x
+          const uint64_t* A = src(in.a, w, ta);
+          int parts = static_cast<int>(in.d.vec.size());
+          int bits = typeBytes(t) * 8 / parts;
+          uint64_t mask = bits >= 64 ? ~0ull : (1ull << bits) - 1;
+          for (int k = 0; k < parts; ++k) {
+            const Operand& e = in.d.vec[static_cast<size_t>(k)];
+            if (e.kind != Operand::kReg) continue;
+            uint64_t* E = &w.regs[static_cast<size_t>(e.reg) * 32];
+            LANES(m) E[l] = (A[l] >> (k * bits)) & mask;
+            END_LANES
+          }
+          break;
+        }
+        if (in.a.kind == Operand::kVec) {  // pack: mov.b32 x, {a,b}
+          int parts = static_cast<int>(in.a.vec.size());
+          int bits = typeBytes(t) * 8 / parts;
+          uint64_t mask = bits >= 64 ? ~0ull : (1ull << bits) - 1;
+          LANES(m)
+            uint64_t v = 0;
+            for (int k = 0; k < parts; ++k) {
+              const Operand& e = in.a.vec[static_cast<size_t>(k)];
+              uint64_t x = e.kind == Operand::kReg ? w.regs[static_cast<size_t>(e.reg) * 32 + l] : e.imm;
+              v |= (x & mask) << (k * bits);
+            }
+            D[l] = v;
+          END_LANES
+          break;
+        }
+        const uint64_t* A = src(in.a, w, ta);
+        if (in.a.kind == Operand::kImm && in.a.sym_space == Space::kLocal) {
+          LANES(m) D[l] = A[l];  // local window offset of the depot
+          END_LANES
+        } else {
+          LANES(m) D[l] = A[l];
+          END_LANES
+        }
+        break;
+      }
+      case Op::kAdd:
+      case Op::kSub:
+      case Op::kMul:
+      case Op::kDiv:
+      case Op::kRem:
+      case Op::kMin:
+      case Op::kMax:
+      case Op::kAnd:
+      case Op::kOr:
+      case Op::kXor:
+      case Op::kCopysign: {
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        if (isFloat(t)) {
+          if (t == Type::kF16x2 || t == Type::kBF16x2) {
+            Type h = t == Type::kF16x2 ? Type::kF16 : Type::kBF16;
+            LANES(m)
+              uint64_t r = 0;
+              for (int k = 0; k < 2; ++k) {
+                double x = readF(A[l] >> (16 * k), h), y = readF(B[l] >> (16 * k), h), z = 0;
+                switch (in.op) {
+                  case Op::kAdd: z = x + y; break;
+                  case Op::kSub: z = x - y; break;
+                  case Op::kMul: z = x * y; break;
+                  case Op::kMin: z = std::fmin(x, y); break;
+                  case Op::kMax: z = std::fmax(x, y); break;
+                  default: z = x / y; break;
+                }
+                r |= (writeF(z, h) & 0xffff) << (16 * k);
+              }
+              D[l] = r;
+            END_LANES
+            break;
+          }
+          if (in.op == Op::kAnd || in.op == Op::kOr || in.op == Op::kXor || in.op == Op::kRem) {
+            fault(kErrLaunchFailure, "bitwise operation on a float type", in, w, __builtin_ctz(m ? m : 1));
+            return false;
+          }
+          std::unique_ptr<ScopedRounding> rnd;
+          if (in.round == Round::kRz || in.round == Round::kRm || in.round == Round::kRp) rnd = std::make_unique<ScopedRounding>(in.round);
+          if (t == Type::kF32) {
+            LANES(m)
+              float x = f32(A[l]), y = f32(B[l]), z;
+              if (in.ftz) x = ftz32(x), y = ftz32(y);
+              switch (in.op) {
+                case Op::kAdd: z = x + y; break;
+                case Op::kSub: z = x - y; break;
+                case Op::kMul: z = x * y; break;
+                case Op::kDiv: z = x / y; break;
+                case Op::kMin: z = std::fmin(x, y); break;
+                case Op::kMax: z = std::fmax(x, y); break;
+                default: z = std::copysign(y, x); break;  // copysign.f32 d, a, b: |b| with a's sign
+              }
+              if (in.sat) z = std::isnan(z) ? 0.0f : std::fmin(1.0f, std::fmax(0.0f, z));
+              if (in.ftz) z = ftz32(z);
+              D[l] = b32(z);
+            END_LANES
+          } else {
+            LANES(m)
+              double x = readF(A[l], t), y = readF(B[l], t), z;
+              switch (in.op) {
+                case Op::kAdd: z = x + y; break;
+                case Op::kSub: z = x - y; break;
+                case Op::kMul: z = x * y; break;
+                case Op::kDiv: z = x / y; break;
+                case Op::kMin: z = std::fmin(x, y); break;
+                case Op::kMax: z = std::fmax(x, y); break;
+                default: z = std::copysign(y, x); break;
+              }
+              if (in.sat) z = std::isnan(z) ? 0.0 : std::fmin(1.0, std::fmax(0.0, z));
+              D[l] = writeF(z, t);
+            END_LANES
+          }
+          break;
+        }
+        if (t == Type::kPred) {
+          LANES(m)
+            uint64_t x = A[l] & 1, y = B[l] & 1;
+            D[l] = in.op == Op::kAnd ? (x & y) : in.op == Op::kOr ? (x | y) : (x ^ y);
+          END_LANES
+          break;
+        }
+        bool sgn = isSigned(t);
+        int bits = typeBytes(t) * 8;
+        switch (in.op) {
+          case Op::kAdd:
+            if (in.sat && t == Type::kS32) {
+              LANES(m) int64_t r = static_cast<int64_t>(static_cast<int32_t>(A[l])) + static_cast<int32_t>(B[l]);
+                D[l] = trunc(static_cast<uint64_t>(std::clamp<int64_t>(r, INT32_MIN, INT32_MAX)), t);
+              END_LANES
+            } else {
+              LANES(m) D[l] = trunc(A[l] + B[l], t);
+              END_LANES
+            }
+            break;
+          case Op::kSub:
+            if (in.sat && t == Type::kS32) {
+              LANES(m) int64_t r = static_cast<int64_t>(static_cast<int32_t>(A[l])) - static_cast<int32_t>(B[l]);
+                D[l] = trunc(static_cast<uint64_t>(std::clamp<int64_t>(r, INT32_MIN, INT32_MAX)), t);
+              END_LANES
+            } else {
+              LANES(m) D[l] = trunc(A[l] - B[l], t);
+              END_LANES
+            }
+            break;
+          case Op::kMul:
+            if (in.mode == kModeWide) {
+              LANES(m)
+                D[l] = sgn ? static_cast<uint64_t>(sext(A[l], t) * sext(B[l], t)) : trunc(A[l], t) * trunc(B[l], t);
+                if (bits == 32) { /* 64-bit result */ }
+              END_LANES
+            } else if (in.mode == kModeHi) {
+              LANES(m)
+                if (bits == 64) {
+                  D[l] = sgn ? static_cast<uint64_t>((static_cast<__int128>(static_cast<int64_t>(A[l])) * static_cast<int64_t>(B[l])) >> 64)
+                             : static_cast<uint64_t>((static_cast<unsigned __int128>(A[l]) * B[l]) >> 64);
+                } else {
+                  uint64_t r = sgn ? static_cast<uint64_t>(sext(A[l], t) * sext(B[l], t)) : trunc(A[l], t) * trunc(B[l], t);
+                  D[l] = trunc(r >> bits, t);
+                }
+              END_LANES
+            } else {
+              LANES(m) D[l] = trunc(A[l] * B[l], t);
+              END_LANES
+            }
+            break;
+          case Op::kDiv:
+          case Op::kRem:
+            LANES(m)
+              // Division by zero and INT_MIN / -1 would trap the host: give the
+              // GPU's answers instead (all ones / the dividend).
+              if (sgn) {
+                int64_t x = sext(A[l], t), y = sext(B[l], t);
+                int64_t q = y == 0 ? -1 : (y == -1 ? -x : x / y);
+                int64_t r = y == 0 ? x : (y == -1 ? 0 : x % y);
+                D[l] = trunc(static_cast<uint64_t>(in.op == Op::kDiv ? q : r), t);
+              } else {
+                uint64_t x = trunc(A[l], t), y = trunc(B[l], t);
+                D[l] = in.op == Op::kDiv ? (y == 0 ? widthMask(t) : x / y) : (y == 0 ? x : x % y);
+              }
+            END_LANES
+            break;
+          case Op::kMin:
+          case Op::kMax:
+            LANES(m)
+              bool lt = sgn ? sext(A[l], t) < sext(B[l], t) : trunc(A[l], t) < trunc(B[l], t);
+              D[l] = trunc((in.op == Op::kMin) == lt ? A[l] : B[l], t);
+            END_LANES
+            break;
+          case Op::kAnd:
+            LANES(m) D[l] = trunc(A[l] & B[l], t);
+            END_LANES
+            break;
+          case Op::kOr:
+            LANES(m) D[l] = trunc(A[l] | B[l], t);
+            END_LANES
+            break;
+          case Op::kXor:
+            LANES(m) D[l] = trunc(A[l] ^ B[l], t);
+            END_LANES
+            break;
+          default: break;
+        }
+        break;
+      }
+      case Op::kMul24:
+      case Op::kMad24: {
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        const uint64_t* C = in.op == Op::kMad24 ? src(in.c, w, tc) : nullptr;
+        bool sgn = isSigned(t);
+        LANES(m)
+          int64_t x = sgn ? (static_cast<int64_t>(A[l] << 40) >> 40) : static_cast<int64_t>(A[l] & 0xffffff);
+          int64_t y = sgn ? (static_cast<int64_t>(B[l] << 40) >> 40) : static_cast<int64_t>(B[l] & 0xffffff);
+          uint64_t p = static_cast<uint64_t>(x * y);
+          uint64_t r = in.mode == kModeHi ? (p >> 16) : p;
+          D[l] = trunc(r + (C ? C[l] : 0), t);
+        END_LANES
+        break;
+      }
+      case Op::kMad:
+      case Op::kFma: {
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        const uint64_t* C = src(in.c, w, tc);
+        if (t == Type::kF32) {
+          std::unique_ptr<ScopedRounding> rnd;
+          if (in.round == Round::kRz || in.round == Round::kRm || in.round == Round::kRp) rnd = std::make_unique<ScopedRounding>(in.round);
+          LANES(m)
+            float x = f32(A[l]), y = f32(B[l]), z = f32(C[l]);
+            if (in.ftz) x = ftz32(x), y = ftz32(y), z = ftz32(z);
+            float r = std::fma(x, y, z);
+            if (in.sat) r = std::isnan(r) ? 0.0f : std::fmin(1.0f, std::fmax(0.0f, r));
+            if (in.ftz) r = ftz32(r);
+            D[l] = b32(r);
+          END_LANES
+        } else if (isFloat(t)) {
+          LANES(m) D[l] = writeF(std::fma(readF(A[l], t), readF(B[l], t), readF(C[l], t)), t);
+          END_LANES
+        } else {
+          bool sgn = isSigned(t);
+          int bits = typeBytes(t) * 8;
+          LANES(m)
+            uint64_t p;
+            if (in.mode == kModeWide) {
+              p = sgn ? static_cast<uint64_t>(sext(A[l], t) * sext(B[l], t)) : trunc(A[l], t) * trunc(B[l], t);
+              D[l] = p + C[l];
+            } else if (in.mode == kModeHi) {
+              if (bits == 64)
+                p = sgn ? static_cast<uint64_t>((static_cast<__int128>(static_cast<int64_t>(A[l])) * static_cast<int64_t>(B[l])) >> 64)
+                        : static_cast<uint64_t>((static_cast<unsigned __int128>(A[l]) * B[l]) >> 64);
+              else
+                p = (sgn ? static_cast<uint64_t>(sext(A[l], t) * sext(B[l], t)) : trunc(A[l], t) * trunc(B[l], t)) >> bits;
+              D[l] = trunc(p + C[l], t);
+            } else {
+              D[l] = trunc(A[l] * B[l] + C[l], t);
+            }
+          END_LANES
+        }
+        break;
+      }
+      case Op::kAbs:
+      case Op::kNeg:
+      case Op::kNot:
+      case Op::kCnot:
+      case Op::kRcp:
+      case Op::kSqrt:
+      case Op::kRsqrt:
+      case Op::kEx2:
+      case Op::kLg2:
+      case Op::kSin:
+      case Op::kCos:
+      case Op::kTanh:
+      case Op::kBrev:
+      case Op::kClz:
+      case Op::kPopc: {
+        const uint64_t* A = src(in.a, w, ta);
+        if (isFloat(t)) {
+          LANES(m)
+            double x = readF(A[l], t), r = 0;
+            if (in.ftz && t == Type::kF32) x = ftz32(static_cast<float>(x));
+            switch (in.op) {
+              case Op::kAbs: r = std::fabs(x); break;
+              case Op::kNeg: r = -x; break;
+              case Op::kRcp: r = 1.0 / x; break;
+              case Op::kSqrt: r = std::sqrt(x); break;
+              case Op::kRsqrt: r = 1.0 / std::sqrt(x); break;
+              case Op::kEx2: r = std::exp2(x); break;
+              case Op::kLg2: r = std::log2(x); break;
+              case Op::kSin: r = std::sin(x); break;
+              case Op::kCos: r = std::cos(x); break;
+              case Op::kTanh: r = std::tanh(x); break;
+              default: r = x; break;
+            }
+            if (t == Type::kF32) {
+              float f = static_cast<float>(r);
+              if (in.ftz) f = ftz32(f);
+              D[l] = b32(f);
+            } else {
+              D[l] = writeF(r, t);
+            }
+          END_LANES
+          break;
+        }
+        LANES(m)
+          uint64_t x = trunc(A[l], t), r = 0;
+          int bits = typeBytes(t) * 8;
+          switch (in.op) {
+            case Op::kAbs: r = static_cast<uint64_t>(std::llabs(sext(x, t))); break;
+            case Op::kNeg: r = static_cast<uint64_t>(-static_cast<int64_t>(x)); break;
+            case Op::kNot: r = t == Type::kPred ? (~x & 1) : ~x; break;
+            case Op::kCnot: r = x == 0 ? 1 : 0; break;
+            case Op::kBrev: {
+              for (int k = 0; k < bits; ++k) r |= ((x >> k) & 1) << (bits - 1 - k);
+              break;
+            }
+            case Op::kClz: r = x == 0 ? static_cast<uint64_t>(bits) : static_cast<uint64_t>(__builtin_clzll(x) - (64 - bits)); break;
+            case Op::kPopc: r = static_cast<uint64_t>(__builtin_popcountll(x)); break;
+            default: r = x; break;
+          }
+          D[l] = (in.op == Op::kClz || in.op == Op::kPopc) ? r : trunc(r, t == Type::kPred ? Type::kB8 : t);
+        END_LANES
+        break;
+      }
+      case Op::kShl:
+      case Op::kShr: {
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        int bits = typeBytes(t) * 8;
+        bool sgn = isSigned(t);
+        LANES(m)
+          uint64_t s = static_cast<uint32_t>(B[l]);
+          uint64_t r;
+          if (in.op == Op::kShl) {
+            r = s >= static_cast<uint64_t>(bits) ? 0 : A[l] << s;
+          } else if (sgn) {
+            int64_t x = sext(A[l], t);
+            r = static_cast<uint64_t>(s >= static_cast<uint64_t>(bits) ? (x < 0 ? -1 : 0) : x >> s);
+          } else {
+            r = s >= static_cast<uint64_t>(bits) ? 0 : trunc(A[l], t) >> s;
+          }
+          D[l] = trunc(r, t);
+        END_LANES
+        break;
+      }
+      case Op::kShf: {
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        const uint64_t* C = src(in.c, w, tc);
+        LANES(m)
+          uint64_t s = static_cast<uint32_t>(C[l]);
+          s = (in.mode & kShfWrap) ? (s & 31) : std::min<uint64_t>(s, 32);
+          uint64_t both = (static_cast<uint64_t>(static_cast<uint32_t>(B[l])) << 32) | static_cast<uint32_t>(A[l]);
+          D[l] = (in.mode & kShfRight) ? static_cast<uint32_t>(both >> s) : static_cast<uint32_t>((both << s) >> 32);
+        END_LANES
+        break;
+      }
+      case Op::kBfe: {
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        const uint64_t* C = src(in.c, w, tc);
+        int bits = typeBytes(t) * 8;
+        LANES(m)
+          uint64_t pos = B[l] & 0xff, len = C[l] & 0xff;
+          uint64_t x = trunc(A[l], t), r = 0;
+          for (uint64_t k = 0; k < len && k < static_cast<uint64_t>(bits); ++k) {
+            uint64_t src_bit = pos + k;
+            uint64_t bit = src_bit < static_cast<uint64_t>(bits) ? (x >> src_bit) & 1
+                                                                : (isSigned(t) ? (x >> (bits - 1)) & 1 : 0);
+            r |= bit << k;
+          }
+          if (isSigned(t) && len > 0 && len < static_cast<uint64_t>(bits) && ((r >> (len - 1)) & 1)) r |= ~0ull << len;
+          D[l] = trunc(r, t);
+        END_LANES
+        break;
+      }
+      case Op::kBfi: {
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        const uint64_t* C = src(in.c, w, tc);
+        uint64_t te[32];
+        const uint64_t* E = src(in.e, w, te);
+        int bits = typeBytes(t) * 8;
+        LANES(m)
+          uint64_t pos = C[l] & 0xff, len = E[l] & 0xff, r = B[l];
+          for (uint64_t k = 0; k < len && pos + k < static_cast<uint64_t>(bits); ++k)
+            r = (r & ~(1ull << (pos + k))) | (((A[l] >> k) & 1) << (pos + k));
+          D[l] = trunc(r, t);
+        END_LANES
+        break;
+      }
+      case Op::kPrmt: {
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        const uint64_t* C = src(in.c, w, tc);
+        LANES(m)
+          uint64_t bytes = (static_cast<uint64_t>(static_cast<uint32_t>(B[l])) << 32) | static_cast<uint32_t>(A[l]);
+          uint32_t sel = static_cast<uint32_t>(C[l]), r = 0;
+          for (int k = 0; k < 4; ++k) {
+            uint32_t s = (sel >> (4 * k)) & 0xf;
+            uint32_t byte = static_cast<uint32_t>((bytes >> (8 * (s & 7))) & 0xff);
+            if (s & 8) byte = (byte & 0x80) ? 0xff : 0;
+            r |= byte << (8 * k);
+          }
+          D[l] = r;
+        END_LANES
+        break;
+      }
+      case Op::kLop3: {
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        const uint64_t* C = src(in.c, w, tc);
+        uint64_t te[32];
+        const uint64_t* L = src(in.e, w, te);
+        LANES(m)
+          uint32_t lut = static_cast<uint32_t>(L[l]) & 0xff, r = 0;
+          uint32_t x = static_cast<uint32_t>(A[l]), y = static_cast<uint32_t>(B[l]), z = static_cast<uint32_t>(C[l]);
+          for (int k = 0; k < 32; ++k) {
+            uint32_t idx = (((x >> k) & 1) << 2) | (((y >> k) & 1) << 1) | ((z >> k) & 1);
+            r |= ((lut >> idx) & 1) << k;
+          }
+          D[l] = r;
+        END_LANES
+        break;
+      }
+      case Op::kSelp: {
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        const uint64_t* C = src(in.c, w, tc);
+        LANES(m) D[l] = (C[l] & 1) ? A[l] : B[l];
+        END_LANES
+        break;
+      }
+      case Op::kSlct: {
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        const uint64_t* C = src(in.c, w, tc);
+        LANES(m)
+          bool ge = in.type == Type::kF32 ? f32(C[l]) >= 0.0f : sext(C[l], Type::kS32) >= 0;
+          D[l] = ge ? A[l] : B[l];
+        END_LANES
+        break;
+      }
+      case Op::kSetp:
+      case Op::kSet: {
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        const uint64_t* C = in.bool_op != BoolOp::kNone ? src(in.c, w, tc) : nullptr;
+        uint64_t* D2 = in.d2.kind == Operand::kReg ? &w.regs[static_cast<size_t>(in.d2.reg) * 32] : nullptr;
+        LANES(m)
+          bool r = compareTyped(in, A[l], B[l]);
+          bool r2 = !r;
+          if (C) {
+            bool c = C[l] & 1;
+            auto comb = [&](bool v) {
+              return in.bool_op == BoolOp::kAnd ? (v && c) : in.bool_op == BoolOp::kOr ? (v || c) : (v != c);
+            };
+            r2 = comb(r2);
+            r = comb(r);
+          }
+          if (in.op == Op::kSetp) {
+            if (D) D[l] = r;
+            if (D2) D2[l] = r2;
+          } else if (D) {
+            D[l] = in.dtype == Type::kF32 ? (r ? b32(1.0f) : 0) : (r ? widthMask(in.dtype) : 0);
+          }
+        END_LANES
+        break;
+      }
+      case Op::kTestp: {
+        const uint64_t* A = src(in.a, w, ta);
+        LANES(m)
+          double x = readF(A[l], t);
+          int c = std::fpclassify(x);
+          bool r = false;
+          switch (in.mode) {
+            case 0: r = std::isfinite(x); break;
+            case 1: r = std::isinf(x); break;
+            case 2: r = !std::isnan(x); break;
+            case 3: r = std::isnan(x); break;
+            case 4: r = c == FP_NORMAL; break;
+            default: r = t == Type::kF32 ? std::fpclassify(static_cast<float>(x)) == FP_SUBNORMAL : c == FP_SUBNORMAL; break;
+          }
+          D[l] = r;
+        END_LANES
+        break;
+      }
+      case Op::kCvt: {
+        const uint64_t* A = src(in.a, w, ta);
+        Type dt = in.dtype, st = t;
+        LANES(m)
+          uint64_t x = A[l], r;
+          if (isFloat(dt) && isFloat(st)) {
+            double v = readF(x, st);
+            if (in.round >= Round::kRni) v = roundInt(v, in.round);
+            if (dt == Type::kF32 && in.ftz) v = ftz32(static_cast<float>(v));
+            if (in.sat) v = std::isnan(v) ? 0.0 : std::fmin(1.0, std::fmax(0.0, v));
+            if (dt == Type::kF32 && st == Type::kF64 && (in.round == Round::kRz || in.round == Round::kRm || in.round == Round::kRp)) {
+              ScopedRounding rs(in.round);
+              volatile double vv = v;
+              r = b32(static_cast<float>(vv));
+            } else {
+              r = writeF(v, dt);
+            }
+          } else if (isFloat(dt)) {  // int -> float
+            double v = isSigned(st) ? static_cast<double>(sext(x, st)) : static_cast<double>(trunc(x, st));
+            if (typeBytes(st) == 8 && dt != Type::kF64) {
+              // 64-bit ints round once, straight to the target precision.
+              float f = isSigned(st) ? static_cast<float>(static_cast<int64_t>(x)) : static_cast<float>(x);
+              r = writeF(f, dt);
+            } else {
+              r = writeF(v, dt);
+            }
+          } else if (isFloat(st)) {  // float -> int
+            r = floatToInt(readF(x, st), dt, in.round);
+          } else {  // int -> int
+            uint64_t v = isSigned(st) ? static_cast<uint64_t>(sext(x, st)) : trunc(x, st);
+            if (in.sat) {
+              int64_t sv = isSigned(st) ? sext(x, st) : static_cast<int64_t>(std::min<uint64_t>(trunc(x, st), INT64_MAX));
+              int bits = typeBytes(dt) * 8;
+              if (isSigned(dt)) {
+                int64_t lo = bits == 64 ? INT64_MIN : -(1ll << (bits - 1)), hi = bits == 64 ? INT64_MAX : (1ll << (bits - 1)) - 1;
+                v = static_cast<uint64_t>(std::clamp(sv, lo, hi));
+              } else {
+                uint64_t hi = widthMask(dt);
+                v = sv < 0 && isSigned(st) ? 0 : std::min<uint64_t>(isSigned(st) ? static_cast<uint64_t>(sv) : trunc(x, st), hi);
+              }
+            }
+            r = isSigned(dt) ? static_cast<uint64_t>(sext(v, dt)) : trunc(v, dt);
+          }
+          D[l] = r;
+        END_LANES
+        break;
+      }
+      case Op::kCvta: {
+        const uint64_t* A = src(in.a, w, ta);
+        uint64_t window = in.space == Space::kShared ? kSharedWindow : in.space == Space::kLocal ? kLocalWindow : 0;
+        LANES(m)
+          uint64_t x = A[l];
+          if (in.mode == kCvtaTo) D[l] = window ? x & ~kWindowMask : x;
+          else D[l] = window ? (x & ~kWindowMask) | window : x;
+          if (t == Type::kU32) D[l] &= 0xffffffffu;
+        END_LANES
+        break;
+      }
+      case Op::kLd:
+      case Op::kSt:
+        if (m && !execMemory(in, w, m)) return false;
+        break;
+      case Op::kAtom:
+      case Op::kRed:
+        if (m && !execAtomic(in, w, m)) return false;
+        break;
+      case Op::kCallPrintf:
+      case Op::kCallAssert:
+        if (m && !execCall(in, w, m)) return false;
+        break;
+      case Op::kBra: {
+        advance = false;
+        uint32_t taken = m, not_taken = w.active & ~m;
+        if (!not_taken) {
+          w.pc = in.target;
+        } else if (!taken) {
+          w.pc += 1;
+        } else {
+          LANES(taken) w.lane_pc[l] = in.target;
+          END_LANES
+          LANES(not_taken) w.lane_pc[l] = w.pc + 1;
+          END_LANES
+          w.waiting |= w.active;
+          w.active = 0;
+          reschedule(w);
+          break;
+        }
+        if (w.waiting) reschedule(w);
+        break;
+      }
+      case Op::kRet:
+      case Op::kExit: {
+        w.exited |= m;
+        w.active &= ~m;
+        if (!w.active) {
+          advance = false;
+          reschedule(w);
+          if (w.done) return true;
+        }
+        break;
+      }
+      case Op::kTrap:
+        if (m) {
+          fault(kErrLaunchFailure, "trap instruction", in, w, __builtin_ctz(m));
+          return false;
+        }
+        break;
+      case Op::kBar: {
+        if (!m) break;
+        // The warp waits at the barrier; the block scheduler releases it.
+        w.pc += 1;
+        w.at_barrier = true;
+        return true;
+      }
+      case Op::kBarWarp:
+      case Op::kMembar:
+      case Op::kNanosleep:
+      case Op::kNop:
+        break;
+      case Op::kActivemask:
+        LANES(m) D[l] = w.active;
+        END_LANES
+        break;
+      case Op::kShfl: {
+        // shfl.sync.mode.b32 d[|p], a, b, c, membermask
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        const uint64_t* C = src(in.c, w, tc);
+        uint64_t out[32];
+        bool valid[32];
+        LANES(m)
+          uint32_t bval = static_cast<uint32_t>(B[l]) & 31, cval = static_cast<uint32_t>(C[l]);
+          uint32_t clamp = cval & 31, seg = (cval >> 8) & 31;
+          uint32_t min_lane = static_cast<uint32_t>(l) & seg, max_lane = min_lane | (clamp & ~seg);
+          int j;
+          bool ok;
+          switch (in.mode) {
+            case kShflUp: j = l - static_cast<int>(bval); ok = j >= static_cast<int>(max_lane); break;
+            case kShflDown: j = l + static_cast<int>(bval); ok = j <= static_cast<int>(max_lane); break;
+            case kShflBfly: j = l ^ static_cast<int>(bval); ok = j <= static_cast<int>(max_lane); break;
+            default: j = static_cast<int>(min_lane | (bval & ~seg)); ok = j <= static_cast<int>(max_lane); break;
+          }
+          if (!ok || j < 0 || j > 31) j = l;
+          out[l] = A[j];
+          valid[l] = ok;
+        END_LANES
+        uint64_t* D2 = in.d2.kind == Operand::kReg ? &w.regs[static_cast<size_t>(in.d2.reg) * 32] : nullptr;
+        LANES(m) D[l] = out[l];
+          if (D2) D2[l] = valid[l];
+        END_LANES
+        break;
+      }
+      case Op::kVote: {
+        // vote.sync.mode d, {p}, membermask
+        const uint64_t* A = src(in.a, w, ta);
+        uint32_t ballot = 0;
+        LANES(m) if (A[l] & 1) ballot |= 1u << l;
+        END_LANES
+        bool neg = false;
+        (void)neg;
+        LANES(m)
+          switch (in.mode) {
+            case kVoteAll: D[l] = (ballot & m) == m; break;
+            case kVoteAny: D[l] = ballot != 0; break;
+            case kVoteUni: D[l] = ballot == 0 || ballot == m; break;
+            default: D[l] = ballot; break;
+          }
+        END_LANES
+        break;
+      }
+      case Op::kRedux: {
+        const uint64_t* A = src(in.a, w, ta);
+        uint64_t acc = 0;
+        bool first = true;
+        LANES(m)
+          uint64_t x = trunc(A[l], t);
+          if (first) {
+            acc = x;
+            first = false;
+          } else {
+            acc = trunc(atomicApply<uint64_t>(in.atom, t, acc, x, 0), t);
+          }
+        END_LANES
+        LANES(m) D[l] = acc;
+        END_LANES
+        break;
+      }
+      case Op::kMatch: {
+        const uint64_t* A = src(in.a, w, ta);
+        LANES(m)
+          uint32_t same = 0;
+          for (uint32_t k = m; k; k &= k - 1) {
+            int j = __builtin_ctz(k);
+            if (trunc(A[j], t) == trunc(A[l], t)) same |= 1u << j;
+          }
+          D[l] = same;
+        END_LANES
+        break;
+      }
+    }
+    if (advance) {
+      w.pc += 1;
+      if (w.waiting) reschedule(w);
+    }
+    if (w.done) return true;
+  }
+  return true;
+}
+
+Fault BlockRunner::run() {
+  while (!abort_.load(std::memory_order_relaxed)) {
+    bool all_done = true, progressed = false;
+    for (Warp& w : b_.warps) {
+      if (w.done) continue;
+      all_done = false;
+      if (w.at_barrier) continue;
+      progressed = true;
+      if (!step(w, 4096)) return fault_;
+    }
+    if (all_done) break;
+    // Barrier: when every live warp waits, release them all.
+    bool all_waiting = true;
+    for (Warp& w : b_.warps)
+      if (!w.done && !w.at_barrier) all_waiting = false;
+    if (all_waiting) {
+      for (Warp& w : b_.warps) w.at_barrier = false;
+    } else if (!progressed) {
+      break;
+    }
+  }
+  return fault_;
+}
+
+}  // namespace
+
+LaunchResult Interpreter::run(const Launch& L) {
+  LaunchResult result;
+  const Function& fn = *L.fn;
+  uint64_t threads = uint64_t{L.block.x} * L.block.y * L.block.z;
+  uint32_t nwarps = static_cast<uint32_t>((threads + 31) / 32);
+  uint64_t nblocks = uint64_t{L.grid.x} * L.grid.y * L.grid.z;
+  uint64_t shared_bytes = uint64_t{fn.static_shared} + L.dynamic_shared;
+  if (shared_bytes > kMaxSharedBytes) {
+    result.status = Status(kErrLaunchFailure, "shared memory of the launch exceeds the block limit");
+    return result;
+  }
+  std::atomic<bool> abort{false};
+  std::mutex mu;
+  Fault first;
+  std::atomic<uint64_t> insts{0};
+  pool_.parallelFor(nblocks, [&](uint64_t bi) {
+    if (abort.load(std::memory_order_relaxed)) return;
+    Block b;
+    b.cx = static_cast<uint32_t>(bi % L.grid.x);
+    b.cy = static_cast<uint32_t>((bi / L.grid.x) % L.grid.y);
+    b.cz = static_cast<uint32_t>(bi / (uint64_t{L.grid.x} * L.grid.y));
+    b.shared.assign(shared_bytes, 0);
+    b.local.assign(static_cast<size_t>(fn.local_bytes) * nwarps * 32, 0);
+    b.warps.resize(nwarps);
+    for (uint32_t k = 0; k < nwarps; ++k) {
+      Warp& w = b.warps[k];
+      w.id = k;
+      uint64_t first_tid = uint64_t{k} * 32;
+      uint64_t n = std::min<uint64_t>(32, threads - first_tid);
+      w.valid = n == 32 ? 0xffffffffu : (1u << n) - 1;
+      w.active = w.valid;
+      w.regs.assign(static_cast<size_t>(fn.num_regs) * 32, 0);
+    }
+    BlockRunner runner(L, b, abort);
+    Fault f = runner.run();
+    insts.fetch_add(b.insts, std::memory_order_relaxed);
+    std::lock_guard lock(mu);
+    result.output += b.output;
+    if (f.code && !first.code) first = f;
+  });
+  result.thread_instructions = insts.load();
+  if (first.code) result.status = Status(first.code, first.message);
+  return result;
+}
+
+}  // namespace rgpu::server::ptx

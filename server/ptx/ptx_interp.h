@@ -1,0 +1,95 @@
+// Executes decoded PTX kernels on CPU threads.
+//
+// Execution model: a block's warps run on one host thread, cooperatively —
+// each warp runs until it reaches a barrier, exits, or uses up its time slice;
+// a barrier releases when every live warp of the block has arrived. A warp is
+// 32 lanes executing in lockstep under an active mask; after a divergent
+// branch the lanes at the lowest program counter run first, so paths
+// reconverge where they meet again (structured code as nvcc emits it). Blocks
+// are spread over a pool of worker threads. Every global access is checked
+// against the session's allocations; a bad one ends the launch with
+// cudaErrorIllegalAddress, never touches memory outside them.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "server/ptx/ptx_ir.h"
+
+namespace rgpu::server::ptx {
+
+// CUDA error codes a launch can end with.
+inline constexpr int kErrIllegalAddress = 700;
+inline constexpr int kErrAssert = 710;
+inline constexpr int kErrMisaligned = 716;
+inline constexpr int kErrLaunchFailure = 719;
+
+// Generic-address windows for shared and local memory (global addresses are
+// the host addresses of allocations, always below these).
+inline constexpr uint64_t kSharedWindow = 0xfe00'0000'0000'0000ull;
+inline constexpr uint64_t kLocalWindow = 0xfd00'0000'0000'0000ull;
+inline constexpr uint64_t kWindowMask = 0xff00'0000'0000'0000ull;
+
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+};
+
+// Readable/writable global memory: sorted, non-overlapping [base, end).
+using MemoryRanges = std::vector<std::pair<uint64_t, uint64_t>>;
+
+struct Launch {
+  const Function* fn = nullptr;
+  Dim3 grid, block;
+  uint32_t dynamic_shared = 0;
+  const uint8_t* params = nullptr;  // the packed parameter block, fn->param_bytes long
+  const MemoryRanges* memory = nullptr;
+  int sm_count = 1;
+};
+
+struct LaunchResult {
+  Status status;            // ok, or the fault that ended the launch
+  std::string output;       // device printf output (and assertion messages)
+  uint64_t thread_instructions = 0;
+};
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(unsigned threads);
+  ~ThreadPool();
+  // Runs fn(i) for i in [0, n) on the pool and the calling thread; returns when all are done.
+  void parallelFor(uint64_t n, const std::function<void(uint64_t)>& fn);
+  unsigned size() const { return static_cast<unsigned>(workers_.size()) + 1; }
+
+ private:
+  struct Job {
+    const std::function<void(uint64_t)>* fn;
+    uint64_t n;
+    std::atomic<uint64_t> next{0};
+    std::atomic<uint64_t> done{0};
+  };
+  void work(Job& job);
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::vector<Job*> jobs_;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+class Interpreter {
+ public:
+  explicit Interpreter(unsigned threads = 0);  // 0: one per hardware thread
+  LaunchResult run(const Launch& launch);
+
+ private:
+  ThreadPool pool_;
+};
+
+}  // namespace rgpu::server::ptx

@@ -1,0 +1,137 @@
+// The decoded form of a PTX module: what the interpreter executes.
+//
+// PTX text is parsed once per module (ptx_parser.cc) into flat instruction
+// arrays with every register, label, symbol and parameter already resolved to
+// an index or offset, so nothing is looked up by name at run time. All values
+// live in 64-bit register slots holding the bits of the value (an f32 in the
+// low 32 bits); an instruction's types say how to read them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace rgpu::server::ptx {
+
+enum class Type : uint8_t {
+  kNone, kPred,
+  kB8, kB16, kB32, kB64,
+  kU8, kU16, kU32, kU64,
+  kS8, kS16, kS32, kS64,
+  kF16, kF16x2, kBF16, kBF16x2, kF32, kF64,
+};
+
+inline int typeBytes(Type t) {
+  switch (t) {
+    case Type::kB8: case Type::kU8: case Type::kS8: return 1;
+    case Type::kB16: case Type::kU16: case Type::kS16: case Type::kF16: case Type::kBF16: return 2;
+    case Type::kB32: case Type::kU32: case Type::kS32: case Type::kF32: case Type::kF16x2: case Type::kBF16x2: return 4;
+    case Type::kB64: case Type::kU64: case Type::kS64: case Type::kF64: return 8;
+    default: return 0;
+  }
+}
+inline bool isSigned(Type t) { return t == Type::kS8 || t == Type::kS16 || t == Type::kS32 || t == Type::kS64; }
+inline bool isFloat(Type t) {
+  return t == Type::kF16 || t == Type::kF16x2 || t == Type::kBF16 || t == Type::kBF16x2 || t == Type::kF32 || t == Type::kF64;
+}
+
+enum class Op : uint8_t {
+  kMov, kAdd, kSub, kMul, kMad, kMul24, kMad24, kFma, kDiv, kRem, kAbs, kNeg, kMin, kMax,
+  kAnd, kOr, kXor, kNot, kCnot, kShl, kShr, kShf, kBfe, kBfi, kBrev, kClz, kPopc, kPrmt, kLop3,
+  kSelp, kSlct, kSetp, kSet, kCvt, kCvta, kLd, kSt, kBra, kRet, kExit, kTrap, kAtom, kRed,
+  kBar, kBarWarp, kMembar, kShfl, kVote, kRedux, kActivemask, kMatch, kNanosleep,
+  kRcp, kSqrt, kRsqrt, kEx2, kLg2, kSin, kCos, kTanh, kCopysign, kTestp,
+  kCallPrintf, kCallAssert, kNop,
+};
+
+enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };
+
+enum class Cmp : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe, kLo, kLs, kHi, kHs, kEqu, kNeu, kLtu, kLeu, kGtu, kGeu, kNum, kNan };
+enum class BoolOp : uint8_t { kNone, kAnd, kOr, kXor };
+enum class Round : uint8_t { kDefault, kRn, kRz, kRm, kRp, kRni, kRzi, kRmi, kRpi };
+enum class AtomOp : uint8_t { kAdd, kMin, kMax, kExch, kCas, kAnd, kOr, kXor, kInc, kDec };
+
+// Special registers, read per lane.
+enum class Special : uint8_t {
+  kTidX, kTidY, kTidZ, kNtidX, kNtidY, kNtidZ, kCtaidX, kCtaidY, kCtaidZ, kNctaidX, kNctaidY, kNctaidZ,
+  kLaneid, kWarpid, kNwarpid, kLanemaskEq, kLanemaskLe, kLanemaskLt, kLanemaskGe, kLanemaskGt,
+  kClock, kClock64, kGlobaltimer, kSmid, kNsmid, kGridid, kDynamicSmem, kTotalSmem,
+};
+
+struct Operand {
+  // kParamReg: a call-sequence .param variable, kept in a register slot
+  // (address [reg + imm] within it).
+  enum Kind : uint8_t { kNone, kReg, kImm, kSpecial, kAddr, kVec, kSink, kParamReg } kind = kNone;
+  uint32_t reg = 0;     // kReg; kAddr base register (if has_base)
+  uint64_t imm = 0;     // kImm bits; kAddr offset (added to base or symbol)
+  Special special{};
+  bool has_base = false;   // kAddr: [reg + imm] vs [imm]
+  bool neg = false;        // kReg predicate read negated (!%p)
+  Space sym_space = Space::kGeneric;  // kAddr/kImm from a symbol: which window its value lives in
+  int32_t global = -1;     // symbol is Module::globals[global]: its address is added at load
+  std::vector<Operand> vec;  // kVec elements
+};
+
+struct Inst {
+  Op op = Op::kNop;
+  Type type = Type::kNone;   // main type (source type for cvt/set/slct)
+  Type dtype = Type::kNone;  // destination type (cvt, set, slct)
+  Space space = Space::kGeneric;
+  Round round = Round::kDefault;
+  Cmp cmp = Cmp::kEq;
+  BoolOp bool_op = BoolOp::kNone;
+  AtomOp atom = AtomOp::kAdd;
+  uint8_t mode = 0;       // lo/hi/wide (mul, mad); shfl/vote/prmt/shf mode; cvta direction
+  uint8_t vec = 1;        // v2/v4 loads and stores
+  bool ftz = false, sat = false, approx = false;
+  int32_t guard = -1;     // predicate register, -1: none
+  bool guard_neg = false;
+  uint32_t target = 0;    // branch target instruction index
+  Operand d, d2, a, b, c, e;  // d2: second destination (setp p|q)
+  uint32_t line = 0;      // source line, for error messages
+};
+
+// mul/mad modes
+inline constexpr uint8_t kModeLo = 0, kModeHi = 1, kModeWide = 2;
+// shfl modes
+inline constexpr uint8_t kShflUp = 0, kShflDown = 1, kShflBfly = 2, kShflIdx = 3;
+// vote modes
+inline constexpr uint8_t kVoteAll = 0, kVoteAny = 1, kVoteUni = 2, kVoteBallot = 3;
+// shf modes (bit 0: right, bit 1: wrap)
+inline constexpr uint8_t kShfRight = 1, kShfWrap = 2;
+// cvta: 0 = to generic, 1 = from generic (.to)
+inline constexpr uint8_t kCvtaTo = 1;
+
+struct Global {
+  std::string name;
+  Space space = Space::kGlobal;  // kGlobal or kConst
+  uint64_t size = 0;
+  uint32_t align = 1;
+  std::vector<uint8_t> init;     // initial bytes (zero-filled to size)
+  // Initializers that hold symbol addresses (generic(sym)): offset -> symbol.
+  std::vector<std::pair<uint64_t, std::string>> address_inits;
+};
+
+struct Function {
+  std::string name;
+  bool is_entry = false;
+  std::vector<std::pair<uint32_t, uint32_t>> params;  // (offset, size) in the parameter block
+  uint32_t param_bytes = 0;
+  uint32_t num_regs = 0;
+  uint32_t static_shared = 0;   // bytes of .shared declared (module + function scope used)
+  uint32_t shared_align = 16;
+  uint32_t local_bytes = 0;     // per-thread .local
+  std::vector<Inst> code;
+};
+
+struct Module {
+  std::vector<Global> globals;
+  std::map<std::string, Function> functions;  // entries only are launchable
+  // Module-scope .shared variables: offset in every block's shared memory.
+  std::map<std::string, uint32_t> module_shared;
+  uint32_t module_shared_bytes = 0;
+  int target_sm = 0;
+};
+
+}  // namespace rgpu::server::ptx

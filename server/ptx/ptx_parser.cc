@@ -1,0 +1,993 @@
+#include "server/ptx/ptx_parser.h"
+
+#include <cctype>
+#include <cstring>
+#include <unordered_map>
+
+namespace rgpu::server::ptx {
+namespace {
+
+struct Token {
+  std::string text;
+  uint32_t line = 0;
+};
+
+// Splits PTX into tokens: identifiers/numbers (with '.', '$', '%', '_'),
+// punctuation, and string literals. Comments are dropped.
+Result<std::vector<Token>> tokenize(const std::string& s) {
+  std::vector<Token> out;
+  uint32_t line = 1;
+  size_t i = 0;
+  auto identChar = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%' || c == '.';
+  };
+  while (i < s.size()) {
+    char c = s[i];
+    if (c == '\n') {
+      ++line;
+      ++i;
+    } else if (std::isspace(static_cast<unsigned char>(c)) || c == '\0') {
+      ++i;
+    } else if (s.compare(i, 2, "//") == 0) {
+      while (i < s.size() && s[i] != '\n') ++i;
+    } else if (s.compare(i, 2, "/*") == 0) {
+      size_t e = s.find("*/", i + 2);
+      if (e == std::string::npos) return Status(kErrInvalidPtx, "unterminated comment");
+      for (size_t k = i; k < e; ++k) line += s[k] == '\n';
+      i = e + 2;
+    } else if (c == '"') {
+      size_t e = s.find('"', i + 1);
+      if (e == std::string::npos) return Status(kErrInvalidPtx, "unterminated string at line " + std::to_string(line));
+      out.push_back({s.substr(i, e - i + 1), line});
+      i = e + 1;
+    } else if (identChar(c) || c == '-' ) {
+      size_t st = i;
+      ++i;
+      while (i < s.size() && identChar(s[i])) ++i;
+      out.push_back({s.substr(st, i - st), line});
+    } else {
+      out.push_back({std::string(1, c), line});
+      ++i;
+    }
+  }
+  return out;
+}
+
+Status bad(uint32_t line, const std::string& what) {
+  return Status(kErrInvalidPtx, "PTX line " + std::to_string(line) + ": " + what);
+}
+
+bool parseType(const std::string& m, Type& t) {
+  static const std::unordered_map<std::string, Type> kTypes = {
+      {"pred", Type::kPred}, {"b8", Type::kB8},     {"b16", Type::kB16},   {"b32", Type::kB32},
+      {"b64", Type::kB64},   {"u8", Type::kU8},     {"u16", Type::kU16},   {"u32", Type::kU32},
+      {"u64", Type::kU64},   {"s8", Type::kS8},     {"s16", Type::kS16},   {"s32", Type::kS32},
+      {"s64", Type::kS64},   {"f16", Type::kF16},   {"f16x2", Type::kF16x2}, {"bf16", Type::kBF16},
+      {"bf16x2", Type::kBF16x2}, {"f32", Type::kF32}, {"f64", Type::kF64},
+  };
+  auto it = kTypes.find(m);
+  if (it == kTypes.end()) return false;
+  t = it->second;
+  return true;
+}
+
+bool parseSpecial(const std::string& n, Special& s) {
+  static const std::unordered_map<std::string, Special> kSpecial = {
+      {"%tid.x", Special::kTidX}, {"%tid.y", Special::kTidY}, {"%tid.z", Special::kTidZ},
+      {"%ntid.x", Special::kNtidX}, {"%ntid.y", Special::kNtidY}, {"%ntid.z", Special::kNtidZ},
+      {"%ctaid.x", Special::kCtaidX}, {"%ctaid.y", Special::kCtaidY}, {"%ctaid.z", Special::kCtaidZ},
+      {"%nctaid.x", Special::kNctaidX}, {"%nctaid.y", Special::kNctaidY}, {"%nctaid.z", Special::kNctaidZ},
+      {"%laneid", Special::kLaneid}, {"%warpid", Special::kWarpid}, {"%nwarpid", Special::kNwarpid},
+      {"%lanemask_eq", Special::kLanemaskEq}, {"%lanemask_le", Special::kLanemaskLe},
+      {"%lanemask_lt", Special::kLanemaskLt}, {"%lanemask_ge", Special::kLanemaskGe},
+      {"%lanemask_gt", Special::kLanemaskGt}, {"%clock", Special::kClock}, {"%clock64", Special::kClock64},
+      {"%globaltimer", Special::kGlobaltimer}, {"%smid", Special::kSmid}, {"%nsmid", Special::kNsmid},
+      {"%gridid", Special::kGridid}, {"%dynamic_smem_size", Special::kDynamicSmem},
+      {"%total_smem_size", Special::kTotalSmem},
+  };
+  auto it = kSpecial.find(n);
+  if (it == kSpecial.end()) return false;
+  s = it->second;
+  return true;
+}
+
+// Integer or float immediate: 123, -5, 0x1F, 0f3F800000 (f32 bits), 0d... (f64 bits), 1.5.
+bool parseImmediate(const std::string& t, uint64_t& bits) {
+  if (t.empty()) return false;
+  const char* p = t.c_str();
+  bool neg = *p == '-';
+  if (neg) ++p;
+  if ((p[0] == '0') && (p[1] == 'f' || p[1] == 'F' || p[1] == 'd' || p[1] == 'D') && p[2]) {
+    char* end = nullptr;
+    uint64_t v = std::strtoull(p + 2, &end, 16);
+    if (*end) return false;
+    bits = v;
+    if (neg) bits ^= (p[1] == 'f' || p[1] == 'F') ? 0x80000000ull : 0x8000000000000000ull;
+    return true;
+  }
+  if (!std::isdigit(static_cast<unsigned char>(*p))) return false;
+  char* end = nullptr;
+  if (std::strchr(p, '.') || ((std::strchr(p, 'e') || std::strchr(p, 'E')) && !(p[0] == '0' && (p[1] == 'x' || p[1] == 'X')))) {
+    double d = std::strtod(p, &end);
+    if (*end) return false;
+    if (neg) d = -d;
+    std::memcpy(&bits, &d, 8);
+    return true;
+  }
+  bool hex = p[0] == '0' && (p[1] == 'x' || p[1] == 'X');
+  uint64_t v = std::strtoull(p, &end, hex ? 16 : (p[0] == '0' && p[1] ? 8 : 10));
+  if (*end == 'U') ++end;  // 123U
+  if (*end) return false;
+  bits = neg ? static_cast<uint64_t>(-static_cast<int64_t>(v)) : v;
+  return true;
+}
+
+class Parser {
+ public:
+  explicit Parser(std::vector<Token> toks) : t_(std::move(toks)) {}
+  Result<Module> run();
+
+ private:
+  bool atEnd() const { return i_ >= t_.size(); }
+  const std::string& peek(size_t ahead = 0) const {
+    static const std::string kEmpty;
+    return i_ + ahead < t_.size() ? t_[i_ + ahead].text : kEmpty;
+  }
+  uint32_t line() const { return i_ < t_.size() ? t_[i_].line : (t_.empty() ? 0 : t_.back().line); }
+  std::string next() { return atEnd() ? std::string() : t_[i_++].text; }
+  Status expect(const std::string& s) {
+    if (peek() != s) return bad(line(), "expected '" + s + "', found '" + peek() + "'");
+    ++i_;
+    return Status::ok();
+  }
+  void skipLine() {
+    uint32_t l = line();
+    while (!atEnd() && t_[i_].line == l) ++i_;
+  }
+  void skipTo(const std::string& s) {
+    while (!atEnd() && peek() != s) ++i_;
+  }
+
+  Status parseGlobalVar(Space space, bool is_extern);
+  Status parseFunction(bool is_entry);
+  Status parseParamList(Function& f, bool kernel);
+  Status parseBody(Function& f);
+  Status parseInstruction(Function& f, Inst& inst);
+  Status parseOperand(Function& f, Operand& o, bool allow_label = false, uint32_t* label = nullptr);
+  Status declareRegs(Type type, Function& f);
+  Result<uint64_t> parseArraySize();
+
+  // Scoped register names (blocks `{ }` may redeclare names).
+  std::vector<std::unordered_map<std::string, uint32_t>> scopes_;
+  std::unordered_map<std::string, uint32_t> param_regs_;  // call-sequence .param names (scoped with scopes_)
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> kparams_;  // kernel param name -> (offset, size)
+  std::unordered_map<std::string, uint32_t> labels_;
+  std::vector<std::pair<uint32_t, std::string>> fixups_;  // instruction index -> label
+  std::unordered_map<std::string, uint32_t> fn_shared_;   // function-scope .shared name -> offset
+  std::string local_depot_;
+  uint32_t fn_shared_end_ = 0;
+  bool has_dynamic_shared_ = false;
+  std::string dynamic_shared_name_;
+  std::unordered_map<std::string, uint32_t> module_dyn_shared_;  // name -> alignment
+
+  std::vector<Token> t_;
+  size_t i_ = 0;
+  Module m_;
+  std::unordered_map<std::string, int32_t> global_index_;
+};
+
+Result<uint64_t> Parser::parseArraySize() {
+  if (peek() != "[") return uint64_t{1};
+  ++i_;
+  if (peek() == "]") {
+    ++i_;
+    return uint64_t{0};  // unsized (extern shared / initialised)
+  }
+  uint64_t n = 0;
+  if (!parseImmediate(next(), n)) return bad(line(), "bad array size");
+  RGPU_TRY(expect("]"));
+  return n;
+}
+
+Status Parser::parseGlobalVar(Space space, bool is_extern) {
+  uint32_t l = line();
+  Global g;
+  g.space = space;
+  Type type = Type::kNone;
+  while (!atEnd() && peek()[0] == '.') {
+    std::string m = next();
+    if (m == ".align") {
+      uint64_t a = 0;
+      if (!parseImmediate(next(), a) || a == 0 || a > 4096 || (a & (a - 1))) return bad(l, "bad .align");
+      g.align = static_cast<uint32_t>(a);
+    } else if (m == ".v2" || m == ".v4") {
+      return bad(l, "vector-typed module variables are not supported");
+    } else if (!parseType(m.substr(1), type)) {
+      if (m == ".texref" || m == ".surfref" || m == ".samplerref") return bad(l, "textures and surfaces are not supported");
+      return bad(l, "unknown variable qualifier " + m);
+    }
+  }
+  g.name = next();
+  if (g.name.empty()) return bad(l, "variable without a name");
+  uint64_t count = 1;
+  int elem = typeBytes(type);
+  if (elem == 0) return bad(l, "variable " + g.name + " has no size type");
+  // Possibly multi-dimensional: [a][b]
+  bool unsized = false;
+  while (peek() == "[") {
+    auto n = parseArraySize();
+    if (!n) return n.status();
+    if (*n == 0) unsized = true;
+    else count *= *n;
+    if (count > kMaxGlobalBytes) return bad(l, "variable " + g.name + " too large");
+  }
+  std::vector<uint64_t> values;
+  if (peek() == "=") {
+    ++i_;
+    auto value = [&]() -> Status {
+      std::string v = next();
+      uint64_t bits = 0;
+      if (parseImmediate(v, bits)) {
+        values.push_back(bits);
+        return Status::ok();
+      }
+      if (v == "generic" && peek() == "(") {  // generic(sym)
+        ++i_;
+        std::string sym = next();
+        RGPU_TRY(expect(")"));
+        g.address_inits.emplace_back(values.size() * static_cast<uint64_t>(elem), sym);
+        values.push_back(0);
+        return Status::ok();
+      }
+      if (global_index_.count(v)) {
+        g.address_inits.emplace_back(values.size() * static_cast<uint64_t>(elem), v);
+        values.push_back(0);
+        return Status::ok();
+      }
+      return bad(l, "unsupported initializer '" + v + "' for " + g.name);
+    };
+    if (peek() == "{") {
+      int depth = 0;
+      do {
+        std::string p = peek();
+        if (p == "{") {
+          ++depth;
+          ++i_;
+        } else if (p == "}") {
+          --depth;
+          ++i_;
+        } else if (p == ",") {
+          ++i_;
+        } else {
+          RGPU_TRY(value());
+        }
+        if (values.size() > kMaxGlobalBytes) return bad(l, "initializer too large");
+      } while (depth > 0 && !atEnd());
+    } else {
+      RGPU_TRY(value());
+    }
+    if (unsized) count = values.size();
+  }
+  RGPU_TRY(expect(";"));
+  if (is_extern) return Status::ok();  // defined elsewhere: we cannot resolve it
+  g.size = count * static_cast<uint64_t>(elem);
+  if (g.size > kMaxGlobalBytes) return bad(l, "variable " + g.name + " too large");
+  if (space == Space::kShared) {
+    uint32_t off = (m_.module_shared_bytes + g.align - 1) & ~(g.align - 1);
+    if (off + g.size > kMaxSharedBytes) return bad(l, "shared memory beyond " + std::to_string(kMaxSharedBytes) + " bytes");
+    m_.module_shared[g.name] = off;
+    m_.module_shared_bytes = off + static_cast<uint32_t>(g.size);
+    return Status::ok();
+  }
+  g.init.assign(g.size, 0);
+  for (size_t k = 0; k < values.size() && (k + 1) * elem <= g.size; ++k)
+    std::memcpy(g.init.data() + k * elem, &values[k], static_cast<size_t>(elem));
+  global_index_[g.name] = static_cast<int32_t>(m_.globals.size());
+  m_.globals.push_back(std::move(g));
+  return Status::ok();
+}
+
+Status Parser::parseParamList(Function& f, bool kernel) {
+  RGPU_TRY(expect("("));
+  uint32_t end = 0;
+  while (peek() != ")") {
+    if (atEnd()) return bad(line(), "unterminated parameter list");
+    RGPU_TRY(expect(".param"));
+    uint32_t elem = 0, align = 0;
+    bool after_ptr = false;
+    Type type = Type::kNone;
+    while (peek()[0] == '.') {
+      std::string m = next();
+      if (m == ".align") {
+        uint64_t a = 0;
+        if (!parseImmediate(next(), a) || a == 0 || a > 4096 || (a & (a - 1))) return bad(line(), "bad .align");
+        if (!after_ptr) align = static_cast<uint32_t>(a);
+      } else if (m == ".ptr") {
+        after_ptr = true;
+      } else if (parseType(m.substr(1), type)) {
+        elem = static_cast<uint32_t>(typeBytes(type));
+      }
+    }
+    std::string name = next();
+    auto n = parseArraySize();
+    if (!n) return n.status();
+    if (elem == 0 || *n == 0 || *n > 65536) return bad(line(), "unsupported parameter " + name);
+    if (align == 0) align = elem;
+    uint32_t off = (end + align - 1) & ~(align - 1);
+    uint32_t size = elem * static_cast<uint32_t>(*n);
+    if (kernel) {
+      f.params.emplace_back(off, size);
+      kparams_[name] = {off, size};
+    }
+    end = off + size;
+    if (end > 65536) return bad(line(), "parameter block too large");
+    if (peek() == ",") ++i_;
+  }
+  ++i_;
+  f.param_bytes = end;
+  return Status::ok();
+}
+
+Status Parser::declareRegs(Type type, Function& f) {
+  // .reg .b32 %r<10>;   .reg .pred p, q;   .reg .b64 x;
+  for (;;) {
+    std::string name = next();
+    if (name.empty()) return bad(line(), "bad .reg");
+    uint64_t count = 0;
+    bool ranged = false;
+    if (peek() == "<") {
+      ++i_;
+      if (!parseImmediate(next(), count) || count > kMaxRegsPerFunction) return bad(line(), "bad register count");
+      RGPU_TRY(expect(">"));
+      ranged = true;
+    }
+    if (ranged) {
+      for (uint64_t k = 0; k < count; ++k) scopes_.back()[name + std::to_string(k)] = f.num_regs++;
+    } else {
+      scopes_.back()[name] = f.num_regs++;
+    }
+    if (f.num_regs > kMaxRegsPerFunction) return bad(line(), "too many registers");
+    (void)type;
+    if (peek() == ",") {
+      ++i_;
+      continue;
+    }
+    return expect(";");
+  }
+}
+
+Status Parser::parseOperand(Function& f, Operand& o, bool allow_label, uint32_t* label) {
+  std::string tok = peek();
+  if (tok == "{") {  // vector
+    ++i_;
+    o.kind = Operand::kVec;
+    while (peek() != "}") {
+      if (atEnd()) return bad(line(), "unterminated vector operand");
+      Operand e;
+      RGPU_TRY(parseOperand(f, e));
+      o.vec.push_back(std::move(e));
+      if (peek() == ",") ++i_;
+    }
+    ++i_;
+    if (o.vec.empty() || o.vec.size() > 8) return bad(line(), "bad vector operand");
+    return Status::ok();
+  }
+  if (tok == "[") {
+    ++i_;
+    o.kind = Operand::kAddr;
+    std::string base = next();
+    auto lookupReg = [&](const std::string& n, uint32_t& r) {
+      for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+        auto f2 = it->find(n);
+        if (f2 != it->end()) {
+          r = f2->second;
+          return true;
+        }
+      }
+      return false;
+    };
+    uint64_t imm = 0;
+    uint32_t r = 0;
+    if (lookupReg(base, r)) {
+      o.has_base = true;
+      o.reg = r;
+    } else if (param_regs_.count(base)) {
+      o.kind = Operand::kParamReg;
+      o.reg = param_regs_[base];
+    } else if (auto kp = kparams_.find(base); kp != kparams_.end()) {
+      o.sym_space = Space::kParam;
+      o.imm = kp->second.first;
+    } else if (auto g = global_index_.find(base); g != global_index_.end()) {
+      o.sym_space = m_.globals[g->second].space;
+      o.global = g->second;
+    } else if (auto ms = m_.module_shared.find(base); ms != m_.module_shared.end()) {
+      o.sym_space = Space::kShared;
+      o.imm = ms->second;
+    } else if (auto fs = fn_shared_.find(base); fs != fn_shared_.end()) {
+      o.sym_space = Space::kShared;
+      o.imm = fs->second;
+    } else if ((base == dynamic_shared_name_ && has_dynamic_shared_) || module_dyn_shared_.count(base)) {
+      o.sym_space = Space::kShared;
+      o.imm = UINT32_MAX;  // patched: the end of static shared memory
+    } else if (base == local_depot_ && !local_depot_.empty()) {
+      o.sym_space = Space::kLocal;
+      o.imm = 0;
+    } else if (parseImmediate(base, imm)) {
+      o.imm = imm;
+    } else {
+      return bad(line(), "unknown address '" + base + "'");
+    }
+    if (peek() == "+" || (peek().size() > 1 && peek()[0] == '-')) {
+      if (peek() == "+") ++i_;
+      uint64_t off = 0;
+      if (!parseImmediate(next(), off)) return bad(line(), "bad address offset");
+      o.imm += off;
+    }
+    return expect("]");
+  }
+  ++i_;
+  if (tok == "_") {
+    o.kind = Operand::kSink;
+    return Status::ok();
+  }
+  // Register (scoped), special register, immediate, symbol, label.
+  for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+    auto r = it->find(tok);
+    if (r != it->end()) {
+      o.kind = Operand::kReg;
+      o.reg = r->second;
+      return Status::ok();
+    }
+  }
+  if (tok == "!") {
+    RGPU_TRY(parseOperand(f, o));
+    if (o.kind != Operand::kReg) return bad(line(), "'!' applies to predicate registers only");
+    o.neg = true;
+    return Status::ok();
+  }
+  if (auto pr = param_regs_.find(tok); pr != param_regs_.end()) {
+    o.kind = Operand::kParamReg;
+    o.reg = pr->second;
+    return Status::ok();
+  }
+  Special sp;
+  if (parseSpecial(tok, sp)) {
+    o.kind = Operand::kSpecial;
+    o.special = sp;
+    return Status::ok();
+  }
+  uint64_t imm = 0;
+  if (parseImmediate(tok, imm)) {
+    o.kind = Operand::kImm;
+    o.imm = imm;
+    return Status::ok();
+  }
+  o.kind = Operand::kImm;
+  if (auto g = global_index_.find(tok); g != global_index_.end()) {
+    o.sym_space = m_.globals[g->second].space;
+    o.global = g->second;
+    return Status::ok();
+  }
+  if (auto ms = m_.module_shared.find(tok); ms != m_.module_shared.end()) {
+    o.sym_space = Space::kShared;
+    o.imm = ms->second;
+    return Status::ok();
+  }
+  if (auto fs = fn_shared_.find(tok); fs != fn_shared_.end()) {
+    o.sym_space = Space::kShared;
+    o.imm = fs->second;
+    return Status::ok();
+  }
+  if ((tok == dynamic_shared_name_ && has_dynamic_shared_) || module_dyn_shared_.count(tok)) {
+    o.sym_space = Space::kShared;
+    o.imm = UINT32_MAX;
+    auto a = module_dyn_shared_.find(tok);
+    if (a != module_dyn_shared_.end()) f.shared_align = std::max(f.shared_align, a->second);
+    return Status::ok();
+  }
+  if (tok == local_depot_ && !local_depot_.empty()) {
+    o.sym_space = Space::kLocal;
+    o.imm = 0;
+    return Status::ok();
+  }
+  if (kparams_.count(tok)) return bad(line(), "taking the address of kernel parameter " + tok + " is not supported yet");
+  if (allow_label && label) {
+    fixups_.emplace_back(*label, tok);
+    o.kind = Operand::kNone;
+    return Status::ok();
+  }
+  return bad(line(), "unknown operand '" + tok + "'");
+}
+
+Status Parser::parseInstruction(Function& f, Inst& in) {
+  in.line = line();
+  if (peek() == "@") {
+    ++i_;
+    if (peek() == "!") {
+      in.guard_neg = true;
+      ++i_;
+    }
+    Operand g;
+    RGPU_TRY(parseOperand(f, g));
+    if (g.kind != Operand::kReg) return bad(in.line, "bad guard predicate");
+    in.guard = static_cast<int32_t>(g.reg);
+  }
+  std::string opcode = next();
+  std::vector<std::string> parts;
+  size_t st = 0;
+  while (st <= opcode.size()) {
+    size_t dot = opcode.find('.', st);
+    if (dot == std::string::npos) dot = opcode.size();
+    parts.push_back(opcode.substr(st, dot - st));
+    st = dot + 1;
+  }
+  const std::string& base = parts[0];
+  static const std::unordered_map<std::string, Op> kOps = {
+      {"mov", Op::kMov}, {"add", Op::kAdd}, {"sub", Op::kSub}, {"mul", Op::kMul}, {"mad", Op::kMad},
+      {"mul24", Op::kMul24}, {"mad24", Op::kMad24}, {"fma", Op::kFma}, {"div", Op::kDiv}, {"rem", Op::kRem},
+      {"abs", Op::kAbs}, {"neg", Op::kNeg}, {"min", Op::kMin}, {"max", Op::kMax}, {"and", Op::kAnd},
+      {"or", Op::kOr}, {"xor", Op::kXor}, {"not", Op::kNot}, {"cnot", Op::kCnot}, {"shl", Op::kShl},
+      {"shr", Op::kShr}, {"shf", Op::kShf}, {"bfe", Op::kBfe}, {"bfi", Op::kBfi}, {"brev", Op::kBrev},
+      {"clz", Op::kClz}, {"popc", Op::kPopc}, {"prmt", Op::kPrmt}, {"lop3", Op::kLop3}, {"selp", Op::kSelp},
+      {"slct", Op::kSlct}, {"setp", Op::kSetp}, {"set", Op::kSet}, {"cvt", Op::kCvt}, {"cvta", Op::kCvta},
+      {"ld", Op::kLd}, {"ldu", Op::kLd}, {"st", Op::kSt}, {"bra", Op::kBra}, {"ret", Op::kRet},
+      {"exit", Op::kExit}, {"trap", Op::kTrap}, {"atom", Op::kAtom}, {"red", Op::kRed}, {"bar", Op::kBar},
+      {"barrier", Op::kBar}, {"membar", Op::kMembar}, {"fence", Op::kMembar}, {"shfl", Op::kShfl},
+      {"vote", Op::kVote}, {"redux", Op::kRedux}, {"activemask", Op::kActivemask}, {"match", Op::kMatch},
+      {"nanosleep", Op::kNanosleep}, {"rcp", Op::kRcp}, {"sqrt", Op::kSqrt}, {"rsqrt", Op::kRsqrt},
+      {"ex2", Op::kEx2}, {"lg2", Op::kLg2}, {"sin", Op::kSin}, {"cos", Op::kCos}, {"tanh", Op::kTanh},
+      {"copysign", Op::kCopysign}, {"testp", Op::kTestp}, {"call", Op::kCallPrintf}, {"prefetch", Op::kNop},
+      {"prefetchu", Op::kNop}, {"pmevent", Op::kNop},
+  };
+  auto op = kOps.find(base);
+  if (op == kOps.end()) return bad(in.line, "instruction '" + opcode + "' is not supported by the rgpu PTX interpreter");
+  in.op = op->second;
+  if (in.op == Op::kBar && parts.size() > 1 && parts[1] == "warp") in.op = Op::kBarWarp;
+
+  // Modifiers.
+  std::vector<Type> types;
+  for (size_t k = 1; k < parts.size(); ++k) {
+    const std::string& m = parts[k];
+    Type t;
+    if (parseType(m, t)) {
+      types.push_back(t);
+      continue;
+    }
+    static const std::unordered_map<std::string, Cmp> kCmp = {
+        {"eq", Cmp::kEq}, {"ne", Cmp::kNe}, {"lt", Cmp::kLt}, {"le", Cmp::kLe}, {"gt", Cmp::kGt},
+        {"ge", Cmp::kGe}, {"lo", Cmp::kLo}, {"ls", Cmp::kLs}, {"hi", Cmp::kHi}, {"hs", Cmp::kHs},
+        {"equ", Cmp::kEqu}, {"neu", Cmp::kNeu}, {"ltu", Cmp::kLtu}, {"leu", Cmp::kLeu}, {"gtu", Cmp::kGtu},
+        {"geu", Cmp::kGeu}, {"num", Cmp::kNum}, {"nan", Cmp::kNan}};
+    bool compare_op = in.op == Op::kSetp || in.op == Op::kSet || in.op == Op::kSlct;
+    if (compare_op && kCmp.count(m)) {
+      in.cmp = kCmp.at(m);
+      continue;
+    }
+    if (m == "lo" || m == "hi" || m == "wide") {
+      in.mode = m == "lo" ? kModeLo : m == "hi" ? kModeHi : kModeWide;
+      continue;
+    }
+    if (compare_op && (m == "and" || m == "or" || m == "xor")) {
+      in.bool_op = m == "and" ? BoolOp::kAnd : m == "or" ? BoolOp::kOr : BoolOp::kXor;
+      continue;
+    }
+    static const std::unordered_map<std::string, Round> kRound = {
+        {"rn", Round::kRn}, {"rz", Round::kRz}, {"rm", Round::kRm}, {"rp", Round::kRp},
+        {"rni", Round::kRni}, {"rzi", Round::kRzi}, {"rmi", Round::kRmi}, {"rpi", Round::kRpi}};
+    if (kRound.count(m)) {
+      in.round = kRound.at(m);
+      continue;
+    }
+    static const std::unordered_map<std::string, Space> kSpace = {
+        {"global", Space::kGlobal}, {"shared", Space::kShared}, {"local", Space::kLocal},
+        {"param", Space::kParam}, {"const", Space::kConst}, {"generic", Space::kGeneric}};
+    if (kSpace.count(m) && in.op != Op::kMembar) {
+      in.space = kSpace.at(m);
+      continue;
+    }
+    bool atomic = in.op == Op::kAtom || in.op == Op::kRed || in.op == Op::kRedux;
+    static const std::unordered_map<std::string, AtomOp> kAtom = {
+        {"add", AtomOp::kAdd}, {"min", AtomOp::kMin}, {"max", AtomOp::kMax}, {"exch", AtomOp::kExch},
+        {"cas", AtomOp::kCas}, {"and", AtomOp::kAnd}, {"or", AtomOp::kOr}, {"xor", AtomOp::kXor},
+        {"inc", AtomOp::kInc}, {"dec", AtomOp::kDec}};
+    if (atomic && kAtom.count(m)) {
+      in.atom = kAtom.at(m);
+      continue;
+    }
+    if (in.op == Op::kShfl && (m == "up" || m == "down" || m == "bfly" || m == "idx")) {
+      in.mode = m == "up" ? kShflUp : m == "down" ? kShflDown : m == "bfly" ? kShflBfly : kShflIdx;
+      continue;
+    }
+    if (in.op == Op::kVote && (m == "all" || m == "any" || m == "uni" || m == "ballot")) {
+      in.mode = m == "all" ? kVoteAll : m == "any" ? kVoteAny : m == "uni" ? kVoteUni : kVoteBallot;
+      continue;
+    }
+    if (in.op == Op::kShf && (m == "l" || m == "r" || m == "wrap" || m == "clamp")) {
+      if (m == "r") in.mode |= kShfRight;
+      if (m == "wrap") in.mode |= kShfWrap;
+      continue;
+    }
+    if (in.op == Op::kCvta && m == "to") {
+      in.mode = kCvtaTo;
+      continue;
+    }
+    if (m == "v2" || m == "v4") {
+      in.vec = m == "v2" ? 2 : 4;
+      continue;
+    }
+    if (m == "ftz") {
+      in.ftz = true;
+      continue;
+    }
+    if (m == "sat" || m == "satfinite") {
+      in.sat = true;
+      continue;
+    }
+    if (m == "approx" || m == "full") {
+      in.approx = m == "approx";
+      continue;
+    }
+    if (in.op == Op::kPrmt && (m == "f4e" || m == "b4e" || m == "rc8" || m == "ecl" || m == "ecr" || m == "rc16"))
+      return bad(in.line, "prmt mode ." + m + " is not supported");
+    if (in.op == Op::kTestp && (m == "finite" || m == "infinite" || m == "number" || m == "notanumber" ||
+                                m == "normal" || m == "subnormal")) {
+      static const char* kModes[] = {"finite", "infinite", "number", "notanumber", "normal", "subnormal"};
+      for (uint8_t k = 0; k < 6; ++k)
+        if (m == kModes[k]) in.mode = k;
+      continue;
+    }
+    // Qualifiers with no effect on a single-machine interpreter.
+    static const char* kIgnored[] = {"uni", "sync", "aligned", "volatile", "relaxed", "acquire", "release",
+                                     "acq_rel", "sc", "cta", "gpu", "sys", "nc", "ca", "cg", "cs", "lu", "cv",
+                                     "wb", "wt", "shiftamt", "noftz", "L1", "L2", "evict_normal", "evict_last",
+                                     "evict_first", "no_allocate", "64B", "128B", "256B", "red", "arrive", "u",
+                                     "cluster", "mmio", "proxy", "async", "noinc", "b128"};
+    bool ignored = false;
+    for (const char* ig : kIgnored) ignored |= m == ig;
+    if (ignored) {
+      if (in.op == Op::kBar && m == "arrive") return bad(in.line, "bar.arrive is not supported yet");
+      if (in.op == Op::kBar && m == "red") return bad(in.line, "bar.red is not supported yet");
+      continue;
+    }
+    return bad(in.line, "modifier ." + m + " of '" + opcode + "' is not supported");
+  }
+  if (!types.empty()) in.type = types.back();
+  if ((in.op == Op::kCvt || in.op == Op::kSet || in.op == Op::kSlct) && types.size() == 2) {
+    in.dtype = types[0];
+    in.type = types[1];
+  } else {
+    in.dtype = in.type;
+  }
+  if (in.op == Op::kSetp && in.type == Type::kNone) return bad(in.line, "setp without a type");
+
+  // Operands.
+  if (in.op == Op::kCallPrintf) {
+    // call[.uni] (ret), name, (args);   call name, (args);
+    std::vector<Operand> rets, args;
+    std::string callee;
+    if (peek() == "(") {
+      ++i_;
+      while (peek() != ")") {
+        if (atEnd()) return bad(in.line, "bad call");
+        Operand o;
+        RGPU_TRY(parseOperand(f, o));
+        rets.push_back(o);
+        if (peek() == ",") ++i_;
+      }
+      ++i_;
+      RGPU_TRY(expect(","));
+    }
+    callee = next();
+    if (peek() == ",") {
+      ++i_;
+      RGPU_TRY(expect("("));
+      while (peek() != ")") {
+        if (atEnd()) return bad(in.line, "bad call");
+        std::string a = next();
+        auto pr = param_regs_.find(a);
+        if (pr == param_regs_.end()) return bad(in.line, "call argument " + a + " is not a .param");
+        Operand o;
+        o.kind = Operand::kParamReg;
+        o.reg = pr->second;
+        args.push_back(o);
+        if (peek() == ",") ++i_;
+      }
+      ++i_;
+    }
+    if (callee == "vprintf") {
+      if (args.size() != 2) return bad(in.line, "vprintf takes 2 arguments");
+      in.op = Op::kCallPrintf;
+      in.a = args[0];
+      in.b = args[1];
+      if (!rets.empty()) in.d = rets[0];
+    } else if (callee == "__assertfail") {
+      if (args.size() < 4) return bad(in.line, "__assertfail takes 5 arguments");
+      in.op = Op::kCallAssert;
+      in.a = args[0];
+      in.b = args[1];
+      in.c = args[2];
+      in.e = args[3];
+    } else {
+      return bad(in.line, "call to device function " + callee +
+                              " is not supported yet (rgpu runs kernels whose device functions are inlined)");
+    }
+    return expect(";");
+  }
+  if (in.op == Op::kBra) {
+    uint32_t idx = static_cast<uint32_t>(f.code.size());
+    std::string label = next();
+    fixups_.emplace_back(idx, label);
+    return expect(";");
+  }
+  std::vector<Operand*> slots = {&in.d, &in.a, &in.b, &in.c, &in.e};
+  size_t n = 0;
+  while (peek() != ";") {
+    if (atEnd()) return bad(in.line, "missing ';'");
+    if (n >= slots.size()) return bad(in.line, "too many operands for " + opcode);
+    RGPU_TRY(parseOperand(f, *slots[n]));
+    if (n == 0 && peek() == "|") {  // setp p|q
+      ++i_;
+      RGPU_TRY(parseOperand(f, in.d2));
+    }
+    ++n;
+    if (peek() == ",") ++i_;
+  }
+  ++i_;
+  // Stores have no destination: operands are (address, value).
+  return Status::ok();
+}
+
+Status Parser::parseBody(Function& f) {
+  RGPU_TRY(expect("{"));
+  scopes_.clear();
+  scopes_.emplace_back();
+  param_regs_.clear();
+  labels_.clear();
+  fixups_.clear();
+  fn_shared_.clear();
+  local_depot_.clear();
+  has_dynamic_shared_ = false;
+  dynamic_shared_name_.clear();
+  fn_shared_end_ = m_.module_shared_bytes;
+  int depth = 1;
+  while (depth > 0) {
+    if (atEnd()) return bad(line(), "unterminated function " + f.name);
+    std::string tok = peek();
+    if (tok == "{") {
+      ++i_;
+      ++depth;
+      scopes_.emplace_back();
+      continue;
+    }
+    if (tok == "}") {
+      ++i_;
+      --depth;
+      if (depth > 0) scopes_.pop_back();
+      continue;
+    }
+    if (tok == ".reg") {
+      ++i_;
+      Type t = Type::kNone;
+      while (peek()[0] == '.') {
+        std::string m = next();
+        if (m == ".v2" || m == ".v4") return bad(line(), "vector registers are not supported");
+        parseType(m.substr(1), t);
+      }
+      RGPU_TRY(declareRegs(t, f));
+      continue;
+    }
+    if (tok == ".param") {  // call-sequence parameter: a register slot
+      ++i_;
+      uint32_t elem = 0;
+      Type t;
+      while (peek()[0] == '.') {
+        std::string m = next();
+        if (m == ".align") next();
+        else if (parseType(m.substr(1), t)) elem = static_cast<uint32_t>(typeBytes(t));
+      }
+      std::string name = next();
+      auto cnt = parseArraySize();
+      if (!cnt) return cnt.status();
+      if (elem * *cnt > 8) return bad(line(), "call parameter " + name + " larger than 8 bytes is not supported yet");
+      param_regs_[name] = f.num_regs++;
+      RGPU_TRY(expect(";"));
+      continue;
+    }
+    if (tok == ".local" || tok == ".shared" || (tok == ".extern" && peek(1) == ".shared")) {
+      bool ext = tok == ".extern";
+      ++i_;
+      if (ext) ++i_;
+      uint32_t align = 1, elem = 0;
+      Type t;
+      while (peek()[0] == '.') {
+        std::string m = next();
+        if (m == ".align") {
+          uint64_t a = 0;
+          if (!parseImmediate(next(), a) || a == 0 || a > 4096 || (a & (a - 1))) return bad(line(), "bad .align");
+          align = static_cast<uint32_t>(a);
+        } else if (parseType(m.substr(1), t)) {
+          elem = static_cast<uint32_t>(typeBytes(t));
+        }
+      }
+      std::string name = next();
+      uint64_t count = 1;
+      while (peek() == "[") {
+        auto c = parseArraySize();
+        if (!c) return c.status();
+        count *= *c;
+      }
+      RGPU_TRY(expect(";"));
+      uint64_t bytes = count * elem;
+      if (tok == ".local") {
+        if (!local_depot_.empty() || bytes > kMaxLocalBytes) return bad(line(), "unsupported .local declaration " + name);
+        local_depot_ = name;
+        f.local_bytes = static_cast<uint32_t>(bytes);
+      } else if (ext || bytes == 0) {
+        has_dynamic_shared_ = true;
+        dynamic_shared_name_ = name;
+        f.shared_align = std::max(f.shared_align, align);
+      } else {
+        uint32_t off = (fn_shared_end_ + align - 1) & ~(align - 1);
+        if (off + bytes > kMaxSharedBytes) return bad(line(), "shared memory beyond the limit");
+        fn_shared_[name] = off;
+        fn_shared_end_ = off + static_cast<uint32_t>(bytes);
+      }
+      continue;
+    }
+    if (tok == ".pragma") {
+      skipTo(";");
+      ++i_;
+      continue;
+    }
+    if (tok[0] == '.' ) return bad(line(), "directive " + tok + " inside a function is not supported");
+    if (peek(1) == ":") {  // label
+      labels_[tok] = static_cast<uint32_t>(f.code.size());
+      i_ += 2;
+      continue;
+    }
+    Inst in;
+    RGPU_TRY(parseInstruction(f, in));
+    f.code.push_back(std::move(in));
+    if (f.code.size() > kMaxInstsPerFunction) return bad(line(), "function too long");
+  }
+  for (auto& [idx, label] : fixups_) {
+    auto it = labels_.find(label);
+    if (it == labels_.end()) return bad(f.code[idx].line, "unknown label " + label);
+    f.code[idx].target = it->second;
+  }
+  // Every path must end: a final exit guards against running off the end.
+  Inst end;
+  end.op = Op::kExit;
+  f.code.push_back(end);
+  f.static_shared = fn_shared_end_;
+  // Dynamic shared memory starts after the static part, aligned.
+  uint32_t dyn = (f.static_shared + f.shared_align - 1) & ~(f.shared_align - 1);
+  auto patch = [&](Operand& o) {
+    if (o.sym_space == Space::kShared && o.imm >= UINT32_MAX && (o.kind == Operand::kImm || o.kind == Operand::kAddr))
+      o.imm = dyn + (o.imm - UINT32_MAX);
+  };
+  for (auto& in : f.code) {
+    for (Operand* o : {&in.d, &in.a, &in.b, &in.c, &in.e}) {
+      patch(*o);
+      for (auto& v : o->vec) patch(v);
+    }
+  }
+  f.static_shared = dyn;
+  return Status::ok();
+}
+
+Status Parser::parseFunction(bool is_entry) {
+  Function f;
+  f.is_entry = is_entry;
+  kparams_.clear();
+  if (!is_entry && peek() == "(") {  // return value list
+    skipTo(")");
+    ++i_;
+  }
+  f.name = next();
+  if (f.name.empty()) return bad(line(), "function without a name");
+  if (peek() == "(") RGPU_TRY(parseParamList(f, is_entry));
+  // Performance directives (.maxntid, .reqntid, .minnctapersm, .maxnreg, .noreturn) up to the body.
+  while (!atEnd() && peek() != "{" && peek() != ";") ++i_;
+  if (peek() == ";") {  // declaration only
+    ++i_;
+    return Status::ok();
+  }
+  RGPU_TRY(parseBody(f));
+  std::string name = f.name;
+  m_.functions[name] = std::move(f);
+  return Status::ok();
+}
+
+Result<Module> Parser::run() {
+  while (!atEnd()) {
+    std::string tok = peek();
+    if (tok == ".version" || tok == ".target" || tok == ".address_size") {
+      if (tok == ".target") {
+        std::string sm = peek(1);
+        if (sm.rfind("sm_", 0) == 0) m_.target_sm = std::atoi(sm.c_str() + 3);
+      }
+      if (tok == ".address_size" && peek(1) != "64") return bad(line(), "only 64-bit PTX is supported");
+      skipLine();
+      continue;
+    }
+    if (tok == ".visible" || tok == ".weak" || tok == ".common") {
+      ++i_;
+      continue;
+    }
+    if (tok == ".extern") {
+      ++i_;
+      if (peek() == ".func" || peek() == ".entry") {
+        skipTo(";");
+        ++i_;
+        continue;
+      }
+      if (peek() == ".shared") {
+        // Module-scope dynamic shared memory: `extern __shared__ T s[];`
+        ++i_;
+        uint32_t align = 1;
+        while (peek()[0] == '.') {
+          std::string m = next();
+          if (m == ".align") {
+            uint64_t a = 0;
+            if (!parseImmediate(next(), a) || a == 0 || a > 4096 || (a & (a - 1))) return bad(line(), "bad .align");
+            align = static_cast<uint32_t>(a);
+          }
+        }
+        module_dyn_shared_[next()] = align;
+        while (peek() == "[") {
+          auto c = parseArraySize();
+          if (!c) return c.status();
+        }
+        RGPU_TRY(expect(";"));
+        continue;
+      }
+      if (peek() == ".global" || peek() == ".const") {
+        std::string sp = next();
+        RGPU_TRY(parseGlobalVar(sp == ".global" ? Space::kGlobal : sp == ".const" ? Space::kConst : Space::kShared, true));
+        continue;
+      }
+      return bad(line(), "unsupported .extern " + peek());
+    }
+    if (tok == ".entry" || tok == ".func") {
+      ++i_;
+      RGPU_TRY(parseFunction(tok == ".entry"));
+      continue;
+    }
+    if (tok == ".global" || tok == ".const" || tok == ".shared") {
+      ++i_;
+      RGPU_TRY(parseGlobalVar(tok == ".global" ? Space::kGlobal : tok == ".const" ? Space::kConst : Space::kShared, false));
+      continue;
+    }
+    if (tok == ".file" || tok == ".section" || tok == ".loc") {
+      // Debug information: skip the directive (and a section's braces).
+      ++i_;
+      if (tok == ".section") {
+        skipTo("{");
+        int depth = 0;
+        do {
+          if (peek() == "{") ++depth;
+          if (peek() == "}") --depth;
+          ++i_;
+        } while (depth > 0 && !atEnd());
+      } else {
+        skipLine();
+      }
+      continue;
+    }
+    return bad(line(), "unexpected '" + tok + "' at module scope");
+  }
+  return std::move(m_);
+}
+
+}  // namespace
+
+Result<Module> parsePtx(const std::string& text) {
+  if (text.size() > kMaxPtxBytes) return Status(kErrInvalidPtx, "PTX larger than " + std::to_string(kMaxPtxBytes) + " bytes");
+  auto toks = tokenize(text);
+  if (!toks) return toks.status();
+  Parser p(std::move(*toks));
+  return p.run();
+}
+
+}  // namespace rgpu::server::ptx

@@ -1,0 +1,27 @@
+// Parses PTX text (as nvcc embeds it in a fatbin) into the decoded form of
+// ptx_ir.h. Untrusted input: every token is checked, every index bounded, and
+// anything the interpreter cannot execute — an unknown instruction, type or
+// directive — is an error naming it and its line, never a silently wrong result.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "server/ptx/ptx_ir.h"
+
+namespace rgpu::server::ptx {
+
+// Limits on untrusted PTX, checked while parsing.
+inline constexpr size_t kMaxPtxBytes = 64ull << 20;
+inline constexpr uint32_t kMaxRegsPerFunction = 1u << 16;
+inline constexpr uint32_t kMaxInstsPerFunction = 1u << 22;
+inline constexpr uint64_t kMaxGlobalBytes = 256ull << 20;
+inline constexpr uint32_t kMaxSharedBytes = 228u * 1024;
+inline constexpr uint32_t kMaxLocalBytes = 512u * 1024;
+
+// cudaErrorInvalidPtx: the PTX could not be parsed or uses what we cannot run.
+inline constexpr int kErrInvalidPtx = 218;
+
+Result<Module> parsePtx(const std::string& text);
+
+}  // namespace rgpu::server::ptx
