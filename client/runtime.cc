@@ -90,9 +90,15 @@ Result<Reply> Runtime::call(capnp::MessageBuilder& msg, const void* bulk, uint64
   Reply r = (*c)->call(msg, bulk, bulk_len, in, in_len);
   if (isSticky(r.status.code())) sticky_.store(r.status.code());
   if (isSticky(r.async_error.code())) sticky_.store(r.async_error.code());
-  if (!r.status) return r.status;
+  if (!r.status) {
+    if (isSticky(r.status.code())) common::logOnce("sticky:" + r.status.message(), "rgpu server " + (*c)->server() + ": " + r.status.message());
+    return r.status;
+  }
   if (!r.async_error.isOk()) {
-    RGPU_LOG_DEBUG("asynchronous error reported: {}", r.async_error.message());
+    // The generic cudaGetErrorString text rarely says enough ("no kernel
+    // image is available"); the server's reason does. Say it once.
+    common::logOnce("async:" + r.async_error.message(),
+                    "rgpu server " + (*c)->server() + ": " + r.async_error.message());
     return r.async_error;
   }
   if (Status d = (*c)->takeDeferredError(); !d) return d;

@@ -538,8 +538,9 @@ bool BlockRunner::execAtomic(const Inst& in, Warp& w, uint32_t m) {
   bool red = in.op == Op::kRed;
   const Operand& addr_op = red ? in.d : in.a;
   uint64_t tb[32], tc[32];
-  const uint64_t* V = src(red ? in.a : in.b, w, tb);
-  const uint64_t* C = in.atom == AtomOp::kCas ? src(in.c, w, tc) : nullptr;
+  // atom.cas d, [a], b, c: compare with b, store c.
+  const uint64_t* V = in.atom == AtomOp::kCas ? src(in.c, w, tc) : src(red ? in.a : in.b, w, tb);
+  const uint64_t* C = in.atom == AtomOp::kCas ? src(in.b, w, tb) : nullptr;
   int n = typeBytes(in.type);
   if (n != 4 && n != 8) {
     fault(kErrLaunchFailure, "atomic of unsupported width", in, w, __builtin_ctz(m));

@@ -157,6 +157,55 @@ TEST_F(E2E, ProgramsStartWithEagerBindingSoNoNameIsMissing) {
   EXPECT_EQ(r.output.find("no version information"), std::string::npos) << r.output;
 }
 
+TEST_F(E2E, KernelExamplesMatchTheirCpuReferences) {
+  for (const char* name : {"vector_add", "matmul", "reduction"}) {
+    RunResult r = program(example(name));
+    EXPECT_EQ(r.code, 0) << name << "\n" << r.output;
+    EXPECT_NE(r.output.find(std::string(name) + ": all checks passed"), std::string::npos) << r.output;
+  }
+}
+
+TEST_F(E2E, KernelFeaturesMatchTheirCpuReferences) {
+  RunResult r = program(testProgram("kernels"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("kernels: all checks passed"), std::string::npos) << r.output;
+  // Device printf reaches the program's stdout.
+  EXPECT_NE(r.output.find("hello from thread 2 of block 1: 42 1.00 ok"), std::string::npos) << r.output;
+}
+
+TEST_F(E2E, PtxOnlyBuildsRun) {
+  RunResult r = program(testProgram("ptx_only_matmul"));
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
+TEST_F(E2E, FailedDeviceAssertIsStickyAndPrintsItsMessage) {
+  RunResult r = program(testProgram("faults") + " assert");
+  EXPECT_NE(r.output.find("Assertion `n > 100` failed."), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("synchronize: cudaErrorAssert"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("later call: cudaErrorAssert"), std::string::npos) << r.output;
+}
+
+TEST_F(E2E, IllegalAddressFailsTheLaunchNotTheServer) {
+  RunResult r = program(testProgram("faults") + " illegal");
+  EXPECT_NE(r.output.find("synchronize: cudaErrorIllegalAddress"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("later call: cudaErrorIllegalAddress"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("illegal address 0x"), std::string::npos) << r.output;  // the client log says where
+  RunResult after = program(example("device_query"));  // the server is still serving
+  EXPECT_EQ(after.code, 0) << after.output;
+}
+
+TEST_F(E2E, TrapIsALaunchFailure) {
+  RunResult r = program(testProgram("faults") + " trap");
+  EXPECT_NE(r.output.find("synchronize: cudaErrorLaunchFailure"), std::string::npos) << r.output;
+}
+
+TEST_F(E2E, FatbinWithoutPtxGetsAClearRebuildMessage) {
+  RunResult r = program(testProgram("rdc_vecadd"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("has no PTX"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Rebuild with -arch=sm_XX"), std::string::npos) << r.output;
+}
+
 TEST_F(E2E, RgpuRunLocalPassesTheExitStatusThrough) {
   RunResult r = run(std::string(RGPU_RUN_BIN) + " --local " + testProgram("exit_code"));
   EXPECT_EQ(r.code, 3) << r.output;

@@ -1,0 +1,28 @@
+// Faulting kernels: each mode runs in its own process, since a fault is sticky.
+//   assert   - a failing device assert: cudaErrorAssert, message on stdout
+//   illegal  - a store far outside every allocation: cudaErrorIllegalAddress
+//   trap     - asm("trap;"): cudaErrorLaunchFailure
+#include <cassert>
+#include <cstdio>
+#include <cstring>
+#include <cuda_runtime.h>
+
+__global__ void asserting(int n) { assert(n > 100); }
+__global__ void illegal(int* p) { p[threadIdx.x + (1 << 26)] = 1; }
+__global__ void trapping() { asm volatile("trap;"); }
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "assert";
+  int* p = nullptr;
+  cudaMalloc(&p, 64);
+  if (!std::strcmp(mode, "assert")) asserting<<<1, 2>>>(5);
+  else if (!std::strcmp(mode, "illegal")) illegal<<<1, 32>>>(p);
+  else trapping<<<1, 1>>>();
+  cudaError_t sync = cudaDeviceSynchronize();
+  std::printf("synchronize: %s\n", cudaGetErrorName(sync));
+  // Sticky: later calls fail with the same error.
+  void* q = nullptr;
+  cudaError_t later = cudaMalloc(&q, 16);
+  std::printf("later call: %s\n", cudaGetErrorName(later));
+  return 0;
+}
