@@ -1,0 +1,167 @@
+// rgpu-ptx-bench: the sim backend's PTX interpreter against the same kernels
+// written as native C++ loops, measured side by side in one run. Prints
+// thread-instructions per second per core (the interpreter runs on one thread
+// here) and the slowdown against native code, plus peak RSS after the matmul.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "server/ptx/ptx_interp.h"
+#include "server/ptx/ptx_parser.h"
+
+using namespace rgpu::server::ptx;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+template <typename F>
+double best(int reps, F f) {
+  double b = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    auto t = Clock::now();
+    f();
+    b = std::min(b, secondsSince(t));
+  }
+  return b;
+}
+
+struct Params {
+  std::vector<uint8_t> bytes;
+  template <typename T>
+  Params& add(T v) {
+    size_t a = alignof(T) > 8 ? 8 : alignof(T);
+    bytes.resize((bytes.size() + a - 1) / a * a);
+    size_t at = bytes.size();
+    bytes.resize(at + sizeof v);
+    std::memcpy(bytes.data() + at, &v, sizeof v);
+    return *this;
+  }
+};
+
+MemoryRanges ranges(std::initializer_list<std::pair<const void*, size_t>> bufs) {
+  MemoryRanges r;
+  for (auto& [p, n] : bufs) r.emplace_back(reinterpret_cast<uint64_t>(p), reinterpret_cast<uint64_t>(p) + n);
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+long peakRssKiB() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  std::ifstream in(RGPU_PTX_BENCH_PTX);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto mod = parsePtx(ss.str());
+  if (!mod) {
+    std::fprintf(stderr, "rgpu-ptx-bench: %s\n", mod.status().message().c_str());
+    return 1;
+  }
+  Interpreter interp(1);  // one core: the per-core figure
+  const int reps = quick ? 1 : 3;
+  std::printf("rgpu-ptx-bench: PTX interpreter on 1 thread vs native C++ (-O2) on 1 thread, best of %d%s\n", reps,
+              quick ? " (--quick: smoke test)" : "");
+  std::printf("%-28s %14s %16s %12s %10s\n", "kernel", "interp time", "thread-instr/s", "native time", "slowdown");
+  bool ok = true;
+
+  {  // vector add
+    int n = quick ? (1 << 16) : (1 << 22);
+    std::vector<float> a(n), b(n), c(n), ref(n);
+    for (int i = 0; i < n; ++i) a[i] = i * 0.5f, b[i] = i * 0.25f;
+    auto mem = ranges({{a.data(), n * 4ul}, {b.data(), n * 4ul}, {c.data(), n * 4ul}});
+    Params p;
+    p.add(a.data()).add(b.data()).add(c.data()).add(n);
+    Launch L;
+    L.fn = &mod->functions.at("vecadd");
+    L.grid = {static_cast<uint32_t>((n + 255) / 256), 1, 1};
+    L.block = {256, 1, 1};
+    L.params = p.bytes.data();
+    L.memory = &mem;
+    uint64_t insts = 0;
+    double ti = best(reps, [&] { insts = interp.run(L).thread_instructions; });
+    volatile float sink = 0;
+    double tn = best(reps, [&] {
+      for (int i = 0; i < n; ++i) ref[i] = a[i] + b[i];
+      sink = ref[n - 1];
+    });
+    ok &= c == ref;
+    std::printf("%-28s %11.1f ms %13.1f M %9.2f ms %9.0fx\n", "vector add (4M floats)", ti * 1e3, insts / ti / 1e6, tn * 1e3, ti / tn);
+  }
+  long rss_before = peakRssKiB();
+  {  // tiled matmul
+    int n = quick ? 64 : 256;
+    std::vector<float> A(n * n), B(n * n), C(n * n), R(n * n);
+    for (int i = 0; i < n * n; ++i) A[i] = (i % 7) * 0.5f, B[i] = (i % 5) * 0.25f;
+    auto mem = ranges({{A.data(), A.size() * 4}, {B.data(), B.size() * 4}, {C.data(), C.size() * 4}});
+    Params p;
+    p.add(A.data()).add(B.data()).add(C.data()).add(n);
+    Launch L;
+    L.fn = &mod->functions.at("matmul");
+    L.grid = {static_cast<uint32_t>(n / 16), static_cast<uint32_t>(n / 16), 1};
+    L.block = {16, 16, 1};
+    L.params = p.bytes.data();
+    L.memory = &mem;
+    uint64_t insts = 0;
+    double ti = best(reps, [&] { insts = interp.run(L).thread_instructions; });
+    double tn = best(reps, [&] {
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < n; ++j) {
+          float acc = 0;
+          for (int k = 0; k < n; ++k) acc += A[i * n + k] * B[k * n + j];
+          R[i * n + j] = acc;
+        }
+    });
+    double worst = 0;
+    for (int i = 0; i < n * n; ++i) worst = std::max(worst, std::fabs(static_cast<double>(C[i] - R[i])) / std::max(1.0f, std::fabs(R[i])));
+    ok &= worst < 1e-4;
+    std::printf("%-28s %11.1f ms %13.1f M %9.2f ms %9.0fx\n", ("tiled matmul " + std::to_string(n) + "^2").c_str(), ti * 1e3,
+                insts / ti / 1e6, tn * 1e3, ti / tn);
+  }
+  long rss_after = peakRssKiB();
+  {  // reduction with shuffles and atomics
+    int n = quick ? (1 << 16) : (1 << 22);
+    std::vector<int> v(n);
+    long long ref = 0;
+    for (int i = 0; i < n; ++i) v[i] = (i % 1000) - 500, ref += v[i];
+    unsigned long long out = 0;
+    auto mem = ranges({{v.data(), n * 4ul}, {&out, 8}});
+    Params p;
+    p.add(v.data()).add(&out).add(n);
+    Launch L;
+    L.fn = &mod->functions.at("reduce");
+    L.grid = {64, 1, 1};
+    L.block = {256, 1, 1};
+    L.params = p.bytes.data();
+    L.memory = &mem;
+    uint64_t insts = 0;
+    double ti = best(reps, [&] {
+      out = 0;
+      insts = interp.run(L).thread_instructions;
+    });
+    volatile long long sink = 0;
+    double tn = best(reps, [&] {
+      long long s = 0;
+      for (int i = 0; i < n; ++i) s += v[i];
+      sink = s;
+    });
+    ok &= static_cast<long long>(out) == ref;
+    std::printf("%-28s %11.1f ms %13.1f M %9.2f ms %9.0fx\n", "reduction (shfl + atomics)", ti * 1e3, insts / ti / 1e6, tn * 1e3, ti / tn);
+  }
+  std::printf("peak RSS: %ld MiB before the matmul, %ld MiB after (decoded module: %zu instructions)\n", rss_before / 1024,
+              rss_after / 1024, mod->functions.at("matmul").code.size());
+  std::printf("%s\n", ok ? "results match the native loops" : "RESULTS DIFFER");
+  return ok ? 0 : 1;
+}
