@@ -160,16 +160,60 @@ inline uint64_t writeF(double d, Type t) {
 
 inline float ftz32(float f) { return std::fpclassify(f) == FP_SUBNORMAL ? std::copysign(0.0f, f) : f; }
 
-struct ScopedRounding {
-  int old;
-  explicit ScopedRounding(Round r) : old(std::fegetround()) {
-    int mode = r == Round::kRz ? FE_TOWARDZERO : r == Round::kRm ? FE_DOWNWARD : r == Round::kRp ? FE_UPWARD : FE_TONEAREST;
-    if (mode != old) std::fesetround(mode);
+// Directed rounding (.rz .rm .rp) without touching the FPU mode (compilers
+// move floating-point code across fesetround): `r` is the round-to-nearest
+// result and `err` the sign of (exact - r); step one ulp where the mode says.
+inline bool directed(Round m) { return m == Round::kRz || m == Round::kRm || m == Round::kRp; }
+
+template <typename T>
+T applyDirected(T r, double err, Round m) {
+  if (err == 0 || std::isnan(r) || std::isinf(r)) return r;
+  const T inf = std::numeric_limits<T>::infinity();
+  switch (m) {
+    case Round::kRz: return ((r > 0) == (err > 0)) ? r : std::nextafter(r, T(0));
+    case Round::kRm: return err < 0 ? std::nextafter(r, -inf) : r;
+    case Round::kRp: return err > 0 ? std::nextafter(r, inf) : r;
+    default: return r;
   }
-  ~ScopedRounding() {
-    if (std::fegetround() != old) std::fesetround(old);
+}
+
+// A double known (nearly) exactly, rounded to float under mode m.
+inline float toFloat(double exact, Round m) {
+  float r = static_cast<float>(exact);
+  return directed(m) ? applyDirected<float>(r, exact - static_cast<double>(r), m) : r;
+}
+
+// f64 add/sub/mul/div/sqrt under a directed mode, with the exact error sign.
+double f64Op(Op op, double a, double b, Round m) {
+  double r, err;
+  switch (op) {
+    case Op::kAdd:
+    case Op::kSub: {
+      if (op == Op::kSub) b = -b;
+      r = a + b;
+      double bb = r - a;
+      err = (a - (r - bb)) + (b - bb);  // TwoSum
+      break;
+    }
+    case Op::kMul:
+      r = a * b;
+      err = std::fma(a, b, -r);
+      break;
+    case Op::kDiv: {
+      r = a / b;
+      double rem = std::fma(-r, b, a);
+      err = (rem == 0) ? 0 : ((rem > 0) == (b > 0) ? 1 : -1);
+      break;
+    }
+    default: {  // sqrt of a
+      r = std::sqrt(a);
+      double rem = std::fma(-r, r, a);
+      err = rem;
+      break;
+    }
   }
-};
+  return directed(m) ? applyDirected<double>(r, err, m) : r;
+}
 
 double roundInt(double v, Round r) {
   switch (r) {
@@ -829,17 +873,17 @@ bool BlockRunner::step(Warp& w, int budget) {
             fault(kErrLaunchFailure, "bitwise operation on a float type", in, w, __builtin_ctz(m ? m : 1));
             return false;
           }
-          std::unique_ptr<ScopedRounding> rnd;
-          if (in.round == Round::kRz || in.round == Round::kRm || in.round == Round::kRp) rnd = std::make_unique<ScopedRounding>(in.round);
+          const Round rm = in.round;
           if (t == Type::kF32) {
             LANES(m)
               float x = f32(A[l]), y = f32(B[l]), z;
               if (in.ftz) x = ftz32(x), y = ftz32(y);
               switch (in.op) {
-                case Op::kAdd: z = x + y; break;
-                case Op::kSub: z = x - y; break;
-                case Op::kMul: z = x * y; break;
-                case Op::kDiv: z = x / y; break;
+                // Products and sums of two floats are exact (or nearly) in double.
+                case Op::kAdd: z = directed(rm) ? toFloat(static_cast<double>(x) + y, rm) : x + y; break;
+                case Op::kSub: z = directed(rm) ? toFloat(static_cast<double>(x) - y, rm) : x - y; break;
+                case Op::kMul: z = directed(rm) ? toFloat(static_cast<double>(x) * y, rm) : x * y; break;
+                case Op::kDiv: z = directed(rm) ? toFloat(static_cast<double>(x) / y, rm) : x / y; break;
                 case Op::kMin: z = std::fmin(x, y); break;
                 case Op::kMax: z = std::fmax(x, y); break;
                 default: z = std::copysign(y, x); break;  // copysign.f32 d, a, b: |b| with a's sign
@@ -852,10 +896,10 @@ bool BlockRunner::step(Warp& w, int budget) {
             LANES(m)
               double x = readF(A[l], t), y = readF(B[l], t), z;
               switch (in.op) {
-                case Op::kAdd: z = x + y; break;
-                case Op::kSub: z = x - y; break;
-                case Op::kMul: z = x * y; break;
-                case Op::kDiv: z = x / y; break;
+                case Op::kAdd: case Op::kSub: case Op::kMul: case Op::kDiv:
+                  z = t == Type::kF64 ? f64Op(in.op, x, y, rm)
+                                      : (in.op == Op::kAdd ? x + y : in.op == Op::kSub ? x - y : in.op == Op::kMul ? x * y : x / y);
+                  break;
                 case Op::kMin: z = std::fmin(x, y); break;
                 case Op::kMax: z = std::fmax(x, y); break;
                 default: z = std::copysign(y, x); break;
@@ -977,12 +1021,13 @@ bool BlockRunner::step(Warp& w, int budget) {
         const uint64_t* B = src(in.b, w, tb);
         const uint64_t* C = src(in.c, w, tc);
         if (t == Type::kF32) {
-          std::unique_ptr<ScopedRounding> rnd;
-          if (in.round == Round::kRz || in.round == Round::kRm || in.round == Round::kRp) rnd = std::make_unique<ScopedRounding>(in.round);
+          const Round rm = in.round;
           LANES(m)
             float x = f32(A[l]), y = f32(B[l]), z = f32(C[l]);
             if (in.ftz) x = ftz32(x), y = ftz32(y), z = ftz32(z);
-            float r = std::fma(x, y, z);
+            // x*y is exact in double; one more rounding to double then float is
+            // what a single fused rounding gives in all but vanishing cases.
+            float r = directed(rm) ? toFloat(std::fma(static_cast<double>(x), y, static_cast<double>(z)), rm) : std::fma(x, y, z);
             if (in.sat) r = std::isnan(r) ? 0.0f : std::fmin(1.0f, std::fmax(0.0f, r));
             if (in.ftz) r = ftz32(r);
             D[l] = b32(r);
@@ -1036,7 +1081,7 @@ bool BlockRunner::step(Warp& w, int budget) {
               case Op::kAbs: r = std::fabs(x); break;
               case Op::kNeg: r = -x; break;
               case Op::kRcp: r = 1.0 / x; break;
-              case Op::kSqrt: r = std::sqrt(x); break;
+              case Op::kSqrt: r = t == Type::kF64 ? f64Op(Op::kSqrt, x, 0, in.round) : std::sqrt(x); break;
               case Op::kRsqrt: r = 1.0 / std::sqrt(x); break;
               case Op::kEx2: r = std::exp2(x); break;
               case Op::kLg2: r = std::log2(x); break;
@@ -1046,7 +1091,7 @@ bool BlockRunner::step(Warp& w, int budget) {
               default: r = x; break;
             }
             if (t == Type::kF32) {
-              float f = static_cast<float>(r);
+              float f = (in.op == Op::kSqrt || in.op == Op::kRcp) ? toFloat(r, in.round) : static_cast<float>(r);
               if (in.ftz) f = ftz32(f);
               D[l] = b32(f);
             } else {
@@ -1248,10 +1293,8 @@ bool BlockRunner::step(Warp& w, int budget) {
             if (in.round >= Round::kRni) v = roundInt(v, in.round);
             if (dt == Type::kF32 && in.ftz) v = ftz32(static_cast<float>(v));
             if (in.sat) v = std::isnan(v) ? 0.0 : std::fmin(1.0, std::fmax(0.0, v));
-            if (dt == Type::kF32 && st == Type::kF64 && (in.round == Round::kRz || in.round == Round::kRm || in.round == Round::kRp)) {
-              ScopedRounding rs(in.round);
-              volatile double vv = v;
-              r = b32(static_cast<float>(vv));
+            if (dt == Type::kF32 && directed(in.round)) {
+              r = b32(toFloat(v, in.round));
             } else {
               r = writeF(v, dt);
             }
@@ -1426,14 +1469,21 @@ bool BlockRunner::step(Warp& w, int budget) {
         break;
       }
       case Op::kMatch: {
+        // match.any: lanes holding the same value; match.all: everyone or nobody.
         const uint64_t* A = src(in.a, w, ta);
+        uint64_t* D2 = in.d2.kind == Operand::kReg ? &w.regs[static_cast<size_t>(in.d2.reg) * 32] : nullptr;
         LANES(m)
           uint32_t same = 0;
           for (uint32_t k = m; k; k &= k - 1) {
             int j = __builtin_ctz(k);
             if (trunc(A[j], t) == trunc(A[l], t)) same |= 1u << j;
           }
-          D[l] = same;
+          if (in.mode == 1) {
+            D[l] = same == m ? m : 0;
+            if (D2) D2[l] = same == m;
+          } else {
+            D[l] = same;
+          }
         END_LANES
         break;
       }

@@ -602,6 +602,10 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       in.mode = m == "all" ? kVoteAll : m == "any" ? kVoteAny : m == "uni" ? kVoteUni : kVoteBallot;
       continue;
     }
+    if (in.op == Op::kMatch && (m == "any" || m == "all")) {
+      in.mode = m == "all" ? 1 : 0;
+      continue;
+    }
     if (in.op == Op::kShf && (m == "l" || m == "r" || m == "wrap" || m == "clamp")) {
       if (m == "r") in.mode |= kShfRight;
       if (m == "wrap") in.mode |= kShfWrap;

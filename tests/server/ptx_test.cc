@@ -1,0 +1,538 @@
+// The PTX parser and interpreter, instruction group by instruction group, on
+// hand-written PTX: edge cases (rounding, shifts past width, NaN, overflow),
+// warp semantics, memory checks and parse errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "server/ptx/ptx_interp.h"
+#include "server/ptx/ptx_parser.h"
+
+namespace rgpu::server::ptx {
+namespace {
+
+// Wraps `body` in a kernel `k(.param .u64 out)` with the given registers; %rd0
+// holds the output pointer (as a global address).
+std::string kernel(const std::string& body, const std::string& decls = "", const std::string& globals = "") {
+  return ".version 9.0\n.target sm_75\n.address_size 64\n" + globals +
+         "\n.visible .entry k(.param .u64 out)\n{\n"
+         ".reg .pred %p<8>;\n.reg .b16 %h<8>;\n.reg .b32 %r<32>;\n.reg .b64 %rd<16>;\n.reg .f32 %f<16>;\n.reg .f64 %fd<8>;\n" +
+         decls + "ld.param.u64 %rd0, [out];\n" + body + "\nret;\n}\n";
+}
+
+struct PtxRun {
+  Status status;
+  std::string output;
+  std::vector<uint64_t> out;
+};
+
+PtxRun run(const std::string& ptx, Dim3 block = {1, 1, 1}, Dim3 grid = {1, 1, 1}, size_t out_words = 64, uint32_t dyn = 0) {
+  PtxRun r;
+  auto m = parsePtx(ptx);
+  if (!m) {
+    r.status = m.status();
+    return r;
+  }
+  r.out.assign(out_words, 0);
+  uint64_t p = reinterpret_cast<uint64_t>(r.out.data());
+  MemoryRanges mem = {{p, p + out_words * 8}};
+  Launch L;
+  L.fn = &m->functions.at("k");
+  L.grid = grid;
+  L.block = block;
+  L.params = reinterpret_cast<const uint8_t*>(&p);
+  L.memory = &mem;
+  L.dynamic_shared = dyn;
+  Interpreter interp(2);
+  auto res = interp.run(L);
+  r.status = res.status;
+  r.output = res.output;
+  return r;
+}
+
+uint32_t u32(const PtxRun& r, int i) { return static_cast<uint32_t>(r.out[i]); }
+float f32(const PtxRun& r, int i) {
+  uint32_t b = u32(r, i);
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// Stores %r1..%rN (u32) at out[0..N-1].
+std::string store32(int n, const char* reg = "%r") {
+  std::string s;
+  for (int i = 1; i <= n; ++i) s += "st.global.u32 [%rd0+" + std::to_string(8 * (i - 1)) + "], " + reg + std::to_string(i) + ";\n";
+  return s;
+}
+
+TEST(PtxInteger, WrapsOnOverflowAndComputesHighAndWideProducts) {
+  PtxRun r = run(kernel(R"(
+mov.u32 %r10, 2147483647;
+add.s32 %r1, %r10, 1;
+mul.lo.s32 %r2, %r10, 2;
+mul.hi.u32 %r3, %r10, 4;
+mov.u32 %r11, -3;
+mul.hi.s32 %r4, %r11, 1073741824;
+mul.wide.s32 %rd1, %r11, 5;
+cvt.u32.u64 %r5, %rd1;
+shr.u64 %rd2, %rd1, 32;
+cvt.u32.u64 %r6, %rd2;
+mad.lo.s32 %r7, %r10, 3, 7;
+add.sat.s32 %r8, %r10, 5;
+sub.sat.s32 %r9, -2147483640, 100;
+)" + store32(9)));
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  EXPECT_EQ(u32(r, 0), 0x80000000u);
+  EXPECT_EQ(u32(r, 1), 0xfffffffeu);
+  EXPECT_EQ(u32(r, 2), 1u);
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 3)), -1);
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 4)), -15);
+  EXPECT_EQ(u32(r, 5), 0xffffffffu);
+  EXPECT_EQ(u32(r, 6), static_cast<uint32_t>(2147483647u * 3u + 7u));
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 7)), 2147483647);
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 8)), INT32_MIN);
+}
+
+TEST(PtxInteger, DivisionByZeroAndOverflowDoNotTrapTheHost) {
+  PtxRun r = run(kernel(R"(
+mov.u32 %r10, 0;
+div.u32 %r1, 7, %r10;
+rem.u32 %r2, 7, %r10;
+div.s32 %r3, -2147483648, -1;
+rem.s32 %r4, -2147483648, -1;
+div.s32 %r5, -7, 2;
+rem.s32 %r6, -7, 2;
+)" + store32(6)));
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  EXPECT_EQ(u32(r, 0), 0xffffffffu);
+  EXPECT_EQ(u32(r, 1), 7u);
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 2)), INT32_MIN);
+  EXPECT_EQ(u32(r, 3), 0u);
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 4)), -3);
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 5)), -1);
+}
+
+TEST(PtxInteger, ShiftsPastTheWidthClamp) {
+  PtxRun r = run(kernel(R"(
+mov.u32 %r10, -8;
+shl.b32 %r1, %r10, 40;
+shr.u32 %r2, %r10, 32;
+shr.s32 %r3, %r10, 100;
+shr.s32 %r4, %r10, 1;
+shf.l.wrap.b32 %r5, 0x80000000, 1, 33;
+shf.r.clamp.b32 %r6, 1, 2, 40;
+)" + store32(6)));
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  EXPECT_EQ(u32(r, 0), 0u);
+  EXPECT_EQ(u32(r, 1), 0u);
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 2)), -1);
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 3)), -4);
+  EXPECT_EQ(u32(r, 4), 3u);  // (1:0x80000000) << 1 (33 wraps to 1): high word
+  EXPECT_EQ(u32(r, 5), 2u);  // clamped to 32: the high word
+}
+
+TEST(PtxBits, FieldsPermutesAndLookupTables) {
+  PtxRun r = run(kernel(R"(
+bfe.u32 %r1, 0xabcd1234, 8, 12;
+bfe.s32 %r2, 0x0000f000, 12, 4;
+bfi.b32 %r3, 0xf, 0x12345678, 4, 8;
+prmt.b32 %r4, 0x33221100, 0x77665544, 0x5140;
+lop3.b32 %r5, 0xf0f0f0f0, 0xcccccccc, 0xaaaaaaaa, 0x96;
+brev.b32 %r6, 1;
+clz.b32 %r7, 0x00010000;
+popc.b32 %r8, 0xf0f0f0f0;
+clz.b64 %r9, 0;
+not.b32 %r10, 0;
+cnot.b32 %r11, 5;
+)" + store32(11)));
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  EXPECT_EQ(u32(r, 0), 0xd12u);
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 1)), -1);
+  EXPECT_EQ(u32(r, 2), 0x123450f8u);
+  EXPECT_EQ(u32(r, 3), 0x55114400u);
+  EXPECT_EQ(u32(r, 4), 0xf0f0f0f0u ^ 0xccccccccu ^ 0xaaaaaaaau);
+  EXPECT_EQ(u32(r, 5), 0x80000000u);
+  EXPECT_EQ(u32(r, 6), 15u);
+  EXPECT_EQ(u32(r, 7), 16u);
+  EXPECT_EQ(u32(r, 8), 64u);
+  EXPECT_EQ(u32(r, 9), 0xffffffffu);
+  EXPECT_EQ(u32(r, 10), 0u);
+}
+
+TEST(PtxFloat, ConversionsRoundAndSaturate) {
+  PtxRun r = run(kernel(R"(
+cvt.rni.s32.f32 %r1, 0f40200000;
+cvt.rni.s32.f32 %r2, 0f40600000;
+cvt.rzi.s32.f32 %r3, 0fC0300000;
+cvt.rmi.s32.f32 %r4, 0fC0300000;
+cvt.rpi.s32.f32 %r5, 0f40300000;
+cvt.rzi.s32.f32 %r6, 0f7FC00000;
+cvt.rzi.s32.f32 %r7, 0f7F800000;
+cvt.rzi.u32.f32 %r8, 0fBF800000;
+cvt.rn.f32.s32 %f1, 16777217;
+mov.b32 %r9, %f1;
+cvt.rz.f32.f64 %f2, 0d3FF0000000000001;
+mov.b32 %r10, %f2;
+cvt.rp.f32.f64 %f3, 0d3FF0000000000001;
+mov.b32 %r11, %f3;
+cvt.sat.f32.f32 %f4, 0f40000000;
+mov.b32 %r12, %f4;
+cvt.sat.s8.s32 %r13, 300;
+)" + store32(13)));
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 0)), 2);   // 2.5 -> 2 (nearest even)
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 1)), 4);   // 3.5 -> 4
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 2)), -2);  // -2.75 toward zero
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 3)), -3);
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 4)), 3);
+  EXPECT_EQ(u32(r, 5), 0u);                        // NaN -> 0
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 6)), INT32_MAX);
+  EXPECT_EQ(u32(r, 7), 0u);                        // negative -> unsigned saturates at 0
+  EXPECT_EQ(u32(r, 8), 0x4b800000u);               // 16777217 rounds to 16777216
+  EXPECT_EQ(u32(r, 9), 0x3f800000u);               // 1 + 2^-52 toward zero: 1.0f
+  EXPECT_EQ(u32(r, 10), 0x3f800001u);              // toward +inf: next float
+  EXPECT_EQ(u32(r, 11), 0x3f800000u);              // .sat clamps 2.0 to 1.0
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 12)), 127);
+}
+
+TEST(PtxFloat, NanComparisonsMinMaxAndFlushToZero) {
+  PtxRun r = run(kernel(R"(
+mov.f32 %f1, 0f7FC00000;
+setp.lt.f32 %p1, %f1, 0f3F800000;
+setp.ltu.f32 %p2, %f1, 0f3F800000;
+setp.nan.f32 %p3, %f1, %f1;
+selp.u32 %r1, 1, 0, %p1;
+selp.u32 %r2, 1, 0, %p2;
+selp.u32 %r3, 1, 0, %p3;
+min.f32 %f2, %f1, 0f40000000;
+mov.b32 %r4, %f2;
+add.ftz.f32 %f3, 0f00000001, 0f00000000;
+mov.b32 %r5, %f3;
+add.f32 %f4, 0f00000001, 0f00000000;
+mov.b32 %r6, %f4;
+div.rn.f32 %f5, 0f3F800000, 0f00000000;
+mov.b32 %r7, %f5;
+sqrt.rn.f32 %f6, 0fBF800000;
+testp.notanumber.f32 %p4, %f6;
+selp.u32 %r8, 1, 0, %p4;
+)" + store32(8)));
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  EXPECT_EQ(u32(r, 0), 0u);
+  EXPECT_EQ(u32(r, 1), 1u);
+  EXPECT_EQ(u32(r, 2), 1u);
+  EXPECT_EQ(u32(r, 3), 0x40000000u);  // min with NaN gives the number
+  EXPECT_EQ(u32(r, 4), 0u);           // ftz flushes the subnormal
+  EXPECT_EQ(u32(r, 5), 1u);
+  EXPECT_EQ(u32(r, 6), 0x7f800000u);
+  EXPECT_EQ(u32(r, 7), 1u);
+}
+
+TEST(PtxFloat, ApproximateFunctionsAndHalfPrecision) {
+  PtxRun r = run(kernel(R"(
+ex2.approx.f32 %f1, 0f40400000;
+mov.b32 %r1, %f1;
+lg2.approx.f32 %f2, 0f41000000;
+mov.b32 %r2, %f2;
+rcp.rn.f32 %f3, 0f40800000;
+mov.b32 %r3, %f3;
+rsqrt.approx.f32 %f4, 0f40800000;
+mov.b32 %r4, %f4;
+cvt.rn.f16.f32 %h1, 0f3FC00000;
+cvt.u32.u16 %r5, %h1;
+cvt.f32.f16 %f5, %h1;
+mov.b32 %r6, %f5;
+cvt.rn.bf16.f32 %h2, 0f3F808000;
+cvt.u32.u16 %r7, %h2;
+mov.b32 %r8, {%h1, %h2};
+add.rn.f16x2 %r9, %r8, %r8;
+tanh.approx.f32 %f6, 0f00000000;
+mov.b32 %r10, %f6;
+fma.rn.f32 %f7, 0f3F800000, 0f40000000, 0f40400000;
+mov.b32 %r11, %f7;
+)" + store32(11)));
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  EXPECT_FLOAT_EQ(f32(r, 0), 8.0f);
+  EXPECT_FLOAT_EQ(f32(r, 1), 3.0f);
+  EXPECT_FLOAT_EQ(f32(r, 2), 0.25f);
+  EXPECT_FLOAT_EQ(f32(r, 3), 0.5f);
+  EXPECT_EQ(u32(r, 4), 0x3e00u);        // 1.5 in f16
+  EXPECT_FLOAT_EQ(f32(r, 5), 1.5f);
+  EXPECT_EQ(u32(r, 6), 0x3f80u);        // 1.00390625 rounds to even: 1.0 in bf16
+  EXPECT_EQ(u32(r, 7), 0x3f803e00u);
+  EXPECT_EQ(u32(r, 8) & 0xffff, 0x4200u);  // 1.5 + 1.5 = 3.0 in the low half
+  EXPECT_EQ(u32(r, 9), 0u);
+  EXPECT_FLOAT_EQ(f32(r, 10), 5.0f);
+}
+
+TEST(PtxWarp, DivergentBranchesReconverge) {
+  // Odd lanes loop 3 times, even lanes once; all meet again for the ballot.
+  PtxRun r = run(kernel(R"(
+mov.u32 %r1, %laneid;
+and.b32 %r2, %r1, 1;
+mov.u32 %r3, 0;
+setp.eq.u32 %p1, %r2, 0;
+@%p1 bra EVEN;
+LOOP:
+add.u32 %r3, %r3, 1;
+setp.lt.u32 %p2, %r3, 3;
+@%p2 bra LOOP;
+bra JOIN;
+EVEN:
+add.u32 %r3, %r3, 10;
+JOIN:
+setp.ne.u32 %p3, %r3, 0;
+vote.sync.ballot.b32 %r4, %p3, -1;
+mul.wide.u32 %rd1, %r1, 8;
+add.u64 %rd2, %rd0, %rd1;
+st.global.u32 [%rd2], %r3;
+st.global.u32 [%rd2+4], %r4;
+)"),
+              {32, 1, 1});
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  for (int l = 0; l < 32; ++l) {
+    EXPECT_EQ(r.out[l] & 0xffffffff, l % 2 ? 3u : 10u) << l;
+    EXPECT_EQ(r.out[l] >> 32, 0xffffffffu) << l;  // everyone voted together
+  }
+}
+
+TEST(PtxWarp, ShuffleModesAndReductions) {
+  PtxRun r = run(kernel(R"(
+mov.u32 %r1, %laneid;
+shfl.sync.bfly.b32 %r2|%p1, %r1, 1, 31, -1;
+shfl.sync.up.b32 %r3|%p2, %r1, 2, 0, -1;
+shfl.sync.idx.b32 %r4, %r1, 5, 31, -1;
+redux.sync.add.u32 %r5, %r1, -1;
+redux.sync.max.u32 %r6, %r1, -1;
+activemask.b32 %r7;
+match.any.sync.b32 %r8, 7, -1;
+selp.u32 %r9, 1, 0, %p2;
+mul.wide.u32 %rd1, %r1, 64;
+add.u64 %rd2, %rd0, %rd1;
+st.global.u32 [%rd2], %r2;
+st.global.u32 [%rd2+8], %r3;
+st.global.u32 [%rd2+16], %r4;
+st.global.u32 [%rd2+24], %r5;
+st.global.u32 [%rd2+32], %r6;
+st.global.u32 [%rd2+40], %r7;
+st.global.u32 [%rd2+48], %r8;
+st.global.u32 [%rd2+56], %r9;
+)"),
+              {32, 1, 1}, {1, 1, 1}, 256);
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  for (int l = 0; l < 32; ++l) {
+    EXPECT_EQ(u32(r, l * 8 + 0), static_cast<uint32_t>(l ^ 1));
+    EXPECT_EQ(u32(r, l * 8 + 1), static_cast<uint32_t>(l >= 2 ? l - 2 : l));
+    EXPECT_EQ(u32(r, l * 8 + 2), 5u);
+    EXPECT_EQ(u32(r, l * 8 + 3), 496u);
+    EXPECT_EQ(u32(r, l * 8 + 4), 31u);
+    EXPECT_EQ(u32(r, l * 8 + 5), 0xffffffffu);
+    EXPECT_EQ(u32(r, l * 8 + 6), 0xffffffffu);
+    EXPECT_EQ(u32(r, l * 8 + 7), l >= 2 ? 1u : 0u);
+  }
+}
+
+TEST(PtxBlock, BarrierOrdersSharedMemoryAcrossWarps) {
+  // 128 threads write tid to shared, sync, then read a neighbour's slot.
+  PtxRun r = run(kernel(R"(
+mov.u32 %r1, %tid.x;
+shl.b32 %r2, %r1, 2;
+mov.u32 %r3, sm;
+add.u32 %r4, %r3, %r2;
+st.shared.u32 [%r4], %r1;
+bar.sync 0;
+xor.b32 %r5, %r1, 64;
+shl.b32 %r6, %r5, 2;
+add.u32 %r7, %r3, %r6;
+ld.shared.u32 %r8, [%r7];
+mul.wide.u32 %rd1, %r1, 8;
+add.u64 %rd2, %rd0, %rd1;
+st.global.u32 [%rd2], %r8;
+)", ".shared .align 4 .b8 sm[512];\n"),
+              {128, 1, 1}, {1, 1, 1}, 128);
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  for (int t = 0; t < 128; ++t) EXPECT_EQ(u32(r, t), static_cast<uint32_t>(t ^ 64)) << t;
+}
+
+TEST(PtxBlock, SpecialRegistersDescribeTheLaunch) {
+  PtxRun r = run(kernel(R"(
+mov.u32 %r1, %tid.x;
+mov.u32 %r2, %tid.y;
+mov.u32 %r3, %ntid.x;
+mov.u32 %r4, %ctaid.y;
+mov.u32 %r5, %nctaid.y;
+mov.u32 %r6, %warpid;
+mov.u32 %r7, %lanemask_lt;
+mov.u32 %r8, %dynamic_smem_size;
+mad.lo.u32 %r9, %r2, %r3, %r1;
+setp.ne.u32 %p1, %r9, 37;
+@%p1 bra DONE;
+setp.ne.u32 %p2, %r4, 1;
+@%p2 bra DONE;
+)" + store32(8) + "DONE:\n"),
+              {16, 4, 1}, {1, 2, 1}, 64, 96);
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  EXPECT_EQ(u32(r, 0), 5u);
+  EXPECT_EQ(u32(r, 1), 2u);
+  EXPECT_EQ(u32(r, 2), 16u);
+  EXPECT_EQ(u32(r, 3), 1u);
+  EXPECT_EQ(u32(r, 4), 2u);
+  EXPECT_EQ(u32(r, 5), 1u);
+  EXPECT_EQ(u32(r, 6), (1u << 5) - 1);
+  EXPECT_EQ(u32(r, 7), 96u);
+}
+
+TEST(PtxMemory, AccessOutsideEveryAllocationIsAnIllegalAddress) {
+  PtxRun r = run(kernel("st.global.u32 [%rd0+512], 1;\n"));
+  EXPECT_EQ(r.status.code(), kErrIllegalAddress);
+  EXPECT_NE(r.status.message().find("illegal address"), std::string::npos);
+  PtxRun wild = run(kernel("mov.u64 %rd5, 0x1000;\nld.global.u32 %r1, [%rd5];\n"));
+  EXPECT_EQ(wild.status.code(), kErrIllegalAddress);
+  PtxRun shared = run(kernel("mov.u32 %r1, 5000;\nst.shared.u32 [%r1], 1;\n", ".shared .align 4 .b8 sm[16];\n"));
+  EXPECT_EQ(shared.status.code(), kErrIllegalAddress);
+  PtxRun misaligned = run(kernel("ld.global.u32 %r1, [%rd0+2];\n"));
+  EXPECT_EQ(misaligned.status.code(), kErrMisaligned);
+}
+
+TEST(PtxMemory, VectorLoadsStoresAndGenericAddressing) {
+  PtxRun r = run(kernel(R"(
+mov.u32 %r1, 11;
+mov.u32 %r2, 22;
+mov.u32 %r3, 33;
+mov.u32 %r4, 44;
+st.global.v4.u32 [%rd0+16], {%r1, %r2, %r3, %r4};
+ld.global.v2.u32 {%r5, %r6}, [%rd0+24];
+mov.u64 %rd3, dep;
+cvta.local.u64 %rd4, %rd3;
+st.u32 [%rd4+4], %r5;
+ld.local.u32 %r7, [dep+4];
+mov.u32 %r8, sm;
+cvt.u64.u32 %rd6, %r8;
+cvta.shared.u64 %rd7, %rd6;
+st.u32 [%rd7], %r6;
+ld.shared.u32 %r9, [sm];
+st.global.u32 [%rd0], %r7;
+st.global.u32 [%rd0+8], %r9;
+)", ".local .align 8 .b8 dep[16];\n.shared .align 4 .b8 sm[16];\n"));
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  EXPECT_EQ(u32(r, 0), 33u);
+  EXPECT_EQ(u32(r, 1), 44u);
+  EXPECT_EQ(r.out[2], (22ull << 32) | 11u);
+}
+
+TEST(PtxMemory, AtomicsOnGlobalAndSharedFromManyThreads) {
+  PtxRun r = run(kernel(R"(
+atom.global.add.u32 %r1, [%rd0], 1;
+atom.global.max.s32 %r2, [%rd0+8], %tid.x;
+atom.global.add.f32 %f1, [%rd0+16], 0f3F000000;
+mov.u32 %r3, sm;
+atom.shared.add.u32 %r4, [%r3], 2;
+bar.sync 0;
+ld.shared.u32 %r5, [sm];
+st.global.u32 [%rd0+24], %r5;
+atom.global.cas.b32 %r6, [%rd0+32], 0, 7;
+atom.global.exch.b32 %r7, [%rd0+40], 9;
+red.global.add.u32 [%rd0+48], 3;
+)", "", "") + "", {256, 1, 1}, {1, 1, 1}, 64);
+  // (the kernel has no .shared sm yet: expect a clear parse error first)
+  EXPECT_EQ(r.status.code(), kErrInvalidPtx);
+  PtxRun ok = run(kernel(R"(
+atom.global.add.u32 %r1, [%rd0], 1;
+atom.global.max.s32 %r2, [%rd0+8], %r9;
+atom.global.add.f32 %f1, [%rd0+16], 0f3F000000;
+mov.u32 %r3, sm;
+atom.shared.add.u32 %r4, [%r3], 2;
+bar.sync 0;
+ld.shared.u32 %r5, [sm];
+st.global.u32 [%rd0+24], %r5;
+atom.global.cas.b32 %r6, [%rd0+32], 0, 7;
+atom.global.exch.b32 %r7, [%rd0+40], 9;
+red.global.add.u32 [%rd0+48], 3;
+)", ".shared .align 4 .b8 sm[4];\n"),
+                {256, 1, 1}, {4, 1, 1}, 64);
+  ASSERT_TRUE(ok.status.isOk()) << ok.status.message();
+  EXPECT_EQ(u32(ok, 0), 1024u);
+  EXPECT_FLOAT_EQ(f32(ok, 2), 512.0f);
+  EXPECT_EQ(u32(ok, 3), 512u);
+  EXPECT_EQ(u32(ok, 4), 7u);
+  EXPECT_EQ(u32(ok, 5), 9u);
+  EXPECT_EQ(u32(ok, 6), 3072u);
+}
+
+TEST(PtxCalls, PrintfFormatsItsArguments) {
+  std::string globals = ".global .align 1 .b8 fmt[20] = {105, 61, 37, 100, 32, 120, 61, 37, 46, 50, 102, 32, 37, 115, 10, 0};\n"
+                        ".global .align 1 .b8 word[3] = {111, 107, 0};\n"
+                        ".extern .func (.param .b32 func_retval0) vprintf (.param .b64 vprintf_param_0, .param .b64 vprintf_param_1);\n";
+  PtxRun r = run(kernel(R"(
+mov.u64 %rd1, dep;
+cvta.local.u64 %rd2, %rd1;
+mov.u32 %r1, -42;
+st.local.u32 [dep], %r1;
+st.local.f64 [dep+8], 0d4004000000000000;
+mov.u64 %rd3, word;
+cvta.global.u64 %rd4, %rd3;
+st.local.u64 [dep+16], %rd4;
+mov.u64 %rd5, fmt;
+cvta.global.u64 %rd6, %rd5;
+{
+.param .b64 param0;
+st.param.b64 [param0+0], %rd6;
+.param .b64 param1;
+st.param.b64 [param1+0], %rd2;
+.param .b32 retval0;
+call.uni (retval0), vprintf, (param0, param1);
+}
+)", ".local .align 8 .b8 dep[24];\n", globals),
+              {2, 1, 1});
+  // Globals need a device address: this harness has none, so the format
+  // string is unreachable and the call must fail cleanly, not crash.
+  EXPECT_TRUE(r.status.isOk() || r.status.code() == kErrIllegalAddress) << r.status.message();
+}
+
+TEST(PtxCalls, TrapAndAssertFailTheLaunch) {
+  PtxRun t = run(kernel("trap;\n"));
+  EXPECT_EQ(t.status.code(), kErrLaunchFailure);
+}
+
+TEST(PtxParser, UnknownInstructionIsNamedWithItsLine) {
+  PtxRun r = run(kernel("tex.2d.v4.f32.f32 {%f1, %f2, %f3, %f4}, [tex, {%f5, %f6}];\n"));
+  EXPECT_EQ(r.status.code(), kErrInvalidPtx);
+  EXPECT_NE(r.status.message().find("tex.2d.v4.f32.f32"), std::string::npos) << r.status.message();
+  EXPECT_NE(r.status.message().find("PTX line"), std::string::npos) << r.status.message();
+}
+
+TEST(PtxParser, UnknownModifierLabelAndOperandAreErrors) {
+  EXPECT_EQ(run(kernel("add.weird.u32 %r1, %r2, %r3;\n")).status.code(), kErrInvalidPtx);
+  EXPECT_EQ(run(kernel("bra NOWHERE;\n")).status.code(), kErrInvalidPtx);
+  EXPECT_EQ(run(kernel("add.u32 %r1, %nope, 1;\n")).status.code(), kErrInvalidPtx);
+  EXPECT_EQ(run(kernel("add.u32 %r1, %r2\n")).status.code(), kErrInvalidPtx);
+  PtxRun call = run(kernel("call.uni helper, ();\n"));
+  EXPECT_EQ(call.status.code(), kErrInvalidPtx);
+}
+
+TEST(PtxParser, SurvivesTruncatedAndMangledInput) {
+  std::string good = kernel("add.u32 %r1, %r2, 3;\nst.global.u32 [%rd0], %r1;\n");
+  for (size_t n = 0; n < good.size(); n += 3) (void)parsePtx(good.substr(0, n));
+  for (size_t i = 0; i < good.size(); i += 5) {
+    std::string bad = good;
+    bad[i] = "{}[];%.@!"[i % 9];
+    (void)parsePtx(bad);
+  }
+  SUCCEED();
+}
+
+TEST(PtxParser, ReadsModuleVariablesWithInitialisers) {
+  auto m = parsePtx(kernel("", "", ".global .align 4 .u32 table[4] = {1, 2, 3, 4};\n.const .align 8 .f64 c = 0d3FF0000000000000;\n"));
+  ASSERT_TRUE(m) << m.status().message();
+  ASSERT_EQ(m->globals.size(), 2u);
+  EXPECT_EQ(m->globals[0].size, 16u);
+  EXPECT_EQ(m->globals[0].init[8], 3);
+  EXPECT_EQ(m->globals[1].space, Space::kConst);
+  double one;
+  std::memcpy(&one, m->globals[1].init.data(), 8);
+  EXPECT_EQ(one, 1.0);
+}
+
+}  // namespace
+}  // namespace rgpu::server::ptx
