@@ -298,6 +298,9 @@ struct Warp {
   uint32_t waiting = 0;  // lanes parked at other program counters (lane_pc)
   uint32_t pc = 0;
   bool at_barrier = false;
+  uint32_t barrier = 0;        // id waited at
+  uint32_t bar_mask = 0;       // lanes that reached the barrier (for bar.red results)
+  int32_t bar_dest = -1;       // bar.red destination register
   bool done = false;
   uint32_t lane_pc[32];
   std::vector<uint64_t> regs;
@@ -305,6 +308,12 @@ struct Warp {
 
 struct Block {
   uint32_t cx, cy, cz;
+  // Per named barrier (0..15): expected threads (0 = all live), arrivals
+  // without waiting, and the running bar.red reduction.
+  uint32_t bar_expected[16] = {};
+  uint32_t bar_arrived[16] = {};
+  uint64_t bar_popc[16] = {};
+  bool bar_and[16], bar_or[16];
   std::vector<uint8_t> shared;
   std::vector<uint8_t> local;
   std::vector<Warp> warps;
@@ -429,6 +438,9 @@ bool BlockRunner::resolve(Space space, uint64_t addr, uint32_t size, const Warp&
     } else if (window == kLocalWindow) {
       space = Space::kLocal;
       addr -= kLocalWindow;
+    } else if (window == kParamWindow) {
+      space = Space::kParam;
+      addr -= kParamWindow;
     } else {
       space = Space::kGlobal;
     }
@@ -507,7 +519,12 @@ bool BlockRunner::execMemory(const Inst& in, Warp& w, uint32_t m) {
     uint64_t a = (base ? base[l] : 0) + addr_op.imm;
     if (space == Space::kShared || space == Space::kLocal || space == Space::kParam) {
       // Window addresses may arrive in generic form through registers.
-      if ((a & kWindowMask) == kSharedWindow || (a & kWindowMask) == kLocalWindow) a &= ~kWindowMask;
+      if ((a & kWindowMask) == kSharedWindow || (a & kWindowMask) == kLocalWindow || (a & kWindowMask) == kParamWindow)
+        a &= ~kWindowMask;
+    }
+    if (in.op == Op::kSt && (space == Space::kParam || (space == Space::kGeneric && (a & kWindowMask) == kParamWindow))) {
+      fault(kErrIllegalAddress, "store to kernel parameter space", in, w, l);
+      return false;
     }
     uint8_t* p = nullptr;
     if (!resolve(space, a, total, w, l, p)) {
@@ -1330,7 +1347,10 @@ bool BlockRunner::step(Warp& w, int budget) {
       }
       case Op::kCvta: {
         const uint64_t* A = src(in.a, w, ta);
-        uint64_t window = in.space == Space::kShared ? kSharedWindow : in.space == Space::kLocal ? kLocalWindow : 0;
+        uint64_t window = in.space == Space::kShared  ? kSharedWindow
+                          : in.space == Space::kLocal ? kLocalWindow
+                          : in.space == Space::kParam ? kParamWindow
+                                                      : 0;
         LANES(m)
           uint64_t x = A[l];
           if (in.mode == kCvtaTo) D[l] = window ? x & ~kWindowMask : x;
@@ -1390,7 +1410,42 @@ bool BlockRunner::step(Warp& w, int budget) {
         break;
       case Op::kBar: {
         if (!m) break;
+        // Operands: bar.sync|arrive id{, count};  bar.red.op d, id{, count}, {!}pred.
+        // A count, when given, is in threads.
+        bool red = in.mode >= kBarRedPopc;
+        const Operand& id_op = red ? in.a : in.d;
+        const Operand* count_op = red ? (in.c.kind != Operand::kNone ? &in.b : nullptr)
+                                      : (in.a.kind != Operand::kNone ? &in.a : nullptr);
+        const Operand* pred_op = red ? (in.c.kind != Operand::kNone ? &in.c : &in.b) : nullptr;
+        int first_lane = __builtin_ctz(m);
+        uint32_t id = static_cast<uint32_t>(src(id_op, w, ta)[first_lane]) & 15;
+        if (count_op) b_.bar_expected[id] = static_cast<uint32_t>(src(*count_op, w, tb)[first_lane]);
+        if (in.mode == kBarArrive) {
+          ++b_.bar_arrived[id];
+          break;
+        }
+        if (red) {
+          const uint64_t* P = src(*pred_op, w, tc);
+          bool first = true;
+          for (const Warp& o : b_.warps) first &= !(o.at_barrier && o.barrier == id && o.bar_dest >= 0);
+          if (first) {
+            b_.bar_popc[id] = 0;
+            b_.bar_and[id] = true;
+            b_.bar_or[id] = false;
+          }
+          LANES(m)
+            bool v = P[l] & 1;
+            b_.bar_popc[id] += v;
+            b_.bar_and[id] = b_.bar_and[id] && v;
+            b_.bar_or[id] = b_.bar_or[id] || v;
+          END_LANES
+          w.bar_dest = static_cast<int32_t>(in.d.reg);
+        } else {
+          w.bar_dest = -1;
+        }
         // The warp waits at the barrier; the block scheduler releases it.
+        w.barrier = id;
+        w.bar_mask = m;
         w.pc += 1;
         w.at_barrier = true;
         return true;
@@ -1508,13 +1563,42 @@ Fault BlockRunner::run() {
       if (!step(w, 4096)) return fault_;
     }
     if (all_done) break;
-    // Barrier: when every live warp waits, release them all.
-    bool all_waiting = true;
+    // Barriers: release a named barrier once its expected threads (default:
+    // every live thread of the block) have arrived or wait there.
+    bool released = false;
+    uint32_t live = 0;
     for (Warp& w : b_.warps)
-      if (!w.done && !w.at_barrier) all_waiting = false;
-    if (all_waiting) {
-      for (Warp& w : b_.warps) w.at_barrier = false;
-    } else if (!progressed) {
+      if (!w.done) ++live;
+    for (uint32_t id = 0; id < 16; ++id) {
+      uint32_t waiting = 0;
+      for (Warp& w : b_.warps)
+        if (!w.done && w.at_barrier && w.barrier == id) ++waiting;
+      if (!waiting) continue;
+      uint32_t need = b_.bar_expected[id] ? (b_.bar_expected[id] + 31) / 32 : live;
+      if (waiting + b_.bar_arrived[id] < need) continue;
+      for (Warp& w : b_.warps) {
+        if (w.done || !w.at_barrier || w.barrier != id) continue;
+        if (w.bar_dest >= 0) {
+          const Inst& in = fn_.code[w.pc - 1];
+          uint64_t v = in.mode == kBarRedPopc ? b_.bar_popc[id] : in.mode == kBarRedAnd ? b_.bar_and[id] : b_.bar_or[id];
+          uint64_t* D = &w.regs[static_cast<size_t>(w.bar_dest) * 32];
+          LANES(w.bar_mask) D[l] = v;
+          END_LANES
+          w.bar_dest = -1;
+        }
+        w.at_barrier = false;
+      }
+      b_.bar_arrived[id] = 0;
+      b_.bar_expected[id] = 0;
+      released = true;
+    }
+    if (!released && !progressed) {
+      // Every live warp waits at a barrier that can never fill.
+      for (Warp& w : b_.warps)
+        if (!w.done) {
+          fault(kErrLaunchFailure, "barrier deadlock: warps wait at barriers that cannot complete", fn_.code[w.pc ? w.pc - 1 : 0], w, 0);
+          break;
+        }
       break;
     }
   }

@@ -36,6 +36,7 @@ inline constexpr int kErrLaunchFailure = 719;
 // the host addresses of allocations, always below these).
 inline constexpr uint64_t kSharedWindow = 0xfe00'0000'0000'0000ull;
 inline constexpr uint64_t kLocalWindow = 0xfd00'0000'0000'0000ull;
+inline constexpr uint64_t kParamWindow = 0xfc00'0000'0000'0000ull;
 inline constexpr uint64_t kWindowMask = 0xff00'0000'0000'0000ull;
 
 struct Dim3 {

@@ -102,6 +102,8 @@ inline constexpr uint8_t kVoteAll = 0, kVoteAny = 1, kVoteUni = 2, kVoteBallot =
 inline constexpr uint8_t kShfRight = 1, kShfWrap = 2;
 // cvta: 0 = to generic, 1 = from generic (.to)
 inline constexpr uint8_t kCvtaTo = 1;
+// bar modes
+inline constexpr uint8_t kBarSync = 0, kBarArrive = 1, kBarRedPopc = 2, kBarRedAnd = 3, kBarRedOr = 4;
 
 struct Global {
   std::string name;

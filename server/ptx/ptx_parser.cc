@@ -490,7 +490,12 @@ Status Parser::parseOperand(Function& f, Operand& o, bool allow_label, uint32_t*
     o.imm = 0;
     return Status::ok();
   }
-  if (kparams_.count(tok)) return bad(line(), "taking the address of kernel parameter " + tok + " is not supported yet");
+  if (auto kp = kparams_.find(tok); kp != kparams_.end()) {
+    // The parameter's address in the param window (__grid_constant__).
+    o.sym_space = Space::kParam;
+    o.imm = kp->second.first;
+    return Status::ok();
+  }
   if (allow_label && label) {
     fixups_.emplace_back(*label, tok);
     o.kind = Operand::kNone;
@@ -602,6 +607,16 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       in.mode = m == "all" ? kVoteAll : m == "any" ? kVoteAny : m == "uni" ? kVoteUni : kVoteBallot;
       continue;
     }
+    if (in.op == Op::kBar && (m == "arrive" || m == "red" || m == "popc")) {
+      if (m == "arrive") in.mode = kBarArrive;
+      if (m == "popc") in.mode = kBarRedPopc;
+      if (m == "red" && in.mode == kBarSync) in.mode = kBarRedOr;  // refined by .and/.or/.popc
+      continue;
+    }
+    if (in.op == Op::kBar && (m == "and" || m == "or")) {
+      in.mode = m == "and" ? kBarRedAnd : kBarRedOr;
+      continue;
+    }
     if (in.op == Op::kMatch && (m == "any" || m == "all")) {
       in.mode = m == "all" ? 1 : 0;
       continue;
@@ -648,11 +663,7 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
                                      "cluster", "mmio", "proxy", "async", "noinc", "b128"};
     bool ignored = false;
     for (const char* ig : kIgnored) ignored |= m == ig;
-    if (ignored) {
-      if (in.op == Op::kBar && m == "arrive") return bad(in.line, "bar.arrive is not supported yet");
-      if (in.op == Op::kBar && m == "red") return bad(in.line, "bar.red is not supported yet");
-      continue;
-    }
+    if (ignored) continue;
     return bad(in.line, "modifier ." + m + " of '" + opcode + "' is not supported");
   }
   if (!types.empty()) in.type = types.back();

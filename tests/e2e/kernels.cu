@@ -138,6 +138,25 @@ __global__ void intedge(int* out, int a, int b, unsigned s) {
   out[11] = static_cast<int>(static_cast<float>(0x7fffffff) == 2147483648.0f);
 }
 
+__global__ void barrierReductions(const int* in, int* out) {
+  int c = __syncthreads_count(in[threadIdx.x] > 0);
+  int a = __syncthreads_and(in[threadIdx.x] > -5);
+  int o = __syncthreads_or(in[threadIdx.x] > 100);
+  if (threadIdx.x == 0) {
+    out[0] = c;
+    out[1] = a;
+    out[2] = o;
+  }
+}
+
+struct Table {
+  int v[64];
+};
+__global__ void gridConstant(const __grid_constant__ Table t, int* out) {
+  const int* p = &t.v[0];  // the address of a kernel parameter
+  out[threadIdx.x] = p[63 - threadIdx.x] * 2;
+}
+
 __global__ void hello(int base) {
   if (threadIdx.x < 3) printf("hello from thread %d of block %d: %d %.2f %s\n", threadIdx.x, blockIdx.x, base + threadIdx.x, 0.5 * threadIdx.x, "ok");
 }
@@ -381,6 +400,31 @@ int main() {
               o[4] == 30 && o[5] == __builtin_popcount(static_cast<unsigned>(-7)) && o[6] == static_cast<int>(rev >> 28) &&
               o[7] == static_cast<int>(hi) && o[8] == -5 && o[9] == 2 + 40 && o[10] == 3 && o[11] == 1;
     EXPECT(ok, "integer division, shifts past width, clz, popc, brev, mulhi");
+  }
+  // __syncthreads_count/and/or (bar.red) and __grid_constant__ parameters.
+  {
+    std::vector<int> in(128);
+    int expect_count = 0;
+    for (int k = 0; k < 128; ++k) {
+      in[k] = (k % 3 == 0) ? 1 : -1;
+      expect_count += in[k] > 0;
+    }
+    int *din, *dout;
+    cudaMalloc(&din, 512);
+    cudaMalloc(&dout, 256);
+    cudaMemcpy(din, in.data(), 512, cudaMemcpyHostToDevice);
+    barrierReductions<<<1, 128>>>(din, dout);
+    int r[3];
+    cudaMemcpy(r, dout, sizeof r, cudaMemcpyDeviceToHost);
+    EXPECT(r[0] == expect_count && r[1] == 1 && r[2] == 0, "__syncthreads_count/and/or (bar.red)");
+    Table t;
+    for (int k = 0; k < 64; ++k) t.v[k] = k * 3;
+    gridConstant<<<1, 64>>>(t, dout);
+    int g[64];
+    cudaMemcpy(g, dout, sizeof g, cudaMemcpyDeviceToHost);
+    bool ok = true;
+    for (int k = 0; k < 64; ++k) ok &= g[k] == (63 - k) * 6;
+    EXPECT(ok, "__grid_constant__ parameter read through its address");
   }
   // printf reaches this program's stdout.
   {
