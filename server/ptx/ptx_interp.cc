@@ -24,9 +24,13 @@ ThreadPool::ThreadPool(unsigned threads) {
         cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
         if (stop_) return;
         Job* job = jobs_.front();
+        // The job lives on its caller's stack: the caller may not return while
+        // a worker still holds it (checked under mu_).
+        ++job->active;
         lock.unlock();
         work(*job);
         lock.lock();
+        if (--job->active == 0) done_cv_.notify_all();
       }
     });
   }
@@ -70,7 +74,7 @@ void ThreadPool::parallelFor(uint64_t n, const std::function<void(uint64_t)>& fn
   }
   work(job);
   std::unique_lock lock(mu_);
-  done_cv_.wait(lock, [&] { return job.done.load() == job.n; });
+  done_cv_.wait(lock, [&] { return job.done.load() == job.n && job.active == 0; });
   auto it = std::find(jobs_.begin(), jobs_.end(), &job);
   if (it != jobs_.end()) jobs_.erase(it);
 }
@@ -83,6 +87,7 @@ Interpreter::Interpreter(unsigned threads)
 namespace {
 
 inline uint64_t widthMask(Type t) {
+  if (t == Type::kPred) return 1;
   int b = typeBytes(t);
   return b >= 8 ? ~0ull : (1ull << (b * 8)) - 1;
 }
@@ -303,6 +308,10 @@ struct Warp {
   int32_t bar_dest = -1;       // bar.red destination register
   bool done = false;
   uint32_t lane_pc[32];
+  // Per-lane call stacks: (return pc, call instruction). Deeper lanes run
+  // first, so lanes that diverged around a call meet again at its return.
+  uint8_t depth[32] = {};
+  std::vector<std::pair<uint32_t, uint32_t>> frames[32];
   std::vector<uint64_t> regs;
 };
 
@@ -779,10 +788,13 @@ void BlockRunner::reschedule(Warp& w) {
     return;
   }
   uint32_t best = UINT32_MAX;
-  LANES(live) best = std::min(best, w.lane_pc[l]);
+  int deepest = 0;
+  LANES(live) deepest = std::max(deepest, static_cast<int>(w.depth[l]));
+  END_LANES
+  LANES(live) if (w.depth[l] == deepest) best = std::min(best, w.lane_pc[l]);
   END_LANES
   uint32_t act = 0;
-  LANES(live) if (w.lane_pc[l] == best) act |= 1u << l;
+  LANES(live) if (w.lane_pc[l] == best && w.depth[l] == deepest) act |= 1u << l;
   END_LANES
   w.pc = best;
   w.active = act;
@@ -1389,6 +1401,55 @@ bool BlockRunner::step(Warp& w, int budget) {
           break;
         }
         if (w.waiting) reschedule(w);
+        break;
+      }
+      case Op::kCall: {
+        if (!m) break;
+        // Arguments into the callee's parameter registers, then jump.
+        for (size_t k = 0; k < in.a.vec.size() && k < in.b.vec.size(); ++k) {
+          const uint64_t* S = &w.regs[static_cast<size_t>(in.a.vec[k].reg) * 32];
+          uint64_t* P = &w.regs[static_cast<size_t>(in.b.vec[k].reg) * 32];
+          LANES(m) P[l] = S[l];
+          END_LANES
+        }
+        bool overflow = false;
+        LANES(m)
+          if (w.depth[l] >= kMaxCallDepth) overflow = true;
+          w.frames[l].emplace_back(w.pc + 1, w.pc);
+          ++w.depth[l];
+          w.lane_pc[l] = in.target;
+        END_LANES
+        if (overflow) {
+          fault(kErrLaunchFailure, "device call stack deeper than " + std::to_string(kMaxCallDepth), in, w, __builtin_ctz(m));
+          return false;
+        }
+        uint32_t stay = w.active & ~m;
+        LANES(stay) w.lane_pc[l] = w.pc + 1;
+        END_LANES
+        w.waiting |= w.active;
+        w.active = 0;
+        advance = false;
+        reschedule(w);
+        break;
+      }
+      case Op::kRetFunc: {
+        if (!m) break;
+        LANES(m)
+          auto [ret_pc, call_pc] = w.frames[l].back();
+          w.frames[l].pop_back();
+          --w.depth[l];
+          const Inst& call = code[call_pc];
+          if (call.c.kind == Operand::kParamReg && call.d.kind == Operand::kParamReg)
+            w.regs[static_cast<size_t>(call.d.reg) * 32 + l] = w.regs[static_cast<size_t>(call.c.reg) * 32 + l];
+          w.lane_pc[l] = ret_pc;
+        END_LANES
+        uint32_t stay = w.active & ~m;
+        LANES(stay) w.lane_pc[l] = w.pc + 1;
+        END_LANES
+        w.waiting |= w.active;
+        w.active = 0;
+        advance = false;
+        reschedule(w);
         break;
       }
       case Op::kRet:

@@ -75,6 +75,7 @@ class ThreadPool {
     uint64_t n;
     std::atomic<uint64_t> next{0};
     std::atomic<uint64_t> done{0};
+    int active = 0;  // workers inside work(); guarded by mu_
   };
   void work(Job& job);
   std::mutex mu_;

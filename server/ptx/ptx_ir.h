@@ -42,7 +42,7 @@ enum class Op : uint8_t {
   kSelp, kSlct, kSetp, kSet, kCvt, kCvta, kLd, kSt, kBra, kRet, kExit, kTrap, kAtom, kRed,
   kBar, kBarWarp, kMembar, kShfl, kVote, kRedux, kActivemask, kMatch, kNanosleep,
   kRcp, kSqrt, kRsqrt, kEx2, kLg2, kSin, kCos, kTanh, kCopysign, kTestp,
-  kCallPrintf, kCallAssert, kNop,
+  kCallPrintf, kCallAssert, kCall, kRetFunc, kNop,
 };
 
 enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };
@@ -87,7 +87,8 @@ struct Inst {
   bool ftz = false, sat = false, approx = false;
   int32_t guard = -1;     // predicate register, -1: none
   bool guard_neg = false;
-  uint32_t target = 0;    // branch target instruction index
+  uint32_t target = 0;    // branch target instruction index; kCall: the callee's first instruction
+  uint32_t callee = 0;    // kCall before linking: index into Module::callee_names
   Operand d, d2, a, b, c, e;  // d2: second destination (setp p|q)
   uint32_t line = 0;      // source line, for error messages
 };
@@ -125,6 +126,10 @@ struct Function {
   uint32_t shared_align = 16;
   uint32_t local_bytes = 0;     // per-thread .local
   std::vector<Inst> code;
+  // .func only: parameters and return value as register slots (<= 8 bytes each).
+  std::vector<uint32_t> param_regs;
+  int32_t ret_reg = -1;
+  bool has_calls = false;
 };
 
 struct Module {
@@ -134,6 +139,7 @@ struct Module {
   std::map<std::string, uint32_t> module_shared;
   uint32_t module_shared_bytes = 0;
   int target_sm = 0;
+  std::vector<std::string> callee_names;
 };
 
 }  // namespace rgpu::server::ptx

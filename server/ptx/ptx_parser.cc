@@ -1,7 +1,9 @@
 #include "server/ptx/ptx_parser.h"
 
 #include <cctype>
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <unordered_map>
 
 namespace rgpu::server::ptx {
@@ -156,6 +158,7 @@ class Parser {
   Status parseOperand(Function& f, Operand& o, bool allow_label = false, uint32_t* label = nullptr);
   Status declareRegs(Type type, Function& f);
   Result<uint64_t> parseArraySize();
+  Status link();
 
   // Scoped register names (blocks `{ }` may redeclare names).
   std::vector<std::unordered_map<std::string, uint32_t>> scopes_;
@@ -169,6 +172,8 @@ class Parser {
   bool has_dynamic_shared_ = false;
   std::string dynamic_shared_name_;
   std::unordered_map<std::string, uint32_t> module_dyn_shared_;  // name -> alignment
+  std::vector<std::string> pending_params_;  // .func parameters, bound to registers by parseBody
+  std::string pending_ret_;                  // .func return value name
 
   std::vector<Token> t_;
   size_t i_ = 0;
@@ -318,6 +323,9 @@ Status Parser::parseParamList(Function& f, bool kernel) {
     if (kernel) {
       f.params.emplace_back(off, size);
       kparams_[name] = {off, size};
+    } else {
+      if (size > 8) return bad(line(), "device function parameter " + name + " larger than 8 bytes is not supported yet");
+      pending_params_.push_back(name);
     }
     end = off + size;
     if (end > 65536) return bad(line(), "parameter block too large");
@@ -723,8 +731,14 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       in.c = args[2];
       in.e = args[3];
     } else {
-      return bad(in.line, "call to device function " + callee +
-                              " is not supported yet (rgpu runs kernels whose device functions are inlined)");
+      in.op = Op::kCall;
+      in.a.kind = Operand::kVec;
+      in.a.vec = args;
+      if (!rets.empty()) in.d = rets[0];
+      auto it = std::find(m_.callee_names.begin(), m_.callee_names.end(), callee);
+      in.callee = static_cast<uint32_t>(it - m_.callee_names.begin());
+      if (it == m_.callee_names.end()) m_.callee_names.push_back(callee);
+      f.has_calls = true;
     }
     return expect(";");
   }
@@ -764,6 +778,14 @@ Status Parser::parseBody(Function& f) {
   has_dynamic_shared_ = false;
   dynamic_shared_name_.clear();
   fn_shared_end_ = m_.module_shared_bytes;
+  for (auto& n : pending_params_) {
+    param_regs_[n] = f.num_regs;
+    f.param_regs.push_back(f.num_regs++);
+  }
+  if (!pending_ret_.empty()) {
+    param_regs_[pending_ret_] = f.num_regs;
+    f.ret_reg = static_cast<int32_t>(f.num_regs++);
+  }
   int depth = 1;
   while (depth > 0) {
     if (atEnd()) return bad(line(), "unterminated function " + f.name);
@@ -895,9 +917,14 @@ Status Parser::parseFunction(bool is_entry) {
   Function f;
   f.is_entry = is_entry;
   kparams_.clear();
+  pending_params_.clear();
+  pending_ret_.clear();
   if (!is_entry && peek() == "(") {  // return value list
-    skipTo(")");
-    ++i_;
+    Function dummy;
+    RGPU_TRY(parseParamList(dummy, false));
+    if (pending_params_.size() > 1) return bad(line(), "multiple return values are not supported");
+    if (!pending_params_.empty()) pending_ret_ = pending_params_[0];
+    pending_params_.clear();
   }
   f.name = next();
   if (f.name.empty()) return bad(line(), "function without a name");
@@ -992,7 +1019,93 @@ Result<Module> Parser::run() {
     }
     return bad(line(), "unexpected '" + tok + "' at module scope");
   }
+  RGPU_TRY(link());
   return std::move(m_);
+}
+
+// Gives each kernel that calls device functions one flat instruction array:
+// every function it reaches is appended once, with its registers renumbered
+// past the caller's and its branch targets shifted. Recursion is refused (one
+// register set per function).
+Status Parser::link() {
+  for (auto& [name, entry] : m_.functions) {
+    if (!entry.is_entry || !entry.has_calls) continue;
+    std::map<std::string, std::pair<uint32_t, uint32_t>> placed;  // name -> (pc base, reg base)
+    std::vector<Inst> code = entry.code;
+    uint32_t regs = entry.num_regs;
+    uint32_t local = entry.local_bytes;
+    std::vector<std::string> stack;
+    std::function<Status(size_t, size_t)> resolve = [&](size_t from, size_t to) -> Status {
+      for (size_t k = from; k < to; ++k) {
+        if (code[k].op != Op::kCall) continue;
+        const std::string& callee = m_.callee_names.at(code[k].callee);
+        auto fit = m_.functions.find(callee);
+        if (fit == m_.functions.end() || fit->second.is_entry)
+          return bad(code[k].line, "call to unknown device function " + callee);
+        if (std::find(stack.begin(), stack.end(), callee) != stack.end())
+          return bad(code[k].line, "recursive device function " + callee + " is not supported");
+        const Function& fn = fit->second;
+        if (fn.static_shared > m_.module_shared_bytes)
+          return bad(code[k].line, "shared memory declared inside device function " + callee + " is not supported");
+        if (code[k].a.vec.size() != fn.param_regs.size())
+          return bad(code[k].line, "call to " + callee + " with the wrong number of arguments");
+        auto pl = placed.find(callee);
+        if (pl == placed.end()) {
+          uint32_t pc_base = static_cast<uint32_t>(code.size()), reg_base = regs;
+          uint32_t local_base = (local + 15) & ~15u;
+          regs += fn.num_regs;
+          local = local_base + fn.local_bytes;
+          if (regs > kMaxRegsPerFunction || local > kMaxLocalBytes || code.size() + fn.code.size() > kMaxInstsPerFunction)
+            return bad(code[k].line, "kernel " + name + " with its device functions is too large");
+          pl = placed.emplace(callee, std::make_pair(pc_base, reg_base)).first;
+          for (size_t idx = 0; idx < fn.code.size(); ++idx) {
+            Inst in = fn.code[idx];
+            auto shift = [&](Operand& o) {
+              if (o.kind == Operand::kReg || o.kind == Operand::kParamReg || (o.kind == Operand::kAddr && o.has_base))
+                o.reg += reg_base;
+              if (o.sym_space == Space::kLocal && (o.kind == Operand::kImm || o.kind == Operand::kAddr) && !o.has_base)
+                o.imm += local_base;
+            };
+            for (Operand* o : {&in.d, &in.d2, &in.a, &in.b, &in.c, &in.e}) {
+              shift(*o);
+              for (auto& v : o->vec) shift(v);
+            }
+            if (in.guard >= 0) in.guard += static_cast<int32_t>(reg_base);
+            if (in.op == Op::kBra) in.target += pc_base;
+            if (in.op == Op::kRet) in.op = Op::kRetFunc;
+            // The guard appended after every body returns; a written exit ends the thread.
+            if (in.op == Op::kExit && idx + 1 == fn.code.size()) in.op = Op::kRetFunc;
+            code.push_back(in);
+          }
+          stack.push_back(callee);
+          RGPU_TRY(resolve(pc_base, code.size()));
+          stack.pop_back();
+        }
+        // Bind the call: target, the callee's parameter and return registers.
+        Inst& call = code[k];
+        call.target = pl->second.first;
+        call.b.kind = Operand::kVec;
+        call.b.vec.clear();
+        for (uint32_t r : fn.param_regs) {
+          Operand o;
+          o.kind = Operand::kParamReg;
+          o.reg = r + pl->second.second;
+          call.b.vec.push_back(o);
+        }
+        call.c = Operand();
+        if (fn.ret_reg >= 0) {
+          call.c.kind = Operand::kParamReg;
+          call.c.reg = static_cast<uint32_t>(fn.ret_reg) + pl->second.second;
+        }
+      }
+      return Status::ok();
+    };
+    RGPU_TRY(resolve(0, code.size()));
+    entry.code = std::move(code);
+    entry.num_regs = regs;
+    entry.local_bytes = local;
+  }
+  return Status::ok();
 }
 
 }  // namespace

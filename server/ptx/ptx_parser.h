@@ -18,6 +18,7 @@ inline constexpr uint32_t kMaxInstsPerFunction = 1u << 22;
 inline constexpr uint64_t kMaxGlobalBytes = 256ull << 20;
 inline constexpr uint32_t kMaxSharedBytes = 228u * 1024;
 inline constexpr uint32_t kMaxLocalBytes = 512u * 1024;
+inline constexpr uint32_t kMaxCallDepth = 64;
 
 // cudaErrorInvalidPtx: the PTX could not be parsed or uses what we cannot run.
 inline constexpr int kErrInvalidPtx = 218;

@@ -157,6 +157,23 @@ __global__ void gridConstant(const __grid_constant__ Table t, int* out) {
   out[threadIdx.x] = p[63 - threadIdx.x] * 2;
 }
 
+// Device functions that are not inlined: calls, arguments, return values, and
+// a divergent call (odd lanes only) that must reconverge for the shuffle.
+__device__ __noinline__ float scaleBy(float x, int k) { return x * k + 1.0f; }
+__device__ __noinline__ void store2(float* p, float a, float b) {
+  p[0] = a;
+  p[1] = b;
+}
+__device__ __noinline__ int weight(int n) { return n <= 0 ? 0 : 1 + (n & 1); }
+__global__ void calls(float* out, int* warpsum) {
+  int i = threadIdx.x;
+  float v = (i & 1) ? scaleBy(i, 3) : 0.5f;
+  store2(out + 2 * i, v, scaleBy(v, 2));
+  int d = weight(i);
+  for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffff, d, o);
+  if (i == 0) *warpsum = d;
+}
+
 __global__ void hello(int base) {
   if (threadIdx.x < 3) printf("hello from thread %d of block %d: %d %.2f %s\n", threadIdx.x, blockIdx.x, base + threadIdx.x, 0.5 * threadIdx.x, "ok");
 }
@@ -425,6 +442,25 @@ int main() {
     bool ok = true;
     for (int k = 0; k < 64; ++k) ok &= g[k] == (63 - k) * 6;
     EXPECT(ok, "__grid_constant__ parameter read through its address");
+  }
+  // Non-inlined device function calls.
+  {
+    float* dout;
+    int* dsum;
+    cudaMalloc(&dout, 64 * sizeof(float));
+    cudaMalloc(&dsum, sizeof(int));
+    calls<<<1, 32>>>(dout, dsum);
+    float h[64];
+    int sum = 0, ref = 0;
+    cudaMemcpy(h, dout, sizeof h, cudaMemcpyDeviceToHost);
+    cudaMemcpy(&sum, dsum, sizeof sum, cudaMemcpyDeviceToHost);
+    bool ok = true;
+    for (int i = 0; i < 32; ++i) {
+      float v = (i & 1) ? i * 3 + 1.0f : 0.5f;
+      ok &= h[2 * i] == v && h[2 * i + 1] == v * 2 + 1.0f;
+      ref += i <= 0 ? 0 : 1 + (i & 1);
+    }
+    EXPECT(ok && sum == ref, "__noinline__ device function calls, divergent and uniform");
   }
   // printf reaches this program's stdout.
   {

@@ -507,8 +507,20 @@ TEST(PtxParser, UnknownModifierLabelAndOperandAreErrors) {
   EXPECT_EQ(run(kernel("bra NOWHERE;\n")).status.code(), kErrInvalidPtx);
   EXPECT_EQ(run(kernel("add.u32 %r1, %nope, 1;\n")).status.code(), kErrInvalidPtx);
   EXPECT_EQ(run(kernel("add.u32 %r1, %r2\n")).status.code(), kErrInvalidPtx);
-  PtxRun call = run(kernel("call.uni helper, ();\n"));
+  PtxRun call = run(kernel("call.uni helper, ();\n"));  // no such function
   EXPECT_EQ(call.status.code(), kErrInvalidPtx);
+  EXPECT_NE(call.status.message().find("unknown device function helper"), std::string::npos) << call.status.message();
+}
+
+TEST(PtxParser, RecursiveDeviceFunctionsAreRefused) {
+  std::string ptx = ".version 9.0\n.target sm_75\n.address_size 64\n"
+                    ".func f(.param .b32 f_param_0)\n{\n.reg .b32 %r<2>;\nld.param.u32 %r1, [f_param_0];\n"
+                    "{\n.param .b32 param0;\nst.param.b32 [param0+0], %r1;\ncall.uni f, (param0);\n}\nret;\n}\n"
+                    ".visible .entry k(.param .u64 out)\n{\n{\n.param .b32 param0;\nst.param.b32 [param0+0], 1;\n"
+                    "call.uni f, (param0);\n}\nret;\n}\n";
+  auto m = parsePtx(ptx);
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.status().message().find("recursive device function f"), std::string::npos) << m.status().message();
 }
 
 TEST(PtxParser, SurvivesTruncatedAndMangledInput) {
