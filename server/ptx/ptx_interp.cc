@@ -163,6 +163,18 @@ inline uint64_t writeF(double d, Type t) {
   }
 }
 
+inline bool isX2(Type t) { return t == Type::kF16x2 || t == Type::kBF16x2; }
+inline Type halfOf(Type t) { return t == Type::kF16x2 ? Type::kF16 : Type::kBF16; }
+// Applies f to both 16-bit halves of packed x2 operands.
+template <typename F>
+uint64_t perHalf(Type t, uint64_t a, uint64_t b, uint64_t c, F f) {
+  Type h = halfOf(t);
+  uint64_t r = 0;
+  for (int k = 0; k < 2; ++k)
+    r |= (writeF(f(readF(a >> (16 * k), h), readF(b >> (16 * k), h), readF(c >> (16 * k), h)), h) & 0xffff) << (16 * k);
+  return r;
+}
+
 inline float ftz32(float f) { return std::fpclassify(f) == FP_SUBNORMAL ? std::copysign(0.0f, f) : f; }
 
 // Directed rounding (.rz .rm .rp) without touching the FPU mode (compilers
@@ -1061,6 +1073,9 @@ bool BlockRunner::step(Warp& w, int budget) {
             if (in.ftz) r = ftz32(r);
             D[l] = b32(r);
           END_LANES
+        } else if (isX2(t)) {
+          LANES(m) D[l] = perHalf(t, A[l], B[l], C[l], [](double x, double y, double z) { return std::fma(x, y, z); });
+          END_LANES
         } else if (isFloat(t)) {
           LANES(m) D[l] = writeF(std::fma(readF(A[l], t), readF(B[l], t), readF(C[l], t)), t);
           END_LANES
@@ -1102,6 +1117,12 @@ bool BlockRunner::step(Warp& w, int budget) {
       case Op::kClz:
       case Op::kPopc: {
         const uint64_t* A = src(in.a, w, ta);
+        if (isX2(t) && (in.op == Op::kNeg || in.op == Op::kAbs)) {
+          bool neg = in.op == Op::kNeg;
+          LANES(m) D[l] = perHalf(t, A[l], 0, 0, [neg](double x, double, double) { return neg ? -x : std::fabs(x); });
+          END_LANES
+          break;
+        }
         if (isFloat(t)) {
           LANES(m)
             double x = readF(A[l], t), r = 0;
@@ -1315,6 +1336,13 @@ bool BlockRunner::step(Warp& w, int budget) {
       case Op::kCvt: {
         const uint64_t* A = src(in.a, w, ta);
         Type dt = in.dtype, st = t;
+        if (isX2(dt)) {  // cvt.rn.f16x2.f32 d, hi, lo: pack two floats
+          const uint64_t* B = src(in.b, w, tb);
+          Type h = halfOf(dt);
+          LANES(m) D[l] = ((writeF(f32(A[l]), h) & 0xffff) << 16) | (writeF(f32(B[l]), h) & 0xffff);
+          END_LANES
+          break;
+        }
         LANES(m)
           uint64_t x = A[l], r;
           if (isFloat(dt) && isFloat(st)) {

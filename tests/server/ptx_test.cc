@@ -266,6 +266,22 @@ mov.b32 %r11, %f7;
   EXPECT_FLOAT_EQ(f32(r, 10), 5.0f);
 }
 
+TEST(PtxFloat, PackedHalfForms) {
+  PtxRun r = run(kernel(R"(
+cvt.rn.f16x2.f32 %r1, 0f40000000, 0f3F800000;
+fma.rn.f16x2 %r2, %r1, %r1, %r1;
+neg.f16x2 %r3, %r1;
+cvt.rn.bf16x2.f32 %r4, 0f40400000, 0fBF800000;
+mul.rn.bf16x2 %r5, %r4, %r4;
+)" + store32(5)));
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  EXPECT_EQ(u32(r, 0), 0x40003c00u);  // hi 2.0, lo 1.0
+  EXPECT_EQ(u32(r, 1), 0x46004000u);  // 2*2+2 = 6, 1*1+1 = 2
+  EXPECT_EQ(u32(r, 2), 0xc000bc00u);
+  EXPECT_EQ(u32(r, 3), 0x4040bf80u);
+  EXPECT_EQ(u32(r, 4), 0x41103f80u);  // 9, 1
+}
+
 TEST(PtxWarp, DivergentBranchesReconverge) {
   // Odd lanes loop 3 times, even lanes once; all meet again for the ballot.
   PtxRun r = run(kernel(R"(
