@@ -19,9 +19,10 @@ namespace {
 constexpr size_t kMaxBatchBytes = 256 * 1024;
 // Poll this many times, yielding the CPU in between, before sleeping on a
 // reply: a loopback or LAN round trip often completes within it, and a futex
-// sleep and wake cost several microseconds. Yielding (rather than spinning)
-// lets the receiver thread run when cores are scarce.
-constexpr int kSpinPolls = 200;
+// sleep and wake cost several microseconds. The receiver thread busy-polls the
+// socket meanwhile (bounded, see TlsConnection::readSome), so the reply is
+// picked up without a wake-up either.
+constexpr int kSpinPolls = 50;
 }  // namespace
 
 wire::Reply::Reader Reply::reader() const {
@@ -245,9 +246,8 @@ Reply Connection::call(capnp::MessageBuilder& msg, const void* bulk, uint64_t bu
     return reply;
   }
   for (int i = 0; i < kSpinPolls && slot.state.load(std::memory_order_acquire) == 0; ++i) std::this_thread::yield();
-  // A long wait (a kernel, a stream): stop busy-polling and sleep.
-  sync_waiters_.fetch_sub(1, std::memory_order_relaxed);
   while (slot.state.load(std::memory_order_acquire) == 0) slot.state.wait(0, std::memory_order_acquire);
+  sync_waiters_.fetch_sub(1, std::memory_order_relaxed);
   reply.status = slot.status;
   reply.words = std::move(slot.words);
   if (reply.status && !reply.words.empty()) {

@@ -318,6 +318,10 @@ Status TlsConnection::writeAll(const struct iovec* iov, int count) {
 }
 
 Result<size_t> TlsConnection::readSome(void* dst, size_t len) {
+  // Busy-polling is bounded: a caller waiting for a long kernel must not cost
+  // a core for the whole wait.
+  constexpr int kMaxSpins = 2000;
+  int spins = 0;
   for (;;) {
     if (closed_.load()) return Status(err::kDevicesUnavailable, "connection to " + peer_ + " is closed");
     int rc, e;
@@ -328,7 +332,7 @@ Result<size_t> TlsConnection::readSome(void* dst, size_t len) {
       e = rc > 0 ? SSL_ERROR_NONE : SSL_get_error(ssl_, rc);
     }
     if (rc > 0) return static_cast<size_t>(rc);
-    if (e == SSL_ERROR_WANT_READ && busy_poll_ && busy_poll_->load(std::memory_order_relaxed) > 0) {
+    if (e == SSL_ERROR_WANT_READ && busy_poll_ && busy_poll_->load(std::memory_order_relaxed) > 0 && spins++ < kMaxSpins) {
       std::this_thread::yield();
       continue;
     }
