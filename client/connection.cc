@@ -76,7 +76,7 @@ void Connection::close() {
   }
   batch_cv_.notify_all();
   if (flusher_.joinable()) flusher_.join();
-  conn_->shutdown();
+  conn_->close();
   if (receiver_.joinable()) receiver_.join();
   {
     std::lock_guard lock(cb_mu_);

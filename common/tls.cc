@@ -360,6 +360,16 @@ Status TlsConnection::readExact(void* dst, size_t len) {
   return Status::ok();
 }
 
+void TlsConnection::close() {
+  if (!closed_.load()) {
+    std::lock_guard wlock(write_mu_);
+    std::lock_guard lock(ssl_mu_);
+    ERR_clear_error();
+    SSL_shutdown(ssl_);  // non-blocking: one attempt at sending close_notify
+  }
+  shutdown();
+}
+
 void TlsConnection::shutdown() {
   if (closed_.exchange(true)) return;
   uint64_t one = 1;

@@ -78,6 +78,8 @@ class TlsConnection {
 
   // Makes pending and future reads and writes fail; wakes a blocked reader.
   void shutdown();
+  // Sends TLS close_notify (the peer sees an orderly close), then shutdown().
+  void close();
   bool isOpen() const { return !closed_.load(); }
 
   // The CN of the peer's verified certificate, empty when it sent none.

@@ -4,6 +4,7 @@
 #include <kj/exception.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <thread>
@@ -119,8 +120,10 @@ Status Session::run() {
     closing_ = true;
   }
   host_cv_.notify_all();
-  RGPU_LOG_INFO("session {} ended ({} allocations released): {}", session_id_, allocs_.count(),
-                s ? "client left" : s.message());
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  RGPU_LOG_INFO("session {} ended ({} allocations released, worker peak RSS {} MiB): {}", session_id_, allocs_.count(),
+                usage.ru_maxrss / 1024, s ? "client left" : s.message());
   return s;
 }
 

@@ -160,8 +160,10 @@ int main(int argc, char** argv) {
     ok &= static_cast<long long>(out) == ref;
     std::printf("%-28s %11.1f ms %13.1f M %9.2f ms %9.0fx\n", "reduction (shfl + atomics)", ti * 1e3, insts / ti / 1e6, tn * 1e3, ti / tn);
   }
-  std::printf("peak RSS: %ld MiB before the matmul, %ld MiB after (decoded module: %zu instructions)\n", rss_before / 1024,
-              rss_after / 1024, mod->functions.at("matmul").code.size());
+  const Function& mm = mod->functions.at("matmul");
+  std::printf("peak RSS: %ld MiB before the matmul, %ld MiB after; decoded matmul: %zu instructions x %zu bytes; "
+              "per-warp registers: %u x 256 bytes = %u KiB\n",
+              rss_before / 1024, rss_after / 1024, mm.code.size(), sizeof(Inst), mm.num_regs, mm.num_regs * 256 / 1024);
   std::printf("%s\n", ok ? "results match the native loops" : "RESULTS DIFFER");
   return ok ? 0 : 1;
 }
