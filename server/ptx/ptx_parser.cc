@@ -159,6 +159,7 @@ class Parser {
   Status declareRegs(Type type, Function& f);
   Result<uint64_t> parseArraySize();
   Status link();
+  Status checkOperands(const Inst& in, const std::string& opcode);
 
   // Scoped register names (blocks `{ }` may redeclare names).
   std::vector<std::unordered_map<std::string, uint32_t>> scopes_;
@@ -762,8 +763,52 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
     if (peek() == ",") ++i_;
   }
   ++i_;
-  // Stores have no destination: operands are (address, value).
-  return Status::ok();
+  return checkOperands(in, opcode);
+}
+
+// Untrusted PTX: an instruction that writes a result must name a register to
+// write (the interpreter writes through it without further checks).
+Status Parser::checkOperands(const Inst& in, const std::string& opcode) {
+  auto isReg = [](const Operand& o) { return o.kind == Operand::kReg; };
+  switch (in.op) {
+    case Op::kSt:
+      if (in.d.kind != Operand::kAddr && in.d.kind != Operand::kParamReg) return bad(in.line, opcode + ": the first operand must be an address");
+      return Status::ok();
+    case Op::kRed:
+      if (in.d.kind != Operand::kAddr) return bad(in.line, opcode + ": the first operand must be an address");
+      return Status::ok();
+    case Op::kLd:
+      if (in.a.kind != Operand::kAddr && in.a.kind != Operand::kParamReg) return bad(in.line, opcode + ": the source must be an address");
+      if (in.d.kind == Operand::kVec) {
+        for (auto& e : in.d.vec)
+          if (e.kind != Operand::kReg && e.kind != Operand::kSink) return bad(in.line, opcode + ": vector elements must be registers");
+        return Status::ok();
+      }
+      if (!isReg(in.d)) return bad(in.line, opcode + ": the destination must be a register");
+      return Status::ok();
+    case Op::kAtom:
+      if (in.a.kind != Operand::kAddr) return bad(in.line, opcode + ": the second operand must be an address");
+      if (!isReg(in.d)) return bad(in.line, opcode + ": the destination must be a register");
+      return Status::ok();
+    case Op::kMov:
+      if (in.d.kind == Operand::kVec) {
+        for (auto& e : in.d.vec)
+          if (e.kind != Operand::kReg && e.kind != Operand::kSink) return bad(in.line, opcode + ": vector elements must be registers");
+        return Status::ok();
+      }
+      if (!isReg(in.d)) return bad(in.line, opcode + ": the destination must be a register");
+      return Status::ok();
+    case Op::kBar:
+      if (in.mode >= kBarRedPopc && !isReg(in.d)) return bad(in.line, opcode + ": the destination must be a register");
+      return Status::ok();
+    case Op::kBra: case Op::kRet: case Op::kExit: case Op::kTrap: case Op::kBarWarp: case Op::kMembar:
+    case Op::kNanosleep: case Op::kNop: case Op::kCallPrintf: case Op::kCallAssert: case Op::kCall: case Op::kRetFunc:
+      return Status::ok();
+    default:
+      if (!isReg(in.d)) return bad(in.line, opcode + ": the destination must be a register");
+      if (in.d2.kind != Operand::kNone && !isReg(in.d2)) return bad(in.line, opcode + ": the second destination must be a register");
+      return Status::ok();
+  }
 }
 
 Status Parser::parseBody(Function& f) {

@@ -528,6 +528,16 @@ TEST(PtxParser, UnknownModifierLabelAndOperandAreErrors) {
   EXPECT_NE(call.status.message().find("unknown device function helper"), std::string::npos) << call.status.message();
 }
 
+TEST(PtxParser, InstructionsMustWriteToRegisters) {
+  // Untrusted PTX must not make the interpreter write through a non-register.
+  for (const char* body : {"add.u32 5, %r1, %r2;\n", "mov.u32 [%rd0], %r1;\n", "ld.global.u32 7, [%rd0];\n",
+                           "setp.eq.u32 %p1|3, %r1, %r2;\n", "st.global.u32 %r1, %r2;\n", "ld.global.u32 %r1, %r2;\n",
+                           "atom.global.add.u32 %r1, %r2, 1;\n", "shfl.sync.idx.b32 _, %r1, 0, 31, -1;\n"}) {
+    PtxRun r = run(kernel(body));
+    EXPECT_EQ(r.status.code(), kErrInvalidPtx) << body;
+  }
+}
+
 TEST(PtxParser, RecursiveDeviceFunctionsAreRefused) {
   std::string ptx = ".version 9.0\n.target sm_75\n.address_size 64\n"
                     ".func f(.param .b32 f_param_0)\n{\n.reg .b32 %r<2>;\nld.param.u32 %r1, [f_param_0];\n"
