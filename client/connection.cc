@@ -27,8 +27,7 @@ constexpr int kSpinPolls = 50;
 
 wire::Reply::Reader Reply::reader() const {
   if (!msg_)
-    msg_ = std::make_unique<capnp::FlatArrayMessageReader>(kj::ArrayPtr<const capnp::word>(words.data(), words.size()),
-                                                           common::readerOptions());
+    msg_ = std::make_unique<capnp::FlatArrayMessageReader>(common::asWords(words), common::readerOptions());
   return msg_->getRoot<wire::Reply>();
 }
 
@@ -339,7 +338,7 @@ void Connection::receiverLoop() {
       if (h.bulk_len && !reader.skipBulk(h)) return fail(Status(err::kUnknown, "bad reply bulk"));
       continue;
     }
-    slot->words.assign(words.begin(), words.end());
+    slot->words.assign(reinterpret_cast<const uint64_t*>(words.begin()), reinterpret_cast<const uint64_t*>(words.end()));
     if (h.bulk_len) {
       if (h.bulk_len != slot->in_len || !slot->in) {
         slot->status = Status(err::kUnknown, "reply carries " + std::to_string(h.bulk_len) + " bytes, expected " +
@@ -362,8 +361,7 @@ void Connection::receiverLoop() {
     if (slot->deferred) {
       // Deferred calls report through the asynchronous error channel.
       try {
-        capnp::FlatArrayMessageReader r(kj::ArrayPtr<const capnp::word>(slot->words.data(), slot->words.size()),
-                                        common::readerOptions());
+        capnp::FlatArrayMessageReader r(common::asWords(slot->words), common::readerOptions());
         auto rep = r.getRoot<wire::Reply>();
         int e = rep.getError() ? rep.getError() : rep.getAsyncError();
         if (e || !slot->status) {

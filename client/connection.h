@@ -36,7 +36,7 @@ namespace rgpu::client {
 struct Reply {
   Status status;           // the call's own result (or a transport failure)
   Status async_error;      // an earlier asynchronous call's error, if any
-  std::vector<capnp::word> words;  // the raw reply message
+  std::vector<uint64_t> words;  // the raw reply message (capnp words)
   wire::Reply::Reader reader() const;
  private:
   mutable std::unique_ptr<capnp::FlatArrayMessageReader> msg_;
@@ -90,7 +90,7 @@ class Connection {
  private:
   struct Slot {
     std::atomic<int> state{0};  // 0 waiting, 1 done
-    std::vector<capnp::word> words;
+    std::vector<uint64_t> words;
     Status status;
     void* in = nullptr;
     uint64_t in_len = 0;

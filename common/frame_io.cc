@@ -90,19 +90,22 @@ Status FrameReader::next(FrameHeader& header, kj::ArrayPtr<const capnp::word>& m
   size_t words = header.message_len / 8;
   if (buf_.size() < words) buf_.resize(words);
   RGPU_TRY(conn_.readExact(buf_.data(), header.message_len));
-  // Validate the segment table here, so a bad peer gets a clear error rather
-  // than an exception from deep inside Cap'n Proto.
-  auto* table = reinterpret_cast<const uint32_t*>(buf_.data());
+  message = kj::ArrayPtr<const capnp::word>(reinterpret_cast<const capnp::word*>(buf_.data()), words);
+  Status s = validateSegmentTable(message);
+  if (!s) return Status(s.code(), "bad frame from " + conn_.peerAddress() + ": " + s.message());
+  return Status::ok();
+}
+
+Status validateSegmentTable(kj::ArrayPtr<const capnp::word> message) {
+  size_t words = message.size();
+  if (words == 0) return Status(err::kInvalidValue, "empty message");
+  auto* table = reinterpret_cast<const uint32_t*>(message.begin());
   uint64_t nseg = uint64_t{table[0]} + 1;
   uint64_t table_words = (nseg + 2) / 2;
-  if (nseg > 64 || table_words > words)
-    return Status(err::kInvalidValue, "bad frame from " + conn_.peerAddress() + ": bad segment table");
+  if (nseg > 64 || table_words > words) return Status(err::kInvalidValue, "bad segment table");
   uint64_t total = table_words;
   for (uint64_t i = 0; i < nseg; ++i) total += table[i + 1];
-  if (total != words)
-    return Status(err::kInvalidValue, "bad frame from " + conn_.peerAddress() +
-                                          ": segment sizes do not match the message length");
-  message = kj::ArrayPtr<const capnp::word>(buf_.data(), words);
+  if (total != words) return Status(err::kInvalidValue, "segment sizes do not match the message length");
   return Status::ok();
 }
 

@@ -61,9 +61,18 @@ class FrameReader {
  private:
   TlsConnection& conn_;
   uint64_t max_bulk_;
-  std::vector<capnp::word> buf_;
+  std::vector<uint64_t> buf_;  // message words (capnp::word is not copyable under clang)
   std::vector<uint8_t> block_;
 };
+
+// Checks a flat-array message's segment table against the message length, so a
+// bad peer gets a clear error rather than an exception from inside Cap'n Proto.
+Status validateSegmentTable(kj::ArrayPtr<const capnp::word> message);
+
+// A view of word-aligned storage as a Cap'n Proto message.
+inline kj::ArrayPtr<const capnp::word> asWords(const std::vector<uint64_t>& v) {
+  return kj::ArrayPtr<const capnp::word>(reinterpret_cast<const capnp::word*>(v.data()), v.size());
+}
 
 inline capnp::ReaderOptions readerOptions() {
   capnp::ReaderOptions o;

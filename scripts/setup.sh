@@ -5,7 +5,7 @@
 # /usr/local/cuda.
 set -euo pipefail
 
-packages=(cmake g++ make pkg-config openssl
+packages=(cmake g++ make pkg-config openssl clang
   libasio-dev capnproto libcapnp-dev liblz4-dev libzstd-dev libssl-dev
   libtomlplusplus-dev libspdlog-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev)
 

@@ -5,11 +5,13 @@
 #   scripts/test.sh --sanitize   ASan + UBSan build (build-asan/), whole suite
 #   scripts/test.sh --tsan       TSan build (build-tsan/), unit and integration
 #                                tests (the client's and server's threads)
+#   scripts/test.sh --fuzz       clang + libFuzzer + ASan/UBSan build (build-fuzz/):
+#                                each fuzz target for 60 s from its seed corpus
 # The sanitizer builds take about 8 minutes each on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=""
-if [ "${1:-}" = "--sanitize" ] || [ "${1:-}" = "--tsan" ]; then
+if [ "${1:-}" = "--sanitize" ] || [ "${1:-}" = "--tsan" ] || [ "${1:-}" = "--fuzz" ]; then
   mode="$1"
   shift
 fi
@@ -32,6 +34,14 @@ case "$mode" in
       -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags"
     cd build-tsan
     TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j "$(nproc)" --timeout 600 -L "unit|integration" "$@"
+    ;;
+  --fuzz)
+    flags="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer"
+    CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DRGPU_LIBFUZZER=ON \
+      -DCMAKE_CXX_FLAGS="$flags -O1" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
+    cmake --build build-fuzz -j "$(nproc)" --target fuzz_frame fuzz_fatbin fuzz_ptx rgpu_test_fatbins rgpu_ptx_bench_kernels
+    cd build-fuzz
+    ctest --output-on-failure --timeout 600 -R '^Fuzz\.' "$@"
     ;;
   *)
     scripts/build.sh

@@ -768,7 +768,7 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       if (it == vars_.end()) return finish(h, Status(err::kInvalidSymbol, "unknown symbol")), Status::ok();
       auto g = backend_->globalAddress(it->second.module, it->second.name, it->second.size);
       if (!g) return finish(h, g.status()), Status::ok();
-      auto [addr, size] = *g;
+      uint64_t addr = g->first, size = g->second;
       if (!allocs_.find(addr)) {
         Status a = allocs_.add(addr, size, modules_[it->second.module], true);
         if (!a) return finish(h, a), Status::ok();

@@ -1073,7 +1073,9 @@ Result<Module> Parser::run() {
 // past the caller's and its branch targets shifted. Recursion is refused (one
 // register set per function).
 Status Parser::link() {
-  for (auto& [name, entry] : m_.functions) {
+  for (auto& kv : m_.functions) {
+    const std::string& name = kv.first;
+    Function& entry = kv.second;
     if (!entry.is_entry || !entry.has_calls) continue;
     std::map<std::string, std::pair<uint32_t, uint32_t>> placed;  // name -> (pc base, reg base)
     std::vector<Inst> code = entry.code;
