@@ -158,6 +158,8 @@ class Parser {
   Status parseOperand(Function& f, Operand& o, bool allow_label = false, uint32_t* label = nullptr);
   Status declareRegs(Type type, Function& f);
   Result<uint64_t> parseArraySize();
+  // The value after `.align`: a power of two up to 4096.
+  Result<uint32_t> parseAlign();
   Status link();
   Status checkOperands(const Inst& in, const std::string& opcode);
 
@@ -182,6 +184,12 @@ class Parser {
   std::unordered_map<std::string, int32_t> global_index_;
 };
 
+Result<uint32_t> Parser::parseAlign() {
+  uint64_t a = 0;
+  if (!parseImmediate(next(), a) || a == 0 || a > 4096 || (a & (a - 1))) return bad(line(), "bad .align");
+  return static_cast<uint32_t>(a);
+}
+
 Result<uint64_t> Parser::parseArraySize() {
   if (peek() != "[") return uint64_t{1};
   ++i_;
@@ -203,9 +211,9 @@ Status Parser::parseGlobalVar(Space space, bool is_extern) {
   while (!atEnd() && peek()[0] == '.') {
     std::string m = next();
     if (m == ".align") {
-      uint64_t a = 0;
-      if (!parseImmediate(next(), a) || a == 0 || a > 4096 || (a & (a - 1))) return bad(l, "bad .align");
-      g.align = static_cast<uint32_t>(a);
+      auto a = parseAlign();
+      if (!a) return a.status();
+      g.align = *a;
     } else if (m == ".v2" || m == ".v4") {
       return bad(l, "vector-typed module variables are not supported");
     } else if (!parseType(m.substr(1), type)) {
@@ -305,9 +313,9 @@ Status Parser::parseParamList(Function& f, bool kernel) {
     while (peek()[0] == '.') {
       std::string m = next();
       if (m == ".align") {
-        uint64_t a = 0;
-        if (!parseImmediate(next(), a) || a == 0 || a > 4096 || (a & (a - 1))) return bad(line(), "bad .align");
-        if (!after_ptr) align = static_cast<uint32_t>(a);
+        auto a = parseAlign();
+        if (!a) return a.status();
+        if (!after_ptr) align = *a;
       } else if (m == ".ptr") {
         after_ptr = true;
       } else if (parseType(m.substr(1), type)) {
@@ -884,9 +892,9 @@ Status Parser::parseBody(Function& f) {
       while (peek()[0] == '.') {
         std::string m = next();
         if (m == ".align") {
-          uint64_t a = 0;
-          if (!parseImmediate(next(), a) || a == 0 || a > 4096 || (a & (a - 1))) return bad(line(), "bad .align");
-          align = static_cast<uint32_t>(a);
+          auto a = parseAlign();
+          if (!a) return a.status();
+          align = *a;
         } else if (parseType(m.substr(1), t)) {
           elem = static_cast<uint32_t>(typeBytes(t));
         }
@@ -1016,9 +1024,9 @@ Result<Module> Parser::run() {
         while (peek()[0] == '.') {
           std::string m = next();
           if (m == ".align") {
-            uint64_t a = 0;
-            if (!parseImmediate(next(), a) || a == 0 || a > 4096 || (a & (a - 1))) return bad(line(), "bad .align");
-            align = static_cast<uint32_t>(a);
+            auto a = parseAlign();
+            if (!a) return a.status();
+            align = *a;
           }
         }
         module_dyn_shared_[next()] = align;
