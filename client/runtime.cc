@@ -78,20 +78,16 @@ cudaError_t Runtime::lastError(bool reset) {
   return e;
 }
 
-namespace {
-bool isSticky(int code) { return code == 700 || code == 710 || code == 715 || code == 716 || code == 719; }
-}  // namespace
-
 Result<Reply> Runtime::call(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len, void* in,
                             uint64_t in_len) {
   if (int s = sticky_.load(std::memory_order_relaxed)) return Status(s, "a kernel fault made the context unusable");
   auto c = conn();
   if (!c) return c.status();
   Reply r = (*c)->call(msg, bulk, bulk_len, in, in_len);
-  if (isSticky(r.status.code())) sticky_.store(r.status.code());
-  if (isSticky(r.async_error.code())) sticky_.store(r.async_error.code());
+  if (err::isSticky(r.status.code())) sticky_.store(r.status.code());
+  if (err::isSticky(r.async_error.code())) sticky_.store(r.async_error.code());
   if (!r.status) {
-    if (isSticky(r.status.code())) common::logOnce("sticky:" + r.status.message(), "rgpu server " + (*c)->server() + ": " + r.status.message());
+    if (err::isSticky(r.status.code())) common::logOnce("sticky:" + r.status.message(), "rgpu server " + (*c)->server() + ": " + r.status.message());
     return r.status;
   }
   if (!r.async_error.isOk()) {

@@ -126,7 +126,7 @@ Result<std::map<std::string, KernelInfo>> kernelsFromElf(const std::string& elf)
   if (!readAt(b, len, 0, eh) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
       eh.e_ident[EI_CLASS] != ELFCLASS64)
     return bad("cubin is not a 64-bit ELF image");
-  if (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shnum > 65535 || eh.e_shstrndx >= eh.e_shnum)
+  if (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shstrndx >= eh.e_shnum)
     return bad("cubin section table malformed");
   std::vector<Elf64_Shdr> sh(eh.e_shnum);
   for (size_t i = 0; i < sh.size(); ++i)

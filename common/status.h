@@ -44,6 +44,11 @@ inline constexpr int kNotSupported = 801;
 inline constexpr int kSystemNotReady = 802;
 inline constexpr int kInvalidDeviceFunction = 98;
 inline constexpr int kUnknown = 999;
+
+// Kernel faults that leave a GPU context unusable: every later call of the
+// process fails with the same error (illegal address, assert, illegal
+// instruction, misaligned address, launch failure).
+inline bool isSticky(int code) { return code == 700 || code == 710 || code == 715 || code == 716 || code == 719; }
 }  // namespace err
 
 class [[nodiscard]] Status {

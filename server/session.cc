@@ -74,10 +74,6 @@ std::string hexPtr(uint64_t v) {
 
 }  // namespace
 
-namespace {
-bool isStickyError(int code);
-}  // namespace
-
 Session::Session(std::unique_ptr<common::TlsConnection> conn, const ServerConfig& cfg,
                  std::unique_ptr<Backend> backend, uint64_t session_id)
     : conn_(std::move(conn)),
@@ -279,19 +275,17 @@ Status Session::consumeBulk(const FrameHeader& h, uint64_t expected, Staging* in
   return reader_->readBulk(h, (*into)->data());
 }
 
-namespace {
-bool isStickyError(int code) {
-  // A kernel fault corrupts the context on a GPU: every later call fails too.
-  return code == 700 || code == 710 || code == 715 || code == 716 || code == 719;
-}
-}  // namespace
 
 void Session::recordAsyncError(const Status& s) {
-  if (isStickyError(s.code())) RGPU_LOG_WARN("session {}: {}", session_id_, s.message());
+  bool sticky = err::isSticky(s.code());
+  if (sticky) RGPU_LOG_WARN("session {}: {}", session_id_, s.message());
   else RGPU_LOG_DEBUG("session {}: asynchronous error {}: {}", session_id_, s.code(), s.message());
   std::lock_guard lock(async_mu_);
   if (async_error_.isOk()) async_error_ = s;
-  if (isStickyError(s.code()) && sticky_.isOk()) sticky_ = s;
+  if (sticky && sticky_.isOk()) {
+    sticky_ = s;
+    has_sticky_.store(true, std::memory_order_release);
+  }
 }
 
 void Session::finish(const FrameHeader& h, const Status& s, const Fill& fill) {
@@ -309,11 +303,8 @@ void Session::sendReply(uint64_t seq, const Status& status, const Fill& fill, co
   {
     std::lock_guard lock(async_mu_);
     if (!sticky_.isOk() && s) s = sticky_;
-  }
-  r.setError(s.code());
-  if (!s) r.setMessage(s.message());
-  {
-    std::lock_guard lock(async_mu_);
+    r.setError(s.code());
+    if (!s) r.setMessage(s.message());
     if (!async_error_.isOk()) {
       r.setAsyncError(async_error_.code());
       if (s) r.setMessage(async_error_.message());
@@ -363,22 +354,15 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
     if (h.bulk_len) return Status(err::kInvalidValue, "unexpected bulk payload");
     return Status::ok();
   };
-  Status sticky;
-  {
-    std::lock_guard lock(async_mu_);
-    sticky = sticky_;
-  }
-  if (!sticky.isOk() && req.which() != R::HOST_FUNC_DONE) {
-    // After a kernel fault the session only answers with that fault.
+  if (has_sticky_.load(std::memory_order_acquire) && req.which() != R::HOST_FUNC_DONE) {
+    // After a kernel fault the session only answers with that fault
+    // (sendReply substitutes it).
     if (h.bulk_len) RGPU_TRY(reader_->skipBulk(h));
-    if (!(h.flags & protocol::kFlagAsync)) sendReply(seq, sticky, nullptr);
+    if (!(h.flags & protocol::kFlagAsync)) sendReply(seq, Status::ok(), nullptr);
     return Status::ok();
   }
   switch (req.which()) {
     case R::NOOP:
-      RGPU_TRY(bulkNotExpected());
-      finish(h, Status::ok());
-      return Status::ok();
     case R::PING:
       RGPU_TRY(bulkNotExpected());
       finish(h, Status::ok());

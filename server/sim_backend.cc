@@ -610,7 +610,6 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
     L.memory = &memory;
     L.sm_count = sm_count;
     ptx::LaunchResult r = interp_.run(L);
-    thread_instructions_.fetch_add(r.thread_instructions, std::memory_order_relaxed);
     if (!r.output.empty() && out) out(std::move(r.output));
     if (!r.status) reportAsync(Status(r.status.code(), "kernel " + name + ": " + r.status.message()));
   });

@@ -145,10 +145,6 @@ class SimBackend final : public Backend {
   Result<DevPtr> allocateLocked(int device, uint64_t size);
   ptx::MemoryRanges memoryRangesLocked() const;
 
- public:
-  // Thread-instructions executed by all launches so far (benchmarks).
-  uint64_t threadInstructions() const { return thread_instructions_.load(); }
-
   std::vector<DeviceDescription> devices_;
   SimOptions opts_;
   std::mutex mu_;
@@ -165,7 +161,6 @@ class SimBackend final : public Backend {
   std::function<void(Status)> async_sink_;
   std::function<void(std::string)> output_sink_;
   ptx::Interpreter interp_;
-  std::atomic<uint64_t> thread_instructions_{0};
   std::mutex log_mu_;
   std::ofstream launch_log_;
 };

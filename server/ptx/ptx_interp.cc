@@ -867,13 +867,8 @@ bool BlockRunner::step(Warp& w, int budget) {
           break;
         }
         const uint64_t* A = src(in.a, w, ta);
-        if (in.a.kind == Operand::kImm && in.a.sym_space == Space::kLocal) {
-          LANES(m) D[l] = A[l];  // local window offset of the depot
-          END_LANES
-        } else {
-          LANES(m) D[l] = A[l];
-          END_LANES
-        }
+        LANES(m) D[l] = A[l];
+        END_LANES
         break;
       }
       case Op::kAdd:
@@ -985,7 +980,6 @@ bool BlockRunner::step(Warp& w, int budget) {
             if (in.mode == kModeWide) {
               LANES(m)
                 D[l] = sgn ? static_cast<uint64_t>(sext(A[l], t) * sext(B[l], t)) : trunc(A[l], t) * trunc(B[l], t);
-                if (bits == 32) { /* 64-bit result */ }
               END_LANES
             } else if (in.mode == kModeHi) {
               LANES(m)
@@ -1583,8 +1577,6 @@ bool BlockRunner::step(Warp& w, int budget) {
         uint32_t ballot = 0;
         LANES(m) if (A[l] & 1) ballot |= 1u << l;
         END_LANES
-        bool neg = false;
-        (void)neg;
         LANES(m)
           switch (in.mode) {
             case kVoteAll: D[l] = (ballot & m) == m; break;

@@ -778,6 +778,16 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
 // write (the interpreter writes through it without further checks).
 Status Parser::checkOperands(const Inst& in, const std::string& opcode) {
   auto isReg = [](const Operand& o) { return o.kind == Operand::kReg; };
+  // ld and mov may write a vector of registers (or `_` sinks).
+  auto checkDest = [&]() -> Status {
+    if (in.d.kind == Operand::kVec) {
+      for (auto& e : in.d.vec)
+        if (e.kind != Operand::kReg && e.kind != Operand::kSink) return bad(in.line, opcode + ": vector elements must be registers");
+      return Status::ok();
+    }
+    if (!isReg(in.d)) return bad(in.line, opcode + ": the destination must be a register");
+    return Status::ok();
+  };
   switch (in.op) {
     case Op::kSt:
       if (in.d.kind != Operand::kAddr && in.d.kind != Operand::kParamReg) return bad(in.line, opcode + ": the first operand must be an address");
@@ -787,25 +797,13 @@ Status Parser::checkOperands(const Inst& in, const std::string& opcode) {
       return Status::ok();
     case Op::kLd:
       if (in.a.kind != Operand::kAddr && in.a.kind != Operand::kParamReg) return bad(in.line, opcode + ": the source must be an address");
-      if (in.d.kind == Operand::kVec) {
-        for (auto& e : in.d.vec)
-          if (e.kind != Operand::kReg && e.kind != Operand::kSink) return bad(in.line, opcode + ": vector elements must be registers");
-        return Status::ok();
-      }
-      if (!isReg(in.d)) return bad(in.line, opcode + ": the destination must be a register");
-      return Status::ok();
+      return checkDest();
     case Op::kAtom:
       if (in.a.kind != Operand::kAddr) return bad(in.line, opcode + ": the second operand must be an address");
       if (!isReg(in.d)) return bad(in.line, opcode + ": the destination must be a register");
       return Status::ok();
     case Op::kMov:
-      if (in.d.kind == Operand::kVec) {
-        for (auto& e : in.d.vec)
-          if (e.kind != Operand::kReg && e.kind != Operand::kSink) return bad(in.line, opcode + ": vector elements must be registers");
-        return Status::ok();
-      }
-      if (!isReg(in.d)) return bad(in.line, opcode + ": the destination must be a register");
-      return Status::ok();
+      return checkDest();
     case Op::kBar:
       if (in.mode >= kBarRedPopc && !isReg(in.d)) return bad(in.line, opcode + ": the destination must be a register");
       return Status::ok();

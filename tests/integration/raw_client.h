@@ -76,7 +76,9 @@ class RawClient {
     out.message = rep.getMessage();
     if (rep.isPtr()) out.ptr = rep.getPtr();
     out.bulk.resize(h.bulk_len);
-    if (h.bulk_len) EXPECT_TRUE(reader_.readBulk(h, out.bulk.data()));
+    if (h.bulk_len) {
+      EXPECT_TRUE(reader_.readBulk(h, out.bulk.data()));
+    }
     return out;
   }
 
