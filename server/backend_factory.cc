@@ -1,19 +1,162 @@
 #include "server/backend_factory.h"
 
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
 #include "common/log.h"
+#include "server/cuda/cuda_backend.h"
+#include "server/cuda/driver_api.h"
 #include "server/sim_backend.h"
 
 namespace rgpu::server {
+namespace {
 
-Result<std::unique_ptr<Backend>> makeBackend(const ServerConfig& cfg) {
-  if (cfg.backend == "cuda")
-    return Status(err::kInsufficientDriver,
-                  "backend = \"cuda\" was asked for, but this build has no CUDA backend yet; use backend = \"sim\"");
-  if (cfg.backend == "auto")
-    common::logOnce("backend-auto", "backend = \"auto\": using the sim backend (no CUDA backend in this build)");
+// cuInit on a large GPU host can take seconds; a driver that hangs must not hang the daemon.
+constexpr auto kProbeTimeout = std::chrono::seconds(60);
+
+std::unique_ptr<Backend> makeSim(const ServerConfig& cfg) {
   SimOptions opts;
   opts.launch_log = cfg.sim_launch_log;
-  return std::unique_ptr<Backend>(std::make_unique<SimBackend>(cfg.sim_devices, opts));
+  return std::make_unique<SimBackend>(cfg.sim_devices, opts);
+}
+
+Result<std::unique_ptr<Backend>> makeCuda(const ServerConfig& cfg) {
+  cuda::CudaOptions o;
+  o.driver_library = cfg.cuda_driver_library;
+  o.staging_pool_bytes = cfg.cuda_staging_pool;
+  auto b = cuda::CudaBackend::create(o);
+  if (!b) return b.status();
+  return std::unique_ptr<Backend>(std::move(*b));
+}
+
+}  // namespace
+
+int runCudaProbe(const ServerConfig& cfg) {
+  auto fail = [](const Status& s) {
+    std::printf("error %d %s\n", s.code(), s.message().c_str());
+    return 1;
+  };
+  auto loaded = cuda::DriverApi::load(cfg.cuda_driver_library);
+  if (!loaded) return fail(loaded.status());
+  cuda::DriverApi& api = **loaded;
+  CUresult r = api.cuInit(0);
+  if (r == CUDA_ERROR_NO_DEVICE) return fail(Status(err::kNoDevice, "the CUDA driver sees no GPU"));
+  if (Status s = api.check(r, "cuInit", __FILE__, __LINE__); !s) return fail(s);
+  int version = 0, count = 0;
+  if (Status s = RGPU_CU(cuDriverGetVersion(&version)); !s) return fail(s);
+  if (Status s = RGPU_CU(cuDeviceGetCount(&count)); !s) return fail(s);
+  if (count <= 0) return fail(Status(err::kNoDevice, "the CUDA driver sees no GPU"));
+  std::printf("driver %d\n", version);
+  for (int i = 0; i < count; ++i) {
+    CUdevice d = 0;
+    char name[256] = {};
+    if (api.cuDeviceGet(&d, i) != CUDA_SUCCESS || api.cuDeviceGetName(name, sizeof name - 1, d) != CUDA_SUCCESS)
+      std::snprintf(name, sizeof name, "device %d", i);
+    std::printf("device %s\n", name);
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+CudaProbe probeCuda(const std::string& exe, const std::string& config_path, const ServerConfig& cfg) {
+  CudaProbe out;
+  int fds[2];
+  if (::pipe(fds) != 0) {
+    out.status = Status(err::kUnknown, std::string("probe: pipe: ") + std::strerror(errno));
+    return out;
+  }
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    std::vector<std::string> args = {"rgpu-server", "--probe-cuda", "--log-level", "off"};
+    if (!config_path.empty()) args.insert(args.end(), {"--config", config_path});
+    args.insert(args.end(), {"--cuda-driver", cfg.cuda_driver_library});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(exe.c_str(), argv.data());
+    _exit(127);
+  }
+  ::close(fds[1]);
+  if (pid < 0) {
+    ::close(fds[0]);
+    out.status = Status(err::kUnknown, std::string("probe: fork: ") + std::strerror(errno));
+    return out;
+  }
+  std::string text;
+  auto deadline = std::chrono::steady_clock::now() + kProbeTimeout;
+  bool timed_out = false;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    char buf[4096];
+    ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;
+    if (text.size() < 64 * 1024) text.append(buf, n);
+  }
+  ::close(fds[0]);
+  if (timed_out) ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (timed_out) {
+    out.status = Status(err::kSystemNotReady, "the CUDA driver did not initialise within " +
+                                                  std::to_string(kProbeTimeout.count()) + " s");
+    return out;
+  }
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("driver ", 0) == 0) out.driver_version = std::atoi(line.c_str() + 7);
+    else if (line.rfind("device ", 0) == 0) out.devices.push_back(line.substr(7));
+    else if (line.rfind("error ", 0) == 0) {
+      char* end = nullptr;
+      long code = std::strtol(line.c_str() + 6, &end, 10);
+      out.status = Status(static_cast<int>(code), end && *end ? std::string(end + 1) : "CUDA probe failed");
+    }
+  }
+  if (out.status && out.devices.empty())
+    out.status = Status(err::kNoDevice, "the CUDA probe ended without a report (exit status " +
+                                            std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
+  return out;
+}
+
+Result<std::string> chooseBackend(const ServerConfig& cfg, const std::string& exe, const std::string& config_path) {
+  if (cfg.backend == "sim") return std::string("sim");
+  CudaProbe p = probeCuda(exe, config_path, cfg);
+  if (p.status) {
+    std::string names;
+    for (auto& d : p.devices) names += (names.empty() ? "" : ", ") + d;
+    RGPU_LOG_INFO("backend = \"{}\": CUDA driver {} ({}) with {} GPU(s): {}", cfg.backend, p.driver_version,
+                  cfg.cuda_driver_library, p.devices.size(), names);
+    return std::string("cuda");
+  }
+  if (cfg.backend == "cuda")
+    return Status(p.status.code(), "backend = \"cuda\", but no GPU is usable: " + p.status.message());
+  RGPU_LOG_INFO("backend = \"auto\": using the sim backend, because {}", p.status.message());
+  return std::string("sim");
+}
+
+Result<std::unique_ptr<Backend>> makeBackend(const ServerConfig& cfg) {
+  if (cfg.backend == "cuda") return makeCuda(cfg);
+  if (cfg.backend == "auto") {
+    auto b = makeCuda(cfg);
+    if (b) return b;
+    common::logOnce("backend-auto", "backend = \"auto\": using the sim backend, because " + b.status().message());
+  }
+  return makeSim(cfg);
 }
 
 }  // namespace rgpu::server

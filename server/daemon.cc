@@ -67,16 +67,27 @@ int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id) {
   return s ? 0 : 2;
 }
 
+static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const std::string& backend);
+
 int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts) {
   // Fail at start, not per connection, when the TLS material is wrong.
   if (auto ctx = common::TlsContext::makeServer(tlsOptions(cfg)); !ctx) {
     RGPU_LOG_ERROR("{}", ctx.status().message());
     return 1;
   }
-  if (auto b = makeBackend(cfg); !b) {
-    RGPU_LOG_ERROR("{}", b.status().message());
+  // Resolve `auto` once, here, without initialising CUDA in this process;
+  // workers are told the outcome.
+  auto chosen = chooseBackend(cfg, "/proc/self/exe", opts.config_path);
+  if (!chosen) {
+    RGPU_LOG_ERROR("{}", chosen.status().message());
     return 1;
   }
+  DaemonOptions run_opts = opts;
+  run_opts.worker_args.insert(run_opts.worker_args.end(), {"--backend", *chosen});
+  return serve(cfg, run_opts, *chosen);
+}
+
+static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const std::string& backend) {
   auto hp = common::parseHostPort(cfg.listen);
   if (!hp) {
     RGPU_LOG_ERROR("listen: {}", hp.status().message());
@@ -97,7 +108,7 @@ int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts) {
   }
   uint16_t port = acceptor.local_endpoint().port();
   RGPU_LOG_INFO("rgpu-server {} listening on {}:{} (backend {}, {} user(s), config {})", RGPU_VERSION, hp->first, port,
-                cfg.backend, cfg.users.size(), cfg.source.empty() ? "(defaults)" : cfg.source);
+                backend, cfg.users.size(), cfg.source.empty() ? "(defaults)" : cfg.source);
   if (!opts.port_file.empty()) {
     std::string tmp = opts.port_file + ".tmp";
     std::ofstream(tmp) << port << "\n";

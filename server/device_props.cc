@@ -3,117 +3,224 @@
 #include <driver_types.h>
 
 #include <cstring>
-#include <functional>
+#include <map>
 
 namespace rgpu::server {
+namespace {
+// What rgpu cannot offer a remote client, whatever the GPU can do.
+bool hiddenFromRemoteClients(int a) {
+  switch (a) {
+    case cudaDevAttrCanMapHostMemory:
+    case cudaDevAttrIntegrated:
+    case cudaDevAttrManagedMemory:
+    case cudaDevAttrConcurrentManagedAccess:
+    case cudaDevAttrPageableMemoryAccess:
+    case cudaDevAttrPageableMemoryAccessUsesHostPageTables:
+    case cudaDevAttrDirectManagedMemAccessFromHost:
+    case cudaDevAttrHostNativeAtomicSupported:
+    case cudaDevAttrCanUseHostPointerForRegisteredMem:
+    case cudaDevAttrHostRegisterSupported:
+    case cudaDevAttrHostRegisterReadOnlySupported:
+    case cudaDevAttrMemoryPoolsSupported:
+    case cudaDevAttrMemoryPoolSupportedHandleTypes:
+    case cudaDevAttrIpcEventSupport:
+    case cudaDevAttrGPUDirectRDMASupported:
+    case cudaDevAttrHostNumaMemoryPoolsSupported:
+    case cudaDevAttrHostMemoryPoolsSupported:
+    case cudaDevAttrHostNumaMultinodeIpcSupported:
+    case cudaDevAttrTimelineSemaphoreInteropSupported:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace
 
-DeviceDescription describeSimDevice(const SimDeviceConfig& cfg, int index) {
+DeviceDescription describeDevice(const std::string& name, const std::string& uuid, uint64_t total_mem,
+                                 const std::function<int(int)>& attribute) {
+  DeviceDescription d;
+  d.attributes.assign(kDeviceAttributeSlots, 0);
+  for (int a = 1; a < kDeviceAttributeSlots; ++a) d.attributes[a] = hiddenFromRemoteClients(a) ? 0 : attribute(a);
+  auto A = [&](cudaDeviceAttr a) { return d.attributes[static_cast<size_t>(a)]; };
+
   cudaDeviceProp p;
   std::memset(&p, 0, sizeof p);
-  std::snprintf(p.name, sizeof p.name, "%s", cfg.name.c_str());
-  // A stable UUID derived from the name and index.
-  uint64_t h1 = std::hash<std::string>{}(cfg.name + "#" + std::to_string(index));
-  uint64_t h2 = std::hash<std::string>{}(std::to_string(index) + "@" + cfg.name);
-  std::memcpy(p.uuid.bytes, &h1, 8);
-  std::memcpy(p.uuid.bytes + 8, &h2, 8);
-  p.totalGlobalMem = cfg.memory;
-  p.sharedMemPerBlock = 48 * 1024;
-  p.regsPerBlock = 65536;
-  p.warpSize = 32;
-  p.memPitch = 2147483647;
-  p.maxThreadsPerBlock = 1024;
-  p.maxThreadsDim[0] = 1024;
-  p.maxThreadsDim[1] = 1024;
-  p.maxThreadsDim[2] = 64;
-  p.maxGridSize[0] = 2147483647;
-  p.maxGridSize[1] = 65535;
-  p.maxGridSize[2] = 65535;
-  p.totalConstMem = 65536;
-  p.major = cfg.major;
-  p.minor = cfg.minor;
-  p.textureAlignment = 512;
-  p.texturePitchAlignment = 32;
-  p.multiProcessorCount = cfg.sm_count;
-  p.canMapHostMemory = 0;  // host memory is on another machine
-  p.surfaceAlignment = 512;
-  p.concurrentKernels = 1;
-  p.pciBusID = index + 1;
-  p.asyncEngineCount = 2;
-  p.unifiedAddressing = 1;
-  p.memoryBusWidth = 5120;
-  p.l2CacheSize = 50 * 1024 * 1024;
-  p.persistingL2CacheMaxSize = 0;
-  p.maxThreadsPerMultiProcessor = 2048;
-  p.streamPrioritiesSupported = 1;
-  p.globalL1CacheSupported = 1;
-  p.localL1CacheSupported = 1;
-  p.sharedMemPerMultiprocessor = 228 * 1024;
-  p.regsPerMultiprocessor = 65536;
-  p.managedMemory = 0;
-  p.computePreemptionSupported = 1;
-  p.cooperativeLaunch = 0;
-  p.sharedMemPerBlockOptin = 227 * 1024;
-  p.maxBlocksPerMultiProcessor = 32;
-  p.reservedSharedMemPerBlock = 1024;
-  p.hostRegisterSupported = 0;
-  p.memoryPoolsSupported = 0;
-  p.deviceNumaId = -1;
-  p.hostNumaId = -1;
+  std::snprintf(p.name, sizeof p.name, "%s", name.c_str());
+  std::memcpy(p.uuid.bytes, uuid.data(), std::min<size_t>(uuid.size(), 16));
+  p.totalGlobalMem = total_mem;
+  p.sharedMemPerBlock = A(cudaDevAttrMaxSharedMemoryPerBlock);
+  p.regsPerBlock = A(cudaDevAttrMaxRegistersPerBlock);
+  p.warpSize = A(cudaDevAttrWarpSize);
+  p.memPitch = static_cast<unsigned>(A(cudaDevAttrMaxPitch));
+  p.maxThreadsPerBlock = A(cudaDevAttrMaxThreadsPerBlock);
+  p.maxThreadsDim[0] = A(cudaDevAttrMaxBlockDimX);
+  p.maxThreadsDim[1] = A(cudaDevAttrMaxBlockDimY);
+  p.maxThreadsDim[2] = A(cudaDevAttrMaxBlockDimZ);
+  p.maxGridSize[0] = A(cudaDevAttrMaxGridDimX);
+  p.maxGridSize[1] = A(cudaDevAttrMaxGridDimY);
+  p.maxGridSize[2] = A(cudaDevAttrMaxGridDimZ);
+  p.totalConstMem = A(cudaDevAttrTotalConstantMemory);
+  p.major = A(cudaDevAttrComputeCapabilityMajor);
+  p.minor = A(cudaDevAttrComputeCapabilityMinor);
+  p.textureAlignment = A(cudaDevAttrTextureAlignment);
+  p.texturePitchAlignment = A(cudaDevAttrTexturePitchAlignment);
+  p.multiProcessorCount = A(cudaDevAttrMultiProcessorCount);
+  p.integrated = A(cudaDevAttrIntegrated);
+  p.canMapHostMemory = A(cudaDevAttrCanMapHostMemory);
+  p.maxTexture1D = A(cudaDevAttrMaxTexture1DWidth);
+  p.maxTexture1DMipmap = A(cudaDevAttrMaxTexture1DMipmappedWidth);
+  p.maxTexture2D[0] = A(cudaDevAttrMaxTexture2DWidth);
+  p.maxTexture2D[1] = A(cudaDevAttrMaxTexture2DHeight);
+  p.maxTexture2DMipmap[0] = A(cudaDevAttrMaxTexture2DMipmappedWidth);
+  p.maxTexture2DMipmap[1] = A(cudaDevAttrMaxTexture2DMipmappedHeight);
+  p.maxTexture2DLinear[0] = A(cudaDevAttrMaxTexture2DLinearWidth);
+  p.maxTexture2DLinear[1] = A(cudaDevAttrMaxTexture2DLinearHeight);
+  p.maxTexture2DLinear[2] = A(cudaDevAttrMaxTexture2DLinearPitch);
+  p.maxTexture2DGather[0] = A(cudaDevAttrMaxTexture2DGatherWidth);
+  p.maxTexture2DGather[1] = A(cudaDevAttrMaxTexture2DGatherHeight);
+  p.maxTexture3D[0] = A(cudaDevAttrMaxTexture3DWidth);
+  p.maxTexture3D[1] = A(cudaDevAttrMaxTexture3DHeight);
+  p.maxTexture3D[2] = A(cudaDevAttrMaxTexture3DDepth);
+  p.maxTexture3DAlt[0] = A(cudaDevAttrMaxTexture3DWidthAlt);
+  p.maxTexture3DAlt[1] = A(cudaDevAttrMaxTexture3DHeightAlt);
+  p.maxTexture3DAlt[2] = A(cudaDevAttrMaxTexture3DDepthAlt);
+  p.maxTextureCubemap = A(cudaDevAttrMaxTextureCubemapWidth);
+  p.maxTexture1DLayered[0] = A(cudaDevAttrMaxTexture1DLayeredWidth);
+  p.maxTexture1DLayered[1] = A(cudaDevAttrMaxTexture1DLayeredLayers);
+  p.maxTexture2DLayered[0] = A(cudaDevAttrMaxTexture2DLayeredWidth);
+  p.maxTexture2DLayered[1] = A(cudaDevAttrMaxTexture2DLayeredHeight);
+  p.maxTexture2DLayered[2] = A(cudaDevAttrMaxTexture2DLayeredLayers);
+  p.maxTextureCubemapLayered[0] = A(cudaDevAttrMaxTextureCubemapLayeredWidth);
+  p.maxTextureCubemapLayered[1] = A(cudaDevAttrMaxTextureCubemapLayeredLayers);
+  p.maxSurface1D = A(cudaDevAttrMaxSurface1DWidth);
+  p.maxSurface2D[0] = A(cudaDevAttrMaxSurface2DWidth);
+  p.maxSurface2D[1] = A(cudaDevAttrMaxSurface2DHeight);
+  p.maxSurface3D[0] = A(cudaDevAttrMaxSurface3DWidth);
+  p.maxSurface3D[1] = A(cudaDevAttrMaxSurface3DHeight);
+  p.maxSurface3D[2] = A(cudaDevAttrMaxSurface3DDepth);
+  p.maxSurface1DLayered[0] = A(cudaDevAttrMaxSurface1DLayeredWidth);
+  p.maxSurface1DLayered[1] = A(cudaDevAttrMaxSurface1DLayeredLayers);
+  p.maxSurface2DLayered[0] = A(cudaDevAttrMaxSurface2DLayeredWidth);
+  p.maxSurface2DLayered[1] = A(cudaDevAttrMaxSurface2DLayeredHeight);
+  p.maxSurface2DLayered[2] = A(cudaDevAttrMaxSurface2DLayeredLayers);
+  p.maxSurfaceCubemap = A(cudaDevAttrMaxSurfaceCubemapWidth);
+  p.maxSurfaceCubemapLayered[0] = A(cudaDevAttrMaxSurfaceCubemapLayeredWidth);
+  p.maxSurfaceCubemapLayered[1] = A(cudaDevAttrMaxSurfaceCubemapLayeredLayers);
+  p.surfaceAlignment = A(cudaDevAttrSurfaceAlignment);
+  p.concurrentKernels = A(cudaDevAttrConcurrentKernels);
+  p.ECCEnabled = A(cudaDevAttrEccEnabled);
+  p.pciBusID = A(cudaDevAttrPciBusId);
+  p.pciDeviceID = A(cudaDevAttrPciDeviceId);
+  p.pciDomainID = A(cudaDevAttrPciDomainId);
+  p.tccDriver = A(cudaDevAttrTccDriver);
+  p.asyncEngineCount = A(cudaDevAttrAsyncEngineCount);
+  p.unifiedAddressing = A(cudaDevAttrUnifiedAddressing);
+  p.memoryBusWidth = A(cudaDevAttrGlobalMemoryBusWidth);
+  p.l2CacheSize = A(cudaDevAttrL2CacheSize);
+  p.persistingL2CacheMaxSize = A(cudaDevAttrMaxPersistingL2CacheSize);
+  p.maxThreadsPerMultiProcessor = A(cudaDevAttrMaxThreadsPerMultiProcessor);
+  p.streamPrioritiesSupported = A(cudaDevAttrStreamPrioritiesSupported);
+  p.globalL1CacheSupported = A(cudaDevAttrGlobalL1CacheSupported);
+  p.localL1CacheSupported = A(cudaDevAttrLocalL1CacheSupported);
+  p.sharedMemPerMultiprocessor = A(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
+  p.regsPerMultiprocessor = A(cudaDevAttrMaxRegistersPerMultiprocessor);
+  p.managedMemory = A(cudaDevAttrManagedMemory);
+  p.isMultiGpuBoard = A(cudaDevAttrIsMultiGpuBoard);
+  p.multiGpuBoardGroupID = A(cudaDevAttrMultiGpuBoardGroupID);
+  p.hostNativeAtomicSupported = A(cudaDevAttrHostNativeAtomicSupported);
+  p.pageableMemoryAccess = A(cudaDevAttrPageableMemoryAccess);
+  p.concurrentManagedAccess = A(cudaDevAttrConcurrentManagedAccess);
+  p.computePreemptionSupported = A(cudaDevAttrComputePreemptionSupported);
+  p.canUseHostPointerForRegisteredMem = A(cudaDevAttrCanUseHostPointerForRegisteredMem);
+  p.cooperativeLaunch = A(cudaDevAttrCooperativeLaunch);
+  p.sharedMemPerBlockOptin = A(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+  p.pageableMemoryAccessUsesHostPageTables = A(cudaDevAttrPageableMemoryAccessUsesHostPageTables);
+  p.directManagedMemAccessFromHost = A(cudaDevAttrDirectManagedMemAccessFromHost);
+  p.maxBlocksPerMultiProcessor = A(cudaDevAttrMaxBlocksPerMultiprocessor);
+  p.accessPolicyMaxWindowSize = A(cudaDevAttrMaxAccessPolicyWindowSize);
+  p.reservedSharedMemPerBlock = A(cudaDevAttrReservedSharedMemoryPerBlock);
+  p.hostRegisterSupported = A(cudaDevAttrHostRegisterSupported);
+  p.sparseCudaArraySupported = A(cudaDevAttrSparseCudaArraySupported);
+  p.hostRegisterReadOnlySupported = A(cudaDevAttrHostRegisterReadOnlySupported);
+  p.timelineSemaphoreInteropSupported = A(cudaDevAttrTimelineSemaphoreInteropSupported);
+  p.memoryPoolsSupported = A(cudaDevAttrMemoryPoolsSupported);
+  p.gpuDirectRDMASupported = A(cudaDevAttrGPUDirectRDMASupported);
+  p.gpuDirectRDMAFlushWritesOptions = A(cudaDevAttrGPUDirectRDMAFlushWritesOptions);
+  p.gpuDirectRDMAWritesOrdering = A(cudaDevAttrGPUDirectRDMAWritesOrdering);
+  p.memoryPoolSupportedHandleTypes = A(cudaDevAttrMemoryPoolSupportedHandleTypes);
+  p.deferredMappingCudaArraySupported = A(cudaDevAttrDeferredMappingCudaArraySupported);
+  p.ipcEventSupported = A(cudaDevAttrIpcEventSupport);
+  p.clusterLaunch = A(cudaDevAttrClusterLaunch);
+  p.unifiedFunctionPointers = 0;
+  p.deviceNumaConfig = A(cudaDevAttrNumaConfig);
+  p.deviceNumaId = A(cudaDevAttrNumaId);
+  p.mpsEnabled = A(cudaDevAttrMpsEnabled);
+  p.hostNumaId = A(cudaDevAttrHostNumaId);
+  p.gpuPciDeviceID = A(cudaDevAttrGpuPciDeviceId);
+  p.gpuPciSubsystemID = A(cudaDevAttrGpuPciSubsystemId);
+  p.hostNumaMultinodeIpcSupported = A(cudaDevAttrHostNumaMultinodeIpcSupported);
 
-  DeviceDescription d;
-  d.name = cfg.name;
+  d.name = name;
   d.prop.assign(reinterpret_cast<const char*>(&p), sizeof p);
-  d.total_mem = cfg.memory;
-  d.major = cfg.major;
-  d.minor = cfg.minor;
-  d.sm_count = cfg.sm_count;
+  d.total_mem = total_mem;
+  d.major = p.major;
+  d.minor = p.minor;
+  d.sm_count = p.multiProcessorCount;
   d.uuid.assign(reinterpret_cast<const char*>(p.uuid.bytes), 16);
-
-  auto& a = d.attributes;
-  a.assign(160, 0);
-  auto set = [&](cudaDeviceAttr attr, long v) { a[static_cast<size_t>(attr)] = static_cast<int32_t>(v); };
-  set(cudaDevAttrMaxThreadsPerBlock, p.maxThreadsPerBlock);
-  set(cudaDevAttrMaxBlockDimX, p.maxThreadsDim[0]);
-  set(cudaDevAttrMaxBlockDimY, p.maxThreadsDim[1]);
-  set(cudaDevAttrMaxBlockDimZ, p.maxThreadsDim[2]);
-  set(cudaDevAttrMaxGridDimX, p.maxGridSize[0]);
-  set(cudaDevAttrMaxGridDimY, p.maxGridSize[1]);
-  set(cudaDevAttrMaxGridDimZ, p.maxGridSize[2]);
-  set(cudaDevAttrMaxSharedMemoryPerBlock, static_cast<long>(p.sharedMemPerBlock));
-  set(cudaDevAttrTotalConstantMemory, static_cast<long>(p.totalConstMem));
-  set(cudaDevAttrWarpSize, p.warpSize);
-  set(cudaDevAttrMaxPitch, static_cast<long>(p.memPitch));
-  set(cudaDevAttrMaxRegistersPerBlock, p.regsPerBlock);
-  set(cudaDevAttrClockRate, 1980000);
-  set(cudaDevAttrTextureAlignment, static_cast<long>(p.textureAlignment));
-  set(cudaDevAttrGpuOverlap, 1);
-  set(cudaDevAttrMultiProcessorCount, p.multiProcessorCount);
-  set(cudaDevAttrCanMapHostMemory, p.canMapHostMemory);
-  set(cudaDevAttrSurfaceAlignment, static_cast<long>(p.surfaceAlignment));
-  set(cudaDevAttrConcurrentKernels, p.concurrentKernels);
-  set(cudaDevAttrPciBusId, p.pciBusID);
-  set(cudaDevAttrMemoryClockRate, 2619000);
-  set(cudaDevAttrGlobalMemoryBusWidth, p.memoryBusWidth);
-  set(cudaDevAttrL2CacheSize, p.l2CacheSize);
-  set(cudaDevAttrMaxThreadsPerMultiProcessor, p.maxThreadsPerMultiProcessor);
-  set(cudaDevAttrAsyncEngineCount, p.asyncEngineCount);
-  set(cudaDevAttrUnifiedAddressing, p.unifiedAddressing);
-  set(cudaDevAttrTexturePitchAlignment, static_cast<long>(p.texturePitchAlignment));
-  set(cudaDevAttrComputeCapabilityMajor, p.major);
-  set(cudaDevAttrComputeCapabilityMinor, p.minor);
-  set(cudaDevAttrStreamPrioritiesSupported, p.streamPrioritiesSupported);
-  set(cudaDevAttrGlobalL1CacheSupported, p.globalL1CacheSupported);
-  set(cudaDevAttrLocalL1CacheSupported, p.localL1CacheSupported);
-  set(cudaDevAttrMaxSharedMemoryPerMultiprocessor, static_cast<long>(p.sharedMemPerMultiprocessor));
-  set(cudaDevAttrMaxRegistersPerMultiprocessor, p.regsPerMultiprocessor);
-  set(cudaDevAttrSingleToDoublePrecisionPerfRatio, 2);
-  set(cudaDevAttrComputePreemptionSupported, p.computePreemptionSupported);
-  set(cudaDevAttrMaxSharedMemoryPerBlockOptin, static_cast<long>(p.sharedMemPerBlockOptin));
-  set(cudaDevAttrMaxBlocksPerMultiprocessor, p.maxBlocksPerMultiProcessor);
-  set(cudaDevAttrReservedSharedMemoryPerBlock, static_cast<long>(p.reservedSharedMemPerBlock));
-  set(cudaDevAttrNumaId, -1);
-  set(cudaDevAttrHostNumaId, -1);
   return d;
+}
+
+DeviceDescription describeSimDevice(const SimDeviceConfig& cfg, int index) {
+  // A stable UUID derived from the name and index.
+  uint64_t h[2] = {std::hash<std::string>{}(cfg.name + "#" + std::to_string(index)),
+                   std::hash<std::string>{}(std::to_string(index) + "@" + cfg.name)};
+  std::string uuid(reinterpret_cast<const char*>(h), 16);
+  const std::map<int, int> attrs = {
+      {cudaDevAttrMaxThreadsPerBlock, 1024},
+      {cudaDevAttrMaxBlockDimX, 1024},
+      {cudaDevAttrMaxBlockDimY, 1024},
+      {cudaDevAttrMaxBlockDimZ, 64},
+      {cudaDevAttrMaxGridDimX, 2147483647},
+      {cudaDevAttrMaxGridDimY, 65535},
+      {cudaDevAttrMaxGridDimZ, 65535},
+      {cudaDevAttrMaxSharedMemoryPerBlock, 48 * 1024},
+      {cudaDevAttrTotalConstantMemory, 65536},
+      {cudaDevAttrWarpSize, 32},
+      {cudaDevAttrMaxPitch, 2147483647},
+      {cudaDevAttrMaxRegistersPerBlock, 65536},
+      {cudaDevAttrClockRate, 1980000},
+      {cudaDevAttrTextureAlignment, 512},
+      {cudaDevAttrGpuOverlap, 1},
+      {cudaDevAttrMultiProcessorCount, cfg.sm_count},
+      {cudaDevAttrSurfaceAlignment, 512},
+      {cudaDevAttrConcurrentKernels, 1},
+      {cudaDevAttrPciBusId, index + 1},
+      {cudaDevAttrMemoryClockRate, 2619000},
+      {cudaDevAttrGlobalMemoryBusWidth, 5120},
+      {cudaDevAttrL2CacheSize, 50 * 1024 * 1024},
+      {cudaDevAttrMaxThreadsPerMultiProcessor, 2048},
+      {cudaDevAttrAsyncEngineCount, 2},
+      {cudaDevAttrUnifiedAddressing, 1},
+      {cudaDevAttrTexturePitchAlignment, 32},
+      {cudaDevAttrComputeCapabilityMajor, cfg.major},
+      {cudaDevAttrComputeCapabilityMinor, cfg.minor},
+      {cudaDevAttrStreamPrioritiesSupported, 1},
+      {cudaDevAttrGlobalL1CacheSupported, 1},
+      {cudaDevAttrLocalL1CacheSupported, 1},
+      {cudaDevAttrMaxSharedMemoryPerMultiprocessor, 228 * 1024},
+      {cudaDevAttrMaxRegistersPerMultiprocessor, 65536},
+      {cudaDevAttrSingleToDoublePrecisionPerfRatio, 2},
+      {cudaDevAttrComputePreemptionSupported, 1},
+      {cudaDevAttrMaxSharedMemoryPerBlockOptin, 227 * 1024},
+      {cudaDevAttrMaxBlocksPerMultiprocessor, 32},
+      {cudaDevAttrReservedSharedMemoryPerBlock, 1024},
+      {cudaDevAttrNumaId, -1},
+      {cudaDevAttrHostNumaId, -1},
+  };
+  return describeDevice(cfg.name, uuid, cfg.memory, [&](int a) {
+    auto it = attrs.find(a);
+    return it == attrs.end() ? 0 : it->second;
+  });
 }
 
 }  // namespace rgpu::server

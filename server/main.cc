@@ -5,13 +5,15 @@
 
 #include "common/dev_pki.h"
 #include "common/log.h"
+#include "server/backend_factory.h"
 #include "server/daemon.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"rgpu-server: serves CUDA calls from rgpu clients on this host's GPUs (or simulated ones)"};
   std::string config_path, listen, backend, port_file, certs_dir;
   std::vector<std::string> cert_clients{"dev"};
-  bool worker = false;
+  std::string log_level, cuda_driver;
+  bool worker = false, probe_cuda = false;
   int fd = -1;
   uint64_t session_id = 0;
   app.add_option("-c,--config", config_path, "server.toml");
@@ -20,6 +22,9 @@ int main(int argc, char** argv) {
   app.add_option("--port-file", port_file, "write the bound port here once listening");
   app.add_option("--make-dev-certs", certs_dir, "write a development CA, server and client certificates to DIR and exit");
   app.add_option("--client-cert", cert_clients, "client certificate names for --make-dev-certs (default: dev)");
+  app.add_option("--log-level", log_level, "override `log_level` (trace | debug | info | warn | error | off)");
+  app.add_option("--cuda-driver", cuda_driver, "override [cuda] driver_library (default libcuda.so.1)");
+  app.add_flag("--probe-cuda", probe_cuda, "load the CUDA driver, list its GPUs and exit (what backend = \"auto\" runs)");
   app.add_flag("--worker", worker, "internal: serve one session on --fd")->group("");
   app.add_option("--fd", fd, "internal: socket of the session")->group("");
   app.add_option("--session-id", session_id, "internal: session id")->group("");
@@ -51,13 +56,16 @@ int main(int argc, char** argv) {
   }
   if (!listen.empty()) cfg.listen = listen;
   if (!backend.empty()) cfg.backend = backend;
+  if (!log_level.empty()) cfg.log_level = log_level;
+  if (!cuda_driver.empty()) cfg.cuda_driver_library = cuda_driver;
   rgpu::common::initLogging(worker ? "rgpu-worker" : "rgpu-server", cfg.log_level);
+  if (probe_cuda) return rgpu::server::runCudaProbe(cfg);
 
   std::signal(SIGPIPE, SIG_IGN);
   if (worker) return rgpu::server::runWorker(cfg, fd, session_id);
   rgpu::server::DaemonOptions opts;
   opts.config_path = config_path;
   opts.port_file = port_file;
-  if (!backend.empty()) opts.worker_args = {"--backend", backend};
+  if (!cuda_driver.empty()) opts.worker_args = {"--cuda-driver", cuda_driver};
   return rgpu::server::runDaemon(cfg, opts);
 }

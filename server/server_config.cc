@@ -69,6 +69,17 @@ Result<ServerConfig> loadServerConfig(const std::string& path) {
     L.max_modules = (*lim)["max_modules"].value_or(L.max_modules);
     L.max_functions = (*lim)["max_functions"].value_or(L.max_functions);
   }
+  if (auto* cu = tbl["cuda"].as_table()) {
+    if (auto lib = (*cu)["driver_library"].value<std::string>())
+      c.cuda_driver_library = lib->find('/') == std::string::npos ? *lib : common::resolveRelative(path, *lib);
+    if (auto lib = (*cu)["nvml_library"].value<std::string>())
+      c.nvml_library = lib->find('/') == std::string::npos ? *lib : common::resolveRelative(path, *lib);
+    if (auto pool = (*cu)["staging_pool"].value<std::string>()) {
+      auto bytes = parseSize(*pool);
+      if (!bytes) return Status(err::kInvalidValue, where("cuda.staging_pool") + ": " + bytes.status().message());
+      c.cuda_staging_pool = *bytes;
+    }
+  }
   if (auto* sim = tbl["sim"].as_table()) {
     if (auto log = (*sim)["launch_log"].value<std::string>()) c.sim_launch_log = common::resolveRelative(path, *log);
     if (auto* devs = (*sim)["devices"].as_array()) {

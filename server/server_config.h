@@ -47,6 +47,11 @@ struct ServerConfig {
   std::vector<UserEntry> users;
   std::vector<SimDeviceConfig> sim_devices;
   std::string sim_launch_log;  // [sim] launch_log: record every kernel launch (tests)
+  // [cuda]: the driver library workers load (a path for tests' fake driver),
+  // NVML for inventory and health, and the idle pinned staging memory kept.
+  std::string cuda_driver_library = "libcuda.so.1";
+  std::string nvml_library = "libnvidia-ml.so.1";
+  uint64_t cuda_staging_pool = 256ull << 20;
   SessionLimits limits;
 };
 

@@ -1,0 +1,821 @@
+#include "server/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "common/fatbin.h"
+#include "common/log.h"
+#include "protocol/frame.h"
+#include "server/device_props.h"
+
+namespace rgpu::server::cuda {
+namespace {
+
+// The context made current on this thread by the last use(); saves a driver
+// call per operation.
+thread_local CUcontext t_current = nullptr;
+
+constexpr uint64_t kMinPinned = 64 * 1024;
+
+Status unknownStream(StreamKey k) {
+  return Status(err::kInvalidResourceHandle, "unknown stream " + std::to_string(k.id));
+}
+Status unknownEvent(uint32_t id) { return Status(err::kInvalidResourceHandle, "unknown event " + std::to_string(id)); }
+
+}  // namespace
+
+Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaOptions& opts) {
+  auto api = DriverApi::load(opts.driver_library);
+  if (!api) return api.status();
+  std::unique_ptr<CudaBackend> b(new CudaBackend(std::move(*api), opts));
+  RGPU_TRY(b->init());
+  b->completer_ = std::thread([raw = b.get()] { raw->completerLoop(); });
+  return b;
+}
+
+CudaBackend::CudaBackend(std::unique_ptr<DriverApi> api, const CudaOptions& opts)
+    : api_(std::move(api)), opts_(opts) {}
+
+Status CudaBackend::init() {
+  DriverApi& api = *api_;
+  CUresult r = api.cuInit(0);
+  if (r == CUDA_ERROR_NO_DEVICE) return Status(err::kNoDevice, "the CUDA driver (" + api.library() + ") sees no GPU");
+  RGPU_TRY(api.check(r, "cuInit", __FILE__, __LINE__));
+  RGPU_TRY(RGPU_CU(cuDriverGetVersion(&driver_version_)));
+  int count = 0;
+  RGPU_TRY(RGPU_CU(cuDeviceGetCount(&count)));
+  if (count <= 0) return Status(err::kNoDevice, "the CUDA driver (" + api.library() + ") sees no GPU");
+  devices_.resize(count);
+  for (int i = 0; i < count; ++i) {
+    Device& d = devices_[i];
+    RGPU_TRY(RGPU_CU(cuDeviceGet(&d.dev, i)));
+    RGPU_TRY(RGPU_CU(cuDevicePrimaryCtxRetain(&d.ctx, d.dev)));
+    char name[256] = {};
+    RGPU_TRY(RGPU_CU(cuDeviceGetName(name, sizeof name - 1, d.dev)));
+    CUuuid uuid{};
+    RGPU_TRY(RGPU_CU(cuDeviceGetUuid(&uuid, d.dev)));
+    size_t total = 0;
+    RGPU_TRY(RGPU_CU(cuDeviceTotalMem(&total, d.dev)));
+    CUdevice dev = d.dev;
+    descriptions_.push_back(describeDevice(name, std::string(uuid.bytes, 16), total, [&](int a) {
+      int v = 0;
+      if (api.cuDeviceGetAttribute(&v, static_cast<CUdevice_attribute>(a), dev) != CUDA_SUCCESS) v = 0;
+      return v;
+    }));
+    RGPU_LOG_INFO("cuda: device {}: {}, compute capability {}.{}, {} SMs, {} MiB", i, name,
+                  descriptions_.back().major, descriptions_.back().minor, descriptions_.back().sm_count, total >> 20);
+  }
+  return Status::ok();
+}
+
+CudaBackend::~CudaBackend() {
+  {
+    std::lock_guard lock(jobs_mu_);
+    stopping_ = true;
+  }
+  jobs_cv_.notify_all();
+  if (completer_.joinable()) completer_.join();
+  DriverApi& api = *api_;
+  // Callbacks of work still pending are dropped: the session is going away.
+  for (auto& [id, s] : streams_)
+    if (use(s.device)) (void)api.cuStreamDestroy(s.handle);
+  for (auto& [id, e] : events_)
+    if (use(e.device)) (void)api.cuEventDestroy(e.handle);
+  for (auto& [id, m] : modules_)
+    if (use(m.device)) (void)api.cuModuleUnload(m.handle);
+  for (auto& [ptr, dev] : allocations_)
+    if (use(dev)) (void)api.cuMemFree(ptr);
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    if (!use(static_cast<int>(d))) continue;
+    for (CUevent e : devices_[d].spare_events) (void)api.cuEventDestroy(e);
+  }
+  if (!devices_.empty() && use(0))
+    for (auto& [cap, p] : idle_pinned_) (void)api.cuMemFreeHost(p.data);
+  for (auto& d : devices_)
+    if (d.ctx) (void)api.cuDevicePrimaryCtxRelease(d.dev);
+  t_current = nullptr;
+}
+
+Status CudaBackend::use(int device) {
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size())
+    return Status(err::kInvalidDevice, "invalid device " + std::to_string(device));
+  CUcontext ctx = devices_[device].ctx;
+  if (t_current == ctx) return Status::ok();
+  DriverApi& api = *api_;
+  RGPU_TRY(RGPU_CU(cuCtxSetCurrent(ctx)));
+  t_current = ctx;
+  return Status::ok();
+}
+
+void CudaBackend::setAsyncErrorSink(std::function<void(Status)> sink) {
+  std::lock_guard lock(mu_);
+  async_sink_ = std::move(sink);
+}
+
+void CudaBackend::reportAsync(const Status& s) {
+  std::function<void(Status)> sink;
+  {
+    std::lock_guard lock(mu_);
+    sink = async_sink_;
+  }
+  if (sink) sink(s);
+}
+
+Result<std::pair<int, CUstream>> CudaBackend::streamOf(StreamKey key) {
+  if (key.id == 0) {
+    RGPU_TRY(use(key.device));
+    return std::make_pair(key.device, CU_STREAM_LEGACY);
+  }
+  int device;
+  CUstream handle;
+  {
+    std::lock_guard lock(mu_);
+    auto it = streams_.find(key.id);
+    if (it == streams_.end()) return unknownStream(key);
+    device = it->second.device;
+    handle = it->second.handle;
+  }
+  RGPU_TRY(use(device));
+  return std::make_pair(device, handle);
+}
+
+// ---- completion -----------------------------------------------------------
+
+Status CudaBackend::whenDone(int device, const std::vector<CUstream>& streams, Done done) {
+  DriverApi& api = *api_;
+  Job job;
+  job.device = device;
+  job.done = std::move(done);
+  for (CUstream s : streams) {
+    CUevent e = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      auto& spare = devices_[device].spare_events;
+      if (!spare.empty()) {
+        e = spare.back();
+        spare.pop_back();
+      }
+    }
+    if (!e) {
+      Status c = RGPU_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+      if (!c) return c;
+    }
+    job.events.push_back(e);
+    Status r = RGPU_CU(cuEventRecord(e, s));
+    if (!r) {
+      std::lock_guard lock(mu_);
+      for (CUevent x : job.events) devices_[device].spare_events.push_back(x);
+      return r;
+    }
+  }
+  {
+    std::lock_guard lock(jobs_mu_);
+    jobs_.push_back(std::move(job));
+  }
+  jobs_cv_.notify_one();
+  return Status::ok();
+}
+
+void CudaBackend::completerLoop() {
+  DriverApi& api = *api_;
+  std::list<Job> mine;
+  unsigned idle_rounds = 0;
+  for (;;) {
+    {
+      std::unique_lock lock(jobs_mu_);
+      if (mine.empty()) {
+        jobs_cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+        idle_rounds = 0;
+      } else if (idle_rounds > 64) {
+        // Nothing finished for a while: back off (up to 200 us), waking for new work.
+        auto delay = std::chrono::microseconds(std::min(200u, 2u << std::min(idle_rounds - 64, 7u)));
+        jobs_cv_.wait_for(lock, delay, [&] { return stopping_ || !jobs_.empty(); });
+      }
+      if (stopping_) {
+        jobs_.splice(jobs_.end(), mine);
+        return;
+      }
+      mine.splice(mine.end(), jobs_);
+    }
+    bool progressed = false;
+    for (auto it = mine.begin(); it != mine.end();) {
+      Job& j = *it;
+      Status st = use(j.device);
+      bool complete = true;
+      auto poll = [&](CUevent e) {
+        CUresult r = api.cuEventQuery(e);
+        if (r == CUDA_ERROR_NOT_READY) return complete = false;
+        if (r != CUDA_SUCCESS) st = api.check(r, "cuEventQuery", __FILE__, __LINE__);
+        return true;
+      };
+      while (st && j.next < j.events.size() && poll(j.events[j.next])) ++j.next;
+      if (st && complete && j.watched) poll(j.watched);
+      if (st && !complete) {
+        ++it;
+        continue;
+      }
+      progressed = true;
+      {
+        std::lock_guard lock(mu_);
+        auto& spare = devices_[j.device].spare_events;
+        spare.insert(spare.end(), j.events.begin(), j.events.end());
+      }
+      if (!st) reportAsync(st);
+      Done done = std::move(j.done);
+      it = mine.erase(it);
+      done(st);
+    }
+    if (progressed) idle_rounds = 0;
+    else if (++idle_rounds <= 64) std::this_thread::yield();
+  }
+}
+
+// ---- memory ---------------------------------------------------------------
+
+Result<CudaBackend::Pinned> CudaBackend::takePinned(uint64_t size) {
+  uint64_t cap = std::max(kMinPinned, std::bit_ceil(size));
+  {
+    std::lock_guard lock(pinned_mu_);
+    auto it = idle_pinned_.find(cap);
+    if (it != idle_pinned_.end()) {
+      Pinned p = it->second;
+      idle_pinned_.erase(it);
+      idle_pinned_bytes_ -= cap;
+      return p;
+    }
+  }
+  DriverApi& api = *api_;
+  void* p = nullptr;
+  RGPU_TRY(RGPU_CU(cuMemHostAlloc(&p, cap, CU_MEMHOSTALLOC_PORTABLE)));
+  return Pinned{static_cast<uint8_t*>(p), cap};
+}
+
+void CudaBackend::givePinned(Pinned p) {
+  {
+    std::lock_guard lock(pinned_mu_);
+    if (idle_pinned_bytes_ + p.capacity <= opts_.staging_pool_bytes) {
+      idle_pinned_.emplace(p.capacity, p);
+      idle_pinned_bytes_ += p.capacity;
+      return;
+    }
+  }
+  (void)api_->cuMemFreeHost(p.data);
+}
+
+Result<DevPtr> CudaBackend::allocate(int device, uint64_t size) {
+  DriverApi& api = *api_;
+  RGPU_TRY(use(device));
+  CUdeviceptr p = 0;
+  CUresult r = api.cuMemAlloc(&p, std::max<uint64_t>(size, 1));
+  if (r == CUDA_ERROR_OUT_OF_MEMORY)
+    return Status(err::kMemoryAllocation,
+                  "out of memory on device " + std::to_string(device) + ": asked " + std::to_string(size) + " bytes");
+  RGPU_TRY(api.check(r, "cuMemAlloc", __FILE__, __LINE__));
+  std::lock_guard lock(mu_);
+  allocations_[p] = device;
+  return static_cast<DevPtr>(p);
+}
+
+Status CudaBackend::release(DevPtr ptr) {
+  DriverApi& api = *api_;
+  int device;
+  {
+    std::lock_guard lock(mu_);
+    auto it = allocations_.find(ptr);
+    if (it == allocations_.end()) return Status(err::kInvalidDevicePointer, "not an allocation");
+    device = it->second;
+    allocations_.erase(it);
+  }
+  RGPU_TRY(use(device));
+  return RGPU_CU(cuMemFree(ptr));
+}
+
+Status CudaBackend::memInfo(int device, uint64_t& free, uint64_t& total) {
+  DriverApi& api = *api_;
+  RGPU_TRY(use(device));
+  size_t f = 0, t = 0;
+  RGPU_TRY(RGPU_CU(cuMemGetInfo(&f, &t)));
+  free = f;
+  total = t;
+  return Status::ok();
+}
+
+// ---- streams and events ---------------------------------------------------
+
+Status CudaBackend::createStream(StreamKey key, uint32_t flags, int priority) {
+  DriverApi& api = *api_;
+  RGPU_TRY(use(key.device));
+  {
+    std::lock_guard lock(mu_);
+    if (key.id == 0 || streams_.count(key.id)) return Status(err::kInvalidValue, "stream id in use");
+  }
+  CUstream s = nullptr;
+  RGPU_TRY(RGPU_CU(cuStreamCreateWithPriority(&s, flags & CU_STREAM_NON_BLOCKING, priority)));
+  std::lock_guard lock(mu_);
+  streams_[key.id] = {key.device, s, (flags & CU_STREAM_NON_BLOCKING) != 0};
+  return Status::ok();
+}
+
+Status CudaBackend::destroyStream(StreamKey key) {
+  DriverApi& api = *api_;
+  Stream s;
+  {
+    std::lock_guard lock(mu_);
+    auto it = streams_.find(key.id);
+    if (it == streams_.end()) return unknownStream(key);
+    s = it->second;
+    streams_.erase(it);
+  }
+  RGPU_TRY(use(s.device));
+  // As in CUDA, work already queued still runs.
+  return RGPU_CU(cuStreamDestroy(s.handle));
+}
+
+Status CudaBackend::createEvent(uint32_t id, int device, uint32_t flags) {
+  DriverApi& api = *api_;
+  RGPU_TRY(use(device));
+  {
+    std::lock_guard lock(mu_);
+    if (events_.count(id)) return Status(err::kInvalidValue, "event id in use");
+  }
+  // cudaEvent* flags have the CU_EVENT_* values.
+  CUevent e = nullptr;
+  RGPU_TRY(RGPU_CU(cuEventCreate(&e, flags & (CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING))));
+  std::lock_guard lock(mu_);
+  events_[id] = {device, e};
+  return Status::ok();
+}
+
+Status CudaBackend::destroyEvent(uint32_t id) {
+  DriverApi& api = *api_;
+  Event e;
+  {
+    std::lock_guard lock(mu_);
+    auto it = events_.find(id);
+    if (it == events_.end()) return unknownEvent(id);
+    e = it->second;
+    events_.erase(it);
+  }
+  RGPU_TRY(use(e.device));
+  return RGPU_CU(cuEventDestroy(e.handle));
+}
+
+// ---- stream-ordered work --------------------------------------------------
+
+Status CudaBackend::copyToDevice(StreamKey key, DevPtr dst, Staging data, uint64_t size) {
+  DriverApi& api = *api_;
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  auto pin = takePinned(size);
+  if (!pin) return pin.status();
+  std::memcpy(pin->data, data->data(), size);
+  data.reset();
+  Status r = RGPU_CU(cuMemcpyHtoDAsync(dst, pin->data, size, s->second));
+  if (!r) {
+    givePinned(*pin);
+    return r;
+  }
+  // If this fails the copy's end is unknown: the buffer is leaked, never reused early.
+  return whenDone(s->first, {s->second}, [this, p = *pin](Status) { givePinned(p); });
+}
+
+Status CudaBackend::copyFromDevice(StreamKey key, DevPtr src, uint64_t size, ReadDone done) {
+  DriverApi& api = *api_;
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  auto pin = takePinned(size);
+  if (!pin) return pin.status();
+  Status r = RGPU_CU(cuMemcpyDtoHAsync(pin->data, src, size, s->second));
+  if (!r) {
+    givePinned(*pin);
+    return r;
+  }
+  return whenDone(s->first, {s->second}, [this, p = *pin, size, done = std::move(done)](Status st) {
+    done(st, p.data, size);
+    givePinned(p);
+  });
+}
+
+Status CudaBackend::copyOnDevice(StreamKey key, DevPtr dst, DevPtr src, uint64_t size) {
+  DriverApi& api = *api_;
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  return RGPU_CU(cuMemcpyDtoDAsync(dst, src, size, s->second));
+}
+
+namespace {
+CUDA_MEMCPY2D copy2D(uint64_t width, uint64_t height) {
+  CUDA_MEMCPY2D m;
+  std::memset(&m, 0, sizeof m);
+  m.WidthInBytes = width;
+  m.Height = height;
+  return m;
+}
+}  // namespace
+
+Status CudaBackend::copy2DToDevice(StreamKey key, DevPtr dst, uint64_t dpitch, Staging data, uint64_t width,
+                                   uint64_t height) {
+  DriverApi& api = *api_;
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  uint64_t size = width * height;
+  auto pin = takePinned(size);
+  if (!pin) return pin.status();
+  std::memcpy(pin->data, data->data(), size);
+  data.reset();
+  CUDA_MEMCPY2D m = copy2D(width, height);
+  m.srcMemoryType = CU_MEMORYTYPE_HOST;
+  m.srcHost = pin->data;
+  m.srcPitch = width;
+  m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  m.dstDevice = dst;
+  m.dstPitch = dpitch;
+  Status r = RGPU_CU(cuMemcpy2DAsync(&m, s->second));
+  if (!r) {
+    givePinned(*pin);
+    return r;
+  }
+  return whenDone(s->first, {s->second}, [this, p = *pin](Status) { givePinned(p); });
+}
+
+Status CudaBackend::copy2DFromDevice(StreamKey key, DevPtr src, uint64_t spitch, uint64_t width, uint64_t height,
+                                     ReadDone done) {
+  DriverApi& api = *api_;
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  uint64_t size = width * height;
+  auto pin = takePinned(size);
+  if (!pin) return pin.status();
+  CUDA_MEMCPY2D m = copy2D(width, height);
+  m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  m.srcDevice = src;
+  m.srcPitch = spitch;
+  m.dstMemoryType = CU_MEMORYTYPE_HOST;
+  m.dstHost = pin->data;
+  m.dstPitch = width;
+  Status r = RGPU_CU(cuMemcpy2DAsync(&m, s->second));
+  if (!r) {
+    givePinned(*pin);
+    return r;
+  }
+  return whenDone(s->first, {s->second}, [this, p = *pin, size, done = std::move(done)](Status st) {
+    done(st, p.data, size);
+    givePinned(p);
+  });
+}
+
+Status CudaBackend::copy2DOnDevice(StreamKey key, DevPtr dst, uint64_t dpitch, DevPtr src, uint64_t spitch,
+                                   uint64_t width, uint64_t height) {
+  DriverApi& api = *api_;
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  CUDA_MEMCPY2D m = copy2D(width, height);
+  m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  m.srcDevice = src;
+  m.srcPitch = spitch;
+  m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  m.dstDevice = dst;
+  m.dstPitch = dpitch;
+  return RGPU_CU(cuMemcpy2DAsync(&m, s->second));
+}
+
+Status CudaBackend::fill(StreamKey key, DevPtr dst, uint8_t value, uint64_t size) {
+  DriverApi& api = *api_;
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  return RGPU_CU(cuMemsetD8Async(dst, value, size, s->second));
+}
+
+Status CudaBackend::fill2D(StreamKey key, DevPtr dst, uint64_t pitch, uint8_t value, uint64_t width,
+                           uint64_t height) {
+  DriverApi& api = *api_;
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  return RGPU_CU(cuMemsetD2D8Async(dst, pitch, value, width, height, s->second));
+}
+
+Status CudaBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& cfg, std::string params) {
+  DriverApi& api = *api_;
+  Function f;
+  {
+    std::lock_guard lock(mu_);
+    auto it = functions_.find(function);
+    if (it == functions_.end()) return Status(err::kInvalidDeviceFunction, "unknown function");
+    f = it->second;
+  }
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  if (s->first != f.device)
+    return Status(err::kInvalidDeviceFunction, "the kernel's module is loaded on device " + std::to_string(f.device) +
+                                                   ", the stream is on device " + std::to_string(s->first));
+  size_t size = params.size();
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, params.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                   CU_LAUNCH_PARAM_END};
+  CUresult r = api.cuLaunchKernel(f.handle, cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z,
+                                  static_cast<unsigned>(cfg.shared_mem), s->second, nullptr,
+                                  params.empty() ? nullptr : extra);
+  // The runtime reports a grid, block or shared memory size the device cannot
+  // take as a bad configuration; the driver says "invalid value".
+  if (r == CUDA_ERROR_INVALID_VALUE)
+    return Status(err::kInvalidConfiguration, "cuLaunchKernel: " + api.describe(r) + ": grid, block or shared memory size");
+  return api.check(r, "cuLaunchKernel", __FILE__, __LINE__);
+}
+
+Status CudaBackend::recordEvent(uint32_t event, StreamKey key) {
+  DriverApi& api = *api_;
+  Event e;
+  {
+    std::lock_guard lock(mu_);
+    auto it = events_.find(event);
+    if (it == events_.end()) return unknownEvent(event);
+    e = it->second;
+  }
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  if (s->first != e.device)
+    return Status(err::kInvalidResourceHandle, "event and stream belong to different devices");
+  return RGPU_CU(cuEventRecord(e.handle, s->second));
+}
+
+Status CudaBackend::waitEvent(StreamKey key, uint32_t event) {
+  DriverApi& api = *api_;
+  CUevent e;
+  {
+    std::lock_guard lock(mu_);
+    auto it = events_.find(event);
+    if (it == events_.end()) return unknownEvent(event);
+    e = it->second.handle;
+  }
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  return RGPU_CU(cuStreamWaitEvent(s->second, e, 0));
+}
+
+Status CudaBackend::hostCall(StreamKey key, std::function<void()> fn) {
+  DriverApi& api = *api_;
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  auto* heap = new std::function<void()>(std::move(fn));
+  auto trampoline = [](void* p) {
+    std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(p));
+    (*f)();
+  };
+  Status r = RGPU_CU(cuLaunchHostFunc(s->second, trampoline, heap));
+  if (!r) delete heap;
+  return r;
+}
+
+Status CudaBackend::whenStreamDone(StreamKey key, Done done) {
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  return whenDone(s->first, {s->second}, std::move(done));
+}
+
+Status CudaBackend::whenEventDone(uint32_t event, Done done) {
+  Event e;
+  {
+    std::lock_guard lock(mu_);
+    auto it = events_.find(event);
+    if (it == events_.end()) return unknownEvent(event);
+    e = it->second;
+  }
+  RGPU_TRY(use(e.device));
+  Job job;
+  job.device = e.device;
+  job.watched = e.handle;
+  job.done = std::move(done);
+  {
+    std::lock_guard lock(jobs_mu_);
+    jobs_.push_back(std::move(job));
+  }
+  jobs_cv_.notify_one();
+  return Status::ok();
+}
+
+Status CudaBackend::whenDeviceDone(int device, Done done) {
+  RGPU_TRY(use(device));
+  // The legacy stream waits for all blocking streams; non-blocking ones are waited for separately.
+  std::vector<CUstream> streams{CU_STREAM_LEGACY};
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, s] : streams_)
+      if (s.device == device && s.non_blocking) streams.push_back(s.handle);
+  }
+  return whenDone(device, streams, std::move(done));
+}
+
+Result<bool> CudaBackend::streamIdle(StreamKey key) {
+  DriverApi& api = *api_;
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  CUresult r = api.cuStreamQuery(s->second);
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  RGPU_TRY(api.check(r, "cuStreamQuery", __FILE__, __LINE__));
+  return true;
+}
+
+Result<bool> CudaBackend::eventDone(uint32_t event) {
+  DriverApi& api = *api_;
+  Event e;
+  {
+    std::lock_guard lock(mu_);
+    auto it = events_.find(event);
+    if (it == events_.end()) return unknownEvent(event);
+    e = it->second;
+  }
+  RGPU_TRY(use(e.device));
+  CUresult r = api.cuEventQuery(e.handle);
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  RGPU_TRY(api.check(r, "cuEventQuery", __FILE__, __LINE__));
+  return true;
+}
+
+Result<float> CudaBackend::elapsedMs(uint32_t start, uint32_t end) {
+  DriverApi& api = *api_;
+  Event a, b;
+  {
+    std::lock_guard lock(mu_);
+    auto ia = events_.find(start), ib = events_.find(end);
+    if (ia == events_.end()) return unknownEvent(start);
+    if (ib == events_.end()) return unknownEvent(end);
+    a = ia->second;
+    b = ib->second;
+  }
+  RGPU_TRY(use(a.device));
+  float ms = 0;
+  RGPU_TRY(RGPU_CU(cuEventElapsedTime(&ms, a.handle, b.handle)));
+  return ms;
+}
+
+// ---- modules, functions, globals ------------------------------------------
+
+Status CudaBackend::loadModule(uint32_t id, int device, const std::string& fatbin) {
+  DriverApi& api = *api_;
+  // Our own parser sees the untrusted image first; the driver only gets one
+  // whose structure checks out. It also gives the parameter layouts.
+  auto image = common::parseFatbin(fatbin.data(), fatbin.size());
+  if (!image) return image.status();
+  RGPU_TRY(use(device));
+  {
+    std::lock_guard lock(mu_);
+    if (modules_.count(id)) return Status(err::kInvalidValue, "module id in use");
+  }
+  CUmodule m = nullptr;
+  CUresult r = api.cuModuleLoadData(&m, fatbin.data());
+  if (r == CUDA_ERROR_NO_BINARY_FOR_GPU) {
+    const auto& d = descriptions_[device];
+    return Status(cudaErrorFromDriver(r), "the fatbin has no code for device " + std::to_string(device) + " (sm_" +
+                                              std::to_string(d.major) + std::to_string(d.minor) +
+                                              "): rebuild with -arch=sm_" + std::to_string(d.major) +
+                                              std::to_string(d.minor) + ", or embed PTX (-arch=sm_XX does)");
+  }
+  RGPU_TRY(api.check(r, "cuModuleLoadData", __FILE__, __LINE__));
+  Module mod;
+  mod.device = device;
+  mod.handle = m;
+  for (auto& [name, k] : image->kernels) mod.param_bytes[name] = k.param_bytes;
+  std::lock_guard lock(mu_);
+  modules_[id] = std::move(mod);
+  return Status::ok();
+}
+
+Status CudaBackend::unloadModule(uint32_t id) {
+  DriverApi& api = *api_;
+  Module m;
+  {
+    std::lock_guard lock(mu_);
+    auto it = modules_.find(id);
+    if (it == modules_.end()) return Status(err::kInvalidResourceHandle, "unknown module");
+    m = std::move(it->second);
+    modules_.erase(it);
+    for (auto f = functions_.begin(); f != functions_.end();) f = f->second.module == id ? functions_.erase(f) : ++f;
+  }
+  RGPU_TRY(use(m.device));
+  return RGPU_CU(cuModuleUnload(m.handle));
+}
+
+Result<uint32_t> CudaBackend::registerFunction(uint32_t id, uint32_t module, const std::string& name) {
+  DriverApi& api = *api_;
+  CUmodule m;
+  int device;
+  std::optional<uint32_t> expected;
+  {
+    std::lock_guard lock(mu_);
+    auto it = modules_.find(module);
+    if (it == modules_.end()) return Status(err::kInvalidResourceHandle, "unknown module");
+    m = it->second.handle;
+    device = it->second.device;
+    if (auto k = it->second.param_bytes.find(name); k != it->second.param_bytes.end()) expected = k->second;
+  }
+  RGPU_TRY(use(device));
+  CUfunction f = nullptr;
+  CUresult r = api.cuModuleGetFunction(&f, m, name.c_str());
+  if (r == CUDA_ERROR_NOT_FOUND)
+    return Status(err::kInvalidDeviceFunction, "kernel " + name + " is not in the module");
+  RGPU_TRY(api.check(r, "cuModuleGetFunction", __FILE__, __LINE__));
+  // The driver's view of the parameter block, when it can tell (12.4+).
+  std::optional<uint32_t> driver_bytes;
+  if (api.cuFuncGetParamInfo) {
+    uint64_t end = 0;
+    size_t i = 0;
+    for (; i < protocol::kMaxParamBytes; ++i) {
+      size_t off = 0, size = 0;
+      CUresult p = api.cuFuncGetParamInfo(f, i, &off, &size);
+      if (p != CUDA_SUCCESS) break;
+      end = std::max<uint64_t>(end, off + size);
+    }
+    driver_bytes = static_cast<uint32_t>(end);
+  }
+  if (driver_bytes && expected && *driver_bytes != *expected)
+    return Status(err::kInvalidKernelImage, "kernel " + name + ": the driver's parameter block is " +
+                                                std::to_string(*driver_bytes) + " bytes, the fatbin's " +
+                                                std::to_string(*expected));
+  if (!driver_bytes && !expected)
+    return Status(err::kInvalidKernelImage, "kernel " + name + ": no parameter layout in the fatbin, and the driver "
+                                            "cannot tell (cuFuncGetParamInfo needs a 12.4+ driver)");
+  std::lock_guard lock(mu_);
+  functions_[id] = {module, device, f};
+  return driver_bytes ? *driver_bytes : *expected;
+}
+
+Result<FunctionAttributes> CudaBackend::functionAttributes(uint32_t function) {
+  DriverApi& api = *api_;
+  Function f;
+  {
+    std::lock_guard lock(mu_);
+    auto it = functions_.find(function);
+    if (it == functions_.end()) return Status(err::kInvalidDeviceFunction, "unknown function");
+    f = it->second;
+  }
+  RGPU_TRY(use(f.device));
+  auto get = [&](CUfunction_attribute a, auto& out) -> Status {
+    int v = 0;
+    RGPU_TRY(RGPU_CU(cuFuncGetAttribute(&v, a, f.handle)));
+    out = static_cast<std::remove_reference_t<decltype(out)>>(v);
+    return Status::ok();
+  };
+  FunctionAttributes fa;
+  RGPU_TRY(get(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fa.max_threads_per_block));
+  RGPU_TRY(get(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fa.shared_size));
+  RGPU_TRY(get(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, fa.const_size));
+  RGPU_TRY(get(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fa.local_size));
+  RGPU_TRY(get(CU_FUNC_ATTRIBUTE_NUM_REGS, fa.num_regs));
+  RGPU_TRY(get(CU_FUNC_ATTRIBUTE_PTX_VERSION, fa.ptx_version));
+  RGPU_TRY(get(CU_FUNC_ATTRIBUTE_BINARY_VERSION, fa.binary_version));
+  RGPU_TRY(get(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fa.max_dynamic_shared));
+  RGPU_TRY(get(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, fa.preferred_carveout));
+  return fa;
+}
+
+Status CudaBackend::setFunctionAttribute(uint32_t function, int attr, int value) {
+  DriverApi& api = *api_;
+  Function f;
+  {
+    std::lock_guard lock(mu_);
+    auto it = functions_.find(function);
+    if (it == functions_.end()) return Status(err::kInvalidDeviceFunction, "unknown function");
+    f = it->second;
+  }
+  RGPU_TRY(use(f.device));
+  // cudaFuncAttribute values are the CUfunction_attribute ones.
+  return RGPU_CU(cuFuncSetAttribute(f.handle, static_cast<CUfunction_attribute>(attr), value));
+}
+
+Result<int> CudaBackend::occupancy(uint32_t function, int block_size, uint64_t dynamic_smem) {
+  DriverApi& api = *api_;
+  Function f;
+  {
+    std::lock_guard lock(mu_);
+    auto it = functions_.find(function);
+    if (it == functions_.end()) return Status(err::kInvalidDeviceFunction, "unknown function");
+    f = it->second;
+  }
+  RGPU_TRY(use(f.device));
+  int n = 0;
+  RGPU_TRY(RGPU_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, f.handle, block_size, dynamic_smem)));
+  return n;
+}
+
+Result<std::pair<DevPtr, uint64_t>> CudaBackend::globalAddress(uint32_t module, const std::string& name,
+                                                               uint64_t /*size_hint*/) {
+  DriverApi& api = *api_;
+  CUmodule m;
+  int device;
+  {
+    std::lock_guard lock(mu_);
+    auto it = modules_.find(module);
+    if (it == modules_.end()) return Status(err::kInvalidResourceHandle, "unknown module");
+    m = it->second.handle;
+    device = it->second.device;
+  }
+  RGPU_TRY(use(device));
+  CUdeviceptr p = 0;
+  size_t bytes = 0;
+  CUresult r = api.cuModuleGetGlobal(&p, &bytes, m, name.c_str());
+  if (r == CUDA_ERROR_NOT_FOUND) return Status(err::kInvalidSymbol, "no variable " + name + " in the module");
+  RGPU_TRY(api.check(r, "cuModuleGetGlobal", __FILE__, __LINE__));
+  return std::make_pair(static_cast<DevPtr>(p), static_cast<uint64_t>(bytes));
+}
+
+}  // namespace rgpu::server::cuda

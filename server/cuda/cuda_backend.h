@@ -1,0 +1,166 @@
+// CudaBackend: a session's calls replayed on real GPUs through the driver API.
+//
+// One instance per worker process. Each device is used through its primary
+// context (the same one NVIDIA's runtime would use), made current on whichever
+// thread calls in. Session stream 0 is the device's legacy default stream
+// (CU_STREAM_LEGACY), so CUDA itself gives the runtime's implicit ordering.
+//
+// Completion: work the session waits for (a stream, an event, the device, a
+// device-to-host copy) gets a completion event recorded behind it; one
+// completer thread polls the pending events (spinning briefly, then backing off
+// to 200 us) and runs the callbacks. Errors the driver reports there (kernel
+// faults) go to the async error sink as well, where the session makes them
+// sticky. Host-to-device and device-to-host bytes pass through pinned staging
+// buffers taken from a pool and returned once their copy has completed, so a
+// copy never blocks the dispatcher and memory is not pinned per call.
+//
+// Kernels: the shipped fatbin goes to cuModuleLoadData (the driver picks the
+// SASS for the device or JIT-compiles the PTX). The parameter block size of a
+// kernel comes from cuFuncGetParamInfo, cross-checked against the fatbin's
+// .nv.info layout; launches pass the packed block the client built with
+// CU_LAUNCH_PARAM_BUFFER_POINTER.
+#pragma once
+
+#include <condition_variable>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "server/backend.h"
+#include "server/cuda/driver_api.h"
+
+namespace rgpu::server::cuda {
+
+struct CudaOptions {
+  std::string driver_library = "libcuda.so.1";
+  // Idle pinned staging memory kept for reuse; buffers beyond it are freed.
+  uint64_t staging_pool_bytes = 256ull << 20;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // Loads the driver, initialises it and retains each device's primary context.
+  static Result<std::unique_ptr<CudaBackend>> create(const CudaOptions& opts);
+  ~CudaBackend() override;
+
+  // rgpu::server::Backend
+  std::string name() const override { return "cuda"; }
+  int driverVersion() const override { return driver_version_; }
+  const std::vector<DeviceDescription>& devices() const override { return descriptions_; }
+  void setAsyncErrorSink(std::function<void(Status)> sink) override;
+  Result<DevPtr> allocate(int device, uint64_t size) override;
+  Status release(DevPtr ptr) override;
+  Status memInfo(int device, uint64_t& free, uint64_t& total) override;
+  Status createStream(StreamKey stream, uint32_t flags, int priority) override;
+  Status destroyStream(StreamKey stream) override;
+  Status createEvent(uint32_t id, int device, uint32_t flags) override;
+  Status destroyEvent(uint32_t id) override;
+  Status copyToDevice(StreamKey s, DevPtr dst, Staging data, uint64_t size) override;
+  Status copyFromDevice(StreamKey s, DevPtr src, uint64_t size, ReadDone done) override;
+  Status copyOnDevice(StreamKey s, DevPtr dst, DevPtr src, uint64_t size) override;
+  Status copy2DToDevice(StreamKey s, DevPtr dst, uint64_t dpitch, Staging data, uint64_t width,
+                        uint64_t height) override;
+  Status copy2DFromDevice(StreamKey s, DevPtr src, uint64_t spitch, uint64_t width, uint64_t height,
+                          ReadDone done) override;
+  Status copy2DOnDevice(StreamKey s, DevPtr dst, uint64_t dpitch, DevPtr src, uint64_t spitch, uint64_t width,
+                        uint64_t height) override;
+  Status fill(StreamKey s, DevPtr dst, uint8_t value, uint64_t size) override;
+  Status fill2D(StreamKey s, DevPtr dst, uint64_t pitch, uint8_t value, uint64_t width, uint64_t height) override;
+  Status launch(StreamKey s, uint32_t function, const LaunchConfig& cfg, std::string params) override;
+  Status recordEvent(uint32_t event, StreamKey s) override;
+  Status waitEvent(StreamKey s, uint32_t event) override;
+  Status hostCall(StreamKey s, std::function<void()> fn) override;
+  Status whenStreamDone(StreamKey s, Done done) override;
+  Status whenEventDone(uint32_t event, Done done) override;
+  Status whenDeviceDone(int device, Done done) override;
+  Result<bool> streamIdle(StreamKey s) override;
+  Result<bool> eventDone(uint32_t event) override;
+  Result<float> elapsedMs(uint32_t start, uint32_t end) override;
+  Status loadModule(uint32_t id, int device, const std::string& fatbin) override;
+  Status unloadModule(uint32_t id) override;
+  Result<uint32_t> registerFunction(uint32_t id, uint32_t module, const std::string& name) override;
+  Result<FunctionAttributes> functionAttributes(uint32_t function) override;
+  Status setFunctionAttribute(uint32_t function, int attr, int value) override;
+  Result<int> occupancy(uint32_t function, int block_size, uint64_t dynamic_smem) override;
+  Result<std::pair<DevPtr, uint64_t>> globalAddress(uint32_t module, const std::string& name,
+                                                    uint64_t size_hint) override;
+
+ private:
+  struct Device {
+    CUdevice dev = 0;
+    CUcontext ctx = nullptr;
+    std::vector<CUevent> spare_events;  // completion events for reuse
+  };
+  struct Stream {
+    int device = 0;
+    CUstream handle = nullptr;
+    bool non_blocking = false;
+  };
+  struct Event {
+    int device = 0;
+    CUevent handle = nullptr;
+  };
+  struct Module {
+    int device = 0;
+    CUmodule handle = nullptr;
+    std::map<std::string, uint32_t> param_bytes;  // from the fatbin's .nv.info / PTX
+  };
+  struct Function {
+    uint32_t module = 0;
+    int device = 0;
+    CUfunction handle = nullptr;
+  };
+  // Work to run once every event has completed (in any order).
+  struct Job {
+    int device = 0;
+    std::vector<CUevent> events;  // completion events, returned to the device's spares
+    CUevent watched = nullptr;    // a session event polled, not owned
+    Done done;
+    size_t next = 0;  // events before this one have completed
+  };
+  // A pinned host buffer of `capacity` bytes.
+  struct Pinned {
+    uint8_t* data = nullptr;
+    uint64_t capacity = 0;
+  };
+
+  explicit CudaBackend(std::unique_ptr<DriverApi> api, const CudaOptions& opts);
+  Status init();
+  Status use(int device);  // makes the device's primary context current on this thread
+  Result<std::pair<int, CUstream>> streamOf(StreamKey key);
+  // Records a completion event on `stream` and runs `done` when it completes.
+  Status whenDone(int device, const std::vector<CUstream>& streams, Done done);
+  void completerLoop();
+  void reportAsync(const Status& s);
+  Result<Pinned> takePinned(uint64_t size);
+  void givePinned(Pinned p);
+
+  std::unique_ptr<DriverApi> api_;
+  CudaOptions opts_;
+  int driver_version_ = 0;
+  std::vector<DeviceDescription> descriptions_;
+
+  std::mutex mu_;  // guards the maps below and the devices' spare events
+  std::vector<Device> devices_;
+  std::unordered_map<uint32_t, Stream> streams_;
+  std::unordered_map<uint32_t, Event> events_;
+  std::unordered_map<uint32_t, Module> modules_;
+  std::unordered_map<uint32_t, Function> functions_;
+  std::unordered_map<DevPtr, int> allocations_;  // pointer -> device
+  std::function<void(Status)> async_sink_;
+
+  std::mutex pinned_mu_;
+  std::multimap<uint64_t, Pinned> idle_pinned_;  // by capacity
+  uint64_t idle_pinned_bytes_ = 0;
+
+  std::mutex jobs_mu_;
+  std::condition_variable jobs_cv_;
+  std::list<Job> jobs_;
+  bool stopping_ = false;
+  std::thread completer_;
+};
+
+}  // namespace rgpu::server::cuda

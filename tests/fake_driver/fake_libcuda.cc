@@ -1,0 +1,884 @@
+// A fake CUDA driver (libcuda.so.1) for tests on machines without a GPU.
+//
+// It exports only cuGetProcAddress_v2 (as NVIDIA's does for CUDA 12+ clients)
+// and hands out the entry points CudaBackend asks for. Devices are host
+// memory; kernels run on rgpu's PTX interpreter, from the PTX in the fatbin
+// given to cuModuleLoadData, so the CUDA backend's whole path can be driven end
+// to end in CI. All stream work runs in submission order on one executor thread
+// (a legal CUDA schedule); a kernel fault makes the context's error sticky, as
+// on a GPU. Every call is recorded (rgpu_fake_cuda_log, and the file named by
+// $RGPU_FAKE_CUDA_LOG), and a test can make the next call of a name fail with
+// a chosen CUresult (rgpu_fake_cuda_fail).
+//
+// Environment: RGPU_FAKE_CUDA_DEVICES (count, default 1; 0 = no device),
+// RGPU_FAKE_CUDA_MEMORY (bytes per device, default 1 GiB), RGPU_FAKE_CUDA_LOG.
+#include <cuda.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/fatbin.h"
+#include "server/ptx/ptx_interp.h"
+#include "server/ptx/ptx_parser.h"
+
+namespace {
+
+using namespace rgpu::server;
+using Clock = std::chrono::steady_clock;
+
+struct FakeContext {
+  int device = 0;
+  int refs = 0;
+};
+
+struct FakeStream {
+  int device = 0;
+  uint64_t last = 0;  // ticket of the last op enqueued
+};
+
+struct FakeEvent {
+  unsigned flags = 0;
+  uint64_t ticket = 0;
+  bool recorded = false;
+  Clock::time_point when;
+};
+
+struct FakeModule {
+  int device = 0;
+  rgpu::common::FatbinImage image;
+  ptx::Module program;
+  int ptx_arch = 0;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> globals;  // name -> (address, size)
+};
+
+struct FakeFunction {
+  FakeModule* module = nullptr;
+  std::string name;
+  const ptx::Function* code = nullptr;
+  int max_dynamic_shared = 48 * 1024;
+};
+
+struct Driver {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool initialised = false;
+  int device_count = 1;
+  uint64_t memory = 1ull << 30;
+  std::vector<FakeContext> contexts;
+  std::vector<uint64_t> used;
+  std::map<uint64_t, std::pair<int, uint64_t>> allocations;  // address -> (device, size)
+  std::map<const void*, size_t> host_allocations;  // pinned host memory
+  std::set<FakeStream*> streams;
+  std::set<FakeEvent*> events;
+  std::set<FakeModule*> modules;
+  std::set<FakeFunction*> functions;
+  CUresult sticky = CUDA_SUCCESS;
+  std::map<std::string, CUresult> fail_next;
+  std::string log;
+  std::ofstream log_file;
+  // The executor: every stream's work, in submission order.
+  std::deque<std::pair<uint64_t, std::function<CUresult()>>> queue;
+  uint64_t enqueued = 0, executed = 0;
+  std::thread executor;
+  std::unique_ptr<ptx::Interpreter> interp;
+
+  Driver() {
+    if (const char* n = std::getenv("RGPU_FAKE_CUDA_DEVICES")) device_count = std::atoi(n);
+    if (const char* m = std::getenv("RGPU_FAKE_CUDA_MEMORY")) memory = std::strtoull(m, nullptr, 10);
+    if (const char* l = std::getenv("RGPU_FAKE_CUDA_LOG")) log_file.open(l, std::ios::app);
+    contexts.resize(std::max(device_count, 0));
+    for (int i = 0; i < device_count; ++i) contexts[i].device = i;
+    used.assign(std::max(device_count, 0), 0);
+  }
+};
+
+Driver& drv() {
+  static Driver* d = new Driver();  // never destroyed: the executor may outlive static destructors
+  return *d;
+}
+
+thread_local FakeContext* t_ctx = nullptr;
+
+void record(const std::string& line) {
+  Driver& d = drv();
+  d.log += line + "\n";
+  if (d.log_file.is_open()) {
+    d.log_file << line << "\n";
+    d.log_file.flush();
+  }
+}
+
+// Common entry checks, with the driver lock held: injected failures, then
+// initialisation, then a sticky fault.
+CUresult enter(const char* name, bool needs_context = true) {
+  Driver& d = drv();
+  auto it = d.fail_next.find(name);
+  if (it != d.fail_next.end()) {
+    CUresult r = it->second;
+    d.fail_next.erase(it);
+    record(std::string(name) + " -> injected " + std::to_string(r));
+    return r;
+  }
+  if (!d.initialised) return CUDA_ERROR_NOT_INITIALIZED;
+  if (needs_context && !t_ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  return d.sticky;
+}
+
+#define ENTER(name, ...)                                 \
+  std::unique_lock lock(drv().mu);                       \
+  if (CUresult e_ = enter(name, ##__VA_ARGS__); e_ != CUDA_SUCCESS) return e_;
+
+void executorLoop() {
+  Driver& d = drv();
+  std::unique_lock lock(d.mu);
+  for (;;) {
+    d.cv.wait(lock, [&] { return !d.queue.empty(); });
+    auto op = std::move(d.queue.front());
+    d.queue.pop_front();
+    CUresult r = CUDA_SUCCESS;
+    if (d.sticky == CUDA_SUCCESS) {
+      lock.unlock();
+      r = op.second();
+      lock.lock();
+    }
+    if (r != CUDA_SUCCESS && d.sticky == CUDA_SUCCESS) d.sticky = r;
+    d.executed = op.first;
+    d.cv.notify_all();
+  }
+}
+
+// With the lock held.
+uint64_t enqueue(FakeStream* s, std::function<CUresult()> fn) {
+  Driver& d = drv();
+  uint64_t t = ++d.enqueued;
+  if (s) s->last = t;
+  d.queue.emplace_back(t, std::move(fn));
+  d.cv.notify_all();
+  return t;
+}
+
+FakeStream* streamOf(CUstream s) {
+  if (s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return nullptr;
+  return reinterpret_cast<FakeStream*>(s);
+}
+
+bool knownStream(CUstream s) { return !streamOf(s) || drv().streams.count(streamOf(s)); }
+
+// An address range every byte of which is in one allocation.
+bool deviceRange(uint64_t p, uint64_t n) {
+  Driver& d = drv();
+  auto it = d.allocations.upper_bound(p);
+  if (it == d.allocations.begin()) return false;
+  --it;
+  return p >= it->first && p + n <= it->first + it->second.second && p + n >= p;
+}
+
+// ---- init, devices, contexts ----
+
+CUresult fakeInit(unsigned flags) {
+  Driver& d = drv();
+  std::lock_guard lock(d.mu);
+  record("cuInit");
+  if (auto it = d.fail_next.find("cuInit"); it != d.fail_next.end()) {
+    CUresult r = it->second;
+    d.fail_next.erase(it);
+    return r;
+  }
+  if (d.device_count <= 0) return CUDA_ERROR_NO_DEVICE;
+  if (!d.initialised) {
+    d.initialised = true;
+    d.interp = std::make_unique<ptx::Interpreter>(2);
+    d.executor = std::thread(executorLoop);
+    d.executor.detach();
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeDriverGetVersion(int* v) {
+  *v = 13000;
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeGetErrorName(CUresult r, const char** s) {
+  static const std::map<int, const char*> names = {
+      {0, "CUDA_SUCCESS"}, {1, "CUDA_ERROR_INVALID_VALUE"}, {2, "CUDA_ERROR_OUT_OF_MEMORY"},
+      {3, "CUDA_ERROR_NOT_INITIALIZED"}, {100, "CUDA_ERROR_NO_DEVICE"}, {101, "CUDA_ERROR_INVALID_DEVICE"},
+      {200, "CUDA_ERROR_INVALID_IMAGE"}, {201, "CUDA_ERROR_INVALID_CONTEXT"}, {209, "CUDA_ERROR_NO_BINARY_FOR_GPU"},
+      {400, "CUDA_ERROR_INVALID_HANDLE"}, {500, "CUDA_ERROR_NOT_FOUND"}, {600, "CUDA_ERROR_NOT_READY"},
+      {700, "CUDA_ERROR_ILLEGAL_ADDRESS"}, {710, "CUDA_ERROR_ASSERT"}, {719, "CUDA_ERROR_LAUNCH_FAILED"},
+      {801, "CUDA_ERROR_NOT_SUPPORTED"}, {999, "CUDA_ERROR_UNKNOWN"}};
+  auto it = names.find(r);
+  if (it == names.end()) return CUDA_ERROR_INVALID_VALUE;
+  *s = it->second;
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeGetErrorString(CUresult r, const char** s) {
+  const char* n = nullptr;
+  if (fakeGetErrorName(r, &n) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
+  *s = "reported by the fake driver";
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeDeviceGetCount(int* n) {
+  ENTER("cuDeviceGetCount", false);
+  *n = drv().device_count;
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeDeviceGet(CUdevice* dev, int ordinal) {
+  ENTER("cuDeviceGet", false);
+  if (ordinal < 0 || ordinal >= drv().device_count) return CUDA_ERROR_INVALID_DEVICE;
+  *dev = ordinal;
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeDeviceGetName(char* name, int len, CUdevice dev) {
+  ENTER("cuDeviceGetName", false);
+  if (dev < 0 || dev >= drv().device_count) return CUDA_ERROR_INVALID_DEVICE;
+  std::snprintf(name, len, "rgpu fake GPU %d", dev);
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
+  ENTER("cuDeviceGetUuid", false);
+  for (int i = 0; i < 16; ++i) uuid->bytes[i] = static_cast<char>(0xf0 + dev + i);
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeDeviceTotalMem(size_t* bytes, CUdevice dev) {
+  ENTER("cuDeviceTotalMem", false);
+  *bytes = drv().memory;
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice dev) {
+  ENTER("cuDeviceGetAttribute", false);
+  if (dev < 0 || dev >= drv().device_count) return CUDA_ERROR_INVALID_DEVICE;
+  // An H200-like device.
+  static const std::map<int, int> attrs = {
+      {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, 1024},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, 1024},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, 64},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, 2147483647},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, 65535},
+      {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, 65535},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 49152},
+      {CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY, 65536},
+      {CU_DEVICE_ATTRIBUTE_WARP_SIZE, 32},
+      {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, 65536},
+      {CU_DEVICE_ATTRIBUTE_CLOCK_RATE, 1980000},
+      {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 132},
+      {CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 1},
+      {CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 1},
+      {CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, 1},
+      {CU_DEVICE_ATTRIBUTE_ECC_ENABLED, 1},
+      {CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 0x19 + dev},
+      {CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, 6144},
+      {CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, 60 * 1024 * 1024},
+      {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 2048},
+      {CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, 3},
+      {CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1},
+      {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 9},
+      {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0},
+      {CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, 1},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 233472},
+      {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 232448},
+      {CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 32},
+      {CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 1},
+  };
+  auto it = attrs.find(a);
+  if (a <= 0 || a > 200) return CUDA_ERROR_INVALID_VALUE;
+  *v = it == attrs.end() ? 0 : it->second;
+  return CUDA_SUCCESS;
+}
+
+CUresult fakePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
+  ENTER("cuDevicePrimaryCtxRetain", false);
+  if (dev < 0 || dev >= drv().device_count) return CUDA_ERROR_INVALID_DEVICE;
+  drv().contexts[dev].refs++;
+  *ctx = reinterpret_cast<CUcontext>(&drv().contexts[dev]);
+  record("cuDevicePrimaryCtxRetain " + std::to_string(dev));
+  return CUDA_SUCCESS;
+}
+
+CUresult fakePrimaryCtxRelease(CUdevice dev) {
+  ENTER("cuDevicePrimaryCtxRelease", false);
+  if (dev < 0 || dev >= drv().device_count) return CUDA_ERROR_INVALID_DEVICE;
+  drv().contexts[dev].refs--;
+  record("cuDevicePrimaryCtxRelease " + std::to_string(dev));
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeCtxSetCurrent(CUcontext ctx) {
+  std::lock_guard lock(drv().mu);
+  if (!drv().initialised) return CUDA_ERROR_NOT_INITIALIZED;
+  t_ctx = reinterpret_cast<FakeContext*>(ctx);
+  return CUDA_SUCCESS;
+}
+
+// ---- memory ----
+
+CUresult fakeMemAlloc(CUdeviceptr* p, size_t size) {
+  ENTER("cuMemAlloc");
+  Driver& d = drv();
+  int dev = t_ctx->device;
+  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t rounded = (size + 255) / 256 * 256;
+  if (d.used[dev] + rounded > d.memory) return CUDA_ERROR_OUT_OF_MEMORY;
+  void* m = std::aligned_alloc(256, rounded);
+  if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::memset(m, 0, rounded);
+  d.used[dev] += rounded;
+  d.allocations[reinterpret_cast<uint64_t>(m)] = {dev, rounded};
+  *p = reinterpret_cast<CUdeviceptr>(m);
+  record("cuMemAlloc " + std::to_string(size) + " device=" + std::to_string(dev));
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMemFree(CUdeviceptr p) {
+  ENTER("cuMemFree");
+  Driver& d = drv();
+  auto it = d.allocations.find(p);
+  if (it == d.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  // cuMemFree synchronises: wait for queued work (it may use the memory).
+  uint64_t upto = d.enqueued;
+  d.cv.wait(lock, [&] { return d.executed >= upto; });
+  d.used[it->second.first] -= it->second.second;
+  std::free(reinterpret_cast<void*>(p));
+  d.allocations.erase(it);
+  record("cuMemFree");
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMemGetInfo(size_t* free, size_t* total) {
+  ENTER("cuMemGetInfo");
+  *total = drv().memory;
+  *free = drv().memory - drv().used[t_ctx->device];
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMemHostAlloc(void** p, size_t size, unsigned flags) {
+  ENTER("cuMemHostAlloc");
+  *p = std::malloc(size ? size : 1);
+  drv().host_allocations[*p] = size;
+  record("cuMemHostAlloc " + std::to_string(size));
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMemFreeHost(void* p) {
+  ENTER("cuMemFreeHost");
+  if (!drv().host_allocations.erase(p)) return CUDA_ERROR_INVALID_VALUE;
+  std::free(p);
+  record("cuMemFreeHost");
+  return CUDA_SUCCESS;
+}
+
+// Host pointers of async copies must be pinned, or the copy is synchronous on a real GPU.
+bool pinned(const void* p) {
+  auto it = drv().host_allocations.upper_bound(p);
+  if (it == drv().host_allocations.begin()) return false;
+  --it;
+  return static_cast<const char*>(p) < static_cast<const char*>(it->first) + it->second;
+}
+
+CUresult fakeMemcpyHtoDAsync(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+  ENTER("cuMemcpyHtoDAsync");
+  if (!knownStream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!deviceRange(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+  record(std::string("cuMemcpyHtoDAsync ") + std::to_string(n) + (pinned(src) ? " pinned" : " pageable"));
+  enqueue(streamOf(s), [=] {
+    std::memcpy(reinterpret_cast<void*>(dst), src, n);
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMemcpyDtoHAsync(void* dst, CUdeviceptr src, size_t n, CUstream s) {
+  ENTER("cuMemcpyDtoHAsync");
+  if (!knownStream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!deviceRange(src, n)) return CUDA_ERROR_INVALID_VALUE;
+  record(std::string("cuMemcpyDtoHAsync ") + std::to_string(n) + (pinned(dst) ? " pinned" : " pageable"));
+  enqueue(streamOf(s), [=] {
+    std::memcpy(dst, reinterpret_cast<void*>(src), n);
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  ENTER("cuMemcpyDtoDAsync");
+  if (!knownStream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!deviceRange(dst, n) || !deviceRange(src, n)) return CUDA_ERROR_INVALID_VALUE;
+  record("cuMemcpyDtoDAsync " + std::to_string(n));
+  enqueue(streamOf(s), [=] {
+    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n);
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMemcpy2DAsync(const CUDA_MEMCPY2D* m, CUstream s) {
+  ENTER("cuMemcpy2DAsync");
+  if (!knownStream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  CUDA_MEMCPY2D c = *m;
+  auto base = [](CUmemorytype t, const void* host, CUdeviceptr dev) -> uint8_t* {
+    return t == CU_MEMORYTYPE_HOST ? static_cast<uint8_t*>(const_cast<void*>(host)) : reinterpret_cast<uint8_t*>(dev);
+  };
+  uint8_t* src = base(c.srcMemoryType, c.srcHost, c.srcDevice) + c.srcXInBytes + c.srcY * c.srcPitch;
+  uint8_t* dst = base(c.dstMemoryType, c.dstHost, c.dstDevice) + c.dstXInBytes + c.dstY * c.dstPitch;
+  if (c.Height && (c.srcPitch < c.WidthInBytes || c.dstPitch < c.WidthInBytes)) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t sspan = c.Height ? (c.Height - 1) * c.srcPitch + c.WidthInBytes : 0;
+  uint64_t dspan = c.Height ? (c.Height - 1) * c.dstPitch + c.WidthInBytes : 0;
+  if (c.srcMemoryType == CU_MEMORYTYPE_DEVICE && !deviceRange(reinterpret_cast<uint64_t>(src), sspan))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (c.dstMemoryType == CU_MEMORYTYPE_DEVICE && !deviceRange(reinterpret_cast<uint64_t>(dst), dspan))
+    return CUDA_ERROR_INVALID_VALUE;
+  record("cuMemcpy2DAsync " + std::to_string(c.WidthInBytes) + "x" + std::to_string(c.Height));
+  enqueue(streamOf(s), [=] {
+    for (size_t r = 0; r < c.Height; ++r) std::memmove(dst + r * c.dstPitch, src + r * c.srcPitch, c.WidthInBytes);
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
+  ENTER("cuMemsetD8Async");
+  if (!knownStream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!deviceRange(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+  record("cuMemsetD8Async " + std::to_string(n));
+  enqueue(streamOf(s), [=] {
+    std::memset(reinterpret_cast<void*>(dst), v, n);
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMemsetD2D8Async(CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s) {
+  ENTER("cuMemsetD2D8Async");
+  if (!knownStream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (h && (pitch < w || !deviceRange(dst, (h - 1) * pitch + w))) return CUDA_ERROR_INVALID_VALUE;
+  record("cuMemsetD2D8Async " + std::to_string(w) + "x" + std::to_string(h));
+  enqueue(streamOf(s), [=] {
+    for (size_t r = 0; r < h; ++r) std::memset(reinterpret_cast<uint8_t*>(dst) + r * pitch, v, w);
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
+}
+
+// ---- streams and events ----
+
+CUresult fakeStreamCreateWithPriority(CUstream* s, unsigned flags, int priority) {
+  ENTER("cuStreamCreateWithPriority");
+  auto* st = new FakeStream{t_ctx->device, 0};
+  drv().streams.insert(st);
+  *s = reinterpret_cast<CUstream>(st);
+  record("cuStreamCreateWithPriority flags=" + std::to_string(flags) + " priority=" + std::to_string(priority));
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeStreamDestroy(CUstream s) {
+  ENTER("cuStreamDestroy");
+  auto* st = streamOf(s);
+  if (!st || !drv().streams.erase(st)) return CUDA_ERROR_INVALID_HANDLE;
+  record("cuStreamDestroy");
+  // Queued work still runs; the stream object is not touched by it.
+  delete st;
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeStreamQuery(CUstream s) {
+  ENTER("cuStreamQuery");
+  if (!knownStream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  uint64_t last = streamOf(s) ? streamOf(s)->last : drv().enqueued;
+  return drv().executed >= last ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult fakeStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
+  ENTER("cuStreamWaitEvent");
+  if (!knownStream(s) || !drv().events.count(reinterpret_cast<FakeEvent*>(e))) return CUDA_ERROR_INVALID_HANDLE;
+  record("cuStreamWaitEvent");
+  return CUDA_SUCCESS;  // one executor runs everything in order: already satisfied
+}
+
+CUresult fakeEventCreate(CUevent* e, unsigned flags) {
+  ENTER("cuEventCreate");
+  auto* ev = new FakeEvent();
+  ev->flags = flags;
+  drv().events.insert(ev);
+  *e = reinterpret_cast<CUevent>(ev);
+  record("cuEventCreate flags=" + std::to_string(flags));
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeEventDestroy(CUevent e) {
+  ENTER("cuEventDestroy");
+  auto* ev = reinterpret_cast<FakeEvent*>(e);
+  if (!drv().events.erase(ev)) return CUDA_ERROR_INVALID_HANDLE;
+  // Ops that stamp it may still be queued: keep the object (tests are short).
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeEventRecord(CUevent e, CUstream s) {
+  ENTER("cuEventRecord");
+  auto* ev = reinterpret_cast<FakeEvent*>(e);
+  if (!drv().events.count(ev) || !knownStream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  ev->recorded = true;
+  ev->ticket = enqueue(streamOf(s), [ev] {
+    ev->when = Clock::now();
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeEventQuery(CUevent e) {
+  ENTER("cuEventQuery");
+  auto* ev = reinterpret_cast<FakeEvent*>(e);
+  if (!drv().events.count(ev)) return CUDA_ERROR_INVALID_HANDLE;
+  return drv().executed >= ev->ticket ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult fakeEventElapsedTime(float* ms, CUevent a, CUevent b) {
+  ENTER("cuEventElapsedTime");
+  auto* x = reinterpret_cast<FakeEvent*>(a);
+  auto* y = reinterpret_cast<FakeEvent*>(b);
+  if (!drv().events.count(x) || !drv().events.count(y)) return CUDA_ERROR_INVALID_HANDLE;
+  if ((x->flags | y->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+  if (!x->recorded || !y->recorded) return CUDA_ERROR_INVALID_HANDLE;
+  if (drv().executed < x->ticket || drv().executed < y->ticket) return CUDA_ERROR_NOT_READY;
+  *ms = std::chrono::duration<float, std::milli>(y->when - x->when).count();
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeLaunchHostFunc(CUstream s, CUhostFn fn, void* user) {
+  ENTER("cuLaunchHostFunc");
+  if (!knownStream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  record("cuLaunchHostFunc");
+  enqueue(streamOf(s), [=] {
+    fn(user);
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
+}
+
+// ---- modules and kernels ----
+
+CUresult fakeModuleLoadData(CUmodule* out, const void* image) {
+  ENTER("cuModuleLoadData");
+  Driver& d = drv();
+  uint32_t magic;
+  uint64_t fat_size;
+  uint16_t header_size;
+  std::memcpy(&magic, image, 4);
+  if (magic != 0xBA55ED50u) return CUDA_ERROR_INVALID_IMAGE;
+  std::memcpy(&header_size, static_cast<const char*>(image) + 6, 2);
+  std::memcpy(&fat_size, static_cast<const char*>(image) + 8, 8);
+  auto img = rgpu::common::parseFatbin(image, header_size + fat_size);
+  if (!img) return CUDA_ERROR_INVALID_IMAGE;
+  // Like the driver on an sm_90 GPU: SASS for another architecture is useless,
+  // PTX up to compute_90 is JIT-compiled (here: interpreted).
+  const rgpu::common::FatbinEntry* best = nullptr;
+  for (auto& e : img->entries)
+    if (e.kind == rgpu::common::FatbinEntry::kPtx && e.arch <= 90 && (!best || e.arch > best->arch)) best = &e;
+  if (!best) return CUDA_ERROR_NO_BINARY_FOR_GPU;
+  auto program = ptx::parsePtx(best->payload);
+  if (!program) return CUDA_ERROR_INVALID_PTX;
+  auto m = std::make_unique<FakeModule>();
+  m->device = t_ctx->device;
+  m->ptx_arch = static_cast<int>(best->arch);
+  m->image = std::move(*img);
+  m->program = std::move(*program);
+  std::vector<uint64_t> addrs;
+  for (auto& g : m->program.globals) {
+    uint64_t size = std::max<uint64_t>(g.size, 1), rounded = (size + 255) / 256 * 256;
+    void* p = std::aligned_alloc(256, rounded);
+    std::memset(p, 0, rounded);
+    std::memcpy(p, g.init.data(), g.init.size());
+    d.allocations[reinterpret_cast<uint64_t>(p)] = {m->device, rounded};
+    addrs.push_back(reinterpret_cast<uint64_t>(p));
+    m->globals[g.name] = {reinterpret_cast<uint64_t>(p), g.size};
+  }
+  for (size_t gi = 0; gi < m->program.globals.size(); ++gi)
+    for (auto& [off, sym] : m->program.globals[gi].address_inits)
+      if (auto it = m->globals.find(sym); it != m->globals.end() && off + 8 <= m->program.globals[gi].size)
+        std::memcpy(reinterpret_cast<uint8_t*>(addrs[gi]) + off, &it->second.first, 8);
+  record("cuModuleLoadData ptx=" + std::to_string(m->ptx_arch));
+  *out = reinterpret_cast<CUmodule>(m.get());
+  d.modules.insert(m.release());
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeModuleUnload(CUmodule mod) {
+  ENTER("cuModuleUnload");
+  auto* m = reinterpret_cast<FakeModule*>(mod);
+  if (!drv().modules.erase(m)) return CUDA_ERROR_INVALID_HANDLE;
+  uint64_t upto = drv().enqueued;
+  drv().cv.wait(lock, [&] { return drv().executed >= upto; });
+  for (auto& [name, g] : m->globals) {
+    drv().allocations.erase(g.first);
+    std::free(reinterpret_cast<void*>(g.first));
+  }
+  for (auto it = drv().functions.begin(); it != drv().functions.end();)
+    it = (*it)->module == m ? drv().functions.erase(it) : std::next(it);
+  record("cuModuleUnload");
+  delete m;
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeModuleGetFunction(CUfunction* f, CUmodule mod, const char* name) {
+  ENTER("cuModuleGetFunction");
+  auto* m = reinterpret_cast<FakeModule*>(mod);
+  if (!drv().modules.count(m)) return CUDA_ERROR_INVALID_HANDLE;
+  auto it = m->program.functions.find(name);
+  if (it == m->program.functions.end() || !it->second.is_entry) return CUDA_ERROR_NOT_FOUND;
+  auto* fn = new FakeFunction{m, name, &it->second};
+  drv().functions.insert(fn);
+  *f = reinterpret_cast<CUfunction>(fn);
+  record(std::string("cuModuleGetFunction ") + name);
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeModuleGetGlobal(CUdeviceptr* p, size_t* bytes, CUmodule mod, const char* name) {
+  ENTER("cuModuleGetGlobal");
+  auto* m = reinterpret_cast<FakeModule*>(mod);
+  if (!drv().modules.count(m)) return CUDA_ERROR_INVALID_HANDLE;
+  auto it = m->globals.find(name);
+  if (it == m->globals.end()) return CUDA_ERROR_NOT_FOUND;
+  if (p) *p = it->second.first;
+  if (bytes) *bytes = it->second.second;
+  return CUDA_SUCCESS;
+}
+
+FakeFunction* functionOf(CUfunction f) {
+  auto* fn = reinterpret_cast<FakeFunction*>(f);
+  return drv().functions.count(fn) ? fn : nullptr;
+}
+
+CUresult fakeFuncGetParamInfo(CUfunction f, size_t index, size_t* offset, size_t* size) {
+  ENTER("cuFuncGetParamInfo");
+  FakeFunction* fn = functionOf(f);
+  if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+  if (index >= fn->code->params.size()) return CUDA_ERROR_INVALID_VALUE;
+  *offset = fn->code->params[index].first;
+  *size = fn->code->params[index].second;
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) {
+  ENTER("cuFuncGetAttribute");
+  FakeFunction* fn = functionOf(f);
+  if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+  switch (a) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *v = static_cast<int>(fn->code->static_shared); break;
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *v = 0; break;
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *v = static_cast<int>(fn->code->local_bytes); break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *v = static_cast<int>(std::min<uint32_t>(fn->code->num_regs, 255)); break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *v = fn->module->ptx_arch; break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *v = 90; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *v = fn->max_dynamic_shared; break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *v = -1; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
+  ENTER("cuFuncSetAttribute");
+  FakeFunction* fn = functionOf(f);
+  if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+  if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+    if (v < 0 || v > 232448) return CUDA_ERROR_INVALID_VALUE;
+    fn->max_dynamic_shared = v;
+  }
+  record("cuFuncSetAttribute " + std::to_string(a) + "=" + std::to_string(v));
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeOccupancy(int* n, CUfunction f, int block, size_t smem) {
+  ENTER("cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  if (!functionOf(f) || block <= 0) return CUDA_ERROR_INVALID_VALUE;
+  *n = std::max(1, std::min(32, 2048 / block));
+  return CUDA_SUCCESS;
+}
+
+std::string hex(const void* p, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char c = static_cast<const unsigned char*>(p)[i];
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+CUresult fakeLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                          unsigned smem, CUstream s, void** params, void** extra) {
+  ENTER("cuLaunchKernel");
+  FakeFunction* fn = functionOf(f);
+  if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+  if (!knownStream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (params) return CUDA_ERROR_NOT_SUPPORTED;  // rgpu always passes the packed buffer
+  std::string block;
+  if (extra) {
+    const void* buf = nullptr;
+    size_t size = 0;
+    for (void** e = extra; *e != CU_LAUNCH_PARAM_END; e += 2) {
+      if (e[0] == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = e[1];
+      else if (e[0] == CU_LAUNCH_PARAM_BUFFER_SIZE) size = *static_cast<size_t*>(e[1]);
+      else return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!buf) return CUDA_ERROR_INVALID_VALUE;
+    block.assign(static_cast<const char*>(buf), size);
+  }
+  if (block.size() != fn->code->param_bytes) return CUDA_ERROR_INVALID_VALUE;
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || uint64_t(bx) * by * bz > 1024 || bz > 64 ||
+      gy > 65535 || gz > 65535 || smem > static_cast<unsigned>(fn->max_dynamic_shared))
+    return CUDA_ERROR_INVALID_VALUE;
+  std::ostringstream line;
+  line << "cuLaunchKernel " << fn->name << " grid=" << gx << "," << gy << "," << gz << " block=" << bx << "," << by
+       << "," << bz << " shmem=" << smem << " params=" << hex(block.data(), block.size());
+  record(line.str());
+  enqueue(streamOf(s), [fn, gx, gy, gz, bx, by, bz, smem, block] {
+    ptx::MemoryRanges memory;
+    {
+      std::lock_guard l(drv().mu);
+      for (auto& [base, a] : drv().allocations) memory.emplace_back(base, base + a.second);
+    }
+    ptx::Launch L;
+    L.fn = fn->code;
+    L.grid = {gx, gy, gz};
+    L.block = {bx, by, bz};
+    L.dynamic_shared = smem;
+    L.params = reinterpret_cast<const uint8_t*>(block.data());
+    L.memory = &memory;
+    L.sm_count = 4;
+    ptx::LaunchResult r = drv().interp->run(L);
+    if (!r.output.empty()) {
+      std::fwrite(r.output.data(), 1, r.output.size(), stdout);
+      std::fflush(stdout);
+    }
+    return r.status ? CUDA_SUCCESS : static_cast<CUresult>(r.status.code());
+  });
+  return CUDA_SUCCESS;
+}
+
+const std::map<std::string, void*>& table() {
+  static const std::map<std::string, void*> t = {
+      {"cuInit", reinterpret_cast<void*>(&fakeInit)},
+      {"cuDriverGetVersion", reinterpret_cast<void*>(&fakeDriverGetVersion)},
+      {"cuGetErrorName", reinterpret_cast<void*>(&fakeGetErrorName)},
+      {"cuGetErrorString", reinterpret_cast<void*>(&fakeGetErrorString)},
+      {"cuDeviceGetCount", reinterpret_cast<void*>(&fakeDeviceGetCount)},
+      {"cuDeviceGet", reinterpret_cast<void*>(&fakeDeviceGet)},
+      {"cuDeviceGetName", reinterpret_cast<void*>(&fakeDeviceGetName)},
+      {"cuDeviceGetUuid", reinterpret_cast<void*>(&fakeDeviceGetUuid)},
+      {"cuDeviceTotalMem", reinterpret_cast<void*>(&fakeDeviceTotalMem)},
+      {"cuDeviceGetAttribute", reinterpret_cast<void*>(&fakeDeviceGetAttribute)},
+      {"cuDevicePrimaryCtxRetain", reinterpret_cast<void*>(&fakePrimaryCtxRetain)},
+      {"cuDevicePrimaryCtxRelease", reinterpret_cast<void*>(&fakePrimaryCtxRelease)},
+      {"cuCtxSetCurrent", reinterpret_cast<void*>(&fakeCtxSetCurrent)},
+      {"cuMemAlloc", reinterpret_cast<void*>(&fakeMemAlloc)},
+      {"cuMemFree", reinterpret_cast<void*>(&fakeMemFree)},
+      {"cuMemGetInfo", reinterpret_cast<void*>(&fakeMemGetInfo)},
+      {"cuMemHostAlloc", reinterpret_cast<void*>(&fakeMemHostAlloc)},
+      {"cuMemFreeHost", reinterpret_cast<void*>(&fakeMemFreeHost)},
+      {"cuMemcpyHtoDAsync", reinterpret_cast<void*>(&fakeMemcpyHtoDAsync)},
+      {"cuMemcpyDtoHAsync", reinterpret_cast<void*>(&fakeMemcpyDtoHAsync)},
+      {"cuMemcpyDtoDAsync", reinterpret_cast<void*>(&fakeMemcpyDtoDAsync)},
+      {"cuMemcpy2DAsync", reinterpret_cast<void*>(&fakeMemcpy2DAsync)},
+      {"cuMemsetD8Async", reinterpret_cast<void*>(&fakeMemsetD8Async)},
+      {"cuMemsetD2D8Async", reinterpret_cast<void*>(&fakeMemsetD2D8Async)},
+      {"cuStreamCreateWithPriority", reinterpret_cast<void*>(&fakeStreamCreateWithPriority)},
+      {"cuStreamDestroy", reinterpret_cast<void*>(&fakeStreamDestroy)},
+      {"cuStreamQuery", reinterpret_cast<void*>(&fakeStreamQuery)},
+      {"cuStreamWaitEvent", reinterpret_cast<void*>(&fakeStreamWaitEvent)},
+      {"cuEventCreate", reinterpret_cast<void*>(&fakeEventCreate)},
+      {"cuEventDestroy", reinterpret_cast<void*>(&fakeEventDestroy)},
+      {"cuEventRecord", reinterpret_cast<void*>(&fakeEventRecord)},
+      {"cuEventQuery", reinterpret_cast<void*>(&fakeEventQuery)},
+      {"cuEventElapsedTime", reinterpret_cast<void*>(&fakeEventElapsedTime)},
+      {"cuLaunchHostFunc", reinterpret_cast<void*>(&fakeLaunchHostFunc)},
+      {"cuLaunchKernel", reinterpret_cast<void*>(&fakeLaunchKernel)},
+      {"cuModuleLoadData", reinterpret_cast<void*>(&fakeModuleLoadData)},
+      {"cuModuleUnload", reinterpret_cast<void*>(&fakeModuleUnload)},
+      {"cuModuleGetFunction", reinterpret_cast<void*>(&fakeModuleGetFunction)},
+      {"cuModuleGetGlobal", reinterpret_cast<void*>(&fakeModuleGetGlobal)},
+      {"cuFuncGetAttribute", reinterpret_cast<void*>(&fakeFuncGetAttribute)},
+      {"cuFuncSetAttribute", reinterpret_cast<void*>(&fakeFuncSetAttribute)},
+      {"cuFuncGetParamInfo", reinterpret_cast<void*>(&fakeFuncGetParamInfo)},
+      {"cuOccupancyMaxActiveBlocksPerMultiprocessor", reinterpret_cast<void*>(&fakeOccupancy)},
+  };
+  return t;
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
+                                                                     cuuint64_t flags,
+                                                                     CUdriverProcAddressQueryResult* status) {
+  {
+    std::lock_guard lock(drv().mu);
+    record(std::string("cuGetProcAddress ") + symbol + " " + std::to_string(version) + " flags=" +
+           std::to_string(flags));
+  }
+  auto it = table().find(symbol);
+  if (it == table().end()) {
+    *pfn = nullptr;
+    if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  *pfn = it->second;
+  if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+  return CUDA_SUCCESS;
+}
+
+// Test hooks.
+__attribute__((visibility("default"))) const char* rgpu_fake_cuda_log() {
+  static thread_local std::string copy;
+  std::lock_guard lock(drv().mu);
+  copy = drv().log;
+  return copy.c_str();
+}
+
+__attribute__((visibility("default"))) void rgpu_fake_cuda_clear_log() {
+  std::lock_guard lock(drv().mu);
+  drv().log.clear();
+}
+
+__attribute__((visibility("default"))) void rgpu_fake_cuda_fail(const char* name, int result) {
+  std::lock_guard lock(drv().mu);
+  drv().fail_next[name] = static_cast<CUresult>(result);
+}
+
+// Clears a sticky fault (a new process on a real GPU).
+__attribute__((visibility("default"))) void rgpu_fake_cuda_reset_sticky() {
+  std::lock_guard lock(drv().mu);
+  drv().sticky = CUDA_SUCCESS;
+}
+
+__attribute__((visibility("default"))) uint64_t rgpu_fake_cuda_live_allocations() {
+  std::lock_guard lock(drv().mu);
+  return drv().allocations.size();
+}
+
+}  // extern "C"

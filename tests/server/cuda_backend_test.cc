@@ -1,0 +1,360 @@
+// CudaBackend against the fake driver (tests/fake_driver): the backend's own
+// logic — entry points, contexts, device properties, copies through pinned
+// staging, launch parameter packing, streams and events, error mapping — is
+// exercised without a GPU. The real-device run is the `gpu` label.
+#include "server/cuda/cuda_backend.h"
+
+#include <dlfcn.h>
+#include <driver_types.h>
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <sstream>
+
+#include "common/fatbin.h"
+
+namespace rgpu::server::cuda {
+namespace {
+
+// The fake driver's test hooks, from the same library CudaBackend dlopens.
+struct FakeHooks {
+  FakeHooks() {
+    void* h = ::dlopen(RGPU_FAKE_CUDA_LIB, RTLD_NOW | RTLD_LOCAL);
+    log = reinterpret_cast<const char* (*)()>(::dlsym(h, "rgpu_fake_cuda_log"));
+    clear = reinterpret_cast<void (*)()>(::dlsym(h, "rgpu_fake_cuda_clear_log"));
+    fail = reinterpret_cast<void (*)(const char*, int)>(::dlsym(h, "rgpu_fake_cuda_fail"));
+    reset_sticky = reinterpret_cast<void (*)()>(::dlsym(h, "rgpu_fake_cuda_reset_sticky"));
+  }
+  const char* (*log)() = nullptr;
+  void (*clear)() = nullptr;
+  void (*fail)(const char*, int) = nullptr;
+  void (*reset_sticky)() = nullptr;
+};
+
+FakeHooks& hooks() {
+  static FakeHooks h;
+  return h;
+}
+
+std::unique_ptr<CudaBackend> makeBackend() {
+  CudaOptions o;
+  o.driver_library = RGPU_FAKE_CUDA_LIB;
+  auto b = CudaBackend::create(o);
+  EXPECT_TRUE(b) << b.status().message();
+  return b ? std::move(*b) : nullptr;
+}
+
+Status waitStream(Backend& b, StreamKey s) {
+  std::promise<Status> p;
+  Status e = b.whenStreamDone(s, [&](Status st) { p.set_value(st); });
+  if (!e) return e;
+  return p.get_future().get();
+}
+
+std::vector<uint8_t> readBack(Backend& b, StreamKey s, DevPtr src, uint64_t n, Status* st = nullptr) {
+  std::promise<std::vector<uint8_t>> p;
+  Status e = b.copyFromDevice(s, src, n, [&](Status r, const uint8_t* d, uint64_t size) {
+    if (st) *st = r;
+    p.set_value(std::vector<uint8_t>(d, d + (r ? size : 0)));
+  });
+  EXPECT_TRUE(e) << e.message();
+  return p.get_future().get();
+}
+
+Staging bytes(const std::vector<uint8_t>& v) { return std::make_shared<std::vector<uint8_t>>(v); }
+
+std::string readFileText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(CudaBackend, LoadsTheDriverThroughGetProcAddressAtTheHeadersAbiVersion) {
+  hooks().clear();
+  auto b = makeBackend();
+  ASSERT_TRUE(b);
+  std::string log = hooks().log();
+  EXPECT_NE(log.find("cuGetProcAddress cuMemAlloc 13000 flags=1"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuGetProcAddress cuLaunchKernel 13000 flags=1"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuDevicePrimaryCtxRetain 0"), std::string::npos) << log;
+  EXPECT_EQ(b->driverVersion(), 13000);
+  EXPECT_EQ(b->name(), "cuda");
+}
+
+TEST(CudaBackend, MissingDriverIsAClearStartupError) {
+  CudaOptions o;
+  o.driver_library = "libcuda-that-does-not-exist.so.1";
+  auto b = CudaBackend::create(o);
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.status().code(), err::kInsufficientDriver);
+  EXPECT_NE(b.status().message().find("cannot load the CUDA driver libcuda-that-does-not-exist.so.1"),
+            std::string::npos)
+      << b.status().message();
+}
+
+TEST(CudaBackend, DevicePropertiesComeFromDriverAttributes) {
+  auto b = makeBackend();
+  ASSERT_TRUE(b);
+  ASSERT_EQ(b->devices().size(), 1u);
+  const DeviceDescription& d = b->devices()[0];
+  ASSERT_EQ(d.prop.size(), sizeof(cudaDeviceProp));
+  cudaDeviceProp p;
+  std::memcpy(&p, d.prop.data(), sizeof p);
+  EXPECT_STREQ(p.name, "rgpu fake GPU 0");
+  EXPECT_EQ(p.major, 9);
+  EXPECT_EQ(p.minor, 0);
+  EXPECT_EQ(p.multiProcessorCount, 132);
+  EXPECT_EQ(p.totalGlobalMem, 1ull << 30);
+  EXPECT_EQ(p.l2CacheSize, 60 * 1024 * 1024);
+  EXPECT_EQ(p.sharedMemPerBlockOptin, 232448u);
+  EXPECT_EQ(p.pciBusID, 0x19);
+  EXPECT_EQ(static_cast<unsigned char>(p.uuid.bytes[0]), 0xf0);
+  // The driver says it can map host memory and manage memory; a remote client cannot.
+  EXPECT_EQ(p.canMapHostMemory, 0);
+  EXPECT_EQ(p.managedMemory, 0);
+  EXPECT_EQ(d.attributes[cudaDevAttrCanMapHostMemory], 0);
+  EXPECT_EQ(d.attributes[cudaDevAttrMultiProcessorCount], 132);
+  EXPECT_EQ(d.attributes[cudaDevAttrCooperativeLaunch], 1);
+}
+
+TEST(CudaBackend, CopiesRoundTripThroughPinnedStaging) {
+  auto b = makeBackend();
+  ASSERT_TRUE(b);
+  hooks().clear();
+  auto p = b->allocate(0, 1000);
+  ASSERT_TRUE(p) << p.status().message();
+  std::vector<uint8_t> data(1000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7);
+  ASSERT_TRUE(b->copyToDevice({0, 0}, *p, bytes(data), data.size()));
+  EXPECT_EQ(readBack(*b, {0, 0}, *p, 1000), data);
+  // Device to device, fill, 2D.
+  auto q = b->allocate(0, 1000);
+  ASSERT_TRUE(q);
+  ASSERT_TRUE(b->copyOnDevice({0, 0}, *q, *p, 1000));
+  ASSERT_TRUE(b->fill({0, 0}, *q, 0xab, 10));
+  auto back = readBack(*b, {0, 0}, *q, 1000);
+  EXPECT_EQ(back[9], 0xab);
+  EXPECT_EQ(back[10], data[10]);
+  // 2D: 4 rows of 8 bytes into a pitch of 100.
+  std::vector<uint8_t> rows(32);
+  for (int i = 0; i < 32; ++i) rows[i] = static_cast<uint8_t>(100 + i);
+  ASSERT_TRUE(b->copy2DToDevice({0, 0}, *q, 100, bytes(rows), 8, 4));
+  std::promise<std::vector<uint8_t>> got;
+  ASSERT_TRUE(b->copy2DFromDevice({0, 0}, *q, 100, 8, 4, [&](Status s, const uint8_t* d, uint64_t n) {
+    got.set_value(std::vector<uint8_t>(d, d + n));
+  }));
+  EXPECT_EQ(got.get_future().get(), rows);
+  ASSERT_TRUE(b->fill2D({0, 0}, *q, 100, 0, 8, 4));
+  auto cleared = readBack(*b, {0, 0}, *q, 400);
+  EXPECT_EQ(cleared[300], 0);
+  EXPECT_EQ(cleared[308], data[308]);
+
+  std::string log = hooks().log();
+  EXPECT_NE(log.find("cuMemcpyHtoDAsync 1000 pinned"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuMemcpyDtoHAsync 1000 pinned"), std::string::npos) << log;
+  EXPECT_EQ(log.find("pageable"), std::string::npos) << "an async copy from pageable memory blocks: " << log;
+  // Staging buffers are reused, not allocated per copy.
+  size_t host_allocs = 0;
+  for (size_t at = 0; (at = log.find("cuMemHostAlloc", at)) != std::string::npos; ++at) ++host_allocs;
+  EXPECT_LE(host_allocs, 2u) << log;
+  EXPECT_TRUE(b->release(*p));
+  EXPECT_TRUE(b->release(*q));
+}
+
+TEST(CudaBackend, MemoryInfoAndOutOfMemory) {
+  auto b = makeBackend();
+  ASSERT_TRUE(b);
+  uint64_t free0 = 0, total = 0;
+  ASSERT_TRUE(b->memInfo(0, free0, total));
+  EXPECT_EQ(total, 1ull << 30);
+  auto p = b->allocate(0, 1 << 20);
+  ASSERT_TRUE(p);
+  uint64_t free1 = 0;
+  ASSERT_TRUE(b->memInfo(0, free1, total));
+  EXPECT_EQ(free0 - free1, 1u << 20);
+  auto big = b->allocate(0, 2ull << 30);
+  ASSERT_FALSE(big);
+  EXPECT_EQ(big.status().code(), err::kMemoryAllocation);
+  EXPECT_TRUE(b->release(*p));
+  EXPECT_EQ(b->release(*p).code(), err::kInvalidDevicePointer);
+  EXPECT_EQ(b->allocate(3, 16).status().code(), err::kInvalidDevice);
+}
+
+TEST(CudaBackend, DriverErrorsMapToRuntimeErrorsNamingTheCall) {
+  auto b = makeBackend();
+  ASSERT_TRUE(b);
+  auto p = b->allocate(0, 64);
+  ASSERT_TRUE(p);
+  hooks().fail("cuMemsetD8Async", CUDA_ERROR_ECC_UNCORRECTABLE);
+  Status s = b->fill({0, 0}, *p, 1, 64);
+  EXPECT_EQ(s.code(), 214);  // cudaErrorECCUncorrectable
+  EXPECT_NE(s.message().find("cuMemsetD8Async"), std::string::npos) << s.message();
+  hooks().fail("cuMemAlloc", CUDA_ERROR_INVALID_CONTEXT);
+  EXPECT_EQ(b->allocate(0, 64).status().code(), 201);  // cudaErrorDeviceUninitialized
+  EXPECT_EQ(cudaErrorFromDriver(CUDA_ERROR_NOT_FOUND), 500);
+  EXPECT_EQ(cudaErrorFromDriver(CUDA_ERROR_OUT_OF_MEMORY), 2);
+  EXPECT_EQ(cudaErrorFromDriver(CUDA_ERROR_NO_BINARY_FOR_GPU), 209);
+  EXPECT_EQ(cudaErrorFromDriver(CUDA_ERROR_CONTEXT_ALREADY_CURRENT), 1);
+  EXPECT_EQ(cudaErrorFromDriver(static_cast<CUresult>(916)), 999);  // no runtime equivalent
+  EXPECT_EQ(cudaErrorFromDriver(static_cast<CUresult>(12345)), 999);
+  EXPECT_TRUE(b->release(*p));
+}
+
+TEST(CudaBackend, StreamsAndEventsMapToDriverObjects) {
+  auto b = makeBackend();
+  ASSERT_TRUE(b);
+  hooks().clear();
+  ASSERT_TRUE(b->createStream({5, 0}, cudaStreamNonBlocking, -1));
+  EXPECT_EQ(b->createStream({5, 0}, 0, 0).code(), err::kInvalidValue);
+  ASSERT_TRUE(b->createEvent(1, 0, 0));
+  ASSERT_TRUE(b->createEvent(2, 0, 0));
+  ASSERT_TRUE(b->createEvent(3, 0, cudaEventDisableTiming));
+  auto p = b->allocate(0, 4096);
+  ASSERT_TRUE(p);
+  ASSERT_TRUE(b->recordEvent(1, {5, 0}));
+  ASSERT_TRUE(b->fill({5, 0}, *p, 7, 4096));
+  ASSERT_TRUE(b->recordEvent(2, {5, 0}));
+  ASSERT_TRUE(b->waitEvent({0, 0}, 2));
+  std::promise<Status> ev;
+  ASSERT_TRUE(b->whenEventDone(2, [&](Status s) { ev.set_value(s); }));
+  EXPECT_TRUE(ev.get_future().get());
+  auto done = b->eventDone(2);
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(*done);
+  auto ms = b->elapsedMs(1, 2);
+  ASSERT_TRUE(ms) << ms.status().message();
+  EXPECT_GE(*ms, 0.0f);
+  ASSERT_TRUE(b->recordEvent(3, {5, 0}));
+  EXPECT_FALSE(b->elapsedMs(1, 3));  // timing disabled
+  EXPECT_TRUE(waitStream(*b, {5, 0}));
+  auto idle = b->streamIdle({5, 0});
+  ASSERT_TRUE(idle);
+  EXPECT_TRUE(*idle);
+  std::promise<Status> dev;
+  ASSERT_TRUE(b->whenDeviceDone(0, [&](Status s) { dev.set_value(s); }));
+  EXPECT_TRUE(dev.get_future().get());
+  // A host call runs in stream order.
+  std::promise<void> ran;
+  ASSERT_TRUE(b->hostCall({5, 0}, [&] { ran.set_value(); }));
+  ran.get_future().get();
+  EXPECT_EQ(b->recordEvent(99, {5, 0}).code(), err::kInvalidResourceHandle);
+  EXPECT_EQ(b->fill({77, 0}, *p, 0, 1).code(), err::kInvalidResourceHandle);
+  ASSERT_TRUE(b->destroyStream({5, 0}));
+  ASSERT_TRUE(b->destroyEvent(1));
+  EXPECT_EQ(b->destroyEvent(1).code(), err::kInvalidResourceHandle);
+  std::string log = hooks().log();
+  EXPECT_NE(log.find("cuStreamCreateWithPriority flags=1 priority=-1"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuEventCreate flags=2"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuStreamWaitEvent"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuLaunchHostFunc"), std::string::npos) << log;
+  EXPECT_TRUE(b->release(*p));
+}
+
+std::string fatbin(const char* tag) {
+  return readFileText(std::string(RGPU_TEST_DATA_DIR) + "/kernels_" + tag + ".fatbin");
+}
+
+TEST(CudaBackend, LaunchPassesThePackedParameterBlockAndRuns) {
+  auto b = makeBackend();
+  ASSERT_TRUE(b);
+  ASSERT_TRUE(b->loadModule(1, 0, fatbin("default")));
+  auto bytes_fill = b->registerFunction(10, 1, "_Z6k_fillIfEvPT_S0_i");
+  ASSERT_TRUE(bytes_fill) << bytes_fill.status().message();
+  EXPECT_EQ(*bytes_fill, 16u);  // float*, float, int
+  auto bytes_small = b->registerFunction(11, 1, "_Z7k_smallcbsfdxPv");
+  ASSERT_TRUE(bytes_small) << bytes_small.status().message();
+  EXPECT_EQ(*bytes_small, 32u);  // offsets 0,1,2,4,8,16,24
+  EXPECT_EQ(b->registerFunction(12, 1, "no_such_kernel").status().code(), err::kInvalidDeviceFunction);
+
+  auto p = b->allocate(0, 256 * sizeof(float));
+  ASSERT_TRUE(p);
+  std::string params(16, '\0');
+  DevPtr ptr = *p;
+  float v = 2.5f;
+  int n = 256;
+  std::memcpy(params.data(), &ptr, 8);
+  std::memcpy(params.data() + 8, &v, 4);
+  std::memcpy(params.data() + 12, &n, 4);
+  hooks().clear();
+  LaunchConfig cfg;
+  cfg.grid = {2, 1, 1};
+  cfg.block = {128, 1, 1};
+  ASSERT_TRUE(b->launch({0, 0}, 10, cfg, params));
+  auto out = readBack(*b, {0, 0}, *p, 256 * sizeof(float));
+  float f[256];
+  std::memcpy(f, out.data(), sizeof f);
+  EXPECT_EQ(f[0], 2.5f);
+  EXPECT_EQ(f[255], 2.5f);
+  std::string log = hooks().log();
+  EXPECT_NE(log.find("cuLaunchKernel _Z6k_fillIfEvPT_S0_i grid=2,1,1 block=128,1,1 shmem=0 params="), std::string::npos)
+      << log;
+  // Too many threads per block: a configuration error, as the runtime reports it.
+  cfg.block = {2048, 1, 1};
+  EXPECT_EQ(b->launch({0, 0}, 10, cfg, params).code(), err::kInvalidConfiguration);
+
+  auto attrs = b->functionAttributes(10);
+  ASSERT_TRUE(attrs);
+  EXPECT_EQ(attrs->ptx_version, 75);
+  EXPECT_EQ(attrs->max_threads_per_block, 1024);
+  ASSERT_TRUE(b->setFunctionAttribute(10, cudaFuncAttributeMaxDynamicSharedMemorySize, 100000));
+  EXPECT_EQ(b->functionAttributes(10)->max_dynamic_shared, 100000);
+  auto occ = b->occupancy(10, 256, 0);
+  ASSERT_TRUE(occ);
+  EXPECT_EQ(*occ, 8);
+  EXPECT_TRUE(b->release(*p));
+  ASSERT_TRUE(b->unloadModule(1));
+  EXPECT_EQ(b->launch({0, 0}, 10, cfg, params).code(), err::kInvalidDeviceFunction);
+}
+
+TEST(CudaBackend, KernelFaultsAreReportedAtTheNextSynchronisationAndAreSticky) {
+  auto b = makeBackend();
+  ASSERT_TRUE(b);
+  std::mutex mu;
+  std::vector<Status> async;
+  b->setAsyncErrorSink([&](Status s) {
+    std::lock_guard l(mu);
+    async.push_back(s);
+  });
+  ASSERT_TRUE(b->loadModule(1, 0, fatbin("default")));
+  ASSERT_TRUE(b->registerFunction(10, 1, "_Z6k_fillIfEvPT_S0_i"));
+  std::string params(16, '\0');
+  uint64_t wild = 0x10;  // not device memory
+  int n = 4;
+  std::memcpy(params.data(), &wild, 8);
+  std::memcpy(params.data() + 12, &n, 4);
+  LaunchConfig cfg;
+  ASSERT_TRUE(b->launch({0, 0}, 10, cfg, params));  // enqueued: the fault comes later
+  Status s = waitStream(*b, {0, 0});
+  EXPECT_EQ(s.code(), err::kIllegalAddress) << s.message();
+  {
+    std::lock_guard l(mu);
+    ASSERT_FALSE(async.empty());
+    EXPECT_EQ(async[0].code(), err::kIllegalAddress);
+  }
+  EXPECT_EQ(b->allocate(0, 16).status().code(), err::kIllegalAddress);  // sticky, as on a GPU
+  hooks().reset_sticky();
+}
+
+TEST(CudaBackend, FatbinsWithCodeTheDriverCanUseLoad) {
+  auto b = makeBackend();
+  ASSERT_TRUE(b);
+  // kernels_size: sm_90 SASS + PTX 90 -> loads; a PTX-only compute_80 build -> loads (JIT).
+  EXPECT_TRUE(b->loadModule(1, 0, fatbin("size")));
+  EXPECT_TRUE(b->loadModule(2, 0, fatbin("ptxonly")));
+  EXPECT_EQ(b->loadModule(2, 0, fatbin("ptxonly")).code(), err::kInvalidValue);  // id in use
+  // Garbage is refused by rgpu's own parser before the driver sees it.
+  EXPECT_FALSE(b->loadModule(3, 0, std::string(64, 'x')));
+}
+
+TEST(CudaBackend, GlobalsResolveThroughTheDriver) {
+  auto b = makeBackend();
+  ASSERT_TRUE(b);
+  ASSERT_TRUE(b->loadModule(1, 0, fatbin("default")));
+  EXPECT_EQ(b->globalAddress(1, "no_such_variable", 4).status().code(), err::kInvalidSymbol);
+  EXPECT_EQ(b->globalAddress(9, "x", 4).status().code(), err::kInvalidResourceHandle);
+}
+
+}  // namespace
+}  // namespace rgpu::server::cuda
