@@ -444,23 +444,7 @@ Status SimBackend::loadModule(uint32_t id, int device, const std::string& fatbin
     addrs.push_back(*p);
     m.globals[g.name] = {*p, g.size};
   }
-  for (size_t gi = 0; gi < m.program.globals.size(); ++gi) {
-    for (auto& [off, sym] : m.program.globals[gi].address_inits) {
-      auto it = m.globals.find(sym);
-      if (it != m.globals.end() && off + 8 <= m.program.globals[gi].size)
-        std::memcpy(reinterpret_cast<uint8_t*>(addrs[gi]) + off, &it->second.first, 8);
-    }
-  }
-  // Resolve symbol operands to the addresses just allocated.
-  for (auto& [name, fn] : m.program.functions) {
-    for (auto& in : fn.code) {
-      for (ptx::Operand* o : {&in.d, &in.a, &in.b, &in.c, &in.e}) {
-        if (o->global >= 0) o->imm += addrs[static_cast<size_t>(o->global)];
-        for (auto& v : o->vec)
-          if (v.global >= 0) v.imm += addrs[static_cast<size_t>(v.global)];
-      }
-    }
-  }
+  ptx::bindGlobals(m.program, addrs);
   m.image = std::move(*image);
   modules_.emplace(id, std::move(m));
   return Status::ok();

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <functional>
 #include <unordered_map>
 
@@ -1169,6 +1170,27 @@ Result<Module> parsePtx(const std::string& text) {
   if (!toks) return toks.status();
   Parser p(std::move(*toks));
   return p.run();
+}
+
+void bindGlobals(Module& m, const std::vector<uint64_t>& addrs) {
+  std::map<std::string, uint64_t> by_name;
+  for (size_t i = 0; i < m.globals.size() && i < addrs.size(); ++i) by_name[m.globals[i].name] = addrs[i];
+  for (size_t gi = 0; gi < m.globals.size() && gi < addrs.size(); ++gi) {
+    for (auto& [off, sym] : m.globals[gi].address_inits) {
+      auto it = by_name.find(sym);
+      if (it != by_name.end() && off + 8 <= m.globals[gi].size)
+        std::memcpy(reinterpret_cast<uint8_t*>(addrs[gi]) + off, &it->second, 8);
+    }
+  }
+  for (auto& [name, fn] : m.functions) {
+    for (auto& in : fn.code) {
+      for (Operand* o : {&in.d, &in.a, &in.b, &in.c, &in.e}) {
+        if (o->global >= 0) o->imm += addrs[static_cast<size_t>(o->global)];
+        for (auto& v : o->vec)
+          if (v.global >= 0) v.imm += addrs[static_cast<size_t>(v.global)];
+      }
+    }
+  }
 }
 
 }  // namespace rgpu::server::ptx

@@ -25,4 +25,9 @@ inline constexpr int kErrInvalidPtx = 218;
 
 Result<Module> parsePtx(const std::string& text);
 
+// Places the module's variables: `addrs[i]` is where globals[i] now lives
+// (host memory of its size, already holding its initial bytes). Writes the
+// addresses that initialisers refer to and resolves symbol operands.
+void bindGlobals(Module& m, const std::vector<uint64_t>& addrs);
+
 }  // namespace rgpu::server::ptx

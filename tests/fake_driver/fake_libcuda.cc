@@ -614,10 +614,7 @@ CUresult fakeModuleLoadData(CUmodule* out, const void* image) {
     addrs.push_back(reinterpret_cast<uint64_t>(p));
     m->globals[g.name] = {reinterpret_cast<uint64_t>(p), g.size};
   }
-  for (size_t gi = 0; gi < m->program.globals.size(); ++gi)
-    for (auto& [off, sym] : m->program.globals[gi].address_inits)
-      if (auto it = m->globals.find(sym); it != m->globals.end() && off + 8 <= m->program.globals[gi].size)
-        std::memcpy(reinterpret_cast<uint8_t*>(addrs[gi]) + off, &it->second.first, 8);
+  ptx::bindGlobals(m->program, addrs);
   record("cuModuleLoadData ptx=" + std::to_string(m->ptx_arch));
   *out = reinterpret_cast<CUmodule>(m.get());
   d.modules.insert(m.release());

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# One command for a GPU host: proves rgpu on a real device and prints one summary.
+#
+#   1. set up and build (all cores);
+#   2. probe the NVIDIA driver the way rgpu-server's `backend = "auto"` does;
+#   3. the `gpu` tests: examples and end-to-end programs through rgpu-server's
+#      CUDA backend and natively against NVIDIA's runtime, compared;
+#   4. a loopback rgpu-server with backend = "cuda" and development
+#      certificates; the examples through it;
+#   5. gpu_bench natively and through rgpu: round-trip latency, launch rate,
+#      H2D/D2H bandwidth, and the ratios.
+# Finishes within 8 minutes on a 16-core host with one GPU. Exit status 0 only
+# when every step passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+t_start=$(date +%s)
+build="$(pwd)/${RGPU_BUILD_DIR:-build}"
+cuda_home="${CUDA_HOME:-/usr/local/cuda}"
+declare -a summary
+status=0
+note() { summary+=("$1"); echo "== $1"; }
+elapsed() { echo "$(( $(date +%s) - t_start ))s"; }
+
+if ! scripts/setup.sh; then note "setup: FAILED"; exit 1; fi
+if ! scripts/build.sh >"${TMPDIR:-/tmp}/rgpu-gpu-check-build.log" 2>&1; then
+  tail -40 "${TMPDIR:-/tmp}/rgpu-gpu-check-build.log"
+  note "build: FAILED"
+  exit 1
+fi
+note "build: ok ($(elapsed))"
+
+command -v nvidia-smi >/dev/null && nvidia-smi -L
+if ! probe=$("$build/server/rgpu-server" --probe-cuda); then
+  note "cuda probe: FAILED: $probe"
+  exit 1
+fi
+note "cuda probe: $(echo "$probe" | tr '\n' ' ')"
+
+# 3. gpu-labelled tests (they start their own rgpu-server with backend = "cuda").
+gpu_log="$build/gpu-check-ctest.log"
+(cd "$build" && ctest -L gpu --output-on-failure --timeout 300) >"$gpu_log" 2>&1
+rc=$?
+grep -q "Skipped\|Not Run" "$gpu_log" && rc=1  # on a GPU host nothing may skip
+note "gpu tests: $(grep -E 'tests passed|tests failed' "$gpu_log" | tail -1) [rc $rc] ($(elapsed))"
+[ $rc -eq 0 ] || { status=1; tail -60 "$gpu_log"; }
+
+# 4. A server on loopback with the CUDA backend.
+work="$build/gpu-check" && rm -rf "$work" && mkdir -p "$work"
+"$build/server/rgpu-server" --make-dev-certs "$work" --client-cert check >/dev/null
+cat >"$work/server.toml" <<TOML
+listen = "127.0.0.1:0"
+backend = "cuda"
+[tls]
+cert = "server.pem"
+key = "server.key"
+ca = "ca.pem"
+[[users]]
+name = "check"
+cert_cn = "check"
+TOML
+"$build/server/rgpu-server" --config "$work/server.toml" --port-file "$work/port" 2>"$work/server.log" &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+for _ in $(seq 600); do [ -s "$work/port" ] && break; kill -0 $server 2>/dev/null || break; sleep 0.05; done
+if [ ! -s "$work/port" ]; then
+  cat "$work/server.log"
+  note "rgpu-server --backend=cuda: FAILED to start"
+  exit 1
+fi
+port=$(cat "$work/port")
+cat >"$work/client.toml" <<TOML
+server = "127.0.0.1:$port"
+[tls]
+ca = "ca.pem"
+cert = "check.pem"
+key = "check.key"
+TOML
+rgpu_env=(env RGPU_CONFIG="$work/client.toml" LD_LIBRARY_PATH="$build/client")
+native_env=(env LD_LIBRARY_PATH="$cuda_home/lib64")
+passed=0; failed=0
+for ex in device_query memory streams vector_add matmul reduction; do
+  if "${rgpu_env[@]}" "$build/examples/$ex" >"$work/$ex.out" 2>&1; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); status=1; echo "-- $ex through rgpu failed:"; cat "$work/$ex.out"; fi
+done
+head -3 "$work/device_query.out"
+note "examples through rgpu (cuda backend): $passed passed, $failed failed"
+
+# 5. The benchmark, natively and through rgpu, side by side.
+bench="$build/tests/e2e/gpu_bench"
+"${native_env[@]}" "$bench" >"$work/bench-native.out" 2>&1 || status=1
+"${rgpu_env[@]}" "$bench" >"$work/bench-rgpu.out" 2>&1 || status=1
+summary+=("$(printf '%-22s %14s %14s %8s' figure native rgpu rgpu/native)")
+while read -r _ name value unit; do
+  base=$(awk -v n="$name" '$1 == "figure" && $2 == n { print $3 }' "$work/bench-native.out")
+  ratio=$(awk -v a="${base:-0}" -v b="$value" 'BEGIN { if (a > 0) printf "%.3f", b / a; else print "-" }')
+  summary+=("$(printf '%-22s %14s %14s %8s  %s' "$name" "${base:-n/a}" "$value" "$ratio" "$unit")")
+done < <(grep '^figure ' "$work/bench-rgpu.out")
+grep -q "gpu_bench: done" "$work/bench-native.out" || { status=1; echo "-- gpu_bench natively:"; cat "$work/bench-native.out"; }
+grep -q "gpu_bench: done" "$work/bench-rgpu.out" || { status=1; cat "$work/bench-rgpu.out"; }
+
+kill $server 2>/dev/null; wait $server 2>/dev/null
+trap - EXIT
+echo
+echo "================ rgpu gpu-check summary ($(elapsed)) ================"
+printf '%s\n' "${summary[@]}"
+[ $status -eq 0 ] && echo "RESULT: PASS" || echo "RESULT: FAIL"
+exit $status

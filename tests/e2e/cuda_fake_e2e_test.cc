@@ -1,0 +1,167 @@
+// End to end through the CUDA backend: rgpu-server with backend = "cuda" on the
+// fake driver (tests/fake_driver), unchanged CUDA programs on the client. The
+// same programs run on a real GPU under the `gpu` label (tests/gpu/).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <regex>
+#include <sstream>
+
+#include "tests/support/test_env.h"
+
+namespace rgpu::test {
+namespace {
+
+std::string example(const char* name) { return std::string(RGPU_EXAMPLES_DIR) + "/" + name; }
+std::string testProgram(const char* name) { return std::string(RGPU_TEST_PROGRAMS_DIR) + "/" + name; }
+
+std::string cudaServerToml(const std::string& dir, const std::string& backend, const std::string& driver) {
+  std::string t = serverToml(dir, "[cuda]\ndriver_library = \"" + driver + "\"\n");
+  t.replace(t.find("backend = \"sim\""), std::strlen("backend = \"sim\""), "backend = \"" + backend + "\"");
+  return t;
+}
+
+class CudaFakeE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    makeCerts(dir_->path());
+    ::setenv("RGPU_FAKE_CUDA_LOG", dir_->file("driver.log").c_str(), 1);
+    server_ = new ServerProcess(dir_->path(), cudaServerToml(dir_->path(), "cuda", RGPU_FAKE_CUDA_LIB));
+    ::unsetenv("RGPU_FAKE_CUDA_LOG");
+    writeFile(dir_->file("client.toml"), clientToml(dir_->path(), server_->port()));
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete dir_;
+  }
+  static RunResult program(const std::string& path) {
+    return run(path, "RGPU_CONFIG=" + dir_->file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  }
+  static inline TempDir* dir_ = nullptr;
+  static inline ServerProcess* server_ = nullptr;
+};
+
+TEST_F(CudaFakeE2E, DeviceQueryReportsTheDriversDevice) {
+  RunResult r = program(example("device_query"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("1 device(s), runtime 13000, driver 13000"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rgpu fake GPU 0, compute capability 9.0, 132 SMs, 1.0 GiB"), std::string::npos) << r.output;
+  EXPECT_NE(server_->log().find("CUDA driver 13000"), std::string::npos) << server_->log();
+}
+
+TEST_F(CudaFakeE2E, ExamplesPassTheirChecks) {
+  for (const char* name : {"memory", "streams", "vector_add", "matmul", "reduction"}) {
+    RunResult r = program(example(name));
+    EXPECT_EQ(r.code, 0) << name << "\n" << r.output;
+    EXPECT_NE(r.output.find(std::string(name) + ": all checks passed"), std::string::npos) << r.output;
+  }
+}
+
+TEST_F(CudaFakeE2E, KernelFeaturesAndOtherBuildsPass) {
+  RunResult k = program(testProgram("kernels"));
+  EXPECT_EQ(k.code, 0) << k.output;
+  EXPECT_NE(k.output.find("kernels: all checks passed"), std::string::npos) << k.output;
+  for (const char* name : {"streams_ptds", "memory_ptds", "ptx_only_matmul"}) {
+    RunResult r = program(testProgram(name));
+    EXPECT_EQ(r.code, 0) << name << "\n" << r.output;
+  }
+}
+
+TEST_F(CudaFakeE2E, LaunchesReachTheDriverWithTheirPackedParameterBlocks) {
+  RunResult r = program(testProgram("launch_check"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("oversized block: cudaErrorInvalidConfiguration"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("kernel wrote: 1"), std::string::npos) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("pointer: 0x([0-9a-f]+)")));
+  uint64_t ptr = std::stoull(m[1].str(), nullptr, 16);
+  unsigned char block[40] = {0};  // k_params('x', -7, 2.5, float4(1,2,3,4), ptr)
+  block[0] = 'x';
+  int i = -7;
+  double d = 2.5;
+  float v[4] = {1, 2, 3, 4};
+  std::memcpy(block + 4, &i, 4);
+  std::memcpy(block + 8, &d, 8);
+  std::memcpy(block + 16, v, 16);
+  std::memcpy(block + 32, &ptr, 8);
+  std::string hex;
+  char b[3];
+  for (unsigned char c : block) {
+    std::snprintf(b, sizeof b, "%02x", c);
+    hex += b;
+  }
+  std::string log = readFile(dir_->file("driver.log"));
+  EXPECT_NE(log.find("cuLaunchKernel _Z8k_paramscid6float4Pi grid=3,2,1 block=32,4,2 shmem=0 params=" + hex),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("cuLaunchKernel _Z7k_shmemPf grid=5,1,1 block=128,1,1 shmem=4096"), std::string::npos) << log;
+  EXPECT_EQ(log.find("pageable"), std::string::npos) << "copies must go through pinned staging";
+}
+
+TEST_F(CudaFakeE2E, IllegalAddressIsStickyForThatClientOnly) {
+  RunResult r = program(testProgram("faults") + " illegal");
+  EXPECT_NE(r.output.find("synchronize: cudaErrorIllegalAddress"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("later call: cudaErrorIllegalAddress"), std::string::npos) << r.output;
+  RunResult after = program(example("vector_add"));  // a new session, a new worker and context
+  EXPECT_EQ(after.code, 0) << after.output;
+}
+
+TEST_F(CudaFakeE2E, FatbinWithoutCodeForTheGpuGetsARebuildHint) {
+  // -rdc=true for the default sm_75: SASS only, which an sm_90 device cannot run.
+  RunResult r = program(testProgram("rdc_vecadd"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("has no code for device 0 (sm_90)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rebuild with -arch=sm_90"), std::string::npos) << r.output;
+}
+
+TEST_F(CudaFakeE2E, GpuBenchmarkProgramRuns) {
+  RunResult r = program(testProgram("gpu_bench") + " --quick");
+  EXPECT_EQ(r.code, 0) << r.output;
+  for (const char* f : {"figure sync_roundtrip_us ", "figure launch_rate ", "figure h2d_bandwidth ",
+                        "figure d2h_bandwidth ", "gpu_bench: done"})
+    EXPECT_NE(r.output.find(f), std::string::npos) << r.output;
+}
+
+// Which backend the daemon picks.
+TEST(BackendChoice, AutoUsesCudaWhenTheDriverSeesAGpu) {
+  TempDir dir;
+  makeCerts(dir.path());
+  ServerProcess server(dir.path(), cudaServerToml(dir.path(), "auto", RGPU_FAKE_CUDA_LIB));
+  EXPECT_NE(server.log().find("backend = \"auto\": CUDA driver 13000"), std::string::npos) << server.log();
+  EXPECT_NE(server.log().find("(backend cuda,"), std::string::npos) << server.log();
+}
+
+TEST(BackendChoice, AutoFallsBackToSimAndSaysWhy) {
+  TempDir dir;
+  makeCerts(dir.path());
+  ServerProcess server(dir.path(), cudaServerToml(dir.path(), "auto", dir.file("no-libcuda.so.1")));
+  EXPECT_NE(server.log().find("backend = \"auto\": using the sim backend, because cannot load the CUDA driver"),
+            std::string::npos)
+      << server.log();
+  EXPECT_NE(server.log().find("(backend sim,"), std::string::npos) << server.log();
+  writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
+  RunResult r = run(example("device_query"),
+                    "RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("rgpu test device"), std::string::npos) << r.output;
+}
+
+TEST(BackendChoice, CudaWithoutAGpuFailsAtStartWithAClearMessage) {
+  TempDir dir;
+  makeCerts(dir.path());
+  ::setenv("RGPU_FAKE_CUDA_DEVICES", "0", 1);
+  std::string why;
+  try {
+    ServerProcess server(dir.path(), cudaServerToml(dir.path(), "cuda", RGPU_FAKE_CUDA_LIB));
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  ::unsetenv("RGPU_FAKE_CUDA_DEVICES");
+  EXPECT_NE(why.find("backend = \"cuda\", but no GPU is usable: the CUDA driver sees no GPU"), std::string::npos)
+      << why;
+}
+
+}  // namespace
+}  // namespace rgpu::test

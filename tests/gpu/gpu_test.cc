@@ -1,0 +1,113 @@
+// On a real GPU: the end-to-end programs run through rgpu-server's CUDA
+// backend and, side by side, natively against NVIDIA's runtime; both must pass
+// their own checks and agree on what they report. Skips cleanly (GTEST_SKIP)
+// when this host has no usable NVIDIA driver or GPU.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "tests/support/test_env.h"
+
+namespace rgpu::test {
+namespace {
+
+std::string example(const std::string& name) { return std::string(RGPU_EXAMPLES_DIR) + "/" + name; }
+std::string testProgram(const std::string& name) { return std::string(RGPU_TEST_PROGRAMS_DIR) + "/" + name; }
+
+// Why this host cannot run the GPU tests ("" when it can).
+std::string noGpuReason() {
+  RunResult r = run(std::string(RGPU_SERVER_BIN) + " --probe-cuda");
+  if (r.code == 0 && r.output.find("device ") != std::string::npos) return "";
+  return r.output.empty() ? "the CUDA probe failed" : r.output;
+}
+
+class Gpu : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    reason_ = new std::string(noGpuReason());
+    if (!reason_->empty()) return;
+    dir_ = new TempDir();
+    makeCerts(dir_->path());
+    std::string toml = serverToml(dir_->path());
+    toml.replace(toml.find("backend = \"sim\""), std::strlen("backend = \"sim\""), "backend = \"cuda\"");
+    server_ = new ServerProcess(dir_->path(), toml);
+    writeFile(dir_->file("client.toml"), clientToml(dir_->path(), server_->port()));
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete dir_;
+    delete reason_;
+    server_ = nullptr;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    if (!reason_->empty()) GTEST_SKIP() << "no GPU on this host: " << *reason_;
+  }
+  static RunResult viaRgpu(const std::string& cmd) {
+    return run(cmd, "RGPU_CONFIG=" + dir_->file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  }
+  // NVIDIA's own runtime, from the toolkit.
+  static RunResult native(const std::string& cmd) {
+    return run(cmd, std::string("LD_LIBRARY_PATH=") + RGPU_CUDA_HOME + "/lib64");
+  }
+  static inline std::string* reason_ = nullptr;
+  static inline TempDir* dir_ = nullptr;
+  static inline ServerProcess* server_ = nullptr;
+};
+
+// The line of device_query that names the device: "device 0: NAME, compute capability X.Y, N SMs, ..."
+std::string deviceLine(const std::string& out) {
+  size_t at = out.find("device 0: ");
+  if (at == std::string::npos) return "";
+  size_t end = out.find(" SMs", at);
+  return out.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
+TEST_F(Gpu, DeviceQueryMatchesNative) {
+  RunResult n = native(example("device_query"));
+  RunResult r = viaRgpu(example("device_query"));
+  ASSERT_EQ(n.code, 0) << n.output;
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_FALSE(deviceLine(n.output).empty()) << n.output;
+  EXPECT_EQ(deviceLine(r.output), deviceLine(n.output)) << "native:\n" << n.output << "\nrgpu:\n" << r.output;
+}
+
+TEST_F(Gpu, ProgramsPassThroughRgpuAsTheyDoNatively) {
+  struct P {
+    std::string path, pass;
+  };
+  std::vector<P> programs;
+  for (const char* e : {"memory", "streams", "vector_add", "matmul", "reduction"})
+    programs.push_back({example(e), std::string(e) + ": all checks passed"});
+  programs.push_back({testProgram("kernels"), "kernels: all checks passed"});
+  for (const char* t : {"streams_ptds", "memory_ptds", "ptx_only_matmul", "launch_check"})
+    programs.push_back({testProgram(t), ""});
+  for (auto& p : programs) {
+    RunResult n = native(p.path);
+    RunResult r = viaRgpu(p.path);
+    EXPECT_EQ(n.code, 0) << p.path << " natively:\n" << n.output;
+    EXPECT_EQ(r.code, 0) << p.path << " through rgpu:\n" << r.output;
+    if (!p.pass.empty()) {
+      EXPECT_NE(n.output.find(p.pass), std::string::npos) << p.path << " natively:\n" << n.output;
+      EXPECT_NE(r.output.find(p.pass), std::string::npos) << p.path << " through rgpu:\n" << r.output;
+    }
+  }
+}
+
+TEST_F(Gpu, KernelFaultIsStickyForItsClientAndTheServerGoesOn) {
+  RunResult r = viaRgpu(testProgram("faults") + " illegal");
+  EXPECT_NE(r.output.find("synchronize: cudaErrorIllegalAddress"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("later call: cudaErrorIllegalAddress"), std::string::npos) << r.output;
+  RunResult after = viaRgpu(example("vector_add"));
+  EXPECT_EQ(after.code, 0) << after.output;
+}
+
+TEST_F(Gpu, BenchmarkRunsNativelyAndThroughRgpu) {
+  RunResult n = native(testProgram("gpu_bench") + " --quick");
+  RunResult r = viaRgpu(testProgram("gpu_bench") + " --quick");
+  EXPECT_NE(n.output.find("gpu_bench: done"), std::string::npos) << n.output;
+  EXPECT_NE(r.output.find("gpu_bench: done"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace rgpu::test
