@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/tls.h"
 #include "server/backend_factory.h"
+#include "server/cuda/nvml.h"
 #include "server/session.h"
 
 namespace rgpu::server {
@@ -81,6 +82,17 @@ int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts) {
   if (!chosen) {
     RGPU_LOG_ERROR("{}", chosen.status().message());
     return 1;
+  }
+  if (*chosen == "cuda") {
+    // Inventory and health, without a CUDA context (NVML).
+    auto nvml = cuda::Nvml::load(cfg.nvml_library);
+    auto gpus = nvml ? (*nvml)->sample() : Result<std::vector<cuda::GpuHealth>>(nvml.status());
+    if (!gpus) RGPU_LOG_INFO("GPU health unavailable: {}", gpus.status().message());
+    else
+      for (auto& g : *gpus) {
+        std::string line = cuda::formatGpus({g});
+        RGPU_LOG_INFO("gpu {}", line.substr(0, line.size() - 1));
+      }
   }
   DaemonOptions run_opts = opts;
   run_opts.worker_args.insert(run_opts.worker_args.end(), {"--backend", *chosen});

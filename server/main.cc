@@ -6,6 +6,7 @@
 #include "common/dev_pki.h"
 #include "common/log.h"
 #include "server/backend_factory.h"
+#include "server/cuda/nvml.h"
 #include "server/daemon.h"
 
 int main(int argc, char** argv) {
@@ -13,7 +14,7 @@ int main(int argc, char** argv) {
   std::string config_path, listen, backend, port_file, certs_dir;
   std::vector<std::string> cert_clients{"dev"};
   std::string log_level, cuda_driver;
-  bool worker = false, probe_cuda = false;
+  bool worker = false, probe_cuda = false, list_gpus = false;
   int fd = -1;
   uint64_t session_id = 0;
   app.add_option("-c,--config", config_path, "server.toml");
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "override `log_level` (trace | debug | info | warn | error | off)");
   app.add_option("--cuda-driver", cuda_driver, "override [cuda] driver_library (default libcuda.so.1)");
   app.add_flag("--probe-cuda", probe_cuda, "load the CUDA driver, list its GPUs and exit (what backend = \"auto\" runs)");
+  app.add_flag("--list-gpus", list_gpus, "show this host's GPUs from NVML (name, UUID, memory, utilisation, temperature, power) and exit");
   app.add_flag("--worker", worker, "internal: serve one session on --fd")->group("");
   app.add_option("--fd", fd, "internal: socket of the session")->group("");
   app.add_option("--session-id", session_id, "internal: session id")->group("");
@@ -60,6 +62,16 @@ int main(int argc, char** argv) {
   if (!cuda_driver.empty()) cfg.cuda_driver_library = cuda_driver;
   rgpu::common::initLogging(worker ? "rgpu-worker" : "rgpu-server", cfg.log_level);
   if (probe_cuda) return rgpu::server::runCudaProbe(cfg);
+  if (list_gpus) {
+    auto nvml = rgpu::server::cuda::Nvml::load(cfg.nvml_library);
+    auto gpus = nvml ? (*nvml)->sample() : rgpu::Result<std::vector<rgpu::server::cuda::GpuHealth>>(nvml.status());
+    if (!gpus) {
+      std::fprintf(stderr, "rgpu-server: %s\n", gpus.status().message().c_str());
+      return 1;
+    }
+    std::fputs(rgpu::server::cuda::formatGpus(*gpus).c_str(), stdout);
+    return 0;
+  }
 
   std::signal(SIGPIPE, SIG_IGN);
   if (worker) return rgpu::server::runWorker(cfg, fd, session_id);

@@ -133,6 +133,26 @@ TEST(BackendChoice, AutoUsesCudaWhenTheDriverSeesAGpu) {
   EXPECT_NE(server.log().find("(backend cuda,"), std::string::npos) << server.log();
 }
 
+TEST(BackendChoice, TheDaemonLogsGpuHealthFromNvmlAndListGpusPrintsIt) {
+  TempDir dir;
+  makeCerts(dir.path());
+  std::string toml = cudaServerToml(dir.path(), "cuda", RGPU_FAKE_CUDA_LIB) + "nvml_library = \"" +
+                     RGPU_FAKE_NVML_LIB + "\"\n";
+  {
+    ServerProcess server(dir.path(), toml);
+    EXPECT_NE(server.log().find("gpu 0  Fake H200 0  GPU-fa4e0000"), std::string::npos) << server.log();
+  }
+  RunResult r = run(std::string(RGPU_SERVER_BIN) + " --config " + dir.file("server.toml") + " --list-gpus");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("1  Fake H200 1  GPU-fa4e0000-0000-0000-0000-000000000001  1024 / 143771 MiB  util 41 %"),
+            std::string::npos)
+      << r.output;
+  RunResult none = run(std::string(RGPU_SERVER_BIN) + " --list-gpus");  // NVIDIA's NVML: absent here, or real
+  if (none.code != 0) {
+    EXPECT_NE(none.output.find("cannot load NVML libnvidia-ml.so.1"), std::string::npos) << none.output;
+  }
+}
+
 TEST(BackendChoice, AutoFallsBackToSimAndSaysWhy) {
   TempDir dir;
   makeCerts(dir.path());

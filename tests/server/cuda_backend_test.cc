@@ -3,6 +3,7 @@
 // staging, launch parameter packing, streams and events, error mapping — is
 // exercised without a GPU. The real-device run is the `gpu` label.
 #include "server/cuda/cuda_backend.h"
+#include "server/cuda/nvml.h"
 
 #include <dlfcn.h>
 #include <driver_types.h>
@@ -354,6 +355,34 @@ TEST(CudaBackend, GlobalsResolveThroughTheDriver) {
   ASSERT_TRUE(b->loadModule(1, 0, fatbin("default")));
   EXPECT_EQ(b->globalAddress(1, "no_such_variable", 4).status().code(), err::kInvalidSymbol);
   EXPECT_EQ(b->globalAddress(9, "x", 4).status().code(), err::kInvalidResourceHandle);
+}
+
+TEST(Nvml, ReportsInventoryAndHealthWithUnknownValuesMarked) {
+  auto n = Nvml::load(RGPU_FAKE_NVML_LIB);
+  ASSERT_TRUE(n) << n.status().message();
+  auto gpus = (*n)->sample();
+  ASSERT_TRUE(gpus) << gpus.status().message();
+  ASSERT_EQ(gpus->size(), 2u);
+  const GpuHealth& g = (*gpus)[0];
+  EXPECT_EQ(g.name, "Fake H200 0");
+  EXPECT_EQ(g.uuid, "GPU-fa4e0000-0000-0000-0000-000000000000");
+  EXPECT_EQ(g.memory_total, 150754820096ull);
+  EXPECT_EQ(g.memory_used, 512ull << 20);
+  EXPECT_EQ(g.utilization_gpu, 40);
+  EXPECT_EQ(g.temperature_c, 31);
+  EXPECT_EQ(g.power_mw, 75250);
+  EXPECT_EQ((*gpus)[1].power_mw, -1);  // the board cannot tell
+  std::string table = formatGpus(*gpus);
+  EXPECT_NE(table.find("0  Fake H200 0  GPU-fa4e0000-0000-0000-0000-000000000000  512 / 143771 MiB  util 40 %  31 C  75.2 W"),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find("util 41 %  32 C  n/a"), std::string::npos) << table;
+}
+
+TEST(Nvml, MissingLibraryIsAClearError) {
+  auto n = Nvml::load("libnvidia-ml-that-does-not-exist.so.1");
+  ASSERT_FALSE(n);
+  EXPECT_NE(n.status().message().find("cannot load NVML libnvidia-ml-that-does-not-exist.so.1"), std::string::npos);
 }
 
 }  // namespace
