@@ -30,6 +30,7 @@ Result<std::unique_ptr<Backend>> makeCuda(const ServerConfig& cfg) {
   cuda::CudaOptions o;
   o.driver_library = cfg.cuda_driver_library;
   o.staging_pool_bytes = cfg.cuda_staging_pool;
+  o.capture_stdout = true;  // workers only build backends here; device printf goes to the client
   auto b = cuda::CudaBackend::create(o);
   if (!b) return b.status();
   return std::unique_ptr<Backend>(std::move(*b));

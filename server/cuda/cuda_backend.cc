@@ -1,5 +1,9 @@
 #include "server/cuda/cuda_backend.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -71,6 +75,12 @@ Status CudaBackend::init() {
 
 CudaBackend::~CudaBackend() {
   {
+    // The session has told its host functions to return; wait for those running.
+    std::unique_lock lock(host_calls_->mu);
+    host_calls_->alive = false;
+    host_calls_->cv.wait(lock, [&] { return host_calls_->running == 0; });
+  }
+  {
     std::lock_guard lock(jobs_mu_);
     stopping_ = true;
   }
@@ -95,6 +105,14 @@ CudaBackend::~CudaBackend() {
   for (auto& d : devices_)
     if (d.ctx) (void)api.cuDevicePrimaryCtxRelease(d.dev);
   t_current = nullptr;
+  if (saved_stdout_ >= 0) {
+    // Restoring fd 1 drops the pipe's last write end: the reader sees EOF.
+    std::fflush(stdout);
+    ::dup2(saved_stdout_, 1);
+    ::close(saved_stdout_);
+    if (out_reader_.joinable()) out_reader_.join();
+    ::close(out_fd_);
+  }
 }
 
 Status CudaBackend::use(int device) {
@@ -111,6 +129,64 @@ Status CudaBackend::use(int device) {
 void CudaBackend::setAsyncErrorSink(std::function<void(Status)> sink) {
   std::lock_guard lock(mu_);
   async_sink_ = std::move(sink);
+}
+
+void CudaBackend::setOutputSink(std::function<void(std::string)> sink) {
+  std::lock_guard lock(out_mu_);
+  output_sink_ = std::move(sink);
+  if (!opts_.capture_stdout || out_fd_ >= 0) return;
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    RGPU_LOG_WARN("cuda: device printf will go to the server's stdout: pipe: {}", std::strerror(errno));
+    return;
+  }
+  std::fflush(stdout);
+  saved_stdout_ = ::dup(1);
+  ::dup2(fds[1], 1);
+  ::close(fds[1]);
+  ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+  out_fd_ = fds[0];
+  out_reader_ = std::thread([this] { readOutputLoop(); });
+}
+
+// Keeps the pipe drained (a driver writing a large printf buffer must never
+// block), appending under the lock so the completer's own drain keeps order.
+void CudaBackend::readOutputLoop() {
+  for (;;) {
+    pollfd p{out_fd_, POLLIN, 0};
+    if (::poll(&p, 1, -1) < 0 && errno != EINTR) return;
+    std::lock_guard lock(out_mu_);
+    char buf[16384];
+    for (;;) {
+      ssize_t n = ::read(out_fd_, buf, sizeof buf);
+      if (n > 0) {
+        // Bounded: a session printing without ever synchronising cannot grow the worker without limit.
+        if (out_buf_.size() < (16u << 20)) out_buf_.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0) return;  // EOF: teardown
+      break;               // EAGAIN
+    }
+  }
+}
+
+void CudaBackend::forwardOutput(CUevent done) {
+  if (!printf_possible_.load(std::memory_order_relaxed) || out_fd_ < 0) return;
+  // Finished already, so this returns at once; it is a synchronisation point,
+  // at which the driver writes its printf buffer to stdout.
+  (void)api_->cuEventSynchronize(done);
+  std::fflush(stdout);
+  std::string text;
+  std::function<void(std::string)> sink;
+  {
+    std::lock_guard lock(out_mu_);
+    char buf[16384];
+    ssize_t n;
+    while ((n = ::read(out_fd_, buf, sizeof buf)) > 0) out_buf_.append(buf, static_cast<size_t>(n));
+    text.swap(out_buf_);
+    sink = output_sink_;
+  }
+  if (!text.empty() && sink) sink(std::move(text));
 }
 
 void CudaBackend::reportAsync(const Status& s) {
@@ -216,6 +292,7 @@ void CudaBackend::completerLoop() {
         continue;
       }
       progressed = true;
+      if (CUevent last = !j.events.empty() ? j.events.back() : j.watched) forwardOutput(last);
       {
         std::lock_guard lock(mu_);
         auto& spare = devices_[j.device].spare_events;
@@ -556,10 +633,22 @@ Status CudaBackend::hostCall(StreamKey key, std::function<void()> fn) {
   DriverApi& api = *api_;
   auto s = streamOf(key);
   if (!s) return s.status();
-  auto* heap = new std::function<void()>(std::move(fn));
+  struct Call {
+    std::function<void()> fn;
+    std::shared_ptr<HostCalls> calls;
+  };
+  auto* heap = new Call{std::move(fn), host_calls_};
   auto trampoline = [](void* p) {
-    std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(p));
-    (*f)();
+    std::unique_ptr<Call> c(static_cast<Call*>(p));
+    {
+      std::lock_guard lock(c->calls->mu);
+      if (!c->calls->alive) return;  // the session is gone
+      ++c->calls->running;
+    }
+    c->fn();
+    std::lock_guard lock(c->calls->mu);
+    --c->calls->running;
+    c->calls->cv.notify_all();
   };
   Status r = RGPU_CU(cuLaunchHostFunc(s->second, trampoline, heap));
   if (!r) delete heap;
@@ -675,6 +764,9 @@ Status CudaBackend::loadModule(uint32_t id, int device, const std::string& fatbi
   mod.device = device;
   mod.handle = m;
   for (auto& [name, k] : image->kernels) mod.param_bytes[name] = k.param_bytes;
+  for (auto& e : image->entries)
+    if (e.payload.find("vprintf") != std::string::npos || e.payload.find("__assertfail") != std::string::npos)
+      printf_possible_ = true;
   std::lock_guard lock(mu_);
   modules_[id] = std::move(mod);
   return Status::ok();

@@ -14,6 +14,12 @@
 // buffers taken from a pool and returned once their copy has completed, so a
 // copy never blocks the dispatcher and memory is not pinned per call.
 //
+// Device printf and assert messages: the driver flushes its printf buffer to
+// stdout at synchronisation points. With capture_stdout, stdout is a pipe;
+// when a completion is seen, cuEventSynchronize on the (finished) event makes
+// the driver flush, and what arrived is handed to the output sink before the
+// completion callback, so the client prints it before the call returns.
+//
 // Kernels: the shipped fatbin goes to cuModuleLoadData (the driver picks the
 // SASS for the device or JIT-compiles the PTX). The parameter block size of a
 // kernel comes from cuFuncGetParamInfo, cross-checked against the fatbin's
@@ -21,6 +27,7 @@
 // CU_LAUNCH_PARAM_BUFFER_POINTER.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <list>
 #include <map>
@@ -38,6 +45,10 @@ struct CudaOptions {
   std::string driver_library = "libcuda.so.1";
   // Idle pinned staging memory kept for reuse; buffers beyond it are freed.
   uint64_t staging_pool_bytes = 256ull << 20;
+  // Device printf: the driver writes it to this process's stdout. When set,
+  // setOutputSink redirects stdout into a pipe and forwards what the driver
+  // writes (workers only: it takes over the process's fd 1).
+  bool capture_stdout = false;
 };
 
 class CudaBackend final : public Backend {
@@ -51,6 +62,7 @@ class CudaBackend final : public Backend {
   int driverVersion() const override { return driver_version_; }
   const std::vector<DeviceDescription>& devices() const override { return descriptions_; }
   void setAsyncErrorSink(std::function<void(Status)> sink) override;
+  void setOutputSink(std::function<void(std::string)> sink) override;
   Result<DevPtr> allocate(int device, uint64_t size) override;
   Status release(DevPtr ptr) override;
   Status memInfo(int device, uint64_t& free, uint64_t& total) override;
@@ -135,6 +147,9 @@ class CudaBackend final : public Backend {
   Status whenDone(int device, const std::vector<CUstream>& streams, Done done);
   void completerLoop();
   void reportAsync(const Status& s);
+  // Makes the driver flush device printf (after `done` completed) and forwards it.
+  void forwardOutput(CUevent done);
+  void readOutputLoop();
   Result<Pinned> takePinned(uint64_t size);
   void givePinned(Pinned p);
 
@@ -152,9 +167,28 @@ class CudaBackend final : public Backend {
   std::unordered_map<DevPtr, int> allocations_;  // pointer -> device
   std::function<void(Status)> async_sink_;
 
+  std::atomic<bool> printf_possible_{false};  // a loaded module calls vprintf or __assertfail
+  std::mutex out_mu_;  // guards out_buf_, reads of out_fd_ and output_sink_
+  std::function<void(std::string)> output_sink_;
+  std::string out_buf_;
+  int out_fd_ = -1;         // read end of the pipe that is now stdout
+  int saved_stdout_ = -1;   // the original stdout, restored at teardown
+  std::thread out_reader_;
+
   std::mutex pinned_mu_;
   std::multimap<uint64_t, Pinned> idle_pinned_;  // by capacity
   uint64_t idle_pinned_bytes_ = 0;
+
+  // Host functions queued in the driver may run after this backend is gone;
+  // they check `alive` first, and the destructor waits for running ones.
+  struct HostCalls {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool alive = true;
+    int running = 0;
+  };
+  // shared_ptr: owned jointly by the backend and every host function queued in the driver.
+  std::shared_ptr<HostCalls> host_calls_ = std::make_shared<HostCalls>();
 
   std::mutex jobs_mu_;
   std::condition_variable jobs_cv_;

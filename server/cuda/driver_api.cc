@@ -88,6 +88,7 @@ Result<std::unique_ptr<DriverApi>> DriverApi::load(const std::string& library) {
   RGPU_RESOLVE(cuEventDestroy)
   RGPU_RESOLVE(cuEventRecord)
   RGPU_RESOLVE(cuEventQuery)
+  RGPU_RESOLVE(cuEventSynchronize)
   RGPU_RESOLVE(cuEventElapsedTime)
   RGPU_RESOLVE(cuLaunchHostFunc)
   RGPU_RESOLVE(cuLaunchKernel)

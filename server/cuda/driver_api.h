@@ -71,6 +71,7 @@ class DriverApi {
   RGPU_CU_FN(cuEventDestroy)
   RGPU_CU_FN(cuEventRecord)
   RGPU_CU_FN(cuEventQuery)
+  RGPU_CU_FN(cuEventSynchronize)
   RGPU_CU_FN(cuEventElapsedTime)
   RGPU_CU_FN(cuLaunchHostFunc)
   RGPU_CU_FN(cuLaunchKernel)

@@ -63,6 +63,8 @@ TEST_F(CudaFakeE2E, KernelFeaturesAndOtherBuildsPass) {
   RunResult k = program(testProgram("kernels"));
   EXPECT_EQ(k.code, 0) << k.output;
   EXPECT_NE(k.output.find("kernels: all checks passed"), std::string::npos) << k.output;
+  // Device printf, written by the driver to the worker's stdout, reaches the program's stdout.
+  EXPECT_NE(k.output.find("hello from thread 2 of block 1: 42 1.00 ok"), std::string::npos) << k.output;
   for (const char* name : {"streams_ptds", "memory_ptds", "ptx_only_matmul"}) {
     RunResult r = program(testProgram(name));
     EXPECT_EQ(r.code, 0) << name << "\n" << r.output;
@@ -106,6 +108,13 @@ TEST_F(CudaFakeE2E, IllegalAddressIsStickyForThatClientOnly) {
   EXPECT_NE(r.output.find("later call: cudaErrorIllegalAddress"), std::string::npos) << r.output;
   RunResult after = program(example("vector_add"));  // a new session, a new worker and context
   EXPECT_EQ(after.code, 0) << after.output;
+}
+
+TEST_F(CudaFakeE2E, FailedDeviceAssertIsStickyAndItsMessageReachesTheClient) {
+  RunResult r = program(testProgram("faults") + " assert");
+  EXPECT_NE(r.output.find("Assertion `n > 100` failed."), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("synchronize: cudaErrorAssert"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("later call: cudaErrorAssert"), std::string::npos) << r.output;
 }
 
 TEST_F(CudaFakeE2E, FatbinWithoutCodeForTheGpuGetsARebuildHint) {

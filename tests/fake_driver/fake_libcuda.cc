@@ -554,6 +554,14 @@ CUresult fakeEventQuery(CUevent e) {
   return drv().executed >= ev->ticket ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
+CUresult fakeEventSynchronize(CUevent e) {
+  ENTER("cuEventSynchronize");
+  auto* ev = reinterpret_cast<FakeEvent*>(e);
+  if (!drv().events.count(ev)) return CUDA_ERROR_INVALID_HANDLE;
+  drv().cv.wait(lock, [&] { return drv().executed >= ev->ticket; });
+  return drv().sticky;
+}
+
 CUresult fakeEventElapsedTime(float* ms, CUevent a, CUevent b) {
   ENTER("cuEventElapsedTime");
   auto* x = reinterpret_cast<FakeEvent*>(a);
@@ -812,6 +820,7 @@ const std::map<std::string, void*>& table() {
       {"cuEventRecord", reinterpret_cast<void*>(&fakeEventRecord)},
       {"cuEventQuery", reinterpret_cast<void*>(&fakeEventQuery)},
       {"cuEventElapsedTime", reinterpret_cast<void*>(&fakeEventElapsedTime)},
+      {"cuEventSynchronize", reinterpret_cast<void*>(&fakeEventSynchronize)},
       {"cuLaunchHostFunc", reinterpret_cast<void*>(&fakeLaunchHostFunc)},
       {"cuLaunchKernel", reinterpret_cast<void*>(&fakeLaunchKernel)},
       {"cuModuleLoadData", reinterpret_cast<void*>(&fakeModuleLoadData)},
