@@ -198,6 +198,37 @@ void CudaBackend::reportAsync(const Status& s) {
   if (sink) sink(s);
 }
 
+template <typename Map>
+std::optional<typename Map::mapped_type> CudaBackend::take(Map& table, uint32_t id) {
+  std::lock_guard lock(mu_);
+  auto it = table.find(id);
+  if (it == table.end()) return std::nullopt;
+  auto v = std::move(it->second);
+  table.erase(it);
+  return v;
+}
+
+Result<CudaBackend::Function> CudaBackend::functionOf(uint32_t id) {
+  std::lock_guard lock(mu_);
+  auto it = functions_.find(id);
+  if (it == functions_.end()) return Status(err::kInvalidDeviceFunction, "unknown function");
+  return it->second;
+}
+
+Result<CudaBackend::Event> CudaBackend::eventOf(uint32_t id) {
+  std::lock_guard lock(mu_);
+  auto it = events_.find(id);
+  if (it == events_.end()) return unknownEvent(id);
+  return it->second;
+}
+
+Result<std::pair<CUmodule, int>> CudaBackend::moduleOf(uint32_t id) {
+  std::lock_guard lock(mu_);
+  auto it = modules_.find(id);
+  if (it == modules_.end()) return Status(err::kInvalidResourceHandle, "unknown module");
+  return std::make_pair(it->second.handle, it->second.device);
+}
+
 Result<std::pair<int, CUstream>> CudaBackend::streamOf(StreamKey key) {
   if (key.id == 0) {
     RGPU_TRY(use(key.device));
@@ -396,14 +427,9 @@ Status CudaBackend::createStream(StreamKey key, uint32_t flags, int priority) {
 
 Status CudaBackend::destroyStream(StreamKey key) {
   DriverApi& api = *api_;
-  Stream s;
-  {
-    std::lock_guard lock(mu_);
-    auto it = streams_.find(key.id);
-    if (it == streams_.end()) return unknownStream(key);
-    s = it->second;
-    streams_.erase(it);
-  }
+  auto taken = take(streams_, key.id);
+  if (!taken) return unknownStream(key);
+  Stream s = *taken;
   RGPU_TRY(use(s.device));
   // As in CUDA, work already queued still runs.
   return RGPU_CU(cuStreamDestroy(s.handle));
@@ -426,19 +452,35 @@ Status CudaBackend::createEvent(uint32_t id, int device, uint32_t flags) {
 
 Status CudaBackend::destroyEvent(uint32_t id) {
   DriverApi& api = *api_;
-  Event e;
-  {
-    std::lock_guard lock(mu_);
-    auto it = events_.find(id);
-    if (it == events_.end()) return unknownEvent(id);
-    e = it->second;
-    events_.erase(it);
-  }
+  auto taken = take(events_, id);
+  if (!taken) return unknownEvent(id);
+  Event e = *taken;
   RGPU_TRY(use(e.device));
   return RGPU_CU(cuEventDestroy(e.handle));
 }
 
 // ---- stream-ordered work --------------------------------------------------
+
+Status CudaBackend::afterUpload(int device, CUstream stream, Pinned pin, Status enqueued) {
+  if (!enqueued) {
+    givePinned(pin);
+    return enqueued;
+  }
+  // If this fails the copy's end is unknown: the buffer is leaked, never reused early.
+  return whenDone(device, {stream}, [this, pin](Status) { givePinned(pin); });
+}
+
+Status CudaBackend::afterDownload(int device, CUstream stream, Pinned pin, uint64_t size, ReadDone done,
+                                  Status enqueued) {
+  if (!enqueued) {
+    givePinned(pin);
+    return enqueued;
+  }
+  return whenDone(device, {stream}, [this, pin, size, done = std::move(done)](Status st) {
+    done(st, pin.data, size);
+    givePinned(pin);
+  });
+}
 
 Status CudaBackend::copyToDevice(StreamKey key, DevPtr dst, Staging data, uint64_t size) {
   DriverApi& api = *api_;
@@ -448,13 +490,7 @@ Status CudaBackend::copyToDevice(StreamKey key, DevPtr dst, Staging data, uint64
   if (!pin) return pin.status();
   std::memcpy(pin->data, data->data(), size);
   data.reset();
-  Status r = RGPU_CU(cuMemcpyHtoDAsync(dst, pin->data, size, s->second));
-  if (!r) {
-    givePinned(*pin);
-    return r;
-  }
-  // If this fails the copy's end is unknown: the buffer is leaked, never reused early.
-  return whenDone(s->first, {s->second}, [this, p = *pin](Status) { givePinned(p); });
+  return afterUpload(s->first, s->second, *pin, RGPU_CU(cuMemcpyHtoDAsync(dst, pin->data, size, s->second)));
 }
 
 Status CudaBackend::copyFromDevice(StreamKey key, DevPtr src, uint64_t size, ReadDone done) {
@@ -463,15 +499,8 @@ Status CudaBackend::copyFromDevice(StreamKey key, DevPtr src, uint64_t size, Rea
   if (!s) return s.status();
   auto pin = takePinned(size);
   if (!pin) return pin.status();
-  Status r = RGPU_CU(cuMemcpyDtoHAsync(pin->data, src, size, s->second));
-  if (!r) {
-    givePinned(*pin);
-    return r;
-  }
-  return whenDone(s->first, {s->second}, [this, p = *pin, size, done = std::move(done)](Status st) {
-    done(st, p.data, size);
-    givePinned(p);
-  });
+  return afterDownload(s->first, s->second, *pin, size, std::move(done),
+                       RGPU_CU(cuMemcpyDtoHAsync(pin->data, src, size, s->second)));
 }
 
 Status CudaBackend::copyOnDevice(StreamKey key, DevPtr dst, DevPtr src, uint64_t size) {
@@ -508,12 +537,7 @@ Status CudaBackend::copy2DToDevice(StreamKey key, DevPtr dst, uint64_t dpitch, S
   m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
   m.dstDevice = dst;
   m.dstPitch = dpitch;
-  Status r = RGPU_CU(cuMemcpy2DAsync(&m, s->second));
-  if (!r) {
-    givePinned(*pin);
-    return r;
-  }
-  return whenDone(s->first, {s->second}, [this, p = *pin](Status) { givePinned(p); });
+  return afterUpload(s->first, s->second, *pin, RGPU_CU(cuMemcpy2DAsync(&m, s->second)));
 }
 
 Status CudaBackend::copy2DFromDevice(StreamKey key, DevPtr src, uint64_t spitch, uint64_t width, uint64_t height,
@@ -531,15 +555,7 @@ Status CudaBackend::copy2DFromDevice(StreamKey key, DevPtr src, uint64_t spitch,
   m.dstMemoryType = CU_MEMORYTYPE_HOST;
   m.dstHost = pin->data;
   m.dstPitch = width;
-  Status r = RGPU_CU(cuMemcpy2DAsync(&m, s->second));
-  if (!r) {
-    givePinned(*pin);
-    return r;
-  }
-  return whenDone(s->first, {s->second}, [this, p = *pin, size, done = std::move(done)](Status st) {
-    done(st, p.data, size);
-    givePinned(p);
-  });
+  return afterDownload(s->first, s->second, *pin, size, std::move(done), RGPU_CU(cuMemcpy2DAsync(&m, s->second)));
 }
 
 Status CudaBackend::copy2DOnDevice(StreamKey key, DevPtr dst, uint64_t dpitch, DevPtr src, uint64_t spitch,
@@ -574,13 +590,9 @@ Status CudaBackend::fill2D(StreamKey key, DevPtr dst, uint64_t pitch, uint8_t va
 
 Status CudaBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& cfg, std::string params) {
   DriverApi& api = *api_;
-  Function f;
-  {
-    std::lock_guard lock(mu_);
-    auto it = functions_.find(function);
-    if (it == functions_.end()) return Status(err::kInvalidDeviceFunction, "unknown function");
-    f = it->second;
-  }
+  auto found = functionOf(function);
+  if (!found) return found.status();
+  Function f = *found;
   auto s = streamOf(key);
   if (!s) return s.status();
   if (s->first != f.device)
@@ -601,13 +613,9 @@ Status CudaBackend::launch(StreamKey key, uint32_t function, const LaunchConfig&
 
 Status CudaBackend::recordEvent(uint32_t event, StreamKey key) {
   DriverApi& api = *api_;
-  Event e;
-  {
-    std::lock_guard lock(mu_);
-    auto it = events_.find(event);
-    if (it == events_.end()) return unknownEvent(event);
-    e = it->second;
-  }
+  auto found = eventOf(event);
+  if (!found) return found.status();
+  Event e = *found;
   auto s = streamOf(key);
   if (!s) return s.status();
   if (s->first != e.device)
@@ -617,16 +625,11 @@ Status CudaBackend::recordEvent(uint32_t event, StreamKey key) {
 
 Status CudaBackend::waitEvent(StreamKey key, uint32_t event) {
   DriverApi& api = *api_;
-  CUevent e;
-  {
-    std::lock_guard lock(mu_);
-    auto it = events_.find(event);
-    if (it == events_.end()) return unknownEvent(event);
-    e = it->second.handle;
-  }
+  auto e = eventOf(event);
+  if (!e) return e.status();
   auto s = streamOf(key);
   if (!s) return s.status();
-  return RGPU_CU(cuStreamWaitEvent(s->second, e, 0));
+  return RGPU_CU(cuStreamWaitEvent(s->second, e->handle, 0));
 }
 
 Status CudaBackend::hostCall(StreamKey key, std::function<void()> fn) {
@@ -662,13 +665,9 @@ Status CudaBackend::whenStreamDone(StreamKey key, Done done) {
 }
 
 Status CudaBackend::whenEventDone(uint32_t event, Done done) {
-  Event e;
-  {
-    std::lock_guard lock(mu_);
-    auto it = events_.find(event);
-    if (it == events_.end()) return unknownEvent(event);
-    e = it->second;
-  }
+  auto found = eventOf(event);
+  if (!found) return found.status();
+  Event e = *found;
   RGPU_TRY(use(e.device));
   Job job;
   job.device = e.device;
@@ -706,13 +705,9 @@ Result<bool> CudaBackend::streamIdle(StreamKey key) {
 
 Result<bool> CudaBackend::eventDone(uint32_t event) {
   DriverApi& api = *api_;
-  Event e;
-  {
-    std::lock_guard lock(mu_);
-    auto it = events_.find(event);
-    if (it == events_.end()) return unknownEvent(event);
-    e = it->second;
-  }
+  auto found = eventOf(event);
+  if (!found) return found.status();
+  Event e = *found;
   RGPU_TRY(use(e.device));
   CUresult r = api.cuEventQuery(e.handle);
   if (r == CUDA_ERROR_NOT_READY) return false;
@@ -722,18 +717,13 @@ Result<bool> CudaBackend::eventDone(uint32_t event) {
 
 Result<float> CudaBackend::elapsedMs(uint32_t start, uint32_t end) {
   DriverApi& api = *api_;
-  Event a, b;
-  {
-    std::lock_guard lock(mu_);
-    auto ia = events_.find(start), ib = events_.find(end);
-    if (ia == events_.end()) return unknownEvent(start);
-    if (ib == events_.end()) return unknownEvent(end);
-    a = ia->second;
-    b = ib->second;
-  }
-  RGPU_TRY(use(a.device));
+  auto a = eventOf(start);
+  if (!a) return a.status();
+  auto b = eventOf(end);
+  if (!b) return b.status();
+  RGPU_TRY(use(a->device));
   float ms = 0;
-  RGPU_TRY(RGPU_CU(cuEventElapsedTime(&ms, a.handle, b.handle)));
+  RGPU_TRY(RGPU_CU(cuEventElapsedTime(&ms, a->handle, b->handle)));
   return ms;
 }
 
@@ -774,13 +764,11 @@ Status CudaBackend::loadModule(uint32_t id, int device, const std::string& fatbi
 
 Status CudaBackend::unloadModule(uint32_t id) {
   DriverApi& api = *api_;
-  Module m;
+  auto taken = take(modules_, id);
+  if (!taken) return Status(err::kInvalidResourceHandle, "unknown module");
+  Module m = std::move(*taken);
   {
     std::lock_guard lock(mu_);
-    auto it = modules_.find(id);
-    if (it == modules_.end()) return Status(err::kInvalidResourceHandle, "unknown module");
-    m = std::move(it->second);
-    modules_.erase(it);
     for (auto f = functions_.begin(); f != functions_.end();) f = f->second.module == id ? functions_.erase(f) : ++f;
   }
   RGPU_TRY(use(m.device));
@@ -833,13 +821,9 @@ Result<uint32_t> CudaBackend::registerFunction(uint32_t id, uint32_t module, con
 
 Result<FunctionAttributes> CudaBackend::functionAttributes(uint32_t function) {
   DriverApi& api = *api_;
-  Function f;
-  {
-    std::lock_guard lock(mu_);
-    auto it = functions_.find(function);
-    if (it == functions_.end()) return Status(err::kInvalidDeviceFunction, "unknown function");
-    f = it->second;
-  }
+  auto found = functionOf(function);
+  if (!found) return found.status();
+  Function f = *found;
   RGPU_TRY(use(f.device));
   auto get = [&](CUfunction_attribute a, auto& out) -> Status {
     int v = 0;
@@ -862,13 +846,9 @@ Result<FunctionAttributes> CudaBackend::functionAttributes(uint32_t function) {
 
 Status CudaBackend::setFunctionAttribute(uint32_t function, int attr, int value) {
   DriverApi& api = *api_;
-  Function f;
-  {
-    std::lock_guard lock(mu_);
-    auto it = functions_.find(function);
-    if (it == functions_.end()) return Status(err::kInvalidDeviceFunction, "unknown function");
-    f = it->second;
-  }
+  auto found = functionOf(function);
+  if (!found) return found.status();
+  Function f = *found;
   RGPU_TRY(use(f.device));
   // cudaFuncAttribute values are the CUfunction_attribute ones.
   return RGPU_CU(cuFuncSetAttribute(f.handle, static_cast<CUfunction_attribute>(attr), value));
@@ -876,13 +856,9 @@ Status CudaBackend::setFunctionAttribute(uint32_t function, int attr, int value)
 
 Result<int> CudaBackend::occupancy(uint32_t function, int block_size, uint64_t dynamic_smem) {
   DriverApi& api = *api_;
-  Function f;
-  {
-    std::lock_guard lock(mu_);
-    auto it = functions_.find(function);
-    if (it == functions_.end()) return Status(err::kInvalidDeviceFunction, "unknown function");
-    f = it->second;
-  }
+  auto found = functionOf(function);
+  if (!found) return found.status();
+  Function f = *found;
   RGPU_TRY(use(f.device));
   int n = 0;
   RGPU_TRY(RGPU_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, f.handle, block_size, dynamic_smem)));
@@ -892,15 +868,9 @@ Result<int> CudaBackend::occupancy(uint32_t function, int block_size, uint64_t d
 Result<std::pair<DevPtr, uint64_t>> CudaBackend::globalAddress(uint32_t module, const std::string& name,
                                                                uint64_t /*size_hint*/) {
   DriverApi& api = *api_;
-  CUmodule m;
-  int device;
-  {
-    std::lock_guard lock(mu_);
-    auto it = modules_.find(module);
-    if (it == modules_.end()) return Status(err::kInvalidResourceHandle, "unknown module");
-    m = it->second.handle;
-    device = it->second.device;
-  }
+  auto mod = moduleOf(module);
+  if (!mod) return mod.status();
+  auto [m, device] = *mod;
   RGPU_TRY(use(device));
   CUdeviceptr p = 0;
   size_t bytes = 0;

@@ -33,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -143,6 +144,13 @@ class CudaBackend final : public Backend {
   Status init();
   Status use(int device);  // makes the device's primary context current on this thread
   Result<std::pair<int, CUstream>> streamOf(StreamKey key);
+  // Copies of table entries, looked up under mu_.
+  Result<Function> functionOf(uint32_t id);
+  Result<Event> eventOf(uint32_t id);
+  Result<std::pair<CUmodule, int>> moduleOf(uint32_t id);
+  // Removes and returns a table entry, under mu_.
+  template <typename Map>
+  std::optional<typename Map::mapped_type> take(Map& table, uint32_t id);
   // Records a completion event on `stream` and runs `done` when it completes.
   Status whenDone(int device, const std::vector<CUstream>& streams, Done done);
   void completerLoop();
@@ -152,6 +160,9 @@ class CudaBackend final : public Backend {
   void readOutputLoop();
   Result<Pinned> takePinned(uint64_t size);
   void givePinned(Pinned p);
+  // After a staged copy was enqueued (or failed to be): return the buffer when it is done.
+  Status afterUpload(int device, CUstream stream, Pinned pin, Status enqueued);
+  Status afterDownload(int device, CUstream stream, Pinned pin, uint64_t size, ReadDone done, Status enqueued);
 
   std::unique_ptr<DriverApi> api_;
   CudaOptions opts_;
