@@ -20,6 +20,17 @@ struct Hello {
   hostname @3 :Text;
   pid @4 :UInt32;
   resumeToken @5 :Data;      # reserved for session resume (empty: new session)
+  request @6 :DeviceRequest; # what devices the program needs (pool placement)
+  monitor @7 :Bool;          # rgpu-smi: no devices, only poolStatus calls
+}
+
+# A client's device request (client.toml [request]); zeros mean "any".
+struct DeviceRequest {
+  count @0 :UInt32;              # devices wanted; 0 = every device the user may use
+  minMemory @1 :UInt64;          # bytes free on each
+  minComputeCapability @2 :UInt32;  # major * 10 + minor
+  model @3 :Text;                # glob on the device name, e.g. "*H200*"
+  waitMs @4 :UInt32;             # longest wait in the admission queue (the server caps it)
 }
 
 struct DeviceInfo {
@@ -98,6 +109,7 @@ struct Request {
     hostFuncDone @34 :HostFuncDone;
     memcpyPeer @35 :MemcpyPeer;
     pointerAttributes @36 :PointerAttributes;
+    poolStatus @37 :Void;        # rgpu-smi: devices and sessions (all of them for admins)
   }
 }
 
@@ -173,7 +185,42 @@ struct Reply {
     value @8 :Int64;          # occupancy, query results
     symbol @9 :Symbol;
     pointer @10 :PointerInfo;
+    poolStatus @11 :PoolStatus;
   }
+}
+
+struct PoolStatus {
+  devices @0 :List(PoolDevice);
+  sessions @1 :List(PoolSession);
+  queued @2 :UInt32;           # requests waiting in the admission queue
+}
+
+struct PoolDevice {
+  index @0 :UInt32;
+  name @1 :Text;
+  uuid @2 :Text;
+  memoryTotal @3 :UInt64;
+  memoryUsed @4 :UInt64;       # allocated by rgpu sessions
+  utilization @5 :Int32;       # percent; -1 unknown
+  temperature @6 :Int32;       # Celsius; -1 unknown
+  powerMw @7 :Int32;           # -1 unknown
+  sessions @8 :UInt32;
+  computeCapability @9 :UInt32;  # major * 10 + minor
+}
+
+struct PoolSession {
+  id @0 :UInt64;
+  user @1 :Text;
+  host @2 :Text;
+  pid @3 :UInt32;
+  address @4 :Text;
+  devices @5 :List(UInt32);    # physical device indices
+  memory @6 :UInt64;           # bytes allocated, all devices
+  priority @7 :Text;
+  gpuTimeNs @8 :UInt64;
+  calls @9 :UInt64;
+  state @10 :Text;             # running | queued
+  seconds @11 :UInt64;         # since admission (or since queued)
 }
 
 struct MemInfo { free @0 :UInt64; total @1 :UInt64; }

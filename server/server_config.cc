@@ -22,6 +22,14 @@ Result<uint64_t> parseSize(const std::string& s) {
   return static_cast<uint64_t>(v * static_cast<double>(mul));
 }
 
+const char* priorityName(Priority p) {
+  switch (p) {
+    case Priority::kHigh: return "high";
+    case Priority::kLow: return "low";
+    default: return "normal";
+  }
+}
+
 Result<ServerConfig> loadServerConfig(const std::string& path) {
   ServerConfig c;
   c.source = path;
@@ -58,8 +66,41 @@ Result<ServerConfig> loadServerConfig(const std::string& path) {
       if (e.name.empty()) return Status(err::kInvalidValue, where("users") + ": every user needs a name");
       if (e.token.empty() && e.cert_cn.empty())
         return Status(err::kInvalidValue, where("users") + ": user '" + e.name + "' needs a token or a cert_cn");
+      std::string who = where("users") + ": user '" + e.name + "': ";
+      if (auto* devs = (*ut)["devices"].as_array()) {
+        for (auto& d : *devs) {
+          if (auto sv = d.value<std::string>()) e.devices.push_back(*sv);
+          else if (auto iv = d.value<int64_t>(); iv && *iv >= 0) e.devices.push_back(std::to_string(*iv));
+          else return Status(err::kInvalidValue, who + "devices entries are indices, UUIDs or model patterns");
+        }
+      }
+      if (auto q = (*ut)["memory_quota"].value<std::string>()) {
+        auto bytes = parseSize(*q);
+        if (!bytes) return Status(err::kInvalidValue, who + "memory_quota: " + bytes.status().message());
+        e.memory_quota = *bytes;
+      }
+      if (auto m = (*ut)["max_sessions"].value<int64_t>()) {
+        if (*m < 0 || *m > 1000000) return Status(err::kInvalidValue, who + "max_sessions must be 0..1000000");
+        e.max_sessions = static_cast<uint32_t>(*m);
+      }
+      std::string prio = (*ut)["priority"].value_or(std::string("normal"));
+      if (prio == "high") e.priority = Priority::kHigh;
+      else if (prio == "normal") e.priority = Priority::kNormal;
+      else if (prio == "low") e.priority = Priority::kLow;
+      else return Status(err::kInvalidValue, who + "priority must be high, normal or low");
+      e.weight = (*ut)["weight"].value_or(1.0);
+      if (auto w = (*ut)["weight"].value<int64_t>()) e.weight = static_cast<double>(*w);
+      if (!(e.weight > 0 && e.weight <= 1000)) return Status(err::kInvalidValue, who + "weight must be in (0, 1000]");
+      e.admin = (*ut)["admin"].value_or(false);
       c.users.push_back(std::move(e));
     }
+  }
+  if (auto* pool = tbl["pool"].as_table()) {
+    if (auto t = (*pool)["admission_timeout_ms"].value<int64_t>()) {
+      if (*t < 0 || *t > 24 * 3600 * 1000) return Status(err::kInvalidValue, where("pool.admission_timeout_ms") + " must be 0..86400000");
+      c.pool.admission_timeout_ms = static_cast<uint32_t>(*t);
+    }
+    c.pool.metrics_listen = (*pool)["metrics_listen"].value_or(std::string());
   }
   if (auto* lim = tbl["limits"].as_table()) {
     auto& L = c.limits;

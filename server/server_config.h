@@ -10,10 +10,26 @@
 
 namespace rgpu::server {
 
+enum class Priority { kLow = 0, kNormal = 1, kHigh = 2 };
+const char* priorityName(Priority p);
+
 struct UserEntry {
   std::string name;
   std::string token;    // bearer token; empty = not accepted by token
   std::string cert_cn;  // client-certificate common name; empty = not by cert
+  // Policy (the pool manager enforces it).
+  std::vector<std::string> devices;  // allowed: index ("0"), UUID ("GPU-…", a prefix), model glob ("*H200*"); empty = all
+  uint64_t memory_quota = 0;         // bytes per device, over all of the user's sessions; 0 = no quota
+  uint32_t max_sessions = 0;         // concurrent sessions; 0 = no limit
+  Priority priority = Priority::kNormal;
+  double weight = 1.0;               // compute weight among sessions of a device
+  bool admin = false;                // rgpu-smi shows everyone's sessions
+};
+
+// [pool]: placement and admission, monitoring.
+struct PoolConfig {
+  uint32_t admission_timeout_ms = 30000;  // longest a request waits in the admission queue
+  std::string metrics_listen;             // host:port of the Prometheus endpoint; empty = off
 };
 
 struct SimDeviceConfig {
@@ -45,6 +61,7 @@ struct ServerConfig {
   bool allow_anonymous = false;  // accept clients that match no user (dev only)
   int handshake_timeout_ms = 10000;
   std::vector<UserEntry> users;
+  PoolConfig pool;
   std::vector<SimDeviceConfig> sim_devices;
   std::string sim_launch_log;  // [sim] launch_log: record every kernel launch (tests)
   // [cuda]: the driver library workers load (a path for tests' fake driver),
