@@ -32,6 +32,27 @@ Result<ClientConfig> loadClientConfig() {
     c.log_level = tbl["log_level"].value_or(c.log_level);
     c.connect_timeout_ms = tbl["connect_timeout_ms"].value_or(c.connect_timeout_ms);
     c.dead_after_s = tbl["dead_after_s"].value_or(c.dead_after_s);
+    if (auto req = tbl["request"].as_table()) {
+      auto where = "config " + path + ": request.";
+      int64_t n = (*req)["devices"].value_or(int64_t{0});
+      if (n < 0 || n > 1024) return Status(err::kInvalidValue, where + "devices must be 0..1024");
+      c.request_devices = static_cast<uint32_t>(n);
+      if (auto m = (*req)["min_memory"].value<std::string>()) {
+        auto b = common::parseSize(*m);
+        if (!b) return Status(err::kInvalidValue, where + "min_memory: " + b.status().message());
+        c.request_min_memory = *b;
+      }
+      if (auto cc = (*req)["min_compute_capability"].value<std::string>()) {
+        int major = 0, minor = 0;
+        if (std::sscanf(cc->c_str(), "%d.%d", &major, &minor) != 2 || major < 0 || minor < 0 || minor > 9)
+          return Status(err::kInvalidValue, where + "min_compute_capability must look like \"8.0\"");
+        c.request_min_cc = static_cast<uint32_t>(major * 10 + minor);
+      }
+      c.request_model = (*req)["model"].value_or(std::string());
+      int64_t w = (*req)["wait_ms"].value_or(int64_t{0});
+      if (w < 0 || w > 86400000) return Status(err::kInvalidValue, where + "wait_ms must be 0..86400000");
+      c.request_wait_ms = static_cast<uint32_t>(w);
+    }
     if (auto tls = tbl["tls"].as_table()) {
       auto rel = [&](const char* k) {
         auto v = (*tls)[k].value<std::string>();
@@ -51,6 +72,8 @@ Result<ClientConfig> loadClientConfig() {
   if (auto v = common::envString("RGPU_COMPRESSION")) c.compression = *v;
   if (auto v = common::envString("RGPU_CONNECT_TIMEOUT_MS")) c.connect_timeout_ms = std::atoi(v->c_str());
   if (c.connect_timeout_ms <= 0) c.connect_timeout_ms = 10000;
+  if (auto v = common::envString("RGPU_DEVICES")) c.request_devices = static_cast<uint32_t>(std::atoi(v->c_str()));
+  if (auto v = common::envString("RGPU_WAIT_MS")) c.request_wait_ms = static_cast<uint32_t>(std::atoi(v->c_str()));
   return c;
 }
 

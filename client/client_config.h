@@ -1,7 +1,8 @@
 // client.toml: where the server is and how to authenticate.
 // Lookup order: $RGPU_CONFIG, ~/.config/rgpu/client.toml, /etc/rgpu/client.toml.
 // Environment overrides: RGPU_SERVER (host:port), RGPU_TOKEN, RGPU_CA, RGPU_CERT,
-// RGPU_KEY, RGPU_SERVER_NAME, RGPU_CONNECT_TIMEOUT_MS, RGPU_COMPRESSION.
+// RGPU_KEY, RGPU_SERVER_NAME, RGPU_CONNECT_TIMEOUT_MS, RGPU_COMPRESSION,
+// RGPU_DEVICES (request_devices), RGPU_WAIT_MS (request_wait_ms).
 #pragma once
 
 #include <string>
@@ -20,6 +21,13 @@ struct ClientConfig {
   int connect_timeout_ms = 10000;
   // A connection silent this long while calls wait is declared dead.
   int dead_after_s = 30;
+  // [request]: the devices this program needs; the server's pool places it.
+  uint32_t request_devices = 0;        // 0: every device the user may use
+  uint64_t request_min_memory = 0;     // bytes free on each
+  uint32_t request_min_cc = 0;         // major * 10 + minor
+  std::string request_model;           // glob on the device name
+  uint32_t request_wait_ms = 0;        // longest wait in the admission queue; 0: the server's
+  bool monitor = false;                // rgpu-smi: no devices, status only (not from the file)
 };
 
 Result<ClientConfig> loadClientConfig();

@@ -95,6 +95,13 @@ Status Connection::handshake(const ClientConfig& cfg) {
   gethostname(host, sizeof host - 1);
   hello.setHostname(host);
   hello.setPid(static_cast<uint32_t>(getpid()));
+  hello.setMonitor(cfg.monitor);
+  auto req = hello.initRequest();
+  req.setCount(cfg.request_devices);
+  req.setMinMemory(cfg.request_min_memory);
+  req.setMinComputeCapability(cfg.request_min_cc);
+  req.setModel(cfg.request_model);
+  req.setWaitMs(cfg.request_wait_ms);
   std::vector<uint8_t> frame;
   common::appendFrame(frame, FrameType::kHello, 0, 0, msg, 0);
   RGPU_TRY(conn_->write(frame.data(), frame.size()));

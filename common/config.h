@@ -17,5 +17,7 @@ std::string expandHome(const std::string& path);
 std::string resolveRelative(const std::string& config_file, const std::string& path);
 std::optional<std::string> envString(const char* name);
 bool fileExists(const std::string& path);
+// "16GiB", "512MiB", "1048576" -> bytes.
+Result<uint64_t> parseSize(const std::string& s);
 
 }  // namespace rgpu::common

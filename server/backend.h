@@ -72,6 +72,9 @@ class Backend {
   // Errors of stream-ordered work, reported at the client's next synchronising call.
   virtual void setAsyncErrorSink(std::function<void(Status)> sink) = 0;
 
+  // Kernel time of this session so far (GPU time per session, for the pool).
+  virtual uint64_t gpuTimeNs() const { return 0; }
+
   // Device printf output of finished launches, in completion order.
   virtual void setOutputSink(std::function<void(std::string)> sink) {}
 

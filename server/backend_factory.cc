@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "server/cuda/cuda_backend.h"
 #include "server/cuda/driver_api.h"
+#include "server/device_props.h"
 #include "server/sim_backend.h"
 
 namespace rgpu::server {
@@ -20,14 +21,23 @@ namespace {
 // cuInit on a large GPU host can take seconds; a driver that hangs must not hang the daemon.
 constexpr auto kProbeTimeout = std::chrono::seconds(60);
 
-std::unique_ptr<Backend> makeSim(const ServerConfig& cfg) {
+Result<std::unique_ptr<Backend>> makeSim(const ServerConfig& cfg, const std::vector<int>& physical) {
   SimOptions opts;
   opts.launch_log = cfg.sim_launch_log;
-  return std::make_unique<SimBackend>(cfg.sim_devices, opts);
+  std::vector<SimDeviceConfig> devices;
+  for (int p : physical) {
+    if (p < 0 || static_cast<size_t>(p) >= cfg.sim_devices.size())
+      return Status(err::kInvalidDevice, "sim device " + std::to_string(p) + " is not configured");
+    devices.push_back(cfg.sim_devices[p]);
+  }
+  if (physical.empty()) devices = cfg.sim_devices;
+  opts.physical = physical;
+  return std::unique_ptr<Backend>(std::make_unique<SimBackend>(devices, opts));
 }
 
-Result<std::unique_ptr<Backend>> makeCuda(const ServerConfig& cfg) {
+Result<std::unique_ptr<Backend>> makeCuda(const ServerConfig& cfg, const std::vector<int>& physical) {
   cuda::CudaOptions o;
+  o.devices = physical;
   o.driver_library = cfg.cuda_driver_library;
   o.staging_pool_bytes = cfg.cuda_staging_pool;
   o.capture_stdout = true;  // workers only build backends here; device printf goes to the client
@@ -59,7 +69,16 @@ int runCudaProbe(const ServerConfig& cfg) {
     char name[256] = {};
     if (api.cuDeviceGet(&d, i) != CUDA_SUCCESS || api.cuDeviceGetName(name, sizeof name - 1, d) != CUDA_SUCCESS)
       std::snprintf(name, sizeof name, "device %d", i);
+    size_t total = 0;
+    int major = 0, minor = 0;
+    CUuuid uuid{};
+    (void)api.cuDeviceTotalMem(&total, d);
+    (void)api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+    (void)api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+    (void)api.cuDeviceGetUuid(&uuid, d);
     std::printf("device %s\n", name);
+    std::printf("gpu\t%zu\t%d\t%s\t%s\n", total, major * 10 + minor, uuidText(std::string(uuid.bytes, 16)).c_str(),
+                name);
   }
   std::fflush(stdout);
   return 0;
@@ -122,6 +141,18 @@ CudaProbe probeCuda(const std::string& exe, const std::string& config_path, cons
   while (std::getline(in, line)) {
     if (line.rfind("driver ", 0) == 0) out.driver_version = std::atoi(line.c_str() + 7);
     else if (line.rfind("device ", 0) == 0) out.devices.push_back(line.substr(7));
+    else if (line.rfind("gpu\t", 0) == 0) {
+      std::istringstream f(line.substr(4));
+      PoolDeviceInfo d;
+      std::string total, cc;
+      std::getline(f, total, '\t');
+      std::getline(f, cc, '\t');
+      std::getline(f, d.uuid, '\t');
+      std::getline(f, d.name);
+      d.total = std::strtoull(total.c_str(), nullptr, 10);
+      d.cc = static_cast<uint32_t>(std::atoi(cc.c_str()));
+      out.inventory.push_back(std::move(d));
+    }
     else if (line.rfind("error ", 0) == 0) {
       char* end = nullptr;
       long code = std::strtol(line.c_str() + 6, &end, 10);
@@ -134,30 +165,50 @@ CudaProbe probeCuda(const std::string& exe, const std::string& config_path, cons
   return out;
 }
 
-Result<std::string> chooseBackend(const ServerConfig& cfg, const std::string& exe, const std::string& config_path) {
-  if (cfg.backend == "sim") return std::string("sim");
+std::string uuidText(const std::string& b) {
+  std::string out = "GPU-";
+  char hex[3];
+  for (size_t i = 0; i < b.size() && i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(b[i]));
+    out += hex;
+  }
+  return out;
+}
+
+std::vector<PoolDeviceInfo> simInventory(const ServerConfig& cfg) {
+  std::vector<PoolDeviceInfo> out;
+  for (size_t i = 0; i < cfg.sim_devices.size(); ++i) {
+    DeviceDescription d = describeSimDevice(cfg.sim_devices[i], static_cast<int>(i));
+    out.push_back({d.name, uuidText(d.uuid), d.total_mem, static_cast<uint32_t>(d.major * 10 + d.minor)});
+  }
+  return out;
+}
+
+Result<BackendChoice> chooseBackend(const ServerConfig& cfg, const std::string& exe, const std::string& config_path) {
+  if (cfg.backend == "sim") return BackendChoice{"sim", simInventory(cfg)};
   CudaProbe p = probeCuda(exe, config_path, cfg);
   if (p.status) {
     std::string names;
     for (auto& d : p.devices) names += (names.empty() ? "" : ", ") + d;
     RGPU_LOG_INFO("backend = \"{}\": CUDA driver {} ({}) with {} GPU(s): {}", cfg.backend, p.driver_version,
                   cfg.cuda_driver_library, p.devices.size(), names);
-    return std::string("cuda");
+    return BackendChoice{"cuda", p.inventory};
   }
   if (cfg.backend == "cuda")
     return Status(p.status.code(), "backend = \"cuda\", but no GPU is usable: " + p.status.message());
   RGPU_LOG_INFO("backend = \"auto\": using the sim backend, because {}", p.status.message());
-  return std::string("sim");
+  return BackendChoice{"sim", simInventory(cfg)};
 }
 
-Result<std::unique_ptr<Backend>> makeBackend(const ServerConfig& cfg) {
-  if (cfg.backend == "cuda") return makeCuda(cfg);
+Result<std::unique_ptr<Backend>> makeBackend(const ServerConfig& cfg, const std::vector<int>& physical) {
+  if (cfg.backend == "cuda") return makeCuda(cfg, physical);
   if (cfg.backend == "auto") {
-    auto b = makeCuda(cfg);
+    auto b = makeCuda(cfg, physical);
     if (b) return b;
     common::logOnce("backend-auto", "backend = \"auto\": using the sim backend, because " + b.status().message());
   }
-  return makeSim(cfg);
+  return makeSim(cfg, physical);
 }
 
 }  // namespace rgpu::server

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "server/backend.h"
+#include "server/pool_manager.h"
 #include "server/server_config.h"
 
 namespace rgpu::server {
@@ -19,19 +20,30 @@ namespace rgpu::server {
 struct CudaProbe {
   Status status;                   // ok when the driver loaded and sees >= 1 device
   std::vector<std::string> devices;
+  std::vector<PoolDeviceInfo> inventory;  // name, UUID, memory, compute capability
   int driver_version = 0;
 };
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" for 16 UUID bytes, as nvidia-smi writes it.
+std::string uuidText(const std::string& bytes);
+// The configured sim devices, for the pool.
+std::vector<PoolDeviceInfo> simInventory(const ServerConfig& cfg);
 
 // Runs `exe --probe-cuda` (with `config_path`) and reads its report. Bounded by a timeout.
 CudaProbe probeCuda(const std::string& exe, const std::string& config_path, const ServerConfig& cfg);
 // The probe child's side: prints the report on stdout, returns the exit code.
 int runCudaProbe(const ServerConfig& cfg);
 
+struct BackendChoice {
+  std::string backend;                    // "cuda" or "sim"
+  std::vector<PoolDeviceInfo> inventory;  // the devices the pool shares
+};
 // Resolves cfg.backend ("auto" becomes "cuda" or "sim") and says why in the log.
 // Fails when "cuda" was asked for and no driver or GPU is usable.
-Result<std::string> chooseBackend(const ServerConfig& cfg, const std::string& exe, const std::string& config_path);
+Result<BackendChoice> chooseBackend(const ServerConfig& cfg, const std::string& exe, const std::string& config_path);
 
-// Builds the backend named by cfg.backend ("auto": CUDA when it starts, else sim).
-Result<std::unique_ptr<Backend>> makeBackend(const ServerConfig& cfg);
+// Builds the backend named by cfg.backend ("auto": CUDA when it starts, else
+// sim) over the host's devices `physical` (in the session's order; empty: all).
+Result<std::unique_ptr<Backend>> makeBackend(const ServerConfig& cfg, const std::vector<int>& physical = {});
 
 }  // namespace rgpu::server

@@ -17,6 +17,7 @@
 #include "common/tls.h"
 #include "server/backend_factory.h"
 #include "server/cuda/nvml.h"
+#include "server/pool_service.h"
 #include "server/session.h"
 
 namespace rgpu::server {
@@ -42,7 +43,7 @@ void onWorkerTerm(int) {
 }
 }  // namespace
 
-int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id) {
+int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id, int control_fd) {
   g_worker_fd = fd;
   struct sigaction sa {};
   sa.sa_handler = onWorkerTerm;
@@ -58,17 +59,22 @@ int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id) {
     RGPU_LOG_WARN("session {}: {}", session_id, conn.status().message());
     return 1;
   }
-  auto backend = makeBackend(cfg);
-  if (!backend) {
-    RGPU_LOG_ERROR("session {}: {}", session_id, backend.status().message());
-    return 1;
+  // The pool manager lives in the daemon; a worker started by hand gets a private one.
+  std::unique_ptr<PoolLink> pool;
+  if (control_fd >= 0) {
+    pool = std::make_unique<ControlSocketLink>(control_fd, std::chrono::seconds(30));
+  } else {
+    pool = std::make_unique<LocalPool>(std::make_shared<PoolManager>(simInventory(cfg), cfg.users, cfg.pool),
+                                       std::make_shared<std::mutex>(), session_id);
   }
-  Session session(std::move(*conn), cfg, std::move(*backend), session_id);
+  Session session(
+      std::move(*conn), cfg, [&cfg](const std::vector<int>& physical) { return makeBackend(cfg, physical); }, *pool,
+      session_id);
   Status s = session.run();
   return s ? 0 : 2;
 }
 
-static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const std::string& backend);
+static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const BackendChoice& choice);
 
 int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts) {
   // Fail at start, not per connection, when the TLS material is wrong.
@@ -83,23 +89,41 @@ int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts) {
     RGPU_LOG_ERROR("{}", chosen.status().message());
     return 1;
   }
-  if (*chosen == "cuda") {
-    // Inventory and health, without a CUDA context (NVML).
-    auto nvml = cuda::Nvml::load(cfg.nvml_library);
-    auto gpus = nvml ? (*nvml)->sample() : Result<std::vector<cuda::GpuHealth>>(nvml.status());
+  DaemonOptions run_opts = opts;
+  run_opts.worker_args.insert(run_opts.worker_args.end(), {"--backend", chosen->backend});
+  return serve(cfg, run_opts, *chosen);
+}
+
+static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const BackendChoice& choice) {
+  const std::string& backend = choice.backend;
+  // Health (utilisation, temperature, power) from NVML, matched to the pool's devices by UUID.
+  std::unique_ptr<cuda::Nvml> nvml;
+  if (backend == "cuda") {
+    auto n = cuda::Nvml::load(cfg.nvml_library);
+    auto gpus = n ? (*n)->sample() : Result<std::vector<cuda::GpuHealth>>(n.status());
     if (!gpus) RGPU_LOG_INFO("GPU health unavailable: {}", gpus.status().message());
     else
       for (auto& g : *gpus) {
         std::string line = cuda::formatGpus({g});
         RGPU_LOG_INFO("gpu {}", line.substr(0, line.size() - 1));
       }
+    if (n) nvml = std::move(*n);
   }
-  DaemonOptions run_opts = opts;
-  run_opts.worker_args.insert(run_opts.worker_args.end(), {"--backend", *chosen});
-  return serve(cfg, run_opts, *chosen);
-}
-
-static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const std::string& backend) {
+  PoolService::HealthFn health = [&]() {
+    std::vector<DeviceHealth> out(choice.inventory.size());
+    if (!nvml) return out;
+    auto gpus = nvml->sample();
+    if (!gpus) return out;
+    for (size_t i = 0; i < choice.inventory.size(); ++i)
+      for (auto& g : *gpus)
+        if (g.uuid == choice.inventory[i].uuid) out[i] = {g.utilization_gpu, g.temperature_c, g.power_mw};
+    return out;
+  };
+  PoolManager pool(choice.inventory, cfg.users, cfg.pool);
+  for (size_t i = 0; i < choice.inventory.size(); ++i)
+    RGPU_LOG_INFO("pool device {}: {} ({}), {} MiB, compute capability {}.{}", i, choice.inventory[i].name,
+                  choice.inventory[i].uuid, choice.inventory[i].total >> 20, choice.inventory[i].cc / 10,
+                  choice.inventory[i].cc % 10);
   auto hp = common::parseHostPort(cfg.listen);
   if (!hp) {
     RGPU_LOG_ERROR("listen: {}", hp.status().message());
@@ -131,7 +155,9 @@ static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const std::
   uint64_t next_session = 1;
   bool stopping = false;
 
+  PoolService service(io, pool, health);
   asio::signal_set signals(io, SIGINT, SIGTERM, SIGCHLD);
+  signals.add(SIGHUP);
   std::function<void()> waitSignal = [&] {
     signals.async_wait([&](const asio::error_code& ec, int sig) {
       if (ec) return;
@@ -146,8 +172,22 @@ static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const std::
           else
             RGPU_LOG_DEBUG("worker {} (session {}) exited with {}", pid, sid, WEXITSTATUS(status));
           workers.erase(pid);
+          // Its memory and quota return to the pool now, even after a crash.
+          if (sid) service.detach(sid);
         }
         if (stopping && workers.empty()) io.stop();
+      } else if (sig == SIGHUP) {
+        // Policy reload: users, quotas, priorities, [pool]. Running sessions keep their devices.
+        if (opts.config_path.empty()) {
+          RGPU_LOG_WARN("SIGHUP: no config file to reload");
+        } else if (auto c = loadServerConfig(opts.config_path); !c) {
+          RGPU_LOG_ERROR("SIGHUP: policy not reloaded, keeping the old one: {}", c.status().message());
+        } else {
+          pool.setPolicy(c->users, c->pool);
+          service.policyChanged();
+          RGPU_LOG_INFO("SIGHUP: policy reloaded from {} ({} user(s)); {} session(s) keep running", opts.config_path,
+                        c->users.size(), workers.size());
+        }
       } else {
         RGPU_LOG_INFO("signal {}: shutting down ({} session(s) running)", sig, workers.size());
         stopping = true;
@@ -172,11 +212,24 @@ static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const std::
       }
       int fd = sock.release();
       uint64_t sid = next_session++;
+      // The worker's line to the pool manager.
+      int ctl[2];
+      if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, ctl) != 0) {
+        RGPU_LOG_ERROR("cannot start a worker: socketpair: {}", std::strerror(errno));
+        ::close(fd);
+        acceptNext();
+        return;
+      }
       pid_t pid = ::fork();
       if (pid == 0) {
-        // Child: the socket becomes fd 3, everything else of ours closes on exec.
-        ::dup2(fd, 3);
-        std::vector<std::string> args = {"rgpu-server", "--worker", "--fd", "3", "--session-id", std::to_string(sid)};
+        // Child: the client socket becomes fd 3, the control socket fd 4;
+        // everything else of ours closes on exec. Move both out of the way
+        // first, so neither dup2 overwrites the other.
+        int client = ::fcntl(fd, F_DUPFD_CLOEXEC, 10), control = ::fcntl(ctl[1], F_DUPFD_CLOEXEC, 10);
+        ::dup2(client, 3);
+        ::dup2(control, 4);
+        std::vector<std::string> args = {"rgpu-server", "--worker", "--fd", "3", "--control-fd", "4",
+                                         "--session-id", std::to_string(sid)};
         if (!opts.config_path.empty()) {
           args.push_back("--config");
           args.push_back(opts.config_path);
@@ -189,9 +242,12 @@ static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const std::
         _exit(127);
       }
       ::close(fd);
+      ::close(ctl[1]);
       if (pid < 0) {
         RGPU_LOG_ERROR("cannot start a worker: {}", std::strerror(errno));
+        ::close(ctl[0]);
       } else {
+        service.attach(sid, ctl[0]);
         workers[pid] = sid;
         RGPU_LOG_DEBUG("session {}: worker {}", sid, pid);
       }

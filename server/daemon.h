@@ -22,6 +22,7 @@ struct DaemonOptions {
 int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts);
 
 // Worker side: serves one session on `fd` and returns the exit code.
-int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id);
+// `control_fd`: the socket to the daemon's pool manager (-1: a private pool).
+int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id, int control_fd = -1);
 
 }  // namespace rgpu::server

@@ -114,6 +114,7 @@ class PoolManager {
   void end(uint64_t session);
 
   PoolSnapshot snapshot(Clock::time_point now) const;
+  bool isAdmin(const std::string& user) const { return policyOf(user).admin; }
   size_t queued() const { return queue_.size(); }
   const std::vector<PoolDeviceInfo>& devices() const { return devices_; }
 

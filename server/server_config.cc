@@ -6,22 +6,6 @@
 
 namespace rgpu::server {
 
-Result<uint64_t> parseSize(const std::string& s) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  std::string unit = end ? std::string(end) : "";
-  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
-  uint64_t mul = 1;
-  if (unit.empty() || unit == "B") mul = 1;
-  else if (unit == "KiB" || unit == "K") mul = 1ull << 10;
-  else if (unit == "MiB" || unit == "M") mul = 1ull << 20;
-  else if (unit == "GiB" || unit == "G") mul = 1ull << 30;
-  else if (unit == "TiB" || unit == "T") mul = 1ull << 40;
-  else return Status(err::kInvalidValue, "bad size '" + s + "' (use e.g. 16GiB, 512MiB)");
-  if (end == s.c_str() || v < 0) return Status(err::kInvalidValue, "bad size '" + s + "'");
-  return static_cast<uint64_t>(v * static_cast<double>(mul));
-}
-
 const char* priorityName(Priority p) {
   switch (p) {
     case Priority::kHigh: return "high";

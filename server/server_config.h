@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/config.h"
 #include "common/status.h"
 
 namespace rgpu::server {
@@ -73,7 +74,6 @@ struct ServerConfig {
 };
 
 Result<ServerConfig> loadServerConfig(const std::string& path);
-// "16GiB", "512MiB", "1048576" -> bytes.
-Result<uint64_t> parseSize(const std::string& s);
+using common::parseSize;
 
 }  // namespace rgpu::server

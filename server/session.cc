@@ -66,6 +66,9 @@ bool constantTimeEquals(const std::string& a, const std::string& b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+// Device memory is accounted in cudaMalloc's 256-byte granules.
+uint64_t chargedBytes(uint64_t size) { return (size + 255) / 256 * 256; }
+
 std::string hexPtr(uint64_t v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
@@ -74,16 +77,21 @@ std::string hexPtr(uint64_t v) {
 
 }  // namespace
 
-Session::Session(std::unique_ptr<common::TlsConnection> conn, const ServerConfig& cfg,
-                 std::unique_ptr<Backend> backend, uint64_t session_id)
+Session::Session(std::unique_ptr<common::TlsConnection> conn, const ServerConfig& cfg, BackendFactory make_backend,
+                 PoolLink& pool, uint64_t session_id)
     : conn_(std::move(conn)),
       cfg_(cfg),
-      backend_(std::move(backend)),
+      make_backend_(std::move(make_backend)),
+      pool_(pool),
       session_id_(session_id),
       staging_(std::make_shared<StagingPool>()),
       allocs_(cfg.limits.max_allocations) {
   auto c = common::parseCompression(cfg.compression);
   compression_ = c ? *c : common::Compression::kOff;
+}
+
+void Session::attachBackend(std::unique_ptr<Backend> backend) {
+  backend_ = std::move(backend);
   backend_->setAsyncErrorSink([this](Status s) { recordAsyncError(s); });
   backend_->setOutputSink([this](std::string text) {
     sendNotify([&](wire::Notify::Builder& n) {
@@ -111,6 +119,7 @@ Status Session::run() {
   }
   RGPU_LOG_INFO("session {} started: user '{}' from {}", session_id_, identity_, conn_->peerAddress());
   s = serve();
+  reportUsage(true);
   {
     std::lock_guard lock(host_mu_);
     closing_ = true;
@@ -192,16 +201,42 @@ Status Session::handshake() {
       return reject(err::kNotPermitted, why);
     }
     welcome.setIdentity(identity_);
+    if (hello.getMonitor()) {
+      monitor_ = true;
+    } else {
+      ClientInfo who{identity_, hello.getHostname(), conn_->peerAddress(), hello.getPid()};
+      DeviceRequest want;
+      if (hello.hasRequest()) {
+        auto r = hello.getRequest();
+        want.count = r.getCount();
+        want.min_memory = r.getMinMemory();
+        want.min_cc = r.getMinComputeCapability();
+        want.model = r.getModel();
+        want.wait_ms = r.getWaitMs();
+      }
+      auto placed = pool_.admit(who, want);
+      if (!placed) return reject(placed.status().code(), placed.status().message());
+      auto backend = make_backend_(placed->devices);
+      if (!backend) return reject(backend.status().code(), backend.status().message());
+      placement_ = *placed;
+      attachBackend(std::move(*backend));
+      std::string devs;
+      for (int d : placement_.devices) devs += (devs.empty() ? "" : ",") + std::to_string(d);
+      RGPU_LOG_INFO("session {}: user '{}' placed on device(s) {} (priority {}, quota {})", session_id_, identity_,
+                    devs, priorityName(placement_.priority),
+                    placement_.quota ? formatBytes(placement_.quota) + " per device" : std::string("none"));
+    }
     uint8_t resume[16];
     RAND_bytes(resume, sizeof resume);
     welcome.setResumeToken(kj::arrayPtr(resume, sizeof resume));
-    welcome.setBackend(backend_->name());
-    welcome.setDriverVersion(backend_->driverVersion());
+    welcome.setBackend(monitor_ ? "monitor" : backend_->name());
+    welcome.setDriverVersion(monitor_ ? 0 : backend_->driverVersion());
     auto limits = welcome.initLimits();
     limits.setMaxBulkBytes(protocol::kMaxBulkBytes);
     limits.setMaxMessageBytes(protocol::kMaxMessageBytes);
     limits.setMaxParamBytes(protocol::kMaxParamBytes);
-    const auto& devs = backend_->devices();
+    static const std::vector<DeviceDescription> kNone;
+    const auto& devs = monitor_ ? kNone : backend_->devices();
     auto list = welcome.initDevices(static_cast<unsigned>(devs.size()));
     for (size_t i = 0; i < devs.size(); ++i) {
       auto d = list[static_cast<unsigned>(i)];
@@ -276,7 +311,21 @@ Status Session::consumeBulk(const FrameHeader& h, uint64_t expected, Staging* in
 }
 
 
+void Session::reportUsage(bool force) {
+  auto now = std::chrono::steady_clock::now();
+  if (!force && now - last_usage_report_ < std::chrono::seconds(1)) return;
+  last_usage_report_ = now;
+  SessionUsage u;
+  u.calls = calls_.load(std::memory_order_relaxed);
+  u.bytes_in = bytes_in_.load(std::memory_order_relaxed);
+  u.bytes_out = bytes_out_.load(std::memory_order_relaxed);
+  u.errors = errors_.load(std::memory_order_relaxed);
+  u.gpu_ns = backend_ ? backend_->gpuTimeNs() : 0;
+  pool_.usage(u);
+}
+
 void Session::recordAsyncError(const Status& s) {
+  errors_.fetch_add(1, std::memory_order_relaxed);
   bool sticky = err::isSticky(s.code());
   if (sticky) RGPU_LOG_WARN("session {}: {}", session_id_, s.message());
   else RGPU_LOG_DEBUG("session {}: asynchronous error {}: {}", session_id_, s.code(), s.message());
@@ -312,7 +361,11 @@ void Session::sendReply(uint64_t seq, const Status& status, const Fill& fill, co
     }
   }
   if (fill && s) fill(r);
-  if (!s) bulk_len = 0;
+  if (!s) {
+    bulk_len = 0;
+    errors_.fetch_add(1, std::memory_order_relaxed);
+  }
+  bytes_out_.fetch_add(bulk_len, std::memory_order_relaxed);
   std::vector<uint8_t> frame;
   common::appendFrame(frame, FrameType::kReply, 0, seq, out, bulk_len);
   common::BulkSender sender;
@@ -354,6 +407,14 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
     if (h.bulk_len) return Status(err::kInvalidValue, "unexpected bulk payload");
     return Status::ok();
   };
+  calls_.fetch_add(1, std::memory_order_relaxed);
+  bytes_in_.fetch_add(h.bulk_len, std::memory_order_relaxed);
+  reportUsage(false);
+  if (monitor_ && req.which() != R::POOL_STATUS && req.which() != R::PING && req.which() != R::NOOP) {
+    if (h.bulk_len) RGPU_TRY(reader_->skipBulk(h));
+    finish(h, Status(err::kNotPermitted, "a monitor session (rgpu-smi) only asks for the pool status"));
+    return Status::ok();
+  }
   if (has_sticky_.load(std::memory_order_acquire) && req.which() != R::HOST_FUNC_DONE) {
     // After a kernel fault the session only answers with that fault
     // (sendReply substitutes it).
@@ -376,10 +437,21 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
         return Status::ok();
       }
       if (!s) return finish(h, s), Status::ok();
+      // The pool accounts (and, under a quota, first allows) every byte.
+      uint64_t charge = chargedBytes(m.getSize());
+      int phys = physical(m.getDevice());
+      if (Status q = pool_.reserve(phys, charge, placement_.quota > 0); !q) {
+        RGPU_LOG_INFO("session {}: cudaMalloc of {} bytes refused: {}", session_id_, m.getSize(), q.message());
+        return finish(h, q), Status::ok();
+      }
       auto p = backend_->allocate(m.getDevice(), m.getSize());
-      if (!p) return finish(h, p.status()), Status::ok();
+      if (!p) {
+        pool_.release(phys, charge);
+        return finish(h, p.status()), Status::ok();
+      }
       if (Status a = allocs_.add(*p, m.getSize(), m.getDevice()); !a) {
         (void)backend_->release(*p);
+        pool_.release(phys, charge);
         return finish(h, a), Status::ok();
       }
       uint64_t ptr = *p;
@@ -396,8 +468,11 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       }
       // cudaFree waits for the device: work still queued may use the memory.
       bool async = h.flags & protocol::kFlagAsync;
-      Status s = backend_->whenDeviceDone(e->device, [this, ptr, seq, async](Status) {
+      int phys = physical(e->device);
+      uint64_t charge = chargedBytes(e->size);
+      Status s = backend_->whenDeviceDone(e->device, [this, ptr, seq, async, phys, charge](Status) {
         Status r = backend_->release(ptr);
+        if (r) pool_.release(phys, charge);  // credited the moment it is free
         if (async) {
           if (!r) recordAsyncError(r);
         } else {
@@ -663,9 +738,15 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       std::vector<uint64_t> mine;
       for (uint64_t b : allocs_.bases())
         if (allocs_.find(b)->device == dev) mine.push_back(b);
-      for (uint64_t b : mine) (void)allocs_.remove(b);
-      s = backend_->whenDeviceDone(dev, [this, seq, mine](Status) {
+      uint64_t charge = 0;
+      for (uint64_t b : mine) {
+        auto e = allocs_.remove(b);
+        if (e) charge += chargedBytes(e->size);
+      }
+      int phys = physical(dev);
+      s = backend_->whenDeviceDone(dev, [this, seq, mine, phys, charge](Status) {
         for (uint64_t b : mine) (void)backend_->release(b);
+        pool_.release(phys, charge);
         sendReply(seq, Status::ok(), nullptr);
       });
       if (!s) finish(h, s);
@@ -677,6 +758,14 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       uint64_t free = 0, total = 0;
       Status s = checkDevice(dev);
       if (s) s = backend_->memInfo(dev, free, total);
+      if (s && placement_.quota) {
+        // The quota-limited view: what this user may still allocate here.
+        auto [quota, used] = pool_.quotaView(physical(dev));
+        if (quota) {
+          total = std::min(total, quota);
+          free = std::min(free, quota > used ? quota - used : 0);
+        }
+      }
       finish(h, s, [free, total](auto& r) {
         auto mi = r.initMemInfo();
         mi.setFree(free);
@@ -854,6 +943,18 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       }
       host_cv_.notify_all();
       finish(h, Status::ok());
+      return Status::ok();
+    }
+    case R::POOL_STATUS: {
+      RGPU_TRY(bulkNotExpected());
+      auto st = pool_.status(identity_, false);
+      if (!st) return finish(h, st.status()), Status::ok();
+      // Copy into words: the datagram bytes carry no alignment guarantee.
+      kj::Array<capnp::word> words = kj::heapArray<capnp::word>(st->size() / sizeof(capnp::word));
+      std::memcpy(words.begin(), st->data(), words.size() * sizeof(capnp::word));
+      capnp::FlatArrayMessageReader pr(words, common::readerOptions());
+      auto status = pr.getRoot<wire::PoolStatus>();
+      finish(h, Status::ok(), [&](auto& r) { r.setPoolStatus(status); });
       return Status::ok();
     }
     case R::POINTER_ATTRIBUTES: {

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -21,16 +23,22 @@
 #include "protocol/rgpu.capnp.h"
 #include "server/allocation_table.h"
 #include "server/backend.h"
+#include "server/pool_link.h"
 #include "server/server_config.h"
 
 namespace rgpu::server {
 
 class StagingPool;
 
+// Builds the session's backend over the host devices the pool placed it on.
+using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(const std::vector<int>& physical)>;
+
 class Session {
  public:
-  Session(std::unique_ptr<common::TlsConnection> conn, const ServerConfig& cfg, std::unique_ptr<Backend> backend,
-          uint64_t session_id);
+  // `pool` outlives the session. The backend is built once the pool has
+  // admitted the client (monitor sessions — rgpu-smi — get none).
+  Session(std::unique_ptr<common::TlsConnection> conn, const ServerConfig& cfg, BackendFactory make_backend,
+          PoolLink& pool, uint64_t session_id);
   ~Session();
 
   // Authenticates the client, then serves it until it leaves or the connection
@@ -54,13 +62,25 @@ class Session {
   void recordAsyncError(const Status& s);
   void sendNotify(const std::function<void(wire::Notify::Builder&)>& fill);
 
+  // Connects the backend's callbacks to this session.
+  void attachBackend(std::unique_ptr<Backend> backend);
+  // Sends the session's usage to the pool at most once a second (`force`: now).
+  void reportUsage(bool force);
+  // The pool's (physical) index of session device `device`.
+  int physical(int device) const { return placement_.devices[static_cast<size_t>(device)]; }
   Status checkStream(wire::StreamRef::Reader s, StreamKey& key) const;
   Status checkDevice(int device) const;
 
   std::unique_ptr<common::TlsConnection> conn_;
   common::FrameReader* reader_ = nullptr;  // the dispatch thread's reader, during serve()
   const ServerConfig& cfg_;
+  BackendFactory make_backend_;
+  PoolLink& pool_;
+  Placement placement_;
+  bool monitor_ = false;  // rgpu-smi: pool status only, no backend
   std::unique_ptr<Backend> backend_;
+  std::atomic<uint64_t> calls_{0}, bytes_in_{0}, bytes_out_{0}, errors_{0};
+  std::chrono::steady_clock::time_point last_usage_report_{};
   uint64_t session_id_;
   std::string identity_;
   common::Compression compression_ = common::Compression::kOff;

@@ -21,7 +21,8 @@ Status noStream(StreamKey k) {
 }  // namespace
 
 SimBackend::SimBackend(const std::vector<SimDeviceConfig>& devices, SimOptions opts) : opts_(std::move(opts)) {
-  for (size_t i = 0; i < devices.size(); ++i) devices_.push_back(describeSimDevice(devices[i], static_cast<int>(i)));
+  for (size_t i = 0; i < devices.size(); ++i)
+    devices_.push_back(describeSimDevice(devices[i], i < opts_.physical.size() ? opts_.physical[i] : static_cast<int>(i)));
   used_.assign(devices_.size(), 0);
   if (!opts_.launch_log.empty()) launch_log_.open(opts_.launch_log, std::ios::app);
   std::lock_guard lock(mu_);
@@ -593,7 +594,10 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
     L.params = reinterpret_cast<const uint8_t*>(params.data());
     L.memory = &memory;
     L.sm_count = sm_count;
+    auto t0 = std::chrono::steady_clock::now();
     ptx::LaunchResult r = interp_.run(L);
+    gpu_ns_ += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
     if (!r.output.empty() && out) out(std::move(r.output));
     if (!r.status) reportAsync(Status(r.status.code(), "kernel " + name + ": " + r.status.message()));
   });

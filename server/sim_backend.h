@@ -12,6 +12,7 @@
 // error at the next synchronising call; such errors are sticky, as on a GPU.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <fstream>
@@ -31,6 +32,9 @@ namespace rgpu::server {
 
 struct SimOptions {
   std::string launch_log;  // when set, every launch is appended here (tests)
+  // The host's (physical) index of each configured device, when the session
+  // got a subset of them; empty: 0, 1, 2, ... (identity, UUIDs follow it).
+  std::vector<int> physical;
 };
 
 // Largest module-scope variable the sim allocates.
@@ -43,6 +47,7 @@ class SimBackend final : public Backend {
 
   // rgpu::server::Backend
   std::string name() const override { return "sim"; }
+  uint64_t gpuTimeNs() const override { return gpu_ns_.load(std::memory_order_relaxed); }
   int driverVersion() const override { return 13000; }
   const std::vector<DeviceDescription>& devices() const override { return devices_; }
   void setAsyncErrorSink(std::function<void(Status)> sink) override;
@@ -161,6 +166,7 @@ class SimBackend final : public Backend {
   std::function<void(Status)> async_sink_;
   std::function<void(std::string)> output_sink_;
   ptx::Interpreter interp_;
+  std::atomic<uint64_t> gpu_ns_{0};  // kernel time, summed over launches
   std::mutex log_mu_;
   std::ofstream launch_log_;
 };

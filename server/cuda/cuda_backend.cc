@@ -50,10 +50,16 @@ Status CudaBackend::init() {
   int count = 0;
   RGPU_TRY(RGPU_CU(cuDeviceGetCount(&count)));
   if (count <= 0) return Status(err::kNoDevice, "the CUDA driver (" + api.library() + ") sees no GPU");
-  devices_.resize(count);
-  for (int i = 0; i < count; ++i) {
+  std::vector<int> ordinals = opts_.devices;
+  if (ordinals.empty())
+    for (int i = 0; i < count; ++i) ordinals.push_back(i);
+  devices_.resize(ordinals.size());
+  for (size_t i = 0; i < ordinals.size(); ++i) {
     Device& d = devices_[i];
-    RGPU_TRY(RGPU_CU(cuDeviceGet(&d.dev, i)));
+    if (ordinals[i] < 0 || ordinals[i] >= count)
+      return Status(err::kInvalidDevice, "device " + std::to_string(ordinals[i]) + " does not exist (the driver sees " +
+                                             std::to_string(count) + ")");
+    RGPU_TRY(RGPU_CU(cuDeviceGet(&d.dev, ordinals[i])));
     RGPU_TRY(RGPU_CU(cuDevicePrimaryCtxRetain(&d.ctx, d.dev)));
     char name[256] = {};
     RGPU_TRY(RGPU_CU(cuDeviceGetName(name, sizeof name - 1, d.dev)));
@@ -67,7 +73,7 @@ Status CudaBackend::init() {
       if (api.cuDeviceGetAttribute(&v, static_cast<CUdevice_attribute>(a), dev) != CUDA_SUCCESS) v = 0;
       return v;
     }));
-    RGPU_LOG_INFO("cuda: device {}: {}, compute capability {}.{}, {} SMs, {} MiB", i, name,
+    RGPU_LOG_INFO("cuda: device {} (host GPU {}): {}, compute capability {}.{}, {} SMs, {} MiB", i, ordinals[i], name,
                   descriptions_.back().major, descriptions_.back().minor, descriptions_.back().sm_count, total >> 20);
   }
   return Status::ok();

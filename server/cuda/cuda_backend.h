@@ -50,6 +50,8 @@ struct CudaOptions {
   // setOutputSink redirects stdout into a pipe and forwards what the driver
   // writes (workers only: it takes over the process's fd 1).
   bool capture_stdout = false;
+  // The driver's device ordinals this session uses, in the session's order; empty: all.
+  std::vector<int> devices;
 };
 
 class CudaBackend final : public Backend {

@@ -176,6 +176,7 @@ InProcessServer::InProcessServer(const std::string& dir, const std::string& extr
   auto c = server::loadServerConfig(dir + "/inproc.toml");
   if (!c) throw std::runtime_error(c.status().message());
   cfg_ = *c;
+  pool_ = std::make_shared<server::PoolManager>(server::simInventory(cfg_), cfg_.users, cfg_.pool);
   listen_fd_ = listenLoopback(&port_);
   thread_ = std::thread([this] { acceptLoop(); });
 }
@@ -193,8 +194,11 @@ void InProcessServer::acceptLoop() {
       }
       auto conn = common::TlsConnection::accept(**ctx, fd, std::chrono::milliseconds(2000));
       if (!conn) return;
-      auto backend = server::makeBackend(cfg_);
-      server::Session session(std::move(*conn), cfg_, std::move(*backend), next_id++);
+      uint64_t id = next_id++;
+      server::LocalPool pool(pool_, pool_mu_, id);
+      server::Session session(
+          std::move(*conn), cfg_, [this](const std::vector<int>& physical) { return server::makeBackend(cfg_, physical); },
+          pool, id);
       (void)session.run();
     });
   }

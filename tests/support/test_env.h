@@ -6,10 +6,12 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
 #include "common/tls.h"
+#include "server/pool_manager.h"
 #include "server/server_config.h"
 
 namespace rgpu::test {
@@ -88,6 +90,9 @@ class InProcessServer {
   void acceptLoop();
   std::string dir_;
   server::ServerConfig cfg_;
+  // One pool for the in-process sessions, as the daemon has (shared with their LocalPools).
+  std::shared_ptr<server::PoolManager> pool_;
+  std::shared_ptr<std::mutex> pool_mu_ = std::make_shared<std::mutex>();
   int listen_fd_ = -1;
   uint16_t port_ = 0;
   std::thread thread_;

@@ -1,0 +1,102 @@
+// How a session reaches the pool manager.
+//
+// A worker process talks to the daemon's PoolManager over its control socket
+// (ControlSocketLink: one AF_UNIX datagram socket pair per worker, made at
+// fork). Tests and in-process servers use LocalPool, which owns a PoolManager.
+// The daemon's side of the socket is PoolService.
+//
+// Control datagrams are text fields separated by 0x1f: a verb, then its
+// arguments; replies start with "ok" or "err". Only calls that need an answer
+// wait for one (admission, a quota-checked allocation, the quota view, the
+// status); allocations without a quota, frees and usage reports are one-way.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "server/pool_manager.h"
+
+namespace rgpu::server {
+
+class PoolLink {
+ public:
+  virtual ~PoolLink() = default;
+  // Blocks while the request waits in the admission queue.
+  virtual Result<Placement> admit(const ClientInfo& who, const DeviceRequest& req) = 0;
+  // An allocation on physical `device`; `checked`: wait for the quota verdict.
+  virtual Status reserve(int device, uint64_t bytes, bool checked) = 0;
+  virtual void release(int device, uint64_t bytes) = 0;
+  // (quota, bytes the user has allocated on the device).
+  virtual std::pair<uint64_t, uint64_t> quotaView(int device) = 0;
+  // wire::PoolStatus as a flat Cap'n Proto message: every session for admins,
+  // else the user's own.
+  virtual Result<std::string> status(const std::string& user, bool admin) = 0;
+  virtual void usage(const SessionUsage& u) = 0;
+};
+
+// Live device health the daemon adds to the status (NVML), by physical index.
+struct DeviceHealth {
+  int utilization = -1, temperature = -1, power_mw = -1;
+};
+
+// Builds wire::PoolStatus from a snapshot (flat message bytes).
+std::string encodePoolStatus(const PoolSnapshot& s, const std::string& user, bool admin,
+                             const std::vector<DeviceHealth>& health);
+
+// A PoolManager in this process (tests, in-process servers).
+class LocalPool final : public PoolLink {
+ public:
+  LocalPool(std::shared_ptr<PoolManager> pool, std::shared_ptr<std::mutex> mu, uint64_t session)
+      : pool_(std::move(pool)), mu_(std::move(mu)), session_(session) {}
+  ~LocalPool() override;
+  // rgpu::server::PoolLink
+  Result<Placement> admit(const ClientInfo& who, const DeviceRequest& req) override;
+  Status reserve(int device, uint64_t bytes, bool checked) override;
+  void release(int device, uint64_t bytes) override;
+  std::pair<uint64_t, uint64_t> quotaView(int device) override;
+  Result<std::string> status(const std::string& user, bool admin) override;
+  void usage(const SessionUsage& u) override;
+
+ private:
+  // shared_ptr: one manager and its lock serve every in-process session.
+  std::shared_ptr<PoolManager> pool_;
+  std::shared_ptr<std::mutex> mu_;
+  uint64_t session_;
+};
+
+// The worker's end of its control socket.
+class ControlSocketLink final : public PoolLink {
+ public:
+  // `answer_timeout`: longest wait for a reply (admission waits longer: its own timeout plus this).
+  ControlSocketLink(int fd, std::chrono::milliseconds answer_timeout);
+  ~ControlSocketLink() override;
+  // rgpu::server::PoolLink
+  Result<Placement> admit(const ClientInfo& who, const DeviceRequest& req) override;
+  Status reserve(int device, uint64_t bytes, bool checked) override;
+  void release(int device, uint64_t bytes) override;
+  std::pair<uint64_t, uint64_t> quotaView(int device) override;
+  Result<std::string> status(const std::string& user, bool admin) override;
+  void usage(const SessionUsage& u) override;
+
+ private:
+  void send(const std::string& msg);
+  // Sends a question and returns the whole reply ("ok…"), or the error it carries.
+  Result<std::string> ask(const std::string& msg, std::chrono::milliseconds timeout);
+  int fd_;
+  std::chrono::milliseconds answer_timeout_;
+  std::mutex mu_;  // one question at a time: replies come back in order
+};
+
+// Field helpers for the control datagrams.
+inline constexpr char kFieldSep = '\x1f';
+std::string joinFields(const std::vector<std::string>& fields);
+std::vector<std::string> splitFields(const std::string& msg, size_t max_fields);
+// Placement <-> fields (after "ok").
+std::vector<std::string> placementFields(const Placement& p);
+Result<Placement> placementFromFields(const std::vector<std::string>& f);
+
+}  // namespace rgpu::server

@@ -1,0 +1,120 @@
+#include "server/pool_service.h"
+
+#include "common/log.h"
+
+namespace rgpu::server {
+namespace {
+constexpr size_t kMaxControlBytes = 64 * 1024;  // worker -> daemon: small requests only
+
+std::string errorReply(const Status& s) { return joinFields({"err", std::to_string(s.code()), s.message()}); }
+}  // namespace
+
+PoolService::PoolService(asio::io_context& io, PoolManager& pool, HealthFn health)
+    : io_(io), pool_(pool), health_(std::move(health)), timer_(io) {}
+
+void PoolService::attach(uint64_t session, int fd) {
+  Worker w;
+  w.sock = std::make_unique<asio::local::datagram_protocol::socket>(io_, asio::local::datagram_protocol(), fd);
+  w.buf.resize(kMaxControlBytes);
+  workers_[session] = std::move(w);
+  receive(session);
+}
+
+void PoolService::detach(uint64_t session) {
+  pool_.end(session);
+  if (auto it = workers_.find(session); it != workers_.end()) {
+    asio::error_code ignored;
+    it->second.sock->close(ignored);
+    workers_.erase(it);
+  }
+  decideQueued();
+}
+
+void PoolService::receive(uint64_t session) {
+  auto it = workers_.find(session);
+  if (it == workers_.end()) return;
+  Worker& w = it->second;
+  w.sock->async_receive(asio::buffer(w.buf), [this, session](const asio::error_code& ec, size_t n) {
+    auto it = workers_.find(session);
+    if (ec || it == workers_.end()) return;  // closed: detach() follows the worker's exit
+    handle(session, std::string(it->second.buf.data(), n));
+    receive(session);
+  });
+}
+
+void PoolService::reply(uint64_t session, const std::string& msg) {
+  auto it = workers_.find(session);
+  if (it == workers_.end()) return;
+  asio::error_code ec;
+  it->second.sock->send(asio::buffer(msg), 0, ec);
+  if (ec) RGPU_LOG_DEBUG("session {}: control reply not sent: {}", session, ec.message());
+}
+
+void PoolService::handle(uint64_t session, const std::string& msg) {
+  auto f = splitFields(msg, 16);
+  const std::string& verb = f[0];
+  auto num = [&](size_t i) { return i < f.size() ? std::strtoull(f[i].c_str(), nullptr, 10) : 0ull; };
+  if (verb == "admit" && f.size() >= 10) {
+    ClientInfo who{f[1], f[2], f[3], static_cast<uint32_t>(num(4))};
+    DeviceRequest req;
+    req.count = static_cast<uint32_t>(num(5));
+    req.min_memory = num(6);
+    req.min_cc = static_cast<uint32_t>(num(7));
+    req.model = f[8];
+    req.wait_ms = static_cast<uint32_t>(num(9));
+    auto d = pool_.admit(session, who, req, PoolManager::Clock::now());
+    if (!d) {
+      RGPU_LOG_INFO("session {}: user '{}' waits in the admission queue ({} waiting)", session, who.user, pool_.queued());
+      decideQueued();
+      return;
+    }
+    if (*d) {
+      auto fields = placementFields(**d);
+      fields.insert(fields.begin(), "ok");
+      reply(session, joinFields(fields));
+    } else {
+      RGPU_LOG_WARN("session {}: user '{}' refused: {}", session, who.user, d->status().message());
+      reply(session, errorReply(d->status()));
+    }
+  } else if (verb == "reserve" && f.size() >= 4) {
+    Status s = pool_.reserve(session, static_cast<int>(num(1)), num(2));
+    if (f[3] == "1") reply(session, s ? "ok" : errorReply(s));
+  } else if (verb == "release" && f.size() >= 3) {
+    pool_.release(session, static_cast<int>(num(1)), num(2));
+    decideQueued();
+  } else if (verb == "view" && f.size() >= 2) {
+    auto [quota, used] = pool_.quotaView(session, static_cast<int>(num(1)));
+    reply(session, joinFields({"ok", std::to_string(quota), std::to_string(used)}));
+  } else if (verb == "status" && f.size() >= 2) {
+    // Who may see everyone is the daemon's policy, not the worker's say.
+    std::string body = encodePoolStatus(pool_.snapshot(PoolManager::Clock::now()), f[1], pool_.isAdmin(f[1]),
+                                        health_ ? health_() : std::vector<DeviceHealth>{});
+    reply(session, std::string("ok") + kFieldSep + body);
+  } else if (verb == "usage" && f.size() >= 6) {
+    pool_.usage(session, {num(1), num(2), num(3), num(4), num(5)});
+  } else {
+    RGPU_LOG_WARN("session {}: malformed control message from its worker ({} bytes)", session, msg.size());
+  }
+}
+
+void PoolService::decideQueued() {
+  for (auto& [session, result] : pool_.retry(PoolManager::Clock::now())) {
+    if (result) {
+      auto fields = placementFields(*result);
+      fields.insert(fields.begin(), "ok");
+      reply(session, joinFields(fields));
+    } else {
+      RGPU_LOG_WARN("session {}: admission refused: {}", session, result.status().message());
+      reply(session, errorReply(result.status()));
+    }
+  }
+  timer_.cancel();
+  if (auto at = pool_.nextDeadline()) {
+    timer_.expires_at(*at);
+    timer_.async_wait([this](const asio::error_code& ec) {
+      if (!ec) decideQueued();
+    });
+  }
+}
+
+}  // namespace rgpu::server

@@ -1,0 +1,46 @@
+// The daemon's side of the workers' control sockets: turns their datagrams
+// into PoolManager calls and answers them, including admissions decided later
+// (a queued request is answered when it fits or times out; a timer wakes the
+// queue at the earliest deadline). Runs on the daemon's io_context thread.
+#pragma once
+
+#include <asio.hpp>
+#include <functional>
+#include <map>
+#include <memory>
+
+#include "server/pool_link.h"
+#include "server/pool_manager.h"
+
+namespace rgpu::server {
+
+class PoolService {
+ public:
+  using HealthFn = std::function<std::vector<DeviceHealth>()>;
+  PoolService(asio::io_context& io, PoolManager& pool, HealthFn health);
+
+  // Adopts the daemon's end of a new worker's socket pair.
+  void attach(uint64_t session, int fd);
+  // The worker exited (or was killed): everything its session held returns.
+  void detach(uint64_t session);
+  // Queued requests may fit after a policy reload.
+  void policyChanged() { decideQueued(); }
+
+ private:
+  struct Worker {
+    std::unique_ptr<asio::local::datagram_protocol::socket> sock;
+    std::vector<char> buf;
+  };
+  void receive(uint64_t session);
+  void handle(uint64_t session, const std::string& msg);
+  void reply(uint64_t session, const std::string& msg);
+  void decideQueued();
+
+  asio::io_context& io_;
+  PoolManager& pool_;
+  HealthFn health_;
+  std::map<uint64_t, Worker> workers_;
+  asio::steady_timer timer_;
+};
+
+}  // namespace rgpu::server
