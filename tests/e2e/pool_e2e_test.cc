@@ -1,0 +1,148 @@
+// The pool manager end to end: a real rgpu-server (daemon + workers) with a
+// policy, several concurrent CUDA programs, and what each of them sees.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "tests/support/test_env.h"
+
+namespace rgpu::test {
+namespace {
+
+std::string poolClient() { return std::string(RGPU_TEST_PROGRAMS_DIR) + "/pool_client"; }
+
+// server.toml with two sim devices and a policy for alice (certificate) and bob (token).
+std::string poolToml(const std::string& dir, const std::string& alice, const std::string& bob,
+                     const std::string& extra = "") {
+  return "listen = \"127.0.0.1:0\"\nlog_level = \"debug\"\nbackend = \"sim\"\n" + extra +
+         "[tls]\ncert = \"" + dir + "/server.pem\"\nkey = \"" + dir + "/server.key\"\nca = \"" + dir + "/ca.pem\"\n"
+         "[[users]]\nname = \"alice\"\ncert_cn = \"alice\"\n" + alice +
+         "[[users]]\nname = \"bob\"\ntoken = \"bob-token\"\n" + bob +
+         "[[sim.devices]]\nname = \"rgpu sim H100\"\nmemory = \"1GiB\"\ncompute_capability = \"9.0\"\nsm_count = 4\n"
+         "[[sim.devices]]\nname = \"rgpu sim A100\"\nmemory = \"2GiB\"\ncompute_capability = \"8.0\"\nsm_count = 4\n";
+}
+
+class Pool : public ::testing::Test {
+ protected:
+  void start(const std::string& alice, const std::string& bob = "", const std::string& extra = "") {
+    makeCerts(dir_.path());
+    server_ = std::make_unique<ServerProcess>(dir_.path(), poolToml(dir_.path(), alice, bob, extra));
+    writeFile(dir_.file("alice.toml"), clientToml(dir_.path(), server_->port(), "alice"));
+    writeFile(dir_.file("bob.toml"), "token = \"bob-token\"\n" + clientToml(dir_.path(), server_->port(), ""));
+  }
+  RunResult as(const std::string& user, const std::string& args, const std::string& env = "") {
+    return run(poolClient() + " " + args, "RGPU_CONFIG=" + dir_.file(user + ".toml") +
+                                              " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR + " " + env);
+  }
+  // Starts `pool_client hold` in the background; returns once it holds its memory.
+  std::thread holder(const std::string& user, uint64_t bytes, int ms, const std::string& out) {
+    std::string args = "hold " + std::to_string(bytes) + " " + std::to_string(ms) + " >" + out + " 2>&1";
+    std::thread t([this, user, args] { as(user, args); });
+    waitFor([&] { return readFile(out).find("holding") != std::string::npos; }, out);
+    return t;
+  }
+  // Polls what a process writes once (a file or the server log); there is no event to wait on.
+  template <typename F>
+  void waitFor(F ready, const std::string& what) {
+    for (int i = 0; i < 2000 && !ready(); ++i) usleep(5000);
+    ASSERT_TRUE(ready()) << "timed out waiting for " << what << "\nserver log:\n" << server_->log();
+  }
+  TempDir dir_;
+  std::unique_ptr<ServerProcess> server_;
+};
+
+TEST_F(Pool, QuotaIsExactToTheByteAndCudaMemGetInfoShowsIt) {
+  start("memory_quota = \"1MiB\"\n");
+  RunResult r = as("alice", "quota 1048576");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("allocate the quota: cudaSuccess"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("meminfo: free 0 total 1048576"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("one byte more: cudaErrorMemoryAllocation"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("free: cudaSuccess"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("allocate again: cudaSuccess"), std::string::npos) << r.output;
+  // bob has no quota.
+  RunResult b = as("bob", "quota 1048576");
+  EXPECT_NE(b.output.find("one byte more: cudaSuccess"), std::string::npos) << b.output;
+  EXPECT_NE(server_->log().find("memory quota of user 'alice' on device 0 exceeded"), std::string::npos);
+}
+
+TEST_F(Pool, QuotaSpansTheUsersSessionsAndACrashedWorkerReturnsItsShare) {
+  start("memory_quota = \"1MiB\"\n");
+  std::thread t = holder("alice", 786432, 2000, dir_.file("holder.out"));
+  RunResult second = as("alice", "quota 524288");
+  EXPECT_NE(second.output.find("allocate the quota: cudaErrorMemoryAllocation"), std::string::npos) << second.output;
+  // Kill the holder's worker process as a crash would.
+  std::smatch m;
+  std::string log = server_->log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("session 1: worker (\\d+)"))) << log;
+  ::kill(std::stoi(m[1].str()), SIGKILL);
+  waitFor([&] { return server_->log().find("killed by signal 9") != std::string::npos; }, "the worker's death");
+  t.join();
+  EXPECT_NE(readFile(dir_.file("holder.out")).find("free: cudaErrorDevicesUnavailable"), std::string::npos)
+      << readFile(dir_.file("holder.out"));  // only that client failed
+  RunResult after = as("alice", "quota 1048576");
+  EXPECT_NE(after.output.find("allocate the quota: cudaSuccess"), std::string::npos) << after.output;
+  EXPECT_NE(after.output.find("one byte more: cudaErrorMemoryAllocation"), std::string::npos) << after.output;
+}
+
+TEST_F(Pool, DeviceAccessIsDeniedToAUserWhoMayNotUseIt) {
+  start("", "devices = [\"*H200*\"]\n");
+  RunResult r = as("bob", "info");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("cudaGetDeviceCount: cudaErrorNotPermitted"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("user 'bob' may not use any device of this server"), std::string::npos) << r.output;
+}
+
+TEST_F(Pool, PlacementFollowsTheRequestAndDevicesAreRenumberedForTheSession) {
+  start("", "devices = [\"1\"]\n");
+  RunResult a100 = as("alice", "info", "RGPU_DEVICES=1");
+  writeFile(dir_.file("h100.toml"), readFile(dir_.file("alice.toml")) +
+                                        "[request]\ndevices = 1\nmin_compute_capability = \"9.0\"\n");
+  RunResult h100 = run(poolClient() + " info", "RGPU_CONFIG=" + dir_.file("h100.toml") + " LD_LIBRARY_PATH=" +
+                                                   RGPU_CLIENT_LIBDIR);
+  EXPECT_NE(h100.output.find("device 0: rgpu sim H100"), std::string::npos) << h100.output;
+  EXPECT_EQ(h100.output.find("device 1:"), std::string::npos) << h100.output;
+  // Both idle: the one with more free memory (A100, 2 GiB) is the least loaded.
+  EXPECT_NE(a100.output.find("device 0: rgpu sim A100"), std::string::npos) << a100.output;
+  // bob may use host device 1 only; it is his device 0.
+  RunResult b = as("bob", "info");
+  EXPECT_NE(b.output.find("device 0: rgpu sim A100, total 2147483648"), std::string::npos) << b.output;
+  EXPECT_EQ(b.output.find("device 1:"), std::string::npos) << b.output;
+  writeFile(dir_.file("never.toml"), readFile(dir_.file("alice.toml")) + "[request]\ndevices = 3\n");
+  RunResult never = run(poolClient() + " info", "RGPU_CONFIG=" + dir_.file("never.toml") + " LD_LIBRARY_PATH=" +
+                                                    RGPU_CLIENT_LIBDIR);
+  EXPECT_NE(never.output.find("no placement can ever satisfy this: asked for 3 device(s)"), std::string::npos)
+      << never.output;
+}
+
+TEST_F(Pool, AdmissionQueuesAndTimesOutWithWhatWasAskedAndWhatIsFree) {
+  start("max_sessions = 1\n");
+  std::thread t = holder("alice", 256, 1500, dir_.file("holder.out"));
+  RunResult refused = as("alice", "info", "RGPU_WAIT_MS=200");
+  EXPECT_NE(refused.output.find("cudaErrorDevicesUnavailable"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("user 'alice' has 1 session(s), max_sessions = 1"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("ms in the admission queue"), std::string::npos) << refused.output;
+  RunResult waited = as("alice", "info", "RGPU_WAIT_MS=30000");  // admitted when the holder leaves
+  t.join();
+  EXPECT_EQ(waited.code, 0) << waited.output;
+  EXPECT_NE(waited.output.find("cudaGetDeviceCount: cudaSuccess"), std::string::npos) << waited.output;
+  EXPECT_NE(server_->log().find("user 'alice' waits in the admission queue"), std::string::npos);
+}
+
+TEST_F(Pool, PolicyReloadOnSighupAppliesWithoutARestart) {
+  start("memory_quota = \"1MiB\"\n");
+  RunResult before = as("alice", "quota 2097152");
+  EXPECT_NE(before.output.find("allocate the quota: cudaErrorMemoryAllocation"), std::string::npos) << before.output;
+  writeFile(dir_.file("server.toml"), poolToml(dir_.path(), "memory_quota = \"2MiB\"\n", ""));
+  ::kill(server_->pid(), SIGHUP);
+  waitFor([&] { return server_->log().find("SIGHUP: policy reloaded") != std::string::npos; }, "the reload");
+  RunResult after = as("alice", "quota 2097152");
+  EXPECT_NE(after.output.find("allocate the quota: cudaSuccess"), std::string::npos) << after.output;
+  EXPECT_NE(after.output.find("one byte more: cudaErrorMemoryAllocation"), std::string::npos) << after.output;
+}
+
+}  // namespace
+}  // namespace rgpu::test
