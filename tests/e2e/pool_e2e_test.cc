@@ -144,5 +144,38 @@ TEST_F(Pool, PolicyReloadOnSighupAppliesWithoutARestart) {
   EXPECT_NE(after.output.find("one byte more: cudaErrorMemoryAllocation"), std::string::npos) << after.output;
 }
 
+RunResult smi(const std::string& client_toml, const std::string& args) {
+  return run(std::string(RGPU_SMI_BIN) + " " + args, "RGPU_CONFIG=" + client_toml);
+}
+
+TEST_F(Pool, RgpuSmiShowsDevicesAndSessionsAdminsSeeEveryone) {
+  start("", "admin = true\n");
+  std::thread t = holder("alice", 1 << 20, 3000, dir_.file("holder.out"));
+  std::thread tb = holder("bob", 256, 3000, dir_.file("bob.out"));
+  // Machine-readable, as nvidia-smi's. The holder asked for no count: it got every device, and allocated on its 0.
+  RunResult gpus = smi(dir_.file("alice.toml"),
+                       "--query-gpu=index,name,memory.used,memory.total,sessions,compute_cap --format=csv,noheader,nounits");
+  EXPECT_EQ(gpus.code, 0) << gpus.output;
+  EXPECT_NE(gpus.output.find("0, rgpu sim H100, 1, 1024, 2, 9.0\n"), std::string::npos) << gpus.output;
+  EXPECT_NE(gpus.output.find("1, rgpu sim A100, 0, 2048, 2, 8.0\n"), std::string::npos) << gpus.output;
+  RunResult mine = smi(dir_.file("alice.toml"), "--query-sessions=user,devices,memory,priority,state --format=csv");
+  EXPECT_NE(mine.output.find("user, devices, memory, priority, state\n"), std::string::npos) << mine.output;
+  EXPECT_NE(mine.output.find("alice, 0 1, 1 MiB, normal, running\n"), std::string::npos) << mine.output;
+  EXPECT_EQ(mine.output.find("bob"), std::string::npos) << "a user sees only their own sessions:\n" << mine.output;
+  // bob is an admin: he sees alice's session.
+  RunResult all = smi(dir_.file("bob.toml"), "--query-sessions=user,host,pid --format=csv,noheader");
+  EXPECT_NE(all.output.find("alice, "), std::string::npos) << all.output;
+  EXPECT_NE(all.output.find("bob, "), std::string::npos) << all.output;
+  RunResult table = smi(dir_.file("alice.toml"), "");
+  EXPECT_NE(table.output.find("GPU  NAME"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("rgpu sim H100  1 MiB / 1024 MiB"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("SESSION  USER"), std::string::npos) << table.output;
+  t.join();
+  tb.join();
+  RunResult bad = smi(dir_.file("alice.toml"), "--query-gpu=index,bogus --format=csv");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.output.find("unknown --query-gpu field 'bogus'"), std::string::npos) << bad.output;
+}
+
 }  // namespace
 }  // namespace rgpu::test

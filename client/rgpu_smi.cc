@@ -1,0 +1,235 @@
+// rgpu-smi: the pool of an rgpu-server, like nvidia-smi.
+//
+//   rgpu-smi                                  devices and sessions as tables
+//   rgpu-smi --query-gpu=index,name,memory.used --format=csv[,noheader][,nounits]
+//   rgpu-smi --query-sessions[=id,user,...] [--format=csv...]
+//   rgpu-smi -l 2                             repeat every 2 seconds
+//
+// It finds and authenticates to the server exactly as a CUDA program does
+// (client.toml, RGPU_SERVER, ...) and asks for the pool status over the same
+// TLS protocol, as a monitor session (no devices). Admins (admin = true in the
+// server's [[users]]) see every session; others see their own.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "client/client_config.h"
+#include "client/connection.h"
+#include "common/log.h"
+
+namespace {
+
+using rgpu::client::Connection;
+
+struct Format {
+  bool csv = false, header = true, units = true;
+};
+
+std::string mib(uint64_t b, const Format& f) { return std::to_string(b >> 20) + (f.units ? " MiB" : ""); }
+std::string known(int v, const char* unit, const Format& f, double scale = 1) {
+  if (v < 0) return "[N/A]";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, scale == 1 ? "%.0f" : "%.2f", v / scale);
+  return std::string(buf) + (f.units ? unit : "");
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string x; std::getline(in, x, sep);)
+    if (!x.empty()) out.push_back(x);
+  return out;
+}
+
+// One device's value for a --query-gpu field; "" when the field is unknown.
+std::string gpuField(rgpu::wire::PoolDevice::Reader d, const std::string& f, const Format& fmt) {
+  if (f == "index") return std::to_string(d.getIndex());
+  if (f == "name") return d.getName();
+  if (f == "uuid") return d.getUuid();
+  if (f == "memory.total") return mib(d.getMemoryTotal(), fmt);
+  if (f == "memory.used") return mib(d.getMemoryUsed(), fmt);
+  if (f == "memory.free") return mib(d.getMemoryTotal() - std::min(d.getMemoryUsed(), d.getMemoryTotal()), fmt);
+  if (f == "utilization.gpu") return known(d.getUtilization(), " %", fmt);
+  if (f == "temperature.gpu") return known(d.getTemperature(), "", fmt);
+  if (f == "power.draw") return known(d.getPowerMw(), " W", fmt, 1000);
+  if (f == "sessions") return std::to_string(d.getSessions());
+  if (f == "compute_cap")
+    return std::to_string(d.getComputeCapability() / 10) + "." + std::to_string(d.getComputeCapability() % 10);
+  return "";
+}
+
+std::string sessionField(rgpu::wire::PoolSession::Reader s, const std::string& f, const Format& fmt) {
+  if (f == "id") return std::to_string(s.getId());
+  if (f == "user") return s.getUser();
+  if (f == "host") return s.getHost();
+  if (f == "pid") return std::to_string(s.getPid());
+  if (f == "address") return s.getAddress();
+  if (f == "devices") {
+    std::string out;
+    for (auto d : s.getDevices()) out += (out.empty() ? "" : " ") + std::to_string(d);
+    return out.empty() ? "-" : out;
+  }
+  if (f == "memory") return mib(s.getMemory(), fmt);
+  if (f == "priority") return s.getPriority();
+  if (f == "gpu_time") {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", s.getGpuTimeNs() / 1e9);
+    return std::string(buf) + (fmt.units ? " s" : "");
+  }
+  if (f == "calls") return std::to_string(s.getCalls());
+  if (f == "state") return s.getState();
+  if (f == "seconds") return std::to_string(s.getSeconds()) + (fmt.units ? " s" : "");
+  return "";
+}
+
+void printCsv(const std::vector<std::string>& fields, const std::vector<std::vector<std::string>>& rows,
+              const Format& fmt) {
+  auto line = [](const std::vector<std::string>& v) {
+    std::string out;
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
+    return out;
+  };
+  if (fmt.header) std::cout << line(fields) << "\n";
+  for (auto& r : rows) std::cout << line(r) << "\n";
+}
+
+void printTable(const std::vector<std::string>& head, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> w(head.size());
+  for (size_t i = 0; i < head.size(); ++i) w[i] = head[i].size();
+  for (auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
+  auto line = [&](const std::vector<std::string>& v) {
+    std::string out;
+    for (size_t i = 0; i < v.size(); ++i) {
+      out += (i ? "  " : "  ") + v[i];
+      if (i + 1 < v.size()) out += std::string(w[i] - v[i].size(), ' ');
+    }
+    std::cout << out << "\n";
+  };
+  line(head);
+  for (auto& r : rows) line(r);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"rgpu-smi: devices and sessions of an rgpu-server pool"};
+  std::string server, config, query_gpu, query_sessions, format;
+  int loop = 0;
+  app.add_option("--server", server, "rgpu server as HOST:PORT (default: from client.toml)");
+  app.add_option("--config", config, "client.toml to use (default: $RGPU_CONFIG, ~/.config/rgpu, /etc/rgpu)");
+  app.add_option("--query-gpu", query_gpu,
+                 "comma-separated: index,name,uuid,memory.total,memory.used,memory.free,utilization.gpu,"
+                 "temperature.gpu,power.draw,sessions,compute_cap");
+  auto* qs = app.add_option("--query-sessions", query_sessions,
+                            "comma-separated: id,user,host,pid,address,devices,memory,priority,gpu_time,calls,state,"
+                            "seconds (default: all)");
+  qs->expected(0, 1);
+  app.add_option("--format", format, "csv[,noheader][,nounits]");
+  app.add_option("-l,--loop", loop, "repeat every N seconds");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!config.empty()) setenv("RGPU_CONFIG", config.c_str(), 1);
+  if (!server.empty()) setenv("RGPU_SERVER", server.c_str(), 1);
+  auto cfg = rgpu::client::loadClientConfig();
+  if (!cfg) {
+    std::fprintf(stderr, "rgpu-smi: %s\n", cfg.status().message().c_str());
+    return 1;
+  }
+  rgpu::common::initLogging("rgpu-smi", cfg->log_level);
+  cfg->monitor = true;
+  auto conn = Connection::open(*cfg, nullptr);
+  if (!conn) {
+    std::fprintf(stderr, "rgpu-smi: %s\n", conn.status().message().c_str());
+    return 1;
+  }
+  Format fmt;
+  for (auto& opt : split(format, ',')) {
+    if (opt == "csv") fmt.csv = true;
+    else if (opt == "noheader") fmt.header = false;
+    else if (opt == "nounits") fmt.units = false;
+    else {
+      std::fprintf(stderr, "rgpu-smi: unknown --format option '%s'\n", opt.c_str());
+      return 2;
+    }
+  }
+  bool sessions_mode = qs->count() > 0;
+  std::vector<std::string> gpu_fields = split(query_gpu, ',');
+  std::vector<std::string> session_fields = split(query_sessions, ',');
+  if (sessions_mode && session_fields.empty())
+    session_fields = {"id", "user", "host", "pid", "devices", "memory", "priority", "gpu_time", "calls", "state", "seconds"};
+  for (;;) {
+    capnp::MallocMessageBuilder msg;
+    msg.initRoot<rgpu::wire::Request>().setPoolStatus();
+    auto r = (*conn)->call(msg);
+    if (!r.status) {
+      std::fprintf(stderr, "rgpu-smi: %s\n", r.status.message().c_str());
+      return 1;
+    }
+    auto st = r.reader().getPoolStatus();
+    if (!gpu_fields.empty()) {
+      std::vector<std::vector<std::string>> rows;
+      for (auto d : st.getDevices()) {
+        std::vector<std::string> row;
+        for (auto& f : gpu_fields) {
+          std::string v = gpuField(d, f, fmt);
+          if (v.empty()) {
+            std::fprintf(stderr, "rgpu-smi: unknown --query-gpu field '%s'\n", f.c_str());
+            return 2;
+          }
+          row.push_back(v);
+        }
+        rows.push_back(std::move(row));
+      }
+      if (fmt.csv) printCsv(gpu_fields, rows, fmt);
+      else printTable(gpu_fields, rows);
+    } else if (sessions_mode) {
+      std::vector<std::vector<std::string>> rows;
+      for (auto s : st.getSessions()) {
+        std::vector<std::string> row;
+        for (auto& f : session_fields) {
+          std::string v = sessionField(s, f, fmt);
+          if (v.empty()) {
+            std::fprintf(stderr, "rgpu-smi: unknown --query-sessions field '%s'\n", f.c_str());
+            return 2;
+          }
+          row.push_back(v);
+        }
+        rows.push_back(std::move(row));
+      }
+      if (fmt.csv) printCsv(session_fields, rows, fmt);
+      else printTable(session_fields, rows);
+    } else {
+      std::cout << "rgpu-smi " << RGPU_VERSION << "  server " << (*conn)->server() << "  user "
+                << (*conn)->welcome().identity << "  " << st.getDevices().size() << " device(s), "
+                << st.getSessions().size() << " session(s) shown, " << st.getQueued() << " queued\n\n";
+      std::vector<std::vector<std::string>> devs;
+      for (auto d : st.getDevices())
+        devs.push_back({gpuField(d, "index", fmt), d.getName(), gpuField(d, "memory.used", fmt) + " / " +
+                                                                    gpuField(d, "memory.total", fmt),
+                        gpuField(d, "utilization.gpu", fmt), gpuField(d, "temperature.gpu", fmt),
+                        gpuField(d, "power.draw", fmt), gpuField(d, "sessions", fmt), gpuField(d, "compute_cap", fmt)});
+      printTable({"GPU", "NAME", "MEMORY", "UTIL", "TEMP", "POWER", "SESSIONS", "CC"}, devs);
+      std::cout << "\n";
+      std::vector<std::vector<std::string>> ss;
+      for (auto s : st.getSessions())
+        ss.push_back({sessionField(s, "id", fmt), s.getUser(), s.getHost(), sessionField(s, "pid", fmt),
+                      sessionField(s, "devices", fmt), sessionField(s, "memory", fmt), s.getPriority(),
+                      sessionField(s, "gpu_time", fmt), sessionField(s, "calls", fmt), s.getState(),
+                      sessionField(s, "seconds", fmt)});
+      printTable({"SESSION", "USER", "HOST", "PID", "GPUS", "MEMORY", "PRIORITY", "GPU-TIME", "CALLS", "STATE", "AGE"},
+                 ss);
+    }
+    std::cout.flush();
+    if (loop <= 0) break;
+    std::this_thread::sleep_for(std::chrono::seconds(loop));
+    if (!fmt.csv) std::cout << "\n";
+  }
+  (*conn)->close();
+  return 0;
+}
