@@ -17,6 +17,7 @@
 #include "common/tls.h"
 #include "server/backend_factory.h"
 #include "server/cuda/nvml.h"
+#include "server/metrics.h"
 #include "server/pool_service.h"
 #include "server/session.h"
 
@@ -156,6 +157,22 @@ static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const Backe
   bool stopping = false;
 
   PoolService service(io, pool, health);
+  std::unique_ptr<MetricsServer> metrics;
+  if (!cfg.pool.metrics_listen.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    std::string hostname = host;
+    auto m = MetricsServer::start(io, cfg.pool.metrics_listen, [&pool, &health, hostname] {
+      return renderMetrics(pool.snapshot(PoolManager::Clock::now()), health(), hostname);
+    });
+    if (!m) {
+      RGPU_LOG_ERROR("{}", m.status().message());
+      return 1;
+    }
+    metrics = std::move(*m);
+    RGPU_LOG_INFO("Prometheus metrics on http://{}:{}/metrics", common::parseHostPort(cfg.pool.metrics_listen)->first,
+                  metrics->port());
+  }
   asio::signal_set signals(io, SIGINT, SIGTERM, SIGCHLD);
   signals.add(SIGHUP);
   std::function<void()> waitSignal = [&] {

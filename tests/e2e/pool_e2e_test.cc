@@ -3,7 +3,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <regex>
 #include <thread>
 
@@ -175,6 +182,77 @@ TEST_F(Pool, RgpuSmiShowsDevicesAndSessionsAdminsSeeEveryone) {
   RunResult bad = smi(dir_.file("alice.toml"), "--query-gpu=index,bogus --format=csv");
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.output.find("unknown --query-gpu field 'bogus'"), std::string::npos) << bad.output;
+}
+
+// GET `path` from 127.0.0.1:port; the whole response.
+std::string httpGet(uint16_t port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return "";
+  }
+  std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  (void)!::write(fd, req.data(), req.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+// Prometheus text format -> {"name{labels}": value}; checks every line parses.
+std::map<std::string, double> parseMetrics(const std::string& body, std::string* bad) {
+  std::map<std::string, double> out;
+  std::istringstream in(body);
+  std::regex sample(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (-?[0-9.e+-]+)$)");
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::smatch m;
+    if (!std::regex_match(line, m, sample)) {
+      *bad += line + "\n";
+      continue;
+    }
+    out[m[1].str() + m[2].str()] = std::stod(m[3].str());
+  }
+  return out;
+}
+
+TEST_F(Pool, PrometheusEndpointReportsDevicesUsersAndSessions) {
+  start("memory_quota = \"4MiB\"\n", "", "[pool]\nmetrics_listen = \"127.0.0.1:0\"\n");
+  std::smatch m;
+  std::string log = server_->log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("Prometheus metrics on http://127.0.0.1:(\\d+)/metrics"))) << log;
+  uint16_t port = static_cast<uint16_t>(std::stoi(m[1].str()));
+  std::thread t = holder("alice", 3 << 20, 3000, dir_.file("holder.out"));
+  std::string resp = httpGet(port, "/metrics");
+  ASSERT_NE(resp.find("HTTP/1.0 200 OK"), std::string::npos) << resp;
+  ASSERT_NE(resp.find("Content-Type: text/plain; version=0.0.4"), std::string::npos) << resp;
+  std::string body = resp.substr(resp.find("\r\n\r\n") + 4);
+  std::string bad;
+  auto metrics = parseMetrics(body, &bad);
+  EXPECT_TRUE(bad.empty()) << "unparsable lines:\n" << bad;
+  auto find = [&](const std::string& prefix) -> double {
+    for (auto& [k, v] : metrics)
+      if (k.rfind(prefix, 0) == 0) return v;
+    ADD_FAILURE() << "no metric " << prefix << " in:\n" << body;
+    return -1;
+  };
+  EXPECT_EQ(find("DCGM_FI_DEV_FB_USED{gpu=\"0\",UUID=\"GPU-"), 3);
+  EXPECT_EQ(find("DCGM_FI_DEV_FB_FREE{gpu=\"0\""), 1021);
+  EXPECT_EQ(find("rgpu_device_sessions{gpu=\"1\""), 1);
+  EXPECT_EQ(find("rgpu_user_quota_used_bytes{user=\"alice\",gpu=\"0\"}"), 3 << 20);
+  EXPECT_EQ(find("rgpu_user_quota_bytes{user=\"alice\"}"), 4 << 20);
+  EXPECT_EQ(find("rgpu_user_admissions_total{user=\"alice\"}"), 1);
+  EXPECT_EQ(find("rgpu_session_memory_bytes{session=\"1\",user=\"alice\""), 3 << 20);
+  EXPECT_GE(find("rgpu_session_calls_total{session=\"1\",user=\"alice\""), 0);
+  EXPECT_EQ(find("rgpu_admission_queue_length{}"), 0);
+  EXPECT_NE(httpGet(port, "/other").find("404 Not Found"), std::string::npos);
+  t.join();
 }
 
 }  // namespace
