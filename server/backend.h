@@ -72,6 +72,10 @@ class Backend {
   // Errors of stream-ordered work, reported at the client's next synchronising call.
   virtual void setAsyncErrorSink(std::function<void(Status)> sink) = 0;
 
+  // Launch admission (priorities, weights) for kernels; nullptr: none. The
+  // gate outlives the backend.
+  virtual void setLaunchGate(class LaunchGate* gate) {}
+
   // Kernel time of this session so far (GPU time per session, for the pool).
   virtual uint64_t gpuTimeNs() const { return 0; }
 

@@ -17,6 +17,7 @@
 #include "common/tls.h"
 #include "server/backend_factory.h"
 #include "server/cuda/nvml.h"
+#include "server/launch_gate.h"
 #include "server/metrics.h"
 #include "server/pool_service.h"
 #include "server/session.h"
@@ -44,7 +45,7 @@ void onWorkerTerm(int) {
 }
 }  // namespace
 
-int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id, int control_fd) {
+int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id, int control_fd, int gate_fd) {
   g_worker_fd = fd;
   struct sigaction sa {};
   sa.sa_handler = onWorkerTerm;
@@ -63,7 +64,7 @@ int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id, int control_
   // The pool manager lives in the daemon; a worker started by hand gets a private one.
   std::unique_ptr<PoolLink> pool;
   if (control_fd >= 0) {
-    pool = std::make_unique<ControlSocketLink>(control_fd, std::chrono::seconds(30));
+    pool = std::make_unique<ControlSocketLink>(control_fd, gate_fd, std::chrono::seconds(30));
   } else {
     pool = std::make_unique<LocalPool>(std::make_shared<PoolManager>(simInventory(cfg), cfg.users, cfg.pool),
                                        std::make_shared<std::mutex>(), session_id);
@@ -146,17 +147,17 @@ static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const Backe
   uint16_t port = acceptor.local_endpoint().port();
   RGPU_LOG_INFO("rgpu-server {} listening on {}:{} (backend {}, {} user(s), config {})", RGPU_VERSION, hp->first, port,
                 backend, cfg.users.size(), cfg.source.empty() ? "(defaults)" : cfg.source);
-  if (!opts.port_file.empty()) {
-    std::string tmp = opts.port_file + ".tmp";
-    std::ofstream(tmp) << port << "\n";
-    std::rename(tmp.c_str(), opts.port_file.c_str());
-  }
 
   std::map<pid_t, uint64_t> workers;  // pid -> session id
   uint64_t next_session = 1;
   bool stopping = false;
 
-  PoolService service(io, pool, health);
+  auto gates = GateTableOwner::create();
+  if (!gates) {
+    RGPU_LOG_ERROR("launch gate: {}", gates.status().message());
+    return 1;
+  }
+  PoolService service(io, pool, health, &*gates);
   std::unique_ptr<MetricsServer> metrics;
   if (!cfg.pool.metrics_listen.empty()) {
     char host[256] = {};
@@ -172,6 +173,12 @@ static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const Backe
     metrics = std::move(*m);
     RGPU_LOG_INFO("Prometheus metrics on http://{}:{}/metrics", common::parseHostPort(cfg.pool.metrics_listen)->first,
                   metrics->port());
+  }
+  // Ready: tell whoever waits for the port (tests, scripts) only now.
+  if (!opts.port_file.empty()) {
+    std::string tmp = opts.port_file + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::rename(tmp.c_str(), opts.port_file.c_str());
   }
   asio::signal_set signals(io, SIGINT, SIGTERM, SIGCHLD);
   signals.add(SIGHUP);
@@ -242,11 +249,13 @@ static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const Backe
         // Child: the client socket becomes fd 3, the control socket fd 4;
         // everything else of ours closes on exec. Move both out of the way
         // first, so neither dup2 overwrites the other.
-        int client = ::fcntl(fd, F_DUPFD_CLOEXEC, 10), control = ::fcntl(ctl[1], F_DUPFD_CLOEXEC, 10);
+        int client = ::fcntl(fd, F_DUPFD_CLOEXEC, 10), control = ::fcntl(ctl[1], F_DUPFD_CLOEXEC, 10),
+            gate = ::fcntl(gates->fd(), F_DUPFD_CLOEXEC, 10);
         ::dup2(client, 3);
         ::dup2(control, 4);
+        ::dup2(gate, 5);
         std::vector<std::string> args = {"rgpu-server", "--worker", "--fd", "3", "--control-fd", "4",
-                                         "--session-id", std::to_string(sid)};
+                                         "--gate-fd", "5", "--session-id", std::to_string(sid)};
         if (!opts.config_path.empty()) {
           args.push_back("--config");
           args.push_back(opts.config_path);

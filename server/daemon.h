@@ -23,6 +23,7 @@ int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts);
 
 // Worker side: serves one session on `fd` and returns the exit code.
 // `control_fd`: the socket to the daemon's pool manager (-1: a private pool).
-int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id, int control_fd = -1);
+// `gate_fd`: the launch gate table (priorities, weights; -1: none).
+int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id, int control_fd = -1, int gate_fd = -1);
 
 }  // namespace rgpu::server

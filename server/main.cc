@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> cert_clients{"dev"};
   std::string log_level, cuda_driver;
   bool worker = false, probe_cuda = false, list_gpus = false;
-  int fd = -1, control_fd = -1;
+  int fd = -1, control_fd = -1, gate_fd = -1;
   uint64_t session_id = 0;
   app.add_option("-c,--config", config_path, "server.toml");
   app.add_option("--listen", listen, "override `listen` (host:port; port 0 picks a free one)");
@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   app.add_flag("--worker", worker, "internal: serve one session on --fd")->group("");
   app.add_option("--fd", fd, "internal: socket of the session")->group("");
   app.add_option("--control-fd", control_fd, "internal: socket to the daemon's pool manager")->group("");
+  app.add_option("--gate-fd", gate_fd, "internal: the daemon's launch gate table")->group("");
   app.add_option("--session-id", session_id, "internal: session id")->group("");
   CLI11_PARSE(app, argc, argv);
 
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
   }
 
   std::signal(SIGPIPE, SIG_IGN);
-  if (worker) return rgpu::server::runWorker(cfg, fd, session_id, control_fd);
+  if (worker) return rgpu::server::runWorker(cfg, fd, session_id, control_fd, gate_fd);
   rgpu::server::DaemonOptions opts;
   opts.config_path = config_path;
   opts.port_file = port_file;

@@ -54,11 +54,11 @@ std::vector<std::string> placementFields(const Placement& p) {
   std::string devs;
   for (int d : p.devices) devs += (devs.empty() ? "" : ",") + std::to_string(d);
   return {devs, std::to_string(p.quota), std::to_string(static_cast<int>(p.priority)), std::to_string(p.weight),
-          p.admin ? "1" : "0"};
+          p.admin ? "1" : "0", std::to_string(p.gate_slot)};
 }
 
 Result<Placement> placementFromFields(const std::vector<std::string>& f) {
-  if (f.size() < 6) return Status(err::kUnknown, "malformed placement from the pool manager");
+  if (f.size() < 7) return Status(err::kUnknown, "malformed placement from the pool manager");
   Placement p;
   std::string devs = f[1];
   for (size_t at = 0; at < devs.size();) {
@@ -73,6 +73,7 @@ Result<Placement> placementFromFields(const std::vector<std::string>& f) {
   p.priority = prio == 2 ? Priority::kHigh : prio == 0 ? Priority::kLow : Priority::kNormal;
   p.weight = std::atof(f[4].c_str());
   p.admin = f[5] == "1";
+  p.gate_slot = std::atoi(f[6].c_str());
   return p;
 }
 
@@ -175,10 +176,23 @@ void LocalPool::usage(const SessionUsage& u) {
 
 // ---- ControlSocketLink -------------------------------------------------------
 
-ControlSocketLink::ControlSocketLink(int fd, std::chrono::milliseconds answer_timeout)
-    : fd_(fd), answer_timeout_(answer_timeout) {}
+ControlSocketLink::ControlSocketLink(int fd, int gate_fd, std::chrono::milliseconds answer_timeout)
+    : fd_(fd), gate_fd_(gate_fd), answer_timeout_(answer_timeout) {}
 
-ControlSocketLink::~ControlSocketLink() { ::close(fd_); }
+ControlSocketLink::~ControlSocketLink() {
+  ::close(fd_);
+  if (gate_fd_ >= 0) ::close(gate_fd_);
+}
+
+std::unique_ptr<LaunchGate> ControlSocketLink::gateFor(const Placement& p) {
+  if (gate_fd_ < 0 || p.gate_slot < 0) return nullptr;
+  auto g = SharedLaunchGate::map(gate_fd_, p.gate_slot, p.devices);
+  if (!g) {
+    RGPU_LOG_WARN("launch gate unavailable, kernels run without priorities and weights: {}", g.status().message());
+    return nullptr;
+  }
+  return std::move(*g);
+}
 
 void ControlSocketLink::send(const std::string& msg) {
   if (::send(fd_, msg.data(), msg.size(), MSG_NOSIGNAL) < 0)
@@ -212,7 +226,7 @@ Result<Placement> ControlSocketLink::admit(const ClientInfo& who, const DeviceRe
                            std::to_string(req.wait_ms)}),
                answer_timeout_ + std::chrono::milliseconds(req.wait_ms ? req.wait_ms : 24u * 3600 * 1000));
   if (!f) return f.status();
-  return placementFromFields(splitFields(*f, 6));
+  return placementFromFields(splitFields(*f, 7));
 }
 
 Status ControlSocketLink::reserve(int device, uint64_t bytes, bool checked) {

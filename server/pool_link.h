@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "server/launch_gate.h"
 #include "server/pool_manager.h"
 
 namespace rgpu::server {
@@ -36,6 +37,8 @@ class PoolLink {
   // else the user's own.
   virtual Result<std::string> status(const std::string& user, bool admin) = 0;
   virtual void usage(const SessionUsage& u) = 0;
+  // The launch gate of an admitted session (priorities, weights); nullptr: none.
+  virtual std::unique_ptr<LaunchGate> gateFor(const Placement& p) { return nullptr; }
 };
 
 // Live device health the daemon adds to the status (NVML), by physical index.
@@ -72,7 +75,7 @@ class LocalPool final : public PoolLink {
 class ControlSocketLink final : public PoolLink {
  public:
   // `answer_timeout`: longest wait for a reply (admission waits longer: its own timeout plus this).
-  ControlSocketLink(int fd, std::chrono::milliseconds answer_timeout);
+  ControlSocketLink(int fd, int gate_fd, std::chrono::milliseconds answer_timeout);
   ~ControlSocketLink() override;
   // rgpu::server::PoolLink
   Result<Placement> admit(const ClientInfo& who, const DeviceRequest& req) override;
@@ -81,12 +84,14 @@ class ControlSocketLink final : public PoolLink {
   std::pair<uint64_t, uint64_t> quotaView(int device) override;
   Result<std::string> status(const std::string& user, bool admin) override;
   void usage(const SessionUsage& u) override;
+  std::unique_ptr<LaunchGate> gateFor(const Placement& p) override;
 
  private:
   void send(const std::string& msg);
   // Sends a question and returns the whole reply ("ok…"), or the error it carries.
   Result<std::string> ask(const std::string& msg, std::chrono::milliseconds timeout);
   int fd_;
+  int gate_fd_;  // the daemon's launch gate table (memfd), -1: none
   std::chrono::milliseconds answer_timeout_;
   std::mutex mu_;  // one question at a time: replies come back in order
 };

@@ -36,6 +36,19 @@ PoolManager::PoolManager(std::vector<PoolDeviceInfo> devices, std::vector<UserEn
 void PoolManager::setPolicy(std::vector<UserEntry> users, PoolConfig cfg) {
   users_ = std::move(users);
   cfg_ = std::move(cfg);
+  // Running sessions keep their devices; their compute share follows the policy.
+  for (auto& [id, r] : running_) {
+    const UserEntry& u = policyOf(r.who.user);
+    r.placement.priority = u.priority;
+    r.placement.weight = u.weight;
+    r.placement.quota = u.memory_quota;
+  }
+}
+
+std::optional<Placement> PoolManager::placementOf(uint64_t session) const {
+  auto it = running_.find(session);
+  if (it == running_.end()) return std::nullopt;
+  return it->second.placement;
 }
 
 const UserEntry& PoolManager::policyOf(const std::string& user) const {

@@ -50,6 +50,7 @@ struct Placement {
   Priority priority = Priority::kNormal;
   double weight = 1.0;
   bool admin = false;
+  int gate_slot = -1;          // the session's slot in the launch gate table (-1: none)
 };
 
 struct SessionUsage {
@@ -115,6 +116,8 @@ class PoolManager {
 
   PoolSnapshot snapshot(Clock::time_point now) const;
   bool isAdmin(const std::string& user) const { return policyOf(user).admin; }
+  // A running session's placement (its priority and weight follow policy reloads).
+  std::optional<Placement> placementOf(uint64_t session) const;
   size_t queued() const { return queue_.size(); }
   const std::vector<PoolDeviceInfo>& devices() const { return devices_; }
 

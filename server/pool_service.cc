@@ -9,8 +9,26 @@ constexpr size_t kMaxControlBytes = 64 * 1024;  // worker -> daemon: small reque
 std::string errorReply(const Status& s) { return joinFields({"err", std::to_string(s.code()), s.message()}); }
 }  // namespace
 
-PoolService::PoolService(asio::io_context& io, PoolManager& pool, HealthFn health)
-    : io_(io), pool_(pool), health_(std::move(health)), timer_(io) {}
+PoolService::PoolService(asio::io_context& io, PoolManager& pool, HealthFn health, GateTableOwner* gates)
+    : io_(io), pool_(pool), health_(std::move(health)), gates_(gates), timer_(io) {}
+
+void PoolService::placed(uint64_t session, Placement p) {
+  if (gates_) {
+    p.gate_slot = gates_->assign(session, p.devices, static_cast<int>(p.priority), p.weight);
+    if (p.gate_slot < 0) RGPU_LOG_WARN("session {}: launch gate table full; no priorities or weights for it", session);
+    else slots_[session] = p.gate_slot;
+  }
+  auto fields = placementFields(p);
+  fields.insert(fields.begin(), "ok");
+  reply(session, joinFields(fields));
+}
+
+void PoolService::policyChanged() {
+  if (gates_)
+    for (auto& [session, slot] : slots_)
+      if (auto p = pool_.placementOf(session)) gates_->update(slot, static_cast<int>(p->priority), p->weight);
+  decideQueued();
+}
 
 void PoolService::attach(uint64_t session, int fd) {
   Worker w;
@@ -22,6 +40,10 @@ void PoolService::attach(uint64_t session, int fd) {
 
 void PoolService::detach(uint64_t session) {
   pool_.end(session);
+  if (auto it = slots_.find(session); it != slots_.end()) {
+    if (gates_) gates_->clear(it->second);
+    slots_.erase(it);
+  }
   if (auto it = workers_.find(session); it != workers_.end()) {
     asio::error_code ignored;
     it->second.sock->close(ignored);
@@ -69,9 +91,7 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
       return;
     }
     if (*d) {
-      auto fields = placementFields(**d);
-      fields.insert(fields.begin(), "ok");
-      reply(session, joinFields(fields));
+      placed(session, **d);
     } else {
       RGPU_LOG_WARN("session {}: user '{}' refused: {}", session, who.user, d->status().message());
       reply(session, errorReply(d->status()));
@@ -100,9 +120,7 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
 void PoolService::decideQueued() {
   for (auto& [session, result] : pool_.retry(PoolManager::Clock::now())) {
     if (result) {
-      auto fields = placementFields(*result);
-      fields.insert(fields.begin(), "ok");
-      reply(session, joinFields(fields));
+      placed(session, *result);
     } else {
       RGPU_LOG_WARN("session {}: admission refused: {}", session, result.status().message());
       reply(session, errorReply(result.status()));

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 
+#include "server/launch_gate.h"
 #include "server/pool_link.h"
 #include "server/pool_manager.h"
 
@@ -17,14 +18,15 @@ namespace rgpu::server {
 class PoolService {
  public:
   using HealthFn = std::function<std::vector<DeviceHealth>()>;
-  PoolService(asio::io_context& io, PoolManager& pool, HealthFn health);
+  // `gates` (may be null) gets a slot per admitted session.
+  PoolService(asio::io_context& io, PoolManager& pool, HealthFn health, GateTableOwner* gates);
 
   // Adopts the daemon's end of a new worker's socket pair.
   void attach(uint64_t session, int fd);
   // The worker exited (or was killed): everything its session held returns.
   void detach(uint64_t session);
   // Queued requests may fit after a policy reload.
-  void policyChanged() { decideQueued(); }
+  void policyChanged();
 
  private:
   struct Worker {
@@ -35,11 +37,15 @@ class PoolService {
   void handle(uint64_t session, const std::string& msg);
   void reply(uint64_t session, const std::string& msg);
   void decideQueued();
+  // Gives an admitted session its launch gate slot and answers its worker.
+  void placed(uint64_t session, Placement p);
 
   asio::io_context& io_;
   PoolManager& pool_;
   HealthFn health_;
   std::map<uint64_t, Worker> workers_;
+  GateTableOwner* gates_;
+  std::map<uint64_t, int> slots_;  // session -> gate slot
   asio::steady_timer timer_;
 };
 

@@ -220,6 +220,8 @@ Status Session::handshake() {
       if (!backend) return reject(backend.status().code(), backend.status().message());
       placement_ = *placed;
       attachBackend(std::move(*backend));
+      gate_ = pool_.gateFor(placement_);
+      if (gate_) backend_->setLaunchGate(gate_.get());
       std::string devs;
       for (int d : placement_.devices) devs += (devs.empty() ? "" : ",") + std::to_string(d);
       RGPU_LOG_INFO("session {}: user '{}' placed on device(s) {} (priority {}, quota {})", session_id_, identity_,

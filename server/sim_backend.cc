@@ -567,7 +567,8 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
   std::string name = f->second.name;
   const ptx::Function* code = f->second.code;
   int sm_count = devices_[key.device].sm_count;
-  return enqueueLocked(*s, [this, key, function, cfg, name, code, sm_count, params = std::move(params)] {
+  if (gate_) gate_->queued(key.device);
+  Status queued = enqueueLocked(*s, [this, key, function, cfg, name, code, sm_count, params = std::move(params)] {
     if (launch_log_.is_open()) {
       std::ostringstream line;
       line << "launch function=" << function << " name=" << name << " grid=" << cfg.grid.x << ',' << cfg.grid.y
@@ -594,13 +595,18 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
     L.params = reinterpret_cast<const uint8_t*>(params.data());
     L.memory = &memory;
     L.sm_count = sm_count;
+    if (gate_) gate_->acquire(key.device);  // priorities and weights among the device's sessions
     auto t0 = std::chrono::steady_clock::now();
     ptx::LaunchResult r = interp_.run(L);
-    gpu_ns_ += static_cast<uint64_t>(
+    uint64_t ns = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+    gpu_ns_ += ns;
+    if (gate_) gate_->done(key.device, ns);
     if (!r.output.empty() && out) out(std::move(r.output));
     if (!r.status) reportAsync(Status(r.status.code(), "kernel " + name + ": " + r.status.message()));
   });
+  if (!queued && gate_) gate_->done(key.device, 0);
+  return queued;
 }
 
 }  // namespace rgpu::server

@@ -26,6 +26,7 @@
 #include "server/ptx/ptx_interp.h"
 #include "server/ptx/ptx_ir.h"
 #include "server/backend.h"
+#include "server/launch_gate.h"
 #include "server/server_config.h"
 
 namespace rgpu::server {
@@ -48,6 +49,7 @@ class SimBackend final : public Backend {
   // rgpu::server::Backend
   std::string name() const override { return "sim"; }
   uint64_t gpuTimeNs() const override { return gpu_ns_.load(std::memory_order_relaxed); }
+  void setLaunchGate(LaunchGate* gate) override { gate_ = gate; }
   int driverVersion() const override { return 13000; }
   const std::vector<DeviceDescription>& devices() const override { return devices_; }
   void setAsyncErrorSink(std::function<void(Status)> sink) override;
@@ -167,6 +169,7 @@ class SimBackend final : public Backend {
   std::function<void(std::string)> output_sink_;
   ptx::Interpreter interp_;
   std::atomic<uint64_t> gpu_ns_{0};  // kernel time, summed over launches
+  LaunchGate* gate_ = nullptr;       // set before the first launch
   std::mutex log_mu_;
   std::ofstream launch_log_;
 };

@@ -1,0 +1,112 @@
+// Compute sharing between the sessions of a device: priorities and weights,
+// enforced by launch admission in the workers.
+//
+// The daemon keeps a small table in shared memory (a memfd every worker maps)
+// with one slot per running session: its devices, priority class, weight,
+// kernels queued, and GPU time used. Before a kernel runs, the worker's gate
+// waits while
+//   - a session of a higher priority class on the same device has kernels
+//     queued (lower sessions are held back while it has work), or
+//   - a session of the same class on the device is behind it in weighted GPU
+//     time (virtual time = GPU time / weight) by more than kFairSlackNs:
+//     sessions that compete get GPU time in proportion to their weights.
+// and then takes the device for the kernel's duration: kernels of different
+// sessions do not overlap on a device, as on a GPU without MPS, so the GPU
+// time each session is charged is its own. A higher class counts as busy for
+// kHoldoverNs after its last kernel, so the gaps between its batches are not
+// taken by lower ones. The session with the least virtual time in the highest
+// busy class is never held, so the gate cannot deadlock; a kernel that holds
+// the device longer than kStuckNs (a kernel that never ends) no longer keeps
+// the others out. A session that was idle is lifted to the
+// others' virtual time when it returns (no hoarded credit). The daemon fills a
+// slot at admission and clears it when the worker exits, crashed or not.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+
+namespace rgpu::server {
+
+inline constexpr uint32_t kMaxGateSlots = 1024;
+inline constexpr uint64_t kFairSlackNs = 5'000'000;  // 5 ms of weighted GPU time
+inline constexpr uint64_t kHoldoverNs = 10'000'000;  // a higher class stays "busy" this long after its work
+inline constexpr uint64_t kStuckNs = 2'000'000'000;  // a device held this long is shared again
+inline constexpr int kMaxGateDevices = 64;
+
+struct GateSlot {
+  std::atomic<uint64_t> session{0};   // 0: free
+  std::atomic<uint64_t> devices{0};   // bit d: placed on host device d (d < 64)
+  std::atomic<int32_t> priority{1};   // Priority
+  std::atomic<uint32_t> weight_milli{1000};
+  std::atomic<uint32_t> pending{0};   // kernels queued or running
+  std::atomic<uint64_t> gpu_ns{0};
+  std::atomic<uint64_t> vstart_ns{0}; // virtual-time offset (newcomers, returners)
+  std::atomic<uint64_t> idle_since_ns{0};  // when pending last fell to 0 (steady clock)
+};
+
+struct GateDevice {
+  std::atomic<uint64_t> owner{0};     // session running a kernel on it; 0: free
+  std::atomic<uint64_t> since_ns{0};  // when the owner took it
+};
+
+struct GateTable {
+  GateSlot slots[kMaxGateSlots];
+  GateDevice devices[kMaxGateDevices];
+};
+
+// Virtual time of a slot: where it stands in weighted GPU time.
+uint64_t virtualTime(const GateSlot& s);
+
+// Daemon side: owns the shared memory.
+class GateTableOwner {
+ public:
+  static Result<GateTableOwner> create();
+  GateTableOwner(GateTableOwner&& o) noexcept;
+  ~GateTableOwner();
+  int fd() const { return fd_; }
+  GateTable& table() { return *table_; }
+  // Fills a free slot for `session`; its virtual time starts at the least of
+  // the sessions sharing its devices. -1 when the table is full.
+  int assign(uint64_t session, const std::vector<int>& devices, int priority, double weight);
+  void update(int slot, int priority, double weight);
+  void clear(int slot);
+
+ private:
+  GateTableOwner(int fd, GateTable* t) : fd_(fd), table_(t) {}
+  int fd_ = -1;
+  GateTable* table_ = nullptr;
+};
+
+// Worker side: the hooks a backend calls around each kernel.
+class LaunchGate {
+ public:
+  virtual ~LaunchGate() = default;
+  virtual void queued(int device) = 0;                  // a kernel was enqueued
+  virtual void acquire(int device) = 0;                 // before it runs (may wait)
+  virtual void done(int device, uint64_t gpu_ns) = 0;  // after it ran (or was dropped)
+};
+
+// A worker's gate over the daemon's table (fd 5 in the worker).
+class SharedLaunchGate final : public LaunchGate {
+ public:
+  static Result<std::unique_ptr<SharedLaunchGate>> map(int fd, int slot, std::vector<int> physical);
+  ~SharedLaunchGate() override;
+  // rgpu::server::LaunchGate
+  void queued(int device) override;
+  void acquire(int device) override;
+  void done(int device, uint64_t gpu_ns) override;
+
+ private:
+  SharedLaunchGate(GateTable* t, GateSlot* mine, std::vector<int> physical)
+      : table_(t), mine_(mine), physical_(std::move(physical)) {}
+  bool heldBack(int host_device) const;
+  GateTable* table_;
+  GateSlot* mine_;
+  std::vector<int> physical_;
+};
+
+}  // namespace rgpu::server

@@ -1,0 +1,95 @@
+// Measured properties of compute sharing: these tests run alone (RUN_SERIAL),
+// each comparing figures taken side by side in the same run.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <regex>
+#include <thread>
+#include <vector>
+
+#include "tests/e2e/pool_fixture.h"
+
+namespace rgpu::test {
+namespace {
+
+// fair_client's kernels per second.
+double rateOf(const RunResult& r) {
+  std::smatch m;
+  if (!std::regex_search(r.output, m, std::regex("rate ([0-9.]+)"))) return 0;
+  return std::stod(m[1].str());
+}
+
+double jain(const std::vector<double>& x) {
+  double sum = 0, sq = 0;
+  for (double v : x) {
+    sum += v;
+    sq += v * v;
+  }
+  return sq > 0 ? sum * sum / (x.size() * sq) : 0;
+}
+
+std::string fairClient() { return std::string(RGPU_TEST_PROGRAMS_DIR) + "/fair_client"; }
+
+// Runs one fair_client per entry of `users` at once, for `seconds` each.
+std::vector<RunResult> compete(const std::vector<std::string>& configs, double seconds) {
+  std::vector<RunResult> out(configs.size());
+  std::vector<std::thread> ts;
+  for (size_t i = 0; i < configs.size(); ++i)
+    ts.emplace_back([&, i] {
+      out[i] = run(fairClient() + " " + std::to_string(seconds) + " 10",
+                   "RGPU_CONFIG=" + configs[i] + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+    });
+  for (auto& t : ts) t.join();
+  return out;
+}
+
+TEST_F(Pool, EqualWeightsShareADeviceFairly) {
+  start("", "", "", true);
+  auto r = compete({dir_.file("alice.toml"), dir_.file("alice.toml"), dir_.file("bob.toml")}, 3.0);
+  std::vector<double> rates;
+  for (auto& x : r) {
+    EXPECT_EQ(x.code, 0) << x.output;
+    rates.push_back(rateOf(x));
+  }
+  double j = jain(rates);
+  std::printf("equal weights: %.1f %.1f %.1f kernels/s, Jain's index %.3f\n", rates[0], rates[1], rates[2], j);
+  EXPECT_GE(j, 0.95);
+}
+
+TEST_F(Pool, WeightsSetTheShareOfGpuTime) {
+  start("weight = 3\n", "weight = 1\n", "", true);
+  auto r = compete({dir_.file("alice.toml"), dir_.file("bob.toml")}, 3.0);
+  double a = rateOf(r[0]), b = rateOf(r[1]);
+  std::printf("weights 3:1: %.1f vs %.1f kernels/s, ratio %.2f\n", a, b, b > 0 ? a / b : 0);
+  ASSERT_GT(b, 0) << r[1].output;
+  EXPECT_GT(a / b, 2.0);
+  EXPECT_LT(a / b, 4.5);
+}
+
+TEST_F(Pool, HighPriorityKeepsItsThroughputWhileALowOneCompetes) {
+  start("priority = \"low\"\n", "priority = \"high\"\n", "", true);
+  // bob (high) alone, then while alice (low) runs throughout, then alone again.
+  auto alone = [&] {
+    return run(fairClient() + " 2 20", "RGPU_CONFIG=" + dir_.file("bob.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  };
+  RunResult solo = alone();
+  RunResult low;
+  std::thread t([&] {
+    low = run(fairClient() + " 4 20", "RGPU_CONFIG=" + dir_.file("alice.toml") + " LD_LIBRARY_PATH=" +
+                                            RGPU_CLIENT_LIBDIR);
+  });
+  usleep(500000);  // let the low-priority client get going first
+  RunResult high = run(fairClient() + " 3 20", "RGPU_CONFIG=" + dir_.file("bob.toml") + " LD_LIBRARY_PATH=" +
+                                                    RGPU_CLIENT_LIBDIR);
+  t.join();
+  RunResult solo_after = alone();  // the machine may be busier or quieter now: average both
+  double s = (rateOf(solo) + rateOf(solo_after)) / 2, h = rateOf(high);
+  std::printf("priority: high alone %.1f, high with a low competitor %.1f kernels/s (%.1f %%); low %.1f\n", s, h,
+              s > 0 ? 100 * h / s : 0, rateOf(low));
+  ASSERT_GT(s, 0) << solo.output;
+  EXPECT_GE(h / s, 0.9);
+  EXPECT_EQ(low.code, 0) << low.output;  // held back, not starved for ever: it finishes
+}
+
+}  // namespace
+}  // namespace rgpu::test
