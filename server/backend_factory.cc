@@ -165,6 +165,12 @@ CudaProbe probeCuda(const std::string& exe, const std::string& config_path, cons
   return out;
 }
 
+bool mpsDaemonRunning() {
+  const char* dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+  std::string control = std::string(dir && *dir ? dir : "/tmp/nvidia-mps") + "/control";
+  return ::access(control.c_str(), F_OK) == 0;
+}
+
 std::string uuidText(const std::string& b) {
   std::string out = "GPU-";
   char hex[3];

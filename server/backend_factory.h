@@ -42,6 +42,10 @@ struct BackendChoice {
 // Fails when "cuda" was asked for and no driver or GPU is usable.
 Result<BackendChoice> chooseBackend(const ServerConfig& cfg, const std::string& exe, const std::string& config_path);
 
+// Whether an NVIDIA MPS control daemon serves this host ($CUDA_MPS_PIPE_DIRECTORY,
+// else /tmp/nvidia-mps, holds its control pipe).
+bool mpsDaemonRunning();
+
 // Builds the backend named by cfg.backend ("auto": CUDA when it starts, else
 // sim) over the host's devices `physical` (in the session's order; empty: all).
 Result<std::unique_ptr<Backend>> makeBackend(const ServerConfig& cfg, const std::vector<int>& physical = {});

@@ -70,8 +70,17 @@ int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id, int control_
                                        std::make_shared<std::mutex>(), session_id);
   }
   Session session(
-      std::move(*conn), cfg, [&cfg](const std::vector<int>& physical) { return makeBackend(cfg, physical); }, *pool,
-      session_id);
+      std::move(*conn), cfg,
+      [&cfg, session_id](const Placement& p) {
+        // Under MPS the MPS server enforces the policy too; it reads these at cuInit.
+        if (cfg.backend != "sim" && mpsDaemonRunning())
+          for (auto& [key, value] : mpsEnvironment(p)) {
+            ::setenv(key.c_str(), value.c_str(), 1);
+            RGPU_LOG_INFO("session {}: MPS {}={}", session_id, key, value);
+          }
+        return makeBackend(cfg, p.devices);
+      },
+      *pool, session_id);
   Status s = session.run();
   return s ? 0 : 2;
 }

@@ -54,11 +54,11 @@ std::vector<std::string> placementFields(const Placement& p) {
   std::string devs;
   for (int d : p.devices) devs += (devs.empty() ? "" : ",") + std::to_string(d);
   return {devs, std::to_string(p.quota), std::to_string(static_cast<int>(p.priority)), std::to_string(p.weight),
-          p.admin ? "1" : "0", std::to_string(p.gate_slot)};
+          p.admin ? "1" : "0", std::to_string(p.gate_slot), std::to_string(p.mps_thread_percentage)};
 }
 
 Result<Placement> placementFromFields(const std::vector<std::string>& f) {
-  if (f.size() < 7) return Status(err::kUnknown, "malformed placement from the pool manager");
+  if (f.size() < 8) return Status(err::kUnknown, "malformed placement from the pool manager");
   Placement p;
   std::string devs = f[1];
   for (size_t at = 0; at < devs.size();) {
@@ -74,6 +74,7 @@ Result<Placement> placementFromFields(const std::vector<std::string>& f) {
   p.weight = std::atof(f[4].c_str());
   p.admin = f[5] == "1";
   p.gate_slot = std::atoi(f[6].c_str());
+  p.mps_thread_percentage = static_cast<uint32_t>(std::atoi(f[7].c_str()));
   return p;
 }
 
@@ -226,7 +227,7 @@ Result<Placement> ControlSocketLink::admit(const ClientInfo& who, const DeviceRe
                            std::to_string(req.wait_ms)}),
                answer_timeout_ + std::chrono::milliseconds(req.wait_ms ? req.wait_ms : 24u * 3600 * 1000));
   if (!f) return f.status();
-  return placementFromFields(splitFields(*f, 7));
+  return placementFromFields(splitFields(*f, 8));
 }
 
 Status ControlSocketLink::reserve(int device, uint64_t bytes, bool checked) {

@@ -151,7 +151,22 @@ Result<Placement> PoolManager::tryPlace(const ClientInfo& who, const DeviceReque
   p.priority = u.priority;
   p.weight = u.weight;
   p.admin = u.admin;
+  p.mps_thread_percentage = u.mps_thread_percentage;
   return p;
+}
+
+std::vector<std::pair<std::string, std::string>> mpsEnvironment(const Placement& p) {
+  std::vector<std::pair<std::string, std::string>> env;
+  if (p.mps_thread_percentage)
+    env.emplace_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(p.mps_thread_percentage));
+  if (p.quota) {
+    std::string limits;
+    uint64_t mib = std::max<uint64_t>(p.quota >> 20, 1);
+    for (size_t i = 0; i < p.devices.size(); ++i)
+      limits += (i ? "," : "") + std::to_string(i) + "=" + std::to_string(mib) + "M";
+    env.emplace_back("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", limits);
+  }
+  return env;
 }
 
 void PoolManager::start(uint64_t session, const ClientInfo& who, const Placement& p, Clock::time_point now,

@@ -51,7 +51,14 @@ struct Placement {
   double weight = 1.0;
   bool admin = false;
   int gate_slot = -1;          // the session's slot in the launch gate table (-1: none)
+  uint32_t mps_thread_percentage = 0;  // 0: not set
 };
+
+// Under NVIDIA MPS: the environment a CUDA worker sets before cuInit so the MPS
+// server enforces the policy too (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE from
+// mps_thread_percentage, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT from the memory
+// quota, per device as the worker sees them: "0=4096M,1=4096M").
+std::vector<std::pair<std::string, std::string>> mpsEnvironment(const Placement& p);
 
 struct SessionUsage {
   uint64_t calls = 0, bytes_in = 0, bytes_out = 0, gpu_ns = 0, errors = 0;

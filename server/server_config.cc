@@ -76,6 +76,10 @@ Result<ServerConfig> loadServerConfig(const std::string& path) {
       if (auto w = (*ut)["weight"].value<int64_t>()) e.weight = static_cast<double>(*w);
       if (!(e.weight > 0 && e.weight <= 1000)) return Status(err::kInvalidValue, who + "weight must be in (0, 1000]");
       e.admin = (*ut)["admin"].value_or(false);
+      if (auto m = (*ut)["mps_thread_percentage"].value<int64_t>()) {
+        if (*m < 1 || *m > 100) return Status(err::kInvalidValue, who + "mps_thread_percentage must be 1..100");
+        e.mps_thread_percentage = static_cast<uint32_t>(*m);
+      }
       c.users.push_back(std::move(e));
     }
   }

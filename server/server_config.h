@@ -25,6 +25,7 @@ struct UserEntry {
   Priority priority = Priority::kNormal;
   double weight = 1.0;               // compute weight among sessions of a device
   bool admin = false;                // rgpu-smi shows everyone's sessions
+  uint32_t mps_thread_percentage = 0; // under NVIDIA MPS: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (0: not set)
 };
 
 // [pool]: placement and admission, monitoring.

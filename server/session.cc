@@ -216,7 +216,7 @@ Status Session::handshake() {
       }
       auto placed = pool_.admit(who, want);
       if (!placed) return reject(placed.status().code(), placed.status().message());
-      auto backend = make_backend_(placed->devices);
+      auto backend = make_backend_(*placed);
       if (!backend) return reject(backend.status().code(), backend.status().message());
       placement_ = *placed;
       attachBackend(std::move(*backend));

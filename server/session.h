@@ -31,7 +31,7 @@ namespace rgpu::server {
 class StagingPool;
 
 // Builds the session's backend over the host devices the pool placed it on.
-using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(const std::vector<int>& physical)>;
+using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(const Placement& placement)>;
 
 class Session {
  public:

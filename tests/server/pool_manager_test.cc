@@ -184,5 +184,19 @@ TEST(PoolManager, SnapshotShowsDevicesSessionsAndQueue) {
   EXPECT_EQ(s.sessions[0].usage.gpu_ns, 40u);
 }
 
+TEST(PoolManager, MpsEnvironmentCarriesThreadPercentageAndPinnedMemoryPerDevice) {
+  UserEntry alice = user("alice");
+  alice.memory_quota = 4ull << 30;
+  alice.mps_thread_percentage = 25;
+  PoolManager pool(twoDevices(), {alice}, {});
+  auto p = pool.admit(1, client("alice"), {}, Clock::now());
+  ASSERT_TRUE(p && *p);
+  auto env = mpsEnvironment(**p);
+  ASSERT_EQ(env.size(), 2u);
+  EXPECT_EQ(env[0], std::make_pair(std::string("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), std::string("25")));
+  EXPECT_EQ(env[1], std::make_pair(std::string("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), std::string("0=4096M,1=4096M")));
+  EXPECT_TRUE(mpsEnvironment(Placement{}).empty());  // no policy: nothing set
+}
+
 }  // namespace
 }  // namespace rgpu::server

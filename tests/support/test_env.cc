@@ -197,7 +197,7 @@ void InProcessServer::acceptLoop() {
       uint64_t id = next_id++;
       server::LocalPool pool(pool_, pool_mu_, id);
       server::Session session(
-          std::move(*conn), cfg_, [this](const std::vector<int>& physical) { return server::makeBackend(cfg_, physical); },
+          std::move(*conn), cfg_, [this](const server::Placement& p) { return server::makeBackend(cfg_, p.devices); },
           pool, id);
       (void)session.run();
     });
