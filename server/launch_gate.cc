@@ -133,33 +133,48 @@ bool SharedLaunchGate::heldBack(int host) const {
   return false;
 }
 
-void SharedLaunchGate::acquire(int device) {
+bool SharedLaunchGate::acquire(int device) {
   int host = physical_[static_cast<size_t>(device)];
-  if (host < 0 || host >= kMaxGateDevices) return;
+  if (host < 0 || host >= kMaxGateDevices) return false;
   GateDevice& d = table_->devices[host];
   uint64_t me = mine_->session.load();
+  uint64_t join_deadline = nowNs() + kMaxJoinWaitNs;
   // Waiting costs the running session nothing but our wake-ups: back off from
   // 50 us to 1 ms (well inside kHoldoverNs, so a higher class's gaps stay covered).
   auto pause = std::chrono::microseconds(50);
   for (;;) {
-    if (!heldBack(host)) {
-      uint64_t expected = 0;
-      if (d.owner.compare_exchange_strong(expected, me)) {
-        d.since_ns = nowNs();
-        return;
+    {
+      std::lock_guard lock(mu_);
+      bool held_back = heldBack(host);
+      if (holding_[host] > 0) {
+        // We hold it: join, unless someone is owed the device (then let ours drain, within a bound).
+        if (!held_back || nowNs() > join_deadline) {
+          ++holding_[host];
+          return true;
+        }
+      } else if (!held_back) {
+        uint64_t expected = 0;
+        if (d.owner.compare_exchange_strong(expected, me)) {
+          d.since_ns = nowNs();
+          holding_[host] = 1;
+          return true;
+        }
+        if (expected != me && nowNs() - d.since_ns.load() > kStuckNs) return false;  // beside a stuck kernel
       }
-      if (expected != me && nowNs() - d.since_ns.load() > kStuckNs) return;  // run beside a stuck kernel
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));
   }
 }
 
-void SharedLaunchGate::done(int device, uint64_t gpu_ns) {
+void SharedLaunchGate::done(int device, uint64_t gpu_ns, bool held) {
   int host = physical_[static_cast<size_t>(device)];
-  if (host >= 0 && host < kMaxGateDevices) {
-    uint64_t me = mine_->session.load();
-    table_->devices[host].owner.compare_exchange_strong(me, 0);
+  if (held && host >= 0 && host < kMaxGateDevices) {
+    std::lock_guard lock(mu_);
+    if (holding_[host] > 0 && --holding_[host] == 0) {
+      uint64_t me = mine_->session.load();
+      table_->devices[host].owner.compare_exchange_strong(me, 0);
+    }
   }
   mine_->gpu_ns += gpu_ns;
   if (mine_->pending.fetch_sub(1) == 1) mine_->idle_since_ns = nowNs();

@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "common/status.h"
@@ -82,12 +83,23 @@ class GateTableOwner {
 };
 
 // Worker side: the hooks a backend calls around each kernel.
+//   queued()  when the kernel is enqueued;
+//   acquire() before it runs (sim) or is submitted (CUDA): may wait; returns
+//             whether the kernel holds the device (pass it to done());
+//   done()    after it ran, with its GPU time (or was dropped: 0).
+// A session may have several kernels on the device at once (streams, or
+// asynchronous submission to a GPU); while it holds the device and nobody is
+// owed it, more of its kernels join; when someone is, new ones wait (at most
+// kMaxJoinWait, so a session whose kernels wait on its own host functions
+// cannot deadlock) until its kernels on the device have finished.
+inline constexpr uint64_t kMaxJoinWaitNs = 50'000'000;
+
 class LaunchGate {
  public:
   virtual ~LaunchGate() = default;
-  virtual void queued(int device) = 0;                  // a kernel was enqueued
-  virtual void acquire(int device) = 0;                 // before it runs (may wait)
-  virtual void done(int device, uint64_t gpu_ns) = 0;  // after it ran (or was dropped)
+  virtual void queued(int device) = 0;
+  virtual bool acquire(int device) = 0;
+  virtual void done(int device, uint64_t gpu_ns, bool held) = 0;
 };
 
 // A worker's gate over the daemon's table (fd 5 in the worker).
@@ -97,8 +109,8 @@ class SharedLaunchGate final : public LaunchGate {
   ~SharedLaunchGate() override;
   // rgpu::server::LaunchGate
   void queued(int device) override;
-  void acquire(int device) override;
-  void done(int device, uint64_t gpu_ns) override;
+  bool acquire(int device) override;
+  void done(int device, uint64_t gpu_ns, bool held) override;
 
  private:
   SharedLaunchGate(GateTable* t, GateSlot* mine, std::vector<int> physical)
@@ -107,6 +119,8 @@ class SharedLaunchGate final : public LaunchGate {
   GateTable* table_;
   GateSlot* mine_;
   std::vector<int> physical_;
+  std::mutex mu_;                                  // this process's view of its holds
+  int holding_[kMaxGateDevices] = {};              // our kernels holding each host device
 };
 
 }  // namespace rgpu::server

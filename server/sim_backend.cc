@@ -595,17 +595,17 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
     L.params = reinterpret_cast<const uint8_t*>(params.data());
     L.memory = &memory;
     L.sm_count = sm_count;
-    if (gate_) gate_->acquire(key.device);  // priorities and weights among the device's sessions
+    bool held = gate_ && gate_->acquire(key.device);  // priorities and weights among the device's sessions
     auto t0 = std::chrono::steady_clock::now();
     ptx::LaunchResult r = interp_.run(L);
     uint64_t ns = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
     gpu_ns_ += ns;
-    if (gate_) gate_->done(key.device, ns);
+    if (gate_) gate_->done(key.device, ns, held);
     if (!r.output.empty() && out) out(std::move(r.output));
     if (!r.status) reportAsync(Status(r.status.code(), "kernel " + name + ": " + r.status.message()));
   });
-  if (!queued && gate_) gate_->done(key.device, 0);
+  if (!queued && gate_) gate_->done(key.device, 0, false);
   return queued;
 }
 

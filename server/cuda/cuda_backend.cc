@@ -105,6 +105,7 @@ CudaBackend::~CudaBackend() {
   for (size_t d = 0; d < devices_.size(); ++d) {
     if (!use(static_cast<int>(d))) continue;
     for (CUevent e : devices_[d].spare_events) (void)api.cuEventDestroy(e);
+    for (CUevent e : devices_[d].spare_timed) (void)api.cuEventDestroy(e);
   }
   if (!devices_.empty() && use(0))
     for (auto& [cap, p] : idle_pinned_) (void)api.cuMemFreeHost(p.data);
@@ -337,8 +338,15 @@ void CudaBackend::completerLoop() {
       }
       if (!st) reportAsync(st);
       Done done = std::move(j.done);
+      std::vector<CUevent> timed = std::move(j.timed);
+      int device = j.device;
       it = mine.erase(it);
       done(st);
+      if (!timed.empty()) {
+        std::lock_guard lock(mu_);
+        for (CUevent e : timed)
+          if (e) devices_[device].spare_timed.push_back(e);
+      }
     }
     if (progressed) idle_rounds = 0;
     else if (++idle_rounds <= 64) std::this_thread::yield();
@@ -604,12 +612,58 @@ Status CudaBackend::launch(StreamKey key, uint32_t function, const LaunchConfig&
   if (s->first != f.device)
     return Status(err::kInvalidDeviceFunction, "the kernel's module is loaded on device " + std::to_string(f.device) +
                                                    ", the stream is on device " + std::to_string(s->first));
+  // Under a launch gate: wait for our turn on the device, and time the kernel
+  // with an event pair so the session is charged its GPU time.
+  int dev = s->first;
+  bool held = false;
+  CUevent start = nullptr, end = nullptr;
+  if (gate_) {
+    gate_->queued(dev);
+    held = gate_->acquire(dev);
+    {
+      std::lock_guard lock(mu_);
+      auto& spare = devices_[dev].spare_timed;
+      for (CUevent* e : {&start, &end})
+        if (!spare.empty()) {
+          *e = spare.back();
+          spare.pop_back();
+        }
+    }
+    for (CUevent* e : {&start, &end})
+      if (!*e && api.cuEventCreate(e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) *e = nullptr;
+    if (start && end && api.cuEventRecord(start, s->second) != CUDA_SUCCESS) start = nullptr;
+  }
   size_t size = params.size();
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, params.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                    CU_LAUNCH_PARAM_END};
   CUresult r = api.cuLaunchKernel(f.handle, cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z,
                                   static_cast<unsigned>(cfg.shared_mem), s->second, nullptr,
                                   params.empty() ? nullptr : extra);
+  if (gate_) {
+    if (r == CUDA_SUCCESS && end && api.cuEventRecord(end, s->second) == CUDA_SUCCESS) {
+      Job job;
+      job.device = dev;
+      job.watched = end;
+      job.timed = {start, end};
+      job.done = [this, dev, held, start, end](Status st) {
+        float ms = 0;
+        if (st && start) (void)api_->cuEventElapsedTime(&ms, start, end);
+        uint64_t ns = static_cast<uint64_t>(ms * 1e6);
+        gpu_ns_ += ns;
+        gate_->done(dev, ns, held);
+      };
+      {
+        std::lock_guard lock(jobs_mu_);
+        jobs_.push_back(std::move(job));
+      }
+      jobs_cv_.notify_one();
+    } else {
+      gate_->done(dev, 0, held);
+      std::lock_guard lock(mu_);
+      for (CUevent e : {start, end})
+        if (e) devices_[dev].spare_timed.push_back(e);
+    }
+  }
   // The runtime reports a grid, block or shared memory size the device cannot
   // take as a bad configuration; the driver says "invalid value".
   if (r == CUDA_ERROR_INVALID_VALUE)

@@ -39,6 +39,7 @@
 
 #include "server/backend.h"
 #include "server/cuda/driver_api.h"
+#include "server/launch_gate.h"
 
 namespace rgpu::server::cuda {
 
@@ -65,6 +66,8 @@ class CudaBackend final : public Backend {
   int driverVersion() const override { return driver_version_; }
   const std::vector<DeviceDescription>& devices() const override { return descriptions_; }
   void setAsyncErrorSink(std::function<void(Status)> sink) override;
+  void setLaunchGate(LaunchGate* gate) override { gate_ = gate; }
+  uint64_t gpuTimeNs() const override { return gpu_ns_.load(std::memory_order_relaxed); }
   void setOutputSink(std::function<void(std::string)> sink) override;
   Result<DevPtr> allocate(int device, uint64_t size) override;
   Status release(DevPtr ptr) override;
@@ -108,6 +111,7 @@ class CudaBackend final : public Backend {
     CUdevice dev = 0;
     CUcontext ctx = nullptr;
     std::vector<CUevent> spare_events;  // completion events for reuse
+    std::vector<CUevent> spare_timed;   // timing events (kernel GPU time under a launch gate)
   };
   struct Stream {
     int device = 0;
@@ -133,6 +137,7 @@ class CudaBackend final : public Backend {
     int device = 0;
     std::vector<CUevent> events;  // completion events, returned to the device's spares
     CUevent watched = nullptr;    // a session event polled, not owned
+    std::vector<CUevent> timed;   // timing events, returned to spare_timed after `done`
     Done done;
     size_t next = 0;  // events before this one have completed
   };
@@ -180,6 +185,8 @@ class CudaBackend final : public Backend {
   std::unordered_map<DevPtr, int> allocations_;  // pointer -> device
   std::function<void(Status)> async_sink_;
 
+  LaunchGate* gate_ = nullptr;        // priorities and weights (daemon mode); set before launches
+  std::atomic<uint64_t> gpu_ns_{0};  // kernel GPU time, measured when a gate is set
   std::atomic<bool> printf_possible_{false};  // a loaded module calls vprintf or __assertfail
   std::mutex out_mu_;  // guards out_buf_, reads of out_fd_ and output_sink_
   std::function<void(std::string)> output_sink_;

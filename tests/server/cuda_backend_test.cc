@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <future>
+#include <thread>
 #include <sstream>
 
 #include "common/fatbin.h"
@@ -355,6 +356,56 @@ TEST(CudaBackend, GlobalsResolveThroughTheDriver) {
   ASSERT_TRUE(b->loadModule(1, 0, fatbin("default")));
   EXPECT_EQ(b->globalAddress(1, "no_such_variable", 4).status().code(), err::kInvalidSymbol);
   EXPECT_EQ(b->globalAddress(9, "x", 4).status().code(), err::kInvalidResourceHandle);
+}
+
+// Records what the backend tells a launch gate.
+struct RecordingGate final : LaunchGate {
+  void queued(int) override { ++queued_n; }
+  bool acquire(int) override {
+    ++acquired;
+    return true;
+  }
+  void done(int, uint64_t ns, bool held) override {
+    ++done_n;
+    gpu_ns += ns;
+    all_held = all_held && held;
+  }
+  std::atomic<int> queued_n{0}, acquired{0}, done_n{0};
+  std::atomic<uint64_t> gpu_ns{0};
+  std::atomic<bool> all_held{true};
+};
+
+TEST(CudaBackend, UnderALaunchGateEachKernelIsAdmittedAndChargedItsGpuTime) {
+  auto b = makeBackend();
+  ASSERT_TRUE(b);
+  RecordingGate gate;
+  b->setLaunchGate(&gate);
+  ASSERT_TRUE(b->loadModule(1, 0, fatbin("default")));
+  ASSERT_TRUE(b->registerFunction(10, 1, "_Z6k_fillIfEvPT_S0_i"));
+  auto p = b->allocate(0, 4096 * sizeof(float));
+  ASSERT_TRUE(p);
+  std::string params(16, '\0');
+  DevPtr ptr = *p;
+  int n = 4096;
+  std::memcpy(params.data(), &ptr, 8);
+  std::memcpy(params.data() + 12, &n, 4);
+  LaunchConfig cfg;
+  cfg.grid = {16, 1, 1};
+  cfg.block = {256, 1, 1};
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(b->launch({0, 0}, 10, cfg, params));
+  EXPECT_TRUE(waitStream(*b, {0, 0}));
+  // The gate's done() runs from the completer: wait for all three.
+  for (int i = 0; i < 2000 && gate.done_n < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(gate.queued_n, 3);
+  EXPECT_EQ(gate.acquired, 3);
+  EXPECT_EQ(gate.done_n, 3);
+  EXPECT_TRUE(gate.all_held);
+  EXPECT_GT(gate.gpu_ns.load(), 0u);
+  EXPECT_EQ(b->gpuTimeNs(), gate.gpu_ns.load());
+  cfg.block = {4096, 1, 1};  // refused at submission: still released
+  EXPECT_FALSE(b->launch({0, 0}, 10, cfg, params));
+  EXPECT_EQ(gate.done_n, 4);
+  EXPECT_TRUE(b->release(*p));
 }
 
 TEST(Nvml, ReportsInventoryAndHealthWithUnknownValuesMarked) {
