@@ -22,6 +22,7 @@ ca = "ca.pem"
 [[users]]
 name = "demo"
 cert_cn = "demo"
+admin = true
 [[sim.devices]]
 name = "rgpu sim H100"
 memory = "16GiB"
@@ -48,6 +49,15 @@ for ex in device_query memory streams vector_add matmul reduction; do
   echo "== examples/$ex.cu (built with nvcc -cudart shared, run unchanged)"
   "$build/examples/$ex" || status=1
 done
+echo
+echo "== rgpu-smi: the server's pool while a benchmark program (tests/bench/gpu_bench.cu) runs"
+"$build/tests/e2e/gpu_bench" >"$demo/gpu_bench.out" &
+bench=$!
+sleep 0.6
+"$build/client/rgpu-smi" || status=1
+"$build/client/rgpu-smi" --query-gpu=index,name,memory.used,memory.total,sessions --format=csv || status=1
+wait $bench || status=1
+sed -e 's/^/   /' "$demo/gpu_bench.out"
 echo
 echo "== the same program through rgpu-run --local (a private server for one run)"
 "$build/client/rgpu-run" --local "$build/examples/device_query" || status=1

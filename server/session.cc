@@ -315,7 +315,7 @@ Status Session::consumeBulk(const FrameHeader& h, uint64_t expected, Staging* in
 
 void Session::reportUsage(bool force) {
   auto now = std::chrono::steady_clock::now();
-  if (!force && now - last_usage_report_ < std::chrono::seconds(1)) return;
+  if (!force && now - last_usage_report_ < std::chrono::milliseconds(250)) return;
   last_usage_report_ = now;
   SessionUsage u;
   u.calls = calls_.load(std::memory_order_relaxed);

@@ -64,7 +64,7 @@ class Session {
 
   // Connects the backend's callbacks to this session.
   void attachBackend(std::unique_ptr<Backend> backend);
-  // Sends the session's usage to the pool at most once a second (`force`: now).
+  // Sends the session's usage to the pool at most every 250 ms (`force`: now).
   void reportUsage(bool force);
   // The pool's (physical) index of session device `device`.
   int physical(int device) const { return placement_.devices[static_cast<size_t>(device)]; }
