@@ -160,6 +160,7 @@ static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const Backe
   std::map<pid_t, uint64_t> workers;  // pid -> session id
   uint64_t next_session = 1;
   bool stopping = false;
+  asio::steady_timer drain(io);  // the SIGTERM drain deadline
 
   auto gates = GateTableOwner::create();
   if (!gates) {
@@ -222,11 +223,31 @@ static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const Backe
                         c->users.size(), workers.size());
         }
       } else {
-        RGPU_LOG_INFO("signal {}: shutting down ({} session(s) running)", sig, workers.size());
-        stopping = true;
-        asio::error_code ignored;
-        acceptor.close(ignored);
-        for (auto& [pid, sid] : workers) ::kill(pid, SIGTERM);
+        if (stopping) {
+          // A second signal: no more grace.
+          RGPU_LOG_INFO("signal {} again: ending {} session(s) now", sig, workers.size());
+          for (auto& [pid, sid] : workers) ::kill(pid, SIGTERM);
+        } else {
+          // Drain: no new sessions; running ones get until the deadline to finish.
+          stopping = true;
+          asio::error_code ignored;
+          acceptor.close(ignored);
+          service.shutdown();
+          RGPU_LOG_INFO("signal {}: draining, no new sessions; {} session(s) running get {} ms to finish", sig,
+                        workers.size(), cfg.pool.drain_timeout_ms);
+          drain.expires_after(std::chrono::milliseconds(cfg.pool.drain_timeout_ms));
+          drain.async_wait([&](const asio::error_code& e) {
+            if (e) return;
+            RGPU_LOG_INFO("drain deadline: ending {} session(s)", workers.size());
+            for (auto& [pid, sid] : workers) ::kill(pid, SIGTERM);
+            drain.expires_after(std::chrono::seconds(5));
+            drain.async_wait([&](const asio::error_code& e2) {
+              if (e2) return;
+              for (auto& [pid, sid] : workers) ::kill(pid, SIGKILL);
+              io.stop();
+            });
+          });
+        }
         if (workers.empty()) io.stop();
       }
       waitSignal();

@@ -126,6 +126,11 @@ class PoolManager {
   // A running session's placement (its priority and weight follow policy reloads).
   std::optional<Placement> placementOf(uint64_t session) const;
   size_t queued() const { return queue_.size(); }
+  std::vector<uint64_t> queuedSessions() const {
+    std::vector<uint64_t> out;
+    for (auto& q : queue_) out.push_back(q.session);
+    return out;
+  }
   const std::vector<PoolDeviceInfo>& devices() const { return devices_; }
 
  private:

@@ -23,6 +23,14 @@ void PoolService::placed(uint64_t session, Placement p) {
   reply(session, joinFields(fields));
 }
 
+void PoolService::shutdown() {
+  for (uint64_t session : pool_.queuedSessions()) {
+    pool_.end(session);
+    reply(session, errorReply(Status(err::kDevicesUnavailable, "rgpu-server is shutting down")));
+  }
+  timer_.cancel();
+}
+
 void PoolService::policyChanged() {
   if (gates_)
     for (auto& [session, slot] : slots_)

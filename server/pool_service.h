@@ -27,6 +27,8 @@ class PoolService {
   void detach(uint64_t session);
   // Queued requests may fit after a policy reload.
   void policyChanged();
+  // The daemon is stopping: queued requests are refused, saying so.
+  void shutdown();
 
  private:
   struct Worker {

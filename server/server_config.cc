@@ -89,6 +89,10 @@ Result<ServerConfig> loadServerConfig(const std::string& path) {
       c.pool.admission_timeout_ms = static_cast<uint32_t>(*t);
     }
     c.pool.metrics_listen = (*pool)["metrics_listen"].value_or(std::string());
+    if (auto t = (*pool)["drain_timeout_ms"].value<int64_t>()) {
+      if (*t < 0 || *t > 24 * 3600 * 1000) return Status(err::kInvalidValue, where("pool.drain_timeout_ms") + " must be 0..86400000");
+      c.pool.drain_timeout_ms = static_cast<uint32_t>(*t);
+    }
   }
   if (auto* lim = tbl["limits"].as_table()) {
     auto& L = c.limits;

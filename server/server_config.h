@@ -32,6 +32,7 @@ struct UserEntry {
 struct PoolConfig {
   uint32_t admission_timeout_ms = 30000;  // longest a request waits in the admission queue
   std::string metrics_listen;             // host:port of the Prometheus endpoint; empty = off
+  uint32_t drain_timeout_ms = 30000;      // SIGTERM: how long running sessions may go on
 };
 
 struct SimDeviceConfig {

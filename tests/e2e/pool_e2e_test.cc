@@ -54,6 +54,34 @@ TEST_F(Pool, QuotaSpansTheUsersSessionsAndACrashedWorkerReturnsItsShare) {
   EXPECT_NE(after.output.find("one byte more: cudaErrorMemoryAllocation"), std::string::npos) << after.output;
 }
 
+TEST_F(Pool, KillingAWorkerMidKernelFailsOnlyThatClient) {
+  start("", "", "", true);
+  std::string fair = std::string(RGPU_TEST_PROGRAMS_DIR) + "/fair_client";
+  RunResult victim, other;
+  std::thread a([&] {
+    victim = run(fair + " 20 10", "RGPU_CONFIG=" + dir_.file("alice.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  });
+  waitFor([&] { return server_->log().find("placed on device(s)") != std::string::npos; }, "the first session");
+  std::thread b([&] {
+    other = run(fair + " 2 10", "RGPU_CONFIG=" + dir_.file("bob.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  });
+  std::smatch m;
+  std::string log = server_->log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("session (\\d+): user 'alice' placed"))) << log;
+  std::string sid = m[1].str();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("session " + sid + ": worker (\\d+)"))) << log;
+  usleep(300000);  // let its kernels run
+  ::kill(std::stoi(m[1].str()), SIGKILL);
+  a.join();
+  b.join();
+  EXPECT_NE(victim.code, 0);
+  EXPECT_NE(victim.output.find("cudaErrorDevicesUnavailable"), std::string::npos) << victim.output;
+  EXPECT_NE(victim.output.find("lost the connection to rgpu server"), std::string::npos) << victim.output;
+  EXPECT_EQ(other.code, 0) << other.output;  // the other session went on
+  EXPECT_NE(other.output.find("kernels "), std::string::npos) << other.output;
+  EXPECT_NE(server_->log().find("killed by signal 9"), std::string::npos);
+}
+
 TEST_F(Pool, DeviceAccessIsDeniedToAUserWhoMayNotUseIt) {
   start("", "devices = [\"*H200*\"]\n");
   RunResult r = as("bob", "info");

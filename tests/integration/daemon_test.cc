@@ -1,7 +1,9 @@
 // rgpu-server as a process: startup errors, isolation between sessions,
 // clean shutdown.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/integration/raw_client.h"
 
@@ -39,16 +41,40 @@ TEST(Daemon, ServesSessionsInSeparateWorkersAndSurvivesABadClient) {
   EXPECT_NE(server.log().find("bad frame magic"), std::string::npos);
 }
 
-TEST(Daemon, SigtermStopsCleanlyWithSessionsOpen) {
+TEST(Daemon, SigtermDrainsRunningSessionsUntilTheDeadlineAndTakesNoNewOnes) {
   TempDir dir;
   makeCerts(dir.path());
-  ServerProcess server(dir.path(), serverToml(dir.path()));
+  ServerProcess server(dir.path(), serverToml(dir.path(), "[pool]\ndrain_timeout_ms = 1500\n"));
   RawClient a(connectTo(dir.path(), server.port()));
   ASSERT_EQ(a.hello().first, 0);
-  int st = server.stop();
+  ::kill(server.pid(), SIGTERM);
+  EXPECT_EQ(a.ping().error, 0);  // a running session goes on during the drain
+  uint64_t p = a.malloc(64);
+  EXPECT_NE(p, 0u);
+  // No new sessions: the listening socket is closed.
+  auto ctx = common::TlsContext::makeClient({dir.file("ca.pem"), dir.file("alice.pem"), dir.file("alice.key"), false});
+  for (int i = 0; i < 200 && server.log().find("draining") == std::string::npos; ++i) usleep(5000);
+  auto late = common::TlsConnection::connect(**ctx, "127.0.0.1", server.port(), "", std::chrono::milliseconds(2000));
+  EXPECT_FALSE(late);
+  int st = server.wait();  // at the deadline the session is ended and the daemon exits
   EXPECT_TRUE(WIFEXITED(st)) << st;
   EXPECT_EQ(WEXITSTATUS(st), 0);
   EXPECT_EQ(a.next().error, -1);  // the session's connection is closed
+  EXPECT_NE(server.log().find("drain deadline: ending 1 session(s)"), std::string::npos) << server.log();
+}
+
+TEST(Daemon, ASecondSigtermEndsSessionsAtOnce) {
+  TempDir dir;
+  makeCerts(dir.path());
+  ServerProcess server(dir.path(), serverToml(dir.path()));  // default drain: 30 s
+  RawClient a(connectTo(dir.path(), server.port()));
+  ASSERT_EQ(a.hello().first, 0);
+  ::kill(server.pid(), SIGTERM);
+  for (int i = 0; i < 200 && server.log().find("draining") == std::string::npos; ++i) usleep(5000);
+  int st = server.stop();  // the second SIGTERM
+  EXPECT_TRUE(WIFEXITED(st)) << st;
+  EXPECT_EQ(a.next().error, -1);
+  EXPECT_NE(server.log().find("again: ending 1 session(s) now"), std::string::npos) << server.log();
 }
 
 TEST(Daemon, RefusesToStartWithBadTlsMaterial) {

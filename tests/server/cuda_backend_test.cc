@@ -157,10 +157,16 @@ TEST(CudaBackend, CopiesRoundTripThroughPinnedStaging) {
   EXPECT_NE(log.find("cuMemcpyHtoDAsync 1000 pinned"), std::string::npos) << log;
   EXPECT_NE(log.find("cuMemcpyDtoHAsync 1000 pinned"), std::string::npos) << log;
   EXPECT_EQ(log.find("pageable"), std::string::npos) << "an async copy from pageable memory blocks: " << log;
-  // Staging buffers are reused, not allocated per copy.
+  // Staging buffers are reused, not allocated per copy: 40 more copies of the
+  // same size, and at most one buffer per copy that can be in flight at once.
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(b->copyToDevice({0, 0}, *p, bytes(data), data.size()));
+    ASSERT_EQ(readBack(*b, {0, 0}, *p, 1000), data);
+  }
+  log = hooks().log();
   size_t host_allocs = 0;
   for (size_t at = 0; (at = log.find("cuMemHostAlloc", at)) != std::string::npos; ++at) ++host_allocs;
-  EXPECT_LE(host_allocs, 2u) << log;
+  EXPECT_LE(host_allocs, 4u) << log;
   EXPECT_TRUE(b->release(*p));
   EXPECT_TRUE(b->release(*q));
 }

@@ -114,6 +114,14 @@ int ServerProcess::stop() {
   return st;
 }
 
+int ServerProcess::wait() {
+  if (pid_ <= 0) return 0;
+  int st = 0;
+  waitpid(pid_, &st, 0);
+  pid_ = -1;
+  return st;
+}
+
 ServerProcess::~ServerProcess() { stop(); }
 
 std::string ServerProcess::log() const { return readFile(dir_ + "/server.log"); }

@@ -51,6 +51,8 @@ class ServerProcess {
   std::string log() const;
   // Stops with SIGTERM; returns the exit status as from waitpid.
   int stop();
+  // Waits for the server to exit by itself; the exit status as from waitpid.
+  int wait();
 
  private:
   std::string dir_;
