@@ -1,13 +1,16 @@
-// Measured properties of compute sharing: these tests run alone (RUN_SERIAL),
-// each comparing figures taken side by side in the same run.
+// Measured properties of compute sharing, and the soak: these tests run alone
+// (RUN_SERIAL), each comparing figures taken side by side in the same run.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <regex>
 #include <thread>
 #include <vector>
 
 #include "tests/e2e/pool_fixture.h"
+#include "tests/support/test_env.h"
 
 namespace rgpu::test {
 namespace {
@@ -89,6 +92,57 @@ TEST_F(Pool, HighPriorityKeepsItsThroughputWhileALowOneCompetes) {
   ASSERT_GT(s, 0) << solo.output;
   EXPECT_GE(h / s, 0.9);
   EXPECT_EQ(low.code, 0) << low.output;  // held back, not starved for ever: it finishes
+}
+
+// Resident memory of a process, in KiB.
+long rssKiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  return -1;
+}
+
+// Child processes (workers) of a process.
+int childrenOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  int n = 0;
+  for (std::string c; in >> c;) ++n;
+  return n;
+}
+
+TEST_F(Pool, SoakThirtyTwoClientsOfTenThousandMixedCallsLeaveNothingBehind) {
+  start("", "admin = true\n");
+  std::string soak = std::string(RGPU_TEST_PROGRAMS_DIR) + "/soak_client";
+  auto client = [&](const std::string& user) {
+    return run(soak + " 10000", "RGPU_CONFIG=" + dir_.file(user + ".toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  };
+  RunResult warm = client("alice");  // the daemon's baseline includes one session's worth of bookkeeping
+  ASSERT_EQ(warm.code, 0) << warm.output;
+  waitFor([&] { return childrenOf(server_->pid()) == 0; }, "the warm-up worker to exit");
+  long before = rssKiB(server_->pid());
+  std::vector<RunResult> out(32);
+  std::vector<std::thread> ts;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 32; ++i) ts.emplace_back([&, i] { out[i] = client(i % 2 ? "alice" : "bob"); });
+  for (auto& t : ts) t.join();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  long calls = 0;
+  for (auto& r : out) {
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find(", 0 errors, results ok"), std::string::npos) << r.output;
+    std::smatch m;
+    if (std::regex_search(r.output, m, std::regex("soak: (\\d+) calls"))) calls += std::stol(m[1].str());
+  }
+  waitFor([&] { return childrenOf(server_->pid()) == 0; }, "every worker to exit");
+  long after = rssKiB(server_->pid());
+  RunResult smi = run(std::string(RGPU_SMI_BIN) + " --query-gpu=memory.used,sessions --format=csv,noheader,nounits",
+                      "RGPU_CONFIG=" + dir_.file("bob.toml"));
+  std::printf("soak: 32 clients, %ld calls in %.1f s (%.0f calls/s); daemon RSS %ld -> %ld KiB; pool after: %s", calls,
+              secs, calls / secs, before, after, smi.output.c_str());
+  EXPECT_GE(calls, 32 * 10000);
+  // Back to baseline: no worker left, nothing allocated or placed in the pool, the daemon did not grow.
+  EXPECT_EQ(smi.output, "0, 0\n0, 0\n") << smi.output;
+  EXPECT_LE(after - before, 2048) << "daemon RSS " << before << " -> " << after << " KiB";
 }
 
 }  // namespace
