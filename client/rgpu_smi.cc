@@ -47,7 +47,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 // One device's value for a --query-gpu field; "" when the field is unknown.
-std::string gpuField(rgpu::wire::PoolDevice::Reader d, const std::string& f, const Format& fmt) {
+template <typename Device>
+std::string gpuField(Device d, const std::string& f, const Format& fmt) {
   if (f == "index") return std::to_string(d.getIndex());
   if (f == "name") return d.getName();
   if (f == "uuid") return d.getUuid();
@@ -115,6 +116,28 @@ void printTable(const std::vector<std::string>& head, const std::vector<std::vec
   for (auto& r : rows) line(r);
 }
 
+// Prints the `fields` of every item as CSV or a table; false (and why) for an unknown field.
+template <typename List, typename FieldFn>
+bool printQuery(List items, const std::vector<std::string>& fields, FieldFn field, const Format& fmt,
+                const char* option) {
+  std::vector<std::vector<std::string>> rows;
+  for (auto item : items) {
+    std::vector<std::string> row;
+    for (auto& f : fields) {
+      std::string v = field(item, f, fmt);
+      if (v.empty()) {
+        std::fprintf(stderr, "rgpu-smi: unknown %s field '%s'\n", option, f.c_str());
+        return false;
+      }
+      row.push_back(std::move(v));
+    }
+    rows.push_back(std::move(row));
+  }
+  if (fmt.csv) printCsv(fields, rows, fmt);
+  else printTable(fields, rows);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,37 +196,10 @@ int main(int argc, char** argv) {
     }
     auto st = r.reader().getPoolStatus();
     if (!gpu_fields.empty()) {
-      std::vector<std::vector<std::string>> rows;
-      for (auto d : st.getDevices()) {
-        std::vector<std::string> row;
-        for (auto& f : gpu_fields) {
-          std::string v = gpuField(d, f, fmt);
-          if (v.empty()) {
-            std::fprintf(stderr, "rgpu-smi: unknown --query-gpu field '%s'\n", f.c_str());
-            return 2;
-          }
-          row.push_back(v);
-        }
-        rows.push_back(std::move(row));
-      }
-      if (fmt.csv) printCsv(gpu_fields, rows, fmt);
-      else printTable(gpu_fields, rows);
+      if (!printQuery(st.getDevices(), gpu_fields, gpuField<rgpu::wire::PoolDevice::Reader>, fmt, "--query-gpu"))
+        return 2;
     } else if (sessions_mode) {
-      std::vector<std::vector<std::string>> rows;
-      for (auto s : st.getSessions()) {
-        std::vector<std::string> row;
-        for (auto& f : session_fields) {
-          std::string v = sessionField(s, f, fmt);
-          if (v.empty()) {
-            std::fprintf(stderr, "rgpu-smi: unknown --query-sessions field '%s'\n", f.c_str());
-            return 2;
-          }
-          row.push_back(v);
-        }
-        rows.push_back(std::move(row));
-      }
-      if (fmt.csv) printCsv(session_fields, rows, fmt);
-      else printTable(session_fields, rows);
+      if (!printQuery(st.getSessions(), session_fields, sessionField, fmt, "--query-sessions")) return 2;
     } else {
       std::cout << "rgpu-smi " << RGPU_VERSION << "  server " << (*conn)->server() << "  user "
                 << (*conn)->welcome().identity << "  " << st.getDevices().size() << " device(s), "
