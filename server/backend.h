@@ -81,6 +81,10 @@ class Backend {
 
   // Device printf output of finished launches, in completion order.
   virtual void setOutputSink(std::function<void(std::string)> sink) {}
+  // Hands any device output not yet delivered to the sink now (the session
+  // calls it before it first reports a kernel fault, so an assert's message
+  // reaches the client before the error does).
+  virtual void flushOutput() {}
 
   // Memory.
   virtual Result<DevPtr> allocate(int device, uint64_t size) = 0;

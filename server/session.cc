@@ -351,9 +351,16 @@ void Session::sendReply(uint64_t seq, const Status& status, const Fill& fill, co
   capnp::MallocMessageBuilder out(256);
   auto r = out.initRoot<wire::Reply>();
   Status s = status;
+  bool fault = false;
   {
     std::lock_guard lock(async_mu_);
     if (!sticky_.isOk() && s) s = sticky_;
+    if (!s && err::isSticky(s.code()) && sticky_.isOk()) {
+      // A fault the backend reported directly (not through the async sink): sticky all the same.
+      sticky_ = s;
+      has_sticky_.store(true, std::memory_order_release);
+    }
+    fault = !sticky_.isOk();
     r.setError(s.code());
     if (!s) r.setMessage(s.message());
     if (!async_error_.isOk()) {
@@ -362,6 +369,7 @@ void Session::sendReply(uint64_t seq, const Status& status, const Fill& fill, co
       async_error_ = Status::ok();
     }
   }
+  if (fault && backend_ && !fault_output_flushed_.exchange(true)) backend_->flushOutput();
   if (fill && s) fill(r);
   if (!s) {
     bulk_len = 0;
@@ -409,9 +417,9 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
     if (h.bulk_len) return Status(err::kInvalidValue, "unexpected bulk payload");
     return Status::ok();
   };
-  calls_.fetch_add(1, std::memory_order_relaxed);
+  uint64_t calls = calls_.fetch_add(1, std::memory_order_relaxed);
   bytes_in_.fetch_add(h.bulk_len, std::memory_order_relaxed);
-  reportUsage(false);
+  if (calls < 64 || (calls & 63) == 0) reportUsage(false);  // keeps the clock read off most calls
   if (monitor_ && req.which() != R::POOL_STATUS && req.which() != R::PING && req.which() != R::NOOP) {
     if (h.bulk_len) RGPU_TRY(reader_->skipBulk(h));
     finish(h, Status(err::kNotPermitted, "a monitor session (rgpu-smi) only asks for the pool status"));

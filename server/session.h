@@ -103,7 +103,8 @@ class Session {
   std::mutex async_mu_;
   Status async_error_;  // first unreported error of an asynchronous call
   Status sticky_;       // a kernel fault: every later call fails with it
-  std::atomic<bool> has_sticky_{false};  // sticky_ is set: checked per request without the lock
+  std::atomic<bool> has_sticky_{false};
+  std::atomic<bool> fault_output_flushed_{false};  // flushOutput() ran before the first fault reply  // sticky_ is set: checked per request without the lock
 
   // Host functions waiting for the client to run them.
   std::mutex host_mu_;

@@ -180,8 +180,9 @@ void CudaBackend::readOutputLoop() {
 void CudaBackend::forwardOutput(CUevent done) {
   if (!printf_possible_.load(std::memory_order_relaxed) || out_fd_ < 0) return;
   // Finished already, so this returns at once; it is a synchronisation point,
-  // at which the driver writes its printf buffer to stdout.
-  (void)api_->cuEventSynchronize(done);
+  // at which the driver writes its printf buffer to stdout. (nullptr: a fault
+  // was reported; take what the driver has written.)
+  if (done) (void)api_->cuEventSynchronize(done);
   std::fflush(stdout);
   std::string text;
   std::function<void(std::string)> sink;
@@ -261,6 +262,7 @@ Status CudaBackend::whenDone(int device, const std::vector<CUstream>& streams, D
   Job job;
   job.device = device;
   job.done = std::move(done);
+  Status r;
   for (CUstream s : streams) {
     CUevent e = nullptr;
     {
@@ -271,17 +273,18 @@ Status CudaBackend::whenDone(int device, const std::vector<CUstream>& streams, D
         spare.pop_back();
       }
     }
-    if (!e) {
-      Status c = RGPU_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
-      if (!c) return c;
-    }
+    if (!e && !(r = RGPU_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING)))) break;
     job.events.push_back(e);
-    Status r = RGPU_CU(cuEventRecord(e, s));
-    if (!r) {
+    if (!(r = RGPU_CU(cuEventRecord(e, s)))) break;
+  }
+  if (!r) {
+    {
       std::lock_guard lock(mu_);
       for (CUevent x : job.events) devices_[device].spare_events.push_back(x);
-      return r;
     }
+    // The fault may have happened before we asked: it is still the stream's error.
+    if (err::isSticky(r.code())) reportAsync(r);
+    return r;
   }
   {
     std::lock_guard lock(jobs_mu_);

@@ -69,6 +69,7 @@ class CudaBackend final : public Backend {
   void setLaunchGate(LaunchGate* gate) override { gate_ = gate; }
   uint64_t gpuTimeNs() const override { return gpu_ns_.load(std::memory_order_relaxed); }
   void setOutputSink(std::function<void(std::string)> sink) override;
+  void flushOutput() override { forwardOutput(nullptr); }
   Result<DevPtr> allocate(int device, uint64_t size) override;
   Status release(DevPtr ptr) override;
   Status memInfo(int device, uint64_t& free, uint64_t& total) override;
@@ -162,7 +163,8 @@ class CudaBackend final : public Backend {
   Status whenDone(int device, const std::vector<CUstream>& streams, Done done);
   void completerLoop();
   void reportAsync(const Status& s);
-  // Makes the driver flush device printf (after `done` completed) and forwards it.
+  // Makes the driver flush device printf (after `done` completed; nullptr: no
+  // event to synchronise on) and forwards it.
   void forwardOutput(CUevent done);
   void readOutputLoop();
   Result<Pinned> takePinned(uint64_t size);
