@@ -76,8 +76,8 @@ int runCudaProbe(const ServerConfig& cfg) {
     (void)api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
     (void)api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
     (void)api.cuDeviceGetUuid(&uuid, d);
-    std::printf("device %s\n", name);
-    std::printf("gpu\t%zu\t%d\t%s\t%s\n", total, major * 10 + minor, uuidText(std::string(uuid.bytes, 16)).c_str(),
+    // One line per GPU: "device <bytes> <major*10+minor> <uuid> <name>" (tab-separated; the name may hold spaces).
+    std::printf("device\t%zu\t%d\t%s\t%s\n", total, major * 10 + minor, uuidText(std::string(uuid.bytes, 16)).c_str(),
                 name);
   }
   std::fflush(stdout);
@@ -140,9 +140,8 @@ CudaProbe probeCuda(const std::string& exe, const std::string& config_path, cons
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("driver ", 0) == 0) out.driver_version = std::atoi(line.c_str() + 7);
-    else if (line.rfind("device ", 0) == 0) out.devices.push_back(line.substr(7));
-    else if (line.rfind("gpu\t", 0) == 0) {
-      std::istringstream f(line.substr(4));
+    else if (line.rfind("device\t", 0) == 0) {
+      std::istringstream f(line.substr(7));
       PoolDeviceInfo d;
       std::string total, cc;
       std::getline(f, total, '\t');
@@ -159,7 +158,7 @@ CudaProbe probeCuda(const std::string& exe, const std::string& config_path, cons
       out.status = Status(static_cast<int>(code), end && *end ? std::string(end + 1) : "CUDA probe failed");
     }
   }
-  if (out.status && out.devices.empty())
+  if (out.status && out.inventory.empty())
     out.status = Status(err::kNoDevice, "the CUDA probe ended without a report (exit status " +
                                             std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
   return out;
@@ -196,9 +195,9 @@ Result<BackendChoice> chooseBackend(const ServerConfig& cfg, const std::string& 
   CudaProbe p = probeCuda(exe, config_path, cfg);
   if (p.status) {
     std::string names;
-    for (auto& d : p.devices) names += (names.empty() ? "" : ", ") + d;
+    for (auto& d : p.inventory) names += (names.empty() ? "" : ", ") + d.name;
     RGPU_LOG_INFO("backend = \"{}\": CUDA driver {} ({}) with {} GPU(s): {}", cfg.backend, p.driver_version,
-                  cfg.cuda_driver_library, p.devices.size(), names);
+                  cfg.cuda_driver_library, p.inventory.size(), names);
     return BackendChoice{"cuda", p.inventory};
   }
   if (cfg.backend == "cuda")

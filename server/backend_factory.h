@@ -18,8 +18,7 @@ namespace rgpu::server {
 
 // What a probe found: the devices' names, or why there are none.
 struct CudaProbe {
-  Status status;                   // ok when the driver loaded and sees >= 1 device
-  std::vector<std::string> devices;
+  Status status;                          // ok when the driver loaded and sees >= 1 device
   std::vector<PoolDeviceInfo> inventory;  // name, UUID, memory, compute capability
   int driver_version = 0;
 };

@@ -54,11 +54,11 @@ std::vector<std::string> placementFields(const Placement& p) {
   std::string devs;
   for (int d : p.devices) devs += (devs.empty() ? "" : ",") + std::to_string(d);
   return {devs, std::to_string(p.quota), std::to_string(static_cast<int>(p.priority)), std::to_string(p.weight),
-          p.admin ? "1" : "0", std::to_string(p.gate_slot), std::to_string(p.mps_thread_percentage)};
+          std::to_string(p.gate_slot), std::to_string(p.mps_thread_percentage)};
 }
 
 Result<Placement> placementFromFields(const std::vector<std::string>& f) {
-  if (f.size() < 8) return Status(err::kUnknown, "malformed placement from the pool manager");
+  if (f.size() < 7) return Status(err::kUnknown, "malformed placement from the pool manager");
   Placement p;
   std::string devs = f[1];
   for (size_t at = 0; at < devs.size();) {
@@ -72,9 +72,8 @@ Result<Placement> placementFromFields(const std::vector<std::string>& f) {
   int prio = std::atoi(f[3].c_str());
   p.priority = prio == 2 ? Priority::kHigh : prio == 0 ? Priority::kLow : Priority::kNormal;
   p.weight = std::atof(f[4].c_str());
-  p.admin = f[5] == "1";
-  p.gate_slot = std::atoi(f[6].c_str());
-  p.mps_thread_percentage = static_cast<uint32_t>(std::atoi(f[7].c_str()));
+  p.gate_slot = std::atoi(f[5].c_str());
+  p.mps_thread_percentage = static_cast<uint32_t>(std::atoi(f[6].c_str()));
   return p;
 }
 
@@ -165,7 +164,7 @@ std::pair<uint64_t, uint64_t> LocalPool::quotaView(int device) {
   return pool_->quotaView(session_, device);
 }
 
-Result<std::string> LocalPool::status(const std::string& user, bool admin) {
+Result<std::string> LocalPool::status(const std::string& user) {
   std::lock_guard lock(*mu_);
   return encodePoolStatus(pool_->snapshot(PoolManager::Clock::now()), user, pool_->isAdmin(user), {});
 }
@@ -227,7 +226,7 @@ Result<Placement> ControlSocketLink::admit(const ClientInfo& who, const DeviceRe
                            std::to_string(req.wait_ms)}),
                answer_timeout_ + std::chrono::milliseconds(req.wait_ms ? req.wait_ms : 24u * 3600 * 1000));
   if (!f) return f.status();
-  return placementFromFields(splitFields(*f, 8));
+  return placementFromFields(splitFields(*f, 7));
 }
 
 Status ControlSocketLink::reserve(int device, uint64_t bytes, bool checked) {
@@ -252,8 +251,8 @@ std::pair<uint64_t, uint64_t> ControlSocketLink::quotaView(int device) {
   return {toU64(f[1]), toU64(f[2])};
 }
 
-Result<std::string> ControlSocketLink::status(const std::string& user, bool admin) {
-  auto r = ask(joinFields({"status", user, admin ? "1" : "0"}), answer_timeout_);
+Result<std::string> ControlSocketLink::status(const std::string& user) {
+  auto r = ask(joinFields({"status", user}), answer_timeout_);
   if (!r) return r.status();
   auto f = splitFields(*r, 2);
   if (f.size() < 2) return Status(err::kUnknown, "malformed status from the pool manager");

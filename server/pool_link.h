@@ -33,9 +33,9 @@ class PoolLink {
   virtual void release(int device, uint64_t bytes) = 0;
   // (quota, bytes the user has allocated on the device).
   virtual std::pair<uint64_t, uint64_t> quotaView(int device) = 0;
-  // wire::PoolStatus as a flat Cap'n Proto message: every session for admins,
-  // else the user's own.
-  virtual Result<std::string> status(const std::string& user, bool admin) = 0;
+  // wire::PoolStatus as a flat Cap'n Proto message: every session for admins
+  // (the pool manager's policy says who is one), else the user's own.
+  virtual Result<std::string> status(const std::string& user) = 0;
   virtual void usage(const SessionUsage& u) = 0;
   // The launch gate of an admitted session (priorities, weights); nullptr: none.
   virtual std::unique_ptr<LaunchGate> gateFor(const Placement& p) { return nullptr; }
@@ -61,7 +61,7 @@ class LocalPool final : public PoolLink {
   Status reserve(int device, uint64_t bytes, bool checked) override;
   void release(int device, uint64_t bytes) override;
   std::pair<uint64_t, uint64_t> quotaView(int device) override;
-  Result<std::string> status(const std::string& user, bool admin) override;
+  Result<std::string> status(const std::string& user) override;
   void usage(const SessionUsage& u) override;
 
  private:
@@ -82,7 +82,7 @@ class ControlSocketLink final : public PoolLink {
   Status reserve(int device, uint64_t bytes, bool checked) override;
   void release(int device, uint64_t bytes) override;
   std::pair<uint64_t, uint64_t> quotaView(int device) override;
-  Result<std::string> status(const std::string& user, bool admin) override;
+  Result<std::string> status(const std::string& user) override;
   void usage(const SessionUsage& u) override;
   std::unique_ptr<LaunchGate> gateFor(const Placement& p) override;
 

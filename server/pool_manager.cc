@@ -150,7 +150,6 @@ Result<Placement> PoolManager::tryPlace(const ClientInfo& who, const DeviceReque
   p.quota = u.memory_quota;
   p.priority = u.priority;
   p.weight = u.weight;
-  p.admin = u.admin;
   p.mps_thread_percentage = u.mps_thread_percentage;
   return p;
 }

@@ -49,7 +49,6 @@ struct Placement {
   uint64_t quota = 0;          // bytes per device (0: none)
   Priority priority = Priority::kNormal;
   double weight = 1.0;
-  bool admin = false;
   int gate_slot = -1;          // the session's slot in the launch gate table (-1: none)
   uint32_t mps_thread_percentage = 0;  // 0: not set
 };

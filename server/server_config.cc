@@ -84,15 +84,18 @@ Result<ServerConfig> loadServerConfig(const std::string& path) {
     }
   }
   if (auto* pool = tbl["pool"].as_table()) {
-    if (auto t = (*pool)["admission_timeout_ms"].value<int64_t>()) {
-      if (*t < 0 || *t > 24 * 3600 * 1000) return Status(err::kInvalidValue, where("pool.admission_timeout_ms") + " must be 0..86400000");
-      c.pool.admission_timeout_ms = static_cast<uint32_t>(*t);
-    }
+    // Durations: 0 .. one day.
+    auto millis = [&](const char* key, uint32_t& out) -> Status {
+      auto t = (*pool)[key].value<int64_t>();
+      if (!t) return Status::ok();
+      if (*t < 0 || *t > 24 * 3600 * 1000)
+        return Status(err::kInvalidValue, where(std::string("pool.") + key) + " must be 0..86400000");
+      out = static_cast<uint32_t>(*t);
+      return Status::ok();
+    };
+    RGPU_TRY(millis("admission_timeout_ms", c.pool.admission_timeout_ms));
+    RGPU_TRY(millis("drain_timeout_ms", c.pool.drain_timeout_ms));
     c.pool.metrics_listen = (*pool)["metrics_listen"].value_or(std::string());
-    if (auto t = (*pool)["drain_timeout_ms"].value<int64_t>()) {
-      if (*t < 0 || *t > 24 * 3600 * 1000) return Status(err::kInvalidValue, where("pool.drain_timeout_ms") + " must be 0..86400000");
-      c.pool.drain_timeout_ms = static_cast<uint32_t>(*t);
-    }
   }
   if (auto* lim = tbl["limits"].as_table()) {
     auto& L = c.limits;

@@ -957,7 +957,7 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
     }
     case R::POOL_STATUS: {
       RGPU_TRY(bulkNotExpected());
-      auto st = pool_.status(identity_, false);
+      auto st = pool_.status(identity_);
       if (!st) return finish(h, st.status()), Status::ok();
       // Copy into words: the datagram bytes carry no alignment guarantee.
       kj::Array<capnp::word> words = kj::heapArray<capnp::word>(st->size() / sizeof(capnp::word));

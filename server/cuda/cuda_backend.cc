@@ -257,6 +257,14 @@ Result<std::pair<int, CUstream>> CudaBackend::streamOf(StreamKey key) {
 
 // ---- completion -----------------------------------------------------------
 
+void CudaBackend::addJob(Job job) {
+  {
+    std::lock_guard lock(jobs_mu_);
+    jobs_.push_back(std::move(job));
+  }
+  jobs_cv_.notify_one();
+}
+
 Status CudaBackend::whenDone(int device, const std::vector<CUstream>& streams, Done done) {
   DriverApi& api = *api_;
   Job job;
@@ -286,11 +294,7 @@ Status CudaBackend::whenDone(int device, const std::vector<CUstream>& streams, D
     if (err::isSticky(r.code())) reportAsync(r);
     return r;
   }
-  {
-    std::lock_guard lock(jobs_mu_);
-    jobs_.push_back(std::move(job));
-  }
-  jobs_cv_.notify_one();
+  addJob(std::move(job));
   return Status::ok();
 }
 
@@ -655,11 +659,7 @@ Status CudaBackend::launch(StreamKey key, uint32_t function, const LaunchConfig&
         gpu_ns_ += ns;
         gate_->done(dev, ns, held);
       };
-      {
-        std::lock_guard lock(jobs_mu_);
-        jobs_.push_back(std::move(job));
-      }
-      jobs_cv_.notify_one();
+      addJob(std::move(job));
     } else {
       gate_->done(dev, 0, held);
       std::lock_guard lock(mu_);
@@ -736,11 +736,7 @@ Status CudaBackend::whenEventDone(uint32_t event, Done done) {
   job.device = e.device;
   job.watched = e.handle;
   job.done = std::move(done);
-  {
-    std::lock_guard lock(jobs_mu_);
-    jobs_.push_back(std::move(job));
-  }
-  jobs_cv_.notify_one();
+  addJob(std::move(job));
   return Status::ok();
 }
 

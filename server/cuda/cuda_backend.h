@@ -159,6 +159,8 @@ class CudaBackend final : public Backend {
   // Removes and returns a table entry, under mu_.
   template <typename Map>
   std::optional<typename Map::mapped_type> take(Map& table, uint32_t id);
+  // Hands a job to the completer thread.
+  void addJob(Job job);
   // Records a completion event on `stream` and runs `done` when it completes.
   Status whenDone(int device, const std::vector<CUstream>& streams, Done done);
   void completerLoop();

@@ -17,7 +17,7 @@ std::string testProgram(const std::string& name) { return std::string(RGPU_TEST_
 // Why this host cannot run the GPU tests ("" when it can).
 std::string noGpuReason() {
   RunResult r = run(std::string(RGPU_SERVER_BIN) + " --probe-cuda");
-  if (r.code == 0 && r.output.find("device ") != std::string::npos) return "";
+  if (r.code == 0 && r.output.find("device\t") != std::string::npos) return "";
   return r.output.empty() ? "the CUDA probe failed" : r.output;
 }
 
