@@ -1,5 +1,6 @@
 #include "client/client_config.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "common/config.h"
@@ -32,6 +33,13 @@ Result<ClientConfig> loadClientConfig() {
     c.log_level = tbl["log_level"].value_or(c.log_level);
     c.connect_timeout_ms = tbl["connect_timeout_ms"].value_or(c.connect_timeout_ms);
     c.dead_after_s = tbl["dead_after_s"].value_or(c.dead_after_s);
+    c.resume = tbl["resume"].value_or(c.resume);
+    c.insecure_plaintext = tbl["insecure_plaintext"].value_or(c.insecure_plaintext);
+    if (auto b = tbl["resume_buffer"].value<std::string>()) {
+      auto bytes = common::parseSize(*b);
+      if (!bytes) return Status(err::kInvalidValue, "config " + path + ": resume_buffer: " + bytes.status().message());
+      c.resume_buffer = *bytes;
+    }
     if (auto req = tbl["request"].as_table()) {
       auto where = "config " + path + ": request.";
       int64_t n = (*req)["devices"].value_or(int64_t{0});
@@ -74,6 +82,10 @@ Result<ClientConfig> loadClientConfig() {
   if (c.connect_timeout_ms <= 0) c.connect_timeout_ms = 10000;
   if (auto v = common::envString("RGPU_DEVICES")) c.request_devices = static_cast<uint32_t>(std::atoi(v->c_str()));
   if (auto v = common::envString("RGPU_WAIT_MS")) c.request_wait_ms = static_cast<uint32_t>(std::atoi(v->c_str()));
+  if (auto v = common::envString("RGPU_RESUME")) c.resume = *v != "0";
+  if (auto v = common::envString("RGPU_INSECURE_PLAINTEXT")) c.insecure_plaintext = *v != "0";
+  // Below two of the largest frames the client could not make progress.
+  c.resume_buffer = std::max<uint64_t>(c.resume_buffer, 128ull << 20);
   return c;
 }
 

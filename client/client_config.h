@@ -2,7 +2,8 @@
 // Lookup order: $RGPU_CONFIG, ~/.config/rgpu/client.toml, /etc/rgpu/client.toml.
 // Environment overrides: RGPU_SERVER (host:port), RGPU_TOKEN, RGPU_CA, RGPU_CERT,
 // RGPU_KEY, RGPU_SERVER_NAME, RGPU_CONNECT_TIMEOUT_MS, RGPU_COMPRESSION,
-// RGPU_DEVICES (request_devices), RGPU_WAIT_MS (request_wait_ms).
+// RGPU_DEVICES (request_devices), RGPU_WAIT_MS (request_wait_ms), RGPU_RESUME
+// (0/1), RGPU_INSECURE_PLAINTEXT (0/1).
 #pragma once
 
 #include <string>
@@ -21,6 +22,12 @@ struct ClientConfig {
   int connect_timeout_ms = 10000;
   // A connection silent this long while calls wait is declared dead.
   int dead_after_s = 30;
+  // Session resume: after a dropped connection, reconnect and carry on (if the
+  // server allows it) instead of failing every later call.
+  bool resume = true;
+  uint64_t resume_buffer = 256ull << 20;  // requests kept for replay before callers wait
+  // No TLS (a server with insecure_plaintext on loopback): tokens only.
+  bool insecure_plaintext = false;
   // [request]: the devices this program needs; the server's pool places it.
   uint32_t request_devices = 0;        // 0: every device the user may use
   uint64_t request_min_memory = 0;     // bytes free on each

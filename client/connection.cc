@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -23,6 +24,31 @@ constexpr size_t kMaxBatchBytes = 256 * 1024;
 // socket meanwhile (bounded, see TlsConnection::readSome), so the reply is
 // picked up without a wake-up either.
 constexpr int kSpinPolls = 50;
+// The client acknowledges what it received this often, so the server can drop
+// its copies (it keeps them for a resume).
+constexpr uint64_t kAckEveryReplies = 64;
+constexpr uint64_t kAckEveryBulkBytes = 256 * 1024;
+constexpr uint64_t kAckEveryNotifications = 16;
+// A posted bulk payload this large is not copied for replay: the posting call
+// waits (one round trip) until the server has dispatched it, so the caller's
+// buffer can serve a replay meanwhile. Smaller ones are copied.
+constexpr uint64_t kHoldBulkBytes = 1 << 20;
+
+// Must match the daemon's (server/daemon.h): "rgpu-rsm" + the session id.
+std::string resumePreamble(uint64_t session_id) {
+  std::string p = "rgpu-rsm";
+  p.append(reinterpret_cast<const char*>(&session_id), sizeof session_id);
+  return p;
+}
+
+Result<std::unique_ptr<common::TlsContext>> clientContext(const ClientConfig& cfg) {
+  if (cfg.insecure_plaintext) return common::TlsContext::makePlaintext(false);
+  common::TlsOptions tls;
+  tls.ca_file = cfg.ca;
+  tls.cert_file = cfg.cert;
+  tls.key_file = cfg.key;
+  return common::TlsContext::makeClient(tls);
+}
 }  // namespace
 
 wire::Reply::Reader Reply::reader() const {
@@ -32,7 +58,10 @@ wire::Reply::Reader Reply::reader() const {
 }
 
 Connection::Connection(std::unique_ptr<common::TlsConnection> conn, std::string server, common::Compression c)
-    : conn_(std::move(conn)), server_(std::move(server)), compression_(c) {}
+    : server_(std::move(server)), compression_(c) {
+  conn_.store(conn.get());
+  owned_.push_back(std::move(conn));
+}
 
 Result<std::unique_ptr<Connection>> Connection::open(const ClientConfig& cfg, HostFuncHandler on_host_func) {
   if (cfg.server.empty())
@@ -42,11 +71,7 @@ Result<std::unique_ptr<Connection>> Connection::open(const ClientConfig& cfg, Ho
   if (!hp) return Status(err::kDevicesUnavailable, hp.status().message() + " (" + describeSource(cfg) + ")");
   auto compression = common::parseCompression(cfg.compression);
   if (!compression) return compression.status();
-  common::TlsOptions tls;
-  tls.ca_file = cfg.ca;
-  tls.cert_file = cfg.cert;
-  tls.key_file = cfg.key;
-  auto ctx = common::TlsContext::makeClient(tls);
+  auto ctx = clientContext(cfg);
   if (!ctx) return Status(err::kDevicesUnavailable, ctx.status().message() + " (" + describeSource(cfg) + ")");
   auto tc = common::TlsConnection::connect(**ctx, hp->first, hp->second, cfg.server_name,
                                            std::chrono::milliseconds(cfg.connect_timeout_ms));
@@ -56,7 +81,8 @@ Result<std::unique_ptr<Connection>> Connection::open(const ClientConfig& cfg, Ho
                                                 " (" + describeSource(cfg) + ")");
   common::tuneSocket((*tc)->fd(), cfg.dead_after_s);
   std::unique_ptr<Connection> c(new Connection(std::move(*tc), cfg.server, *compression));
-  c->conn_->setBusyPollWhile(&c->sync_waiters_);
+  c->cfg_ = cfg;
+  c->conn_.load()->setBusyPollWhile(&c->sync_waiters_);
   c->on_host_func_ = std::move(on_host_func);
   RGPU_TRY(c->handshake(cfg));
   c->flusher_ = std::thread([p = c.get()] { p->flusherLoop(); });
@@ -71,22 +97,29 @@ void Connection::close() {
   if (closing_.exchange(true)) return;
   {
     std::lock_guard lock(batch_mu_);
+    // An orderly end: the server frees the session now instead of waiting for a resume.
+    if (resume_ && broken().isOk()) acknowledgeLocked(true);
     stopping_ = true;
   }
   batch_cv_.notify_all();
+  retry_cv_.notify_all();
   if (flusher_.joinable()) flusher_.join();
-  conn_->close();
+  {
+    std::lock_guard wlock(write_mu_);
+    conn_.load()->close();
+  }
   if (receiver_.joinable()) receiver_.join();
+  if (replay_.joinable()) replay_.join();
   {
     std::lock_guard lock(cb_mu_);
     callbacks_.clear();
+    cb_stop_ = true;
   }
   cb_cv_.notify_all();
   if (callback_.joinable()) callback_.join();
 }
 
-Status Connection::handshake(const ClientConfig& cfg) {
-  capnp::MallocMessageBuilder msg;
+void Connection::buildHello(capnp::MessageBuilder& msg, const ClientConfig& cfg, bool resume) {
   auto hello = msg.initRoot<wire::Hello>();
   hello.setProtocolVersion(wire::PROTOCOL_VERSION);
   hello.setClientVersion(RGPU_VERSION);
@@ -96,17 +129,32 @@ Status Connection::handshake(const ClientConfig& cfg) {
   hello.setHostname(host);
   hello.setPid(static_cast<uint32_t>(getpid()));
   hello.setMonitor(cfg.monitor);
+  hello.setResume(cfg.resume && !cfg.monitor);
   auto req = hello.initRequest();
   req.setCount(cfg.request_devices);
   req.setMinMemory(cfg.request_min_memory);
   req.setMinComputeCapability(cfg.request_min_cc);
   req.setModel(cfg.request_model);
   req.setWaitMs(cfg.request_wait_ms);
+  if (resume) {
+    hello.setResumeToken(kj::arrayPtr(reinterpret_cast<const kj::byte*>(resume_token_.data()), resume_token_.size()));
+    hello.setResumeSession(welcome_.session_id);
+    auto got = hello.initReceived();
+    std::lock_guard lock(batch_mu_);
+    got.setReplies(repliesFloorLocked());
+    got.setNotifications(notify_floor_.load());
+  }
+}
+
+Status Connection::handshake(const ClientConfig& cfg) {
+  capnp::MallocMessageBuilder msg;
+  buildHello(msg, cfg, false);
   std::vector<uint8_t> frame;
   common::appendFrame(frame, FrameType::kHello, 0, 0, msg, 0);
-  RGPU_TRY(conn_->write(frame.data(), frame.size()));
+  common::TlsConnection& conn = *conn_.load();
+  RGPU_TRY(conn.write(frame.data(), frame.size()));
 
-  common::FrameReader reader(*conn_, 0);
+  common::FrameReader reader(conn, 0);
   FrameHeader h;
   kj::ArrayPtr<const capnp::word> words;
   Status s = reader.next(h, words);
@@ -122,6 +170,11 @@ Status Connection::handshake(const ClientConfig& cfg) {
     welcome_.backend = w.getBackend();
     welcome_.driver_version = w.getDriverVersion();
     welcome_.session_id = w.getSessionId();
+    welcome_.resume_grace_ms = cfg.resume ? w.getResumeGraceMs() : 0;
+    auto token = w.getResumeToken();
+    resume_token_.assign(reinterpret_cast<const char*>(token.begin()), token.size());
+    resume_ = welcome_.resume_grace_ms > 0 && !resume_token_.empty();
+    resume_buffer_ = cfg.resume_buffer;
     for (auto d : w.getDevices()) {
       Welcome::Device dev;
       dev.name = d.getName();
@@ -134,8 +187,9 @@ Status Connection::handshake(const ClientConfig& cfg) {
   } catch (const kj::Exception& e) {
     return Status(err::kDevicesUnavailable, std::string("malformed Welcome: ") + e.getDescription().cStr());
   }
-  RGPU_LOG_DEBUG("connected to {} as '{}' (session {}, backend {}, {} device(s))", server_, welcome_.identity,
-                 welcome_.session_id, welcome_.backend, welcome_.devices.size());
+  RGPU_LOG_DEBUG("connected to {} as '{}' (session {}, backend {}, {} device(s), resume {})", server_, welcome_.identity,
+                 welcome_.session_id, welcome_.backend, welcome_.devices.size(),
+                 resume_ ? std::to_string(welcome_.resume_grace_ms) + " ms" : std::string("off"));
   return Status::ok();
 }
 
@@ -154,14 +208,22 @@ Status Connection::takeDeferredError() {
 void Connection::fail(const Status& s) {
   std::vector<Slot*> waiting;
   {
-    std::lock_guard lock(slots_mu_);
+    // Kept requests may point into callers' buffers: gone before they wake.
+    std::lock_guard lock(batch_mu_);
+    std::lock_guard slock(slots_mu_);
     if (broken_.isOk()) {
-      broken_ = Status(err::kDevicesUnavailable, "lost the connection to rgpu server " + server_ + ": " + s.message());
+      broken_ = s.code() == err::kDevicesUnavailable && s.message().rfind("lost the connection", 0) == 0
+                    ? s
+                    : Status(err::kDevicesUnavailable, "lost the connection to rgpu server " + server_ + ": " + s.message());
       if (!closing_.load()) RGPU_LOG_ERROR("{}", broken_.message());
     }
     for (auto& [seq, slot] : slots_) waiting.push_back(slot);
     slots_.clear();
+    kept_.clear();
+    kept_buf_.clear();
+    kept_bytes_ = 0;
   }
+  room_cv_.notify_all();
   for (Slot* slot : waiting) {
     slot->status = broken();
     if (slot->deferred) {
@@ -171,9 +233,84 @@ void Connection::fail(const Status& s) {
     slot->state.store(1, std::memory_order_release);
     slot->state.notify_one();
   }
-  conn_->shutdown();
+  conn_.load()->shutdown();
+  {
+    std::lock_guard lock(cb_mu_);
+    cb_stop_ = true;
+  }
   cb_cv_.notify_all();
 }
+
+Status Connection::lost(common::TlsConnection& conn, const Status& s) {
+  if (resume_ && !closing_.load()) {
+    // The receiver notices, reconnects and replays what this wrote.
+    conn.shutdown();
+    return Status::ok();
+  }
+  fail(s);
+  return s;
+}
+
+// ---- kept requests (resume) ------------------------------------------------
+
+void Connection::keepLocked(uint64_t seq, const uint8_t* frame, size_t len, const void* bulk, uint64_t bulk_len,
+                            bool copy) {
+  Kept k{seq, kept_base_ + kept_buf_.size(), 0, copy ? nullptr : bulk, bulk_len, copy && bulk_len > 0};
+  kept_buf_.insert(kept_buf_.end(), frame, frame + len);
+  k.end = kept_base_ + kept_buf_.size();
+  if (k.bulk_copied) {
+    auto* b = static_cast<const uint8_t*>(bulk);
+    kept_buf_.insert(kept_buf_.end(), b, b + bulk_len);
+  }
+  kept_bytes_ += len + (k.bulk_copied ? bulk_len : 0);
+  kept_.push_back(k);
+}
+
+void Connection::dropKeptLocked(uint64_t upto) {
+  if (kept_.empty() || kept_.front().seq > upto) return;
+  while (!kept_.empty() && kept_.front().seq <= upto) {
+    const Kept& k = kept_.front();
+    kept_bytes_ -= (k.end - k.begin) + (k.bulk_copied ? k.bulk_len : 0);
+    kept_.pop_front();
+  }
+  if (kept_.empty()) {
+    kept_base_ += kept_buf_.size();
+    kept_buf_.clear();
+  } else if (uint64_t dead = kept_.front().begin - kept_base_; dead > kept_buf_.size() / 2) {
+    kept_buf_.erase(kept_buf_.begin(), kept_buf_.begin() + static_cast<long>(dead));
+    kept_base_ += dead;
+  }
+  room_cv_.notify_all();
+}
+
+Status Connection::waitForRoomLocked(std::unique_lock<std::mutex>& lock, uint64_t bytes) {
+  room_cv_.wait(lock, [&] {
+    std::lock_guard sl(slots_mu_);
+    return kept_.empty() || kept_bytes_ + bytes <= resume_buffer_ || !broken_.isOk();
+  });
+  std::lock_guard sl(slots_mu_);
+  return broken_;
+}
+
+uint64_t Connection::repliesFloorLocked() {
+  std::lock_guard lock(slots_mu_);
+  uint64_t floor = next_seq_ - 1;
+  for (auto& [seq, slot] : slots_) floor = std::min(floor, seq - 1);
+  return floor;
+}
+
+void Connection::acknowledgeLocked(bool bye) {
+  capnp::MallocMessageBuilder msg(64);
+  auto a = msg.initRoot<wire::Ack>();
+  a.setReplies(repliesFloorLocked());
+  a.setNotifications(notify_floor_.load());
+  a.setBye(bye);
+  bool wake = batch_.empty();
+  common::appendFrame(batch_, FrameType::kAck, 0, 0, msg, 0);
+  if (wake) batch_cv_.notify_one();
+}
+
+// ---- sending ---------------------------------------------------------------------
 
 Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void* bulk, uint64_t bulk_len, bool now,
                            Slot* slot, uint64_t* seq_out) {
@@ -181,9 +318,13 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
   if (!now) {
     bool wake = false, self_flush = false;
     {
-      std::lock_guard lock(batch_mu_);
+      std::unique_lock lock(batch_mu_);
+      if (resume_) RGPU_TRY(waitForRoomLocked(lock, 0));
       wake = batch_.empty();
-      common::appendFrame(batch_, FrameType::kRequest, flags, next_seq_++, msg, 0);
+      size_t at = batch_.size();
+      uint64_t seq = next_seq_++;
+      common::appendFrame(batch_, FrameType::kRequest, flags, seq, msg, 0);
+      if (resume_) keepLocked(seq, batch_.data() + at, batch_.size() - at, nullptr, 0, false);
       self_flush = batch_.size() > kMaxBatchBytes;
     }
     if (!self_flush) {
@@ -191,14 +332,26 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
       return Status::ok();
     }
   }
-  std::lock_guard wlock(write_mu_);
+  // An asynchronous bulk is copied for replay, or (large) held until
+  // dispatched; a synchronous call's buffer stays valid until its reply,
+  // which also ends the need to replay it.
+  bool copy_bulk = slot == nullptr && bulk_len < kHoldBulkBytes;
+  bool hold_bulk = resume_ && now && slot == nullptr && bulk_len >= kHoldBulkBytes;
+  uint64_t seq = 0;
+  if (resume_ && now) {
+    // Before write_mu_: room comes from replies, and a resume needs write_mu_
+    // to replay before the receiver reads them.
+    std::unique_lock lock(batch_mu_);
+    RGPU_TRY(waitForRoomLocked(lock, copy_bulk ? bulk_len : 0));
+  }
+  std::unique_lock wlock(write_mu_);
   std::vector<uint8_t> out;
   size_t last = 0;
   {
     std::lock_guard lock(batch_mu_);
     out.swap(batch_);
     if (now) {
-      uint64_t seq = next_seq_++;
+      seq = next_seq_++;
       if (slot) {
         std::lock_guard sl(slots_mu_);
         if (!broken_.isOk()) return broken_;
@@ -207,11 +360,23 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
       if (seq_out) *seq_out = seq;
       last = out.size();
       common::appendFrame(out, FrameType::kRequest, flags, seq, msg, bulk_len);
+      if (resume_) keepLocked(seq, out.data() + last, out.size() - last, bulk, bulk_len, copy_bulk);
     }
   }
-  Status s = bulk_sender_.send(*conn_, out, last, bulk, now ? bulk_len : 0, compression_);
-  if (!s) fail(s);
-  return s;
+  common::TlsConnection& conn = *conn_.load();
+  Status s = bulk_sender_.send(conn, out, last, bulk, now ? bulk_len : 0, compression_);
+  if (!s) RGPU_TRY(lost(conn, s));
+  if (hold_bulk) {
+    // Through a resume too: the replay writes from the caller's buffer (and
+    // needs write_mu_).
+    wlock.unlock();
+    std::unique_lock lock(batch_mu_);
+    room_cv_.wait(lock, [&] {
+      std::lock_guard sl(slots_mu_);
+      return kept_.empty() || kept_.front().seq > seq || !broken_.isOk();
+    });
+  }
+  return Status::ok();
 }
 
 Status Connection::post(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len) {
@@ -282,53 +447,100 @@ void Connection::flusherLoop() {
         out.swap(batch_);
       }
       if (!out.empty()) {
-        Status s = conn_->write(out.data(), out.size());
-        if (!s) fail(s);
+        common::TlsConnection& conn = *conn_.load();
+        if (Status s = conn.write(out.data(), out.size()); !s) (void)lost(conn, s);
       }
     }
     lock.lock();
   }
 }
 
+// ---- receiving ----------------------------------------------------------------------
+
 void Connection::receiverLoop() {
-  common::FrameReader reader(*conn_);
+  common::TlsConnection* conn = conn_.load();
+  for (;;) {
+    Status s = receive(*conn);
+    if (closing_.load() || !resume_ || session_over_) {
+      fail(s);
+      return;
+    }
+    auto next = reconnect(s);
+    if (!next) {
+      fail(next.status());
+      return;
+    }
+    conn = *next;
+  }
+}
+
+Status Connection::receive(common::TlsConnection& conn) {
+  common::FrameReader reader(conn);
   for (;;) {
     FrameHeader h;
     kj::ArrayPtr<const capnp::word> words;
     Status s = reader.next(h, words);
     if (!s) {
-      fail(s);
-      return;
+      if (s.code() != err::kDevicesUnavailable) session_over_ = true;  // garbage from the server
+      return s;
     }
-    if (h.type == FrameType::kNotify) {
+    if (h.type == FrameType::kAck) {
       try {
         capnp::FlatArrayMessageReader r(words, common::readerOptions());
-        auto n = r.getRoot<wire::Notify>();
-        if (n.isHostFuncReady()) {
-          {
-            std::lock_guard lock(cb_mu_);
-            callbacks_.push_back(n.getHostFuncReady());
-          }
-          cb_cv_.notify_one();
-        } else if (n.isOutput()) {
-          // Device printf: this program's stdout, as with a local GPU.
-          auto text = n.getOutput();
-          std::fwrite(text.begin(), 1, text.size(), stdout);
-          std::fflush(stdout);
-        } else if (n.isGoodbye()) {
-          fail(Status(err::kDevicesUnavailable, "server closed the session: " + std::string(n.getGoodbye())));
-          return;
-        }
+        uint64_t done = r.getRoot<wire::Ack>().getDispatched();
+        std::lock_guard lock(batch_mu_);
+        dropKeptLocked(done);
       } catch (const kj::Exception& e) {
-        fail(Status(err::kUnknown, std::string("malformed notification: ") + e.getDescription().cStr()));
-        return;
+        session_over_ = true;
+        return Status(err::kUnknown, std::string("malformed acknowledgement: ") + e.getDescription().cStr());
       }
-      if (h.bulk_len && !reader.skipBulk(h)) return fail(Status(err::kUnknown, "bad notification bulk"));
+      continue;
+    }
+    if (h.type == FrameType::kNotify) {
+      bool duplicate = false;
+      if (resume_) {
+        // After a resume the server resends what it was not told arrived.
+        duplicate = h.seq <= notify_floor_ || !notify_seen_.insert(h.seq).second;
+        while (notify_seen_.count(notify_floor_ + 1)) notify_seen_.erase(++notify_floor_);  // only this thread writes it
+        if (!duplicate && ++notifies_since_ack_ >= kAckEveryNotifications) {
+          std::lock_guard lock(batch_mu_);
+          acknowledgeLocked();
+          notifies_since_ack_ = 0;
+        }
+      }
+      if (!duplicate) {
+        try {
+          capnp::FlatArrayMessageReader r(words, common::readerOptions());
+          auto n = r.getRoot<wire::Notify>();
+          if (n.isHostFuncReady()) {
+            {
+              std::lock_guard lock(cb_mu_);
+              callbacks_.push_back(n.getHostFuncReady());
+            }
+            cb_cv_.notify_one();
+          } else if (n.isOutput()) {
+            // Device printf: this program's stdout, as with a local GPU.
+            auto text = n.getOutput();
+            std::fwrite(text.begin(), 1, text.size(), stdout);
+            std::fflush(stdout);
+          } else if (n.isGoodbye()) {
+            session_over_ = true;
+            return Status(err::kDevicesUnavailable, "server closed the session: " + std::string(n.getGoodbye()));
+          }
+        } catch (const kj::Exception& e) {
+          session_over_ = true;
+          return Status(err::kUnknown, std::string("malformed notification: ") + e.getDescription().cStr());
+        }
+      }
+      if (h.bulk_len && !reader.skipBulk(h)) {
+        session_over_ = true;
+        return Status(err::kUnknown, "bad notification bulk");
+      }
       continue;
     }
     if (h.type != FrameType::kReply) {
-      fail(Status(err::kUnknown, "unexpected frame type from server"));
-      return;
+      session_over_ = true;
+      return Status(err::kUnknown, "unexpected frame type from server");
     }
     Slot* slot = nullptr;
     {
@@ -340,9 +552,10 @@ void Connection::receiverLoop() {
       }
     }
     if (!slot) {
-      // A reply nobody waits for would desynchronise nothing, but it is a server bug.
-      RGPU_LOG_WARN("reply for unknown call {} from {}", h.seq, server_);
-      if (h.bulk_len && !reader.skipBulk(h)) return fail(Status(err::kUnknown, "bad reply bulk"));
+      // A reply nobody waits for: a resent duplicate after a resume; otherwise a server bug.
+      if (resume_) RGPU_LOG_DEBUG("duplicate reply for call {} from {}", h.seq, server_);
+      else RGPU_LOG_WARN("reply for unknown call {} from {}", h.seq, server_);
+      if (h.bulk_len && !reader.skipBulk(h)) return Status(err::kUnknown, "bad reply bulk");
       continue;
     }
     slot->words.assign(reinterpret_cast<const uint64_t*>(words.begin()), reinterpret_cast<const uint64_t*>(words.end()));
@@ -355,14 +568,23 @@ void Connection::receiverLoop() {
         s = reader.readBulk(h, slot->in);
       }
       if (!s) {
-        slot->status = s;
-        if (slot->deferred) delete slot;
-        else {
-          slot->state.store(1, std::memory_order_release);
-          slot->state.notify_one();
-        }
-        fail(s);
-        return;
+        // Lost in the middle of the data: the reply comes again after a resume.
+        std::lock_guard lock(slots_mu_);
+        slots_[h.seq] = slot;
+        return s;
+      }
+    }
+    if (resume_) {
+      // The server dispatched this request and everything before it; the
+      // kept copies go before the caller (whose buffer one may be) wakes.
+      std::lock_guard lock(batch_mu_);
+      dropKeptLocked(h.seq);
+      bulk_since_ack_ += h.bulk_len;
+      if (++replies_since_ack_ >= kAckEveryReplies || bulk_since_ack_ >= kAckEveryBulkBytes) {
+        replies_since_ack_ = bulk_since_ack_ = 0;
+        // This reply no longer counts as awaited once its slot is gone, so
+        // the floor can pass it.
+        acknowledgeLocked();
       }
     }
     if (slot->deferred) {
@@ -386,12 +608,145 @@ void Connection::receiverLoop() {
   }
 }
 
+Result<common::TlsConnection*> Connection::reconnect(const Status& why) {
+  if (replay_.joinable()) replay_.join();
+  const uint32_t grace = welcome_.resume_grace_ms;
+  const uint64_t session = welcome_.session_id;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace);
+  RGPU_LOG_WARN("lost the connection to rgpu server {} ({}); resuming session {} (the server waits {} ms)", server_,
+                why.message(), session, grace);
+  auto hp = common::parseHostPort(cfg_.server);
+  auto ctx = clientContext(cfg_);
+  if (!hp || !ctx) return Status(err::kDevicesUnavailable, "cannot reconnect: bad server address or TLS settings");
+  std::string last = why.message();
+  auto backoff = std::chrono::milliseconds(50);
+  for (int attempt = 1;; ++attempt) {
+    if (closing_.load()) return Status(err::kDevicesUnavailable, "the program is exiting");
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return Status(err::kDevicesUnavailable,
+                    "lost the connection to rgpu server " + server_ + " and could not resume session " +
+                        std::to_string(session) + " within the server's grace period of " + std::to_string(grace) +
+                        " ms (after which it frees the session): " + last + " (" + describeSource(cfg_) + ")");
+    auto tc = common::TlsConnection::connect(**ctx, hp->first, hp->second, cfg_.server_name,
+                                             std::min(left, std::chrono::milliseconds(cfg_.connect_timeout_ms)),
+                                             resumePreamble(session));
+    Result<common::TlsConnection*> taken = Status(err::kDevicesUnavailable, "");
+    if (tc) {
+      common::tuneSocket((*tc)->fd(), cfg_.dead_after_s);
+      capnp::MallocMessageBuilder msg;
+      buildHello(msg, cfg_, true);
+      std::vector<uint8_t> frame;
+      common::appendFrame(frame, FrameType::kHello, 0, 0, msg, 0);
+      Status s = (*tc)->write(frame.data(), frame.size());
+      // The Welcome must come within what is left: a watchdog shuts a silent connection.
+      common::TlsConnection* raw = tc->get();
+      std::mutex mu;
+      std::condition_variable cv;
+      bool done = false;
+      std::thread watchdog([&] {
+        std::unique_lock lock(mu);
+        if (!cv.wait_for(lock, std::min(left, std::chrono::milliseconds(cfg_.connect_timeout_ms)), [&] { return done; }))
+          raw->shutdown();
+      });
+      FrameHeader h;
+      kj::ArrayPtr<const capnp::word> words;
+      common::FrameReader reader(*raw, 0);
+      if (s) s = reader.next(h, words);
+      {
+        std::lock_guard lock(mu);
+        done = true;
+      }
+      cv.notify_all();
+      watchdog.join();
+      if (s && h.type != FrameType::kWelcome) s = Status(err::kDevicesUnavailable, "no Welcome");
+      if (s) {
+        uint64_t dispatched = 0;
+        try {
+          capnp::FlatArrayMessageReader r(words, common::readerOptions());
+          auto w = r.getRoot<wire::Welcome>();
+          if (w.getError() != 0)
+            return Status(err::kDevicesUnavailable, "lost the connection to rgpu server " + server_ +
+                                                        " and it refused to resume session " + std::to_string(session) +
+                                                        ": " + std::string(w.getMessage()) + " (" + describeSource(cfg_) + ")");
+          if (!w.getResumed()) return Status(err::kDevicesUnavailable, "rgpu server " + server_ + " did not resume the session");
+          dispatched = w.getDispatched();
+        } catch (const kj::Exception& e) {
+          return Status(err::kDevicesUnavailable, std::string("malformed Welcome: ") + e.getDescription().cStr());
+        }
+        raw->setBusyPollWhile(&sync_waiters_);
+        {
+          std::lock_guard lock(owned_mu_);
+          owned_.push_back(std::move(*tc));
+        }
+        // The replay thread writes what the server lacks, in order and before
+        // anything new (it holds write_mu_ from the swap on), while this
+        // thread goes back to reading: the server may be resending replies,
+        // which must be read for its writes (and so its reads) to progress.
+        std::mutex latch_mu;
+        std::condition_variable latch;
+        bool holding = false;
+        replay_ = std::thread([this, raw, dispatched, session, attempt, &latch_mu, &latch, &holding] {
+          std::lock_guard wlock(write_mu_);
+          std::vector<std::pair<std::vector<uint8_t>, std::pair<const void*, uint64_t>>> todo;
+          uint64_t bytes = 0;
+          {
+            std::lock_guard lock(batch_mu_);
+            batch_.clear();  // all of it is kept, and replayed below
+            dropKeptLocked(dispatched);
+            for (const Kept& k : kept_) {
+              const uint8_t* f = kept_buf_.data() + (k.begin - kept_base_);
+              std::vector<uint8_t> frame(f, f + (k.end - k.begin));
+              const void* bulk = k.bulk;
+              if (k.bulk_copied) {
+                // Copied out too: the receiver may compact kept_buf_ meanwhile.
+                frame.insert(frame.end(), f + (k.end - k.begin), f + (k.end - k.begin) + k.bulk_len);
+                bulk = nullptr;
+              }
+              bytes += frame.size() + (bulk ? k.bulk_len : 0);
+              todo.push_back({std::move(frame), {bulk, k.bulk ? k.bulk_len : 0}});
+            }
+            conn_.store(raw);
+          }
+          {
+            std::lock_guard lock(latch_mu);
+            holding = true;
+          }
+          latch.notify_all();
+          common::BulkSender sender;
+          for (auto& [frame, bulk] : todo) {
+            // A copied bulk already follows the frame's bytes (sent raw, as stored).
+            Status s = bulk.first ? sender.send(*raw, frame, 0, bulk.first, bulk.second, compression_)
+                                  : raw->write(frame.data(), frame.size());
+            if (!s) {
+              raw->shutdown();  // the receiver notices and resumes again
+              return;
+            }
+          }
+          resumes_.fetch_add(1);
+          RGPU_LOG_WARN("resumed session {} on rgpu server {} (attempt {}): {} request(s) replayed ({} bytes)", session,
+                        server_, attempt, todo.size(), bytes);
+        });
+        std::unique_lock lock(latch_mu);
+        latch.wait(lock, [&] { return holding; });
+        return raw;
+      }
+      last = s.message();
+    } else {
+      last = tc.status().message();
+    }
+    std::unique_lock lock(retry_mu_);
+    retry_cv_.wait_for(lock, std::min(backoff, left), [&] { return closing_.load(); });
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+}
+
 void Connection::callbackLoop() {
   for (;;) {
     uint64_t id;
     {
       std::unique_lock lock(cb_mu_);
-      cb_cv_.wait(lock, [&] { return !callbacks_.empty() || !conn_->isOpen(); });
+      cb_cv_.wait(lock, [&] { return !callbacks_.empty() || cb_stop_; });
       if (callbacks_.empty()) return;
       id = callbacks_.front();
       callbacks_.pop_front();

@@ -12,6 +12,16 @@
 // Frames reach the wire in sequence-number order: the sequence number is
 // assigned under the batch lock, and write_mu_ is held from taking a batch
 // until it is written.
+//
+// Resume (when the Welcome grants it): every request is kept until the server
+// acknowledges it as dispatched (a reply to it or to a later request, or an
+// Ack), within `resume_buffer` bytes (callers wait for room beyond it). When
+// the connection drops, the receiver reconnects with the resume preamble and
+// token within the server's grace period; a replay thread writes the kept
+// requests the server had not dispatched, in order, before any new one, while
+// the receiver takes the replies and notifications the server resends (late
+// duplicates are dropped by sequence number). Calls waiting meanwhile simply
+// go on waiting. Past the grace period every call fails, saying why.
 #pragma once
 
 #include <atomic>
@@ -20,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -47,6 +58,7 @@ struct Welcome {
   std::string backend;
   int driver_version = 0;
   uint64_t session_id = 0;
+  uint32_t resume_grace_ms = 0;  // 0: this session does not survive a dropped connection
   struct Device {
     std::string name;
     std::string prop;
@@ -86,6 +98,8 @@ class Connection {
   // Non-ok once the connection is lost; every later call fails with it.
   Status broken() const;
   const std::string& server() const { return server_; }
+  // How often this connection was resumed (tests, diagnostics).
+  int resumes() const { return resumes_.load(); }
 
  private:
   struct Slot {
@@ -97,19 +111,50 @@ class Connection {
     bool deferred = false;  // owned by the receiver (postExpectingData)
   };
 
+  // A request kept for replay until the server has dispatched it. Its frame
+  // (and a copied bulk payload) live in kept_buf_ at absolute positions.
+  struct Kept {
+    uint64_t seq;
+    uint64_t begin, end;       // header + message
+    const void* bulk;          // a synchronous call's own buffer (valid until its reply), or null
+    uint64_t bulk_len;
+    bool bulk_copied;          // the bulk follows the message in kept_buf_
+  };
+
   Connection(std::unique_ptr<common::TlsConnection> conn, std::string server, common::Compression c);
   Status handshake(const ClientConfig& cfg);
+  // Hello for a new session, or (with `resume`) for taking this one up again.
+  void buildHello(capnp::MessageBuilder& msg, const ClientConfig& cfg, bool resume);
   // Queues a frame; returns its sequence number. With `now`, writes the batch
   // (and `bulk`) before returning.
   Status enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void* bulk, uint64_t bulk_len, bool now,
                  Slot* slot, uint64_t* seq_out);
   void flusherLoop();
   void receiverLoop();
+  // Reads frames from `conn` until it fails; returns why.
+  Status receive(common::TlsConnection& conn);
   void callbackLoop();
   void fail(const Status& s);
+  // A write failed: with resume, the receiver reconnects; else the end.
+  Status lost(common::TlsConnection& conn, const Status& s);
+  // Reconnects and takes up the session; the new connection, or why not.
+  Result<common::TlsConnection*> reconnect(const Status& why);
 
-  std::unique_ptr<common::TlsConnection> conn_;
+  // With batch_mu_ held.
+  void keepLocked(uint64_t seq, const uint8_t* frame, size_t len, const void* bulk, uint64_t bulk_len, bool copy);
+  void dropKeptLocked(uint64_t upto);
+  Status waitForRoomLocked(std::unique_lock<std::mutex>& lock, uint64_t bytes);
+  uint64_t repliesFloorLocked();  // batch_mu_, takes slots_mu_
+  // Tells the server what arrived (batch_mu_ held), so it can drop its copies.
+  void acknowledgeLocked(bool bye = false);
+
+  // The current connection. Writers use it under write_mu_; the receiver and
+  // replay thread replace it (holding write_mu_); fail() only shuts it down.
+  std::atomic<common::TlsConnection*> conn_{nullptr};
+  std::vector<std::unique_ptr<common::TlsConnection>> owned_;  // every connection made; freed at destruction
+  std::mutex owned_mu_;
   std::string server_;
+  ClientConfig cfg_;  // for reconnecting
   common::Compression compression_;
   Welcome welcome_;
   HostFuncHandler on_host_func_;
@@ -132,6 +177,25 @@ class Connection {
   std::mutex cb_mu_;
   std::condition_variable cb_cv_;
   std::deque<uint64_t> callbacks_;
+  bool cb_stop_ = false;  // guarded by cb_mu_
+
+  // Resume state.
+  bool resume_ = false;            // the Welcome granted it (fixed after the handshake)
+  std::string resume_token_;
+  uint64_t resume_buffer_ = 0;     // bytes of kept requests before callers wait
+  std::deque<Kept> kept_;          // batch_mu_
+  std::vector<uint8_t> kept_buf_;  // batch_mu_; kept_buf_[0] is absolute position kept_base_
+  uint64_t kept_base_ = 0, kept_bytes_ = 0;
+  std::condition_variable room_cv_;  // with batch_mu_: kept bytes fell, or the connection broke
+  // The receiver's: notifications seen (floor and any beyond it), unacknowledged counts.
+  std::atomic<uint64_t> notify_floor_{0};
+  std::set<uint64_t> notify_seen_;
+  uint64_t replies_since_ack_ = 0, bulk_since_ack_ = 0, notifies_since_ack_ = 0;
+  bool session_over_ = false;      // a goodbye or protocol error: no resume
+  std::mutex retry_mu_;            // the reconnect back-off sleeps on retry_cv_ (close() wakes it)
+  std::condition_variable retry_cv_;
+  std::thread replay_;
+  std::atomic<int> resumes_{0};
 
   std::thread flusher_, receiver_, callback_;
 };

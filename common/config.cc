@@ -3,17 +3,33 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 namespace rgpu::common {
 
 Result<toml::table> loadTomlFile(const std::string& path) {
-  if (!fileExists(path)) return Status(err::kFileNotFound, "config file " + path + " not found");
+  auto text = readTextFile(path);
+  if (!text) return text.status();
+  return parseToml(*text, path);
+}
+
+Result<toml::table> parseToml(const std::string& text, const std::string& path) {
   try {
-    return toml::parse_file(path);
+    return toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     return Status(err::kInvalidValue, "config " + path + ":" + std::to_string(e.source().begin.line) + ": " +
                                           std::string(e.description()));
   }
+}
+
+Result<std::string> readTextFile(const std::string& path) {
+  if (!fileExists(path)) return Status(err::kFileNotFound, "config file " + path + " not found");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status(err::kFileNotFound, "config file " + path + " cannot be read");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 std::string expandHome(const std::string& path) {

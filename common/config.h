@@ -12,6 +12,9 @@
 namespace rgpu::common {
 
 Result<toml::table> loadTomlFile(const std::string& path);
+// `text` as TOML; `path` names it in messages.
+Result<toml::table> parseToml(const std::string& text, const std::string& path);
+Result<std::string> readTextFile(const std::string& path);
 std::string expandHome(const std::string& path);
 // Resolves `path` relative to the directory of the config file it came from.
 std::string resolveRelative(const std::string& config_file, const std::string& path);

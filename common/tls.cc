@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -75,6 +77,57 @@ int remainingMs(Clock::time_point deadline) {
   return left < 0 ? 0 : static_cast<int>(left);
 }
 
+// PEM text -> OpenSSL objects (for material the daemon read and validated).
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+std::unique_ptr<BIO, BioFree> memBio(const std::string& pem) {
+  return std::unique_ptr<BIO, BioFree>(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+}
+
+bool useCertificateChainPem(SSL_CTX* ctx, const std::string& pem) {
+  auto bio = memBio(pem);
+  X509* leaf = PEM_read_bio_X509_AUX(bio.get(), nullptr, nullptr, nullptr);
+  if (!leaf) return false;
+  bool ok = SSL_CTX_use_certificate(ctx, leaf) == 1;
+  X509_free(leaf);
+  SSL_CTX_clear_chain_certs(ctx);
+  while (ok) {
+    X509* ca = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr);
+    if (!ca) break;
+    if (SSL_CTX_add0_chain_cert(ctx, ca) != 1) {
+      X509_free(ca);
+      ok = false;
+    }
+  }
+  ERR_clear_error();  // the end of the chain reads as "no start line"
+  return ok;
+}
+
+bool usePrivateKeyPem(SSL_CTX* ctx, const std::string& pem) {
+  auto bio = memBio(pem);
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr);
+  if (!key) return false;
+  bool ok = SSL_CTX_use_PrivateKey(ctx, key) == 1;
+  EVP_PKEY_free(key);
+  return ok;
+}
+
+// Adds every certificate of a CA bundle to the verify store (and, on a server,
+// to the list of CAs it names to clients). Returns how many.
+int loadCaPem(SSL_CTX* ctx, const std::string& pem, bool server) {
+  auto bio = memBio(pem);
+  X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+  int n = 0;
+  while (X509* ca = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+    if (X509_STORE_add_cert(store, ca) == 1) ++n;
+    if (server) SSL_CTX_add_client_CA(ctx, ca);
+    X509_free(ca);
+  }
+  ERR_clear_error();
+  return n;
+}
+
 Result<SSL_CTX*> baseContext(bool server, const TlsOptions& opts) {
   SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
   if (!ctx) return tlsFail("SSL_CTX_new");
@@ -89,7 +142,12 @@ Result<SSL_CTX*> baseContext(bool server, const TlsOptions& opts) {
     SSL_CTX_free(ctx);
     return s;
   };
-  if (!opts.cert_file.empty()) {
+  std::string cert_name = opts.cert_file.empty() ? "the certificate" : opts.cert_file;
+  if (!opts.cert_pem.empty()) {
+    if (!useCertificateChainPem(ctx, opts.cert_pem)) return fail("cannot load certificate " + cert_name);
+    if (!usePrivateKeyPem(ctx, opts.key_pem)) return fail("cannot load private key " + opts.key_file);
+    if (SSL_CTX_check_private_key(ctx) != 1) return fail("key does not match " + cert_name);
+  } else if (!opts.cert_file.empty()) {
     if (SSL_CTX_use_certificate_chain_file(ctx, opts.cert_file.c_str()) != 1)
       return fail("cannot load certificate " + opts.cert_file);
     if (SSL_CTX_use_PrivateKey_file(ctx, opts.key_file.c_str(), SSL_FILETYPE_PEM) != 1)
@@ -99,13 +157,37 @@ Result<SSL_CTX*> baseContext(bool server, const TlsOptions& opts) {
     SSL_CTX_free(ctx);
     return Status(err::kInvalidValue, "the server needs a TLS certificate and key");
   }
-  if (!opts.ca_file.empty()) {
+  if (!opts.ca_pem.empty()) {
+    if (loadCaPem(ctx, opts.ca_pem, server) == 0) return fail("cannot load CA " + opts.ca_file);
+  } else if (!opts.ca_file.empty()) {
     if (SSL_CTX_load_verify_locations(ctx, opts.ca_file.c_str(), nullptr) != 1)
       return fail("cannot load CA " + opts.ca_file);
+    if (server) {
+      STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(opts.ca_file.c_str());
+      if (names) SSL_CTX_set_client_CA_list(ctx, names);
+    }
   } else if (!server) {
     SSL_CTX_set_default_verify_paths(ctx);
   }
   return ctx;
+}
+
+Status readWholeFile(const std::string& path, std::string& out) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return Status(err::kFileNotFound, "cannot read " + path + ": " + std::strerror(errno));
+  out.clear();
+  char buf[8192];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) {
+    out.append(buf, n);
+    // Certificates and keys are small; a huge file is a mistake, not a bundle.
+    if (out.size() > (16u << 20)) {
+      std::fclose(f);
+      return Status(err::kInvalidValue, path + " is larger than 16 MiB: not a PEM bundle");
+    }
+  }
+  std::fclose(f);
+  return Status::ok();
 }
 
 }  // namespace
@@ -116,10 +198,6 @@ Result<std::unique_ptr<TlsContext>> TlsContext::makeServer(const TlsOptions& opt
   int mode = SSL_VERIFY_PEER | SSL_VERIFY_CLIENT_ONCE;
   if (opts.require_client_cert) mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
   SSL_CTX_set_verify(*ctx, mode, nullptr);
-  if (!opts.ca_file.empty()) {
-    STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(opts.ca_file.c_str());
-    if (names) SSL_CTX_set_client_CA_list(*ctx, names);
-  }
   // One worker process per session: resumption tickets buy nothing here.
   SSL_CTX_set_num_tickets(*ctx, 0);
   return std::unique_ptr<TlsContext>(new TlsContext(*ctx, true));
@@ -132,7 +210,27 @@ Result<std::unique_ptr<TlsContext>> TlsContext::makeClient(const TlsOptions& opt
   return std::unique_ptr<TlsContext>(new TlsContext(*ctx, false));
 }
 
-TlsContext::~TlsContext() { SSL_CTX_free(ctx_); }
+std::unique_ptr<TlsContext> TlsContext::makePlaintext(bool server) {
+  return std::unique_ptr<TlsContext>(new TlsContext(nullptr, server));
+}
+
+TlsContext::~TlsContext() {
+  if (ctx_) SSL_CTX_free(ctx_);
+}
+
+Status loadPemFiles(TlsOptions& opts) {
+  if (!opts.cert_file.empty()) RGPU_TRY(readWholeFile(opts.cert_file, opts.cert_pem));
+  if (!opts.key_file.empty()) RGPU_TRY(readWholeFile(opts.key_file, opts.key_pem));
+  if (!opts.ca_file.empty()) RGPU_TRY(readWholeFile(opts.ca_file, opts.ca_pem));
+  return Status::ok();
+}
+
+bool isLoopbackHost(const std::string& host) {
+  if (host == "localhost" || host == "::1") return true;
+  in_addr a4;
+  if (inet_pton(AF_INET, host.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  return false;
+}
 
 void tuneSocket(int fd, int dead_after_s) {
   int one = 1;
@@ -172,7 +270,7 @@ TlsConnection::TlsConnection(int fd, SSL* ssl, std::string peer)
 
 TlsConnection::~TlsConnection() {
   shutdown();
-  SSL_free(ssl_);
+  if (ssl_) SSL_free(ssl_);
   ::close(fd_);
   ::close(wake_fd_);
 }
@@ -180,7 +278,8 @@ TlsConnection::~TlsConnection() {
 Result<std::unique_ptr<TlsConnection>> TlsConnection::connect(TlsContext& ctx, const std::string& host,
                                                               uint16_t port,
                                                               const std::string& server_name,
-                                                              std::chrono::milliseconds timeout) {
+                                                              std::chrono::milliseconds timeout,
+                                                              const std::string& preamble) {
   auto deadline = Clock::now() + timeout;
   std::string where = host + ":" + std::to_string(port);
   addrinfo hints{};
@@ -212,6 +311,12 @@ Result<std::unique_ptr<TlsConnection>> TlsConnection::connect(TlsContext& ctx, c
   freeaddrinfo(res);
   if (fd < 0) return Status(err::kDevicesUnavailable, "cannot connect to " + where + ": " + last_error);
   tuneSocket(fd, 30);
+  if (!preamble.empty() &&
+      ::send(fd, preamble.data(), preamble.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(preamble.size())) {
+    ::close(fd);  // a fresh socket takes a few bytes at once; anything else is a failure
+    return Status(err::kDevicesUnavailable, "cannot write to " + where + ": " + std::strerror(errno));
+  }
+  if (ctx.plaintext()) return std::unique_ptr<TlsConnection>(new TlsConnection(fd, nullptr, where));
 
   SSL* ssl = SSL_new(ctx.native());
   attachSocket(ssl, fd);
@@ -243,6 +348,7 @@ Result<std::unique_ptr<TlsConnection>> TlsConnection::accept(TlsContext& ctx, in
       peer = std::string(host) + ":" + serv;
   }
   tuneSocket(fd, 30);
+  if (ctx.plaintext()) return std::unique_ptr<TlsConnection>(new TlsConnection(fd, nullptr, peer));
   SSL* ssl = SSL_new(ctx.native());
   attachSocket(ssl, fd);
   std::unique_ptr<TlsConnection> conn(new TlsConnection(fd, ssl, peer));
@@ -282,6 +388,36 @@ bool TlsConnection::waitFor(short events, int timeout_ms) {
   }
 }
 
+Result<size_t> TlsConnection::writeOnce(const void* src, size_t len, short& want) {
+  want = 0;
+  int chunk = static_cast<int>(std::min<size_t>(len, 1u << 30));
+  if (!ssl_) {
+    ssize_t n = ::send(fd_, src, static_cast<size_t>(chunk), MSG_NOSIGNAL);
+    if (n > 0) return static_cast<size_t>(n);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      want = POLLOUT;
+      return size_t{0};
+    }
+    closed_.store(true);
+    return Status(err::kDevicesUnavailable, "write to " + peer_ + " failed: " + std::strerror(errno));
+  }
+  int rc, e;
+  {
+    std::lock_guard lock(ssl_mu_);
+    ERR_clear_error();
+    rc = SSL_write(ssl_, src, chunk);
+    e = rc > 0 ? SSL_ERROR_NONE : SSL_get_error(ssl_, rc);
+  }
+  if (rc > 0) return static_cast<size_t>(rc);
+  if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
+    want = e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN;
+    return size_t{0};
+  }
+  closed_.store(true);
+  return Status(err::kDevicesUnavailable, "write to " + peer_ + " failed: " +
+                                              (e == SSL_ERROR_SYSCALL ? std::strerror(errno) : opensslError()));
+}
+
 Status TlsConnection::writeAll(const struct iovec* iov, int count) {
   std::lock_guard wlock(write_mu_);
   for (int i = 0; i < count; ++i) {
@@ -289,32 +425,58 @@ Status TlsConnection::writeAll(const struct iovec* iov, int count) {
     size_t left = iov[i].iov_len;
     while (left > 0) {
       if (closed_.load()) return Status(err::kDevicesUnavailable, "connection to " + peer_ + " is closed");
-      int chunk = static_cast<int>(std::min<size_t>(left, 1u << 30));
-      int rc, e;
-      {
-        std::lock_guard lock(ssl_mu_);
-        ERR_clear_error();
-        rc = SSL_write(ssl_, p, chunk);
-        e = rc > 0 ? SSL_ERROR_NONE : SSL_get_error(ssl_, rc);
-      }
-      if (rc > 0) {
-        p += rc;
-        left -= static_cast<size_t>(rc);
+      short want = 0;
+      auto n = writeOnce(p, left, want);
+      if (!n) return n.status();
+      if (*n > 0) {
+        p += *n;
+        left -= *n;
         continue;
       }
-      if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) {
-        // Without ssl_mu_ held, so the reader keeps draining the peer's data:
-        // both sides blocked in write with full buffers would deadlock otherwise.
-        if (!waitFor(e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN, -1))
-          return Status(err::kDevicesUnavailable, "connection to " + peer_ + " is closed");
-        continue;
-      }
-      closed_.store(true);
-      return Status(err::kDevicesUnavailable, "write to " + peer_ + " failed: " +
-                                                  (e == SSL_ERROR_SYSCALL ? std::strerror(errno) : opensslError()));
+      // Without ssl_mu_ held, so the reader keeps draining the peer's data:
+      // both sides blocked in write with full buffers would deadlock otherwise.
+      if (!waitFor(want, -1)) return Status(err::kDevicesUnavailable, "connection to " + peer_ + " is closed");
     }
   }
   return Status::ok();
+}
+
+Result<size_t> TlsConnection::readOnce(void* dst, size_t len, short& want) {
+  want = 0;
+  size_t chunk = std::min<size_t>(len, 1u << 30);
+  if (!ssl_) {
+    ssize_t n = ::recv(fd_, dst, chunk, 0);
+    if (n > 0) return static_cast<size_t>(n);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      want = POLLIN;
+      return size_t{0};
+    }
+    closed_.store(true);
+    if (n == 0) return Status(err::kDevicesUnavailable, "connection closed by " + peer_);
+    return Status(err::kDevicesUnavailable, "read from " + peer_ + " failed: " + std::strerror(errno));
+  }
+  int rc, e;
+  {
+    std::lock_guard lock(ssl_mu_);
+    ERR_clear_error();
+    rc = SSL_read(ssl_, dst, static_cast<int>(chunk));
+    e = rc > 0 ? SSL_ERROR_NONE : SSL_get_error(ssl_, rc);
+  }
+  if (rc > 0) return static_cast<size_t>(rc);
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+    want = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT;
+    return size_t{0};
+  }
+  closed_.store(true);
+  if (e == SSL_ERROR_ZERO_RETURN) {
+    clean_close_.store(true);
+    return Status(err::kDevicesUnavailable, "connection closed by " + peer_);
+  }
+  if ((e == SSL_ERROR_SYSCALL && errno == 0) ||
+      (e == SSL_ERROR_SSL && ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING))
+    return Status(err::kDevicesUnavailable, "connection dropped by " + peer_ + " (no TLS close)");
+  return Status(err::kDevicesUnavailable, "read from " + peer_ + " failed: " +
+                                              (e == SSL_ERROR_SYSCALL ? std::strerror(errno) : opensslError()));
 }
 
 Result<size_t> TlsConnection::readSome(void* dst, size_t len) {
@@ -324,28 +486,14 @@ Result<size_t> TlsConnection::readSome(void* dst, size_t len) {
   int spins = 0;
   for (;;) {
     if (closed_.load()) return Status(err::kDevicesUnavailable, "connection to " + peer_ + " is closed");
-    int rc, e;
-    {
-      std::lock_guard lock(ssl_mu_);
-      ERR_clear_error();
-      rc = SSL_read(ssl_, dst, static_cast<int>(std::min<size_t>(len, 1u << 30)));
-      e = rc > 0 ? SSL_ERROR_NONE : SSL_get_error(ssl_, rc);
-    }
-    if (rc > 0) return static_cast<size_t>(rc);
-    if (e == SSL_ERROR_WANT_READ && busy_poll_ && busy_poll_->load(std::memory_order_relaxed) > 0 && spins++ < kMaxSpins) {
+    short want = 0;
+    auto n = readOnce(dst, len, want);
+    if (!n || *n > 0) return n;
+    if (want == POLLIN && busy_poll_ && busy_poll_->load(std::memory_order_relaxed) > 0 && spins++ < kMaxSpins) {
       std::this_thread::yield();
       continue;
     }
-    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-      if (!waitFor(e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, -1))
-        return Status(err::kDevicesUnavailable, "connection to " + peer_ + " is closed");
-      continue;
-    }
-    closed_.store(true);
-    if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && errno == 0))
-      return Status(err::kDevicesUnavailable, "connection closed by " + peer_);
-    return Status(err::kDevicesUnavailable, "read from " + peer_ + " failed: " +
-                                                (e == SSL_ERROR_SYSCALL ? std::strerror(errno) : opensslError()));
+    if (!waitFor(want, -1)) return Status(err::kDevicesUnavailable, "connection to " + peer_ + " is closed");
   }
 }
 
@@ -361,7 +509,7 @@ Status TlsConnection::readExact(void* dst, size_t len) {
 }
 
 void TlsConnection::close() {
-  if (!closed_.load()) {
+  if (!closed_.load() && ssl_) {
     std::lock_guard wlock(write_mu_);
     std::lock_guard lock(ssl_mu_);
     ERR_clear_error();
@@ -378,6 +526,7 @@ void TlsConnection::shutdown() {
 }
 
 std::string TlsConnection::peerCommonName() const {
+  if (!ssl_) return {};
   X509* cert = SSL_get1_peer_certificate(ssl_);
   if (!cert) return {};
   std::string cn;

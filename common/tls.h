@@ -1,6 +1,11 @@
 // TLS 1.3 connections on a plain socket, safe for one reader thread and many
 // writer threads at once.
 //
+// A context made by TlsContext::makePlaintext() gives connections that carry
+// the same frames without TLS: only for a server an operator explicitly bound
+// to loopback with `insecure_plaintext = true` (and clients told so); the rest
+// of the code cannot tell the difference.
+//
 // Why not asio::ssl::stream for the data path: its engine is not safe for a read
 // and a write in flight from two threads, and the client needs exactly that (a
 // receiver thread waits for replies while application threads send calls). So a
@@ -30,15 +35,33 @@ struct TlsOptions {
   std::string cert_file;  // our certificate chain (PEM); optional on a client
   std::string key_file;   // our private key (PEM)
   bool require_client_cert = false;  // server only: refuse clients without one
+  // The same material as PEM text, used instead of the files when set (the
+  // daemon reads the files once and hands workers what it validated).
+  std::string ca_pem, cert_pem, key_pem;
+
+  static TlsOptions files(std::string ca, std::string cert = "", std::string key = "", bool require_cert = false) {
+    TlsOptions o;
+    o.ca_file = std::move(ca);
+    o.cert_file = std::move(cert);
+    o.key_file = std::move(key);
+    o.require_client_cert = require_cert;
+    return o;
+  }
 };
+
+// Reads the files named in `opts` into its *_pem fields (for a snapshot).
+Status loadPemFiles(TlsOptions& opts);
 
 class TlsContext {
  public:
   static Result<std::unique_ptr<TlsContext>> makeServer(const TlsOptions& opts);
   static Result<std::unique_ptr<TlsContext>> makeClient(const TlsOptions& opts);
+  // No TLS at all (see the top of this file).
+  static std::unique_ptr<TlsContext> makePlaintext(bool server);
   ~TlsContext();
-  SSL_CTX* native() const { return ctx_; }
+  SSL_CTX* native() const { return ctx_; }  // nullptr: plaintext
   bool isServer() const { return server_; }
+  bool plaintext() const { return ctx_ == nullptr; }
 
  private:
   TlsContext(SSL_CTX* ctx, bool server) : ctx_(ctx), server_(server) {}
@@ -50,10 +73,13 @@ class TlsConnection {
  public:
   // Opens a TCP connection and completes the TLS handshake within `timeout`.
   // `server_name` is verified against the server certificate (DNS name or IP).
+  // `preamble`, when set, is written on the bare socket before the handshake
+  // (session resume tells the daemon which worker it wants, see daemon.h).
   static Result<std::unique_ptr<TlsConnection>> connect(TlsContext& ctx, const std::string& host,
                                                         uint16_t port,
                                                         const std::string& server_name,
-                                                        std::chrono::milliseconds timeout);
+                                                        std::chrono::milliseconds timeout,
+                                                        const std::string& preamble = "");
   // Takes ownership of an accepted socket and runs the server handshake.
   static Result<std::unique_ptr<TlsConnection>> accept(TlsContext& ctx, int fd,
                                                        std::chrono::milliseconds timeout);
@@ -81,6 +107,10 @@ class TlsConnection {
   // Sends TLS close_notify (the peer sees an orderly close), then shutdown().
   void close();
   bool isOpen() const { return !closed_.load(); }
+  // The peer ended the stream with TLS close_notify (an orderly close, not a
+  // dropped connection). Always false in plaintext.
+  bool closedCleanly() const { return clean_close_.load(); }
+  bool plaintext() const { return ssl_ == nullptr; }
 
   // The CN of the peer's verified certificate, empty when it sent none.
   std::string peerCommonName() const;
@@ -90,16 +120,21 @@ class TlsConnection {
  private:
   TlsConnection(int fd, SSL* ssl, std::string peer);
   Status handshake(bool server, std::chrono::milliseconds timeout);
+  // One read or write attempt: bytes moved, 0 with `want` set to POLLIN/POLLOUT
+  // when it would block, or an error (also marking the connection closed).
+  Result<size_t> readOnce(void* dst, size_t len, short& want);
+  Result<size_t> writeOnce(const void* src, size_t len, short& want);
   // Waits until fd is readable (events=POLLIN) or writable; false when shut down.
   bool waitFor(short events, int timeout_ms);
 
   int fd_;
   int wake_fd_;  // eventfd: shutdown() wakes poll()
-  SSL* ssl_;
+  SSL* ssl_;     // nullptr: plaintext
   std::string peer_;
   std::mutex ssl_mu_;
   std::mutex write_mu_;
   std::atomic<bool> closed_{false};
+  std::atomic<bool> clean_close_{false};
   const std::atomic<int>* busy_poll_ = nullptr;
 };
 
@@ -109,5 +144,9 @@ void tuneSocket(int fd, int dead_after_s);
 
 // "host:port" -> (host, port). Accepts [v6]:port.
 Result<std::pair<std::string, uint16_t>> parseHostPort(const std::string& s);
+
+// Whether `host` (a name or address from a listen setting) can only be reached
+// from this machine: localhost, 127.0.0.0/8, ::1.
+bool isLoopbackHost(const std::string& host);
 
 }  // namespace rgpu::common

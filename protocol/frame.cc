@@ -51,7 +51,7 @@ bool decodeHeader(const uint8_t in[kFrameHeaderBytes], FrameHeader& h, std::stri
     return false;
   }
   auto t = static_cast<uint8_t>(h.type);
-  if (t < static_cast<uint8_t>(FrameType::kHello) || t > static_cast<uint8_t>(FrameType::kNotify)) {
+  if (t < static_cast<uint8_t>(FrameType::kHello) || t > static_cast<uint8_t>(FrameType::kAck)) {
     why = "unknown frame type " + std::to_string(t);
     return false;
   }

@@ -33,6 +33,9 @@ enum class FrameType : uint8_t {
   kRequest = 3,
   kReply = 4,
   kNotify = 5,
+  // Delivery acknowledgements for session resume (wire::Ack; the header's seq
+  // is 0). Sent only when both sides agreed on resume in Hello/Welcome.
+  kAck = 6,
 };
 
 enum FrameFlags : uint8_t {
@@ -47,7 +50,10 @@ struct FrameHeader {
   uint8_t flags = 0;
   uint32_t message_len = 0;
   uint32_t reserved = 0;
-  uint64_t seq = 0;       // request sequence number; a reply carries its request's
+  // Request: its sequence number, 1, 2, 3, ... without gaps (the server refuses
+  // any other: a replayed or reordered frame). Reply: its request's. Notify:
+  // the server's own count of notifications, 1, 2, 3, ...
+  uint64_t seq = 0;
   uint64_t bulk_len = 0;  // decoded bulk bytes
 };
 

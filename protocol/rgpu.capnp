@@ -19,9 +19,25 @@ struct Hello {
   token @2 :Text;            # optional bearer token (users table); never logged
   hostname @3 :Text;
   pid @4 :UInt32;
-  resumeToken @5 :Data;      # reserved for session resume (empty: new session)
+  resumeToken @5 :Data;      # session resume: the token the Welcome gave (empty: a new session)
   request @6 :DeviceRequest; # what devices the program needs (pool placement)
   monitor @7 :Bool;          # rgpu-smi: no devices, only poolStatus calls
+  resume @8 :Bool;           # a new session that wants resume after a dropped connection
+  resumeSession @9 :UInt64;  # with resumeToken: the session to take up again
+  received @10 :Ack;         # with resumeToken: the replies and notifications the client already has
+}
+
+# Session resume. Each side keeps what the other may not have received: the
+# client its requests until the server acknowledges them as dispatched, the
+# server its replies and notifications until the client acknowledges them.
+# After a dropped connection the client reconnects (within the server's grace
+# period), the server says what it dispatched, the client replays the rest by
+# sequence number and the server resends what the client lacks.
+struct Ack {
+  replies @0 :UInt64;        # client: it holds every reply to requests <= this that it waits for
+  notifications @1 :UInt64;  # client: it holds every notification <= this
+  dispatched @2 :UInt64;     # server: every request <= this has been carried out
+  bye @3 :Bool;              # client: an orderly end of the session (no resume)
 }
 
 # A client's device request (client.toml [request]); zeros mean "any".
@@ -56,6 +72,9 @@ struct Welcome {
   driverVersion @8 :Int32;
   backend @9 :Text;          # "sim" or "cuda"
   limits @10 :Limits;
+  resumeGraceMs @11 :UInt32; # 0: no resume for this session; else how long the server waits for the client
+  resumed @12 :Bool;         # this Welcome takes up an existing session (devices are not repeated)
+  dispatched @13 :UInt64;    # resumed: the last request the server carried out; the client replays the rest
 }
 
 struct Limits {

@@ -1,7 +1,9 @@
 #include "server/daemon.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +18,8 @@
 #include "common/log.h"
 #include "common/tls.h"
 #include "server/backend_factory.h"
+#include "server/config_snapshot.h"
+#include "server/fd_passing.h"
 #include "server/cuda/nvml.h"
 #include "server/launch_gate.h"
 #include "server/metrics.h"
@@ -23,40 +27,47 @@
 #include "server/session.h"
 
 namespace rgpu::server {
-namespace {
-
-common::TlsOptions tlsOptions(const ServerConfig& cfg) {
-  common::TlsOptions o;
-  o.cert_file = cfg.tls_cert;
-  o.key_file = cfg.tls_key;
-  o.ca_file = cfg.tls_ca;
-  o.require_client_cert = cfg.require_client_cert;
-  return o;
+std::string resumePreamble(uint64_t session_id) {
+  std::string p(kResumeMagic, sizeof kResumeMagic);
+  p.append(reinterpret_cast<const char*>(&session_id), sizeof session_id);  // little-endian hosts
+  return p;
 }
 
-}  // namespace
-
 namespace {
-// The session's socket, for the SIGTERM handler: shutting it down ends the
-// session's read loop, so the worker tears down in order and exits 0.
+// SIGTERM in a worker: until its session runs, shutting the client socket
+// down ends the handshake; then a thread tells the session to stop (the client
+// gets a goodbye, so it does not try to resume), and the worker tears down in
+// order and exits 0.
 volatile sig_atomic_t g_worker_fd = -1;
+volatile sig_atomic_t g_session_running = 0;
+int g_term_fd = -1;  // eventfd the handler writes
 void onWorkerTerm(int) {
-  if (g_worker_fd >= 0) ::shutdown(g_worker_fd, SHUT_RDWR);
+  uint64_t one = 1;
+  [[maybe_unused]] auto r = ::write(g_term_fd, &one, sizeof one);
+  if (!g_session_running && g_worker_fd >= 0) ::shutdown(g_worker_fd, SHUT_RDWR);
 }
 }  // namespace
 
-int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id, int control_fd, int gate_fd) {
+int runWorker(const ServerConfig& cfg, const common::TlsOptions& tls, int fd, uint64_t session_id, int control_fd,
+              int gate_fd, int handoff_fd) {
   g_worker_fd = fd;
+  g_term_fd = eventfd(0, EFD_CLOEXEC);
   struct sigaction sa {};
   sa.sa_handler = onWorkerTerm;
   sigaction(SIGTERM, &sa, nullptr);
-  auto ctx = common::TlsContext::makeServer(tlsOptions(cfg));
-  if (!ctx) {
-    RGPU_LOG_ERROR("worker: {}", ctx.status().message());
-    ::close(fd);
-    return 1;
+  std::unique_ptr<common::TlsContext> ctx;
+  if (cfg.insecure_plaintext) {
+    ctx = common::TlsContext::makePlaintext(true);
+  } else {
+    auto c = common::TlsContext::makeServer(tls);
+    if (!c) {
+      RGPU_LOG_ERROR("worker: {}", c.status().message());
+      ::close(fd);
+      return 1;
+    }
+    ctx = std::move(*c);
   }
-  auto conn = common::TlsConnection::accept(**ctx, fd, std::chrono::milliseconds(cfg.handshake_timeout_ms));
+  auto conn = common::TlsConnection::accept(*ctx, fd, std::chrono::milliseconds(cfg.handshake_timeout_ms));
   if (!conn) {
     RGPU_LOG_WARN("session {}: {}", session_id, conn.status().message());
     return 1;
@@ -80,18 +91,40 @@ int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id, int control_
           }
         return makeBackend(cfg, p.devices);
       },
-      *pool, session_id);
+      *pool, session_id, ResumeSource{handoff_fd, ctx.get()});
+  std::atomic<bool> done{false};
+  std::thread terminator([&] {
+    pollfd p{g_term_fd, POLLIN, 0};
+    while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
+    }
+    if (!done.load()) session.stop("rgpu-server is shutting down");
+  });
+  g_session_running = 1;
   Status s = session.run();
+  done.store(true);
+  uint64_t one = 1;
+  [[maybe_unused]] auto w = ::write(g_term_fd, &one, sizeof one);
+  terminator.join();
   return s ? 0 : 2;
 }
 
-static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const BackendChoice& choice);
+static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const BackendChoice& choice);
 
 int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts) {
   // Fail at start, not per connection, when the TLS material is wrong.
-  if (auto ctx = common::TlsContext::makeServer(tlsOptions(cfg)); !ctx) {
-    RGPU_LOG_ERROR("{}", ctx.status().message());
+  auto snap = ConfigSnapshot::take(opts.config_path, cfg);
+  if (!snap) {
+    RGPU_LOG_ERROR("{}", snap.status().message());
     return 1;
+  }
+  snap->config = cfg;  // with the command line's overrides
+  if (cfg.insecure_plaintext) {
+    auto hp = common::parseHostPort(cfg.listen);
+    if (!hp || !common::isLoopbackHost(hp->first)) {
+      RGPU_LOG_ERROR("insecure_plaintext is only allowed on a loopback listen address, not '{}'", cfg.listen);
+      return 1;
+    }
+    RGPU_LOG_WARN("insecure_plaintext: no TLS on {} (loopback only); clients authenticate by token", cfg.listen);
   }
   // Resolve `auto` once, here, without initialising CUDA in this process;
   // workers are told the outcome.
@@ -102,10 +135,20 @@ int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts) {
   }
   DaemonOptions run_opts = opts;
   run_opts.worker_args.insert(run_opts.worker_args.end(), {"--backend", chosen->backend});
-  return serve(cfg, run_opts, *chosen);
+  return serve(std::move(*snap), run_opts, *chosen);
 }
 
-static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const BackendChoice& choice) {
+static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const BackendChoice& choice) {
+  // `cfg` is the configuration the daemon started with (what a reload may not
+  // change); `snapshot` the last good one, which new workers get.
+  const ServerConfig cfg = snapshot.config;
+  int snapshot_fd = -1;
+  if (auto fd = snapshot.toMemfd(); !fd) {
+    RGPU_LOG_ERROR("{}", fd.status().message());
+    return 1;
+  } else {
+    snapshot_fd = *fd;
+  }
   const std::string& backend = choice.backend;
   // Health (utilisation, temperature, power) from NVML, matched to the pool's devices by UUID.
   std::unique_ptr<cuda::Nvml> nvml;
@@ -158,6 +201,7 @@ static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const Backe
                 backend, cfg.users.size(), cfg.source.empty() ? "(defaults)" : cfg.source);
 
   std::map<pid_t, uint64_t> workers;  // pid -> session id
+  std::map<uint64_t, int> handoffs;   // session id -> the daemon's end of its worker's resume socket
   uint64_t next_session = 1;
   bool stopping = false;
   asio::steady_timer drain(io);  // the SIGTERM drain deadline
@@ -206,21 +250,43 @@ static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const Backe
           else
             RGPU_LOG_DEBUG("worker {} (session {}) exited with {}", pid, sid, WEXITSTATUS(status));
           workers.erase(pid);
+          if (auto h = handoffs.find(sid); h != handoffs.end()) {
+            ::close(h->second);
+            handoffs.erase(h);
+          }
           // Its memory and quota return to the pool now, even after a crash.
           if (sid) service.detach(sid);
         }
         if (stopping && workers.empty()) io.stop();
       } else if (sig == SIGHUP) {
-        // Policy reload: users, quotas, priorities, [pool]. Running sessions keep their devices.
+        // Reload: users and policy, [pool], limits, TLS certificates and keys.
+        // Running sessions keep their devices and their TLS connection.
         if (opts.config_path.empty()) {
           RGPU_LOG_WARN("SIGHUP: no config file to reload");
-        } else if (auto c = loadServerConfig(opts.config_path); !c) {
-          RGPU_LOG_ERROR("SIGHUP: policy not reloaded, keeping the old one: {}", c.status().message());
+        } else if (auto next = ConfigSnapshot::take(opts.config_path, cfg); !next) {
+          RGPU_LOG_ERROR("SIGHUP: not reloaded, new sessions keep the previous configuration: {}",
+                         next.status().message());
         } else {
-          pool.setPolicy(c->users, c->pool);
-          service.policyChanged();
-          RGPU_LOG_INFO("SIGHUP: policy reloaded from {} ({} user(s)); {} session(s) keep running", opts.config_path,
-                        c->users.size(), workers.size());
+          if (opts.overrides) opts.overrides(next->config);
+          std::string fixed = restartOnlyChanges(cfg, next->config);
+          auto fd = fixed.empty() ? next->toMemfd() : Result<int>(Status(err::kInvalidValue, ""));
+          if (!fixed.empty()) {
+            RGPU_LOG_ERROR("SIGHUP: not reloaded: {} changed, which needs a restart of rgpu-server; new sessions keep "
+                           "the previous configuration", fixed);
+          } else if (!fd) {
+            RGPU_LOG_ERROR("SIGHUP: not reloaded: {}", fd.status().message());
+          } else {
+            ::close(snapshot_fd);
+            snapshot_fd = *fd;
+            snapshot = std::move(*next);
+            pool.setPolicy(snapshot.config.users, snapshot.config.pool);
+            service.policyChanged();
+            RGPU_LOG_INFO("SIGHUP: configuration reloaded from {} ({} user(s), TLS certificate {}); {} session(s) keep "
+                          "running",
+                          opts.config_path, snapshot.config.users.size(),
+                          snapshot.config.insecure_plaintext ? "none (plaintext)" : snapshot.config.tls_cert,
+                          workers.size());
+          }
         }
       } else {
         if (stopping) {
@@ -232,6 +298,9 @@ static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const Backe
           stopping = true;
           asio::error_code ignored;
           acceptor.close(ignored);
+          // Nobody can reconnect now: sessions waiting for a resume end.
+          for (auto& [sid, fd] : handoffs) ::close(fd);
+          handoffs.clear();
           service.shutdown();
           RGPU_LOG_INFO("signal {}: draining, no new sessions; {} session(s) running get {} ms to finish", sig,
                         workers.size(), cfg.pool.drain_timeout_ms);
@@ -255,6 +324,101 @@ static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const Backe
   };
   waitSignal();
 
+  // Starts a worker for the accepted socket `fd` (taking it).
+  auto startWorker = [&](int fd) {
+    uint64_t sid = next_session++;
+    // The worker's line to the pool manager, and where resumed clients reach it.
+    int ctl[2], hand[2];
+    if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, ctl) != 0) {
+      RGPU_LOG_ERROR("cannot start a worker: socketpair: {}", std::strerror(errno));
+      ::close(fd);
+      return;
+    }
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, hand) != 0) {
+      RGPU_LOG_ERROR("cannot start a worker: socketpair: {}", std::strerror(errno));
+      ::close(fd);
+      ::close(ctl[0]);
+      ::close(ctl[1]);
+      return;
+    }
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      // Child: the client socket becomes fd 3, then control, gate, handoff and
+      // the config snapshot; everything else of ours closes on exec. Move them
+      // out of the way first, so no dup2 overwrites another.
+      int from[5] = {::fcntl(fd, F_DUPFD_CLOEXEC, 10), ::fcntl(ctl[1], F_DUPFD_CLOEXEC, 10),
+                     ::fcntl(gates->fd(), F_DUPFD_CLOEXEC, 10), ::fcntl(hand[1], F_DUPFD_CLOEXEC, 10),
+                     ::fcntl(snapshot_fd, F_DUPFD_CLOEXEC, 10)};
+      for (int i = 0; i < 5; ++i) ::dup2(from[i], 3 + i);
+      std::vector<std::string> args = {"rgpu-server", "--worker", "--fd", "3", "--control-fd", "4", "--gate-fd", "5",
+                                       "--handoff-fd", "6", "--snapshot-fd", "7", "--session-id", std::to_string(sid)};
+      args.insert(args.end(), opts.worker_args.begin(), opts.worker_args.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv("/proc/self/exe", argv.data());
+      _exit(127);
+    }
+    ::close(fd);
+    ::close(ctl[1]);
+    ::close(hand[1]);
+    if (pid < 0) {
+      RGPU_LOG_ERROR("cannot start a worker: {}", std::strerror(errno));
+      ::close(ctl[0]);
+      ::close(hand[0]);
+      return;
+    }
+    service.attach(sid, ctl[0]);
+    workers[pid] = sid;
+    handoffs[sid] = hand[0];
+    RGPU_LOG_DEBUG("session {}: worker {}", sid, pid);
+  };
+
+  // A new connection either starts a session (TLS or, insecure, a frame) or
+  // resumes one: only the first bytes are looked at, within the handshake
+  // timeout (the timer closes a connection that sends nothing).
+  struct Arrival {
+    asio::ip::tcp::socket sock;
+    asio::steady_timer timer;
+    std::string peer;
+  };
+  std::function<void(std::shared_ptr<Arrival>)> route = [&](std::shared_ptr<Arrival> a) {
+    a->sock.async_wait(asio::socket_base::wait_read, [&, a](const asio::error_code& ec) {
+      if (ec || stopping) return;  // timed out, or the daemon is draining
+      int fd = a->sock.native_handle();
+      char head[kResumePreambleBytes];
+      ssize_t n = ::recv(fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) return route(a);
+      a->timer.cancel();
+      if (n <= 0) return;  // closed before saying anything: the socket goes with `a`
+      if (head[0] != kResumeMagic[0]) return startWorker(a->sock.release());
+      if (std::memcmp(head, kResumeMagic, std::min<size_t>(static_cast<size_t>(n), sizeof kResumeMagic)) != 0) {
+        RGPU_LOG_WARN("connection from {}: neither TLS nor an rgpu resume preamble; closed", a->peer);
+        return;
+      }
+      if (static_cast<size_t>(n) < sizeof head) {  // the rest is on its way
+        a->timer.expires_after(std::chrono::milliseconds(cfg.handshake_timeout_ms));
+        a->timer.async_wait([a](const asio::error_code& e) {
+          if (e) return;
+          asio::error_code ignored;
+          a->sock.close(ignored);
+        });
+        return route(a);
+      }
+      (void)::recv(fd, head, sizeof head, 0);
+      uint64_t sid = 0;
+      std::memcpy(&sid, head + sizeof kResumeMagic, sizeof sid);
+      auto h = handoffs.find(sid);
+      if (h != handoffs.end() && sendFd(h->second, fd)) {
+        RGPU_LOG_INFO("session {}: client reconnects from {}; handed to its worker", sid, a->peer);
+        return;  // the worker has its own copy; ours closes with `a`
+      }
+      // No such session (any more): a fresh worker tells the client so.
+      RGPU_LOG_INFO("connection from {} asks to resume session {}, which is not running", a->peer, sid);
+      startWorker(a->sock.release());
+    });
+  };
+
   std::function<void()> acceptNext = [&] {
     acceptor.async_accept([&](const asio::error_code& ec, asio::ip::tcp::socket sock) {
       if (ec) {
@@ -264,49 +428,18 @@ static int serve(const ServerConfig& cfg, const DaemonOptions& opts, const Backe
         }
         return;
       }
-      int fd = sock.release();
-      uint64_t sid = next_session++;
-      // The worker's line to the pool manager.
-      int ctl[2];
-      if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, ctl) != 0) {
-        RGPU_LOG_ERROR("cannot start a worker: socketpair: {}", std::strerror(errno));
-        ::close(fd);
-        acceptNext();
-        return;
-      }
-      pid_t pid = ::fork();
-      if (pid == 0) {
-        // Child: the client socket becomes fd 3, the control socket fd 4;
-        // everything else of ours closes on exec. Move both out of the way
-        // first, so neither dup2 overwrites the other.
-        int client = ::fcntl(fd, F_DUPFD_CLOEXEC, 10), control = ::fcntl(ctl[1], F_DUPFD_CLOEXEC, 10),
-            gate = ::fcntl(gates->fd(), F_DUPFD_CLOEXEC, 10);
-        ::dup2(client, 3);
-        ::dup2(control, 4);
-        ::dup2(gate, 5);
-        std::vector<std::string> args = {"rgpu-server", "--worker", "--fd", "3", "--control-fd", "4",
-                                         "--gate-fd", "5", "--session-id", std::to_string(sid)};
-        if (!opts.config_path.empty()) {
-          args.push_back("--config");
-          args.push_back(opts.config_path);
-        }
-        args.insert(args.end(), opts.worker_args.begin(), opts.worker_args.end());
-        std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        ::execv("/proc/self/exe", argv.data());
-        _exit(127);
-      }
-      ::close(fd);
-      ::close(ctl[1]);
-      if (pid < 0) {
-        RGPU_LOG_ERROR("cannot start a worker: {}", std::strerror(errno));
-        ::close(ctl[0]);
-      } else {
-        service.attach(sid, ctl[0]);
-        workers[pid] = sid;
-        RGPU_LOG_DEBUG("session {}: worker {}", sid, pid);
-      }
+      asio::error_code e;
+      auto ep = sock.remote_endpoint(e);
+      std::string peer = e ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
+      auto a = std::make_shared<Arrival>(Arrival{std::move(sock), asio::steady_timer(io), std::move(peer)});
+      a->timer.expires_after(std::chrono::milliseconds(cfg.handshake_timeout_ms));
+      a->timer.async_wait([a](const asio::error_code& te) {
+        if (te) return;
+        RGPU_LOG_WARN("connection from {}: nothing received within the handshake timeout; closed", a->peer);
+        asio::error_code ignored;
+        a->sock.close(ignored);
+      });
+      route(a);
       acceptNext();
     });
   };

@@ -1,13 +1,21 @@
 // The rgpu-server daemon: listens, hands each accepted connection to a fresh
-// worker process (exec'd, socket on fd 3), reaps workers, shuts down cleanly on
-// SIGINT/SIGTERM. It never initialises CUDA and never parses client bytes: a
-// bad client can only take down its own worker.
+// worker process (exec'd; fds 3 client socket, 4 pool control, 5 launch gate,
+// 6 resume handoff, 7 config snapshot), reaps workers, reloads on SIGHUP,
+// drains on SIGINT/SIGTERM. It never initialises CUDA and never parses client
+// bytes beyond a peek at the first ones: a connection that opens with the
+// 16-byte resume preamble ("rgpu-rsm" + the session id, little-endian, before
+// TLS) goes to the worker still holding that session (SCM_RIGHTS over its
+// handoff socket), or to a fresh worker that tells the client the session is
+// gone. A bad client can only take down its own worker.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "common/tls.h"
 #include "server/server_config.h"
 
 namespace rgpu::server {
@@ -16,7 +24,14 @@ struct DaemonOptions {
   std::string config_path;
   std::string port_file;  // written with the bound port once listening
   std::vector<std::string> worker_args;  // extra arguments for each worker
+  // Command-line overrides, applied to the config at start and at each reload.
+  std::function<void(ServerConfig&)> overrides;
 };
+
+// The resume preamble a reconnecting client writes before TLS.
+inline constexpr char kResumeMagic[8] = {'r', 'g', 'p', 'u', '-', 'r', 's', 'm'};
+inline constexpr size_t kResumePreambleBytes = 16;
+std::string resumePreamble(uint64_t session_id);
 
 // Runs until SIGINT/SIGTERM. Returns the process exit code.
 int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts);
@@ -24,6 +39,8 @@ int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts);
 // Worker side: serves one session on `fd` and returns the exit code.
 // `control_fd`: the socket to the daemon's pool manager (-1: a private pool).
 // `gate_fd`: the launch gate table (priorities, weights; -1: none).
-int runWorker(const ServerConfig& cfg, int fd, uint64_t session_id, int control_fd = -1, int gate_fd = -1);
+// `handoff_fd`: where the daemon passes a resuming client's socket (-1: no resume).
+int runWorker(const ServerConfig& cfg, const common::TlsOptions& tls, int fd, uint64_t session_id,
+              int control_fd = -1, int gate_fd = -1, int handoff_fd = -1);
 
 }  // namespace rgpu::server

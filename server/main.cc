@@ -1,11 +1,14 @@
 // rgpu-server: the daemon (default), a session worker (--worker, started by the
 // daemon), or a helper that writes development certificates.
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
 #include <csignal>
 
 #include "common/dev_pki.h"
 #include "common/log.h"
 #include "server/backend_factory.h"
+#include "server/config_snapshot.h"
 #include "server/cuda/nvml.h"
 #include "server/daemon.h"
 
@@ -15,7 +18,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> cert_clients{"dev"};
   std::string log_level, cuda_driver;
   bool worker = false, probe_cuda = false, list_gpus = false;
-  int fd = -1, control_fd = -1, gate_fd = -1;
+  int fd = -1, control_fd = -1, gate_fd = -1, handoff_fd = -1, snapshot_fd = -1;
   uint64_t session_id = 0;
   app.add_option("-c,--config", config_path, "server.toml");
   app.add_option("--listen", listen, "override `listen` (host:port; port 0 picks a free one)");
@@ -31,6 +34,8 @@ int main(int argc, char** argv) {
   app.add_option("--fd", fd, "internal: socket of the session")->group("");
   app.add_option("--control-fd", control_fd, "internal: socket to the daemon's pool manager")->group("");
   app.add_option("--gate-fd", gate_fd, "internal: the daemon's launch gate table")->group("");
+  app.add_option("--handoff-fd", handoff_fd, "internal: where the daemon passes resumed connections")->group("");
+  app.add_option("--snapshot-fd", snapshot_fd, "internal: the configuration the daemon validated")->group("");
   app.add_option("--session-id", session_id, "internal: session id")->group("");
   CLI11_PARSE(app, argc, argv);
 
@@ -48,20 +53,35 @@ int main(int argc, char** argv) {
   }
 
   rgpu::server::ServerConfig cfg;
-  if (!config_path.empty()) {
+  rgpu::common::TlsOptions worker_tls;
+  if (snapshot_fd >= 0) {
+    // A worker: the daemon's validated configuration, never the files.
+    auto snap = rgpu::server::ConfigSnapshot::fromFd(snapshot_fd);
+    if (!snap) {
+      std::fprintf(stderr, "rgpu-server: %s\n", snap.status().message().c_str());
+      return 1;
+    }
+    ::close(snapshot_fd);
+    cfg = std::move(snap->config);
+    worker_tls = std::move(snap->tls);
+  } else if (!config_path.empty()) {
     auto c = rgpu::server::loadServerConfig(config_path);
     if (!c) {
       std::fprintf(stderr, "rgpu-server: %s\n", c.status().message().c_str());
       return 1;
     }
     cfg = std::move(*c);
+    worker_tls = rgpu::server::serverTlsOptions(cfg);
   } else {
     cfg.sim_devices.push_back({});
   }
-  if (!listen.empty()) cfg.listen = listen;
-  if (!backend.empty()) cfg.backend = backend;
-  if (!log_level.empty()) cfg.log_level = log_level;
-  if (!cuda_driver.empty()) cfg.cuda_driver_library = cuda_driver;
+  auto overrides = [=](rgpu::server::ServerConfig& c) {
+    if (!listen.empty()) c.listen = listen;
+    if (!backend.empty()) c.backend = backend;
+    if (!log_level.empty()) c.log_level = log_level;
+    if (!cuda_driver.empty()) c.cuda_driver_library = cuda_driver;
+  };
+  overrides(cfg);
   rgpu::common::initLogging(worker ? "rgpu-worker" : "rgpu-server", cfg.log_level);
   if (probe_cuda) return rgpu::server::runCudaProbe(cfg);
   if (list_gpus) {
@@ -76,10 +96,12 @@ int main(int argc, char** argv) {
   }
 
   std::signal(SIGPIPE, SIG_IGN);
-  if (worker) return rgpu::server::runWorker(cfg, fd, session_id, control_fd, gate_fd);
+  if (worker) return rgpu::server::runWorker(cfg, worker_tls, fd, session_id, control_fd, gate_fd, handoff_fd);
   rgpu::server::DaemonOptions opts;
   opts.config_path = config_path;
   opts.port_file = port_file;
+  opts.overrides = overrides;
   if (!cuda_driver.empty()) opts.worker_args = {"--cuda-driver", cuda_driver};
+  if (!log_level.empty()) opts.worker_args.insert(opts.worker_args.end(), {"--log-level", log_level});
   return rgpu::server::runDaemon(cfg, opts);
 }

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "common/config.h"
+#include "common/tls.h"
 
 namespace rgpu::server {
 
@@ -15,9 +16,35 @@ const char* priorityName(Priority p) {
 }
 
 Result<ServerConfig> loadServerConfig(const std::string& path) {
+  auto text = common::readTextFile(path);
+  if (!text) return text.status();
+  return parseServerConfig(*text, path);
+}
+
+std::string restartOnlyChanges(const ServerConfig& a, const ServerConfig& b) {
+  std::string keys;
+  auto differs = [&](bool d, const char* key) {
+    if (d) keys += (keys.empty() ? "" : ", ") + std::string(key);
+  };
+  differs(a.listen != b.listen, "listen");
+  differs(a.backend != b.backend, "backend");
+  differs(a.insecure_plaintext != b.insecure_plaintext, "insecure_plaintext");
+  differs(a.cuda_driver_library != b.cuda_driver_library, "[cuda] driver_library");
+  differs(a.nvml_library != b.nvml_library, "[cuda] nvml_library");
+  differs(a.pool.metrics_listen != b.pool.metrics_listen, "[pool] metrics_listen");
+  bool devs = a.sim_devices.size() != b.sim_devices.size();
+  for (size_t i = 0; !devs && i < a.sim_devices.size(); ++i) {
+    const auto &x = a.sim_devices[i], &y = b.sim_devices[i];
+    devs = x.name != y.name || x.memory != y.memory || x.major != y.major || x.minor != y.minor || x.sm_count != y.sm_count;
+  }
+  differs(devs, "[[sim.devices]]");
+  return keys;
+}
+
+Result<ServerConfig> parseServerConfig(const std::string& text, const std::string& path) {
   ServerConfig c;
   c.source = path;
-  auto t = common::loadTomlFile(path);
+  auto t = common::parseToml(text, path);
   if (!t) return t.status();
   toml::table& tbl = *t;
   auto where = [&](const std::string& key) { return "config " + path + ": " + key; };
@@ -26,6 +53,7 @@ Result<ServerConfig> loadServerConfig(const std::string& path) {
   c.backend = tbl["backend"].value_or(c.backend);
   c.compression = tbl["compression"].value_or(c.compression);
   c.allow_anonymous = tbl["allow_anonymous"].value_or(false);
+  c.insecure_plaintext = tbl["insecure_plaintext"].value_or(false);
   if (c.backend != "sim" && c.backend != "cuda" && c.backend != "auto")
     return Status(err::kInvalidValue, where("backend") + " must be sim, cuda or auto");
   if (auto* tls = tbl["tls"].as_table()) {
@@ -38,6 +66,19 @@ Result<ServerConfig> loadServerConfig(const std::string& path) {
     c.tls_ca = rel("ca");
     c.require_client_cert = (*tls)["require_client_cert"].value_or(false);
     c.handshake_timeout_ms = (*tls)["handshake_timeout_ms"].value_or(c.handshake_timeout_ms);
+  }
+  if (auto* session = tbl["session"].as_table()) {
+    if (auto g = (*session)["resume_grace_ms"].value<int64_t>()) {
+      if (*g < 0 || *g > 24 * 3600 * 1000)
+        return Status(err::kInvalidValue, where("session.resume_grace_ms") + " must be 0..86400000");
+      c.resume_grace_ms = static_cast<uint32_t>(*g);
+    }
+  }
+  if (c.insecure_plaintext) {
+    auto hp = common::parseHostPort(c.listen);
+    if (!hp || !common::isLoopbackHost(hp->first))
+      return Status(err::kInvalidValue, where("insecure_plaintext") + ": plaintext is only allowed on a loopback `listen` "
+                                        "address (127.0.0.1, ::1, localhost), not '" + c.listen + "'");
   }
   if (auto* users = tbl["users"].as_array()) {
     for (auto& u : *users) {
@@ -104,6 +145,12 @@ Result<ServerConfig> loadServerConfig(const std::string& path) {
     L.max_events = (*lim)["max_events"].value_or(L.max_events);
     L.max_modules = (*lim)["max_modules"].value_or(L.max_modules);
     L.max_functions = (*lim)["max_functions"].value_or(L.max_functions);
+    L.max_pending_host_funcs = (*lim)["max_pending_host_funcs"].value_or(L.max_pending_host_funcs);
+    if (auto k = (*lim)["kernel_timeout_ms"].value<int64_t>()) {
+      if (*k < 0 || *k > 24 * 3600 * 1000)
+        return Status(err::kInvalidValue, where("limits.kernel_timeout_ms") + " must be 0..86400000");
+      L.kernel_timeout_ms = static_cast<uint32_t>(*k);
+    }
   }
   if (auto* cu = tbl["cuda"].as_table()) {
     if (auto lib = (*cu)["driver_library"].value<std::string>())

@@ -51,6 +51,9 @@ struct SessionLimits {
   uint32_t max_modules = 4096;
   uint32_t max_functions = 1u << 20;
   uint32_t max_pending_host_funcs = 4096;
+  // A kernel running longer than this fails with cudaErrorLaunchTimeout
+  // (sticky for the session, as a GPU watchdog does); 0: no limit.
+  uint32_t kernel_timeout_ms = 0;
 };
 
 struct ServerConfig {
@@ -62,7 +65,13 @@ struct ServerConfig {
   std::string tls_cert, tls_key, tls_ca;
   bool require_client_cert = false;
   bool allow_anonymous = false;  // accept clients that match no user (dev only)
+  // No TLS: frames in the clear, tokens only. Refused unless `listen` is a
+  // loopback address (development and tests on one machine).
+  bool insecure_plaintext = false;
   int handshake_timeout_ms = 10000;
+  // [session]: how long a worker keeps a session whose connection dropped,
+  // waiting for the client to resume it; 0: no resume.
+  uint32_t resume_grace_ms = 30000;
   std::vector<UserEntry> users;
   PoolConfig pool;
   std::vector<SimDeviceConfig> sim_devices;
@@ -76,6 +85,11 @@ struct ServerConfig {
 };
 
 Result<ServerConfig> loadServerConfig(const std::string& path);
+// The same from TOML text; `path` names it in messages and anchors relative paths.
+Result<ServerConfig> parseServerConfig(const std::string& text, const std::string& path);
+// What a SIGHUP cannot change (the listener, the backend and its devices):
+// empty when `next` keeps `running`'s, else the keys that differ.
+std::string restartOnlyChanges(const ServerConfig& running, const ServerConfig& next);
 using common::parseSize;
 
 }  // namespace rgpu::server

@@ -4,6 +4,8 @@
 #include <kj/exception.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -11,6 +13,7 @@
 
 #include "common/log.h"
 #include "protocol/frame.h"
+#include "server/fd_passing.h"
 
 namespace rgpu::server {
 
@@ -69,6 +72,43 @@ bool constantTimeEquals(const std::string& a, const std::string& b) {
 // Device memory is accounted in cudaMalloc's 256-byte granules.
 uint64_t chargedBytes(uint64_t size) { return (size + 255) / 256 * 256; }
 
+common::Compression compressionOf(const ServerConfig& cfg) {
+  auto c = common::parseCompression(cfg.compression);
+  return c ? *c : common::Compression::kOff;
+}
+
+// Reads the first frame of a connection, which must be a Hello, within
+// `timeout_ms`: a client that connects and stays silent must not hold a
+// worker (or its resume thread) forever. The message is copied out of the
+// reader, which does not outlive this call.
+Status readHello(common::TlsConnection& conn, int timeout_ms, uint64_t session_id, FrameHeader& h,
+                 kj::Array<capnp::word>& out) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock lock(mu);
+    if (!cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return done; })) {
+      RGPU_LOG_WARN("session {}: no Hello from {} within {} ms, closing", session_id, conn.peerAddress(), timeout_ms);
+      conn.shutdown();
+    }
+  });
+  common::FrameReader reader(conn, 0);
+  kj::ArrayPtr<const capnp::word> msg;
+  Status s = reader.next(h, msg);
+  {
+    std::lock_guard lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  if (!s) return s;
+  if (h.type != FrameType::kHello) return Status(err::kInvalidValue, "first frame is not a Hello");
+  out = kj::heapArray<capnp::word>(msg.size());
+  std::memcpy(out.begin(), msg.begin(), msg.size() * sizeof(capnp::word));
+  return Status::ok();
+}
+
 std::string hexPtr(uint64_t v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
@@ -78,17 +118,15 @@ std::string hexPtr(uint64_t v) {
 }  // namespace
 
 Session::Session(std::unique_ptr<common::TlsConnection> conn, const ServerConfig& cfg, BackendFactory make_backend,
-                 PoolLink& pool, uint64_t session_id)
-    : conn_(std::move(conn)),
+                 PoolLink& pool, uint64_t session_id, ResumeSource resume)
+    : outbox_(std::move(conn), compressionOf(cfg)),
       cfg_(cfg),
       make_backend_(std::move(make_backend)),
       pool_(pool),
       session_id_(session_id),
       staging_(std::make_shared<StagingPool>()),
-      allocs_(cfg.limits.max_allocations) {
-  auto c = common::parseCompression(cfg.compression);
-  compression_ = c ? *c : common::Compression::kOff;
-}
+      allocs_(cfg.limits.max_allocations),
+      resume_source_(resume) {}
 
 void Session::attachBackend(std::unique_ptr<Backend> backend) {
   backend_ = std::move(backend);
@@ -106,19 +144,44 @@ Session::~Session() {
     closing_ = true;
   }
   host_cv_.notify_all();
-  conn_->shutdown();
+  stopResumeThread();
+  outbox_.close();
+  outbox_.connection()->shutdown();
   // The backend's threads call back into this session: stop them first.
   backend_.reset();
+}
+
+void Session::stopResumeThread() {
+  if (resume_thread_.joinable()) {
+    uint64_t one = 1;
+    [[maybe_unused]] auto w = ::write(resume_stop_fd_, &one, sizeof one);
+    resume_thread_.join();
+    ::close(resume_stop_fd_);
+    resume_stop_fd_ = -1;
+  }
+  // Closed, so the daemon can no longer hand us a connection: it gives a late
+  // resume attempt to a fresh worker, which says the session is gone.
+  if (resume_source_.fd >= 0) {
+    ::close(resume_source_.fd);
+    resume_source_.fd = -1;
+  }
 }
 
 Status Session::run() {
   Status s = handshake();
   if (!s) {
-    RGPU_LOG_WARN("session {} from {}: {}", session_id_, conn_->peerAddress(), s.message());
+    RGPU_LOG_WARN("session {} from {}: {}", session_id_, outbox_.connection()->peerAddress(), s.message());
     return s;
   }
-  RGPU_LOG_INFO("session {} started: user '{}' from {}", session_id_, identity_, conn_->peerAddress());
+  RGPU_LOG_INFO("session {} started: user '{}' from {}{}", session_id_, identity_, outbox_.connection()->peerAddress(),
+                resume_ ? " (resumable)" : "");
+  if (resume_) {
+    resume_stop_fd_ = eventfd(0, EFD_CLOEXEC);
+    resume_thread_ = std::thread([this] { acceptResumes(); });
+  }
   s = serve();
+  stopResumeThread();
+  outbox_.close();  // backend threads waiting for the client's acknowledgement return
   reportUsage(true);
   {
     std::lock_guard lock(host_mu_);
@@ -132,35 +195,21 @@ Status Session::run() {
   return s;
 }
 
-Status Session::handshake() {
-  // A client that connects and stays silent must not hold a worker forever.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  std::thread watchdog([&] {
-    std::unique_lock lock(mu);
-    if (!cv.wait_for(lock, std::chrono::milliseconds(cfg_.handshake_timeout_ms), [&] { return done; })) {
-      RGPU_LOG_WARN("session {}: no Hello from {} within {} ms, closing", session_id_, conn_->peerAddress(),
-                    cfg_.handshake_timeout_ms);
-      conn_->shutdown();
-    }
-  });
-  auto finishWatch = [&] {
-    {
-      std::lock_guard lock(mu);
-      done = true;
-    }
-    cv.notify_all();
-    watchdog.join();
-  };
+std::string Session::authenticate(const common::TlsConnection& conn, const std::string& token) const {
+  std::string cn = conn.peerCommonName();
+  for (auto& u : cfg_.users)
+    if ((!cn.empty() && !u.cert_cn.empty() && u.cert_cn == cn) ||
+        (!token.empty() && !u.token.empty() && constantTimeEquals(u.token, token)))
+      return u.name;
+  return cfg_.allow_anonymous ? "anonymous" : "";
+}
 
-  common::FrameReader reader(*conn_, 0);
+Status Session::handshake() {
+  auto conn = outbox_.connection();
   FrameHeader h;
-  kj::ArrayPtr<const capnp::word> msg;
-  Status s = reader.next(h, msg);
-  finishWatch();
+  kj::Array<capnp::word> msg;
+  Status s = readHello(*conn, cfg_.handshake_timeout_ms, session_id_, h, msg);
   if (!s) return s;
-  if (h.type != FrameType::kHello) return Status(err::kInvalidValue, "first frame is not a Hello");
 
   capnp::MallocMessageBuilder out;
   auto welcome = out.initRoot<wire::Welcome>();
@@ -172,7 +221,7 @@ Status Session::handshake() {
     welcome.setMessage(why);
     std::vector<uint8_t> frame;
     common::appendFrame(frame, FrameType::kWelcome, 0, h.seq, out, 0);
-    (void)conn_->write(frame.data(), frame.size());
+    (void)outbox_.sendOnce(frame);
     return Status(code, why);
   };
   try {
@@ -182,29 +231,31 @@ Status Session::handshake() {
       return reject(err::kInsufficientDriver, "protocol version " + std::to_string(hello.getProtocolVersion()) +
                                                   " not supported (server speaks " +
                                                   std::to_string(wire::PROTOCOL_VERSION) + ")");
-    std::string cn = conn_->peerCommonName();
     std::string token = hello.getToken();
-    for (auto& u : cfg_.users) {
-      if ((!cn.empty() && !u.cert_cn.empty() && u.cert_cn == cn) ||
-          (!token.empty() && !u.token.empty() && constantTimeEquals(u.token, token))) {
-        identity_ = u.name;
-        break;
-      }
-    }
-    if (identity_.empty() && cfg_.allow_anonymous) identity_ = "anonymous";
+    identity_ = authenticate(*conn, token);
     if (identity_.empty()) {
+      std::string cn = conn->peerCommonName();
       std::string why = "authentication failed: ";
       why += cn.empty() ? "no client certificate" : "certificate CN '" + cn + "' is not a known user";
       why += token.empty() ? " and no token" : " and the token matches no user";
-      RGPU_LOG_WARN("session {}: rejected client {} (pid {} on '{}'): {}", session_id_, conn_->peerAddress(),
+      RGPU_LOG_WARN("session {}: rejected client {} (pid {} on '{}'): {}", session_id_, conn->peerAddress(),
                     hello.getPid(), std::string(hello.getHostname()), why);
       return reject(err::kNotPermitted, why);
+    }
+    if (hello.hasResumeToken() && hello.getResumeToken().size() > 0) {
+      // The daemon found no live session of that number and gave the
+      // connection to a fresh worker: the session is gone for good.
+      std::string why = "session " + std::to_string(hello.getResumeSession()) +
+                        " cannot be resumed: it has ended (a session waits [session] resume_grace_ms = " +
+                        std::to_string(cfg_.resume_grace_ms) + " ms for its client) or never existed on this server";
+      RGPU_LOG_WARN("session {}: client {} (user '{}'): {}", session_id_, conn->peerAddress(), identity_, why);
+      return reject(err::kDevicesUnavailable, why);
     }
     welcome.setIdentity(identity_);
     if (hello.getMonitor()) {
       monitor_ = true;
     } else {
-      ClientInfo who{identity_, hello.getHostname(), conn_->peerAddress(), hello.getPid()};
+      ClientInfo who{identity_, hello.getHostname(), conn->peerAddress(), hello.getPid()};
       DeviceRequest want;
       if (hello.hasRequest()) {
         auto r = hello.getRequest();
@@ -228,9 +279,13 @@ Status Session::handshake() {
                     devs, priorityName(placement_.priority),
                     placement_.quota ? formatBytes(placement_.quota) + " per device" : std::string("none"));
     }
-    uint8_t resume[16];
-    RAND_bytes(resume, sizeof resume);
-    welcome.setResumeToken(kj::arrayPtr(resume, sizeof resume));
+    resume_ = !monitor_ && hello.getResume() && cfg_.resume_grace_ms > 0 && resume_source_.fd >= 0 &&
+              resume_source_.tls;
+    uint8_t token_bytes[16];
+    RAND_bytes(token_bytes, sizeof token_bytes);
+    resume_token_.assign(reinterpret_cast<const char*>(token_bytes), sizeof token_bytes);
+    welcome.setResumeToken(kj::arrayPtr(token_bytes, sizeof token_bytes));
+    welcome.setResumeGraceMs(resume_ ? cfg_.resume_grace_ms : 0);
     welcome.setBackend(monitor_ ? "monitor" : backend_->name());
     welcome.setDriverVersion(monitor_ ? 0 : backend_->driverVersion());
     auto limits = welcome.initLimits();
@@ -255,49 +310,234 @@ Status Session::handshake() {
   } catch (const kj::Exception& e) {
     return reject(err::kInvalidValue, std::string("malformed Hello: ") + e.getDescription().cStr());
   }
+  // Retention starts before the first reply can be sent.
+  if (resume_) outbox_.retainUntilAcknowledged();
   std::vector<uint8_t> frame;
   common::appendFrame(frame, FrameType::kWelcome, 0, h.seq, out, 0);
-  return conn_->write(frame.data(), frame.size());
+  return outbox_.sendOnce(frame);
+}
+
+void Session::stop(const std::string& why) {
+  stopped_.store(true);
+  {
+    std::lock_guard lock(resume_mu_);
+  }
+  resume_cv_.notify_all();
+  RGPU_LOG_INFO("session {}: stopping: {}", session_id_, why);
+  sendNotify([&](wire::Notify::Builder& n) { n.setGoodbye(why); });
+  outbox_.connection()->shutdown();
 }
 
 Status Session::serve() {
-  common::FrameReader reader(*conn_);
+  for (;;) {
+    auto conn = outbox_.connection();
+    Status s = serveConnection(*conn);
+    if (stopped_.load()) return Status::ok();
+    if (s || fatal_ || !resume_) return s;
+    if (outbox_.lostFrames()) {
+      RGPU_LOG_WARN("session {}: connection lost ({}) and more than {} of unacknowledged replies were dropped: "
+                    "the session cannot be resumed",
+                    session_id_, s.message(), formatBytes(kMaxRetainedBytes));
+      return s;
+    }
+    RGPU_TRY(awaitResume(s));
+  }
+}
+
+Status Session::serveConnection(common::TlsConnection& conn) {
+  dispatch_thread_ = std::this_thread::get_id();
+  common::FrameReader reader(conn);
+  // A transport failure, a goodbye, or (without resume) the client leaving.
+  auto ended = [&](const Status& s) -> Status {
+    if (bye_ || conn.closedCleanly()) return Status::ok();
+    if (resume_) return s;
+    bool left = s.message().find("closed by") != std::string::npos || s.message().find("dropped by") != std::string::npos;
+    if (!left && conn.isOpen()) {
+      RGPU_LOG_WARN("session {}: {}", session_id_, s.message());
+      // Tell the peer why before hanging up (best effort).
+      sendNotify([&](wire::Notify::Builder& n) { n.setGoodbye(s.message()); });
+    }
+    return left ? Status::ok() : s;
+  };
+  // A protocol violation: tell the client and end the session for good.
+  auto violation = [&](const Status& s) -> Status {
+    fatal_ = true;
+    RGPU_LOG_WARN("session {}: {}", session_id_, s.message());
+    sendNotify([&](wire::Notify::Builder& n) { n.setGoodbye(s.message()); });
+    return s;
+  };
   for (;;) {
     FrameHeader h;
     kj::ArrayPtr<const capnp::word> msg;
     Status s = reader.next(h, msg);
-    if (!s) {
-      if (conn_->isOpen()) {
-        RGPU_LOG_WARN("session {}: {}", session_id_, s.message());
-        // Tell the peer why before hanging up (best effort).
-        sendNotify([&](wire::Notify::Builder& n) { n.setGoodbye(s.message()); });
+    if (!s) return s.code() == err::kDevicesUnavailable ? ended(s) : violation(s);
+    if (h.type == FrameType::kAck) {
+      if (h.bulk_len) return violation(Status(err::kInvalidValue, "acknowledgement with a bulk payload"));
+      try {
+        capnp::FlatArrayMessageReader r(msg, common::readerOptions());
+        auto a = r.getRoot<wire::Ack>();
+        if (a.getBye()) bye_ = true;
+        outbox_.acknowledged(a.getReplies(), a.getNotifications());
+      } catch (const kj::Exception& e) {
+        return violation(Status(err::kInvalidValue, std::string("malformed acknowledgement: ") + e.getDescription().cStr()));
       }
-      return s.message().find("closed by") != std::string::npos ? Status::ok() : s;
+      continue;
     }
-    if (h.type != FrameType::kRequest) {
-      RGPU_LOG_WARN("session {}: unexpected frame type {} from client", session_id_, static_cast<int>(h.type));
-      sendNotify([&](wire::Notify::Builder& n) { n.setGoodbye("protocol error: unexpected frame type"); });
-      return Status(err::kInvalidValue, "unexpected frame type");
-    }
+    if (h.type != FrameType::kRequest)
+      return violation(Status(err::kInvalidValue, "protocol error: unexpected frame type " +
+                                                      std::to_string(static_cast<int>(h.type))));
+    if (h.seq != next_seq_)
+      return violation(Status(err::kInvalidValue, "protocol error: request sequence number " + std::to_string(h.seq) +
+                                                      " where " + std::to_string(next_seq_) +
+                                                      " was due (a replayed or reordered frame)"));
     reader_ = &reader;
     try {
       capnp::FlatArrayMessageReader r(msg, common::readerOptions());
       Status d = dispatch(h, r.getRoot<wire::Request>());
-      if (!d) {
-        RGPU_LOG_WARN("session {}: {}", session_id_, d.message());
-        sendNotify([&](wire::Notify::Builder& n) { n.setGoodbye(d.message()); });
-        return d;
-      }
+      if (!d) return d.code() == err::kDevicesUnavailable ? ended(d) : violation(d);
     } catch (const kj::Exception& e) {
       std::string why = std::string("malformed request: ") + e.getDescription().cStr();
-      RGPU_LOG_WARN("session {}: {}", session_id_, why);
       // The bulk (if any) was not consumed: the stream position is lost.
-      if (h.bulk_len) {
-        sendNotify([&](wire::Notify::Builder& n) { n.setGoodbye(why); });
-        return Status(err::kInvalidValue, why);
-      }
+      if (h.bulk_len) return violation(Status(err::kInvalidValue, why));
+      RGPU_LOG_WARN("session {}: {}", session_id_, why);
       finish(h, Status(err::kInvalidValue, why));
     }
+    ++next_seq_;
+    if (resume_ && (++unacked_requests_ >= kAckEveryRequests || (unacked_bulk_ += h.bulk_len) >= kAckEveryBulkBytes)) {
+      // The client keeps every request until told it was carried out.
+      unacked_requests_ = unacked_bulk_ = 0;
+      capnp::MallocMessageBuilder a(64);
+      a.initRoot<wire::Ack>().setDispatched(h.seq);
+      std::vector<uint8_t> frame;
+      common::appendFrame(frame, FrameType::kAck, 0, 0, a, 0);
+      (void)outbox_.sendOnce(frame);
+    }
+  }
+}
+
+Status Session::awaitResume(const Status& why) {
+  auto lost_at = std::chrono::steady_clock::now();
+  RGPU_LOG_WARN("session {}: connection lost ({}); keeping the session {} ms for the client to resume", session_id_,
+                why.message(), cfg_.resume_grace_ms);
+  Pending p;
+  {
+    std::unique_lock lock(resume_mu_);
+    bool woken = resume_cv_.wait_for(lock, std::chrono::milliseconds(cfg_.resume_grace_ms),
+                                     [&] { return pending_.conn != nullptr || stopped_.load() || resume_closed_; });
+    if (stopped_.load()) return Status::ok();
+    if (!pending_.conn && resume_closed_) {
+      RGPU_LOG_INFO("session {}: rgpu-server is shutting down: no resume; ending the session", session_id_);
+      return Status(err::kDevicesUnavailable, "rgpu-server is shutting down (" + why.message() + ")");
+    }
+    if (!woken) {
+      RGPU_LOG_WARN("session {}: the client did not resume within {} ms; ending the session and freeing its memory",
+                    session_id_, cfg_.resume_grace_ms);
+      return Status(err::kDevicesUnavailable, "the client did not resume within [session] resume_grace_ms = " +
+                                                  std::to_string(cfg_.resume_grace_ms) + " ms (" + why.message() + ")");
+    }
+    p.conn = std::move(pending_.conn);
+    p.replies = pending_.replies;
+    p.notifications = pending_.notifications;
+  }
+  capnp::MallocMessageBuilder out;
+  auto w = out.initRoot<wire::Welcome>();
+  w.setProtocolVersion(wire::PROTOCOL_VERSION);
+  w.setServerVersion(RGPU_VERSION);
+  w.setSessionId(session_id_);
+  w.setIdentity(identity_);
+  w.setResumed(true);
+  w.setDispatched(next_seq_ - 1);
+  w.setResumeGraceMs(cfg_.resume_grace_ms);
+  w.setResumeToken(kj::arrayPtr(reinterpret_cast<const kj::byte*>(resume_token_.data()), resume_token_.size()));
+  if (backend_) {
+    w.setBackend(backend_->name());
+    w.setDriverVersion(backend_->driverVersion());
+  }
+  std::vector<uint8_t> frame;
+  common::appendFrame(frame, FrameType::kWelcome, 0, 0, out, 0);
+  std::string peer = p.conn->peerAddress();
+  auto resent = outbox_.resume(std::move(p.conn), frame, p.replies, p.notifications);
+  unacked_requests_ = unacked_bulk_ = 0;
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - lost_at).count();
+  if (!resent) {
+    RGPU_LOG_WARN("session {}: resumed connection from {} failed at once: {}", session_id_, peer, resent.status().message());
+  } else {
+    RGPU_LOG_INFO("session {}: resumed by {} after {} ms: requests up to {} were carried out, {} reply/notification "
+                  "frame(s) resent",
+                  session_id_, peer, ms, next_seq_ - 1, *resent);
+  }
+  return Status::ok();
+}
+
+void Session::acceptResumes() {
+  // The daemon is draining or gone: no client can come back.
+  auto daemonGone = [&] {
+    {
+      std::lock_guard lock(resume_mu_);
+      resume_closed_ = true;
+    }
+    resume_cv_.notify_all();
+  };
+  for (;;) {
+    pollfd p[2] = {{resume_source_.fd, POLLIN, 0}, {resume_stop_fd_, POLLIN, 0}};
+    int rc = ::poll(p, 2, -1);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0 || p[1].revents) return;
+    int fd = receiveFd(resume_source_.fd);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      return daemonGone();
+    }
+    auto conn = common::TlsConnection::accept(*resume_source_.tls, fd, std::chrono::milliseconds(cfg_.handshake_timeout_ms));
+    if (!conn) {
+      RGPU_LOG_WARN("session {}: resume attempt: {}", session_id_, conn.status().message());
+      continue;
+    }
+    FrameHeader h;
+    kj::Array<capnp::word> msg;
+    if (Status s = readHello(**conn, cfg_.handshake_timeout_ms, session_id_, h, msg); !s) {
+      RGPU_LOG_WARN("session {}: resume attempt from {}: {}", session_id_, (*conn)->peerAddress(), s.message());
+      continue;
+    }
+    std::string why;
+    uint64_t replies = 0, notifications = 0;
+    try {
+      capnp::FlatArrayMessageReader r(msg, common::readerOptions());
+      auto hello = r.getRoot<wire::Hello>();
+      auto token = hello.getResumeToken();
+      std::string given(reinterpret_cast<const char*>(token.begin()), token.size());
+      std::string user = authenticate(**conn, hello.getToken());
+      if (hello.getProtocolVersion() != wire::PROTOCOL_VERSION) why = "protocol version differs";
+      else if (hello.getResumeSession() != session_id_) why = "it names session " + std::to_string(hello.getResumeSession());
+      else if (!constantTimeEquals(given, resume_token_)) why = "wrong resume token";
+      else if (user != identity_) why = user.empty() ? "authentication failed" : "user '" + user + "' does not own the session";
+      replies = hello.getReceived().getReplies();
+      notifications = hello.getReceived().getNotifications();
+    } catch (const kj::Exception& e) {
+      why = std::string("malformed Hello: ") + e.getDescription().cStr();
+    }
+    if (!why.empty()) {
+      RGPU_LOG_WARN("session {}: resume attempt from {} refused: {}", session_id_, (*conn)->peerAddress(), why);
+      capnp::MallocMessageBuilder out;
+      auto w = out.initRoot<wire::Welcome>();
+      w.setError(err::kNotPermitted);
+      w.setMessage("resume refused: " + why);
+      std::vector<uint8_t> frame;
+      common::appendFrame(frame, FrameType::kWelcome, 0, h.seq, out, 0);
+      (void)(*conn)->write(frame.data(), frame.size());
+      continue;
+    }
+    // The old connection may still look open (a half-dead link): shut it, so
+    // the dispatch thread moves to the new one.
+    auto old = outbox_.connection();
+    {
+      std::lock_guard lock(resume_mu_);
+      pending_.conn = std::move(*conn);
+      pending_.replies = replies;
+      pending_.notifications = notifications;
+    }
+    resume_cv_.notify_all();
+    old->shutdown();
   }
 }
 
@@ -378,18 +618,14 @@ void Session::sendReply(uint64_t seq, const Status& status, const Fill& fill, co
   bytes_out_.fetch_add(bulk_len, std::memory_order_relaxed);
   std::vector<uint8_t> frame;
   common::appendFrame(frame, FrameType::kReply, 0, seq, out, bulk_len);
-  common::BulkSender sender;
-  Status w = sender.send(*conn_, frame, 0, bulk, bulk_len, compression_);
-  if (!w) RGPU_LOG_DEBUG("session {}: reply not sent: {}", session_id_, w.message());
+  outbox_.reply(seq, frame, bulk, bulk_len, std::this_thread::get_id() != dispatch_thread_);
 }
 
 void Session::sendNotify(const std::function<void(wire::Notify::Builder&)>& fill) {
   capnp::MallocMessageBuilder out(128);
   auto n = out.initRoot<wire::Notify>();
   fill(n);
-  std::vector<uint8_t> frame;
-  common::appendFrame(frame, FrameType::kNotify, 0, 0, out, 0);
-  (void)conn_->write(frame.data(), frame.size());
+  outbox_.notify(out);
 }
 
 Status Session::checkDevice(int device) const {

@@ -5,16 +5,29 @@
 // to calls that wait for stream work (synchronize, device-to-host copies) are
 // sent later from backend threads, so a blocking call from one client thread
 // never stalls the calls of its other threads. Replies may be written by any
-// thread (TlsConnection serialises frames).
+// thread (the Outbox serialises frames).
+//
+// Requests must arrive numbered 1, 2, 3, ...: any other sequence number (a
+// replayed or reordered frame) ends the session with a goodbye naming it.
+//
+// Resume: when client and server agree on it (Hello.resume, [session]
+// resume_grace_ms > 0, a worker started by the daemon), a dropped connection
+// does not end the session. The worker keeps its state for the grace period;
+// a resume thread takes the sockets the daemon hands over (ResumeSource),
+// checks TLS, the identity and the resume token, and the dispatch thread
+// carries on over the new connection after telling the client the last
+// request it dispatched (the client replays the rest; the Outbox resends the
+// replies and notifications the client lacks).
 #pragma once
 
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -23,6 +36,7 @@
 #include "protocol/rgpu.capnp.h"
 #include "server/allocation_table.h"
 #include "server/backend.h"
+#include "server/outbox.h"
 #include "server/pool_link.h"
 #include "server/server_config.h"
 
@@ -33,22 +47,50 @@ class StagingPool;
 // Builds the session's backend over the host devices the pool placed it on.
 using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(const Placement& placement)>;
 
+// Where a resumed client's new connection comes from: the daemon passes the
+// socket over `fd` (SCM_RIGHTS) and the session completes TLS with `tls`.
+struct ResumeSource {
+  int fd = -1;  // the session owns it; -1: this session cannot be resumed
+  common::TlsContext* tls = nullptr;  // outlives the session
+};
+
+// The server acknowledges dispatched requests this often (so the client can
+// drop its copies) when no reply has done so already.
+inline constexpr uint64_t kAckEveryRequests = 1024;
+// (1 MiB: a client waits for the acknowledgement of each large bulk payload it
+// did not copy, see client/connection.cc.)
+inline constexpr uint64_t kAckEveryBulkBytes = 1ull << 20;
+
 class Session {
  public:
   // `pool` outlives the session. The backend is built once the pool has
   // admitted the client (monitor sessions — rgpu-smi — get none).
   Session(std::unique_ptr<common::TlsConnection> conn, const ServerConfig& cfg, BackendFactory make_backend,
-          PoolLink& pool, uint64_t session_id);
+          PoolLink& pool, uint64_t session_id, ResumeSource resume = {});
   ~Session();
 
   // Authenticates the client, then serves it until it leaves or the connection
   // fails. Returns ok on a clean goodbye.
   Status run();
+  // Ends the session from another thread (SIGTERM): the client is told `why`
+  // in a goodbye (so it does not try to resume) and run() returns.
+  void stop(const std::string& why);
   const std::string& identity() const { return identity_; }
 
  private:
   Status handshake();
   Status serve();
+  // Reads and dispatches frames from `conn` until it fails or the client says
+  // goodbye (ok). A protocol violation sets fatal_.
+  Status serveConnection(common::TlsConnection& conn);
+  // After a lost connection: waits up to the grace period for a validated new
+  // one and takes it up.
+  Status awaitResume(const Status& why);
+  // The resume thread: takes sockets from the daemon and validates them.
+  void acceptResumes();
+  void stopResumeThread();
+  // The user a connection authenticates as (certificate CN or token), or "".
+  std::string authenticate(const common::TlsConnection& conn, const std::string& token) const;
   // Handles one request; returns non-ok only for errors that end the session
   // (transport failure). Call errors go back to the client.
   Status dispatch(const protocol::FrameHeader& h, wire::Request::Reader req);
@@ -71,7 +113,7 @@ class Session {
   Status checkStream(wire::StreamRef::Reader s, StreamKey& key) const;
   Status checkDevice(int device) const;
 
-  std::unique_ptr<common::TlsConnection> conn_;
+  Outbox outbox_;
   common::FrameReader* reader_ = nullptr;  // the dispatch thread's reader, during serve()
   const ServerConfig& cfg_;
   BackendFactory make_backend_;
@@ -84,8 +126,8 @@ class Session {
   std::chrono::steady_clock::time_point last_usage_report_{};
   uint64_t session_id_;
   std::string identity_;
-  common::Compression compression_ = common::Compression::kOff;
   std::shared_ptr<StagingPool> staging_;  // shared: buffers in flight return to it after we are gone
+
 
   AllocationTable allocs_;
   std::unordered_map<uint32_t, int> streams_;   // id -> device
@@ -111,6 +153,26 @@ class Session {
   std::condition_variable host_cv_;
   std::unordered_set<uint64_t> host_pending_;
   bool closing_ = false;
+
+  // Sequencing and resume (the dispatch thread's, but for the resume state).
+  uint64_t next_seq_ = 1;          // the sequence number the next request must carry
+  uint64_t unacked_requests_ = 0, unacked_bulk_ = 0;
+  bool fatal_ = false;             // a protocol violation: the session ends, no resume
+  bool bye_ = false;               // the client said goodbye: an orderly end
+  bool resume_ = false;            // agreed in the handshake
+  std::atomic<bool> stopped_{false};  // stop() was called
+  std::thread::id dispatch_thread_;    // replies it sends must never wait for the client
+  std::string resume_token_;
+  ResumeSource resume_source_;
+  int resume_stop_fd_ = -1;        // eventfd: ends the resume thread
+  std::thread resume_thread_;
+  std::mutex resume_mu_;
+  std::condition_variable resume_cv_;
+  bool resume_closed_ = false;      // resume_mu_: the daemon closed the handoff socket
+  struct Pending {
+    std::unique_ptr<common::TlsConnection> conn;
+    uint64_t replies = 0, notifications = 0;
+  } pending_;                       // a validated new connection, for the dispatch thread
 };
 
 }  // namespace rgpu::server

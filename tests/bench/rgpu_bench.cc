@@ -60,7 +60,7 @@ void check(cudaError_t e, const char* what) {
 // bytes, answer one byte; 'r' total: send total bytes.
 void rawPeer(int lfd, const std::string& dir) {
   int fd = ::accept(lfd, nullptr, nullptr);
-  auto ctx = TlsContext::makeServer({dir + "/ca.pem", dir + "/server.pem", dir + "/server.key", false});
+  auto ctx = TlsContext::makeServer(rgpu::common::TlsOptions::files(dir + "/ca.pem", dir + "/server.pem", dir + "/server.key", false));
   auto c = TlsConnection::accept(**ctx, fd, std::chrono::seconds(10));
   if (!c) _exit(1);
   TlsConnection& conn = **c;
@@ -113,7 +113,7 @@ Raw startRaw(const std::string& dir) {
     _exit(0);
   }
   ::close(lfd);
-  auto ctx = TlsContext::makeClient({dir + "/ca.pem", "", "", false});
+  auto ctx = TlsContext::makeClient(rgpu::common::TlsOptions::files(dir + "/ca.pem", "", "", false));
   auto c = TlsConnection::connect(**ctx, "127.0.0.1", port, "", std::chrono::seconds(10));
   if (!c) {
     std::fprintf(stderr, "rgpu-bench: raw peer: %s\n", c.status().message().c_str());

@@ -77,7 +77,7 @@ TEST_F(Tls, ExpiredServerCertificateIsRefused) {
 }
 
 TEST_F(Tls, ConnectToAClosedPortFailsFastNamingTheAddress) {
-  auto ctx = TlsContext::makeClient({dir_.file("ca.pem"), "", "", false});
+  auto ctx = TlsContext::makeClient(common::TlsOptions::files(dir_.file("ca.pem"), "", "", false));
   ASSERT_TRUE(ctx);
   auto c = TlsConnection::connect(**ctx, "127.0.0.1", 1, "", std::chrono::milliseconds(2000));
   ASSERT_FALSE(c);
@@ -88,7 +88,7 @@ TEST_F(Tls, HandshakeTimesOutAgainstASilentPeer) {
   // A listener that accepts TCP but never speaks TLS.
   uint16_t port = 0;
   int lfd = test::listenLoopback(&port);
-  auto ctx = TlsContext::makeClient({dir_.file("ca.pem"), "", "", false});
+  auto ctx = TlsContext::makeClient(common::TlsOptions::files(dir_.file("ca.pem"), "", "", false));
   auto t0 = std::chrono::steady_clock::now();
   auto c = TlsConnection::connect(**ctx, "127.0.0.1", port, "", std::chrono::milliseconds(300));
   auto waited = std::chrono::steady_clock::now() - t0;

@@ -132,7 +132,7 @@ TEST_F(Pool, PolicyReloadOnSighupAppliesWithoutARestart) {
   EXPECT_NE(before.output.find("allocate the quota: cudaErrorMemoryAllocation"), std::string::npos) << before.output;
   writeFile(dir_.file("server.toml"), poolToml(dir_.path(), "memory_quota = \"2MiB\"\n", ""));
   ::kill(server_->pid(), SIGHUP);
-  waitFor([&] { return server_->log().find("SIGHUP: policy reloaded") != std::string::npos; }, "the reload");
+  waitFor([&] { return server_->log().find("SIGHUP: configuration reloaded") != std::string::npos; }, "the reload");
   RunResult after = as("alice", "quota 2097152");
   EXPECT_NE(after.output.find("allocate the quota: cudaSuccess"), std::string::npos) << after.output;
   EXPECT_NE(after.output.find("one byte more: cudaErrorMemoryAllocation"), std::string::npos) << after.output;

@@ -169,7 +169,7 @@ TEST_F(ClientConnection, ManyAsyncCallsFromManyThreadsAllArrive) {
 TEST(ClientConnectionDeadServer, CallsFailCleanlyWhenTheServerGoesAway) {
   test::TempDir dir;
   test::makeCerts(dir.path());
-  auto server = std::make_unique<test::ServerProcess>(dir.path(), test::serverToml(dir.path()));
+  auto server = std::make_unique<test::ServerProcess>(dir.path(), test::serverToml(dir.path(), "[pool]\ndrain_timeout_ms = 200\n"));
   ClientConfig cfg;
   cfg.server = "127.0.0.1:" + std::to_string(server->port());
   cfg.ca = dir.file("ca.pem");

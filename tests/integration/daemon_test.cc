@@ -11,7 +11,7 @@ namespace rgpu::test {
 namespace {
 
 std::unique_ptr<common::TlsConnection> connectTo(const std::string& dir, uint16_t port) {
-  auto ctx = common::TlsContext::makeClient({dir + "/ca.pem", dir + "/alice.pem", dir + "/alice.key", false});
+  auto ctx = common::TlsContext::makeClient(common::TlsOptions::files(dir + "/ca.pem", dir + "/alice.pem", dir + "/alice.key", false));
   auto c = common::TlsConnection::connect(**ctx, "127.0.0.1", port, "", std::chrono::milliseconds(5000));
   EXPECT_TRUE(c) << c.status().message();
   return std::move(*c);
@@ -52,7 +52,7 @@ TEST(Daemon, SigtermDrainsRunningSessionsUntilTheDeadlineAndTakesNoNewOnes) {
   uint64_t p = a.malloc(64);
   EXPECT_NE(p, 0u);
   // No new sessions: the listening socket is closed.
-  auto ctx = common::TlsContext::makeClient({dir.file("ca.pem"), dir.file("alice.pem"), dir.file("alice.key"), false});
+  auto ctx = common::TlsContext::makeClient(common::TlsOptions::files(dir.file("ca.pem"), dir.file("alice.pem"), dir.file("alice.key"), false));
   for (int i = 0; i < 200 && server.log().find("draining") == std::string::npos; ++i) usleep(5000);
   auto late = common::TlsConnection::connect(**ctx, "127.0.0.1", server.port(), "", std::chrono::milliseconds(2000));
   EXPECT_FALSE(late);

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "common/frame_io.h"
 #include "protocol/rgpu.capnp.h"
 #include "tests/support/test_env.h"
@@ -18,6 +20,16 @@ struct RawReply {
   uint64_t ptr = 0;
   std::vector<uint8_t> bulk;
   bool goodbye = false;
+};
+
+struct RawWelcome {
+  int error = -1;
+  std::string message;
+  uint64_t session = 0;
+  std::string resume_token;
+  uint32_t grace_ms = 0;
+  bool resumed = false;
+  uint64_t dispatched = 0;
 };
 
 class RawClient {
@@ -42,6 +54,37 @@ class RawClient {
     return {w.getError(), w.getMessage()};
   }
 
+  // Sends a Hello that `fill` completes; returns the Welcome.
+  RawWelcome helloWith(const std::function<void(wire::Hello::Builder&)>& fill) {
+    capnp::MallocMessageBuilder msg;
+    auto h = msg.initRoot<wire::Hello>();
+    h.setProtocolVersion(wire::PROTOCOL_VERSION);
+    fill(h);
+    std::vector<uint8_t> f;
+    common::appendFrame(f, protocol::FrameType::kHello, 0, 0, msg, 0);
+    RawWelcome out;
+    if (!conn_->write(f.data(), f.size())) return out;
+    protocol::FrameHeader hdr;
+    kj::ArrayPtr<const capnp::word> words;
+    Status s = reader_.next(hdr, words);
+    if (!s) {
+      out.message = s.message();
+      return out;
+    }
+    capnp::FlatArrayMessageReader r(words, common::readerOptions());
+    auto w = r.getRoot<wire::Welcome>();
+    out.error = w.getError();
+    out.message = w.getMessage();
+    out.session = w.getSessionId();
+    auto t = w.getResumeToken();
+    out.resume_token.assign(reinterpret_cast<const char*>(t.begin()), t.size());
+    out.grace_ms = w.getResumeGraceMs();
+    out.resumed = w.getResumed();
+    out.dispatched = w.getDispatched();
+    return out;
+  }
+  void setNextSeq(uint64_t seq) { next_seq_ = seq; }
+
   uint64_t send(capnp::MessageBuilder& msg, bool async = false, const std::vector<uint8_t>& bulk = {}) {
     std::vector<uint8_t> f;
     uint64_t seq = next_seq_++;
@@ -51,6 +94,8 @@ class RawClient {
     return seq;
   }
   Status writeRaw(const void* p, size_t n) { return conn_->write(p, n); }
+  // The sequence number the next request must carry (for frames built by hand).
+  uint64_t takeSeq() { return next_seq_++; }
 
   // Reads the next frame; a transport failure gives error -1.
   RawReply next() {
@@ -64,6 +109,7 @@ class RawClient {
     }
     out.type = h.type;
     capnp::FlatArrayMessageReader r(words, common::readerOptions());
+    if (h.type == protocol::FrameType::kAck) return out;
     if (h.type == protocol::FrameType::kNotify) {
       auto n = r.getRoot<wire::Notify>();
       out.goodbye = n.isGoodbye();

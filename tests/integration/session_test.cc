@@ -170,7 +170,7 @@ TEST_F(SessionTest, UnknownCallIsRefusedAndTheSessionContinues) {
   capnp::MallocMessageBuilder msg;
   msg.initRoot<wire::Request>().setPing();
   std::vector<uint8_t> f;
-  common::appendFrame(f, protocol::FrameType::kRequest, 0, 1, msg, 0);
+  common::appendFrame(f, protocol::FrameType::kRequest, 0, c.takeSeq(), msg, 0);
   // The union discriminant is the root struct's first data field: make it a
   // call from a newer protocol revision.
   size_t root = protocol::kFrameHeaderBytes + 8;  // after the one-segment table
@@ -184,6 +184,26 @@ TEST_F(SessionTest, UnknownCallIsRefusedAndTheSessionContinues) {
   EXPECT_EQ(r.error, err::kNotSupported);
   EXPECT_NE(r.message.find("not supported by this server"), std::string::npos) << r.message;
   EXPECT_EQ(c.ping().error, 0);
+}
+
+TEST_F(SessionTest, AReplayedRequestEndsTheSessionNamingItsSequenceNumber) {
+  RawClient c = authed();
+  EXPECT_EQ(c.ping().error, 0);  // request 1
+  c.setNextSeq(1);               // the same frame again
+  RawReply r = c.ping();
+  EXPECT_TRUE(r.goodbye);
+  EXPECT_NE(r.message.find("request sequence number 1 where 2 was due (a replayed or reordered frame)"),
+            std::string::npos)
+      << r.message;
+  EXPECT_EQ(authed().ping().error, 0);  // other sessions go on
+}
+
+TEST_F(SessionTest, ASkippedSequenceNumberEndsTheSession) {
+  RawClient c = authed();
+  c.setNextSeq(7);
+  RawReply r = c.ping();
+  EXPECT_TRUE(r.goodbye);
+  EXPECT_NE(r.message.find("request sequence number 7 where 1 was due"), std::string::npos) << r.message;
 }
 
 TEST_F(SessionTest, OversizedCopyIsRefusedBeforeAllocating) {

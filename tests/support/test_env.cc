@@ -147,7 +147,7 @@ TlsPair makeTlsPair(const std::string& dir, const std::string& client_cert, std:
   TlsPair pair;
   std::thread srv([&] {
     int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-    auto ctx = common::TlsContext::makeServer({dir + "/ca.pem", dir + "/server.pem", dir + "/server.key", require_client_cert});
+    auto ctx = common::TlsContext::makeServer(common::TlsOptions::files(dir + "/ca.pem", dir + "/server.pem", dir + "/server.key", require_client_cert));
     if (!ctx) {
       pair.server = ctx.status();
       ::close(fd);
@@ -195,7 +195,7 @@ void InProcessServer::acceptLoop() {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) return;
     sessions_.emplace_back([this, fd] {
-      auto ctx = common::TlsContext::makeServer({cfg_.tls_ca, cfg_.tls_cert, cfg_.tls_key, false});
+      auto ctx = common::TlsContext::makeServer(common::TlsOptions::files(cfg_.tls_ca, cfg_.tls_cert, cfg_.tls_key, false));
       if (!ctx) {
         ::close(fd);
         return;

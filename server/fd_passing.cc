@@ -1,0 +1,59 @@
+#include "server/fd_passing.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace rgpu::server {
+
+bool sendFd(int sock, int fd) {
+  char byte = 'F';
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = control;
+  m.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  return ::sendmsg(sock, &m, MSG_NOSIGNAL | MSG_DONTWAIT) == 1;
+}
+
+int receiveFd(int sock) {
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = control;
+  m.msg_controllen = sizeof control;
+  ssize_t n = ::recvmsg(sock, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  if (n <= 0) {
+    if (n == 0) errno = 0;
+    return -1;
+  }
+  // Anything but exactly one descriptor is not from the daemon: drop it.
+  int fd = -1;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    int fds[4] = {-1, -1, -1, -1};
+    std::memcpy(fds, CMSG_DATA(c), std::min<size_t>(count, 4) * sizeof(int));
+    for (size_t i = 0; i < std::min<size_t>(count, 4); ++i) {
+      if (fd < 0) fd = fds[i];
+      else ::close(fds[i]);
+    }
+  }
+  if (fd < 0) errno = EAGAIN;
+  return fd;
+}
+
+}  // namespace rgpu::server
