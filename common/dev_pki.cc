@@ -3,6 +3,7 @@
 #include <openssl/ec.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <openssl/rand.h>
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
 
@@ -74,7 +75,13 @@ Status makeDevPki(const DevPkiOptions& o) {
   ::mkdir(o.dir.c_str(), 0700);
   Key ca_key = newKey(), srv_key = newKey();
   if (!ca_key || !srv_key) return Status(err::kUnknown, "key generation failed");
-  Cert ca = makeCert("rgpu dev CA", ca_key.get(), nullptr, ca_key.get(), true, nullptr, o, 1);
+  // A name of its own: verifiers find a CA by subject, and two dev PKIs in one
+  // trust bundle must not be mistaken for each other.
+  unsigned char id[4];
+  RAND_bytes(id, sizeof id);
+  char ca_name[64];
+  std::snprintf(ca_name, sizeof ca_name, "rgpu dev CA %02x%02x%02x%02x", id[0], id[1], id[2], id[3]);
+  Cert ca = makeCert(ca_name, ca_key.get(), nullptr, ca_key.get(), true, nullptr, o, 1);
   Cert srv = makeCert("localhost", srv_key.get(), ca.get(), ca_key.get(), false,
                       "DNS:localhost,IP:127.0.0.1,IP:::1", o, 2);
   RGPU_TRY(writePem(o.dir + "/ca.pem", ca.get(), nullptr));
