@@ -212,9 +212,11 @@ void Connection::fail(const Status& s) {
     std::lock_guard lock(batch_mu_);
     std::lock_guard slock(slots_mu_);
     if (broken_.isOk()) {
+      // A session the server ended over a kernel fault keeps that fault's code.
+      int code = err::isSticky(s.code()) ? s.code() : err::kDevicesUnavailable;
       broken_ = s.code() == err::kDevicesUnavailable && s.message().rfind("lost the connection", 0) == 0
                     ? s
-                    : Status(err::kDevicesUnavailable, "lost the connection to rgpu server " + server_ + ": " + s.message());
+                    : Status(code, "lost the connection to rgpu server " + server_ + ": " + s.message());
       if (!closing_.load()) RGPU_LOG_ERROR("{}", broken_.message());
     }
     for (auto& [seq, slot] : slots_) waiting.push_back(slot);
@@ -525,7 +527,8 @@ Status Connection::receive(common::TlsConnection& conn) {
             std::fflush(stdout);
           } else if (n.isGoodbye()) {
             session_over_ = true;
-            return Status(err::kDevicesUnavailable, "server closed the session: " + std::string(n.getGoodbye()));
+            int code = n.getGoodbyeError() ? n.getGoodbyeError() : err::kDevicesUnavailable;
+            return Status(code, "server closed the session: " + std::string(n.getGoodbye()));
           }
         } catch (const kj::Exception& e) {
           session_over_ = true;

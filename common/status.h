@@ -38,6 +38,7 @@ inline constexpr int kNotFound = 500;
 inline constexpr int kNotReady = 600;
 inline constexpr int kIllegalAddress = 700;
 inline constexpr int kLaunchOutOfResources = 701;
+inline constexpr int kLaunchTimeout = 702;
 inline constexpr int kLaunchFailure = 719;
 inline constexpr int kNotPermitted = 800;
 inline constexpr int kNotSupported = 801;
@@ -47,8 +48,9 @@ inline constexpr int kUnknown = 999;
 
 // Kernel faults that leave a GPU context unusable: every later call of the
 // process fails with the same error (illegal address, assert, illegal
-// instruction, misaligned address, launch failure).
-inline bool isSticky(int code) { return code == 700 || code == 710 || code == 715 || code == 716 || code == 719; }
+// instruction, misaligned address, launch failure, a kernel stopped by the
+// watchdog).
+inline bool isSticky(int code) { return code == 700 || code == 702 || code == 710 || code == 715 || code == 716 || code == 719; }
 }  // namespace err
 
 class [[nodiscard]] Status {

@@ -253,4 +253,5 @@ struct Notify {
     goodbye @1 :Text;          # the server is closing this session, and why
     output @2 :Data;           # device printf output of a finished launch: the client writes it to stdout
   }
+  goodbyeError @3 :Int32;      # with goodbye: the cudaError_t every later call gets (0: cudaErrorDevicesUnavailable)
 }

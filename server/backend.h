@@ -79,6 +79,11 @@ class Backend {
   // Kernel time of this session so far (GPU time per session, for the pool).
   virtual uint64_t gpuTimeNs() const { return 0; }
 
+  // The backend cannot go on: a kernel ran past [limits] kernel_timeout_ms
+  // and the device cannot stop it. The session must end; the worker then exits
+  // without tearing the backend down (the process's exit frees the GPU).
+  virtual void setFatalSink(std::function<void(Status)> sink) {}
+
   // Device printf output of finished launches, in completion order.
   virtual void setOutputSink(std::function<void(std::string)> sink) {}
   // Hands any device output not yet delivered to the sink now (the session

@@ -24,6 +24,7 @@ constexpr auto kProbeTimeout = std::chrono::seconds(60);
 Result<std::unique_ptr<Backend>> makeSim(const ServerConfig& cfg, const std::vector<int>& physical) {
   SimOptions opts;
   opts.launch_log = cfg.sim_launch_log;
+  opts.kernel_timeout_ms = cfg.limits.kernel_timeout_ms;
   std::vector<SimDeviceConfig> devices;
   for (int p : physical) {
     if (p < 0 || static_cast<size_t>(p) >= cfg.sim_devices.size())
@@ -40,6 +41,7 @@ Result<std::unique_ptr<Backend>> makeCuda(const ServerConfig& cfg, const std::ve
   o.devices = physical;
   o.driver_library = cfg.cuda_driver_library;
   o.staging_pool_bytes = cfg.cuda_staging_pool;
+  o.kernel_timeout_ms = cfg.limits.kernel_timeout_ms;
   o.capture_stdout = true;  // workers only build backends here; device printf goes to the client
   auto b = cuda::CudaBackend::create(o);
   if (!b) return b.status();

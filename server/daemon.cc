@@ -38,6 +38,8 @@ namespace {
 // down ends the handshake; then a thread tells the session to stop (the client
 // gets a goodbye, so it does not try to resume), and the worker tears down in
 // order and exits 0.
+// Longest a worker's teardown may take once its session ended.
+constexpr auto kTeardownLimit = std::chrono::seconds(10);
 volatile sig_atomic_t g_worker_fd = -1;
 volatile sig_atomic_t g_session_running = 0;
 int g_term_fd = -1;  // eventfd the handler writes
@@ -105,6 +107,23 @@ int runWorker(const ServerConfig& cfg, const common::TlsOptions& tls, int fd, ui
   uint64_t one = 1;
   [[maybe_unused]] auto w = ::write(g_term_fd, &one, sizeof one);
   terminator.join();
+  if (session.backendWedged()) {
+    // A kernel the GPU cannot stop: tearing the backend down would wait for
+    // it. Exiting ends it (the driver frees the context); the daemon reaps us
+    // and returns the session's memory and quota to the pool.
+    RGPU_LOG_WARN("session {}: exiting without teardown to end a kernel that does not finish", session_id);
+    common::logger().flush();
+    std::_Exit(3);
+  }
+  // Teardown stops the backend's threads; should anything still hang there,
+  // the worker exits anyway rather than hold its memory and quota for ever.
+  std::thread([session_id] {
+    std::this_thread::sleep_for(kTeardownLimit);
+    RGPU_LOG_ERROR("session {}: teardown did not finish within {} s: exiting", session_id,
+                   std::chrono::duration_cast<std::chrono::seconds>(kTeardownLimit).count());
+    common::logger().flush();
+    std::_Exit(4);
+  }).detach();
   return s ? 0 : 2;
 }
 

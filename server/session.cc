@@ -131,6 +131,10 @@ Session::Session(std::unique_ptr<common::TlsConnection> conn, const ServerConfig
 void Session::attachBackend(std::unique_ptr<Backend> backend) {
   backend_ = std::move(backend);
   backend_->setAsyncErrorSink([this](Status s) { recordAsyncError(s); });
+  backend_->setFatalSink([this](Status s) {
+    wedged_.store(true);
+    stop(s.message(), s.code());
+  });
   backend_->setOutputSink([this](std::string text) {
     sendNotify([&](wire::Notify::Builder& n) {
       n.setOutput(kj::arrayPtr(reinterpret_cast<const kj::byte*>(text.data()), text.size()));
@@ -317,14 +321,17 @@ Status Session::handshake() {
   return outbox_.sendOnce(frame);
 }
 
-void Session::stop(const std::string& why) {
+void Session::stop(const std::string& why, int code) {
   stopped_.store(true);
   {
     std::lock_guard lock(resume_mu_);
   }
   resume_cv_.notify_all();
   RGPU_LOG_INFO("session {}: stopping: {}", session_id_, why);
-  sendNotify([&](wire::Notify::Builder& n) { n.setGoodbye(why); });
+  sendNotify([&](wire::Notify::Builder& n) {
+    n.setGoodbye(why);
+    n.setGoodbyeError(code);
+  });
   outbox_.connection()->shutdown();
 }
 

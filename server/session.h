@@ -74,8 +74,12 @@ class Session {
   Status run();
   // Ends the session from another thread (SIGTERM): the client is told `why`
   // in a goodbye (so it does not try to resume) and run() returns.
-  void stop(const std::string& why);
+  // `code`: the error the client's later calls get (0: devices unavailable).
+  void stop(const std::string& why, int code = 0);
   const std::string& identity() const { return identity_; }
+  // The backend cannot be torn down (a kernel past the watchdog that the GPU
+  // cannot stop): the worker must exit instead of destroying the session.
+  bool backendWedged() const { return wedged_.load(); }
 
  private:
   Status handshake();
@@ -161,6 +165,7 @@ class Session {
   bool bye_ = false;               // the client said goodbye: an orderly end
   bool resume_ = false;            // agreed in the handshake
   std::atomic<bool> stopped_{false};  // stop() was called
+  std::atomic<bool> wedged_{false};   // the backend's fatal sink fired
   std::thread::id dispatch_thread_;    // replies it sends must never wait for the client
   std::string resume_token_;
   ResumeSource resume_source_;

@@ -37,6 +37,7 @@ SimBackend::SimBackend(const std::vector<SimDeviceConfig>& devices, SimOptions o
 }
 
 SimBackend::~SimBackend() {
+  cancel_.store(true);  // a kernel that never ends must not keep the worker alive
   {
     std::lock_guard lock(mu_);
     for (auto& s : legacy_) s->stopping = true;
@@ -597,6 +598,11 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
     L.sm_count = sm_count;
     bool held = gate_ && gate_->acquire(key.device);  // priorities and weights among the device's sessions
     auto t0 = std::chrono::steady_clock::now();
+    L.cancel = &cancel_;
+    if (opts_.kernel_timeout_ms) {
+      L.timeout_ms = opts_.kernel_timeout_ms;
+      L.deadline = t0 + std::chrono::milliseconds(opts_.kernel_timeout_ms);
+    }
     ptx::LaunchResult r = interp_.run(L);
     uint64_t ns = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());

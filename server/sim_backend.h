@@ -36,6 +36,9 @@ struct SimOptions {
   // The host's (physical) index of each configured device, when the session
   // got a subset of them; empty: 0, 1, 2, ... (identity, UUIDs follow it).
   std::vector<int> physical;
+  // [limits] kernel_timeout_ms: a kernel running longer is stopped and fails
+  // with cudaErrorLaunchTimeout (sticky); 0: no limit.
+  uint32_t kernel_timeout_ms = 0;
 };
 
 // Largest module-scope variable the sim allocates.
@@ -169,6 +172,7 @@ class SimBackend final : public Backend {
   std::function<void(std::string)> output_sink_;
   ptx::Interpreter interp_;
   std::atomic<uint64_t> gpu_ns_{0};  // kernel time, summed over launches
+  std::atomic<bool> cancel_{false};  // the session is ending: running kernels stop
   LaunchGate* gate_ = nullptr;       // set before the first launch
   std::mutex log_mu_;
   std::ofstream launch_log_;

@@ -138,6 +138,11 @@ void CudaBackend::setAsyncErrorSink(std::function<void(Status)> sink) {
   async_sink_ = std::move(sink);
 }
 
+void CudaBackend::setFatalSink(std::function<void(Status)> sink) {
+  std::lock_guard lock(mu_);
+  fatal_sink_ = std::move(sink);
+}
+
 void CudaBackend::setOutputSink(std::function<void(std::string)> sink) {
   std::lock_guard lock(out_mu_);
   output_sink_ = std::move(sink);
@@ -333,6 +338,12 @@ void CudaBackend::completerLoop() {
       while (st && j.next < j.events.size() && poll(j.events[j.next])) ++j.next;
       if (st && complete && j.watched) poll(j.watched);
       if (st && !complete) {
+        if (!j.kernel.empty() && pastDeadline(j)) {
+          // Nothing behind it can complete: the session ends and the worker exits.
+          std::lock_guard lock(jobs_mu_);
+          jobs_.splice(jobs_.end(), mine);
+          return;
+        }
         ++it;
         continue;
       }
@@ -358,6 +369,28 @@ void CudaBackend::completerLoop() {
     if (progressed) idle_rounds = 0;
     else if (++idle_rounds <= 64) std::this_thread::yield();
   }
+}
+
+bool CudaBackend::pastDeadline(Job& j) {
+  auto now = std::chrono::steady_clock::now();
+  if (j.started == std::chrono::steady_clock::time_point{}) {
+    if (api_->cuEventQuery(j.timed[0]) != CUDA_SUCCESS) return false;  // still queued behind other work
+    j.started = now;
+    return false;
+  }
+  if (now - j.started < std::chrono::milliseconds(opts_.kernel_timeout_ms)) return false;
+  Status s(err::kLaunchTimeout, "kernel " + j.kernel + " ran longer than [limits] kernel_timeout_ms = " +
+                                    std::to_string(opts_.kernel_timeout_ms) +
+                                    " ms; the GPU cannot stop it, so the session ends");
+  RGPU_LOG_WARN("cuda: {}", s.message());
+  reportAsync(s);
+  std::function<void(Status)> fatal;
+  {
+    std::lock_guard lock(mu_);
+    fatal = fatal_sink_;
+  }
+  if (fatal) fatal(s);
+  return true;
 }
 
 // ---- memory ---------------------------------------------------------------
@@ -621,12 +654,16 @@ Status CudaBackend::launch(StreamKey key, uint32_t function, const LaunchConfig&
                                                    ", the stream is on device " + std::to_string(s->first));
   // Under a launch gate: wait for our turn on the device, and time the kernel
   // with an event pair so the session is charged its GPU time.
+  // Under the watchdog too: the start event tells when the kernel began.
   int dev = s->first;
   bool held = false;
+  bool timed = gate_ || opts_.kernel_timeout_ms;
   CUevent start = nullptr, end = nullptr;
-  if (gate_) {
-    gate_->queued(dev);
-    held = gate_->acquire(dev);
+  if (timed) {
+    if (gate_) {
+      gate_->queued(dev);
+      held = gate_->acquire(dev);
+    }
     {
       std::lock_guard lock(mu_);
       auto& spare = devices_[dev].spare_timed;
@@ -646,22 +683,23 @@ Status CudaBackend::launch(StreamKey key, uint32_t function, const LaunchConfig&
   CUresult r = api.cuLaunchKernel(f.handle, cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z,
                                   static_cast<unsigned>(cfg.shared_mem), s->second, nullptr,
                                   params.empty() ? nullptr : extra);
-  if (gate_) {
+  if (timed) {
     if (r == CUDA_SUCCESS && end && api.cuEventRecord(end, s->second) == CUDA_SUCCESS) {
       Job job;
       job.device = dev;
       job.watched = end;
       job.timed = {start, end};
+      if (opts_.kernel_timeout_ms && start) job.kernel = f.name;
       job.done = [this, dev, held, start, end](Status st) {
         float ms = 0;
         if (st && start) (void)api_->cuEventElapsedTime(&ms, start, end);
         uint64_t ns = static_cast<uint64_t>(ms * 1e6);
         gpu_ns_ += ns;
-        gate_->done(dev, ns, held);
+        if (gate_) gate_->done(dev, ns, held);
       };
       addJob(std::move(job));
     } else {
-      gate_->done(dev, 0, held);
+      if (gate_) gate_->done(dev, 0, held);
       std::lock_guard lock(mu_);
       for (CUevent e : {start, end})
         if (e) devices_[dev].spare_timed.push_back(e);
@@ -874,7 +912,7 @@ Result<uint32_t> CudaBackend::registerFunction(uint32_t id, uint32_t module, con
     return Status(err::kInvalidKernelImage, "kernel " + name + ": no parameter layout in the fatbin, and the driver "
                                             "cannot tell (cuFuncGetParamInfo needs a 12.4+ driver)");
   std::lock_guard lock(mu_);
-  functions_[id] = {module, device, f};
+  functions_[id] = {module, device, f, name};
   return driver_bytes ? *driver_bytes : *expected;
 }
 

@@ -20,6 +20,11 @@
 // the driver flush, and what arrived is handed to the output sink before the
 // completion callback, so the client prints it before the call returns.
 //
+// Watchdog: with kernel_timeout_ms every kernel is timed by an event pair;
+// one whose start event completed longer ago than that while its end event has
+// not is reported (cudaErrorLaunchTimeout, sticky) and ends the session: the
+// driver cannot stop a single kernel, but the worker's exit ends it.
+//
 // Kernels: the shipped fatbin goes to cuModuleLoadData (the driver picks the
 // SASS for the device or JIT-compiles the PTX). The parameter block size of a
 // kernel comes from cuFuncGetParamInfo, cross-checked against the fatbin's
@@ -28,6 +33,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <list>
 #include <map>
@@ -53,6 +59,9 @@ struct CudaOptions {
   bool capture_stdout = false;
   // The driver's device ordinals this session uses, in the session's order; empty: all.
   std::vector<int> devices;
+  // [limits] kernel_timeout_ms: a kernel running longer ends the session (the
+  // GPU cannot stop one kernel; the worker's exit does). 0: no limit.
+  uint32_t kernel_timeout_ms = 0;
 };
 
 class CudaBackend final : public Backend {
@@ -69,6 +78,7 @@ class CudaBackend final : public Backend {
   void setLaunchGate(LaunchGate* gate) override { gate_ = gate; }
   uint64_t gpuTimeNs() const override { return gpu_ns_.load(std::memory_order_relaxed); }
   void setOutputSink(std::function<void(std::string)> sink) override;
+  void setFatalSink(std::function<void(Status)> sink) override;
   void flushOutput() override { forwardOutput(nullptr); }
   Result<DevPtr> allocate(int device, uint64_t size) override;
   Status release(DevPtr ptr) override;
@@ -132,6 +142,7 @@ class CudaBackend final : public Backend {
     uint32_t module = 0;
     int device = 0;
     CUfunction handle = nullptr;
+    std::string name;
   };
   // Work to run once every event has completed (in any order).
   struct Job {
@@ -141,6 +152,10 @@ class CudaBackend final : public Backend {
     std::vector<CUevent> timed;   // timing events, returned to spare_timed after `done`
     Done done;
     size_t next = 0;  // events before this one have completed
+    // The watchdog (kernel launches under kernel_timeout_ms): timed[0] marks
+    // the kernel's start; `started` is when the completer first saw it.
+    std::string kernel;
+    std::chrono::steady_clock::time_point started{};
   };
   // A pinned host buffer of `capacity` bytes.
   struct Pinned {
@@ -165,6 +180,9 @@ class CudaBackend final : public Backend {
   Status whenDone(int device, const std::vector<CUstream>& streams, Done done);
   void completerLoop();
   void reportAsync(const Status& s);
+  // A timed kernel that started `kernel_timeout_ms` ago and has not finished:
+  // reports it (sticky) and ends the session through the fatal sink.
+  bool pastDeadline(Job& j);
   // Makes the driver flush device printf (after `done` completed; nullptr: no
   // event to synchronise on) and forwards it.
   void forwardOutput(CUevent done);
@@ -188,6 +206,7 @@ class CudaBackend final : public Backend {
   std::unordered_map<uint32_t, Function> functions_;
   std::unordered_map<DevPtr, int> allocations_;  // pointer -> device
   std::function<void(Status)> async_sink_;
+  std::function<void(Status)> fatal_sink_;
 
   LaunchGate* gate_ = nullptr;        // priorities and weights (daemon mode); set before launches
   std::atomic<uint64_t> gpu_ns_{0};  // kernel GPU time, measured when a gate is set

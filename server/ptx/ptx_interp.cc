@@ -55,17 +55,24 @@ void ThreadPool::work(Job& job) {
       return;
     }
     (*job.fn)(i);
-    if (job.done.fetch_add(1) + 1 == job.n) {
+    uint64_t finished = 1;
+    if (job.stop && job.stop->load(std::memory_order_relaxed)) {
+      // Claim what nobody has started and count it as done.
+      uint64_t from = job.next.exchange(job.n);
+      if (from < job.n) finished += job.n - from;
+    }
+    if (job.done.fetch_add(finished) + finished == job.n) {
       std::lock_guard lock(mu_);
       done_cv_.notify_all();
     }
   }
 }
 
-void ThreadPool::parallelFor(uint64_t n, const std::function<void(uint64_t)>& fn) {
+void ThreadPool::parallelFor(uint64_t n, const std::function<void(uint64_t)>& fn, const std::atomic<bool>* stop) {
   if (n == 0) return;
   Job job;
   job.fn = &fn;
+  job.stop = stop;
   job.n = n;
   if (n > 1 && !workers_.empty()) {
     std::lock_guard lock(mu_);
@@ -359,6 +366,8 @@ class BlockRunner {
   bool execAtomic(const Inst& in, Warp& w, uint32_t m);
   bool execCall(const Inst& in, Warp& w, uint32_t m);
   void fault(int code, const std::string& what, const Inst& in, const Warp& w, int lane);
+  // A launch past its deadline or cancelled: the fault that ends it, else none.
+  Fault watchdog() const;
   std::string formatPrintf(const std::string& fmt, const uint8_t* args, uint32_t args_len);
 
   const Launch& L_;
@@ -448,6 +457,16 @@ void BlockRunner::fault(int code, const std::string& what, const Inst& in, const
                    std::to_string(b_.cy) + "," + std::to_string(b_.cz) + "), thread (" + std::to_string(x) + "," +
                    std::to_string(y) + "," + std::to_string(z) + "))";
   abort_.store(true);
+}
+
+Fault BlockRunner::watchdog() const {
+  if (L_.cancel && L_.cancel->load(std::memory_order_relaxed))
+    return {kErrLaunchFailure, "stopped: the session ended while the kernel ran"};
+  if (L_.deadline != std::chrono::steady_clock::time_point::max() && std::chrono::steady_clock::now() > L_.deadline)
+    return {kErrLaunchTimeout, "ran longer than [limits] kernel_timeout_ms = " + std::to_string(L_.timeout_ms) +
+                                   " ms and was stopped (block (" + std::to_string(b_.cx) + "," + std::to_string(b_.cy) +
+                                   "," + std::to_string(b_.cz) + ") was still running)"};
+  return {};
 }
 
 bool BlockRunner::resolve(Space space, uint64_t addr, uint32_t size, const Warp& w, int lane, uint8_t*& out) {
@@ -1635,6 +1654,11 @@ bool BlockRunner::step(Warp& w, int budget) {
 
 Fault BlockRunner::run() {
   while (!abort_.load(std::memory_order_relaxed)) {
+    if (Fault f = watchdog(); f.code) {
+      if (!fault_.code) fault_ = std::move(f);
+      abort_.store(true);
+      break;
+    }
     bool all_done = true, progressed = false;
     for (Warp& w : b_.warps) {
       if (w.done) continue;
@@ -1727,7 +1751,7 @@ LaunchResult Interpreter::run(const Launch& L) {
     std::lock_guard lock(mu);
     result.output += b.output;
     if (f.code && !first.code) first = f;
-  });
+  }, &abort);
   result.thread_instructions = insts.load();
   if (first.code) result.status = Status(first.code, first.message);
   return result;

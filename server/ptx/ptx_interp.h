@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -28,6 +29,7 @@ namespace rgpu::server::ptx {
 
 // CUDA error codes a launch can end with.
 inline constexpr int kErrIllegalAddress = 700;
+inline constexpr int kErrLaunchTimeout = 702;
 inline constexpr int kErrAssert = 710;
 inline constexpr int kErrMisaligned = 716;
 inline constexpr int kErrLaunchFailure = 719;
@@ -53,6 +55,12 @@ struct Launch {
   const uint8_t* params = nullptr;  // the packed parameter block, fn->param_bytes long
   const MemoryRanges* memory = nullptr;
   int sm_count = 1;
+  // The watchdog: past `deadline` the launch ends with kErrLaunchTimeout;
+  // when *cancel turns true (the session is ending) it ends at once. Both are
+  // checked between time slices of 4096 instructions per warp.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  const std::atomic<bool>* cancel = nullptr;
+  uint32_t timeout_ms = 0;  // what `deadline` came from, for the message
 };
 
 struct LaunchResult {
@@ -66,12 +74,15 @@ class ThreadPool {
   explicit ThreadPool(unsigned threads);
   ~ThreadPool();
   // Runs fn(i) for i in [0, n) on the pool and the calling thread; returns when all are done.
-  void parallelFor(uint64_t n, const std::function<void(uint64_t)>& fn);
+  // Once *stop turns true the indices not yet started are skipped (a grid of
+  // 2^31 blocks must not take seconds to abandon).
+  void parallelFor(uint64_t n, const std::function<void(uint64_t)>& fn, const std::atomic<bool>* stop = nullptr);
   unsigned size() const { return static_cast<unsigned>(workers_.size()) + 1; }
 
  private:
   struct Job {
     const std::function<void(uint64_t)>* fn;
+    const std::atomic<bool>* stop;
     uint64_t n;
     std::atomic<uint64_t> next{0};
     std::atomic<uint64_t> done{0};

@@ -2,6 +2,8 @@
 //   assert   - a failing device assert: cudaErrorAssert, message on stdout
 //   illegal  - a store far outside every allocation: cudaErrorIllegalAddress
 //   trap     - asm("trap;"): cudaErrorLaunchFailure
+//   spin     - a kernel that never ends (it waits for a flag nobody sets):
+//              cudaErrorLaunchTimeout under [limits] kernel_timeout_ms
 #include <cassert>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +12,10 @@
 __global__ void asserting(int n) { assert(n > 100); }
 __global__ void illegal(int* p) { p[threadIdx.x + (1 << 26)] = 1; }
 __global__ void trapping() { asm volatile("trap;"); }
+__global__ void spinning(volatile int* flag) {
+  while (*flag == 0) {
+  }
+}
 
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "assert";
@@ -17,7 +23,12 @@ int main(int argc, char** argv) {
   cudaMalloc(&p, 64);
   if (!std::strcmp(mode, "assert")) asserting<<<1, 2>>>(5);
   else if (!std::strcmp(mode, "illegal")) illegal<<<1, 32>>>(p);
-  else trapping<<<1, 1>>>();
+  else if (!std::strcmp(mode, "spin")) {
+    cudaMemset(p, 0, 64);
+    spinning<<<4, 32>>>(p);
+    std::printf("spinning\n");
+    std::fflush(stdout);
+  } else trapping<<<1, 1>>>();
   cudaError_t sync = cudaDeviceSynchronize();
   std::printf("synchronize: %s\n", cudaGetErrorName(sync));
   // Sticky: later calls fail with the same error.

@@ -94,22 +94,6 @@ TEST_F(Pool, HighPriorityKeepsItsThroughputWhileALowOneCompetes) {
   EXPECT_EQ(low.code, 0) << low.output;  // held back, not starved for ever: it finishes
 }
 
-// Resident memory of a process, in KiB.
-long rssKiB(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
-  return -1;
-}
-
-// Child processes (workers) of a process.
-int childrenOf(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
-  int n = 0;
-  for (std::string c; in >> c;) ++n;
-  return n;
-}
-
 TEST_F(Pool, SoakThirtyTwoClientsOfTenThousandMixedCallsLeaveNothingBehind) {
   start("", "admin = true\n");
   std::string soak = std::string(RGPU_TEST_PROGRAMS_DIR) + "/soak_client";

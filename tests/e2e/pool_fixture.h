@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -11,6 +12,22 @@
 #include "tests/support/test_env.h"
 
 namespace rgpu::test {
+
+// Resident memory of a process, in KiB.
+inline long rssKiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  return -1;
+}
+
+// Child processes (workers) of a process.
+inline int childrenOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  int n = 0;
+  for (std::string c; in >> c;) ++n;
+  return n;
+}
 
 inline std::string poolClient() { return std::string(RGPU_TEST_PROGRAMS_DIR) + "/pool_client"; }
 

@@ -3,7 +3,9 @@
 // warp semantics, memory checks and parse errors.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <cstring>
 #include <limits>
 
@@ -570,6 +572,60 @@ TEST(PtxParser, ReadsModuleVariablesWithInitialisers) {
   double one;
   std::memcpy(&one, m->globals[1].init.data(), 8);
   EXPECT_EQ(one, 1.0);
+}
+
+// A kernel that never ends: every thread spins on a word nobody writes.
+const char* kSpin = R"(
+mov.u32 %r1, 0;
+SPIN:
+ld.volatile.global.u32 %r1, [%rd0];
+setp.eq.u32 %p1, %r1, 0;
+@%p1 bra SPIN;
+)";
+
+TEST(PtxWatchdog, AKernelPastItsDeadlineEndsWithLaunchTimeout) {
+  auto m = parsePtx(kernel(kSpin));
+  ASSERT_TRUE(m) << m.status().message();
+  std::vector<uint64_t> out(8, 0);
+  uint64_t p = reinterpret_cast<uint64_t>(out.data());
+  MemoryRanges mem = {{p, p + out.size() * 8}};
+  Launch L;
+  L.fn = &m->functions.at("k");
+  L.grid = {64, 1, 1};
+  L.block = {64, 1, 1};
+  L.params = reinterpret_cast<const uint8_t*>(&p);
+  L.memory = &mem;
+  L.timeout_ms = 50;
+  L.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  Interpreter interp(2);
+  LaunchResult r = interp.run(L);
+  EXPECT_EQ(r.status.code(), kErrLaunchTimeout);
+  EXPECT_NE(r.status.message().find("kernel_timeout_ms = 50 ms"), std::string::npos) << r.status.message();
+}
+
+TEST(PtxWatchdog, CancellingAbandonsEvenTheLargestGridPromptly) {
+  auto m = parsePtx(kernel(kSpin));
+  ASSERT_TRUE(m) << m.status().message();
+  std::vector<uint64_t> out(8, 0);
+  uint64_t p = reinterpret_cast<uint64_t>(out.data());
+  MemoryRanges mem = {{p, p + out.size() * 8}};
+  std::atomic<bool> cancel{false};
+  Launch L;
+  L.fn = &m->functions.at("k");
+  L.grid = {2147483647u, 65535, 1};  // 1.4e14 blocks: visiting each would take days
+  L.block = {32, 1, 1};
+  L.params = reinterpret_cast<const uint8_t*>(&p);
+  L.memory = &mem;
+  L.cancel = &cancel;
+  Interpreter interp(2);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the kernel is running by now
+    cancel.store(true);
+  });
+  LaunchResult r = interp.run(L);  // returning at all is the point
+  stopper.join();
+  EXPECT_EQ(r.status.code(), kErrLaunchFailure);
+  EXPECT_NE(r.status.message().find("the session ended"), std::string::npos) << r.status.message();
 }
 
 }  // namespace

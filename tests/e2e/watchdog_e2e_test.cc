@@ -1,0 +1,70 @@
+// Kernels that never end, against the real daemon: [limits] kernel_timeout_ms
+// stops them (sim) or ends their session (CUDA, where the GPU cannot stop one
+// kernel); a client that leaves while one runs does not leave its worker, its
+// memory or its quota behind.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <regex>
+
+#include "tests/e2e/pool_fixture.h"
+
+namespace rgpu::test {
+namespace {
+
+std::string faults() { return std::string(RGPU_TEST_PROGRAMS_DIR) + "/faults"; }
+
+class Watchdog : public Pool {
+ protected:
+  bool workersGone() { return childrenOf(server_->pid()) == 0; }
+};
+
+TEST_F(Watchdog, ASimKernelPastTheTimeoutIsStoppedAndTheErrorIsSticky) {
+  start("", "", "[limits]\nkernel_timeout_ms = 300\n", true);
+  RunResult r = run(faults() + " spin", "RGPU_CONFIG=" + dir_.file("alice.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  EXPECT_NE(r.output.find("spinning"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("synchronize: cudaErrorLaunchTimeout"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("later call: cudaErrorLaunchTimeout"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ran longer than [limits] kernel_timeout_ms = 300 ms"), std::string::npos) << r.output;
+  // The server goes on: the next session runs kernels.
+  RunResult next = run(std::string(RGPU_EXAMPLES_DIR) + "/vector_add",
+                       "RGPU_CONFIG=" + dir_.file("bob.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  EXPECT_EQ(next.code, 0) << next.output;
+}
+
+TEST_F(Watchdog, AClientThatLeavesWhileItsKernelSpinsFreesItsWorkerMemoryAndQuota) {
+  // No kernel timeout: only the client's departure ends the kernel. A short
+  // resume grace period, so the worker gives the session up quickly.
+  start("memory_quota = \"64MiB\"\n", "", "[session]\nresume_grace_ms = 200\n", true);
+  RunResult r = run("timeout -s KILL 2 " + faults() + " spin",
+                    "RGPU_CONFIG=" + dir_.file("alice.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  EXPECT_NE(r.output.find("spinning"), std::string::npos) << r.output;
+  waitFor([&] { return workersGone(); }, "the worker of the departed client to exit");
+  std::string log = server_->log();
+  EXPECT_EQ(log.find("teardown did not finish"), std::string::npos) << log;  // the kernel stopped, no forced exit
+  // Its memory and quota are back: alice may hold her whole quota again.
+  RunResult full = as("alice", "quota 67108864");
+  EXPECT_NE(full.output.find("allocate the quota: cudaSuccess"), std::string::npos) << full.output;
+}
+
+TEST_F(Watchdog, ACudaKernelPastTheTimeoutEndsItsSessionAndTheWorkerExits) {
+  makeCerts(dir_.path());
+  std::string toml = poolToml(dir_.path(), "", "", "[limits]\nkernel_timeout_ms = 300\n");
+  toml = toml.substr(0, toml.find("[[sim.devices]]"));
+  toml.replace(toml.find("backend = \"sim\""), std::strlen("backend = \"sim\""), "backend = \"cuda\"");
+  toml += "[cuda]\ndriver_library = \"" + std::string(RGPU_FAKE_CUDA_LIB) + "\"\n";
+  server_ = std::make_unique<ServerProcess>(dir_.path(), toml);
+  writeFile(dir_.file("alice.toml"), clientToml(dir_.path(), server_->port(), "alice"));
+  RunResult r = run(faults() + " spin", "RGPU_CONFIG=" + dir_.file("alice.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  EXPECT_NE(r.output.find("synchronize: cudaErrorLaunchTimeout"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("later call: cudaErrorLaunchTimeout"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the GPU cannot stop it, so the session ends"), std::string::npos) << r.output;
+  waitFor([&] { return workersGone(); }, "the worker to exit");
+  EXPECT_NE(server_->log().find("exiting without teardown"), std::string::npos) << server_->log();
+  RunResult after = run(std::string(RGPU_EXAMPLES_DIR) + "/vector_add",
+                        "RGPU_CONFIG=" + dir_.file("alice.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  EXPECT_EQ(after.code, 0) << after.output;  // a new session, a new worker and context
+}
+
+}  // namespace
+}  // namespace rgpu::test
