@@ -2,8 +2,13 @@
 // not yet valid, from another CA or missing; tokens that match no one; what
 // the log says (the reason, never a secret); certificates and users reloaded
 // by SIGHUP (a broken reload changes nothing); plaintext only where allowed.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -80,6 +85,47 @@ TEST_F(Identity, ExpiredAndNotYetValidClientCertificatesAreRefusedWithTheReasonL
   EXPECT_EQ(new_cert.code(), err::kDevicesUnavailable) << new_cert.message();
   EXPECT_TRUE(logSays("certificate is not yet valid")) << server_->log();
   EXPECT_TRUE(ping(config(dir_.file("ca.pem"), dir_.path(), "alice")));  // a valid one gets in
+}
+
+// A handshake by plain OpenSSL offering only TLS 1.2 (with a valid client
+// certificate): what the server makes of it, as OpenSSL's error text.
+std::string handshakeWithTls12(uint16_t port, const std::string& dir) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL_CTX_set_min_proto_version(ctx, TLS1_VERSION);
+  SSL_CTX_set_max_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_load_verify_locations(ctx, (dir + "/ca.pem").c_str(), nullptr);
+  SSL_CTX_use_certificate_chain_file(ctx, (dir + "/alice.pem").c_str());
+  SSL_CTX_use_PrivateKey_file(ctx, (dir + "/alice.key").c_str(), SSL_FILETYPE_PEM);
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out = "connect failed";
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    SSL* ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, fd);
+    if (SSL_connect(ssl) == 1) {
+      out = std::string("connected with ") + SSL_get_version(ssl);
+    } else {
+      char buf[256];
+      ERR_error_string_n(ERR_get_error(), buf, sizeof buf);
+      out = buf;
+    }
+    SSL_free(ssl);
+  }
+  ::close(fd);
+  SSL_CTX_free(ctx);
+  return out;
+}
+
+TEST_F(Identity, OnlyTls13IsSpokenAnOlderVersionIsRefusedAndLogged) {
+  start();
+  std::string r = handshakeWithTls12(server_->port(), dir_.path());
+  EXPECT_EQ(r.find("connected"), std::string::npos) << r;
+  EXPECT_NE(r.find("protocol version"), std::string::npos) << r;  // the server's alert
+  EXPECT_TRUE(logSays("unsupported protocol")) << server_->log();
+  EXPECT_TRUE(ping(config(dir_.file("ca.pem"), dir_.path(), "alice")));  // TLS 1.3 clients are served
 }
 
 TEST_F(Identity, AServerFromAnotherCaIsRefusedByTheClient) {
