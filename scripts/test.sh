@@ -39,7 +39,7 @@ case "$mode" in
     flags="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer"
     CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DRGPU_LIBFUZZER=ON \
       -DCMAKE_CXX_FLAGS="$flags -O1" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
-    cmake --build build-fuzz -j "$(nproc)" --target fuzz_frame fuzz_fatbin fuzz_ptx rgpu_test_fatbins rgpu_ptx_bench_kernels
+    cmake --build build-fuzz -j "$(nproc)" --target fuzz_frame fuzz_fatbin fuzz_ptx fuzz_dispatch rgpu_test_fatbins rgpu_ptx_bench_kernels
     cd build-fuzz
     ctest --output-on-failure --timeout 600 -R '^Fuzz\.' "$@"
     ;;

@@ -1059,6 +1059,8 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
           if (it->second.addr) allocs_.forget(it->second.addr);
           it = vars_.erase(it);
         }
+        // Its kernels go with it (launches already queued still run).
+        std::erase_if(functions_, [id](const auto& f) { return f.second.module == id; });
         s = backend_->unloadModule(id);
         modules_.erase(id);
       }
@@ -1069,11 +1071,12 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       RGPU_TRY(bulkNotExpected());
       auto m = req.getFunctionRegister();
       Status s = modules_.count(m.getModule()) ? Status::ok() : Status(err::kInvalidResourceHandle, "unknown module");
-      if (s && functions_.size() >= L.max_functions)
-        s = Status(err::kLaunchOutOfResources, "session function limit reached");
+      if (s && functions_.size() + vars_.size() >= L.max_functions)
+        s = Status(err::kLaunchOutOfResources, "session limit of kernels and variables reached (max_functions = " +
+                                                   std::to_string(L.max_functions) + ")");
       if (s) {
         auto bytes = backend_->registerFunction(m.getId(), m.getModule(), m.getName());
-        if (bytes) functions_[m.getId()] = *bytes;
+        if (bytes) functions_[m.getId()] = {m.getModule(), *bytes};
         else s = bytes.status();
       }
       finish(h, s);
@@ -1083,7 +1086,9 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       RGPU_TRY(bulkNotExpected());
       auto m = req.getVarRegister();
       Status s = modules_.count(m.getModule()) ? Status::ok() : Status(err::kInvalidResourceHandle, "unknown module");
-      if (s && vars_.size() >= L.max_functions) s = Status(err::kLaunchOutOfResources, "session variable limit reached");
+      if (s && functions_.size() + vars_.size() >= L.max_functions)
+        s = Status(err::kLaunchOutOfResources, "session limit of kernels and variables reached (max_functions = " +
+                                                   std::to_string(L.max_functions) + ")");
       if (s) vars_[m.getId()] = {m.getModule(), m.getName(), m.getSize(), 0};
       finish(h, s);
       return Status::ok();
@@ -1115,9 +1120,9 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       Status s = f == functions_.end() ? Status(err::kInvalidDeviceFunction, "unknown function") : Status::ok();
       if (s) s = checkStream(m.getStream(), key);
       auto params = m.getParams();
-      if (s && params.size() != f->second)
+      if (s && params.size() != f->second.param_bytes)
         s = Status(err::kInvalidValue, "parameter block of " + std::to_string(params.size()) + " bytes; the kernel takes " +
-                                           std::to_string(f->second));
+                                           std::to_string(f->second.param_bytes));
       if (s) {
         LaunchConfig cfg;
         cfg.grid = {m.getGrid().getX(), m.getGrid().getY(), m.getGrid().getZ()};
@@ -1175,7 +1180,7 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       uint64_t id = m.getId();
       if (s) {
         std::lock_guard lock(host_mu_);
-        if (host_pending_.size() >= L.max_pending_host_funcs) s = Status(err::kLaunchOutOfResources, "too many pending host functions");
+        if (host_pending_.size() >= L.max_pending_host_funcs) s = Status(err::kLaunchOutOfResources, "too many pending host functions (max_pending_host_funcs = " + std::to_string(L.max_pending_host_funcs) + ")");
         else if (!host_pending_.insert(id).second) s = Status(err::kInvalidValue, "host function id in use");
       }
       if (s) {

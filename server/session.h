@@ -137,7 +137,11 @@ class Session {
   std::unordered_map<uint32_t, int> streams_;   // id -> device
   std::unordered_map<uint32_t, int> events_;    // id -> device
   std::unordered_map<uint32_t, int> modules_;   // id -> device
-  std::unordered_map<uint32_t, uint32_t> functions_;  // id -> parameter bytes
+  struct Kernel {
+    uint32_t module;
+    uint32_t param_bytes;
+  };
+  std::unordered_map<uint32_t, Kernel> functions_;
   struct Var {
     uint32_t module;
     std::string name;

@@ -427,12 +427,17 @@ Status SimBackend::loadModule(uint32_t id, int device, const std::string& fatbin
   Module m;
   m.device = device;
   m.ptx_arch = static_cast<int>(best->arch);
-  m.program = std::move(*program);
+  m.instructions = ptx::instructionCount(*program);
   std::lock_guard lock(mu_);
   if (modules_.count(id)) return Status(err::kInvalidValue, "module id in use");
+  if (module_insts_ + m.instructions > opts_.max_module_instructions)
+    return Status(err::kMemoryAllocation, "the session's modules would hold more than " +
+                                              std::to_string(opts_.max_module_instructions) +
+                                              " decoded PTX instructions (this one has " +
+                                              std::to_string(m.instructions) + "): unload modules first");
   // Module variables live in device memory, initialised from the PTX.
   std::vector<DevPtr> addrs;
-  for (auto& g : m.program.globals) {
+  for (auto& g : program->globals) {
     auto p = allocateLocked(device, std::max<uint64_t>(g.size, 1));
     if (!p) {
       for (DevPtr a : addrs) {
@@ -446,8 +451,10 @@ Status SimBackend::loadModule(uint32_t id, int device, const std::string& fatbin
     addrs.push_back(*p);
     m.globals[g.name] = {*p, g.size};
   }
-  ptx::bindGlobals(m.program, addrs);
+  ptx::bindGlobals(*program, addrs);
+  m.program = std::make_shared<const ptx::Module>(std::move(*program));
   m.image = std::move(*image);
+  module_insts_ += m.instructions;
   modules_.emplace(id, std::move(m));
   return Status::ok();
 }
@@ -464,6 +471,8 @@ Status SimBackend::unloadModule(uint32_t id) {
       allocations_.erase(a);
     }
   }
+  std::erase_if(functions_, [id](const auto& f) { return f.second.module == id; });
+  module_insts_ -= it->second.instructions;
   modules_.erase(it);
   return Status::ok();
 }
@@ -473,12 +482,12 @@ Result<uint32_t> SimBackend::registerFunction(uint32_t id, uint32_t module, cons
   auto m = modules_.find(module);
   if (m == modules_.end()) return Status(err::kInvalidResourceHandle, "unknown module");
   auto k = m->second.image.kernels.find(name);
-  auto code = m->second.program.functions.find(name);
-  if (k == m->second.image.kernels.end() || code == m->second.program.functions.end() || !code->second.is_entry)
+  auto code = m->second.program->functions.find(name);
+  if (k == m->second.image.kernels.end() || code == m->second.program->functions.end() || !code->second.is_entry)
     return Status(err::kInvalidDeviceFunction, "kernel " + name + " is not in the module's fatbin");
   if (code->second.param_bytes != k->second.param_bytes)
     return Status(err::kInvalidKernelImage, "kernel " + name + ": PTX and cubin disagree on the parameter block");
-  functions_[id] = {module, name, k->second.param_bytes, 48 * 1024, &code->second};
+  functions_[id] = {module, name, k->second.param_bytes, 48 * 1024, m->second.program, &code->second};
   return k->second.param_bytes;
 }
 
@@ -567,9 +576,10 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
   if (!s) return s.status();
   std::string name = f->second.name;
   const ptx::Function* code = f->second.code;
+  std::shared_ptr<const ptx::Module> program = f->second.program;  // alive until the launch has run
   int sm_count = devices_[key.device].sm_count;
   if (gate_) gate_->queued(key.device);
-  Status queued = enqueueLocked(*s, [this, key, function, cfg, name, code, sm_count, params = std::move(params)] {
+  Status queued = enqueueLocked(*s, [this, key, function, cfg, name, program, code, sm_count, params = std::move(params)] {
     if (launch_log_.is_open()) {
       std::ostringstream line;
       line << "launch function=" << function << " name=" << name << " grid=" << cfg.grid.x << ',' << cfg.grid.y

@@ -31,6 +31,10 @@
 
 namespace rgpu::server {
 
+// Decoded PTX instructions all of a session's loaded modules may hold
+// together (about 330 bytes each): past it a module load fails.
+inline constexpr uint64_t kMaxSimInstsPerSession = 4u << 20;
+
 struct SimOptions {
   std::string launch_log;  // when set, every launch is appended here (tests)
   // The host's (physical) index of each configured device, when the session
@@ -39,6 +43,8 @@ struct SimOptions {
   // [limits] kernel_timeout_ms: a kernel running longer is stopped and fails
   // with cudaErrorLaunchTimeout (sticky); 0: no limit.
   uint32_t kernel_timeout_ms = 0;
+  // Decoded instructions the session's loaded modules may hold together.
+  uint64_t max_module_instructions = kMaxSimInstsPerSession;
 };
 
 // Largest module-scope variable the sim allocates.
@@ -126,7 +132,9 @@ class SimBackend final : public Backend {
   struct Module {
     int device = 0;
     common::FatbinImage image;
-    ptx::Module program;
+    // shared: launches still queued when the module is unloaded keep its code.
+    std::shared_ptr<const ptx::Module> program;
+    uint64_t instructions = 0;  // decoded, for kMaxSimInstsPerSession
     int ptx_arch = 0;
     std::map<std::string, std::pair<DevPtr, uint64_t>> globals;
   };
@@ -135,7 +143,8 @@ class SimBackend final : public Backend {
     std::string name;
     uint32_t param_bytes = 0;
     int max_dynamic_shared = 48 * 1024;
-    const ptx::Function* code = nullptr;  // owned by the module's program
+    std::shared_ptr<const ptx::Module> program;
+    const ptx::Function* code = nullptr;  // inside `program`
   };
   struct Allocation {
     int device;
@@ -168,6 +177,7 @@ class SimBackend final : public Backend {
   std::unordered_map<uint32_t, Function> functions_;
   std::unordered_map<DevPtr, Allocation> allocations_;
   std::vector<uint64_t> used_;  // bytes allocated per device
+  uint64_t module_insts_ = 0;   // decoded instructions of the loaded modules
   std::function<void(Status)> async_sink_;
   std::function<void(std::string)> output_sink_;
   ptx::Interpreter interp_;

@@ -25,6 +25,9 @@ Result<std::vector<Token>> tokenize(const std::string& s) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%' || c == '.';
   };
   while (i < s.size()) {
+    if (out.size() > kMaxPtxTokens)
+      return Status(kErrInvalidPtx, "PTX has more than " + std::to_string(kMaxPtxTokens) + " tokens (line " +
+                                        std::to_string(line) + ")");
     char c = s[i];
     if (c == '\n') {
       ++line;
@@ -170,6 +173,11 @@ class Parser {
   std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> kparams_;  // kernel param name -> (offset, size)
   std::unordered_map<std::string, uint32_t> labels_;
   std::vector<std::pair<uint32_t, std::string>> fixups_;  // instruction index -> label
+  uint64_t module_insts_ = 0;  // decoded so far, linked copies included
+  static std::string moduleTooLarge() {
+    return "module has more than " + std::to_string(kMaxInstsPerModule) +
+           " instructions (device functions count once per kernel that calls them)";
+  }
   std::unordered_map<std::string, uint32_t> fn_shared_;   // function-scope .shared name -> offset
   std::string local_depot_;
   uint32_t fn_shared_end_ = 0;
@@ -938,6 +946,7 @@ Status Parser::parseBody(Function& f) {
     RGPU_TRY(parseInstruction(f, in));
     f.code.push_back(std::move(in));
     if (f.code.size() > kMaxInstsPerFunction) return bad(line(), "function too long");
+    if (++module_insts_ > kMaxInstsPerModule) return bad(line(), moduleTooLarge());
   }
   for (auto& [idx, label] : fixups_) {
     auto it = labels_.find(label);
@@ -1129,6 +1138,7 @@ Status Parser::link() {
             if (in.op == Op::kRet) in.op = Op::kRetFunc;
             // The guard appended after every body returns; a written exit ends the thread.
             if (in.op == Op::kExit && idx + 1 == fn.code.size()) in.op = Op::kRetFunc;
+            if (++module_insts_ > kMaxInstsPerModule) return bad(in.line, moduleTooLarge());
             code.push_back(in);
           }
           stack.push_back(callee);
@@ -1170,6 +1180,12 @@ Result<Module> parsePtx(const std::string& text) {
   if (!toks) return toks.status();
   Parser p(std::move(*toks));
   return p.run();
+}
+
+uint64_t instructionCount(const Module& m) {
+  uint64_t n = 0;
+  for (auto& [name, fn] : m.functions) n += fn.code.size();
+  return n;
 }
 
 void bindGlobals(Module& m, const std::vector<uint64_t>& addrs) {

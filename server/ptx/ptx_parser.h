@@ -11,10 +11,17 @@
 
 namespace rgpu::server::ptx {
 
-// Limits on untrusted PTX, checked while parsing.
-inline constexpr size_t kMaxPtxBytes = 64ull << 20;
+// Limits on untrusted PTX, checked while parsing. The decoded form is larger
+// than the text (a token takes ~40 bytes, an instruction ~330), so the token
+// and instruction counts are bounded as well as the bytes: a module can make a
+// worker hold at most ~0.3 GB of tokens (transiently) and ~0.7 GB of code.
+inline constexpr size_t kMaxPtxBytes = 32ull << 20;
+inline constexpr size_t kMaxPtxTokens = 8u << 20;
 inline constexpr uint32_t kMaxRegsPerFunction = 1u << 16;
-inline constexpr uint32_t kMaxInstsPerFunction = 1u << 22;
+inline constexpr uint32_t kMaxInstsPerFunction = 1u << 20;
+// Over all functions, counting the copies of device functions linked into
+// each kernel that calls them.
+inline constexpr uint64_t kMaxInstsPerModule = 2u << 20;
 inline constexpr uint64_t kMaxGlobalBytes = 256ull << 20;
 inline constexpr uint32_t kMaxSharedBytes = 228u * 1024;
 inline constexpr uint32_t kMaxLocalBytes = 512u * 1024;
@@ -24,6 +31,9 @@ inline constexpr uint32_t kMaxCallDepth = 64;
 inline constexpr int kErrInvalidPtx = 218;
 
 Result<Module> parsePtx(const std::string& text);
+
+// Decoded instructions of a parsed module (what it costs to keep loaded).
+uint64_t instructionCount(const Module& m);
 
 // Places the module's variables: `addrs[i]` is where globals[i] now lives
 // (host memory of its size, already holding its initial bytes). Writes the

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "tests/support/test_env.h"
@@ -147,6 +148,19 @@ TEST(PtxSignature, RejectsMalformedSignatures) {
   EXPECT_FALSE(kernelsFromPtx(".entry f( .param .u32 a, .param .weird b )"));
   EXPECT_FALSE(kernelsFromPtx(".entry f( .param .u32 a"));
   EXPECT_FALSE(kernelsFromPtx(".entry f( .param .align 3 .b8 a[4] )"));
+}
+
+TEST(Fatbin, AnEntryClaimingMoreThanTheEntryLimitIsRefusedBeforeAllocating) {
+  std::string f = fatbin("ptxonly");
+  ASSERT_GE(f.size(), 16u + 64u);
+  // The first entry header follows the 16-byte fatbin header; its decompressed
+  // size is at offset 56 (the PTX entry of this build is zstd-compressed).
+  uint64_t claim = kMaxFatbinEntryBytes + 1;
+  std::memcpy(&f[16 + 56], &claim, 8);
+  auto img = parseFatbin(f.data(), f.size());
+  ASSERT_FALSE(img);
+  EXPECT_NE(img.status().message().find("compressed entry sizes out of range"), std::string::npos)
+      << img.status().message();
 }
 
 }  // namespace

@@ -628,5 +628,32 @@ TEST(PtxWatchdog, CancellingAbandonsEvenTheLargestGridPromptly) {
   EXPECT_NE(r.status.message().find("the session ended"), std::string::npos) << r.status.message();
 }
 
+TEST(PtxLimits, ModulesPastEachParserLimitAreRefusedNamingIt) {
+  auto refused = [](const std::string& ptx, const std::string& why) {
+    auto m = parsePtx(ptx);
+    ASSERT_FALSE(m) << why;
+    EXPECT_NE(m.status().message().find(why), std::string::npos) << m.status().message();
+  };
+  refused(std::string(kMaxPtxBytes + 1, ' '), "PTX larger than");
+  refused(kernel("", ".reg .b32 %q<" + std::to_string(kMaxRegsPerFunction + 1) + ">;\n"), "bad register count");
+  refused(kernel("", ".local .align 8 .b8 __local_depot0[" + std::to_string(kMaxLocalBytes + 8) + "];\n"),
+          "unsupported .local declaration");
+  refused(kernel("", ".shared .align 4 .b8 big[" + std::to_string(kMaxSharedBytes + 4) + "];\n"), "shared memory beyond");
+  // kMaxInstsPerFunction + 1 instructions (5 bytes each, within kMaxPtxBytes).
+  std::string body;
+  body.reserve((kMaxInstsPerFunction + 1) * 5);
+  for (size_t i = 0; i <= kMaxInstsPerFunction; ++i) body += "ret;\n";
+  refused(kernel(body), "function too long");
+  // Tokens: 40 bytes each when decoded, so their number is bounded too.
+  refused(std::string(kMaxPtxTokens + 2, ';'), "tokens");
+  // A device function linked into four kernels counts four times.
+  std::string dev = ".version 9.0\n.target sm_75\n.address_size 64\n.func big()\n{\n";
+  for (uint64_t i = 0; i < kMaxInstsPerModule / 4 + 1; ++i) dev += "ret;\n";
+  dev += "}\n";
+  for (int k = 0; k < 4; ++k)
+    dev += ".visible .entry k" + std::to_string(k) + "()\n{\ncall.uni big, ();\nret;\n}\n";
+  refused(dev, "module has more than");
+}
+
 }  // namespace
 }  // namespace rgpu::server::ptx

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <future>
 #include <thread>
 
@@ -160,6 +162,36 @@ TEST_F(Sim, DeviceDoneWaitsForEveryStreamOfTheDevice) {
 
 TEST_F(Sim, LaunchOfAnUnknownFunctionIsRefused) {
   EXPECT_EQ(sim_.launch({0, 0}, 99, {}, "").code(), err::kInvalidDeviceFunction);
+}
+
+TEST(SimModules, TheSessionsDecodedInstructionsAreBoundedAndUnloadingReturnsThem) {
+  std::ifstream in(std::string(RGPU_TEST_DATA_DIR) + "/kernels_ptxonly.fatbin", std::ios::binary);
+  std::stringstream fatbin;
+  fatbin << in.rdbuf();
+  // Learn one module's size, then allow a little more than that.
+  uint64_t one = 0;
+  {
+    SimBackend probe({SimDeviceConfig{}}, {});
+    ASSERT_TRUE(probe.loadModule(1, 0, fatbin.str()));
+    SimOptions tiny;
+    tiny.max_module_instructions = 1;
+    SimBackend none({SimDeviceConfig{}}, tiny);
+    Status s = none.loadModule(1, 0, fatbin.str());
+    ASSERT_EQ(s.code(), err::kMemoryAllocation);
+    auto at = s.message().find("(this one has ");
+    ASSERT_NE(at, std::string::npos) << s.message();
+    one = std::stoull(s.message().substr(at + 14));
+  }
+  ASSERT_GT(one, 0u);
+  SimOptions o;
+  o.max_module_instructions = one + one / 2;
+  SimBackend sim({SimDeviceConfig{}}, o);
+  EXPECT_TRUE(sim.loadModule(1, 0, fatbin.str()));
+  Status second = sim.loadModule(2, 0, fatbin.str());
+  EXPECT_EQ(second.code(), err::kMemoryAllocation);
+  EXPECT_NE(second.message().find("decoded PTX instructions"), std::string::npos) << second.message();
+  EXPECT_TRUE(sim.unloadModule(1));
+  EXPECT_TRUE(sim.loadModule(2, 0, fatbin.str()));  // room again
 }
 
 }  // namespace

@@ -1,0 +1,306 @@
+// Writes the seed corpus of fuzz_dispatch (tests/fuzz/corpus/dispatch/): call
+// sequences a real client makes, in the record format of dispatch_input.h.
+//
+//   make_dispatch_seeds OUT_DIR KERNELS_PTXONLY_FATBIN
+//
+// The fatbin is build/tests/data/kernels_ptxonly.fatbin (tests/data/kernels.cu).
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "protocol/rgpu.capnp.h"
+#include "tests/fuzz/dispatch_input.h"
+
+namespace {
+
+using rgpu::fuzz::appendRecord;
+using rgpu::fuzz::relocated;
+using Request = rgpu::wire::Request;
+
+template <typename F>
+void add(std::string& out, bool async, F fill, const std::string& bulk = "", bool lz4 = false) {
+  capnp::MallocMessageBuilder msg;
+  fill(msg.initRoot<Request>());
+  appendRecord(out, async, msg, bulk, lz4);
+}
+
+void malloc(std::string& out, uint64_t size, int device = 0) {
+  add(out, false, [&](Request::Builder r) {
+    auto m = r.initMalloc();
+    m.setDevice(device);
+    m.setSize(size);
+  });
+}
+
+void sync(std::string& out) {
+  add(out, false, [](Request::Builder r) { r.initDeviceSynchronize().setDevice(0); });
+}
+
+std::string memory() {
+  std::string s;
+  malloc(s, 4096);
+  malloc(s, 1 << 20);
+  add(s, true, [](Request::Builder r) {
+    auto m = r.initMemcpyHtoD();
+    m.setDst(relocated(0, 0));
+    m.setSize(4096);
+    m.initStream();
+  }, std::string(4096, '\x5a'));
+  add(s, false, [](Request::Builder r) {
+    auto m = r.initMemcpyDtoH();
+    m.setSrc(relocated(0, 16));
+    m.setSize(256);
+    m.initStream();
+  });
+  add(s, true, [](Request::Builder r) {
+    auto m = r.initMemset();
+    m.setDst(relocated(0, 100));
+    m.setValue(7);
+    m.setSize(50);
+    m.initStream();
+  });
+  add(s, true, [](Request::Builder r) {
+    auto m = r.initMemcpyDtoD();
+    m.setDst(relocated(1, 0));
+    m.setSrc(relocated(0, 0));
+    m.setSize(4096);
+    m.initStream();
+  });
+  add(s, true, [](Request::Builder r) {
+    auto m = r.initMemcpy2D();
+    m.setKind(1);
+    m.setDst(relocated(1, 64));
+    m.setDpitch(512);
+    m.setWidth(32);
+    m.setHeight(8);
+    m.initStream();
+  }, std::string(256, '\x11'));
+  add(s, false, [](Request::Builder r) {
+    auto m = r.initMemcpy2D();
+    m.setKind(2);
+    m.setSrc(relocated(1, 64));
+    m.setSpitch(512);
+    m.setWidth(32);
+    m.setHeight(8);
+    m.initStream();
+  });
+  add(s, true, [](Request::Builder r) {
+    auto m = r.initMemset2D();
+    m.setDst(relocated(1, 0));
+    m.setPitch(1024);
+    m.setValue(3);
+    m.setWidth(100);
+    m.setHeight(10);
+    m.initStream();
+  });
+  add(s, false, [](Request::Builder r) { r.initPointerAttributes().setPtr(relocated(1, 5)); });
+  add(s, false, [](Request::Builder r) { r.initMemGetInfo().setDevice(0); });
+  add(s, false, [](Request::Builder r) { r.initFree().setPtr(relocated(0, 0)); });
+  add(s, false, [](Request::Builder r) { r.initFree().setPtr(relocated(0, 0)); });  // twice
+  sync(s);
+  return s;
+}
+
+std::string streams() {
+  std::string s;
+  add(s, true, [](Request::Builder r) {
+    auto c = r.initStreamCreate();
+    c.initStream().setId(1);
+    c.setFlags(1);
+    c.setPriority(-1);
+  });
+  add(s, true, [](Request::Builder r) { r.initEventCreate().setId(1); });
+  add(s, true, [](Request::Builder r) { r.initEventCreate().setId(2); });
+  add(s, true, [](Request::Builder r) {
+    auto e = r.initEventRecord();
+    e.setId(1);
+    e.initStream().setId(1);
+  });
+  add(s, true, [](Request::Builder r) {
+    auto w = r.initStreamWaitEvent();
+    w.initStream();
+    w.setEvent(1);
+  });
+  add(s, true, [](Request::Builder r) {
+    auto e = r.initEventRecord();
+    e.setId(2);
+    e.initStream().setId(1);
+  });
+  add(s, false, [](Request::Builder r) { r.initStreamQuery().setId(1); });
+  add(s, false, [](Request::Builder r) { r.initEventQuery().setId(1); });
+  add(s, false, [](Request::Builder r) { r.initEventSynchronize().setId(2); });
+  add(s, false, [](Request::Builder r) {
+    auto e = r.initEventElapsedTime();
+    e.setStart(1);
+    e.setEnd(2);
+  });
+  add(s, true, [](Request::Builder r) {
+    auto h = r.initHostFuncEnqueue();
+    h.setId(7);
+    h.initStream().setId(1);
+  });
+  add(s, false, [](Request::Builder r) { r.initStreamSynchronize().setId(1); });
+  add(s, true, [](Request::Builder r) { r.initStreamDestroy().setId(1); });
+  add(s, true, [](Request::Builder r) { r.initEventDestroy().setId(1); });
+  add(s, true, [](Request::Builder r) { r.initEventDestroy().setId(2); });
+  sync(s);
+  add(s, false, [](Request::Builder r) { r.setPing(); });
+  return s;
+}
+
+std::string module(const std::string& fatbin) {
+  std::string s;
+  add(s, false, [](Request::Builder r) {
+    auto m = r.initModuleLoad();
+    m.setId(1);
+    m.setDevice(0);
+  }, fatbin);
+  add(s, false, [](Request::Builder r) {
+    auto f = r.initFunctionRegister();
+    f.setId(1);
+    f.setModule(1);
+    f.setName("_Z8k_vecaddPKfS0_Pfi");
+  });
+  add(s, false, [](Request::Builder r) {
+    auto f = r.initFunctionRegister();
+    f.setId(2);
+    f.setModule(1);
+    f.setName("_Z6k_fillIfEvPT_S0_i");
+  });
+  for (int i = 0; i < 3; ++i) malloc(s, 1024);
+  add(s, false, [](Request::Builder r) { r.initFuncGetAttributes().setId(1); });
+  add(s, false, [](Request::Builder r) {
+    auto o = r.initOccupancy();
+    o.setId(1);
+    o.setBlockSize(256);
+  });
+  add(s, false, [](Request::Builder r) {
+    auto a = r.initFuncSetAttribute();
+    a.setId(1);
+    a.setAttr(8);  // cudaFuncAttributeMaxDynamicSharedMemorySize
+    a.setValue(1024);
+  });
+  // k_fill<float>(p, 2.5f, 256) then k_vecadd(p0, p0, p2, 256).
+  add(s, true, [](Request::Builder r) {
+    auto l = r.initLaunchKernel();
+    l.setFunction(2);
+    l.initGrid().setX(1);
+    l.getGrid().setY(1);
+    l.getGrid().setZ(1);
+    l.initBlock().setX(256);
+    l.getBlock().setY(1);
+    l.getBlock().setZ(1);
+    l.initStream();
+    uint64_t p = relocated(0, 0);
+    float v = 2.5f;
+    int n = 256;
+    std::string params(16, '\0');
+    std::memcpy(&params[0], &p, 8);
+    std::memcpy(&params[8], &v, 4);
+    std::memcpy(&params[12], &n, 4);
+    l.setParams(kj::arrayPtr(reinterpret_cast<const kj::byte*>(params.data()), params.size()));
+  });
+  add(s, true, [](Request::Builder r) {
+    auto l = r.initLaunchKernel();
+    l.setFunction(1);
+    l.initGrid().setX(2);
+    l.getGrid().setY(1);
+    l.getGrid().setZ(1);
+    l.initBlock().setX(128);
+    l.getBlock().setY(1);
+    l.getBlock().setZ(1);
+    l.setSharedMem(0);
+    l.initStream();
+    uint64_t a = relocated(0, 0), c = relocated(2, 0);
+    int n = 256;
+    std::string params(32, '\0');
+    std::memcpy(&params[0], &a, 8);
+    std::memcpy(&params[8], &a, 8);
+    std::memcpy(&params[16], &c, 8);
+    std::memcpy(&params[24], &n, 4);
+    params.resize(28);
+    l.setParams(kj::arrayPtr(reinterpret_cast<const kj::byte*>(params.data()), params.size()));
+  });
+  sync(s);
+  add(s, false, [](Request::Builder r) {
+    auto m = r.initMemcpyDtoH();
+    m.setSrc(relocated(2, 0));
+    m.setSize(1024);
+    m.initStream();
+  });
+  add(s, false, [](Request::Builder r) { r.initModuleUnload().setId(1); });
+  add(s, false, [](Request::Builder r) { r.setPing(); });
+  return s;
+}
+
+std::string devices() {
+  std::string s;
+  malloc(s, 8192, 0);
+  malloc(s, 8192, 1);
+  add(s, true, [](Request::Builder r) {
+    auto p = r.initMemcpyPeer();
+    p.setDst(relocated(1, 0));
+    p.setDstDevice(1);
+    p.setSrc(relocated(0, 0));
+    p.setSrcDevice(0);
+    p.setSize(8192);
+    p.initStream();
+  });
+  add(s, false, [](Request::Builder r) { r.initDeviceSynchronize().setDevice(1); });
+  add(s, false, [](Request::Builder r) { r.initDeviceReset().setDevice(0); });
+  malloc(s, 100, 0);
+  add(s, false, [](Request::Builder r) { r.setPoolStatus(); });
+  return s;
+}
+
+std::string compressed() {
+  std::string s;
+  malloc(s, 4096);
+  // One lz4 bulk block stored raw (stored_len == raw_len): u32 raw | u32 stored | bytes.
+  std::string bulk;
+  uint32_t n = 4096;
+  bulk.append(reinterpret_cast<const char*>(&n), 4);
+  bulk.append(reinterpret_cast<const char*>(&n), 4);
+  bulk += std::string(4096, '\x42');
+  add(s, true, [](Request::Builder r) {
+    auto m = r.initMemcpyHtoD();
+    m.setDst(relocated(0, 0));
+    m.setSize(4096);
+    m.initStream();
+  }, bulk, true);
+  add(s, false, [](Request::Builder r) {
+    auto m = r.initMemcpyDtoH();
+    m.setSrc(relocated(0, 0));
+    m.setSize(4096);
+    m.initStream();
+  });
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s OUT_DIR KERNELS_PTXONLY_FATBIN\n", argv[0]);
+    return 2;
+  }
+  std::ifstream in(argv[2], std::ios::binary);
+  std::stringstream fatbin;
+  fatbin << in.rdbuf();
+  if (fatbin.str().empty()) {
+    std::fprintf(stderr, "cannot read %s\n", argv[2]);
+    return 1;
+  }
+  std::string dir = argv[1];
+  for (auto& [name, bytes] : {std::pair<std::string, std::string>{"memory.bin", memory()},
+                              {"streams.bin", streams()},
+                              {"module.bin", module(fatbin.str())},
+                              {"devices.bin", devices()},
+                              {"compressed.bin", compressed()}}) {
+    std::ofstream out(dir + "/" + name, std::ios::binary);
+    out << bytes;
+    std::printf("%s: %zu bytes\n", name.c_str(), bytes.size());
+  }
+  return 0;
+}
