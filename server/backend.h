@@ -72,6 +72,13 @@ class Backend {
   // Errors of stream-ordered work, reported at the client's next synchronising call.
   virtual void setAsyncErrorSink(std::function<void(Status)> sink) = 0;
 
+  // Stops the backend's threads: when it returns, no completion callback or
+  // sink runs any more (work still queued has run, or been abandoned where
+  // the backend can stop it: sim kernels stop at once). Idempotent. The session
+  // calls it before destroying the backend, because the callbacks call back
+  // into the session and through it into the backend.
+  virtual void stopThreads() {}
+
   // Launch admission (priorities, weights) for kernels; nullptr: none. The
   // gate outlives the backend.
   virtual void setLaunchGate(class LaunchGate* gate) {}

@@ -151,7 +151,9 @@ Session::~Session() {
   stopResumeThread();
   outbox_.close();
   outbox_.connection()->shutdown();
-  // The backend's threads call back into this session: stop them first.
+  // The backend's threads call back into this session and into the backend
+  // through backend_: stop them while backend_ still names it.
+  if (backend_) backend_->stopThreads();
   backend_.reset();
 }
 

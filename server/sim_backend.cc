@@ -37,6 +37,11 @@ SimBackend::SimBackend(const std::vector<SimDeviceConfig>& devices, SimOptions o
 }
 
 SimBackend::~SimBackend() {
+  stopThreads();
+  for (auto& [ptr, a] : allocations_) std::free(reinterpret_cast<void*>(ptr));
+}
+
+void SimBackend::stopThreads() {
   cancel_.store(true);  // a kernel that never ends must not keep the worker alive
   {
     std::lock_guard lock(mu_);
@@ -51,7 +56,6 @@ SimBackend::~SimBackend() {
   for (auto& s : legacy_) join(s);
   for (auto& [id, s] : streams_) join(s);
   for (auto& s : retired_) join(s);
-  for (auto& [ptr, a] : allocations_) std::free(reinterpret_cast<void*>(ptr));
 }
 
 void SimBackend::setAsyncErrorSink(std::function<void(Status)> sink) {

@@ -54,6 +54,7 @@ class SimBackend final : public Backend {
  public:
   SimBackend(const std::vector<SimDeviceConfig>& devices, SimOptions opts);
   ~SimBackend() override;
+  void stopThreads() override;
 
   // rgpu::server::Backend
   std::string name() const override { return "sim"; }

@@ -79,7 +79,7 @@ Status CudaBackend::init() {
   return Status::ok();
 }
 
-CudaBackend::~CudaBackend() {
+void CudaBackend::stopThreads() {
   {
     // The session has told its host functions to return; wait for those running.
     std::unique_lock lock(host_calls_->mu);
@@ -92,6 +92,10 @@ CudaBackend::~CudaBackend() {
   }
   jobs_cv_.notify_all();
   if (completer_.joinable()) completer_.join();
+}
+
+CudaBackend::~CudaBackend() {
+  stopThreads();
   DriverApi& api = *api_;
   // Callbacks of work still pending are dropped: the session is going away.
   for (auto& [id, s] : streams_)

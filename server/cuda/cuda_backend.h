@@ -69,6 +69,7 @@ class CudaBackend final : public Backend {
   // Loads the driver, initialises it and retains each device's primary context.
   static Result<std::unique_ptr<CudaBackend>> create(const CudaOptions& opts);
   ~CudaBackend() override;
+  void stopThreads() override;
 
   // rgpu::server::Backend
   std::string name() const override { return "cuda"; }

@@ -289,7 +289,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         at += 7;
         size_t m = std::min<size_t>(mlen, size - at) / 8 * 8;
         message.assign(m / 8, 0);
-        std::memcpy(message.data(), data + at, m);
+        if (m) std::memcpy(message.data(), data + at, m);
         at += m;
         size_t b = std::min<size_t>(blen, size - at);
         if (!client.send(flags, message, data + at, b)) break;

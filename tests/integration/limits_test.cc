@@ -282,5 +282,27 @@ TEST_F(Limits, UnloadingAModuleEndsItsKernelsButLaunchesAlreadyQueuedStillRun) {
   EXPECT_EQ(last, 2.5f);
 }
 
+TEST_F(Limits, ASessionThatEndsWithAFreeStillWaitingForTheDeviceTearsDownCleanly) {
+  // Found by fuzz_dispatch: the free's completion fired while the session
+  // destroyed its backend, and called into it through a pointer already reset.
+  {
+    RawClient c = authed();
+    uint64_t p = c.malloc(4096);
+    ASSERT_EQ(call(c, [](auto r) { r.initStreamCreate().initStream().setId(1); }).error, 0);
+    capnp::MallocMessageBuilder hf;
+    auto e = hf.initRoot<wire::Request>().initHostFuncEnqueue();
+    e.setId(1);
+    e.initStream().setId(1);
+    c.send(hf, true);
+    ASSERT_EQ(c.next().type, protocol::FrameType::kNotify);  // the host function holds stream 1
+    capnp::MallocMessageBuilder fr;
+    fr.initRoot<wire::Request>().initFree().setPtr(p);
+    c.send(fr, true);  // waits for the device, so for the host function
+    EXPECT_EQ(c.ping().error, 0);
+  }  // the client leaves without answering
+  RawClient next = authed();  // the server (this process) is alive and serving
+  EXPECT_EQ(next.ping().error, 0);
+}
+
 }  // namespace
 }  // namespace rgpu::test
