@@ -7,12 +7,17 @@ find_package(PkgConfig REQUIRED)
 find_path(ASIO_INCLUDE_DIR asio.hpp REQUIRED)
 add_library(rgpu_asio INTERFACE)
 target_include_directories(rgpu_asio SYSTEM INTERFACE ${ASIO_INCLUDE_DIR})
-target_compile_definitions(rgpu_asio INTERFACE ASIO_STANDALONE ASIO_NO_DEPRECATED)
+# ASIO_DISABLE_STD_ALIGNED_ALLOC: Asio picks aligned_alloc or operator new for
+# its handler memory by whether a libstdc++ header came first, so translation
+# units could disagree on how to free it (ASan reports the mismatch): one choice.
+target_compile_definitions(rgpu_asio INTERFACE ASIO_STANDALONE ASIO_NO_DEPRECATED ASIO_DISABLE_STD_ALIGNED_ALLOC)
 target_link_libraries(rgpu_asio INTERFACE Threads::Threads OpenSSL::SSL OpenSSL::Crypto)
 
 find_package(CapnProto 0.9 CONFIG REQUIRED)
 pkg_check_modules(LZ4 REQUIRED IMPORTED_TARGET liblz4>=1.9)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd>=1.4)
+# The sim backend's cuBLAS (libopenblas-dev: cblas.h and the pthread build).
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas>=0.3)
 find_package(CLI11 2.1 CONFIG REQUIRED)
 find_package(tomlplusplus 3.3 CONFIG REQUIRED)
 find_package(spdlog 1.10 CONFIG REQUIRED)

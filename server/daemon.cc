@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -57,6 +58,9 @@ int runWorker(const ServerConfig& cfg, const common::TlsOptions& tls, int fd, ui
   struct sigaction sa {};
   sa.sa_handler = onWorkerTerm;
   sigaction(SIGTERM, &sa, nullptr);
+  // A worker outlives no daemon: its death is a SIGTERM here, which also ends
+  // a wait for admission (a daemon gone before that fails the first request).
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   std::unique_ptr<common::TlsContext> ctx;
   if (cfg.insecure_plaintext) {
     ctx = common::TlsContext::makePlaintext(true);
@@ -77,7 +81,7 @@ int runWorker(const ServerConfig& cfg, const common::TlsOptions& tls, int fd, ui
   // The pool manager lives in the daemon; a worker started by hand gets a private one.
   std::unique_ptr<PoolLink> pool;
   if (control_fd >= 0) {
-    pool = std::make_unique<ControlSocketLink>(control_fd, gate_fd, std::chrono::seconds(30));
+    pool = std::make_unique<ControlSocketLink>(control_fd, gate_fd, std::chrono::seconds(30), g_term_fd);
   } else {
     pool = std::make_unique<LocalPool>(std::make_shared<PoolManager>(simInventory(cfg), cfg.users, cfg.pool),
                                        std::make_shared<std::mutex>(), session_id);

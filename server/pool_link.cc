@@ -176,8 +176,8 @@ void LocalPool::usage(const SessionUsage& u) {
 
 // ---- ControlSocketLink -------------------------------------------------------
 
-ControlSocketLink::ControlSocketLink(int fd, int gate_fd, std::chrono::milliseconds answer_timeout)
-    : fd_(fd), gate_fd_(gate_fd), answer_timeout_(answer_timeout) {}
+ControlSocketLink::ControlSocketLink(int fd, int gate_fd, std::chrono::milliseconds answer_timeout, int stop_fd)
+    : fd_(fd), gate_fd_(gate_fd), answer_timeout_(answer_timeout), stop_fd_(stop_fd) {}
 
 ControlSocketLink::~ControlSocketLink() {
   ::close(fd_);
@@ -203,8 +203,12 @@ Result<std::string> ControlSocketLink::ask(const std::string& msg, std::chrono::
   std::lock_guard lock(mu_);
   if (::send(fd_, msg.data(), msg.size(), MSG_NOSIGNAL) < 0)
     return Status(err::kDevicesUnavailable, std::string("the rgpu-server daemon is gone: ") + std::strerror(errno));
-  pollfd p{fd_, POLLIN, 0};
-  int r = ::poll(&p, 1, static_cast<int>(timeout.count()));
+  pollfd p[2] = {{fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+  int r;
+  while ((r = ::poll(p, stop_fd_ >= 0 ? 2 : 1, static_cast<int>(timeout.count()))) < 0 && errno == EINTR) {
+  }
+  if (r > 0 && (p[1].revents & POLLIN) && !(p[0].revents & POLLIN))
+    return Status(err::kDevicesUnavailable, "rgpu-server is shutting down");
   if (r <= 0) return Status(err::kDevicesUnavailable, "the rgpu-server daemon did not answer the pool request");
   std::string buf(kMaxControlBytes, '\0');
   ssize_t n = ::recv(fd_, buf.data(), buf.size(), 0);

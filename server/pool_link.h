@@ -75,7 +75,8 @@ class LocalPool final : public PoolLink {
 class ControlSocketLink final : public PoolLink {
  public:
   // `answer_timeout`: longest wait for a reply (admission waits longer: its own timeout plus this).
-  ControlSocketLink(int fd, int gate_fd, std::chrono::milliseconds answer_timeout);
+  // `stop_fd`, when readable, ends any wait (the worker is being stopped).
+  ControlSocketLink(int fd, int gate_fd, std::chrono::milliseconds answer_timeout, int stop_fd = -1);
   ~ControlSocketLink() override;
   // rgpu::server::PoolLink
   Result<Placement> admit(const ClientInfo& who, const DeviceRequest& req) override;
@@ -93,6 +94,7 @@ class ControlSocketLink final : public PoolLink {
   int fd_;
   int gate_fd_;  // the daemon's launch gate table (memfd), -1: none
   std::chrono::milliseconds answer_timeout_;
+  int stop_fd_;  // not owned
   std::mutex mu_;  // one question at a time: replies come back in order
 };
 

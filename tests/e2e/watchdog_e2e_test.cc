@@ -1,7 +1,7 @@
-// Kernels that never end, against the real daemon: [limits] kernel_timeout_ms
-// stops them (sim) or ends their session (CUDA, where the GPU cannot stop one
-// kernel); a client that leaves while one runs does not leave its worker, its
-// memory or its quota behind.
+// Nothing waits for ever, against the real daemon: [limits] kernel_timeout_ms
+// stops a kernel that never ends (sim) or ends its session (CUDA, where the GPU
+// cannot stop one kernel); a client that leaves while one runs does not leave
+// its worker, memory or quota behind; a worker does not outlive its daemon.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -64,6 +64,26 @@ TEST_F(Watchdog, ACudaKernelPastTheTimeoutEndsItsSessionAndTheWorkerExits) {
   RunResult after = run(std::string(RGPU_EXAMPLES_DIR) + "/vector_add",
                         "RGPU_CONFIG=" + dir_.file("alice.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
   EXPECT_EQ(after.code, 0) << after.output;  // a new session, a new worker and context
+}
+
+TEST_F(Watchdog, WorkersDoNotOutliveTheirDaemonAndQueuedClientsAreReleased) {
+  start("max_sessions = 1\n");
+  std::thread holding = holder("alice", 256, 3000, dir_.file("holder.out"));
+  RunResult queued;
+  std::thread waiting([&] {
+    // Bounded only so that a regression fails instead of hanging the suite.
+    queued = run("timeout -s KILL 30 " + poolClient() + " info",
+                 "RGPU_CONFIG=" + dir_.file("alice.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR + " RGPU_WAIT_MS=60000");
+  });
+  waitFor([&] { return server_->log().find("user 'alice' waits in the admission queue") != std::string::npos; },
+          "the second session to queue");
+  ::kill(server_->pid(), SIGKILL);  // the daemon dies without a word
+  waiting.join();
+  holding.join();
+  EXPECT_NE(queued.code, 137) << "the queued client hung: " << queued.output;
+  EXPECT_NE(queued.output.find("cudaErrorDevicesUnavailable"), std::string::npos) << queued.output;
+  std::string held = readFile(dir_.file("holder.out"));
+  EXPECT_EQ(held.find("free: cudaSuccess"), std::string::npos) << held;  // its session ended with the daemon
 }
 
 }  // namespace
