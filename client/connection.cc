@@ -51,12 +51,6 @@ Result<std::unique_ptr<common::TlsContext>> clientContext(const ClientConfig& cf
 }
 }  // namespace
 
-wire::Reply::Reader Reply::reader() const {
-  if (!msg_)
-    msg_ = std::make_unique<capnp::FlatArrayMessageReader>(common::asWords(words), common::readerOptions());
-  return msg_->getRoot<wire::Reply>();
-}
-
 Connection::Connection(std::unique_ptr<common::TlsConnection> conn, std::string server, common::Compression c)
     : server_(std::move(server)), compression_(c) {
   conn_.store(conn.get());

@@ -48,7 +48,11 @@ struct Reply {
   Status status;           // the call's own result (or a transport failure)
   Status async_error;      // an earlier asynchronous call's error, if any
   std::vector<uint64_t> words;  // the raw reply message (capnp words)
-  wire::Reply::Reader reader() const;
+  // Inline: rgpu's cuBLAS libraries read replies the runtime received (client/export_table.h).
+  wire::Reply::Reader reader() const {
+    if (!msg_) msg_ = std::make_unique<capnp::FlatArrayMessageReader>(common::asWords(words), common::readerOptions());
+    return msg_->getRoot<wire::Reply>();
+  }
  private:
   mutable std::unique_ptr<capnp::FlatArrayMessageReader> msg_;
 };

@@ -67,6 +67,8 @@ class Runtime {
 
   // ---- connection and errors --------------------------------------------
   Result<Connection*> conn();  // connects on first use; a failure is sticky
+  // The configuration the connection was made with (defaults before that).
+  const ClientConfig& config() const { return cfg_; }
   // Records a failure as the thread's last error; returns its code.
   cudaError_t finish(const Status& s);
   cudaError_t lastError(bool reset);

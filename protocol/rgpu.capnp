@@ -129,7 +129,108 @@ struct Request {
     memcpyPeer @35 :MemcpyPeer;
     pointerAttributes @36 :PointerAttributes;
     poolStatus @37 :Void;        # rgpu-smi: devices and sessions (all of them for admins)
+    blas @38 :BlasCall;          # cuBLAS (client/blas): stream-ordered; synchronous only for a result to the host
+    ltMatmul @39 :LtMatmul;      # cublasLtMatmul
+    ltHeuristic @40 :LtMatmul;   # cublasLtMatmulAlgoGetHeuristic: the reply lists algorithms
   }
+}
+
+# cuBLAS. Handles live in the client; each call carries what the server needs
+# (stream, pointer and math mode, workspace). Types are cudaDataType_t and
+# cublasComputeType_t values (common/blas_types.h).
+enum BlasOp {
+  axpy @0; dot @1; nrm2 @2; scal @3; asum @4; iamax @5; iamin @6; copy @7; swap @8;
+  gemv @9; ger @10;
+  gemm @11; gemmStridedBatched @12; gemmBatched @13;
+}
+
+# alpha or beta: its bytes (host pointer mode) or its device address.
+struct BlasScalar {
+  union {
+    host @0 :Data;
+    device @1 :UInt64;
+  }
+}
+
+struct BlasCall {
+  stream @0 :StreamRef;
+  op @1 :BlasOp;
+  aType @2 :Int32;          # A, or x (level 1 and 2)
+  bType @3 :Int32;          # B, or y
+  cType @4 :Int32;          # C
+  computeType @5 :Int32;
+  transA @6 :Int32;         # cublasOperation_t
+  transB @7 :Int32;
+  m @8 :Int64;
+  n @9 :Int64;
+  k @10 :Int64;
+  alpha @11 :BlasScalar;
+  beta @12 :BlasScalar;
+  a @13 :UInt64;            # gemmBatched: a device array of batchCount pointers
+  lda @14 :Int64;
+  strideA @15 :Int64;
+  b @16 :UInt64;
+  ldb @17 :Int64;
+  strideB @18 :Int64;
+  c @19 :UInt64;
+  ldc @20 :Int64;
+  strideC @21 :Int64;
+  batchCount @22 :Int64;
+  x @23 :UInt64;
+  incx @24 :Int64;
+  y @25 :UInt64;
+  incy @26 :Int64;
+  result @27 :UInt64;       # dot, nrm2, asum, iamax, iamin: its device address; 0: the reply's bulk carries it
+  mathMode @28 :UInt32;     # cublasMath_t
+  workspace @29 :UInt64;    # cublasSetWorkspace: device memory the library may use (0: its own)
+  workspaceSize @30 :UInt64;
+  result64 @31 :Bool;       # iamax, iamin of the _64 API: an int64_t index (else int)
+}
+
+# A cuBLASLt matrix layout and where the matrix is.
+struct LtMatrix {
+  ptr @0 :UInt64;
+  type @1 :Int32;           # cudaDataType_t
+  rows @2 :UInt64;
+  cols @3 :UInt64;
+  ld @4 :Int64;
+  order @5 :Int32;          # cublasLtOrder_t: 0 column-major, 1 row-major
+  batchCount @6 :Int32;
+  batchStride @7 :Int64;    # elements
+}
+
+struct LtMatmul {
+  stream @0 :StreamRef;
+  computeType @1 :Int32;
+  scaleType @2 :Int32;      # type of alpha and beta
+  pointerMode @3 :Int32;    # cublasLtPointerMode_t: 0 host, 1 device
+  transA @4 :Int32;
+  transB @5 :Int32;
+  epilogue @6 :UInt32;      # cublasLtEpilogue_t
+  bias @7 :UInt64;          # bias (BIAS epilogues) or bias gradient (BGRAD epilogues)
+  biasType @8 :Int32;
+  biasBatchStride @9 :Int64;
+  aux @10 :UInt64;          # RELU bit mask or GELU input (the *_AUX and D* epilogues)
+  auxLd @11 :Int64;
+  auxBatchStride @12 :Int64;
+  auxType @13 :Int32;
+  alpha @14 :BlasScalar;
+  beta @15 :BlasScalar;
+  a @16 :LtMatrix;
+  b @17 :LtMatrix;
+  c @18 :LtMatrix;
+  d @19 :LtMatrix;
+  workspace @20 :UInt64;
+  workspaceSize @21 :UInt64;
+  algo @22 :Data;           # a cublasLtMatmulAlgo_t from ltHeuristic (64 bytes); empty: the server picks
+  requestedAlgos @23 :UInt32;  # ltHeuristic: at most this many
+  maxWorkspace @24 :UInt64;    # ltHeuristic: the preference's CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
+}
+
+struct LtAlgo {
+  algo @0 :Data;            # cublasLtMatmulAlgo_t, 64 bytes
+  workspaceSize @1 :UInt64;
+  wavesCount @2 :Float32;
 }
 
 struct Malloc { device @0 :Int32; size @1 :UInt64; }
@@ -205,6 +306,7 @@ struct Reply {
     symbol @9 :Symbol;
     pointer @10 :PointerInfo;
     poolStatus @11 :PoolStatus;
+    ltAlgos @12 :List(LtAlgo);
   }
 }
 

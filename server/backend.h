@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "server/blas.h"
 
 namespace rgpu::server {
 
@@ -154,6 +155,26 @@ class Backend {
   // Address and size of a module-scope variable (allocated on first use).
   virtual Result<std::pair<DevPtr, uint64_t>> globalAddress(uint32_t module, const std::string& name,
                                                             uint64_t size_hint) = 0;
+
+  // cuBLAS and cuBLASLt (server/blas.h): calls the session has checked, run
+  // in stream order. `done`, when set, receives a reduction's result bytes
+  // (its result goes back to the client); otherwise errors are asynchronous.
+  virtual Status blas(StreamKey s, const BlasArgs& call, ReadDone done) {
+    return Status(err::kNotSupported, std::string("cuBLAS is not available on the ") + name() + " backend");
+  }
+  virtual Status ltMatmul(StreamKey s, const LtArgs& call) {
+    return Status(err::kNotSupported, std::string("cuBLASLt is not available on the ") + name() + " backend");
+  }
+  struct LtAlgo {
+    std::string algo;  // cublasLtMatmulAlgo_t bytes
+    uint64_t workspace = 0;
+    float waves = 0;
+  };
+  // Algorithms for a matmul (no memory is touched), best first.
+  virtual Result<std::vector<LtAlgo>> ltHeuristic(int device, const LtArgs& call, uint32_t requested,
+                                                  uint64_t max_workspace) {
+    return Status(err::kNotSupported, std::string("cuBLASLt is not available on the ") + name() + " backend");
+  }
 };
 
 }  // namespace rgpu::server

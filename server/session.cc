@@ -1232,6 +1232,10 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       });
       return Status::ok();
     }
+    case R::BLAS:
+    case R::LT_MATMUL:
+    case R::LT_HEURISTIC:
+      return dispatchBlas(h, req);
   }
   // A call this server does not know (a newer client): refuse it, keep serving.
   RGPU_LOG_WARN("session {}: unknown call {} from client", session_id_, static_cast<int>(req.which()));

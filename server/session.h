@@ -98,6 +98,8 @@ class Session {
   // Handles one request; returns non-ok only for errors that end the session
   // (transport failure). Call errors go back to the client.
   Status dispatch(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // cuBLAS and cuBLASLt calls (session_blas.cc).
+  Status dispatchBlas(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status consumeBulk(const protocol::FrameHeader& h, uint64_t expected, Staging* into);
 
   using Fill = std::function<void(wire::Reply::Builder&)>;

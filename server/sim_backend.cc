@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "server/device_props.h"
 #include "server/ptx/ptx_parser.h"
+#include "server/sim_blas.h"
 
 namespace rgpu::server {
 namespace {
@@ -610,23 +611,85 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
     L.params = reinterpret_cast<const uint8_t*>(params.data());
     L.memory = &memory;
     L.sm_count = sm_count;
-    bool held = gate_ && gate_->acquire(key.device);  // priorities and weights among the device's sessions
-    auto t0 = std::chrono::steady_clock::now();
     L.cancel = &cancel_;
-    if (opts_.kernel_timeout_ms) {
-      L.timeout_ms = opts_.kernel_timeout_ms;
-      L.deadline = t0 + std::chrono::milliseconds(opts_.kernel_timeout_ms);
-    }
-    ptx::LaunchResult r = interp_.run(L);
-    uint64_t ns = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
-    gpu_ns_ += ns;
-    if (gate_) gate_->done(key.device, ns, held);
+    ptx::LaunchResult r;
+    runAsKernel(key.device, [&] {
+      if (opts_.kernel_timeout_ms) {
+        L.timeout_ms = opts_.kernel_timeout_ms;
+        L.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.kernel_timeout_ms);
+      }
+      r = interp_.run(L);
+    });
     if (!r.output.empty() && out) out(std::move(r.output));
     if (!r.status) reportAsync(Status(r.status.code(), "kernel " + name + ": " + r.status.message()));
   });
   if (!queued && gate_) gate_->done(key.device, 0, false);
   return queued;
+}
+
+void SimBackend::runAsKernel(int device, const std::function<void()>& work) {
+  bool held = gate_ && gate_->acquire(device);  // priorities and weights among the device's sessions
+  auto t0 = std::chrono::steady_clock::now();
+  work();
+  uint64_t ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  gpu_ns_ += ns;
+  if (gate_) gate_->done(device, ns, held);
+}
+
+// ---- cuBLAS and cuBLASLt --------------------------------------------------------
+
+Status SimBackend::blas(StreamKey key, const BlasArgs& call, ReadDone done) {
+  std::lock_guard lock(mu_);
+  auto s = streamLocked(key);
+  if (!s) return s.status();
+  if (gate_) gate_->queued(key.device);
+  Status queued = enqueueLocked(*s, [this, key, call, done] {
+    std::string result;
+    Status st;
+    runAsKernel(key.device, [&] {
+      ptx::MemoryRanges memory;
+      if (call.op == BlasOp::kGemmBatched) {
+        std::lock_guard l(mu_);
+        memory = memoryRangesLocked();
+      }
+      // Pointers read from device memory (a gemmBatched array) must name this session's memory.
+      auto valid = [&memory](uint64_t p, uint64_t bytes) {
+        auto it = std::upper_bound(memory.begin(), memory.end(), std::make_pair(p, UINT64_MAX));
+        return it != memory.begin() && p + bytes >= p && p + bytes <= std::prev(it)->second;
+      };
+      st = simblas::run(call, valid, &result);
+    });
+    if (done) done(st, reinterpret_cast<const uint8_t*>(result.data()), result.size());
+    else if (!st) reportAsync(Status(st.code(), std::string("cuBLAS ") + blasOpName(call.op) + ": " + st.message()));
+  });
+  if (!queued && gate_) gate_->done(key.device, 0, false);
+  return queued;
+}
+
+Status SimBackend::ltMatmul(StreamKey key, const LtArgs& call) {
+  std::lock_guard lock(mu_);
+  auto s = streamLocked(key);
+  if (!s) return s.status();
+  if (gate_) gate_->queued(key.device);
+  Status queued = enqueueLocked(*s, [this, key, call] {
+    Status st;
+    runAsKernel(key.device, [&] { st = simblas::runLt(call); });
+    if (!st) reportAsync(Status(st.code(), "cublasLtMatmul: " + st.message()));
+  });
+  if (!queued && gate_) gate_->done(key.device, 0, false);
+  return queued;
+}
+
+Result<std::vector<Backend::LtAlgo>> SimBackend::ltHeuristic(int device, const LtArgs& call, uint32_t requested,
+                                                             uint64_t max_workspace) {
+  // One algorithm: the CPU's, which needs no workspace.
+  if (requested == 0) return std::vector<LtAlgo>{};
+  LtAlgo a;
+  a.algo.assign(64, '\0');
+  std::memcpy(a.algo.data(), "rgpu-sim", 8);
+  a.waves = 1.0f;
+  return std::vector<LtAlgo>{a};
 }
 
 }  // namespace rgpu::server

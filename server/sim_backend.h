@@ -101,6 +101,10 @@ class SimBackend final : public Backend {
   Result<int> occupancy(uint32_t function, int block_size, uint64_t dynamic_smem) override;
   Result<std::pair<DevPtr, uint64_t>> globalAddress(uint32_t module, const std::string& name,
                                                     uint64_t size_hint) override;
+  Status blas(StreamKey s, const BlasArgs& call, ReadDone done) override;
+  Status ltMatmul(StreamKey s, const LtArgs& call) override;
+  Result<std::vector<LtAlgo>> ltHeuristic(int device, const LtArgs& call, uint32_t requested,
+                                          uint64_t max_workspace) override;
 
  private:
   struct Stream;
@@ -162,6 +166,9 @@ class SimBackend final : public Backend {
   Status addWaiterLocked(std::vector<Dep> deps, Done done);
   Status enqueue(StreamKey key, std::function<void()> fn);
   void reportAsync(Status s);
+  // Runs `work` as the device's kernel: admitted by the launch gate, its time
+  // charged to the session. On a stream's thread.
+  void runAsKernel(int device, const std::function<void()>& work);
   Result<DevPtr> allocateLocked(int device, uint64_t size);
   ptx::MemoryRanges memoryRangesLocked() const;
 

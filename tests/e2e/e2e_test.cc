@@ -139,16 +139,23 @@ TEST_F(E2E, UnsupportedCallsFailWithNotSupportedAndLogOnce) {
   EXPECT_EQ(r.output.find(line, first + 1), std::string::npos) << "logged twice:\n" << r.output;
 }
 
-TEST(Exports, EveryNameOfNvidiasRuntimeWithItsVersionNode) {
-  std::string ours = std::string(RGPU_CLIENT_LIBDIR) + "/libcudart.so.13";
-  std::string nvidia = std::string(RGPU_CUDA_HOME) + "/lib64/libcudart.so.13";
-  auto names = [](const std::string& lib) {
-    return run("nm -D --defined-only --with-symbol-versions " + lib + " | awk '{print $3}' | sort").output;
+// Every name NVIDIA's library exports, each with its version node, and no other.
+void expectNvidiasExports(const std::string& lib) {
+  std::string ours = std::string(RGPU_CLIENT_LIBDIR) + "/" + lib;
+  std::string nvidia = std::string(RGPU_CUDA_HOME) + "/lib64/" + lib;
+  auto names = [](const std::string& path) {
+    return run("nm -D --defined-only --with-symbol-versions " + path + " | awk '{print $3}' | sort").output;
   };
   std::string a = names(ours), b = names(nvidia);
-  ASSERT_GT(b.size(), 1000u) << "NVIDIA's runtime not found at " << nvidia;
-  EXPECT_EQ(a, b);
-  EXPECT_NE(run("readelf -d " + ours).output.find("Library soname: [libcudart.so.13]"), std::string::npos);
+  ASSERT_GT(b.size(), 1000u) << "NVIDIA's library not found at " << nvidia;
+  EXPECT_EQ(a, b) << lib;
+  EXPECT_NE(run("readelf -d " + ours).output.find("Library soname: [" + lib + "]"), std::string::npos) << lib;
+}
+
+TEST(Exports, EveryNameOfNvidiasRuntimeWithItsVersionNode) { expectNvidiasExports("libcudart.so.13"); }
+TEST(Exports, EveryNameOfNvidiasCublasAndCublasLtWithTheirVersionNodes) {
+  expectNvidiasExports("libcublas.so.13");
+  expectNvidiasExports("libcublasLt.so.13");
 }
 
 TEST_F(E2E, ProgramsStartWithEagerBindingSoNoNameIsMissing) {
