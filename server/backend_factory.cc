@@ -42,6 +42,8 @@ Result<std::unique_ptr<Backend>> makeCuda(const ServerConfig& cfg, const std::ve
   o.driver_library = cfg.cuda_driver_library;
   o.staging_pool_bytes = cfg.cuda_staging_pool;
   o.kernel_timeout_ms = cfg.limits.kernel_timeout_ms;
+  o.cublas_library = cfg.cublas_library;
+  o.cublaslt_library = cfg.cublaslt_library;
   o.capture_stdout = true;  // workers only build backends here; device printf goes to the client
   auto b = cuda::CudaBackend::create(o);
   if (!b) return b.status();

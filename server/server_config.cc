@@ -157,6 +157,10 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
       c.cuda_driver_library = lib->find('/') == std::string::npos ? *lib : common::resolveRelative(path, *lib);
     if (auto lib = (*cu)["nvml_library"].value<std::string>())
       c.nvml_library = lib->find('/') == std::string::npos ? *lib : common::resolveRelative(path, *lib);
+    if (auto lib = (*cu)["cublas_library"].value<std::string>())
+      c.cublas_library = lib->find('/') == std::string::npos ? *lib : common::resolveRelative(path, *lib);
+    if (auto lib = (*cu)["cublaslt_library"].value<std::string>())
+      c.cublaslt_library = lib->find('/') == std::string::npos ? *lib : common::resolveRelative(path, *lib);
     if (auto pool = (*cu)["staging_pool"].value<std::string>()) {
       auto bytes = parseSize(*pool);
       if (!bytes) return Status(err::kInvalidValue, where("cuda.staging_pool") + ": " + bytes.status().message());

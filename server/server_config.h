@@ -80,6 +80,8 @@ struct ServerConfig {
   // NVML for inventory and health, and the idle pinned staging memory kept.
   std::string cuda_driver_library = "libcuda.so.1";
   std::string nvml_library = "libnvidia-ml.so.1";
+  std::string cublas_library = "libcublas.so.13";  // NVIDIA's, loaded by a worker on its first BLAS call
+  std::string cublaslt_library = "libcublasLt.so.13";
   uint64_t cuda_staging_pool = 256ull << 20;
   SessionLimits limits;
 };

@@ -96,6 +96,7 @@ void CudaBackend::stopThreads() {
 
 CudaBackend::~CudaBackend() {
   stopThreads();
+  releaseBlas();
   DriverApi& api = *api_;
   // Callbacks of work still pending are dropped: the session is going away.
   for (auto& [id, s] : streams_)
@@ -656,10 +657,27 @@ Status CudaBackend::launch(StreamKey key, uint32_t function, const LaunchConfig&
   if (s->first != f.device)
     return Status(err::kInvalidDeviceFunction, "the kernel's module is loaded on device " + std::to_string(f.device) +
                                                    ", the stream is on device " + std::to_string(s->first));
-  // Under a launch gate: wait for our turn on the device, and time the kernel
+  size_t size = params.size();
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, params.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                   CU_LAUNCH_PARAM_END};
+  CUresult r = CUDA_SUCCESS;
+  (void)asKernel(s->first, s->second, f.name, [&] {  // r says how it went
+    r = api.cuLaunchKernel(f.handle, cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z,
+                           static_cast<unsigned>(cfg.shared_mem), s->second, nullptr, params.empty() ? nullptr : extra);
+    return r == CUDA_SUCCESS ? Status::ok() : Status(err::kUnknown, "");
+  });
+  // The runtime reports a grid, block or shared memory size the device cannot
+  // take as a bad configuration; the driver says "invalid value".
+  if (r == CUDA_ERROR_INVALID_VALUE)
+    return Status(err::kInvalidConfiguration, "cuLaunchKernel: " + api.describe(r) + ": grid, block or shared memory size");
+  return api.check(r, "cuLaunchKernel", __FILE__, __LINE__);
+}
+
+Status CudaBackend::asKernel(int dev, CUstream stream, const std::string& name, const std::function<Status()>& enqueue) {
+  DriverApi& api = *api_;
+  // Under a launch gate: wait for our turn on the device, and time the work
   // with an event pair so the session is charged its GPU time.
-  // Under the watchdog too: the start event tells when the kernel began.
-  int dev = s->first;
+  // Under the watchdog too: the start event tells when the work began.
   bool held = false;
   bool timed = gate_ || opts_.kernel_timeout_ms;
   CUevent start = nullptr, end = nullptr;
@@ -679,21 +697,16 @@ Status CudaBackend::launch(StreamKey key, uint32_t function, const LaunchConfig&
     }
     for (CUevent* e : {&start, &end})
       if (!*e && api.cuEventCreate(e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) *e = nullptr;
-    if (start && end && api.cuEventRecord(start, s->second) != CUDA_SUCCESS) start = nullptr;
+    if (start && end && api.cuEventRecord(start, stream) != CUDA_SUCCESS) start = nullptr;
   }
-  size_t size = params.size();
-  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, params.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
-                   CU_LAUNCH_PARAM_END};
-  CUresult r = api.cuLaunchKernel(f.handle, cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z,
-                                  static_cast<unsigned>(cfg.shared_mem), s->second, nullptr,
-                                  params.empty() ? nullptr : extra);
+  Status s = enqueue();
   if (timed) {
-    if (r == CUDA_SUCCESS && end && api.cuEventRecord(end, s->second) == CUDA_SUCCESS) {
+    if (s && end && api.cuEventRecord(end, stream) == CUDA_SUCCESS) {
       Job job;
       job.device = dev;
       job.watched = end;
       job.timed = {start, end};
-      if (opts_.kernel_timeout_ms && start) job.kernel = f.name;
+      if (opts_.kernel_timeout_ms && start) job.kernel = name;
       job.done = [this, dev, held, start, end](Status st) {
         float ms = 0;
         if (st && start) (void)api_->cuEventElapsedTime(&ms, start, end);
@@ -709,11 +722,7 @@ Status CudaBackend::launch(StreamKey key, uint32_t function, const LaunchConfig&
         if (e) devices_[dev].spare_timed.push_back(e);
     }
   }
-  // The runtime reports a grid, block or shared memory size the device cannot
-  // take as a bad configuration; the driver says "invalid value".
-  if (r == CUDA_ERROR_INVALID_VALUE)
-    return Status(err::kInvalidConfiguration, "cuLaunchKernel: " + api.describe(r) + ": grid, block or shared memory size");
-  return api.check(r, "cuLaunchKernel", __FILE__, __LINE__);
+  return s;
 }
 
 Status CudaBackend::recordEvent(uint32_t event, StreamKey key) {

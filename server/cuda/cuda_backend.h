@@ -44,6 +44,7 @@
 #include <unordered_map>
 
 #include "server/backend.h"
+#include "server/cuda/blas_api.h"
 #include "server/cuda/driver_api.h"
 #include "server/launch_gate.h"
 
@@ -62,6 +63,9 @@ struct CudaOptions {
   // [limits] kernel_timeout_ms: a kernel running longer ends the session (the
   // GPU cannot stop one kernel; the worker's exit does). 0: no limit.
   uint32_t kernel_timeout_ms = 0;
+  // NVIDIA's cuBLAS and cuBLASLt, loaded on the session's first BLAS call.
+  std::string cublas_library = "libcublas.so.13";
+  std::string cublaslt_library = "libcublasLt.so.13";
 };
 
 class CudaBackend final : public Backend {
@@ -117,6 +121,11 @@ class CudaBackend final : public Backend {
   Result<int> occupancy(uint32_t function, int block_size, uint64_t dynamic_smem) override;
   Result<std::pair<DevPtr, uint64_t>> globalAddress(uint32_t module, const std::string& name,
                                                     uint64_t size_hint) override;
+  // (cuda_blas.cc)
+  Status blas(StreamKey s, const BlasArgs& call, ReadDone done) override;
+  Status ltMatmul(StreamKey s, const LtArgs& call) override;
+  Result<std::vector<LtAlgo>> ltHeuristic(int device, const LtArgs& call, uint32_t requested,
+                                          uint64_t max_workspace) override;
 
  private:
   struct Device {
@@ -124,6 +133,10 @@ class CudaBackend final : public Backend {
     CUcontext ctx = nullptr;
     std::vector<CUevent> spare_events;  // completion events for reuse
     std::vector<CUevent> spare_timed;   // timing events (kernel GPU time under a launch gate)
+    // cuBLAS and cuBLASLt on this device, made on first use (dispatch thread only).
+    cublasHandle_t blas = nullptr;
+    cublasLtHandle_t lt = nullptr;
+    CUdeviceptr scratch = 0;  // a reduction's result on its way to the client
   };
   struct Stream {
     int device = 0;
@@ -175,6 +188,15 @@ class CudaBackend final : public Backend {
   // Removes and returns a table entry, under mu_.
   template <typename Map>
   std::optional<typename Map::mapped_type> take(Map& table, uint32_t id);
+  // Runs `enqueue` (which queues GPU work on `stream` of device `dev`) as the
+  // session's kernel: admitted by the launch gate, timed for the session's GPU
+  // time and under the watchdog. `name` names it in a watchdog report.
+  Status asKernel(int dev, CUstream stream, const std::string& name, const std::function<Status()>& enqueue);
+  // NVIDIA's BLAS libraries, loaded on first use (cuda_blas.cc).
+  Result<BlasApi*> blasApi();
+  Result<cublasHandle_t> blasHandle(int dev);
+  Result<cublasLtHandle_t> ltHandle(int dev);
+  void releaseBlas();
   // Hands a job to the completer thread.
   void addJob(Job job);
   // Records a completion event on `stream` and runs `done` when it completes.
@@ -196,6 +218,9 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<DriverApi> api_;
   CudaOptions opts_;
+  std::unique_ptr<BlasApi> blas_api_;  // null until a BLAS call loads it
+  Status blas_error_;                  // why it could not be loaded (sticky)
+  bool blas_tried_ = false;
   int driver_version_ = 0;
   std::vector<DeviceDescription> descriptions_;
 

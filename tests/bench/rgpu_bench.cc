@@ -30,8 +30,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/dev_pki.h"
 #include "common/tls.h"
+#include "tests/bench/bench_server.h"
 #include "tests/support/test_env.h"
 
 namespace fs = std::filesystem;
@@ -123,33 +123,6 @@ Raw startRaw(const std::string& dir) {
   return r;
 }
 
-pid_t startServer(const std::string& dir, uint16_t* port) {
-  std::ofstream(dir + "/server.toml") << "listen = \"127.0.0.1:0\"\nlog_level = \"warn\"\nbackend = \"sim\"\n"
-                                      << "[tls]\ncert = \"server.pem\"\nkey = \"server.key\"\nca = \"ca.pem\"\n"
-                                      << "[[users]]\nname = \"bench\"\ncert_cn = \"bench\"\n"
-                                      << "[[sim.devices]]\nname = \"bench device\"\nmemory = \"4GiB\"\n";
-  // Installed: rgpu-server is beside us. In the build tree: where CMake put it.
-  fs::path self = fs::read_symlink("/proc/self/exe").parent_path();
-  std::string server = fs::exists(self / "rgpu-server") ? (self / "rgpu-server").string() : RGPU_SERVER_BIN;
-  pid_t pid = fork();
-  if (pid == 0) {
-    execl(server.c_str(), "rgpu-server", "--config", (dir + "/server.toml").c_str(), "--port-file",
-          (dir + "/port").c_str(), (char*)nullptr);
-    _exit(127);
-  }
-  for (int i = 0; i < 2000; ++i) {
-    int p = 0;
-    std::ifstream(dir + "/port") >> p;
-    if (p > 0) {
-      *port = static_cast<uint16_t>(p);
-      return pid;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  std::fprintf(stderr, "rgpu-bench: rgpu-server did not start\n");
-  std::exit(1);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -160,16 +133,7 @@ int main(int argc, char** argv) {
   const uint64_t bulk = quick ? (1 << 20) : (64ull << 20);
   const int copies = quick ? 1 : 4;
 
-  char templ[] = "/tmp/rgpu-bench-XXXXXX";
-  std::string dir = mkdtemp(templ);
-  rgpu::common::DevPkiOptions pki;
-  pki.dir = dir;
-  pki.clients = {"bench"};
-  if (!rgpu::common::makeDevPki(pki)) return 1;
-  uint16_t port = 0;
-  pid_t server = startServer(dir, &port);
-  std::ofstream(dir + "/client.toml") << "server = \"127.0.0.1:" << port << "\"\n[tls]\nca = \"ca.pem\"\ncert = \"bench.pem\"\nkey = \"bench.key\"\n";
-  setenv("RGPU_CONFIG", (dir + "/client.toml").c_str(), 1);
+  const std::string& dir = rgpu::bench::startBenchServer("rgpu-bench").dir;
   Raw raw = startRaw(dir);
 
   cudaStream_t s;
@@ -253,8 +217,5 @@ int main(int argc, char** argv) {
   raw.conn.reset();
   int st;
   waitpid(raw.pid, &st, 0);
-  kill(server, SIGTERM);
-  waitpid(server, &st, 0);
-  fs::remove_all(dir);
   return 0;
 }

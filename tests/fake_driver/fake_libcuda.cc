@@ -882,6 +882,15 @@ __attribute__((visibility("default"))) void rgpu_fake_cuda_reset_sticky() {
   drv().sticky = CUDA_SUCCESS;
 }
 
+// Queues work of another fake library (the fake cuBLAS) on `stream`, in order
+// with the driver's own; a non-zero return is a launch failure (sticky).
+__attribute__((visibility("default"))) void rgpu_fake_cuda_enqueue(CUstream stream, int (*fn)(void*), void* arg,
+                                                                   const char* what) {
+  std::lock_guard lock(drv().mu);
+  record(what);
+  enqueue(streamOf(stream), [fn, arg] { return fn(arg) ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS; });
+}
+
 __attribute__((visibility("default"))) uint64_t rgpu_fake_cuda_live_allocations() {
   std::lock_guard lock(drv().mu);
   return drv().allocations.size();

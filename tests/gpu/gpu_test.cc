@@ -94,6 +94,24 @@ TEST_F(Gpu, ProgramsPassThroughRgpuAsTheyDoNatively) {
   }
 }
 
+TEST_F(Gpu, CublasProgramsPassThroughRgpuAsTheyDoNatively) {
+  for (const char* prog : {"cublas_check", "cublaslt_check"}) {
+    RunResult n = native(testProgram(prog) + " --native");
+    RunResult r = viaRgpu(testProgram(prog));
+    EXPECT_NE(n.output.find(" checks, 0 failed"), std::string::npos) << prog << " natively:\n" << n.output;
+    EXPECT_NE(r.output.find(" checks, 0 failed"), std::string::npos) << prog << " through rgpu:\n" << r.output;
+  }
+  RunResult n = native(example("mlp_train") + " 40");
+  RunResult r = viaRgpu(example("mlp_train") + " 40");
+  EXPECT_NE(n.output.find("mlp_train: loss"), std::string::npos) << n.output;
+  EXPECT_NE(r.output.find("mlp_train: loss"), std::string::npos) << r.output;
+  auto last = [](const std::string& out) {
+    size_t at = out.rfind("mlp_train:");
+    return at == std::string::npos ? std::string("(none)") : out.substr(at);
+  };
+  std::printf("natively:     %s\nthrough rgpu: %s\n", last(n.output).c_str(), last(r.output).c_str());
+}
+
 TEST_F(Gpu, KernelFaultIsStickyForItsClientAndTheServerGoesOn) {
   RunResult r = viaRgpu(testProgram("faults") + " illegal");
   EXPECT_NE(r.output.find("synchronize: cudaErrorIllegalAddress"), std::string::npos) << r.output;

@@ -1,0 +1,98 @@
+#include "server/cuda/blas_api.h"
+
+#include <dlfcn.h>
+
+namespace rgpu::server::cuda {
+
+Result<std::unique_ptr<BlasApi>> BlasApi::load(const std::string& cublas, const std::string& cublaslt) {
+  std::unique_ptr<BlasApi> api(new BlasApi);
+  // cuBLASLt first: libcublas needs it (NVIDIA's is NEEDED by libcublas.so.13).
+  api->cublaslt_ = ::dlopen(cublaslt.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!api->cublaslt_)
+    return Status(err::kNotSupported, "cannot load cuBLASLt (" + cublaslt + "): " + ::dlerror() +
+                                          " (install NVIDIA's CUDA 13 libraries on the server, or set [cuda] "
+                                          "cublaslt_library)");
+  api->cublas_ = ::dlopen(cublas.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!api->cublas_)
+    return Status(err::kNotSupported, "cannot load cuBLAS (" + cublas + "): " + ::dlerror() +
+                                          " (install NVIDIA's CUDA 13 libraries on the server, or set [cuda] "
+                                          "cublas_library)");
+  std::string missing;
+  auto take = [&](void* lib, const char* name, auto& fn) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(lib, name));
+    if (!fn) missing += (missing.empty() ? "" : ", ") + std::string(name);
+  };
+#define RGPU_TAKE(lib, name) take(api->lib, #name, api->name);
+  RGPU_TAKE(cublas_, cublasCreate_v2)
+  RGPU_TAKE(cublas_, cublasDestroy_v2)
+  RGPU_TAKE(cublas_, cublasSetStream_v2)
+  RGPU_TAKE(cublas_, cublasSetPointerMode_v2)
+  RGPU_TAKE(cublas_, cublasSetMathMode)
+  RGPU_TAKE(cublas_, cublasSetWorkspace_v2)
+  RGPU_TAKE(cublas_, cublasSaxpy_v2_64)
+  RGPU_TAKE(cublas_, cublasDaxpy_v2_64)
+  RGPU_TAKE(cublas_, cublasSdot_v2_64)
+  RGPU_TAKE(cublas_, cublasDdot_v2_64)
+  RGPU_TAKE(cublas_, cublasSnrm2_v2_64)
+  RGPU_TAKE(cublas_, cublasDnrm2_v2_64)
+  RGPU_TAKE(cublas_, cublasSscal_v2_64)
+  RGPU_TAKE(cublas_, cublasDscal_v2_64)
+  RGPU_TAKE(cublas_, cublasSasum_v2_64)
+  RGPU_TAKE(cublas_, cublasDasum_v2_64)
+  RGPU_TAKE(cublas_, cublasIsamax_v2_64)
+  RGPU_TAKE(cublas_, cublasIdamax_v2_64)
+  RGPU_TAKE(cublas_, cublasIsamin_v2_64)
+  RGPU_TAKE(cublas_, cublasIdamin_v2_64)
+  RGPU_TAKE(cublas_, cublasIsamax_v2)
+  RGPU_TAKE(cublas_, cublasIdamax_v2)
+  RGPU_TAKE(cublas_, cublasIsamin_v2)
+  RGPU_TAKE(cublas_, cublasIdamin_v2)
+  RGPU_TAKE(cublas_, cublasScopy_v2_64)
+  RGPU_TAKE(cublas_, cublasDcopy_v2_64)
+  RGPU_TAKE(cublas_, cublasSswap_v2_64)
+  RGPU_TAKE(cublas_, cublasDswap_v2_64)
+  RGPU_TAKE(cublas_, cublasSgemv_v2_64)
+  RGPU_TAKE(cublas_, cublasDgemv_v2_64)
+  RGPU_TAKE(cublas_, cublasSger_v2_64)
+  RGPU_TAKE(cublas_, cublasDger_v2_64)
+  RGPU_TAKE(cublas_, cublasGemmEx_64)
+  RGPU_TAKE(cublas_, cublasGemmStridedBatchedEx_64)
+  RGPU_TAKE(cublas_, cublasGemmBatchedEx_64)
+  RGPU_TAKE(cublaslt_, cublasLtCreate)
+  RGPU_TAKE(cublaslt_, cublasLtDestroy)
+  RGPU_TAKE(cublaslt_, cublasLtMatmulDescCreate)
+  RGPU_TAKE(cublaslt_, cublasLtMatmulDescDestroy)
+  RGPU_TAKE(cublaslt_, cublasLtMatmulDescSetAttribute)
+  RGPU_TAKE(cublaslt_, cublasLtMatrixLayoutCreate)
+  RGPU_TAKE(cublaslt_, cublasLtMatrixLayoutDestroy)
+  RGPU_TAKE(cublaslt_, cublasLtMatrixLayoutSetAttribute)
+  RGPU_TAKE(cublaslt_, cublasLtMatmulPreferenceCreate)
+  RGPU_TAKE(cublaslt_, cublasLtMatmulPreferenceDestroy)
+  RGPU_TAKE(cublaslt_, cublasLtMatmulPreferenceSetAttribute)
+  RGPU_TAKE(cublaslt_, cublasLtMatmulAlgoGetHeuristic)
+  RGPU_TAKE(cublaslt_, cublasLtMatmulAlgoCheck)
+  RGPU_TAKE(cublaslt_, cublasLtMatmul)
+#undef RGPU_TAKE
+  if (!missing.empty())
+    return Status(err::kNotSupported, "cuBLAS (" + cublas + ", " + cublaslt + ") lacks entry points: " + missing);
+  return api;
+}
+
+BlasApi::~BlasApi() {
+  // The libraries stay mapped: handles they made may still be torn down by
+  // their own atexit code.
+}
+
+Status BlasApi::check(cublasStatus_t s, const char* call) {
+  switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return Status::ok();
+    case CUBLAS_STATUS_INVALID_VALUE: return Status(err::kInvalidValue, std::string(call) + ": CUBLAS_STATUS_INVALID_VALUE");
+    case CUBLAS_STATUS_NOT_SUPPORTED: return Status(err::kNotSupported, std::string(call) + ": CUBLAS_STATUS_NOT_SUPPORTED");
+    case CUBLAS_STATUS_ALLOC_FAILED: return Status(err::kMemoryAllocation, std::string(call) + ": CUBLAS_STATUS_ALLOC_FAILED");
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return Status(err::kNotSupported, std::string(call) + ": CUBLAS_STATUS_ARCH_MISMATCH (not on this GPU)");
+    default: return Status(err::kLaunchFailure, std::string(call) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
+  }
+}
+
+}  // namespace rgpu::server::cuda

@@ -1,0 +1,89 @@
+// NVIDIA's cuBLAS and cuBLASLt, loaded by a worker at run time, like the
+// driver (driver_api.h): dlopen of libcublas.so.13 and libcublasLt.so.13
+// (tests point them at a fake) and dlsym of each entry point, typed by
+// NVIDIA's own headers. Loaded on a session's first BLAS call, so sessions
+// that never use it do not map these (large) libraries.
+//
+// The libraries bring their own static CUDA runtime, which works in the
+// context current on the calling thread: the worker's primary context.
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_api.h>
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace rgpu::server::cuda {
+
+class BlasApi {
+ public:
+  static Result<std::unique_ptr<BlasApi>> load(const std::string& cublas, const std::string& cublaslt);
+  ~BlasApi();
+  BlasApi(const BlasApi&) = delete;
+  BlasApi& operator=(const BlasApi&) = delete;
+
+  // A cuBLAS status as a Status naming the call (CUDA's error codes).
+  static Status check(cublasStatus_t s, const char* call);
+
+#define RGPU_BLAS_FN(name) decltype(&::name) name = nullptr;
+  RGPU_BLAS_FN(cublasCreate_v2)
+  RGPU_BLAS_FN(cublasDestroy_v2)
+  RGPU_BLAS_FN(cublasSetStream_v2)
+  RGPU_BLAS_FN(cublasSetPointerMode_v2)
+  RGPU_BLAS_FN(cublasSetMathMode)
+  RGPU_BLAS_FN(cublasSetWorkspace_v2)
+  RGPU_BLAS_FN(cublasSaxpy_v2_64)
+  RGPU_BLAS_FN(cublasDaxpy_v2_64)
+  RGPU_BLAS_FN(cublasSdot_v2_64)
+  RGPU_BLAS_FN(cublasDdot_v2_64)
+  RGPU_BLAS_FN(cublasSnrm2_v2_64)
+  RGPU_BLAS_FN(cublasDnrm2_v2_64)
+  RGPU_BLAS_FN(cublasSscal_v2_64)
+  RGPU_BLAS_FN(cublasDscal_v2_64)
+  RGPU_BLAS_FN(cublasSasum_v2_64)
+  RGPU_BLAS_FN(cublasDasum_v2_64)
+  RGPU_BLAS_FN(cublasIsamax_v2_64)
+  RGPU_BLAS_FN(cublasIdamax_v2_64)
+  RGPU_BLAS_FN(cublasIsamin_v2_64)
+  RGPU_BLAS_FN(cublasIdamin_v2_64)
+  RGPU_BLAS_FN(cublasIsamax_v2)
+  RGPU_BLAS_FN(cublasIdamax_v2)
+  RGPU_BLAS_FN(cublasIsamin_v2)
+  RGPU_BLAS_FN(cublasIdamin_v2)
+  RGPU_BLAS_FN(cublasScopy_v2_64)
+  RGPU_BLAS_FN(cublasDcopy_v2_64)
+  RGPU_BLAS_FN(cublasSswap_v2_64)
+  RGPU_BLAS_FN(cublasDswap_v2_64)
+  RGPU_BLAS_FN(cublasSgemv_v2_64)
+  RGPU_BLAS_FN(cublasDgemv_v2_64)
+  RGPU_BLAS_FN(cublasSger_v2_64)
+  RGPU_BLAS_FN(cublasDger_v2_64)
+  RGPU_BLAS_FN(cublasGemmEx_64)
+  RGPU_BLAS_FN(cublasGemmStridedBatchedEx_64)
+  RGPU_BLAS_FN(cublasGemmBatchedEx_64)
+  RGPU_BLAS_FN(cublasLtCreate)
+  RGPU_BLAS_FN(cublasLtDestroy)
+  RGPU_BLAS_FN(cublasLtMatmulDescCreate)
+  RGPU_BLAS_FN(cublasLtMatmulDescDestroy)
+  RGPU_BLAS_FN(cublasLtMatmulDescSetAttribute)
+  RGPU_BLAS_FN(cublasLtMatrixLayoutCreate)
+  RGPU_BLAS_FN(cublasLtMatrixLayoutDestroy)
+  RGPU_BLAS_FN(cublasLtMatrixLayoutSetAttribute)
+  RGPU_BLAS_FN(cublasLtMatmulPreferenceCreate)
+  RGPU_BLAS_FN(cublasLtMatmulPreferenceDestroy)
+  RGPU_BLAS_FN(cublasLtMatmulPreferenceSetAttribute)
+  RGPU_BLAS_FN(cublasLtMatmulAlgoGetHeuristic)
+  RGPU_BLAS_FN(cublasLtMatmulAlgoCheck)
+  RGPU_BLAS_FN(cublasLtMatmul)
+#undef RGPU_BLAS_FN
+
+ private:
+  BlasApi() = default;
+  void* cublas_ = nullptr;
+  void* cublaslt_ = nullptr;
+};
+
+}  // namespace rgpu::server::cuda

@@ -1,0 +1,166 @@
+// The server's cuBLAS checks (server/blas.h) and the sim's CPU BLAS
+// (server/sim_blas.h) at their edges: what is refused and why, overflow, the
+// pointers a gemmBatched array holds, GELU's derivative.
+#include "server/blas.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "common/blas_types.h"
+#include "server/sim_blas.h"
+
+namespace rgpu::server {
+namespace {
+
+using namespace common::blas;
+
+class BlasChecks : public ::testing::Test {
+ protected:
+  BlasChecks() : allocs_(16) {
+    buf_.resize(4096);
+    base_ = reinterpret_cast<uint64_t>(buf_.data());
+    EXPECT_TRUE(allocs_.add(base_, buf_.size(), 0));
+  }
+  BlasArgs gemm(int64_t m, int64_t n, int64_t k, int64_t lda) {
+    BlasArgs a;
+    a.op = BlasOp::kGemm;
+    a.a_type = a.b_type = a.c_type = kR32F;
+    a.compute = kCompute32F;
+    a.m = m, a.n = n, a.k = k;
+    a.a = a.b = a.c = base_;
+    a.lda = lda, a.ldb = k, a.ldc = m;
+    return a;
+  }
+  std::vector<uint8_t> buf_;
+  uint64_t base_ = 0;
+  AllocationTable allocs_;
+};
+
+TEST_F(BlasChecks, AGemmInsideItsAllocationPassesAndNamesItsDevice) {
+  int dev = -1;
+  EXPECT_TRUE(checkBlas(gemm(16, 16, 16, 16), allocs_, &dev));  // 1 KiB each, in 4 KiB
+  EXPECT_EQ(dev, 0);
+}
+
+TEST_F(BlasChecks, MatricesPastTheEndOrWithAShortLeadingDimensionAreRefused) {
+  Status s = checkBlas(gemm(32, 32, 32, 32), allocs_, nullptr);  // 4 KiB per matrix: fits exactly
+  EXPECT_TRUE(s) << s.message();
+  s = checkBlas(gemm(33, 32, 32, 33), allocs_, nullptr);
+  EXPECT_EQ(s.code(), err::kInvalidValue);
+  EXPECT_NE(s.message().find("gemm: A:"), std::string::npos) << s.message();
+  s = checkBlas(gemm(16, 16, 16, 8), allocs_, nullptr);  // lda below the rows
+  EXPECT_EQ(s.code(), err::kInvalidValue);
+  EXPECT_NE(s.message().find("leading dimension 8 below its 16 rows"), std::string::npos) << s.message();
+}
+
+TEST_F(BlasChecks, SizesThatOverflowSixtyFourBitsAreRefusedNotWrapped) {
+  BlasArgs a = gemm(int64_t{1} << 40, int64_t{1} << 40, 1, int64_t{1} << 40);
+  EXPECT_EQ(checkBlas(a, allocs_, nullptr).code(), err::kInvalidValue);
+  BlasArgs v;
+  v.op = BlasOp::kAxpy;
+  v.a_type = v.b_type = kR32F;
+  v.n = int64_t{1} << 62;
+  v.x = v.y = base_;
+  v.incx = v.incy = 4;
+  EXPECT_EQ(checkBlas(v, allocs_, nullptr).code(), err::kInvalidValue);
+  uint64_t e = 0;
+  EXPECT_FALSE(vectorExtent(2, INT64_MIN, e));
+  EXPECT_FALSE(matrixExtent(INT64_MAX, 3, INT64_MAX, e));
+}
+
+TEST_F(BlasChecks, StridedBatchesAreCheckedToTheirLastMatrix) {
+  BlasArgs a = gemm(8, 8, 8, 8);  // 256 bytes per matrix
+  a.op = BlasOp::kGemmStridedBatched;
+  a.batch = 16;
+  a.stride_a = a.stride_b = a.stride_c = 64;  // the 16th ends at 15 * 256 + 256 = 4096
+  EXPECT_TRUE(checkBlas(a, allocs_, nullptr));
+  a.batch = 17;
+  EXPECT_EQ(checkBlas(a, allocs_, nullptr).code(), err::kInvalidValue);
+  a.batch = 2;
+  a.stride_a = -64;
+  EXPECT_EQ(checkBlas(a, allocs_, nullptr).code(), err::kInvalidValue);
+}
+
+TEST_F(BlasChecks, UnsupportedTypesAreNotSupportedRatherThanInvalid) {
+  BlasArgs a = gemm(4, 4, 4, 4);
+  a.a_type = a.b_type = 3;  // CUDA_R_8I
+  a.c_type = 10;
+  EXPECT_EQ(checkBlas(a, allocs_, nullptr).code(), err::kNotSupported);
+  BlasArgs d;
+  d.op = BlasOp::kDot;
+  d.a_type = d.b_type = kR16F;
+  d.n = 4;
+  d.x = d.y = base_;
+  d.incx = d.incy = 1;
+  EXPECT_EQ(checkBlas(d, allocs_, nullptr).code(), err::kNotSupported);
+}
+
+TEST_F(BlasChecks, MatmulShapesEpiloguesAndAuxiliaryOutputsAreChecked) {
+  LtArgs a;
+  a.compute = kCompute32F;
+  a.scale_type = kR32F;
+  for (LtMatrix* x : {&a.a, &a.b, &a.c, &a.d}) {
+    x->ptr = base_;
+    x->type = kR32F;
+    x->rows = x->cols = 8;
+    x->ld = 8;
+  }
+  EXPECT_TRUE(checkLt(a, &allocs_, nullptr));
+  a.b.rows = 7;  // op(A) is 8x8, op(B) 7x8
+  EXPECT_NE(checkLt(a, &allocs_, nullptr).message().find("do not make a matrix product"), std::string::npos);
+  a.b.rows = 8;
+  a.epilogue = lt::kBias;
+  EXPECT_NE(checkLt(a, &allocs_, nullptr).message().find("needs CUBLASLT_MATMUL_DESC_BIAS_POINTER"), std::string::npos);
+  a.bias = base_;
+  a.bias_type = kR32F;
+  EXPECT_TRUE(checkLt(a, &allocs_, nullptr));
+  a.epilogue = lt::kRelu | lt::kAux;
+  a.aux = base_;
+  a.aux_ld = 64;  // a ReLU mask's leading dimension must be a multiple of 128
+  EXPECT_NE(checkLt(a, &allocs_, nullptr).message().find("multiple of 128"), std::string::npos);
+  a.aux_ld = 128;
+  EXPECT_TRUE(checkLt(a, &allocs_, nullptr));
+  a.epilogue = 1024;
+  EXPECT_EQ(checkLt(a, &allocs_, nullptr).code(), err::kNotSupported);
+  a.epilogue = lt::kDefault;
+  a.d.ptr = base_ + 4000;  // D runs past the allocation
+  EXPECT_NE(checkLt(a, &allocs_, nullptr).message().find("D:"), std::string::npos);
+  EXPECT_TRUE(checkLt(a, nullptr, nullptr));  // a heuristic query names no memory
+}
+
+TEST(SimBlas, GemmBatchedRefusesAPointerItsArrayHoldsOutsideTheSessionsMemory) {
+  std::vector<float> m(16, 1.0f);
+  uint64_t good = reinterpret_cast<uint64_t>(m.data());
+  std::vector<uint64_t> as{good, good}, bs{good, 0xdead0000}, cs{good, good};
+  BlasArgs a;
+  a.op = BlasOp::kGemmBatched;
+  a.a_type = a.b_type = a.c_type = kR32F;
+  a.compute = kCompute32F;
+  a.m = a.n = a.k = 2;
+  a.lda = a.ldb = a.ldc = 2;
+  a.batch = 2;
+  a.a = reinterpret_cast<uint64_t>(as.data());
+  a.b = reinterpret_cast<uint64_t>(bs.data());
+  a.c = reinterpret_cast<uint64_t>(cs.data());
+  float one = 1;
+  std::memcpy(a.alpha.bytes, &one, 4);
+  auto valid = [&](uint64_t p, uint64_t n) { return p >= good && p + n <= good + m.size() * 4; };
+  Status s = simblas::run(a, valid, nullptr);
+  EXPECT_EQ(s.code(), err::kInvalidValue);
+  EXPECT_NE(s.message().find("B[1]"), std::string::npos) << s.message();
+  EXPECT_EQ(m[0], 1.0f);  // nothing ran: the batch is checked before any matrix is written
+}
+
+TEST(SimBlas, GeluGradientIsTheDerivativeOfGelu) {
+  for (double x : {-3.0, -1.0, -0.1, 0.0, 0.3, 1.0, 2.5}) {
+    double h = 1e-6, numeric = (simblas::gelu(x + h) - simblas::gelu(x - h)) / (2 * h);
+    EXPECT_NEAR(simblas::geluGrad(x), numeric, 1e-6) << x;
+  }
+  EXPECT_NEAR(simblas::gelu(1.0), 0.8411919906, 1e-9);  // the tanh approximation cuBLASLt uses
+}
+
+}  // namespace
+}  // namespace rgpu::server
