@@ -50,6 +50,9 @@ for ex in device_query memory streams vector_add matmul reduction; do
   "$build/examples/$ex" || status=1
 done
 echo
+echo "== examples/mlp_train.cu (nvcc -cudart shared ... -lcublas): a small network learns, cuBLAS through rgpu"
+"$build/examples/mlp_train" 15 || status=1
+echo
 echo "== rgpu-smi: the server's pool while a benchmark program (tests/bench/gpu_bench.cu) runs"
 "$build/tests/e2e/gpu_bench" >"$demo/gpu_bench.out" &
 bench=$!
