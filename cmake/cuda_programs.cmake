@@ -6,8 +6,9 @@ function(rgpu_cuda_program list name src outdir)
   set(out "${outdir}/${name}")
   add_custom_command(
     OUTPUT "${out}"
-    COMMAND "${RGPU_NVCC}" -cudart shared ${ARGN} -o "${out}" "${src}"
+    COMMAND "${RGPU_NVCC}" -cudart shared ${ARGN} -MD -MF "${out}.d" -o "${out}" "${src}"
     DEPENDS "${src}"
+    DEPFILE "${out}.d"
     COMMENT "nvcc -cudart shared ${ARGN} ${name}"
     VERBATIM)
   set(${list} ${${list}} "${out}" PARENT_SCOPE)

@@ -80,6 +80,14 @@ cublasStatus_t unsupported(const char* name, const char* why) {
   return CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
+cublasStatus_t openSession(const char* call, int* device) {
+  const ExportTable* t = table();
+  if (!t) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (Status s = t->ready(); !s) return toBlasStatus(s, call, true);
+  *device = t->currentDevice();
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 Status setStream(wire::StreamRef::Builder b, const ExportTable& t, cudaStream_t stream, int device) {
   uint32_t id = 0;
   int dev = device;

@@ -63,6 +63,15 @@ inline void setScalar(wire::BlasScalar::Builder b, const void* p, size_t bytes, 
 
 inline uint64_t addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
 
+// For cublasCreate / cublasLtCreate: connects the runtime's session (an error
+// there is NOT_INITIALIZED) and gives the calling thread's device, which the
+// new handle is bound to.
+cublasStatus_t openSession(const char* call, int* device);
+
 }  // namespace rgpu::client::blas
 
 #define RGPU_BLAS_EXPORT extern "C" __attribute__((visibility("default")))
+// One exported entry point returning cublasStatus_t, and its guarded body.
+#define RGPU_BLAS_API(name, ...) RGPU_BLAS_EXPORT cublasStatus_t name(__VA_ARGS__)
+#define RGPU_BLAS_RUN(name, ...) \
+  return ::rgpu::client::blas::guarded(#name, [&]() -> cublasStatus_t { __VA_ARGS__; })

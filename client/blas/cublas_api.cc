@@ -81,6 +81,14 @@ cublasStatus_t submit(const char* name, cublasHandle_t h, F&& fill, void* result
   return toBlasStatus(t->post(msg), name);
 }
 
+// x and y of a level 1 or 2 call.
+void setVectors(wire::BlasCall::Builder c, const void* x, int64_t incx, const void* y, int64_t incy) {
+  c.setX(addr(x));
+  c.setIncx(incx);
+  c.setY(addr(y));
+  c.setIncy(incy);
+}
+
 // ---- level 1 -----------------------------------------------------------------
 
 template <typename T, typename I>
@@ -94,10 +102,7 @@ cublasStatus_t vectorOp(const char* name, wire::BlasOp op, cublasHandle_t h, I n
     c.setAType(typeOf<T>());
     c.setBType(typeOf<T>());
     c.setN(n);
-    c.setX(addr(x));
-    c.setIncx(incx);
-    c.setY(addr(y));
-    c.setIncy(incy);
+    setVectors(c, x, incx, y, incy);
     if (alpha) setScalar(c.initAlpha(), alpha, sizeof(T), device);
   });
 }
@@ -117,10 +122,7 @@ cublasStatus_t reduction(const char* name, wire::BlasOp op, cublasHandle_t h, I 
         c.setAType(typeOf<T>());
         c.setBType(typeOf<T>());
         c.setN(n < 0 ? 0 : n);
-        c.setX(addr(x));
-        c.setIncx(incx);
-        c.setY(addr(y));
-        c.setIncy(incy);
+        setVectors(c, x, incx, y, incy);
         c.setResult(device ? addr(result) : 0);
         c.setResult64(sizeof(R) == 8 && (op == wire::BlasOp::IAMAX || op == wire::BlasOp::IAMIN));
       },
@@ -145,10 +147,7 @@ cublasStatus_t gemv(const char* name, cublasHandle_t h, cublasOperation_t trans,
     c.setN(n);
     c.setA(addr(A));
     c.setLda(lda);
-    c.setX(addr(x));
-    c.setIncx(incx);
-    c.setY(addr(y));
-    c.setIncy(incy);
+    setVectors(c, x, incx, y, incy);
     setScalar(c.initAlpha(), alpha, sizeof(T), device);
     setScalar(c.initBeta(), beta, sizeof(T), device);
   });
@@ -168,10 +167,7 @@ cublasStatus_t ger(const char* name, cublasHandle_t h, I m, I n, const T* alpha,
     c.setN(n);
     c.setA(addr(A));
     c.setLda(lda);
-    c.setX(addr(x));
-    c.setIncx(incx);
-    c.setY(addr(y));
-    c.setIncy(incy);
+    setVectors(c, x, incx, y, incy);
     setScalar(c.initAlpha(), alpha, sizeof(T), device);
   });
 }
@@ -332,19 +328,18 @@ cublasStatus_t copyVector(const char* name, int64_t n, int64_t elem, const void*
 
 }  // namespace
 
-#define API(name, ...) RGPU_BLAS_EXPORT cublasStatus_t name(__VA_ARGS__)
-#define RUN(name, ...) return guarded(#name, [&]() -> cublasStatus_t { __VA_ARGS__; })
+#define API RGPU_BLAS_API
+#define RUN RGPU_BLAS_RUN
 
 // ---- handles and settings ----------------------------------------------------------
 
 API(cublasCreate_v2, cublasHandle_t* handle) {
   RUN(cublasCreate, {
     if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
-    const rgpu::client::ExportTable* t = table();
-    if (!t) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (Status s = t->ready(); !s) return toBlasStatus(s, "cublasCreate", true);
+    int device = 0;
+    if (cublasStatus_t st = rgpu::client::blas::openSession("cublasCreate", &device); st != CUBLAS_STATUS_SUCCESS) return st;
     auto* h = new cublasContext;
-    h->device = t->currentDevice();
+    h->device = device;
     *handle = h;
     return CUBLAS_STATUS_SUCCESS;
   });

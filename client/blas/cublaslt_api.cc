@@ -280,19 +280,18 @@ std::atomic<cublasLtLoggerCallback_t> g_logger{nullptr};
 
 }  // namespace
 
-#define API(name, ...) RGPU_BLAS_EXPORT cublasStatus_t name(__VA_ARGS__)
-#define RUN(name, ...) return guarded(#name, [&]() -> cublasStatus_t { __VA_ARGS__; })
+#define API RGPU_BLAS_API
+#define RUN RGPU_BLAS_RUN
 
 // ---- handles, versions, strings ------------------------------------------------------
 
 API(cublasLtCreate, cublasLtHandle_t* handle) {
   RUN(cublasLtCreate, {
     if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
-    const rgpu::client::ExportTable* t = table();
-    if (!t) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (Status s = t->ready(); !s) return toBlasStatus(s, "cublasLtCreate", true);
+    int device = 0;
+    if (cublasStatus_t st = rgpu::client::blas::openSession("cublasLtCreate", &device); st != CUBLAS_STATUS_SUCCESS) return st;
     auto* h = new cublasLtContext;
-    h->device = t->currentDevice();
+    h->device = device;
     *handle = h;
     return CUBLAS_STATUS_SUCCESS;
   });

@@ -81,10 +81,7 @@ class BlasOnCuda : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     makeCerts(dir_->path());
-    std::string toml = serverToml(dir_->path(), std::string("[cuda]\ndriver_library = \"") + RGPU_FAKE_CUDA_LIB +
-                                                     "\"\ncublas_library = \"" + RGPU_FAKE_CUBLAS_LIB +
-                                                     "\"\ncublaslt_library = \"" + RGPU_FAKE_CUBLAS_LIB + "\"\n");
-    toml.replace(toml.find("backend = \"sim\""), std::strlen("backend = \"sim\""), "backend = \"cuda\"");
+    std::string toml = cudaServerToml(dir_->path(), "cuda", RGPU_FAKE_CUDA_LIB);
     ::setenv("RGPU_FAKE_CUDA_LOG", dir_->file("driver.log").c_str(), 1);
     server_ = new ServerProcess(dir_->path(), toml);
     ::unsetenv("RGPU_FAKE_CUDA_LOG");

@@ -16,44 +16,7 @@
 #include <random>
 #include <vector>
 
-static int g_checks = 0, g_failed = 0;
-#define CHECK(cond, ...)                                 \
-  do {                                                   \
-    ++g_checks;                                          \
-    if (!(cond)) {                                       \
-      ++g_failed;                                        \
-      std::printf("FAILED %s:%d: ", __FILE__, __LINE__); \
-      std::printf(__VA_ARGS__);                          \
-      std::printf("\n");                                 \
-    }                                                    \
-  } while (0)
-#define OK(call) CHECK((call) == CUBLAS_STATUS_SUCCESS, "%s", #call)
-
-static std::mt19937 rng(7);
-double val(float x) { return x; }
-double val(double x) { return x; }
-double val(__half x) { return __half2float(x); }
-double val(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T>
-std::vector<T> randoms(size_t n) {
-  std::uniform_real_distribution<double> d(-1.0, 1.0);
-  std::vector<T> v(n);
-  for (auto& x : v) x = static_cast<T>(d(rng));
-  return v;
-}
-template <typename T>
-T* toDevice(const std::vector<T>& h) {
-  T* d = nullptr;
-  cudaMalloc(&d, h.size() * sizeof(T) + 16);
-  cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
-  return d;
-}
-template <typename T>
-std::vector<T> toHost(const T* d, size_t n) {
-  std::vector<T> h(n);
-  cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost);
-  return h;
-}
+#include "blas_check.h"
 
 double gelu(double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
 double geluGrad(double x) {

@@ -16,12 +16,6 @@ namespace {
 std::string example(const char* name) { return std::string(RGPU_EXAMPLES_DIR) + "/" + name; }
 std::string testProgram(const char* name) { return std::string(RGPU_TEST_PROGRAMS_DIR) + "/" + name; }
 
-std::string cudaServerToml(const std::string& dir, const std::string& backend, const std::string& driver) {
-  std::string t = serverToml(dir, "[cuda]\ndriver_library = \"" + driver + "\"\n");
-  t.replace(t.find("backend = \"sim\""), std::strlen("backend = \"sim\""), "backend = \"" + backend + "\"");
-  return t;
-}
-
 class CudaFakeE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -65,6 +66,13 @@ std::string serverToml(const std::string& dir, const std::string& extra, const s
          "[sim]\n" + sim_keys + "\n"
          "[[sim.devices]]\nname = \"rgpu test device\"\nmemory = \"1GiB\"\ncompute_capability = \"9.0\"\nsm_count = 8\n" +
          extra;
+}
+
+std::string cudaServerToml(const std::string& dir, const std::string& backend, const std::string& driver) {
+  std::string t = serverToml(dir, "[cuda]\ndriver_library = \"" + driver + "\"\ncublas_library = \"" +
+                                      RGPU_FAKE_CUBLAS_LIB + "\"\ncublaslt_library = \"" + RGPU_FAKE_CUBLAS_LIB + "\"\n");
+  t.replace(t.find("backend = \"sim\""), std::strlen("backend = \"sim\""), "backend = \"" + backend + "\"");
+  return t;
 }
 
 std::string clientToml(const std::string& dir, uint16_t port, const std::string& cert) {

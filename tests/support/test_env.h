@@ -38,6 +38,9 @@ void makeCerts(const std::string& dir);
 // server.toml text: TLS from `dir`, users alice (certificate) and bob (token
 // "bob-token"), one sim device ([sim] gets `sim_keys`), plus `extra` appended.
 std::string serverToml(const std::string& dir, const std::string& extra = "", const std::string& sim_keys = "");
+// serverToml with `backend` and the CUDA driver `driver` (tests use the fake
+// one), and NVIDIA's cuBLAS replaced by the fake one too.
+std::string cudaServerToml(const std::string& dir, const std::string& backend, const std::string& driver);
 // client.toml text for `port`, authenticating with certificate `cert` (or none).
 std::string clientToml(const std::string& dir, uint16_t port, const std::string& cert = "alice");
 
