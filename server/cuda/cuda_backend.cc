@@ -98,6 +98,14 @@ CudaBackend::~CudaBackend() {
   stopThreads();
   releaseBlas();
   DriverApi& api = *api_;
+  // Jobs the completer left pending: their events go with the spares below.
+  for (Job& j : jobs_) {
+    auto& d = devices_[j.device];
+    d.spare_events.insert(d.spare_events.end(), j.events.begin(), j.events.end());
+    for (CUevent e : j.timed)
+      if (e) d.spare_timed.push_back(e);
+  }
+  jobs_.clear();
   // Callbacks of work still pending are dropped: the session is going away.
   for (auto& [id, s] : streams_)
     if (use(s.device)) (void)api.cuStreamDestroy(s.handle);

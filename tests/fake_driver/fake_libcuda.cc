@@ -85,6 +85,7 @@ struct Driver {
   std::map<const void*, size_t> host_allocations;  // pinned host memory
   std::set<FakeStream*> streams;
   std::set<FakeEvent*> events;
+  std::vector<std::unique_ptr<FakeEvent>> dead_events;  // destroyed, but queued ops may still stamp them
   std::set<FakeModule*> modules;
   std::set<FakeFunction*> functions;
   CUresult sticky = CUDA_SUCCESS;
@@ -531,7 +532,8 @@ CUresult fakeEventDestroy(CUevent e) {
   ENTER("cuEventDestroy");
   auto* ev = reinterpret_cast<FakeEvent*>(e);
   if (!drv().events.erase(ev)) return CUDA_ERROR_INVALID_HANDLE;
-  // Ops that stamp it may still be queued: keep the object (tests are short).
+  // Ops that stamp it may still be queued: keep the object until exit.
+  drv().dead_events.emplace_back(ev);
   return CUDA_SUCCESS;
 }
 
@@ -639,8 +641,14 @@ CUresult fakeModuleUnload(CUmodule mod) {
     drv().allocations.erase(g.first);
     std::free(reinterpret_cast<void*>(g.first));
   }
-  for (auto it = drv().functions.begin(); it != drv().functions.end();)
-    it = (*it)->module == m ? drv().functions.erase(it) : std::next(it);
+  for (auto it = drv().functions.begin(); it != drv().functions.end();) {
+    if ((*it)->module != m) {
+      ++it;
+      continue;
+    }
+    delete *it;
+    it = drv().functions.erase(it);
+  }
   record("cuModuleUnload");
   delete m;
   return CUDA_SUCCESS;
