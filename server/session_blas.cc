@@ -16,7 +16,7 @@ Result<BlasScalar> scalarOf(wire::BlasScalar::Reader s, const char* what) {
   }
   auto bytes = s.getHost();
   if (bytes.size() > sizeof out.bytes) return Status(err::kInvalidValue, std::string(what) + ": more than 8 bytes");
-  std::memcpy(out.bytes, bytes.begin(), bytes.size());
+  if (bytes.size()) std::memcpy(out.bytes, bytes.begin(), bytes.size());  // (an absent scalar has no bytes)
   return out;
 }
 

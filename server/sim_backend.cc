@@ -217,7 +217,17 @@ Status SimBackend::enqueue(StreamKey key, std::function<void()> fn) {
   return enqueueLocked(*s, std::move(fn));
 }
 
+namespace {
+thread_local void* t_running_stream = nullptr;  // the stream whose op this thread runs
+}  // namespace
+
+void SimBackend::markReplied() {
+  std::lock_guard lock(mu_);
+  if (t_running_stream) static_cast<Stream*>(t_running_stream)->replied = true;
+}
+
 void SimBackend::runStream(Stream* s) {
+  t_running_stream = s;
   std::unique_lock lock(mu_);
   for (;;) {
     progress_.wait(lock, [&] { return (s->stopping && s->queue.empty()) || (!s->queue.empty() && depsMet(s->queue.front().deps)); });
@@ -228,6 +238,7 @@ void SimBackend::runStream(Stream* s) {
     op.fn();
     lock.lock();
     ++s->completed;
+    s->replied = false;
     fireReadyWaitersLocked(lock);
     progress_.notify_all();
   }
@@ -329,14 +340,17 @@ Result<bool> SimBackend::streamIdle(StreamKey key) {
   std::lock_guard lock(mu_);
   auto s = streamLocked(key);
   if (!s) return s.status();
-  return (*s)->completed == (*s)->enqueued && depsMet(implicitDeps(*s));
+  if (doneForQueries(*s) != (*s)->enqueued) return false;
+  for (auto& [other, ticket] : implicitDeps(*s))
+    if (doneForQueries(other) < ticket) return false;
+  return true;
 }
 
 Result<bool> SimBackend::eventDone(uint32_t id) {
   std::lock_guard lock(mu_);
   auto it = events_.find(id);
   if (it == events_.end()) return Status(err::kInvalidResourceHandle, "unknown event");
-  return !it->second.stream || it->second.stream->completed >= it->second.ticket;
+  return !it->second.stream || doneForQueries(it->second.stream) >= it->second.ticket;
 }
 
 Result<float> SimBackend::elapsedMs(uint32_t start, uint32_t end) {
@@ -367,7 +381,10 @@ Status SimBackend::copyToDevice(StreamKey s, DevPtr dst, Staging data, uint64_t 
 
 Status SimBackend::copyFromDevice(StreamKey s, DevPtr src, uint64_t size, ReadDone done) {
   // Zero-copy: the reply is written from device memory while the stream is held.
-  return enqueue(s, [src, size, done = std::move(done)] { done(Status::ok(), reinterpret_cast<const uint8_t*>(src), size); });
+  return enqueue(s, [this, src, size, done = std::move(done)] {
+    markReplied();
+    done(Status::ok(), reinterpret_cast<const uint8_t*>(src), size);
+  });
 }
 
 Status SimBackend::copyOnDevice(StreamKey s, DevPtr dst, DevPtr src, uint64_t size) {
@@ -384,10 +401,11 @@ Status SimBackend::copy2DToDevice(StreamKey s, DevPtr dst, uint64_t dpitch, Stag
 
 Status SimBackend::copy2DFromDevice(StreamKey s, DevPtr src, uint64_t spitch, uint64_t width, uint64_t height,
                                     ReadDone done) {
-  return enqueue(s, [=, done = std::move(done)] {
+  return enqueue(s, [=, this, done = std::move(done)] {
     std::vector<uint8_t> packed(width * height);
     for (uint64_t r = 0; r < height; ++r)
       std::memcpy(packed.data() + r * width, reinterpret_cast<const uint8_t*>(src + r * spitch), width);
+    markReplied();
     done(Status::ok(), packed.data(), packed.size());
   });
 }
@@ -660,8 +678,10 @@ Status SimBackend::blas(StreamKey key, const BlasArgs& call, ReadDone done) {
       };
       st = simblas::run(call, valid, &result);
     });
-    if (done) done(st, reinterpret_cast<const uint8_t*>(result.data()), result.size());
-    else if (!st) reportAsync(Status(st.code(), std::string("cuBLAS ") + blasOpName(call.op) + ": " + st.message()));
+    if (done) {
+      markReplied();
+      done(st, reinterpret_cast<const uint8_t*>(result.data()), result.size());
+    } else if (!st) reportAsync(Status(st.code(), std::string("cuBLAS ") + blasOpName(call.op) + ": " + st.message()));
   });
   if (!queued && gate_) gate_->done(key.device, 0, false);
   return queued;

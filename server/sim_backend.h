@@ -119,6 +119,10 @@ class SimBackend final : public Backend {
     bool non_blocking = false;
     bool stopping = false;
     uint64_t enqueued = 0, completed = 0;
+    // The running op has sent its reply (a device-to-host copy, a BLAS result):
+    // the client may ask about the stream before `completed` counts it, so
+    // queries count it as done; ordering still waits for `completed`.
+    bool replied = false;
     std::deque<Op> queue;
     std::thread thread;
   };
@@ -161,6 +165,10 @@ class SimBackend final : public Backend {
   std::vector<Dep> implicitDeps(Stream* s);
   Status enqueueLocked(Stream* s, std::function<void()> fn, std::vector<Dep> extra = {});
   bool depsMet(const std::vector<Dep>& deps) const;
+  // For queries (streamIdle, eventDone): a stream's replied op counts as done.
+  static uint64_t doneForQueries(const Stream* s) { return s->completed + (s->replied ? 1 : 0); }
+  // Inside an op, before it sends a reply: see Stream::replied.
+  void markReplied();
   void runStream(Stream* s);
   void fireReadyWaitersLocked(std::unique_lock<std::mutex>& lock);
   Status addWaiterLocked(std::vector<Dep> deps, Done done);

@@ -4,6 +4,7 @@
 //   trap     - asm("trap;"): cudaErrorLaunchFailure
 //   spin     - a kernel that never ends (it waits for a flag nobody sets):
 //              cudaErrorLaunchTimeout under [limits] kernel_timeout_ms
+//   ok       - a tiny kernel that does end: cudaSuccess
 #include <cassert>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 __global__ void asserting(int n) { assert(n > 100); }
 __global__ void illegal(int* p) { p[threadIdx.x + (1 << 26)] = 1; }
 __global__ void trapping() { asm volatile("trap;"); }
+__global__ void tiny(int* p) { p[threadIdx.x] = static_cast<int>(threadIdx.x); }
 __global__ void spinning(volatile int* flag) {
   while (*flag == 0) {
   }
@@ -23,6 +25,7 @@ int main(int argc, char** argv) {
   cudaMalloc(&p, 64);
   if (!std::strcmp(mode, "assert")) asserting<<<1, 2>>>(5);
   else if (!std::strcmp(mode, "illegal")) illegal<<<1, 32>>>(p);
+  else if (!std::strcmp(mode, "ok")) tiny<<<1, 16>>>(p);
   else if (!std::strcmp(mode, "spin")) {
     cudaMemset(p, 0, 64);
     spinning<<<4, 32>>>(p);

@@ -126,7 +126,11 @@ TEST_F(Pool, SoakThirtyTwoClientsOfTenThousandMixedCallsLeaveNothingBehind) {
   EXPECT_GE(calls, 32 * 10000);
   // Back to baseline: no worker left, nothing allocated or placed in the pool, the daemon did not grow.
   EXPECT_EQ(smi.output, "0, 0\n0, 0\n") << smi.output;
+#if !defined(__SANITIZE_ADDRESS__)
+  // (Under ASan the daemon's allocator quarantines what it frees, so its RSS
+  // says nothing about leaks there; LeakSanitizer and the unit tests do.)
   EXPECT_LE(after - before, 2048) << "daemon RSS " << before << " -> " << after << " KiB";
+#endif
 }
 
 }  // namespace

@@ -315,5 +315,24 @@ TEST_F(SessionTest, MalformedFatbinIsRefusedAndTheSessionContinues) {
   EXPECT_EQ(c.ping().error, 0);
 }
 
+TEST_F(SessionTest, AStreamIsIdleOnceTheClientHasTheReplyOfTheCopyItWaitedFor) {
+  // Found under ASan: the reply of a device-to-host copy left before its
+  // stream counted the copy done, so a query right after it could say
+  // "not ready" for a stream that implicitly waits for the legacy stream.
+  RawClient c = authed();
+  uint64_t p = c.malloc(64);
+  capnp::MallocMessageBuilder create;
+  create.initRoot<wire::Request>().initStreamCreate().initStream().setId(1);  // blocking: waits for stream 0
+  c.send(create, true);
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_EQ(c.readBack(p, 64).error, 0);  // on the legacy stream
+    capnp::MallocMessageBuilder q;
+    q.initRoot<wire::Request>().initStreamQuery().setId(1);
+    c.send(q);
+    RawReply r = c.next();
+    ASSERT_EQ(r.error, 0) << "iteration " << i << ": " << r.message;
+  }
+}
+
 }  // namespace
 }  // namespace rgpu::test
