@@ -298,6 +298,21 @@ Gemm batched(Gemm g, int64_t batch) {
   return g;
 }
 
+// A handle setting: stored (set) or read back (get); the handle is checked.
+template <typename V>
+cublasStatus_t setField(cublasHandle_t h, V cublasContext::*field, V v) {
+  if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  h->*field = v;
+  return CUBLAS_STATUS_SUCCESS;
+}
+template <typename V>
+cublasStatus_t getField(cublasHandle_t h, V cublasContext::*field, V* out) {
+  if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!out) return CUBLAS_STATUS_INVALID_VALUE;
+  *out = h->*field;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 // Thread-local: the legacy API's cublasGetError.
 thread_local cublasStatus_t t_legacy_error = CUBLAS_STATUS_SUCCESS;
 
@@ -374,57 +389,33 @@ RGPU_BLAS_EXPORT size_t cublasGetCudartVersion(void) { return CUDART_VERSION; }
 RGPU_BLAS_EXPORT const char* cublasGetStatusName(cublasStatus_t status) { return rgpu::client::blas::statusName(status); }
 RGPU_BLAS_EXPORT const char* cublasGetStatusString(cublasStatus_t status) { return rgpu::client::blas::statusString(status); }
 
-API(cublasSetStream_v2, cublasHandle_t handle, cudaStream_t stream) {
-  if (!valid(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  handle->stream = stream;
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-API(cublasGetStream_v2, cublasHandle_t handle, cudaStream_t* stream) {
-  if (!valid(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (!stream) return CUBLAS_STATUS_INVALID_VALUE;
-  *stream = handle->stream;
-  return CUBLAS_STATUS_SUCCESS;
-}
+API(cublasSetStream_v2, cublasHandle_t handle, cudaStream_t stream) { return setField(handle, &cublasContext::stream, stream); }
+API(cublasGetStream_v2, cublasHandle_t handle, cudaStream_t* stream) { return getField(handle, &cublasContext::stream, stream); }
 
 API(cublasSetPointerMode_v2, cublasHandle_t handle, cublasPointerMode_t mode) {
   if (!valid(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (mode != CUBLAS_POINTER_MODE_HOST && mode != CUBLAS_POINTER_MODE_DEVICE) return CUBLAS_STATUS_INVALID_VALUE;
-  handle->pointer_mode = mode;
-  return CUBLAS_STATUS_SUCCESS;
+  return setField(handle, &cublasContext::pointer_mode, mode);
 }
-
 API(cublasGetPointerMode_v2, cublasHandle_t handle, cublasPointerMode_t* mode) {
-  if (!valid(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (!mode) return CUBLAS_STATUS_INVALID_VALUE;
-  *mode = handle->pointer_mode;
-  return CUBLAS_STATUS_SUCCESS;
+  return getField(handle, &cublasContext::pointer_mode, mode);
 }
 
-API(cublasSetMathMode, cublasHandle_t handle, cublasMath_t mode) {
-  if (!valid(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  handle->math_mode = mode;
-  return CUBLAS_STATUS_SUCCESS;
-}
+API(cublasSetMathMode, cublasHandle_t handle, cublasMath_t mode) { return setField(handle, &cublasContext::math_mode, mode); }
+API(cublasGetMathMode, cublasHandle_t handle, cublasMath_t* mode) { return getField(handle, &cublasContext::math_mode, mode); }
 
-API(cublasGetMathMode, cublasHandle_t handle, cublasMath_t* mode) {
-  if (!valid(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (!mode) return CUBLAS_STATUS_INVALID_VALUE;
-  *mode = handle->math_mode;
-  return CUBLAS_STATUS_SUCCESS;
-}
-
+// Hints: the results are the same either way here.
 API(cublasSetAtomicsMode, cublasHandle_t handle, cublasAtomicsMode_t mode) {
-  if (!valid(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  handle->atomics = mode;  // a hint: results are the same either way here
-  return CUBLAS_STATUS_SUCCESS;
+  return setField(handle, &cublasContext::atomics, mode);
 }
-
 API(cublasGetAtomicsMode, cublasHandle_t handle, cublasAtomicsMode_t* mode) {
-  if (!valid(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (!mode) return CUBLAS_STATUS_INVALID_VALUE;
-  *mode = handle->atomics;
-  return CUBLAS_STATUS_SUCCESS;
+  return getField(handle, &cublasContext::atomics, mode);
+}
+API(cublasSetEmulationStrategy, cublasHandle_t handle, cublasEmulationStrategy_t strategy) {
+  return setField(handle, &cublasContext::emulation, strategy);
+}
+API(cublasGetEmulationStrategy, cublasHandle_t handle, cublasEmulationStrategy_t* strategy) {
+  return getField(handle, &cublasContext::emulation, strategy);
 }
 
 API(cublasSetWorkspace_v2, cublasHandle_t handle, void* workspace, size_t workspaceSizeInBytes) {
@@ -438,28 +429,10 @@ API(cublasSetWorkspace_v2, cublasHandle_t handle, void* workspace, size_t worksp
 API(cublasSetSmCountTarget, cublasHandle_t handle, int smCountTarget) {
   if (!valid(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (smCountTarget < 0) return CUBLAS_STATUS_INVALID_VALUE;
-  handle->sm_count_target = smCountTarget;
-  return CUBLAS_STATUS_SUCCESS;
+  return setField(handle, &cublasContext::sm_count_target, smCountTarget);
 }
-
 API(cublasGetSmCountTarget, cublasHandle_t handle, int* smCountTarget) {
-  if (!valid(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (!smCountTarget) return CUBLAS_STATUS_INVALID_VALUE;
-  *smCountTarget = handle->sm_count_target;
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-API(cublasSetEmulationStrategy, cublasHandle_t handle, cublasEmulationStrategy_t strategy) {
-  if (!valid(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  handle->emulation = strategy;  // results are computed exactly either way
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-API(cublasGetEmulationStrategy, cublasHandle_t handle, cublasEmulationStrategy_t* strategy) {
-  if (!valid(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (!strategy) return CUBLAS_STATUS_INVALID_VALUE;
-  *strategy = handle->emulation;
-  return CUBLAS_STATUS_SUCCESS;
+  return getField(handle, &cublasContext::sm_count_target, smCountTarget);
 }
 
 namespace {
