@@ -115,6 +115,21 @@ class RangeCheck {
 
 bool realType(int32_t t) { return t == kR32F || t == kR64F; }
 
+// The GEMM shape of a matmul: rows and columns of op(A), op(B), C and D must agree.
+Status checkLtShape(const LtArgs& a) {
+  auto op = [](const LtMatrix& x, int32_t t) { return t == kOpN ? std::pair{x.rows, x.cols} : std::pair{x.cols, x.rows}; };
+  auto [am, ak] = op(a.a, a.trans_a);
+  auto [bk, bn] = op(a.b, a.trans_b);
+  if (a.trans_a < kOpN || a.trans_a > kOpC || a.trans_b < kOpN || a.trans_b > kOpC)
+    return bad("cublasLtMatmul: bad operation");
+  if (am != a.d.rows || bn != a.d.cols || ak != bk || a.c.rows != a.d.rows || a.c.cols != a.d.cols)
+    return bad("cublasLtMatmul: op(A) is " + std::to_string(am) + "x" + std::to_string(ak) + ", op(B) " +
+               std::to_string(bk) + "x" + std::to_string(bn) + ", C " + std::to_string(a.c.rows) + "x" +
+               std::to_string(a.c.cols) + ", D " + std::to_string(a.d.rows) + "x" + std::to_string(a.d.cols) +
+               ": the shapes do not make a matrix product");
+  return Status::ok();
+}
+
 }  // namespace
 
 Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device) {
@@ -179,20 +194,6 @@ Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device) 
   }
   if (a.workspace_size) RGPU_TRY(r.range(a.workspace, a.workspace_size, 1, "workspace"));
   if (device) *device = r.device();
-  return Status::ok();
-}
-
-Status checkLtShape(const LtArgs& a) {
-  auto op = [](const LtMatrix& x, int32_t t) { return t == kOpN ? std::pair{x.rows, x.cols} : std::pair{x.cols, x.rows}; };
-  auto [am, ak] = op(a.a, a.trans_a);
-  auto [bk, bn] = op(a.b, a.trans_b);
-  if (a.trans_a < kOpN || a.trans_a > kOpC || a.trans_b < kOpN || a.trans_b > kOpC)
-    return bad("cublasLtMatmul: bad operation");
-  if (am != a.d.rows || bn != a.d.cols || ak != bk || a.c.rows != a.d.rows || a.c.cols != a.d.cols)
-    return bad("cublasLtMatmul: op(A) is " + std::to_string(am) + "x" + std::to_string(ak) + ", op(B) " +
-               std::to_string(bk) + "x" + std::to_string(bn) + ", C " + std::to_string(a.c.rows) + "x" +
-               std::to_string(a.c.cols) + ", D " + std::to_string(a.d.rows) + "x" + std::to_string(a.d.cols) +
-               ": the shapes do not make a matrix product");
   return Status::ok();
 }
 

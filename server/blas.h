@@ -91,9 +91,6 @@ struct LtArgs {
   uint64_t k() const;
 };
 
-// The GEMM shape of a matmul: rows and columns of op(A), op(B), C and D must agree.
-Status checkLtShape(const LtArgs& a);
-
 // Checks a call's arguments and every range it names against `allocs`.
 // `device` receives the device the memory is on (all of it must be on one).
 Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device);

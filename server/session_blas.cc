@@ -77,6 +77,11 @@ Status Session::dispatchBlas(const protocol::FrameHeader& h, wire::Request::Read
     finish(h, s);
     return Status::ok();
   };
+  // ltMatmul and ltHeuristic carry the same description of a matmul.
+  auto decodeLt = [&](wire::LtMatmul::Reader m, StreamKey& key) -> Result<LtArgs> {
+    RGPU_TRY(checkStream(m.getStream(), key));
+    return ltOf(m);
+  };
   auto sameDevice = [](int memory, const StreamKey& key) {
     return memory < 0 || memory == key.device
                ? Status::ok()
@@ -143,11 +148,9 @@ Status Session::dispatchBlas(const protocol::FrameHeader& h, wire::Request::Read
       return Status::ok();
     }
     case R::LT_MATMUL: {
-      auto m = req.getLtMatmul();
       StreamKey key;
-      Status s = checkStream(m.getStream(), key);
-      auto a = ltOf(m);
-      if (s && !a) s = a.status();
+      auto a = decodeLt(req.getLtMatmul(), key);
+      Status s = a.status();
       int dev = -1;
       if (s) s = checkLt(*a, &allocs_, &dev);
       if (s) s = sameDevice(dev, key);
@@ -158,9 +161,8 @@ Status Session::dispatchBlas(const protocol::FrameHeader& h, wire::Request::Read
     case R::LT_HEURISTIC: {
       auto m = req.getLtHeuristic();
       StreamKey key;
-      Status s = checkStream(m.getStream(), key);
-      auto a = ltOf(m);
-      if (s && !a) s = a.status();
+      auto a = decodeLt(m, key);
+      Status s = a.status();
       if (s) s = checkLt(*a, nullptr, nullptr);
       if (!s) return refuse(s, "cublasLtMatmulAlgoGetHeuristic");
       auto algos = backend_->ltHeuristic(key.device, *a, std::min<uint32_t>(m.getRequestedAlgos(), 64),

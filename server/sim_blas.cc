@@ -59,9 +59,10 @@ double scalar(const BlasScalar& s, int32_t type) {
   return loadAs(s.device ? reinterpret_cast<const uint8_t*>(s.ptr) : s.bytes, type, 0);
 }
 
-bool fits(int64_t v) { return v >= -INT32_MAX && v <= INT32_MAX; }
+bool fits(int64_t v) { return v >= -kMaxSimBlasDim && v <= kMaxSimBlasDim; }
 Status tooLarge(const char* call) {
-  return Status(err::kNotSupported, std::string(call) + ": a size or increment beyond 2^31-1 (the sim backend's BLAS limit)");
+  return Status(err::kNotSupported, std::string(call) + ": a size or increment beyond " + std::to_string(kMaxSimBlasDim) +
+                                        " (kMaxSimBlasDim, the sim backend's BLAS limit)");
 }
 CBLAS_TRANSPOSE trans(int32_t op) { return op == kOpN ? CblasNoTrans : CblasTrans; }
 blasint ld(int64_t v) { return static_cast<blasint>(std::max<int64_t>(v, 1)); }
@@ -345,7 +346,7 @@ Status run(const BlasArgs& a, const Valid& valid, std::string* result) {
 
 Status runLt(const LtArgs& a) {
   for (uint64_t v : {a.m(), a.n(), a.k()})
-    if (v > static_cast<uint64_t>(INT32_MAX)) return tooLarge("cublasLtMatmul");
+    if (v > static_cast<uint64_t>(kMaxSimBlasDim)) return tooLarge("cublasLtMatmul");
   return scalarType(a.compute) == kR64F ? ltRun<double>(a) : ltRun<float>(a);
 }
 

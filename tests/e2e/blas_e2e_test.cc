@@ -2,10 +2,10 @@
 // -lcublas / -lcublasLt run unchanged against rgpu's libraries and a real
 // rgpu-server on the sim backend; every implemented call is compared with a
 // CPU reference inside the programs (tests/e2e/cublas_check.cu,
-// cublaslt_check.cu), and the MLP example must learn.
+// cublaslt_check.cu), and the MLP example must learn. The same programs
+// through the CUDA backend are in cuda_fake_e2e_test.cc.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <regex>
 
 #include "tests/support/test_env.h"
@@ -72,60 +72,6 @@ TEST_F(Blas, TheMlpTrainingExampleLearns) {
   EXPECT_LT(last, first / 3) << r.output;   // the loss falls (0.91 -> 0.19 when written)
   EXPECT_GT(accuracy, 90.0) << r.output;    // on three spiral arms, where chance is 33 %
   EXPECT_NE(r.output.find("epoch  40"), std::string::npos) << r.output;  // progress per epoch
-}
-
-// The same programs through the CUDA backend: the worker loads "NVIDIA's"
-// cuBLAS (here the fake one, on the fake driver) and runs every call with it.
-class BlasOnCuda : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    makeCerts(dir_->path());
-    std::string toml = cudaServerToml(dir_->path(), "cuda", RGPU_FAKE_CUDA_LIB);
-    ::setenv("RGPU_FAKE_CUDA_LOG", dir_->file("driver.log").c_str(), 1);
-    server_ = new ServerProcess(dir_->path(), toml);
-    ::unsetenv("RGPU_FAKE_CUDA_LOG");
-    writeFile(dir_->file("client.toml"), clientToml(dir_->path(), server_->port()));
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    delete dir_;
-  }
-  static RunResult program(const std::string& path) {
-    return run(path, "RGPU_CONFIG=" + dir_->file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
-  }
-  static std::string driverLog() { return readFile(dir_->file("driver.log")); }
-  static inline TempDir* dir_ = nullptr;
-  static inline ServerProcess* server_ = nullptr;
-};
-
-TEST_F(BlasOnCuda, EveryImplementedCublasCallRunsThroughNvidiasLibraryInTheSessionsStreams) {
-  RunResult r = program(testProgram("cublas_check"));
-  EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find(" checks, 0 failed"), std::string::npos) << r.output;
-  std::string log = driverLog();
-  for (const char* call : {"cublasSaxpy_v2_64", "cublasDdot_v2_64", "cublasIsamax_v2", "cublasIsamax_v2_64",
-                           "cublasSgemv_v2_64", "cublasDger_v2_64", "cublasGemmEx_64", "cublasGemmStridedBatchedEx_64",
-                           "cublasGemmBatchedEx_64"})
-    EXPECT_NE(log.find(call), std::string::npos) << call << " never reached the library\n" << log.substr(0, 4000);
-  EXPECT_NE(server_->log().find("cuBLAS loaded"), std::string::npos) << server_->log();
-}
-
-TEST_F(BlasOnCuda, CublasLtMatmulsUseTheHeuristicsAlgorithmWhenTheLibraryAcceptsIt) {
-  RunResult r = program(testProgram("cublaslt_check"));
-  EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find(" checks, 0 failed"), std::string::npos) << r.output;
-  std::string log = driverLog();
-  EXPECT_NE(log.find("cublasLtMatmul algo=heuristic"), std::string::npos) << log.substr(0, 4000);
-  EXPECT_NE(log.find("cublasLtMatmul algo=default"), std::string::npos);  // calls without one
-}
-
-TEST_F(BlasOnCuda, TheMlpTrainingExampleLearns) {
-  RunResult r = program(std::string(RGPU_EXAMPLES_DIR) + "/mlp_train 20");
-  ASSERT_EQ(r.code, 0) << r.output;
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("loss ([0-9.]+) -> ([0-9.]+) over 20 epochs"))) << r.output;
-  EXPECT_LT(std::stod(m[2].str()), std::stod(m[1].str()) / 2) << r.output;
 }
 
 }  // namespace

@@ -127,6 +127,37 @@ TEST_F(CudaFakeE2E, GpuBenchmarkProgramRuns) {
     EXPECT_NE(r.output.find(f), std::string::npos) << r.output;
 }
 
+// cuBLAS on the CUDA backend: the worker loads "NVIDIA's" cuBLAS (here the
+// fake one, on the fake driver) and runs every call with it.
+TEST_F(CudaFakeE2E, EveryImplementedCublasCallRunsThroughNvidiasLibraryInTheSessionsStreams) {
+  RunResult r = program(testProgram("cublas_check"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(" checks, 0 failed"), std::string::npos) << r.output;
+  std::string log = readFile(dir_->file("driver.log"));
+  for (const char* call : {"cublasSaxpy_v2_64", "cublasDdot_v2_64", "cublasIsamax_v2", "cublasIsamax_v2_64",
+                           "cublasSgemv_v2_64", "cublasDger_v2_64", "cublasGemmEx_64", "cublasGemmStridedBatchedEx_64",
+                           "cublasGemmBatchedEx_64"})
+    EXPECT_NE(log.find(call), std::string::npos) << call << " never reached the library\n" << log.substr(0, 4000);
+  EXPECT_NE(server_->log().find("cuBLAS loaded"), std::string::npos) << server_->log();
+}
+
+TEST_F(CudaFakeE2E, CublasLtMatmulsUseTheHeuristicsAlgorithmWhenTheLibraryAcceptsIt) {
+  RunResult r = program(testProgram("cublaslt_check"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(" checks, 0 failed"), std::string::npos) << r.output;
+  std::string log = readFile(dir_->file("driver.log"));
+  EXPECT_NE(log.find("cublasLtMatmul algo=heuristic"), std::string::npos) << log.substr(0, 4000);
+  EXPECT_NE(log.find("cublasLtMatmul algo=default"), std::string::npos);  // calls without one
+}
+
+TEST_F(CudaFakeE2E, TheMlpTrainingExampleLearnsWithNvidiasCublas) {
+  RunResult r = program(std::string(RGPU_EXAMPLES_DIR) + "/mlp_train 20");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("loss ([0-9.]+) -> ([0-9.]+) over 20 epochs"))) << r.output;
+  EXPECT_LT(std::stod(m[2].str()), std::stod(m[1].str()) / 2) << r.output;
+}
+
 // Which backend the daemon picks.
 TEST(BackendChoice, AutoUsesCudaWhenTheDriverSeesAGpu) {
   TempDir dir;

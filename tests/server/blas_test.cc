@@ -154,6 +154,28 @@ TEST(SimBlas, GemmBatchedRefusesAPointerItsArrayHoldsOutsideTheSessionsMemory) {
   EXPECT_EQ(m[0], 1.0f);  // nothing ran: the batch is checked before any matrix is written
 }
 
+TEST(SimBlas, SizesAndIncrementsPastItsLimitAreNotSupportedAndNothingRuns) {
+  std::vector<float> x{2.0f}, y{1.0f};
+  BlasArgs a;
+  a.op = BlasOp::kAxpy;
+  a.a_type = kR32F;
+  a.n = 1;  // one element each: a huge increment still names one element
+  a.x = reinterpret_cast<uint64_t>(x.data());
+  a.y = reinterpret_cast<uint64_t>(y.data());
+  a.incx = 1;
+  a.incy = kMaxSimBlasDim + 1;
+  float one = 1;
+  std::memcpy(a.alpha.bytes, &one, 4);
+  auto valid = [](uint64_t, uint64_t) { return true; };
+  Status s = simblas::run(a, valid, nullptr);
+  EXPECT_EQ(s.code(), err::kNotSupported);
+  EXPECT_NE(s.message().find("kMaxSimBlasDim"), std::string::npos) << s.message();
+  EXPECT_EQ(y[0], 1.0f);
+  a.incy = kMaxSimBlasDim;  // at the limit it runs
+  EXPECT_TRUE(simblas::run(a, valid, nullptr));
+  EXPECT_EQ(y[0], 3.0f);
+}
+
 TEST(SimBlas, GeluGradientIsTheDerivativeOfGelu) {
   for (double x : {-3.0, -1.0, -0.1, 0.0, 0.3, 1.0, 2.5}) {
     double h = 1e-6, numeric = (simblas::gelu(x + h) - simblas::gelu(x - h)) / (2 * h);
