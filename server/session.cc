@@ -662,6 +662,14 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
     if (h.bulk_len) return Status(err::kInvalidValue, "unexpected bulk payload");
     return Status::ok();
   };
+  // A kernel or a variable may be registered: its module exists and the session has room.
+  auto canRegister = [&](uint64_t module) -> Status {
+    if (!modules_.count(module)) return Status(err::kInvalidResourceHandle, "unknown module");
+    if (functions_.size() + vars_.size() >= L.max_functions)
+      return Status(err::kLaunchOutOfResources, "session limit of kernels and variables reached (max_functions = " +
+                                                    std::to_string(L.max_functions) + ")");
+    return Status::ok();
+  };
   uint64_t calls = calls_.fetch_add(1, std::memory_order_relaxed);
   bytes_in_.fetch_add(h.bulk_len, std::memory_order_relaxed);
   if (calls < 64 || (calls & 63) == 0) reportUsage(false);  // keeps the clock read off most calls
@@ -1072,10 +1080,7 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
     case R::FUNCTION_REGISTER: {
       RGPU_TRY(bulkNotExpected());
       auto m = req.getFunctionRegister();
-      Status s = modules_.count(m.getModule()) ? Status::ok() : Status(err::kInvalidResourceHandle, "unknown module");
-      if (s && functions_.size() + vars_.size() >= L.max_functions)
-        s = Status(err::kLaunchOutOfResources, "session limit of kernels and variables reached (max_functions = " +
-                                                   std::to_string(L.max_functions) + ")");
+      Status s = canRegister(m.getModule());
       if (s) {
         auto bytes = backend_->registerFunction(m.getId(), m.getModule(), m.getName());
         if (bytes) functions_[m.getId()] = {m.getModule(), *bytes};
@@ -1087,10 +1092,7 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
     case R::VAR_REGISTER: {
       RGPU_TRY(bulkNotExpected());
       auto m = req.getVarRegister();
-      Status s = modules_.count(m.getModule()) ? Status::ok() : Status(err::kInvalidResourceHandle, "unknown module");
-      if (s && functions_.size() + vars_.size() >= L.max_functions)
-        s = Status(err::kLaunchOutOfResources, "session limit of kernels and variables reached (max_functions = " +
-                                                   std::to_string(L.max_functions) + ")");
+      Status s = canRegister(m.getModule());
       if (s) vars_[m.getId()] = {m.getModule(), m.getName(), m.getSize(), 0};
       finish(h, s);
       return Status::ok();
@@ -1182,7 +1184,9 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       uint64_t id = m.getId();
       if (s) {
         std::lock_guard lock(host_mu_);
-        if (host_pending_.size() >= L.max_pending_host_funcs) s = Status(err::kLaunchOutOfResources, "too many pending host functions (max_pending_host_funcs = " + std::to_string(L.max_pending_host_funcs) + ")");
+        if (host_pending_.size() >= L.max_pending_host_funcs)
+          s = Status(err::kLaunchOutOfResources, "too many pending host functions (max_pending_host_funcs = " +
+                                                     std::to_string(L.max_pending_host_funcs) + ")");
         else if (!host_pending_.insert(id).second) s = Status(err::kInvalidValue, "host function id in use");
       }
       if (s) {

@@ -672,10 +672,7 @@ Status SimBackend::blas(StreamKey key, const BlasArgs& call, ReadDone done) {
         memory = memoryRangesLocked();
       }
       // Pointers read from device memory (a gemmBatched array) must name this session's memory.
-      auto valid = [&memory](uint64_t p, uint64_t bytes) {
-        auto it = std::upper_bound(memory.begin(), memory.end(), std::make_pair(p, UINT64_MAX));
-        return it != memory.begin() && p + bytes >= p && p + bytes <= std::prev(it)->second;
-      };
+      auto valid = [&memory](uint64_t p, uint64_t bytes) { return ptx::findRange(memory, p, bytes) != nullptr; };
       st = simblas::run(call, valid, &result);
     });
     if (done) {

@@ -68,6 +68,26 @@ inline uint64_t addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
 // new handle is bound to.
 cublasStatus_t openSession(const char* call, int* device);
 
+// cublasCreate / cublasLtCreate and their Destroy: a `Context` (with `kMagic`,
+// `magic` and `device`) bound to the calling thread's device.
+template <class Context>
+cublasStatus_t createHandle(const char* call, Context** out) {
+  if (!out) return CUBLAS_STATUS_INVALID_VALUE;
+  int device = 0;
+  if (cublasStatus_t st = openSession(call, &device); st != CUBLAS_STATUS_SUCCESS) return st;
+  auto* h = new Context;
+  h->device = device;
+  *out = h;
+  return CUBLAS_STATUS_SUCCESS;
+}
+template <class Context>
+cublasStatus_t destroyHandle(Context* h) {
+  if (!h || h->magic != Context::kMagic) return CUBLAS_STATUS_NOT_INITIALIZED;
+  h->magic = 0;
+  delete h;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace rgpu::client::blas
 
 #define RGPU_BLAS_EXPORT extern "C" __attribute__((visibility("default")))

@@ -235,30 +235,8 @@ int32_t computeOf(cublasHandle_t h) {
   return valid(h) && (h->math_mode & 0xf) == CUBLAS_TF32_TENSOR_OP_MATH ? cb::kCompute32FFastTF32 : cb::kCompute32F;
 }
 
-template <typename T>
-Gemm typedGemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
-               const T* alpha, const void* A, int64_t lda, const void* B, int64_t ldb, const T* beta, const void* C,
-               int64_t ldc) {
-  Gemm g;
-  g.ta = ta;
-  g.tb = tb;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.alpha = alpha;
-  g.beta = beta;
-  g.A = A;
-  g.B = B;
-  g.C = C;
-  g.at = g.bt = g.ct = typeOf<T>();
-  g.compute = computeOf<T>(h);
-  g.lda = lda;
-  g.ldb = ldb;
-  g.ldc = ldc;
-  return g;
-}
-
-// cublasGemmEx's computeType; CUBLAS_COMPUTE_32F with the handle in TF32 mode allows TF32.
+// cublasGemmEx & co.: types and compute type as the caller gives them. (With the handle in
+// TF32 mode cuBLAS may use TF32 for CUBLAS_COMPUTE_32F; rgpu keeps it exact, which is allowed.)
 Gemm exGemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const void* alpha,
             const void* A, cudaDataType at, int64_t lda, const void* B, cudaDataType bt, int64_t ldb, const void* beta,
             const void* C, cudaDataType ct, int64_t ldc, cublasComputeType_t compute) {
@@ -281,6 +259,15 @@ Gemm exGemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, in
   g.ldb = ldb;
   g.ldc = ldc;
   return g;
+}
+
+template <typename T>
+Gemm typedGemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+               const T* alpha, const void* A, int64_t lda, const void* B, int64_t ldb, const T* beta, const void* C,
+               int64_t ldc) {
+  auto t = static_cast<cudaDataType>(typeOf<T>());
+  return exGemm(ta, tb, m, n, k, alpha, A, t, lda, B, t, ldb, beta, C, t, ldc,
+                static_cast<cublasComputeType_t>(computeOf<T>(h)));
 }
 
 Gemm strided(Gemm g, int64_t sa, int64_t sb, int64_t sc, int64_t batch) {
@@ -349,25 +336,10 @@ cublasStatus_t copyVector(const char* name, int64_t n, int64_t elem, const void*
 // ---- handles and settings ----------------------------------------------------------
 
 API(cublasCreate_v2, cublasHandle_t* handle) {
-  RUN(cublasCreate, {
-    if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
-    int device = 0;
-    if (cublasStatus_t st = rgpu::client::blas::openSession("cublasCreate", &device); st != CUBLAS_STATUS_SUCCESS) return st;
-    auto* h = new cublasContext;
-    h->device = device;
-    *handle = h;
-    return CUBLAS_STATUS_SUCCESS;
-  });
+  RUN(cublasCreate, return rgpu::client::blas::createHandle("cublasCreate", handle));
 }
 
-API(cublasDestroy_v2, cublasHandle_t handle) {
-  RUN(cublasDestroy, {
-    if (!valid(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-    handle->magic = 0;
-    delete handle;
-    return CUBLAS_STATUS_SUCCESS;
-  });
-}
+API(cublasDestroy_v2, cublasHandle_t handle) { RUN(cublasDestroy, return rgpu::client::blas::destroyHandle(handle)); }
 
 API(cublasGetVersion_v2, cublasHandle_t handle, int* version) {
   if (!version) return CUBLAS_STATUS_INVALID_VALUE;

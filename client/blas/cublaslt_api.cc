@@ -180,8 +180,9 @@ cublasStatus_t getField(const Field (&fields)[N], const void* obj, int attr, voi
   return CUBLAS_STATUS_SUCCESS;
 }
 
-void initDesc(Desc* d, cublasComputeType_t compute, cudaDataType_t scale) {
-  std::memset(d, 0, sizeof(cublasLtMatmulDescOpaque_t));
+void initDesc(cublasLtMatmulDescOpaque_t* o, cublasComputeType_t compute, cudaDataType_t scale) {
+  std::memset(o, 0, sizeof(*o));
+  auto* d = reinterpret_cast<Desc*>(o);
   d->magic = kDescMagic;
   d->compute = compute;
   d->scale_type = scale;
@@ -192,8 +193,9 @@ void initDesc(Desc* d, cublasComputeType_t compute, cudaDataType_t scale) {
   d->aux_type = d->bias_type = -1;  // as D
 }
 
-void initLayout(Layout* l, cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld) {
-  std::memset(l, 0, sizeof(cublasLtMatrixLayoutOpaque_t));
+void initLayout(cublasLtMatrixLayoutOpaque_t* o, cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld) {
+  std::memset(o, 0, sizeof(*o));
+  auto* l = reinterpret_cast<Layout*>(o);
   l->magic = kLayoutMagic;
   l->type = type;
   l->order = CUBLASLT_ORDER_COL;
@@ -203,12 +205,37 @@ void initLayout(Layout* l, cudaDataType type, uint64_t rows, uint64_t cols, int6
   l->ld = ld;
 }
 
-void initPref(Pref* p) {
-  std::memset(p, 0, sizeof(cublasLtMatmulPreferenceOpaque_t));
+void initPref(cublasLtMatmulPreferenceOpaque_t* o) {
+  std::memset(o, 0, sizeof(*o));
+  auto* p = reinterpret_cast<Pref*>(o);
   p->magic = kPrefMagic;
   p->reduction_mask = CUBLASLT_REDUCTION_SCHEME_MASK;
   p->align_a = p->align_b = p->align_c = p->align_d = 256;
   p->impl_mask = ~uint64_t{0};
+}
+
+// Create, Init_internal and Destroy are alike for the three descriptor kinds:
+// `fill` initialises one in place; `contents` is null when the magic is wrong.
+template <class Opaque, class Fill>
+cublasStatus_t createDescriptor(Opaque** out, Fill fill) {
+  if (!out) return CUBLAS_STATUS_INVALID_VALUE;
+  auto* o = new Opaque;
+  fill(o);
+  *out = o;
+  return CUBLAS_STATUS_SUCCESS;
+}
+template <class Opaque, class Fill>
+cublasStatus_t initDescriptor(Opaque* o, size_t size, Fill fill) {
+  if (!o || size < sizeof(Opaque)) return CUBLAS_STATUS_INVALID_VALUE;
+  fill(o);
+  return CUBLAS_STATUS_SUCCESS;
+}
+template <class Opaque, class Contents>
+cublasStatus_t destroyDescriptor(Opaque* o, Contents* contents) {
+  if (!contents) return CUBLAS_STATUS_INVALID_VALUE;
+  contents->magic = 0;
+  delete o;
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 bool valid(cublasLtHandle_t h) { return h && h->magic == cublasLtContext::kMagic; }
@@ -286,23 +313,10 @@ std::atomic<cublasLtLoggerCallback_t> g_logger{nullptr};
 // ---- handles, versions, strings ------------------------------------------------------
 
 API(cublasLtCreate, cublasLtHandle_t* handle) {
-  RUN(cublasLtCreate, {
-    if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
-    int device = 0;
-    if (cublasStatus_t st = rgpu::client::blas::openSession("cublasLtCreate", &device); st != CUBLAS_STATUS_SUCCESS) return st;
-    auto* h = new cublasLtContext;
-    h->device = device;
-    *handle = h;
-    return CUBLAS_STATUS_SUCCESS;
-  });
+  RUN(cublasLtCreate, return rgpu::client::blas::createHandle("cublasLtCreate", handle));
 }
 
-API(cublasLtDestroy, cublasLtHandle_t handle) {
-  if (!valid(handle)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  handle->magic = 0;
-  delete handle;
-  return CUBLAS_STATUS_SUCCESS;
-}
+API(cublasLtDestroy, cublasLtHandle_t handle) { RUN(cublasLtDestroy, return rgpu::client::blas::destroyHandle(handle)); }
 
 RGPU_BLAS_EXPORT size_t cublasLtGetVersion(void) { return CUBLAS_VERSION; }
 RGPU_BLAS_EXPORT size_t cublasLtGetCudartVersion(void) { return CUDART_VERSION; }
@@ -347,29 +361,16 @@ API(cublasLtLoggerForceDisable) { return CUBLAS_STATUS_SUCCESS; }
 
 API(cublasLtMatmulDescCreate, cublasLtMatmulDesc_t* matmulDesc, cublasComputeType_t computeType,
     cudaDataType_t scaleType) {
-  RUN(cublasLtMatmulDescCreate, {
-    if (!matmulDesc) return CUBLAS_STATUS_INVALID_VALUE;
-    auto* d = new cublasLtMatmulDescOpaque_t;
-    initDesc(reinterpret_cast<Desc*>(d), computeType, scaleType);
-    *matmulDesc = d;
-    return CUBLAS_STATUS_SUCCESS;
-  });
+  RUN(cublasLtMatmulDescCreate,
+      return createDescriptor(matmulDesc, [&](auto* o) { initDesc(o, computeType, scaleType); }));
 }
 
 API(cublasLtMatmulDescInit_internal, cublasLtMatmulDesc_t matmulDesc, size_t size, cublasComputeType_t computeType,
     cudaDataType_t scaleType) {
-  if (!matmulDesc || size < sizeof(cublasLtMatmulDescOpaque_t)) return CUBLAS_STATUS_INVALID_VALUE;
-  initDesc(reinterpret_cast<Desc*>(matmulDesc), computeType, scaleType);
-  return CUBLAS_STATUS_SUCCESS;
+  return initDescriptor(matmulDesc, size, [&](auto* o) { initDesc(o, computeType, scaleType); });
 }
 
-API(cublasLtMatmulDescDestroy, cublasLtMatmulDesc_t matmulDesc) {
-  Desc* d = desc(matmulDesc);
-  if (!d) return CUBLAS_STATUS_INVALID_VALUE;
-  d->magic = 0;
-  delete matmulDesc;
-  return CUBLAS_STATUS_SUCCESS;
-}
+API(cublasLtMatmulDescDestroy, cublasLtMatmulDesc_t matmulDesc) { return destroyDescriptor(matmulDesc, desc(matmulDesc)); }
 
 API(cublasLtMatmulDescSetAttribute, cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr,
     const void* buf, size_t sizeInBytes) {
@@ -385,28 +386,17 @@ API(cublasLtMatmulDescGetAttribute, cublasLtMatmulDesc_t matmulDesc, cublasLtMat
 
 API(cublasLtMatrixLayoutCreate, cublasLtMatrixLayout_t* matLayout, cudaDataType type, uint64_t rows, uint64_t cols,
     int64_t ld) {
-  RUN(cublasLtMatrixLayoutCreate, {
-    if (!matLayout) return CUBLAS_STATUS_INVALID_VALUE;
-    auto* l = new cublasLtMatrixLayoutOpaque_t;
-    initLayout(reinterpret_cast<Layout*>(l), type, rows, cols, ld);
-    *matLayout = l;
-    return CUBLAS_STATUS_SUCCESS;
-  });
+  RUN(cublasLtMatrixLayoutCreate,
+      return createDescriptor(matLayout, [&](auto* o) { initLayout(o, type, rows, cols, ld); }));
 }
 
 API(cublasLtMatrixLayoutInit_internal, cublasLtMatrixLayout_t matLayout, size_t size, cudaDataType type, uint64_t rows,
     uint64_t cols, int64_t ld) {
-  if (!matLayout || size < sizeof(cublasLtMatrixLayoutOpaque_t)) return CUBLAS_STATUS_INVALID_VALUE;
-  initLayout(reinterpret_cast<Layout*>(matLayout), type, rows, cols, ld);
-  return CUBLAS_STATUS_SUCCESS;
+  return initDescriptor(matLayout, size, [&](auto* o) { initLayout(o, type, rows, cols, ld); });
 }
 
 API(cublasLtMatrixLayoutDestroy, const cublasLtMatrixLayout_t matLayout) {
-  Layout* l = layout(matLayout);
-  if (!l) return CUBLAS_STATUS_INVALID_VALUE;
-  l->magic = 0;
-  delete matLayout;
-  return CUBLAS_STATUS_SUCCESS;
+  return destroyDescriptor(matLayout, layout(matLayout));
 }
 
 API(cublasLtMatrixLayoutSetAttribute, cublasLtMatrixLayout_t matLayout, cublasLtMatrixLayoutAttribute_t attr,
@@ -422,28 +412,14 @@ API(cublasLtMatrixLayoutGetAttribute, cublasLtMatrixLayout_t matLayout, cublasLt
 }
 
 API(cublasLtMatmulPreferenceCreate, cublasLtMatmulPreference_t* p) {
-  RUN(cublasLtMatmulPreferenceCreate, {
-    if (!p) return CUBLAS_STATUS_INVALID_VALUE;
-    auto* q = new cublasLtMatmulPreferenceOpaque_t;
-    initPref(reinterpret_cast<Pref*>(q));
-    *p = q;
-    return CUBLAS_STATUS_SUCCESS;
-  });
+  RUN(cublasLtMatmulPreferenceCreate, return createDescriptor(p, initPref));
 }
 
 API(cublasLtMatmulPreferenceInit_internal, cublasLtMatmulPreference_t p, size_t size) {
-  if (!p || size < sizeof(cublasLtMatmulPreferenceOpaque_t)) return CUBLAS_STATUS_INVALID_VALUE;
-  initPref(reinterpret_cast<Pref*>(p));
-  return CUBLAS_STATUS_SUCCESS;
+  return initDescriptor(p, size, initPref);
 }
 
-API(cublasLtMatmulPreferenceDestroy, cublasLtMatmulPreference_t p) {
-  Pref* q = pref(p);
-  if (!q) return CUBLAS_STATUS_INVALID_VALUE;
-  q->magic = 0;
-  delete p;
-  return CUBLAS_STATUS_SUCCESS;
-}
+API(cublasLtMatmulPreferenceDestroy, cublasLtMatmulPreference_t p) { return destroyDescriptor(p, pref(p)); }
 
 API(cublasLtMatmulPreferenceSetAttribute, cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr,
     const void* buf, size_t sizeInBytes) {

@@ -470,13 +470,10 @@ bool BlockRunner::resolve(Space space, uint64_t addr, uint32_t size, const Warp&
         out = reinterpret_cast<uint8_t*>(addr);
         return true;
       }
-      const MemoryRanges& r = *L_.memory;
-      auto it = std::upper_bound(r.begin(), r.end(), std::make_pair(addr, UINT64_MAX));
-      if (it == r.begin()) return false;
-      --it;
-      if (addr < it->first || addr + size > it->second || addr + size < addr) return false;
-      cache_lo_ = it->first;
-      cache_hi_ = it->second;
+      const auto* range = findRange(*L_.memory, addr, size);
+      if (!range) return false;
+      cache_lo_ = range->first;
+      cache_hi_ = range->second;
       out = reinterpret_cast<uint8_t*>(addr);
       return true;
     }

@@ -11,6 +11,7 @@
 // cudaErrorIllegalAddress, never touches memory outside them.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -47,6 +48,14 @@ struct Dim3 {
 
 // Readable/writable global memory: sorted, non-overlapping [base, end).
 using MemoryRanges = std::vector<std::pair<uint64_t, uint64_t>>;
+
+// The range of `r` that holds all of [addr, addr + size), or null.
+inline const std::pair<uint64_t, uint64_t>* findRange(const MemoryRanges& r, uint64_t addr, uint64_t size) {
+  auto it = std::upper_bound(r.begin(), r.end(), std::make_pair(addr, UINT64_MAX));
+  if (it == r.begin()) return nullptr;  // (else the range before `it` starts at or below addr)
+  --it;
+  return addr + size >= addr && addr + size <= it->second ? &*it : nullptr;
+}
 
 struct Launch {
   const Function* fn = nullptr;

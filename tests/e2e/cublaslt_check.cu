@@ -248,6 +248,9 @@ void batchedAndDeviceScalars(cublasLtHandle_t lt) {
   float* dab = toDevice(std::vector<float>{2.0f, 0.0f});
   cublasLtMatmulDescOpaque_t storage;  // the Init form, on the stack
   cublasLtMatmulDesc_t desc = &storage;
+  CHECK(cublasLtMatmulDescInit_internal(desc, sizeof storage - 1, CUBLAS_COMPUTE_32F, CUDA_R_32F) ==
+            CUBLAS_STATUS_INVALID_VALUE,
+        "Init into storage smaller than the descriptor");
   OK(cublasLtMatmulDescInit(desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
   OK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof pm));
