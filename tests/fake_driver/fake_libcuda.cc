@@ -4,14 +4,28 @@
 // and hands out the entry points CudaBackend asks for. Devices are host
 // memory; kernels run on rgpu's PTX interpreter, from the PTX in the fatbin
 // given to cuModuleLoadData, so the CUDA backend's whole path can be driven end
-// to end in CI. All stream work runs in submission order on one executor thread
-// (a legal CUDA schedule); a kernel fault makes the context's error sticky, as
-// on a GPU. Every call is recorded (rgpu_fake_cuda_log, and the file named by
-// $RGPU_FAKE_CUDA_LOG), and a test can make the next call of a name fail with
-// a chosen CUresult (rgpu_fake_cuda_fail).
+// to end in CI.
+//
+// Streams run concurrently, as on a GPU, so the tests see the orderings a GPU
+// allows and not just one of them: every stream (and each device's legacy
+// stream) has its own executor thread, and an operation waits only for what
+// the driver's documented rules order it after — earlier work of its own
+// stream, the legacy stream's implicit synchronisation with the blocking
+// streams of its context, and cuStreamWaitEvent. cuStreamDestroy returns at
+// once while the stream's work still runs; cuMemFree, cuMemFreeHost and
+// cuModuleUnload synchronise (wait for all work queued so far), which the
+// documentation allows them to. $RGPU_FAKE_CUDA_JITTER_US (or
+// rgpu_fake_cuda_set_jitter) delays each operation by a random 0..N us, to
+// shake out orderings a test depends on by luck.
+//
+// A kernel fault makes the context's error sticky, as on a GPU. Every call is
+// recorded (rgpu_fake_cuda_log, and the file named by $RGPU_FAKE_CUDA_LOG), and
+// a test can make the next call of a name fail with a chosen CUresult
+// (rgpu_fake_cuda_fail).
 //
 // Environment: RGPU_FAKE_CUDA_DEVICES (count, default 1; 0 = no device),
-// RGPU_FAKE_CUDA_MEMORY (bytes per device, default 1 GiB), RGPU_FAKE_CUDA_LOG.
+// RGPU_FAKE_CUDA_MEMORY (bytes per device, default 1 GiB), RGPU_FAKE_CUDA_LOG,
+// RGPU_FAKE_CUDA_JITTER_US.
 #include <cuda.h>
 
 #include <chrono>
@@ -29,6 +43,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -46,13 +61,29 @@ struct FakeContext {
   int refs = 0;
 };
 
+struct FakeStream;
+// Done once `stream` has completed `ticket` operations.
+using Dep = std::pair<FakeStream*, uint64_t>;
+
+struct FakeOp {
+  std::function<CUresult()> fn;
+  std::vector<Dep> deps;
+};
+
+// Never freed before exit: destroyed streams drain on their own thread, and
+// events and dependencies may still name them.
 struct FakeStream {
   int device = 0;
-  uint64_t last = 0;  // ticket of the last op enqueued
+  bool legacy = false;
+  bool non_blocking = false;
+  bool destroyed = false;
+  uint64_t enqueued = 0, completed = 0;
+  std::deque<FakeOp> queue;
 };
 
 struct FakeEvent {
   unsigned flags = 0;
+  FakeStream* stream = nullptr;  // of the last record
   uint64_t ticket = 0;
   bool recorded = false;
   Clock::time_point when;
@@ -75,15 +106,19 @@ struct FakeFunction {
 
 struct Driver {
   std::mutex mu;
-  std::condition_variable cv;
+  std::condition_variable cv;  // any stream progressed or got work
   bool initialised = false;
   int device_count = 1;
   uint64_t memory = 1ull << 30;
+  unsigned jitter_us = 0;
   std::vector<FakeContext> contexts;
   std::vector<uint64_t> used;
   std::map<uint64_t, std::pair<int, uint64_t>> allocations;  // address -> (device, size)
+  std::map<uint64_t, uint64_t> pitches;                      // pitched allocation -> its pitch
   std::map<const void*, size_t> host_allocations;  // pinned host memory
-  std::set<FakeStream*> streams;
+  std::vector<FakeStream*> legacy;                 // by device
+  std::set<FakeStream*> streams;                   // live created streams
+  std::vector<FakeStream*> all_streams;            // every stream ever made (for synchronising calls)
   std::set<FakeEvent*> events;
   std::vector<std::unique_ptr<FakeEvent>> dead_events;  // destroyed, but queued ops may still stamp them
   std::set<FakeModule*> modules;
@@ -92,16 +127,13 @@ struct Driver {
   std::map<std::string, CUresult> fail_next;
   std::string log;
   std::ofstream log_file;
-  // The executor: every stream's work, in submission order.
-  std::deque<std::pair<uint64_t, std::function<CUresult()>>> queue;
-  uint64_t enqueued = 0, executed = 0;
-  std::thread executor;
   std::unique_ptr<ptx::Interpreter> interp;
 
   Driver() {
     if (const char* n = std::getenv("RGPU_FAKE_CUDA_DEVICES")) device_count = std::atoi(n);
     if (const char* m = std::getenv("RGPU_FAKE_CUDA_MEMORY")) memory = std::strtoull(m, nullptr, 10);
     if (const char* l = std::getenv("RGPU_FAKE_CUDA_LOG")) log_file.open(l, std::ios::app);
+    if (const char* j = std::getenv("RGPU_FAKE_CUDA_JITTER_US")) jitter_us = static_cast<unsigned>(std::atoi(j));
     contexts.resize(std::max(device_count, 0));
     for (int i = 0; i < device_count; ++i) contexts[i].device = i;
     used.assign(std::max(device_count, 0), 0);
@@ -109,7 +141,7 @@ struct Driver {
 };
 
 Driver& drv() {
-  static Driver* d = new Driver();  // never destroyed: the executor may outlive static destructors
+  static Driver* d = new Driver();  // never destroyed: the executors may outlive static destructors
   return *d;
 }
 
@@ -144,41 +176,94 @@ CUresult enter(const char* name, bool needs_context = true) {
   std::unique_lock lock(drv().mu);                       \
   if (CUresult e_ = enter(name, ##__VA_ARGS__); e_ != CUDA_SUCCESS) return e_;
 
-void executorLoop() {
+bool depsMet(const std::vector<Dep>& deps) {
+  for (auto& [s, ticket] : deps)
+    if (s->completed < ticket) return false;
+  return true;
+}
+
+// One stream's executor: its operations in order, each once its dependencies are met.
+void executorLoop(FakeStream* s) {
   Driver& d = drv();
+  thread_local std::mt19937 rng(std::random_device{}());
   std::unique_lock lock(d.mu);
   for (;;) {
-    d.cv.wait(lock, [&] { return !d.queue.empty(); });
-    auto op = std::move(d.queue.front());
-    d.queue.pop_front();
+    d.cv.wait(lock, [&] { return (s->destroyed && s->queue.empty()) || (!s->queue.empty() && depsMet(s->queue.front().deps)); });
+    if (s->queue.empty()) return;  // destroyed and drained
+    FakeOp op = std::move(s->queue.front());
+    s->queue.pop_front();
+    unsigned jitter = d.jitter_us;
     CUresult r = CUDA_SUCCESS;
     if (d.sticky == CUDA_SUCCESS) {
       lock.unlock();
-      r = op.second();
+      if (jitter) std::this_thread::sleep_for(std::chrono::microseconds(rng() % (jitter + 1)));
+      r = op.fn();
       lock.lock();
     }
     if (r != CUDA_SUCCESS && d.sticky == CUDA_SUCCESS) d.sticky = r;
-    d.executed = op.first;
+    ++s->completed;
     d.cv.notify_all();
   }
 }
 
 // With the lock held.
-uint64_t enqueue(FakeStream* s, std::function<CUresult()> fn) {
+FakeStream* newStream(int device, bool legacy, bool non_blocking) {
   Driver& d = drv();
-  uint64_t t = ++d.enqueued;
-  if (s) s->last = t;
-  d.queue.emplace_back(t, std::move(fn));
+  auto* s = new FakeStream;
+  s->device = device;
+  s->legacy = legacy;
+  s->non_blocking = non_blocking;
+  d.all_streams.push_back(s);
+  std::thread(executorLoop, s).detach();
+  return s;
+}
+
+// What an operation newly queued on `s` implicitly waits for: the legacy
+// stream waits for the earlier work of its context's blocking streams, and a
+// blocking stream for the legacy stream's.
+std::vector<Dep> implicitDeps(FakeStream* s) {
+  Driver& d = drv();
+  std::vector<Dep> deps;
+  auto pending = [](FakeStream* t) { return t->enqueued > t->completed; };
+  if (s->legacy) {
+    for (FakeStream* t : d.all_streams)  // destroyed ones too, while their work runs
+      if (!t->legacy && t->device == s->device && !t->non_blocking && pending(t)) deps.emplace_back(t, t->enqueued);
+  } else if (!s->non_blocking) {
+    FakeStream* l = d.legacy[s->device];
+    if (pending(l)) deps.emplace_back(l, l->enqueued);
+  }
+  return deps;
+}
+
+// With the lock held; returns the operation's ticket on its stream.
+uint64_t enqueue(FakeStream* s, std::function<CUresult()> fn, std::vector<Dep> extra = {}) {
+  Driver& d = drv();
+  std::vector<Dep> deps = implicitDeps(s);
+  deps.insert(deps.end(), extra.begin(), extra.end());
+  s->queue.push_back({std::move(fn), std::move(deps)});
   d.cv.notify_all();
-  return t;
+  return ++s->enqueued;
 }
 
+// Waits (lock held) until every operation queued so far, on every stream, has run.
+void synchronizeAll(std::unique_lock<std::mutex>& lock) {
+  Driver& d = drv();
+  std::vector<Dep> all;
+  for (FakeStream* s : d.all_streams) all.emplace_back(s, s->enqueued);
+  d.cv.wait(lock, [&] { return depsMet(all); });
+}
+
+// The stream a handle names (the legacy stream of the current context for
+// 0/CU_STREAM_LEGACY), or null for an unknown handle. Lock held.
 FakeStream* streamOf(CUstream s) {
-  if (s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return nullptr;
-  return reinterpret_cast<FakeStream*>(s);
+  Driver& d = drv();
+  if (s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+    return t_ctx && t_ctx->device < static_cast<int>(d.legacy.size()) ? d.legacy[t_ctx->device] : nullptr;
+  auto* st = reinterpret_cast<FakeStream*>(s);
+  return d.streams.count(st) ? st : nullptr;
 }
 
-bool knownStream(CUstream s) { return !streamOf(s) || drv().streams.count(streamOf(s)); }
+bool knownStream(CUstream s) { return streamOf(s) != nullptr; }
 
 // An address range every byte of which is in one allocation.
 bool deviceRange(uint64_t p, uint64_t n) {
@@ -204,8 +289,7 @@ CUresult fakeInit(unsigned flags) {
   if (!d.initialised) {
     d.initialised = true;
     d.interp = std::make_unique<ptx::Interpreter>(2);
-    d.executor = std::thread(executorLoop);
-    d.executor.detach();
+    for (int dev = 0; dev < d.device_count; ++dev) d.legacy.push_back(newStream(dev, true, false));
   }
   return CUDA_SUCCESS;
 }
@@ -359,8 +443,9 @@ CUresult fakeMemFree(CUdeviceptr p) {
   auto it = d.allocations.find(p);
   if (it == d.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
   // cuMemFree synchronises: wait for queued work (it may use the memory).
-  uint64_t upto = d.enqueued;
-  d.cv.wait(lock, [&] { return d.executed >= upto; });
+  synchronizeAll(lock);
+  it = d.allocations.find(p);
+  if (it == d.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
   d.used[it->second.first] -= it->second.second;
   std::free(reinterpret_cast<void*>(p));
   d.allocations.erase(it);
@@ -385,6 +470,8 @@ CUresult fakeMemHostAlloc(void** p, size_t size, unsigned flags) {
 
 CUresult fakeMemFreeHost(void* p) {
   ENTER("cuMemFreeHost");
+  if (!drv().host_allocations.count(p)) return CUDA_ERROR_INVALID_VALUE;
+  synchronizeAll(lock);  // a copy queued from it may still be waiting to run
   if (!drv().host_allocations.erase(p)) return CUDA_ERROR_INVALID_VALUE;
   std::free(p);
   record("cuMemFreeHost");
@@ -487,7 +574,7 @@ CUresult fakeMemsetD2D8Async(CUdeviceptr dst, size_t pitch, unsigned char v, siz
 
 CUresult fakeStreamCreateWithPriority(CUstream* s, unsigned flags, int priority) {
   ENTER("cuStreamCreateWithPriority");
-  auto* st = new FakeStream{t_ctx->device, 0};
+  FakeStream* st = newStream(t_ctx->device, false, (flags & CU_STREAM_NON_BLOCKING) != 0);
   drv().streams.insert(st);
   *s = reinterpret_cast<CUstream>(st);
   record("cuStreamCreateWithPriority flags=" + std::to_string(flags) + " priority=" + std::to_string(priority));
@@ -496,26 +583,34 @@ CUresult fakeStreamCreateWithPriority(CUstream* s, unsigned flags, int priority)
 
 CUresult fakeStreamDestroy(CUstream s) {
   ENTER("cuStreamDestroy");
-  auto* st = streamOf(s);
-  if (!st || !drv().streams.erase(st)) return CUDA_ERROR_INVALID_HANDLE;
+  auto* st = reinterpret_cast<FakeStream*>(s);
+  if (!drv().streams.erase(st)) return CUDA_ERROR_INVALID_HANDLE;
   record("cuStreamDestroy");
-  // Queued work still runs; the stream object is not touched by it.
-  delete st;
+  // As documented: returns at once; the work already queued still runs, and
+  // the stream's thread ends when it has.
+  st->destroyed = true;
+  drv().cv.notify_all();
   return CUDA_SUCCESS;
 }
 
 CUresult fakeStreamQuery(CUstream s) {
   ENTER("cuStreamQuery");
-  if (!knownStream(s)) return CUDA_ERROR_INVALID_HANDLE;
-  uint64_t last = streamOf(s) ? streamOf(s)->last : drv().enqueued;
-  return drv().executed >= last ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  FakeStream* st = streamOf(s);
+  if (!st) return CUDA_ERROR_INVALID_HANDLE;
+  std::vector<Dep> deps = implicitDeps(st);
+  deps.emplace_back(st, st->enqueued);
+  return depsMet(deps) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 CUresult fakeStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
   ENTER("cuStreamWaitEvent");
-  if (!knownStream(s) || !drv().events.count(reinterpret_cast<FakeEvent*>(e))) return CUDA_ERROR_INVALID_HANDLE;
+  auto* ev = reinterpret_cast<FakeEvent*>(e);
+  FakeStream* st = streamOf(s);
+  if (!st || !drv().events.count(ev)) return CUDA_ERROR_INVALID_HANDLE;
   record("cuStreamWaitEvent");
-  return CUDA_SUCCESS;  // one executor runs everything in order: already satisfied
+  // Waits for the event's most recent record at the time of this call.
+  if (ev->recorded) enqueue(st, [] { return CUDA_SUCCESS; }, {{ev->stream, ev->ticket}});
+  return CUDA_SUCCESS;
 }
 
 CUresult fakeEventCreate(CUevent* e, unsigned flags) {
@@ -540,27 +635,33 @@ CUresult fakeEventDestroy(CUevent e) {
 CUresult fakeEventRecord(CUevent e, CUstream s) {
   ENTER("cuEventRecord");
   auto* ev = reinterpret_cast<FakeEvent*>(e);
-  if (!drv().events.count(ev) || !knownStream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  FakeStream* st = streamOf(s);
+  if (!drv().events.count(ev) || !st) return CUDA_ERROR_INVALID_HANDLE;
   ev->recorded = true;
-  ev->ticket = enqueue(streamOf(s), [ev] {
+  ev->stream = st;
+  ev->ticket = enqueue(st, [ev] {
     ev->when = Clock::now();
     return CUDA_SUCCESS;
   });
   return CUDA_SUCCESS;
 }
 
+bool eventComplete(const FakeEvent* ev) { return !ev->recorded || ev->stream->completed >= ev->ticket; }
+
 CUresult fakeEventQuery(CUevent e) {
   ENTER("cuEventQuery");
   auto* ev = reinterpret_cast<FakeEvent*>(e);
   if (!drv().events.count(ev)) return CUDA_ERROR_INVALID_HANDLE;
-  return drv().executed >= ev->ticket ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  return eventComplete(ev) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 CUresult fakeEventSynchronize(CUevent e) {
   ENTER("cuEventSynchronize");
   auto* ev = reinterpret_cast<FakeEvent*>(e);
   if (!drv().events.count(ev)) return CUDA_ERROR_INVALID_HANDLE;
-  drv().cv.wait(lock, [&] { return drv().executed >= ev->ticket; });
+  FakeStream* st = ev->stream;
+  uint64_t ticket = ev->ticket;
+  if (ev->recorded) drv().cv.wait(lock, [&] { return st->completed >= ticket; });
   return drv().sticky;
 }
 
@@ -571,7 +672,7 @@ CUresult fakeEventElapsedTime(float* ms, CUevent a, CUevent b) {
   if (!drv().events.count(x) || !drv().events.count(y)) return CUDA_ERROR_INVALID_HANDLE;
   if ((x->flags | y->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
   if (!x->recorded || !y->recorded) return CUDA_ERROR_INVALID_HANDLE;
-  if (drv().executed < x->ticket || drv().executed < y->ticket) return CUDA_ERROR_NOT_READY;
+  if (!eventComplete(x) || !eventComplete(y)) return CUDA_ERROR_NOT_READY;
   *ms = std::chrono::duration<float, std::milli>(y->when - x->when).count();
   return CUDA_SUCCESS;
 }
@@ -635,8 +736,7 @@ CUresult fakeModuleUnload(CUmodule mod) {
   ENTER("cuModuleUnload");
   auto* m = reinterpret_cast<FakeModule*>(mod);
   if (!drv().modules.erase(m)) return CUDA_ERROR_INVALID_HANDLE;
-  uint64_t upto = drv().enqueued;
-  drv().cv.wait(lock, [&] { return drv().executed >= upto; });
+  synchronizeAll(lock);
   for (auto& [name, g] : m->globals) {
     drv().allocations.erase(g.first);
     std::free(reinterpret_cast<void*>(g.first));
@@ -896,7 +996,18 @@ __attribute__((visibility("default"))) void rgpu_fake_cuda_enqueue(CUstream stre
                                                                    const char* what) {
   std::lock_guard lock(drv().mu);
   record(what);
-  enqueue(streamOf(stream), [fn, arg] { return fn(arg) ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS; });
+  FakeStream* s = streamOf(stream);
+  if (!s) {
+    record(std::string(what) + ": unknown stream (dropped)");
+    return;
+  }
+  enqueue(s, [fn, arg] { return fn(arg) ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS; });
+}
+
+// Delays each stream operation by a random 0..`us` microseconds (0: none).
+__attribute__((visibility("default"))) void rgpu_fake_cuda_set_jitter(unsigned us) {
+  std::lock_guard lock(drv().mu);
+  drv().jitter_us = us;
 }
 
 __attribute__((visibility("default"))) uint64_t rgpu_fake_cuda_live_allocations() {
