@@ -303,11 +303,13 @@ RGPU_EXPORT cudaError_t cudaFreeHost(void* ptr) {
   return guarded([&]() -> Status {
     if (!ptr) return Status::ok();
     unsigned flags = 0;
-    if (!rt().untrackPinned(ptr, &flags)) return Status(err::kInvalidValue, "not memory from cudaHostAlloc/cudaMallocHost");
-    if (flags & kRegisteredFlag) {
-      rt().trackPinned(ptr, 1, flags);
+    uint64_t size = 0;
+    if (!rt().pinnedAt(ptr, &size, &flags)) return Status(err::kInvalidValue, "not memory from cudaHostAlloc/cudaMallocHost");
+    if (flags & kRegisteredFlag)
       return Status(err::kInvalidValue, "memory from cudaHostRegister is released with cudaHostUnregister");
-    }
+    // A copy still queued into it would write into whatever malloc hands out next.
+    rt().waitForWritesInto(ptr, size);
+    rt().untrackPinned(ptr);
     std::free(ptr);
     return Status::ok();
   });
@@ -326,11 +328,13 @@ RGPU_EXPORT cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int fl
 RGPU_EXPORT cudaError_t cudaHostUnregister(void* ptr) {
   return guarded([&]() -> Status {
     unsigned flags = 0;
-    if (!rt().untrackPinned(ptr, &flags)) return Status(cudaErrorHostMemoryNotRegistered, "not registered");
-    if (!(flags & kRegisteredFlag)) {
-      rt().trackPinned(ptr, 1, flags);
+    uint64_t size = 0;
+    if (!rt().pinnedAt(ptr, &size, &flags)) return Status(cudaErrorHostMemoryNotRegistered, "not registered");
+    if (!(flags & kRegisteredFlag))
       return Status(cudaErrorHostMemoryNotRegistered, "not registered with cudaHostRegister");
-    }
+    // The program may free the memory as soon as this returns.
+    rt().waitForWritesInto(ptr, size);
+    rt().untrackPinned(ptr);
     return Status::ok();
   });
 }

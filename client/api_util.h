@@ -16,6 +16,7 @@ inline Runtime& rt() { return Runtime::get(); }
 // thread's last error, and never lets an exception cross the C ABI.
 template <typename F>
 cudaError_t guarded(F&& f) noexcept {
+  if (rt().forked()) return rt().finish(rt().forkedError());
   try {
     return rt().finish(f());
   } catch (const std::bad_alloc&) {

@@ -223,7 +223,7 @@ void Connection::fail(const Status& s) {
   for (Slot* slot : waiting) {
     slot->status = broken();
     if (slot->deferred) {
-      delete slot;
+      endDeferred(slot);
       continue;
     }
     slot->state.store(1, std::memory_order_release);
@@ -384,17 +384,41 @@ Status Connection::postExpectingData(capnp::MessageBuilder& msg, void* in, uint6
   slot->deferred = true;
   slot->in = in;
   slot->in_len = in_len;
-  Status s = enqueue(msg, 0, nullptr, 0, true, slot, nullptr);
-  if (!s) {
-    std::lock_guard lock(slots_mu_);
-    for (auto it = slots_.begin(); it != slots_.end(); ++it)
-      if (it->second == slot) {
-        slots_.erase(it);
-        delete slot;
+  {
+    std::lock_guard lock(deferred_mu_);
+    auto start = reinterpret_cast<uint64_t>(in);
+    deferred_ranges_.emplace(start, start + in_len);
+  }
+  uint64_t seq = 0;
+  Status s = enqueue(msg, 0, nullptr, 0, true, slot, &seq);
+  // Registered (seq set), a failure went through fail(), which ended the slot.
+  if (!s && seq == 0) endDeferred(slot);
+  return s;
+}
+
+void Connection::endDeferred(Slot* slot) {
+  {
+    std::lock_guard lock(deferred_mu_);
+    auto start = reinterpret_cast<uint64_t>(slot->in);
+    auto [b, e] = deferred_ranges_.equal_range(start);
+    for (auto it = b; it != e; ++it)
+      if (it->second == start + slot->in_len) {
+        deferred_ranges_.erase(it);
         break;
       }
   }
-  return s;
+  deferred_cv_.notify_all();
+  delete slot;
+}
+
+void Connection::waitForWritesInto(const void* p, uint64_t len) {
+  auto start = reinterpret_cast<uint64_t>(p), end = start + len;
+  std::unique_lock lock(deferred_mu_);
+  deferred_cv_.wait(lock, [&] {
+    for (auto it = deferred_ranges_.begin(); it != deferred_ranges_.end() && it->first < end; ++it)
+      if (it->second > start) return false;
+    return true;
+  });
 }
 
 Reply Connection::call(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len, void* in, uint64_t in_len) {
@@ -597,7 +621,7 @@ Status Connection::receive(common::TlsConnection& conn) {
         }
       } catch (const kj::Exception&) {
       }
-      delete slot;
+      endDeferred(slot);
       continue;
     }
     slot->state.store(1, std::memory_order_release);

@@ -28,6 +28,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -92,6 +93,10 @@ class Connection {
   // Sends a call whose reply (with `in_len` bytes for `in`) is consumed by the
   // receiver thread later; its error surfaces as an asynchronous error.
   Status postExpectingData(capnp::MessageBuilder& msg, void* in, uint64_t in_len);
+  // Waits until no reply of postExpectingData still has to be written into
+  // [p, p + len): before that memory goes back to the program's allocator
+  // (cudaFreeHost, cudaHostUnregister), as NVIDIA's runtime synchronises there.
+  void waitForWritesInto(const void* p, uint64_t len);
 
   // Flushes queued calls, closes the connection and stops the I/O threads,
   // quietly (the process is exiting). Idempotent.
@@ -139,6 +144,9 @@ class Connection {
   Status receive(common::TlsConnection& conn);
   void callbackLoop();
   void fail(const Status& s);
+  // A deferred slot is done (its data landed, or never will): forgets its
+  // target range and frees it.
+  void endDeferred(Slot* slot);
   // A write failed: with resume, the receiver reconnects; else the end.
   Status lost(common::TlsConnection& conn, const Status& s);
   // Reconnects and takes up the session; the new connection, or why not.
@@ -177,6 +185,11 @@ class Connection {
   std::unordered_map<uint64_t, Slot*> slots_;
   Status broken_;
   Status deferred_error_;
+
+  // Target ranges of deferred slots whose data has not landed (start -> end).
+  std::mutex deferred_mu_;
+  std::condition_variable deferred_cv_;
+  std::multimap<uint64_t, uint64_t> deferred_ranges_;
 
   std::mutex cb_mu_;
   std::condition_variable cb_cv_;

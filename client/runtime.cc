@@ -1,5 +1,8 @@
 #include "client/runtime.h"
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -9,8 +12,16 @@ namespace rgpu::client {
 namespace {
 thread_local int t_device = 0;
 thread_local cudaError_t t_last_error = cudaSuccess;
-// Per-thread default streams (cudaStreamPerThread, --default-stream per-thread), per device.
-thread_local std::map<int, cudaStream_t> t_default_streams;
+// Per-thread default streams (cudaStreamPerThread, --default-stream per-thread),
+// per device. Destroyed when their thread ends, as NVIDIA's runtime does: a
+// program that runs many short-lived threads must not run out of streams.
+struct PerThreadStreams {
+  std::map<int, cudaStream_t> by_device;
+  ~PerThreadStreams() {
+    for (auto& [device, h] : by_device) Runtime::get().releaseStream(h);
+  }
+};
+thread_local PerThreadStreams t_default_streams;
 
 constexpr uint64_t kTagMask = 0xffff'ffff'0000'0000ull;
 }  // namespace
@@ -18,14 +29,43 @@ constexpr uint64_t kTagMask = 0xffff'ffff'0000'0000ull;
 Runtime& Runtime::get() {
   // Never destroyed: nvcc's atexit handlers and user static destructors may
   // call into the runtime after main returns.
-  static Runtime* rt = new Runtime();
+  static Runtime* rt = [] {
+    auto* r = new Runtime();
+    pthread_atfork(nullptr, nullptr, &Runtime::atForkChild);
+    return r;
+  }();
   return *rt;
+}
+
+void Runtime::atForkChild() {
+  // Only this thread exists in the child; the connection, its threads and any
+  // lock another thread held are the parent's. Once the parent has tried to
+  // connect, the child keeps its hands off all of it.
+  Runtime& rt = get();
+  if (rt.conn_attempted_.load()) {
+    rt.forked_.store(true);
+    rt.conn_ptr_.store(nullptr);
+  }
+}
+
+Status Runtime::forkedError() {
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    // Not through the logger: its lock may have been held by a parent thread at fork().
+    static const char kMsg[] =
+        "rgpu: CUDA called in a fork() child of a process that used CUDA: not supported (cudaErrorInitializationError), "
+        "as with NVIDIA's runtime; the parent's session is untouched\n";
+    [[maybe_unused]] auto n = ::write(2, kMsg, sizeof kMsg - 1);
+  }
+  return Status(err::kInitializationError, "");
 }
 
 // ---- connection and errors ----------------------------------------------------
 
 Result<Connection*> Runtime::conn() {
   if (Connection* c = conn_ptr_.load(std::memory_order_acquire)) return c;
+  if (forked()) return forkedError();
+  conn_attempted_.store(true);
   std::lock_guard lock(conn_mu_);
   if (conn_ && !exiting_) return conn_.get();
   if (conn_tried_) return conn_error_;
@@ -54,6 +94,7 @@ Result<Connection*> Runtime::conn() {
 
 void Runtime::shutdownAtExit() {
   Runtime& rt = get();
+  if (rt.forked()) return;  // the parent's connection: not ours to close
   std::lock_guard lock(rt.conn_mu_);
   rt.exiting_ = true;
   rt.conn_tried_ = true;
@@ -73,6 +114,7 @@ cudaError_t Runtime::finish(const Status& s) {
 }
 
 cudaError_t Runtime::lastError(bool reset) {
+  if (int s = sticky()) return static_cast<cudaError_t>(s);
   cudaError_t e = t_last_error;
   if (reset) t_last_error = cudaSuccess;
   return e;
@@ -134,6 +176,41 @@ int Runtime::deviceCount() {
   return c ? static_cast<int>((*c)->welcome().devices.size()) : 0;
 }
 
+namespace {
+// CUDA's defaults (cudaDeviceGetLimit on a fresh context).
+Result<size_t> defaultLimit(cudaLimit which) {
+  switch (which) {
+    case cudaLimitStackSize: return size_t{1024};
+    case cudaLimitPrintfFifoSize: return size_t{1} << 20;
+    case cudaLimitMallocHeapSize: return size_t{8} << 20;
+    case cudaLimitDevRuntimeSyncDepth: return size_t{2};
+    case cudaLimitDevRuntimePendingLaunchCount: return size_t{2048};
+    case cudaLimitMaxL2FetchGranularity: return size_t{64};
+    case cudaLimitPersistingL2CacheSize: return size_t{0};
+  }
+  return Status(cudaErrorUnsupportedLimit, "unknown cudaLimit " + std::to_string(static_cast<int>(which)));
+}
+}  // namespace
+
+Result<size_t> Runtime::limit(int device, cudaLimit which) {
+  RGPU_TRY(this->device(device).status());
+  auto d = defaultLimit(which);
+  if (!d) return d.status();
+  std::lock_guard lock(limits_mu_);
+  auto it = limits_.find({device, static_cast<int>(which)});
+  return it == limits_.end() ? *d : it->second;
+}
+
+Status Runtime::setLimit(int device, cudaLimit which, size_t value) {
+  RGPU_TRY(this->device(device).status());
+  RGPU_TRY(defaultLimit(which).status());
+  if (which == cudaLimitMaxL2FetchGranularity && (value > 128 || (value & (value - 1))))
+    return Status(err::kInvalidValue, "the L2 fetch granularity is a power of two up to 128");
+  std::lock_guard lock(limits_mu_);
+  limits_[{device, static_cast<int>(which)}] = value;
+  return Status::ok();
+}
+
 // ---- streams and events ---------------------------------------------------------
 
 cudaStream_t Runtime::newStream(int device, unsigned flags, int priority, uint32_t* id) {
@@ -150,8 +227,14 @@ Result<StreamRef> Runtime::stream(cudaStream_t s, bool per_thread_default) {
   if (v == 0 && per_thread_default) s = cudaStreamPerThread, v = 2;
   if (v == 0 || v == 1) return StreamRef{0, t_device};
   if (v == 2) {
-    auto it = t_default_streams.find(t_device);
-    if (it == t_default_streams.end()) {
+    auto& mine = t_default_streams.by_device;
+    auto it = mine.find(t_device);
+    if (it != mine.end()) {
+      // cudaDeviceReset destroys the device's streams, this one too.
+      std::shared_lock lock(handle_mu_);
+      if (!streams_.count(static_cast<uint32_t>(reinterpret_cast<uint64_t>(it->second)))) it = mine.end();
+    }
+    if (it == mine.end()) {
       uint32_t id;
       cudaStream_t h = newStream(t_device, 0, 0, &id);
       capnp::MallocMessageBuilder msg(64);
@@ -159,7 +242,7 @@ Result<StreamRef> Runtime::stream(cudaStream_t s, bool per_thread_default) {
       sc.initStream().setId(id);
       sc.getStream().setDevice(t_device);
       RGPU_TRY(post(msg));
-      it = t_default_streams.emplace(t_device, h).first;
+      it = mine.insert_or_assign(t_device, h).first;
     }
     v = reinterpret_cast<uint64_t>(it->second);
   }
@@ -169,6 +252,20 @@ Result<StreamRef> Runtime::stream(cudaStream_t s, bool per_thread_default) {
   auto it = streams_.find(id);
   if (it == streams_.end()) return Status(err::kInvalidResourceHandle, "stream was destroyed or never created");
   return StreamRef{id, it->second.device};
+}
+
+void Runtime::releaseStream(cudaStream_t s) noexcept {
+  try {
+    if (exiting_.load() || forked_.load()) return;
+    StreamRef ref;
+    if (!dropStream(s, &ref)) return;
+    capnp::MallocMessageBuilder msg(32);
+    auto sr = msg.initRoot<wire::Request>().initStreamDestroy();
+    sr.setId(ref.id);
+    sr.setDevice(ref.device);
+    (void)post(msg);
+  } catch (...) {
+  }
 }
 
 Status Runtime::dropStream(cudaStream_t s, StreamRef* ref) {
@@ -293,13 +390,22 @@ void Runtime::trackPinned(const void* p, uint64_t size, unsigned flags) {
   pinned_[reinterpret_cast<uint64_t>(p)] = {size, -1, flags};
 }
 
-bool Runtime::untrackPinned(const void* p, unsigned* flags) {
-  std::unique_lock lock(mem_mu_);
+bool Runtime::pinnedAt(const void* p, uint64_t* size, unsigned* flags) {
+  std::shared_lock lock(mem_mu_);
   auto it = pinned_.find(reinterpret_cast<uint64_t>(p));
   if (it == pinned_.end()) return false;
-  if (flags) *flags = it->second.flags;
-  pinned_.erase(it);
+  *size = it->second.size;
+  *flags = it->second.flags;
   return true;
+}
+
+void Runtime::untrackPinned(const void* p) {
+  std::unique_lock lock(mem_mu_);
+  pinned_.erase(reinterpret_cast<uint64_t>(p));
+}
+
+void Runtime::waitForWritesInto(const void* p, uint64_t len) {
+  if (Connection* c = conn_ptr_.load(std::memory_order_acquire)) c->waitForWritesInto(p, len);
 }
 
 // ---- registration --------------------------------------------------------------------
@@ -361,6 +467,7 @@ void Runtime::registerVar(void** handle, char* host_var, const char* device_name
 void Runtime::unregisterFatBinary(void** handle) {
   // Runs from atexit: the session ends with the process and the server frees
   // the module then; sending more here would only slow the exit down.
+  if (forked()) return;  // a lock a parent thread held at fork() may never be released here
   std::unique_lock lock(reg_mu_);
   auto module = static_cast<uint32_t>(*reinterpret_cast<uintptr_t*>(handle));
   if (module < modules_.size()) modules_[module].unregistered = true;

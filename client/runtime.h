@@ -67,11 +67,20 @@ class Runtime {
 
   // ---- connection and errors --------------------------------------------
   Result<Connection*> conn();  // connects on first use; a failure is sticky
+  // fork(): a child of a process that had connected gets a runtime that
+  // refuses every call (cudaErrorInitializationError, as NVIDIA's does after
+  // fork) and never touches the parent's connection, not even at exit.
+  bool forked() const { return forked_.load(std::memory_order_relaxed); }
+  Status forkedError();
   // The configuration the connection was made with (defaults before that).
   const ClientConfig& config() const { return cfg_; }
   // Records a failure as the thread's last error; returns its code.
   cudaError_t finish(const Status& s);
+  // The thread's last error; after a kernel fault, that fault, on every
+  // thread and for the life of the process (it is never reset).
   cudaError_t lastError(bool reset);
+  // The kernel fault that made the context unusable, or 0.
+  int sticky() const { return sticky_.load(std::memory_order_relaxed); }
   // Sends a synchronous call; an earlier asynchronous error is returned if the
   // call itself succeeded (CUDA's reporting rule).
   Result<Reply> call(capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0,
@@ -84,11 +93,16 @@ class Runtime {
   Result<const Welcome::Device*> device(int index);
   int deviceCount();  // 0 when not connected
   unsigned& deviceFlags() { return device_flags_; }
+  // cudaDeviceGetLimit / cudaDeviceSetLimit: CUDA's defaults until set.
+  Result<size_t> limit(int device, cudaLimit which);
+  Status setLimit(int device, cudaLimit which, size_t value);
 
   // ---- streams and events ----------------------------------------------------
   Result<StreamRef> stream(cudaStream_t s, bool per_thread_default = false);
   cudaStream_t newStream(int device, unsigned flags, int priority, uint32_t* id);
   Status dropStream(cudaStream_t s, StreamRef* ref);
+  // Destroys a stream the runtime made itself (a thread's default stream).
+  void releaseStream(cudaStream_t s) noexcept;
   Result<std::pair<unsigned, int>> streamInfo(cudaStream_t s);  // flags, priority
   cudaEvent_t newEvent(int device, unsigned flags, uint32_t* id);
   Result<uint32_t> event(cudaEvent_t e);
@@ -105,7 +119,12 @@ class Runtime {
   MemKind classify(const void* p, int* device = nullptr, uint64_t* base = nullptr, uint64_t* size = nullptr,
                    unsigned* flags = nullptr);
   void trackPinned(const void* p, uint64_t size, unsigned flags);
-  bool untrackPinned(const void* p, unsigned* flags = nullptr);
+  // The pinned range that starts at `p`: false when there is none.
+  bool pinnedAt(const void* p, uint64_t* size, unsigned* flags);
+  void untrackPinned(const void* p);
+  // Returns once no queued device-to-host copy still has to write into
+  // [p, p + len) (see Connection::waitForWritesInto).
+  void waitForWritesInto(const void* p, uint64_t len);
 
   // ---- registration ------------------------------------------------------------
   void** registerFatBinary(void* wrapper);
@@ -130,17 +149,23 @@ class Runtime {
   // atexit: flush and close the connection before the libraries it uses
   // (OpenSSL) clean up; later calls get cudaErrorCudartUnloading.
   static void shutdownAtExit();
+  static void atForkChild();
 
   std::mutex conn_mu_;
   std::unique_ptr<Connection> conn_;
   std::atomic<Connection*> conn_ptr_{nullptr};
   Status conn_error_;
   bool conn_tried_ = false;
-  bool exiting_ = false;
+  std::atomic<bool> exiting_{false};
+  // This process is a fork() child of the one that made the connection.
+  std::atomic<bool> forked_{false};
+  std::atomic<bool> conn_attempted_{false};
   // A kernel fault (illegal address, assert, trap): sticky, as on a GPU.
   std::atomic<int> sticky_{0};
   ClientConfig cfg_;
   unsigned device_flags_ = 0;
+  std::mutex limits_mu_;
+  std::map<std::pair<int, int>, size_t> limits_;  // (device, cudaLimit) -> value set
 
   std::shared_mutex reg_mu_;
   std::deque<ModuleRecord> modules_;

@@ -61,7 +61,14 @@ struct LaunchConfig {
 using Staging = std::shared_ptr<std::vector<uint8_t>>;
 
 using Done = std::function<void(Status)>;
-using ReadDone = std::function<void(Status, const uint8_t* data, uint64_t size)>;
+// Called once a result's bytes are on their way to the client (written to
+// the connection, ahead of any reply sent later).
+using Written = std::function<void()>;
+// A device-to-host result. The receiver sends `data` on to the client and
+// calls `written` once the bytes are written: only from then on may the
+// backend report the operation complete to a query (cudaStreamQuery,
+// cudaEventQuery), whose answer would otherwise overtake the data it vouches for.
+using ReadDone = std::function<void(Status, const uint8_t* data, uint64_t size, const Written& written)>;
 
 class Backend {
  public:

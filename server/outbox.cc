@@ -47,7 +47,8 @@ bool Outbox::dropOldestLocked() {
   return false;
 }
 
-void Outbox::reply(uint64_t seq, std::vector<uint8_t>& frame, const uint8_t* bulk, uint64_t bulk_len, bool may_wait) {
+void Outbox::reply(uint64_t seq, std::vector<uint8_t>& frame, const uint8_t* bulk, uint64_t bulk_len, bool may_wait,
+                   const std::function<void()>& written) {
   std::shared_ptr<common::TlsConnection> conn;
   bool hold = false;
   {
@@ -67,6 +68,7 @@ void Outbox::reply(uint64_t seq, std::vector<uint8_t>& frame, const uint8_t* bul
   // A failed write is not an error here: the dispatch thread notices the lost
   // connection, and a resume resends what was kept.
   (void)write(*conn, frame, bulk, bulk_len);
+  if (written) written();
   if (hold) {
     std::unique_lock lock(mu_);
     acked_.wait(lock, [&] { return closed_ || !replies_.count(seq); });

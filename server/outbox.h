@@ -21,6 +21,7 @@
 #include <capnp/message.h>
 
 #include <cstdint>
+#include <functional>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -48,8 +49,11 @@ class Outbox {
   // A reply to request `seq`: header and message already in `frame`, then
   // `bulk_len` bulk bytes (which the caller keeps valid during the call).
   // `may_wait`: the caller may block until the client has a large bulk (not
-  // the dispatch thread, which reads the acknowledgement).
-  void reply(uint64_t seq, std::vector<uint8_t>& frame, const uint8_t* bulk, uint64_t bulk_len, bool may_wait);
+  // the dispatch thread, which reads the acknowledgement). `written` runs once
+  // the frame is written (before any wait): a frame sent after it follows it
+  // on the wire.
+  void reply(uint64_t seq, std::vector<uint8_t>& frame, const uint8_t* bulk, uint64_t bulk_len, bool may_wait,
+             const std::function<void()>& written = nullptr);
   // The session is over: waiting senders return, nothing more is kept.
   void close();
   // A notification; its sequence number is assigned here.

@@ -596,7 +596,8 @@ void Session::finish(const FrameHeader& h, const Status& s, const Fill& fill) {
   sendReply(h.seq, s, fill);
 }
 
-void Session::sendReply(uint64_t seq, const Status& status, const Fill& fill, const uint8_t* bulk, uint64_t bulk_len) {
+void Session::sendReply(uint64_t seq, const Status& status, const Fill& fill, const uint8_t* bulk, uint64_t bulk_len,
+                        const Written& written) {
   capnp::MallocMessageBuilder out(256);
   auto r = out.initRoot<wire::Reply>();
   Status s = status;
@@ -627,7 +628,7 @@ void Session::sendReply(uint64_t seq, const Status& status, const Fill& fill, co
   bytes_out_.fetch_add(bulk_len, std::memory_order_relaxed);
   std::vector<uint8_t> frame;
   common::appendFrame(frame, FrameType::kReply, 0, seq, out, bulk_len);
-  outbox_.reply(seq, frame, bulk, bulk_len, std::this_thread::get_id() != dispatch_thread_);
+  outbox_.reply(seq, frame, bulk, bulk_len, std::this_thread::get_id() != dispatch_thread_, written);
 }
 
 void Session::sendNotify(const std::function<void(wire::Notify::Builder&)>& fill) {
@@ -780,9 +781,7 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
         RGPU_LOG_WARN("session {}: device-to-host copy rejected: {}", session_id_, s.message());
         return finish(h, s), Status::ok();
       }
-      s = backend_->copyFromDevice(key, m.getSrc(), m.getSize(), [this, seq](Status st, const uint8_t* d, uint64_t n) {
-        sendReply(seq, st, nullptr, d, n);
-      });
+      s = backend_->copyFromDevice(key, m.getSrc(), m.getSize(), replyWith(seq));
       if (!s) finish(h, s);
       return Status::ok();
     }
@@ -854,8 +853,7 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       }
       RGPU_TRY(bulkNotExpected());
       if (s && d2h) {
-        s = backend_->copy2DFromDevice(key, m.getSrc(), m.getSpitch(), w, ht,
-                                       [this, seq](Status st, const uint8_t* d, uint64_t n) { sendReply(seq, st, nullptr, d, n); });
+        s = backend_->copy2DFromDevice(key, m.getSrc(), m.getSpitch(), w, ht, replyWith(seq));
         if (!s) finish(h, s);
         return Status::ok();
       }

@@ -106,7 +106,11 @@ class Session {
   // Sends a reply (sync request) or records the error (async request).
   void finish(const protocol::FrameHeader& h, const Status& s, const Fill& fill = nullptr);
   void sendReply(uint64_t seq, const Status& s, const Fill& fill, const uint8_t* bulk = nullptr,
-                 uint64_t bulk_len = 0);
+                 uint64_t bulk_len = 0, const Written& written = nullptr);
+  // A ReadDone that sends the result as the reply to `seq`.
+  ReadDone replyWith(uint64_t seq) {
+    return [this, seq](Status st, const uint8_t* d, uint64_t n, const Written& w) { sendReply(seq, st, nullptr, d, n, w); };
+  }
   void recordAsyncError(const Status& s);
   void sendNotify(const std::function<void(wire::Notify::Builder&)>& fill);
 

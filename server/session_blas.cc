@@ -140,7 +140,7 @@ Status Session::dispatchBlas(const protocol::FrameHeader& h, wire::Request::Read
       if (s && to_host && async) s = Status(err::kInvalidValue, "a result for the host needs a synchronous call");
       if (!s) return refuse(s, "cuBLAS call");
       if (to_host) {
-        s = backend_->blas(key, a, [this, seq](Status st, const uint8_t* d, uint64_t n) { sendReply(seq, st, nullptr, d, n); });
+        s = backend_->blas(key, a, replyWith(seq));
         if (!s) finish(h, s);
       } else {
         finish(h, backend_->blas(key, a, nullptr));

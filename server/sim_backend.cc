@@ -221,9 +221,12 @@ namespace {
 thread_local void* t_running_stream = nullptr;  // the stream whose op this thread runs
 }  // namespace
 
-void SimBackend::markReplied() {
-  std::lock_guard lock(mu_);
-  if (t_running_stream) static_cast<Stream*>(t_running_stream)->replied = true;
+Written SimBackend::repliedHook() {
+  auto* s = static_cast<Stream*>(t_running_stream);
+  return [this, s] {
+    std::lock_guard lock(mu_);
+    if (s) s->replied = true;
+  };
 }
 
 void SimBackend::runStream(Stream* s) {
@@ -382,8 +385,7 @@ Status SimBackend::copyToDevice(StreamKey s, DevPtr dst, Staging data, uint64_t 
 Status SimBackend::copyFromDevice(StreamKey s, DevPtr src, uint64_t size, ReadDone done) {
   // Zero-copy: the reply is written from device memory while the stream is held.
   return enqueue(s, [this, src, size, done = std::move(done)] {
-    markReplied();
-    done(Status::ok(), reinterpret_cast<const uint8_t*>(src), size);
+    done(Status::ok(), reinterpret_cast<const uint8_t*>(src), size, repliedHook());
   });
 }
 
@@ -405,8 +407,7 @@ Status SimBackend::copy2DFromDevice(StreamKey s, DevPtr src, uint64_t spitch, ui
     std::vector<uint8_t> packed(width * height);
     for (uint64_t r = 0; r < height; ++r)
       std::memcpy(packed.data() + r * width, reinterpret_cast<const uint8_t*>(src + r * spitch), width);
-    markReplied();
-    done(Status::ok(), packed.data(), packed.size());
+    done(Status::ok(), packed.data(), packed.size(), repliedHook());
   });
 }
 
@@ -676,8 +677,7 @@ Status SimBackend::blas(StreamKey key, const BlasArgs& call, ReadDone done) {
       st = simblas::run(call, valid, &result);
     });
     if (done) {
-      markReplied();
-      done(st, reinterpret_cast<const uint8_t*>(result.data()), result.size());
+      done(st, reinterpret_cast<const uint8_t*>(result.data()), result.size(), repliedHook());
     } else if (!st) reportAsync(Status(st.code(), std::string("cuBLAS ") + blasOpName(call.op) + ": " + st.message()));
   });
   if (!queued && gate_) gate_->done(key.device, 0, false);

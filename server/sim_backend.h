@@ -119,9 +119,11 @@ class SimBackend final : public Backend {
     bool non_blocking = false;
     bool stopping = false;
     uint64_t enqueued = 0, completed = 0;
-    // The running op has sent its reply (a device-to-host copy, a BLAS result):
-    // the client may ask about the stream before `completed` counts it, so
-    // queries count it as done; ordering still waits for `completed`.
+    // The running op's reply (a device-to-host copy, a BLAS result) is
+    // written: the client may ask about the stream before `completed` counts
+    // it, so queries count it as done; ordering still waits for `completed`.
+    // Set only once the bytes are on the wire, so a query's answer never
+    // overtakes the data it vouches for.
     bool replied = false;
     std::deque<Op> queue;
     std::thread thread;
@@ -167,8 +169,9 @@ class SimBackend final : public Backend {
   bool depsMet(const std::vector<Dep>& deps) const;
   // For queries (streamIdle, eventDone): a stream's replied op counts as done.
   static uint64_t doneForQueries(const Stream* s) { return s->completed + (s->replied ? 1 : 0); }
-  // Inside an op, before it sends a reply: see Stream::replied.
-  void markReplied();
+  // Inside an op that sends a reply: the `written` hook that sets
+  // Stream::replied for the stream running it.
+  Written repliedHook();
   void runStream(Stream* s);
   void fireReadyWaitersLocked(std::unique_lock<std::mutex>& lock);
   Status addWaiterLocked(std::vector<Dep> deps, Done done);

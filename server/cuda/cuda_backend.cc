@@ -537,16 +537,51 @@ Status CudaBackend::afterUpload(int device, CUstream stream, Pinned pin, Status 
   return whenDone(device, {stream}, [this, pin](Status) { givePinned(pin); });
 }
 
-Status CudaBackend::afterDownload(int device, CUstream stream, Pinned pin, uint64_t size, ReadDone done,
+std::shared_ptr<CudaBackend::Replies> CudaBackend::repliesLocked(StreamKey key) {
+  if (key.id == 0) return devices_[key.device].legacy_replies;
+  auto it = streams_.find(key.id);
+  return it == streams_.end() ? nullptr : it->second.replies;
+}
+
+bool CudaBackend::repliesWrittenLocked(StreamKey key) {
+  auto done = [](const std::shared_ptr<Replies>& r) { return !r || r->written == r->issued; };
+  if (!done(repliesLocked(key))) return false;
+  // The legacy stream waits for the device's blocking streams; a blocking stream for the legacy one.
+  bool legacy = key.id == 0;
+  if (!legacy) {
+    auto it = streams_.find(key.id);
+    if (it == streams_.end() || it->second.non_blocking) return true;
+    return done(devices_[it->second.device].legacy_replies);
+  }
+  for (auto& [id, s] : streams_)
+    if (s.device == key.device && !s.non_blocking && !done(s.replies)) return false;
+  return true;
+}
+
+Status CudaBackend::afterDownload(StreamKey key, int device, CUstream stream, Pinned pin, uint64_t size, ReadDone done,
                                   Status enqueued) {
   if (!enqueued) {
     givePinned(pin);
     return enqueued;
   }
-  return whenDone(device, {stream}, [this, pin, size, done = std::move(done)](Status st) {
-    done(st, pin.data, size);
+  std::shared_ptr<Replies> replies;
+  {
+    std::lock_guard lock(mu_);
+    replies = repliesLocked(key);
+    if (replies) ++replies->issued;
+  }
+  Status s = whenDone(device, {stream}, [this, pin, size, replies, done = std::move(done)](Status st) {
+    done(st, pin.data, size, [this, replies] {
+      std::lock_guard lock(mu_);
+      if (replies) ++replies->written;
+    });
     givePinned(pin);
   });
+  if (!s && replies) {
+    std::lock_guard lock(mu_);
+    --replies->issued;
+  }
+  return s;
 }
 
 Status CudaBackend::copyToDevice(StreamKey key, DevPtr dst, Staging data, uint64_t size) {
@@ -566,7 +601,7 @@ Status CudaBackend::copyFromDevice(StreamKey key, DevPtr src, uint64_t size, Rea
   if (!s) return s.status();
   auto pin = takePinned(size);
   if (!pin) return pin.status();
-  return afterDownload(s->first, s->second, *pin, size, std::move(done),
+  return afterDownload(key, s->first, s->second, *pin, size, std::move(done),
                        RGPU_CU(cuMemcpyDtoHAsync(pin->data, src, size, s->second)));
 }
 
@@ -622,7 +657,7 @@ Status CudaBackend::copy2DFromDevice(StreamKey key, DevPtr src, uint64_t spitch,
   m.dstMemoryType = CU_MEMORYTYPE_HOST;
   m.dstHost = pin->data;
   m.dstPitch = width;
-  return afterDownload(s->first, s->second, *pin, size, std::move(done), RGPU_CU(cuMemcpy2DAsync(&m, s->second)));
+  return afterDownload(key, s->first, s->second, *pin, size, std::move(done), RGPU_CU(cuMemcpy2DAsync(&m, s->second)));
 }
 
 Status CudaBackend::copy2DOnDevice(StreamKey key, DevPtr dst, uint64_t dpitch, DevPtr src, uint64_t spitch,
@@ -742,7 +777,14 @@ Status CudaBackend::recordEvent(uint32_t event, StreamKey key) {
   if (!s) return s.status();
   if (s->first != e.device)
     return Status(err::kInvalidResourceHandle, "event and stream belong to different devices");
-  return RGPU_CU(cuEventRecord(e.handle, s->second));
+  std::lock_guard lock(mu_);  // the record and the count it remembers go together
+  RGPU_TRY(RGPU_CU(cuEventRecord(e.handle, s->second)));
+  auto it = events_.find(event);
+  if (it != events_.end()) {
+    it->second.replies = repliesLocked(key);
+    it->second.replies_due = it->second.replies ? it->second.replies->issued : 0;
+  }
+  return Status::ok();
 }
 
 Status CudaBackend::waitEvent(StreamKey key, uint32_t event) {
@@ -818,7 +860,8 @@ Result<bool> CudaBackend::streamIdle(StreamKey key) {
   CUresult r = api.cuStreamQuery(s->second);
   if (r == CUDA_ERROR_NOT_READY) return false;
   RGPU_TRY(api.check(r, "cuStreamQuery", __FILE__, __LINE__));
-  return true;
+  std::lock_guard lock(mu_);
+  return repliesWrittenLocked(key);
 }
 
 Result<bool> CudaBackend::eventDone(uint32_t event) {
@@ -830,7 +873,8 @@ Result<bool> CudaBackend::eventDone(uint32_t event) {
   CUresult r = api.cuEventQuery(e.handle);
   if (r == CUDA_ERROR_NOT_READY) return false;
   RGPU_TRY(api.check(r, "cuEventQuery", __FILE__, __LINE__));
-  return true;
+  std::lock_guard lock(mu_);
+  return !e.replies || e.replies->written >= e.replies_due;
 }
 
 Result<float> CudaBackend::elapsedMs(uint32_t start, uint32_t end) {

@@ -14,6 +14,13 @@
 // buffers taken from a pool and returned once their copy has completed, so a
 // copy never blocks the dispatcher and memory is not pinned per call.
 //
+// Queries: cuStreamQuery and cuEventQuery say when the GPU is done, but a
+// device-to-host copy is complete for the client only once its bytes have
+// been written to the connection (after the completer saw it finish). Each
+// stream counts the downloads it issued and those whose reply is written; a
+// stream (or an event recorded behind a download) is reported complete only
+// when both agree, so a query's answer never overtakes the data.
+//
 // Device printf and assert messages: the driver flushes its printf buffer to
 // stdout at synchronisation points. With capture_stdout, stdout is a pipe;
 // when a completion is seen, cuEventSynchronize on the (finished) event makes
@@ -128,8 +135,15 @@ class CudaBackend final : public Backend {
                                           uint64_t max_workspace) override;
 
  private:
+  // Downloads whose replies a stream has issued and written (under mu_).
+  // shared_ptr: events recorded on the stream keep counting on it after the
+  // stream is destroyed.
+  struct Replies {
+    uint64_t issued = 0, written = 0;
+  };
   struct Device {
     CUdevice dev = 0;
+    std::shared_ptr<Replies> legacy_replies = std::make_shared<Replies>();
     CUcontext ctx = nullptr;
     std::vector<CUevent> spare_events;  // completion events for reuse
     std::vector<CUevent> spare_timed;   // timing events (kernel GPU time under a launch gate)
@@ -142,10 +156,14 @@ class CudaBackend final : public Backend {
     int device = 0;
     CUstream handle = nullptr;
     bool non_blocking = false;
+    std::shared_ptr<Replies> replies = std::make_shared<Replies>();
   };
   struct Event {
     int device = 0;
     CUevent handle = nullptr;
+    // The stream's downloads issued before the last record: written before the event counts as complete.
+    std::shared_ptr<Replies> replies;
+    uint64_t replies_due = 0;
   };
   struct Module {
     int device = 0;
@@ -214,7 +232,13 @@ class CudaBackend final : public Backend {
   void givePinned(Pinned p);
   // After a staged copy was enqueued (or failed to be): return the buffer when it is done.
   Status afterUpload(int device, CUstream stream, Pinned pin, Status enqueued);
-  Status afterDownload(int device, CUstream stream, Pinned pin, uint64_t size, ReadDone done, Status enqueued);
+  Status afterDownload(StreamKey key, int device, CUstream stream, Pinned pin, uint64_t size, ReadDone done,
+                       Status enqueued);
+  // The download counters of a session stream (under mu_).
+  std::shared_ptr<Replies> repliesLocked(StreamKey key);
+  // Every download issued on `key` (and on the streams it implicitly waits
+  // for) has its reply written (under mu_).
+  bool repliesWrittenLocked(StreamKey key);
 
   std::unique_ptr<DriverApi> api_;
   CudaOptions opts_;

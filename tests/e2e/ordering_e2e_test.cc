@@ -1,0 +1,91 @@
+// Ordering guarantees and error semantics of the runtime (tests/e2e/ordering.cu,
+// one process per case), through both backends: the sim, and the CUDA backend
+// on the fake driver, which runs streams concurrently and with jitter so that
+// an ordering the runtime does not enforce shows up as wrong data. Each server
+// has two devices (cudaMemcpyPeer needs them).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "tests/support/test_env.h"
+
+namespace rgpu::test {
+namespace {
+
+std::string ordering() { return std::string(RGPU_TEST_PROGRAMS_DIR) + "/ordering"; }
+
+const char* kSecondSimDevice =
+    "[[sim.devices]]\nname = \"rgpu test device\"\nmemory = \"1GiB\"\ncompute_capability = \"9.0\"\nsm_count = 8\n";
+
+class Ordering : public ::testing::TestWithParam<const char*> {
+ protected:
+  struct Server {
+    TempDir dir;
+    std::unique_ptr<ServerProcess> process;
+  };
+  static void SetUpTestSuite() {
+    sim_ = new Server;
+    makeCerts(sim_->dir.path());
+    sim_->process = std::make_unique<ServerProcess>(sim_->dir.path(), serverToml(sim_->dir.path(), kSecondSimDevice));
+    writeFile(sim_->dir.file("client.toml"), clientToml(sim_->dir.path(), sim_->process->port()));
+
+    cuda_ = new Server;
+    makeCerts(cuda_->dir.path());
+    ::setenv("RGPU_FAKE_CUDA_DEVICES", "2", 1);
+    ::setenv("RGPU_FAKE_CUDA_JITTER_US", "50", 1);
+    ::setenv("RGPU_FAKE_CUDA_LOG", cuda_->dir.file("driver.log").c_str(), 1);
+    cuda_->process = std::make_unique<ServerProcess>(cuda_->dir.path(),
+                                                     cudaServerToml(cuda_->dir.path(), "cuda", RGPU_FAKE_CUDA_LIB));
+    ::unsetenv("RGPU_FAKE_CUDA_DEVICES");
+    ::unsetenv("RGPU_FAKE_CUDA_JITTER_US");
+    ::unsetenv("RGPU_FAKE_CUDA_LOG");
+    writeFile(cuda_->dir.file("client.toml"), clientToml(cuda_->dir.path(), cuda_->process->port()));
+  }
+  static void TearDownTestSuite() {
+    delete sim_;
+    delete cuda_;
+  }
+  // Runs `ordering CASE` against the backend of this instance.
+  static RunResult runCase(const std::string& backend, const std::string& name) {
+    Server* s = backend == "sim" ? sim_ : cuda_;
+    return run("timeout 120 " + ordering() + " " + name,
+               "RGPU_CONFIG=" + s->dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  }
+  static void expectPass(const std::string& backend, const std::string& name) {
+    RunResult r = runCase(backend, name);
+    EXPECT_EQ(r.code, 0) << backend << " backend, case " << name << ":\n" << r.output;
+    EXPECT_NE(r.output.find("ok " + name), std::string::npos) << r.output;
+  }
+  static inline Server* sim_ = nullptr;
+  static inline Server* cuda_ = nullptr;
+};
+
+TEST_P(Ordering, FreeingPinnedMemoryWaitsForCopiesStillQueuedIntoIt) { expectPass(GetParam(), "freehost"); }
+TEST_P(Ordering, AQueryThatSaysDoneVouchesForTheCopiedBytes) { expectPass(GetParam(), "query"); }
+TEST_P(Ordering, PeerCopiesAreOrderedOnTheSourceAndDestinationDevices) { expectPass(GetParam(), "peer"); }
+TEST_P(Ordering, DeviceSynchronizeWaitsForADestroyedStreamsWork) { expectPass(GetParam(), "destroy"); }
+TEST_P(Ordering, AKernelFaultIsStickyOnEveryCallAndThread) { expectPass(GetParam(), "sticky"); }
+TEST_P(Ordering, BadLaunchesFailTheLaunchItselfAndAttributesHonourLaunchBounds) { expectPass(GetParam(), "launch"); }
+TEST_P(Ordering, UnsupportedCallsLeaveNoLastErrorAndHintsAndQueriesSucceed) { expectPass(GetParam(), "stubs"); }
+TEST_P(Ordering, PerThreadDefaultStreamsEndWithTheirThreads) { expectPass(GetParam(), "ptds"); }
+TEST_P(Ordering, ASynchronousHostToDeviceCopyReturnsAnEarlierFault) { expectPass(GetParam(), "syncfault"); }
+TEST_P(Ordering, DeviceResetReinitialisesDeviceVariables) { expectPass(GetParam(), "reset"); }
+TEST_P(Ordering, DeviceAddressesAreUnmistakableForHostMemory) { expectPass(GetParam(), "classify"); }
+TEST_P(Ordering, PitchesComeFromTheServerAnd2DCopiesAreExact) { expectPass(GetParam(), "pitch"); }
+TEST_P(Ordering, AForkedChildLeavesTheParentsSessionAlone) { expectPass(GetParam(), "fork"); }
+
+TEST_P(Ordering, DevicePrintfAppearsAtTheNextSynchronisationPoint) {
+  RunResult r = runCase(GetParam(), "printf");
+  ASSERT_EQ(r.code, 0) << r.output;
+  size_t host = r.output.find("host after the kernel"), kernel = r.output.find("kernel says 1"),
+         after = r.output.find("host after synchronising");
+  ASSERT_NE(kernel, std::string::npos) << r.output;
+  EXPECT_LT(host, kernel) << "device output was printed before the program synchronised:\n" << r.output;
+  EXPECT_LT(kernel, after) << "device output was not printed by cudaDeviceSynchronize:\n" << r.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Ordering, ::testing::Values("sim", "cuda"),
+                         [](const ::testing::TestParamInfo<const char*>& i) { return std::string(i.param); });
+
+}  // namespace
+}  // namespace rgpu::test
