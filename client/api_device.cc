@@ -12,9 +12,7 @@ struct ErrorEntry {
   const char* name;
   const char* text;
 };
-const ErrorEntry kErrors[] = {
-#include "client/cudart_error_table.inc"
-};
+#include "cudart_error_table.inc"  // generated from NVIDIA's libcudart.so.13 (client/gen_error_table.cc)
 const ErrorEntry* findError(cudaError_t e) {
   for (const auto& x : kErrors)
     if (x.code == static_cast<int>(e)) return &x;
@@ -24,11 +22,11 @@ const ErrorEntry* findError(cudaError_t e) {
 
 RGPU_EXPORT const char* cudaGetErrorName(cudaError_t error) {
   const ErrorEntry* e = findError(error);
-  return e ? e->name : "cudaErrorUnknown";
+  return e ? e->name : kUnrecognizedName;
 }
 RGPU_EXPORT const char* cudaGetErrorString(cudaError_t error) {
   const ErrorEntry* e = findError(error);
-  return e ? e->text : "unknown error";
+  return e ? e->text : kUnrecognizedText;
 }
 RGPU_EXPORT cudaError_t cudaGetLastError(void) { return rt().lastError(true); }
 RGPU_EXPORT cudaError_t cudaPeekAtLastError(void) { return rt().lastError(false); }

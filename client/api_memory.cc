@@ -46,8 +46,10 @@ Status memcpyImpl(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
   switch (*k) {
     case cudaMemcpyHostToDevice: {
       RGPU_TRY(needDevice(dst, count, "destination"));
-      // Sent now (the caller may reuse its buffer on return); errors surface at
-      // the next synchronising call.
+      // Sent now (the caller may reuse its buffer on return). cudaMemcpyAsync
+      // reports errors at the next synchronising call; cudaMemcpy returns
+      // once the copy is done, with any error of earlier work, as NVIDIA's
+      // does: its last piece waits for the server's answer.
       for (uint64_t off = 0; off < count; off += chunk) {
         uint64_t n = std::min<uint64_t>(chunk, count - off);
         capnp::MallocMessageBuilder msg(64);
@@ -55,7 +57,13 @@ Status memcpyImpl(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
         m.setDst(reinterpret_cast<uint64_t>(dst) + off);
         m.setSize(n);
         setStream(m.initStream(), *s);
-        RGPU_TRY(rt().post(msg, static_cast<const char*>(src) + off, n));
+        const char* piece = static_cast<const char*>(src) + off;
+        if (async || off + n < count) {
+          RGPU_TRY(rt().post(msg, piece, n));
+        } else {
+          auto r = rt().call(msg, piece, n);
+          if (!r) return r.status();
+        }
       }
       return Status::ok();
     }
@@ -157,10 +165,16 @@ Status memcpy2DImpl(void* dst, size_t dpitch, const void* src, size_t spitch, si
   setStream(m.initStream(), *s);
   if (*k == cudaMemcpyHostToDevice) {
     m.setKind(1);
-    if (spitch == width) return rt().post(msg, src, packed);
-    std::vector<char> rows(packed);
-    for (size_t r = 0; r < height; ++r) std::memcpy(rows.data() + r * width, static_cast<const char*>(src) + r * spitch, width);
-    return rt().post(msg, rows.data(), packed);
+    std::vector<char> rows;
+    const void* bytes = src;
+    if (spitch != width) {
+      rows.resize(packed);
+      for (size_t r = 0; r < height; ++r) std::memcpy(rows.data() + r * width, static_cast<const char*>(src) + r * spitch, width);
+      bytes = rows.data();
+    }
+    if (async) return rt().post(msg, bytes, packed);
+    auto r = rt().call(msg, bytes, packed);  // as cudaMemcpy: done, and earlier errors returned
+    return r ? Status::ok() : r.status();
   }
   if (*k == cudaMemcpyDeviceToHost) {
     m.setKind(2);
@@ -450,7 +464,10 @@ RGPU_EXPORT cudaError_t cudaMemset2DAsync_ptsz(void* devPtr, size_t pitch, int v
 }
 
 namespace {
-Status peerImpl(void* dst, int dstDevice, const void* src, int srcDevice, size_t count, cudaStream_t stream, bool ptsz) {
+// cudaMemcpyPeer (`serialize`) is ordered with all work on the current,
+// source and destination devices; cudaMemcpyPeerAsync only on its stream.
+Status peerImpl(void* dst, int dstDevice, const void* src, int srcDevice, size_t count, cudaStream_t stream, bool ptsz,
+                bool serialize) {
   if (count == 0) return Status::ok();
   int dd = -1, sd = -1;
   if (rt().classify(dst, &dd) != MemKind::kDevice || rt().classify(src, &sd) != MemKind::kDevice || dd != dstDevice ||
@@ -465,17 +482,18 @@ Status peerImpl(void* dst, int dstDevice, const void* src, int srcDevice, size_t
   m.setSrc(reinterpret_cast<uint64_t>(src));
   m.setSrcDevice(srcDevice);
   m.setSize(count);
+  m.setSerialize(serialize);
   setStream(m.initStream(), *s);
   return rt().post(msg);
 }
 }  // namespace
 
 RGPU_EXPORT cudaError_t cudaMemcpyPeer(void* dst, int dstDevice, const void* src, int srcDevice, size_t count) {
-  return guarded([&] { return peerImpl(dst, dstDevice, src, srcDevice, count, nullptr, false); });
+  return guarded([&] { return peerImpl(dst, dstDevice, src, srcDevice, count, nullptr, false, true); });
 }
 RGPU_EXPORT cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice, const void* src, int srcDevice, size_t count,
                                             cudaStream_t stream) {
-  return guarded([&] { return peerImpl(dst, dstDevice, src, srcDevice, count, stream, false); });
+  return guarded([&] { return peerImpl(dst, dstDevice, src, srcDevice, count, stream, false, false); });
 }
 
 // ---- symbols ---------------------------------------------------------------------------------

@@ -310,7 +310,7 @@ RGPU_EXPORT cudaError_t cudaDeviceReset(void) {
     capnp::MallocMessageBuilder msg(32);
     msg.initRoot<wire::Request>().initDeviceReset().setDevice(dev);
     auto r = rt().call(msg);
-    rt().untrackDeviceAll(dev);
+    rt().forgetDevice(dev);
     return r ? Status::ok() : r.status();
   });
 }

@@ -361,6 +361,18 @@ void Runtime::untrackDeviceAll(int device) {
     it = it->second.device == device ? device_allocs_.erase(it) : std::next(it);
 }
 
+void Runtime::forgetDevice(int device) {
+  untrackDeviceAll(device);
+  {
+    std::unique_lock lock(reg_mu_);
+    for (ModuleRecord& m : modules_) m.shipped &= ~(1ull << device);
+    for (VarRecord& v : vars_) v.address.erase(device);
+  }
+  std::unique_lock lock(handle_mu_);
+  std::erase_if(streams_, [device](const auto& s) { return s.second.device == device; });
+  std::erase_if(events_, [device](const auto& e) { return e.second == device; });
+}
+
 MemKind Runtime::classify(const void* p, int* device, uint64_t* base, uint64_t* size, unsigned* flags) {
   auto v = reinterpret_cast<uint64_t>(p);
   std::shared_lock lock(mem_mu_);

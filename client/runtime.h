@@ -114,6 +114,10 @@ class Runtime {
   void trackDevice(uint64_t ptr, uint64_t size, int device);
   void untrackDevice(uint64_t ptr);
   void untrackDeviceAll(int device);
+  // cudaDeviceReset: the server dropped the device's allocations, modules,
+  // streams and events; forget them here too (modules are shipped again, so
+  // their variables start from their initial values).
+  void forgetDevice(int device);
   // Kind of a pointer from this process's view; for device pointers also the
   // allocation's device.
   MemKind classify(const void* p, int* device = nullptr, uint64_t* base = nullptr, uint64_t* size = nullptr,

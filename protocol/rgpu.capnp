@@ -273,7 +273,12 @@ struct LaunchKernel {
 }
 struct HostFuncEnqueue { id @0 :UInt64; stream @1 :StreamRef; }
 struct HostFuncDone { id @0 :UInt64; }
-struct MemcpyPeer { dst @0 :UInt64; dstDevice @1 :Int32; src @2 :UInt64; srcDevice @3 :Int32; size @4 :UInt64; stream @5 :StreamRef; }
+struct MemcpyPeer {
+  dst @0 :UInt64; dstDevice @1 :Int32; src @2 :UInt64; srcDevice @3 :Int32; size @4 :UInt64; stream @5 :StreamRef;
+  # cudaMemcpyPeer (not ...Async): ordered with all earlier and later work of
+  # the legacy streams of the stream's device, srcDevice and dstDevice.
+  serialize @6 :Bool;
+}
 struct PointerAttributes { ptr @0 :UInt64; }
 
 struct FuncAttributes {

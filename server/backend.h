@@ -61,14 +61,15 @@ struct LaunchConfig {
 using Staging = std::shared_ptr<std::vector<uint8_t>>;
 
 using Done = std::function<void(Status)>;
-// Called once a result's bytes are on their way to the client (written to
-// the connection, ahead of any reply sent later).
-using Written = std::function<void()>;
+// Runs as a result's frame takes its place on the connection: any frame sent
+// after it runs follows that result on the wire.
+using OnWire = std::function<void()>;
 // A device-to-host result. The receiver sends `data` on to the client and
-// calls `written` once the bytes are written: only from then on may the
-// backend report the operation complete to a query (cudaStreamQuery,
-// cudaEventQuery), whose answer would otherwise overtake the data it vouches for.
-using ReadDone = std::function<void(Status, const uint8_t* data, uint64_t size, const Written& written)>;
+// runs `on_wire` as it does: only from then on may the backend report the
+// operation complete to a query (cudaStreamQuery, cudaEventQuery), whose
+// answer would otherwise overtake the data it vouches for — or, reported
+// later, say "not ready" to a client that already holds the data.
+using ReadDone = std::function<void(Status, const uint8_t* data, uint64_t size, const OnWire& on_wire)>;
 
 class Backend {
  public:
@@ -127,6 +128,11 @@ class Backend {
   virtual Status copyToDevice(StreamKey s, DevPtr dst, Staging data, uint64_t size) = 0;
   virtual Status copyFromDevice(StreamKey s, DevPtr src, uint64_t size, ReadDone done) = 0;
   virtual Status copyOnDevice(StreamKey s, DevPtr dst, DevPtr src, uint64_t size) = 0;
+  // Between devices, on `s`. With `serialize` (cudaMemcpyPeer), also after all
+  // work queued so far on the legacy streams of `src_device` and `dst_device`,
+  // and before all work queued there later.
+  virtual Status copyPeer(StreamKey s, DevPtr dst, int dst_device, DevPtr src, int src_device, uint64_t size,
+                          bool serialize) = 0;
   // 2D: rows of `width` bytes, `height` rows; host side packed (pitch = width).
   virtual Status copy2DToDevice(StreamKey s, DevPtr dst, uint64_t dpitch, Staging data, uint64_t width,
                                 uint64_t height) = 0;
@@ -147,6 +153,13 @@ class Backend {
   virtual Status whenStreamDone(StreamKey s, Done done) = 0;
   virtual Status whenEventDone(uint32_t event, Done done) = 0;
   virtual Status whenDeviceDone(int device, Done done) = 0;
+  // Runs `work` once the work queued so far on `device` is done, then `done`
+  // with its result. `work` may block (freeing memory or unloading a module
+  // can synchronise the device), so a backend runs it where that stalls
+  // neither the completion of other work nor the dispatch thread.
+  virtual Status afterDeviceDone(int device, std::function<Status()> work, Done done) {
+    return whenDeviceDone(device, [work = std::move(work), done = std::move(done)](Status) { done(work()); });
+  }
   virtual Result<bool> streamIdle(StreamKey s) = 0;
   virtual Result<bool> eventDone(uint32_t event) = 0;
   virtual Result<float> elapsedMs(uint32_t start, uint32_t end) = 0;

@@ -18,7 +18,9 @@ bool Outbox::lostFrames() const {
 }
 
 Status Outbox::write(common::TlsConnection& conn, std::vector<uint8_t>& frame, const uint8_t* bulk,
-                     uint64_t bulk_len) {
+                     uint64_t bulk_len, const std::function<void()>& on_wire) {
+  std::lock_guard lock(wire_mu_);
+  if (on_wire) on_wire();
   common::BulkSender sender;
   return sender.send(conn, frame, 0, bulk, bulk_len, compression_);
 }
@@ -48,7 +50,7 @@ bool Outbox::dropOldestLocked() {
 }
 
 void Outbox::reply(uint64_t seq, std::vector<uint8_t>& frame, const uint8_t* bulk, uint64_t bulk_len, bool may_wait,
-                   const std::function<void()>& written) {
+                   const std::function<void()>& on_wire) {
   std::shared_ptr<common::TlsConnection> conn;
   bool hold = false;
   {
@@ -67,8 +69,7 @@ void Outbox::reply(uint64_t seq, std::vector<uint8_t>& frame, const uint8_t* bul
   }
   // A failed write is not an error here: the dispatch thread notices the lost
   // connection, and a resume resends what was kept.
-  (void)write(*conn, frame, bulk, bulk_len);
-  if (written) written();
+  (void)write(*conn, frame, bulk, bulk_len, on_wire);
   if (hold) {
     std::unique_lock lock(mu_);
     acked_.wait(lock, [&] { return closed_ || !replies_.count(seq); });
@@ -101,6 +102,7 @@ void Outbox::notify(capnp::MessageBuilder& message) {
 
 Status Outbox::sendOnce(const std::vector<uint8_t>& frame) {
   auto conn = connection();
+  std::lock_guard lock(wire_mu_);
   return conn->write(frame.data(), frame.size());
 }
 
@@ -128,7 +130,10 @@ Result<size_t> Outbox::resume(std::unique_ptr<common::TlsConnection> conn, const
   std::lock_guard lock(mu_);
   conn_ = std::move(conn);
   trimLocked(replies, notifications);
-  RGPU_TRY(conn_->write(first.data(), first.size()));
+  {
+    std::lock_guard wire(wire_mu_);
+    RGPU_TRY(conn_->write(first.data(), first.size()));
+  }
   size_t sent = 0;
   for (auto* m : {&replies_, &notifications_}) {
     for (auto& [seq, k] : *m) {

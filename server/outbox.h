@@ -15,7 +15,8 @@
 // Thread-safe: the dispatch thread and the backend's completion threads all
 // send. A frame is recorded and the connection chosen under one lock, so a
 // frame is either resent by resume() or written to the new connection, never
-// neither.
+// neither. Frames never interleave on the wire, not even a compressed bulk
+// written block by block.
 #pragma once
 
 #include <capnp/message.h>
@@ -49,11 +50,11 @@ class Outbox {
   // A reply to request `seq`: header and message already in `frame`, then
   // `bulk_len` bulk bytes (which the caller keeps valid during the call).
   // `may_wait`: the caller may block until the client has a large bulk (not
-  // the dispatch thread, which reads the acknowledgement). `written` runs once
-  // the frame is written (before any wait): a frame sent after it follows it
-  // on the wire.
+  // the dispatch thread, which reads the acknowledgement). `on_wire` runs as
+  // the frame takes its place on the connection: whatever is sent after it
+  // has run follows this frame.
   void reply(uint64_t seq, std::vector<uint8_t>& frame, const uint8_t* bulk, uint64_t bulk_len, bool may_wait,
-             const std::function<void()>& written = nullptr);
+             const std::function<void()>& on_wire = nullptr);
   // The session is over: waiting senders return, nothing more is kept.
   void close();
   // A notification; its sequence number is assigned here.
@@ -86,11 +87,16 @@ class Outbox {
                   const uint8_t* bulk, uint64_t bulk_len);
   bool dropOldestLocked();
   void trimLocked(uint64_t replies, uint64_t notifications);
-  Status write(common::TlsConnection& conn, std::vector<uint8_t>& frame, const uint8_t* bulk, uint64_t bulk_len);
+  // One frame and its bulk, contiguous on the wire (a compressed bulk takes
+  // several writes); `on_wire` runs first, under the same lock.
+  Status write(common::TlsConnection& conn, std::vector<uint8_t>& frame, const uint8_t* bulk, uint64_t bulk_len,
+               const std::function<void()>& on_wire = nullptr);
 
   common::Compression compression_;
   bool retain_ = false;  // set before the first frame is sent, never cleared
   mutable std::mutex mu_;
+  // One frame at a time on the wire, bulk included (taken after mu_, never before).
+  std::mutex wire_mu_;
   std::shared_ptr<common::TlsConnection> conn_;  // shared: writers hold it across a swap
   std::map<uint64_t, Kept> replies_, notifications_;
   uint64_t next_notification_ = 1;

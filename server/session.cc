@@ -597,7 +597,7 @@ void Session::finish(const FrameHeader& h, const Status& s, const Fill& fill) {
 }
 
 void Session::sendReply(uint64_t seq, const Status& status, const Fill& fill, const uint8_t* bulk, uint64_t bulk_len,
-                        const Written& written) {
+                        const OnWire& on_wire) {
   capnp::MallocMessageBuilder out(256);
   auto r = out.initRoot<wire::Reply>();
   Status s = status;
@@ -628,7 +628,7 @@ void Session::sendReply(uint64_t seq, const Status& status, const Fill& fill, co
   bytes_out_.fetch_add(bulk_len, std::memory_order_relaxed);
   std::vector<uint8_t> frame;
   common::appendFrame(frame, FrameType::kReply, 0, seq, out, bulk_len);
-  outbox_.reply(seq, frame, bulk, bulk_len, std::this_thread::get_id() != dispatch_thread_, written);
+  outbox_.reply(seq, frame, bulk, bulk_len, std::this_thread::get_id() != dispatch_thread_, on_wire);
 }
 
 void Session::sendNotify(const std::function<void(wire::Notify::Builder&)>& fill) {
@@ -636,6 +636,20 @@ void Session::sendNotify(const std::function<void(wire::Notify::Builder&)>& fill
   auto n = out.initRoot<wire::Notify>();
   fill(n);
   outbox_.notify(out);
+}
+
+void Session::forgetModule(uint32_t id) {
+  for (auto it = vars_.begin(); it != vars_.end();) {
+    if (it->second.module != id) {
+      ++it;
+      continue;
+    }
+    if (it->second.addr) allocs_.forget(it->second.addr);
+    it = vars_.erase(it);
+  }
+  // Its kernels go with it.
+  std::erase_if(functions_, [id](const auto& f) { return f.second.module == id; });
+  modules_.erase(id);
 }
 
 Status Session::checkDevice(int device) const {
@@ -670,6 +684,15 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       return Status(err::kLaunchOutOfResources, "session limit of kernels and variables reached (max_functions = " +
                                                     std::to_string(L.max_functions) + ")");
     return Status::ok();
+  };
+  // A copy to the device: a synchronous one (cudaMemcpy) is answered once the
+  // copy is done, with any error of the work before it, as NVIDIA's returns.
+  auto finishCopyIn = [&](StreamKey key, Status s) {
+    if (s && !(h.flags & protocol::kFlagAsync)) {
+      s = backend_->whenStreamDone(key, [this, seq](Status st) { sendReply(seq, st, nullptr); });
+      if (s) return;
+    }
+    finish(h, s);
   };
   uint64_t calls = calls_.fetch_add(1, std::memory_order_relaxed);
   bytes_in_.fetch_add(h.bulk_len, std::memory_order_relaxed);
@@ -714,8 +737,9 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
         return finish(h, p.status()), Status::ok();
       }
       if (Status a = allocs_.add(*p, m.getSize(), m.getDevice()); !a) {
-        (void)backend_->release(*p);
-        pool_.release(phys, charge);
+        uint64_t ptr = *p;
+        (void)backend_->afterDeviceDone(m.getDevice(), [this, ptr] { return backend_->release(ptr); },
+                                        [this, phys, charge](Status) { pool_.release(phys, charge); });
         return finish(h, a), Status::ok();
       }
       uint64_t ptr = *p;
@@ -734,15 +758,16 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       bool async = h.flags & protocol::kFlagAsync;
       int phys = physical(e->device);
       uint64_t charge = chargedBytes(e->size);
-      Status s = backend_->whenDeviceDone(e->device, [this, ptr, seq, async, phys, charge](Status) {
-        Status r = backend_->release(ptr);
-        if (r) pool_.release(phys, charge);  // credited the moment it is free
-        if (async) {
-          if (!r) recordAsyncError(r);
-        } else {
-          sendReply(seq, r, nullptr);
-        }
-      });
+      Status s = backend_->afterDeviceDone(
+          e->device, [this, ptr] { return backend_->release(ptr); },
+          [this, seq, async, phys, charge](Status r) {
+            if (r) pool_.release(phys, charge);  // credited the moment it is free
+            if (async) {
+              if (!r) recordAsyncError(r);
+            } else {
+              sendReply(seq, r, nullptr);
+            }
+          });
       if (!s) finish(h, s);
       return Status::ok();
     }
@@ -766,7 +791,7 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       }
       Staging data;
       RGPU_TRY(consumeBulk(h, m.getSize(), &data));
-      finish(h, backend_->copyToDevice(key, m.getDst(), std::move(data), m.getSize()));
+      finishCopyIn(key, backend_->copyToDevice(key, m.getDst(), std::move(data), m.getSize()));
       return Status::ok();
     }
     case R::MEMCPY_DTO_H: {
@@ -806,7 +831,7 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       if (s) s = allocs_.check(m.getSrc(), m.getSize(), &sd);
       if (s && (dd != m.getDstDevice() || sd != m.getSrcDevice()))
         s = Status(err::kInvalidValue, "peer copy pointers are not on the devices named");
-      if (s) s = backend_->copyOnDevice(key, m.getDst(), m.getSrc(), m.getSize());
+      if (s) s = backend_->copyPeer(key, m.getDst(), dd, m.getSrc(), sd, m.getSize(), m.getSerialize());
       finish(h, s);
       return Status::ok();
     }
@@ -848,7 +873,7 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
         }
         Staging data;
         RGPU_TRY(consumeBulk(h, w * ht, &data));
-        finish(h, backend_->copy2DToDevice(key, m.getDst(), m.getDpitch(), std::move(data), w, ht));
+        finishCopyIn(key, backend_->copy2DToDevice(key, m.getDst(), m.getDpitch(), std::move(data), w, ht));
         return Status::ok();
       }
       RGPU_TRY(bulkNotExpected());
@@ -995,21 +1020,52 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       int dev = req.getDeviceReset().getDevice();
       Status s = checkDevice(dev);
       if (!s) return finish(h, s), Status::ok();
-      // Every allocation of the device goes, once its queued work is done.
+      // As NVIDIA's runtime: everything the device's context held goes.
+      // Requests from now on no longer find it; the memory and the modules
+      // (whose __device__ variables start from their initial values when
+      // loaded again) are released once the device's queued work is done.
       std::vector<uint64_t> mine;
-      for (uint64_t b : allocs_.bases())
-        if (allocs_.find(b)->device == dev) mine.push_back(b);
+      for (uint64_t b : allocs_.bases()) {
+        const AllocationTable::Entry* e = allocs_.find(b);
+        if (e->device == dev && !e->is_symbol) mine.push_back(b);
+      }
       uint64_t charge = 0;
       for (uint64_t b : mine) {
         auto e = allocs_.remove(b);
         if (e) charge += chargedBytes(e->size);
       }
+      std::vector<uint32_t> mods;
+      for (auto& [id, d] : modules_)
+        if (d == dev) mods.push_back(id);
+      for (uint32_t id : mods) forgetModule(id);
+      for (auto it = streams_.begin(); it != streams_.end();) {
+        if (it->second != dev) {
+          ++it;
+          continue;
+        }
+        (void)backend_->destroyStream({it->first, dev});
+        it = streams_.erase(it);
+      }
+      for (auto it = events_.begin(); it != events_.end();) {
+        if (it->second != dev) {
+          ++it;
+          continue;
+        }
+        (void)backend_->destroyEvent(it->first);
+        it = events_.erase(it);
+      }
       int phys = physical(dev);
-      s = backend_->whenDeviceDone(dev, [this, seq, mine, phys, charge](Status) {
-        for (uint64_t b : mine) (void)backend_->release(b);
-        pool_.release(phys, charge);
-        sendReply(seq, Status::ok(), nullptr);
-      });
+      s = backend_->afterDeviceDone(
+          dev,
+          [this, mine, mods] {
+            for (uint64_t b : mine) (void)backend_->release(b);
+            for (uint32_t id : mods) (void)backend_->unloadModule(id);
+            return Status::ok();
+          },
+          [this, seq, phys, charge](Status) {
+            pool_.release(phys, charge);
+            sendReply(seq, Status::ok(), nullptr);
+          });
       if (!s) finish(h, s);
       return Status::ok();
     }
@@ -1057,21 +1113,17 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
     case R::MODULE_UNLOAD: {
       RGPU_TRY(bulkNotExpected());
       uint32_t id = req.getModuleUnload().getId();
-      Status s = modules_.count(id) ? Status::ok() : Status(err::kInvalidResourceHandle, "unknown module");
-      if (s) {
-        for (auto it = vars_.begin(); it != vars_.end();) {
-          if (it->second.module != id) {
-            ++it;
-            continue;
-          }
-          if (it->second.addr) allocs_.forget(it->second.addr);
-          it = vars_.erase(it);
-        }
-        // Its kernels go with it (launches already queued still run).
-        std::erase_if(functions_, [id](const auto& f) { return f.second.module == id; });
-        s = backend_->unloadModule(id);
-        modules_.erase(id);
-      }
+      auto mod = modules_.find(id);
+      if (mod == modules_.end()) return finish(h, Status(err::kInvalidResourceHandle, "unknown module")), Status::ok();
+      int dev = mod->second;
+      forgetModule(id);
+      // Unloading may synchronise the device: it happens once the device's
+      // queued work is done (launches already queued still run), off the
+      // dispatch thread, which a pending host function may be waiting for.
+      Status s = backend_->afterDeviceDone(dev, [this, id] { return backend_->unloadModule(id); },
+                                           [this](Status r) {
+                                             if (!r) recordAsyncError(r);
+                                           });
       finish(h, s);
       return Status::ok();
     }

@@ -106,10 +106,10 @@ class Session {
   // Sends a reply (sync request) or records the error (async request).
   void finish(const protocol::FrameHeader& h, const Status& s, const Fill& fill = nullptr);
   void sendReply(uint64_t seq, const Status& s, const Fill& fill, const uint8_t* bulk = nullptr,
-                 uint64_t bulk_len = 0, const Written& written = nullptr);
+                 uint64_t bulk_len = 0, const OnWire& on_wire = nullptr);
   // A ReadDone that sends the result as the reply to `seq`.
   ReadDone replyWith(uint64_t seq) {
-    return [this, seq](Status st, const uint8_t* d, uint64_t n, const Written& w) { sendReply(seq, st, nullptr, d, n, w); };
+    return [this, seq](Status st, const uint8_t* d, uint64_t n, const OnWire& w) { sendReply(seq, st, nullptr, d, n, w); };
   }
   void recordAsyncError(const Status& s);
   void sendNotify(const std::function<void(wire::Notify::Builder&)>& fill);
@@ -122,6 +122,9 @@ class Session {
   int physical(int device) const { return placement_.devices[static_cast<size_t>(device)]; }
   Status checkStream(wire::StreamRef::Reader s, StreamKey& key) const;
   Status checkDevice(int device) const;
+  // Drops a module with its kernels and variables from the session's tables
+  // (the backend's copy goes separately).
+  void forgetModule(uint32_t id);
 
   Outbox outbox_;
   common::FrameReader* reader_ = nullptr;  // the dispatch thread's reader, during serve()

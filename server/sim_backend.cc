@@ -163,7 +163,32 @@ Status SimBackend::destroyStream(StreamKey key) {
   retired_.push_back(std::move(it->second));
   streams_.erase(it);
   progress_.notify_all();
+  reapRetiredLocked();
   return Status::ok();
+}
+
+void SimBackend::reapRetiredLocked() {
+  auto forget = [](std::vector<Dep>& deps, Stream* s) {
+    std::erase_if(deps, [s](const Dep& d) { return d.first == s; });
+  };
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    Stream* s = it->get();
+    if (!s->finished) {
+      ++it;
+      continue;
+    }
+    // It returned holding no lock (it set `finished` under mu_, which we hold now).
+    if (s->thread.joinable()) s->thread.join();
+    for (auto* group : {&legacy_, &retired_})
+      for (auto& t : *group)
+        for (Op& op : t->queue) forget(op.deps, s);
+    for (auto& [id, t] : streams_)
+      for (Op& op : t->queue) forget(op.deps, s);
+    for (Waiter& w : waiters_) forget(w.deps, s);
+    for (auto& [id, e] : events_)
+      if (e.stream == s) e.stream = nullptr;
+    it = retired_.erase(it);
+  }
 }
 
 Status SimBackend::createEvent(uint32_t id, int device, uint32_t flags) {
@@ -221,7 +246,7 @@ namespace {
 thread_local void* t_running_stream = nullptr;  // the stream whose op this thread runs
 }  // namespace
 
-Written SimBackend::repliedHook() {
+OnWire SimBackend::repliedHook() {
   auto* s = static_cast<Stream*>(t_running_stream);
   return [this, s] {
     std::lock_guard lock(mu_);
@@ -234,7 +259,10 @@ void SimBackend::runStream(Stream* s) {
   std::unique_lock lock(mu_);
   for (;;) {
     progress_.wait(lock, [&] { return (s->stopping && s->queue.empty()) || (!s->queue.empty() && depsMet(s->queue.front().deps)); });
-    if (s->queue.empty()) return;  // stopping and drained
+    if (s->queue.empty()) {  // stopping and drained
+      s->finished = true;
+      return;
+    }
     Op op = std::move(s->queue.front());
     s->queue.pop_front();
     lock.unlock();
@@ -292,6 +320,7 @@ Status SimBackend::recordEvent(uint32_t id, StreamKey key) {
       ev->second.stamped = true;
     }
   }));
+  e.recorded = true;
   e.stream = *s;
   e.ticket = (*s)->enqueued;
   return Status::ok();
@@ -303,7 +332,7 @@ Status SimBackend::waitEvent(StreamKey key, uint32_t id) {
   if (it == events_.end()) return Status(err::kInvalidResourceHandle, "unknown event");
   auto s = streamLocked(key);
   if (!s) return s.status();
-  if (!it->second.stream) return Status::ok();  // never recorded: nothing to wait for
+  if (!it->second.stream) return Status::ok();  // never recorded, or recorded on a stream long done
   return enqueueLocked(*s, [] {}, {{it->second.stream, it->second.ticket}});
 }
 
@@ -362,7 +391,7 @@ Result<float> SimBackend::elapsedMs(uint32_t start, uint32_t end) {
   if (a == events_.end() || b == events_.end()) return Status(err::kInvalidResourceHandle, "unknown event");
   if ((a->second.flags | b->second.flags) & kEventDisableTiming)
     return Status(err::kInvalidResourceHandle, "event created with cudaEventDisableTiming");
-  if (!a->second.stream || !b->second.stream) return Status(err::kInvalidResourceHandle, "event not recorded");
+  if (!a->second.recorded || !b->second.recorded) return Status(err::kInvalidResourceHandle, "event not recorded");
   if (!a->second.stamped || !b->second.stamped) return Status(err::kNotReady, "event not completed");
   return std::chrono::duration<float, std::milli>(b->second.when - a->second.when).count();
 }
@@ -391,6 +420,31 @@ Status SimBackend::copyFromDevice(StreamKey s, DevPtr src, uint64_t size, ReadDo
 
 Status SimBackend::copyOnDevice(StreamKey s, DevPtr dst, DevPtr src, uint64_t size) {
   return enqueue(s, [dst, src, size] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), size); });
+}
+
+Status SimBackend::copyPeer(StreamKey key, DevPtr dst, int dst_device, DevPtr src, int src_device, uint64_t size,
+                            bool serialize) {
+  std::lock_guard lock(mu_);
+  auto s = streamLocked(key);
+  if (!s) return s.status();
+  auto copy = [dst, src, size] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), size); };
+  if (!serialize) return enqueueLocked(*s, copy);
+  // After everything queued on the other devices' legacy streams (and what they wait for) ...
+  std::vector<Stream*> others;
+  for (int d : {src_device, dst_device})
+    if (d >= 0 && static_cast<size_t>(d) < legacy_.size() && legacy_[d].get() != *s &&
+        std::find(others.begin(), others.end(), legacy_[d].get()) == others.end())
+      others.push_back(legacy_[d].get());
+  std::vector<Dep> after;
+  for (Stream* l : others) {
+    after.emplace_back(l, l->enqueued);
+    for (const Dep& d : implicitDeps(l)) after.push_back(d);
+  }
+  RGPU_TRY(enqueueLocked(*s, copy, std::move(after)));
+  // ... and before anything queued on them later.
+  Dep copied{*s, (*s)->enqueued};
+  for (Stream* l : others) RGPU_TRY(enqueueLocked(l, [] {}, {copied}));
+  return Status::ok();
 }
 
 Status SimBackend::copy2DToDevice(StreamKey s, DevPtr dst, uint64_t dpitch, Staging data, uint64_t width,

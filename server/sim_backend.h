@@ -75,6 +75,8 @@ class SimBackend final : public Backend {
   Status copyToDevice(StreamKey s, DevPtr dst, Staging data, uint64_t size) override;
   Status copyFromDevice(StreamKey s, DevPtr src, uint64_t size, ReadDone done) override;
   Status copyOnDevice(StreamKey s, DevPtr dst, DevPtr src, uint64_t size) override;
+  Status copyPeer(StreamKey s, DevPtr dst, int dst_device, DevPtr src, int src_device, uint64_t size,
+                  bool serialize) override;
   Status copy2DToDevice(StreamKey s, DevPtr dst, uint64_t dpitch, Staging data, uint64_t width,
                         uint64_t height) override;
   Status copy2DFromDevice(StreamKey s, DevPtr src, uint64_t spitch, uint64_t width, uint64_t height,
@@ -118,12 +120,13 @@ class SimBackend final : public Backend {
     bool legacy = false;
     bool non_blocking = false;
     bool stopping = false;
+    bool finished = false;  // its thread has drained the queue and returned (destroyed streams)
     uint64_t enqueued = 0, completed = 0;
-    // The running op's reply (a device-to-host copy, a BLAS result) is
-    // written: the client may ask about the stream before `completed` counts
+    // The running op's reply (a device-to-host copy, a BLAS result) is on
+    // the wire: the client may ask about the stream before `completed` counts
     // it, so queries count it as done; ordering still waits for `completed`.
-    // Set only once the bytes are on the wire, so a query's answer never
-    // overtakes the data it vouches for.
+    // Set as the reply takes its place on the connection (OnWire), so a
+    // query's answer never overtakes the data it vouches for.
     bool replied = false;
     std::deque<Op> queue;
     std::thread thread;
@@ -131,7 +134,8 @@ class SimBackend final : public Backend {
   struct Event {
     int device = 0;
     uint32_t flags = 0;
-    Stream* stream = nullptr;  // null until recorded
+    bool recorded = false;
+    Stream* stream = nullptr;  // of the last record; null when none, or once that stream was reaped (done)
     uint64_t ticket = 0;
     std::chrono::steady_clock::time_point when;
     bool stamped = false;
@@ -169,12 +173,16 @@ class SimBackend final : public Backend {
   bool depsMet(const std::vector<Dep>& deps) const;
   // For queries (streamIdle, eventDone): a stream's replied op counts as done.
   static uint64_t doneForQueries(const Stream* s) { return s->completed + (s->replied ? 1 : 0); }
-  // Inside an op that sends a reply: the `written` hook that sets
+  // Inside an op that sends a reply: the OnWire hook that sets
   // Stream::replied for the stream running it.
-  Written repliedHook();
+  OnWire repliedHook();
   void runStream(Stream* s);
   void fireReadyWaitersLocked(std::unique_lock<std::mutex>& lock);
   Status addWaiterLocked(std::vector<Dep> deps, Done done);
+  // Joins destroyed streams whose threads have finished and forgets every
+  // dependency on them (all met): a program that creates and destroys
+  // streams all the time must not accumulate threads.
+  void reapRetiredLocked();
   Status enqueue(StreamKey key, std::function<void()> fn);
   void reportAsync(Status s);
   // Runs `work` as the device's kernel: admitted by the launch gate, its time

@@ -35,6 +35,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::create(const CudaOptions& opts
   std::unique_ptr<CudaBackend> b(new CudaBackend(std::move(*api), opts));
   RGPU_TRY(b->init());
   b->completer_ = std::thread([raw = b.get()] { raw->completerLoop(); });
+  b->releaser_ = std::thread([raw = b.get()] { raw->releaserLoop(); });
   return b;
 }
 
@@ -92,6 +93,41 @@ void CudaBackend::stopThreads() {
   }
   jobs_cv_.notify_all();
   if (completer_.joinable()) completer_.join();
+  {
+    // The releaser finishes what is queued (frees, unloads, their callbacks) first.
+    std::lock_guard lock(release_mu_);
+    release_stop_ = true;
+  }
+  release_cv_.notify_all();
+  if (releaser_.joinable()) releaser_.join();
+}
+
+void CudaBackend::toReleaser(std::function<void()> work) {
+  {
+    std::lock_guard lock(release_mu_);
+    releases_.push_back(std::move(work));
+  }
+  release_cv_.notify_one();
+}
+
+void CudaBackend::releaserLoop() {
+  for (;;) {
+    std::function<void()> work;
+    {
+      std::unique_lock lock(release_mu_);
+      release_cv_.wait(lock, [&] { return release_stop_ || !releases_.empty(); });
+      if (releases_.empty()) return;  // stopping, and nothing left
+      work = std::move(releases_.front());
+      releases_.pop_front();
+    }
+    work();
+  }
+}
+
+Status CudaBackend::afterDeviceDone(int device, std::function<Status()> work, Done done) {
+  return whenDeviceDone(device, [this, work = std::move(work), done = std::move(done)](Status) mutable {
+    toReleaser([work = std::move(work), done = std::move(done)] { done(work()); });
+  });
 }
 
 CudaBackend::~CudaBackend() {
@@ -108,6 +144,8 @@ CudaBackend::~CudaBackend() {
   jobs_.clear();
   // Callbacks of work still pending are dropped: the session is going away.
   for (auto& [id, s] : streams_)
+    if (use(s.device)) (void)api.cuStreamDestroy(s.handle);
+  for (auto& s : retired_)
     if (use(s.device)) (void)api.cuStreamDestroy(s.handle);
   for (auto& [id, e] : events_)
     if (use(e.device)) (void)api.cuEventDestroy(e.handle);
@@ -435,7 +473,10 @@ void CudaBackend::givePinned(Pinned p) {
       return;
     }
   }
-  (void)api_->cuMemFreeHost(p.data);
+  // cuMemFreeHost may synchronise: not on the completer, which calls this.
+  toReleaser([this, p] {
+    if (use(0)) (void)api_->cuMemFreeHost(p.data);
+  });
 }
 
 Result<DevPtr> CudaBackend::allocate(int device, uint64_t size) {
@@ -493,13 +534,28 @@ Status CudaBackend::createStream(StreamKey key, uint32_t flags, int priority) {
 }
 
 Status CudaBackend::destroyStream(StreamKey key) {
+  // As in CUDA, work already queued still runs. cuStreamDestroy would return
+  // at once and leave nothing to wait on, so the stream stays ours until its
+  // work is done.
+  std::lock_guard lock(mu_);
+  auto it = streams_.find(key.id);
+  if (it == streams_.end()) return unknownStream(key);
+  retired_.push_back(std::move(it->second));
+  streams_.erase(it);
+  reapRetiredLocked();
+  return Status::ok();
+}
+
+void CudaBackend::reapRetiredLocked() {
   DriverApi& api = *api_;
-  auto taken = take(streams_, key.id);
-  if (!taken) return unknownStream(key);
-  Stream s = *taken;
-  RGPU_TRY(use(s.device));
-  // As in CUDA, work already queued still runs.
-  return RGPU_CU(cuStreamDestroy(s.handle));
+  for (auto it = retired_.begin(); it != retired_.end();) {
+    if (!use(it->device) || api.cuStreamQuery(it->handle) == CUDA_ERROR_NOT_READY) {
+      ++it;
+      continue;
+    }
+    (void)api.cuStreamDestroy(it->handle);
+    it = retired_.erase(it);
+  }
 }
 
 Status CudaBackend::createEvent(uint32_t id, int device, uint32_t flags) {
@@ -543,7 +599,7 @@ std::shared_ptr<CudaBackend::Replies> CudaBackend::repliesLocked(StreamKey key) 
   return it == streams_.end() ? nullptr : it->second.replies;
 }
 
-bool CudaBackend::repliesWrittenLocked(StreamKey key) {
+bool CudaBackend::repliesOnWireLocked(StreamKey key) {
   auto done = [](const std::shared_ptr<Replies>& r) { return !r || r->written == r->issued; };
   if (!done(repliesLocked(key))) return false;
   // The legacy stream waits for the device's blocking streams; a blocking stream for the legacy one.
@@ -610,6 +666,38 @@ Status CudaBackend::copyOnDevice(StreamKey key, DevPtr dst, DevPtr src, uint64_t
   auto s = streamOf(key);
   if (!s) return s.status();
   return RGPU_CU(cuMemcpyDtoDAsync(dst, src, size, s->second));
+}
+
+Status CudaBackend::copyPeer(StreamKey key, DevPtr dst, int dst_device, DevPtr src, int src_device, uint64_t size,
+                             bool serialize) {
+  DriverApi& api = *api_;
+  if (!serialize) return copyOnDevice(key, dst, src, size);
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  int here = s->first;
+  CUstream copy_stream = s->second;
+  std::vector<int> others;
+  for (int d : {src_device, dst_device})
+    if (d != here && (others.empty() || others[0] != d)) others.push_back(d);
+  // Events only order here; the driver frees each once its record has
+  // completed, even if destroyed before.
+  auto fence = [&](int device, CUstream from, CUstream to, int to_device) -> Status {
+    RGPU_TRY(use(device));
+    CUevent e = nullptr;
+    RGPU_TRY(RGPU_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING)));
+    Status r = RGPU_CU(cuEventRecord(e, from));
+    if (r) r = use(to_device);
+    if (r) r = RGPU_CU(cuStreamWaitEvent(to, e, 0));
+    (void)api.cuEventDestroy(e);
+    return r;
+  };
+  // After the work queued so far on the other devices' legacy streams ...
+  for (int d : others) RGPU_TRY(fence(d, CU_STREAM_LEGACY, copy_stream, here));
+  RGPU_TRY(use(here));
+  RGPU_TRY(RGPU_CU(cuMemcpyDtoDAsync(dst, src, size, copy_stream)));
+  // ... and before the work queued there later.
+  for (int d : others) RGPU_TRY(fence(here, copy_stream, CU_STREAM_LEGACY, d));
+  return use(here);
 }
 
 namespace {
@@ -843,12 +931,16 @@ Status CudaBackend::whenEventDone(uint32_t event, Done done) {
 
 Status CudaBackend::whenDeviceDone(int device, Done done) {
   RGPU_TRY(use(device));
-  // The legacy stream waits for all blocking streams; non-blocking ones are waited for separately.
+  // The legacy stream waits for all blocking streams; non-blocking ones are
+  // waited for separately, and so are destroyed streams still working.
   std::vector<CUstream> streams{CU_STREAM_LEGACY};
   {
     std::lock_guard lock(mu_);
+    reapRetiredLocked();
     for (auto& [id, s] : streams_)
       if (s.device == device && s.non_blocking) streams.push_back(s.handle);
+    for (auto& s : retired_)
+      if (s.device == device) streams.push_back(s.handle);
   }
   return whenDone(device, streams, std::move(done));
 }
@@ -861,7 +953,7 @@ Result<bool> CudaBackend::streamIdle(StreamKey key) {
   if (r == CUDA_ERROR_NOT_READY) return false;
   RGPU_TRY(api.check(r, "cuStreamQuery", __FILE__, __LINE__));
   std::lock_guard lock(mu_);
-  return repliesWrittenLocked(key);
+  return repliesOnWireLocked(key);
 }
 
 Result<bool> CudaBackend::eventDone(uint32_t event) {

@@ -15,11 +15,16 @@
 // copy never blocks the dispatcher and memory is not pinned per call.
 //
 // Queries: cuStreamQuery and cuEventQuery say when the GPU is done, but a
-// device-to-host copy is complete for the client only once its bytes have
-// been written to the connection (after the completer saw it finish). Each
-// stream counts the downloads it issued and those whose reply is written; a
+// device-to-host copy is complete for the client only once its bytes are on
+// the connection (after the completer saw it finish). Each stream counts the
+// downloads it issued and those whose reply is on the wire (OnWire); a
 // stream (or an event recorded behind a download) is reported complete only
 // when both agree, so a query's answer never overtakes the data.
+//
+// Releases: cuMemFree, cuMemFreeHost and cuModuleUnload may synchronise the
+// device. They run on a releaser thread of their own (afterDeviceDone), never
+// on the completer (which would stall every completion and the watchdog) nor
+// on the dispatch thread (which a pending host function may be waiting for).
 //
 // Device printf and assert messages: the driver flushes its printf buffer to
 // stdout at synchronisation points. With capture_stdout, stdout is a pipe;
@@ -42,6 +47,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <list>
 #include <map>
 #include <memory>
@@ -102,6 +108,8 @@ class CudaBackend final : public Backend {
   Status copyToDevice(StreamKey s, DevPtr dst, Staging data, uint64_t size) override;
   Status copyFromDevice(StreamKey s, DevPtr src, uint64_t size, ReadDone done) override;
   Status copyOnDevice(StreamKey s, DevPtr dst, DevPtr src, uint64_t size) override;
+  Status copyPeer(StreamKey s, DevPtr dst, int dst_device, DevPtr src, int src_device, uint64_t size,
+                  bool serialize) override;
   Status copy2DToDevice(StreamKey s, DevPtr dst, uint64_t dpitch, Staging data, uint64_t width,
                         uint64_t height) override;
   Status copy2DFromDevice(StreamKey s, DevPtr src, uint64_t spitch, uint64_t width, uint64_t height,
@@ -117,6 +125,7 @@ class CudaBackend final : public Backend {
   Status whenStreamDone(StreamKey s, Done done) override;
   Status whenEventDone(uint32_t event, Done done) override;
   Status whenDeviceDone(int device, Done done) override;
+  Status afterDeviceDone(int device, std::function<Status()> work, Done done) override;
   Result<bool> streamIdle(StreamKey s) override;
   Result<bool> eventDone(uint32_t event) override;
   Result<float> elapsedMs(uint32_t start, uint32_t end) override;
@@ -135,7 +144,7 @@ class CudaBackend final : public Backend {
                                           uint64_t max_workspace) override;
 
  private:
-  // Downloads whose replies a stream has issued and written (under mu_).
+  // Downloads a stream has issued, and those whose replies are on the wire (under mu_).
   // shared_ptr: events recorded on the stream keep counting on it after the
   // stream is destroyed.
   struct Replies {
@@ -161,7 +170,7 @@ class CudaBackend final : public Backend {
   struct Event {
     int device = 0;
     CUevent handle = nullptr;
-    // The stream's downloads issued before the last record: written before the event counts as complete.
+    // The stream's downloads issued before the last record: on the wire before the event counts as complete.
     std::shared_ptr<Replies> replies;
     uint64_t replies_due = 0;
   };
@@ -215,6 +224,8 @@ class CudaBackend final : public Backend {
   Result<cublasHandle_t> blasHandle(int dev);
   Result<cublasLtHandle_t> ltHandle(int dev);
   void releaseBlas();
+  // cuStreamDestroy for retired streams whose work is done (under mu_).
+  void reapRetiredLocked();
   // Hands a job to the completer thread.
   void addJob(Job job);
   // Records a completion event on `stream` and runs `done` when it completes.
@@ -237,8 +248,8 @@ class CudaBackend final : public Backend {
   // The download counters of a session stream (under mu_).
   std::shared_ptr<Replies> repliesLocked(StreamKey key);
   // Every download issued on `key` (and on the streams it implicitly waits
-  // for) has its reply written (under mu_).
-  bool repliesWrittenLocked(StreamKey key);
+  // for) has its reply on the wire (under mu_).
+  bool repliesOnWireLocked(StreamKey key);
 
   std::unique_ptr<DriverApi> api_;
   CudaOptions opts_;
@@ -251,6 +262,10 @@ class CudaBackend final : public Backend {
   std::mutex mu_;  // guards the maps below and the devices' spare events
   std::vector<Device> devices_;
   std::unordered_map<uint32_t, Stream> streams_;
+  // Destroyed by the session while work was still queued on them: kept (not
+  // given to cuStreamDestroy) until that work is done, so cudaDeviceSynchronize,
+  // cudaFree and cudaDeviceReset can still wait for it.
+  std::vector<Stream> retired_;
   std::unordered_map<uint32_t, Event> events_;
   std::unordered_map<uint32_t, Module> modules_;
   std::unordered_map<uint32_t, Function> functions_;
@@ -282,6 +297,15 @@ class CudaBackend final : public Backend {
   };
   // shared_ptr: owned jointly by the backend and every host function queued in the driver.
   std::shared_ptr<HostCalls> host_calls_ = std::make_shared<HostCalls>();
+
+  // The releaser: blocking work, in order (see the top of this file).
+  void releaserLoop();
+  void toReleaser(std::function<void()> work);
+  std::mutex release_mu_;
+  std::condition_variable release_cv_;
+  std::deque<std::function<void()>> releases_;
+  bool release_stop_ = false;
+  std::thread releaser_;
 
   std::mutex jobs_mu_;
   std::condition_variable jobs_cv_;

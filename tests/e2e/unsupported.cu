@@ -17,7 +17,8 @@ int main() {
               cudaGetErrorName(cudaErrorIllegalAddress), cudaGetErrorName(cudaErrorStreamCaptureUnsupported));
   std::printf("strings: %s | %s | %s\n", cudaGetErrorString(cudaErrorMemoryAllocation),
               cudaGetErrorString(cudaErrorInvalidValue), cudaGetErrorString(cudaErrorNotSupported));
-  std::printf("unknown code: %s\n", cudaGetErrorName(static_cast<cudaError_t>(12345)));
+  std::printf("unknown code: %s | %s\n", cudaGetErrorName(static_cast<cudaError_t>(12345)),
+              cudaGetErrorString(static_cast<cudaError_t>(12345)));
   // Ordinary calls keep working afterwards.
   cudaError_t ok = cudaMalloc(&p, 64);
   std::printf("cudaMalloc: %s\n", cudaGetErrorName(ok));

@@ -58,7 +58,7 @@ Status waitStream(Backend& b, StreamKey s) {
 
 std::vector<uint8_t> readBack(Backend& b, StreamKey s, DevPtr src, uint64_t n, Status* st = nullptr) {
   std::promise<std::vector<uint8_t>> p;
-  Status e = b.copyFromDevice(s, src, n, [&](Status r, const uint8_t* d, uint64_t size, const server::Written&) {
+  Status e = b.copyFromDevice(s, src, n, [&](Status r, const uint8_t* d, uint64_t size, const server::OnWire&) {
     if (st) *st = r;
     p.set_value(std::vector<uint8_t>(d, d + (r ? size : 0)));
   });
@@ -144,7 +144,7 @@ TEST(CudaBackend, CopiesRoundTripThroughPinnedStaging) {
   for (int i = 0; i < 32; ++i) rows[i] = static_cast<uint8_t>(100 + i);
   ASSERT_TRUE(b->copy2DToDevice({0, 0}, *q, 100, bytes(rows), 8, 4));
   std::promise<std::vector<uint8_t>> got;
-  ASSERT_TRUE(b->copy2DFromDevice({0, 0}, *q, 100, 8, 4, [&](Status s, const uint8_t* d, uint64_t n, const server::Written&) {
+  ASSERT_TRUE(b->copy2DFromDevice({0, 0}, *q, 100, 8, 4, [&](Status s, const uint8_t* d, uint64_t n, const server::OnWire&) {
     got.set_value(std::vector<uint8_t>(d, d + n));
   }));
   EXPECT_EQ(got.get_future().get(), rows);

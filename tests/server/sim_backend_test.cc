@@ -56,7 +56,7 @@ TEST_F(Sim, CopiesRunInStreamOrder) {
   ASSERT_TRUE(sim_.copyToDevice(s, *p, bytes({1, 2, 3, 4}), 4));
   ASSERT_TRUE(sim_.fill(s, *p + 2, 9, 2));
   std::promise<std::vector<uint8_t>> got;
-  ASSERT_TRUE(sim_.copyFromDevice(s, *p, 4, [&](Status, const uint8_t* d, uint64_t n, const Written&) { got.set_value({d, d + n}); }));
+  ASSERT_TRUE(sim_.copyFromDevice(s, *p, 4, [&](Status, const uint8_t* d, uint64_t n, const OnWire&) { got.set_value({d, d + n}); }));
   EXPECT_EQ(got.get_future().get(), (std::vector<uint8_t>{1, 2, 9, 9}));
 }
 
