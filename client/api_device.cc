@@ -147,24 +147,9 @@ RGPU_EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* attr, c
     RGPU_TRY(needPtr(attr, "attr"));
     auto k = rt().kernelByHostFun(func);
     if (!k) return k.status();
-    int dev = rt().currentDevice();
-    RGPU_TRY(rt().ensureShipped((*k)->module, dev));
-    capnp::MallocMessageBuilder msg(32);
-    msg.initRoot<wire::Request>().initFuncGetAttributes().setId(rt().serverKernelId(**k, dev));
-    auto r = rt().call(msg);
-    if (!r) return r.status();
-    auto a = r->reader().getFuncAttributes();
-    std::memset(attr, 0, sizeof *attr);
-    attr->sharedSizeBytes = a.getSharedSizeBytes();
-    attr->constSizeBytes = a.getConstSizeBytes();
-    attr->localSizeBytes = a.getLocalSizeBytes();
-    attr->maxThreadsPerBlock = a.getMaxThreadsPerBlock();
-    attr->numRegs = a.getNumRegs();
-    attr->ptxVersion = a.getPtxVersion();
-    attr->binaryVersion = a.getBinaryVersion();
-    attr->cacheModeCA = a.getCacheModeCA();
-    attr->maxDynamicSharedSizeBytes = a.getMaxDynamicSharedSizeBytes();
-    attr->preferredShmemCarveout = a.getPreferredShmemCarveout();
+    auto a = rt().funcAttributes(**k, rt().currentDevice());
+    if (!a) return a.status();
+    *attr = *a;
     return Status::ok();
   });
 }
@@ -180,6 +165,7 @@ RGPU_EXPORT cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttr
     m.setAttr(attr);
     m.setValue(value);
     auto r = rt().call(msg);
+    rt().forgetLaunchLimits(**k, dev);  // the next launch asks again
     return r ? Status::ok() : r.status();
   });
 }

@@ -33,7 +33,30 @@ Result<cudaMemcpyKind> resolveKind(void* dst, const void* src, cudaMemcpyKind ki
 }
 }  // namespace
 
+namespace {
+Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream, bool async,
+                  bool ptsz);
+Status memcpy2DCore(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                    cudaMemcpyKind kind, cudaStream_t stream, bool async, bool ptsz);
+}  // namespace
+
+// A blocking copy flushes the device's printf buffer on a GPU.
 Status memcpyImpl(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream, bool async,
+                  bool ptsz) {
+  Status s = memcpyCore(dst, src, count, kind, stream, async, ptsz);
+  if (!async) rt().flushDeviceOutput();
+  return s;
+}
+
+Status memcpy2DImpl(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                    cudaMemcpyKind kind, cudaStream_t stream, bool async, bool ptsz) {
+  Status s = memcpy2DCore(dst, dpitch, src, spitch, width, height, kind, stream, async, ptsz);
+  if (!async) rt().flushDeviceOutput();
+  return s;
+}
+
+namespace {
+Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream, bool async,
                   bool ptsz) {
   if (count == 0) return Status::ok();
   RGPU_TRY(needPtr(dst, "destination"));
@@ -113,6 +136,8 @@ Status memcpyImpl(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
   }
 }
 
+}  // namespace
+
 Status memsetImpl(void* dst, int value, size_t count, cudaStream_t stream, bool ptsz) {
   if (count == 0) return Status::ok();
   RGPU_TRY(needDevice(dst, count, "destination"));
@@ -127,7 +152,8 @@ Status memsetImpl(void* dst, int value, size_t count, cudaStream_t stream, bool 
   return rt().post(msg);
 }
 
-Status memcpy2DImpl(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+namespace {
+Status memcpy2DCore(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                     cudaMemcpyKind kind, cudaStream_t stream, bool async, bool ptsz) {
   if (width == 0 || height == 0) return Status::ok();
   if (width > dpitch || width > spitch) return Status(err::kInvalidPitchValue, "width exceeds a pitch");
@@ -149,7 +175,7 @@ Status memcpy2DImpl(void* dst, size_t dpitch, const void* src, size_t spitch, si
     size_t rows = std::max<size_t>(1, protocol::kMaxBulkBytes / width);
     for (size_t r = 0; r < height; r += rows) {
       size_t n = std::min(rows, height - r);
-      RGPU_TRY(memcpy2DImpl(static_cast<char*>(dst) + r * dpitch, dpitch, static_cast<const char*>(src) + r * spitch,
+      RGPU_TRY(memcpy2DCore(static_cast<char*>(dst) + r * dpitch, dpitch, static_cast<const char*>(src) + r * spitch,
                             spitch, width, n, *k, stream, async, ptsz));
     }
     return Status::ok();
@@ -191,6 +217,8 @@ Status memcpy2DImpl(void* dst, size_t dpitch, const void* src, size_t spitch, si
   m.setKind(3);
   return rt().post(msg);
 }
+
+}  // namespace
 
 Status memset2DImpl(void* dst, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream, bool ptsz) {
   if (width == 0 || height == 0) return Status::ok();

@@ -12,6 +12,7 @@ Status streamSyncImpl(cudaStream_t stream, bool ptsz) {
   capnp::MallocMessageBuilder msg(32);
   setStream(msg.initRoot<wire::Request>().initStreamSynchronize(), *s);
   auto r = rt().call(msg);
+  rt().flushDeviceOutput();
   return r ? Status::ok() : r.status();
 }
 
@@ -254,6 +255,7 @@ RGPU_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     capnp::MallocMessageBuilder msg(32);
     msg.initRoot<wire::Request>().initEventSynchronize().setId(*e);
     auto r = rt().call(msg);
+    rt().flushDeviceOutput();
     return r ? Status::ok() : r.status();
   });
 }
@@ -300,6 +302,7 @@ RGPU_EXPORT cudaError_t cudaDeviceSynchronize(void) {
     capnp::MallocMessageBuilder msg(32);
     msg.initRoot<wire::Request>().initDeviceSynchronize().setDevice(rt().currentDevice());
     auto r = rt().call(msg);
+    rt().flushDeviceOutput();
     return r ? Status::ok() : r.status();
   });
 }
@@ -310,6 +313,7 @@ RGPU_EXPORT cudaError_t cudaDeviceReset(void) {
     capnp::MallocMessageBuilder msg(32);
     msg.initRoot<wire::Request>().initDeviceReset().setDevice(dev);
     auto r = rt().call(msg);
+    rt().flushDeviceOutput();
     rt().forgetDevice(dev);
     return r ? Status::ok() : r.status();
   });

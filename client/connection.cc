@@ -29,6 +29,9 @@ constexpr int kSpinPolls = 50;
 constexpr uint64_t kAckEveryReplies = 64;
 constexpr uint64_t kAckEveryBulkBytes = 256 * 1024;
 constexpr uint64_t kAckEveryNotifications = 16;
+// Device printf output held until the program's next flush point; past it the
+// rest is dropped (a GPU's printf FIFO overflows the same way).
+constexpr size_t kMaxDeviceOutput = 64u << 20;
 // A posted bulk payload this large is not copied for replay: the posting call
 // waits (one round trip) until the server has dispatched it, so the caller's
 // buffer can serve a replay meanwhile. Smaller ones are copied.
@@ -190,6 +193,14 @@ Status Connection::handshake(const ClientConfig& cfg) {
 Status Connection::broken() const {
   std::lock_guard lock(slots_mu_);
   return broken_;
+}
+
+std::string Connection::takeDeviceOutput() {
+  std::lock_guard lock(output_mu_);
+  std::string out;
+  out.swap(device_output_);
+  output_dropped_ = false;
+  return out;
 }
 
 Status Connection::takeDeferredError() {
@@ -539,10 +550,16 @@ Status Connection::receive(common::TlsConnection& conn) {
             }
             cb_cv_.notify_one();
           } else if (n.isOutput()) {
-            // Device printf: this program's stdout, as with a local GPU.
+            // Device printf: this program's stdout at its next flush point.
             auto text = n.getOutput();
-            std::fwrite(text.begin(), 1, text.size(), stdout);
-            std::fflush(stdout);
+            std::lock_guard lock(output_mu_);
+            if (device_output_.size() + text.size() <= kMaxDeviceOutput) {
+              device_output_.append(reinterpret_cast<const char*>(text.begin()), text.size());
+            } else if (!output_dropped_) {
+              output_dropped_ = true;
+              RGPU_LOG_WARN("more than {} bytes of device printf output arrived without a synchronisation point; "
+                            "the rest is dropped", kMaxDeviceOutput);
+            }
           } else if (n.isGoodbye()) {
             session_over_ = true;
             int code = n.getGoodbyeError() ? n.getGoodbyeError() : err::kDevicesUnavailable;

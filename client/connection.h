@@ -104,6 +104,11 @@ class Connection {
 
   // Errors of asynchronous calls the receiver saw in replies to deferred calls.
   Status takeDeferredError();
+  // Device printf output received so far and not yet taken. The runtime
+  // prints it where NVIDIA's driver flushes its printf buffer (synchronising
+  // calls, launches, module loads, host callbacks, reset, exit), not when it
+  // happens to arrive, so it interleaves with the program's own output as on a GPU.
+  std::string takeDeviceOutput();
   // Non-ok once the connection is lost; every later call fails with it.
   Status broken() const;
   const std::string& server() const { return server_; }
@@ -190,6 +195,11 @@ class Connection {
   std::mutex deferred_mu_;
   std::condition_variable deferred_cv_;
   std::multimap<uint64_t, uint64_t> deferred_ranges_;
+
+  // Device printf output not yet printed (bounded by kMaxDeviceOutput).
+  std::mutex output_mu_;
+  std::string device_output_;
+  bool output_dropped_ = false;
 
   std::mutex cb_mu_;
   std::condition_variable cb_cv_;

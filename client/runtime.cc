@@ -99,10 +99,17 @@ void Runtime::shutdownAtExit() {
   rt.exiting_ = true;
   rt.conn_tried_ = true;
   rt.conn_error_ = Status(err::kCudartUnloading, "the program is exiting: the rgpu connection is closed");
+  // The context's destruction flushes the device's printf buffer on a GPU.
+  rt.flushDeviceOutput();
   rt.conn_ptr_.store(nullptr, std::memory_order_release);
   // The Connection object stays (a thread of the program may still hold a
   // pointer to it); closing makes its calls fail instead of touching freed state.
-  if (rt.conn_) rt.conn_->close();
+  if (rt.conn_) {
+    rt.conn_->close();
+    std::string rest = rt.conn_->takeDeviceOutput();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::fflush(stdout);
+  }
 }
 
 cudaError_t Runtime::finish(const Status& s) {
@@ -141,6 +148,15 @@ Result<Reply> Runtime::call(capnp::MessageBuilder& msg, const void* bulk, uint64
   }
   if (Status d = (*c)->takeDeferredError(); !d) return d;
   return r;
+}
+
+void Runtime::flushDeviceOutput() {
+  Connection* c = conn_ptr_.load(std::memory_order_acquire);
+  if (!c) return;
+  std::string text = c->takeDeviceOutput();
+  if (text.empty()) return;
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
 }
 
 Status Runtime::post(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len) {
@@ -335,6 +351,7 @@ void Runtime::runHostFunc(uint64_t id) {
       host_fns_.erase(it);
     }
   }
+  flushDeviceOutput();  // as the driver does before a stream callback
   if (f.first) f.first(f.second);
   else RGPU_LOG_WARN("server asked for unknown host function {}", id);
   // The stream on the server waits for this before it proceeds.
@@ -514,6 +531,7 @@ Status Runtime::ensureShipped(uint32_t module, int device) {
   ModuleRecord& m = modules_[module];
   if (m.shipped & (1ull << device)) return Status::ok();
   if (m.fatbin.empty()) return Status(err::kInvalidKernelImage, "this module's fatbin could not be read");
+  flushDeviceOutput();  // module loading flushes the printf buffer on a GPU
   if (device >= 64) return Status(err::kInvalidDevice, "rgpu supports 64 devices per server");
   uint32_t mid = (m.index + 1) << 6 | static_cast<uint32_t>(device);
   // All asynchronous: the fatbin bulk is written now, errors surface at the
@@ -575,8 +593,72 @@ Result<std::pair<uint64_t, uint64_t>> Runtime::symbol(const void* host_var, int 
   return std::make_pair(addr, size);
 }
 
+Result<cudaFuncAttributes> Runtime::funcAttributes(const KernelRecord& k, int device) {
+  LaunchLimits l;
+  cudaFuncAttributes attr;
+  std::memset(&attr, 0, sizeof attr);
+  Status s = ensureShipped(k.module, device);
+  if (s) {
+    capnp::MallocMessageBuilder msg(32);
+    msg.initRoot<wire::Request>().initFuncGetAttributes().setId(serverKernelId(k, device));
+    auto r = call(msg);
+    if (r) {
+      auto a = r->reader().getFuncAttributes();
+      attr.sharedSizeBytes = a.getSharedSizeBytes();
+      attr.constSizeBytes = a.getConstSizeBytes();
+      attr.localSizeBytes = a.getLocalSizeBytes();
+      attr.maxThreadsPerBlock = a.getMaxThreadsPerBlock();
+      attr.numRegs = a.getNumRegs();
+      attr.ptxVersion = a.getPtxVersion();
+      attr.binaryVersion = a.getBinaryVersion();
+      attr.cacheModeCA = a.getCacheModeCA();
+      attr.maxDynamicSharedSizeBytes = a.getMaxDynamicSharedSizeBytes();
+      attr.preferredShmemCarveout = a.getPreferredShmemCarveout();
+      l.max_threads = static_cast<uint32_t>(std::max(0, attr.maxThreadsPerBlock));
+      l.static_shared = attr.sharedSizeBytes;
+      l.max_dynamic_shared = static_cast<uint64_t>(std::max(0, attr.maxDynamicSharedSizeBytes));
+    } else {
+      s = r.status();
+    }
+  }
+  // The kernel's own trouble (no image for this device, ...) is remembered;
+  // a lost connection or a fault is not the kernel's.
+  if (!s && (s.code() == err::kDevicesUnavailable || s.code() == err::kCudartUnloading || err::isSticky(s.code())))
+    return s;
+  if (!s) {
+    common::logOnce("kernel:" + k.name + ":" + s.message(), "kernel " + k.name + " cannot run on device " +
+                                                                std::to_string(device) + ": " + s.message());
+    l.error = s;
+  }
+  {
+    std::lock_guard lock(limits_mu_);
+    launch_limits_[{k.index, device}] = l;
+  }
+  if (!s) return s;
+  return attr;
+}
+
+Result<LaunchLimits> Runtime::launchLimits(const KernelRecord& k, int device, bool refresh) {
+  if (!refresh) {
+    std::lock_guard lock(limits_mu_);
+    auto it = launch_limits_.find({k.index, device});
+    if (it != launch_limits_.end()) return it->second;
+  }
+  auto a = funcAttributes(k, device);
+  std::lock_guard lock(limits_mu_);
+  auto it = launch_limits_.find({k.index, device});
+  if (it == launch_limits_.end()) return a.status();
+  return it->second;
+}
+
+void Runtime::forgetLaunchLimits(const KernelRecord& k, int device) {
+  std::lock_guard lock(limits_mu_);
+  launch_limits_.erase({k.index, device});
+}
+
 Status Runtime::launch(const KernelRecord& k, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream,
                        bool ptsz) {
+  flushDeviceOutput();  // a launch flushes the printf buffer on a GPU
   auto s = this->stream(stream, ptsz);
   if (!s) return s.status();
   auto dev = device(s->device);
@@ -594,7 +676,21 @@ Status Runtime::launch(const KernelRecord& k, dim3 grid, dim3 block, void** args
   if (!k.has_layout)
     return Status(err::kInvalidDeviceFunction, "no parameter layout for kernel " + k.name + " in its fatbin");
   if (!k.layout.params.empty() && !args) return Status(err::kInvalidValue, "kernel arguments missing");
-  RGPU_TRY(ensureShipped(k.module, s->device));
+  // What the kernel itself allows (its image, __launch_bounds__, shared memory).
+  auto lim = launchLimits(k, s->device);
+  if (!lim) return lim.status();
+  if (!lim->error.isOk()) return lim->error;
+  if (threads > lim->max_threads)
+    return Status(err::kLaunchOutOfResources, "kernel " + k.name + " allows " + std::to_string(lim->max_threads) +
+                                                  " threads per block (__launch_bounds__ or its registers); the "
+                                                  "launch asked for " + std::to_string(threads));
+  if (shmem > lim->max_dynamic_shared)
+    return Status(err::kInvalidValue, "kernel " + k.name + " may use " + std::to_string(lim->max_dynamic_shared) +
+                                          " bytes of dynamic shared memory (cudaFuncSetAttribute raises it); the "
+                                          "launch asked for " + std::to_string(shmem));
+  if (shmem + lim->static_shared > attr(cudaDevAttrMaxSharedMemoryPerBlockOptin) &&
+      attr(cudaDevAttrMaxSharedMemoryPerBlockOptin) > 0)
+    return Status(err::kInvalidValue, "static plus dynamic shared memory exceed the device's limit");
 
   capnp::MallocMessageBuilder msg(128 + k.layout.param_bytes / 8);
   auto lk = msg.initRoot<wire::Request>().initLaunchKernel();

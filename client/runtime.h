@@ -61,6 +61,18 @@ struct ModuleRecord {
 
 enum class MemKind { kHost, kPinned, kDevice };
 
+// What a launch of a kernel on a device may ask for, from the server's
+// cudaFuncGetAttributes; or why the kernel cannot run there at all (its
+// module has no image for the device, ...). Launches are checked against it
+// before they are sent, so a bad one fails the launch itself, visible to
+// cudaGetLastError right after <<<>>> on the launching thread.
+struct LaunchLimits {
+  Status error;
+  uint32_t max_threads = 1024;  // honours __launch_bounds__
+  uint64_t static_shared = 0;
+  uint64_t max_dynamic_shared = 48 * 1024;
+};
+
 class Runtime {
  public:
   static Runtime& get();
@@ -86,6 +98,10 @@ class Runtime {
   Result<Reply> call(capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0,
                      void* in = nullptr, uint64_t in_len = 0);
   Status post(capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0);
+  // Prints the device printf output received so far: called where NVIDIA's
+  // driver flushes its printf buffer (synchronisation, blocking copies,
+  // launches, module loads, host callbacks, cudaDeviceReset, exit).
+  void flushDeviceOutput();
 
   // ---- devices ------------------------------------------------------------
   int currentDevice();
@@ -144,6 +160,14 @@ class Runtime {
   // Resolves a __device__/__constant__ variable by its host shadow address.
   Result<std::pair<uint64_t, uint64_t>> symbol(const void* host_var, int device);
 
+  // The launch limits of `k` on `device`: fetched once (a round trip at the
+  // kernel's first launch there), then cached; `refresh` fetches them again.
+  Result<LaunchLimits> launchLimits(const KernelRecord& k, int device, bool refresh = false);
+  // cudaFuncGetAttributes's answer for `k` on `device` (and the cache's refresh).
+  Result<cudaFuncAttributes> funcAttributes(const KernelRecord& k, int device);
+  // cudaFuncSetAttribute changed what the kernel may ask for.
+  void forgetLaunchLimits(const KernelRecord& k, int device);
+
   // Launch with the packed parameter block.
   Status launch(const KernelRecord& k, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream,
                 bool ptsz);
@@ -170,6 +194,7 @@ class Runtime {
   unsigned device_flags_ = 0;
   std::mutex limits_mu_;
   std::map<std::pair<int, int>, size_t> limits_;  // (device, cudaLimit) -> value set
+  std::map<std::pair<uint32_t, int>, LaunchLimits> launch_limits_;  // (kernel, device); limits_mu_
 
   std::shared_mutex reg_mu_;
   std::deque<ModuleRecord> modules_;

@@ -650,6 +650,12 @@ void Session::forgetModule(uint32_t id) {
   // Its kernels go with it.
   std::erase_if(functions_, [id](const auto& f) { return f.second.module == id; });
   modules_.erase(id);
+  module_errors_.erase(id);
+}
+
+Status Session::usableFunction(uint32_t id) const {
+  auto f = functions_.find(id);
+  return f == functions_.end() ? Status(err::kInvalidDeviceFunction, "unknown function") : f->second.unusable;
 }
 
 Status Session::checkDevice(int device) const {
@@ -1059,7 +1065,7 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
           dev,
           [this, mine, mods] {
             for (uint64_t b : mine) (void)backend_->release(b);
-            for (uint32_t id : mods) (void)backend_->unloadModule(id);
+            for (uint32_t id : mods) (void)backend_->unloadModule(id);  // (one that never loaded: unknown, ignored)
             return Status::ok();
           },
           [this, seq, phys, charge](Status) {
@@ -1105,9 +1111,15 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       Staging data;
       RGPU_TRY(consumeBulk(h, h.bulk_len, &data));
       s = backend_->loadModule(m.getId(), m.getDevice(), std::string(data->begin(), data->end()));
-      if (s) modules_[m.getId()] = m.getDevice();
-      else RGPU_LOG_WARN("session {}: module {} rejected: {}", session_id_, m.getId(), s.message());
-      finish(h, s);
+      modules_[m.getId()] = m.getDevice();
+      if (!s) {
+        // As NVIDIA's lazy loading: the error belongs to the module's kernels
+        // and variables, and is the answer of whatever first uses them (a
+        // launch, cudaFuncGetAttributes, a symbol copy), not of an unrelated call.
+        RGPU_LOG_WARN("session {}: module {} rejected: {}", session_id_, m.getId(), s.message());
+        module_errors_[m.getId()] = s;
+      }
+      finish(h, Status::ok());
       return Status::ok();
     }
     case R::MODULE_UNLOAD: {
@@ -1116,7 +1128,9 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       auto mod = modules_.find(id);
       if (mod == modules_.end()) return finish(h, Status(err::kInvalidResourceHandle, "unknown module")), Status::ok();
       int dev = mod->second;
+      bool loaded = !module_errors_.count(id);
       forgetModule(id);
+      if (!loaded) return finish(h, Status::ok()), Status::ok();
       // Unloading may synchronise the device: it happens once the device's
       // queued work is done (launches already queued still run), off the
       // dispatch thread, which a pending host function may be waiting for.
@@ -1132,9 +1146,14 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       auto m = req.getFunctionRegister();
       Status s = canRegister(m.getModule());
       if (s) {
-        auto bytes = backend_->registerFunction(m.getId(), m.getModule(), m.getName());
-        if (bytes) functions_[m.getId()] = {m.getModule(), *bytes};
-        else s = bytes.status();
+        // A kernel that cannot run (its module failed to load, or the module
+        // lacks it) stays registered with that error: its launches and
+        // attribute queries answer with it.
+        auto bad = module_errors_.find(m.getModule());
+        Result<uint32_t> bytes = bad != module_errors_.end()
+                                     ? Result<uint32_t>(bad->second)
+                                     : backend_->registerFunction(m.getId(), m.getModule(), m.getName());
+        functions_[m.getId()] = {m.getModule(), bytes ? *bytes : 0, bytes.status()};
       }
       finish(h, s);
       return Status::ok();
@@ -1151,6 +1170,8 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       RGPU_TRY(bulkNotExpected());
       auto it = vars_.find(req.getSymbolAddress().getId());
       if (it == vars_.end()) return finish(h, Status(err::kInvalidSymbol, "unknown symbol")), Status::ok();
+      if (auto bad = module_errors_.find(it->second.module); bad != module_errors_.end())
+        return finish(h, bad->second), Status::ok();
       auto g = backend_->globalAddress(it->second.module, it->second.name, it->second.size);
       if (!g) return finish(h, g.status()), Status::ok();
       uint64_t addr = g->first, size = g->second;
@@ -1171,7 +1192,7 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       auto m = req.getLaunchKernel();
       auto f = functions_.find(m.getFunction());
       StreamKey key;
-      Status s = f == functions_.end() ? Status(err::kInvalidDeviceFunction, "unknown function") : Status::ok();
+      Status s = f == functions_.end() ? Status(err::kInvalidDeviceFunction, "unknown function") : f->second.unusable;
       if (s) s = checkStream(m.getStream(), key);
       auto params = m.getParams();
       if (s && params.size() != f->second.param_bytes)
@@ -1190,7 +1211,7 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
     case R::FUNC_GET_ATTRIBUTES: {
       RGPU_TRY(bulkNotExpected());
       uint32_t id = req.getFuncGetAttributes().getId();
-      if (!functions_.count(id)) return finish(h, Status(err::kInvalidDeviceFunction, "unknown function")), Status::ok();
+      if (Status u = usableFunction(id); !u) return finish(h, u), Status::ok();
       auto a = backend_->functionAttributes(id);
       if (!a) return finish(h, a.status()), Status::ok();
       FunctionAttributes fa = *a;
@@ -1211,15 +1232,15 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
     case R::FUNC_SET_ATTRIBUTE: {
       RGPU_TRY(bulkNotExpected());
       auto m = req.getFuncSetAttribute();
-      Status s = functions_.count(m.getId()) ? backend_->setFunctionAttribute(m.getId(), m.getAttr(), m.getValue())
-                                             : Status(err::kInvalidDeviceFunction, "unknown function");
+      Status s = usableFunction(m.getId());
+      if (s) s = backend_->setFunctionAttribute(m.getId(), m.getAttr(), m.getValue());
       finish(h, s);
       return Status::ok();
     }
     case R::OCCUPANCY: {
       RGPU_TRY(bulkNotExpected());
       auto m = req.getOccupancy();
-      if (!functions_.count(m.getId())) return finish(h, Status(err::kInvalidDeviceFunction, "unknown function")), Status::ok();
+      if (Status u = usableFunction(m.getId()); !u) return finish(h, u), Status::ok();
       auto n = backend_->occupancy(m.getId(), m.getBlockSize(), m.getDynamicSmem());
       if (!n) return finish(h, n.status()), Status::ok();
       int64_t v = *n;

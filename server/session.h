@@ -125,6 +125,8 @@ class Session {
   // Drops a module with its kernels and variables from the session's tables
   // (the backend's copy goes separately).
   void forgetModule(uint32_t id);
+  // ok for a registered kernel that can run; else why not.
+  Status usableFunction(uint32_t id) const;
 
   Outbox outbox_;
   common::FrameReader* reader_ = nullptr;  // the dispatch thread's reader, during serve()
@@ -146,9 +148,11 @@ class Session {
   std::unordered_map<uint32_t, int> streams_;   // id -> device
   std::unordered_map<uint32_t, int> events_;    // id -> device
   std::unordered_map<uint32_t, int> modules_;   // id -> device
+  std::unordered_map<uint32_t, Status> module_errors_;  // modules that failed to load, and why
   struct Kernel {
     uint32_t module;
     uint32_t param_bytes;
+    Status unusable;  // why it cannot run (its module failed to load, ...): launches fail with it
   };
   std::unordered_map<uint32_t, Kernel> functions_;
   struct Var {

@@ -582,6 +582,7 @@ Result<FunctionAttributes> SimBackend::functionAttributes(uint32_t function) {
   a.num_regs = static_cast<int>(std::min<uint32_t>(255, f->second.code->num_regs));
   a.local_size = f->second.code->local_bytes;
   a.shared_size = f->second.code->static_shared;
+  if (f->second.code->max_threads) a.max_threads_per_block = static_cast<int>(f->second.code->max_threads);
   a.max_dynamic_shared = f->second.max_dynamic_shared;
   return a;
 }
@@ -608,7 +609,8 @@ Result<int> SimBackend::occupancy(uint32_t function, int block_size, uint64_t dy
   auto f = functions_.find(function);
   if (f == functions_.end()) return Status(err::kInvalidDeviceFunction, "unknown function");
   if (block_size <= 0) return Status(err::kInvalidValue, "block size must be positive");
-  if (block_size > 1024) return 0;
+  uint32_t bound = f->second.code->max_threads ? f->second.code->max_threads : 1024;
+  if (static_cast<uint32_t>(block_size) > bound) return 0;
   int warps = (block_size + 31) / 32;
   int by_threads = 64 / warps;  // 2048 threads = 64 warps per SM
   int by_smem = dynamic_smem ? static_cast<int>((228u * 1024u) / (dynamic_smem + 1024)) : 32;
@@ -644,6 +646,11 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
   if (b.x == 0 || b.y == 0 || b.z == 0 || g.x == 0 || g.y == 0 || g.z == 0 || b.x > 1024 || b.y > 1024 ||
       b.z > 64 || threads > 1024 || g.y > 65535 || g.z > 65535 || g.x > 2147483647u)
     return Status(err::kInvalidConfiguration, "launch configuration outside the device limits");
+  if (f->second.code->max_threads && threads > f->second.code->max_threads)
+    return Status(err::kLaunchOutOfResources, "kernel " + f->second.name + " is bounded to " +
+                                                  std::to_string(f->second.code->max_threads) +
+                                                  " threads per block (__launch_bounds__); launched with " +
+                                                  std::to_string(threads));
   if (cfg.shared_mem > static_cast<uint64_t>(f->second.max_dynamic_shared))
     return Status(err::kInvalidValue, "dynamic shared memory " + std::to_string(cfg.shared_mem) +
                                           " exceeds the function's limit");

@@ -125,6 +125,7 @@ struct Function {
   uint32_t static_shared = 0;   // bytes of .shared declared (module + function scope used)
   uint32_t shared_align = 16;
   uint32_t local_bytes = 0;     // per-thread .local
+  uint32_t max_threads = 0;     // .maxntid / .reqntid (__launch_bounds__): threads per block at most; 0: no bound
   std::vector<Inst> code;
   // .func only: parameters and return value as register slots (<= 8 bytes each).
   std::vector<uint32_t> param_regs;

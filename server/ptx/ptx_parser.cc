@@ -990,8 +990,25 @@ Status Parser::parseFunction(bool is_entry) {
   f.name = next();
   if (f.name.empty()) return bad(line(), "function without a name");
   if (peek() == "(") RGPU_TRY(parseParamList(f, is_entry));
-  // Performance directives (.maxntid, .reqntid, .minnctapersm, .maxnreg, .noreturn) up to the body.
-  while (!atEnd() && peek() != "{" && peek() != ";") ++i_;
+  // Performance directives up to the body. .maxntid (__launch_bounds__) and
+  // .reqntid bound the threads of a block; .minnctapersm, .maxnreg and
+  // .noreturn only guide code generation.
+  while (!atEnd() && peek() != "{" && peek() != ";") {
+    std::string d = next();
+    if (d != ".maxntid" && d != ".reqntid") continue;
+    uint64_t threads = 1;
+    for (int dim = 0; dim < 3 && !atEnd(); ++dim) {
+      char* end = nullptr;
+      std::string n = peek();
+      unsigned long v = std::strtoul(n.c_str(), &end, 10);
+      if (n.empty() || *end || v == 0 || v > 1024) return bad(line(), d + " needs block dimensions from 1 to 1024");
+      threads *= v;
+      ++i_;
+      if (peek() != ",") break;
+      ++i_;
+    }
+    f.max_threads = static_cast<uint32_t>(std::min<uint64_t>(threads, 1024));
+  }
   if (peek() == ";") {  // declaration only
     ++i_;
     return Status::ok();

@@ -33,6 +33,9 @@
 //               pitched allocations are exact
 //   fork        a child that exits leaves the parent's session alone; a child
 //               that calls CUDA gets an error instead of hanging
+//   noimage     (built with -rdc=true for sm_75 only, as ordering_rdc: no
+//               image the server can run) the launch itself fails with
+//               cudaErrorNoKernelImageForDevice; nothing surfaces later
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <errno.h>
@@ -514,6 +517,22 @@ void caseFork() {
   check(cudaFree(p), "cudaFree");
 }
 
+// ---- noimage -------------------------------------------------------------------------------------
+
+void caseNoImage() {
+  int* p;
+  check(cudaMalloc(&p, 4096), "cudaMalloc");
+  fillInts<<<1, 32>>>(p, 1, 32);
+  expect(cudaGetLastError(), cudaErrorNoKernelImageForDevice, "cudaGetLastError after launching a kernel with no usable image");
+  cudaFuncAttributes a{};
+  expect(cudaFuncGetAttributes(&a, fillInts), cudaErrorNoKernelImageForDevice, "cudaFuncGetAttributes");
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the refused launch");
+  cudaError_t other = cudaSuccess;
+  std::thread([&] { other = cudaDeviceSynchronize(); }).join();
+  check(other, "cudaDeviceSynchronize on another thread");
+  check(cudaMemset(p, 0, 4096), "cudaMemset");
+}
+
 struct Case {
   const char* name;
   void (*run)();
@@ -522,7 +541,7 @@ const Case kCases[] = {
     {"freehost", caseFreeHost}, {"query", caseQuery},   {"peer", casePeer},         {"destroy", caseDestroy},
     {"sticky", caseSticky},     {"launch", caseLaunch}, {"stubs", caseStubs},       {"ptds", casePtds},
     {"syncfault", caseSyncFault}, {"reset", caseReset}, {"classify", caseClassify}, {"printf", casePrintf},
-    {"pitch", casePitch},       {"fork", caseFork},
+    {"pitch", casePitch},       {"fork", caseFork},       {"noimage", caseNoImage},
 };
 
 }  // namespace

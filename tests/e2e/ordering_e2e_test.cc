@@ -12,7 +12,7 @@
 namespace rgpu::test {
 namespace {
 
-std::string ordering() { return std::string(RGPU_TEST_PROGRAMS_DIR) + "/ordering"; }
+std::string ordering(const char* build = "ordering") { return std::string(RGPU_TEST_PROGRAMS_DIR) + "/" + build; }
 
 const char* kSecondSimDevice =
     "[[sim.devices]]\nname = \"rgpu test device\"\nmemory = \"1GiB\"\ncompute_capability = \"9.0\"\nsm_count = 8\n";
@@ -46,13 +46,13 @@ class Ordering : public ::testing::TestWithParam<const char*> {
     delete cuda_;
   }
   // Runs `ordering CASE` against the backend of this instance.
-  static RunResult runCase(const std::string& backend, const std::string& name) {
+  static RunResult runCase(const std::string& backend, const std::string& name, const char* build = "ordering") {
     Server* s = backend == "sim" ? sim_ : cuda_;
-    return run("timeout 120 " + ordering() + " " + name,
+    return run("timeout 120 " + ordering(build) + " " + name,
                "RGPU_CONFIG=" + s->dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
   }
-  static void expectPass(const std::string& backend, const std::string& name) {
-    RunResult r = runCase(backend, name);
+  static void expectPass(const std::string& backend, const std::string& name, const char* build = "ordering") {
+    RunResult r = runCase(backend, name, build);
     EXPECT_EQ(r.code, 0) << backend << " backend, case " << name << ":\n" << r.output;
     EXPECT_NE(r.output.find("ok " + name), std::string::npos) << r.output;
   }
@@ -66,6 +66,10 @@ TEST_P(Ordering, PeerCopiesAreOrderedOnTheSourceAndDestinationDevices) { expectP
 TEST_P(Ordering, DeviceSynchronizeWaitsForADestroyedStreamsWork) { expectPass(GetParam(), "destroy"); }
 TEST_P(Ordering, AKernelFaultIsStickyOnEveryCallAndThread) { expectPass(GetParam(), "sticky"); }
 TEST_P(Ordering, BadLaunchesFailTheLaunchItselfAndAttributesHonourLaunchBounds) { expectPass(GetParam(), "launch"); }
+TEST_P(Ordering, AKernelWithoutAnImageFailsItsLaunchAndNothingLater) {
+  // Built with -rdc=true for sm_75: no PTX for the sim, no SASS for the (sm_90) fake GPU.
+  expectPass(GetParam(), "noimage", "ordering_rdc");
+}
 TEST_P(Ordering, UnsupportedCallsLeaveNoLastErrorAndHintsAndQueriesSucceed) { expectPass(GetParam(), "stubs"); }
 TEST_P(Ordering, PerThreadDefaultStreamsEndWithTheirThreads) { expectPass(GetParam(), "ptds"); }
 TEST_P(Ordering, ASynchronousHostToDeviceCopyReturnsAnEarlierFault) { expectPass(GetParam(), "syncfault"); }

@@ -798,7 +798,7 @@ CUresult fakeFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) {
   FakeFunction* fn = functionOf(f);
   if (!fn) return CUDA_ERROR_INVALID_HANDLE;
   switch (a) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = fn->code->max_threads ? static_cast<int>(fn->code->max_threads) : 1024; break;
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *v = static_cast<int>(fn->code->static_shared); break;
     case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *v = 0; break;
     case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *v = static_cast<int>(fn->code->local_bytes); break;
@@ -826,8 +826,10 @@ CUresult fakeFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
 
 CUresult fakeOccupancy(int* n, CUfunction f, int block, size_t smem) {
   ENTER("cuOccupancyMaxActiveBlocksPerMultiprocessor");
-  if (!functionOf(f) || block <= 0) return CUDA_ERROR_INVALID_VALUE;
-  *n = std::max(1, std::min(32, 2048 / block));
+  FakeFunction* fn = functionOf(f);
+  if (!fn || block <= 0) return CUDA_ERROR_INVALID_VALUE;
+  uint32_t bound = fn->code->max_threads ? fn->code->max_threads : 1024;
+  *n = static_cast<uint32_t>(block) > bound ? 0 : std::max(1, std::min(32, 2048 / block));
   return CUDA_SUCCESS;
 }
 
@@ -865,6 +867,8 @@ CUresult fakeLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, u
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || uint64_t(bx) * by * bz > 1024 || bz > 64 ||
       gy > 65535 || gz > 65535 || smem > static_cast<unsigned>(fn->max_dynamic_shared))
     return CUDA_ERROR_INVALID_VALUE;
+  // More threads than the kernel's __launch_bounds__ (or its registers) allow.
+  if (fn->code->max_threads && uint64_t(bx) * by * bz > fn->code->max_threads) return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
   std::ostringstream line;
   line << "cuLaunchKernel " << fn->name << " grid=" << gx << "," << gy << "," << gz << " block=" << bx << "," << by
        << "," << bz << " shmem=" << smem << " params=" << hex(block.data(), block.size());
