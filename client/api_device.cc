@@ -1,5 +1,7 @@
 // Devices, versions, errors, function attributes and occupancy.
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "client/api_util.h"
 
@@ -100,25 +102,70 @@ RGPU_EXPORT cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr a
     return Status::ok();
   });
 }
+namespace {
+// Whether kernels on `device` can use `peer`'s memory, as the server says
+// (cudaMemcpyPeer works between any two devices regardless).
+Result<bool> peerReachable(int device, int peer) {
+  auto d = rt().device(device);
+  if (!d) return d.status();
+  RGPU_TRY(rt().device(peer).status());
+  return device != peer && peer < 64 && ((*d)->peer_access >> peer & 1);
+}
+std::mutex g_peer_mu;
+std::set<std::pair<int, int>> g_peers_enabled;  // (device, peer)
+}  // namespace
+
 RGPU_EXPORT cudaError_t cudaDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice) {
   return guarded([&]() -> Status {
     RGPU_TRY(needPtr(canAccessPeer, "canAccessPeer"));
-    RGPU_TRY(rt().device(device).status());
-    RGPU_TRY(rt().device(peerDevice).status());
-    // Devices of one server copy between each other through cudaMemcpyPeer.
-    *canAccessPeer = device != peerDevice;
+    auto r = peerReachable(device, peerDevice);
+    if (!r) return r.status();
+    *canAccessPeer = *r;
     return Status::ok();
   });
 }
 RGPU_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags) {
   return guarded([&]() -> Status {
     if (flags) return Status(err::kInvalidValue, "flags must be 0");
-    if (peerDevice == rt().currentDevice()) return Status(err::kInvalidDevice, "a device is not its own peer");
-    return rt().device(peerDevice).status();
+    int dev = rt().currentDevice();
+    if (peerDevice == dev) return Status(err::kInvalidDevice, "a device is not its own peer");
+    auto r = peerReachable(dev, peerDevice);
+    if (!r) return r.status();
+    if (!*r)
+      return Status(cudaErrorPeerAccessUnsupported, "kernels on device " + std::to_string(dev) + " cannot use device " +
+                                                        std::to_string(peerDevice) + "'s memory on this server");
+    std::lock_guard lock(g_peer_mu);
+    if (!g_peers_enabled.insert({dev, peerDevice}).second)
+      return Status(cudaErrorPeerAccessAlreadyEnabled, "peer access is already enabled");
+    return Status::ok();
   });
 }
 RGPU_EXPORT cudaError_t cudaDeviceDisablePeerAccess(int peerDevice) {
-  return guarded([&] { return rt().device(peerDevice).status(); });
+  return guarded([&]() -> Status {
+    int dev = rt().currentDevice();
+    RGPU_TRY(rt().device(peerDevice).status());
+    std::lock_guard lock(g_peer_mu);
+    if (!g_peers_enabled.erase({dev, peerDevice}))
+      return Status(cudaErrorPeerAccessNotEnabled, "peer access was not enabled");
+    return Status::ok();
+  });
+}
+RGPU_EXPORT cudaError_t cudaDeviceGetP2PAttribute(int* value, enum cudaDeviceP2PAttr attr, int srcDevice,
+                                                  int dstDevice) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(value, "value"));
+    if (srcDevice == dstDevice) return Status(err::kInvalidDevice, "a device is not its own peer");
+    auto r = peerReachable(srcDevice, dstDevice);
+    if (!r) return r.status();
+    switch (attr) {
+      case cudaDevP2PAttrPerformanceRank: *value = 0; break;
+      case cudaDevP2PAttrAccessSupported: *value = *r; break;
+      case cudaDevP2PAttrNativeAtomicSupported: *value = *r; break;
+      case cudaDevP2PAttrCudaArrayAccessSupported: *value = 0; break;
+      default: return Status(err::kInvalidValue, "unknown cudaDeviceP2PAttr " + std::to_string(static_cast<int>(attr)));
+    }
+    return Status::ok();
+  });
 }
 RGPU_EXPORT cudaError_t cudaDeviceSetCacheConfig(enum cudaFuncCache cacheConfig) {
   // A preference the hardware may ignore; accepted as on GPUs with fixed caches.

@@ -22,6 +22,15 @@ Status needDevice(const void* p, size_t count, const char* what, int* device = n
   return Status::ok();
 }
 
+// A __device__/__constant__ variable: placed by the server when the module
+// loaded, so it cannot be asked for again if it lands on this process's memory.
+void trackSymbol(uint64_t addr, uint64_t size, int device) {
+  if (rt().trackDevice(addr, size, device) == DeviceRanges::Result::kCollides)
+    common::logOnce("symbol-collides:" + std::to_string(addr),
+                    "a device variable at " + std::to_string(addr) + " (" + std::to_string(size) +
+                        " bytes) overlaps this process's own memory: host memory there would be taken for it");
+}
+
 Result<cudaMemcpyKind> resolveKind(void* dst, const void* src, cudaMemcpyKind kind) {
   bool dd = rt().classify(dst) == MemKind::kDevice, sd = rt().classify(src) == MemKind::kDevice;
   if (kind == cudaMemcpyDefault)
@@ -245,7 +254,7 @@ Status symbolCopyImpl(const void* symbol, void* host, size_t count, size_t offse
   if (!sym) return sym.status();
   auto [addr, size] = *sym;
   if (offset > size || count > size - offset) return Status(err::kInvalidValue, "copy runs past the end of the symbol");
-  rt().trackDevice(addr, size, s->device);
+  trackSymbol(addr, size, s->device);
   void* dev = reinterpret_cast<void*>(addr + offset);
   if (kind == cudaMemcpyDefault) kind = rt().classify(host) == MemKind::kDevice ? cudaMemcpyDeviceToDevice
                                                                                   : (to_symbol ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
@@ -263,31 +272,86 @@ Status symbolCopyImpl(const void* symbol, void* host, size_t count, size_t offse
 
 // ---- allocation ------------------------------------------------------------------
 
+namespace {
+// Gives back device memory the program never saw (asynchronously).
+void freeQuietly(uint64_t p) {
+  capnp::MallocMessageBuilder msg(32);
+  msg.initRoot<wire::Request>().initFree().setPtr(p);
+  (void)rt().post(msg);
+}
+
+// Device memory whose range this process can keep its own memory out of:
+// one the server placed over the program's own memory is kept aside (so it
+// is not handed out again) while another is asked for, then given back.
+Result<uint64_t> deviceMemory(int dev, uint64_t size, uint64_t pitch_width = 0, uint64_t pitch_height = 0,
+                              uint64_t* pitch = nullptr) {
+  constexpr int kAttempts = 8;
+  std::vector<uint64_t> collided;
+  Result<uint64_t> out = Status(err::kMemoryAllocation, "");
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    capnp::MallocMessageBuilder msg(32);
+    auto m = msg.initRoot<wire::Request>().initMalloc();
+    m.setDevice(dev);
+    m.setSize(size);
+    m.setPitchWidth(pitch_width);
+    m.setPitchHeight(pitch_height);
+    auto r = rt().call(msg);
+    if (!r) {
+      out = r.status();
+      break;
+    }
+    uint64_t p = 0, bytes = size;
+    auto reply = r->reader();
+    if (pitch_height) {
+      p = reply.getPitched().getPtr();
+      *pitch = reply.getPitched().getPitch();
+      bytes = *pitch * pitch_height;
+    } else {
+      p = reply.getPtr();
+    }
+    if (rt().trackDevice(p, bytes, dev) != DeviceRanges::Result::kCollides) {
+      out = p;
+      break;
+    }
+    rt().untrackDevice(p);
+    collided.push_back(p);
+    out = Status(err::kMemoryAllocation, "the server's device memory kept landing on this process's own memory (" +
+                                             std::to_string(kAttempts) + " tries)");
+  }
+  for (uint64_t p : collided) freeQuietly(p);
+  return out;
+}
+}  // namespace
+
 RGPU_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
   return guarded([&]() -> Status {
     RGPU_TRY(needPtr(devPtr, "devPtr"));
     *devPtr = nullptr;
     if (size == 0) return Status::ok();
-    int dev = rt().currentDevice();
-    capnp::MallocMessageBuilder msg(32);
-    auto m = msg.initRoot<wire::Request>().initMalloc();
-    m.setDevice(dev);
-    m.setSize(size);
-    auto r = rt().call(msg);
-    if (!r) return r.status();
-    uint64_t p = r->reader().getPtr();
-    rt().trackDevice(p, size, dev);
-    *devPtr = reinterpret_cast<void*>(p);
+    auto p = deviceMemory(rt().currentDevice(), size);
+    if (!p) return p.status();
+    *devPtr = reinterpret_cast<void*>(*p);
     return Status::ok();
   });
 }
 
 RGPU_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t height) {
+  // The pitch is the server's (cuMemAllocPitch on a GPU): the driver's 2D
+  // copies may refuse pitches it did not compute.
   return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(devPtr, "devPtr"));
     RGPU_TRY(needPtr(pitch, "pitch"));
-    size_t p = (width + 511) / 512 * 512;
+    *devPtr = nullptr;
+    if (width == 0 || height == 0) {
+      *pitch = 0;
+      return Status::ok();
+    }
+    uint64_t p = 0;
+    auto ptr = deviceMemory(rt().currentDevice(), 0, width, height, &p);
+    if (!ptr) return ptr.status();
+    *devPtr = reinterpret_cast<void*>(*ptr);
     *pitch = p;
-    return cudaMalloc(devPtr, p * height) == cudaSuccess ? Status::ok() : Status(rt().lastError(false), "");
+    return Status::ok();
   });
 }
 
@@ -565,7 +629,7 @@ RGPU_EXPORT cudaError_t cudaGetSymbolAddress(void** devPtr, const void* symbol) 
     int dev = rt().currentDevice();
     auto sym = rt().symbol(symbol, dev);
     if (!sym) return sym.status();
-    rt().trackDevice(sym->first, sym->second, dev);
+    trackSymbol(sym->first, sym->second, dev);
     *devPtr = reinterpret_cast<void*>(sym->first);
     return Status::ok();
   });

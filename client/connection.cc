@@ -178,6 +178,7 @@ Status Connection::handshake(const ClientConfig& cfg) {
       auto prop = d.getProp();
       dev.prop.assign(reinterpret_cast<const char*>(prop.begin()), prop.size());
       for (auto a : d.getAttributes()) dev.attributes.push_back(a);
+      dev.peer_access = d.getPeerAccess();
       dev.total_mem = d.getTotalMem();
       welcome_.devices.push_back(std::move(dev));
     }

@@ -69,6 +69,7 @@ struct Welcome {
     std::string prop;
     std::vector<int32_t> attributes;
     uint64_t total_mem = 0;
+    uint64_t peer_access = 0;  // bit i: kernels here can use device i's memory
   };
   std::vector<Device> devices;
 };

@@ -362,20 +362,35 @@ void Runtime::runHostFunc(uint64_t id) {
 
 // ---- memory tracking ------------------------------------------------------------
 
-void Runtime::trackDevice(uint64_t ptr, uint64_t size, int device) {
+DeviceRanges::Result Runtime::trackDevice(uint64_t ptr, uint64_t size, int device) {
   std::unique_lock lock(mem_mu_);
-  device_allocs_[ptr] = {size, device, 0};
+  auto it = device_allocs_.find(ptr);
+  if (it != device_allocs_.end() && it->second.size == size && it->second.device == device)
+    return DeviceRanges::Result::kReserved;  // known already (a symbol used again)
+  if (it != device_allocs_.end() && it->second.reserved) device_ranges_.release(ptr, it->second.size);
+  DeviceRanges::Result r = device_ranges_.reserve(ptr, size);
+  device_allocs_[ptr] = {size, device, 0, r == DeviceRanges::Result::kReserved};
+  return r;
 }
 
 void Runtime::untrackDevice(uint64_t ptr) {
   std::unique_lock lock(mem_mu_);
-  device_allocs_.erase(ptr);
+  auto it = device_allocs_.find(ptr);
+  if (it == device_allocs_.end()) return;
+  if (it->second.reserved) device_ranges_.release(ptr, it->second.size);
+  device_allocs_.erase(it);
 }
 
 void Runtime::untrackDeviceAll(int device) {
   std::unique_lock lock(mem_mu_);
-  for (auto it = device_allocs_.begin(); it != device_allocs_.end();)
-    it = it->second.device == device ? device_allocs_.erase(it) : std::next(it);
+  for (auto it = device_allocs_.begin(); it != device_allocs_.end();) {
+    if (it->second.device != device) {
+      ++it;
+      continue;
+    }
+    if (it->second.reserved) device_ranges_.release(it->first, it->second.size);
+    it = device_allocs_.erase(it);
+  }
 }
 
 void Runtime::forgetDevice(int device) {

@@ -22,6 +22,7 @@
 
 #include "client/client_config.h"
 #include "client/connection.h"
+#include "client/device_ranges.h"
 #include "common/fatbin.h"
 
 namespace rgpu::client {
@@ -127,7 +128,10 @@ class Runtime {
   void runHostFunc(uint64_t id);
 
   // ---- memory tracking -----------------------------------------------------
-  void trackDevice(uint64_t ptr, uint64_t size, int device);
+  // Records device memory and reserves its range in this process (see
+  // client/device_ranges.h). kCollides: the range overlaps this process's
+  // own memory; it is tracked anyway (the caller decides what to do).
+  DeviceRanges::Result trackDevice(uint64_t ptr, uint64_t size, int device);
   void untrackDevice(uint64_t ptr);
   void untrackDeviceAll(int device);
   // cudaDeviceReset: the server dropped the device's allocations, modules,
@@ -223,7 +227,9 @@ class Runtime {
     uint64_t size;
     int device;
     unsigned flags;
+    bool reserved = false;  // device memory whose range DeviceRanges holds for it
   };
+  DeviceRanges device_ranges_;
   std::map<uint64_t, Range> device_allocs_;
   std::map<uint64_t, Range> pinned_;
 };

@@ -58,6 +58,7 @@ struct DeviceInfo {
   uuid @5 :Data;             # 16 bytes
   prop @6 :Data;             # the CUDA 13 cudaDeviceProp, 1008 bytes, as the server's backend filled it
   attributes @7 :List(Int32);  # indexed by cudaDeviceAttr; 0 where unknown
+  peerAccess @8 :UInt64;       # bit i: kernels on this device can use device i's memory (peer access)
 }
 
 struct Welcome {
@@ -233,7 +234,13 @@ struct LtAlgo {
   wavesCount @2 :Float32;
 }
 
-struct Malloc { device @0 :Int32; size @1 :UInt64; }
+struct Malloc {
+  device @0 :Int32; size @1 :UInt64;
+  # cudaMallocPitch: rows of pitchWidth bytes, pitchHeight rows, at a pitch the
+  # server chooses (reply: pitched); size is ignored then.
+  pitchWidth @2 :UInt64; pitchHeight @3 :UInt64;
+}
+struct Pitched { ptr @0 :UInt64; pitch @1 :UInt64; }
 struct Free { ptr @0 :UInt64; }
 struct MemcpyHtoD { dst @0 :UInt64; size @1 :UInt64; stream @2 :StreamRef; }
 struct MemcpyDtoH { src @0 :UInt64; size @1 :UInt64; stream @2 :StreamRef; }
@@ -312,6 +319,7 @@ struct Reply {
     pointer @10 :PointerInfo;
     poolStatus @11 :PoolStatus;
     ltAlgos @12 :List(LtAlgo);
+    pitched @13 :Pitched;
   }
 }
 

@@ -78,6 +78,9 @@ class Backend {
   virtual std::string name() const = 0;
   virtual int driverVersion() const = 0;
   virtual const std::vector<DeviceDescription>& devices() const = 0;
+  // Bit i set: kernels on `device` can use the memory of session device i
+  // (what cudaDeviceCanAccessPeer reports). None unless a backend offers it.
+  virtual uint64_t peerAccess(int device) const { return 0; }
   // Errors of stream-ordered work, reported at the client's next synchronising call.
   virtual void setAsyncErrorSink(std::function<void(Status)> sink) = 0;
 
@@ -109,6 +112,9 @@ class Backend {
 
   // Memory.
   virtual Result<DevPtr> allocate(int device, uint64_t size) = 0;
+  // cudaMallocPitch: `height` rows of `width` bytes at a pitch the device
+  // prefers (at most `width` rounded up to 4 KiB); the allocation is pitch * height.
+  virtual Result<std::pair<DevPtr, uint64_t>> allocatePitch(int device, uint64_t width, uint64_t height) = 0;
   virtual Status release(DevPtr ptr) = 0;
   virtual Status memInfo(int device, uint64_t& free, uint64_t& total) = 0;
 

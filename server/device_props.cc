@@ -7,10 +7,16 @@
 
 namespace rgpu::server {
 namespace {
-// What rgpu cannot offer a remote client, whatever the GPU can do.
+// What rgpu cannot offer a remote client (yet), whatever the GPU can do: a
+// kernel cannot reach the client's host memory over the network (no mapped
+// memory, so no unified addressing with it), and cooperative and cluster
+// launches are refused, so none of them is reported.
 bool hiddenFromRemoteClients(int a) {
   switch (a) {
     case cudaDevAttrCanMapHostMemory:
+    case cudaDevAttrUnifiedAddressing:
+    case cudaDevAttrCooperativeLaunch:
+    case cudaDevAttrClusterLaunch:
     case cudaDevAttrIntegrated:
     case cudaDevAttrManagedMemory:
     case cudaDevAttrConcurrentManagedAccess:
@@ -200,7 +206,6 @@ DeviceDescription describeSimDevice(const SimDeviceConfig& cfg, int index) {
       {cudaDevAttrL2CacheSize, 50 * 1024 * 1024},
       {cudaDevAttrMaxThreadsPerMultiProcessor, 2048},
       {cudaDevAttrAsyncEngineCount, 2},
-      {cudaDevAttrUnifiedAddressing, 1},
       {cudaDevAttrTexturePitchAlignment, 32},
       {cudaDevAttrComputeCapabilityMajor, cfg.major},
       {cudaDevAttrComputeCapabilityMinor, cfg.minor},

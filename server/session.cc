@@ -310,6 +310,7 @@ Status Session::handshake() {
       d.setMultiProcessorCount(devs[i].sm_count);
       d.setUuid(kj::arrayPtr(reinterpret_cast<const kj::byte*>(devs[i].uuid.data()), devs[i].uuid.size()));
       d.setProp(kj::arrayPtr(reinterpret_cast<const kj::byte*>(devs[i].prop.data()), devs[i].prop.size()));
+      d.setPeerAccess(monitor_ ? 0 : backend_->peerAccess(static_cast<int>(i)));
       auto attrs = d.initAttributes(static_cast<unsigned>(devs[i].attributes.size()));
       for (size_t a = 0; a < devs[i].attributes.size(); ++a) attrs.set(static_cast<unsigned>(a), devs[i].attributes[a]);
     }
@@ -725,31 +726,61 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
     case R::MALLOC: {
       auto m = req.getMalloc();
       Status s = checkDevice(m.getDevice());
-      if (s && m.getSize() == 0) {
+      bool pitched = m.getPitchHeight() > 0;
+      uint64_t w = m.getPitchWidth(), rows = m.getPitchHeight();
+      // cudaMallocPitch: the pitch is the backend's, at most a 4 KiB multiple of the width.
+      if (s && pitched && (w == 0 || w > (1ull << 40) || rows > (1ull << 40) / ((w + 4095) / 4096 * 4096)))
+        s = Status(err::kInvalidValue, "pitched allocation of " + std::to_string(w) + " x " + std::to_string(rows) +
+                                           " bytes is out of range");
+      uint64_t bytes = pitched ? (w + 4095) / 4096 * 4096 * rows : m.getSize();
+      if (s && bytes == 0) {
         finish(h, Status::ok(), [](auto& r) { r.setPtr(0); });
         return Status::ok();
       }
       if (!s) return finish(h, s), Status::ok();
       // The pool accounts (and, under a quota, first allows) every byte.
-      uint64_t charge = chargedBytes(m.getSize());
+      uint64_t charge = chargedBytes(bytes);
       int phys = physical(m.getDevice());
       if (Status q = pool_.reserve(phys, charge, placement_.quota > 0); !q) {
-        RGPU_LOG_INFO("session {}: cudaMalloc of {} bytes refused: {}", session_id_, m.getSize(), q.message());
+        RGPU_LOG_INFO("session {}: cudaMalloc of {} bytes refused: {}", session_id_, bytes, q.message());
         return finish(h, q), Status::ok();
       }
-      auto p = backend_->allocate(m.getDevice(), m.getSize());
+      uint64_t pitch = 0;
+      Result<DevPtr> p = Status(err::kUnknown, "");
+      if (pitched) {
+        auto pp = backend_->allocatePitch(m.getDevice(), w, rows);
+        if (pp) {
+          p = pp->first;
+          pitch = pp->second;
+          bytes = pitch * rows;
+          pool_.release(phys, charge - chargedBytes(bytes));  // reserved for the widest pitch
+          charge = chargedBytes(bytes);
+        } else {
+          p = pp.status();
+        }
+      } else {
+        p = backend_->allocate(m.getDevice(), bytes);
+      }
       if (!p) {
         pool_.release(phys, charge);
         return finish(h, p.status()), Status::ok();
       }
-      if (Status a = allocs_.add(*p, m.getSize(), m.getDevice()); !a) {
+      if (Status a = allocs_.add(*p, bytes, m.getDevice()); !a) {
         uint64_t ptr = *p;
         (void)backend_->afterDeviceDone(m.getDevice(), [this, ptr] { return backend_->release(ptr); },
                                         [this, phys, charge](Status) { pool_.release(phys, charge); });
         return finish(h, a), Status::ok();
       }
       uint64_t ptr = *p;
-      finish(h, Status::ok(), [ptr](auto& r) { r.setPtr(ptr); });
+      if (pitched) {
+        finish(h, Status::ok(), [ptr, pitch](auto& r) {
+          auto out = r.initPitched();
+          out.setPtr(ptr);
+          out.setPitch(pitch);
+        });
+      } else {
+        finish(h, Status::ok(), [ptr](auto& r) { r.setPtr(ptr); });
+      }
       return Status::ok();
     }
     case R::FREE: {
@@ -1115,11 +1146,12 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
       if (!s) {
         // As NVIDIA's lazy loading: the error belongs to the module's kernels
         // and variables, and is the answer of whatever first uses them (a
-        // launch, cudaFuncGetAttributes, a symbol copy), not of an unrelated call.
+        // launch, cudaFuncGetAttributes, a symbol copy), not of an unrelated
+        // later call. (A synchronous load is answered with it as well.)
         RGPU_LOG_WARN("session {}: module {} rejected: {}", session_id_, m.getId(), s.message());
         module_errors_[m.getId()] = s;
       }
-      finish(h, Status::ok());
+      finish(h, h.flags & protocol::kFlagAsync ? Status::ok() : s);
       return Status::ok();
     }
     case R::MODULE_UNLOAD: {

@@ -108,6 +108,15 @@ Result<DevPtr> SimBackend::allocate(int device, uint64_t size) {
   return allocateLocked(device, size);
 }
 
+Result<std::pair<DevPtr, uint64_t>> SimBackend::allocatePitch(int device, uint64_t width, uint64_t height) {
+  // Rows aligned as a GPU's texture pitch alignment asks (512 bytes).
+  uint64_t pitch = (width + 511) / 512 * 512;
+  std::lock_guard lock(mu_);
+  auto p = allocateLocked(device, pitch * height);
+  if (!p) return p.status();
+  return std::make_pair(*p, pitch);
+}
+
 Status SimBackend::release(DevPtr ptr) {
   std::lock_guard lock(mu_);
   auto it = allocations_.find(ptr);

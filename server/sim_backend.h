@@ -62,9 +62,15 @@ class SimBackend final : public Backend {
   void setLaunchGate(LaunchGate* gate) override { gate_ = gate; }
   int driverVersion() const override { return 13000; }
   const std::vector<DeviceDescription>& devices() const override { return devices_; }
+  // All of a session's sim devices live in its worker's memory: every kernel reaches every device.
+  uint64_t peerAccess(int device) const override {
+    uint64_t all = devices_.size() >= 64 ? ~0ull : (1ull << devices_.size()) - 1;
+    return all & ~(1ull << device);
+  }
   void setAsyncErrorSink(std::function<void(Status)> sink) override;
   void setOutputSink(std::function<void(std::string)> sink) override;
   Result<DevPtr> allocate(int device, uint64_t size) override;
+  Result<std::pair<DevPtr, uint64_t>> allocatePitch(int device, uint64_t width, uint64_t height) override;
   Status release(DevPtr ptr) override;
   Status memInfo(int device, uint64_t& free, uint64_t& total) override;
   Status createStream(StreamKey stream, uint32_t flags, int priority) override;

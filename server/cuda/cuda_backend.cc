@@ -493,6 +493,27 @@ Result<DevPtr> CudaBackend::allocate(int device, uint64_t size) {
   return static_cast<DevPtr>(p);
 }
 
+Result<std::pair<DevPtr, uint64_t>> CudaBackend::allocatePitch(int device, uint64_t width, uint64_t height) {
+  DriverApi& api = *api_;
+  RGPU_TRY(use(device));
+  CUdeviceptr p = 0;
+  size_t pitch = 0;
+  // 16-byte elements: rows suit the widest loads a kernel may make.
+  CUresult r = api.cuMemAllocPitch(&p, &pitch, width, height, 16);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY)
+    return Status(err::kMemoryAllocation, "out of memory on device " + std::to_string(device) + ": asked " +
+                                              std::to_string(width) + " x " + std::to_string(height) + " bytes");
+  RGPU_TRY(api.check(r, "cuMemAllocPitch", __FILE__, __LINE__));
+  if (pitch < width || pitch > (width + 4095) / 4096 * 4096) {
+    (void)api.cuMemFree(p);
+    return Status(err::kUnknown, "cuMemAllocPitch chose pitch " + std::to_string(pitch) + " for rows of " +
+                                     std::to_string(width) + " bytes");
+  }
+  std::lock_guard lock(mu_);
+  allocations_[p] = device;
+  return std::make_pair(static_cast<DevPtr>(p), static_cast<uint64_t>(pitch));
+}
+
 Status CudaBackend::release(DevPtr ptr) {
   DriverApi& api = *api_;
   int device;
@@ -710,6 +731,23 @@ CUDA_MEMCPY2D copy2D(uint64_t width, uint64_t height) {
 }
 }  // namespace
 
+Status CudaBackend::memcpy2D(const CUDA_MEMCPY2D& m, CUstream stream) {
+  DriverApi& api = *api_;
+  CUresult r = api.cuMemcpy2DAsync(&m, stream);
+  if (r != CUDA_ERROR_INVALID_VALUE) return api.check(r, "cuMemcpy2DAsync", __FILE__, __LINE__);
+  // "cuMemcpy2D() may fail for pitches not computed by cuMemAllocPitch()"
+  // (a program may pick its own): row by row then, in the same stream order.
+  for (size_t row = 0; row < m.Height; ++row) {
+    uint64_t so = row * m.srcPitch, d = row * m.dstPitch;
+    bool src_dev = m.srcMemoryType == CU_MEMORYTYPE_DEVICE, dst_dev = m.dstMemoryType == CU_MEMORYTYPE_DEVICE;
+    if (src_dev && dst_dev) r = api.cuMemcpyDtoDAsync(m.dstDevice + d, m.srcDevice + so, m.WidthInBytes, stream);
+    else if (dst_dev) r = api.cuMemcpyHtoDAsync(m.dstDevice + d, static_cast<const uint8_t*>(m.srcHost) + so, m.WidthInBytes, stream);
+    else r = api.cuMemcpyDtoHAsync(static_cast<uint8_t*>(m.dstHost) + d, m.srcDevice + so, m.WidthInBytes, stream);
+    if (r != CUDA_SUCCESS) return api.check(r, "cuMemcpy*Async (a 2D copy by rows)", __FILE__, __LINE__);
+  }
+  return Status::ok();
+}
+
 Status CudaBackend::copy2DToDevice(StreamKey key, DevPtr dst, uint64_t dpitch, Staging data, uint64_t width,
                                    uint64_t height) {
   DriverApi& api = *api_;
@@ -727,7 +765,7 @@ Status CudaBackend::copy2DToDevice(StreamKey key, DevPtr dst, uint64_t dpitch, S
   m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
   m.dstDevice = dst;
   m.dstPitch = dpitch;
-  return afterUpload(s->first, s->second, *pin, RGPU_CU(cuMemcpy2DAsync(&m, s->second)));
+  return afterUpload(s->first, s->second, *pin, memcpy2D(m, s->second));
 }
 
 Status CudaBackend::copy2DFromDevice(StreamKey key, DevPtr src, uint64_t spitch, uint64_t width, uint64_t height,
@@ -745,7 +783,7 @@ Status CudaBackend::copy2DFromDevice(StreamKey key, DevPtr src, uint64_t spitch,
   m.dstMemoryType = CU_MEMORYTYPE_HOST;
   m.dstHost = pin->data;
   m.dstPitch = width;
-  return afterDownload(key, s->first, s->second, *pin, size, std::move(done), RGPU_CU(cuMemcpy2DAsync(&m, s->second)));
+  return afterDownload(key, s->first, s->second, *pin, size, std::move(done), memcpy2D(m, s->second));
 }
 
 Status CudaBackend::copy2DOnDevice(StreamKey key, DevPtr dst, uint64_t dpitch, DevPtr src, uint64_t spitch,
@@ -760,7 +798,7 @@ Status CudaBackend::copy2DOnDevice(StreamKey key, DevPtr dst, uint64_t dpitch, D
   m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
   m.dstDevice = dst;
   m.dstPitch = dpitch;
-  return RGPU_CU(cuMemcpy2DAsync(&m, s->second));
+  return memcpy2D(m, s->second);
 }
 
 Status CudaBackend::fill(StreamKey key, DevPtr dst, uint8_t value, uint64_t size) {

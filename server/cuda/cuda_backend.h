@@ -99,6 +99,7 @@ class CudaBackend final : public Backend {
   void setFatalSink(std::function<void(Status)> sink) override;
   void flushOutput() override { forwardOutput(nullptr); }
   Result<DevPtr> allocate(int device, uint64_t size) override;
+  Result<std::pair<DevPtr, uint64_t>> allocatePitch(int device, uint64_t width, uint64_t height) override;
   Status release(DevPtr ptr) override;
   Status memInfo(int device, uint64_t& free, uint64_t& total) override;
   Status createStream(StreamKey stream, uint32_t flags, int priority) override;
@@ -239,6 +240,8 @@ class CudaBackend final : public Backend {
   // event to synchronise on) and forwards it.
   void forwardOutput(CUevent done);
   void readOutputLoop();
+  // cuMemcpy2DAsync, or the same copy row by row where the driver refuses the pitches.
+  Status memcpy2D(const CUDA_MEMCPY2D& m, CUstream stream);
   Result<Pinned> takePinned(uint64_t size);
   void givePinned(Pinned p);
   // After a staged copy was enqueued (or failed to be): return the buffer when it is done.

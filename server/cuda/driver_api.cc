@@ -70,6 +70,7 @@ Result<std::unique_ptr<DriverApi>> DriverApi::load(const std::string& library) {
   RGPU_RESOLVE(cuDevicePrimaryCtxRelease)
   RGPU_RESOLVE(cuCtxSetCurrent)
   RGPU_RESOLVE(cuMemAlloc)
+  RGPU_RESOLVE(cuMemAllocPitch)
   RGPU_RESOLVE(cuMemFree)
   RGPU_RESOLVE(cuMemGetInfo)
   RGPU_RESOLVE(cuMemHostAlloc)

@@ -53,6 +53,7 @@ class DriverApi {
   RGPU_CU_FN(cuDevicePrimaryCtxRelease)
   RGPU_CU_FN(cuCtxSetCurrent)
   RGPU_CU_FN(cuMemAlloc)
+  RGPU_CU_FN(cuMemAllocPitch)
   RGPU_CU_FN(cuMemFree)
   RGPU_CU_FN(cuMemGetInfo)
   RGPU_CU_FN(cuMemHostAlloc)

@@ -33,6 +33,9 @@
 //               pitched allocations are exact
 //   fork        a child that exits leaves the parent's session alone; a child
 //               that calls CUDA gets an error instead of hanging
+//   attrs       what the device reports is what works: cooperative and
+//               cluster launches 0; peer access as the backend can give it
+//               (printed: the test compares per backend)
 //   noimage     (built with -rdc=true for sm_75 only, as ordering_rdc: no
 //               image the server can run) the launch itself fails with
 //               cudaErrorNoKernelImageForDevice; nothing surfaces later
@@ -458,7 +461,7 @@ void casePrintf() {
 // ---- pitch ---------------------------------------------------------------------------------------
 
 void casePitch() {
-  const size_t w = 100 * sizeof(float), h = 37;
+  const size_t w = 150 * sizeof(float), h = 37;
   float *a, *b;
   size_t pa = 0, pb = 0;
   check(cudaMallocPitch(reinterpret_cast<void**>(&a), &pa, w, h), "cudaMallocPitch");
@@ -517,6 +520,30 @@ void caseFork() {
   check(cudaFree(p), "cudaFree");
 }
 
+// ---- attrs ---------------------------------------------------------------------------------------
+
+void caseAttrs() {
+  int coop = -1, cluster = -1, peer = -1, p2p = -1;
+  check(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, 0), "cudaDeviceGetAttribute");
+  check(cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, 0), "cudaDeviceGetAttribute");
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  if (coop != 0 || cluster != 0 || prop.cooperativeLaunch != 0 || prop.clusterLaunch != 0)
+    fail("cooperative/cluster launch reported (" + std::to_string(coop) + ", " + std::to_string(cluster) +
+         "), but rgpu refuses them");
+  check(cudaDeviceCanAccessPeer(&peer, 0, 1), "cudaDeviceCanAccessPeer");
+  check(cudaDeviceGetP2PAttribute(&p2p, cudaDevP2PAttrAccessSupported, 0, 1), "cudaDeviceGetP2PAttribute");
+  if (p2p != peer) fail("cudaDeviceGetP2PAttribute and cudaDeviceCanAccessPeer disagree");
+  cudaError_t enable = cudaDeviceEnablePeerAccess(1, 0);
+  if (peer && enable != cudaSuccess) fail(std::string("peer access reported but enabling it failed: ") + cudaGetErrorName(enable));
+  if (!peer) expect(enable, cudaErrorPeerAccessUnsupported, "cudaDeviceEnablePeerAccess without peer access");
+  if (peer) expect(cudaDeviceEnablePeerAccess(1, 0), cudaErrorPeerAccessAlreadyEnabled, "enabling twice");
+  std::printf("canAccessPeer %d\n", peer);
+  // The refusals are answers, not errors that linger.
+  (void)cudaGetLastError();
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
 // ---- noimage -------------------------------------------------------------------------------------
 
 void caseNoImage() {
@@ -541,7 +568,7 @@ const Case kCases[] = {
     {"freehost", caseFreeHost}, {"query", caseQuery},   {"peer", casePeer},         {"destroy", caseDestroy},
     {"sticky", caseSticky},     {"launch", caseLaunch}, {"stubs", caseStubs},       {"ptds", casePtds},
     {"syncfault", caseSyncFault}, {"reset", caseReset}, {"classify", caseClassify}, {"printf", casePrintf},
-    {"pitch", casePitch},       {"fork", caseFork},       {"noimage", caseNoImage},
+    {"pitch", casePitch},       {"fork", caseFork},       {"noimage", caseNoImage},   {"attrs", caseAttrs},
 };
 
 }  // namespace

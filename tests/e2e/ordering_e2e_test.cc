@@ -75,7 +75,31 @@ TEST_P(Ordering, PerThreadDefaultStreamsEndWithTheirThreads) { expectPass(GetPar
 TEST_P(Ordering, ASynchronousHostToDeviceCopyReturnsAnEarlierFault) { expectPass(GetParam(), "syncfault"); }
 TEST_P(Ordering, DeviceResetReinitialisesDeviceVariables) { expectPass(GetParam(), "reset"); }
 TEST_P(Ordering, DeviceAddressesAreUnmistakableForHostMemory) { expectPass(GetParam(), "classify"); }
-TEST_P(Ordering, PitchesComeFromTheServerAnd2DCopiesAreExact) { expectPass(GetParam(), "pitch"); }
+TEST_P(Ordering, PitchesComeFromTheServerAnd2DCopiesAreExact) {
+  RunResult r = runCase(GetParam(), "pitch");
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto at = r.output.find("pitch ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  std::string pitch = r.output.substr(at + 6, r.output.find('\n', at) - at - 6);
+  if (std::string(GetParam()) == "sim") {
+    EXPECT_EQ(pitch, "1024");
+  } else {
+    // The driver's own pitch (the fake picks 256-byte rows), and its 2D copies
+    // took it; the program's own (packed) pitch was copied row by row.
+    std::string log = readFile(cuda_->dir.file("driver.log"));
+    EXPECT_NE(log.find("cuMemAllocPitch 600x37 pitch=" + pitch), std::string::npos) << pitch << "\n" << log;
+    EXPECT_EQ(pitch, "768");
+    EXPECT_NE(log.find("cuMemcpy2DAsync 600x37"), std::string::npos) << log;
+    EXPECT_NE(log.find("cuMemcpy2DAsync refused"), std::string::npos) << "the packed copy should have needed rows:\n" << log;
+  }
+}
+TEST_P(Ordering, DevicesReportOnlyWhatWorks) {
+  RunResult r = runCase(GetParam(), "attrs");
+  ASSERT_EQ(r.code, 0) << r.output;
+  // The sim's devices share the worker's memory; the CUDA backend does not enable peer access (yet).
+  EXPECT_NE(r.output.find(std::string("canAccessPeer ") + (std::string(GetParam()) == "sim" ? "1" : "0")),
+            std::string::npos) << r.output;
+}
 TEST_P(Ordering, AForkedChildLeavesTheParentsSessionAlone) { expectPass(GetParam(), "fork"); }
 
 TEST_P(Ordering, DevicePrintfAppearsAtTheNextSynchronisationPoint) {

@@ -437,6 +437,22 @@ CUresult fakeMemAlloc(CUdeviceptr* p, size_t size) {
   return CUDA_SUCCESS;
 }
 
+// Rows at a 256-byte pitch (a GPU picks its own; rgpu must not assume one).
+CUresult fakeMemAllocPitch(CUdeviceptr* p, size_t* pitch, size_t width, size_t height, unsigned element) {
+  {
+    ENTER("cuMemAllocPitch");
+    if (width == 0 || height == 0 || (element != 4 && element != 8 && element != 16)) return CUDA_ERROR_INVALID_VALUE;
+  }
+  size_t chosen = (width + 255) / 256 * 256;
+  CUresult r = fakeMemAlloc(p, chosen * height);
+  if (r != CUDA_SUCCESS) return r;
+  std::lock_guard lock(drv().mu);
+  drv().pitches[*p] = chosen;
+  *pitch = chosen;
+  record("cuMemAllocPitch " + std::to_string(width) + "x" + std::to_string(height) + " pitch=" + std::to_string(chosen));
+  return CUDA_SUCCESS;
+}
+
 CUresult fakeMemFree(CUdeviceptr p) {
   ENTER("cuMemFree");
   Driver& d = drv();
@@ -449,6 +465,7 @@ CUresult fakeMemFree(CUdeviceptr p) {
   d.used[it->second.first] -= it->second.second;
   std::free(reinterpret_cast<void*>(p));
   d.allocations.erase(it);
+  d.pitches.erase(p);
   record("cuMemFree");
   return CUDA_SUCCESS;
 }
@@ -538,6 +555,21 @@ CUresult fakeMemcpy2DAsync(const CUDA_MEMCPY2D* m, CUstream s) {
     return CUDA_ERROR_INVALID_VALUE;
   if (c.dstMemoryType == CU_MEMORYTYPE_DEVICE && !deviceRange(reinterpret_cast<uint64_t>(dst), dspan))
     return CUDA_ERROR_INVALID_VALUE;
+  // "cuMemcpy2D() may fail for pitches not computed by cuMemAllocPitch()": here
+  // it does, for a device pitch that is neither that nor a multiple of 32.
+  auto pitchOk = [](uint64_t addr, size_t pitch) {
+    Driver& d = drv();
+    auto it = d.allocations.upper_bound(addr);
+    if (it == d.allocations.begin()) return false;
+    --it;
+    auto pt = d.pitches.find(it->first);
+    return pt != d.pitches.end() ? pt->second == pitch : pitch % 32 == 0;
+  };
+  if (c.Height > 1 && ((c.srcMemoryType == CU_MEMORYTYPE_DEVICE && !pitchOk(reinterpret_cast<uint64_t>(src), c.srcPitch)) ||
+                       (c.dstMemoryType == CU_MEMORYTYPE_DEVICE && !pitchOk(reinterpret_cast<uint64_t>(dst), c.dstPitch)))) {
+    record("cuMemcpy2DAsync refused: a pitch cuMemAllocPitch did not compute");
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   record("cuMemcpy2DAsync " + std::to_string(c.WidthInBytes) + "x" + std::to_string(c.Height));
   enqueue(streamOf(s), [=] {
     for (size_t r = 0; r < c.Height; ++r) std::memmove(dst + r * c.dstPitch, src + r * c.srcPitch, c.WidthInBytes);
@@ -913,6 +945,7 @@ const std::map<std::string, void*>& table() {
       {"cuDevicePrimaryCtxRelease", reinterpret_cast<void*>(&fakePrimaryCtxRelease)},
       {"cuCtxSetCurrent", reinterpret_cast<void*>(&fakeCtxSetCurrent)},
       {"cuMemAlloc", reinterpret_cast<void*>(&fakeMemAlloc)},
+      {"cuMemAllocPitch", reinterpret_cast<void*>(&fakeMemAllocPitch)},
       {"cuMemFree", reinterpret_cast<void*>(&fakeMemFree)},
       {"cuMemGetInfo", reinterpret_cast<void*>(&fakeMemGetInfo)},
       {"cuMemHostAlloc", reinterpret_cast<void*>(&fakeMemHostAlloc)},
