@@ -456,7 +456,8 @@ Reply Connection::call(capnp::MessageBuilder& msg, const void* bulk, uint64_t bu
   if (reply.status && !reply.words.empty()) {
     try {
       auto r = reply.reader();
-      if (r.getError() != 0) reply.status = Status(r.getError(), r.getMessage());
+      if (r.getBlasStatus() != 0) reply.status = Status(err::kBlasStatusBase + r.getBlasStatus(), r.getMessage());
+      else if (r.getError() != 0) reply.status = Status(r.getError(), r.getMessage());
       if (r.getAsyncError() != 0) reply.async_error = Status(r.getAsyncError(), r.getMessage());
     } catch (const kj::Exception& e) {
       reply.status = Status(err::kUnknown, std::string("malformed reply: ") + e.getDescription().cStr());

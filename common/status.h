@@ -51,6 +51,23 @@ inline constexpr int kUnknown = 999;
 // instruction, misaligned address, launch failure, a kernel stopped by the
 // watchdog).
 inline bool isSticky(int code) { return code == 700 || code == 702 || code == 710 || code == 715 || code == 716 || code == 719; }
+
+// A cuBLAS status travels inside rgpu as kBlasStatusBase + the cublasStatus_t
+// (never a cudaError_t), so rgpu's cuBLAS hands the program the exact status.
+// On the wire a reply's error is then blasCudaError() — a CUDA error that
+// stands for it and is never sticky: a failed BLAS call is the call's failure,
+// not the context's — and the reply's blasStatus is the status itself.
+inline constexpr int kBlasStatusBase = 1 << 20;
+inline bool isBlasStatus(int code) { return code > kBlasStatusBase && code < kBlasStatusBase + 1000; }
+inline int blasCudaError(int code) {
+  switch (code - kBlasStatusBase) {
+    case 3: return kMemoryAllocation;  // CUBLAS_STATUS_ALLOC_FAILED
+    case 7: return kInvalidValue;      // CUBLAS_STATUS_INVALID_VALUE
+    case 8:                            // CUBLAS_STATUS_ARCH_MISMATCH
+    case 15: return kNotSupported;     // CUBLAS_STATUS_NOT_SUPPORTED
+    default: return kUnknown;
+  }
+}
 }  // namespace err
 
 class [[nodiscard]] Status {

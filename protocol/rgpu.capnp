@@ -321,6 +321,9 @@ struct Reply {
     ltAlgos @12 :List(LtAlgo);
     pitched @13 :Pitched;
   }
+  # A cuBLAS call's failure: its cublasStatus_t (error is then a non-sticky
+  # CUDA error standing for it, common/status.h); 0 otherwise.
+  blasStatus @14 :Int32;
 }
 
 struct PoolStatus {

@@ -612,10 +612,12 @@ void Session::sendReply(uint64_t seq, const Status& status, const Fill& fill, co
       has_sticky_.store(true, std::memory_order_release);
     }
     fault = !sticky_.isOk();
-    r.setError(s.code());
+    r.setError(err::isBlasStatus(s.code()) ? err::blasCudaError(s.code()) : s.code());
+    if (err::isBlasStatus(s.code())) r.setBlasStatus(s.code() - err::kBlasStatusBase);
     if (!s) r.setMessage(s.message());
     if (!async_error_.isOk()) {
-      r.setAsyncError(async_error_.code());
+      int a = async_error_.code();
+      r.setAsyncError(err::isBlasStatus(a) ? err::blasCudaError(a) : a);
       if (s) r.setMessage(async_error_.message());
       async_error_ = Status::ok();
     }

@@ -61,7 +61,8 @@ const char* statusString(cublasStatus_t s) {
 
 cublasStatus_t toBlasStatus(const Status& s, const char* call, bool connecting) {
   cublasStatus_t st;
-  switch (s.code()) {
+  switch (err::isBlasStatus(s.code()) ? -1 : s.code()) {
+    case -1: st = static_cast<cublasStatus_t>(s.code() - err::kBlasStatusBase); break;  // the server's cuBLAS said so
     case err::kSuccess: return CUBLAS_STATUS_SUCCESS;
     case err::kInvalidValue: case err::kInvalidResourceHandle: case err::kInvalidDevice: st = CUBLAS_STATUS_INVALID_VALUE; break;
     case err::kNotSupported: st = CUBLAS_STATUS_NOT_SUPPORTED; break;

@@ -84,15 +84,25 @@ BlasApi::~BlasApi() {
 }
 
 Status BlasApi::check(cublasStatus_t s, const char* call) {
+  if (s == CUBLAS_STATUS_SUCCESS) return Status::ok();
+  // The status itself (err::kBlasStatusBase): a failed cuBLAS call fails that
+  // call only, whatever the status; a real fault of the GPU surfaces through
+  // the driver anyway.
+  const char* name = "cuBLAS status";
   switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return Status::ok();
-    case CUBLAS_STATUS_INVALID_VALUE: return Status(err::kInvalidValue, std::string(call) + ": CUBLAS_STATUS_INVALID_VALUE");
-    case CUBLAS_STATUS_NOT_SUPPORTED: return Status(err::kNotSupported, std::string(call) + ": CUBLAS_STATUS_NOT_SUPPORTED");
-    case CUBLAS_STATUS_ALLOC_FAILED: return Status(err::kMemoryAllocation, std::string(call) + ": CUBLAS_STATUS_ALLOC_FAILED");
-    case CUBLAS_STATUS_ARCH_MISMATCH:
-      return Status(err::kNotSupported, std::string(call) + ": CUBLAS_STATUS_ARCH_MISMATCH (not on this GPU)");
-    default: return Status(err::kLaunchFailure, std::string(call) + ": cuBLAS status " + std::to_string(static_cast<int>(s)));
+    case CUBLAS_STATUS_NOT_INITIALIZED: name = "CUBLAS_STATUS_NOT_INITIALIZED"; break;
+    case CUBLAS_STATUS_ALLOC_FAILED: name = "CUBLAS_STATUS_ALLOC_FAILED"; break;
+    case CUBLAS_STATUS_INVALID_VALUE: name = "CUBLAS_STATUS_INVALID_VALUE"; break;
+    case CUBLAS_STATUS_ARCH_MISMATCH: name = "CUBLAS_STATUS_ARCH_MISMATCH (not on this GPU)"; break;
+    case CUBLAS_STATUS_MAPPING_ERROR: name = "CUBLAS_STATUS_MAPPING_ERROR"; break;
+    case CUBLAS_STATUS_EXECUTION_FAILED: name = "CUBLAS_STATUS_EXECUTION_FAILED"; break;
+    case CUBLAS_STATUS_INTERNAL_ERROR: name = "CUBLAS_STATUS_INTERNAL_ERROR"; break;
+    case CUBLAS_STATUS_NOT_SUPPORTED: name = "CUBLAS_STATUS_NOT_SUPPORTED"; break;
+    case CUBLAS_STATUS_LICENSE_ERROR: name = "CUBLAS_STATUS_LICENSE_ERROR"; break;
+    default: break;
   }
+  return Status(err::kBlasStatusBase + static_cast<int>(s), std::string(call) + ": " + name + " (" +
+                                                               std::to_string(static_cast<int>(s)) + ")");
 }
 
 }  // namespace rgpu::server::cuda

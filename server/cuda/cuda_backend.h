@@ -160,7 +160,11 @@ class CudaBackend final : public Backend {
     // cuBLAS and cuBLASLt on this device, made on first use (dispatch thread only).
     cublasHandle_t blas = nullptr;
     cublasLtHandle_t lt = nullptr;
-    CUdeviceptr scratch = 0;  // a reduction's result on its way to the client
+    // Device words for reductions on their way to the client, one per call
+    // in flight (calls on different streams run concurrently): taken when the
+    // call is queued, given back once its copy to the client is done.
+    std::vector<CUdeviceptr> scratch_chunks;  // kScratchChunk bytes each
+    std::vector<CUdeviceptr> scratch_free;
   };
   struct Stream {
     int device = 0;
@@ -225,6 +229,9 @@ class CudaBackend final : public Backend {
   Result<cublasHandle_t> blasHandle(int dev);
   Result<cublasLtHandle_t> ltHandle(int dev);
   void releaseBlas();
+  // A 16-byte device word of `dev` for one reduction's result (dispatch thread).
+  Result<CUdeviceptr> takeScratch(int dev);
+  void giveScratch(int dev, CUdeviceptr word);
   // cuStreamDestroy for retired streams whose work is done (under mu_).
   void reapRetiredLocked();
   // Hands a job to the completer thread.

@@ -184,15 +184,46 @@ Result<cublasLtHandle_t> CudaBackend::ltHandle(int dev) {
 void CudaBackend::releaseBlas() {
   for (size_t i = 0; i < devices_.size(); ++i) {
     Device& d = devices_[i];
-    if (!d.blas && !d.lt && !d.scratch) continue;
+    if (!d.blas && !d.lt && d.scratch_chunks.empty()) continue;
     if (!use(static_cast<int>(i))) continue;
     if (d.blas) blas_api_->cublasDestroy_v2(d.blas);
     if (d.lt) blas_api_->cublasLtDestroy(d.lt);
-    if (d.scratch) (void)api_->cuMemFree(d.scratch);
+    for (CUdeviceptr c : d.scratch_chunks) (void)api_->cuMemFree(c);
     d.blas = nullptr;
     d.lt = nullptr;
-    d.scratch = 0;
+    d.scratch_chunks.clear();
+    d.scratch_free.clear();
   }
+}
+
+namespace {
+constexpr uint64_t kScratchWord = 16;        // the widest result: a double or an int64 index
+constexpr uint64_t kScratchChunk = 64 << 10;  // 4,096 words
+}  // namespace
+
+Result<CUdeviceptr> CudaBackend::takeScratch(int dev) {
+  {
+    std::lock_guard lock(mu_);
+    auto& free = devices_[dev].scratch_free;
+    if (!free.empty()) {
+      CUdeviceptr w = free.back();
+      free.pop_back();
+      return w;
+    }
+  }
+  DriverApi& api = *api_;
+  CUdeviceptr chunk = 0;
+  RGPU_TRY(RGPU_CU(cuMemAlloc(&chunk, kScratchChunk)));
+  std::lock_guard lock(mu_);
+  Device& d = devices_[dev];
+  d.scratch_chunks.push_back(chunk);
+  for (uint64_t off = kScratchChunk; off > kScratchWord; off -= kScratchWord) d.scratch_free.push_back(chunk + off - kScratchWord);
+  return chunk;  // the first word
+}
+
+void CudaBackend::giveScratch(int dev, CUdeviceptr word) {
+  std::lock_guard lock(mu_);
+  devices_[dev].scratch_free.push_back(word);
 }
 
 Status CudaBackend::blas(StreamKey key, const BlasArgs& a, ReadDone done) {
@@ -202,12 +233,15 @@ Status CudaBackend::blas(StreamKey key, const BlasArgs& a, ReadDone done) {
   auto h = blasHandle(dev);
   if (!h) return h.status();
   BlasApi& B = *blas_api_;
-  DriverApi& api = *api_;
-  Device& d = devices_[dev];
   size_t result_bytes = blasResultBytes(a);
   bool to_host = result_bytes && !a.result;
-  if (to_host && !d.scratch) RGPU_TRY(RGPU_CU(cuMemAlloc(&d.scratch, 16)));
-  uint64_t result = to_host ? d.scratch : a.result;
+  CUdeviceptr word = 0;
+  if (to_host) {
+    auto w = takeScratch(dev);
+    if (!w) return w.status();
+    word = *w;
+  }
+  uint64_t result = to_host ? word : a.result;
   // Reductions write their result to device memory (the client's, or ours on
   // its way back); alpha and beta are where the client's pointer mode put them.
   bool device_scalars = result_bytes ? true : a.alpha.device;
@@ -215,20 +249,34 @@ Status CudaBackend::blas(StreamKey key, const BlasArgs& a, ReadDone done) {
   if (uses_beta && a.beta.device != a.alpha.device)
     return Status(err::kInvalidValue, "alpha and beta in different pointer modes");
   auto cs = reinterpret_cast<cudaStream_t>(s->second);
-  RGPU_TRY(BlasApi::check(B.cublasSetStream_v2(*h, cs), "cublasSetStream"));
-  RGPU_TRY(BlasApi::check(
-      B.cublasSetPointerMode_v2(*h, device_scalars ? CUBLAS_POINTER_MODE_DEVICE : CUBLAS_POINTER_MODE_HOST),
-      "cublasSetPointerMode"));
-  RGPU_TRY(BlasApi::check(B.cublasSetMathMode(*h, static_cast<cublasMath_t>(a.math_mode)), "cublasSetMathMode"));
-  RGPU_TRY(BlasApi::check(B.cublasSetWorkspace_v2(*h, reinterpret_cast<void*>(a.workspace), a.workspace_size),
-                          "cublasSetWorkspace"));
   // Host scalars are read by cuBLAS before it returns.
   const void* alpha = a.alpha.device ? reinterpret_cast<const void*>(a.alpha.ptr) : a.alpha.bytes;
   const void* beta = a.beta.device ? reinterpret_cast<const void*>(a.beta.ptr) : a.beta.bytes;
-  RGPU_TRY(asKernel(dev, s->second, std::string("cublas ") + blasOpName(a.op),
-                    [&] { return runBlas(B, *h, a, alpha, beta, result); }));
-  if (to_host) return copyFromDevice(key, d.scratch, result_bytes, std::move(done));
-  return Status::ok();
+  Status st = [&]() -> Status {
+    // cublasSetStream also puts back cuBLAS's own workspace pool: a workspace
+    // is set only when the client gave one (setting none would disable it).
+    RGPU_TRY(BlasApi::check(B.cublasSetStream_v2(*h, cs), "cublasSetStream"));
+    RGPU_TRY(BlasApi::check(
+        B.cublasSetPointerMode_v2(*h, device_scalars ? CUBLAS_POINTER_MODE_DEVICE : CUBLAS_POINTER_MODE_HOST),
+        "cublasSetPointerMode"));
+    RGPU_TRY(BlasApi::check(B.cublasSetMathMode(*h, static_cast<cublasMath_t>(a.math_mode)), "cublasSetMathMode"));
+    if (a.workspace && a.workspace_size)
+      RGPU_TRY(BlasApi::check(B.cublasSetWorkspace_v2(*h, reinterpret_cast<void*>(a.workspace), a.workspace_size),
+                              "cublasSetWorkspace"));
+    return asKernel(dev, s->second, std::string("cublas ") + blasOpName(a.op),
+                    [&] { return runBlas(B, *h, a, alpha, beta, result); });
+  }();
+  if (!to_host) return st;
+  if (!st) {
+    giveScratch(dev, word);  // nothing was queued that writes it
+    return st;
+  }
+  // On failure here the reduction may still write the word: it is not reused.
+  return copyFromDevice(key, word, result_bytes,
+                        [this, dev, word, done = std::move(done)](Status r, const uint8_t* d, uint64_t n, const OnWire& w) {
+                          done(r, d, n, w);
+                          giveScratch(dev, word);
+                        });
 }
 
 Status CudaBackend::ltMatmul(StreamKey key, const LtArgs& a) {
@@ -284,7 +332,7 @@ Result<std::vector<Backend::LtAlgo>> CudaBackend::ltHeuristic(int device, const 
                        "cublasLtMatmulAlgoGetHeuristic");
   B.cublasLtMatmulPreferenceDestroy(pref);
   // No algorithm fits: an empty list (the client answers NOT_SUPPORTED, as cuBLASLt does).
-  if (!s && s.code() != err::kNotSupported) return s;
+  if (!s && s.code() != err::kBlasStatusBase + CUBLAS_STATUS_NOT_SUPPORTED) return s;
   std::vector<LtAlgo> out;
   for (int i = 0; i < found && s; ++i) {
     if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;

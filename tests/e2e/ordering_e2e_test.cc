@@ -34,11 +34,14 @@ class Ordering : public ::testing::TestWithParam<const char*> {
     ::setenv("RGPU_FAKE_CUDA_DEVICES", "2", 1);
     ::setenv("RGPU_FAKE_CUDA_JITTER_US", "50", 1);
     ::setenv("RGPU_FAKE_CUDA_LOG", cuda_->dir.file("driver.log").c_str(), 1);
+    // A cuBLAS that fails a heuristic query (CUBLAS_STATUS_INTERNAL_ERROR), as a real one may.
+    ::setenv("RGPU_FAKE_CUBLAS_FAIL", "cublasLtMatmulAlgoGetHeuristic=14", 1);
     cuda_->process = std::make_unique<ServerProcess>(cuda_->dir.path(),
                                                      cudaServerToml(cuda_->dir.path(), "cuda", RGPU_FAKE_CUDA_LIB));
     ::unsetenv("RGPU_FAKE_CUDA_DEVICES");
     ::unsetenv("RGPU_FAKE_CUDA_JITTER_US");
     ::unsetenv("RGPU_FAKE_CUDA_LOG");
+    ::unsetenv("RGPU_FAKE_CUBLAS_FAIL");
     writeFile(cuda_->dir.file("client.toml"), clientToml(cuda_->dir.path(), cuda_->process->port()));
   }
   static void TearDownTestSuite() {
@@ -110,6 +113,25 @@ TEST_P(Ordering, DevicePrintfAppearsAtTheNextSynchronisationPoint) {
   ASSERT_NE(kernel, std::string::npos) << r.output;
   EXPECT_LT(host, kernel) << "device output was printed before the program synchronised:\n" << r.output;
   EXPECT_LT(kernel, after) << "device output was not printed by cudaDeviceSynchronize:\n" << r.output;
+}
+
+TEST_P(Ordering, ReductionsOnSeveralStreamsEachGetTheirOwnResult) { expectPass(GetParam(), "dots", "blas_threads"); }
+
+TEST_P(Ordering, AFailedCublasCallFailsThatCallOnly) {
+  RunResult r = runCase(GetParam(), "heuristic", "blas_threads");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("ok heuristic"), std::string::npos) << r.output;
+  // The fake cuBLAS behind the CUDA backend fails it with INTERNAL_ERROR (14): the program gets exactly that.
+  EXPECT_NE(r.output.find(std::string("heuristic status ") + (std::string(GetParam()) == "sim" ? "0" : "14")),
+            std::string::npos) << r.output;
+}
+
+TEST_P(Ordering, CublasKeepsItsOwnWorkspaceUnlessTheProgramGivesOne) {
+  expectPass(GetParam(), "workspace", "blas_threads");
+  if (std::string(GetParam()) != "cuda") return;
+  std::string log = readFile(cuda_->dir.file("driver.log"));
+  EXPECT_EQ(log.find("cublasSetWorkspace_v2 disabled"), std::string::npos) << log;
+  EXPECT_NE(log.find("cublasSetWorkspace_v2 1048576"), std::string::npos) << log;
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Ordering, ::testing::Values("sim", "cuda"),

@@ -6,13 +6,20 @@
 // (rgpu_fake_cuda_enqueue, which also records each call in the driver's log).
 // Scalars in host memory are copied when the call is made, as cuBLAS reads
 // them before it returns.
+//
+// As NVIDIA's: cublasSetStream puts back the library's own workspace pool,
+// and cublasSetWorkspace(h, NULL, 0) disables the workspace (both recorded in
+// the driver's log). $RGPU_FAKE_CUBLAS_FAIL="name=status,..." makes every
+// call of those names fail with that cublasStatus_t, doing nothing.
 #include <cuda.h>
 #include <cublasLt.h>
 #include <cublas_api.h>
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "server/sim_blas.h"
@@ -26,6 +33,7 @@ using rgpu::server::LtMatrix;
 struct cublasContext {
   cudaStream_t stream = nullptr;
   cublasPointerMode_t pm = CUBLAS_POINTER_MODE_HOST;
+  bool workspace_disabled = false;
 };
 struct cublasLtContext {
   int unused = 0;
@@ -43,6 +51,35 @@ Enqueue enqueueHook() {
     return f;
   }();
   return fn;
+}
+
+void record(const std::string& line) {
+  using Record = void (*)(const char*);
+  static Record fn = [] {
+    void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return drv ? reinterpret_cast<Record>(dlsym(drv, "rgpu_fake_cuda_record")) : nullptr;
+  }();
+  if (fn) fn(line.c_str());
+}
+
+// The status $RGPU_FAKE_CUBLAS_FAIL gives calls of `name`; SUCCESS for none.
+cublasStatus_t injected(const char* name) {
+  static const std::map<std::string, int> fails = [] {
+    std::map<std::string, int> m;
+    const char* env = std::getenv("RGPU_FAKE_CUBLAS_FAIL");
+    std::string s = env ? env : "";
+    for (size_t at = 0; at < s.size();) {
+      size_t end = s.find(',', at), eq = s.find('=', at);
+      if (end == std::string::npos) end = s.size();
+      if (eq != std::string::npos && eq < end) m[s.substr(at, eq - at)] = std::atoi(s.substr(eq + 1, end - eq - 1).c_str());
+      at = end + 1;
+    }
+    return m;
+  }();
+  auto it = fails.find(name);
+  if (it == fails.end()) return CUBLAS_STATUS_SUCCESS;
+  record(std::string(name) + " -> injected cuBLAS status " + std::to_string(it->second));
+  return static_cast<cublasStatus_t>(it->second);
 }
 
 template <typename Work>
@@ -71,6 +108,7 @@ BlasScalar scalar(const void* p, size_t bytes, bool device) {
 }
 
 cublasStatus_t blas(cublasHandle_t h, const char* name, BlasArgs a) {
+  if (cublasStatus_t s = injected(name)) return s;
   return submit(h->stream, name, [a] { return rgpu::server::simblas::run(a, [](uint64_t, uint64_t) { return true; }, nullptr); });
 }
 
@@ -121,6 +159,7 @@ API cublasDestroy_v2(cublasHandle_t h) {
 }
 API cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
   h->stream = s;
+  h->workspace_disabled = false;  // back to the library's own workspace pool
   return CUBLAS_STATUS_SUCCESS;
 }
 API cublasSetPointerMode_v2(cublasHandle_t h, cublasPointerMode_t m) {
@@ -128,7 +167,12 @@ API cublasSetPointerMode_v2(cublasHandle_t h, cublasPointerMode_t m) {
   return CUBLAS_STATUS_SUCCESS;
 }
 API cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
-API cublasSetWorkspace_v2(cublasHandle_t, void*, size_t) { return CUBLAS_STATUS_SUCCESS; }
+API cublasSetWorkspace_v2(cublasHandle_t h, void* w, size_t size) {
+  h->workspace_disabled = !w || !size;
+  record(h->workspace_disabled ? std::string("cublasSetWorkspace_v2 disabled")
+                               : "cublasSetWorkspace_v2 " + std::to_string(size));
+  return CUBLAS_STATUS_SUCCESS;
+}
 
 #define L1(P, T)                                                                                                  \
   API cublas##P##axpy_v2_64(cublasHandle_t h, int64_t n, const T* al, const T* x, int64_t ix, T* y, int64_t iy) { \
@@ -336,6 +380,7 @@ API cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cubla
                                    cublasLtMatmulPreference_t, int requested, cublasLtMatmulHeuristicResult_t results[],
                                    int* found) {
   *found = 0;
+  if (cublasStatus_t s = injected("cublasLtMatmulAlgoGetHeuristic")) return s;
   if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
   std::memset(&results[0], 0, sizeof results[0]);
   std::memcpy(&results[0].algo, kAlgoMark, sizeof kAlgoMark);

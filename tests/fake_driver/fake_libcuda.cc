@@ -1041,6 +1041,12 @@ __attribute__((visibility("default"))) void rgpu_fake_cuda_enqueue(CUstream stre
   enqueue(s, [fn, arg] { return fn(arg) ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS; });
 }
 
+// A line in the driver's log from another fake library (the fake cuBLAS).
+__attribute__((visibility("default"))) void rgpu_fake_cuda_record(const char* line) {
+  std::lock_guard lock(drv().mu);
+  record(line);
+}
+
 // Delays each stream operation by a random 0..`us` microseconds (0: none).
 __attribute__((visibility("default"))) void rgpu_fake_cuda_set_jitter(unsigned us) {
   std::lock_guard lock(drv().mu);

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <future>
 #include <thread>
+#include <set>
 #include <sstream>
 
 #include "common/fatbin.h"
@@ -449,6 +450,44 @@ TEST(Nvml, MissingLibraryIsAClearError) {
   auto n = Nvml::load("libnvidia-ml-that-does-not-exist.so.1");
   ASSERT_FALSE(n);
   EXPECT_NE(n.status().message().find("cannot load NVML libnvidia-ml-that-does-not-exist.so.1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace rgpu::server::cuda
+
+namespace rgpu::server::cuda {
+namespace {
+
+TEST(CudaBackend, WorkThatMaySynchroniseTheDeviceNeverHoldsUpCompletions) {
+  // cuMemFree and cuModuleUnload may block until the device is idle. Run on
+  // the completer thread, one would hold up every other completion (and the
+  // kernel watchdog) for as long; afterDeviceDone runs them on the releaser.
+  auto b = makeBackend();
+  ASSERT_TRUE(b);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<Status> blocking_done;
+  ASSERT_TRUE(b->afterDeviceDone(
+      0,
+      [released] {
+        released.wait();  // as a free waiting for a busy device would
+        return Status::ok();
+      },
+      [&](Status s) { blocking_done.set_value(s); }));
+  ASSERT_TRUE(b->createStream({7, 0}, 0, 0));
+  auto p = b->allocate(0, 256);
+  ASSERT_TRUE(p);
+  ASSERT_TRUE(b->fill({7, 0}, *p, 1, 256));
+  std::promise<Status> other;
+  ASSERT_TRUE(b->whenStreamDone({7, 0}, [&](Status s) { other.set_value(s); }));
+  auto f = other.get_future();
+  EXPECT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "a completion waited for blocking work queued before it";
+  release.set_value();
+  auto d = blocking_done.get_future();
+  ASSERT_EQ(d.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(d.get());
+  EXPECT_TRUE(b->destroyStream({7, 0}));
 }
 
 }  // namespace

@@ -187,8 +187,9 @@ TlsPair makeTlsPair(const std::string& dir, const std::string& client_cert, std:
   return pair;
 }
 
-InProcessServer::InProcessServer(const std::string& dir, const std::string& extra_toml) : dir_(dir) {
-  writeFile(dir + "/inproc.toml", serverToml(dir, extra_toml));
+InProcessServer::InProcessServer(const std::string& dir, const std::string& extra_toml, bool fake_cuda) : dir_(dir) {
+  writeFile(dir + "/inproc.toml",
+            fake_cuda ? cudaServerToml(dir, "cuda", RGPU_FAKE_CUDA_LIB) + extra_toml : serverToml(dir, extra_toml));
   auto c = server::loadServerConfig(dir + "/inproc.toml");
   if (!c) throw std::runtime_error(c.status().message());
   cfg_ = *c;

@@ -84,7 +84,8 @@ TlsPair makeTlsPair(const std::string& dir, const std::string& client_cert = "al
 // loopback TLS. For protocol tests that write raw frames.
 class InProcessServer {
  public:
-  explicit InProcessServer(const std::string& dir, const std::string& extra_toml = "");
+  // `fake_cuda`: the CUDA backend on the fake driver instead of the sim.
+  explicit InProcessServer(const std::string& dir, const std::string& extra_toml = "", bool fake_cuda = false);
   ~InProcessServer();
   uint16_t port() const { return port_; }
   // Connects a TLS client with certificate `cert` ("" for none).
