@@ -16,7 +16,7 @@ struct ErrorEntry {
 };
 #include "cudart_error_table.inc"  // generated from NVIDIA's libcudart.so.13 (client/gen_error_table.cc)
 const ErrorEntry* findError(cudaError_t e) {
-  for (const auto& x : kErrors)
+  for (const auto& x : kCudartErrors)
     if (x.code == static_cast<int>(e)) return &x;
   return nullptr;
 }
@@ -24,11 +24,11 @@ const ErrorEntry* findError(cudaError_t e) {
 
 RGPU_EXPORT const char* cudaGetErrorName(cudaError_t error) {
   const ErrorEntry* e = findError(error);
-  return e ? e->name : kUnrecognizedName;
+  return e ? e->name : kCudartUnrecognizedName;
 }
 RGPU_EXPORT const char* cudaGetErrorString(cudaError_t error) {
   const ErrorEntry* e = findError(error);
-  return e ? e->text : kUnrecognizedText;
+  return e ? e->text : kCudartUnrecognizedText;
 }
 RGPU_EXPORT cudaError_t cudaGetLastError(void) { return rt().lastError(true); }
 RGPU_EXPORT cudaError_t cudaPeekAtLastError(void) { return rt().lastError(false); }

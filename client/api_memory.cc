@@ -45,6 +45,28 @@ Result<cudaMemcpyKind> resolveKind(void* dst, const void* src, cudaMemcpyKind ki
 namespace {
 Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream, bool async,
                   bool ptsz);
+// cudaMemcpyPeer (`serialize`) is ordered with all work on the current,
+// source and destination devices; cudaMemcpyPeerAsync only on its stream.
+Status peerImpl(void* dst, int dstDevice, const void* src, int srcDevice, size_t count, cudaStream_t stream, bool ptsz,
+                bool serialize) {
+  if (count == 0) return Status::ok();
+  int dd = -1, sd = -1;
+  if (rt().classify(dst, &dd) != MemKind::kDevice || rt().classify(src, &sd) != MemKind::kDevice || dd != dstDevice ||
+      sd != srcDevice)
+    return Status(err::kInvalidValue, "peer copy pointers are not device memory of the devices named");
+  auto s = rt().stream(stream, ptsz);
+  if (!s) return s.status();
+  capnp::MallocMessageBuilder msg(64);
+  auto m = msg.initRoot<wire::Request>().initMemcpyPeer();
+  m.setDst(reinterpret_cast<uint64_t>(dst));
+  m.setDstDevice(dstDevice);
+  m.setSrc(reinterpret_cast<uint64_t>(src));
+  m.setSrcDevice(srcDevice);
+  m.setSize(count);
+  m.setSerialize(serialize);
+  setStream(m.initStream(), *s);
+  return rt().post(msg);
+}
 Status memcpy2DCore(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                     cudaMemcpyKind kind, cudaStream_t stream, bool async, bool ptsz);
 }  // namespace
@@ -125,8 +147,12 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
       return Status::ok();
     }
     case cudaMemcpyDeviceToDevice: {
-      RGPU_TRY(needDevice(dst, count, "destination"));
-      RGPU_TRY(needDevice(src, count, "source"));
+      int dd = -1, sd = -1;
+      RGPU_TRY(needDevice(dst, count, "destination", &dd));
+      RGPU_TRY(needDevice(src, count, "source", &sd));
+      // Between devices it is a peer copy: cudaMemcpy is then ordered on both
+      // devices as cudaMemcpyPeer is; cudaMemcpyAsync on its stream only.
+      if (dd != s->device || sd != s->device) return peerImpl(dst, dd, src, sd, count, stream, ptsz, !async);
       capnp::MallocMessageBuilder msg(64);
       auto m = msg.initRoot<wire::Request>().initMemcpyDtoD();
       m.setDst(reinterpret_cast<uint64_t>(dst));
@@ -555,30 +581,6 @@ RGPU_EXPORT cudaError_t cudaMemset2DAsync_ptsz(void* devPtr, size_t pitch, int v
   return guarded([&] { return memset2DImpl(devPtr, pitch, value, width, height, stream, true); });
 }
 
-namespace {
-// cudaMemcpyPeer (`serialize`) is ordered with all work on the current,
-// source and destination devices; cudaMemcpyPeerAsync only on its stream.
-Status peerImpl(void* dst, int dstDevice, const void* src, int srcDevice, size_t count, cudaStream_t stream, bool ptsz,
-                bool serialize) {
-  if (count == 0) return Status::ok();
-  int dd = -1, sd = -1;
-  if (rt().classify(dst, &dd) != MemKind::kDevice || rt().classify(src, &sd) != MemKind::kDevice || dd != dstDevice ||
-      sd != srcDevice)
-    return Status(err::kInvalidValue, "peer copy pointers are not device memory of the devices named");
-  auto s = rt().stream(stream, ptsz);
-  if (!s) return s.status();
-  capnp::MallocMessageBuilder msg(64);
-  auto m = msg.initRoot<wire::Request>().initMemcpyPeer();
-  m.setDst(reinterpret_cast<uint64_t>(dst));
-  m.setDstDevice(dstDevice);
-  m.setSrc(reinterpret_cast<uint64_t>(src));
-  m.setSrcDevice(srcDevice);
-  m.setSize(count);
-  m.setSerialize(serialize);
-  setStream(m.initStream(), *s);
-  return rt().post(msg);
-}
-}  // namespace
 
 RGPU_EXPORT cudaError_t cudaMemcpyPeer(void* dst, int dstDevice, const void* src, int srcDevice, size_t count) {
   return guarded([&] { return peerImpl(dst, dstDevice, src, srcDevice, count, nullptr, false, true); });

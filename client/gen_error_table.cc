@@ -1,11 +1,17 @@
-// Build-time generator of the client's cudaGetErrorName/cudaGetErrorString
-// table, from the behaviour of NVIDIA's own libcudart.so.13 (part of the CUDA
-// toolkit rgpu builds against): every code it names, with its exact name and
-// text. Run as `rgpu_gen_error_table <path of NVIDIA's libcudart.so.13>`; the
-// table goes to stdout. NVIDIA's runtime answers these without a driver or GPU.
+// Build-time generator of the client libraries' error name/text tables, from
+// the behaviour of NVIDIA's own libraries (part of the CUDA toolkit rgpu
+// builds against): every code the library names, with its exact name and text,
+// and what it says for a code it does not know. NVIDIA's libraries answer
+// these without a driver or GPU.
+//
+//   rgpu_gen_error_table LIBRARY NAME_FN TEXT_FN PREFIX MAX_CODE
+// e.g. libcudart.so.13 cudaGetErrorName cudaGetErrorString kCudart 20000.
+// Writes, to stdout, PREFIX##Errors[] (ErrorEntry {code, name, text}, a type
+// the including file declares), PREFIX##UnrecognizedName and ..Text.
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -28,36 +34,39 @@ std::string quoted(const char* s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s <NVIDIA's libcudart.so.13>\n", argv[0]);
+  if (argc != 6) {
+    std::fprintf(stderr, "usage: %s LIBRARY NAME_FN TEXT_FN PREFIX MAX_CODE\n", argv[0]);
     return 2;
   }
+  const char* prefix = argv[4];
+  int max_code = std::atoi(argv[5]);
   void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     std::fprintf(stderr, "cannot load %s: %s\n", argv[1], dlerror());
     return 1;
   }
-  auto name = reinterpret_cast<Lookup>(dlsym(lib, "cudaGetErrorName"));
-  auto text = reinterpret_cast<Lookup>(dlsym(lib, "cudaGetErrorString"));
+  auto name = reinterpret_cast<Lookup>(dlsym(lib, argv[2]));
+  auto text = reinterpret_cast<Lookup>(dlsym(lib, argv[3]));
   if (!name || !text) {
-    std::fprintf(stderr, "%s lacks cudaGetErrorName/cudaGetErrorString\n", argv[1]);
+    std::fprintf(stderr, "%s lacks %s/%s\n", argv[1], argv[2], argv[3]);
     return 1;
   }
   const char* unknown = name(-1);  // what it says for a code it does not know
-  std::printf("// Generated at build time from NVIDIA's libcudart.so.13 by client/gen_error_table.cc. Do not edit.\n");
-  std::printf("static const char* const kUnrecognizedName = %s;\n", quoted(unknown).c_str());
-  std::printf("static const char* const kUnrecognizedText = %s;\n", quoted(text(-1)).c_str());
-  std::printf("static const ErrorEntry kErrors[] = {\n");
+  std::printf("// Generated at build time from %s (%s, %s) by client/gen_error_table.cc. Do not edit.\n",
+              std::strrchr(argv[1], '/') ? std::strrchr(argv[1], '/') + 1 : argv[1], argv[2], argv[3]);
+  std::printf("static const char* const %sUnrecognizedName = %s;\n", prefix, quoted(unknown).c_str());
+  std::printf("static const char* const %sUnrecognizedText = %s;\n", prefix, quoted(text(-1)).c_str());
+  std::printf("static const ErrorEntry %sErrors[] = {\n", prefix);
   int n = 0;
-  for (int code = 0; code <= 20000; ++code) {
+  for (int code = 0; code <= max_code; ++code) {
     const char* nm = name(code);
     if (!nm || !std::strcmp(nm, unknown)) continue;
     std::printf("    {%d, %s, %s},\n", code, quoted(nm).c_str(), quoted(text(code)).c_str());
     ++n;
   }
   std::printf("};\n");
-  if (n < 50) {
-    std::fprintf(stderr, "%s named only %d error codes\n", argv[1], n);
+  if (n < 5) {
+    std::fprintf(stderr, "%s named only %d codes\n", argv[1], n);
     return 1;
   }
   return 0;

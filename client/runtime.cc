@@ -396,6 +396,12 @@ void Runtime::untrackDeviceAll(int device) {
 void Runtime::forgetDevice(int device) {
   untrackDeviceAll(device);
   {
+    // Limits and kernel attributes set on the device start from their defaults again.
+    std::lock_guard lock(limits_mu_);
+    std::erase_if(limits_, [device](const auto& l) { return l.first.first == device; });
+    std::erase_if(launch_limits_, [device](const auto& l) { return l.first.second == device; });
+  }
+  {
     std::unique_lock lock(reg_mu_);
     for (ModuleRecord& m : modules_) m.shipped &= ~(1ull << device);
     for (VarRecord& v : vars_) v.address.erase(device);

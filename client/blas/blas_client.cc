@@ -27,36 +27,40 @@ const ExportTable* table() {
   return t;
 }
 
-const char* statusName(cublasStatus_t s) {
-  switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
-  }
-  return "CUBLAS_STATUS_UNKNOWN";
-}
+namespace {
+struct ErrorEntry {
+  int code;
+  const char* name;
+  const char* text;
+};
+// NVIDIA's names and texts, generated from its libcublas.so.13 and
+// libcublasLt.so.13 (client/gen_error_table.cc).
+#include "cublas_status_table.inc"
+#include "cublaslt_status_table.inc"
 
+template <size_t N>
+const ErrorEntry* find(const ErrorEntry (&table)[N], cublasStatus_t s) {
+  for (const ErrorEntry& e : table)
+    if (e.code == static_cast<int>(s)) return &e;
+  return nullptr;
+}
+}  // namespace
+
+const char* statusName(cublasStatus_t s) {
+  const ErrorEntry* e = find(kCublasErrors, s);
+  return e ? e->name : kCublasUnrecognizedName;
+}
 const char* statusString(cublasStatus_t s) {
-  switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "success";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
-    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "the feature required is not supported";
-    case CUBLAS_STATUS_LICENSE_ERROR: return "the license check failed";
-  }
-  return "unknown error";
+  const ErrorEntry* e = find(kCublasErrors, s);
+  return e ? e->text : kCublasUnrecognizedText;
+}
+const char* ltStatusName(cublasStatus_t s) {
+  const ErrorEntry* e = find(kCublasLtErrors, s);
+  return e ? e->name : kCublasLtUnrecognizedName;
+}
+const char* ltStatusString(cublasStatus_t s) {
+  const ErrorEntry* e = find(kCublasLtErrors, s);
+  return e ? e->text : kCublasLtUnrecognizedText;
 }
 
 cublasStatus_t toBlasStatus(const Status& s, const char* call, bool connecting) {

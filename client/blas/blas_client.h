@@ -25,9 +25,11 @@ namespace rgpu::client::blas {
 // rgpu's (the reason is logged once).
 const ExportTable* table();
 
-// cublasGetStatusName / cublasGetStatusString (and cuBLASLt's).
+// cublasGetStatusName / cublasGetStatusString, and cuBLASLt's: NVIDIA's texts.
 const char* statusName(cublasStatus_t s);
 const char* statusString(cublasStatus_t s);
+const char* ltStatusName(cublasStatus_t s);
+const char* ltStatusString(cublasStatus_t s);
 
 // rgpu's error (a cudaError_t and its message) as a cuBLAS status; logs the
 // message once per distinct text. `connecting`: errors of the connection

@@ -320,9 +320,9 @@ API(cublasLtDestroy, cublasLtHandle_t handle) { RUN(cublasLtDestroy, return rgpu
 
 RGPU_BLAS_EXPORT size_t cublasLtGetVersion(void) { return CUBLAS_VERSION; }
 RGPU_BLAS_EXPORT size_t cublasLtGetCudartVersion(void) { return CUDART_VERSION; }
-RGPU_BLAS_EXPORT const char* cublasLtGetStatusName(cublasStatus_t status) { return rgpu::client::blas::statusName(status); }
+RGPU_BLAS_EXPORT const char* cublasLtGetStatusName(cublasStatus_t status) { return rgpu::client::blas::ltStatusName(status); }
 RGPU_BLAS_EXPORT const char* cublasLtGetStatusString(cublasStatus_t status) {
-  return rgpu::client::blas::statusString(status);
+  return rgpu::client::blas::ltStatusString(status);
 }
 
 API(cublasLtGetProperty, libraryPropertyType type, int* value) {

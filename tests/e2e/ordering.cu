@@ -9,8 +9,9 @@
 //   query       8 threads poll cudaStreamQuery / cudaEventQuery after a
 //               device-to-host copy into pinned memory: once they say done,
 //               the bytes are there
-//   peer        cudaMemcpyPeer is ordered after earlier work, and before later
-//               work, on the source and destination devices (2 devices)
+//   peer        cudaMemcpyPeer (and cudaMemcpy between two devices' memory) is
+//               ordered after earlier work, and before later work, on the
+//               source and destination devices (2 devices)
 //   destroy     cudaDeviceSynchronize waits for the work of a destroyed
 //               non-blocking stream
 //   sticky      after an illegal address every call, cudaGetLastError and
@@ -208,12 +209,14 @@ void casePeer() {
   check(cudaSetDevice(1), "cudaSetDevice");
   check(cudaMalloc(&b, n * 4), "cudaMalloc");
   check(cudaMemset(b, 0, n * 4), "cudaMemset");
-  for (int round = 0; round < 4; ++round) {
+  for (int round = 0; round < 6; ++round) {
     // Earlier work on the source device: the copy must see its result.
     check(cudaSetDevice(0), "cudaSetDevice");
     slowFill<<<1, 128>>>(a, 100 + round, n, 40000);
     check(cudaSetDevice(1), "cudaSetDevice");
-    check(cudaMemcpyPeer(b, 1, a, 0, n * 4), "cudaMemcpyPeer");
+    // cudaMemcpyPeer, and a plain cudaMemcpy between the devices' memory (a peer copy as well).
+    if (round % 2) check(cudaMemcpy(b, a, n * 4, cudaMemcpyDeviceToDevice), "cudaMemcpy between devices");
+    else check(cudaMemcpyPeer(b, 1, a, 0, n * 4), "cudaMemcpyPeer");
     // Later work on the source device must not overtake the copy.
     check(cudaSetDevice(0), "cudaSetDevice");
     fillInts<<<4, 128>>>(a, -1, n);
