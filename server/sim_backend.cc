@@ -25,6 +25,12 @@ SimBackend::SimBackend(const std::vector<SimDeviceConfig>& devices, SimOptions o
   for (size_t i = 0; i < devices.size(); ++i)
     devices_.push_back(describeSimDevice(devices[i], i < opts_.physical.size() ? opts_.physical[i] : static_cast<int>(i)));
   used_.assign(devices_.size(), 0);
+  // Room for every device's memory twice over (fragmentation); committed only as used.
+  uint64_t total = 64ull << 20;
+  for (auto& d : devices_) total += 2 * d.total_mem;
+  auto arena = DeviceArena::create(total, kSimDeviceWindow);
+  if (arena) arena_ = std::move(*arena);
+  else RGPU_LOG_WARN("sim: {}", arena.status().message());
   if (!opts_.launch_log.empty()) launch_log_.open(opts_.launch_log, std::ios::app);
   std::lock_guard lock(mu_);
   for (size_t d = 0; d < devices_.size(); ++d) {
@@ -39,7 +45,9 @@ SimBackend::SimBackend(const std::vector<SimDeviceConfig>& devices, SimOptions o
 
 SimBackend::~SimBackend() {
   stopThreads();
-  for (auto& [ptr, a] : allocations_) std::free(reinterpret_cast<void*>(ptr));
+  if (!arena_)
+    for (auto& [ptr, a] : allocations_) std::free(reinterpret_cast<void*>(ptr));
+  // (with the arena, its mapping goes with it)
 }
 
 void SimBackend::stopThreads() {
@@ -96,11 +104,27 @@ Result<DevPtr> SimBackend::allocateLocked(int device, uint64_t size) {
     return Status(err::kMemoryAllocation, "out of memory on device " + std::to_string(device) + ": asked " +
                                               std::to_string(size) + " bytes, " +
                                               std::to_string(devices_[device].total_mem - used_[device]) + " free");
-  void* p = std::aligned_alloc(kAlign, rounded);
-  if (!p) return Status(err::kMemoryAllocation, "host memory exhausted backing a sim allocation");
+  DevPtr p = 0;
+  if (arena_) {
+    auto a = arena_->allocate(rounded);
+    if (!a) return a.status();
+    p = *a;
+  } else {
+    p = reinterpret_cast<DevPtr>(std::aligned_alloc(kAlign, rounded));
+    if (!p) return Status(err::kMemoryAllocation, "host memory exhausted backing a sim allocation");
+  }
   used_[device] += rounded;
-  allocations_[reinterpret_cast<DevPtr>(p)] = {device, rounded};
-  return reinterpret_cast<DevPtr>(p);
+  allocations_[p] = {device, rounded};
+  return p;
+}
+
+void SimBackend::releaseLocked(DevPtr ptr) {
+  auto it = allocations_.find(ptr);
+  if (it == allocations_.end()) return;
+  used_[it->second.device] -= it->second.size;
+  if (arena_) arena_->free(ptr);
+  else std::free(reinterpret_cast<void*>(ptr));
+  allocations_.erase(it);
 }
 
 Result<DevPtr> SimBackend::allocate(int device, uint64_t size) {
@@ -119,11 +143,8 @@ Result<std::pair<DevPtr, uint64_t>> SimBackend::allocatePitch(int device, uint64
 
 Status SimBackend::release(DevPtr ptr) {
   std::lock_guard lock(mu_);
-  auto it = allocations_.find(ptr);
-  if (it == allocations_.end()) return Status(err::kInvalidDevicePointer, "not an allocation");
-  used_[it->second.device] -= it->second.size;
-  std::free(reinterpret_cast<void*>(ptr));
-  allocations_.erase(it);
+  if (!allocations_.count(ptr)) return Status(err::kInvalidDevicePointer, "not an allocation");
+  releaseLocked(ptr);
   return Status::ok();
 }
 
@@ -527,11 +548,7 @@ Status SimBackend::loadModule(uint32_t id, int device, const std::string& fatbin
   for (auto& g : program->globals) {
     auto p = allocateLocked(device, std::max<uint64_t>(g.size, 1));
     if (!p) {
-      for (DevPtr a : addrs) {
-        used_[device] -= allocations_[a].size;
-        std::free(reinterpret_cast<void*>(a));
-        allocations_.erase(a);
-      }
+      for (DevPtr a : addrs) releaseLocked(a);
       return p.status();
     }
     std::memcpy(reinterpret_cast<void*>(*p), g.init.data(), g.init.size());
@@ -550,14 +567,7 @@ Status SimBackend::unloadModule(uint32_t id) {
   std::lock_guard lock(mu_);
   auto it = modules_.find(id);
   if (it == modules_.end()) return Status(err::kInvalidResourceHandle, "unknown module");
-  for (auto& [name, g] : it->second.globals) {
-    auto a = allocations_.find(g.first);
-    if (a != allocations_.end()) {
-      used_[a->second.device] -= a->second.size;
-      std::free(reinterpret_cast<void*>(g.first));
-      allocations_.erase(a);
-    }
-  }
+  for (auto& [name, g] : it->second.globals) releaseLocked(g.first);
   std::erase_if(functions_, [id](const auto& f) { return f.second.module == id; });
   module_insts_ -= it->second.instructions;
   modules_.erase(it);

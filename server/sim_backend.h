@@ -1,7 +1,8 @@
 // SimBackend: configurable fake devices in host memory.
 //
 // Device memory is host memory (a device pointer is the host address of the
-// allocation; the session has validated every range before we see it). Each
+// allocation; the session has validated every range before we see it), in a
+// DeviceArena of its own, away from the worker's heap (server/device_arena.h). Each
 // stream is an executor thread running its operations in order; cross-stream
 // ordering (the legacy default stream, cudaStreamWaitEvent) is expressed as
 // dependencies on (stream, ticket) pairs checked before an operation runs.
@@ -26,6 +27,7 @@
 #include "server/ptx/ptx_interp.h"
 #include "server/ptx/ptx_ir.h"
 #include "server/backend.h"
+#include "server/device_arena.h"
 #include "server/launch_gate.h"
 #include "server/server_config.h"
 
@@ -195,6 +197,8 @@ class SimBackend final : public Backend {
   // charged to the session. On a stream's thread.
   void runAsKernel(int device, const std::function<void()>& work);
   Result<DevPtr> allocateLocked(int device, uint64_t size);
+  // Frees what allocateLocked returned and forgets it.
+  void releaseLocked(DevPtr ptr);
   ptx::MemoryRanges memoryRangesLocked() const;
 
   std::vector<DeviceDescription> devices_;
@@ -210,6 +214,7 @@ class SimBackend final : public Backend {
   std::unordered_map<uint32_t, Function> functions_;
   std::unordered_map<DevPtr, Allocation> allocations_;
   std::vector<uint64_t> used_;  // bytes allocated per device
+  std::unique_ptr<DeviceArena> arena_;  // all devices' memory
   uint64_t module_insts_ = 0;   // decoded instructions of the loaded modules
   std::function<void(Status)> async_sink_;
   std::function<void(std::string)> output_sink_;

@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "common/fatbin.h"
+#include "server/device_arena.h"
 #include "server/ptx/ptx_interp.h"
 #include "server/ptx/ptx_parser.h"
 
@@ -128,6 +129,8 @@ struct Driver {
   std::string log;
   std::ofstream log_file;
   std::unique_ptr<ptx::Interpreter> interp;
+  // Device memory, at addresses of its own as a driver's unified address range is.
+  std::unique_ptr<DeviceArena> arena;
 
   Driver() {
     if (const char* n = std::getenv("RGPU_FAKE_CUDA_DEVICES")) device_count = std::atoi(n);
@@ -139,6 +142,9 @@ struct Driver {
     used.assign(std::max(device_count, 0), 0);
   }
 };
+
+// Where the fake GPUs' memory goes (first choice), apart from the sim's window.
+constexpr uint64_t kFakeGpuWindow = 0x3000'0000'0000ull;
 
 Driver& drv() {
   static Driver* d = new Driver();  // never destroyed: the executors may outlive static destructors
@@ -289,6 +295,10 @@ CUresult fakeInit(unsigned flags) {
   if (!d.initialised) {
     d.initialised = true;
     d.interp = std::make_unique<ptx::Interpreter>(2);
+    auto arena = DeviceArena::create(2 * d.memory * static_cast<uint64_t>(d.device_count) + (64ull << 20),
+                                     kFakeGpuWindow);
+    if (!arena) return CUDA_ERROR_OUT_OF_MEMORY;
+    d.arena = std::move(*arena);
     for (int dev = 0; dev < d.device_count; ++dev) d.legacy.push_back(newStream(dev, true, false));
   }
   return CUDA_SUCCESS;
@@ -427,8 +437,9 @@ CUresult fakeMemAlloc(CUdeviceptr* p, size_t size) {
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
   uint64_t rounded = (size + 255) / 256 * 256;
   if (d.used[dev] + rounded > d.memory) return CUDA_ERROR_OUT_OF_MEMORY;
-  void* m = std::aligned_alloc(256, rounded);
-  if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
+  auto a = d.arena->allocate(rounded);
+  if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
+  void* m = reinterpret_cast<void*>(*a);
   std::memset(m, 0, rounded);
   d.used[dev] += rounded;
   d.allocations[reinterpret_cast<uint64_t>(m)] = {dev, rounded};
@@ -463,7 +474,7 @@ CUresult fakeMemFree(CUdeviceptr p) {
   it = d.allocations.find(p);
   if (it == d.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
   d.used[it->second.first] -= it->second.second;
-  std::free(reinterpret_cast<void*>(p));
+  d.arena->free(p);
   d.allocations.erase(it);
   d.pitches.erase(p);
   record("cuMemFree");
@@ -750,7 +761,9 @@ CUresult fakeModuleLoadData(CUmodule* out, const void* image) {
   std::vector<uint64_t> addrs;
   for (auto& g : m->program.globals) {
     uint64_t size = std::max<uint64_t>(g.size, 1), rounded = (size + 255) / 256 * 256;
-    void* p = std::aligned_alloc(256, rounded);
+    auto a = d.arena->allocate(rounded);
+    if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
+    void* p = reinterpret_cast<void*>(*a);
     std::memset(p, 0, rounded);
     std::memcpy(p, g.init.data(), g.init.size());
     d.allocations[reinterpret_cast<uint64_t>(p)] = {m->device, rounded};
@@ -771,7 +784,7 @@ CUresult fakeModuleUnload(CUmodule mod) {
   synchronizeAll(lock);
   for (auto& [name, g] : m->globals) {
     drv().allocations.erase(g.first);
-    std::free(reinterpret_cast<void*>(g.first));
+    drv().arena->free(g.first);
   }
   for (auto it = drv().functions.begin(); it != drv().functions.end();) {
     if ((*it)->module != m) {
