@@ -4,32 +4,17 @@
 #include <set>
 
 #include "client/api_util.h"
+#include "client/error_table.h"
 
 using namespace rgpu;
 using namespace rgpu::client;
 
 namespace {
-struct ErrorEntry {
-  int code;
-  const char* name;
-  const char* text;
-};
-#include "cudart_error_table.inc"  // generated from NVIDIA's libcudart.so.13 (client/gen_error_table.cc)
-const ErrorEntry* findError(cudaError_t e) {
-  for (const auto& x : kCudartErrors)
-    if (x.code == static_cast<int>(e)) return &x;
-  return nullptr;
-}
+#include "cudart_error_table.inc"  // kCudart, from NVIDIA's libcudart.so.13 (client/gen_error_table.cc)
 }  // namespace
 
-RGPU_EXPORT const char* cudaGetErrorName(cudaError_t error) {
-  const ErrorEntry* e = findError(error);
-  return e ? e->name : kCudartUnrecognizedName;
-}
-RGPU_EXPORT const char* cudaGetErrorString(cudaError_t error) {
-  const ErrorEntry* e = findError(error);
-  return e ? e->text : kCudartUnrecognizedText;
-}
+RGPU_EXPORT const char* cudaGetErrorName(cudaError_t error) { return errorName(kCudart, error); }
+RGPU_EXPORT const char* cudaGetErrorString(cudaError_t error) { return errorText(kCudart, error); }
 RGPU_EXPORT cudaError_t cudaGetLastError(void) { return rt().lastError(true); }
 RGPU_EXPORT cudaError_t cudaPeekAtLastError(void) { return rt().lastError(false); }
 

@@ -6,8 +6,8 @@
 //
 //   rgpu_gen_error_table LIBRARY NAME_FN TEXT_FN PREFIX MAX_CODE
 // e.g. libcudart.so.13 cudaGetErrorName cudaGetErrorString kCudart 20000.
-// Writes, to stdout, PREFIX##Errors[] (ErrorEntry {code, name, text}, a type
-// the including file declares), PREFIX##UnrecognizedName and ..Text.
+// Writes, to stdout, the ErrorTable PREFIX (client/error_table.h), for
+// inclusion after that header.
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -54,9 +54,7 @@ int main(int argc, char** argv) {
   const char* unknown = name(-1);  // what it says for a code it does not know
   std::printf("// Generated at build time from %s (%s, %s) by client/gen_error_table.cc. Do not edit.\n",
               std::strrchr(argv[1], '/') ? std::strrchr(argv[1], '/') + 1 : argv[1], argv[2], argv[3]);
-  std::printf("static const char* const %sUnrecognizedName = %s;\n", prefix, quoted(unknown).c_str());
-  std::printf("static const char* const %sUnrecognizedText = %s;\n", prefix, quoted(text(-1)).c_str());
-  std::printf("static const ErrorEntry %sErrors[] = {\n", prefix);
+  std::printf("static const rgpu::client::ErrorEntry %sEntries[] = {\n", prefix);
   int n = 0;
   for (int code = 0; code <= max_code; ++code) {
     const char* nm = name(code);
@@ -65,6 +63,8 @@ int main(int argc, char** argv) {
     ++n;
   }
   std::printf("};\n");
+  std::printf("static const rgpu::client::ErrorTable %s = {%sEntries, %d, %s, %s};\n", prefix, prefix, n,
+              quoted(unknown).c_str(), quoted(text(-1)).c_str());
   if (n < 5) {
     std::fprintf(stderr, "%s named only %d codes\n", argv[1], n);
     return 1;

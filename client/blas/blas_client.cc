@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "client/error_table.h"
+
 namespace rgpu::client::blas {
 
 const ExportTable* table() {
@@ -28,40 +30,16 @@ const ExportTable* table() {
 }
 
 namespace {
-struct ErrorEntry {
-  int code;
-  const char* name;
-  const char* text;
-};
-// NVIDIA's names and texts, generated from its libcublas.so.13 and
-// libcublasLt.so.13 (client/gen_error_table.cc).
+// NVIDIA's names and texts: kCublas and kCublasLt, generated from its
+// libcublas.so.13 and libcublasLt.so.13 (client/gen_error_table.cc).
 #include "cublas_status_table.inc"
 #include "cublaslt_status_table.inc"
-
-template <size_t N>
-const ErrorEntry* find(const ErrorEntry (&table)[N], cublasStatus_t s) {
-  for (const ErrorEntry& e : table)
-    if (e.code == static_cast<int>(s)) return &e;
-  return nullptr;
-}
 }  // namespace
 
-const char* statusName(cublasStatus_t s) {
-  const ErrorEntry* e = find(kCublasErrors, s);
-  return e ? e->name : kCublasUnrecognizedName;
-}
-const char* statusString(cublasStatus_t s) {
-  const ErrorEntry* e = find(kCublasErrors, s);
-  return e ? e->text : kCublasUnrecognizedText;
-}
-const char* ltStatusName(cublasStatus_t s) {
-  const ErrorEntry* e = find(kCublasLtErrors, s);
-  return e ? e->name : kCublasLtUnrecognizedName;
-}
-const char* ltStatusString(cublasStatus_t s) {
-  const ErrorEntry* e = find(kCublasLtErrors, s);
-  return e ? e->text : kCublasLtUnrecognizedText;
-}
+const char* statusName(cublasStatus_t s) { return errorName(kCublas, s); }
+const char* statusString(cublasStatus_t s) { return errorText(kCublas, s); }
+const char* ltStatusName(cublasStatus_t s) { return errorName(kCublasLt, s); }
+const char* ltStatusString(cublasStatus_t s) { return errorText(kCublasLt, s); }
 
 cublasStatus_t toBlasStatus(const Status& s, const char* call, bool connecting) {
   cublasStatus_t st;

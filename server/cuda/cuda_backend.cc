@@ -590,7 +590,7 @@ Status CudaBackend::createEvent(uint32_t id, int device, uint32_t flags) {
   CUevent e = nullptr;
   RGPU_TRY(RGPU_CU(cuEventCreate(&e, flags & (CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING))));
   std::lock_guard lock(mu_);
-  events_[id] = {device, e};
+  events_[id] = Event{device, e, nullptr, 0};
   return Status::ok();
 }
 
@@ -750,7 +750,6 @@ Status CudaBackend::memcpy2D(const CUDA_MEMCPY2D& m, CUstream stream) {
 
 Status CudaBackend::copy2DToDevice(StreamKey key, DevPtr dst, uint64_t dpitch, Staging data, uint64_t width,
                                    uint64_t height) {
-  DriverApi& api = *api_;
   auto s = streamOf(key);
   if (!s) return s.status();
   uint64_t size = width * height;
@@ -770,7 +769,6 @@ Status CudaBackend::copy2DToDevice(StreamKey key, DevPtr dst, uint64_t dpitch, S
 
 Status CudaBackend::copy2DFromDevice(StreamKey key, DevPtr src, uint64_t spitch, uint64_t width, uint64_t height,
                                      ReadDone done) {
-  DriverApi& api = *api_;
   auto s = streamOf(key);
   if (!s) return s.status();
   uint64_t size = width * height;
@@ -788,7 +786,6 @@ Status CudaBackend::copy2DFromDevice(StreamKey key, DevPtr src, uint64_t spitch,
 
 Status CudaBackend::copy2DOnDevice(StreamKey key, DevPtr dst, uint64_t dpitch, DevPtr src, uint64_t spitch,
                                    uint64_t width, uint64_t height) {
-  DriverApi& api = *api_;
   auto s = streamOf(key);
   if (!s) return s.status();
   CUDA_MEMCPY2D m = copy2D(width, height);

@@ -20,18 +20,13 @@
 #include <thread>
 #include <vector>
 
+#include "cases.h"
+
+using namespace cases;
+
 namespace {
 
-const char* g_case = "";
-
-[[noreturn]] void fail(const std::string& why) {
-  std::printf("FAIL %s: %s\n", g_case, why.c_str());
-  std::fflush(stdout);
-  std::_Exit(1);
-}
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail(std::string(what) + ": " + cudaGetErrorName(e));
-}
+using cases::check;
 void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) fail(std::string(what) + ": cuBLAS status " + std::to_string(s));
 }

@@ -56,25 +56,9 @@
 #include <thread>
 #include <vector>
 
-namespace {
+#include "cases.h"
 
-const char* g_case = "";
-
-[[noreturn]] void fail(const std::string& why) {
-  std::printf("FAIL %s: %s\n", g_case, why.c_str());
-  std::fflush(stdout);
-  std::_Exit(1);
-}
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail(std::string(what) + ": " + cudaGetErrorName(e));
-}
-
-void expect(cudaError_t got, cudaError_t want, const char* what) {
-  if (got != want) fail(std::string(what) + ": " + cudaGetErrorName(got) + ", expected " + cudaGetErrorName(want));
-}
-
-}  // namespace
+using namespace cases;
 
 // Keeps its stream busy for a while (the interpreter runs ~1e8 thread-instructions/s).
 __global__ void spin(int iters, int* sink) {

@@ -19,17 +19,6 @@ class CudaSession : public ::testing::Test {
     EXPECT_EQ(err, 0) << msg;
     return c;
   }
-  template <typename F>
-  RawReply call(RawClient& c, F fill, const std::vector<uint8_t>& bulk = {}) {
-    capnp::MallocMessageBuilder msg;
-    fill(msg.initRoot<wire::Request>());
-    c.send(msg, false, bulk);
-    return c.next();
-  }
-  static std::vector<uint8_t> fatbin() {
-    std::string f = readFile(std::string(RGPU_TEST_DATA_DIR) + "/kernels_ptxonly.fatbin");
-    return std::vector<uint8_t>(f.begin(), f.end());
-  }
   TempDir dir_;
   int certs_;
   InProcessServer server_;
@@ -40,21 +29,21 @@ TEST_F(CudaSession, UnloadingAModuleWhileAHostFunctionWaitsForTheClientDoesNotDe
   // function, which waits for the client's answer, which the dispatch thread
   // reads: an unload on the dispatch thread never returned.
   RawClient c = authed();
-  ASSERT_EQ(call(c, [&](auto r) { r.initModuleLoad().setId(1); }, fatbin()).error, 0);
-  ASSERT_EQ(call(c, [](auto r) { r.initStreamCreate().initStream().setId(1); }).error, 0);
+  ASSERT_EQ(c.call([&](auto r) { r.initModuleLoad().setId(1); }, testFatbin()).error, 0);
+  ASSERT_EQ(c.call([](auto r) { r.initStreamCreate().initStream().setId(1); }).error, 0);
   capnp::MallocMessageBuilder hf;
   auto e = hf.initRoot<wire::Request>().initHostFuncEnqueue();
   e.setId(5);
   e.initStream().setId(1);
   c.send(hf, true);
   ASSERT_EQ(c.next().type, protocol::FrameType::kNotify);  // run host function 5: we answer later
-  auto unload = std::async(std::launch::async, [&] { return call(c, [](auto r) { r.initModuleUnload().setId(1); }); });
+  auto unload = std::async(std::launch::async, [&] { return c.call([](auto r) { r.initModuleUnload().setId(1); }); });
   ASSERT_EQ(unload.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "the unload never returned";
   EXPECT_EQ(unload.get().error, 0);
   capnp::MallocMessageBuilder done;
   done.initRoot<wire::Request>().initHostFuncDone().setId(5);
   c.send(done, true);
-  EXPECT_EQ(call(c, [](auto r) { r.initDeviceSynchronize(); }).error, 0);
+  EXPECT_EQ(c.call([](auto r) { r.initDeviceSynchronize(); }).error, 0);
   EXPECT_EQ(c.ping().error, 0);
 }
 

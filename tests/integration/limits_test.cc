@@ -27,18 +27,11 @@ class Limits : public ::testing::Test {
     EXPECT_EQ(err, 0) << msg;
     return c;
   }
-  // Sends `fill`'s request synchronously; its reply.
   template <typename F>
-  RawReply call(RawClient& c, F fill, const std::vector<uint8_t>& bulk = {}) {
-    capnp::MallocMessageBuilder msg;
-    fill(msg.initRoot<wire::Request>());
-    c.send(msg, false, bulk);
-    return c.next();
+  static RawReply call(RawClient& c, F fill, const std::vector<uint8_t>& bulk = {}) {
+    return c.call(fill, bulk);
   }
-  static std::vector<uint8_t> fatbin() {
-    std::string f = readFile(std::string(RGPU_TEST_DATA_DIR) + "/kernels_ptxonly.fatbin");
-    return std::vector<uint8_t>(f.begin(), f.end());
-  }
+  static std::vector<uint8_t> fatbin() { return testFatbin(); }
   TempDir dir_;
   int certs_;
   InProcessServer server_;

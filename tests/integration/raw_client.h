@@ -162,6 +162,14 @@ class RawClient {
     send(msg);
     return next();
   }
+  // Sends `fill`'s request synchronously; its reply.
+  template <typename F>
+  RawReply call(F fill, const std::vector<uint8_t>& bulk = {}) {
+    capnp::MallocMessageBuilder msg;
+    fill(msg.initRoot<wire::Request>());
+    send(msg, false, bulk);
+    return next();
+  }
   common::TlsConnection& conn() { return *conn_; }
 
  private:
@@ -169,5 +177,11 @@ class RawClient {
   common::FrameReader reader_;
   uint64_t next_seq_ = 1;
 };
+
+// The test tree's PTX-only build of tests/data/kernels.cu (runs on the sim and the fake driver).
+inline std::vector<uint8_t> testFatbin() {
+  std::string f = readFile(std::string(RGPU_TEST_DATA_DIR) + "/kernels_ptxonly.fatbin");
+  return std::vector<uint8_t>(f.begin(), f.end());
+}
 
 }  // namespace rgpu::test
