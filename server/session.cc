@@ -69,8 +69,6 @@ bool constantTimeEquals(const std::string& a, const std::string& b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-// Device memory is accounted in cudaMalloc's 256-byte granules.
-uint64_t chargedBytes(uint64_t size) { return (size + 255) / 256 * 256; }
 
 common::Compression compressionOf(const ServerConfig& cfg) {
   auto c = common::parseCompression(cfg.compression);
@@ -107,12 +105,6 @@ Status readHello(common::TlsConnection& conn, int timeout_ms, uint64_t session_i
   out = kj::heapArray<capnp::word>(msg.size());
   std::memcpy(out.begin(), msg.begin(), msg.size() * sizeof(capnp::word));
   return Status::ok();
-}
-
-std::string hexPtr(uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
 }
 
 }  // namespace
@@ -641,26 +633,6 @@ void Session::sendNotify(const std::function<void(wire::Notify::Builder&)>& fill
   outbox_.notify(out);
 }
 
-void Session::forgetModule(uint32_t id) {
-  for (auto it = vars_.begin(); it != vars_.end();) {
-    if (it->second.module != id) {
-      ++it;
-      continue;
-    }
-    if (it->second.addr) allocs_.forget(it->second.addr);
-    it = vars_.erase(it);
-  }
-  // Its kernels go with it.
-  std::erase_if(functions_, [id](const auto& f) { return f.second.module == id; });
-  modules_.erase(id);
-  module_errors_.erase(id);
-}
-
-Status Session::usableFunction(uint32_t id) const {
-  auto f = functions_.find(id);
-  return f == functions_.end() ? Status(err::kInvalidDeviceFunction, "unknown function") : f->second.unusable;
-}
-
 Status Session::checkDevice(int device) const {
   if (device < 0 || static_cast<size_t>(device) >= backend_->devices().size())
     return Status(err::kInvalidDevice, "invalid device ordinal " + std::to_string(device));
@@ -677,32 +649,61 @@ Status Session::checkStream(wire::StreamRef::Reader s, StreamKey& key) const {
   return Status::ok();
 }
 
+// One handler per request kind (by its union ordinal), each in the file of
+// its subsystem: session_memory.cc, session_streams.cc, session_modules.cc,
+// session_blas.cc, and here.
+const Session::Handlers& Session::handlers() {
+  using R = wire::Request;
+  static const Handlers table = [] {
+    Handlers t{};
+    t[R::NOOP] = &Session::onPing;
+    t[R::PING] = &Session::onPing;
+    t[R::MALLOC] = &Session::onMalloc;
+    t[R::FREE] = &Session::onFree;
+    t[R::MEMCPY_HTO_D] = &Session::onMemcpyHtoD;
+    t[R::MEMCPY_DTO_H] = &Session::onMemcpyDtoH;
+    t[R::MEMCPY_DTO_D] = &Session::onMemcpyDtoD;
+    t[R::MEMCPY_PEER] = &Session::onMemcpyPeer;
+    t[R::MEMSET] = &Session::onMemset;
+    t[R::MEMSET2_D] = &Session::onMemset2D;
+    t[R::MEMCPY2_D] = &Session::onMemcpy2D;
+    t[R::MEM_GET_INFO] = &Session::onMemGetInfo;
+    t[R::POINTER_ATTRIBUTES] = &Session::onPointerAttributes;
+    t[R::STREAM_CREATE] = &Session::onStreamCreate;
+    t[R::STREAM_DESTROY] = &Session::onStreamDestroy;
+    t[R::STREAM_SYNCHRONIZE] = &Session::onStreamSynchronize;
+    t[R::STREAM_QUERY] = &Session::onStreamQuery;
+    t[R::STREAM_WAIT_EVENT] = &Session::onStreamWaitEvent;
+    t[R::EVENT_CREATE] = &Session::onEventCreate;
+    t[R::EVENT_RECORD] = &Session::onEventRecord;
+    t[R::EVENT_SYNCHRONIZE] = &Session::onEventSynchronize;
+    t[R::EVENT_QUERY] = &Session::onEventQuery;
+    t[R::EVENT_ELAPSED_TIME] = &Session::onEventElapsedTime;
+    t[R::EVENT_DESTROY] = &Session::onEventDestroy;
+    t[R::DEVICE_SYNCHRONIZE] = &Session::onDeviceSynchronize;
+    t[R::DEVICE_RESET] = &Session::onDeviceReset;
+    t[R::HOST_FUNC_ENQUEUE] = &Session::onHostFuncEnqueue;
+    t[R::HOST_FUNC_DONE] = &Session::onHostFuncDone;
+    t[R::MODULE_LOAD] = &Session::onModuleLoad;
+    t[R::MODULE_UNLOAD] = &Session::onModuleUnload;
+    t[R::FUNCTION_REGISTER] = &Session::onFunctionRegister;
+    t[R::VAR_REGISTER] = &Session::onVarRegister;
+    t[R::SYMBOL_ADDRESS] = &Session::onSymbolAddress;
+    t[R::LAUNCH_KERNEL] = &Session::onLaunchKernel;
+    t[R::FUNC_GET_ATTRIBUTES] = &Session::onFuncGetAttributes;
+    t[R::FUNC_SET_ATTRIBUTE] = &Session::onFuncSetAttribute;
+    t[R::OCCUPANCY] = &Session::onOccupancy;
+    t[R::POOL_STATUS] = &Session::onPoolStatus;
+    t[R::BLAS] = &Session::dispatchBlas;
+    t[R::LT_MATMUL] = &Session::dispatchBlas;
+    t[R::LT_HEURISTIC] = &Session::dispatchBlas;
+    return t;
+  }();
+  return table;
+}
+
 Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
   using R = wire::Request;
-  const uint64_t seq = h.seq;
-  const auto& L = cfg_.limits;
-  // Requests that carry bulk bytes must consume them whatever the outcome.
-  auto bulkNotExpected = [&]() -> Status {
-    if (h.bulk_len) return Status(err::kInvalidValue, "unexpected bulk payload");
-    return Status::ok();
-  };
-  // A kernel or a variable may be registered: its module exists and the session has room.
-  auto canRegister = [&](uint64_t module) -> Status {
-    if (!modules_.count(module)) return Status(err::kInvalidResourceHandle, "unknown module");
-    if (functions_.size() + vars_.size() >= L.max_functions)
-      return Status(err::kLaunchOutOfResources, "session limit of kernels and variables reached (max_functions = " +
-                                                    std::to_string(L.max_functions) + ")");
-    return Status::ok();
-  };
-  // A copy to the device: a synchronous one (cudaMemcpy) is answered once the
-  // copy is done, with any error of the work before it, as NVIDIA's returns.
-  auto finishCopyIn = [&](StreamKey key, Status s) {
-    if (s && !(h.flags & protocol::kFlagAsync)) {
-      s = backend_->whenStreamDone(key, [this, seq](Status st) { sendReply(seq, st, nullptr); });
-      if (s) return;
-    }
-    finish(h, s);
-  };
   uint64_t calls = calls_.fetch_add(1, std::memory_order_relaxed);
   bytes_in_.fetch_add(h.bulk_len, std::memory_order_relaxed);
   if (calls < 64 || (calls & 63) == 0) reportUsage(false);  // keeps the clock read off most calls
@@ -715,642 +716,41 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
     // After a kernel fault the session only answers with that fault
     // (sendReply substitutes it).
     if (h.bulk_len) RGPU_TRY(reader_->skipBulk(h));
-    if (!(h.flags & protocol::kFlagAsync)) sendReply(seq, Status::ok(), nullptr);
+    if (!(h.flags & protocol::kFlagAsync)) sendReply(h.seq, Status::ok(), nullptr);
     return Status::ok();
   }
-  switch (req.which()) {
-    case R::NOOP:
-    case R::PING:
-      RGPU_TRY(bulkNotExpected());
-      finish(h, Status::ok());
-      return Status::ok();
-
-    case R::MALLOC: {
-      auto m = req.getMalloc();
-      Status s = checkDevice(m.getDevice());
-      bool pitched = m.getPitchHeight() > 0;
-      uint64_t w = m.getPitchWidth(), rows = m.getPitchHeight();
-      // cudaMallocPitch: the pitch is the backend's, at most a 4 KiB multiple of the width.
-      if (s && pitched && (w == 0 || w > (1ull << 40) || rows > (1ull << 40) / ((w + 4095) / 4096 * 4096)))
-        s = Status(err::kInvalidValue, "pitched allocation of " + std::to_string(w) + " x " + std::to_string(rows) +
-                                           " bytes is out of range");
-      uint64_t bytes = pitched ? (w + 4095) / 4096 * 4096 * rows : m.getSize();
-      if (s && bytes == 0) {
-        finish(h, Status::ok(), [](auto& r) { r.setPtr(0); });
-        return Status::ok();
-      }
-      if (!s) return finish(h, s), Status::ok();
-      // The pool accounts (and, under a quota, first allows) every byte.
-      uint64_t charge = chargedBytes(bytes);
-      int phys = physical(m.getDevice());
-      if (Status q = pool_.reserve(phys, charge, placement_.quota > 0); !q) {
-        RGPU_LOG_INFO("session {}: cudaMalloc of {} bytes refused: {}", session_id_, bytes, q.message());
-        return finish(h, q), Status::ok();
-      }
-      uint64_t pitch = 0;
-      Result<DevPtr> p = Status(err::kUnknown, "");
-      if (pitched) {
-        auto pp = backend_->allocatePitch(m.getDevice(), w, rows);
-        if (pp) {
-          p = pp->first;
-          pitch = pp->second;
-          bytes = pitch * rows;
-          pool_.release(phys, charge - chargedBytes(bytes));  // reserved for the widest pitch
-          charge = chargedBytes(bytes);
-        } else {
-          p = pp.status();
-        }
-      } else {
-        p = backend_->allocate(m.getDevice(), bytes);
-      }
-      if (!p) {
-        pool_.release(phys, charge);
-        return finish(h, p.status()), Status::ok();
-      }
-      if (Status a = allocs_.add(*p, bytes, m.getDevice()); !a) {
-        uint64_t ptr = *p;
-        (void)backend_->afterDeviceDone(m.getDevice(), [this, ptr] { return backend_->release(ptr); },
-                                        [this, phys, charge](Status) { pool_.release(phys, charge); });
-        return finish(h, a), Status::ok();
-      }
-      uint64_t ptr = *p;
-      if (pitched) {
-        finish(h, Status::ok(), [ptr, pitch](auto& r) {
-          auto out = r.initPitched();
-          out.setPtr(ptr);
-          out.setPitch(pitch);
-        });
-      } else {
-        finish(h, Status::ok(), [ptr](auto& r) { r.setPtr(ptr); });
-      }
-      return Status::ok();
-    }
-    case R::FREE: {
-      uint64_t ptr = req.getFree().getPtr();
-      if (ptr == 0) return finish(h, Status::ok()), Status::ok();
-      auto e = allocs_.remove(ptr);
-      if (!e) {
-        RGPU_LOG_WARN("session {}: cudaFree of {}: {}", session_id_, hexPtr(ptr), e.status().message());
-        return finish(h, e.status()), Status::ok();
-      }
-      // cudaFree waits for the device: work still queued may use the memory.
-      bool async = h.flags & protocol::kFlagAsync;
-      int phys = physical(e->device);
-      uint64_t charge = chargedBytes(e->size);
-      Status s = backend_->afterDeviceDone(
-          e->device, [this, ptr] { return backend_->release(ptr); },
-          [this, seq, async, phys, charge](Status r) {
-            if (r) pool_.release(phys, charge);  // credited the moment it is free
-            if (async) {
-              if (!r) recordAsyncError(r);
-            } else {
-              sendReply(seq, r, nullptr);
-            }
-          });
-      if (!s) finish(h, s);
-      return Status::ok();
-    }
-
-    case R::MEMCPY_HTO_D: {
-      auto m = req.getMemcpyHtoD();
-      StreamKey key;
-      Status s = checkStream(m.getStream(), key);
-      if (s && m.getSize() > protocol::kMaxBulkBytes)
-        s = Status(err::kInvalidValue, "copy larger than the frame limit");
-      if (s) s = allocs_.check(m.getDst(), m.getSize());
-      if (!s) {
-        RGPU_LOG_WARN("session {}: host-to-device copy rejected: {}", session_id_, s.message());
-        RGPU_TRY(consumeBulk(h, m.getSize(), nullptr));
-        return finish(h, s), Status::ok();
-      }
-      if (uint8_t* direct = backend_->directWriteTarget(key, m.getDst()); direct && h.bulk_len == m.getSize()) {
-        RGPU_TRY(reader_->readBulk(h, direct));
-        finish(h, Status::ok());
-        return Status::ok();
-      }
-      Staging data;
-      RGPU_TRY(consumeBulk(h, m.getSize(), &data));
-      finishCopyIn(key, backend_->copyToDevice(key, m.getDst(), std::move(data), m.getSize()));
-      return Status::ok();
-    }
-    case R::MEMCPY_DTO_H: {
-      RGPU_TRY(bulkNotExpected());
-      auto m = req.getMemcpyDtoH();
-      StreamKey key;
-      Status s = checkStream(m.getStream(), key);
-      if (s && m.getSize() > protocol::kMaxBulkBytes)
-        s = Status(err::kInvalidValue, "copy larger than the frame limit");
-      if (s) s = allocs_.check(m.getSrc(), m.getSize());
-      if (!s) {
-        RGPU_LOG_WARN("session {}: device-to-host copy rejected: {}", session_id_, s.message());
-        return finish(h, s), Status::ok();
-      }
-      s = backend_->copyFromDevice(key, m.getSrc(), m.getSize(), replyWith(seq));
-      if (!s) finish(h, s);
-      return Status::ok();
-    }
-    case R::MEMCPY_DTO_D: {
-      RGPU_TRY(bulkNotExpected());
-      auto m = req.getMemcpyDtoD();
-      StreamKey key;
-      Status s = checkStream(m.getStream(), key);
-      if (s) s = allocs_.check(m.getDst(), m.getSize());
-      if (s) s = allocs_.check(m.getSrc(), m.getSize());
-      if (s) s = backend_->copyOnDevice(key, m.getDst(), m.getSrc(), m.getSize());
-      finish(h, s);
-      return Status::ok();
-    }
-    case R::MEMCPY_PEER: {
-      RGPU_TRY(bulkNotExpected());
-      auto m = req.getMemcpyPeer();
-      StreamKey key;
-      Status s = checkStream(m.getStream(), key);
-      int dd = -1, sd = -1;
-      if (s) s = allocs_.check(m.getDst(), m.getSize(), &dd);
-      if (s) s = allocs_.check(m.getSrc(), m.getSize(), &sd);
-      if (s && (dd != m.getDstDevice() || sd != m.getSrcDevice()))
-        s = Status(err::kInvalidValue, "peer copy pointers are not on the devices named");
-      if (s) s = backend_->copyPeer(key, m.getDst(), dd, m.getSrc(), sd, m.getSize(), m.getSerialize());
-      finish(h, s);
-      return Status::ok();
-    }
-    case R::MEMSET: {
-      RGPU_TRY(bulkNotExpected());
-      auto m = req.getMemset();
-      StreamKey key;
-      Status s = checkStream(m.getStream(), key);
-      if (s) s = allocs_.check(m.getDst(), m.getSize());
-      if (s) s = backend_->fill(key, m.getDst(), m.getValue(), m.getSize());
-      finish(h, s);
-      return Status::ok();
-    }
-    case R::MEMSET2_D: {
-      RGPU_TRY(bulkNotExpected());
-      auto m = req.getMemset2D();
-      StreamKey key;
-      Status s = checkStream(m.getStream(), key);
-      if (s) s = allocs_.check2D(m.getDst(), m.getPitch(), m.getWidth(), m.getHeight());
-      if (s) s = backend_->fill2D(key, m.getDst(), m.getPitch(), m.getValue(), m.getWidth(), m.getHeight());
-      finish(h, s);
-      return Status::ok();
-    }
-    case R::MEMCPY2_D: {
-      auto m = req.getMemcpy2D();
-      StreamKey key;
-      Status s = checkStream(m.getStream(), key);
-      uint64_t w = m.getWidth(), ht = m.getHeight();
-      bool h2d = m.getKind() == 1, d2h = m.getKind() == 2, d2d = m.getKind() == 3;
-      if (s && !(h2d || d2h || d2d)) s = Status(err::kInvalidMemcpyDirection, "bad 2D copy kind");
-      if (s && (h2d || d2h) && (ht != 0 && w > protocol::kMaxBulkBytes / ht))
-        s = Status(err::kInvalidValue, "2D copy larger than the frame limit");
-      if (s && (h2d || d2d)) s = allocs_.check2D(m.getDst(), m.getDpitch(), w, ht);
-      if (s && (d2h || d2d)) s = allocs_.check2D(m.getSrc(), m.getSpitch(), w, ht);
-      if (h2d) {
-        if (!s) {
-          RGPU_TRY(consumeBulk(h, h.bulk_len, nullptr));
-          return finish(h, s), Status::ok();
-        }
-        Staging data;
-        RGPU_TRY(consumeBulk(h, w * ht, &data));
-        finishCopyIn(key, backend_->copy2DToDevice(key, m.getDst(), m.getDpitch(), std::move(data), w, ht));
-        return Status::ok();
-      }
-      RGPU_TRY(bulkNotExpected());
-      if (s && d2h) {
-        s = backend_->copy2DFromDevice(key, m.getSrc(), m.getSpitch(), w, ht, replyWith(seq));
-        if (!s) finish(h, s);
-        return Status::ok();
-      }
-      if (s) s = backend_->copy2DOnDevice(key, m.getDst(), m.getDpitch(), m.getSrc(), m.getSpitch(), w, ht);
-      finish(h, s);
-      return Status::ok();
-    }
-
-    case R::STREAM_CREATE: {
-      RGPU_TRY(bulkNotExpected());
-      auto m = req.getStreamCreate();
-      uint32_t id = m.getStream().getId();
-      int dev = m.getStream().getDevice();
-      Status s = checkDevice(dev);
-      if (s && id == 0) s = Status(err::kInvalidValue, "stream id 0 is reserved");
-      if (s && streams_.count(id)) s = Status(err::kInvalidValue, "stream id " + std::to_string(id) + " in use");
-      if (s && streams_.size() >= L.max_streams)
-        s = Status(err::kLaunchOutOfResources, "session stream limit reached (max_streams = " + std::to_string(L.max_streams) + ")");
-      if (s) s = backend_->createStream({id, dev}, m.getFlags(), m.getPriority());
-      if (s) streams_[id] = dev;
-      finish(h, s);
-      return Status::ok();
-    }
-    case R::STREAM_DESTROY: {
-      RGPU_TRY(bulkNotExpected());
-      StreamKey key;
-      Status s = checkStream(req.getStreamDestroy(), key);
-      if (s && key.id == 0) s = Status(err::kInvalidResourceHandle, "cannot destroy the default stream");
-      if (s) s = backend_->destroyStream(key);
-      if (s) streams_.erase(key.id);
-      finish(h, s);
-      return Status::ok();
-    }
-    case R::STREAM_SYNCHRONIZE: {
-      RGPU_TRY(bulkNotExpected());
-      StreamKey key;
-      Status s = checkStream(req.getStreamSynchronize(), key);
-      if (s) s = backend_->whenStreamDone(key, [this, seq](Status st) { sendReply(seq, st, nullptr); });
-      if (!s) finish(h, s);
-      return Status::ok();
-    }
-    case R::STREAM_QUERY: {
-      RGPU_TRY(bulkNotExpected());
-      StreamKey key;
-      Status s = checkStream(req.getStreamQuery(), key);
-      if (s) {
-        auto idle = backend_->streamIdle(key);
-        s = !idle ? idle.status() : *idle ? Status::ok() : Status(err::kNotReady, "stream busy");
-      }
-      finish(h, s);
-      return Status::ok();
-    }
-    case R::STREAM_WAIT_EVENT: {
-      RGPU_TRY(bulkNotExpected());
-      auto m = req.getStreamWaitEvent();
-      StreamKey key;
-      Status s = checkStream(m.getStream(), key);
-      if (s && !events_.count(m.getEvent())) s = Status(err::kInvalidResourceHandle, "unknown event");
-      if (s) s = backend_->waitEvent(key, m.getEvent());
-      finish(h, s);
-      return Status::ok();
-    }
-
-    case R::EVENT_CREATE: {
-      RGPU_TRY(bulkNotExpected());
-      auto m = req.getEventCreate();
-      Status s = checkDevice(m.getDevice());
-      if (s && (m.getId() == 0 || events_.count(m.getId()))) s = Status(err::kInvalidValue, "event id in use");
-      if (s && events_.size() >= L.max_events)
-        s = Status(err::kLaunchOutOfResources, "session event limit reached (max_events = " + std::to_string(L.max_events) + ")");
-      if (s) s = backend_->createEvent(m.getId(), m.getDevice(), m.getFlags());
-      if (s) events_[m.getId()] = m.getDevice();
-      finish(h, s);
-      return Status::ok();
-    }
-    case R::EVENT_RECORD: {
-      RGPU_TRY(bulkNotExpected());
-      auto m = req.getEventRecord();
-      StreamKey key;
-      Status s = checkStream(m.getStream(), key);
-      if (s && !events_.count(m.getId())) s = Status(err::kInvalidResourceHandle, "unknown event");
-      if (s) s = backend_->recordEvent(m.getId(), key);
-      finish(h, s);
-      return Status::ok();
-    }
-    case R::EVENT_SYNCHRONIZE: {
-      RGPU_TRY(bulkNotExpected());
-      uint32_t id = req.getEventSynchronize().getId();
-      Status s = events_.count(id) ? Status::ok() : Status(err::kInvalidResourceHandle, "unknown event");
-      if (s) s = backend_->whenEventDone(id, [this, seq](Status st) { sendReply(seq, st, nullptr); });
-      if (!s) finish(h, s);
-      return Status::ok();
-    }
-    case R::EVENT_QUERY: {
-      RGPU_TRY(bulkNotExpected());
-      uint32_t id = req.getEventQuery().getId();
-      Status s = events_.count(id) ? Status::ok() : Status(err::kInvalidResourceHandle, "unknown event");
-      if (s) {
-        auto d = backend_->eventDone(id);
-        s = !d ? d.status() : *d ? Status::ok() : Status(err::kNotReady, "event not completed");
-      }
-      finish(h, s);
-      return Status::ok();
-    }
-    case R::EVENT_ELAPSED_TIME: {
-      RGPU_TRY(bulkNotExpected());
-      auto m = req.getEventElapsedTime();
-      Status s = events_.count(m.getStart()) && events_.count(m.getEnd())
-                     ? Status::ok()
-                     : Status(err::kInvalidResourceHandle, "unknown event");
-      float ms = 0;
-      if (s) {
-        auto r = backend_->elapsedMs(m.getStart(), m.getEnd());
-        if (r) ms = *r;
-        else s = r.status();
-      }
-      finish(h, s, [ms](auto& r) { r.setElapsedMs(ms); });
-      return Status::ok();
-    }
-    case R::EVENT_DESTROY: {
-      RGPU_TRY(bulkNotExpected());
-      uint32_t id = req.getEventDestroy().getId();
-      Status s = events_.count(id) ? backend_->destroyEvent(id) : Status(err::kInvalidResourceHandle, "unknown event");
-      if (s) events_.erase(id);
-      finish(h, s);
-      return Status::ok();
-    }
-
-    case R::DEVICE_SYNCHRONIZE: {
-      RGPU_TRY(bulkNotExpected());
-      int dev = req.getDeviceSynchronize().getDevice();
-      Status s = checkDevice(dev);
-      if (s) s = backend_->whenDeviceDone(dev, [this, seq](Status st) { sendReply(seq, st, nullptr); });
-      if (!s) finish(h, s);
-      return Status::ok();
-    }
-    case R::DEVICE_RESET: {
-      RGPU_TRY(bulkNotExpected());
-      int dev = req.getDeviceReset().getDevice();
-      Status s = checkDevice(dev);
-      if (!s) return finish(h, s), Status::ok();
-      // As NVIDIA's runtime: everything the device's context held goes.
-      // Requests from now on no longer find it; the memory and the modules
-      // (whose __device__ variables start from their initial values when
-      // loaded again) are released once the device's queued work is done.
-      std::vector<uint64_t> mine;
-      for (uint64_t b : allocs_.bases()) {
-        const AllocationTable::Entry* e = allocs_.find(b);
-        if (e->device == dev && !e->is_symbol) mine.push_back(b);
-      }
-      uint64_t charge = 0;
-      for (uint64_t b : mine) {
-        auto e = allocs_.remove(b);
-        if (e) charge += chargedBytes(e->size);
-      }
-      std::vector<uint32_t> mods;
-      for (auto& [id, d] : modules_)
-        if (d == dev) mods.push_back(id);
-      for (uint32_t id : mods) forgetModule(id);
-      for (auto it = streams_.begin(); it != streams_.end();) {
-        if (it->second != dev) {
-          ++it;
-          continue;
-        }
-        (void)backend_->destroyStream({it->first, dev});
-        it = streams_.erase(it);
-      }
-      for (auto it = events_.begin(); it != events_.end();) {
-        if (it->second != dev) {
-          ++it;
-          continue;
-        }
-        (void)backend_->destroyEvent(it->first);
-        it = events_.erase(it);
-      }
-      int phys = physical(dev);
-      s = backend_->afterDeviceDone(
-          dev,
-          [this, mine, mods] {
-            for (uint64_t b : mine) (void)backend_->release(b);
-            for (uint32_t id : mods) (void)backend_->unloadModule(id);  // (one that never loaded: unknown, ignored)
-            return Status::ok();
-          },
-          [this, seq, phys, charge](Status) {
-            pool_.release(phys, charge);
-            sendReply(seq, Status::ok(), nullptr);
-          });
-      if (!s) finish(h, s);
-      return Status::ok();
-    }
-    case R::MEM_GET_INFO: {
-      RGPU_TRY(bulkNotExpected());
-      int dev = req.getMemGetInfo().getDevice();
-      uint64_t free = 0, total = 0;
-      Status s = checkDevice(dev);
-      if (s) s = backend_->memInfo(dev, free, total);
-      if (s && placement_.quota) {
-        // The quota-limited view: what this user may still allocate here.
-        auto [quota, used] = pool_.quotaView(physical(dev));
-        if (quota) {
-          total = std::min(total, quota);
-          free = std::min(free, quota > used ? quota - used : 0);
-        }
-      }
-      finish(h, s, [free, total](auto& r) {
-        auto mi = r.initMemInfo();
-        mi.setFree(free);
-        mi.setTotal(total);
-      });
-      return Status::ok();
-    }
-
-    case R::MODULE_LOAD: {
-      auto m = req.getModuleLoad();
-      Status s = checkDevice(m.getDevice());
-      if (s && (m.getId() == 0 || modules_.count(m.getId()))) s = Status(err::kInvalidValue, "module id in use");
-      if (s && modules_.size() >= L.max_modules)
-        s = Status(err::kLaunchOutOfResources, "session module limit reached (max_modules = " + std::to_string(L.max_modules) + ")");
-      if (s && h.bulk_len > protocol::kMaxFatbinBytes) s = Status(err::kInvalidKernelImage, "fatbin too large");
-      if (!s) {
-        RGPU_TRY(consumeBulk(h, h.bulk_len, nullptr));
-        return finish(h, s), Status::ok();
-      }
-      Staging data;
-      RGPU_TRY(consumeBulk(h, h.bulk_len, &data));
-      s = backend_->loadModule(m.getId(), m.getDevice(), std::string(data->begin(), data->end()));
-      modules_[m.getId()] = m.getDevice();
-      if (!s) {
-        // As NVIDIA's lazy loading: the error belongs to the module's kernels
-        // and variables, and is the answer of whatever first uses them (a
-        // launch, cudaFuncGetAttributes, a symbol copy), not of an unrelated
-        // later call. (A synchronous load is answered with it as well.)
-        RGPU_LOG_WARN("session {}: module {} rejected: {}", session_id_, m.getId(), s.message());
-        module_errors_[m.getId()] = s;
-      }
-      finish(h, h.flags & protocol::kFlagAsync ? Status::ok() : s);
-      return Status::ok();
-    }
-    case R::MODULE_UNLOAD: {
-      RGPU_TRY(bulkNotExpected());
-      uint32_t id = req.getModuleUnload().getId();
-      auto mod = modules_.find(id);
-      if (mod == modules_.end()) return finish(h, Status(err::kInvalidResourceHandle, "unknown module")), Status::ok();
-      int dev = mod->second;
-      bool loaded = !module_errors_.count(id);
-      forgetModule(id);
-      if (!loaded) return finish(h, Status::ok()), Status::ok();
-      // Unloading may synchronise the device: it happens once the device's
-      // queued work is done (launches already queued still run), off the
-      // dispatch thread, which a pending host function may be waiting for.
-      Status s = backend_->afterDeviceDone(dev, [this, id] { return backend_->unloadModule(id); },
-                                           [this](Status r) {
-                                             if (!r) recordAsyncError(r);
-                                           });
-      finish(h, s);
-      return Status::ok();
-    }
-    case R::FUNCTION_REGISTER: {
-      RGPU_TRY(bulkNotExpected());
-      auto m = req.getFunctionRegister();
-      Status s = canRegister(m.getModule());
-      if (s) {
-        // A kernel that cannot run (its module failed to load, or the module
-        // lacks it) stays registered with that error: its launches and
-        // attribute queries answer with it.
-        auto bad = module_errors_.find(m.getModule());
-        Result<uint32_t> bytes = bad != module_errors_.end()
-                                     ? Result<uint32_t>(bad->second)
-                                     : backend_->registerFunction(m.getId(), m.getModule(), m.getName());
-        functions_[m.getId()] = {m.getModule(), bytes ? *bytes : 0, bytes.status()};
-      }
-      finish(h, s);
-      return Status::ok();
-    }
-    case R::VAR_REGISTER: {
-      RGPU_TRY(bulkNotExpected());
-      auto m = req.getVarRegister();
-      Status s = canRegister(m.getModule());
-      if (s) vars_[m.getId()] = {m.getModule(), m.getName(), m.getSize(), 0};
-      finish(h, s);
-      return Status::ok();
-    }
-    case R::SYMBOL_ADDRESS: {
-      RGPU_TRY(bulkNotExpected());
-      auto it = vars_.find(req.getSymbolAddress().getId());
-      if (it == vars_.end()) return finish(h, Status(err::kInvalidSymbol, "unknown symbol")), Status::ok();
-      if (auto bad = module_errors_.find(it->second.module); bad != module_errors_.end())
-        return finish(h, bad->second), Status::ok();
-      auto g = backend_->globalAddress(it->second.module, it->second.name, it->second.size);
-      if (!g) return finish(h, g.status()), Status::ok();
-      uint64_t addr = g->first, size = g->second;
-      if (!allocs_.find(addr)) {
-        Status a = allocs_.add(addr, size, modules_[it->second.module], true);
-        if (!a) return finish(h, a), Status::ok();
-      }
-      it->second.addr = addr;
-      finish(h, Status::ok(), [addr, size](auto& r) {
-        auto sym = r.initSymbol();
-        sym.setAddress(addr);
-        sym.setSize(size);
-      });
-      return Status::ok();
-    }
-    case R::LAUNCH_KERNEL: {
-      RGPU_TRY(bulkNotExpected());
-      auto m = req.getLaunchKernel();
-      auto f = functions_.find(m.getFunction());
-      StreamKey key;
-      Status s = f == functions_.end() ? Status(err::kInvalidDeviceFunction, "unknown function") : f->second.unusable;
-      if (s) s = checkStream(m.getStream(), key);
-      auto params = m.getParams();
-      if (s && params.size() != f->second.param_bytes)
-        s = Status(err::kInvalidValue, "parameter block of " + std::to_string(params.size()) + " bytes; the kernel takes " +
-                                           std::to_string(f->second.param_bytes));
-      if (s) {
-        LaunchConfig cfg;
-        cfg.grid = {m.getGrid().getX(), m.getGrid().getY(), m.getGrid().getZ()};
-        cfg.block = {m.getBlock().getX(), m.getBlock().getY(), m.getBlock().getZ()};
-        cfg.shared_mem = m.getSharedMem();
-        s = backend_->launch(key, m.getFunction(), cfg, std::string(params.begin(), params.end()));
-      }
-      finish(h, s);
-      return Status::ok();
-    }
-    case R::FUNC_GET_ATTRIBUTES: {
-      RGPU_TRY(bulkNotExpected());
-      uint32_t id = req.getFuncGetAttributes().getId();
-      if (Status u = usableFunction(id); !u) return finish(h, u), Status::ok();
-      auto a = backend_->functionAttributes(id);
-      if (!a) return finish(h, a.status()), Status::ok();
-      FunctionAttributes fa = *a;
-      finish(h, Status::ok(), [fa](auto& r) {
-        auto o = r.initFuncAttributes();
-        o.setSharedSizeBytes(fa.shared_size);
-        o.setConstSizeBytes(fa.const_size);
-        o.setLocalSizeBytes(fa.local_size);
-        o.setMaxThreadsPerBlock(fa.max_threads_per_block);
-        o.setNumRegs(fa.num_regs);
-        o.setPtxVersion(fa.ptx_version);
-        o.setBinaryVersion(fa.binary_version);
-        o.setMaxDynamicSharedSizeBytes(fa.max_dynamic_shared);
-        o.setPreferredShmemCarveout(fa.preferred_carveout);
-      });
-      return Status::ok();
-    }
-    case R::FUNC_SET_ATTRIBUTE: {
-      RGPU_TRY(bulkNotExpected());
-      auto m = req.getFuncSetAttribute();
-      Status s = usableFunction(m.getId());
-      if (s) s = backend_->setFunctionAttribute(m.getId(), m.getAttr(), m.getValue());
-      finish(h, s);
-      return Status::ok();
-    }
-    case R::OCCUPANCY: {
-      RGPU_TRY(bulkNotExpected());
-      auto m = req.getOccupancy();
-      if (Status u = usableFunction(m.getId()); !u) return finish(h, u), Status::ok();
-      auto n = backend_->occupancy(m.getId(), m.getBlockSize(), m.getDynamicSmem());
-      if (!n) return finish(h, n.status()), Status::ok();
-      int64_t v = *n;
-      finish(h, Status::ok(), [v](auto& r) { r.setValue(v); });
-      return Status::ok();
-    }
-    case R::HOST_FUNC_ENQUEUE: {
-      RGPU_TRY(bulkNotExpected());
-      auto m = req.getHostFuncEnqueue();
-      StreamKey key;
-      Status s = checkStream(m.getStream(), key);
-      uint64_t id = m.getId();
-      if (s) {
-        std::lock_guard lock(host_mu_);
-        if (host_pending_.size() >= L.max_pending_host_funcs)
-          s = Status(err::kLaunchOutOfResources, "too many pending host functions (max_pending_host_funcs = " +
-                                                     std::to_string(L.max_pending_host_funcs) + ")");
-        else if (!host_pending_.insert(id).second) s = Status(err::kInvalidValue, "host function id in use");
-      }
-      if (s) {
-        s = backend_->hostCall(key, [this, id] {
-          sendNotify([id](wire::Notify::Builder& n) { n.setHostFuncReady(id); });
-          std::unique_lock lock(host_mu_);
-          host_cv_.wait(lock, [&] { return closing_ || !host_pending_.count(id); });
-        });
-      }
-      finish(h, s);
-      return Status::ok();
-    }
-    case R::HOST_FUNC_DONE: {
-      RGPU_TRY(bulkNotExpected());
-      {
-        std::lock_guard lock(host_mu_);
-        host_pending_.erase(req.getHostFuncDone().getId());
-      }
-      host_cv_.notify_all();
-      finish(h, Status::ok());
-      return Status::ok();
-    }
-    case R::POOL_STATUS: {
-      RGPU_TRY(bulkNotExpected());
-      auto st = pool_.status(identity_);
-      if (!st) return finish(h, st.status()), Status::ok();
-      // Copy into words: the datagram bytes carry no alignment guarantee.
-      kj::Array<capnp::word> words = kj::heapArray<capnp::word>(st->size() / sizeof(capnp::word));
-      std::memcpy(words.begin(), st->data(), words.size() * sizeof(capnp::word));
-      capnp::FlatArrayMessageReader pr(words, common::readerOptions());
-      auto status = pr.getRoot<wire::PoolStatus>();
-      finish(h, Status::ok(), [&](auto& r) { r.setPoolStatus(status); });
-      return Status::ok();
-    }
-    case R::POINTER_ATTRIBUTES: {
-      RGPU_TRY(bulkNotExpected());
-      uint64_t base = 0;
-      const AllocationTable::Entry* e = allocs_.find(req.getPointerAttributes().getPtr(), &base);
-      if (!e) return finish(h, Status(err::kInvalidValue, "not a device pointer of this session")), Status::ok();
-      int dev = e->device;
-      uint64_t size = e->size;
-      finish(h, Status::ok(), [dev, base, size](auto& r) {
-        auto p = r.initPointer();
-        p.setDevice(dev);
-        p.setBase(base);
-        p.setSize(size);
-      });
-      return Status::ok();
-    }
-    case R::BLAS:
-    case R::LT_MATMUL:
-    case R::LT_HEURISTIC:
-      return dispatchBlas(h, req);
-  }
+  auto which = static_cast<size_t>(req.which());
+  if (which < handlers().size() && handlers()[which]) return (this->*handlers()[which])(h, req);
   // A call this server does not know (a newer client): refuse it, keep serving.
   RGPU_LOG_WARN("session {}: unknown call {} from client", session_id_, static_cast<int>(req.which()));
   if (h.bulk_len) RGPU_TRY(reader_->skipBulk(h));
   finish(h, Status(err::kNotSupported, "call " + std::to_string(static_cast<int>(req.which())) +
                                           " is not supported by this server (version " RGPU_VERSION ")"));
+  return Status::ok();
+}
+
+Status Session::bulkNotExpected(const FrameHeader& h) const {
+  // Requests that carry bulk bytes must consume them whatever the outcome.
+  if (h.bulk_len) return Status(err::kInvalidValue, "unexpected bulk payload");
+  return Status::ok();
+}
+
+Status Session::onPing(const FrameHeader& h, wire::Request::Reader) {
+  RGPU_TRY(bulkNotExpected(h));
+  finish(h, Status::ok());
+  return Status::ok();
+}
+
+Status Session::onPoolStatus(const FrameHeader& h, wire::Request::Reader req) {
+  RGPU_TRY(bulkNotExpected(h));
+  auto st = pool_.status(identity_);
+  if (!st) return finish(h, st.status()), Status::ok();
+  // Copy into words: the datagram bytes carry no alignment guarantee.
+  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(st->size() / sizeof(capnp::word));
+  std::memcpy(words.begin(), st->data(), words.size() * sizeof(capnp::word));
+  capnp::FlatArrayMessageReader pr(words, common::readerOptions());
+  auto status = pr.getRoot<wire::PoolStatus>();
+  finish(h, Status::ok(), [&](auto& r) { r.setPoolStatus(status); });
   return Status::ok();
 }
 

@@ -20,6 +20,7 @@
 // replies and notifications the client lacks).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -95,11 +96,67 @@ class Session {
   void stopResumeThread();
   // The user a connection authenticates as (certificate CN or token), or "".
   std::string authenticate(const common::TlsConnection& conn, const std::string& token) const;
-  // Handles one request; returns non-ok only for errors that end the session
-  // (transport failure). Call errors go back to the client.
+  // Handles one request through its handler (handlers()); returns non-ok
+  // only for errors that end the session (transport failure). Call errors go
+  // back to the client.
   Status dispatch(const protocol::FrameHeader& h, wire::Request::Reader req);
-  // cuBLAS and cuBLASLt calls (session_blas.cc).
+  // The handler of each request kind, by its wire::Request union ordinal; null: unknown.
+  using Handler = Status (Session::*)(const protocol::FrameHeader& h, wire::Request::Reader req);
+  using Handlers = std::array<Handler, 64>;
+  static const Handlers& handlers();
+  // The handlers, one per request kind, in the file of their subsystem.
+  Status onPing(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // session_memory.cc
+  Status onMalloc(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onFree(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onMemcpyHtoD(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onMemcpyDtoH(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onMemcpyDtoD(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onMemcpyPeer(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onMemset(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onMemset2D(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onMemcpy2D(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onMemGetInfo(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onPointerAttributes(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // session_streams.cc: streams, events, devices, host functions
+  Status onStreamCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onStreamDestroy(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onStreamSynchronize(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onStreamQuery(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onStreamWaitEvent(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onEventCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onEventRecord(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onEventSynchronize(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onEventQuery(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onEventElapsedTime(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onEventDestroy(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onDeviceSynchronize(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onDeviceReset(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onHostFuncEnqueue(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onHostFuncDone(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // session_modules.cc: modules, kernels, variables, launches
+  Status onModuleLoad(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onModuleUnload(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onFunctionRegister(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onVarRegister(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onSymbolAddress(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onLaunchKernel(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onFuncGetAttributes(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onFuncSetAttribute(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onOccupancy(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // (session.cc)
+  Status onPoolStatus(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // session_blas.cc: cuBLAS and cuBLASLt calls.
   Status dispatchBlas(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // A request that carries no bulk bytes must have none (else the stream position is lost).
+  Status bulkNotExpected(const protocol::FrameHeader& h) const;
+  // A kernel or a variable may be registered: its module exists and the session has room.
+  Status canRegister(uint64_t module) const;
+  // A copy to the device: a synchronous one (cudaMemcpy) is answered once the
+  // copy is done, with any error of the work before it, as NVIDIA's returns.
+  void finishCopyIn(const protocol::FrameHeader& h, StreamKey key, Status s);
+  // Device memory is accounted in cudaMalloc's 256-byte granules.
+  static uint64_t chargedBytes(uint64_t size) { return (size + 255) / 256 * 256; }
   Status consumeBulk(const protocol::FrameHeader& h, uint64_t expected, Staging* into);
 
   using Fill = std::function<void(wire::Reply::Builder&)>;
