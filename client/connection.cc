@@ -197,10 +197,12 @@ Status Connection::broken() const {
 }
 
 std::string Connection::takeDeviceOutput() {
-  std::lock_guard lock(output_mu_);
   std::string out;
+  if (!has_output_.load(std::memory_order_acquire)) return out;
+  std::lock_guard lock(output_mu_);
   out.swap(device_output_);
   output_dropped_ = false;
+  has_output_.store(false, std::memory_order_relaxed);
   return out;
 }
 
@@ -557,6 +559,7 @@ Status Connection::receive(common::TlsConnection& conn) {
             std::lock_guard lock(output_mu_);
             if (device_output_.size() + text.size() <= kMaxDeviceOutput) {
               device_output_.append(reinterpret_cast<const char*>(text.begin()), text.size());
+              has_output_.store(true, std::memory_order_release);
             } else if (!output_dropped_) {
               output_dropped_ = true;
               RGPU_LOG_WARN("more than {} bytes of device printf output arrived without a synchronisation point; "

@@ -201,6 +201,7 @@ class Connection {
   std::mutex output_mu_;
   std::string device_output_;
   bool output_dropped_ = false;
+  std::atomic<bool> has_output_{false};  // device_output_ is not empty: saves the lock on every launch
 
   std::mutex cb_mu_;
   std::condition_variable cb_cv_;

@@ -399,6 +399,9 @@ void Runtime::forgetDevice(int device) {
     // Limits and kernel attributes set on the device start from their defaults again.
     std::lock_guard lock(limits_mu_);
     std::erase_if(limits_, [device](const auto& l) { return l.first.first == device; });
+  }
+  {
+    std::unique_lock lock(launch_limits_mu_);
     std::erase_if(launch_limits_, [device](const auto& l) { return l.first.second == device; });
   }
   {
@@ -652,7 +655,7 @@ Result<cudaFuncAttributes> Runtime::funcAttributes(const KernelRecord& k, int de
     l.error = s;
   }
   {
-    std::lock_guard lock(limits_mu_);
+    std::unique_lock lock(launch_limits_mu_);
     launch_limits_[{k.index, device}] = l;
   }
   if (!s) return s;
@@ -661,19 +664,19 @@ Result<cudaFuncAttributes> Runtime::funcAttributes(const KernelRecord& k, int de
 
 Result<LaunchLimits> Runtime::launchLimits(const KernelRecord& k, int device, bool refresh) {
   if (!refresh) {
-    std::lock_guard lock(limits_mu_);
+    std::shared_lock lock(launch_limits_mu_);
     auto it = launch_limits_.find({k.index, device});
     if (it != launch_limits_.end()) return it->second;
   }
   auto a = funcAttributes(k, device);
-  std::lock_guard lock(limits_mu_);
+  std::shared_lock lock(launch_limits_mu_);
   auto it = launch_limits_.find({k.index, device});
   if (it == launch_limits_.end()) return a.status();
   return it->second;
 }
 
 void Runtime::forgetLaunchLimits(const KernelRecord& k, int device) {
-  std::lock_guard lock(limits_mu_);
+  std::unique_lock lock(launch_limits_mu_);
   launch_limits_.erase({k.index, device});
 }
 

@@ -198,7 +198,8 @@ class Runtime {
   unsigned device_flags_ = 0;
   std::mutex limits_mu_;
   std::map<std::pair<int, int>, size_t> limits_;  // (device, cudaLimit) -> value set
-  std::map<std::pair<uint32_t, int>, LaunchLimits> launch_limits_;  // (kernel, device); limits_mu_
+  std::shared_mutex launch_limits_mu_;  // read on every launch
+  std::map<std::pair<uint32_t, int>, LaunchLimits> launch_limits_;  // (kernel, device)
 
   std::shared_mutex reg_mu_;
   std::deque<ModuleRecord> modules_;
