@@ -120,6 +120,36 @@ TEST_F(Gpu, KernelFaultIsStickyForItsClientAndTheServerGoesOn) {
   EXPECT_EQ(after.code, 0) << after.output;
 }
 
+TEST_F(Gpu, OrderingGuaranteesHoldNativelyAndThroughRgpu) {
+  // The cases of tests/e2e/ordering.cu and blas_threads.cu encode NVIDIA's
+  // semantics: each must hold against NVIDIA's runtime on this GPU too (which
+  // proves the test, not rgpu). Left out natively: what rgpu reports
+  // differently on purpose (classify: no unified addressing across the
+  // network; attrs: no cooperative launch) and what needs two GPUs (peer).
+  struct C {
+    const char* program;
+    const char* name;
+    bool native;
+  };
+  const C cases[] = {
+      {"ordering", "freehost", true},    {"ordering", "query", true},    {"ordering", "destroy", true},
+      {"ordering", "sticky", true},      {"ordering", "launch", true},   {"ordering", "stubs", true},
+      {"ordering", "ptds", true},        {"ordering", "syncfault", true}, {"ordering", "reset", true},
+      {"ordering", "printf", true},      {"ordering", "pitch", true},    {"ordering", "fork", true},
+      {"ordering", "classify", false},   {"ordering_rdc", "noimage", true}, {"blas_threads", "dots", true},
+      {"blas_threads", "heuristic", true}, {"blas_threads", "workspace", true},
+  };
+  for (const C& c : cases) {
+    std::string cmd = testProgram(c.program) + " " + c.name;
+    if (c.native) {
+      RunResult n = native(cmd);
+      EXPECT_NE(n.output.find(std::string("ok ") + c.name), std::string::npos) << c.name << " natively:\n" << n.output;
+    }
+    RunResult r = viaRgpu(cmd);
+    EXPECT_NE(r.output.find(std::string("ok ") + c.name), std::string::npos) << c.name << " through rgpu:\n" << r.output;
+  }
+}
+
 TEST_F(Gpu, BenchmarkRunsNativelyAndThroughRgpu) {
   RunResult n = native(testProgram("gpu_bench") + " --quick");
   RunResult r = viaRgpu(testProgram("gpu_bench") + " --quick");
