@@ -36,6 +36,11 @@ Result<std::unique_ptr<DeviceArena>> DeviceArena::create(uint64_t bytes, uint64_
   bytes = (bytes + page - 1) / page * page;
   if (bytes == 0) bytes = page;
   uint64_t stride = (bytes + kDeviceWindowSlot - 1) / kDeviceWindowSlot * kDeviceWindowSlot;
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer allows application memory only in its own ranges: the
+  // window is not one of them, so the system places the arena.
+  preferred = 0;
+#endif
   void* p = nullptr;
   for (int slot = 0; slot < 16 && !p && preferred; ++slot) p = mapAt(preferred + slot * stride, bytes, true);
   if (!p) {
