@@ -3,13 +3,11 @@
 #include <cstdio>
 
 namespace rgpu::server {
-namespace {
-std::string hex(uint64_t v) {
+std::string hexAddress(uint64_t v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
   return buf;
 }
-}  // namespace
 
 Status AllocationTable::add(uint64_t base, uint64_t size, int device, bool is_symbol) {
   if (entries_.size() >= max_entries_)
@@ -23,7 +21,7 @@ Status AllocationTable::add(uint64_t base, uint64_t size, int device, bool is_sy
 Result<AllocationTable::Entry> AllocationTable::remove(uint64_t base) {
   auto it = entries_.find(base);
   if (it == entries_.end() || it->second.is_symbol)
-    return Status(err::kInvalidValue, "pointer " + hex(base) + " is not the start of an allocation of this session");
+    return Status(err::kInvalidValue, "pointer " + hexAddress(base) + " is not the start of an allocation of this session");
   Entry e = it->second;
   entries_.erase(it);
   return e;
@@ -42,10 +40,10 @@ Status AllocationTable::check(uint64_t ptr, uint64_t size, int* device) const {
   uint64_t base = 0;
   const Entry* e = find(ptr, &base);
   if (!e)
-    return Status(err::kInvalidValue, "pointer " + hex(ptr) + " is not inside an allocation of this session");
+    return Status(err::kInvalidValue, "pointer " + hexAddress(ptr) + " is not inside an allocation of this session");
   if (size > e->size - (ptr - base))
-    return Status(err::kInvalidValue, "range " + hex(ptr) + " + " + std::to_string(size) +
-                                          " bytes runs past the end of its allocation (" + hex(base) + ", " +
+    return Status(err::kInvalidValue, "range " + hexAddress(ptr) + " + " + std::to_string(size) +
+                                          " bytes runs past the end of its allocation (" + hexAddress(base) + ", " +
                                           std::to_string(e->size) + " bytes)");
   if (device) *device = e->device;
   return Status::ok();

@@ -13,6 +13,9 @@
 
 namespace rgpu::server {
 
+// A device address as the logs show it ("0x7f...").
+std::string hexAddress(uint64_t v);
+
 class AllocationTable {
  public:
   struct Entry {

@@ -9,14 +9,6 @@ namespace rgpu::server {
 
 using protocol::FrameHeader;
 
-namespace {
-std::string hexPtr(uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-}  // namespace
-
 void Session::finishCopyIn(const FrameHeader& h, StreamKey key, Status s) {
   if (s && !(h.flags & protocol::kFlagAsync)) {
     const uint64_t seq = h.seq;
@@ -93,7 +85,7 @@ Status Session::onFree(const FrameHeader& h, wire::Request::Reader req) {
   if (ptr == 0) return finish(h, Status::ok()), Status::ok();
   auto e = allocs_.remove(ptr);
   if (!e) {
-    RGPU_LOG_WARN("session {}: cudaFree of {}: {}", session_id_, hexPtr(ptr), e.status().message());
+    RGPU_LOG_WARN("session {}: cudaFree of {}: {}", session_id_, hexAddress(ptr), e.status().message());
     return finish(h, e.status()), Status::ok();
   }
   // cudaFree waits for the device: work still queued may use the memory.
