@@ -99,13 +99,12 @@ void Runtime::shutdownAtExit() {
   rt.exiting_ = true;
   rt.conn_tried_ = true;
   rt.conn_error_ = Status(err::kCudartUnloading, "the program is exiting: the rgpu connection is closed");
-  // The context's destruction flushes the device's printf buffer on a GPU.
-  rt.flushDeviceOutput();
   rt.conn_ptr_.store(nullptr, std::memory_order_release);
   // The Connection object stays (a thread of the program may still hold a
   // pointer to it); closing makes its calls fail instead of touching freed state.
   if (rt.conn_) {
     rt.conn_->close();
+    // The context's destruction flushes the device's printf buffer on a GPU.
     std::string rest = rt.conn_->takeDeviceOutput();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::fflush(stdout);
