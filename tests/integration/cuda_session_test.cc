@@ -13,12 +13,7 @@ namespace {
 class CudaSession : public ::testing::Test {
  protected:
   CudaSession() : certs_((makeCerts(dir_.path()), 0)), server_(dir_.path(), "", true) {}
-  RawClient authed() {
-    RawClient c(server_.connect("alice"));
-    auto [err, msg] = c.hello();
-    EXPECT_EQ(err, 0) << msg;
-    return c;
-  }
+  RawClient authed() { return authedClient(server_); }
   TempDir dir_;
   int certs_;
   InProcessServer server_;

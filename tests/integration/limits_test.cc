@@ -21,12 +21,7 @@ constexpr const char* kLimits =
 class Limits : public ::testing::Test {
  protected:
   Limits() : certs_((makeCerts(dir_.path()), 0)), server_(dir_.path(), kLimits) {}
-  RawClient authed() {
-    RawClient c(server_.connect("alice"));
-    auto [err, msg] = c.hello();
-    EXPECT_EQ(err, 0) << msg;
-    return c;
-  }
+  RawClient authed() { return authedClient(server_); }
   template <typename F>
   static RawReply call(RawClient& c, F fill, const std::vector<uint8_t>& bulk = {}) {
     return c.call(fill, bulk);

@@ -178,6 +178,14 @@ class RawClient {
   uint64_t next_seq_ = 1;
 };
 
+// A client of `server` that said Hello and was welcomed as `cert`'s user.
+inline RawClient authedClient(InProcessServer& server, const std::string& cert = "alice") {
+  RawClient c(server.connect(cert));
+  auto [err, msg] = c.hello();
+  EXPECT_EQ(err, 0) << msg;
+  return c;
+}
+
 // The test tree's PTX-only build of tests/data/kernels.cu (runs on the sim and the fake driver).
 inline std::vector<uint8_t> testFatbin() {
   std::string f = readFile(std::string(RGPU_TEST_DATA_DIR) + "/kernels_ptxonly.fatbin");

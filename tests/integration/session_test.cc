@@ -13,12 +13,7 @@ class SessionTest : public ::testing::Test {
  protected:
   SessionTest() : certs_((makeCerts(dir_.path()), 0)), server_(dir_.path(), "[limits]\nmax_streams = 8\n") {}
   RawClient client(const std::string& cert = "alice") { return RawClient(server_.connect(cert)); }
-  RawClient authed(const std::string& cert = "alice") {
-    RawClient c = client(cert);
-    auto [err, msg] = c.hello();
-    EXPECT_EQ(err, 0) << msg;
-    return c;
-  }
+  RawClient authed(const std::string& cert = "alice") { return authedClient(server_, cert); }
   TempDir dir_;
   int certs_;
   InProcessServer server_;
