@@ -77,10 +77,11 @@ void SimBackend::setOutputSink(std::function<void(std::string)> sink) {
   output_sink_ = std::move(sink);
 }
 
-ptx::MemoryRanges SimBackend::memoryRangesLocked() const {
+ptx::MemoryRanges SimBackend::memoryRangesLocked(uint64_t op_seq) const {
   ptx::MemoryRanges r;
   r.reserve(allocations_.size());
-  for (auto& [base, a] : allocations_) r.emplace_back(base, base + a.size);
+  for (auto& [base, a] : allocations_)
+    if (!a.retired_at || a.retired_at > op_seq) r.emplace_back(base, base + a.size);
   std::sort(r.begin(), r.end());
   return r;
 }
@@ -120,11 +121,24 @@ Result<DevPtr> SimBackend::allocateLocked(int device, uint64_t size) {
 
 void SimBackend::releaseLocked(DevPtr ptr) {
   auto it = allocations_.find(ptr);
-  if (it == allocations_.end()) return;
-  used_[it->second.device] -= it->second.size;
-  if (arena_) arena_->free(ptr);
-  else std::free(reinterpret_cast<void*>(ptr));
-  allocations_.erase(it);
+  if (it == allocations_.end() || it->second.retired_at) return;
+  it->second.retired_at = next_op_seq_;
+  retired_allocs_.push_back(ptr);
+  reclaimLocked();
+}
+
+void SimBackend::reclaimLocked() {
+  // Every operation numbered below this one has run.
+  uint64_t oldest = pending_ops_.empty() ? next_op_seq_ : *pending_ops_.begin();
+  std::erase_if(retired_allocs_, [&](DevPtr ptr) {
+    auto it = allocations_.find(ptr);
+    if (it->second.retired_at > oldest) return false;
+    used_[it->second.device] -= it->second.size;
+    if (arena_) arena_->free(ptr);
+    else std::free(reinterpret_cast<void*>(ptr));
+    allocations_.erase(it);
+    return true;
+  });
 }
 
 Result<DevPtr> SimBackend::allocate(int device, uint64_t size) {
@@ -143,7 +157,9 @@ Result<std::pair<DevPtr, uint64_t>> SimBackend::allocatePitch(int device, uint64
 
 Status SimBackend::release(DevPtr ptr) {
   std::lock_guard lock(mu_);
-  if (!allocations_.count(ptr)) return Status(err::kInvalidDevicePointer, "not an allocation");
+  auto it = allocations_.find(ptr);
+  if (it == allocations_.end() || it->second.retired_at)
+    return Status(err::kInvalidDevicePointer, "not an allocation");
   releaseLocked(ptr);
   return Status::ok();
 }
@@ -259,7 +275,9 @@ bool SimBackend::depsMet(const std::vector<Dep>& deps) const {
 Status SimBackend::enqueueLocked(Stream* s, std::function<void()> fn, std::vector<Dep> extra) {
   std::vector<Dep> deps = implicitDeps(s);
   deps.insert(deps.end(), extra.begin(), extra.end());
-  s->queue.push_back({std::move(fn), std::move(deps)});
+  uint64_t seq = next_op_seq_++;
+  pending_ops_.insert(seq);
+  s->queue.push_back({std::move(fn), std::move(deps), seq});
   ++s->enqueued;
   progress_.notify_all();
   return Status::ok();
@@ -274,6 +292,7 @@ Status SimBackend::enqueue(StreamKey key, std::function<void()> fn) {
 
 namespace {
 thread_local void* t_running_stream = nullptr;  // the stream whose op this thread runs
+thread_local uint64_t t_running_op = 0;         // and that op's sequence number
 }  // namespace
 
 OnWire SimBackend::repliedHook() {
@@ -296,10 +315,14 @@ void SimBackend::runStream(Stream* s) {
     Op op = std::move(s->queue.front());
     s->queue.pop_front();
     lock.unlock();
+    t_running_op = op.seq;
     op.fn();
+    op.fn = nullptr;  // what it captured (staging, its module's code) goes before its memory may
     lock.lock();
     ++s->completed;
     s->replied = false;
+    pending_ops_.erase(op.seq);
+    if (!retired_allocs_.empty()) reclaimLocked();
     fireReadyWaitersLocked(lock);
     progress_.notify_all();
   }
@@ -699,7 +722,7 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
     std::function<void(std::string)> out;
     {
       std::lock_guard l(mu_);
-      memory = memoryRangesLocked();
+      memory = memoryRangesLocked(t_running_op);
       out = output_sink_;
     }
     ptx::Launch L;
@@ -750,7 +773,7 @@ Status SimBackend::blas(StreamKey key, const BlasArgs& call, ReadDone done) {
       ptx::MemoryRanges memory;
       if (call.op == BlasOp::kGemmBatched) {
         std::lock_guard l(mu_);
-        memory = memoryRangesLocked();
+        memory = memoryRangesLocked(t_running_op);
       }
       // Pointers read from device memory (a gemmBatched array) must name this session's memory.
       auto valid = [&memory](uint64_t p, uint64_t bytes) { return ptx::findRange(memory, p, bytes) != nullptr; };

@@ -8,6 +8,15 @@
 // dependencies on (stream, ticket) pairs checked before an operation runs.
 // One mutex guards all stream, event and waiter state.
 //
+// Memory outlives every operation that may touch it. Each queued operation
+// carries a sequence number; freeing an allocation (cudaFree, a module's
+// variables on unload, cudaDeviceReset) retires it at once — kernels that
+// start later and were queued later no longer see it — but returns its bytes
+// to the arena only when no operation queued before the free is still
+// pending, on any device's stream. A copy behind a blocked stream, or a
+// kernel of another device that took its snapshot of the memory ranges, can
+// therefore never reach memory reused by a later allocation.
+//
 // Kernels run on the PTX interpreter (server/ptx/), from the PTX the fatbin
 // carries. A launch that faults (illegal address, assert, trap) reports its
 // error at the next synchronising call; such errors are sticky, as on a GPU.
@@ -20,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -122,6 +132,7 @@ class SimBackend final : public Backend {
   struct Op {
     std::function<void()> fn;
     std::vector<Dep> deps;
+    uint64_t seq = 0;  // order of enqueueing, over all streams
   };
   struct Stream {
     int device = 0;
@@ -172,6 +183,10 @@ class SimBackend final : public Backend {
   struct Allocation {
     int device;
     uint64_t size;
+    // 0: live. Else retired (freed by the session) when the next operation
+    // would have been numbered `retired_at`: operations numbered below it may
+    // still touch it, so its bytes stay until they have all run.
+    uint64_t retired_at = 0;
   };
 
   // All below with mu_ held.
@@ -197,9 +212,15 @@ class SimBackend final : public Backend {
   // charged to the session. On a stream's thread.
   void runAsKernel(int device, const std::function<void()>& work);
   Result<DevPtr> allocateLocked(int device, uint64_t size);
-  // Frees what allocateLocked returned and forgets it.
+  // Retires what allocateLocked returned: gone for operations queued from
+  // now on, its bytes freed once the operations queued before have run.
   void releaseLocked(DevPtr ptr);
-  ptx::MemoryRanges memoryRangesLocked() const;
+  // Frees the retired allocations no pending operation may touch any more.
+  void reclaimLocked();
+  // The memory a kernel (or a BLAS call reading pointers from memory) run
+  // as operation `op_seq` may touch: live allocations, and those retired
+  // after it was queued.
+  ptx::MemoryRanges memoryRangesLocked(uint64_t op_seq) const;
 
   std::vector<DeviceDescription> devices_;
   SimOptions opts_;
@@ -213,7 +234,10 @@ class SimBackend final : public Backend {
   std::unordered_map<uint32_t, Module> modules_;
   std::unordered_map<uint32_t, Function> functions_;
   std::unordered_map<DevPtr, Allocation> allocations_;
-  std::vector<uint64_t> used_;  // bytes allocated per device
+  std::vector<uint64_t> used_;  // bytes allocated per device (retired ones until freed)
+  uint64_t next_op_seq_ = 1;
+  std::set<uint64_t> pending_ops_;  // sequence numbers of operations queued and not yet run
+  std::vector<DevPtr> retired_allocs_;  // retired, waiting for pending_ops_ to pass them
   std::unique_ptr<DeviceArena> arena_;  // all devices' memory
   uint64_t module_insts_ = 0;   // decoded instructions of the loaded modules
   std::function<void(Status)> async_sink_;

@@ -5,7 +5,9 @@
 // interpreter, the pool's admission and quota accounting — over a socket pair
 // in plaintext. Requests run in lockstep: a synchronous one waits for its
 // reply (host functions the server asks for are answered), so pointers from
-// earlier cudaMalloc replies can be relocated into later requests.
+// earlier cudaMalloc replies can be relocated into later requests. Host
+// functions the input marks held block their streams for a while
+// (dispatch_input.h), so frees and unloads race work queued behind them.
 //
 // The session must answer or end on every input, never crash, leak, touch
 // memory it does not own or hang: an input the session takes longer than
@@ -143,6 +145,7 @@ class Client {
   // Frames and sends one record's request; waits for its reply when it is
   // synchronous. False once the session has ended.
   bool send(uint8_t flags, std::vector<uint64_t>& message, const uint8_t* bulk, uint64_t bulk_len) {
+    if (flags & fuzz::kReleaseHeld) releaseHeld();
     if (!answerHostFunctions()) return false;
     relocate(message);
     protocol::FrameHeader h;
@@ -162,13 +165,24 @@ class Client {
     if ((flags & 1) || !lockstep_) return true;
     std::unique_lock lock(mu_);
     for (;;) {
-      cv_.wait(lock, [&] { return ended_ || replied_ >= h.seq || !host_functions_.empty(); });
-      if (replied_ >= h.seq) return true;
+      cv_.wait(lock, [&] { return ended_ || replied_ >= h.seq || !host_functions_.empty() || !held_.empty(); });
+      if (replied_ >= h.seq || !held_.empty()) return true;  // (a held stream may be what it waits for)
       if (ended_) return false;
       lock.unlock();
       if (!answerHostFunctions()) return false;
       lock.lock();
     }
+  }
+
+  // The held host functions run now (their streams go on).
+  void releaseHeld() {
+    std::lock_guard lock(mu_);
+    host_functions_.insert(host_functions_.end(), held_.begin(), held_.end());
+    held_.clear();
+  }
+  bool finish(bool release) {
+    if (release) releaseHeld();
+    return answerHostFunctions();
   }
 
  private:
@@ -207,10 +221,15 @@ class Client {
           if (h.type == protocol::FrameType::kNotify) {
             auto n = r.getRoot<wire::Notify>();
             if (n.isGoodbye()) ok = false;
-            if (n.isHostFuncReady()) host_functions_.push_back(n.getHostFuncReady());
+            if (n.isHostFuncReady()) {
+              uint64_t id = n.getHostFuncReady();
+              (id & fuzz::kHeldHostFunction ? held_ : host_functions_).push_back(id);
+            }
           } else if (h.type == protocol::FrameType::kReply) {
             auto rep = r.getRoot<wire::Reply>();
             if (rep.getError() == 0 && rep.isPtr() && allocations_.size() < 256) allocations_.push_back(rep.getPtr());
+            if (rep.getError() == 0 && rep.isSymbol() && allocations_.size() < 256)
+              allocations_.push_back(rep.getSymbol().getAddress());
             replied_ = std::max(replied_, h.seq);
           }
         } catch (const kj::Exception&) {
@@ -253,6 +272,7 @@ class Client {
   std::condition_variable cv_;
   std::vector<uint64_t> allocations_;
   std::vector<uint64_t> host_functions_;
+  std::vector<uint64_t> held_;  // kHeldHostFunction ids, not answered yet
   uint64_t replied_ = 0;
   bool ended_ = false;
 };
@@ -295,6 +315,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (!client.send(flags, message, data + at, b)) break;
         at += b;
       }
+      (void)client.finish(size % 2 == 0);
     }
     (*client_conn)->close();  // the client leaves; the session ends
   }  // (the reader thread ends with the connection)

@@ -19,10 +19,11 @@ using rgpu::fuzz::relocated;
 using Request = rgpu::wire::Request;
 
 template <typename F>
-void add(std::string& out, bool async, F fill, const std::string& bulk = "", bool lz4 = false) {
+void add(std::string& out, bool async, F fill, const std::string& bulk = "", bool lz4 = false,
+         bool release_held = false) {
   capnp::MallocMessageBuilder msg;
   fill(msg.initRoot<Request>());
-  appendRecord(out, async, msg, bulk, lz4);
+  appendRecord(out, async, msg, bulk, lz4, release_held);
 }
 
 void malloc(std::string& out, uint64_t size, int device = 0) {
@@ -254,6 +255,89 @@ std::string devices() {
   return s;
 }
 
+// The use-after-free of the security review: work queued behind a held host
+// function on device 1 targets memory of device 0 that is freed, unloaded or
+// reset meanwhile, and reused by later allocations, before the stream goes on.
+std::string lifetimes(const std::string& fatbin) {
+  std::string s;
+  add(s, false, [](Request::Builder r) { r.initModuleLoad().setId(1); }, fatbin);
+  add(s, false, [](Request::Builder r) {
+    auto v = r.initVarRegister();
+    v.setId(1);
+    v.setModule(1);
+    v.setName("table");
+    v.setSize(4096);
+  });
+  add(s, false, [](Request::Builder r) { r.initSymbolAddress().setId(1); });  // allocation 0
+  malloc(s, 8192, 0);                                                          // allocation 1
+  add(s, false, [](Request::Builder r) {
+    auto f = r.initFunctionRegister();
+    f.setId(2);
+    f.setModule(1);
+    f.setName("_Z6k_fillIfEvPT_S0_i");
+  });
+  add(s, true, [](Request::Builder r) {
+    auto c = r.initStreamCreate().initStream();
+    c.setId(5);
+    c.setDevice(1);
+  });
+  add(s, true, [](Request::Builder r) {
+    auto h = r.initHostFuncEnqueue();
+    h.setId(rgpu::fuzz::kHeldHostFunction | 1);
+    h.initStream().setId(5);
+    h.getStream().setDevice(1);
+  });
+  auto on5 = [](auto st) {
+    st.setId(5);
+    st.setDevice(1);
+  };
+  add(s, false, [&](Request::Builder r) {
+    auto m = r.initMemcpyDtoH();
+    m.setSrc(relocated(0, 0));
+    m.setSize(4096);
+    on5(m.initStream());
+  });
+  add(s, true, [&](Request::Builder r) {
+    auto m = r.initMemcpyHtoD();
+    m.setDst(relocated(1, 0));
+    m.setSize(4096);
+    on5(m.initStream());
+  }, std::string(4096, '\x77'));
+  add(s, true, [&](Request::Builder r) {
+    auto l = r.initLaunchKernel();
+    l.setFunction(2);
+    auto g = l.initGrid();
+    g.setX(8), g.setY(1), g.setZ(1);
+    auto b = l.initBlock();
+    b.setX(256), b.setY(1), b.setZ(1);
+    on5(l.initStream());
+    uint64_t p = relocated(1, 0);
+    float v = 2.5f;
+    int n = 2048;
+    std::string params(16, '\0');
+    std::memcpy(&params[0], &p, 8);
+    std::memcpy(&params[8], &v, 4);
+    std::memcpy(&params[12], &n, 4);
+    l.setParams(kj::arrayPtr(reinterpret_cast<const kj::byte*>(params.data()), params.size()));
+  });
+  add(s, false, [](Request::Builder r) { r.initModuleUnload().setId(1); });
+  add(s, false, [](Request::Builder r) { r.initFree().setPtr(relocated(1, 0)); });
+  add(s, false, [](Request::Builder r) {
+    auto v = r.initVarRegister();  // the review's heap grooming: a long name
+    v.setId(9);
+    v.setModule(1);
+    v.setName(std::string(4000, 'n'));
+    v.setSize(8);
+  });
+  malloc(s, 4096, 0);
+  malloc(s, 8192, 0);
+  add(s, false, [](Request::Builder r) { r.initDeviceReset().setDevice(0); });
+  malloc(s, 8192, 0);
+  add(s, false, [](Request::Builder r) { r.initDeviceSynchronize().setDevice(0); }, "", false, true);
+  add(s, false, [](Request::Builder r) { r.initDeviceSynchronize().setDevice(1); });
+  return s;
+}
+
 std::string compressed() {
   std::string s;
   malloc(s, 4096);
@@ -297,6 +381,7 @@ int main(int argc, char** argv) {
                               {"streams.bin", streams()},
                               {"module.bin", module(fatbin.str())},
                               {"devices.bin", devices()},
+                              {"lifetimes.bin", lifetimes(fatbin.str())},
                               {"compressed.bin", compressed()}}) {
     std::ofstream out(dir + "/" + name, std::ios::binary);
     out << bytes;

@@ -18,6 +18,7 @@ struct RawReply {
   int async_error = 0;
   std::string message;
   uint64_t ptr = 0;
+  uint64_t symbol = 0;  // a symbol's address
   std::vector<uint8_t> bulk;
   bool goodbye = false;
 };
@@ -121,6 +122,7 @@ class RawClient {
     out.async_error = rep.getAsyncError();
     out.message = rep.getMessage();
     if (rep.isPtr()) out.ptr = rep.getPtr();
+    if (rep.isSymbol()) out.symbol = rep.getSymbol().getAddress();
     out.bulk.resize(h.bulk_len);
     if (h.bulk_len) {
       EXPECT_TRUE(reader_.readBulk(h, out.bulk.data()));

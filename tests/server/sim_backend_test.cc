@@ -48,6 +48,36 @@ TEST_F(Sim, AllocationsCountAgainstDeviceMemory) {
   EXPECT_EQ(free, total);
 }
 
+TEST_F(Sim, ReleasedMemoryIsFreedOnlyAfterTheWorkQueuedBeforeItOnAnyDeviceHasRun) {
+  auto p = sim_.allocate(0, 4096);
+  ASSERT_TRUE(p);
+  StreamKey other{3, 1};
+  ASSERT_TRUE(sim_.createStream(other, 0, 0));
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  ASSERT_TRUE(sim_.hostCall(other, [gate] { gate.wait(); }));
+  std::promise<std::vector<uint8_t>> got;
+  ASSERT_TRUE(sim_.fill(StreamKey{0, 0}, *p, 7, 4096));
+  ASSERT_TRUE(sim_.copyFromDevice(other, *p, 4096, [&](Status, const uint8_t* d, uint64_t n, const OnWire&) {
+    got.set_value({d, d + n});
+  }));
+  waitDone([&](Done d) { return sim_.whenDeviceDone(0, std::move(d)); });
+  ASSERT_TRUE(sim_.release(*p));
+  EXPECT_FALSE(sim_.release(*p)) << "released twice";
+  uint64_t free = 0, total = 0;
+  ASSERT_TRUE(sim_.memInfo(0, free, total));
+  EXPECT_EQ(free, total - 4096) << "freed while a copy queued on device 1 still reads it";
+  auto later = sim_.allocate(0, 4096);
+  ASSERT_TRUE(later);
+  EXPECT_NE(*later, *p);
+  go.set_value();
+  EXPECT_EQ(got.get_future().get(), std::vector<uint8_t>(4096, 7));
+  waitDone([&](Done d) { return sim_.whenStreamDone(other, std::move(d)); });
+  ASSERT_TRUE(sim_.release(*later));
+  ASSERT_TRUE(sim_.memInfo(0, free, total));
+  EXPECT_EQ(free, total);
+}
+
 TEST_F(Sim, CopiesRunInStreamOrder) {
   auto p = sim_.allocate(0, 4);
   ASSERT_TRUE(p);
