@@ -22,6 +22,7 @@ inline constexpr int kMemoryAllocation = 2;
 inline constexpr int kInitializationError = 3;
 inline constexpr int kCudartUnloading = 4;
 inline constexpr int kInvalidConfiguration = 9;
+inline constexpr int kUnsupportedLimit = 215;
 inline constexpr int kInvalidPitchValue = 12;
 inline constexpr int kInvalidSymbol = 13;
 inline constexpr int kInvalidDevicePointer = 17;

@@ -133,6 +133,7 @@ struct Request {
     blas @38 :BlasCall;          # cuBLAS (client/blas): stream-ordered; synchronous only for a result to the host
     ltMatmul @39 :LtMatmul;      # cublasLtMatmul
     ltHeuristic @40 :LtMatmul;   # cublasLtMatmulAlgoGetHeuristic: the reply lists algorithms
+    setLimit @41 :SetLimit;      # cudaDeviceSetLimit of a limit the device enforces (printf FIFO)
   }
 }
 
@@ -280,6 +281,7 @@ struct LaunchKernel {
 }
 struct HostFuncEnqueue { id @0 :UInt64; stream @1 :StreamRef; }
 struct HostFuncDone { id @0 :UInt64; }
+struct SetLimit { device @0 :Int32; limit @1 :Int32; value @2 :UInt64; }  # limit: a cudaLimit
 struct MemcpyPeer {
   dst @0 :UInt64; dstDevice @1 :Int32; src @2 :UInt64; srcDevice @3 :Int32; size @4 :UInt64; stream @5 :StreamRef;
   # cudaMemcpyPeer (not ...Async): ordered with all earlier and later work of

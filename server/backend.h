@@ -105,6 +105,11 @@ class Backend {
 
   // Device printf output of finished launches, in completion order.
   virtual void setOutputSink(std::function<void(std::string)> sink) {}
+  // cudaDeviceSetLimit(cudaLimitPrintfFifoSize): the bytes of device printf
+  // output one launch on `device` keeps (the newest). As NVIDIA's, refused
+  // with kInvalidValue once a kernel that calls printf has run there. The
+  // session has checked `bytes` against [limits] max_printf_fifo_bytes.
+  virtual Status setPrintfFifo(int device, uint64_t bytes) = 0;
   // Hands any device output not yet delivered to the sink now (the session
   // calls it before it first reports a kernel fault, so an assert's message
   // reaches the client before the error does).

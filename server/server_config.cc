@@ -146,6 +146,13 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
     L.max_modules = (*lim)["max_modules"].value_or(L.max_modules);
     L.max_functions = (*lim)["max_functions"].value_or(L.max_functions);
     L.max_pending_host_funcs = (*lim)["max_pending_host_funcs"].value_or(L.max_pending_host_funcs);
+    if (auto v = (*lim)["max_printf_fifo_bytes"].value<std::string>()) {
+      auto bytes = parseSize(*v);
+      if (!bytes) return Status(err::kInvalidValue, where("limits.max_printf_fifo_bytes") + ": " + bytes.status().message());
+      L.max_printf_fifo_bytes = *bytes;
+    } else if (auto n = (*lim)["max_printf_fifo_bytes"].value<int64_t>()) {
+      L.max_printf_fifo_bytes = static_cast<uint64_t>(std::max<int64_t>(*n, 0));
+    }
     if (auto k = (*lim)["kernel_timeout_ms"].value<int64_t>()) {
       if (*k < 0 || *k > 24 * 3600 * 1000)
         return Status(err::kInvalidValue, where("limits.kernel_timeout_ms") + " must be 0..86400000");

@@ -54,6 +54,9 @@ struct SessionLimits {
   // A kernel running longer than this fails with cudaErrorLaunchTimeout
   // (sticky for the session, as a GPU watchdog does); 0: no limit.
   uint32_t kernel_timeout_ms = 0;
+  // Largest cudaLimitPrintfFifoSize a session may set: the device printf
+  // output one launch keeps in the worker.
+  uint64_t max_printf_fifo_bytes = 16ull << 20;
 };
 
 struct ServerConfig {

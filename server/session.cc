@@ -684,6 +684,7 @@ const Session::Handlers& Session::handlers() {
     t[R::DEVICE_RESET] = &Session::onDeviceReset;
     t[R::HOST_FUNC_ENQUEUE] = &Session::onHostFuncEnqueue;
     t[R::HOST_FUNC_DONE] = &Session::onHostFuncDone;
+    t[R::SET_LIMIT] = &Session::onSetLimit;
     t[R::MODULE_LOAD] = &Session::onModuleLoad;
     t[R::MODULE_UNLOAD] = &Session::onModuleUnload;
     t[R::FUNCTION_REGISTER] = &Session::onFunctionRegister;

@@ -134,6 +134,7 @@ class Session {
   Status onDeviceReset(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onHostFuncEnqueue(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onHostFuncDone(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onSetLimit(const protocol::FrameHeader& h, wire::Request::Reader req);
   // session_modules.cc: modules, kernels, variables, launches
   Status onModuleLoad(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onModuleUnload(const protocol::FrameHeader& h, wire::Request::Reader req);

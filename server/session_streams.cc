@@ -152,6 +152,24 @@ Status Session::onDeviceSynchronize(const FrameHeader& h, wire::Request::Reader 
   return Status::ok();
 }
 
+Status Session::onSetLimit(const FrameHeader& h, wire::Request::Reader req) {
+  RGPU_TRY(bulkNotExpected(h));
+  constexpr int kCudaLimitPrintfFifoSize = 1;  // (driver_types.h)
+  auto m = req.getSetLimit();
+  Status s = checkDevice(m.getDevice());
+  if (s && m.getLimit() != kCudaLimitPrintfFifoSize)
+    s = Status(err::kUnsupportedLimit, "cudaLimit " + std::to_string(m.getLimit()) + " is kept by the client");
+  // The FIFO is worker memory per launch: bounded for every tenant.
+  if (s && m.getValue() > cfg_.limits.max_printf_fifo_bytes)
+    s = Status(err::kMemoryAllocation, "a printf FIFO of " + std::to_string(m.getValue()) +
+                                           " bytes is over this server's limit (max_printf_fifo_bytes = " +
+                                           std::to_string(cfg_.limits.max_printf_fifo_bytes) + ")");
+  if (s && m.getValue() == 0) s = Status(err::kInvalidValue, "the printf FIFO cannot be empty");
+  if (s) s = backend_->setPrintfFifo(m.getDevice(), m.getValue());
+  finish(h, s);
+  return Status::ok();
+}
+
 Status Session::onDeviceReset(const FrameHeader& h, wire::Request::Reader req) {
   const uint64_t seq = h.seq;
   RGPU_TRY(bulkNotExpected(h));

@@ -25,6 +25,8 @@ SimBackend::SimBackend(const std::vector<SimDeviceConfig>& devices, SimOptions o
   for (size_t i = 0; i < devices.size(); ++i)
     devices_.push_back(describeSimDevice(devices[i], i < opts_.physical.size() ? opts_.physical[i] : static_cast<int>(i)));
   used_.assign(devices_.size(), 0);
+  printf_fifo_.assign(devices_.size(), ptx::kDefaultPrintfFifo);
+  printf_launched_.assign(devices_.size(), false);
   // Room for every device's memory twice over (fragmentation); committed only as used.
   uint64_t total = 64ull << 20;
   for (auto& d : devices_) total += 2 * d.total_mem;
@@ -75,6 +77,15 @@ void SimBackend::setAsyncErrorSink(std::function<void(Status)> sink) {
 void SimBackend::setOutputSink(std::function<void(std::string)> sink) {
   std::lock_guard lock(mu_);
   output_sink_ = std::move(sink);
+}
+
+Status SimBackend::setPrintfFifo(int device, uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return Status(err::kInvalidDevice, "invalid device");
+  if (printf_launched_[device])
+    return Status(err::kInvalidValue, "cudaLimitPrintfFifoSize must be set before a kernel that calls printf is launched");
+  printf_fifo_[device] = bytes;
+  return Status::ok();
 }
 
 ptx::MemoryRanges SimBackend::memoryRangesLocked(uint64_t op_seq) const {
@@ -559,6 +570,7 @@ Status SimBackend::loadModule(uint32_t id, int device, const std::string& fatbin
   m.device = device;
   m.ptx_arch = static_cast<int>(best->arch);
   m.instructions = ptx::instructionCount(*program);
+  m.uses_printf = ptx::usesPrintf(*program);
   std::lock_guard lock(mu_);
   if (modules_.count(id)) return Status(err::kInvalidValue, "module id in use");
   if (module_insts_ + m.instructions > opts_.max_module_instructions)
@@ -607,7 +619,8 @@ Result<uint32_t> SimBackend::registerFunction(uint32_t id, uint32_t module, cons
     return Status(err::kInvalidDeviceFunction, "kernel " + name + " is not in the module's fatbin");
   if (code->second.param_bytes != k->second.param_bytes)
     return Status(err::kInvalidKernelImage, "kernel " + name + ": PTX and cubin disagree on the parameter block");
-  functions_[id] = {module, name, k->second.param_bytes, 48 * 1024, m->second.program, &code->second};
+  functions_[id] = {module, name, k->second.param_bytes, 48 * 1024, m->second.program, &code->second,
+                    m->second.uses_printf};
   return k->second.param_bytes;
 }
 
@@ -705,8 +718,11 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
   const ptx::Function* code = f->second.code;
   std::shared_ptr<const ptx::Module> program = f->second.program;  // alive until the launch has run
   int sm_count = devices_[key.device].sm_count;
+  uint64_t printf_fifo = printf_fifo_[key.device];
+  if (f->second.uses_printf) printf_launched_[key.device] = true;
   if (gate_) gate_->queued(key.device);
-  Status queued = enqueueLocked(*s, [this, key, function, cfg, name, program, code, sm_count, params = std::move(params)] {
+  Status queued = enqueueLocked(*s, [this, key, function, cfg, name, program, code, sm_count, printf_fifo,
+                                     params = std::move(params)] {
     if (launch_log_.is_open()) {
       std::ostringstream line;
       line << "launch function=" << function << " name=" << name << " grid=" << cfg.grid.x << ',' << cfg.grid.y
@@ -734,6 +750,7 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
     L.memory = &memory;
     L.sm_count = sm_count;
     L.cancel = &cancel_;
+    L.printf_fifo = printf_fifo;
     ptx::LaunchResult r;
     runAsKernel(key.device, [&] {
       if (opts_.kernel_timeout_ms) {

@@ -81,6 +81,7 @@ class SimBackend final : public Backend {
   }
   void setAsyncErrorSink(std::function<void(Status)> sink) override;
   void setOutputSink(std::function<void(std::string)> sink) override;
+  Status setPrintfFifo(int device, uint64_t bytes) override;
   Result<DevPtr> allocate(int device, uint64_t size) override;
   Result<std::pair<DevPtr, uint64_t>> allocatePitch(int device, uint64_t width, uint64_t height) override;
   Status release(DevPtr ptr) override;
@@ -171,6 +172,7 @@ class SimBackend final : public Backend {
     uint64_t instructions = 0;  // decoded, for kMaxSimInstsPerSession
     int ptx_arch = 0;
     std::map<std::string, std::pair<DevPtr, uint64_t>> globals;
+    bool uses_printf = false;
   };
   struct Function {
     uint32_t module = 0;
@@ -179,6 +181,7 @@ class SimBackend final : public Backend {
     int max_dynamic_shared = 48 * 1024;
     std::shared_ptr<const ptx::Module> program;
     const ptx::Function* code = nullptr;  // inside `program`
+    bool uses_printf = false;             // its module calls vprintf
   };
   struct Allocation {
     int device;
@@ -235,6 +238,8 @@ class SimBackend final : public Backend {
   std::unordered_map<uint32_t, Function> functions_;
   std::unordered_map<DevPtr, Allocation> allocations_;
   std::vector<uint64_t> used_;  // bytes allocated per device (retired ones until freed)
+  std::vector<uint64_t> printf_fifo_;   // per device: cudaLimitPrintfFifoSize
+  std::vector<bool> printf_launched_;   // per device: a kernel that may printf was queued
   uint64_t next_op_seq_ = 1;
   std::set<uint64_t> pending_ops_;  // sequence numbers of operations queued and not yet run
   std::vector<DevPtr> retired_allocs_;  // retired, waiting for pending_ops_ to pass them

@@ -69,6 +69,7 @@ Result<std::unique_ptr<DriverApi>> DriverApi::load(const std::string& library) {
   RGPU_RESOLVE(cuDevicePrimaryCtxRetain)
   RGPU_RESOLVE(cuDevicePrimaryCtxRelease)
   RGPU_RESOLVE(cuCtxSetCurrent)
+  RGPU_RESOLVE(cuCtxSetLimit)
   RGPU_RESOLVE(cuMemAlloc)
   RGPU_RESOLVE(cuMemAllocPitch)
   RGPU_RESOLVE(cuMemFree)

@@ -52,6 +52,7 @@ class DriverApi {
   RGPU_CU_FN(cuDevicePrimaryCtxRetain)
   RGPU_CU_FN(cuDevicePrimaryCtxRelease)
   RGPU_CU_FN(cuCtxSetCurrent)
+  RGPU_CU_FN(cuCtxSetLimit)
   RGPU_CU_FN(cuMemAlloc)
   RGPU_CU_FN(cuMemAllocPitch)
   RGPU_CU_FN(cuMemFree)

@@ -312,6 +312,7 @@ struct Block {
   std::vector<uint8_t> local;
   std::vector<Warp> warps;
   std::string output;
+  uint64_t printf_dropped = 0;
   uint64_t insts = 0;
 };
 
@@ -663,8 +664,45 @@ std::string BlockRunner::formatPrintf(const std::string& fmt, const uint8_t* arg
       ++i;
       continue;
     }
+    // %[flags][width][.precision][length]conversion, parsed in full: the
+    // spec handed to snprintf holds flags and numbers only, never a '*'
+    // (whose argument snprintf would take from its own, absent, varargs).
+    // A '*' takes its int from the kernel's argument buffer, as CUDA's does.
     size_t j = i + 1;
-    while (j < fmt.size() && std::strchr("-+ #0123456789.*", fmt[j])) ++j;
+    std::string spec = "%";
+    while (j < fmt.size() && std::strchr("-+ #0", fmt[j])) spec += fmt[j++];
+    auto number = [&](int64_t& n, bool& given) {
+      given = false;
+      if (j < fmt.size() && fmt[j] == '*') {
+        uint64_t raw = 0;
+        ++j;
+        given = true;
+        if (!take(4, raw)) return false;
+        n = static_cast<int32_t>(raw);
+        return true;
+      }
+      n = 0;
+      while (j < fmt.size() && fmt[j] >= '0' && fmt[j] <= '9') {
+        n = std::min<int64_t>(n * 10 + (fmt[j++] - '0'), 1 << 30);
+        given = true;
+      }
+      return true;
+    };
+    int64_t width = 0, precision = -1;
+    bool has_width = false, has_precision = false;
+    if (!number(width, has_width)) break;
+    if (width < 0) {  // a negative '*' width: left-justified, as C's printf
+      spec += '-';
+      width = -width;
+    }
+    if (j < fmt.size() && fmt[j] == '.') {
+      ++j;
+      if (!number(precision, has_precision)) break;
+      if (!has_precision) precision = 0, has_precision = true;  // "%.f": precision 0
+      if (precision < 0) has_precision = false;                // a negative '*' precision: as if omitted
+    }
+    if (has_width) spec += std::to_string(std::min<int64_t>(width, kMaxPrintfField));
+    if (has_precision) spec += "." + std::to_string(std::min<int64_t>(precision, kMaxPrintfField));
     int longs = 0;
     while (j < fmt.size() && std::strchr("hlLzjt", fmt[j])) longs += fmt[j++] == 'l' || fmt[j - 1] == 'z' || fmt[j - 1] == 'j';
     if (j >= fmt.size()) {
@@ -672,9 +710,7 @@ std::string BlockRunner::formatPrintf(const std::string& fmt, const uint8_t* arg
       break;
     }
     char conv = fmt[j];
-    std::string spec = fmt.substr(i, j - i);
-    spec.erase(std::remove_if(spec.begin() + 1, spec.end(), [](char c) { return std::strchr("hlLzjt", c); }), spec.end());
-    char buf[512];
+    char buf[2 * kMaxPrintfField + 512];
     uint64_t v = 0;
     if (std::strchr("diuxXoc", conv)) {
       bool wide = longs > 0;
@@ -704,7 +740,10 @@ std::string BlockRunner::formatPrintf(const std::string& fmt, const uint8_t* arg
       }
       std::snprintf(buf, sizeof buf, (spec + "s").c_str(), str.c_str());
     } else {
-      std::snprintf(buf, sizeof buf, "%s%c", spec.c_str(), conv);
+      // Not a conversion CUDA's printf knows (%n among them): the text as written.
+      out += fmt.substr(i, j + 1 - i);
+      i = j;
+      continue;
     }
     out += buf;
     i = j;
@@ -751,6 +790,7 @@ bool BlockRunner::execCall(const Inst& in, Warp& w, uint32_t m) {
       }
       std::string s = formatPrintf(fmt, args, len);
       b_.output += s;
+      boundOutput(b_.output, L_.printf_fifo, b_.printf_dropped);
       if (D) D[l] = s.size();
     END_LANES
     return true;
@@ -1713,11 +1753,28 @@ LaunchResult Interpreter::run(const Launch& L) {
     insts.fetch_add(b.insts, std::memory_order_relaxed);
     std::lock_guard lock(mu);
     result.output += b.output;
+    result.printf_dropped += b.printf_dropped;
+    boundOutput(result.output, L.printf_fifo, result.printf_dropped);
     if (f.code && !first.code) first = f;
   }, &abort);
   result.thread_instructions = insts.load();
+  boundOutput(result.output, L.printf_fifo, result.printf_dropped, true);
   if (first.code) result.status = Status(first.code, first.message);
   return result;
+}
+
+bool usesPrintf(const Module& m) {
+  for (auto& [name, fn] : m.functions)
+    for (auto& in : fn.code)
+      if (in.op == Op::kCallPrintf) return true;
+  return false;
+}
+
+void boundOutput(std::string& out, uint64_t limit, uint64_t& dropped, bool exact) {
+  if (out.size() <= (exact ? limit : 2 * limit)) return;
+  uint64_t cut = out.size() - limit;
+  out.erase(0, cut);
+  dropped += cut;
 }
 
 }  // namespace rgpu::server::ptx

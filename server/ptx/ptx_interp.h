@@ -57,6 +57,12 @@ inline const std::pair<uint64_t, uint64_t>* findRange(const MemoryRanges& r, uin
   return addr + size >= addr && addr + size <= it->second ? &*it : nullptr;
 }
 
+// CUDA's default cudaLimitPrintfFifoSize.
+inline constexpr uint64_t kDefaultPrintfFifo = 1ull << 20;
+// Widest field (width or precision) a device printf conversion is given:
+// "%2000000000d" must not make the worker format two gigabytes.
+inline constexpr int64_t kMaxPrintfField = 4096;
+
 struct Launch {
   const Function* fn = nullptr;
   Dim3 grid, block;
@@ -70,13 +76,25 @@ struct Launch {
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   const std::atomic<bool>* cancel = nullptr;
   uint32_t timeout_ms = 0;  // what `deadline` came from, for the message
+  // The device printf FIFO (cudaLimitPrintfFifoSize): a launch keeps at
+  // most this many bytes of output, the newest, as CUDA's circular buffer
+  // does. Worker memory per launch stays bounded by it.
+  uint64_t printf_fifo = kDefaultPrintfFifo;
 };
 
 struct LaunchResult {
   Status status;            // ok, or the fault that ended the launch
   std::string output;       // device printf output (and assertion messages)
   uint64_t thread_instructions = 0;
+  uint64_t printf_dropped = 0;  // older output bytes the FIFO bound dropped
 };
+
+// Whether any function of `m` calls vprintf (device printf).
+bool usesPrintf(const Module& m);
+// Keeps the newest `limit` bytes of `out`, counting the dropped ones in
+// `dropped`; trims only past twice the limit unless `exact`, so appending
+// stays amortised O(1).
+void boundOutput(std::string& out, uint64_t limit, uint64_t& dropped, bool exact = false);
 
 class ThreadPool {
  public:

@@ -115,6 +115,36 @@ TEST_P(Ordering, DevicePrintfAppearsAtTheNextSynchronisationPoint) {
   EXPECT_LT(kernel, after) << "device output was not printed by cudaDeviceSynchronize:\n" << r.output;
 }
 
+TEST(DevicePrintf, StarWidthsAndPrecisionsComeFromTheKernelsArguments) {
+  // (The sim interprets printf; the fake driver runs no kernel code.)
+  TempDir dir;
+  makeCerts(dir.path());
+  ServerProcess server(dir.path(), serverToml(dir.path()));
+  writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
+  std::string env = "RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR;
+  RunResult r = run("timeout 120 " + ordering("device_printf") + " star", env);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("[    7][3   ][3.14][abc][     2.8][9   ]"), std::string::npos) << r.output;
+}
+
+TEST(DevicePrintf, ALaunchKeepsTheNewestOutputThatFitsTheFifoTheProgramSet) {
+  TempDir dir;
+  makeCerts(dir.path());
+  ServerProcess server(dir.path(), serverToml(dir.path()));
+  writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
+  std::string env = "RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR;
+  RunResult r = run("timeout 120 " + ordering("device_printf") + " fifo", env);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("ok fifo"), std::string::npos) << r.output;
+  size_t lines = 0, bytes = 0;
+  for (size_t at = r.output.find("line "); at != std::string::npos; at = r.output.find("line ", at + 1)) {
+    ++lines;
+    bytes += 11;
+  }
+  EXPECT_LE(bytes, 4096u + 11) << lines << " lines printed";
+  EXPECT_GE(bytes, 4096u - 2 * 11) << lines << " lines printed";
+}
+
 TEST_P(Ordering, ReductionsOnSeveralStreamsEachGetTheirOwnResult) { expectPass(GetParam(), "dots", "blas_threads"); }
 
 TEST_P(Ordering, AFailedCublasCallFailsThatCallOnly) {

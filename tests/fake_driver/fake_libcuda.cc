@@ -857,6 +857,13 @@ CUresult fakeFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) {
   return CUDA_SUCCESS;
 }
 
+CUresult fakeCtxSetLimit(CUlimit limit, size_t value) {
+  ENTER("cuCtxSetLimit");
+  if (limit == CU_LIMIT_PRINTF_FIFO_SIZE && value == 0) return CUDA_ERROR_INVALID_VALUE;
+  record("cuCtxSetLimit " + std::to_string(static_cast<int>(limit)) + "=" + std::to_string(value));
+  return CUDA_SUCCESS;
+}
+
 CUresult fakeFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
   ENTER("cuFuncSetAttribute");
   FakeFunction* fn = functionOf(f);
@@ -957,6 +964,7 @@ const std::map<std::string, void*>& table() {
       {"cuDevicePrimaryCtxRetain", reinterpret_cast<void*>(&fakePrimaryCtxRetain)},
       {"cuDevicePrimaryCtxRelease", reinterpret_cast<void*>(&fakePrimaryCtxRelease)},
       {"cuCtxSetCurrent", reinterpret_cast<void*>(&fakeCtxSetCurrent)},
+      {"cuCtxSetLimit", reinterpret_cast<void*>(&fakeCtxSetLimit)},
       {"cuMemAlloc", reinterpret_cast<void*>(&fakeMemAlloc)},
       {"cuMemAllocPitch", reinterpret_cast<void*>(&fakeMemAllocPitch)},
       {"cuMemFree", reinterpret_cast<void*>(&fakeMemFree)},
