@@ -25,6 +25,7 @@ Result<std::unique_ptr<Backend>> makeSim(const ServerConfig& cfg, const std::vec
   SimOptions opts;
   opts.launch_log = cfg.sim_launch_log;
   opts.kernel_timeout_ms = cfg.limits.kernel_timeout_ms;
+  opts.max_interpreter_bytes = cfg.limits.max_interpreter_bytes;
   std::vector<SimDeviceConfig> devices;
   for (int p : physical) {
     if (p < 0 || static_cast<size_t>(p) >= cfg.sim_devices.size())

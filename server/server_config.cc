@@ -4,6 +4,7 @@
 
 #include "common/config.h"
 #include "common/tls.h"
+#include "protocol/frame.h"
 
 namespace rgpu::server {
 
@@ -146,13 +147,23 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
     L.max_modules = (*lim)["max_modules"].value_or(L.max_modules);
     L.max_functions = (*lim)["max_functions"].value_or(L.max_functions);
     L.max_pending_host_funcs = (*lim)["max_pending_host_funcs"].value_or(L.max_pending_host_funcs);
-    if (auto v = (*lim)["max_printf_fifo_bytes"].value<std::string>()) {
-      auto bytes = parseSize(*v);
-      if (!bytes) return Status(err::kInvalidValue, where("limits.max_printf_fifo_bytes") + ": " + bytes.status().message());
-      L.max_printf_fifo_bytes = *bytes;
-    } else if (auto n = (*lim)["max_printf_fifo_bytes"].value<int64_t>()) {
-      L.max_printf_fifo_bytes = static_cast<uint64_t>(std::max<int64_t>(*n, 0));
-    }
+    // A size: "16MiB", or a number of bytes.
+    auto size = [&](const char* key, uint64_t& out) -> Status {
+      if (auto v = (*lim)[key].value<std::string>()) {
+        auto bytes = parseSize(*v);
+        if (!bytes) return Status(err::kInvalidValue, where(std::string("limits.") + key) + ": " + bytes.status().message());
+        out = *bytes;
+      } else if (auto n = (*lim)[key].value<int64_t>()) {
+        if (*n < 0) return Status(err::kInvalidValue, where(std::string("limits.") + key) + " must not be negative");
+        out = static_cast<uint64_t>(*n);
+      }
+      return Status::ok();
+    };
+    RGPU_TRY(size("max_printf_fifo_bytes", L.max_printf_fifo_bytes));
+    RGPU_TRY(size("max_staging_bytes", L.max_staging_bytes));
+    RGPU_TRY(size("max_interpreter_bytes", L.max_interpreter_bytes));
+    if (L.max_staging_bytes < protocol::kMaxBulkBytes)
+      return Status(err::kInvalidValue, where("limits.max_staging_bytes") + " must be at least 64MiB (one frame's bulk)");
     if (auto k = (*lim)["kernel_timeout_ms"].value<int64_t>()) {
       if (*k < 0 || *k > 24 * 3600 * 1000)
         return Status(err::kInvalidValue, where("limits.kernel_timeout_ms") + " must be 0..86400000");

@@ -14,6 +14,10 @@ namespace rgpu::server {
 enum class Priority { kLow = 0, kNormal = 1, kHigh = 2 };
 const char* priorityName(Priority p);
 
+inline constexpr uint32_t kDefaultMaxSessionsPerUser = 16;
+// [limits] kernel_timeout_ms unless set: 10 minutes.
+inline constexpr uint32_t kDefaultKernelTimeoutMs = 600000;
+
 struct UserEntry {
   std::string name;
   std::string token;    // bearer token; empty = not accepted by token
@@ -21,7 +25,9 @@ struct UserEntry {
   // Policy (the pool manager enforces it).
   std::vector<std::string> devices;  // allowed: index ("0"), UUID ("GPU-…", a prefix), model glob ("*H200*"); empty = all
   uint64_t memory_quota = 0;         // bytes per device, over all of the user's sessions; 0 = no quota
-  uint32_t max_sessions = 0;         // concurrent sessions; 0 = no limit
+  // Concurrent sessions (0 = no limit). Bounded by default: one tenant's
+  // sessions each hold a worker process.
+  uint32_t max_sessions = kDefaultMaxSessionsPerUser;
   Priority priority = Priority::kNormal;
   double weight = 1.0;               // compute weight among sessions of a device
   bool admin = false;                // rgpu-smi shows everyone's sessions
@@ -53,10 +59,18 @@ struct SessionLimits {
   uint32_t max_pending_host_funcs = 4096;
   // A kernel running longer than this fails with cudaErrorLaunchTimeout
   // (sticky for the session, as a GPU watchdog does); 0: no limit.
-  uint32_t kernel_timeout_ms = 0;
+  uint32_t kernel_timeout_ms = kDefaultKernelTimeoutMs;
   // Largest cudaLimitPrintfFifoSize a session may set: the device printf
   // output one launch keeps in the worker.
   uint64_t max_printf_fifo_bytes = 16ull << 20;
+  // Bytes of host-to-device copies a session may have queued and not yet
+  // run (worker memory); past it a copy fails with cudaErrorMemoryAllocation.
+  // At least one frame's bulk (64 MiB).
+  uint64_t max_staging_bytes = 512ull << 20;
+  // Sim backend: interpreter memory (registers, .local, .shared) of the
+  // blocks a session's kernels run at once; a block that alone needs more
+  // fails its launch with cudaErrorLaunchOutOfResources.
+  uint64_t max_interpreter_bytes = 1ull << 30;
 };
 
 struct ServerConfig {

@@ -25,11 +25,19 @@ using protocol::FrameType;
 class StagingPool : public std::enable_shared_from_this<StagingPool> {
  public:
   static constexpr uint64_t kMaxIdleBytes = 256ull << 20;
+  // `budget`: bytes of staging the session may hold at once ([limits]
+  // max_staging_bytes). A buffer counts until the copy it carries has run
+  // (the backend keeps the Staging until then, even once it has copied the
+  // bytes elsewhere), so copies queued behind a blocked stream are bounded.
+  explicit StagingPool(uint64_t budget) : budget_(budget) {}
 
+  // nullptr when `size` more bytes would pass the budget.
   Staging acquire(uint64_t size) {
     std::unique_ptr<std::vector<uint8_t>> buf;
     {
       std::lock_guard lock(mu_);
+      if (in_use_ + size > budget_) return nullptr;
+      in_use_ += size;
       for (size_t i = 0; i < free_.size(); ++i) {
         if (free_[i]->capacity() >= size && free_[i]->capacity() <= 4 * size + (1 << 20)) {
           buf = std::move(free_[i]);
@@ -42,15 +50,21 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
     if (!buf) buf = std::make_unique<std::vector<uint8_t>>();
     buf->resize(size);
     std::weak_ptr<StagingPool> weak = weak_from_this();
-    return Staging(buf.release(), [weak](std::vector<uint8_t>* b) {
-      if (auto pool = weak.lock()) pool->giveBack(b);
+    return Staging(buf.release(), [weak, size](std::vector<uint8_t>* b) {
+      if (auto pool = weak.lock()) pool->giveBack(b, size);
       else delete b;
     });
   }
+  uint64_t inUse() {
+    std::lock_guard lock(mu_);
+    return in_use_;
+  }
+  uint64_t budget() const { return budget_; }
 
  private:
-  void giveBack(std::vector<uint8_t>* b) {
+  void giveBack(std::vector<uint8_t>* b, uint64_t charged) {
     std::lock_guard lock(mu_);
+    in_use_ -= charged;
     if (idle_ + b->capacity() > kMaxIdleBytes) {
       delete b;
       return;
@@ -61,6 +75,8 @@ class StagingPool : public std::enable_shared_from_this<StagingPool> {
   std::mutex mu_;
   std::vector<std::unique_ptr<std::vector<uint8_t>>> free_;
   uint64_t idle_ = 0;
+  const uint64_t budget_;
+  uint64_t in_use_ = 0;  // acquired and not given back
 };
 
 namespace {
@@ -116,7 +132,7 @@ Session::Session(std::unique_ptr<common::TlsConnection> conn, const ServerConfig
       make_backend_(std::move(make_backend)),
       pool_(pool),
       session_id_(session_id),
-      staging_(std::make_shared<StagingPool>()),
+      staging_(std::make_shared<StagingPool>(cfg.limits.max_staging_bytes)),
       allocs_(cfg.limits.max_allocations),
       resume_source_(resume) {}
 
@@ -543,6 +559,13 @@ void Session::acceptResumes() {
   }
 }
 
+Status Session::stagingRefused(uint64_t bytes) const {
+  return Status(err::kMemoryAllocation, "the session's queued host-to-device copies already hold " +
+                                            std::to_string(staging_->inUse()) + " bytes; " + std::to_string(bytes) +
+                                            " more would pass the server's max_staging_bytes = " +
+                                            std::to_string(staging_->budget()) + " (synchronise first)");
+}
+
 Status Session::consumeBulk(const FrameHeader& h, uint64_t expected, Staging* into) {
   if (h.bulk_len != expected) {
     // The frame's lengths disagree: we cannot trust where the next frame starts.
@@ -551,6 +574,11 @@ Status Session::consumeBulk(const FrameHeader& h, uint64_t expected, Staging* in
   }
   if (!into) return reader_->skipBulk(h);
   *into = staging_->acquire(expected);
+  if (!*into) {
+    RGPU_LOG_WARN("session {}: {} bytes refused: queued copies hold {} of max_staging_bytes = {}", session_id_,
+                  expected, staging_->inUse(), staging_->budget());
+    return reader_->skipBulk(h);
+  }
   return reader_->readBulk(h, (*into)->data());
 }
 

@@ -158,7 +158,12 @@ class Session {
   void finishCopyIn(const protocol::FrameHeader& h, StreamKey key, Status s);
   // Device memory is accounted in cudaMalloc's 256-byte granules.
   static uint64_t chargedBytes(uint64_t size) { return (size + 255) / 256 * 256; }
+  // Reads the request's bulk bytes into a staging buffer (`into`), or skips
+  // them (`into` null). Over the session's staging budget *into stays null
+  // (the bytes are skipped): the caller answers stagingRefused(). Non-ok
+  // only when the stream position is lost.
   Status consumeBulk(const protocol::FrameHeader& h, uint64_t expected, Staging* into);
+  Status stagingRefused(uint64_t bytes) const;
 
   using Fill = std::function<void(wire::Reply::Builder&)>;
   // Sends a reply (sync request) or records the error (async request).

@@ -125,6 +125,7 @@ Status Session::onMemcpyHtoD(const FrameHeader& h, wire::Request::Reader req) {
   }
   Staging data;
   RGPU_TRY(consumeBulk(h, m.getSize(), &data));
+  if (!data) return finish(h, stagingRefused(m.getSize())), Status::ok();
   finishCopyIn(h, key, backend_->copyToDevice(key, m.getDst(), std::move(data), m.getSize()));
   return Status::ok();
 }
@@ -215,6 +216,7 @@ Status Session::onMemcpy2D(const FrameHeader& h, wire::Request::Reader req) {
     }
     Staging data;
     RGPU_TRY(consumeBulk(h, w * ht, &data));
+    if (!data) return finish(h, stagingRefused(w * ht)), Status::ok();
     finishCopyIn(h, key, backend_->copy2DToDevice(key, m.getDst(), m.getDpitch(), std::move(data), w, ht));
     return Status::ok();
   }

@@ -52,6 +52,7 @@ Status Session::onModuleLoad(const FrameHeader& h, wire::Request::Reader req) {
   }
   Staging data;
   RGPU_TRY(consumeBulk(h, h.bulk_len, &data));
+  if (!data) return finish(h, stagingRefused(h.bulk_len)), Status::ok();
   s = backend_->loadModule(m.getId(), m.getDevice(), std::string(data->begin(), data->end()));
   modules_[m.getId()] = m.getDevice();
   if (!s) {

@@ -21,7 +21,8 @@ Status noStream(StreamKey k) {
 }
 }  // namespace
 
-SimBackend::SimBackend(const std::vector<SimDeviceConfig>& devices, SimOptions opts) : opts_(std::move(opts)) {
+SimBackend::SimBackend(const std::vector<SimDeviceConfig>& devices, SimOptions opts)
+    : opts_(std::move(opts)), interp_budget_(opts_.max_interpreter_bytes) {
   for (size_t i = 0; i < devices.size(); ++i)
     devices_.push_back(describeSimDevice(devices[i], i < opts_.physical.size() ? opts_.physical[i] : static_cast<int>(i)));
   used_.assign(devices_.size(), 0);
@@ -751,6 +752,7 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
     L.sm_count = sm_count;
     L.cancel = &cancel_;
     L.printf_fifo = printf_fifo;
+    L.budget = &interp_budget_;
     ptx::LaunchResult r;
     runAsKernel(key.device, [&] {
       if (opts_.kernel_timeout_ms) {

@@ -57,6 +57,9 @@ struct SimOptions {
   uint32_t kernel_timeout_ms = 0;
   // Decoded instructions the session's loaded modules may hold together.
   uint64_t max_module_instructions = kMaxSimInstsPerSession;
+  // [limits] max_interpreter_bytes: registers, .local and .shared of the
+  // blocks the session's launches run at once (ptx::MemoryBudget).
+  uint64_t max_interpreter_bytes = 1ull << 30;
 };
 
 // Largest module-scope variable the sim allocates.
@@ -248,6 +251,7 @@ class SimBackend final : public Backend {
   std::function<void(Status)> async_sink_;
   std::function<void(std::string)> output_sink_;
   ptx::Interpreter interp_;
+  ptx::MemoryBudget interp_budget_;
   std::atomic<uint64_t> gpu_ns_{0};  // kernel time, summed over launches
   std::atomic<bool> cancel_{false};  // the session is ending: running kernels stop
   LaunchGate* gate_ = nullptr;       // set before the first launch

@@ -253,7 +253,9 @@ class CudaBackend final : public Backend {
   Result<Pinned> takePinned(uint64_t size);
   void givePinned(Pinned p);
   // After a staged copy was enqueued (or failed to be): return the buffer when it is done.
-  Status afterUpload(int device, CUstream stream, Pinned pin, Status enqueued);
+  // Returns `pin` to the pool, and drops `charge` (the copy's staging), once
+  // the copy enqueued on `stream` has run.
+  Status afterUpload(int device, CUstream stream, Pinned pin, Staging charge, Status enqueued);
   Status afterDownload(StreamKey key, int device, CUstream stream, Pinned pin, uint64_t size, ReadDone done,
                        Status enqueued);
   // The download counters of a session stream (under mu_).

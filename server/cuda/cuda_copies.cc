@@ -108,13 +108,17 @@ Status CudaBackend::memInfo(int device, uint64_t& free, uint64_t& total) {
 
 // ---- stream-ordered work --------------------------------------------------
 
-Status CudaBackend::afterUpload(int device, CUstream stream, Pinned pin, Status enqueued) {
+Status CudaBackend::afterUpload(int device, CUstream stream, Pinned pin, Staging charge, Status enqueued) {
+  // The staged bytes are in `pin` now; the (emptied) Staging still counts
+  // against the session's staging budget until the copy has run.
+  charge->clear();
+  charge->shrink_to_fit();
   if (!enqueued) {
     givePinned(pin);
     return enqueued;
   }
   // If this fails the copy's end is unknown: the buffer is leaked, never reused early.
-  return whenDone(device, {stream}, [this, pin](Status) { givePinned(pin); });
+  return whenDone(device, {stream}, [this, pin, charge](Status) { givePinned(pin); });
 }
 
 std::shared_ptr<CudaBackend::Replies> CudaBackend::repliesLocked(StreamKey key) {
@@ -171,8 +175,8 @@ Status CudaBackend::copyToDevice(StreamKey key, DevPtr dst, Staging data, uint64
   auto pin = takePinned(size);
   if (!pin) return pin.status();
   std::memcpy(pin->data, data->data(), size);
-  data.reset();
-  return afterUpload(s->first, s->second, *pin, RGPU_CU(cuMemcpyHtoDAsync(dst, pin->data, size, s->second)));
+  return afterUpload(s->first, s->second, *pin, std::move(data),
+                     RGPU_CU(cuMemcpyHtoDAsync(dst, pin->data, size, s->second)));
 }
 
 Status CudaBackend::copyFromDevice(StreamKey key, DevPtr src, uint64_t size, ReadDone done) {
@@ -259,7 +263,6 @@ Status CudaBackend::copy2DToDevice(StreamKey key, DevPtr dst, uint64_t dpitch, S
   auto pin = takePinned(size);
   if (!pin) return pin.status();
   std::memcpy(pin->data, data->data(), size);
-  data.reset();
   CUDA_MEMCPY2D m = copy2D(width, height);
   m.srcMemoryType = CU_MEMORYTYPE_HOST;
   m.srcHost = pin->data;
@@ -267,7 +270,7 @@ Status CudaBackend::copy2DToDevice(StreamKey key, DevPtr dst, uint64_t dpitch, S
   m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
   m.dstDevice = dst;
   m.dstPitch = dpitch;
-  return afterUpload(s->first, s->second, *pin, memcpy2D(m, s->second));
+  return afterUpload(s->first, s->second, *pin, std::move(data), memcpy2D(m, s->second));
 }
 
 Status CudaBackend::copy2DFromDevice(StreamKey key, DevPtr src, uint64_t spitch, uint64_t width, uint64_t height,

@@ -1726,12 +1726,45 @@ LaunchResult Interpreter::run(const Launch& L) {
     result.status = Status(kErrLaunchFailure, "shared memory of the launch exceeds the block limit");
     return result;
   }
+  // What one block holds while it runs: shared, .local and register files.
+  uint64_t block_bytes = shared_bytes + uint64_t{fn.local_bytes} * nwarps * 32 +
+                         uint64_t{nwarps} * fn.num_regs * 32 * sizeof(uint64_t);
+  if (L.budget && block_bytes > L.budget->limit()) {
+    result.status = Status(kErrLaunchOutOfResources,
+                           "one block of this launch needs " + std::to_string(block_bytes) +
+                               " bytes of interpreter memory (registers, .local, .shared); the session may use " +
+                               std::to_string(L.budget->limit()) + " ([limits] max_interpreter_bytes)");
+    return result;
+  }
   std::atomic<bool> abort{false};
   std::mutex mu;
   Fault first;
   std::atomic<uint64_t> insts{0};
   pool_.parallelFor(nblocks, [&](uint64_t bi) {
     if (abort.load(std::memory_order_relaxed)) return;
+    if (L.budget) {
+      bool got = L.budget->take(block_bytes, [&] {
+        return abort.load(std::memory_order_relaxed) || (L.cancel && L.cancel->load(std::memory_order_relaxed)) ||
+               std::chrono::steady_clock::now() > L.deadline;
+      });
+      if (!got) {
+        std::lock_guard lock(mu);
+        if (!first.code && !abort.load())
+          first = std::chrono::steady_clock::now() > L.deadline
+                      ? Fault{kErrLaunchTimeout, "ran longer than [limits] kernel_timeout_ms = " +
+                                                     std::to_string(L.timeout_ms) + " ms (waiting for interpreter memory)"}
+                      : Fault{kErrLaunchFailure, "stopped: the session ended while the kernel ran"};
+        abort.store(true);
+        return;
+      }
+    }
+    struct Give {
+      MemoryBudget* budget;
+      uint64_t bytes;
+      ~Give() {
+        if (budget) budget->give(bytes);
+      }
+    } give{L.budget, block_bytes};
     Block b;
     b.cx = static_cast<uint32_t>(bi % L.grid.x);
     b.cy = static_cast<uint32_t>((bi / L.grid.x) % L.grid.y);
@@ -1761,6 +1794,29 @@ LaunchResult Interpreter::run(const Launch& L) {
   boundOutput(result.output, L.printf_fifo, result.printf_dropped, true);
   if (first.code) result.status = Status(first.code, first.message);
   return result;
+}
+
+bool MemoryBudget::take(uint64_t bytes, const std::function<bool()>& stop) {
+  std::unique_lock lock(mu_);
+  while (used_ + bytes > limit_) {
+    if (stop()) return false;
+    cv_.wait_for(lock, std::chrono::milliseconds(5));
+  }
+  used_ += bytes;
+  return true;
+}
+
+void MemoryBudget::give(uint64_t bytes) {
+  {
+    std::lock_guard lock(mu_);
+    used_ -= bytes;
+  }
+  cv_.notify_all();
+}
+
+uint64_t MemoryBudget::used() {
+  std::lock_guard lock(mu_);
+  return used_;
 }
 
 bool usesPrintf(const Module& m) {

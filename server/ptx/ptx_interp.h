@@ -31,6 +31,7 @@ namespace rgpu::server::ptx {
 // CUDA error codes a launch can end with.
 inline constexpr int kErrIllegalAddress = 700;
 inline constexpr int kErrLaunchTimeout = 702;
+inline constexpr int kErrLaunchOutOfResources = 701;
 inline constexpr int kErrAssert = 710;
 inline constexpr int kErrMisaligned = 716;
 inline constexpr int kErrLaunchFailure = 719;
@@ -57,6 +58,28 @@ inline const std::pair<uint64_t, uint64_t>* findRange(const MemoryRanges& r, uin
   return addr + size >= addr && addr + size <= it->second ? &*it : nullptr;
 }
 
+// The interpreter memory (registers, .local and .shared of the blocks
+// running at once) one session's launches may hold together, over all its
+// streams. A block takes its share before it allocates and waits while the
+// budget is spent; a launch one of whose blocks alone needs more fails with
+// kErrLaunchOutOfResources. Thread-safe.
+class MemoryBudget {
+ public:
+  explicit MemoryBudget(uint64_t limit) : limit_(limit) {}
+  uint64_t limit() const { return limit_; }
+  // Waits until `bytes` fit; false if `stop` says to give up first (polled
+  // every few milliseconds).
+  bool take(uint64_t bytes, const std::function<bool()>& stop);
+  void give(uint64_t bytes);
+  uint64_t used();
+
+ private:
+  const uint64_t limit_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t used_ = 0;
+};
+
 // CUDA's default cudaLimitPrintfFifoSize.
 inline constexpr uint64_t kDefaultPrintfFifo = 1ull << 20;
 // Widest field (width or precision) a device printf conversion is given:
@@ -80,6 +103,7 @@ struct Launch {
   // most this many bytes of output, the newest, as CUDA's circular buffer
   // does. Worker memory per launch stays bounded by it.
   uint64_t printf_fifo = kDefaultPrintfFifo;
+  MemoryBudget* budget = nullptr;  // the session's; null: unbounded
 };
 
 struct LaunchResult {

@@ -16,7 +16,7 @@ struct Dim3Like {
 
 constexpr const char* kLimits =
     "[limits]\nmax_allocations = 16\nmax_streams = 4\nmax_events = 6\nmax_modules = 2\nmax_functions = 3\n"
-    "max_pending_host_funcs = 3\n";
+    "max_pending_host_funcs = 3\nmax_staging_bytes = \"64MiB\"\n";
 
 class Limits : public ::testing::Test {
  protected:
@@ -290,6 +290,39 @@ TEST_F(Limits, ASessionThatEndsWithAFreeStillWaitingForTheDeviceTearsDownCleanly
   }  // the client leaves without answering
   RawClient next = authed();  // the server (this process) is alive and serving
   EXPECT_EQ(next.ping().error, 0);
+}
+
+TEST_F(Limits, CopiesQueuedBehindABlockedStreamAreBoundedByTheStagingBudget) {
+  RawClient c = authed();
+  const uint64_t chunk = 16ull << 20;
+  uint64_t dst = c.malloc(chunk);
+  ASSERT_EQ(call(c, [](auto r) { r.initStreamCreate().initStream().setId(1); }).error, 0);
+  capnp::MallocMessageBuilder hold;
+  auto hf = hold.initRoot<wire::Request>().initHostFuncEnqueue();
+  hf.setId(1);
+  hf.initStream().setId(1);
+  c.send(hold, true);
+  ASSERT_EQ(c.next().type, protocol::FrameType::kNotify);  // the host function holds stream 1
+  auto copy = [&](bool async) {
+    capnp::MallocMessageBuilder m;
+    auto h = m.initRoot<wire::Request>().initMemcpyHtoD();
+    h.setDst(dst);
+    h.setSize(chunk);
+    h.initStream().setId(1);
+    c.send(m, async, std::vector<uint8_t>(chunk, 0x3c));
+  };
+  for (int i = 0; i < 4; ++i) copy(true);  // 64 MiB queued: the whole budget
+  copy(false);
+  RawReply over = c.next();
+  EXPECT_EQ(over.error, err::kMemoryAllocation) << over.message;
+  EXPECT_NE(over.message.find("max_staging_bytes = 67108864"), std::string::npos) << over.message;
+  // Once the queued copies ran, their staging is free again.
+  capnp::MallocMessageBuilder done;
+  done.initRoot<wire::Request>().initHostFuncDone().setId(1);
+  c.send(done, true);
+  EXPECT_EQ(call(c, [](auto r) { r.initStreamSynchronize().setId(1); }).error, 0);
+  copy(false);
+  EXPECT_EQ(c.next().error, 0);
 }
 
 }  // namespace

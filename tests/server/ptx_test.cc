@@ -603,6 +603,60 @@ TEST(PtxWatchdog, AKernelPastItsDeadlineEndsWithLaunchTimeout) {
   EXPECT_NE(r.status.message().find("kernel_timeout_ms = 50 ms"), std::string::npos) << r.status.message();
 }
 
+TEST(PtxBudget, ALaunchWhoseBlockAloneExceedsTheSessionsInterpreterMemoryFails) {
+  // 256 bytes of .local per thread, 1024 threads: 256 KiB of .local per block alone.
+  auto m = parsePtx(kernel("st.local.u32 [buf], 1;\n", ".local .align 4 .b8 buf[256];\n"));
+  ASSERT_TRUE(m) << m.status().message();
+  std::vector<uint64_t> out(8, 0);
+  uint64_t p = reinterpret_cast<uint64_t>(out.data());
+  MemoryRanges mem = {{p, p + out.size() * 8}};
+  MemoryBudget budget(128 << 10);
+  Launch L;
+  L.fn = &m->functions.at("k");
+  L.grid = {4, 1, 1};
+  L.block = {1024, 1, 1};
+  L.params = reinterpret_cast<const uint8_t*>(&p);
+  L.memory = &mem;
+  L.budget = &budget;
+  Interpreter interp(2);
+  LaunchResult r = interp.run(L);
+  EXPECT_EQ(r.status.code(), kErrLaunchOutOfResources);
+  EXPECT_NE(r.status.message().find("max_interpreter_bytes"), std::string::npos) << r.status.message();
+  EXPECT_EQ(budget.used(), 0u);
+}
+
+TEST(PtxBudget, BlocksWaitForRoomAndEveryLaunchCompletes) {
+  // Room for about one block at a time: blocks of three launches on three
+  // threads share it, and all of them run.
+  auto m = parsePtx(kernel("atom.global.add.u32 %r1, [%rd0], 1;\nst.local.u32 [buf], 1;\n",
+                           ".local .align 4 .b8 buf[256];\n"));
+  ASSERT_TRUE(m) << m.status().message();
+  MemoryBudget budget(1500 << 10);  // one block (960 KiB: registers mostly) at a time
+  std::vector<std::vector<uint64_t>> outs(3, std::vector<uint64_t>(8, 0));
+  Interpreter interp(4);
+  std::vector<std::thread> streams;
+  std::vector<Status> results(3);
+  for (int i = 0; i < 3; ++i)
+    streams.emplace_back([&, i] {
+      uint64_t p = reinterpret_cast<uint64_t>(outs[i].data());
+      MemoryRanges mem = {{p, p + 64}};
+      Launch L;
+      L.fn = &m->functions.at("k");
+      L.grid = {16, 1, 1};
+      L.block = {1024, 1, 1};
+      L.params = reinterpret_cast<const uint8_t*>(&p);
+      L.memory = &mem;
+      L.budget = &budget;
+      results[i] = interp.run(L).status;
+    });
+  for (auto& t : streams) t.join();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(results[i].isOk()) << results[i].message();
+    EXPECT_EQ(static_cast<uint32_t>(outs[i][0]), 16u * 1024u);
+  }
+  EXPECT_EQ(budget.used(), 0u);
+}
+
 TEST(PtxWatchdog, CancellingAbandonsEvenTheLargestGridPromptly) {
   auto m = parsePtx(kernel(kSpin));
   ASSERT_TRUE(m) << m.status().message();
