@@ -44,8 +44,15 @@ std::string resumePreamble(uint64_t session_id) {
   return p;
 }
 
-Result<std::unique_ptr<common::TlsContext>> clientContext(const ClientConfig& cfg) {
-  if (cfg.insecure_plaintext) return common::TlsContext::makePlaintext(false);
+// The TLS settings for a connection to `host`. Plaintext sends the token in
+// the clear: only to this machine (as the server only listens so on loopback).
+Result<std::unique_ptr<common::TlsContext>> clientContext(const ClientConfig& cfg, const std::string& host) {
+  if (cfg.insecure_plaintext) {
+    if (!common::isLoopbackHost(host))
+      return Status(err::kDevicesUnavailable, "insecure_plaintext is only for a server on this machine (loopback), not '" +
+                                                  host + "': the token would cross the network in the clear");
+    return common::TlsContext::makePlaintext(false);
+  }
   common::TlsOptions tls;
   tls.ca_file = cfg.ca;
   tls.cert_file = cfg.cert;
@@ -68,7 +75,7 @@ Result<std::unique_ptr<Connection>> Connection::open(const ClientConfig& cfg, Ho
   if (!hp) return Status(err::kDevicesUnavailable, hp.status().message() + " (" + describeSource(cfg) + ")");
   auto compression = common::parseCompression(cfg.compression);
   if (!compression) return compression.status();
-  auto ctx = clientContext(cfg);
+  auto ctx = clientContext(cfg, hp->first);
   if (!ctx) return Status(err::kDevicesUnavailable, ctx.status().message() + " (" + describeSource(cfg) + ")");
   auto tc = common::TlsConnection::connect(**ctx, hp->first, hp->second, cfg.server_name,
                                            std::chrono::milliseconds(cfg.connect_timeout_ms));
@@ -659,7 +666,7 @@ Result<common::TlsConnection*> Connection::reconnect(const Status& why) {
   RGPU_LOG_WARN("lost the connection to rgpu server {} ({}); resuming session {} (the server waits {} ms)", server_,
                 why.message(), session, grace);
   auto hp = common::parseHostPort(cfg_.server);
-  auto ctx = clientContext(cfg_);
+  auto ctx = hp ? clientContext(cfg_, hp->first) : Result<std::unique_ptr<common::TlsContext>>(hp.status());
   if (!hp || !ctx) return Status(err::kDevicesUnavailable, "cannot reconnect: bad server address or TLS settings");
   std::string last = why.message();
   auto backoff = std::chrono::milliseconds(50);

@@ -1,5 +1,6 @@
 #include "common/log.h"
 
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <unistd.h>
 
@@ -15,10 +16,41 @@ std::mutex g_mu;
 // that library code may log before (or without) initLogging().
 std::shared_ptr<spdlog::logger> g_logger;
 
+void appendEscaped(std::string_view text, spdlog::memory_buf_t& out) {
+  static const char* hex = "0123456789abcdef";
+  for (char ch : text) {
+    auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c != 0x7f) {
+      out.push_back(ch);
+    } else if (c == '\n') {
+      out.append(std::string_view("\\n"));
+    } else if (c == '\t') {
+      out.append(std::string_view("\\t"));
+    } else if (c == '\r') {
+      out.append(std::string_view("\\r"));
+    } else {
+      const char esc[4] = {'\\', 'x', hex[c >> 4], hex[c & 15]};
+      out.append(esc, esc + 4);
+    }
+  }
+}
+
+// %Q: the message, control characters escaped.
+class EscapedMessage final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    appendEscaped(std::string_view(msg.payload.data(), msg.payload.size()), dest);
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<EscapedMessage>(); }
+};
+
 std::shared_ptr<spdlog::logger> makeLogger(const std::string& component, const std::string& level) {
   auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
   auto l = std::make_shared<spdlog::logger>(component, sink);
-  l->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [" + component + " " + std::to_string(::getpid()) + "] [%l] %v");
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<EscapedMessage>('Q').set_pattern("[%Y-%m-%d %H:%M:%S.%e] [" + escapeControl(component) + " " +
+                                                       std::to_string(::getpid()) + "] [%l] %Q");
+  l->set_formatter(std::move(formatter));
   std::string lvl = level;
   if (const char* env = std::getenv("RGPU_LOG_LEVEL"); env && *env) lvl = env;
   l->set_level(spdlog::level::from_str(lvl.empty() ? "info" : lvl));
@@ -36,6 +68,12 @@ spdlog::logger& logger() {
   std::lock_guard lock(g_mu);
   if (!g_logger) g_logger = makeLogger("rgpu", "");
   return *g_logger;
+}
+
+std::string escapeControl(std::string_view text) {
+  spdlog::memory_buf_t buf;
+  appendEscaped(text, buf);
+  return std::string(buf.data(), buf.size());
 }
 
 void logOnce(const std::string& key, const std::string& message) {

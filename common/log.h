@@ -2,11 +2,17 @@
 // ("rgpu-client", "rgpu-server", "rgpu-worker") so mixed output stays readable.
 // Level comes from config or RGPU_LOG_LEVEL (trace|debug|info|warn|error|off).
 // Secrets (tokens, keys) are never passed to these functions.
+//
+// Every message is written with its control characters escaped ("\n" as
+// "\\n", ESC as "\\x1b"): much of what is logged comes from peers (a
+// client's hostname, kernel and variable names, PTX text in a parse error),
+// and a peer must not be able to forge a log line or drive a terminal.
 #pragma once
 
 #include <spdlog/spdlog.h>
 
 #include <string>
+#include <string_view>
 
 namespace rgpu::common {
 
@@ -15,6 +21,8 @@ void initLogging(const std::string& component, const std::string& level);
 spdlog::logger& logger();
 // Logs `message` at warn level the first time `key` is seen in this process.
 void logOnce(const std::string& key, const std::string& message);
+// `text` with control characters escaped, as log lines carry it.
+std::string escapeControl(std::string_view text);
 
 }  // namespace rgpu::common
 

@@ -55,6 +55,18 @@ TEST_F(ClientConnection, TokenAuthentication) {
   EXPECT_NE(d.status().message().find("refused this client"), std::string::npos);
 }
 
+TEST_F(ClientConnection, PlaintextIsRefusedToAnythingButThisMachine) {
+  ClientConfig cfg = config("");
+  cfg.token = "bob-token";
+  cfg.insecure_plaintext = true;
+  cfg.server = "192.0.2.7:7443";  // (TEST-NET-1: nothing is sent; the check comes before connecting)
+  auto c = Connection::open(cfg, nullptr);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.status().code(), err::kDevicesUnavailable);
+  EXPECT_NE(c.status().message().find("insecure_plaintext is only for a server on this machine"), std::string::npos)
+      << c.status().message();
+}
+
 TEST_F(ClientConnection, UnreachableServerFailsWithinTheTimeoutNamingAddressAndConfig) {
   ClientConfig cfg = config();
   cfg.server = "127.0.0.1:1";
