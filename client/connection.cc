@@ -37,12 +37,9 @@ constexpr size_t kMaxDeviceOutput = 64u << 20;
 // buffer can serve a replay meanwhile. Smaller ones are copied.
 constexpr uint64_t kHoldBulkBytes = 1 << 20;
 
-// Must match the daemon's (server/daemon.h): "rgpu-rsm" + the session id.
-std::string resumePreamble(uint64_t session_id) {
-  std::string p = "rgpu-rsm";
-  p.append(reinterpret_cast<const char*>(&session_id), sizeof session_id);
-  return p;
-}
+// Must match the daemon's (server/daemon.h): "rgpu-rs2" + the session's
+// 16-byte resume id from the Welcome.
+std::string resumePreamble(const std::string& resume_id) { return "rgpu-rs2" + resume_id; }
 
 // The TLS settings for a connection to `host`. Plaintext sends the token in
 // the clear: only to this machine (as the server only listens so on loopback).
@@ -177,7 +174,9 @@ Status Connection::handshake(const ClientConfig& cfg) {
     welcome_.resume_grace_ms = cfg.resume ? w.getResumeGraceMs() : 0;
     auto token = w.getResumeToken();
     resume_token_.assign(reinterpret_cast<const char*>(token.begin()), token.size());
-    resume_ = welcome_.resume_grace_ms > 0 && !resume_token_.empty();
+    auto id = w.getResumeId();
+    resume_id_.assign(reinterpret_cast<const char*>(id.begin()), id.size());
+    resume_ = welcome_.resume_grace_ms > 0 && !resume_token_.empty() && resume_id_.size() == 16;
     resume_buffer_ = cfg.resume_buffer;
     for (auto d : w.getDevices()) {
       Welcome::Device dev;
@@ -680,7 +679,7 @@ Result<common::TlsConnection*> Connection::reconnect(const Status& why) {
                         " ms (after which it frees the session): " + last + " (" + describeSource(cfg_) + ")");
     auto tc = common::TlsConnection::connect(**ctx, hp->first, hp->second, cfg_.server_name,
                                              std::min(left, std::chrono::milliseconds(cfg_.connect_timeout_ms)),
-                                             resumePreamble(session));
+                                             resumePreamble(resume_id_));
     Result<common::TlsConnection*> taken = Status(err::kDevicesUnavailable, "");
     if (tc) {
       common::tuneSocket((*tc)->fd(), cfg_.dead_after_s);

@@ -211,6 +211,7 @@ class Connection {
   // Resume state.
   bool resume_ = false;            // the Welcome granted it (fixed after the handshake)
   std::string resume_token_;
+  std::string resume_id_;  // what the resume preamble names (16 random bytes)
   uint64_t resume_buffer_ = 0;     // bytes of kept requests before callers wait
   std::deque<Kept> kept_;          // batch_mu_
   std::vector<uint8_t> kept_buf_;  // batch_mu_; kept_buf_[0] is absolute position kept_base_

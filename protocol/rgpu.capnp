@@ -76,6 +76,7 @@ struct Welcome {
   resumeGraceMs @11 :UInt32; # 0: no resume for this session; else how long the server waits for the client
   resumed @12 :Bool;         # this Welcome takes up an existing session (devices are not repeated)
   dispatched @13 :UInt64;    # resumed: the last request the server carried out; the client replays the rest
+  resumeId @14 :Data;        # 16 random bytes: what a reconnecting client's resume preamble names (unguessable)
 }
 
 struct Limits {

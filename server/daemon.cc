@@ -1,6 +1,7 @@
 #include "server/daemon.h"
 
 #include <fcntl.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -28,13 +29,22 @@
 #include "server/session.h"
 
 namespace rgpu::server {
-std::string resumePreamble(uint64_t session_id) {
-  std::string p(kResumeMagic, sizeof kResumeMagic);
-  p.append(reinterpret_cast<const char*>(&session_id), sizeof session_id);  // little-endian hosts
-  return p;
+std::string resumePreamble(const std::string& resume_id) {
+  return std::string(kResumeMagic, sizeof kResumeMagic) + resume_id;
 }
 
 namespace {
+// The worker's resume id: the first message the daemon sent on the handoff
+// socket (it is there before the worker starts). "" when none: no resume.
+std::string readResumeId(int handoff_fd) {
+  if (handoff_fd < 0) return "";
+  pollfd p{handoff_fd, POLLIN, 0};
+  if (::poll(&p, 1, 5000) != 1) return "";
+  std::string id(kResumeIdBytes, '\0');
+  ssize_t n = ::recv(handoff_fd, id.data(), id.size(), MSG_DONTWAIT);
+  return n == static_cast<ssize_t>(id.size()) ? id : "";
+}
+
 // SIGTERM in a worker: until its session runs, shutting the client socket
 // down ends the handshake; then a thread tells the session to stop (the client
 // gets a goodbye, so it does not try to resume), and the worker tears down in
@@ -97,7 +107,7 @@ int runWorker(const ServerConfig& cfg, const common::TlsOptions& tls, int fd, ui
           }
         return makeBackend(cfg, p.devices);
       },
-      *pool, session_id, ResumeSource{handoff_fd, ctx.get()});
+      *pool, session_id, ResumeSource{handoff_fd, ctx.get(), readResumeId(handoff_fd)});
   std::atomic<bool> done{false};
   std::thread terminator([&] {
     pollfd p{g_term_fd, POLLIN, 0};
@@ -225,6 +235,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
 
   std::map<pid_t, uint64_t> workers;  // pid -> session id
   std::map<uint64_t, int> handoffs;   // session id -> the daemon's end of its worker's resume socket
+  std::map<std::string, uint64_t> resume_ids;  // a worker's random resume id -> its session id
   uint64_t next_session = 1;
   bool stopping = false;
   asio::steady_timer drain(io);  // the SIGTERM drain deadline
@@ -277,6 +288,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
             ::close(h->second);
             handoffs.erase(h);
           }
+          std::erase_if(resume_ids, [sid](const auto& r) { return r.second == sid; });
           // Its memory and quota return to the pool now, even after a crash.
           if (sid) service.detach(sid);
         }
@@ -324,6 +336,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
           // Nobody can reconnect now: sessions waiting for a resume end.
           for (auto& [sid, fd] : handoffs) ::close(fd);
           handoffs.clear();
+          resume_ids.clear();
           service.shutdown();
           RGPU_LOG_INFO("signal {}: draining, no new sessions; {} session(s) running get {} ms to finish", sig,
                         workers.size(), cfg.pool.drain_timeout_ms);
@@ -394,6 +407,10 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     service.attach(sid, ctl[0]);
     workers[pid] = sid;
     handoffs[sid] = hand[0];
+    // The session's resume id: the worker's first message on its handoff socket.
+    std::string id(kResumeIdBytes, '\0');
+    RAND_bytes(reinterpret_cast<unsigned char*>(id.data()), static_cast<int>(id.size()));
+    if (::send(hand[0], id.data(), id.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(id.size())) resume_ids[id] = sid;
     RGPU_LOG_DEBUG("session {}: worker {}", sid, pid);
   };
 
@@ -429,15 +446,15 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
         return route(a);
       }
       (void)::recv(fd, head, sizeof head, 0);
-      uint64_t sid = 0;
-      std::memcpy(&sid, head + sizeof kResumeMagic, sizeof sid);
+      auto id = resume_ids.find(std::string(head + sizeof kResumeMagic, kResumeIdBytes));
+      uint64_t sid = id == resume_ids.end() ? 0 : id->second;
       auto h = handoffs.find(sid);
       if (h != handoffs.end() && sendFd(h->second, fd)) {
         RGPU_LOG_INFO("session {}: client reconnects from {}; handed to its worker", sid, a->peer);
         return;  // the worker has its own copy; ours closes with `a`
       }
       // No such session (any more): a fresh worker tells the client so.
-      RGPU_LOG_INFO("connection from {} asks to resume session {}, which is not running", a->peer, sid);
+      RGPU_LOG_INFO("connection from {} asks to resume a session that is not running", a->peer);
       startWorker(a->sock.release());
     });
   };

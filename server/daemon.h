@@ -3,10 +3,14 @@
 // 6 resume handoff, 7 config snapshot), reaps workers, reloads on SIGHUP,
 // drains on SIGINT/SIGTERM. It never initialises CUDA and never parses client
 // bytes beyond a peek at the first ones: a connection that opens with the
-// 16-byte resume preamble ("rgpu-rsm" + the session id, little-endian, before
-// TLS) goes to the worker still holding that session (SCM_RIGHTS over its
-// handoff socket), or to a fresh worker that tells the client the session is
-// gone. A bad client can only take down its own worker.
+// 24-byte resume preamble ("rgpu-rs2" + the session's 128-bit resume id,
+// before TLS) goes to the worker still holding that session (SCM_RIGHTS over
+// its handoff socket), or to a fresh worker that tells the client the session
+// is gone. The resume id is random, drawn by the daemon for each worker and
+// sent to it as the first message of its handoff socket: a peer cannot aim
+// handshakes at a session it does not know the id of (session numbers are
+// sequential and shown by rgpu-smi). A bad client can only take down its own
+// worker.
 #pragma once
 
 #include <cstdint>
@@ -29,9 +33,10 @@ struct DaemonOptions {
 };
 
 // The resume preamble a reconnecting client writes before TLS.
-inline constexpr char kResumeMagic[8] = {'r', 'g', 'p', 'u', '-', 'r', 's', 'm'};
-inline constexpr size_t kResumePreambleBytes = 16;
-std::string resumePreamble(uint64_t session_id);
+inline constexpr char kResumeMagic[8] = {'r', 'g', 'p', 'u', '-', 'r', 's', '2'};
+inline constexpr size_t kResumeIdBytes = 16;
+inline constexpr size_t kResumePreambleBytes = sizeof kResumeMagic + kResumeIdBytes;
+std::string resumePreamble(const std::string& resume_id);
 
 // Runs until SIGINT/SIGTERM. Returns the process exit code.
 int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts);

@@ -294,7 +294,9 @@ Status Session::handshake() {
                     placement_.quota ? formatBytes(placement_.quota) + " per device" : std::string("none"));
     }
     resume_ = !monitor_ && hello.getResume() && cfg_.resume_grace_ms > 0 && resume_source_.fd >= 0 &&
-              resume_source_.tls;
+              resume_source_.tls && !resume_source_.id.empty();
+    if (resume_)
+      welcome.setResumeId(kj::arrayPtr(reinterpret_cast<const kj::byte*>(resume_source_.id.data()), resume_source_.id.size()));
     uint8_t token_bytes[16];
     RAND_bytes(token_bytes, sizeof token_bytes);
     resume_token_.assign(reinterpret_cast<const char*>(token_bytes), sizeof token_bytes);
@@ -496,67 +498,101 @@ void Session::acceptResumes() {
     }
     resume_cv_.notify_all();
   };
+  // Handshakes run side by side (a stalled one must not hold up the real
+  // client), at most kMaxResumeHandshakes at once.
+  struct Running {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Running> running;
+  auto reap = [&](bool all) {
+    std::erase_if(running, [all](Running& r) {
+      if (!all && !r.done->load()) return false;
+      r.thread.join();
+      return true;
+    });
+  };
+  uint64_t refused = 0;
   for (;;) {
     pollfd p[2] = {{resume_source_.fd, POLLIN, 0}, {resume_stop_fd_, POLLIN, 0}};
     int rc = ::poll(p, 2, -1);
     if (rc < 0 && errno == EINTR) continue;
-    if (rc < 0 || p[1].revents) return;
+    if (rc < 0 || p[1].revents) break;
     int fd = receiveFd(resume_source_.fd);
     if (fd < 0) {
       if (errno == EAGAIN || errno == EINTR) continue;
-      return daemonGone();
+      daemonGone();
+      break;
     }
-    auto conn = common::TlsConnection::accept(*resume_source_.tls, fd, std::chrono::milliseconds(cfg_.handshake_timeout_ms));
-    if (!conn) {
-      RGPU_LOG_WARN("session {}: resume attempt: {}", session_id_, conn.status().message());
+    reap(false);
+    if (running.size() >= static_cast<size_t>(kMaxResumeHandshakes)) {
+      ::close(fd);
+      if (refused++ % 100 == 0)
+        RGPU_LOG_WARN("session {}: a resume attempt closed: {} resume handshakes are running already ({} closed so far)",
+                      session_id_, running.size(), refused);
       continue;
     }
-    FrameHeader h;
-    kj::Array<capnp::word> msg;
-    if (Status s = readHello(**conn, cfg_.handshake_timeout_ms, session_id_, h, msg); !s) {
-      RGPU_LOG_WARN("session {}: resume attempt from {}: {}", session_id_, (*conn)->peerAddress(), s.message());
-      continue;
-    }
-    std::string why;
-    uint64_t replies = 0, notifications = 0;
-    try {
-      capnp::FlatArrayMessageReader r(msg, common::readerOptions());
-      auto hello = r.getRoot<wire::Hello>();
-      auto token = hello.getResumeToken();
-      std::string given(reinterpret_cast<const char*>(token.begin()), token.size());
-      std::string user = authenticate(**conn, hello.getToken());
-      if (hello.getProtocolVersion() != wire::PROTOCOL_VERSION) why = "protocol version differs";
-      else if (hello.getResumeSession() != session_id_) why = "it names session " + std::to_string(hello.getResumeSession());
-      else if (!constantTimeEquals(given, resume_token_)) why = "wrong resume token";
-      else if (user != identity_) why = user.empty() ? "authentication failed" : "user '" + user + "' does not own the session";
-      replies = hello.getReceived().getReplies();
-      notifications = hello.getReceived().getNotifications();
-    } catch (const kj::Exception& e) {
-      why = std::string("malformed Hello: ") + e.getDescription().cStr();
-    }
-    if (!why.empty()) {
-      RGPU_LOG_WARN("session {}: resume attempt from {} refused: {}", session_id_, (*conn)->peerAddress(), why);
-      capnp::MallocMessageBuilder out;
-      auto w = out.initRoot<wire::Welcome>();
-      w.setError(err::kNotPermitted);
-      w.setMessage("resume refused: " + why);
-      std::vector<uint8_t> frame;
-      common::appendFrame(frame, FrameType::kWelcome, 0, h.seq, out, 0);
-      (void)(*conn)->write(frame.data(), frame.size());
-      continue;
-    }
-    // The old connection may still look open (a half-dead link): shut it, so
-    // the dispatch thread moves to the new one.
-    auto old = outbox_.connection();
-    {
-      std::lock_guard lock(resume_mu_);
-      pending_.conn = std::move(*conn);
-      pending_.replies = replies;
-      pending_.notifications = notifications;
-    }
-    resume_cv_.notify_all();
-    old->shutdown();
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    running.push_back({std::thread([this, fd, done] {
+                         resumeHandshake(fd);
+                         done->store(true);
+                       }),
+                       done});
   }
+  reap(true);
+}
+
+void Session::resumeHandshake(int fd) {
+  auto conn = common::TlsConnection::accept(*resume_source_.tls, fd, std::chrono::milliseconds(cfg_.handshake_timeout_ms));
+  if (!conn) {
+    RGPU_LOG_WARN("session {}: resume attempt: {}", session_id_, conn.status().message());
+    return;
+  }
+  FrameHeader h;
+  kj::Array<capnp::word> msg;
+  if (Status s = readHello(**conn, cfg_.handshake_timeout_ms, session_id_, h, msg); !s) {
+    RGPU_LOG_WARN("session {}: resume attempt from {}: {}", session_id_, (*conn)->peerAddress(), s.message());
+    return;
+  }
+  std::string why;
+  uint64_t replies = 0, notifications = 0;
+  try {
+    capnp::FlatArrayMessageReader r(msg, common::readerOptions());
+    auto hello = r.getRoot<wire::Hello>();
+    auto token = hello.getResumeToken();
+    std::string given(reinterpret_cast<const char*>(token.begin()), token.size());
+    std::string user = authenticate(**conn, hello.getToken());
+    if (hello.getProtocolVersion() != wire::PROTOCOL_VERSION) why = "protocol version differs";
+    else if (hello.getResumeSession() != session_id_) why = "it names session " + std::to_string(hello.getResumeSession());
+    else if (!constantTimeEquals(given, resume_token_)) why = "wrong resume token";
+    else if (user != identity_) why = user.empty() ? "authentication failed" : "user '" + user + "' does not own the session";
+    replies = hello.getReceived().getReplies();
+    notifications = hello.getReceived().getNotifications();
+  } catch (const kj::Exception& e) {
+    why = std::string("malformed Hello: ") + e.getDescription().cStr();
+  }
+  if (!why.empty()) {
+    RGPU_LOG_WARN("session {}: resume attempt from {} refused: {}", session_id_, (*conn)->peerAddress(), why);
+    capnp::MallocMessageBuilder out;
+    auto w = out.initRoot<wire::Welcome>();
+    w.setError(err::kNotPermitted);
+    w.setMessage("resume refused: " + why);
+    std::vector<uint8_t> frame;
+    common::appendFrame(frame, FrameType::kWelcome, 0, h.seq, out, 0);
+    (void)(*conn)->write(frame.data(), frame.size());
+    return;
+  }
+  // The old connection may still look open (a half-dead link): shut it, so
+  // the dispatch thread moves to the new one.
+  auto old = outbox_.connection();
+  {
+    std::lock_guard lock(resume_mu_);
+    pending_.conn = std::move(*conn);
+    pending_.replies = replies;
+    pending_.notifications = notifications;
+  }
+  resume_cv_.notify_all();
+  old->shutdown();
 }
 
 Status Session::stagingRefused(uint64_t bytes) const {

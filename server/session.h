@@ -53,7 +53,12 @@ using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(const Plac
 struct ResumeSource {
   int fd = -1;  // the session owns it; -1: this session cannot be resumed
   common::TlsContext* tls = nullptr;  // outlives the session
+  std::string id;  // the random resume id the daemon routes by (kResumeIdBytes); "": no resume
 };
+
+// Resume handshakes (TLS and the Hello) one session runs at once; a socket
+// handed over past it is closed. Each is bounded by the handshake timeout.
+inline constexpr int kMaxResumeHandshakes = 4;
 
 // The server acknowledges dispatched requests this often (so the client can
 // drop its copies) when no reply has done so already.
@@ -91,8 +96,10 @@ class Session {
   // After a lost connection: waits up to the grace period for a validated new
   // one and takes it up.
   Status awaitResume(const Status& why);
-  // The resume thread: takes sockets from the daemon and validates them.
+  // The resume thread: takes sockets from the daemon and validates each on
+  // a thread of its own (resumeHandshake), kMaxResumeHandshakes at most.
   void acceptResumes();
+  void resumeHandshake(int fd);
   void stopResumeThread();
   // The user a connection authenticates as (certificate CN or token), or "".
   std::string authenticate(const common::TlsConnection& conn, const std::string& token) const;

@@ -28,6 +28,7 @@ struct RawWelcome {
   std::string message;
   uint64_t session = 0;
   std::string resume_token;
+  std::string resume_id;
   uint32_t grace_ms = 0;
   bool resumed = false;
   uint64_t dispatched = 0;
@@ -79,6 +80,8 @@ class RawClient {
     out.session = w.getSessionId();
     auto t = w.getResumeToken();
     out.resume_token.assign(reinterpret_cast<const char*>(t.begin()), t.size());
+    auto id = w.getResumeId();
+    out.resume_id.assign(reinterpret_cast<const char*>(id.begin()), id.size());
     out.grace_ms = w.getResumeGraceMs();
     out.resumed = w.getResumed();
     out.dispatched = w.getDispatched();

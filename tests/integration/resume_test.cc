@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include "server/daemon.h"
 #include "tests/integration/raw_client.h"
 
@@ -21,8 +23,13 @@ class ResumeProtocol : public ::testing::Test {
     server_ = std::make_unique<ServerProcess>(dir_.path(), serverToml(dir_.path(), extra));
   }
   // A TLS connection as `cert` (alice, bob, or "" for none), optionally
-  // opening with the resume preamble for `session`.
-  std::unique_ptr<common::TlsConnection> connect(const std::string& cert, uint64_t session = 0) {
+  // opening with the resume preamble naming `resume_id` (a Welcome's).
+  std::unique_ptr<common::TlsConnection> connect(const std::string& cert, const std::string& resume_id = "") {
+    auto c = tryConnect(cert, resume_id);
+    EXPECT_TRUE(c) << c.status().message();
+    return std::move(*c);
+  }
+  Result<std::unique_ptr<common::TlsConnection>> tryConnect(const std::string& cert, const std::string& resume_id) {
     common::TlsOptions o = common::TlsOptions::files(dir_.file("ca.pem"));
     if (!cert.empty()) {
       o.cert_file = dir_.file(cert + ".pem");
@@ -30,9 +37,8 @@ class ResumeProtocol : public ::testing::Test {
     }
     auto ctx = common::TlsContext::makeClient(o);
     auto c = common::TlsConnection::connect(**ctx, "127.0.0.1", server_->port(), "", std::chrono::milliseconds(5000),
-                                            session ? server::resumePreamble(session) : "");
-    EXPECT_TRUE(c) << c.status().message();
-    return std::move(*c);
+                                            resume_id.empty() ? "" : server::resumePreamble(resume_id));
+    return c;
   }
   RawWelcome resumeAs(RawClient& c, uint64_t session, const std::string& token, uint64_t replies,
                       const std::string& bearer = "") {
@@ -62,18 +68,19 @@ TEST_F(ResumeProtocol, OnlyTheOwnerWithItsTokenTakesASessionUpAndCarriesOnInSequ
   ASSERT_EQ(w.error, 0) << w.message;
   EXPECT_EQ(w.grace_ms, 10000u);
   ASSERT_EQ(w.resume_token.size(), 16u);
+  ASSERT_EQ(w.resume_id.size(), 16u);
   uint64_t p = a.malloc(64);  // request 1
   a.write(p, std::vector<uint8_t>(64, 7));  // request 2 (asynchronous)
   EXPECT_EQ(a.ping().error, 0);  // request 3
 
   {
-    RawClient wrong(connect("alice", w.session));
+    RawClient wrong(connect("alice", w.resume_id));
     RawWelcome r = resumeAs(wrong, w.session, std::string(16, 'x'), 3);
     EXPECT_EQ(r.error, err::kNotPermitted);
     EXPECT_NE(r.message.find("resume refused: wrong resume token"), std::string::npos) << r.message;
   }
   {
-    RawClient thief(connect("", w.session));  // bob, by token, with alice's resume token
+    RawClient thief(connect("", w.resume_id));  // bob, by token, with alice's resume token
     RawWelcome r = resumeAs(thief, w.session, w.resume_token, 3, "bob-token");
     EXPECT_EQ(r.error, err::kNotPermitted);
     EXPECT_NE(r.message.find("user 'bob' does not own the session"), std::string::npos) << r.message;
@@ -82,7 +89,7 @@ TEST_F(ResumeProtocol, OnlyTheOwnerWithItsTokenTakesASessionUpAndCarriesOnInSequ
 
   a.conn().shutdown();  // the connection drops (no TLS close, no goodbye)
   ASSERT_TRUE(logSays("keeping the session 10000 ms for the client to resume")) << server_->log();
-  RawClient b(connect("alice", w.session));
+  RawClient b(connect("alice", w.resume_id));
   RawWelcome r = resumeAs(b, w.session, w.resume_token, 4);
   ASSERT_EQ(r.error, 0) << r.message;
   EXPECT_TRUE(r.resumed);
@@ -106,7 +113,7 @@ TEST_F(ResumeProtocol, ASessionNobodyResumesIsFreedAndCannotBeTakenUpLater) {
   a.conn().shutdown();
   ASSERT_TRUE(logSays("did not resume within 300 ms")) << server_->log();
   ASSERT_TRUE(logSays("session 1 ended (1 allocations released")) << server_->log();
-  RawClient late(connect("alice", w.session));
+  RawClient late(connect("alice", w.resume_id));
   RawWelcome r = resumeAs(late, w.session, w.resume_token, 1);
   EXPECT_EQ(r.error, err::kDevicesUnavailable);
   EXPECT_NE(r.message.find("session 1 cannot be resumed: it has ended"), std::string::npos) << r.message;
@@ -132,11 +139,79 @@ TEST_F(ResumeProtocol, AGarbledPreambleIsClosedWithALogLine) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = htons(port);
   ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::write(fd, "rgpu-xyzzy......", 16), 16);
+  ASSERT_EQ(::write(fd, "rgpu-xyzzy..............", 24), 24);
   char c;
   EXPECT_LE(::read(fd, &c, 1), 0);  // closed without an answer
   ::close(fd);
   EXPECT_TRUE(logSays("neither TLS nor an rgpu resume preamble")) << server_->log();
+}
+
+// A plain TCP connection to the server that writes `bytes` and then stays silent.
+int silentConnection(uint16_t port, const std::string& bytes) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  return fd;
+}
+
+TEST_F(ResumeProtocol, APreambleMustNameTheSessionsRandomIdNotItsNumber) {
+  start();
+  RawClient a(connect("alice"));
+  RawWelcome w = a.helloWith([](wire::Hello::Builder& h) { h.setResume(true); });
+  ASSERT_EQ(w.error, 0) << w.message;
+  RawClient b(connect("alice"));
+  RawWelcome wb = b.helloWith([](wire::Hello::Builder& h) { h.setResume(true); });
+  ASSERT_EQ(wb.error, 0) << wb.message;
+  EXPECT_NE(w.resume_id, wb.resume_id);
+  // A peer that knows only the session number (rgpu-smi shows it) reaches no worker of it.
+  std::string guess(16, '\0');
+  std::memcpy(guess.data(), &w.session, sizeof w.session);
+  RawClient intruder(connect("alice", guess));
+  RawWelcome r = resumeAs(intruder, w.session, w.resume_token, 0);
+  EXPECT_EQ(r.error, err::kDevicesUnavailable) << r.message;
+  EXPECT_TRUE(logSays("asks to resume a session that is not running")) << server_->log();
+  EXPECT_EQ(server_->log().find("session 1: resume attempt"), std::string::npos) << server_->log();
+  EXPECT_EQ(a.ping().error, 0);
+}
+
+TEST_F(ResumeProtocol, StalledResumeHandshakesAreCappedAndTheOwnerStillResumes) {
+  start();  // (handshake_timeout_ms = 2000 in tests)
+  RawClient a(connect("alice"));
+  RawWelcome w = a.helloWith([](wire::Hello::Builder& h) { h.setResume(true); });
+  ASSERT_EQ(w.error, 0) << w.message;
+  EXPECT_EQ(a.ping().error, 0);  // request 1
+  a.conn().shutdown();
+  ASSERT_TRUE(logSays("keeping the session")) << server_->log();
+  // Twenty connections with the right preamble that never start TLS.
+  std::vector<int> stalled;
+  for (int i = 0; i < 20; ++i) stalled.push_back(silentConnection(server_->port(), server::resumePreamble(w.resume_id)));
+  ASSERT_TRUE(logSays("resume handshakes are running already")) << server_->log();
+  // The owner keeps trying, as the client library does, and gets through once a slot frees.
+  auto t0 = std::chrono::steady_clock::now();
+  RawWelcome r;
+  for (int attempt = 0; attempt < 100 && r.error != 0; ++attempt) {
+    auto conn = tryConnect("alice", w.resume_id);
+    if (!conn) {
+      usleep(100000);
+      continue;
+    }
+    RawClient b(std::move(*conn));
+    r = resumeAs(b, w.session, w.resume_token, 1);
+    if (r.error == 0) {
+      EXPECT_TRUE(r.resumed);
+      b.setNextSeq(r.dispatched + 1);
+      EXPECT_EQ(b.ping().error, 0);
+      break;
+    }
+    usleep(100000);
+  }
+  EXPECT_EQ(r.error, 0) << r.message;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(8));
+  for (int fd : stalled) ::close(fd);
 }
 
 }  // namespace
