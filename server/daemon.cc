@@ -251,9 +251,13 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
     std::string hostname = host;
-    auto m = MetricsServer::start(io, cfg.pool.metrics_listen, [&pool, &health, hostname] {
-      return renderMetrics(pool.snapshot(PoolManager::Clock::now()), health(), hostname);
-    });
+    bool per_session = cfg.pool.metrics_labels == "sessions";
+    auto m = MetricsServer::start(
+        io, cfg.pool.metrics_listen,
+        [&pool, &health, hostname, per_session] {
+          return renderMetrics(pool.snapshot(PoolManager::Clock::now()), health(), hostname, per_session);
+        },
+        cfg.pool.metrics_token);
     if (!m) {
       RGPU_LOG_ERROR("{}", m.status().message());
       return 1;

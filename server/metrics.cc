@@ -1,5 +1,9 @@
 #include "server/metrics.h"
 
+#include <openssl/crypto.h>
+
+#include <algorithm>
+#include <cctype>
 #include <sstream>
 
 #include "common/tls.h"
@@ -38,7 +42,8 @@ class Writer {
 
 }  // namespace
 
-std::string renderMetrics(const PoolSnapshot& s, const std::vector<DeviceHealth>& health, const std::string& host) {
+std::string renderMetrics(const PoolSnapshot& s, const std::vector<DeviceHealth>& health, const std::string& host,
+                          bool per_session) {
   Writer w;
   std::vector<std::string> dl;  // device labels
   for (size_t i = 0; i < s.devices.size(); ++i)
@@ -70,6 +75,34 @@ std::string renderMetrics(const PoolSnapshot& s, const std::vector<DeviceHealth>
   for (auto& x : s.sessions) queued += x.queued ? 1 : 0;
   w.family("rgpu_admission_queue_length", "gauge", "Requests waiting in the admission queue.");
   w.sample("rgpu_admission_queue_length", "", queued);
+
+  if (!per_session) {
+    // Totals only: what the pool does, not who does it.
+    uint64_t running = 0, calls = 0, in = 0, out = 0, errors = 0, gpu_ns = 0, admissions = 0, refusals = 0;
+    for (auto& x : s.sessions) {
+      if (x.queued) continue;
+      ++running;
+      calls += x.usage.calls, in += x.usage.bytes_in, out += x.usage.bytes_out, errors += x.usage.errors;
+      gpu_ns += x.usage.gpu_ns;
+    }
+    for (auto& [user, u] : s.users) admissions += u.admissions, refusals += u.refusals;
+    w.family("rgpu_sessions", "gauge", "Sessions running.");
+    w.sample("rgpu_sessions", "", running);
+    w.family("rgpu_calls_total", "counter", "CUDA calls served by running sessions.");
+    w.sample("rgpu_calls_total", "", calls);
+    w.family("rgpu_bytes_total", "counter", "Bulk bytes moved by running sessions.");
+    w.sample("rgpu_bytes_total", "direction=\"in\"", in);
+    w.sample("rgpu_bytes_total", "direction=\"out\"", out);
+    w.family("rgpu_gpu_seconds_total", "counter", "Kernel time of running sessions.");
+    w.sample("rgpu_gpu_seconds_total", "", gpu_ns / 1e9);
+    w.family("rgpu_errors_total", "counter", "Calls of running sessions that returned an error.");
+    w.sample("rgpu_errors_total", "", errors);
+    w.family("rgpu_admissions_total", "counter", "Sessions admitted.");
+    w.sample("rgpu_admissions_total", "", admissions);
+    w.family("rgpu_refusals_total", "counter", "Sessions refused (policy, no fit, timeout).");
+    w.sample("rgpu_refusals_total", "", refusals);
+    return w.str();
+  }
 
   auto sl = [](const PoolSnapshot::Session& x) {
     return "session=\"" + std::to_string(x.id) + "\",user=\"" + esc(x.client.user) + "\",client_host=\"" +
@@ -112,10 +145,10 @@ std::string renderMetrics(const PoolSnapshot& s, const std::vector<DeviceHealth>
 }
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(asio::io_context& io, const std::string& listen,
-                                                           Render render) {
+                                                           Render render, std::string token) {
   auto hp = common::parseHostPort(listen);
   if (!hp) return Status(err::kInvalidValue, "[pool] metrics_listen: " + hp.status().message());
-  std::unique_ptr<MetricsServer> m(new MetricsServer(io, std::move(render)));
+  std::unique_ptr<MetricsServer> m(new MetricsServer(io, std::move(render), std::move(token)));
   try {
     asio::ip::tcp::resolver resolver(io);
     auto ep = *resolver.resolve(hp->first, std::to_string(hp->second)).begin();
@@ -129,6 +162,25 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(asio::io_context& io
   m->port_ = m->acceptor_.local_endpoint().port();
   m->acceptNext();
   return m;
+}
+
+bool MetricsServer::authorized(std::istream& headers) const {
+  if (token_.empty()) return true;
+  std::string line;
+  std::getline(headers, line);  // the rest of the request line
+  while (std::getline(headers, line) && line != "\r" && !line.empty()) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (name != "authorization") continue;
+    std::string value = line.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(' '));
+    const std::string want = "Bearer " + token_;
+    return value.size() == want.size() && CRYPTO_memcmp(value.data(), want.data(), want.size()) == 0;
+  }
+  return false;
 }
 
 void MetricsServer::acceptNext() {
@@ -150,15 +202,20 @@ void MetricsServer::acceptNext() {
       std::istream in(buf.get());
       std::string method, path;
       in >> method >> path;
-      std::string body, status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8";
-      if (method == "GET" && (path == "/metrics" || path.rfind("/metrics?", 0) == 0)) {
+      std::string body, status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", extra;
+      if (!authorized(in)) {
+        status = "401 Unauthorized";
+        type = "text/plain";
+        extra = "WWW-Authenticate: Bearer realm=\"rgpu\"\r\n";
+        body = "rgpu-server: /metrics needs Authorization: Bearer <[pool] metrics_token>\n";
+      } else if (method == "GET" && (path == "/metrics" || path.rfind("/metrics?", 0) == 0)) {
         body = render_();
       } else {
         status = "404 Not Found";
         type = "text/plain";
         body = "rgpu-server serves /metrics\n";
       }
-      auto out = std::make_shared<std::string>("HTTP/1.0 " + status + "\r\nContent-Type: " + type +
+      auto out = std::make_shared<std::string>("HTTP/1.0 " + status + "\r\n" + extra + "Content-Type: " + type +
                                                "\r\nContent-Length: " + std::to_string(body.size()) +
                                                "\r\nConnection: close\r\n\r\n" + body);
       asio::async_write(*s, asio::buffer(*out), [s, out](const asio::error_code&, size_t) {

@@ -16,21 +16,29 @@
 
 namespace rgpu::server {
 
-// The text exposition format (version 0.0.4).
-std::string renderMetrics(const PoolSnapshot& s, const std::vector<DeviceHealth>& health, const std::string& host);
+// The text exposition format (version 0.0.4). `per_session`: series per
+// session, labelled with its user, client host and pid; otherwise only per
+// device and pool-wide totals (no tenant names at all).
+std::string renderMetrics(const PoolSnapshot& s, const std::vector<DeviceHealth>& health, const std::string& host,
+                          bool per_session = true);
 
-// GET /metrics on `listen`; one short request per connection.
+// GET /metrics on `listen`; one short request per connection. With a
+// `token`, a request without "Authorization: Bearer <token>" gets 401.
 class MetricsServer {
  public:
   using Render = std::function<std::string()>;
-  static Result<std::unique_ptr<MetricsServer>> start(asio::io_context& io, const std::string& listen, Render render);
+  static Result<std::unique_ptr<MetricsServer>> start(asio::io_context& io, const std::string& listen, Render render,
+                                                      std::string token = "");
   uint16_t port() const { return port_; }
 
  private:
-  MetricsServer(asio::io_context& io, Render render) : acceptor_(io), render_(std::move(render)) {}
+  MetricsServer(asio::io_context& io, Render render, std::string token)
+      : acceptor_(io), render_(std::move(render)), token_(std::move(token)) {}
   void acceptNext();
+  bool authorized(std::istream& headers) const;
   asio::ip::tcp::acceptor acceptor_;
   Render render_;
+  std::string token_;
   uint16_t port_ = 0;
 };
 

@@ -33,6 +33,8 @@ std::string restartOnlyChanges(const ServerConfig& a, const ServerConfig& b) {
   differs(a.cuda_driver_library != b.cuda_driver_library, "[cuda] driver_library");
   differs(a.nvml_library != b.nvml_library, "[cuda] nvml_library");
   differs(a.pool.metrics_listen != b.pool.metrics_listen, "[pool] metrics_listen");
+  differs(a.pool.metrics_token != b.pool.metrics_token, "[pool] metrics_token");
+  differs(a.pool.metrics_labels != b.pool.metrics_labels, "[pool] metrics_labels");
   bool devs = a.sim_devices.size() != b.sim_devices.size();
   for (size_t i = 0; !devs && i < a.sim_devices.size(); ++i) {
     const auto &x = a.sim_devices[i], &y = b.sim_devices[i];
@@ -138,6 +140,17 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
     RGPU_TRY(millis("admission_timeout_ms", c.pool.admission_timeout_ms));
     RGPU_TRY(millis("drain_timeout_ms", c.pool.drain_timeout_ms));
     c.pool.metrics_listen = (*pool)["metrics_listen"].value_or(std::string());
+    c.pool.metrics_token = (*pool)["metrics_token"].value_or(std::string());
+    c.pool.metrics_labels = (*pool)["metrics_labels"].value_or(c.pool.metrics_labels);
+    if (c.pool.metrics_labels != "sessions" && c.pool.metrics_labels != "aggregate")
+      return Status(err::kInvalidValue, where("pool.metrics_labels") + " must be \"sessions\" or \"aggregate\"");
+    if (!c.pool.metrics_listen.empty() && c.pool.metrics_token.empty()) {
+      auto hp = common::parseHostPort(c.pool.metrics_listen);
+      if (!hp || !common::isLoopbackHost(hp->first))
+        return Status(err::kInvalidValue, where("pool.metrics_listen") + ": metrics on a non-loopback address ('" +
+                                              c.pool.metrics_listen +
+                                              "') need [pool] metrics_token: they name every tenant's sessions");
+    }
   }
   if (auto* lim = tbl["limits"].as_table()) {
     auto& L = c.limits;

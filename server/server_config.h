@@ -38,6 +38,12 @@ struct UserEntry {
 struct PoolConfig {
   uint32_t admission_timeout_ms = 30000;  // longest a request waits in the admission queue
   std::string metrics_listen;             // host:port of the Prometheus endpoint; empty = off
+  // A scrape must send "Authorization: Bearer <metrics_token>"; required
+  // when metrics_listen is not a loopback address.
+  std::string metrics_token;
+  // "sessions": series per session (user, client host and pid as labels);
+  // "aggregate": per device and in total only, no tenant names.
+  std::string metrics_labels = "sessions";
   uint32_t drain_timeout_ms = 30000;      // SIGTERM: how long running sessions may go on
 };
 

@@ -14,6 +14,7 @@
 #include <regex>
 #include <thread>
 
+#include "server/server_config.h"
 #include "tests/e2e/pool_fixture.h"
 #include "tests/support/test_env.h"
 
@@ -171,8 +172,8 @@ TEST_F(Pool, RgpuSmiShowsDevicesAndSessionsAdminsSeeEveryone) {
   EXPECT_NE(bad.output.find("unknown --query-gpu field 'bogus'"), std::string::npos) << bad.output;
 }
 
-// GET `path` from 127.0.0.1:port; the whole response.
-std::string httpGet(uint16_t port, const std::string& path) {
+// GET `path` from 127.0.0.1:port, with `headers` ("Name: value\r\n" each); the whole response.
+std::string httpGet(uint16_t port, const std::string& path, const std::string& headers = "") {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -182,7 +183,7 @@ std::string httpGet(uint16_t port, const std::string& path) {
     ::close(fd);
     return "";
   }
-  std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n" + headers + "\r\n";
   (void)!::write(fd, req.data(), req.size());
   std::string out;
   char buf[4096];
@@ -240,6 +241,36 @@ TEST_F(Pool, PrometheusEndpointReportsDevicesUsersAndSessions) {
   EXPECT_EQ(find("rgpu_admission_queue_length{}"), 0);
   EXPECT_NE(httpGet(port, "/other").find("404 Not Found"), std::string::npos);
   t.join();
+}
+
+TEST_F(Pool, MetricsNeedTheBearerTokenAndCanLeaveTenantsOut) {
+  start("", "", "[pool]\nmetrics_listen = \"127.0.0.1:0\"\nmetrics_token = \"scrape-secret\"\nmetrics_labels = \"aggregate\"\n");
+  std::smatch m;
+  std::string log = server_->log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("Prometheus metrics on http://127.0.0.1:(\\d+)/metrics"))) << log;
+  uint16_t port = static_cast<uint16_t>(std::stoi(m[1].str()));
+  std::thread t = holder("alice", 1 << 20, 2000, dir_.file("holder.out"));
+  EXPECT_NE(httpGet(port, "/metrics").find("401 Unauthorized"), std::string::npos);
+  EXPECT_NE(httpGet(port, "/metrics", "Authorization: Bearer wrong\r\n").find("401 Unauthorized"), std::string::npos);
+  std::string resp = httpGet(port, "/metrics", "authorization: Bearer scrape-secret\r\n");
+  ASSERT_NE(resp.find("HTTP/1.0 200 OK"), std::string::npos) << resp;
+  std::string body = resp.substr(resp.find("\r\n\r\n") + 4);
+  std::string bad;
+  auto metrics = parseMetrics(body, &bad);
+  EXPECT_TRUE(bad.empty()) << "unparsable lines:\n" << bad;
+  EXPECT_NE(body.find("rgpu_device_sessions{"), std::string::npos) << body;
+  EXPECT_NE(body.find("rgpu_sessions "), std::string::npos) << body;
+  EXPECT_EQ(body.find("alice"), std::string::npos) << "a tenant's name in aggregate metrics:\n" << body;
+  EXPECT_EQ(body.find("client_host"), std::string::npos) << body;
+  t.join();
+}
+
+TEST(PoolConfig, MetricsOffLoopbackNeedAToken) {
+  auto c = server::parseServerConfig("[pool]\nmetrics_listen = \"0.0.0.0:9400\"\n", "server.toml");
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.status().message().find("need [pool] metrics_token"), std::string::npos) << c.status().message();
+  EXPECT_TRUE(server::parseServerConfig("[pool]\nmetrics_listen = \"0.0.0.0:9400\"\nmetrics_token = \"t\"\n", "s.toml"));
+  EXPECT_TRUE(server::parseServerConfig("[pool]\nmetrics_listen = \"127.0.0.1:9400\"\n", "s.toml"));
 }
 
 }  // namespace
