@@ -7,7 +7,10 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <chrono>
+#include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 namespace rgpu::common {
 namespace {
@@ -68,6 +71,30 @@ spdlog::logger& logger() {
   std::lock_guard lock(g_mu);
   if (!g_logger) g_logger = makeLogger("rgpu", "");
   return *g_logger;
+}
+
+void logLimited(const std::string& key, const std::string& message) {
+  static std::mutex mu;
+  struct Seen {
+    std::chrono::steady_clock::time_point last;
+    uint64_t suppressed = 0;
+  };
+  static std::unordered_map<std::string, Seen> seen;  // per process, as the log is
+  uint64_t suppressed = 0;
+  {
+    std::lock_guard lock(mu);
+    auto now = std::chrono::steady_clock::now();
+    auto [it, fresh] = seen.try_emplace(key);
+    if (!fresh && now - it->second.last < std::chrono::seconds(1)) {
+      ++it->second.suppressed;
+      return;
+    }
+    it->second.last = now;
+    suppressed = std::exchange(it->second.suppressed, 0);
+    if (seen.size() > 4096) seen.clear();  // keys are few; never let them grow without bound
+  }
+  if (suppressed) logger().warn("{} ({} similar lines suppressed)", message, suppressed);
+  else logger().warn("{}", message);
 }
 
 std::string escapeControl(std::string_view text) {

@@ -21,6 +21,10 @@ void initLogging(const std::string& component, const std::string& level);
 spdlog::logger& logger();
 // Logs `message` at warn level the first time `key` is seen in this process.
 void logOnce(const std::string& key, const std::string& message);
+// Logs `message` at warn level at most once per second for `key`; the first
+// line after a quiet spell says how many were suppressed. For lines a peer
+// can cause at will (a flood of connections must not become a flood of log).
+void logLimited(const std::string& key, const std::string& message);
 // `text` with control characters escaped, as log lines carry it.
 std::string escapeControl(std::string_view text);
 

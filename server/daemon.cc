@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "common/log.h"
@@ -26,6 +28,7 @@
 #include "server/launch_gate.h"
 #include "server/metrics.h"
 #include "server/pool_service.h"
+#include "server/preauth_guard.h"
 #include "server/session.h"
 
 namespace rgpu::server {
@@ -144,6 +147,13 @@ int runWorker(const ServerConfig& cfg, const common::TlsOptions& tls, int fd, ui
 static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const BackendChoice& choice);
 
 int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts) {
+  // Room for every pre-auth connection the caps allow and every session's
+  // sockets: the soft descriptor limit goes up to the hard one (workers
+  // inherit it, exec resets nothing).
+  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = std::min<rlim_t>(nofile.rlim_max, 1u << 20);
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   // Fail at start, not per connection, when the TLS material is wrong.
   auto snap = ConfigSnapshot::take(opts.config_path, cfg);
   if (!snap) {
@@ -246,6 +256,16 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     return 1;
   }
   PoolService service(io, pool, health, &*gates);
+  // Connections that have not authenticated: capped, the oldest closed first.
+  PreAuthGuard preauth({cfg.limits.max_unauthenticated, cfg.limits.max_unauthenticated_per_address});
+  std::map<uint64_t, uint64_t> preauth_of;  // session id -> its worker's PreAuthGuard entry, until authenticated
+  std::set<pid_t> evicted_workers;          // killed by the guard: their end is no surprise
+  service.onAuthenticated([&](uint64_t sid) {
+    if (auto it = preauth_of.find(sid); it != preauth_of.end()) {
+      preauth.forget(it->second);
+      preauth_of.erase(it);
+    }
+  });
   std::unique_ptr<MetricsServer> metrics;
   if (!cfg.pool.metrics_listen.empty()) {
     char host[256] = {};
@@ -283,7 +303,13 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
         while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
           auto it = workers.find(pid);
           uint64_t sid = it == workers.end() ? 0 : it->second;
-          if (WIFSIGNALED(status) && !(stopping && WTERMSIG(status) == SIGTERM))
+          if (auto it = preauth_of.find(sid); it != preauth_of.end()) {
+            preauth.forget(it->second);
+            preauth_of.erase(it);
+          }
+          if (evicted_workers.erase(pid))
+            RGPU_LOG_DEBUG("worker {} (session {}) closed before its client authenticated", pid, sid);
+          else if (WIFSIGNALED(status) && !(stopping && WTERMSIG(status) == SIGTERM))
             RGPU_LOG_WARN("worker {} (session {}) killed by signal {}", pid, sid, WTERMSIG(status));
           else
             RGPU_LOG_DEBUG("worker {} (session {}) exited with {}", pid, sid, WEXITSTATUS(status));
@@ -364,8 +390,9 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   };
   waitSignal();
 
-  // Starts a worker for the accepted socket `fd` (taking it).
-  auto startWorker = [&](int fd) {
+  // Starts a worker for the accepted socket `fd` (taking it). `guard_id`: its
+  // PreAuthGuard entry, which from now on evicts by killing the worker.
+  auto startWorker = [&](int fd, uint64_t guard_id) {
     uint64_t sid = next_session++;
     // The worker's line to the pool manager, and where resumed clients reach it.
     int ctl[2], hand[2];
@@ -406,10 +433,19 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
       RGPU_LOG_ERROR("cannot start a worker: {}", std::strerror(errno));
       ::close(ctl[0]);
       ::close(hand[0]);
+      preauth.forget(guard_id);
       return;
     }
     service.attach(sid, ctl[0]);
     workers[pid] = sid;
+    preauth_of[sid] = guard_id;
+    preauth.rebind(guard_id, [pid, sid, &evicted_workers] {
+      common::logLimited("preauth-evict", "session " + std::to_string(sid) +
+                                              ": closed before authenticating, to make room for newer connections "
+                                              "(max_unauthenticated)");
+      evicted_workers.insert(pid);
+      ::kill(pid, SIGKILL);
+    });
     handoffs[sid] = hand[0];
     // The session's resume id: the worker's first message on its handoff socket.
     std::string id(kResumeIdBytes, '\0');
@@ -425,20 +461,21 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     asio::ip::tcp::socket sock;
     asio::steady_timer timer;
     std::string peer;
+    uint64_t guard_id = 0;  // its PreAuthGuard entry
   };
   std::function<void(std::shared_ptr<Arrival>)> route = [&](std::shared_ptr<Arrival> a) {
     a->sock.async_wait(asio::socket_base::wait_read, [&, a](const asio::error_code& ec) {
-      if (ec || stopping) return;  // timed out, or the daemon is draining
+      if (ec || stopping) return preauth.forget(a->guard_id);  // timed out or evicted, or the daemon is draining
       int fd = a->sock.native_handle();
       char head[kResumePreambleBytes];
       ssize_t n = ::recv(fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) return route(a);
       a->timer.cancel();
-      if (n <= 0) return;  // closed before saying anything: the socket goes with `a`
-      if (head[0] != kResumeMagic[0]) return startWorker(a->sock.release());
+      if (n <= 0) return preauth.forget(a->guard_id);  // closed before saying anything: the socket goes with `a`
+      if (head[0] != kResumeMagic[0]) return startWorker(a->sock.release(), a->guard_id);
       if (std::memcmp(head, kResumeMagic, std::min<size_t>(static_cast<size_t>(n), sizeof kResumeMagic)) != 0) {
-        RGPU_LOG_WARN("connection from {}: neither TLS nor an rgpu resume preamble; closed", a->peer);
-        return;
+        common::logLimited("preamble", "connection from " + a->peer + ": neither TLS nor an rgpu resume preamble; closed");
+        return preauth.forget(a->guard_id);
       }
       if (static_cast<size_t>(n) < sizeof head) {  // the rest is on its way
         a->timer.expires_after(std::chrono::milliseconds(cfg.handshake_timeout_ms));
@@ -455,33 +492,56 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
       auto h = handoffs.find(sid);
       if (h != handoffs.end() && sendFd(h->second, fd)) {
         RGPU_LOG_INFO("session {}: client reconnects from {}; handed to its worker", sid, a->peer);
-        return;  // the worker has its own copy; ours closes with `a`
+        return preauth.forget(a->guard_id);  // the worker has its own copy (and its own cap); ours closes with `a`
       }
       // No such session (any more): a fresh worker tells the client so.
-      RGPU_LOG_INFO("connection from {} asks to resume a session that is not running", a->peer);
-      startWorker(a->sock.release());
+      common::logLimited("resume-unknown", "connection from " + a->peer + " asks to resume a session that is not running");
+      startWorker(a->sock.release(), a->guard_id);
     });
   };
 
+  asio::steady_timer accept_backoff(io);
   std::function<void()> acceptNext = [&] {
     acceptor.async_accept([&](const asio::error_code& ec, asio::ip::tcp::socket sock) {
       if (ec) {
-        if (!stopping) {
-          RGPU_LOG_WARN("accept: {}", ec.message());
-          acceptNext();
+        if (stopping) return;
+        if (ec == asio::error::no_descriptors || ec.value() == ENFILE || ec == asio::error::no_buffer_space) {
+          // Out of descriptors: do not spin on accept. The oldest
+          // unauthenticated connection gives one back; try again shortly.
+          common::logLimited("accept-fds", "accept: " + ec.message() + "; closing the oldest unauthenticated "
+                                               "connection and pausing accept for 50 ms");
+          preauth.evictOldest();
+          accept_backoff.expires_after(std::chrono::milliseconds(50));
+          accept_backoff.async_wait([&](const asio::error_code& te) {
+            if (!te && !stopping) acceptNext();
+          });
+          return;
         }
+        common::logLimited("accept", "accept: " + ec.message());
+        acceptNext();
         return;
       }
       asio::error_code e;
       auto ep = sock.remote_endpoint(e);
-      std::string peer = e ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
+      std::string address = e ? std::string("?") : ep.address().to_string();
+      std::string peer = e ? std::string("?") : address + ":" + std::to_string(ep.port());
       auto a = std::make_shared<Arrival>(Arrival{std::move(sock), asio::steady_timer(io), std::move(peer)});
+      a->guard_id = preauth.admit(address, [w = std::weak_ptr<Arrival>(a)] {
+        auto victim = w.lock();
+        if (!victim) return;
+        common::logLimited("preauth-evict-socket", "connection from " + victim->peer +
+                                                       ": closed before saying anything, to make room for newer "
+                                                       "connections (max_unauthenticated)");
+        victim->timer.cancel();
+        asio::error_code ignored;
+        victim->sock.close(ignored);
+      });
       a->timer.expires_after(std::chrono::milliseconds(cfg.handshake_timeout_ms));
       a->timer.async_wait([a](const asio::error_code& te) {
         if (te) return;
-        RGPU_LOG_WARN("connection from {}: nothing received within the handshake timeout; closed", a->peer);
+        common::logLimited("silent", "connection from " + a->peer + ": nothing received within the handshake timeout; closed");
         asio::error_code ignored;
-        a->sock.close(ignored);
+        a->sock.close(ignored);  // (route's wait ends with an error and forgets it)
       });
       route(a);
       acceptNext();

@@ -84,6 +84,7 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
   auto f = splitFields(msg, 16);
   const std::string& verb = f[0];
   auto num = [&](size_t i) { return i < f.size() ? std::strtoull(f[i].c_str(), nullptr, 10) : 0ull; };
+  if ((verb == "admit" || verb == "status") && on_authenticated_) on_authenticated_(session);
   if (verb == "admit" && f.size() >= 10) {
     ClientInfo who{f[1], f[2], f[3], static_cast<uint32_t>(num(4))};
     DeviceRequest req;

@@ -29,6 +29,9 @@ class PoolService {
   void policyChanged();
   // The daemon is stopping: queued requests are refused, saying so.
   void shutdown();
+  // Runs once per session, at its worker's first admission or status
+  // request: the client has authenticated (the daemon's pre-auth bound).
+  void onAuthenticated(std::function<void(uint64_t)> fn) { on_authenticated_ = std::move(fn); }
 
  private:
   struct Worker {
@@ -49,6 +52,7 @@ class PoolService {
   GateTableOwner* gates_;
   std::map<uint64_t, int> slots_;  // session -> gate slot
   asio::steady_timer timer_;
+  std::function<void(uint64_t)> on_authenticated_;
 };
 
 }  // namespace rgpu::server

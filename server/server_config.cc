@@ -175,6 +175,11 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
     RGPU_TRY(size("max_printf_fifo_bytes", L.max_printf_fifo_bytes));
     RGPU_TRY(size("max_staging_bytes", L.max_staging_bytes));
     RGPU_TRY(size("max_interpreter_bytes", L.max_interpreter_bytes));
+    L.max_unauthenticated = (*lim)["max_unauthenticated"].value_or(L.max_unauthenticated);
+    L.max_unauthenticated_per_address =
+        (*lim)["max_unauthenticated_per_address"].value_or(L.max_unauthenticated_per_address);
+    if (L.max_unauthenticated == 0 || L.max_unauthenticated_per_address == 0)
+      return Status(err::kInvalidValue, where("limits.max_unauthenticated") + ": the caps must be at least 1");
     if (L.max_staging_bytes < protocol::kMaxBulkBytes)
       return Status(err::kInvalidValue, where("limits.max_staging_bytes") + " must be at least 64MiB (one frame's bulk)");
     if (auto k = (*lim)["kernel_timeout_ms"].value<int64_t>()) {

@@ -77,6 +77,11 @@ struct SessionLimits {
   // blocks a session's kernels run at once; a block that alone needs more
   // fails its launch with cudaErrorLaunchOutOfResources.
   uint64_t max_interpreter_bytes = 1ull << 30;
+  // Per server (the daemon): connections not yet authenticated — accepted
+  // sockets and workers in their TLS handshake — over all peers and per
+  // source address. Past either, the oldest such connection is closed.
+  uint32_t max_unauthenticated = 128;
+  uint32_t max_unauthenticated_per_address = 32;
 };
 
 struct ServerConfig {
