@@ -29,6 +29,7 @@
 #include "server/metrics.h"
 #include "server/pool_service.h"
 #include "server/preauth_guard.h"
+#include "server/sandbox.h"
 #include "server/session.h"
 
 namespace rgpu::server {
@@ -65,7 +66,15 @@ void onWorkerTerm(int) {
 }  // namespace
 
 int runWorker(const ServerConfig& cfg, const common::TlsOptions& tls, int fd, uint64_t session_id, int control_fd,
-              int gate_fd, int handoff_fd) {
+              int gate_fd, int handoff_fd, int gate_policy_fd, int uid, int gid) {
+  // The daemon confined us before exec (sandbox.h); the user comes before
+  // the first byte from the client.
+  if (uid >= 0 && !dropPrivileges(static_cast<uid_t>(uid), static_cast<gid_t>(gid))) {
+    RGPU_LOG_ERROR("session {}: cannot switch to uid {}: {}", session_id, uid, std::strerror(errno));
+    ::close(fd);
+    return 126;
+  }
+  markNotDumpable();
   g_worker_fd = fd;
   g_term_fd = eventfd(0, EFD_CLOEXEC);
   struct sigaction sa {};
@@ -94,7 +103,7 @@ int runWorker(const ServerConfig& cfg, const common::TlsOptions& tls, int fd, ui
   // The pool manager lives in the daemon; a worker started by hand gets a private one.
   std::unique_ptr<PoolLink> pool;
   if (control_fd >= 0) {
-    pool = std::make_unique<ControlSocketLink>(control_fd, gate_fd, std::chrono::seconds(30), g_term_fd);
+    pool = std::make_unique<ControlSocketLink>(control_fd, gate_fd, gate_policy_fd, std::chrono::seconds(30), g_term_fd);
   } else {
     pool = std::make_unique<LocalPool>(std::make_shared<PoolManager>(simInventory(cfg), cfg.users, cfg.pool),
                                        std::make_shared<std::mutex>(), session_id);
@@ -185,6 +194,14 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   // `cfg` is the configuration the daemon started with (what a reload may not
   // change); `snapshot` the last good one, which new workers get.
   const ServerConfig cfg = snapshot.config;
+  auto worker_identity = resolveWorkerUser(cfg.worker_user);
+  if (!worker_identity) {
+    RGPU_LOG_ERROR("{}", worker_identity.status().message());
+    return 1;
+  }
+  if (::geteuid() == 0 && !worker_identity->change)
+    RGPU_LOG_WARN("workers run as root: set [security] worker_user (docs/security.md) so that a tenant who breaks "
+                  "its worker does not hold root");
   int snapshot_fd = -1;
   if (auto fd = snapshot.toMemfd(); !fd) {
     RGPU_LOG_ERROR("{}", fd.status().message());
@@ -309,6 +326,8 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
           }
           if (evicted_workers.erase(pid))
             RGPU_LOG_DEBUG("worker {} (session {}) closed before its client authenticated", pid, sid);
+          else if (WIFEXITED(status) && WEXITSTATUS(status) == 126)
+            RGPU_LOG_ERROR("worker {} (session {}) could not be confined (user, rlimits, seccomp) and did not start", pid, sid);
           else if (WIFSIGNALED(status) && !(stopping && WTERMSIG(status) == SIGTERM))
             RGPU_LOG_WARN("worker {} (session {}) killed by signal {}", pid, sid, WTERMSIG(status));
           else
@@ -410,15 +429,22 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     }
     pid_t pid = ::fork();
     if (pid == 0) {
-      // Child: the client socket becomes fd 3, then control, gate, handoff and
-      // the config snapshot; everything else of ours closes on exec. Move them
+      // Child: the client socket becomes fd 3, then control, gate, handoff,
+      // the config snapshot and the gate policy (read-only); everything else
+      // of ours closes on exec. Move them
       // out of the way first, so no dup2 overwrites another.
-      int from[5] = {::fcntl(fd, F_DUPFD_CLOEXEC, 10), ::fcntl(ctl[1], F_DUPFD_CLOEXEC, 10),
+      int from[6] = {::fcntl(fd, F_DUPFD_CLOEXEC, 10), ::fcntl(ctl[1], F_DUPFD_CLOEXEC, 10),
                      ::fcntl(gates->fd(), F_DUPFD_CLOEXEC, 10), ::fcntl(hand[1], F_DUPFD_CLOEXEC, 10),
-                     ::fcntl(snapshot_fd, F_DUPFD_CLOEXEC, 10)};
-      for (int i = 0; i < 5; ++i) ::dup2(from[i], 3 + i);
+                     ::fcntl(snapshot_fd, F_DUPFD_CLOEXEC, 10), ::fcntl(gates->policyFd(), F_DUPFD_CLOEXEC, 10)};
+      for (int i = 0; i < 6; ++i) ::dup2(from[i], 3 + i);
+      // Confined before exec: the worker never runs unconfined (sandbox.h).
+      if (!confineWorker()) _exit(126);
       std::vector<std::string> args = {"rgpu-server", "--worker", "--fd", "3", "--control-fd", "4", "--gate-fd", "5",
-                                       "--handoff-fd", "6", "--snapshot-fd", "7", "--session-id", std::to_string(sid)};
+                                       "--handoff-fd", "6", "--snapshot-fd", "7", "--gate-policy-fd", "8",
+                                       "--session-id", std::to_string(sid)};
+      if (worker_identity->change)
+        args.insert(args.end(), {"--worker-uid", std::to_string(worker_identity->uid), "--worker-gid",
+                                 std::to_string(worker_identity->gid)});
       args.insert(args.end(), opts.worker_args.begin(), opts.worker_args.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());

@@ -1,6 +1,6 @@
 // The rgpu-server daemon: listens, hands each accepted connection to a fresh
 // worker process (exec'd; fds 3 client socket, 4 pool control, 5 launch gate,
-// 6 resume handoff, 7 config snapshot), reaps workers, reloads on SIGHUP,
+// 6 resume handoff, 7 config snapshot, 8 launch gate policy, read-only), reaps workers, reloads on SIGHUP,
 // drains on SIGINT/SIGTERM. It never initialises CUDA and never parses client
 // bytes beyond a peek at the first ones: a connection that opens with the
 // 24-byte resume preamble ("rgpu-rs2" + the session's 128-bit resume id,
@@ -43,9 +43,11 @@ int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts);
 
 // Worker side: serves one session on `fd` and returns the exit code.
 // `control_fd`: the socket to the daemon's pool manager (-1: a private pool).
-// `gate_fd`: the launch gate table (priorities, weights; -1: none).
+// `gate_fd`, `gate_policy_fd`: the launch gate tables (activity; priorities
+// and weights, read-only; -1: none).
 // `handoff_fd`: where the daemon passes a resuming client's socket (-1: no resume).
 int runWorker(const ServerConfig& cfg, const common::TlsOptions& tls, int fd, uint64_t session_id,
-              int control_fd = -1, int gate_fd = -1, int handoff_fd = -1);
+              int control_fd = -1, int gate_fd = -1, int handoff_fd = -1, int gate_policy_fd = -1, int uid = -1,
+              int gid = -1);
 
 }  // namespace rgpu::server

@@ -1,9 +1,13 @@
 // Compute sharing between the sessions of a device: priorities and weights,
 // enforced by launch admission in the workers.
 //
-// The daemon keeps a small table in shared memory (a memfd every worker maps)
-// with one slot per running session: its devices, priority class, weight,
-// kernels queued, and GPU time used. Before a kernel runs, the worker's gate
+// The daemon keeps two small tables in shared memory, one slot per running
+// session. The policy table (GatePolicyTable: the session, its devices,
+// priority class and weight) is the daemon's alone: workers get a read-only
+// descriptor of it and map it read-only, so no worker can raise its own
+// priority or weight, or move onto another session's devices. The activity
+// table (GateTable: kernels queued, GPU time used, and who holds each
+// device) is written by the workers themselves. Before a kernel runs, the worker's gate
 // waits while
 //   - a session of a higher priority class on the same device has kernels
 //     queued (lower sessions are held back while it has work), or
@@ -38,11 +42,21 @@ inline constexpr uint64_t kHoldoverNs = 10'000'000;  // a higher class stays "bu
 inline constexpr uint64_t kStuckNs = 2'000'000'000;  // a device held this long is shared again
 inline constexpr int kMaxGateDevices = 64;
 
-struct GateSlot {
+// The daemon's: read-only to workers.
+struct GatePolicy {
   std::atomic<uint64_t> session{0};   // 0: free
   std::atomic<uint64_t> devices{0};   // bit d: placed on host device d (d < 64)
   std::atomic<int32_t> priority{1};   // Priority
   std::atomic<uint32_t> weight_milli{1000};
+};
+
+struct GatePolicyTable {
+  GatePolicy slots[kMaxGateSlots];
+};
+
+// The workers': each updates its own (a worker could write others' too:
+// that skews only the sharing of compute, see docs/security.md).
+struct GateSlot {
   std::atomic<uint32_t> pending{0};   // kernels queued or running
   std::atomic<uint64_t> gpu_ns{0};
   std::atomic<uint64_t> vstart_ns{0}; // virtual-time offset (newcomers, returners)
@@ -60,7 +74,7 @@ struct GateTable {
 };
 
 // Virtual time of a slot: where it stands in weighted GPU time.
-uint64_t virtualTime(const GateSlot& s);
+uint64_t virtualTime(const GatePolicy& p, const GateSlot& s);
 
 // Daemon side: owns the shared memory.
 class GateTableOwner {
@@ -69,7 +83,11 @@ class GateTableOwner {
   GateTableOwner(GateTableOwner&& o) noexcept;
   ~GateTableOwner();
   int fd() const { return fd_; }
+  // A read-only descriptor of the policy table, for workers (a descriptor
+  // opened read-only cannot be mapped writable).
+  int policyFd() const { return policy_ro_fd_; }
   GateTable& table() { return *table_; }
+  const GatePolicyTable& policy() const { return *policy_; }
   // Fills a free slot for `session`; its virtual time starts at the least of
   // the sessions sharing its devices. -1 when the table is full.
   int assign(uint64_t session, const std::vector<int>& devices, int priority, double weight);
@@ -77,9 +95,12 @@ class GateTableOwner {
   void clear(int slot);
 
  private:
-  GateTableOwner(int fd, GateTable* t) : fd_(fd), table_(t) {}
+  GateTableOwner(int fd, GateTable* t, int policy_fd, int policy_ro_fd, GatePolicyTable* p)
+      : fd_(fd), table_(t), policy_fd_(policy_fd), policy_ro_fd_(policy_ro_fd), policy_(p) {}
   int fd_ = -1;
   GateTable* table_ = nullptr;
+  int policy_fd_ = -1, policy_ro_fd_ = -1;
+  GatePolicyTable* policy_ = nullptr;
 };
 
 // Worker side: the hooks a backend calls around each kernel.
@@ -102,10 +123,11 @@ class LaunchGate {
   virtual void done(int device, uint64_t gpu_ns, bool held) = 0;
 };
 
-// A worker's gate over the daemon's table (fd 5 in the worker).
+// A worker's gate over the daemon's tables (fds 5 and 8 in the worker).
 class SharedLaunchGate final : public LaunchGate {
  public:
-  static Result<std::unique_ptr<SharedLaunchGate>> map(int fd, int slot, std::vector<int> physical);
+  // `policy_fd` is mapped read-only (a descriptor that allows writing is refused).
+  static Result<std::unique_ptr<SharedLaunchGate>> map(int fd, int policy_fd, int slot, std::vector<int> physical);
   ~SharedLaunchGate() override;
   // rgpu::server::LaunchGate
   void queued(int device) override;
@@ -113,11 +135,13 @@ class SharedLaunchGate final : public LaunchGate {
   void done(int device, uint64_t gpu_ns, bool held) override;
 
  private:
-  SharedLaunchGate(GateTable* t, GateSlot* mine, std::vector<int> physical)
-      : table_(t), mine_(mine), physical_(std::move(physical)) {}
+  SharedLaunchGate(GateTable* t, const GatePolicyTable* p, int slot, std::vector<int> physical)
+      : table_(t), policy_(p), mine_(&t->slots[slot]), my_policy_(&p->slots[slot]), physical_(std::move(physical)) {}
   bool heldBack(int host_device) const;
   GateTable* table_;
+  const GatePolicyTable* policy_;
   GateSlot* mine_;
+  const GatePolicy* my_policy_;
   std::vector<int> physical_;
   std::mutex mu_;                                  // this process's view of its holds
   int holding_[kMaxGateDevices] = {};              // our kernels holding each host device

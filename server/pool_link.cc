@@ -176,17 +176,19 @@ void LocalPool::usage(const SessionUsage& u) {
 
 // ---- ControlSocketLink -------------------------------------------------------
 
-ControlSocketLink::ControlSocketLink(int fd, int gate_fd, std::chrono::milliseconds answer_timeout, int stop_fd)
-    : fd_(fd), gate_fd_(gate_fd), answer_timeout_(answer_timeout), stop_fd_(stop_fd) {}
+ControlSocketLink::ControlSocketLink(int fd, int gate_fd, int gate_policy_fd, std::chrono::milliseconds answer_timeout,
+                                     int stop_fd)
+    : fd_(fd), gate_fd_(gate_fd), gate_policy_fd_(gate_policy_fd), answer_timeout_(answer_timeout), stop_fd_(stop_fd) {}
 
 ControlSocketLink::~ControlSocketLink() {
   ::close(fd_);
   if (gate_fd_ >= 0) ::close(gate_fd_);
+  if (gate_policy_fd_ >= 0) ::close(gate_policy_fd_);
 }
 
 std::unique_ptr<LaunchGate> ControlSocketLink::gateFor(const Placement& p) {
-  if (gate_fd_ < 0 || p.gate_slot < 0) return nullptr;
-  auto g = SharedLaunchGate::map(gate_fd_, p.gate_slot, p.devices);
+  if (gate_fd_ < 0 || gate_policy_fd_ < 0 || p.gate_slot < 0) return nullptr;
+  auto g = SharedLaunchGate::map(gate_fd_, gate_policy_fd_, p.gate_slot, p.devices);
   if (!g) {
     RGPU_LOG_WARN("launch gate unavailable, kernels run without priorities and weights: {}", g.status().message());
     return nullptr;

@@ -76,7 +76,7 @@ class ControlSocketLink final : public PoolLink {
  public:
   // `answer_timeout`: longest wait for a reply (admission waits longer: its own timeout plus this).
   // `stop_fd`, when readable, ends any wait (the worker is being stopped).
-  ControlSocketLink(int fd, int gate_fd, std::chrono::milliseconds answer_timeout, int stop_fd = -1);
+  ControlSocketLink(int fd, int gate_fd, int gate_policy_fd, std::chrono::milliseconds answer_timeout, int stop_fd = -1);
   ~ControlSocketLink() override;
   // rgpu::server::PoolLink
   Result<Placement> admit(const ClientInfo& who, const DeviceRequest& req) override;
@@ -93,6 +93,7 @@ class ControlSocketLink final : public PoolLink {
   Result<std::string> ask(const std::string& msg, std::chrono::milliseconds timeout);
   int fd_;
   int gate_fd_;  // the daemon's launch gate table (memfd), -1: none
+  int gate_policy_fd_;  // its policy table, read-only
   std::chrono::milliseconds answer_timeout_;
   int stop_fd_;  // not owned
   std::mutex mu_;  // one question at a time: replies come back in order

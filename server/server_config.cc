@@ -34,6 +34,7 @@ std::string restartOnlyChanges(const ServerConfig& a, const ServerConfig& b) {
   differs(a.nvml_library != b.nvml_library, "[cuda] nvml_library");
   differs(a.pool.metrics_listen != b.pool.metrics_listen, "[pool] metrics_listen");
   differs(a.pool.metrics_token != b.pool.metrics_token, "[pool] metrics_token");
+  differs(a.worker_user != b.worker_user, "[security] worker_user");
   differs(a.pool.metrics_labels != b.pool.metrics_labels, "[pool] metrics_labels");
   bool devs = a.sim_devices.size() != b.sim_devices.size();
   for (size_t i = 0; !devs && i < a.sim_devices.size(); ++i) {
@@ -188,6 +189,7 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
       L.kernel_timeout_ms = static_cast<uint32_t>(*k);
     }
   }
+  if (auto* sec = tbl["security"].as_table()) c.worker_user = (*sec)["worker_user"].value_or(std::string());
   if (auto* cu = tbl["cuda"].as_table()) {
     if (auto lib = (*cu)["driver_library"].value<std::string>())
       c.cuda_driver_library = lib->find('/') == std::string::npos ? *lib : common::resolveRelative(path, *lib);

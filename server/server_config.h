@@ -106,6 +106,9 @@ struct ServerConfig {
   std::string sim_launch_log;  // [sim] launch_log: record every kernel launch (tests)
   // [cuda]: the driver library workers load (a path for tests' fake driver),
   // NVML for inventory and health, and the idle pinned staging memory kept.
+  // [security] worker_user: the user every worker runs as (the daemon starts
+  // as root and drops each worker to it); "" = the daemon's own user.
+  std::string worker_user;
   std::string cuda_driver_library = "libcuda.so.1";
   std::string nvml_library = "libnvidia-ml.so.1";
   std::string cublas_library = "libcublas.so.13";  // NVIDIA's, loaded by a worker on its first BLAS call

@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -136,6 +139,67 @@ TEST(Security, UnauthenticatedConnectionsAreCappedWhileARealClientKeepsWorking) 
   EXPECT_LT(server.log().size(), 256u << 10) << "the flood flooded the log";
   EXPECT_NE(server.log().find("max_unauthenticated"), std::string::npos);
   for (int fd : flood) ::close(fd);
+}
+
+// A line of /proc/PID/status ("Uid:", "Seccomp:", ...), after its name.
+std::string statusField(pid_t pid, const std::string& name) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(name, 0) == 0) {
+      std::string v = line.substr(name.size());
+      v.erase(0, v.find_first_not_of(" \t"));
+      return v;
+    }
+  return "";
+}
+
+// The flags of descriptor `fd` of process `pid` (from /proc/PID/fdinfo).
+int fdFlags(pid_t pid, int fd) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/fdinfo/" + std::to_string(fd));
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("flags:", 0) == 0) return std::stoi(line.substr(6), nullptr, 8);
+  return -1;
+}
+
+TEST(Security, WorkersRunConfinedAsTheirOwnUserWithTheGatePolicyReadOnly) {
+  TempDir dir;
+  makeCerts(dir.path());
+  if (::geteuid() != 0) {
+    // Only root can start workers as another user: the server says so and does not start.
+    writeFile(dir.file("server.toml"), serverToml(dir.path(), "[security]\nworker_user = \"nobody\"\n"));
+    RunResult r = run(std::string(RGPU_SERVER_BIN) + " --config " + dir.file("server.toml"));
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.output.find("needs rgpu-server to start as root"), std::string::npos) << r.output;
+    return;
+  }
+  ServerProcess server(dir.path(), serverToml(dir.path(), "[security]\nworker_user = \"nobody\"\n"));
+  ASSERT_EQ(::chmod(dir.file("server.toml").c_str(), 0600), 0);
+  RawClient a(connectAs(dir.path(), server.port()));
+  ASSERT_EQ(a.hello().first, 0);
+  uint64_t p = a.malloc(64);
+  a.write(p, std::vector<uint8_t>(64, 5));
+  ASSERT_EQ(a.readBack(p, 64).bulk, std::vector<uint8_t>(64, 5));  // it works as nobody
+  std::ifstream children("/proc/" + std::to_string(server.pid()) + "/task/" + std::to_string(server.pid()) + "/children");
+  pid_t worker = 0;
+  children >> worker;
+  ASSERT_GT(worker, 0);
+  EXPECT_EQ(statusField(worker, "Uid:"), "65534\t65534\t65534\t65534");
+  EXPECT_EQ(statusField(worker, "Gid:"), "65534\t65534\t65534\t65534");
+  EXPECT_EQ(statusField(worker, "Groups:"), "");
+  EXPECT_EQ(statusField(worker, "NoNewPrivs:"), "1");
+  EXPECT_EQ(statusField(worker, "Seccomp:"), "2");  // a filter
+  // Its user cannot read server.toml (0600, the daemon's)...
+  pid_t probe = ::fork();
+  if (probe == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(2);
+    _exit(::open(dir.file("server.toml").c_str(), O_RDONLY) < 0 && errno == EACCES ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(probe, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "uid 65534 could read server.toml";
+  // ...and holds the launch gate's policy (priorities, weights) read-only.
+  EXPECT_EQ(fdFlags(worker, 8) & O_ACCMODE, O_RDONLY);
+  EXPECT_EQ(fdFlags(worker, 5) & O_ACCMODE, O_RDWR);
 }
 
 }  // namespace

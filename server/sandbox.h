@@ -1,0 +1,56 @@
+// Confinement of a worker process: what one tenant's worker may do to the
+// host and to the other workers, even if a bug hands it to its tenant.
+//
+// The daemon applies the rest in the forked child, before exec, so it covers
+// the worker from its first instruction; the worker then takes its user
+// before it reads a byte from its client:
+//   - the worker's user and group ([security] worker_user; the daemon must
+//     start as root for it), with no supplementary groups: server.toml, the
+//     TLS key files and other workers' /proc entries are not its to read
+//     (a worker never reads them: it gets a validated snapshot, see
+//     config_snapshot.h). Taken after exec (dropPrivileges), so the binary
+//     and its libraries need not be readable by that user's path;
+//   - PR_SET_NO_NEW_PRIVS: nothing it executes gains privileges;
+//   - a seccomp filter: signals (kill, tgkill, rt_sigqueueinfo, ...) only to
+//     its own process, no tkill, pidfd signals, ptrace, process_vm_* or kcmp,
+//     and no syscalls of another ABI (x86 int 0x80): a worker cannot stop,
+//     signal or read another worker, whatever user they share;
+//   - rlimits: no core dumps (a dump would hold tenant data and the key),
+//     a bounded number of descriptors.
+// After exec the worker also marks itself not dumpable (markNotDumpable), so
+// processes of its own user cannot ptrace it or read its memory through /proc.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace rgpu::server {
+
+inline constexpr uint64_t kWorkerMaxFiles = 8192;
+
+struct WorkerIdentity {
+  bool change = false;  // setuid/setgid to uid/gid
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string name;
+};
+
+// Resolves [security] worker_user ("" = keep the daemon's). Fails when the
+// user does not exist, or the daemon is not root and the user is not its own.
+Result<WorkerIdentity> resolveWorkerUser(const std::string& user);
+
+// In the forked child: sets the rlimits, NO_NEW_PRIVS and the seccomp
+// filter. Async-signal-safe (no allocation, no locks): returns false with
+// errno set when a step fails; the child must not exec then.
+bool confineWorker();
+// In the worker, first thing after exec: for good, no way back.
+bool dropPrivileges(uid_t uid, gid_t gid);
+
+// In the worker after exec.
+void markNotDumpable();
+
+}  // namespace rgpu::server
