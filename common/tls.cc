@@ -525,6 +525,52 @@ void TlsConnection::shutdown() {
   ::shutdown(fd_, SHUT_RDWR);
 }
 
+std::string TlsConnection::peerCertificatePem() const {
+  if (!ssl_ || SSL_get_verify_result(ssl_) != X509_V_OK) return {};
+  X509* cert = SSL_get1_peer_certificate(ssl_);
+  if (!cert) return {};
+  BIO* bio = BIO_new(BIO_s_mem());
+  std::string pem;
+  if (bio && PEM_write_bio_X509(bio, cert) == 1) {
+    char* data = nullptr;
+    long n = BIO_get_mem_data(bio, &data);
+    if (n > 0) pem.assign(data, static_cast<size_t>(n));
+  }
+  BIO_free(bio);
+  X509_free(cert);
+  return pem;
+}
+
+Result<std::string> verifiedCommonName(const std::string& cert_pem, const std::string& ca_pem) {
+  BIO* cb = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+  X509* cert = cb ? PEM_read_bio_X509(cb, nullptr, nullptr, nullptr) : nullptr;
+  BIO_free(cb);
+  if (!cert) return Status(err::kNotPermitted, "not a PEM certificate");
+  X509_STORE* store = X509_STORE_new();
+  BIO* ab = BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size()));
+  int loaded = 0;
+  while (X509* ca = ab ? PEM_read_bio_X509(ab, nullptr, nullptr, nullptr) : nullptr) {
+    loaded += X509_STORE_add_cert(store, ca) == 1;
+    X509_free(ca);
+  }
+  ERR_clear_error();  // (the end of the bundle reads as an error)
+  BIO_free(ab);
+  X509_STORE_CTX* ctx = X509_STORE_CTX_new();
+  bool ok = loaded > 0 && ctx && X509_STORE_CTX_init(ctx, store, cert, nullptr) == 1 && X509_verify_cert(ctx) == 1;
+  std::string why = ok ? "" : (ctx ? X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx)) : "no memory");
+  std::string cn;
+  if (ok) {
+    char buf[256];
+    int n = X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, buf, sizeof buf);
+    if (n > 0) cn.assign(buf, static_cast<size_t>(n));
+  }
+  X509_STORE_CTX_free(ctx);
+  X509_STORE_free(store);
+  X509_free(cert);
+  if (!ok) return Status(err::kNotPermitted, "certificate does not verify: " + why);
+  return cn;
+}
+
 std::string TlsConnection::peerCommonName() const {
   if (!ssl_) return {};
   X509* cert = SSL_get1_peer_certificate(ssl_);

@@ -114,6 +114,8 @@ class TlsConnection {
 
   // The CN of the peer's verified certificate, empty when it sent none.
   std::string peerCommonName() const;
+  // The peer's certificate (PEM) when it verified; "" otherwise.
+  std::string peerCertificatePem() const;
   const std::string& peerAddress() const { return peer_; }
   int fd() const { return fd_; }
 
@@ -148,5 +150,9 @@ Result<std::pair<std::string, uint16_t>> parseHostPort(const std::string& s);
 // Whether `host` (a name or address from a listen setting) can only be reached
 // from this machine: localhost, 127.0.0.0/8, ::1.
 bool isLoopbackHost(const std::string& host);
+
+// The common name of `cert_pem` when it verifies against the CA bundle
+// `ca_pem` (chain and validity period); an error saying why not otherwise.
+Result<std::string> verifiedCommonName(const std::string& cert_pem, const std::string& ca_pem);
 
 }  // namespace rgpu::common

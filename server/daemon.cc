@@ -1,6 +1,7 @@
 #include "server/daemon.h"
 
 #include <fcntl.h>
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <poll.h>
 #include <signal.h>
@@ -277,6 +278,23 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   PreAuthGuard preauth({cfg.limits.max_unauthenticated, cfg.limits.max_unauthenticated_per_address});
   std::map<uint64_t, uint64_t> preauth_of;  // session id -> its worker's PreAuthGuard entry, until authenticated
   std::set<pid_t> evicted_workers;          // killed by the guard: their end is no surprise
+  service.setAuthenticator([&snapshot](const std::string& token, const std::string& cert_pem) -> Result<std::string> {
+    // As a worker does (Session::authenticate), from the daemon's own copy of
+    // the users and the CA: a certificate that verifies, or a token.
+    std::string cn;
+    if (!cert_pem.empty()) {
+      auto v = common::verifiedCommonName(cert_pem, snapshot.tls.ca_pem);
+      if (!v) return v.status();
+      cn = *v;
+    }
+    for (auto& u : snapshot.config.users)
+      if ((!cn.empty() && !u.cert_cn.empty() && u.cert_cn == cn) ||
+          (!token.empty() && !u.token.empty() && u.token.size() == token.size() &&
+           CRYPTO_memcmp(u.token.data(), token.data(), token.size()) == 0))
+        return u.name;
+    if (snapshot.config.allow_anonymous) return std::string("anonymous");
+    return Status(err::kNotPermitted, "the credential matches no user");
+  });
   service.onAuthenticated([&](uint64_t sid) {
     if (auto it = preauth_of.find(sid); it != preauth_of.end()) {
       preauth.forget(it->second);

@@ -226,6 +226,12 @@ Result<std::string> ControlSocketLink::ask(const std::string& msg, std::chrono::
   return buf;
 }
 
+Status ControlSocketLink::bindIdentity(const std::string& user, const std::string& token, const std::string& cert_pem) {
+  auto r = ask(joinFields({"auth", user, token, cert_pem}), answer_timeout_);
+  if (!r) return r.status();
+  return Status::ok();
+}
+
 Result<Placement> ControlSocketLink::admit(const ClientInfo& who, const DeviceRequest& req) {
   auto f = ask(joinFields({"admit", who.user, who.host, who.address, std::to_string(who.pid), std::to_string(req.count),
                            std::to_string(req.min_memory), std::to_string(req.min_cc), req.model,

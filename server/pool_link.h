@@ -26,6 +26,11 @@ namespace rgpu::server {
 class PoolLink {
  public:
   virtual ~PoolLink() = default;
+  // Proves to the pool who the client is, before admit or status: the
+  // credential it authenticated with (its bearer token, or its verified
+  // certificate in PEM). The daemon checks it against its own users and
+  // binds the session to the user it finds; it never takes a worker's word.
+  virtual Status bindIdentity(const std::string& user, const std::string& token, const std::string& cert_pem) = 0;
   // Blocks while the request waits in the admission queue.
   virtual Result<Placement> admit(const ClientInfo& who, const DeviceRequest& req) = 0;
   // An allocation on physical `device`; `checked`: wait for the quota verdict.
@@ -57,6 +62,8 @@ class LocalPool final : public PoolLink {
       : pool_(std::move(pool)), mu_(std::move(mu)), session_(session) {}
   ~LocalPool() override;
   // rgpu::server::PoolLink
+  // (In one process the session's own check is the only one.)
+  Status bindIdentity(const std::string&, const std::string&, const std::string&) override { return Status::ok(); }
   Result<Placement> admit(const ClientInfo& who, const DeviceRequest& req) override;
   Status reserve(int device, uint64_t bytes, bool checked) override;
   void release(int device, uint64_t bytes) override;
@@ -79,6 +86,7 @@ class ControlSocketLink final : public PoolLink {
   ControlSocketLink(int fd, int gate_fd, int gate_policy_fd, std::chrono::milliseconds answer_timeout, int stop_fd = -1);
   ~ControlSocketLink() override;
   // rgpu::server::PoolLink
+  Status bindIdentity(const std::string& user, const std::string& token, const std::string& cert_pem) override;
   Result<Placement> admit(const ClientInfo& who, const DeviceRequest& req) override;
   Status reserve(int device, uint64_t bytes, bool checked) override;
   void release(int device, uint64_t bytes) override;

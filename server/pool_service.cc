@@ -48,6 +48,7 @@ void PoolService::attach(uint64_t session, int fd) {
 
 void PoolService::detach(uint64_t session) {
   pool_.end(session);
+  identity_.erase(session);
   if (auto it = slots_.find(session); it != slots_.end()) {
     if (gates_) gates_->clear(it->second);
     slots_.erase(it);
@@ -84,9 +85,27 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
   auto f = splitFields(msg, 16);
   const std::string& verb = f[0];
   auto num = [&](size_t i) { return i < f.size() ? std::strtoull(f[i].c_str(), nullptr, 10) : 0ull; };
-  if ((verb == "admit" || verb == "status") && on_authenticated_) on_authenticated_(session);
+  if (verb == "auth" && f.size() >= 4) {
+    if (identity_.count(session)) return reply(session, errorReply(Status(err::kNotPermitted, "already bound")));
+    Result<std::string> user = authenticate_ ? authenticate_(f[2], f[3])
+                                             : Result<std::string>(Status(err::kNotPermitted, "no authenticator"));
+    if (user && *user != f[1]) user = Status(err::kNotPermitted, "the credential belongs to user '" + *user + "'");
+    if (!user) {
+      RGPU_LOG_WARN("session {}: its worker's claim to serve user '{}' refused: {}", session, f[1], user.status().message());
+      return reply(session, errorReply(user.status()));
+    }
+    identity_[session] = *user;
+    if (on_authenticated_) on_authenticated_(session);
+    return reply(session, "ok");
+  }
+  // Everything else acts for the user the session is bound to.
+  auto bound = identity_.find(session);
+  if ((verb == "admit" || verb == "status") && bound == identity_.end()) {
+    RGPU_LOG_WARN("session {}: '{}' from a worker that proved no identity; refused", session, verb);
+    return reply(session, errorReply(Status(err::kNotPermitted, "no identity bound to this session")));
+  }
   if (verb == "admit" && f.size() >= 10) {
-    ClientInfo who{f[1], f[2], f[3], static_cast<uint32_t>(num(4))};
+    ClientInfo who{bound->second, f[2], f[3], static_cast<uint32_t>(num(4))};
     DeviceRequest req;
     req.count = static_cast<uint32_t>(num(5));
     req.min_memory = num(6);
@@ -116,7 +135,8 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
     reply(session, joinFields({"ok", std::to_string(quota), std::to_string(used)}));
   } else if (verb == "status" && f.size() >= 2) {
     // Who may see everyone is the daemon's policy, not the worker's say.
-    std::string body = encodePoolStatus(pool_.snapshot(PoolManager::Clock::now()), f[1], pool_.isAdmin(f[1]),
+    const std::string& user = bound->second;
+    std::string body = encodePoolStatus(pool_.snapshot(PoolManager::Clock::now()), user, pool_.isAdmin(user),
                                         health_ ? health_() : std::vector<DeviceHealth>{});
     reply(session, std::string("ok") + kFieldSep + body);
   } else if (verb == "usage" && f.size() >= 6) {

@@ -29,9 +29,15 @@ class PoolService {
   void policyChanged();
   // The daemon is stopping: queued requests are refused, saying so.
   void shutdown();
-  // Runs once per session, at its worker's first admission or status
-  // request: the client has authenticated (the daemon's pre-auth bound).
+  // Runs once per session, when its worker proved who its client is: the
+  // client has authenticated (the daemon's pre-auth bound).
   void onAuthenticated(std::function<void(uint64_t)> fn) { on_authenticated_ = std::move(fn); }
+  // The daemon's own check of a client's credential (bearer token, or a
+  // certificate in PEM): the user it finds, or an error. A worker's "auth"
+  // binds its session to that user; "admit" and "status" act for the bound
+  // user only, whatever user the worker names.
+  using Authenticator = std::function<Result<std::string>(const std::string& token, const std::string& cert_pem)>;
+  void setAuthenticator(Authenticator fn) { authenticate_ = std::move(fn); }
 
  private:
   struct Worker {
@@ -53,6 +59,8 @@ class PoolService {
   std::map<uint64_t, int> slots_;  // session -> gate slot
   asio::steady_timer timer_;
   std::function<void(uint64_t)> on_authenticated_;
+  Authenticator authenticate_;
+  std::map<uint64_t, std::string> identity_;  // session -> the user the daemon bound it to
 };
 
 }  // namespace rgpu::server

@@ -256,6 +256,12 @@ Status Session::handshake() {
                     hello.getPid(), std::string(hello.getHostname()), why);
       return reject(err::kNotPermitted, why);
     }
+    // The daemon checks the credential itself and binds the session to its
+    // user: a worker's word alone admits no one.
+    if (Status b = pool_.bindIdentity(identity_, token, conn->peerCertificatePem()); !b) {
+      RGPU_LOG_WARN("session {}: the pool did not accept user '{}': {}", session_id_, identity_, b.message());
+      return reject(err::kNotPermitted, "authentication failed: " + b.message());
+    }
     if (hello.hasResumeToken() && hello.getResumeToken().size() > 0) {
       // The daemon found no live session of that number and gave the
       // connection to a fresh worker: the session is gone for good.

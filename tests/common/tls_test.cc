@@ -32,6 +32,24 @@ TEST_F(Tls, HandshakeVerifiesTheServerAndReportsTheClientName) {
   EXPECT_STREQ(buf, msg);
 }
 
+TEST_F(Tls, TheDaemonVerifiesACertificateAWorkerPassesOnAgainstItsOwnCa) {
+  auto pair = test::makeTlsPair(dir_.path(), "alice");
+  ASSERT_TRUE(pair.server) << pair.server.status().message();
+  std::string pem = (*pair.server)->peerCertificatePem();
+  ASSERT_NE(pem.find("BEGIN CERTIFICATE"), std::string::npos);
+  std::string ca = test::readFile(dir_.file("ca.pem"));
+  auto cn = verifiedCommonName(pem, ca);
+  ASSERT_TRUE(cn) << cn.status().message();
+  EXPECT_EQ(*cn, "alice");
+  // A certificate of another CA (one a worker made up) does not verify.
+  test::TempDir other;
+  test::makeCerts(other.path());
+  auto forged = verifiedCommonName(test::readFile(other.file("alice.pem")), ca);
+  ASSERT_FALSE(forged);
+  EXPECT_NE(forged.status().message().find("does not verify"), std::string::npos) << forged.status().message();
+  EXPECT_FALSE(verifiedCommonName("not a certificate", ca));
+}
+
 TEST_F(Tls, ClientWithoutCertificateHasNoName) {
   auto pair = test::makeTlsPair(dir_.path(), "");
   ASSERT_TRUE(pair.client) << pair.client.status().message();

@@ -1,0 +1,81 @@
+// The daemon's side of the control sockets binds each session to the user
+// the daemon itself finds for the client's credential: a worker (which a
+// tenant may have taken over) cannot be admitted as another user, nor see
+// the admin view of the pool, by naming one.
+#include "server/pool_service.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <thread>
+
+#include "server/pool_link.h"
+
+namespace rgpu::server {
+namespace {
+
+class PoolServiceIdentity : public ::testing::Test {
+ protected:
+  PoolServiceIdentity() : pool_(devices(), users(), {}), service_(io_, pool_, nullptr, nullptr) {
+    service_.setAuthenticator([](const std::string& token, const std::string&) -> Result<std::string> {
+      if (token == "alice-token") return std::string("alice");
+      if (token == "root-token") return std::string("root");
+      return Status(err::kNotPermitted, "the credential matches no user");
+    });
+    int sv[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv), 0);
+    service_.attach(7, sv[0]);
+    link_ = std::make_unique<ControlSocketLink>(sv[1], -1, -1, std::chrono::seconds(5));
+    work_ = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(io_.get_executor());
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~PoolServiceIdentity() override {
+    link_.reset();
+    work_.reset();
+    io_.stop();
+    thread_.join();
+  }
+  static std::vector<PoolDeviceInfo> devices() { return {{"rgpu sim H100", "GPU-aaaa0000", 16ull << 30, 90}}; }
+  static std::vector<UserEntry> users() {
+    UserEntry alice, root;
+    alice.name = "alice";
+    root.name = "root";
+    root.admin = true;
+    return {alice, root};
+  }
+  ClientInfo as(const std::string& user) { return {user, "host", "127.0.0.1:1", 42}; }
+
+  asio::io_context io_;
+  PoolManager pool_;
+  PoolService service_;
+  std::unique_ptr<ControlSocketLink> link_;
+  std::unique_ptr<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  std::thread thread_;
+};
+
+TEST_F(PoolServiceIdentity, AWorkerThatProvedNoIdentityIsNotAdmitted) {
+  auto p = link_->admit(as("alice"), {});
+  ASSERT_FALSE(p);
+  EXPECT_NE(p.status().message().find("no identity bound"), std::string::npos) << p.status().message();
+  EXPECT_FALSE(link_->status("root"));
+}
+
+TEST_F(PoolServiceIdentity, AWorkerCannotClaimAUserItsClientsCredentialIsNot) {
+  Status s = link_->bindIdentity("root", "alice-token", "");
+  EXPECT_FALSE(s);
+  EXPECT_NE(s.message().find("belongs to user 'alice'"), std::string::npos) << s.message();
+  EXPECT_FALSE(link_->bindIdentity("root", "guessed", ""));
+}
+
+TEST_F(PoolServiceIdentity, OnceBoundTheSessionActsAsItsUserWhateverTheWorkerNames) {
+  ASSERT_TRUE(link_->bindIdentity("alice", "alice-token", ""));
+  EXPECT_FALSE(link_->bindIdentity("root", "root-token", "")) << "a session is bound once";
+  auto p = link_->admit(as("root"), {});  // names root: admitted as alice
+  ASSERT_TRUE(p) << p.status().message();
+  auto snap = pool_.snapshot(PoolManager::Clock::now());
+  ASSERT_EQ(snap.sessions.size(), 1u);
+  EXPECT_EQ(snap.sessions[0].client.user, "alice");
+}
+
+}  // namespace
+}  // namespace rgpu::server
