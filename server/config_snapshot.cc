@@ -67,7 +67,15 @@ Result<ConfigSnapshot> ConfigSnapshot::take(const std::string& path, const Serve
 
 Result<int> ConfigSnapshot::toMemfd() const {
   std::string out(kMagic, sizeof kMagic);
-  for (const std::string* f : {&path, &text, &tls.cert_pem, &tls.key_pem, &tls.ca_pem}) put(out, *f);
+  // Workers get the users' token digests, never the tokens.
+  std::string digested = text;
+  if (!text.empty()) {
+    auto d = withTokensDigested(text, path.empty() ? "server.toml" : path);
+    if (!d) return d.status();
+    digested = std::move(*d);
+  }
+  for (const std::string* f : {&path, static_cast<const std::string*>(&digested), &tls.cert_pem, &tls.key_pem, &tls.ca_pem})
+    put(out, *f);
   int fd = memfd_create("rgpu-config", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Status(err::kUnknown, std::string("memfd_create: ") + std::strerror(errno));
   size_t at = 0;

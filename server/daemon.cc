@@ -289,8 +289,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     }
     for (auto& u : snapshot.config.users)
       if ((!cn.empty() && !u.cert_cn.empty() && u.cert_cn == cn) ||
-          (!token.empty() && !u.token.empty() && u.token.size() == token.size() &&
-           CRYPTO_memcmp(u.token.data(), token.data(), token.size()) == 0))
+          (!token.empty() && tokenMatches(u.token, token)))
         return u.name;
     if (snapshot.config.allow_anonymous) return std::string("anonymous");
     return Status(err::kNotPermitted, "the credential matches no user");

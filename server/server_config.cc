@@ -1,6 +1,10 @@
 #include "server/server_config.h"
 
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
 #include <cstdlib>
+#include <sstream>
 
 #include "common/config.h"
 #include "common/tls.h"
@@ -43,6 +47,41 @@ std::string restartOnlyChanges(const ServerConfig& a, const ServerConfig& b) {
   }
   differs(devs, "[[sim.devices]]");
   return keys;
+}
+
+std::string tokenDigest(const std::string& token) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), md);
+  static const char* hex = "0123456789abcdef";
+  std::string out = "sha256:";
+  for (unsigned char b : md) {
+    out += hex[b >> 4];
+    out += hex[b & 15];
+  }
+  return out;
+}
+
+bool tokenMatches(const std::string& configured, const std::string& given) {
+  if (configured.empty() || given.empty()) return false;
+  const std::string want = configured.rfind("sha256:", 0) == 0 ? configured : tokenDigest(configured);
+  const std::string got = tokenDigest(given);
+  return want.size() == got.size() && CRYPTO_memcmp(want.data(), got.data(), got.size()) == 0;
+}
+
+Result<std::string> withTokensDigested(const std::string& text, const std::string& path) {
+  auto t = common::parseToml(text, path);
+  if (!t) return t.status();
+  if (auto* users = (*t)["users"].as_array())
+    for (auto& u : *users)
+      if (auto* ut = u.as_table())
+        if (auto tok = (*ut)["token"].value<std::string>(); tok && !tok->empty() && tok->rfind("sha256:", 0) != 0)
+          ut->insert_or_assign("token", tokenDigest(*tok));
+  if (auto* pool = (*t)["pool"].as_table())
+    if (auto tok = (*pool)["metrics_token"].value<std::string>(); tok && !tok->empty())
+      pool->insert_or_assign("metrics_token", tokenDigest(*tok));
+  std::ostringstream out;
+  out << *t;
+  return out.str();
 }
 
 Result<ServerConfig> parseServerConfig(const std::string& text, const std::string& path) {

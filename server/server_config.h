@@ -118,6 +118,16 @@ struct ServerConfig {
 };
 
 Result<ServerConfig> loadServerConfig(const std::string& path);
+// Bearer tokens as workers hold them: "sha256:" + the hex SHA-256 of the
+// token. A worker checks a client's token against the digest and never
+// holds another user's token (docs/security.md).
+std::string tokenDigest(const std::string& token);
+// `configured` (a token, or a tokenDigest) accepts `given`; constant time in
+// the token's bytes.
+bool tokenMatches(const std::string& configured, const std::string& given);
+// server.toml text with every [[users]] token and [pool] metrics_token
+// replaced by its digest: what the daemon hands its workers.
+Result<std::string> withTokensDigested(const std::string& text, const std::string& path);
 // The same from TOML text; `path` names it in messages and anchors relative paths.
 Result<ServerConfig> parseServerConfig(const std::string& text, const std::string& path);
 // What a SIGHUP cannot change (the listener, the backend and its devices):

@@ -213,7 +213,7 @@ std::string Session::authenticate(const common::TlsConnection& conn, const std::
   std::string cn = conn.peerCommonName();
   for (auto& u : cfg_.users)
     if ((!cn.empty() && !u.cert_cn.empty() && u.cert_cn == cn) ||
-        (!token.empty() && !u.token.empty() && constantTimeEquals(u.token, token)))
+        (!token.empty() && tokenMatches(u.token, token)))
       return u.name;
   return cfg_.allow_anonymous ? "anonymous" : "";
 }
