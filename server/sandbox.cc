@@ -62,7 +62,7 @@ bool installFilter(pid_t self) {
       /* 7 */ RGPU_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_rt_tgsigqueueinfo, 9, 0),
       // Reaching into other processes: never.
       /* 8 */ RGPU_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_tkill, 11, 0),
-      /* 9 */ RGPU_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_ptrace, 10, 0),
+      /* 9 */ RGPU_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kSandboxAllowsPtrace ? ~0u : SYS_ptrace, 10, 0),
       /* 10 */ RGPU_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 9, 0),
       /* 11 */ RGPU_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 8, 0),
       /* 12 */ RGPU_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_kcmp, 7, 0),
