@@ -481,8 +481,40 @@ bool BlockRunner::resolve(Space space, uint64_t addr, uint32_t size, const Warp&
   }
 }
 
-void storeBytes(uint8_t* p, uint64_t v, int n) { std::memcpy(p, &v, static_cast<size_t>(n)); }
+// Device memory as kernels see it. Threads of different blocks (on
+// different interpreter threads) may store to the same bytes without
+// synchronising, which a GPU allows (the value is one of those written): in
+// the worker such accesses are relaxed atomics, never a C++ data race. On
+// x86-64 and AArch64 they compile to plain loads and stores.
+template <typename T>
+void storeAs(uint8_t* p, uint64_t v) {
+  std::atomic_ref<T>(*reinterpret_cast<T*>(p)).store(static_cast<T>(v), std::memory_order_relaxed);
+}
+template <typename T>
+uint64_t loadAs(const uint8_t* p) {
+  return std::atomic_ref<T>(*reinterpret_cast<T*>(const_cast<uint8_t*>(p))).load(std::memory_order_relaxed);
+}
+
+void storeBytes(uint8_t* p, uint64_t v, int n) {
+  if ((reinterpret_cast<uintptr_t>(p) & (static_cast<uintptr_t>(n) - 1)) == 0) {
+    switch (n) {
+      case 1: return storeAs<uint8_t>(p, v);
+      case 2: return storeAs<uint16_t>(p, v);
+      case 4: return storeAs<uint32_t>(p, v);
+      case 8: return storeAs<uint64_t>(p, v);
+    }
+  }
+  std::memcpy(p, &v, static_cast<size_t>(n));
+}
 uint64_t loadBytes(const uint8_t* p, int n) {
+  if ((reinterpret_cast<uintptr_t>(p) & (static_cast<uintptr_t>(n) - 1)) == 0) {
+    switch (n) {
+      case 1: return loadAs<uint8_t>(p);
+      case 2: return loadAs<uint16_t>(p);
+      case 4: return loadAs<uint32_t>(p);
+      case 8: return loadAs<uint64_t>(p);
+    }
+  }
   uint64_t v = 0;
   std::memcpy(&v, p, static_cast<size_t>(n));
   return v;
