@@ -115,25 +115,25 @@ TEST_P(Ordering, DevicePrintfAppearsAtTheNextSynchronisationPoint) {
   EXPECT_LT(kernel, after) << "device output was not printed by cudaDeviceSynchronize:\n" << r.output;
 }
 
-TEST(DevicePrintf, StarWidthsAndPrecisionsComeFromTheKernelsArguments) {
-  // (The sim interprets printf; the fake driver runs no kernel code.)
+// `device_printf CASE` against a sim server of its own (the sim interprets
+// printf; the fake driver runs no kernel code).
+RunResult devicePrintf(const std::string& name) {
   TempDir dir;
   makeCerts(dir.path());
   ServerProcess server(dir.path(), serverToml(dir.path()));
   writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
   std::string env = "RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR;
-  RunResult r = run("timeout 120 " + ordering("device_printf") + " star", env);
+  return run("timeout 120 " + ordering("device_printf") + " " + name, env);
+}
+
+TEST(DevicePrintf, StarWidthsAndPrecisionsComeFromTheKernelsArguments) {
+  RunResult r = devicePrintf("star");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("[    7][3   ][3.14][abc][     2.8][9   ]"), std::string::npos) << r.output;
 }
 
 TEST(DevicePrintf, ALaunchKeepsTheNewestOutputThatFitsTheFifoTheProgramSet) {
-  TempDir dir;
-  makeCerts(dir.path());
-  ServerProcess server(dir.path(), serverToml(dir.path()));
-  writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
-  std::string env = "RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR;
-  RunResult r = run("timeout 120 " + ordering("device_printf") + " fifo", env);
+  RunResult r = devicePrintf("fifo");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("ok fifo"), std::string::npos) << r.output;
   size_t lines = 0, bytes = 0;

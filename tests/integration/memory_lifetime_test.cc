@@ -68,6 +68,19 @@ class MemoryLifetime : public ::testing::Test {
   RawReply synchronize(RawClient& c) {
     return c.call([](auto r) { r.initDeviceSynchronize().setDevice(0); });
   }
+  // After the free or unload: a new allocation of `size` bytes on device 0
+  // is filled with `fresh`, then stream `id` goes on. The read queued on it
+  // must still see `old`, and the new allocation keep `fresh`.
+  void expectTheQueuedReadSeesTheOldBytes(RawClient& c, uint32_t id, uint64_t size, uint8_t old, uint8_t fresh) {
+    uint64_t later = c.malloc(size, 0);
+    c.write(later, std::vector<uint8_t>(size, fresh));
+    EXPECT_EQ(synchronize(c).error, 0);
+    release(c, id);
+    RawReply data = c.next();
+    ASSERT_EQ(data.error, 0) << data.message;
+    EXPECT_TRUE(allAre(data.bulk, old)) << "the queued copy read memory reused after the free";
+    EXPECT_TRUE(allAre(c.readBack(later, size).bulk, fresh));
+  }
   void loadModule(RawClient& c, uint32_t id) {
     ASSERT_EQ(c.call([&](auto r) { r.initModuleLoad().setId(id); }, testFatbin()).error, 0);
   }
@@ -98,14 +111,7 @@ TEST_F(MemoryLifetime, AQueuedCopyOfAModuleVariableReadsItAfterTheModuleIsUnload
   // Gone for new requests at once.
   EXPECT_EQ(c.readBack(table, 4096).error, err::kInvalidValue);
   // The variable's place is what the next allocation of its size would take.
-  uint64_t later = c.malloc(4096);
-  c.write(later, std::vector<uint8_t>(4096, 0x11));
-  EXPECT_EQ(synchronize(c).error, 0);
-  release(c, 7);
-  RawReply data = c.next();
-  ASSERT_EQ(data.error, 0) << data.message;
-  EXPECT_TRUE(allAre(data.bulk, 0xAB)) << "the queued copy read memory reused after the unload";
-  EXPECT_TRUE(allAre(c.readBack(later, 4096).bulk, 0x11));
+  expectTheQueuedReadSeesTheOldBytes(c, 7, 4096, 0xAB, 0x11);
 }
 
 TEST_F(MemoryLifetime, AFreeOnOneDeviceWaitsForACopyQueuedOnAnother) {
@@ -116,15 +122,8 @@ TEST_F(MemoryLifetime, AFreeOnOneDeviceWaitsForACopyQueuedOnAnother) {
   queueRead(c, 3, 1, a, 8192);
   // cudaFree waits for device 0, which is idle: it returns while the copy waits on device 1.
   ASSERT_EQ(c.call([&](auto r) { r.initFree().setPtr(a); }).error, 0);
-  uint64_t later = c.malloc(8192, 0);
-  // (Were the free to take effect now, `later` would be `a`: best fit.)
-  c.write(later, std::vector<uint8_t>(8192, 0x22));
-  EXPECT_EQ(synchronize(c).error, 0);
-  release(c, 3);
-  RawReply data = c.next();
-  ASSERT_EQ(data.error, 0) << data.message;
-  EXPECT_TRUE(allAre(data.bulk, 0x5A)) << "the queued copy read memory reused after the free";
-  EXPECT_TRUE(allAre(c.readBack(later, 8192).bulk, 0x22));
+  // (Were the free to take effect now, the next allocation would be `a`: best fit.)
+  expectTheQueuedReadSeesTheOldBytes(c, 3, 8192, 0x5A, 0x22);
 }
 
 TEST_F(MemoryLifetime, AKernelQueuedBeforeAFreeNeverWritesTheMemoryThatReplacesIt) {
