@@ -37,5 +37,20 @@ TEST(ConfigSnapshot, WorkersGetTokenDigestsNeverTheTokens) {
   EXPECT_EQ(worker->config.limits.max_streams, snap->config.limits.max_streams);
 }
 
+TEST(ServerConfig, TheSampleConfigParsesWithTheSafeDefaultsItDocuments) {
+  std::string path = std::string(RGPU_SOURCE_DIR) + "/examples/server.toml";
+  auto c = parseServerConfig(test::readFile(path), path);
+  ASSERT_TRUE(c) << c.status().message();
+  EXPECT_EQ(c->limits.kernel_timeout_ms, 600000u);
+  EXPECT_EQ(c->limits.max_staging_bytes, 512ull << 20);
+  EXPECT_EQ(c->limits.max_unauthenticated, 128u);
+  EXPECT_EQ(c->limits.max_unauthenticated_per_address, 32u);
+  // Built in, without a file: the same bounds.
+  ServerConfig d;
+  EXPECT_EQ(d.limits.kernel_timeout_ms, 600000u);
+  UserEntry u;
+  EXPECT_EQ(u.max_sessions, 16u);
+}
+
 }  // namespace
 }  // namespace rgpu::server
