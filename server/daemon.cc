@@ -195,14 +195,14 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   // `cfg` is the configuration the daemon started with (what a reload may not
   // change); `snapshot` the last good one, which new workers get.
   const ServerConfig cfg = snapshot.config;
-  auto worker_identity = resolveWorkerUser(cfg.worker_user);
+  auto worker_identity = resolveWorkerUser(cfg.worker_user, cfg.worker_user_set);
   if (!worker_identity) {
     RGPU_LOG_ERROR("{}", worker_identity.status().message());
     return 1;
   }
   if (::geteuid() == 0 && !worker_identity->change)
-    RGPU_LOG_WARN("workers run as root: set [security] worker_user (docs/security.md) so that a tenant who breaks "
-                  "its worker does not hold root");
+    RGPU_LOG_WARN("workers run as root: create the user 'rgpu' (the default [security] worker_user) or name another "
+                  "(docs/security.md), so that a tenant who breaks its worker does not hold root");
   int snapshot_fd = -1;
   if (auto fd = snapshot.toMemfd(); !fd) {
     RGPU_LOG_ERROR("{}", fd.status().message());

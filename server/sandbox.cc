@@ -23,10 +23,11 @@ constexpr uint32_t kAuditArch = AUDIT_ARCH_AARCH64;
 #error "rgpu's worker sandbox knows x86_64 and aarch64"
 #endif
 
-Result<WorkerIdentity> resolveWorkerUser(const std::string& user) {
+Result<WorkerIdentity> resolveWorkerUser(const std::string& user, bool named) {
   WorkerIdentity who;
   if (user.empty()) return who;
   passwd* pw = ::getpwnam(user.c_str());
+  if (!named && (!pw || ::geteuid() != 0)) return who;  // the default, where it cannot apply
   if (!pw)
     return Status(err::kInvalidValue, "[security] worker_user '" + user +
                                           "' does not exist (create it: useradd --system --no-create-home " + user + ")");

@@ -55,8 +55,10 @@ struct WorkerIdentity {
 };
 
 // Resolves [security] worker_user ("" = keep the daemon's). Fails when the
-// user does not exist, or the daemon is not root and the user is not its own.
-Result<WorkerIdentity> resolveWorkerUser(const std::string& user);
+// user does not exist, or the daemon is not root and the user is not its own
+// — unless it was not `named` (the built-in default, "rgpu"): then workers
+// keep the daemon's user (the daemon warns when that is root).
+Result<WorkerIdentity> resolveWorkerUser(const std::string& user, bool named = true);
 
 // In the forked child: sets the rlimits, NO_NEW_PRIVS and the seccomp
 // filter. Async-signal-safe (no allocation, no locks): returns false with

@@ -228,7 +228,11 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
       L.kernel_timeout_ms = static_cast<uint32_t>(*k);
     }
   }
-  if (auto* sec = tbl["security"].as_table()) c.worker_user = (*sec)["worker_user"].value_or(std::string());
+  if (auto* sec = tbl["security"].as_table())
+    if (auto u = (*sec)["worker_user"].value<std::string>()) {
+      c.worker_user = *u;
+      c.worker_user_set = true;
+    }
   if (auto* cu = tbl["cuda"].as_table()) {
     if (auto lib = (*cu)["driver_library"].value<std::string>())
       c.cuda_driver_library = lib->find('/') == std::string::npos ? *lib : common::resolveRelative(path, *lib);

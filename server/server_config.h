@@ -15,6 +15,7 @@ enum class Priority { kLow = 0, kNormal = 1, kHigh = 2 };
 const char* priorityName(Priority p);
 
 inline constexpr uint32_t kDefaultMaxSessionsPerUser = 16;
+inline constexpr char kDefaultWorkerUser[] = "rgpu";
 // [limits] kernel_timeout_ms unless set: 10 minutes.
 inline constexpr uint32_t kDefaultKernelTimeoutMs = 600000;
 
@@ -107,8 +108,10 @@ struct ServerConfig {
   // [cuda]: the driver library workers load (a path for tests' fake driver),
   // NVML for inventory and health, and the idle pinned staging memory kept.
   // [security] worker_user: the user every worker runs as (the daemon starts
-  // as root and drops each worker to it); "" = the daemon's own user.
-  std::string worker_user;
+  // as root and drops each worker to it); "" = the daemon's own user. Unset,
+  // it is kDefaultWorkerUser when that user exists (the package creates it).
+  std::string worker_user = kDefaultWorkerUser;
+  bool worker_user_set = false;  // named in server.toml: it must exist
   std::string cuda_driver_library = "libcuda.so.1";
   std::string nvml_library = "libnvidia-ml.so.1";
   std::string cublas_library = "libcublas.so.13";  // NVIDIA's, loaded by a worker on its first BLAS call

@@ -1,5 +1,7 @@
 #include "server/sandbox.h"
 
+#include "server/server_config.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -69,6 +71,30 @@ TEST(Sandbox, AConfinedWorkerSignalsOnlyItselfAndReachesIntoNoOtherProcess) {
 TEST(Sandbox, AWorkerThatAbortsStillDiesOfItsOwnSignal) {
   int rc = inConfinedChild([]() -> int { std::abort(); });
   EXPECT_EQ(rc, 200 + SIGABRT);
+}
+
+TEST(Sandbox, TheDefaultWorkerUserAppliesWhereItExistsAndANamedOneMust) {
+  ServerConfig defaults;
+  EXPECT_EQ(defaults.worker_user, "rgpu");
+  EXPECT_FALSE(defaults.worker_user_set);
+  // The built-in default on a host without that user: workers keep the daemon's user.
+  auto missing_default = resolveWorkerUser("rgpu-no-such-user", /*named=*/false);
+  ASSERT_TRUE(missing_default) << missing_default.status().message();
+  EXPECT_FALSE(missing_default->change);
+  // Named in server.toml, it must exist.
+  auto missing_named = resolveWorkerUser("rgpu-no-such-user", /*named=*/true);
+  ASSERT_FALSE(missing_named);
+  EXPECT_NE(missing_named.status().message().find("does not exist"), std::string::npos);
+  auto parsed = parseServerConfig("[security]\nworker_user = \"nobody\"\n", "server.toml");
+  ASSERT_TRUE(parsed) << parsed.status().message();
+  EXPECT_EQ(parsed->worker_user, "nobody");
+  EXPECT_TRUE(parsed->worker_user_set);
+  if (::geteuid() == 0) {  // root drops to an existing default
+    auto nobody = resolveWorkerUser("nobody", /*named=*/false);
+    ASSERT_TRUE(nobody);
+    EXPECT_TRUE(nobody->change);
+    EXPECT_EQ(nobody->uid, 65534u);
+  }
 }
 
 }  // namespace
