@@ -287,12 +287,9 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
       if (!v) return v.status();
       cn = *v;
     }
-    for (auto& u : snapshot.config.users)
-      if ((!cn.empty() && !u.cert_cn.empty() && u.cert_cn == cn) ||
-          (!token.empty() && tokenMatches(u.token, token)))
-        return u.name;
-    if (snapshot.config.allow_anonymous) return std::string("anonymous");
-    return Status(err::kNotPermitted, "the credential matches no user");
+    std::string user = userFor(snapshot.config, cn, token);
+    if (user.empty()) return Status(err::kNotPermitted, "the credential matches no user");
+    return user;
   });
   service.onAuthenticated([&](uint64_t sid) {
     if (auto it = preauth_of.find(sid); it != preauth_of.end()) {

@@ -68,6 +68,13 @@ bool tokenMatches(const std::string& configured, const std::string& given) {
   return want.size() == got.size() && CRYPTO_memcmp(want.data(), got.data(), got.size()) == 0;
 }
 
+std::string userFor(const ServerConfig& cfg, const std::string& cn, const std::string& token) {
+  for (auto& u : cfg.users)
+    if ((!cn.empty() && !u.cert_cn.empty() && u.cert_cn == cn) || (!token.empty() && tokenMatches(u.token, token)))
+      return u.name;
+  return cfg.allow_anonymous ? "anonymous" : "";
+}
+
 Result<std::string> withTokensDigested(const std::string& text, const std::string& path) {
   auto t = common::parseToml(text, path);
   if (!t) return t.status();

@@ -128,6 +128,11 @@ std::string tokenDigest(const std::string& token);
 // `configured` (a token, or a tokenDigest) accepts `given`; constant time in
 // the token's bytes.
 bool tokenMatches(const std::string& configured, const std::string& given);
+// The user a client is: the first of `cfg`'s users whose cert_cn is `cn`
+// (a verified certificate's common name) or whose token accepts `token`;
+// "anonymous" under allow_anonymous; "" when none. The worker's check and
+// the daemon's binding both use it.
+std::string userFor(const ServerConfig& cfg, const std::string& cn, const std::string& token);
 // server.toml text with every [[users]] token and [pool] metrics_token
 // replaced by its digest: what the daemon hands its workers.
 Result<std::string> withTokensDigested(const std::string& text, const std::string& path);

@@ -210,12 +210,7 @@ Status Session::run() {
 }
 
 std::string Session::authenticate(const common::TlsConnection& conn, const std::string& token) const {
-  std::string cn = conn.peerCommonName();
-  for (auto& u : cfg_.users)
-    if ((!cn.empty() && !u.cert_cn.empty() && u.cert_cn == cn) ||
-        (!token.empty() && tokenMatches(u.token, token)))
-      return u.name;
-  return cfg_.allow_anonymous ? "anonymous" : "";
+  return userFor(cfg_, conn.peerCommonName(), token);
 }
 
 Status Session::handshake() {
@@ -518,7 +513,6 @@ void Session::acceptResumes() {
       return true;
     });
   };
-  uint64_t refused = 0;
   for (;;) {
     pollfd p[2] = {{resume_source_.fd, POLLIN, 0}, {resume_stop_fd_, POLLIN, 0}};
     int rc = ::poll(p, 2, -1);
@@ -533,9 +527,8 @@ void Session::acceptResumes() {
     reap(false);
     if (running.size() >= static_cast<size_t>(kMaxResumeHandshakes)) {
       ::close(fd);
-      if (refused++ % 100 == 0)
-        RGPU_LOG_WARN("session {}: a resume attempt closed: {} resume handshakes are running already ({} closed so far)",
-                      session_id_, running.size(), refused);
+      common::logLimited("resume-cap", "session " + std::to_string(session_id_) + ": a resume attempt closed: " +
+                                           std::to_string(running.size()) + " resume handshakes are running already");
       continue;
     }
     auto done = std::make_shared<std::atomic<bool>>(false);

@@ -139,9 +139,22 @@ void SimBackend::releaseLocked(DevPtr ptr) {
   reclaimLocked();
 }
 
+uint64_t SimBackend::oldestPendingLocked() const {
+  uint64_t oldest = next_op_seq_;
+  auto visit = [&oldest](const Stream& s) {
+    // A stream runs its queue in order: the running op, else the front, is its oldest.
+    if (s.running_seq) oldest = std::min(oldest, s.running_seq);
+    else if (!s.queue.empty()) oldest = std::min(oldest, s.queue.front().seq);
+  };
+  for (auto& s : legacy_) visit(*s);
+  for (auto& [id, s] : streams_) visit(*s);
+  for (auto& s : retired_) visit(*s);
+  return oldest;
+}
+
 void SimBackend::reclaimLocked() {
   // Every operation numbered below this one has run.
-  uint64_t oldest = pending_ops_.empty() ? next_op_seq_ : *pending_ops_.begin();
+  uint64_t oldest = oldestPendingLocked();
   std::erase_if(retired_allocs_, [&](DevPtr ptr) {
     auto it = allocations_.find(ptr);
     if (it->second.retired_at > oldest) return false;
@@ -288,7 +301,6 @@ Status SimBackend::enqueueLocked(Stream* s, std::function<void()> fn, std::vecto
   std::vector<Dep> deps = implicitDeps(s);
   deps.insert(deps.end(), extra.begin(), extra.end());
   uint64_t seq = next_op_seq_++;
-  pending_ops_.insert(seq);
   s->queue.push_back({std::move(fn), std::move(deps), seq});
   ++s->enqueued;
   progress_.notify_all();
@@ -326,6 +338,7 @@ void SimBackend::runStream(Stream* s) {
     }
     Op op = std::move(s->queue.front());
     s->queue.pop_front();
+    s->running_seq = op.seq;
     lock.unlock();
     t_running_op = op.seq;
     op.fn();
@@ -333,7 +346,7 @@ void SimBackend::runStream(Stream* s) {
     lock.lock();
     ++s->completed;
     s->replied = false;
-    pending_ops_.erase(op.seq);
+    s->running_seq = 0;
     if (!retired_allocs_.empty()) reclaimLocked();
     fireReadyWaitersLocked(lock);
     progress_.notify_all();

@@ -29,7 +29,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -145,6 +144,7 @@ class SimBackend final : public Backend {
     bool stopping = false;
     bool finished = false;  // its thread has drained the queue and returned (destroyed streams)
     uint64_t enqueued = 0, completed = 0;
+    uint64_t running_seq = 0;  // the op its thread runs now (0: none); queued ones follow in order
     // The running op's reply (a device-to-host copy, a BLAS result) is on
     // the wire: the client may ask about the stream before `completed` counts
     // it, so queries count it as done; ordering still waits for `completed`.
@@ -222,7 +222,11 @@ class SimBackend final : public Backend {
   // now on, its bytes freed once the operations queued before have run.
   void releaseLocked(DevPtr ptr);
   // Frees the retired allocations no pending operation may touch any more.
+  // Costs a pass over the streams, only while something is retired: the
+  // per-operation path keeps no index of pending operations.
   void reclaimLocked();
+  // The lowest sequence number of an operation queued or running; next_op_seq_ when none.
+  uint64_t oldestPendingLocked() const;
   // The memory a kernel (or a BLAS call reading pointers from memory) run
   // as operation `op_seq` may touch: live allocations, and those retired
   // after it was queued.
@@ -244,8 +248,7 @@ class SimBackend final : public Backend {
   std::vector<uint64_t> printf_fifo_;   // per device: cudaLimitPrintfFifoSize
   std::vector<bool> printf_launched_;   // per device: a kernel that may printf was queued
   uint64_t next_op_seq_ = 1;
-  std::set<uint64_t> pending_ops_;  // sequence numbers of operations queued and not yet run
-  std::vector<DevPtr> retired_allocs_;  // retired, waiting for pending_ops_ to pass them
+  std::vector<DevPtr> retired_allocs_;  // retired, waiting for the operations queued before them
   std::unique_ptr<DeviceArena> arena_;  // all devices' memory
   uint64_t module_insts_ = 0;   // decoded instructions of the loaded modules
   std::function<void(Status)> async_sink_;
