@@ -679,7 +679,7 @@ Result<common::TlsConnection*> Connection::reconnect(const Status& why) {
                         " ms (after which it frees the session): " + last + " (" + describeSource(cfg_) + ")");
     auto tc = common::TlsConnection::connect(**ctx, hp->first, hp->second, cfg_.server_name,
                                              std::min(left, std::chrono::milliseconds(cfg_.connect_timeout_ms)),
-                                             resumePreamble(resume_id_));
+                                             resumePreamble(resume_id_), resume_token_);
     Result<common::TlsConnection*> taken = Status(err::kDevicesUnavailable, "");
     if (tc) {
       common::tuneSocket((*tc)->fd(), cfg_.dead_after_s);

@@ -7,7 +7,10 @@
 #include <netinet/tcp.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/pem.h>
+#include <openssl/rsa.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
@@ -128,6 +131,60 @@ int loadCaPem(SSL_CTX* ctx, const std::string& pem, bool server) {
   return n;
 }
 
+// The resume PSK for a cipher suite: HMAC(secret) with the suite's hash, as
+// long as that hash (RFC 8446 requires a PSK to match its suite's hash).
+SSL_SESSION* resumePskSession(const SSL_CIPHER* cipher, const std::string& secret) {
+  const EVP_MD* md = cipher ? SSL_CIPHER_get_handshake_digest(cipher) : nullptr;
+  if (!md) return nullptr;
+  static const char kLabel[] = "rgpu resume psk v1";
+  unsigned char key[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (!HMAC(md, secret.data(), static_cast<int>(secret.size()), reinterpret_cast<const unsigned char*>(kLabel),
+            sizeof kLabel - 1, key, &len))
+    return nullptr;
+  SSL_SESSION* s = SSL_SESSION_new();
+  bool ok = s && SSL_SESSION_set1_master_key(s, key, len) == 1 && SSL_SESSION_set_cipher(s, cipher) == 1 &&
+            SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION) == 1;
+  OPENSSL_cleanse(key, sizeof key);
+  if (!ok) {
+    SSL_SESSION_free(s);
+    return nullptr;
+  }
+  return s;
+}
+
+// The suite a resuming client asks for (and the server, following the
+// client's order, picks): its PSK is built for it.
+constexpr char kResumeSuite[] = "TLS_AES_256_GCM_SHA384";
+const SSL_CIPHER* resumeCipher(SSL* ssl) {
+  static const unsigned char kId[] = {0x13, 0x02};
+  return SSL_CIPHER_find(ssl, kId);
+}
+
+// Client: offers the session's resume PSK (the secret rides in app data for
+// the length of connect()).
+int offerResumePsk(SSL* ssl, const EVP_MD* md, const unsigned char** id, size_t* id_len, SSL_SESSION** sess) {
+  *sess = nullptr;
+  auto* secret = static_cast<const std::string*>(SSL_get_app_data(ssl));
+  const SSL_CIPHER* cipher = resumeCipher(ssl);
+  if (!secret || secret->empty() || !cipher) return 1;
+  if (md && EVP_MD_get_type(md) != EVP_MD_get_type(SSL_CIPHER_get_handshake_digest(cipher))) return 1;
+  *sess = resumePskSession(cipher, *secret);
+  *id = reinterpret_cast<const unsigned char*>(kResumePskIdentity);
+  *id_len = sizeof kResumePskIdentity - 1;
+  return 1;
+}
+
+const EVP_MD* signatureDigest(EVP_PKEY* key) {
+  int id = EVP_PKEY_get_base_id(key);
+  return id == EVP_PKEY_ED25519 || id == EVP_PKEY_ED448 ? nullptr : EVP_sha256();
+}
+bool usePss(EVP_PKEY* key, EVP_PKEY_CTX* pctx) {
+  if (EVP_PKEY_get_base_id(key) != EVP_PKEY_RSA) return true;
+  return EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_PKCS1_PSS_PADDING) > 0 &&
+         EVP_PKEY_CTX_set_rsa_pss_saltlen(pctx, RSA_PSS_SALTLEN_DIGEST) > 0;
+}
+
 Result<SSL_CTX*> baseContext(bool server, const TlsOptions& opts) {
   SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
   if (!ctx) return tlsFail("SSL_CTX_new");
@@ -143,7 +200,9 @@ Result<SSL_CTX*> baseContext(bool server, const TlsOptions& opts) {
     return s;
   };
   std::string cert_name = opts.cert_file.empty() ? "the certificate" : opts.cert_file;
-  if (!opts.cert_pem.empty()) {
+  if (server) {
+    // The server's certificate and key stay with its TlsContext (tls.h).
+  } else if (!opts.cert_pem.empty()) {
     if (!useCertificateChainPem(ctx, opts.cert_pem)) return fail("cannot load certificate " + cert_name);
     if (!usePrivateKeyPem(ctx, opts.key_pem)) return fail("cannot load private key " + opts.key_file);
     if (SSL_CTX_check_private_key(ctx) != 1) return fail("key does not match " + cert_name);
@@ -153,9 +212,6 @@ Result<SSL_CTX*> baseContext(bool server, const TlsOptions& opts) {
     if (SSL_CTX_use_PrivateKey_file(ctx, opts.key_file.c_str(), SSL_FILETYPE_PEM) != 1)
       return fail("cannot load private key " + opts.key_file);
     if (SSL_CTX_check_private_key(ctx) != 1) return fail("key does not match " + opts.cert_file);
-  } else if (server) {
-    SSL_CTX_free(ctx);
-    return Status(err::kInvalidValue, "the server needs a TLS certificate and key");
   }
   if (!opts.ca_pem.empty()) {
     if (loadCaPem(ctx, opts.ca_pem, server) == 0) return fail("cannot load CA " + opts.ca_file);
@@ -192,15 +248,100 @@ Status readWholeFile(const std::string& path, std::string& out) {
 
 }  // namespace
 
+void wipeSecret(std::string& s) {
+  s.resize(s.capacity());  // the bytes past size() may hold an earlier copy
+  OPENSSL_cleanse(s.data(), s.size());
+  s.clear();
+  s.shrink_to_fit();
+}
+
 Result<std::unique_ptr<TlsContext>> TlsContext::makeServer(const TlsOptions& opts) {
+  // The certificate chain and key: the PEM text the daemon validated, else the files.
+  std::string cert_text, key_text;
+  const std::string* cert = &opts.cert_pem;
+  const std::string* key = &opts.key_pem;
+  if (opts.cert_pem.empty()) {
+    if (opts.cert_file.empty()) return Status(err::kInvalidValue, "the server needs a TLS certificate and key");
+    RGPU_TRY(readWholeFile(opts.cert_file, cert_text));
+    if (Status s = readWholeFile(opts.key_file, key_text); !s) return s;
+    cert = &cert_text;
+    key = &key_text;
+  }
+  std::string cert_name = opts.cert_file.empty() ? "the certificate" : opts.cert_file;
+  std::string key_name = opts.key_file.empty() ? "the private key" : opts.key_file;
+  auto cb = memBio(*cert);
+  X509* leaf = PEM_read_bio_X509_AUX(cb.get(), nullptr, nullptr, nullptr);
+  STACK_OF(X509)* chain = sk_X509_new_null();
+  while (X509* ca = leaf ? PEM_read_bio_X509(cb.get(), nullptr, nullptr, nullptr) : nullptr) sk_X509_push(chain, ca);
+  ERR_clear_error();  // the end of the chain reads as "no start line"
+  auto kb = memBio(*key);
+  EVP_PKEY* pkey = PEM_read_bio_PrivateKey(kb.get(), nullptr, nullptr, nullptr);
+  kb.reset();
+  wipeSecret(key_text);
+  auto drop = [&](Status s) {
+    X509_free(leaf);
+    sk_X509_pop_free(chain, X509_free);
+    EVP_PKEY_free(pkey);
+    return s;
+  };
+  if (!leaf) return drop(tlsFail("cannot load certificate " + cert_name));
+  if (!pkey) return drop(tlsFail("cannot load private key " + key_name));
+  if (X509_check_private_key(leaf, pkey) != 1) return drop(tlsFail("key does not match " + cert_name));
   auto ctx = baseContext(true, opts);
-  if (!ctx) return ctx.status();
+  if (!ctx) return drop(ctx.status());
   int mode = SSL_VERIFY_PEER | SSL_VERIFY_CLIENT_ONCE;
   if (opts.require_client_cert) mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
   SSL_CTX_set_verify(*ctx, mode, nullptr);
-  // One worker process per session: resumption tickets buy nothing here.
+  // One worker process per session: resumption tickets buy nothing here (a
+  // resume authenticates by the session's own PSK instead).
   SSL_CTX_set_num_tickets(*ctx, 0);
-  return std::unique_ptr<TlsContext>(new TlsContext(*ctx, true));
+  // OpenSSL refuses to resume a verified session without a context id.
+  static const unsigned char kSessionContext[] = "rgpu-server";
+  SSL_CTX_set_session_id_context(*ctx, kSessionContext, sizeof kSessionContext - 1);
+  std::unique_ptr<TlsContext> t(new TlsContext(*ctx, true));
+  t->leaf_ = leaf;
+  t->chain_ = chain;
+  t->key_ = pkey;
+  SSL_CTX_set_app_data(*ctx, t.get());
+  SSL_CTX_set_cert_cb(*ctx, &TlsContext::lendCertificate, t.get());
+  SSL_CTX_set_psk_find_session_callback(*ctx, &TlsContext::findResumePsk);
+  return t;
+}
+
+int TlsContext::lendCertificate(SSL* ssl, void* self) {
+  auto* t = static_cast<TlsContext*>(self);
+  std::lock_guard lock(t->key_mu_);
+  // Without a key the handshake can only succeed by the resume PSK.
+  if (t->key_ && SSL_use_cert_and_key(ssl, t->leaf_, t->key_, t->chain_, 1) != 1) return 0;
+  return 1;
+}
+
+int TlsContext::findResumePsk(SSL* ssl, const unsigned char* identity, size_t len, SSL_SESSION** session) {
+  *session = nullptr;
+  auto* t = static_cast<TlsContext*>(SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl)));
+  if (!t || len != sizeof kResumePskIdentity - 1 || std::memcmp(identity, kResumePskIdentity, len) != 0) return 1;
+  std::lock_guard lock(t->key_mu_);
+  if (t->resume_secret_.empty()) return 1;
+  const SSL_CIPHER* cipher = SSL_get_pending_cipher(ssl);
+  *session = resumePskSession(cipher ? cipher : resumeCipher(ssl), t->resume_secret_);
+  return 1;
+}
+
+void TlsContext::forgetPrivateKey() {
+  std::lock_guard lock(key_mu_);
+  EVP_PKEY_free(key_);  // OpenSSL clears the key's numbers as it frees them
+  key_ = nullptr;
+}
+
+bool TlsContext::holdsPrivateKey() const {
+  std::lock_guard lock(key_mu_);
+  return key_ != nullptr;
+}
+
+void TlsContext::setResumeSecret(const std::string& secret) {
+  std::lock_guard lock(key_mu_);
+  wipeSecret(resume_secret_);
+  resume_secret_ = secret;
 }
 
 Result<std::unique_ptr<TlsContext>> TlsContext::makeClient(const TlsOptions& opts) {
@@ -215,7 +356,14 @@ std::unique_ptr<TlsContext> TlsContext::makePlaintext(bool server) {
 }
 
 TlsContext::~TlsContext() {
-  if (ctx_) SSL_CTX_free(ctx_);
+  if (ctx_) {
+    SSL_CTX_set_app_data(ctx_, nullptr);  // connections may keep the SSL_CTX alive
+    SSL_CTX_free(ctx_);
+  }
+  X509_free(leaf_);
+  sk_X509_pop_free(chain_, X509_free);
+  EVP_PKEY_free(key_);
+  wipeSecret(resume_secret_);
 }
 
 Status loadPemFiles(TlsOptions& opts) {
@@ -279,7 +427,8 @@ Result<std::unique_ptr<TlsConnection>> TlsConnection::connect(TlsContext& ctx, c
                                                               uint16_t port,
                                                               const std::string& server_name,
                                                               std::chrono::milliseconds timeout,
-                                                              const std::string& preamble) {
+                                                              const std::string& preamble,
+                                                              const std::string& resume_secret) {
   auto deadline = Clock::now() + timeout;
   std::string where = host + ":" + std::to_string(port);
   addrinfo hints{};
@@ -329,8 +478,15 @@ Result<std::unique_ptr<TlsConnection>> TlsConnection::connect(TlsContext& ctx, c
     SSL_set_tlsext_host_name(ssl, name.c_str());
     SSL_set1_host(ssl, name.c_str());
   }
+  if (!resume_secret.empty()) {
+    SSL_set_ciphersuites(ssl, kResumeSuite);
+    SSL_set_app_data(ssl, const_cast<std::string*>(&resume_secret));
+    SSL_set_psk_use_session_callback(ssl, offerResumePsk);
+  }
   std::unique_ptr<TlsConnection> conn(new TlsConnection(fd, ssl, where));
-  RGPU_TRY(conn->handshake(false, std::chrono::milliseconds(remainingMs(deadline))));
+  Status hs = conn->handshake(false, std::chrono::milliseconds(remainingMs(deadline)));
+  SSL_set_app_data(ssl, nullptr);  // the secret is the caller's
+  RGPU_TRY(hs);
   return conn;
 }
 
@@ -352,7 +508,10 @@ Result<std::unique_ptr<TlsConnection>> TlsConnection::accept(TlsContext& ctx, in
   SSL* ssl = SSL_new(ctx.native());
   attachSocket(ssl, fd);
   std::unique_ptr<TlsConnection> conn(new TlsConnection(fd, ssl, peer));
-  RGPU_TRY(conn->handshake(true, timeout));
+  Status hs = conn->handshake(true, timeout);
+  // The connection keeps no reference to the server's key (tls.h).
+  SSL_certs_clear(ssl);
+  RGPU_TRY(hs);
   return conn;
 }
 
@@ -569,6 +728,54 @@ Result<std::string> verifiedCommonName(const std::string& cert_pem, const std::s
   X509_free(cert);
   if (!ok) return Status(err::kNotPermitted, "certificate does not verify: " + why);
   return cn;
+}
+
+bool TlsConnection::resumedByPsk() const { return ssl_ && SSL_session_reused(ssl_) == 1; }
+
+std::string TlsConnection::exportKeyingMaterial(const std::string& label, size_t len) const {
+  if (!ssl_) return {};
+  std::string out(len, '\0');
+  if (SSL_export_keying_material(ssl_, reinterpret_cast<unsigned char*>(out.data()), len, label.data(), label.size(),
+                                 nullptr, 0, 0) != 1)
+    return {};
+  return out;
+}
+
+Result<std::string> TlsConnection::signWithOwnKey(const std::string& data) const {
+  EVP_PKEY* key = ssl_ ? SSL_get_privatekey(ssl_) : nullptr;
+  if (!key) return Status(err::kNotPermitted, "no client certificate key to sign with");
+  EVP_MD_CTX* mctx = EVP_MD_CTX_new();
+  EVP_PKEY_CTX* pctx = nullptr;
+  size_t len = 0;
+  std::string sig;
+  bool ok = mctx && EVP_DigestSignInit(mctx, &pctx, signatureDigest(key), nullptr, key) == 1 && usePss(key, pctx) &&
+            EVP_DigestSign(mctx, nullptr, &len, reinterpret_cast<const unsigned char*>(data.data()), data.size()) == 1;
+  if (ok) {
+    sig.resize(len);
+    ok = EVP_DigestSign(mctx, reinterpret_cast<unsigned char*>(sig.data()), &len,
+                        reinterpret_cast<const unsigned char*>(data.data()), data.size()) == 1;
+    sig.resize(len);
+  }
+  EVP_MD_CTX_free(mctx);
+  if (!ok) return tlsFail("signing with the client key");
+  return sig;
+}
+
+bool signatureVerifies(const std::string& cert_pem, const std::string& data, const std::string& signature) {
+  auto bio = memBio(cert_pem);
+  X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr);
+  EVP_PKEY* key = cert ? X509_get_pubkey(cert) : nullptr;
+  EVP_MD_CTX* mctx = EVP_MD_CTX_new();
+  EVP_PKEY_CTX* pctx = nullptr;
+  bool ok = key && mctx && EVP_DigestVerifyInit(mctx, &pctx, signatureDigest(key), nullptr, key) == 1 &&
+            usePss(key, pctx) &&
+            EVP_DigestVerify(mctx, reinterpret_cast<const unsigned char*>(signature.data()), signature.size(),
+                             reinterpret_cast<const unsigned char*>(data.data()), data.size()) == 1;
+  EVP_MD_CTX_free(mctx);
+  EVP_PKEY_free(key);
+  X509_free(cert);
+  ERR_clear_error();
+  return ok;
 }
 
 std::string TlsConnection::peerCommonName() const {

@@ -27,6 +27,10 @@
 
 typedef struct ssl_ctx_st SSL_CTX;
 typedef struct ssl_st SSL;
+typedef struct x509_st X509;
+typedef struct evp_pkey_st EVP_PKEY;
+typedef struct ssl_session_st SSL_SESSION;
+struct stack_st_X509;
 
 namespace rgpu::common {
 
@@ -52,6 +56,21 @@ struct TlsOptions {
 // Reads the files named in `opts` into its *_pem fields (for a snapshot).
 Status loadPemFiles(TlsOptions& opts);
 
+// Overwrites a string that held a secret, then frees its buffer.
+void wipeSecret(std::string& s);
+
+// The PSK identity a resuming client offers (TLS 1.3 external PSK).
+inline constexpr char kResumePskIdentity[] = "rgpu-resume-v1";
+
+// A server context holds its private key itself (not in the SSL_CTX) and
+// lends it to each handshake only while that runs; forgetPrivateKey() frees
+// it for good, OpenSSL clearing the key's numbers as it does. A worker does
+// so after its one full handshake: what a tenant's input reaches afterwards
+// holds no key that could impersonate the server. Its later handshakes (a
+// client resuming after a dropped connection) authenticate by a TLS 1.3
+// external PSK derived from a secret the session gave that client inside
+// the first connection (setResumeSecret); without a certificate to present,
+// a handshake without that PSK fails.
 class TlsContext {
  public:
   static Result<std::unique_ptr<TlsContext>> makeServer(const TlsOptions& opts);
@@ -63,10 +82,24 @@ class TlsContext {
   bool isServer() const { return server_; }
   bool plaintext() const { return ctx_ == nullptr; }
 
+  // Server: frees the private key; full handshakes fail from now on.
+  void forgetPrivateKey();
+  bool holdsPrivateKey() const;
+  // Server: handshakes that offer kResumePskIdentity with the PSK derived from
+  // `secret` succeed without a certificate. Empty: none do.
+  void setResumeSecret(const std::string& secret);
+
  private:
   TlsContext(SSL_CTX* ctx, bool server) : ctx_(ctx), server_(server) {}
+  static int lendCertificate(SSL* ssl, void* self);
+  static int findResumePsk(SSL* ssl, const unsigned char* identity, size_t len, SSL_SESSION** session);
   SSL_CTX* ctx_;
   bool server_;
+  mutable std::mutex key_mu_;  // handshakes of resume threads run side by side
+  X509* leaf_ = nullptr;
+  struct stack_st_X509* chain_ = nullptr;
+  EVP_PKEY* key_ = nullptr;
+  std::string resume_secret_;
 };
 
 class TlsConnection {
@@ -74,12 +107,15 @@ class TlsConnection {
   // Opens a TCP connection and completes the TLS handshake within `timeout`.
   // `server_name` is verified against the server certificate (DNS name or IP).
   // `preamble`, when set, is written on the bare socket before the handshake
-  // (session resume tells the daemon which worker it wants, see daemon.h).
+  // (session resume tells the daemon which worker it wants, see daemon.h);
+  // `resume_secret`, when set, is offered as the session's resume PSK (the
+  // worker that holds the session has no certificate key any more).
   static Result<std::unique_ptr<TlsConnection>> connect(TlsContext& ctx, const std::string& host,
                                                         uint16_t port,
                                                         const std::string& server_name,
                                                         std::chrono::milliseconds timeout,
-                                                        const std::string& preamble = "");
+                                                        const std::string& preamble = "",
+                                                        const std::string& resume_secret = "");
   // Takes ownership of an accepted socket and runs the server handshake.
   static Result<std::unique_ptr<TlsConnection>> accept(TlsContext& ctx, int fd,
                                                        std::chrono::milliseconds timeout);
@@ -116,6 +152,14 @@ class TlsConnection {
   std::string peerCommonName() const;
   // The peer's certificate (PEM) when it verified; "" otherwise.
   std::string peerCertificatePem() const;
+  // The handshake authenticated by the session's resume PSK (no certificates).
+  bool resumedByPsk() const;
+  // RFC 8446 7.5 exporter: `len` bytes both ends derive from this connection
+  // alone ("" in plaintext).
+  std::string exportKeyingMaterial(const std::string& label, size_t len) const;
+  // Client: signs `data` with the private key of the certificate it presented
+  // (SHA-256; ECDSA, RSA-PSS or Ed25519 by the key's type). Error without one.
+  Result<std::string> signWithOwnKey(const std::string& data) const;
   const std::string& peerAddress() const { return peer_; }
   int fd() const { return fd_; }
 
@@ -154,5 +198,9 @@ bool isLoopbackHost(const std::string& host);
 // The common name of `cert_pem` when it verifies against the CA bundle
 // `ca_pem` (chain and validity period); an error saying why not otherwise.
 Result<std::string> verifiedCommonName(const std::string& cert_pem, const std::string& ca_pem);
+
+// Whether `signature` over `data` verifies with the public key of `cert_pem`
+// (as signWithOwnKey makes it).
+bool signatureVerifies(const std::string& cert_pem, const std::string& data, const std::string& signature);
 
 }  // namespace rgpu::common

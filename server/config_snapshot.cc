@@ -103,6 +103,11 @@ Result<ConfigSnapshot> ConfigSnapshot::fromFd(int fd) {
     if (n <= 0) return Status(err::kInvalidValue, "the config snapshot from the daemon is truncated");
     at += static_cast<size_t>(n);
   }
+  // It holds the server's private key: no copy outlives this function but the one in s.tls.
+  struct Wipe {
+    std::string& s;
+    ~Wipe() { common::wipeSecret(s); }
+  } wipe{in};
   if (std::memcmp(in.data(), kMagic, sizeof kMagic) != 0)
     return Status(err::kInvalidValue, "the config snapshot from the daemon has a bad header");
   ConfigSnapshot s;

@@ -66,7 +66,7 @@ void onWorkerTerm(int) {
 }
 }  // namespace
 
-int runWorker(const ServerConfig& cfg, const common::TlsOptions& tls, int fd, uint64_t session_id, int control_fd,
+int runWorker(const ServerConfig& cfg, common::TlsOptions& tls, int fd, uint64_t session_id, int control_fd,
               int gate_fd, int handoff_fd, int gate_policy_fd, int uid, int gid) {
   // The daemon confined us before exec (sandbox.h); the user comes before
   // the first byte from the client.
@@ -96,7 +96,12 @@ int runWorker(const ServerConfig& cfg, const common::TlsOptions& tls, int fd, ui
     }
     ctx = std::move(*c);
   }
+  common::wipeSecret(tls.key_pem);
   auto conn = common::TlsConnection::accept(*ctx, fd, std::chrono::milliseconds(cfg.handshake_timeout_ms));
+  // The one full handshake is over: the server's private key leaves this
+  // process before any rgpu code reads a byte of the client's (tls.h). A
+  // resuming client proves itself by the session's PSK instead.
+  ctx->forgetPrivateKey();
   if (!conn) {
     RGPU_LOG_WARN("session {}: {}", session_id, conn.status().message());
     return 1;

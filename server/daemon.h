@@ -46,7 +46,9 @@ int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts);
 // `gate_fd`, `gate_policy_fd`: the launch gate tables (activity; priorities
 // and weights, read-only; -1: none).
 // `handoff_fd`: where the daemon passes a resuming client's socket (-1: no resume).
-int runWorker(const ServerConfig& cfg, const common::TlsOptions& tls, int fd, uint64_t session_id,
+// `tls`: the server's certificate and key; the key is wiped (here and in the
+// TLS context) as soon as the client's handshake ran.
+int runWorker(const ServerConfig& cfg, common::TlsOptions& tls, int fd, uint64_t session_id,
               int control_fd = -1, int gate_fd = -1, int handoff_fd = -1, int gate_policy_fd = -1, int uid = -1,
               int gid = -1);
 

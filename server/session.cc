@@ -301,7 +301,11 @@ Status Session::handshake() {
     uint8_t token_bytes[16];
     RAND_bytes(token_bytes, sizeof token_bytes);
     resume_token_.assign(reinterpret_cast<const char*>(token_bytes), sizeof token_bytes);
-    welcome.setResumeToken(kj::arrayPtr(token_bytes, sizeof token_bytes));
+    OPENSSL_cleanse(token_bytes, sizeof token_bytes);
+    // A resuming client's TLS handshake authenticates by a PSK derived from
+    // the token (this worker holds no certificate key any more).
+    if (resume_) resume_source_.tls->setResumeSecret(resume_token_);
+    welcome.setResumeToken(kj::arrayPtr(reinterpret_cast<const kj::byte*>(resume_token_.data()), resume_token_.size()));
     welcome.setResumeGraceMs(resume_ ? cfg_.resume_grace_ms : 0);
     welcome.setBackend(monitor_ ? "monitor" : backend_->name());
     welcome.setDriverVersion(monitor_ ? 0 : backend_->driverVersion());
@@ -561,10 +565,15 @@ void Session::resumeHandshake(int fd) {
     auto token = hello.getResumeToken();
     std::string given(reinterpret_cast<const char*>(token.begin()), token.size());
     std::string user = authenticate(**conn, hello.getToken());
+    // Over TLS the handshake succeeded only by the PSK derived from this
+    // session's resume token, which only its client received: that is who it
+    // is (a certificate is not sent again). A token it sends must still match.
+    bool by_psk = (*conn)->resumedByPsk();
     if (hello.getProtocolVersion() != wire::PROTOCOL_VERSION) why = "protocol version differs";
     else if (hello.getResumeSession() != session_id_) why = "it names session " + std::to_string(hello.getResumeSession());
     else if (!constantTimeEquals(given, resume_token_)) why = "wrong resume token";
-    else if (user != identity_) why = user.empty() ? "authentication failed" : "user '" + user + "' does not own the session";
+    else if (user.empty() && !by_psk) why = "authentication failed";
+    else if (!user.empty() && user != identity_) why = "user '" + user + "' does not own the session";
     replies = hello.getReceived().getReplies();
     notifications = hello.getReceived().getNotifications();
   } catch (const kj::Exception& e) {

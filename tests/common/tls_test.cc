@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <thread>
 
 #include "common/dev_pki.h"
 #include "tests/support/test_env.h"
@@ -135,6 +136,82 @@ TEST_F(Tls, PeerCloseIsReportedAsClosed) {
   Status s = (*pair.server)->readExact(&b, 1);
   ASSERT_FALSE(s);
   EXPECT_EQ(s.code(), err::kDevicesUnavailable);
+}
+
+// One connection to a server context the test keeps (as a worker keeps its
+// own): the client as `cert` ("" none), offering the resume PSK of `secret`.
+struct Accepted {
+  Result<std::unique_ptr<TlsConnection>> server = Status(err::kUnknown, "not run");
+  Result<std::unique_ptr<TlsConnection>> client = Status(err::kUnknown, "not run");
+};
+Accepted connectTo(TlsContext& server_ctx, const std::string& dir, const std::string& cert, const std::string& secret) {
+  uint16_t port = 0;
+  int lfd = test::listenLoopback(&port);
+  Accepted out;
+  std::thread srv([&] {
+    int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+    out.server = TlsConnection::accept(server_ctx, fd, std::chrono::milliseconds(3000));
+  });
+  TlsOptions o = TlsOptions::files(dir + "/ca.pem");
+  if (!cert.empty()) {
+    o.cert_file = dir + "/" + cert + ".pem";
+    o.key_file = dir + "/" + cert + ".key";
+  }
+  auto ctx = TlsContext::makeClient(o);
+  out.client = TlsConnection::connect(**ctx, "127.0.0.1", port, "", std::chrono::milliseconds(3000), "", secret);
+  srv.join();
+  ::close(lfd);
+  return out;
+}
+
+TEST_F(Tls, AServerThatForgotItsKeyCompletesOnlyHandshakesWithTheResumePsk) {
+  auto ctx = TlsContext::makeServer(TlsOptions::files(dir_.file("ca.pem"), dir_.file("server.pem"), dir_.file("server.key")));
+  ASSERT_TRUE(ctx) << ctx.status().message();
+  const std::string secret(16, '\x5a');
+  (*ctx)->setResumeSecret(secret);
+  Accepted first = connectTo(**ctx, dir_.path(), "alice", "");
+  ASSERT_TRUE(first.server) << first.server.status().message();
+  EXPECT_FALSE((*first.server)->resumedByPsk());
+  EXPECT_EQ((*first.server)->peerCommonName(), "alice");
+  EXPECT_TRUE((*ctx)->holdsPrivateKey());
+  (*ctx)->forgetPrivateKey();
+  EXPECT_FALSE((*ctx)->holdsPrivateKey());
+  // A full handshake needs the key: it fails now, with or without a certificate of the client's.
+  EXPECT_FALSE(connectTo(**ctx, dir_.path(), "alice", "").server);
+  EXPECT_FALSE(connectTo(**ctx, dir_.path(), "", "").server);
+  // So does a PSK of another secret.
+  EXPECT_FALSE(connectTo(**ctx, dir_.path(), "alice", std::string(16, 'x')).server);
+  // The session's own PSK completes it, and the link carries data.
+  Accepted again = connectTo(**ctx, dir_.path(), "alice", secret);
+  ASSERT_TRUE(again.server) << again.server.status().message();
+  ASSERT_TRUE(again.client) << again.client.status().message();
+  EXPECT_TRUE((*again.server)->resumedByPsk());
+  EXPECT_TRUE((*again.client)->resumedByPsk());
+  const char msg[] = "after the key is gone";
+  ASSERT_TRUE((*again.client)->write(msg, sizeof msg));
+  char buf[sizeof msg];
+  ASSERT_TRUE((*again.server)->readExact(buf, sizeof buf));
+  EXPECT_STREQ(buf, msg);
+}
+
+TEST_F(Tls, AClientSignatureOverTheExporterVerifiesOnlyWithItsOwnCertificate) {
+  auto pair = test::makeTlsPair(dir_.path(), "alice");
+  ASSERT_TRUE(pair.client && pair.server);
+  std::string c = (*pair.client)->exportKeyingMaterial("EXPORTER-test", 32);
+  std::string s = (*pair.server)->exportKeyingMaterial("EXPORTER-test", 32);
+  ASSERT_EQ(c.size(), 32u);
+  EXPECT_EQ(c, s);
+  auto sig = (*pair.client)->signWithOwnKey(c);
+  ASSERT_TRUE(sig) << sig.status().message();
+  std::string alice = (*pair.server)->peerCertificatePem();
+  EXPECT_TRUE(signatureVerifies(alice, s, *sig));
+  EXPECT_FALSE(signatureVerifies(alice, s + "x", *sig));
+  EXPECT_FALSE(signatureVerifies(test::readFile(dir_.file("bob.pem")), s, *sig));
+  EXPECT_FALSE(signatureVerifies("not a certificate", s, *sig));
+  // Another connection derives other material.
+  auto other = test::makeTlsPair(dir_.path(), "alice");
+  ASSERT_TRUE(other.server);
+  EXPECT_NE((*other.server)->exportKeyingMaterial("EXPORTER-test", 32), s);
 }
 
 }  // namespace

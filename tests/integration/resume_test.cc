@@ -23,13 +23,16 @@ class ResumeProtocol : public ::testing::Test {
     server_ = std::make_unique<ServerProcess>(dir_.path(), serverToml(dir_.path(), extra));
   }
   // A TLS connection as `cert` (alice, bob, or "" for none), optionally
-  // opening with the resume preamble naming `resume_id` (a Welcome's).
-  std::unique_ptr<common::TlsConnection> connect(const std::string& cert, const std::string& resume_id = "") {
-    auto c = tryConnect(cert, resume_id);
+  // opening with the resume preamble naming `resume_id` (a Welcome's) and
+  // offering the resume PSK of `secret` (a Welcome's resume token).
+  std::unique_ptr<common::TlsConnection> connect(const std::string& cert, const std::string& resume_id = "",
+                                                 const std::string& secret = "") {
+    auto c = tryConnect(cert, resume_id, secret);
     EXPECT_TRUE(c) << c.status().message();
     return std::move(*c);
   }
-  Result<std::unique_ptr<common::TlsConnection>> tryConnect(const std::string& cert, const std::string& resume_id) {
+  Result<std::unique_ptr<common::TlsConnection>> tryConnect(const std::string& cert, const std::string& resume_id,
+                                                            const std::string& secret = "") {
     common::TlsOptions o = common::TlsOptions::files(dir_.file("ca.pem"));
     if (!cert.empty()) {
       o.cert_file = dir_.file(cert + ".pem");
@@ -37,7 +40,7 @@ class ResumeProtocol : public ::testing::Test {
     }
     auto ctx = common::TlsContext::makeClient(o);
     auto c = common::TlsConnection::connect(**ctx, "127.0.0.1", server_->port(), "", std::chrono::milliseconds(5000),
-                                            resume_id.empty() ? "" : server::resumePreamble(resume_id));
+                                            resume_id.empty() ? "" : server::resumePreamble(resume_id), secret);
     return c;
   }
   RawWelcome resumeAs(RawClient& c, uint64_t session, const std::string& token, uint64_t replies,
@@ -74,22 +77,32 @@ TEST_F(ResumeProtocol, OnlyTheOwnerWithItsTokenTakesASessionUpAndCarriesOnInSequ
   EXPECT_EQ(a.ping().error, 0);  // request 3
 
   {
-    RawClient wrong(connect("alice", w.resume_id));
+    RawClient wrong(connect("alice", w.resume_id, w.resume_token));
     RawWelcome r = resumeAs(wrong, w.session, std::string(16, 'x'), 3);
     EXPECT_EQ(r.error, err::kNotPermitted);
     EXPECT_NE(r.message.find("resume refused: wrong resume token"), std::string::npos) << r.message;
   }
   {
-    RawClient thief(connect("", w.resume_id));  // bob, by token, with alice's resume token
+    RawClient thief(connect("", w.resume_id, w.resume_token));  // bob, by token, with alice's resume token
     RawWelcome r = resumeAs(thief, w.session, w.resume_token, 3, "bob-token");
     EXPECT_EQ(r.error, err::kNotPermitted);
     EXPECT_NE(r.message.find("user 'bob' does not own the session"), std::string::npos) << r.message;
+  }
+  {
+    // Knowing the resume id (it crosses the network in the clear) is not
+    // enough: the worker holds no certificate key any more, so TLS completes
+    // only with the PSK of the session's resume token.
+    auto without = tryConnect("alice", w.resume_id);
+    EXPECT_FALSE(without);
+    auto guessed = tryConnect("alice", w.resume_id, std::string(16, 'x'));
+    EXPECT_FALSE(guessed);
+    EXPECT_TRUE(logSays("session 1: resume attempt: TLS handshake")) << server_->log();
   }
   EXPECT_EQ(a.ping().error, 0);  // request 4: refused attempts leave the session alone
 
   a.conn().shutdown();  // the connection drops (no TLS close, no goodbye)
   ASSERT_TRUE(logSays("keeping the session 10000 ms for the client to resume")) << server_->log();
-  RawClient b(connect("alice", w.resume_id));
+  RawClient b(connect("alice", w.resume_id, w.resume_token));
   RawWelcome r = resumeAs(b, w.session, w.resume_token, 4);
   ASSERT_EQ(r.error, 0) << r.message;
   EXPECT_TRUE(r.resumed);
@@ -113,7 +126,7 @@ TEST_F(ResumeProtocol, ASessionNobodyResumesIsFreedAndCannotBeTakenUpLater) {
   a.conn().shutdown();
   ASSERT_TRUE(logSays("did not resume within 300 ms")) << server_->log();
   ASSERT_TRUE(logSays("session 1 ended (1 allocations released")) << server_->log();
-  RawClient late(connect("alice", w.resume_id));
+  RawClient late(connect("alice", w.resume_id, w.resume_token));
   RawWelcome r = resumeAs(late, w.session, w.resume_token, 1);
   EXPECT_EQ(r.error, err::kDevicesUnavailable);
   EXPECT_NE(r.message.find("session 1 cannot be resumed: it has ended"), std::string::npos) << r.message;
@@ -194,7 +207,7 @@ TEST_F(ResumeProtocol, StalledResumeHandshakesAreCappedAndTheOwnerStillResumes) 
   auto t0 = std::chrono::steady_clock::now();
   RawWelcome r;
   for (int attempt = 0; attempt < 100 && r.error != 0; ++attempt) {
-    auto conn = tryConnect("alice", w.resume_id);
+    auto conn = tryConnect("alice", w.resume_id, w.resume_token);
     if (!conn) {
       usleep(100000);
       continue;
