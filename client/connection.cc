@@ -137,6 +137,11 @@ void Connection::buildHello(capnp::MessageBuilder& msg, const ClientConfig& cfg,
   req.setMinComputeCapability(cfg.request_min_cc);
   req.setModel(cfg.request_model);
   req.setWaitMs(cfg.request_wait_ms);
+  if (!resume) {
+    // With a certificate: proof that we hold its key, for this connection only.
+    if (auto proof = common::proveClientKey(*conn_.load()))
+      hello.setCertProof(kj::arrayPtr(reinterpret_cast<const kj::byte*>(proof->data()), proof->size()));
+  }
   if (resume) {
     hello.setResumeToken(kj::arrayPtr(reinterpret_cast<const kj::byte*>(resume_token_.data()), resume_token_.size()));
     hello.setResumeSession(welcome_.session_id);

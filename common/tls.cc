@@ -778,6 +778,23 @@ bool signatureVerifies(const std::string& cert_pem, const std::string& data, con
   return ok;
 }
 
+namespace {
+constexpr char kBindingLabel[] = "EXPORTER-rgpu-client-key-proof";
+constexpr char kProofContext[] = "rgpu client key proof v1";
+}  // namespace
+
+std::string clientBinding(const TlsConnection& conn) { return conn.exportKeyingMaterial(kBindingLabel, 32); }
+
+Result<std::string> proveClientKey(const TlsConnection& conn) {
+  std::string binding = clientBinding(conn);
+  if (binding.empty()) return Status(err::kNotPermitted, "no TLS connection to bind a proof to");
+  return conn.signWithOwnKey(kProofContext + binding);
+}
+
+bool clientKeyProofVerifies(const std::string& cert_pem, const std::string& binding, const std::string& proof) {
+  return binding.size() == 32 && !proof.empty() && signatureVerifies(cert_pem, kProofContext + binding, proof);
+}
+
 std::string TlsConnection::peerCommonName() const {
   if (!ssl_) return {};
   X509* cert = SSL_get1_peer_certificate(ssl_);

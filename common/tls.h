@@ -203,4 +203,14 @@ Result<std::string> verifiedCommonName(const std::string& cert_pem, const std::s
 // (as signWithOwnKey makes it).
 bool signatureVerifies(const std::string& cert_pem, const std::string& data, const std::string& signature);
 
+// A client's proof that it holds the key of the certificate it presented,
+// bound to this one connection: its signature over the connection's exporter
+// value (clientBinding). The client sends it in its Hello; the worker passes
+// certificate, binding and proof to the daemon, which checks all three
+// itself: a worker cannot pass off a certificate it saw elsewhere, since no
+// other connection has this binding.
+std::string clientBinding(const TlsConnection& conn);
+Result<std::string> proveClientKey(const TlsConnection& conn);
+bool clientKeyProofVerifies(const std::string& cert_pem, const std::string& binding, const std::string& proof);
+
 }  // namespace rgpu::common

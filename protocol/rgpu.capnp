@@ -25,6 +25,8 @@ struct Hello {
   resume @8 :Bool;           # a new session that wants resume after a dropped connection
   resumeSession @9 :UInt64;  # with resumeToken: the session to take up again
   received @10 :Ack;         # with resumeToken: the replies and notifications the client already has
+  certProof @11 :Data;       # a client that presented a certificate: its signature over the connection's
+                             # exporter value (common/tls.h proveClientKey); the daemon refuses it without
 }
 
 # Session resume. Each side keeps what the other may not have received: the

@@ -283,16 +283,19 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   PreAuthGuard preauth({cfg.limits.max_unauthenticated, cfg.limits.max_unauthenticated_per_address});
   std::map<uint64_t, uint64_t> preauth_of;  // session id -> its worker's PreAuthGuard entry, until authenticated
   std::set<pid_t> evicted_workers;          // killed by the guard: their end is no surprise
-  service.setAuthenticator([&snapshot](const std::string& token, const std::string& cert_pem) -> Result<std::string> {
+  service.setAuthenticator([&snapshot](const ClientCredential& c) -> Result<std::string> {
     // As a worker does (Session::authenticate), from the daemon's own copy of
-    // the users and the CA: a certificate that verifies, or a token.
+    // the users and the CA: a certificate that verifies and whose key the
+    // client proved it holds on this very connection, or a token.
     std::string cn;
-    if (!cert_pem.empty()) {
-      auto v = common::verifiedCommonName(cert_pem, snapshot.tls.ca_pem);
+    if (!c.cert_pem.empty()) {
+      auto v = common::verifiedCommonName(c.cert_pem, snapshot.tls.ca_pem);
       if (!v) return v.status();
+      if (!common::clientKeyProofVerifies(c.cert_pem, c.binding, c.proof))
+        return Status(err::kNotPermitted, "the client did not prove it holds the key of certificate '" + *v + "'");
       cn = *v;
     }
-    std::string user = userFor(snapshot.config, cn, token);
+    std::string user = userFor(snapshot.config, cn, c.token);
     if (user.empty()) return Status(err::kNotPermitted, "the credential matches no user");
     return user;
   });

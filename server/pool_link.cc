@@ -7,6 +7,7 @@
 #include <capnp/message.h>
 #include <capnp/serialize.h>
 
+#include <cctype>
 #include <cstring>
 #include <thread>
 
@@ -27,6 +28,27 @@ std::string clean(std::string s) {
   return s;
 }
 }  // namespace
+
+std::string toHex(const std::string& bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out += kDigits[c >> 4];
+    out += kDigits[c & 15];
+  }
+  return out;
+}
+
+std::string fromHex(const std::string& hex) {
+  auto nibble = [](char c) { return c >= 'a' ? c - 'a' + 10 : c >= 'A' ? c - 'A' + 10 : c - '0'; };
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    if (!std::isxdigit(static_cast<unsigned char>(hex[i])) || !std::isxdigit(static_cast<unsigned char>(hex[i + 1])))
+      return "";
+    out += static_cast<char>(nibble(hex[i]) << 4 | nibble(hex[i + 1]));
+  }
+  return out;
+}
 
 std::string joinFields(const std::vector<std::string>& fields) {
   std::string out;
@@ -226,8 +248,8 @@ Result<std::string> ControlSocketLink::ask(const std::string& msg, std::chrono::
   return buf;
 }
 
-Status ControlSocketLink::bindIdentity(const std::string& user, const std::string& token, const std::string& cert_pem) {
-  auto r = ask(joinFields({"auth", user, token, cert_pem}), answer_timeout_);
+Status ControlSocketLink::bindIdentity(const std::string& user, const ClientCredential& c) {
+  auto r = ask(joinFields({"auth", user, c.token, c.cert_pem, toHex(c.binding), toHex(c.proof)}), answer_timeout_);
   if (!r) return r.status();
   return Status::ok();
 }

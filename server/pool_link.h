@@ -23,14 +23,24 @@
 
 namespace rgpu::server {
 
+// What a client authenticated with, as its worker passes it to the daemon:
+// a bearer token, or a verified certificate (PEM) with the client's proof of
+// holding its key for this connection (common/tls.h proveClientKey).
+struct ClientCredential {
+  std::string token;
+  std::string cert_pem;
+  std::string binding;  // the connection's exporter value
+  std::string proof;    // the client's signature over it
+};
+
 class PoolLink {
  public:
   virtual ~PoolLink() = default;
   // Proves to the pool who the client is, before admit or status: the
-  // credential it authenticated with (its bearer token, or its verified
-  // certificate in PEM). The daemon checks it against its own users and
-  // binds the session to the user it finds; it never takes a worker's word.
-  virtual Status bindIdentity(const std::string& user, const std::string& token, const std::string& cert_pem) = 0;
+  // credential it authenticated with. The daemon checks it against its own
+  // users and CA and binds the session to the user it finds, once; it never
+  // takes a worker's word.
+  virtual Status bindIdentity(const std::string& user, const ClientCredential& credential) = 0;
   // Blocks while the request waits in the admission queue.
   virtual Result<Placement> admit(const ClientInfo& who, const DeviceRequest& req) = 0;
   // An allocation on physical `device`; `checked`: wait for the quota verdict.
@@ -63,7 +73,7 @@ class LocalPool final : public PoolLink {
   ~LocalPool() override;
   // rgpu::server::PoolLink
   // (In one process the session's own check is the only one.)
-  Status bindIdentity(const std::string&, const std::string&, const std::string&) override { return Status::ok(); }
+  Status bindIdentity(const std::string&, const ClientCredential&) override { return Status::ok(); }
   Result<Placement> admit(const ClientInfo& who, const DeviceRequest& req) override;
   Status reserve(int device, uint64_t bytes, bool checked) override;
   void release(int device, uint64_t bytes) override;
@@ -86,7 +96,7 @@ class ControlSocketLink final : public PoolLink {
   ControlSocketLink(int fd, int gate_fd, int gate_policy_fd, std::chrono::milliseconds answer_timeout, int stop_fd = -1);
   ~ControlSocketLink() override;
   // rgpu::server::PoolLink
-  Status bindIdentity(const std::string& user, const std::string& token, const std::string& cert_pem) override;
+  Status bindIdentity(const std::string& user, const ClientCredential& credential) override;
   Result<Placement> admit(const ClientInfo& who, const DeviceRequest& req) override;
   Status reserve(int device, uint64_t bytes, bool checked) override;
   void release(int device, uint64_t bytes) override;
@@ -110,6 +120,9 @@ class ControlSocketLink final : public PoolLink {
 // Field helpers for the control datagrams.
 inline constexpr char kFieldSep = '\x1f';
 std::string joinFields(const std::vector<std::string>& fields);
+// Binary fields travel as hex ("" when `hex` is not).
+std::string toHex(const std::string& bytes);
+std::string fromHex(const std::string& hex);
 std::vector<std::string> splitFields(const std::string& msg, size_t max_fields);
 // Placement <-> fields (after "ok").
 std::vector<std::string> placementFields(const Placement& p);

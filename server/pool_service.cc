@@ -85,9 +85,10 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
   auto f = splitFields(msg, 16);
   const std::string& verb = f[0];
   auto num = [&](size_t i) { return i < f.size() ? std::strtoull(f[i].c_str(), nullptr, 10) : 0ull; };
-  if (verb == "auth" && f.size() >= 4) {
+  if (verb == "auth" && f.size() >= 6) {
     if (identity_.count(session)) return reply(session, errorReply(Status(err::kNotPermitted, "already bound")));
-    Result<std::string> user = authenticate_ ? authenticate_(f[2], f[3])
+    ClientCredential c{f[2], f[3], fromHex(f[4]), fromHex(f[5])};
+    Result<std::string> user = authenticate_ ? authenticate_(c)
                                              : Result<std::string>(Status(err::kNotPermitted, "no authenticator"));
     if (user && *user != f[1]) user = Status(err::kNotPermitted, "the credential belongs to user '" + *user + "'");
     if (!user) {

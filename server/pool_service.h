@@ -36,7 +36,7 @@ class PoolService {
   // certificate in PEM): the user it finds, or an error. A worker's "auth"
   // binds its session to that user; "admit" and "status" act for the bound
   // user only, whatever user the worker names.
-  using Authenticator = std::function<Result<std::string>(const std::string& token, const std::string& cert_pem)>;
+  using Authenticator = std::function<Result<std::string>(const ClientCredential& credential)>;
   void setAuthenticator(Authenticator fn) { authenticate_ = std::move(fn); }
 
  private:

@@ -253,7 +253,12 @@ Status Session::handshake() {
     }
     // The daemon checks the credential itself and binds the session to its
     // user: a worker's word alone admits no one.
-    if (Status b = pool_.bindIdentity(identity_, token, conn->peerCertificatePem()); !b) {
+    ClientCredential credential{token, conn->peerCertificatePem(), common::clientBinding(*conn), ""};
+    if (hello.hasCertProof()) {
+      auto proof = hello.getCertProof();
+      credential.proof.assign(reinterpret_cast<const char*>(proof.begin()), proof.size());
+    }
+    if (Status b = pool_.bindIdentity(identity_, credential); !b) {
       RGPU_LOG_WARN("session {}: the pool did not accept user '{}': {}", session_id_, identity_, b.message());
       return reject(err::kNotPermitted, "authentication failed: " + b.message());
     }

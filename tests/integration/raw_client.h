@@ -44,6 +44,7 @@ class RawClient {
     auto h = msg.initRoot<wire::Hello>();
     h.setProtocolVersion(wire::PROTOCOL_VERSION);
     h.setToken(token);
+    proveKey(h);
     std::vector<uint8_t> f;
     common::appendFrame(f, protocol::FrameType::kHello, 0, 0, msg, 0);
     if (!conn_->write(f.data(), f.size())) return {-1, "write failed"};
@@ -56,11 +57,18 @@ class RawClient {
     return {w.getError(), w.getMessage()};
   }
 
+  // What the client library adds to a Hello when it presented a certificate.
+  void proveKey(wire::Hello::Builder& h) {
+    if (auto proof = common::proveClientKey(*conn_))
+      h.setCertProof(kj::arrayPtr(reinterpret_cast<const kj::byte*>(proof->data()), proof->size()));
+  }
+
   // Sends a Hello that `fill` completes; returns the Welcome.
   RawWelcome helloWith(const std::function<void(wire::Hello::Builder&)>& fill) {
     capnp::MallocMessageBuilder msg;
     auto h = msg.initRoot<wire::Hello>();
     h.setProtocolVersion(wire::PROTOCOL_VERSION);
+    proveKey(h);
     fill(h);
     std::vector<uint8_t> f;
     common::appendFrame(f, protocol::FrameType::kHello, 0, 0, msg, 0);

@@ -206,6 +206,39 @@ TEST(Security, WorkersRunConfinedAsTheirOwnUserWithTheGatePolicyReadOnly) {
   EXPECT_EQ(fdFlags(worker, 5) & O_ACCMODE, O_RDWR);
 }
 
+TEST(Security, ACertificateCountsOnlyWithProofOfItsKeyOnThisConnection) {
+  TempDir dir;
+  makeCerts(dir.path());
+  ServerProcess server(dir.path(), serverToml(dir.path()));
+  auto refused = [](const RawWelcome& w) {
+    return w.error == err::kNotPermitted && w.message.find("did not prove it holds the key of certificate 'alice'") !=
+                                                std::string::npos;
+  };
+  {
+    // alice's certificate (certificates are not secret) without a proof.
+    RawClient c(connectAs(dir.path(), server.port()));
+    RawWelcome w = c.helloWith([](wire::Hello::Builder& h) { h.disownCertProof(); });
+    EXPECT_TRUE(refused(w)) << w.error << " " << w.message;
+  }
+  {
+    // A proof alice made on another connection does not carry over.
+    RawClient first(connectAs(dir.path(), server.port()));
+    auto elsewhere = common::proveClientKey(first.conn());
+    ASSERT_TRUE(elsewhere) << elsewhere.status().message();
+    RawClient c(connectAs(dir.path(), server.port()));
+    RawWelcome w = c.helloWith([&](wire::Hello::Builder& h) {
+      h.setCertProof(kj::arrayPtr(reinterpret_cast<const kj::byte*>(elsewhere->data()), elsewhere->size()));
+    });
+    EXPECT_TRUE(refused(w)) << w.error << " " << w.message;
+  }
+  RawClient c(connectAs(dir.path(), server.port()));
+  RawWelcome w = c.helloWith([](wire::Hello::Builder&) {});  // the proof the client library sends
+  EXPECT_EQ(w.error, 0) << w.message;
+  EXPECT_NE(server.log().find("its worker's claim to serve user 'alice' refused: the client did not prove"),
+            std::string::npos)
+      << server.log();
+}
+
 // What would give the server's private key away: its scalar (big- and
 // little-endian, as PEM/DER and OpenSSL's BIGNUM words hold it) and a line
 // of its PEM text.

@@ -17,7 +17,8 @@ namespace {
 class PoolServiceIdentity : public ::testing::Test {
  protected:
   PoolServiceIdentity() : pool_(devices(), users(), {}), service_(io_, pool_, nullptr, nullptr) {
-    service_.setAuthenticator([](const std::string& token, const std::string&) -> Result<std::string> {
+    service_.setAuthenticator([](const ClientCredential& c) -> Result<std::string> {
+      const std::string& token = c.token;
       if (token == "alice-token") return std::string("alice");
       if (token == "root-token") return std::string("root");
       return Status(err::kNotPermitted, "the credential matches no user");
@@ -61,15 +62,15 @@ TEST_F(PoolServiceIdentity, AWorkerThatProvedNoIdentityIsNotAdmitted) {
 }
 
 TEST_F(PoolServiceIdentity, AWorkerCannotClaimAUserItsClientsCredentialIsNot) {
-  Status s = link_->bindIdentity("root", "alice-token", "");
+  Status s = link_->bindIdentity("root", {"alice-token", "", "", ""});
   EXPECT_FALSE(s);
   EXPECT_NE(s.message().find("belongs to user 'alice'"), std::string::npos) << s.message();
-  EXPECT_FALSE(link_->bindIdentity("root", "guessed", ""));
+  EXPECT_FALSE(link_->bindIdentity("root", {"guessed", "", "", ""}));
 }
 
 TEST_F(PoolServiceIdentity, OnceBoundTheSessionActsAsItsUserWhateverTheWorkerNames) {
-  ASSERT_TRUE(link_->bindIdentity("alice", "alice-token", ""));
-  EXPECT_FALSE(link_->bindIdentity("root", "root-token", "")) << "a session is bound once";
+  ASSERT_TRUE(link_->bindIdentity("alice", {"alice-token", "", "", ""}));
+  EXPECT_FALSE(link_->bindIdentity("root", {"root-token", "", "", ""})) << "a session is bound once";
   auto p = link_->admit(as("root"), {});  // names root: admitted as alice
   ASSERT_TRUE(p) << p.status().message();
   auto snap = pool_.snapshot(PoolManager::Clock::now());
