@@ -67,7 +67,7 @@ void onWorkerTerm(int) {
 }  // namespace
 
 int runWorker(const ServerConfig& cfg, common::TlsOptions& tls, int fd, uint64_t session_id, int control_fd,
-              int gate_fd, int handoff_fd, int gate_policy_fd, int uid, int gid) {
+              int handoff_fd, int gate_policy_fd, int uid, int gid) {
   // The daemon confined us before exec (sandbox.h); the user comes before
   // the first byte from the client.
   if (uid >= 0 && !dropPrivileges(static_cast<uid_t>(uid), static_cast<gid_t>(gid))) {
@@ -109,7 +109,7 @@ int runWorker(const ServerConfig& cfg, common::TlsOptions& tls, int fd, uint64_t
   // The pool manager lives in the daemon; a worker started by hand gets a private one.
   std::unique_ptr<PoolLink> pool;
   if (control_fd >= 0) {
-    pool = std::make_unique<ControlSocketLink>(control_fd, gate_fd, gate_policy_fd, std::chrono::seconds(30), g_term_fd);
+    pool = std::make_unique<ControlSocketLink>(control_fd, gate_policy_fd, std::chrono::seconds(30), g_term_fd);
   } else {
     pool = std::make_unique<LocalPool>(std::make_shared<PoolManager>(simInventory(cfg), cfg.users, cfg.pool),
                                        std::make_shared<std::mutex>(), session_id);
@@ -451,18 +451,18 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     }
     pid_t pid = ::fork();
     if (pid == 0) {
-      // Child: the client socket becomes fd 3, then control, gate, handoff,
-      // the config snapshot and the gate policy (read-only); everything else
-      // of ours closes on exec. Move them
+      // Child: the client socket becomes fd 3, then control, handoff, the
+      // config snapshot and the gate policy (read-only); everything else of
+      // ours closes on exec (its own gate page comes at admission). Move them
       // out of the way first, so no dup2 overwrites another.
-      int from[6] = {::fcntl(fd, F_DUPFD_CLOEXEC, 10), ::fcntl(ctl[1], F_DUPFD_CLOEXEC, 10),
-                     ::fcntl(gates->fd(), F_DUPFD_CLOEXEC, 10), ::fcntl(hand[1], F_DUPFD_CLOEXEC, 10),
-                     ::fcntl(snapshot_fd, F_DUPFD_CLOEXEC, 10), ::fcntl(gates->policyFd(), F_DUPFD_CLOEXEC, 10)};
-      for (int i = 0; i < 6; ++i) ::dup2(from[i], 3 + i);
+      int from[5] = {::fcntl(fd, F_DUPFD_CLOEXEC, 10), ::fcntl(ctl[1], F_DUPFD_CLOEXEC, 10),
+                     ::fcntl(hand[1], F_DUPFD_CLOEXEC, 10), ::fcntl(snapshot_fd, F_DUPFD_CLOEXEC, 10),
+                     ::fcntl(gates->policyFd(), F_DUPFD_CLOEXEC, 10)};
+      for (int i = 0; i < 5; ++i) ::dup2(from[i], 3 + i);
       // Confined before exec: the worker never runs unconfined (sandbox.h).
       if (!confineWorker()) _exit(126);
-      std::vector<std::string> args = {"rgpu-server", "--worker", "--fd", "3", "--control-fd", "4", "--gate-fd", "5",
-                                       "--handoff-fd", "6", "--snapshot-fd", "7", "--gate-policy-fd", "8",
+      std::vector<std::string> args = {"rgpu-server", "--worker", "--fd", "3", "--control-fd", "4",
+                                       "--handoff-fd", "5", "--snapshot-fd", "6", "--gate-policy-fd", "7",
                                        "--session-id", std::to_string(sid)};
       if (worker_identity->change)
         args.insert(args.end(), {"--worker-uid", std::to_string(worker_identity->uid), "--worker-gid",

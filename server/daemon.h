@@ -43,13 +43,13 @@ int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts);
 
 // Worker side: serves one session on `fd` and returns the exit code.
 // `control_fd`: the socket to the daemon's pool manager (-1: a private pool).
-// `gate_fd`, `gate_policy_fd`: the launch gate tables (activity; priorities
-// and weights, read-only; -1: none).
+// `gate_policy_fd`: the launch gate's policy table (priorities and weights,
+// read-only; -1: none); the session's own gate page comes with admission.
 // `handoff_fd`: where the daemon passes a resuming client's socket (-1: no resume).
 // `tls`: the server's certificate and key; the key is wiped (here and in the
 // TLS context) as soon as the client's handshake ran.
 int runWorker(const ServerConfig& cfg, common::TlsOptions& tls, int fd, uint64_t session_id,
-              int control_fd = -1, int gate_fd = -1, int handoff_fd = -1, int gate_policy_fd = -1, int uid = -1,
+              int control_fd = -1, int handoff_fd = -1, int gate_policy_fd = -1, int uid = -1,
               int gid = -1);
 
 }  // namespace rgpu::server

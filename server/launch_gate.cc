@@ -44,28 +44,20 @@ uint64_t nowNs() {
 }
 }  // namespace
 
-uint64_t virtualTime(const GatePolicy& p, const GateSlot& s) {
+uint64_t virtualTime(const GatePolicy& p, const GateActivity& a) {
   uint32_t w = std::max<uint32_t>(p.weight_milli.load(std::memory_order_relaxed), 1);
-  return s.vstart_ns.load(std::memory_order_relaxed) + s.gpu_ns.load(std::memory_order_relaxed) * 1000 / w;
+  return a.vstart_ns.load(std::memory_order_relaxed) + a.gpu_ns.load(std::memory_order_relaxed) * 1000 / w;
 }
 
 Result<GateTableOwner> GateTableOwner::create() {
-  auto table = makeShared<GateTable>("rgpu-launch-gate");
-  if (!table) return table.status();
   auto policy = makeShared<GatePolicyTable>("rgpu-launch-policy");
-  if (!policy) {
-    ::munmap(table->second, sizeof(GateTable));
-    ::close(table->first);
-    return policy.status();
-  }
+  if (!policy) return policy.status();
   // From now on nobody can map the policy writable, nor write() it: not a
   // worker holding any descriptor of it (reopened through /proc or not).
   // The daemon's own mapping, made above, stays writable.
   if (::fcntl(policy->first, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     Status st(err::kUnknown, std::string("sealing the gate policy (Linux 5.1 or later needed): ") + std::strerror(errno));
-    ::munmap(table->second, sizeof(GateTable));
     ::munmap(policy->second, sizeof(GatePolicyTable));
-    ::close(table->first);
     ::close(policy->first);
     return st;
   }
@@ -73,27 +65,55 @@ Result<GateTableOwner> GateTableOwner::create() {
   int ro = ::open(("/proc/self/fd/" + std::to_string(policy->first)).c_str(), O_RDONLY | O_CLOEXEC);
   if (ro < 0) {
     Status st(err::kUnknown, std::string("reopening the gate policy read-only: ") + std::strerror(errno));
-    ::munmap(table->second, sizeof(GateTable));
     ::munmap(policy->second, sizeof(GatePolicyTable));
-    ::close(table->first);
     ::close(policy->first);
     return st;
   }
-  return GateTableOwner(table->first, table->second, policy->first, ro, policy->second);
+  return GateTableOwner(policy->first, ro, policy->second);
 }
 
 GateTableOwner::GateTableOwner(GateTableOwner&& o) noexcept
-    : fd_(o.fd_), table_(o.table_), policy_fd_(o.policy_fd_), policy_ro_fd_(o.policy_ro_fd_), policy_(o.policy_) {
-  o.fd_ = o.policy_fd_ = o.policy_ro_fd_ = -1;
-  o.table_ = nullptr;
+    : policy_fd_(o.policy_fd_), policy_ro_fd_(o.policy_ro_fd_), policy_(o.policy_), pages_(std::move(o.pages_)) {
+  o.policy_fd_ = o.policy_ro_fd_ = -1;
   o.policy_ = nullptr;
 }
 
 GateTableOwner::~GateTableOwner() {
-  if (table_) ::munmap(table_, sizeof(GateTable));
+  if (pages_)
+    for (uint32_t i = 0; i < kMaxGateSlots; ++i) dropPage(static_cast<int>(i));
   if (policy_) ::munmap(policy_, sizeof(GatePolicyTable));
-  for (int fd : {fd_, policy_fd_, policy_ro_fd_})
+  for (int fd : {policy_fd_, policy_ro_fd_})
     if (fd >= 0) ::close(fd);
+}
+
+void GateTableOwner::dropPage(int slot) {
+  Page& page = pages_[static_cast<size_t>(slot)];
+  if (page.map) ::munmap(page.map, sizeof(GateActivity));
+  if (page.fd >= 0) ::close(page.fd);
+  page = Page{};
+}
+
+GateActivity* GateTableOwner::activity(int slot) const {
+  if (slot < 0 || static_cast<uint32_t>(slot) >= kMaxGateSlots) return nullptr;
+  return pages_[static_cast<size_t>(slot)].map;
+}
+
+int GateTableOwner::activityFd(int slot) const {
+  if (slot < 0 || static_cast<uint32_t>(slot) >= kMaxGateSlots) return -1;
+  return pages_[static_cast<size_t>(slot)].fd;
+}
+
+Result<int> GateTableOwner::peerFd(int slot, uint64_t session) const {
+  if (slot < 0 || static_cast<uint32_t>(slot) >= kMaxGateSlots || session == 0 ||
+      policy_->slots[slot].session.load() != session || pages_[static_cast<size_t>(slot)].fd < 0)
+    return Status(err::kInvalidValue, "no such session in the launch gate");
+  int fd = pages_[static_cast<size_t>(slot)].fd;
+  // Until its worker has mapped it and sealed it, a reopened descriptor could still be mapped writable.
+  int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_FUTURE_WRITE)) return Status(err::kNotReady, "its worker has not sealed its page yet");
+  int ro = ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC);
+  if (ro < 0) return Status(err::kUnknown, std::string("reopening a gate page read-only: ") + std::strerror(errno));
+  return ro;
 }
 
 int GateTableOwner::assign(uint64_t session, const std::vector<int>& devices, int priority, double weight) {
@@ -103,18 +123,18 @@ int GateTableOwner::assign(uint64_t session, const std::vector<int>& devices, in
   uint64_t vmin = std::numeric_limits<uint64_t>::max();
   for (uint32_t i = 0; i < kMaxGateSlots; ++i) {
     const GatePolicy& p = policy_->slots[i];
-    if (p.session.load() && (p.devices.load() & mask)) vmin = std::min(vmin, virtualTime(p, table_->slots[i]));
+    if (p.session.load() && (p.devices.load() & mask) && pages_[i].map) vmin = std::min(vmin, virtualTime(p, *pages_[i].map));
   }
   for (uint32_t i = 0; i < kMaxGateSlots; ++i) {
     GatePolicy& p = policy_->slots[i];
-    GateSlot& s = table_->slots[i];
     if (p.session.load()) continue;
+    auto page = makeShared<GateActivity>("rgpu-launch-activity");
+    if (!page) return -1;
+    pages_[i] = Page{page->first, page->second};
     p.devices = mask;
     p.priority = priority;
     p.weight_milli = static_cast<uint32_t>(std::clamp(weight * 1000, 1.0, 1e6));
-    s.pending = 0;
-    s.gpu_ns = 0;
-    s.vstart_ns = vmin == std::numeric_limits<uint64_t>::max() ? 0 : vmin;
+    page->second->vstart_ns = vmin == std::numeric_limits<uint64_t>::max() ? 0 : vmin;
     p.session = session;  // last: the slot is live
     return static_cast<int>(i);
   }
@@ -122,53 +142,87 @@ int GateTableOwner::assign(uint64_t session, const std::vector<int>& devices, in
 }
 
 void GateTableOwner::update(int slot, int priority, double weight) {
-  if (slot < 0 || static_cast<uint32_t>(slot) >= kMaxGateSlots) return;
+  GateActivity* a = activity(slot);
+  if (!a) return;
   GatePolicy& p = policy_->slots[slot];
-  GateSlot& s = table_->slots[slot];
   // Keep its virtual time where it is across the change of weight.
-  uint64_t vt = virtualTime(p, s);
+  uint64_t vt = virtualTime(p, *a);
   p.priority = priority;
   p.weight_milli = static_cast<uint32_t>(std::clamp(weight * 1000, 1.0, 1e6));
-  uint64_t now = virtualTime(p, s);
-  s.vstart_ns = s.vstart_ns.load() + vt - std::min(vt, now);
+  uint64_t now = virtualTime(p, *a);
+  a->vstart_ns = a->vstart_ns.load() + vt - std::min(vt, now);
 }
 
 void GateTableOwner::clear(int slot) {
   if (slot < 0 || static_cast<uint32_t>(slot) >= kMaxGateSlots) return;
   GatePolicy& p = policy_->slots[slot];
-  GateSlot& s = table_->slots[slot];
-  // A worker that died in the middle of a kernel leaves the device to the others.
-  uint64_t session = p.session.load();
-  for (auto& d : table_->devices) {
-    uint64_t expected = session;
-    d.owner.compare_exchange_strong(expected, 0);
+  // A worker that died in the middle of a kernel leaves its devices to the
+  // others (who may still have its page mapped until they see the slot change).
+  if (GateActivity* a = activity(slot)) {
+    for (auto& h : a->holding_since) h = 0;
+    a->pending = 0;
   }
   p.session = 0;
-  s.pending = 0;
   p.devices = 0;
+  dropPage(slot);
 }
 
-Result<std::unique_ptr<SharedLaunchGate>> SharedLaunchGate::map(int fd, int policy_fd, int slot,
-                                                                std::vector<int> physical) {
+Result<std::unique_ptr<SharedLaunchGate>> SharedLaunchGate::map(int own_fd, int policy_fd, int slot,
+                                                                std::vector<int> physical, PeerSource peers) {
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } own{own_fd};
   if (slot < 0 || static_cast<uint32_t>(slot) >= kMaxGateSlots) return Status(err::kInvalidValue, "bad gate slot");
   // The policy must come read-only: a descriptor we could write through means
   // the daemon handed us the wrong one.
   int mode = ::fcntl(policy_fd, F_GETFL);
   if (mode < 0 || (mode & O_ACCMODE) != O_RDONLY)
     return Status(err::kInvalidValue, "the launch gate policy descriptor is not read-only");
-  auto t = mapShared<GateTable>(fd, true, "the launch gate");
-  if (!t) return t.status();
+  auto mine = mapShared<GateActivity>(own_fd, true, "this session's launch gate page");
+  if (!mine) return mine.status();
+  // Nobody maps it writable after us (the daemon hands it to others only
+  // once this seal is on).
+  if (::fcntl(own_fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    Status st(err::kUnknown, std::string("sealing this session's launch gate page: ") + std::strerror(errno));
+    ::munmap(*mine, sizeof(GateActivity));
+    return st;
+  }
   auto p = mapShared<GatePolicyTable>(policy_fd, false, "the launch gate policy");
   if (!p) {
-    ::munmap(*t, sizeof(GateTable));
+    ::munmap(*mine, sizeof(GateActivity));
     return p.status();
   }
-  return std::unique_ptr<SharedLaunchGate>(new SharedLaunchGate(*t, *p, slot, std::move(physical)));
+  return std::unique_ptr<SharedLaunchGate>(new SharedLaunchGate(*mine, *p, slot, std::move(physical), std::move(peers)));
 }
 
 SharedLaunchGate::~SharedLaunchGate() {
-  ::munmap(table_, sizeof(GateTable));
+  for (uint32_t i = 0; i < kMaxGateSlots; ++i)
+    if (peers_[i].map) ::munmap(const_cast<GateActivity*>(peers_[i].map), sizeof(GateActivity));
+  ::munmap(mine_, sizeof(GateActivity));
   ::munmap(const_cast<GatePolicyTable*>(policy_), sizeof(GatePolicyTable));
+}
+
+const GateActivity* SharedLaunchGate::peer(uint32_t i, uint64_t session) {
+  Peer& p = peers_[i];
+  if (p.map && p.session == session) return p.map;
+  if (p.map) {  // the slot serves another session now
+    ::munmap(const_cast<GateActivity*>(p.map), sizeof(GateActivity));
+    p = Peer{};
+  }
+  uint64_t now = nowNs();
+  if (p.session == session && now < p.retry_ns) return nullptr;
+  p.session = session;
+  p.retry_ns = now + kPeerRetryNs;
+  int fd = peer_source_ ? peer_source_(static_cast<int>(i), session) : -1;
+  if (fd < 0) return nullptr;
+  auto m = mapShared<GateActivity>(fd, false, "another session's launch gate page");
+  ::close(fd);
+  if (!m) return nullptr;
+  p.map = *m;
+  return p.map;
 }
 
 void SharedLaunchGate::queued(int device) {
@@ -176,38 +230,60 @@ void SharedLaunchGate::queued(int device) {
   // Back from idle: no credit for the time it did not compete.
   int host = physical_[static_cast<size_t>(device)];
   uint64_t vmin = std::numeric_limits<uint64_t>::max();
-  for (uint32_t i = 0; i < kMaxGateSlots; ++i) {
-    const GatePolicy& p = policy_->slots[i];
-    const GateSlot& s = table_->slots[i];
-    if (&s != mine_ && p.session.load() && s.pending.load() && onDevice(p, host) &&
-        p.priority.load() == my_policy_->priority.load())
-      vmin = std::min(vmin, virtualTime(p, s));
+  {
+    std::lock_guard lock(mu_);
+    for (uint32_t i = 0; i < kMaxGateSlots; ++i) {
+      const GatePolicy& p = policy_->slots[i];
+      uint64_t session = p.session.load();
+      if (static_cast<int>(i) == my_slot_ || !session || !onDevice(p, host) ||
+          p.priority.load() != my_policy_->priority.load())
+        continue;
+      const GateActivity* s = peer(i, session);
+      if (s && s->pending.load()) vmin = std::min(vmin, virtualTime(p, *s));
+    }
   }
   uint64_t vt = virtualTime(*my_policy_, *mine_);
   if (vmin != std::numeric_limits<uint64_t>::max() && vt + kFairSlackNs < vmin)
     mine_->vstart_ns += vmin - kFairSlackNs - vt;
 }
 
-bool SharedLaunchGate::heldBack(int host) const {
+bool SharedLaunchGate::heldBack(int host) {
   int prio = my_policy_->priority.load();
   uint64_t vt = virtualTime(*my_policy_, *mine_), now = nowNs();
   for (uint32_t i = 0; i < kMaxGateSlots; ++i) {
     const GatePolicy& p = policy_->slots[i];
-    const GateSlot& s = table_->slots[i];
-    if (&s == mine_ || !p.session.load() || !onDevice(p, host)) continue;
+    uint64_t session = p.session.load();
+    if (static_cast<int>(i) == my_slot_ || !session || !onDevice(p, host)) continue;
+    const GateActivity* s = peer(i, session);
+    if (!s) continue;
     int pr = p.priority.load();
-    bool busy = s.pending.load() > 0;
-    if (pr > prio && (busy || now - s.idle_since_ns.load() < kHoldoverNs)) return true;
-    if (pr == prio && busy && virtualTime(p, s) + kFairSlackNs < vt) return true;
+    bool busy = s->pending.load() > 0;
+    if (pr > prio && (busy || now - s->idle_since_ns.load() < kHoldoverNs)) return true;
+    if (pr == prio && busy && virtualTime(p, *s) + kFairSlackNs < vt) return true;
   }
   return false;
+}
+
+void SharedLaunchGate::contenders(int host, uint64_t mine_since, bool& older, bool& younger) {
+  older = younger = false;
+  uint64_t now = nowNs();
+  for (uint32_t i = 0; i < kMaxGateSlots; ++i) {
+    const GatePolicy& p = policy_->slots[i];
+    uint64_t session = p.session.load();
+    if (static_cast<int>(i) == my_slot_ || !session || !onDevice(p, host)) continue;
+    const GateActivity* s = peer(i, session);
+    if (!s) continue;
+    uint64_t since = s->holding_since[host].load();  // seq_cst: after our own flag went up
+    if (since == 0 || now - std::min(now, since) > kStuckNs) continue;  // free, or a kernel that never ends
+    if (since < mine_since || (since == mine_since && static_cast<int>(i) < my_slot_)) older = true;
+    else younger = true;
+  }
 }
 
 bool SharedLaunchGate::acquire(int device) {
   int host = physical_[static_cast<size_t>(device)];
   if (host < 0 || host >= kMaxGateDevices) return false;
-  GateDevice& d = table_->devices[host];
-  uint64_t me = my_policy_->session.load();
+  std::atomic<uint64_t>& flag = mine_->holding_since[host];
   uint64_t join_deadline = nowNs() + kMaxJoinWaitNs;
   // Waiting costs the running session nothing but our wake-ups: back off from
   // 50 us to 1 ms (well inside kHoldoverNs, so a higher class's gaps stay covered).
@@ -223,13 +299,23 @@ bool SharedLaunchGate::acquire(int device) {
           return true;
         }
       } else if (!held_back) {
-        uint64_t expected = 0;
-        if (d.owner.compare_exchange_strong(expected, me)) {
-          d.since_ns = nowNs();
+        // Raise our flag, then look at the others' (Dekker: of two that do
+        // this at once, at least one sees the other).
+        uint64_t since = nowNs();
+        flag.store(since);
+        bool older = false, younger = false;
+        contenders(host, since, older, younger);
+        if (!older) {
+          // A younger claim backs off when it sees ours; one that did not see
+          // ours runs its kernel first and then drops it.
+          while (younger) {
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+            contenders(host, since, older, younger);
+          }
           holding_[host] = 1;
           return true;
         }
-        if (expected != me && nowNs() - d.since_ns.load() > kStuckNs) return false;  // beside a stuck kernel
+        flag.store(0);
       }
     }
     std::this_thread::sleep_for(pause);
@@ -241,10 +327,7 @@ void SharedLaunchGate::done(int device, uint64_t gpu_ns, bool held) {
   int host = physical_[static_cast<size_t>(device)];
   if (held && host >= 0 && host < kMaxGateDevices) {
     std::lock_guard lock(mu_);
-    if (holding_[host] > 0 && --holding_[host] == 0) {
-      uint64_t me = my_policy_->session.load();
-      table_->devices[host].owner.compare_exchange_strong(me, 0);
-    }
+    if (holding_[host] > 0 && --holding_[host] == 0) mine_->holding_since[host] = 0;
   }
   mine_->gpu_ns += gpu_ns;
   if (mine_->pending.fetch_sub(1) == 1) mine_->idle_since_ns = nowNs();

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> cert_clients{"dev"};
   std::string log_level, cuda_driver;
   bool worker = false, probe_cuda = false, list_gpus = false;
-  int fd = -1, control_fd = -1, gate_fd = -1, handoff_fd = -1, snapshot_fd = -1, gate_policy_fd = -1;
+  int fd = -1, control_fd = -1, handoff_fd = -1, snapshot_fd = -1, gate_policy_fd = -1;
   int worker_uid = -1, worker_gid = -1;
   uint64_t session_id = 0;
   app.add_option("-c,--config", config_path, "server.toml");
@@ -34,7 +34,6 @@ int main(int argc, char** argv) {
   app.add_flag("--worker", worker, "internal: serve one session on --fd")->group("");
   app.add_option("--fd", fd, "internal: socket of the session")->group("");
   app.add_option("--control-fd", control_fd, "internal: socket to the daemon's pool manager")->group("");
-  app.add_option("--gate-fd", gate_fd, "internal: the daemon's launch gate table")->group("");
   app.add_option("--gate-policy-fd", gate_policy_fd, "internal: the launch gate's policy table (read-only)")->group("");
   app.add_option("--worker-uid", worker_uid, "internal: the user the worker runs as")->group("");
   app.add_option("--worker-gid", worker_gid, "internal: the group the worker runs as")->group("");
@@ -101,7 +100,7 @@ int main(int argc, char** argv) {
 
   std::signal(SIGPIPE, SIG_IGN);
   if (worker)
-    return rgpu::server::runWorker(cfg, worker_tls, fd, session_id, control_fd, gate_fd, handoff_fd, gate_policy_fd,
+    return rgpu::server::runWorker(cfg, worker_tls, fd, session_id, control_fd, handoff_fd, gate_policy_fd,
                                    worker_uid, worker_gid);
   rgpu::server::DaemonOptions opts;
   opts.config_path = config_path;

@@ -10,8 +10,10 @@
 #include <cctype>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "common/log.h"
+#include "server/fd_passing.h"
 #include "protocol/rgpu.capnp.h"
 
 namespace rgpu::server {
@@ -198,19 +200,25 @@ void LocalPool::usage(const SessionUsage& u) {
 
 // ---- ControlSocketLink -------------------------------------------------------
 
-ControlSocketLink::ControlSocketLink(int fd, int gate_fd, int gate_policy_fd, std::chrono::milliseconds answer_timeout,
-                                     int stop_fd)
-    : fd_(fd), gate_fd_(gate_fd), gate_policy_fd_(gate_policy_fd), answer_timeout_(answer_timeout), stop_fd_(stop_fd) {}
+ControlSocketLink::ControlSocketLink(int fd, int gate_policy_fd, std::chrono::milliseconds answer_timeout, int stop_fd)
+    : fd_(fd), gate_policy_fd_(gate_policy_fd), answer_timeout_(answer_timeout), stop_fd_(stop_fd) {}
 
 ControlSocketLink::~ControlSocketLink() {
   ::close(fd_);
-  if (gate_fd_ >= 0) ::close(gate_fd_);
   if (gate_policy_fd_ >= 0) ::close(gate_policy_fd_);
+  if (gate_page_fd_ >= 0) ::close(gate_page_fd_);
 }
 
 std::unique_ptr<LaunchGate> ControlSocketLink::gateFor(const Placement& p) {
-  if (gate_fd_ < 0 || gate_policy_fd_ < 0 || p.gate_slot < 0) return nullptr;
-  auto g = SharedLaunchGate::map(gate_fd_, gate_policy_fd_, p.gate_slot, p.devices);
+  if (gate_page_fd_ < 0 || gate_policy_fd_ < 0 || p.gate_slot < 0) return nullptr;
+  int page = std::exchange(gate_page_fd_, -1);  // map() seals and closes it
+  auto peers = [this](int slot, uint64_t session) {
+    int fd = -1;
+    auto r = ask(joinFields({"peer", std::to_string(slot), std::to_string(session)}), answer_timeout_, &fd);
+    if (!r && fd >= 0) ::close(fd);
+    return r ? fd : -1;
+  };
+  auto g = SharedLaunchGate::map(page, gate_policy_fd_, p.gate_slot, p.devices, peers);
   if (!g) {
     RGPU_LOG_WARN("launch gate unavailable, kernels run without priorities and weights: {}", g.status().message());
     return nullptr;
@@ -223,7 +231,7 @@ void ControlSocketLink::send(const std::string& msg) {
     RGPU_LOG_DEBUG("control socket: send: {}", std::strerror(errno));
 }
 
-Result<std::string> ControlSocketLink::ask(const std::string& msg, std::chrono::milliseconds timeout) {
+Result<std::string> ControlSocketLink::ask(const std::string& msg, std::chrono::milliseconds timeout, int* fd) {
   std::lock_guard lock(mu_);
   if (::send(fd_, msg.data(), msg.size(), MSG_NOSIGNAL) < 0)
     return Status(err::kDevicesUnavailable, std::string("the rgpu-server daemon is gone: ") + std::strerror(errno));
@@ -235,7 +243,10 @@ Result<std::string> ControlSocketLink::ask(const std::string& msg, std::chrono::
     return Status(err::kDevicesUnavailable, "rgpu-server is shutting down");
   if (r <= 0) return Status(err::kDevicesUnavailable, "the rgpu-server daemon did not answer the pool request");
   std::string buf(kMaxControlBytes, '\0');
-  ssize_t n = ::recv(fd_, buf.data(), buf.size(), 0);
+  int passed = -1;
+  ssize_t n = receiveWithFd(fd_, buf, passed);
+  if (fd) *fd = passed;
+  else if (passed >= 0) ::close(passed);
   if (n <= 0) return Status(err::kDevicesUnavailable, "the rgpu-server daemon closed the control socket");
   buf.resize(static_cast<size_t>(n));
   if (buf.rfind("err", 0) == 0) {
@@ -255,10 +266,13 @@ Status ControlSocketLink::bindIdentity(const std::string& user, const ClientCred
 }
 
 Result<Placement> ControlSocketLink::admit(const ClientInfo& who, const DeviceRequest& req) {
+  // The reply brings this session's launch gate page along.
+  if (gate_page_fd_ >= 0) ::close(std::exchange(gate_page_fd_, -1));
   auto f = ask(joinFields({"admit", who.user, who.host, who.address, std::to_string(who.pid), std::to_string(req.count),
                            std::to_string(req.min_memory), std::to_string(req.min_cc), req.model,
                            std::to_string(req.wait_ms)}),
-               answer_timeout_ + std::chrono::milliseconds(req.wait_ms ? req.wait_ms : 24u * 3600 * 1000));
+               answer_timeout_ + std::chrono::milliseconds(req.wait_ms ? req.wait_ms : 24u * 3600 * 1000),
+               &gate_page_fd_);
   if (!f) return f.status();
   return placementFromFields(splitFields(*f, 7));
 }

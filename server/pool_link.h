@@ -93,7 +93,7 @@ class ControlSocketLink final : public PoolLink {
  public:
   // `answer_timeout`: longest wait for a reply (admission waits longer: its own timeout plus this).
   // `stop_fd`, when readable, ends any wait (the worker is being stopped).
-  ControlSocketLink(int fd, int gate_fd, int gate_policy_fd, std::chrono::milliseconds answer_timeout, int stop_fd = -1);
+  ControlSocketLink(int fd, int gate_policy_fd, std::chrono::milliseconds answer_timeout, int stop_fd = -1);
   ~ControlSocketLink() override;
   // rgpu::server::PoolLink
   Status bindIdentity(const std::string& user, const ClientCredential& credential) override;
@@ -107,11 +107,13 @@ class ControlSocketLink final : public PoolLink {
 
  private:
   void send(const std::string& msg);
-  // Sends a question and returns the whole reply ("ok…"), or the error it carries.
-  Result<std::string> ask(const std::string& msg, std::chrono::milliseconds timeout);
+  // Sends a question and returns the whole reply ("ok…"), or the error it
+  // carries; a descriptor that came with the reply goes to *fd (closed when
+  // fd is null).
+  Result<std::string> ask(const std::string& msg, std::chrono::milliseconds timeout, int* fd = nullptr);
   int fd_;
-  int gate_fd_;  // the daemon's launch gate table (memfd), -1: none
-  int gate_policy_fd_;  // its policy table, read-only
+  int gate_policy_fd_;  // the launch gate's policy table, read-only; -1: none
+  int gate_page_fd_ = -1;  // this session's own gate page, from the admission reply
   std::chrono::milliseconds answer_timeout_;
   int stop_fd_;  // not owned
   std::mutex mu_;  // one question at a time: replies come back in order

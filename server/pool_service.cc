@@ -1,6 +1,12 @@
 #include "server/pool_service.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "common/log.h"
+#include "server/fd_passing.h"
 
 namespace rgpu::server {
 namespace {
@@ -20,7 +26,8 @@ void PoolService::placed(uint64_t session, Placement p) {
   }
   auto fields = placementFields(p);
   fields.insert(fields.begin(), "ok");
-  reply(session, joinFields(fields));
+  // The session's own launch gate page goes to its worker alone, with the placement.
+  reply(session, joinFields(fields), gates_ && p.gate_slot >= 0 ? gates_->activityFd(p.gate_slot) : -1);
 }
 
 void PoolService::shutdown() {
@@ -73,9 +80,14 @@ void PoolService::receive(uint64_t session) {
   });
 }
 
-void PoolService::reply(uint64_t session, const std::string& msg) {
+void PoolService::reply(uint64_t session, const std::string& msg, int fd) {
   auto it = workers_.find(session);
   if (it == workers_.end()) return;
+  if (fd >= 0) {
+    if (!sendWithFd(it->second.sock->native_handle(), msg, fd))
+      RGPU_LOG_DEBUG("session {}: control reply not sent: {}", session, std::strerror(errno));
+    return;
+  }
   asio::error_code ec;
   it->second.sock->send(asio::buffer(msg), 0, ec);
   if (ec) RGPU_LOG_DEBUG("session {}: control reply not sent: {}", session, ec.message());
@@ -125,6 +137,13 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
       RGPU_LOG_WARN("session {}: user '{}' refused: {}", session, who.user, d->status().message());
       reply(session, errorReply(d->status()));
     }
+  } else if (verb == "peer" && f.size() >= 3) {
+    // Another session's gate page, read-only (only once its worker sealed it).
+    if (!gates_ || !slots_.count(session)) return reply(session, errorReply(Status(err::kNotPermitted, "no gate slot")));
+    auto fd = gates_->peerFd(static_cast<int>(num(1)), num(2));
+    if (!fd) return reply(session, errorReply(fd.status()));
+    reply(session, "ok", *fd);
+    ::close(*fd);
   } else if (verb == "reserve" && f.size() >= 4) {
     Status s = pool_.reserve(session, static_cast<int>(num(1)), num(2));
     if (f[3] == "1") reply(session, s ? "ok" : errorReply(s));

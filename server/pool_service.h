@@ -46,7 +46,7 @@ class PoolService {
   };
   void receive(uint64_t session);
   void handle(uint64_t session, const std::string& msg);
-  void reply(uint64_t session, const std::string& msg);
+  void reply(uint64_t session, const std::string& msg, int fd = -1);
   void decideQueued();
   // Gives an admitted session its launch gate slot and answers its worker.
   void placed(uint64_t session, Placement p);

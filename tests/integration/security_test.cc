@@ -201,9 +201,22 @@ TEST(Security, WorkersRunConfinedAsTheirOwnUserWithTheGatePolicyReadOnly) {
   int status = 0;
   ::waitpid(probe, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "uid 65534 could read server.toml";
-  // ...and holds the launch gate's policy (priorities, weights) read-only.
-  EXPECT_EQ(fdFlags(worker, 8) & O_ACCMODE, O_RDONLY);
-  EXPECT_EQ(fdFlags(worker, 5) & O_ACCMODE, O_RDWR);
+  // ...holds the launch gate's policy (priorities, weights) read-only...
+  EXPECT_EQ(fdFlags(worker, 7) & O_ACCMODE, O_RDONLY);
+  // ...and of the sessions' gate pages, only its own writable (mapped, sealed,
+  // its descriptor closed).
+  std::ifstream maps("/proc/" + std::to_string(worker) + "/maps");
+  int writable = 0;
+  for (std::string line; std::getline(maps, line);)
+    writable += line.find("rgpu-launch-activity") != std::string::npos && line.find(" rw-s ") != std::string::npos;
+  EXPECT_EQ(writable, 1);
+  for (int fd = 0; fd < 64; ++fd) {
+    char target[256] = {};
+    std::string link = "/proc/" + std::to_string(worker) + "/fd/" + std::to_string(fd);
+    if (::readlink(link.c_str(), target, sizeof target - 1) > 0) {
+      EXPECT_EQ(std::string(target).find("rgpu-launch-activity"), std::string::npos) << link << " -> " << target;
+    }
+  }
 }
 
 TEST(Security, ACertificateCountsOnlyWithProofOfItsKeyOnThisConnection) {

@@ -26,7 +26,7 @@ class PoolServiceIdentity : public ::testing::Test {
     int sv[2];
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv), 0);
     service_.attach(7, sv[0]);
-    link_ = std::make_unique<ControlSocketLink>(sv[1], -1, -1, std::chrono::seconds(5));
+    link_ = std::make_unique<ControlSocketLink>(sv[1], -1, std::chrono::seconds(5));
     work_ = std::make_unique<asio::executor_work_guard<asio::io_context::executor_type>>(io_.get_executor());
     thread_ = std::thread([this] { io_.run(); });
   }
