@@ -76,6 +76,11 @@ int runWorker(const ServerConfig& cfg, common::TlsOptions& tls, int fd, uint64_t
     return 126;
   }
   markNotDumpable();
+  if (!restrictWorkerSyscalls()) {
+    RGPU_LOG_ERROR("session {}: cannot install the worker's system call filter: {}", session_id, std::strerror(errno));
+    ::close(fd);
+    return 126;
+  }
   g_worker_fd = fd;
   g_term_fd = eventfd(0, EFD_CLOEXEC);
   struct sigaction sa {};

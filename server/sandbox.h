@@ -70,4 +70,13 @@ bool dropPrivileges(uid_t uid, gid_t gid);
 // In the worker after exec.
 void markNotDumpable();
 
+// In the worker, once it has its user and before it reads a byte from its
+// client: a second seccomp filter (stacked on confineWorker's), an allow list
+// of what a worker does (worker_syscalls.cc). Anything else fails with
+// ENOSYS and the worker logs "the sandbox refused system call N" once per
+// number; exec, fork, the set*id calls, ptrace, namespaces, mounts, module
+// and keyring calls, bpf, io_uring, userfaultfd and non-AF_UNIX sockets are
+// among what is not on it. Not async-signal-safe (it allocates).
+bool restrictWorkerSyscalls();
+
 }  // namespace rgpu::server

@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -13,6 +17,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <atomic>
+#include <thread>
 
 namespace rgpu::server {
 namespace {
@@ -66,6 +72,40 @@ TEST(Sandbox, AConfinedWorkerSignalsOnlyItselfAndReachesIntoNoOtherProcess) {
   EXPECT_EQ(::kill(other, 0), 0);
   ::kill(other, SIGKILL);
   ::waitpid(other, nullptr, 0);
+}
+
+TEST(Sandbox, AfterItsSetUpAWorkerMakesOnlyTheSystemCallsOnItsList) {
+  int rc = inConfinedChild([]() -> int {
+    if (!restrictWorkerSyscalls()) return 1;
+    // What a worker does keeps working: threads, memory, files, its own sockets.
+    std::atomic<int> ran{0};
+    std::thread t([&] { ran = 1; });
+    t.join();
+    if (ran != 1) return 2;
+    void* m = ::mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || ::munmap(m, 1 << 20) != 0) return 3;
+    int f = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (f < 0) return 4;
+    ::close(f);
+    int u = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (u < 0) return 5;
+    ::close(u);
+    // What it never needs fails.
+    char* argv[] = {const_cast<char*>("/bin/true"), nullptr};
+    if (::execve("/bin/true", argv, environ) == 0 || errno != ENOSYS) return 6;
+    if (::syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0) >= 0) return 7;  // a new process
+    if (!kSandboxAllowsPtrace && ::fork() >= 0) return 8;
+    if (::socket(AF_INET, SOCK_STREAM, 0) >= 0 || errno != EPERM) return 9;
+    if (::unshare(CLONE_NEWUSER) == 0 || errno != ENOSYS) return 10;
+    if (::syscall(SYS_setresuid, 0, 0, 0) == 0 || errno != ENOSYS) return 11;
+    if (::syscall(SYS_bpf, 0, nullptr, 0) >= 0 || errno != ENOSYS) return 12;
+    if (::syscall(SYS_io_uring_setup, 1, nullptr) >= 0 || errno != ENOSYS) return 13;
+    if (::syscall(SYS_userfaultfd, 0) >= 0 || errno != ENOSYS) return 14;
+    if (::kill(0, SIGTERM) == 0 || errno != EPERM) return 15;  // its process group
+    if (::kill(::getpid(), 0) != 0) return 16;
+    return 0;
+  });
+  EXPECT_EQ(rc, 0) << "check " << rc << " failed";
 }
 
 TEST(Sandbox, AWorkerThatAbortsStillDiesOfItsOwnSignal) {

@@ -1,5 +1,7 @@
 #include "tests/support/test_env.h"
 
+#include <gtest/gtest.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -130,7 +132,13 @@ int ServerProcess::wait() {
   return st;
 }
 
-ServerProcess::~ServerProcess() { stop(); }
+ServerProcess::~ServerProcess() {
+  stop();
+  // Every worker of every test runs under the system call allow list: a
+  // call it lacks would show here (sandbox.h restrictWorkerSyscalls).
+  std::string text = log();
+  EXPECT_EQ(text.find("the sandbox refused system call"), std::string::npos) << text;
+}
 
 std::string ServerProcess::log() const { return readFile(dir_ + "/server.log"); }
 
