@@ -213,6 +213,10 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   if (::geteuid() == 0 && !worker_identity->change)
     RGPU_LOG_WARN("workers run as root: create the user 'rgpu' (the default [security] worker_user) or name another "
                   "(docs/security.md), so that a tenant who breaks its worker does not hold root");
+  for (const auto& path : secretsReadableBy(*worker_identity, {cfg.tls_key, opts.config_path}))
+    RGPU_LOG_WARN("the worker user '{}' can read {}: a tenant who broke its worker could too (chmod 0600 it, owned "
+                  "by the daemon's user; docs/security.md)",
+                  worker_identity->name, path);
   int snapshot_fd = -1;
   if (auto fd = snapshot.toMemfd(); !fd) {
     RGPU_LOG_ERROR("{}", fd.status().message());

@@ -7,6 +7,7 @@
 #include <pwd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -39,6 +40,20 @@ Result<WorkerIdentity> resolveWorkerUser(const std::string& user, bool named) {
   who.gid = pw->pw_gid;
   who.name = user;
   return who;
+}
+
+std::vector<std::string> secretsReadableBy(const WorkerIdentity& who, const std::vector<std::string>& paths) {
+  std::vector<std::string> out;
+  if (!who.change) return out;
+  for (const auto& p : paths) {
+    struct stat st {};
+    if (p.empty() || ::stat(p.c_str(), &st) != 0) continue;
+    bool readable = st.st_uid == who.uid   ? (st.st_mode & S_IRUSR) != 0
+                    : st.st_gid == who.gid ? (st.st_mode & S_IRGRP) != 0
+                                           : (st.st_mode & S_IROTH) != 0;
+    if (readable || who.uid == 0) out.push_back(p);
+  }
+  return out;
 }
 
 namespace {

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -59,6 +60,12 @@ struct WorkerIdentity {
 // — unless it was not `named` (the built-in default, "rgpu"): then workers
 // keep the daemon's user (the daemon warns when that is root).
 Result<WorkerIdentity> resolveWorkerUser(const std::string& user, bool named = true);
+
+// Of `paths` (the TLS key, server.toml), those the worker user could read by
+// their owner, group and mode (it has no supplementary groups): secrets a
+// tenant who broke its worker would hold. Empty when workers keep the
+// daemon's user (then nothing is apart).
+std::vector<std::string> secretsReadableBy(const WorkerIdentity& who, const std::vector<std::string>& paths);
 
 // In the forked child: sets the rlimits, NO_NEW_PRIVS and the seccomp
 // filter. Async-signal-safe (no allocation, no locks): returns false with

@@ -176,7 +176,11 @@ TEST(Security, WorkersRunConfinedAsTheirOwnUserWithTheGatePolicyReadOnly) {
     EXPECT_NE(r.output.find("needs rgpu-server to start as root"), std::string::npos) << r.output;
     return;
   }
+  ASSERT_EQ(::chmod(dir.file("server.key").c_str(), 0644), 0);
   ServerProcess server(dir.path(), serverToml(dir.path(), "[security]\nworker_user = \"nobody\"\n"));
+  // The daemon names the secrets the worker user could read (mode 0644 here).
+  EXPECT_NE(server.log().find("the worker user 'nobody' can read " + dir.file("server.key")), std::string::npos)
+      << server.log();
   ASSERT_EQ(::chmod(dir.file("server.toml").c_str(), 0600), 0);
   RawClient a(connectAs(dir.path(), server.port()));
   ASSERT_EQ(a.hello().first, 0);
@@ -250,6 +254,23 @@ TEST(Security, ACertificateCountsOnlyWithProofOfItsKeyOnThisConnection) {
   EXPECT_NE(server.log().find("its worker's claim to serve user 'alice' refused: the client did not prove"),
             std::string::npos)
       << server.log();
+}
+
+TEST(Security, TheShippedSysusersFileCreatesTheWorkerUser) {
+  // What an install runs (systemd-sysusers), into a scratch root.
+  TempDir root;
+  ASSERT_EQ(::mkdir(root.file("etc").c_str(), 0755), 0);
+  RunResult r = run("systemd-sysusers --root=" + root.path() + " " + RGPU_SOURCE_DIR + "/packaging/sysusers.d/rgpu.conf");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::string passwd = readFile(root.file("etc/passwd"));
+  auto at = passwd.find("\nrgpu:x:");
+  if (passwd.rfind("rgpu:x:", 0) == 0) at = 0;
+  ASSERT_NE(at, std::string::npos) << passwd;
+  std::string line = passwd.substr(at == 0 ? 0 : at + 1);
+  line = line.substr(0, line.find('\n'));
+  EXPECT_NE(line.find(":/var/lib/rgpu:/usr/sbin/nologin"), std::string::npos) << line;
+  EXPECT_EQ(line.find("rgpu:x:0:"), std::string::npos) << "a system user, not root: " << line;
+  EXPECT_NE(readFile(root.file("etc/group")).find("rgpu:x:"), std::string::npos);
 }
 
 // What would give the server's private key away: its scalar (big- and

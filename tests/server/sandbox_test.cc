@@ -108,6 +108,20 @@ TEST(Sandbox, AfterItsSetUpAWorkerMakesOnlyTheSystemCallsOnItsList) {
   EXPECT_EQ(rc, 0) << "check " << rc << " failed";
 }
 
+TEST(Sandbox, SecretsTheWorkerUserCouldReadAreNamed) {
+  char dir[] = "/tmp/rgpu-sandbox-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  std::string open_key = std::string(dir) + "/open.key", closed_key = std::string(dir) + "/closed.key";
+  for (const auto& p : {open_key, closed_key}) ::close(::open(p.c_str(), O_CREAT | O_WRONLY, 0600));
+  ASSERT_EQ(::chmod(open_key.c_str(), 0644), 0);
+  WorkerIdentity nobody{true, 65534, 65534, "nobody"};
+  EXPECT_EQ(secretsReadableBy(nobody, {open_key, closed_key, std::string(dir) + "/missing", ""}),
+            std::vector<std::string>{open_key});
+  EXPECT_TRUE(secretsReadableBy(WorkerIdentity{}, {open_key}).empty());  // workers keep the daemon's user
+  for (const auto& p : {open_key, closed_key}) ::unlink(p.c_str());
+  ::rmdir(dir);
+}
+
 TEST(Sandbox, AWorkerThatAbortsStillDiesOfItsOwnSignal) {
   int rc = inConfinedChild([]() -> int { std::abort(); });
   EXPECT_EQ(rc, 200 + SIGABRT);
