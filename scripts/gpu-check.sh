@@ -100,6 +100,14 @@ grep -q "gpu_bench: done" "$work/bench-rgpu.out" || { status=1; cat "$work/bench
 
 kill $server 2>/dev/null; wait $server 2>/dev/null
 trap - EXIT
+# 6. The worker's system call allow list (docs/security.md) with NVIDIA's driver.
+refused=$(grep -o "the sandbox refused system call [0-9]*" "$work/server.log" | awk '{print $NF}' | sort -un | tr '\n' ' ')
+if [ -n "$refused" ]; then
+  status=1
+  note "worker sandbox: libcuda made calls not on the allow list (server/worker_syscalls.cc): $refused"
+else
+  note "worker sandbox: no system call refused with libcuda"
+fi
 echo
 echo "================ rgpu gpu-check summary ($(elapsed)) ================"
 printf '%s\n' "${summary[@]}"
