@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +14,7 @@
 #include <iostream>
 #include <thread>
 
+#include "client/run_args.h"
 #include "common/dev_pki.h"
 
 namespace fs = std::filesystem;
@@ -44,26 +44,22 @@ int exitCodeOf(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 12
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"rgpu-run: run a CUDA program (built with -cudart shared) on an rgpu server"};
-  std::string server;
-  bool local = false;
-  std::vector<std::string> command;
-  app.add_option("--server", server, "rgpu server as HOST:PORT (default: from client.toml)");
-  app.add_flag("--local", local, "start a private sim-backend server on loopback for this program");
-  app.add_option("command", command, "PROGRAM [ARGS...]")->required();
-  app.prefix_command();  // everything after the program belongs to it
-  app.allow_extras();
-  CLI11_PARSE(app, argc, argv);
-  for (auto& extra : app.remaining()) command.push_back(extra);
-  if (!command.empty() && command[0] == "--") command.erase(command.begin());
-  if (command.empty()) {
-    std::cerr << "rgpu-run: no program given\n";
+  auto parsed = rgpu::client::parseRunArgs(argc, argv);
+  if (!parsed) {
+    std::cerr << "rgpu-run: " << parsed.status().message() << "\n" << rgpu::client::runUsage();
     return 2;
   }
-  if (local && !server.empty()) {
-    std::cerr << "rgpu-run: --server and --local exclude each other\n";
-    return 2;
+  if (parsed->help) {
+    std::cout << rgpu::client::runUsage();
+    return 0;
   }
+  if (parsed->version) {
+    std::cout << "rgpu-run " << RGPU_VERSION << "\n";
+    return 0;
+  }
+  const std::string server = parsed->server;
+  const bool local = parsed->local;
+  std::vector<std::string> command = parsed->command;
   std::string libdir = findLibDir();
   if (libdir.empty()) {
     std::cerr << "rgpu-run: cannot find rgpu's libcudart.so.13 next to " << selfDir() << "\n";

@@ -1,6 +1,8 @@
 // End to end: CUDA programs compiled by nvcc with -cudart shared run unchanged
 // against rgpu's libcudart.so.13 and a real rgpu-server over TLS.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -218,6 +220,63 @@ TEST_F(E2E, FatbinWithoutPtxGetsAClearRebuildMessage) {
 TEST_F(E2E, RgpuRunLocalPassesTheExitStatusThrough) {
   RunResult r = run(std::string(RGPU_RUN_BIN) + " --local " + testProgram("exit_code"));
   EXPECT_EQ(r.code, 3) << r.output;
+}
+
+// Runs argv (no shell in between) and returns its standard output.
+std::string outputOf(const std::vector<std::string>& argv) {
+  int out[2];
+  if (::pipe(out) != 0) return "";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    std::vector<char*> a;
+    for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    ::execv(a[0], a.data());
+    _exit(127);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  ::close(out[0]);
+  ::waitpid(pid, nullptr, 0);
+  return text;
+}
+
+std::string hexLines(const std::vector<std::string>& words) {
+  std::string text;
+  char b[3];
+  for (size_t i = 0; i < words.size(); ++i) {
+    text += "arg" + std::to_string(i + 1) + ":";
+    for (unsigned char c : words[i]) {
+      std::snprintf(b, sizeof b, "%02x", c);
+      text += b;
+    }
+    text += "\n";
+  }
+  return text + "argc=" + std::to_string(words.size() + 1) + "\n";
+}
+
+TEST_F(E2E, RgpuRunPassesTheProgramItsArgumentsExactly) {
+  const std::vector<std::string> words = {"-s", "256", "-v", "--", "-", "--n=5", "", "two words", "\xff\xfe", "--local"};
+  std::string expected = hexLines(words);
+  std::vector<std::vector<std::string>> forms = {
+      {RGPU_RUN_BIN, "--local", "--", testProgram("print_args")},  // with --
+      {RGPU_RUN_BIN, "--local", testProgram("print_args")},        // without
+      {RGPU_RUN_BIN, "--server=127.0.0.1:" + std::to_string(server_->port()), testProgram("print_args")},
+  };
+  ::setenv("RGPU_CONFIG", dir_->file("client.toml").c_str(), 1);  // (--server's TLS settings)
+  for (auto form : forms) {
+    form.insert(form.end(), words.begin(), words.end());
+    EXPECT_EQ(outputOf(form), expected) << form[1];
+  }
+  ::unsetenv("RGPU_CONFIG");
+  // An option rgpu-run does not know, before the program, is refused rather than guessed at.
+  RunResult r = run(std::string(RGPU_RUN_BIN) + " --lcoal " + testProgram("print_args"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("unknown option '--lcoal'"), std::string::npos) << r.output;
 }
 
 TEST_F(E2E, RgpuRunLocalRunsAProgramWithoutAnyConfiguration) {
