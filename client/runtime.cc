@@ -316,6 +316,17 @@ Result<std::pair<unsigned, int>> Runtime::streamInfo(cudaStream_t s) {
   return std::make_pair(it->second.flags, it->second.priority);
 }
 
+Status Runtime::setStreamPriority(cudaStream_t s, int priority) {
+  auto v = reinterpret_cast<uint64_t>(s);
+  if (v <= 2) return Status::ok();  // the default streams keep priority 0
+  if ((v & kTagMask) != kStreamTag) return Status(err::kInvalidResourceHandle, "not a stream handle");
+  std::unique_lock lock(handle_mu_);
+  auto it = streams_.find(static_cast<uint32_t>(v));
+  if (it == streams_.end()) return Status(err::kInvalidResourceHandle, "stream was destroyed or never created");
+  it->second.priority = priority;
+  return Status::ok();
+}
+
 cudaEvent_t Runtime::newEvent(int device, unsigned /*flags*/, uint32_t* id) {
   *id = next_event_.fetch_add(1);
   {

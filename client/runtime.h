@@ -121,6 +121,8 @@ class Runtime {
   // Destroys a stream the runtime made itself (a thread's default stream).
   void releaseStream(cudaStream_t s) noexcept;
   Result<std::pair<unsigned, int>> streamInfo(cudaStream_t s);  // flags, priority
+  // cudaStreamSetAttribute(cudaLaunchAttributePriority): what cudaStreamGetPriority reports from now on.
+  Status setStreamPriority(cudaStream_t s, int priority);
   cudaEvent_t newEvent(int device, unsigned flags, uint32_t* id);
   Result<uint32_t> event(cudaEvent_t e);
   Status dropEvent(cudaEvent_t e, uint32_t* id);

@@ -204,6 +204,9 @@ DeviceDescription describeSimDevice(const SimDeviceConfig& cfg, int index) {
       {cudaDevAttrMemoryClockRate, 2619000},
       {cudaDevAttrGlobalMemoryBusWidth, 5120},
       {cudaDevAttrL2CacheSize, 50 * 1024 * 1024},
+      // L2 persistence (hints the sim accepts): an H100's window limit, 3/4 of L2 set aside at most.
+      {cudaDevAttrMaxAccessPolicyWindowSize, 134213632},
+      {cudaDevAttrMaxPersistingL2CacheSize, 75 * 512 * 1024},
       {cudaDevAttrMaxThreadsPerMultiProcessor, 2048},
       {cudaDevAttrAsyncEngineCount, 2},
       {cudaDevAttrTexturePitchAlignment, 32},

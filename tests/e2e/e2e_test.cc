@@ -279,6 +279,13 @@ TEST_F(E2E, RgpuRunPassesTheProgramItsArgumentsExactly) {
   EXPECT_NE(r.output.find("unknown option '--lcoal'"), std::string::npos) << r.output;
 }
 
+TEST_F(E2E, HintsAndQueriesAreAcceptedAsNvidiasRuntimeAcceptsThem) {
+  RunResult r = program(testProgram("hints"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("hints: all checks passed"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("not supported by rgpu"), std::string::npos) << r.output;
+}
+
 TEST_F(E2E, RgpuRunLocalRunsAProgramWithoutAnyConfiguration) {
   RunResult r = run(std::string(RGPU_RUN_BIN) + " --local " + example("memory"), "RGPU_CONFIG= RGPU_SERVER=");
   EXPECT_EQ(r.code, 0) << r.output;
