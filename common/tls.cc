@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/bio.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -18,7 +19,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <malloc.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -247,6 +252,30 @@ Status readWholeFile(const std::string& path, std::string& out) {
 }
 
 }  // namespace
+
+namespace {
+void* allocate(size_t n, const char*, int) { return std::malloc(n); }
+void release(void* p, const char*, int) {
+  if (!p) return;
+  explicit_bzero(p, malloc_usable_size(p));
+  std::free(p);
+}
+void* reallocate(void* p, size_t n, const char* file, int line) {
+  if (!p) return allocate(n, file, line);
+  if (n == 0) {
+    release(p, file, line);
+    return nullptr;
+  }
+  size_t old = malloc_usable_size(p);
+  void* q = std::malloc(n);
+  if (!q) return nullptr;
+  std::memcpy(q, p, std::min(old, n));
+  release(p, file, line);
+  return q;
+}
+}  // namespace
+
+bool clearOpenSslMemoryOnFree() { return CRYPTO_set_mem_functions(allocate, reallocate, release) == 1; }
 
 void wipeSecret(std::string& s) {
   s.resize(s.capacity());  // the bytes past size() may hold an earlier copy

@@ -59,6 +59,13 @@ Status loadPemFiles(TlsOptions& opts);
 // Overwrites a string that held a secret, then frees its buffer.
 void wipeSecret(std::string& s);
 
+// Makes OpenSSL clear every block it frees (and every block realloc moves
+// away from): its decoders leave copies of a private key (the PEM text, the
+// DER) in memory they free without clearing. For a process that must not
+// keep a key it used once (a worker after its handshake). Only before
+// OpenSSL's first allocation: false after that.
+bool clearOpenSslMemoryOnFree();
+
 // The PSK identity a resuming client offers (TLS 1.3 external PSK).
 inline constexpr char kResumePskIdentity[] = "rgpu-resume-v1";
 

@@ -57,6 +57,9 @@ int main(int argc, char** argv) {
 
   rgpu::server::ServerConfig cfg;
   rgpu::common::TlsOptions worker_tls;
+  // Before OpenSSL allocates anything: a worker keeps no freed copy of the key.
+  if (worker && !rgpu::common::clearOpenSslMemoryOnFree())
+    std::fprintf(stderr, "rgpu-server: OpenSSL allocated before the worker could make it clear freed memory\n");
   if (snapshot_fd >= 0) {
     // A worker: the daemon's validated configuration, never the files.
     auto snap = rgpu::server::ConfigSnapshot::fromFd(snapshot_fd);

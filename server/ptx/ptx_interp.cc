@@ -1,5 +1,7 @@
 #include "server/ptx/ptx_interp.h"
 
+#include "server/ptx/ptx_reconverge.h"
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -297,6 +299,9 @@ struct Warp {
   // first, so lanes that diverged around a call meet again at its return.
   uint8_t depth[32] = {};
   std::vector<std::pair<uint32_t, uint32_t>> frames[32];
+  // Open divergences, innermost last: (where their paths meet, lanes that
+  // took part). Lanes wait at the meeting point until all live ones are there.
+  std::vector<std::pair<uint32_t, uint32_t>> meet;
   std::vector<uint64_t> regs;
 };
 
@@ -557,6 +562,9 @@ bool BlockRunner::execMemory(const Inst& in, Warp& w, uint32_t m) {
       // Window addresses may arrive in generic form through registers.
       if ((a & kWindowMask) == kSharedWindow || (a & kWindowMask) == kLocalWindow || (a & kWindowMask) == kParamWindow)
         a &= ~kWindowMask;
+      // Shared and local addresses are 32-bit: the hardware computes them
+      // modulo 2^32 ([%r + imm] from a register that went "below zero").
+      if (space != Space::kParam) a = static_cast<uint32_t>(a);
     }
     if (in.op == Op::kSt && (space == Space::kParam || (space == Space::kGeneric && (a & kWindowMask) == kParamWindow))) {
       fault(kErrIllegalAddress, "store to kernel parameter space", in, w, l);
@@ -650,6 +658,7 @@ bool BlockRunner::execAtomic(const Inst& in, Warp& w, uint32_t m) {
   LANES(m)
     uint64_t a = (base ? base[l] : 0) + addr_op.imm;
     if (space == Space::kShared && (a & kWindowMask) == kSharedWindow) a &= ~kWindowMask;
+    if (space == Space::kShared) a = static_cast<uint32_t>(a);  // 32-bit, as above
     uint8_t* p = nullptr;
     if (!resolve(space, a, static_cast<uint32_t>(n), w, l, p) || reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(n)) {
       fault(kErrIllegalAddress, "illegal atomic address", in, w, l);
@@ -853,14 +862,28 @@ void BlockRunner::reschedule(Warp& w) {
     w.done = true;
     return;
   }
+  // Only the lanes of the innermost open divergence run, and only those not
+  // yet at its meeting point; when all are there it closes (ptx_reconverge.h).
+  uint32_t pool = live;
+  while (!w.meet.empty()) {
+    auto [at, lanes] = w.meet.back();
+    uint32_t away = 0;
+    LANES(lanes & live) if (w.lane_pc[l] != at) away |= 1u << l;
+    END_LANES
+    if (away) {
+      pool = away;
+      break;
+    }
+    w.meet.pop_back();
+  }
   uint32_t best = UINT32_MAX;
   int deepest = 0;
-  LANES(live) deepest = std::max(deepest, static_cast<int>(w.depth[l]));
+  LANES(pool) deepest = std::max(deepest, static_cast<int>(w.depth[l]));
   END_LANES
-  LANES(live) if (w.depth[l] == deepest) best = std::min(best, w.lane_pc[l]);
+  LANES(pool) if (w.depth[l] == deepest) best = std::min(best, w.lane_pc[l]);
   END_LANES
   uint32_t act = 0;
-  LANES(live) if (w.lane_pc[l] == best && w.depth[l] == deepest) act |= 1u << l;
+  LANES(pool) if (w.lane_pc[l] == best && w.depth[l] == deepest) act |= 1u << l;
   END_LANES
   w.pc = best;
   w.active = act;
@@ -1239,6 +1262,64 @@ bool BlockRunner::step(Warp& w, int budget) {
         END_LANES
         break;
       }
+      case Op::kBmsk: {  // PTX ISA 9.7.8.x: a mask of width b from bit a
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        LANES(m)
+          uint32_t a = static_cast<uint32_t>(A[l]), b = static_cast<uint32_t>(B[l]);
+          uint32_t a1 = a & 31, b1 = b & 31, sum = a1 + b1;
+          uint32_t mask0 = ~0u << a1;
+          uint32_t mask1 = sum >= 32 ? 0 : ~0u << sum;
+          bool overflow = sum >= 32;
+          if (in.mode == kBmskClamp) {
+            if (a >= 32) mask0 = 0, overflow = true;
+            if (b >= 32) overflow = true;
+          }
+          if (overflow) mask1 = 0;
+          else if (b1 == 0) mask1 = ~0u;
+          D[l] = mask0 & ~mask1;
+        END_LANES
+        break;
+      }
+      case Op::kFns: {  // the offset-th set bit of mask from base (upwards for > 0, downwards for < 0)
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        const uint64_t* C = src(in.c, w, tc);
+        LANES(m)
+          uint32_t mask = static_cast<uint32_t>(A[l]), base = static_cast<uint32_t>(B[l]);
+          int32_t offset = static_cast<int32_t>(C[l]);
+          uint32_t d = 0xffffffffu;
+          if (base < 32) {  // (base > 31 is undefined in PTX: not found)
+            if (offset == 0) {
+              if ((mask >> base) & 1) d = base;
+            } else {
+              int64_t count = std::llabs(static_cast<int64_t>(offset)) - 1, inc = offset > 0 ? 1 : -1;
+              for (int64_t pos = base; pos >= 0 && pos < 32; pos += inc)
+                if ((mask >> pos) & 1) {
+                  if (count == 0) {
+                    d = static_cast<uint32_t>(pos);
+                    break;
+                  }
+                  --count;
+                }
+            }
+          }
+          D[l] = d;
+        END_LANES
+        break;
+      }
+      case Op::kBfind: {  // the most significant non-sign bit; .shiftamt: the shift that normalises
+        const uint64_t* A = src(in.a, w, ta);
+        int msb = typeBytes(t) * 8 - 1;
+        LANES(m)
+          uint64_t x = trunc(A[l], t);
+          if (isSigned(t) && ((x >> msb) & 1)) x = trunc(~x, t);
+          uint32_t d = x == 0 ? 0xffffffffu : static_cast<uint32_t>(63 - __builtin_clzll(x));
+          if (in.mode == kBfindShiftAmount && d != 0xffffffffu) d = static_cast<uint32_t>(msb) - d;
+          D[l] = d;
+        END_LANES
+        break;
+      }
       case Op::kShf: {
         const uint64_t* A = src(in.a, w, ta);
         const uint64_t* B = src(in.b, w, tb);
@@ -1467,6 +1548,8 @@ bool BlockRunner::step(Warp& w, int budget) {
         } else if (!taken) {
           w.pc += 1;
         } else {
+          uint32_t at = w.pc < fn_.reconverge.size() ? fn_.reconverge[w.pc] : kNoReconvergence;
+          if (at != kNoReconvergence && (w.meet.empty() || w.meet.back().first != at)) w.meet.emplace_back(at, w.active);
           LANES(taken) w.lane_pc[l] = in.target;
           END_LANES
           LANES(not_taken) w.lane_pc[l] = w.pc + 1;

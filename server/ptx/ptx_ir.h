@@ -42,7 +42,7 @@ enum class Op : uint8_t {
   kSelp, kSlct, kSetp, kSet, kCvt, kCvta, kLd, kSt, kBra, kRet, kExit, kTrap, kAtom, kRed,
   kBar, kBarWarp, kMembar, kShfl, kVote, kRedux, kActivemask, kMatch, kNanosleep,
   kRcp, kSqrt, kRsqrt, kEx2, kLg2, kSin, kCos, kTanh, kCopysign, kTestp,
-  kCallPrintf, kCallAssert, kCall, kRetFunc, kNop,
+  kCallPrintf, kCallAssert, kCall, kRetFunc, kNop, kBmsk, kBfind, kFns,
 };
 
 enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };
@@ -103,6 +103,8 @@ inline constexpr uint8_t kVoteAll = 0, kVoteAny = 1, kVoteUni = 2, kVoteBallot =
 inline constexpr uint8_t kShfRight = 1, kShfWrap = 2;
 // cvta: 0 = to generic, 1 = from generic (.to)
 inline constexpr uint8_t kCvtaTo = 1;
+// bmsk modes; bfind: 1 = .shiftamt
+inline constexpr uint8_t kBmskClamp = 0, kBmskWrap = 1, kBfindShiftAmount = 1;
 // bar modes
 inline constexpr uint8_t kBarSync = 0, kBarArrive = 1, kBarRedPopc = 2, kBarRedAnd = 3, kBarRedOr = 4;
 
@@ -127,6 +129,9 @@ struct Function {
   uint32_t local_bytes = 0;     // per-thread .local
   uint32_t max_threads = 0;     // .maxntid / .reqntid (__launch_bounds__): threads per block at most; 0: no bound
   std::vector<Inst> code;
+  // Per instruction: where a conditional branch's paths meet again
+  // (ptx_reconverge.h); filled once the code is final.
+  std::vector<uint32_t> reconverge;
   // .func only: parameters and return value as register slots (<= 8 bytes each).
   std::vector<uint32_t> param_regs;
   int32_t ret_reg = -1;

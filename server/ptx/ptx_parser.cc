@@ -1,5 +1,7 @@
 #include "server/ptx/ptx_parser.h"
 
+#include "server/ptx/ptx_reconverge.h"
+
 #include <cctype>
 #include <algorithm>
 #include <cstring>
@@ -465,6 +467,11 @@ Status Parser::parseOperand(Function& f, Operand& o, bool allow_label, uint32_t*
       return Status::ok();
     }
   }
+  if (tok == "WARP_SZ") {  // the predefined constant (warpSize in CUDA C++)
+    o.kind = Operand::kImm;
+    o.imm = 32;
+    return Status::ok();
+  }
   if (tok == "!") {
     RGPU_TRY(parseOperand(f, o));
     if (o.kind != Operand::kReg) return bad(line(), "'!' applies to predicate registers only");
@@ -559,7 +566,7 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       {"abs", Op::kAbs}, {"neg", Op::kNeg}, {"min", Op::kMin}, {"max", Op::kMax}, {"and", Op::kAnd},
       {"or", Op::kOr}, {"xor", Op::kXor}, {"not", Op::kNot}, {"cnot", Op::kCnot}, {"shl", Op::kShl},
       {"shr", Op::kShr}, {"shf", Op::kShf}, {"bfe", Op::kBfe}, {"bfi", Op::kBfi}, {"brev", Op::kBrev},
-      {"clz", Op::kClz}, {"popc", Op::kPopc}, {"prmt", Op::kPrmt}, {"lop3", Op::kLop3}, {"selp", Op::kSelp},
+      {"clz", Op::kClz}, {"popc", Op::kPopc}, {"bmsk", Op::kBmsk}, {"bfind", Op::kBfind}, {"fns", Op::kFns}, {"prmt", Op::kPrmt}, {"lop3", Op::kLop3}, {"selp", Op::kSelp},
       {"slct", Op::kSlct}, {"setp", Op::kSetp}, {"set", Op::kSet}, {"cvt", Op::kCvt}, {"cvta", Op::kCvta},
       {"ld", Op::kLd}, {"ldu", Op::kLd}, {"st", Op::kSt}, {"bra", Op::kBra}, {"ret", Op::kRet},
       {"exit", Op::kExit}, {"trap", Op::kTrap}, {"atom", Op::kAtom}, {"red", Op::kRed}, {"bar", Op::kBar},
@@ -650,6 +657,15 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
     if (in.op == Op::kShf && (m == "l" || m == "r" || m == "wrap" || m == "clamp")) {
       if (m == "r") in.mode |= kShfRight;
       if (m == "wrap") in.mode |= kShfWrap;
+      continue;
+    }
+    if (in.op == Op::kBarWarp && m == "warp") continue;  // bar.warp.sync (__syncwarp)
+    if (in.op == Op::kBmsk && (m == "clamp" || m == "wrap")) {
+      in.mode = m == "wrap" ? kBmskWrap : kBmskClamp;
+      continue;
+    }
+    if (in.op == Op::kBfind && m == "shiftamt") {
+      in.mode = kBfindShiftAmount;
       continue;
     }
     if (in.op == Op::kCvta && m == "to") {
@@ -1098,6 +1114,7 @@ Result<Module> Parser::run() {
     return bad(line(), "unexpected '" + tok + "' at module scope");
   }
   RGPU_TRY(link());
+  for (auto& kv : m_.functions) kv.second.reconverge = reconvergencePoints(kv.second.code);
   return std::move(m_);
 }
 

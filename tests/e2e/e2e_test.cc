@@ -286,6 +286,12 @@ TEST_F(E2E, HintsAndQueriesAreAcceptedAsNvidiasRuntimeAcceptsThem) {
   EXPECT_EQ(r.output.find("not supported by rgpu"), std::string::npos) << r.output;
 }
 
+TEST_F(E2E, CodeShapesTheCompilerEmitsRunAsOnAGpu) {
+  RunResult r = program(testProgram("compiled_ptx"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("compiled_ptx: all checks passed"), std::string::npos) << r.output;
+}
+
 TEST_F(E2E, RgpuRunLocalRunsAProgramWithoutAnyConfiguration) {
   RunResult r = run(std::string(RGPU_RUN_BIN) + " --local " + example("memory"), "RGPU_CONFIG= RGPU_SERVER=");
   EXPECT_EQ(r.code, 0) << r.output;

@@ -284,6 +284,84 @@ mul.rn.bf16x2 %r5, %r4, %r4;
   EXPECT_EQ(u32(r, 4), 0x41103f80u);  // 9, 1
 }
 
+TEST(PtxBits, BitMasksAndFindWithShiftAmount) {
+  // bmsk.clamp/wrap (PTX 7.6) and bfind with .shiftamt, as nvcc emits them.
+  PtxRun r = run(kernel(R"(
+bmsk.clamp.b32 %r1, 4, 8;
+bmsk.clamp.b32 %r2, 28, 8;
+bmsk.wrap.b32 %r3, 30, 34;
+bmsk.clamp.b32 %r4, 40, 1;
+mov.u32 %r10, 0x00010000;
+bfind.u32 %r5, %r10;
+bfind.shiftamt.u32 %r6, %r10;
+mov.u32 %r11, 0;
+bfind.shiftamt.u32 %r7, %r11;
+mov.u32 %r12, -2;
+bfind.shiftamt.s32 %r8, %r12;
+)" + store32(8)));
+  ASSERT_TRUE(r.status) << r.status.message();
+  EXPECT_EQ(u32(r, 0), 0x00000ff0u);  // 8 bits from bit 4
+  EXPECT_EQ(u32(r, 1), 0xf0000000u);  // clamped at bit 32
+  EXPECT_EQ(u32(r, 2), 0xc0000000u);  // wrap: b=30, width 34 mod 32 = 2
+  EXPECT_EQ(u32(r, 3), 0u);           // clamp: start past 32
+  EXPECT_EQ(u32(r, 4), 16u);
+  EXPECT_EQ(u32(r, 5), 15u);          // shiftamt: 31 - position
+  EXPECT_EQ(u32(r, 6), 0xffffffffu);  // no bit: -1 either way
+  EXPECT_EQ(u32(r, 7), 31u);          // -2: highest non-sign bit is bit 0 -> shift 31
+  // fns (__fns), the ISA's own examples.
+  PtxRun f = run(kernel(R"(
+mov.u32 %r10, 0xaaaaaaaa;
+fns.b32 %r1, %r10, 3, 1;
+fns.b32 %r2, %r10, 3, -1;
+fns.b32 %r3, %r10, 2, 1;
+fns.b32 %r4, %r10, 2, -1;
+fns.b32 %r5, %r10, 1, 3;
+fns.b32 %r6, %r10, 2, 0;
+fns.b32 %r7, %r10, 30, 2;
+)" + store32(7)));
+  ASSERT_TRUE(f.status) << f.status.message();
+  EXPECT_EQ(u32(f, 0), 3u);
+  EXPECT_EQ(u32(f, 1), 3u);
+  EXPECT_EQ(u32(f, 2), 3u);
+  EXPECT_EQ(u32(f, 3), 1u);
+  EXPECT_EQ(u32(f, 4), 5u);           // third set bit from bit 1: 1, 3, 5
+  EXPECT_EQ(u32(f, 5), 0xffffffffu);  // offset 0: base itself, clear
+  EXPECT_EQ(u32(f, 6), 0xffffffffu);  // runs off the top
+}
+
+TEST(PtxWarp, WarpSizeConstantAndWarpBarrier) {
+  PtxRun r = run(kernel(R"(
+mov.u32 %r1, WARP_SZ;
+mov.u32 %r2, %tid.x;
+bar.warp.sync -1;
+shl.b32 %r3, %r2, 2;
+cvt.u64.u32 %rd2, %r3;
+add.u64 %rd3, %rd0, 512;
+add.u64 %rd3, %rd3, %rd2;
+st.global.u32 [%rd3], %r1;
+)"), {32, 1, 1}, {1, 1, 1}, 128);
+  ASSERT_TRUE(r.status) << r.status.message();
+  EXPECT_EQ(u32(r, 64), 32u);  // out + 512 bytes: threads 0 and 1
+  EXPECT_EQ(static_cast<uint32_t>(r.out[79] >> 32), 32u);  // thread 31
+}
+
+TEST(PtxMemory, SharedAddressesWrapModulo32Bits) {
+  // A 32-bit shared address formed from a register that went "below zero"
+  // plus an offset: the hardware computes it modulo 2^32.
+  PtxRun r = run(kernel(R"(
+mov.u32 %r1, tile;
+mov.u32 %r2, 7;
+st.shared.u32 [%r1+4], %r2;
+add.u32 %r3, %r1, -4;
+sub.u32 %r4, 0, 8;
+add.u32 %r5, %r1, %r4;
+ld.shared.u32 %r6, [%r5+12];
+st.global.u32 [%rd0], %r6;
+)", "", ".shared .align 4 .b8 tile[64];\n"), {1, 1, 1}, {1, 1, 1}, 64);
+  ASSERT_TRUE(r.status) << r.status.message();
+  EXPECT_EQ(u32(r, 0), 7u);
+}
+
 TEST(PtxWarp, DivergentBranchesReconverge) {
   // Odd lanes loop 3 times, even lanes once; all meet again for the ballot.
   PtxRun r = run(kernel(R"(
