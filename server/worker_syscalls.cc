@@ -52,9 +52,11 @@ const long kAllowed[] = {
     SYS_sched_getscheduler, SYS_sched_setscheduler, SYS_sched_get_priority_max, SYS_sched_get_priority_min,
     SYS_getpriority, SYS_setpriority, SYS_getcpu, SYS_close_range, SYS_preadv, SYS_pwritev, SYS_preadv2,
     SYS_pwritev2, SYS_faccessat2, SYS_epoll_pwait2,
+    // Files its user may write (NVIDIA's driver keeps a JIT cache under $HOME/.nv).
+    SYS_mkdirat, SYS_renameat, SYS_renameat2, SYS_fchmod, SYS_utimensat,
 #if defined(__x86_64__)
     SYS_poll, SYS_select, SYS_open, SYS_stat, SYS_lstat, SYS_access, SYS_readlink, SYS_unlink, SYS_dup2, SYS_pipe,
-    SYS_eventfd, SYS_epoll_create, SYS_epoll_wait, SYS_arch_prctl, SYS_time,
+    SYS_eventfd, SYS_epoll_create, SYS_epoll_wait, SYS_arch_prctl, SYS_time, SYS_mkdir, SYS_rename,
 #endif
 };
 
