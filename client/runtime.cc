@@ -221,9 +221,10 @@ Status Runtime::setLimit(int device, cudaLimit which, size_t value) {
   RGPU_TRY(defaultLimit(which).status());
   if (which == cudaLimitMaxL2FetchGranularity && (value > 128 || (value & (value - 1))))
     return Status(err::kInvalidValue, "the L2 fetch granularity is a power of two up to 128");
-  if (which == cudaLimitPrintfFifoSize) {
-    // The device keeps printf output in a FIFO of this size: the server's to
-    // allocate (and to refuse past its bound, or once a printf kernel ran).
+  if (which == cudaLimitPrintfFifoSize || which == cudaLimitMallocHeapSize) {
+    // The device keeps printf output in a FIFO of this size, and kernels'
+    // malloc draws on a heap of that one: the server's to allocate (and to
+    // refuse past its bounds, or once a kernel that uses them ran).
     capnp::MallocMessageBuilder msg(32);
     auto m = msg.initRoot<wire::Request>().initSetLimit();
     m.setDevice(device);

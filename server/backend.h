@@ -110,6 +110,11 @@ class Backend {
   // with kInvalidValue once a kernel that calls printf has run there. The
   // session has checked `bytes` against [limits] max_printf_fifo_bytes.
   virtual Status setPrintfFifo(int device, uint64_t bytes) = 0;
+  // cudaDeviceSetLimit(cudaLimitMallocHeapSize): the device heap kernels'
+  // malloc() draws on. As NVIDIA's, refused with kInvalidValue once a kernel
+  // that calls malloc or free has been launched there. The session has
+  // charged `bytes` to the user's quota.
+  virtual Status setMallocHeap(int device, uint64_t bytes) = 0;
   // Hands any device output not yet delivered to the sink now (the session
   // calls it before it first reports a kernel fault, so an assert's message
   // reaches the client before the error does).

@@ -29,6 +29,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -142,6 +143,7 @@ class Session {
   Status onHostFuncEnqueue(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onHostFuncDone(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onSetLimit(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status setMallocHeap(const protocol::FrameHeader& h, int dev, uint64_t bytes);
   // session_modules.cc: modules, kernels, variables, launches
   Status onModuleLoad(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onModuleUnload(const protocol::FrameHeader& h, wire::Request::Reader req);
@@ -218,6 +220,7 @@ class Session {
   std::unordered_map<uint32_t, int> streams_;   // id -> device
   std::unordered_map<uint32_t, int> events_;    // id -> device
   std::unordered_map<uint32_t, int> modules_;   // id -> device
+  std::map<int, uint64_t> malloc_heap_charge_;    // device -> quota charged for its cudaLimitMallocHeapSize
   std::unordered_map<uint32_t, Status> module_errors_;  // modules that failed to load, and why
   struct Kernel {
     uint32_t module;

@@ -5,6 +5,8 @@
 #include "protocol/frame.h"
 #include "server/session.h"
 
+#include <utility>
+
 namespace rgpu::server {
 
 using protocol::FrameHeader;
@@ -154,9 +156,10 @@ Status Session::onDeviceSynchronize(const FrameHeader& h, wire::Request::Reader 
 
 Status Session::onSetLimit(const FrameHeader& h, wire::Request::Reader req) {
   RGPU_TRY(bulkNotExpected(h));
-  constexpr int kCudaLimitPrintfFifoSize = 1;  // (driver_types.h)
+  constexpr int kCudaLimitPrintfFifoSize = 1, kCudaLimitMallocHeapSize = 2;  // (driver_types.h)
   auto m = req.getSetLimit();
   Status s = checkDevice(m.getDevice());
+  if (s && m.getLimit() == kCudaLimitMallocHeapSize) return setMallocHeap(h, m.getDevice(), m.getValue());
   if (s && m.getLimit() != kCudaLimitPrintfFifoSize)
     s = Status(err::kUnsupportedLimit, "cudaLimit " + std::to_string(m.getLimit()) + " is kept by the client");
   // The FIFO is worker memory per launch: bounded for every tenant.
@@ -166,6 +169,25 @@ Status Session::onSetLimit(const FrameHeader& h, wire::Request::Reader req) {
                                            std::to_string(cfg_.limits.max_printf_fifo_bytes) + ")");
   if (s && m.getValue() == 0) s = Status(err::kInvalidValue, "the printf FIFO cannot be empty");
   if (s) s = backend_->setPrintfFifo(m.getDevice(), m.getValue());
+  finish(h, s);
+  return Status::ok();
+}
+
+Status Session::setMallocHeap(const FrameHeader& h, int dev, uint64_t bytes) {
+  // The heap is device memory: it counts against the user's quota like an
+  // allocation (the previous size's charge returns once the new one holds).
+  int phys = physical(dev);
+  uint64_t charge = chargedBytes(bytes);
+  Status s = pool_.reserve(phys, charge, placement_.quota > 0);
+  if (s) {
+    s = backend_->setMallocHeap(dev, bytes);
+    if (!s) pool_.release(phys, charge);
+  }
+  if (s) {
+    pool_.release(phys, std::exchange(malloc_heap_charge_[dev], charge));
+  } else {
+    RGPU_LOG_INFO("session {}: cudaLimitMallocHeapSize of {} bytes refused: {}", session_id_, bytes, s.message());
+  }
   finish(h, s);
   return Status::ok();
 }

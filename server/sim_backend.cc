@@ -28,6 +28,8 @@ SimBackend::SimBackend(const std::vector<SimDeviceConfig>& devices, SimOptions o
   used_.assign(devices_.size(), 0);
   printf_fifo_.assign(devices_.size(), ptx::kDefaultPrintfFifo);
   printf_launched_.assign(devices_.size(), false);
+  malloc_heap_bytes_.assign(devices_.size(), ptx::kDefaultMallocHeap);
+  heaps_.resize(devices_.size());
   // Room for every device's memory twice over (fragmentation); committed only as used.
   uint64_t total = 64ull << 20;
   for (auto& d : devices_) total += 2 * d.total_mem;
@@ -86,6 +88,15 @@ Status SimBackend::setPrintfFifo(int device, uint64_t bytes) {
   if (printf_launched_[device])
     return Status(err::kInvalidValue, "cudaLimitPrintfFifoSize must be set before a kernel that calls printf is launched");
   printf_fifo_[device] = bytes;
+  return Status::ok();
+}
+
+Status SimBackend::setMallocHeap(int device, uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return Status(err::kInvalidDevice, "invalid device");
+  if (heaps_[device])
+    return Status(err::kInvalidValue, "cudaLimitMallocHeapSize must be set before a kernel that calls malloc is launched");
+  malloc_heap_bytes_[device] = bytes;
   return Status::ok();
 }
 
@@ -734,8 +745,18 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
   int sm_count = devices_[key.device].sm_count;
   uint64_t printf_fifo = printf_fifo_[key.device];
   if (f->second.uses_printf) printf_launched_[key.device] = true;
+  if (code->uses_malloc && !heaps_[key.device]) {
+    // The heap comes with the first kernel that needs it, as on a GPU.
+    auto p = allocateLocked(key.device, malloc_heap_bytes_[key.device]);
+    if (!p)
+      return Status(err::kMemoryAllocation, "kernel " + name + " calls malloc, and the device heap of " +
+                                                std::to_string(malloc_heap_bytes_[key.device]) +
+                                                " bytes (cudaLimitMallocHeapSize) does not fit: " + p.status().message());
+    heaps_[key.device] = std::make_unique<ptx::DeviceHeap>(*p, malloc_heap_bytes_[key.device]);
+  }
+  ptx::DeviceHeap* heap = heaps_[key.device].get();
   if (gate_) gate_->queued(key.device);
-  Status queued = enqueueLocked(*s, [this, key, function, cfg, name, program, code, sm_count, printf_fifo,
+  Status queued = enqueueLocked(*s, [this, key, function, cfg, name, program, code, sm_count, printf_fifo, heap,
                                      params = std::move(params)] {
     if (launch_log_.is_open()) {
       std::ostringstream line;
@@ -766,6 +787,7 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
     L.cancel = &cancel_;
     L.printf_fifo = printf_fifo;
     L.budget = &interp_budget_;
+    L.heap = heap;
     ptx::LaunchResult r;
     runAsKernel(key.device, [&] {
       if (opts_.kernel_timeout_ms) {

@@ -84,6 +84,7 @@ class SimBackend final : public Backend {
   void setAsyncErrorSink(std::function<void(Status)> sink) override;
   void setOutputSink(std::function<void(std::string)> sink) override;
   Status setPrintfFifo(int device, uint64_t bytes) override;
+  Status setMallocHeap(int device, uint64_t bytes) override;
   Result<DevPtr> allocate(int device, uint64_t size) override;
   Result<std::pair<DevPtr, uint64_t>> allocatePitch(int device, uint64_t width, uint64_t height) override;
   Status release(DevPtr ptr) override;
@@ -246,6 +247,10 @@ class SimBackend final : public Backend {
   std::unordered_map<DevPtr, Allocation> allocations_;
   std::vector<uint64_t> used_;  // bytes allocated per device (retired ones until freed)
   std::vector<uint64_t> printf_fifo_;   // per device: cudaLimitPrintfFifoSize
+  // Per device: cudaLimitMallocHeapSize, and the heap once a kernel that
+  // calls malloc was launched (a range of device memory; never unmade).
+  std::vector<uint64_t> malloc_heap_bytes_;
+  std::vector<std::unique_ptr<ptx::DeviceHeap>> heaps_;
   std::vector<bool> printf_launched_;   // per device: a kernel that may printf was queued
   uint64_t next_op_seq_ = 1;
   std::vector<DevPtr> retired_allocs_;  // retired, waiting for the operations queued before them

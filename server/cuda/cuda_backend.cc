@@ -188,6 +188,12 @@ Status CudaBackend::setPrintfFifo(int device, uint64_t bytes) {
   return RGPU_CU(cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, bytes));
 }
 
+Status CudaBackend::setMallocHeap(int device, uint64_t bytes) {
+  RGPU_TRY(use(device));
+  DriverApi& api = *api_;
+  return RGPU_CU(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, bytes));
+}
+
 void CudaBackend::setAsyncErrorSink(std::function<void(Status)> sink) {
   std::lock_guard lock(mu_);
   async_sink_ = std::move(sink);

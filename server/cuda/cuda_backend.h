@@ -97,6 +97,7 @@ class CudaBackend final : public Backend {
   uint64_t gpuTimeNs() const override { return gpu_ns_.load(std::memory_order_relaxed); }
   void setOutputSink(std::function<void(std::string)> sink) override;
   Status setPrintfFifo(int device, uint64_t bytes) override;
+  Status setMallocHeap(int device, uint64_t bytes) override;
   void setFatalSink(std::function<void(Status)> sink) override;
   void flushOutput() override { forwardOutput(nullptr); }
   Result<DevPtr> allocate(int device, uint64_t size) override;

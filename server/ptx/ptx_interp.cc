@@ -803,6 +803,14 @@ bool BlockRunner::execCall(const Inst& in, Warp& w, uint32_t m) {
     return s;
   };
   const uint64_t* A = &w.regs[static_cast<size_t>(in.a.reg) * 32];
+  if (in.op == Op::kCallMalloc || in.op == Op::kCallFree) {
+    uint64_t* D = in.op == Op::kCallMalloc ? &w.regs[static_cast<size_t>(in.d.reg) * 32] : nullptr;
+    LANES(m)
+      if (D) D[l] = L_.heap ? L_.heap->allocate(A[l]) : 0;
+      else if (L_.heap) L_.heap->release(A[l]);
+    END_LANES
+    return true;
+  }
   const uint64_t* B = &w.regs[static_cast<size_t>(in.b.reg) * 32];
   if (in.op == Op::kCallPrintf) {
     uint64_t* D = in.d.kind == Operand::kParamReg || in.d.kind == Operand::kReg ? &w.regs[static_cast<size_t>(in.d.reg) * 32] : nullptr;
@@ -1538,6 +1546,8 @@ bool BlockRunner::step(Warp& w, int budget) {
         break;
       case Op::kCallPrintf:
       case Op::kCallAssert:
+      case Op::kCallMalloc:
+      case Op::kCallFree:
         if (m && !execCall(in, w, m)) return false;
         break;
       case Op::kBra: {

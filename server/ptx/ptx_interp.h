@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "server/ptx/device_heap.h"
 #include "server/ptx/ptx_ir.h"
 
 namespace rgpu::server::ptx {
@@ -82,6 +83,7 @@ class MemoryBudget {
 
 // CUDA's default cudaLimitPrintfFifoSize.
 inline constexpr uint64_t kDefaultPrintfFifo = 1ull << 20;
+inline constexpr uint64_t kDefaultMallocHeap = 8ull << 20;  // cudaLimitMallocHeapSize's default
 // Widest field (width or precision) a device printf conversion is given:
 // "%2000000000d" must not make the worker format two gigabytes.
 inline constexpr int64_t kMaxPrintfField = 4096;
@@ -104,6 +106,8 @@ struct Launch {
   // does. Worker memory per launch stays bounded by it.
   uint64_t printf_fifo = kDefaultPrintfFifo;
   MemoryBudget* budget = nullptr;  // the session's; null: unbounded
+  // The device's malloc heap (kernels whose fn->uses_malloc); null: malloc returns NULL.
+  DeviceHeap* heap = nullptr;
 };
 
 struct LaunchResult {

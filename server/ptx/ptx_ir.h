@@ -42,7 +42,7 @@ enum class Op : uint8_t {
   kSelp, kSlct, kSetp, kSet, kCvt, kCvta, kLd, kSt, kBra, kRet, kExit, kTrap, kAtom, kRed,
   kBar, kBarWarp, kMembar, kShfl, kVote, kRedux, kActivemask, kMatch, kNanosleep,
   kRcp, kSqrt, kRsqrt, kEx2, kLg2, kSin, kCos, kTanh, kCopysign, kTestp,
-  kCallPrintf, kCallAssert, kCall, kRetFunc, kNop, kBmsk, kBfind, kFns,
+  kCallPrintf, kCallAssert, kCall, kRetFunc, kNop, kBmsk, kBfind, kFns, kCallMalloc, kCallFree,
 };
 
 enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };
@@ -132,6 +132,7 @@ struct Function {
   // Per instruction: where a conditional branch's paths meet again
   // (ptx_reconverge.h); filled once the code is final.
   std::vector<uint32_t> reconverge;
+  bool uses_malloc = false;  // calls device malloc/free (itself or through its callees)
   // .func only: parameters and return value as register slots (<= 8 bytes each).
   std::vector<uint32_t> param_regs;
   int32_t ret_reg = -1;

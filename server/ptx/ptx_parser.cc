@@ -757,6 +757,14 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       in.a = args[0];
       in.b = args[1];
       if (!rets.empty()) in.d = rets[0];
+    } else if (callee == "malloc" || callee == "free") {
+      // The device heap (cudaLimitMallocHeapSize): malloc(size) -> pointer, free(pointer).
+      bool is_malloc = callee == "malloc";
+      if (args.size() != 1 || (is_malloc && rets.size() != 1))
+        return bad(in.line, callee + " takes one argument" + (is_malloc ? " and returns a pointer" : ""));
+      in.op = is_malloc ? Op::kCallMalloc : Op::kCallFree;
+      in.a = args[0];
+      if (is_malloc) in.d = rets[0];
     } else if (callee == "__assertfail") {
       if (args.size() < 4) return bad(in.line, "__assertfail takes 5 arguments");
       in.op = Op::kCallAssert;
@@ -834,6 +842,7 @@ Status Parser::checkOperands(const Inst& in, const std::string& opcode) {
       return Status::ok();
     case Op::kBra: case Op::kRet: case Op::kExit: case Op::kTrap: case Op::kBarWarp: case Op::kMembar:
     case Op::kNanosleep: case Op::kNop: case Op::kCallPrintf: case Op::kCallAssert: case Op::kCall: case Op::kRetFunc:
+    case Op::kCallMalloc: case Op::kCallFree:
       return Status::ok();
     default:
       if (!isReg(in.d)) return bad(in.line, opcode + ": the destination must be a register");
@@ -1114,7 +1123,11 @@ Result<Module> Parser::run() {
     return bad(line(), "unexpected '" + tok + "' at module scope");
   }
   RGPU_TRY(link());
-  for (auto& kv : m_.functions) kv.second.reconverge = reconvergencePoints(kv.second.code);
+  for (auto& kv : m_.functions) {
+    Function& fn = kv.second;
+    fn.reconverge = reconvergencePoints(fn.code);
+    for (const Inst& in : fn.code) fn.uses_malloc |= in.op == Op::kCallMalloc || in.op == Op::kCallFree;
+  }
   return std::move(m_);
 }
 

@@ -4,6 +4,7 @@
 //   pool_client quota BYTES       allocate BYTES, then 1 byte more, free, again
 //   pool_client hold BYTES MS     allocate BYTES, print "holding", sleep MS, free
 //   pool_client info              device count, names and cudaMemGetInfo
+//   pool_client heap BYTES ALLOC  set cudaLimitMallocHeapSize to BYTES, then cudaMalloc ALLOC
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -46,6 +47,14 @@ int main(int argc, char** argv) {
     say("free", cudaFree(a));
     say("allocate again", cudaMalloc(&a, bytes));
     say("last error after a refused cudaMalloc", cudaGetLastError());
+    cudaFree(a);
+    return 0;
+  }
+  if (std::strcmp(mode, "heap") == 0 && argc >= 4) {
+    void* a = nullptr;
+    say("set the malloc heap", cudaDeviceSetLimit(cudaLimitMallocHeapSize, std::strtoull(argv[2], nullptr, 10)));
+    cudaGetLastError();
+    say("allocate beside it", cudaMalloc(&a, std::strtoull(argv[3], nullptr, 10)));
     cudaFree(a);
     return 0;
   }

@@ -36,6 +36,16 @@ TEST_F(Pool, QuotaIsExactToTheByteAndCudaMemGetInfoShowsIt) {
   EXPECT_NE(server_->log().find("memory quota of user 'alice' on device 0 exceeded"), std::string::npos);
 }
 
+TEST_F(Pool, TheDeviceMallocHeapCountsAgainstTheQuota) {
+  start("memory_quota = \"1MiB\"\n");
+  RunResult over = as("alice", "heap 2097152 4096");
+  EXPECT_NE(over.output.find("set the malloc heap: cudaErrorMemoryAllocation"), std::string::npos) << over.output;
+  EXPECT_NE(over.output.find("allocate beside it: cudaSuccess"), std::string::npos) << over.output;
+  RunResult within = as("alice", "heap 524288 786432");
+  EXPECT_NE(within.output.find("set the malloc heap: cudaSuccess"), std::string::npos) << within.output;
+  EXPECT_NE(within.output.find("allocate beside it: cudaErrorMemoryAllocation"), std::string::npos) << within.output;
+}
+
 TEST_F(Pool, QuotaSpansTheUsersSessionsAndACrashedWorkerReturnsItsShare) {
   start("memory_quota = \"1MiB\"\n");
   std::thread t = holder("alice", 786432, 2000, dir_.file("holder.out"));

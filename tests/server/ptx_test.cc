@@ -7,6 +7,7 @@
 #include <cmath>
 #include <thread>
 #include <cstring>
+#include <algorithm>
 #include <limits>
 
 #include "server/ptx/ptx_interp.h"
@@ -584,6 +585,71 @@ call.uni (retval0), vprintf, (param0, param1);
   // Globals need a device address: this harness has none, so the format
   // string is unreachable and the call must fail cleanly, not crash.
   EXPECT_TRUE(r.status.isOk() || r.status.code() == kErrIllegalAddress) << r.status.message();
+}
+
+TEST(PtxCalls, DeviceMallocAndFreeDrawOnTheDeviceHeap) {
+  // Each thread mallocs 40 bytes, stores its index there and the pointer in
+  // out; a block's second half frees; what is left and what malloc returns
+  // past the heap's end (NULL) are checked.
+  std::string ptx = ".version 9.0\n.target sm_80\n.address_size 64\n"
+                    ".extern .func (.param .b64 func_retval0) malloc (.param .b64 malloc_param_0);\n"
+                    ".extern .func free (.param .b64 free_param_0);\n"
+                    ".visible .entry k(.param .u64 out)\n{\n.reg .pred %p<2>;\n.reg .b32 %r<4>;\n.reg .b64 %rd<8>;\n"
+                    "ld.param.u64 %rd0, [out];\nmov.u32 %r1, %tid.x;\n"
+                    "{\n.param .b64 param0;\nst.param.b64 [param0], 40;\n.param .b64 retval0;\n"
+                    "call.uni (retval0), malloc, (param0);\nld.param.b64 %rd1, [retval0];\n}\n"
+                    "mul.wide.u32 %rd2, %r1, 8;\nadd.u64 %rd3, %rd0, %rd2;\nst.global.u64 [%rd3], %rd1;\n"
+                    "setp.eq.u64 %p1, %rd1, 0;\n@%p1 bra DONE;\nst.global.u32 [%rd1], %r1;\n"
+                    "setp.lt.u32 %p1, %r1, 16;\n@%p1 bra DONE;\n"
+                    "{\n.param .b64 param0;\nst.param.b64 [param0], %rd1;\ncall.uni free, (param0);\n}\n"
+                    "DONE:\nret;\n}\n";
+  auto m = parsePtx(ptx);
+  ASSERT_TRUE(m) << m.status().message();
+  EXPECT_TRUE(m->functions.at("k").uses_malloc);
+  std::vector<uint64_t> out(32, 0), heap_mem(64, 0);  // a 512-byte heap: room for 10 blocks of 48
+  uint64_t o = reinterpret_cast<uint64_t>(out.data()), hb = reinterpret_cast<uint64_t>(heap_mem.data());
+  MemoryRanges mem = {{o, o + out.size() * 8}, {hb, hb + heap_mem.size() * 8}};
+  std::sort(mem.begin(), mem.end());
+  DeviceHeap heap(hb, heap_mem.size() * 8);
+  Launch L;
+  L.fn = &m->functions.at("k");
+  L.block = {32, 1, 1};
+  L.params = reinterpret_cast<const uint8_t*>(&o);
+  L.memory = &mem;
+  L.heap = &heap;
+  Interpreter interp(1);
+  auto r = interp.run(L);
+  ASSERT_TRUE(r.status) << r.status.message();
+  int got = 0;
+  for (int t = 0; t < 32; ++t) {
+    if (!out[t]) continue;
+    ++got;
+    EXPECT_GE(out[t], hb);
+    EXPECT_EQ(out[t] % 16, 0u);
+    EXPECT_EQ(*reinterpret_cast<uint32_t*>(out[t]), static_cast<uint32_t>(t));
+  }
+  EXPECT_EQ(got, 10);  // the rest got NULL, as a full heap gives
+  EXPECT_EQ(heap.inUse(), 10u * 48);  // lanes 0..9 (all below 16) keep theirs
+  // Without a heap malloc returns NULL.
+  L.heap = nullptr;
+  std::fill(out.begin(), out.end(), 7);
+  ASSERT_TRUE(interp.run(L).status);
+  EXPECT_EQ(out[0], 0u);
+}
+
+TEST(DeviceHeap, FirstFitCoalescesAndRefusesWhatDoesNotFit) {
+  DeviceHeap h(0x10000, 256);
+  uint64_t a = h.allocate(100), b = h.allocate(100), c = h.allocate(100);
+  EXPECT_EQ(a, 0x10000u);
+  EXPECT_EQ(b, 0x10000u + 112);  // 16-byte aligned blocks
+  EXPECT_EQ(c, 0u);              // 32 bytes left
+  EXPECT_EQ(h.allocate(0), 0u);
+  EXPECT_FALSE(h.release(a + 8));  // not a block start
+  EXPECT_TRUE(h.release(a));
+  EXPECT_TRUE(h.release(b));
+  EXPECT_FALSE(h.release(b));      // twice
+  EXPECT_EQ(h.inUse(), 0u);
+  EXPECT_EQ(h.allocate(256), 0x10000u);  // coalesced back into one
 }
 
 TEST(PtxCalls, TrapAndAssertFailTheLaunch) {
