@@ -349,6 +349,10 @@ Result<uint64_t> deviceMemory(int dev, uint64_t size, uint64_t pitch_width = 0, 
 }
 }  // namespace
 
+namespace rgpu::client {
+Result<uint64_t> allocateDeviceMemory(int device, uint64_t size) { return deviceMemory(device, size); }
+}  // namespace rgpu::client
+
 RGPU_EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
   return guarded([&]() -> Status {
     RGPU_TRY(needPtr(devPtr, "devPtr"));
@@ -389,17 +393,19 @@ RGPU_EXPORT cudaError_t cudaFree(void* devPtr) {
     msg.initRoot<wire::Request>().initFree().setPtr(reinterpret_cast<uint64_t>(devPtr));
     auto r = rt().call(msg);
     rt().untrackDevice(reinterpret_cast<uint64_t>(devPtr));
+    if (r) poolForget(devPtr);
     return r ? Status::ok() : r.status();
   });
 }
 
 RGPU_EXPORT cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t stream) {
-  // Allocating earlier than stream order is always valid; the pointer is usable
-  // by work enqueued after this call.
+  // From the stream's device's current pool (api_mempool.cc). Allocating
+  // earlier than stream order is always valid; the pointer is usable by work
+  // enqueued after this call.
   return guarded([&]() -> Status {
     auto s = rt().stream(stream);
     if (!s) return s.status();
-    return cudaMalloc(devPtr, size) == cudaSuccess ? Status::ok() : Status(rt().lastError(false), "");
+    return poolAllocate(devPtr, size, nullptr, s->device);
   });
 }
 RGPU_EXPORT cudaError_t cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStream_t stream) {

@@ -33,6 +33,13 @@ inline void setStream(wire::StreamRef::Builder b, StreamRef s) {
   b.setDevice(s.device);
 }
 
+// A device allocation on `device` (cudaMalloc's path), tracked by the runtime.
+Result<uint64_t> allocateDeviceMemory(int device, uint64_t size);
+// Stream-ordered allocation (api_mempool.cc): from `pool`, or the device's
+// current pool when null; the pool's figures count it until it is freed.
+Status poolAllocate(void** ptr, size_t size, cudaMemPool_t pool, int device);
+void poolForget(void* ptr);  // a freed pointer leaves its pool's figures
+
 inline Status needPtr(const void* p, const char* what) {
   return p ? Status::ok() : Status(err::kInvalidValue, std::string(what) + " is NULL");
 }

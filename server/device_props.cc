@@ -27,8 +27,7 @@ bool hiddenFromRemoteClients(int a) {
     case cudaDevAttrCanUseHostPointerForRegisteredMem:
     case cudaDevAttrHostRegisterSupported:
     case cudaDevAttrHostRegisterReadOnlySupported:
-    case cudaDevAttrMemoryPoolsSupported:
-    case cudaDevAttrMemoryPoolSupportedHandleTypes:
+    case cudaDevAttrMemoryPoolSupportedHandleTypes:  // (pools work; exporting them to other processes does not)
     case cudaDevAttrIpcEventSupport:
     case cudaDevAttrGPUDirectRDMASupported:
     case cudaDevAttrHostNumaMemoryPoolsSupported:
@@ -223,6 +222,7 @@ DeviceDescription describeSimDevice(const SimDeviceConfig& cfg, int index) {
       {cudaDevAttrMaxBlocksPerMultiprocessor, 32},
       {cudaDevAttrReservedSharedMemoryPerBlock, 1024},
       {cudaDevAttrNumaId, -1},
+      {cudaDevAttrMemoryPoolsSupported, 1},  // stream-ordered allocation (pools without IPC handles)
       {cudaDevAttrHostNumaId, -1},
   };
   return describeDevice(cfg.name, uuid, cfg.memory, [&](int a) {

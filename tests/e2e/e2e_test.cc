@@ -298,6 +298,12 @@ TEST_F(E2E, DeviceMallocNewAndDeleteUseTheHeapTheProgramSized) {
   EXPECT_NE(r.output.find("device_malloc: all checks passed"), std::string::npos) << r.output;
 }
 
+TEST_F(E2E, StreamOrderedAllocationWithMemoryPools) {
+  RunResult r = program(testProgram("mempool"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("mempool: all checks passed"), std::string::npos) << r.output;
+}
+
 TEST_F(E2E, RgpuRunLocalRunsAProgramWithoutAnyConfiguration) {
   RunResult r = run(std::string(RGPU_RUN_BIN) + " --local " + example("memory"), "RGPU_CONFIG= RGPU_SERVER=");
   EXPECT_EQ(r.code, 0) << r.output;
