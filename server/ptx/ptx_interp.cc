@@ -2,6 +2,10 @@
 
 #include "server/ptx/ptx_reconverge.h"
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -525,6 +529,55 @@ uint64_t loadBytes(const uint8_t* p, int n) {
   return v;
 }
 
+// A whole aligned 8- or 16-byte vector access in one memory operation, as the
+// hardware makes it (single-copy atomic): CUB's decoupled look-back publishes
+// a tile's status and value together in one v2/v4 store, and a reader that
+// saw them from two separate accesses could pair a new status with an old
+// value. 16 bytes: one SSE access on x86-64 (atomic on the CPUs that have
+// AVX); elsewhere (and under ThreadSanitizer, which sees atomics only) as two
+// 8-byte halves.
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+#if defined(__has_feature)
+#if !__has_feature(thread_sanitizer)
+#define RGPU_SSE_WIDE 1
+#endif
+#else
+#define RGPU_SSE_WIDE 1
+#endif
+#endif
+void loadWide(const uint8_t* p, uint32_t total, uint8_t* out) {
+  if (total == 8) {
+    uint64_t v = loadAs<uint64_t>(p);
+    std::memcpy(out, &v, 8);
+    return;
+  }
+#if defined(RGPU_SSE_WIDE)
+  __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(p));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), v);
+#else
+  uint64_t lo = loadAs<uint64_t>(p), hi = loadAs<uint64_t>(p + 8);
+  std::memcpy(out, &lo, 8);
+  std::memcpy(out + 8, &hi, 8);
+#endif
+}
+void storeWide(uint8_t* p, uint32_t total, const uint8_t* in) {
+  if (total == 8) {
+    uint64_t v;
+    std::memcpy(&v, in, 8);
+    storeAs<uint64_t>(p, v);
+    return;
+  }
+#if defined(RGPU_SSE_WIDE)
+  _mm_store_si128(reinterpret_cast<__m128i*>(p), _mm_loadu_si128(reinterpret_cast<const __m128i*>(in)));
+#else
+  uint64_t lo, hi;
+  std::memcpy(&lo, in, 8);
+  std::memcpy(&hi, in + 8, 8);
+  storeAs<uint64_t>(p, lo);
+  storeAs<uint64_t>(p + 8, hi);
+#endif
+}
+
 bool BlockRunner::execMemory(const Inst& in, Warp& w, uint32_t m) {
   const Operand& addr_op = in.op == Op::kLd ? in.a : in.d;
   const Operand& val_op = in.op == Op::kLd ? in.d : in.a;
@@ -582,7 +635,27 @@ bool BlockRunner::execMemory(const Inst& in, Warp& w, uint32_t m) {
       fault(kErrMisaligned, "misaligned address", in, w, l);
       return false;
     }
-    if (in.op == Op::kLd) {
+    bool wide = count > 1 && (total == 8 || total == 16) && reinterpret_cast<uintptr_t>(p) % total == 0;
+    if (wide && in.op == Op::kLd) {
+      alignas(16) uint8_t bytes[16];
+      loadWide(p, total, bytes);
+      for (int k = 0; k < count; ++k) {
+        const Operand& e = val_op.vec[static_cast<size_t>(k)];
+        if (e.kind != Operand::kReg) continue;
+        uint64_t v = 0;
+        std::memcpy(&v, bytes + k * n, static_cast<size_t>(n));
+        if (isSigned(in.type)) v = static_cast<uint64_t>(sext(v, in.type));
+        w.regs[static_cast<size_t>(e.reg) * 32 + l] = v;
+      }
+    } else if (wide) {
+      alignas(16) uint8_t bytes[16];
+      for (int k = 0; k < count; ++k) {
+        const Operand& e = val_op.vec[static_cast<size_t>(k)];
+        uint64_t v = e.kind == Operand::kReg ? w.regs[static_cast<size_t>(e.reg) * 32 + l] : e.imm;
+        std::memcpy(bytes + k * n, &v, static_cast<size_t>(n));
+      }
+      storeWide(p, total, bytes);
+    } else if (in.op == Op::kLd) {
       if (count == 1) {
         uint64_t v = loadBytes(p, n);
         if (isSigned(in.type)) v = static_cast<uint64_t>(sext(v, in.type));

@@ -304,6 +304,13 @@ TEST_F(E2E, StreamOrderedAllocationWithMemoryPools) {
   EXPECT_NE(r.output.find("mempool: all checks passed"), std::string::npos) << r.output;
 }
 
+TEST_F(E2E, ThrustAndCubAlgorithmsOnAMillionKeysMatchTheHost) {
+  RunResult r = program(testProgram("thrust_cub") + " 1000000");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("thrust_cub: 0 failed"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("FAIL "), std::string::npos) << r.output;
+}
+
 TEST_F(E2E, RgpuRunLocalRunsAProgramWithoutAnyConfiguration) {
   RunResult r = run(std::string(RGPU_RUN_BIN) + " --local " + example("memory"), "RGPU_CONFIG= RGPU_SERVER=");
   EXPECT_EQ(r.code, 0) << r.output;
