@@ -9,9 +9,9 @@
 
 namespace rgpu::server {
 
-bool sendFd(int sock, int fd) {
-  char byte = 'F';
-  iovec iov{&byte, 1};
+namespace {
+bool sendMessageWithFd(int sock, const char* data, size_t len, int fd, int flags) {
+  iovec iov{const_cast<char*>(data), len};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   msghdr m{};
   m.msg_iov = &iov;
@@ -23,24 +23,13 @@ bool sendFd(int sock, int fd) {
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  return ::sendmsg(sock, &m, MSG_NOSIGNAL | MSG_DONTWAIT) == 1;
+  return ::sendmsg(sock, &m, MSG_NOSIGNAL | flags) == static_cast<ssize_t>(len);
 }
+}  // namespace
 
-bool sendWithFd(int sock, const std::string& msg, int fd) {
-  iovec iov{const_cast<char*>(msg.data()), msg.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr m{};
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = control;
-  m.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&m);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  return ::sendmsg(sock, &m, MSG_NOSIGNAL) == static_cast<ssize_t>(msg.size());
-}
+bool sendFd(int sock, int fd) { return sendMessageWithFd(sock, "F", 1, fd, MSG_DONTWAIT); }
+
+bool sendWithFd(int sock, const std::string& msg, int fd) { return sendMessageWithFd(sock, msg.data(), msg.size(), fd, 0); }
 
 ssize_t receiveWithFd(int sock, std::string& buf, int& fd) {
   fd = -1;

@@ -225,6 +225,18 @@ const GateActivity* SharedLaunchGate::peer(uint32_t i, uint64_t session) {
   return p.map;
 }
 
+template <typename F>
+bool SharedLaunchGate::forEachPeer(int host, F&& visit) {
+  for (uint32_t i = 0; i < kMaxGateSlots; ++i) {
+    const GatePolicy& p = policy_->slots[i];
+    uint64_t session = p.session.load();
+    if (static_cast<int>(i) == my_slot_ || !session || !onDevice(p, host)) continue;
+    const GateActivity* s = peer(i, session);
+    if (s && visit(i, p, *s)) return true;
+  }
+  return false;
+}
+
 void SharedLaunchGate::queued(int device) {
   if (mine_->pending.fetch_add(1) != 0) return;
   // Back from idle: no credit for the time it did not compete.
@@ -232,15 +244,10 @@ void SharedLaunchGate::queued(int device) {
   uint64_t vmin = std::numeric_limits<uint64_t>::max();
   {
     std::lock_guard lock(mu_);
-    for (uint32_t i = 0; i < kMaxGateSlots; ++i) {
-      const GatePolicy& p = policy_->slots[i];
-      uint64_t session = p.session.load();
-      if (static_cast<int>(i) == my_slot_ || !session || !onDevice(p, host) ||
-          p.priority.load() != my_policy_->priority.load())
-        continue;
-      const GateActivity* s = peer(i, session);
-      if (s && s->pending.load()) vmin = std::min(vmin, virtualTime(p, *s));
-    }
+    forEachPeer(host, [&](uint32_t, const GatePolicy& p, const GateActivity& s) {
+      if (p.priority.load() == my_policy_->priority.load() && s.pending.load()) vmin = std::min(vmin, virtualTime(p, s));
+      return false;
+    });
   }
   uint64_t vt = virtualTime(*my_policy_, *mine_);
   if (vmin != std::numeric_limits<uint64_t>::max() && vt + kFairSlackNs < vmin)
@@ -250,34 +257,24 @@ void SharedLaunchGate::queued(int device) {
 bool SharedLaunchGate::heldBack(int host) {
   int prio = my_policy_->priority.load();
   uint64_t vt = virtualTime(*my_policy_, *mine_), now = nowNs();
-  for (uint32_t i = 0; i < kMaxGateSlots; ++i) {
-    const GatePolicy& p = policy_->slots[i];
-    uint64_t session = p.session.load();
-    if (static_cast<int>(i) == my_slot_ || !session || !onDevice(p, host)) continue;
-    const GateActivity* s = peer(i, session);
-    if (!s) continue;
+  return forEachPeer(host, [&](uint32_t, const GatePolicy& p, const GateActivity& s) {
     int pr = p.priority.load();
-    bool busy = s->pending.load() > 0;
-    if (pr > prio && (busy || now - s->idle_since_ns.load() < kHoldoverNs)) return true;
-    if (pr == prio && busy && virtualTime(p, *s) + kFairSlackNs < vt) return true;
-  }
-  return false;
+    bool busy = s.pending.load() > 0;
+    return (pr > prio && (busy || now - s.idle_since_ns.load() < kHoldoverNs)) ||
+           (pr == prio && busy && virtualTime(p, s) + kFairSlackNs < vt);
+  });
 }
 
 void SharedLaunchGate::contenders(int host, uint64_t mine_since, bool& older, bool& younger) {
   older = younger = false;
   uint64_t now = nowNs();
-  for (uint32_t i = 0; i < kMaxGateSlots; ++i) {
-    const GatePolicy& p = policy_->slots[i];
-    uint64_t session = p.session.load();
-    if (static_cast<int>(i) == my_slot_ || !session || !onDevice(p, host)) continue;
-    const GateActivity* s = peer(i, session);
-    if (!s) continue;
-    uint64_t since = s->holding_since[host].load();  // seq_cst: after our own flag went up
-    if (since == 0 || now - std::min(now, since) > kStuckNs) continue;  // free, or a kernel that never ends
+  forEachPeer(host, [&](uint32_t i, const GatePolicy&, const GateActivity& s) {
+    uint64_t since = s.holding_since[host].load();  // seq_cst: after our own flag went up
+    if (since == 0 || now - std::min(now, since) > kStuckNs) return false;  // free, or a kernel that never ends
     if (since < mine_since || (since == mine_since && static_cast<int>(i) < my_slot_)) older = true;
     else younger = true;
-  }
+    return false;
+  });
 }
 
 bool SharedLaunchGate::acquire(int device) {

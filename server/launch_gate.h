@@ -157,6 +157,10 @@ class SharedLaunchGate final : public LaunchGate {
   // The page of live slot `i` (its session `session`), mapped on first use; nullptr while unavailable. mu_ held.
   const GateActivity* peer(uint32_t i, uint64_t session);
   bool heldBack(int host_device);  // mu_ held
+  // Calls visit(slot, policy, activity) for every other live session on
+  // `host` whose page is mapped, until it returns true (then true). mu_ held.
+  template <typename F>
+  bool forEachPeer(int host, F&& visit);
   // Whether another session holds `host` with a claim older than ours (then we back off),
   // and whether a younger one does (then we wait for it to drop). mu_ held.
   void contenders(int host, uint64_t mine_since, bool& older, bool& younger);

@@ -11,14 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK(x)                                                                        \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      std::printf("FAILED line %d: %s -> %s\n", __LINE__, #x, cudaGetErrorString(e_));  \
-      return 1;                                                                         \
-    }                                                                                   \
-  } while (0)
+#include "check.h"
 
 constexpr int kTile = 16;
 

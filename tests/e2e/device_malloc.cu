@@ -5,14 +5,7 @@
 
 #include <cstdio>
 
-#define CHECK(x)                                                                        \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      std::printf("FAILED line %d: %s -> %s\n", __LINE__, #x, cudaGetErrorName(e_));    \
-      return 1;                                                                         \
-    }                                                                                   \
-  } while (0)
+#include "check.h"
 
 __global__ void build(int** lists, int n) {
   int t = blockIdx.x * blockDim.x + threadIdx.x;

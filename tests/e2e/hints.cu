@@ -7,21 +7,7 @@
 
 #include <cstdio>
 
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::printf("FAILED line %d: %s -> %s\n", __LINE__, #x, cudaGetErrorName(e_));    \
-      return 1;                                                                           \
-    }                                                                                     \
-  } while (0)
-#define EXPECT(c)                                                       \
-  do {                                                                  \
-    if (!(c)) {                                                         \
-      std::printf("FAILED line %d: %s\n", __LINE__, #c);                \
-      return 1;                                                         \
-    }                                                                   \
-  } while (0)
+#include "check.h"
 
 __global__ void scale(float* x, float a, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
