@@ -76,6 +76,14 @@ int runWorker(const ServerConfig& cfg, common::TlsOptions& tls, int fd, uint64_t
     return 126;
   }
   markNotDumpable();
+  std::vector<uint64_t> device_memory;
+  for (const auto& d : cfg.sim_devices) device_memory.push_back(d.memory);
+  if (uint64_t as = workerAddressLimit(cfg.backend, device_memory, cfg.limits.max_interpreter_bytes,
+                                       cfg.limits.max_staging_bytes)) {
+    rlimit limit{as, as};
+    if (::setrlimit(RLIMIT_AS, &limit) != 0)
+      RGPU_LOG_WARN("session {}: cannot bound the worker's address space: {}", session_id, std::strerror(errno));
+  }
   if (!restrictWorkerSyscalls()) {
     RGPU_LOG_ERROR("session {}: cannot install the worker's system call filter: {}", session_id, std::strerror(errno));
     ::close(fd);

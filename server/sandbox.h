@@ -77,6 +77,15 @@ bool dropPrivileges(uid_t uid, gid_t gid);
 // In the worker after exec.
 void markNotDumpable();
 
+// The address space a sim-backend worker may reserve (RLIMIT_AS): its
+// devices' arena (twice their memory), the interpreter and staging budgets,
+// and kWorkerAddressSlack for code, heaps and thread stacks. 0 (no limit)
+// for the CUDA backend — NVIDIA's driver reserves very large ranges — and in
+// sanitizer builds, whose shadow memory does too.
+inline constexpr uint64_t kWorkerAddressSlack = 8ull << 30;
+uint64_t workerAddressLimit(const std::string& backend, const std::vector<uint64_t>& device_memory,
+                            uint64_t interpreter_bytes, uint64_t staging_bytes);
+
 // In the worker, once it has its user and before it reads a byte from its
 // client: a second seccomp filter (stacked on confineWorker's), an allow list
 // of what a worker does (worker_syscalls.cc). Anything else fails with

@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "server/sandbox.h"
 #include "tests/integration/raw_client.h"
 
 namespace rgpu::test {
@@ -340,6 +341,17 @@ TEST(Security, AWorkerHoldsNoCopyOfTheServerKeyOnceItsClientIsConnected) {
   pid_t worker = 0;
   children >> worker;
   ASSERT_GT(worker, 0);
+  // Its address space is bounded by what a sim worker can need (the devices' arena, the
+  // interpreter and staging budgets, slack); unlimited only in sanitizer builds.
+  uint64_t as = server::workerAddressLimit("sim", {1ull << 30}, 1ull << 30, 512ull << 20);
+  std::ifstream limits("/proc/" + std::to_string(worker) + "/limits");
+  std::string row;
+  for (std::string line; std::getline(limits, line);)
+    if (line.rfind("Max address space", 0) == 0) row = line;
+  std::istringstream fields(row.substr(std::string("Max address space").size()));
+  std::string soft;
+  fields >> soft;
+  EXPECT_EQ(soft, as ? std::to_string(as) : std::string("unlimited")) << row;
   std::vector<std::string> secrets = keySecrets(dir.file("server.key"));
   ASSERT_EQ(secrets.size(), 3u);
   bool readable = false;
