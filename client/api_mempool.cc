@@ -48,6 +48,11 @@ cudaMemPool_t defaultPoolLocked(int device) {
   return p.get();
 }
 
+cudaMemPool_t currentPoolLocked(int device) {
+  auto it = g_current.find(device);
+  return it != g_current.end() ? it->second : defaultPoolLocked(device);
+}
+
 Status checkPoolLocked(cudaMemPool_t pool) {
   if (!pool) return Status(err::kInvalidValue, "memPool is NULL");
   if (g_created.count(pool)) return Status::ok();
@@ -73,12 +78,8 @@ Status poolAllocate(void** ptr, size_t size, cudaMemPool_t pool, int device) {
   *ptr = nullptr;
   {
     std::lock_guard lock(g_mu);
-    if (pool) {
-      RGPU_TRY(checkPoolLocked(pool));
-    } else {
-      auto it = g_current.find(device);
-      pool = it != g_current.end() ? it->second : defaultPoolLocked(device);
-    }
+    if (pool) RGPU_TRY(checkPoolLocked(pool));
+    else pool = currentPoolLocked(device);
     device = pool->device;
   }
   if (size == 0) return Status::ok();
@@ -132,8 +133,7 @@ RGPU_EXPORT cudaError_t cudaDeviceGetMemPool(cudaMemPool_t* memPool, int device)
     RGPU_TRY(needPtr(memPool, "memPool"));
     RGPU_TRY(rt().device(device).status());
     std::lock_guard lock(g_mu);
-    auto it = g_current.find(device);
-    *memPool = it != g_current.end() ? it->second : defaultPoolLocked(device);
+    *memPool = currentPoolLocked(device);
     return Status::ok();
   });
 }
@@ -163,8 +163,7 @@ RGPU_EXPORT cudaError_t cudaMemGetMemPool(cudaMemPool_t* memPool, cudaMemLocatio
     RGPU_TRY(needPtr(memPool, "memPool"));
     RGPU_TRY(checkLocation(location, type));
     std::lock_guard lock(g_mu);
-    auto it = g_current.find(location->id);
-    *memPool = it != g_current.end() ? it->second : defaultPoolLocked(location->id);
+    *memPool = currentPoolLocked(location->id);
     return Status::ok();
   });
 }
