@@ -1,4 +1,6 @@
 // Devices, versions, errors, function attributes and occupancy.
+#include <cuda_occupancy.h>
+
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -185,6 +187,32 @@ RGPU_EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* attr, c
     return Status::ok();
   });
 }
+// NVIDIA's own occupancy calculator (cuda_occupancy.h, shipped with the
+// toolkit) over the device's properties and the kernel's attributes.
+RGPU_EXPORT cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t* dynamicSmemSize, const void* func,
+                                                                  int numBlocks, int blockSize) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(dynamicSmemSize, "dynamicSmemSize"));
+    auto k = rt().kernelByHostFun(func);
+    if (!k) return k.status();
+    int dev = rt().currentDevice();
+    auto fa = rt().funcAttributes(**k, dev);
+    if (!fa) return fa.status();
+    auto d = rt().device(dev);
+    if (!d) return d.status();
+    if ((*d)->prop.size() < sizeof(cudaDeviceProp)) return Status(err::kInvalidDevice, "no properties for this device");
+    cudaOccDeviceProp props(*reinterpret_cast<const cudaDeviceProp*>((*d)->prop.data()));
+    cudaOccFuncAttributes attrs(*fa);
+    cudaOccDeviceState state;
+    size_t out = 0;
+    if (cudaOccAvailableDynamicSMemPerBlock(&out, &props, &attrs, &state, numBlocks, blockSize) != CUDA_OCC_SUCCESS)
+      return Status(err::kInvalidValue, "no occupancy for " + std::to_string(numBlocks) + " blocks of " +
+                                            std::to_string(blockSize) + " threads");
+    *dynamicSmemSize = out;
+    return Status::ok();
+  });
+}
+
 RGPU_EXPORT cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, int value) {
   return guarded([&]() -> Status {
     auto k = rt().kernelByHostFun(func);

@@ -2,6 +2,7 @@
 // cache and shared-memory preferences, limits, device flags, stream
 // attributes, L2 persistence): each is accepted as NVIDIA's runtime accepts
 // it, and a query reports what was set. Then a kernel still runs right.
+#include <cuda_occupancy.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
@@ -81,6 +82,17 @@ int main() {
   CHECK(cudaStreamGetId(t, &id_t));
   CHECK(cudaStreamGetId(0, &id_0));
   EXPECT(id_s != id_t && id_s != id_0 && id_t != id_0);
+  // Occupancy queries, as NVIDIA's calculator answers them.
+  size_t avail = 0;
+  CHECK(cudaOccupancyAvailableDynamicSMemPerBlock(&avail, scale, 2, 256));
+  cudaFuncAttributes fa;
+  CHECK(cudaFuncGetAttributes(&fa, scale));
+  cudaOccDeviceProp occ_prop(prop);
+  cudaOccFuncAttributes occ_attr(fa);
+  cudaOccDeviceState occ_state;
+  size_t want = 0;
+  EXPECT(cudaOccAvailableDynamicSMemPerBlock(&want, &occ_prop, &occ_attr, &occ_state, 2, 256) == CUDA_OCC_SUCCESS);
+  EXPECT(avail == want && avail > 0 && avail <= prop.sharedMemPerBlockOptin);
   // The work itself.
   float h[n];
   for (int i = 0; i < n; ++i) h[i] = static_cast<float>(i);
