@@ -119,63 +119,57 @@ RGPU_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void** ptr, size_t size, cu
   });
 }
 
+namespace {
+
+// The device- and location-named forms (cudaDeviceGetMemPool,
+// cudaMemGetMemPool, ...) are the same calls.
+Status getPool(cudaMemPool_t* out, int device, bool current) {
+  RGPU_TRY(needPtr(out, "memPool"));
+  RGPU_TRY(rt().device(device).status());
+  std::lock_guard lock(g_mu);
+  *out = current ? currentPoolLocked(device) : defaultPoolLocked(device);
+  return Status::ok();
+}
+
+Status setPool(int device, cudaMemPool_t pool, int mismatch) {
+  RGPU_TRY(rt().device(device).status());
+  std::lock_guard lock(g_mu);
+  RGPU_TRY(checkPoolLocked(pool));
+  if (pool->device != device) return Status(mismatch, "the pool belongs to another device");
+  g_current[device] = pool;
+  return Status::ok();
+}
+
+}  // namespace
+
 RGPU_EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* memPool, int device) {
-  return guarded([&]() -> Status {
-    RGPU_TRY(needPtr(memPool, "memPool"));
-    RGPU_TRY(rt().device(device).status());
-    std::lock_guard lock(g_mu);
-    *memPool = defaultPoolLocked(device);
-    return Status::ok();
-  });
+  return guarded([&] { return getPool(memPool, device, false); });
 }
 RGPU_EXPORT cudaError_t cudaDeviceGetMemPool(cudaMemPool_t* memPool, int device) {
-  return guarded([&]() -> Status {
-    RGPU_TRY(needPtr(memPool, "memPool"));
-    RGPU_TRY(rt().device(device).status());
-    std::lock_guard lock(g_mu);
-    *memPool = currentPoolLocked(device);
-    return Status::ok();
-  });
+  return guarded([&] { return getPool(memPool, device, true); });
 }
 RGPU_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool) {
-  return guarded([&]() -> Status {
-    RGPU_TRY(rt().device(device).status());
-    std::lock_guard lock(g_mu);
-    RGPU_TRY(checkPoolLocked(memPool));
-    if (memPool->device != device) return Status(err::kInvalidDevice, "the pool belongs to another device");
-    g_current[device] = memPool;
-    return Status::ok();
-  });
+  return guarded([&] { return setPool(device, memPool, err::kInvalidDevice); });
 }
 RGPU_EXPORT cudaError_t cudaMemGetDefaultMemPool(cudaMemPool_t* memPool, cudaMemLocation* location,
                                                  cudaMemAllocationType type) {
   return guarded([&]() -> Status {
-    RGPU_TRY(needPtr(memPool, "memPool"));
     RGPU_TRY(checkLocation(location, type));
-    std::lock_guard lock(g_mu);
-    *memPool = defaultPoolLocked(location->id);
-    return Status::ok();
+    return getPool(memPool, location->id, false);
   });
 }
 RGPU_EXPORT cudaError_t cudaMemGetMemPool(cudaMemPool_t* memPool, cudaMemLocation* location,
                                           cudaMemAllocationType type) {
   return guarded([&]() -> Status {
-    RGPU_TRY(needPtr(memPool, "memPool"));
     RGPU_TRY(checkLocation(location, type));
-    std::lock_guard lock(g_mu);
-    *memPool = currentPoolLocked(location->id);
-    return Status::ok();
+    return getPool(memPool, location->id, true);
   });
 }
 RGPU_EXPORT cudaError_t cudaMemSetMemPool(cudaMemLocation* location, cudaMemAllocationType type,
                                           cudaMemPool_t memPool) {
   return guarded([&]() -> Status {
     RGPU_TRY(checkLocation(location, type));
-    std::lock_guard lock(g_mu);
-    RGPU_TRY(checkPoolLocked(memPool));
-    if (memPool->device != location->id) return Status(err::kInvalidValue, "the pool belongs to another device");
-    g_current[location->id] = memPool;
-    return Status::ok();
+    return setPool(location->id, memPool, err::kInvalidValue);
   });
 }
 

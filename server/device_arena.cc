@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/sanitizers.h"
 
 namespace rgpu::server {
 namespace {
@@ -36,7 +37,7 @@ Result<std::unique_ptr<DeviceArena>> DeviceArena::create(uint64_t bytes, uint64_
   bytes = (bytes + page - 1) / page * page;
   if (bytes == 0) bytes = page;
   uint64_t stride = (bytes + kDeviceWindowSlot - 1) / kDeviceWindowSlot * kDeviceWindowSlot;
-#if defined(__SANITIZE_THREAD__)
+#if RGPU_TSAN
   // ThreadSanitizer allows application memory only in its own ranges: the
   // window is not one of them, so the system places the arena.
   preferred = 0;

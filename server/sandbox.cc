@@ -58,14 +58,7 @@ std::vector<std::string> secretsReadableBy(const WorkerIdentity& who, const std:
 
 uint64_t workerAddressLimit(const std::string& backend, const std::vector<uint64_t>& device_memory,
                             uint64_t interpreter_bytes, uint64_t staging_bytes) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return 0;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  return 0;
-#endif
-#endif
-  if (backend != "sim") return 0;
+  if (RGPU_ASAN || RGPU_TSAN || backend != "sim") return 0;
   uint64_t total = (64ull << 20) + interpreter_bytes + staging_bytes + kWorkerAddressSlack;
   for (uint64_t m : device_memory) total += 2 * m;
   return total;

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sanitizers.h"
 #include "common/status.h"
 
 namespace rgpu::server {
@@ -36,17 +37,7 @@ inline constexpr uint64_t kWorkerMaxFiles = 8192;
 // LeakSanitizer checks a process at exit by ptrace-attaching a helper to its
 // threads: builds with AddressSanitizer let a worker ptrace (and nothing else
 // more), so that leaks in workers are still found. Release builds never do.
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kSandboxAllowsPtrace = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-inline constexpr bool kSandboxAllowsPtrace = true;
-#else
-inline constexpr bool kSandboxAllowsPtrace = false;
-#endif
-#else
-inline constexpr bool kSandboxAllowsPtrace = false;
-#endif
+inline constexpr bool kSandboxAllowsPtrace = RGPU_ASAN;
 
 struct WorkerIdentity {
   bool change = false;  // setuid/setgid to uid/gid

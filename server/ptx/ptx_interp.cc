@@ -1,5 +1,6 @@
 #include "server/ptx/ptx_interp.h"
 
+#include "common/sanitizers.h"
 #include "server/ptx/ptx_reconverge.h"
 
 #if defined(__x86_64__)
@@ -536,14 +537,8 @@ uint64_t loadBytes(const uint8_t* p, int n) {
 // value. 16 bytes: one SSE access on x86-64 (atomic on the CPUs that have
 // AVX); elsewhere (and under ThreadSanitizer, which sees atomics only) as two
 // 8-byte halves.
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
-#if defined(__has_feature)
-#if !__has_feature(thread_sanitizer)
+#if defined(__x86_64__) && !RGPU_TSAN
 #define RGPU_SSE_WIDE 1
-#endif
-#else
-#define RGPU_SSE_WIDE 1
-#endif
 #endif
 void loadWide(const uint8_t* p, uint32_t total, uint8_t* out) {
   if (total == 8) {
