@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "client/api_util.h"
+#include "client/graph.h"
 #include "protocol/frame.h"
 
 using namespace rgpu;
@@ -100,6 +101,7 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
   switch (*k) {
     case cudaMemcpyHostToDevice: {
       RGPU_TRY(needDevice(dst, count, "destination"));
+      if (Status c; async && capturesActive() && captureHostCopy(*s, dst, src, count, *k, &c)) return c;
       // Sent now (the caller may reuse its buffer on return). cudaMemcpyAsync
       // reports errors at the next synchronising call; cudaMemcpy returns
       // once the copy is done, with any error of earlier work, as NVIDIA's
@@ -123,6 +125,7 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
     }
     case cudaMemcpyDeviceToHost: {
       RGPU_TRY(needDevice(src, count, "source"));
+      if (Status c; async && capturesActive() && captureHostCopy(*s, dst, src, count, *k, &c)) return c;
       // Into pinned memory an async copy really is asynchronous: the receiver
       // thread writes the data when the stream gets there. Pageable memory is
       // synchronous, as in CUDA.
@@ -405,6 +408,7 @@ RGPU_EXPORT cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t
   return guarded([&]() -> Status {
     auto s = rt().stream(stream);
     if (!s) return s.status();
+    if (capturesActive()) RGPU_TRY(notWhileCapturing(*s, "cudaMallocAsync"));
     return poolAllocate(devPtr, size, nullptr, s->device);
   });
 }
@@ -417,6 +421,7 @@ RGPU_EXPORT cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
   return guarded([&]() -> Status {
     auto s = rt().stream(stream);
     if (!s) return s.status();
+    if (capturesActive()) RGPU_TRY(notWhileCapturing(*s, "cudaFreeAsync"));
     return cudaFree(devPtr) == cudaSuccess ? Status::ok() : Status(rt().lastError(false), "");
   });
 }

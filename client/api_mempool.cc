@@ -17,6 +17,7 @@
 #include <set>
 
 #include "client/api_util.h"
+#include "client/graph.h"
 
 using namespace rgpu;
 using namespace rgpu::client;
@@ -105,7 +106,9 @@ void poolForget(void* ptr) {
 
 RGPU_EXPORT cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream) {
   return guarded([&]() -> Status {
-    RGPU_TRY(rt().stream(stream).status());
+    auto s = rt().stream(stream);
+    if (!s) return s.status();
+    if (capturesActive()) RGPU_TRY(notWhileCapturing(*s, "cudaMallocFromPoolAsync"));
     RGPU_TRY(needPtr(memPool, "memPool"));
     return poolAllocate(ptr, size, memPool, 0);
   });
@@ -113,7 +116,9 @@ RGPU_EXPORT cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMem
 RGPU_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void** ptr, size_t size, cudaMemPool_t memPool,
                                                      cudaStream_t stream) {
   return guarded([&]() -> Status {
-    RGPU_TRY(rt().stream(stream, true).status());
+    auto s = rt().stream(stream, true);
+    if (!s) return s.status();
+    if (capturesActive()) RGPU_TRY(notWhileCapturing(*s, "cudaMallocFromPoolAsync"));
     RGPU_TRY(needPtr(memPool, "memPool"));
     return poolAllocate(ptr, size, memPool, 0);
   });

@@ -1,8 +1,6 @@
 // Hints and queries that NVIDIA's runtime always accepts or answers, which rgpu
 // answers the same way: the profiler switches, device limits, PCI bus ids,
-// device choice, shared memory bank configuration, L2 persistence, and the
-// capture status of streams (rgpu does not capture streams, so none is ever
-// capturing: an honest answer that lets libraries take their uncaptured path).
+// device choice, shared memory bank configuration, L2 persistence.
 #include <cuda_profiler_api.h>
 
 #include <cstdio>
@@ -14,18 +12,6 @@ using namespace rgpu;
 using namespace rgpu::client;
 
 namespace {
-thread_local cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;
-
-Status validStream(cudaStream_t s, bool ptsz) { return rt().stream(s, ptsz).status(); }
-
-Status captureInfo(cudaStream_t stream, cudaStreamCaptureStatus* status, unsigned long long* id, bool ptsz) {
-  RGPU_TRY(needPtr(status, "captureStatus"));
-  RGPU_TRY(validStream(stream, ptsz));
-  *status = cudaStreamCaptureStatusNone;
-  if (id) *id = 0;
-  return Status::ok();
-}
-
 Result<const cudaDeviceProp*> propOf(int device) {
   auto d = rt().device(device);
   if (!d) return d.status();
@@ -36,38 +22,6 @@ Result<const cudaDeviceProp*> propOf(int device) {
 
 RGPU_EXPORT cudaError_t cudaProfilerStart(void) { return cudaSuccess; }
 RGPU_EXPORT cudaError_t cudaProfilerStop(void) { return cudaSuccess; }
-
-RGPU_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus* pCaptureStatus) {
-  return guarded([&] { return captureInfo(stream, pCaptureStatus, nullptr, false); });
-}
-RGPU_EXPORT cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream, enum cudaStreamCaptureStatus* pCaptureStatus) {
-  return guarded([&] { return captureInfo(stream, pCaptureStatus, nullptr, true); });
-}
-RGPU_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus* captureStatus_out,
-                                                 unsigned long long* id_out, cudaGraph_t* graph_out,
-                                                 const cudaGraphNode_t** dependencies_out,
-                                                 const cudaGraphEdgeData** edgeData_out, size_t* numDependencies_out) {
-  // The other outputs are defined only while capturing.
-  return guarded([&] { return captureInfo(stream, captureStatus_out, id_out, false); });
-}
-RGPU_EXPORT cudaError_t cudaStreamGetCaptureInfo_ptsz(cudaStream_t stream,
-                                                      enum cudaStreamCaptureStatus* captureStatus_out,
-                                                      unsigned long long* id_out, cudaGraph_t* graph_out,
-                                                      const cudaGraphNode_t** dependencies_out,
-                                                      const cudaGraphEdgeData** edgeData_out,
-                                                      size_t* numDependencies_out) {
-  return guarded([&] { return captureInfo(stream, captureStatus_out, id_out, true); });
-}
-RGPU_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode* mode) {
-  return guarded([&]() -> Status {
-    RGPU_TRY(needPtr(mode, "mode"));
-    if (*mode != cudaStreamCaptureModeGlobal && *mode != cudaStreamCaptureModeThreadLocal &&
-        *mode != cudaStreamCaptureModeRelaxed)
-      return Status(err::kInvalidValue, "unknown capture mode");
-    std::swap(*mode, t_capture_mode);
-    return Status::ok();
-  });
-}
 
 RGPU_EXPORT cudaError_t cudaDeviceGetLimit(size_t* pValue, enum cudaLimit limit) {
   return guarded([&]() -> Status {

@@ -1,5 +1,6 @@
 // Streams, events, host functions, synchronisation.
 #include "client/api_util.h"
+#include "client/graph.h"
 
 using namespace rgpu;
 using namespace rgpu::client;
@@ -30,6 +31,7 @@ Status streamWaitEventImpl(cudaStream_t stream, cudaEvent_t event, unsigned flag
   if (!s) return s.status();
   auto e = rt().event(event);
   if (!e) return e.status();
+  if (Status c; capturesActive() && captureEventWait(*s, event, *e, flags, &c)) return c;
   capnp::MallocMessageBuilder msg(32);
   auto m = msg.initRoot<wire::Request>().initStreamWaitEvent();
   setStream(m.initStream(), *s);
@@ -38,11 +40,12 @@ Status streamWaitEventImpl(cudaStream_t stream, cudaEvent_t event, unsigned flag
   return rt().post(msg);
 }
 
-Status eventRecordImpl(cudaEvent_t event, cudaStream_t stream, bool ptsz) {
+Status eventRecordImpl(cudaEvent_t event, cudaStream_t stream, bool ptsz, unsigned flags) {
   auto s = rt().stream(stream, ptsz);
   if (!s) return s.status();
   auto e = rt().event(event);
   if (!e) return e.status();
+  if (Status c; capturesActive() && captureEventRecord(*s, event, *e, flags, &c)) return c;
   capnp::MallocMessageBuilder msg(32);
   auto m = msg.initRoot<wire::Request>().initEventRecord();
   m.setId(*e);
@@ -54,6 +57,7 @@ Status launchHostFuncImpl(cudaStream_t stream, void (*fn)(void*), void* user, bo
   RGPU_TRY(needPtr(reinterpret_cast<const void*>(fn), "fn"));
   auto s = rt().stream(stream, ptsz);
   if (!s) return s.status();
+  if (Status c; capturesActive() && captureHostFunc(*s, fn, user, &c)) return c;
   // Runs here, on the client, when the server's stream reaches this point.
   uint64_t id = rt().addHostFunc(fn, user);
   capnp::MallocMessageBuilder msg(32);
@@ -115,6 +119,7 @@ RGPU_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return guarded([&]() -> Status {
     StreamRef ref;
     RGPU_TRY(rt().dropStream(stream, &ref));
+    if (capturesActive()) forgetCaptureStream(ref.id);
     capnp::MallocMessageBuilder msg(32);
     setStream(msg.initRoot<wire::Request>().initStreamDestroy(), ref);
     return rt().post(msg);
@@ -239,13 +244,13 @@ RGPU_EXPORT cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t str
 RGPU_EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags) {
   return guarded([&]() -> Status {
     if (flags & ~cudaEventRecordExternal) return Status(err::kInvalidValue, "unknown event record flags");
-    return eventRecordImpl(event, stream, false);
+    return eventRecordImpl(event, stream, false, flags);
   });
 }
 RGPU_EXPORT cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t event, cudaStream_t stream, unsigned int flags) {
   return guarded([&]() -> Status {
     if (flags & ~cudaEventRecordExternal) return Status(err::kInvalidValue, "unknown event record flags");
-    return eventRecordImpl(event, stream, true);
+    return eventRecordImpl(event, stream, true, flags);
   });
 }
 RGPU_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {

@@ -54,7 +54,7 @@ Status memset2DImpl(void* dst, size_t pitch, int value, size_t width, size_t hei
 Status streamSyncImpl(cudaStream_t stream, bool ptsz);
 Status streamQueryImpl(cudaStream_t stream, bool ptsz);
 Status streamWaitEventImpl(cudaStream_t stream, cudaEvent_t event, unsigned flags, bool ptsz);
-Status eventRecordImpl(cudaEvent_t event, cudaStream_t stream, bool ptsz);
+Status eventRecordImpl(cudaEvent_t event, cudaStream_t stream, bool ptsz, unsigned flags = 0);
 Status launchHostFuncImpl(cudaStream_t stream, void (*fn)(void*), void* user, bool ptsz);
 Status symbolCopyImpl(const void* symbol, void* host, size_t count, size_t offset, cudaMemcpyKind kind,
                       cudaStream_t stream, bool to_symbol, bool async, bool ptsz);

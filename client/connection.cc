@@ -421,16 +421,44 @@ Status Connection::postExpectingData(capnp::MessageBuilder& msg, void* in, uint6
   return s;
 }
 
+Status Connection::postScatter(capnp::MessageBuilder& msg, std::vector<uint8_t> bulk,
+                               std::vector<std::pair<void*, uint64_t>> parts) {
+  auto* slot = new Slot;
+  slot->deferred = true;
+  slot->own_bulk = std::move(bulk);
+  uint64_t total = 0;
+  for (auto& [p, n] : parts) total += n;
+  slot->scratch.resize(total);
+  slot->in = slot->scratch.data();
+  slot->in_len = total;
+  slot->parts = std::move(parts);
+  {
+    std::lock_guard lock(deferred_mu_);
+    for (auto& [p, n] : slot->parts) {
+      auto start = reinterpret_cast<uint64_t>(p);
+      deferred_ranges_.emplace(start, start + n);
+    }
+  }
+  uint64_t seq = 0;
+  Status s = enqueue(msg, 0, slot->own_bulk.data(), slot->own_bulk.size(), true, slot, &seq);
+  if (!s && seq == 0) endDeferred(slot);
+  return s;
+}
+
 void Connection::endDeferred(Slot* slot) {
   {
     std::lock_guard lock(deferred_mu_);
-    auto start = reinterpret_cast<uint64_t>(slot->in);
-    auto [b, e] = deferred_ranges_.equal_range(start);
-    for (auto it = b; it != e; ++it)
-      if (it->second == start + slot->in_len) {
-        deferred_ranges_.erase(it);
-        break;
-      }
+    auto forget = [&](void* p, uint64_t n) {
+      auto start = reinterpret_cast<uint64_t>(p);
+      auto [b, e] = deferred_ranges_.equal_range(start);
+      for (auto it = b; it != e; ++it)
+        if (it->second == start + n) {
+          deferred_ranges_.erase(it);
+          break;
+        }
+    };
+    if (slot->parts.empty()) forget(slot->in, slot->in_len);
+    for (auto& [p, n] : slot->parts) forget(p, n);
   }
   deferred_cv_.notify_all();
   delete slot;
@@ -620,6 +648,13 @@ Status Connection::receive(common::TlsConnection& conn) {
         s = reader.skipBulk(h);
       } else {
         s = reader.readBulk(h, slot->in);
+        if (s && !slot->parts.empty()) {
+          uint64_t off = 0;
+          for (auto& [p, n] : slot->parts) {
+            std::memcpy(p, slot->scratch.data() + off, n);
+            off += n;
+          }
+        }
       }
       if (!s) {
         // Lost in the middle of the data: the reply comes again after a resume.

@@ -94,6 +94,11 @@ class Connection {
   // Sends a call whose reply (with `in_len` bytes for `in`) is consumed by the
   // receiver thread later; its error surfaces as an asynchronous error.
   Status postExpectingData(capnp::MessageBuilder& msg, void* in, uint64_t in_len);
+  // A deferred call like postExpectingData whose request carries `bulk` (kept
+  // until the reply, for replay after a resume) and whose reply's bytes are
+  // scattered over `parts` in order (a graph launch's device-to-host nodes).
+  Status postScatter(capnp::MessageBuilder& msg, std::vector<uint8_t> bulk,
+                     std::vector<std::pair<void*, uint64_t>> parts);
   // Waits until no reply of postExpectingData still has to be written into
   // [p, p + len): before that memory goes back to the program's allocator
   // (cudaFreeHost, cudaHostUnregister), as NVIDIA's runtime synchronises there.
@@ -124,6 +129,9 @@ class Connection {
     void* in = nullptr;
     uint64_t in_len = 0;
     bool deferred = false;  // owned by the receiver (postExpectingData)
+    // postScatter: `in` is `scratch`, copied out to `parts` when it lands.
+    std::vector<uint8_t> own_bulk, scratch;
+    std::vector<std::pair<void*, uint64_t>> parts;
   };
 
   // A request kept for replay until the server has dispatched it. Its frame

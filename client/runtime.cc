@@ -1,5 +1,7 @@
 #include "client/runtime.h"
 
+#include "client/graph.h"
+
 #include <pthread.h>
 #include <unistd.h>
 
@@ -129,6 +131,7 @@ cudaError_t Runtime::lastError(bool reset) {
 Result<Reply> Runtime::call(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len, void* in,
                             uint64_t in_len) {
   if (int s = sticky_.load(std::memory_order_relaxed)) return Status(s, "a kernel fault made the context unusable");
+  if (capturesActive()) RGPU_TRY(captureAllowsCall(msg.getRoot<wire::Request>().asReader()));
   auto c = conn();
   if (!c) return c.status();
   Reply r = (*c)->call(msg, bulk, bulk_len, in, in_len);
@@ -160,6 +163,14 @@ void Runtime::flushDeviceOutput() {
 
 Status Runtime::post(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len) {
   if (int s = sticky_.load(std::memory_order_relaxed)) return Status(s, "a kernel fault made the context unusable");
+  if (capturesActive()) {
+    // A capturing stream's work becomes a graph node instead of a message.
+    auto r = msg.getRoot<wire::Request>().asReader();
+    if (auto s = requestStream(r)) {
+      Status st;
+      if (captureRequest(*s, r, &st)) return st;
+    }
+  }
   auto c = conn();
   if (!c) return c.status();
   return (*c)->post(msg, bulk, bulk_len);
@@ -558,6 +569,19 @@ Result<const KernelRecord*> Runtime::kernelByHostFun(const void* host_fun) {
 
 cudaKernel_t Runtime::handleOf(const KernelRecord& k) { return reinterpret_cast<cudaKernel_t>(kKernelTag | k.index); }
 
+const KernelRecord* Runtime::kernelByServerId(uint32_t id) {
+  std::shared_lock lock(reg_mu_);
+  uint32_t idx = (id >> 6) - 1;
+  if ((id >> 6) == 0 || idx >= kernels_.size()) return nullptr;
+  return &kernels_[idx];
+}
+
+bool Runtime::streamNonBlocking(uint32_t id) {
+  std::shared_lock lock(handle_mu_);
+  auto it = streams_.find(id);
+  return it != streams_.end() && (it->second.flags & cudaStreamNonBlocking);
+}
+
 Result<const KernelRecord*> Runtime::kernelByHandle(cudaKernel_t handle) {
   auto v = reinterpret_cast<uint64_t>(handle);
   if ((v & kTagMask) != kKernelTag) return Status(err::kInvalidResourceHandle, "not a kernel handle");
@@ -707,36 +731,8 @@ Status Runtime::launch(const KernelRecord& k, dim3 grid, dim3 block, void** args
   flushDeviceOutput();  // a launch flushes the printf buffer on a GPU
   auto s = this->stream(stream, ptsz);
   if (!s) return s.status();
-  auto dev = device(s->device);
-  if (!dev) return dev.status();
-  const auto& a = (*dev)->attributes;
-  auto attr = [&](cudaDeviceAttr i) { return static_cast<size_t>(i) < a.size() ? static_cast<uint64_t>(a[i]) : 0; };
-  uint64_t threads = uint64_t{block.x} * block.y * block.z;
-  // Launch configuration errors are immediate in CUDA; check them here.
-  if (block.x == 0 || block.y == 0 || block.z == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
-      threads > attr(cudaDevAttrMaxThreadsPerBlock) || block.x > attr(cudaDevAttrMaxBlockDimX) ||
-      block.y > attr(cudaDevAttrMaxBlockDimY) || block.z > attr(cudaDevAttrMaxBlockDimZ) ||
-      grid.x > attr(cudaDevAttrMaxGridDimX) || grid.y > attr(cudaDevAttrMaxGridDimY) ||
-      grid.z > attr(cudaDevAttrMaxGridDimZ))
-    return Status(err::kInvalidConfiguration, "launch configuration outside the device's limits");
-  if (!k.has_layout)
-    return Status(err::kInvalidDeviceFunction, "no parameter layout for kernel " + k.name + " in its fatbin");
+  RGPU_TRY(checkLaunch(k, grid, block, shmem, s->device));
   if (!k.layout.params.empty() && !args) return Status(err::kInvalidValue, "kernel arguments missing");
-  // What the kernel itself allows (its image, __launch_bounds__, shared memory).
-  auto lim = launchLimits(k, s->device);
-  if (!lim) return lim.status();
-  if (!lim->error.isOk()) return lim->error;
-  if (threads > lim->max_threads)
-    return Status(err::kLaunchOutOfResources, "kernel " + k.name + " allows " + std::to_string(lim->max_threads) +
-                                                  " threads per block (__launch_bounds__ or its registers); the "
-                                                  "launch asked for " + std::to_string(threads));
-  if (shmem > lim->max_dynamic_shared)
-    return Status(err::kInvalidValue, "kernel " + k.name + " may use " + std::to_string(lim->max_dynamic_shared) +
-                                          " bytes of dynamic shared memory (cudaFuncSetAttribute raises it); the "
-                                          "launch asked for " + std::to_string(shmem));
-  if (shmem + lim->static_shared > attr(cudaDevAttrMaxSharedMemoryPerBlockOptin) &&
-      attr(cudaDevAttrMaxSharedMemoryPerBlockOptin) > 0)
-    return Status(err::kInvalidValue, "static plus dynamic shared memory exceed the device's limit");
 
   capnp::MallocMessageBuilder msg(128 + k.layout.param_bytes / 8);
   auto lk = msg.initRoot<wire::Request>().initLaunchKernel();
@@ -756,6 +752,39 @@ Status Runtime::launch(const KernelRecord& k, dim3 grid, dim3 block, void** args
     if (p.size) std::memcpy(params.begin() + p.offset, args[i], p.size);
   }
   return post(msg);
+}
+
+Status Runtime::checkLaunch(const KernelRecord& k, dim3 grid, dim3 block, size_t shmem, int device_index) {
+  auto dev = device(device_index);
+  if (!dev) return dev.status();
+  const auto& a = (*dev)->attributes;
+  auto attr = [&](cudaDeviceAttr i) { return static_cast<size_t>(i) < a.size() ? static_cast<uint64_t>(a[i]) : 0; };
+  uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  // Launch configuration errors are immediate in CUDA; check them here.
+  if (block.x == 0 || block.y == 0 || block.z == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+      threads > attr(cudaDevAttrMaxThreadsPerBlock) || block.x > attr(cudaDevAttrMaxBlockDimX) ||
+      block.y > attr(cudaDevAttrMaxBlockDimY) || block.z > attr(cudaDevAttrMaxBlockDimZ) ||
+      grid.x > attr(cudaDevAttrMaxGridDimX) || grid.y > attr(cudaDevAttrMaxGridDimY) ||
+      grid.z > attr(cudaDevAttrMaxGridDimZ))
+    return Status(err::kInvalidConfiguration, "launch configuration outside the device's limits");
+  if (!k.has_layout)
+    return Status(err::kInvalidDeviceFunction, "no parameter layout for kernel " + k.name + " in its fatbin");
+  // What the kernel itself allows (its image, __launch_bounds__, shared memory).
+  auto lim = launchLimits(k, device_index);
+  if (!lim) return lim.status();
+  if (!lim->error.isOk()) return lim->error;
+  if (threads > lim->max_threads)
+    return Status(err::kLaunchOutOfResources, "kernel " + k.name + " allows " + std::to_string(lim->max_threads) +
+                                                  " threads per block (__launch_bounds__ or its registers); the "
+                                                  "launch asked for " + std::to_string(threads));
+  if (shmem > lim->max_dynamic_shared)
+    return Status(err::kInvalidValue, "kernel " + k.name + " may use " + std::to_string(lim->max_dynamic_shared) +
+                                          " bytes of dynamic shared memory (cudaFuncSetAttribute raises it); the "
+                                          "launch asked for " + std::to_string(shmem));
+  if (shmem + lim->static_shared > attr(cudaDevAttrMaxSharedMemoryPerBlockOptin) &&
+      attr(cudaDevAttrMaxSharedMemoryPerBlockOptin) > 0)
+    return Status(err::kInvalidValue, "static plus dynamic shared memory exceed the device's limit");
+  return Status::ok();
 }
 
 }  // namespace rgpu::client

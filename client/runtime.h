@@ -121,6 +121,8 @@ class Runtime {
   // Destroys a stream the runtime made itself (a thread's default stream).
   void releaseStream(cudaStream_t s) noexcept;
   Result<std::pair<unsigned, int>> streamInfo(cudaStream_t s);  // flags, priority
+  // cudaStreamNonBlocking is set for stream `id` (false for unknown ones).
+  bool streamNonBlocking(uint32_t id);
   // cudaStreamSetAttribute(cudaLaunchAttributePriority): what cudaStreamGetPriority reports from now on.
   Status setStreamPriority(cudaStream_t s, int priority);
   cudaEvent_t newEvent(int device, unsigned flags, uint32_t* id);
@@ -160,6 +162,8 @@ class Runtime {
   Result<const KernelRecord*> kernelByHostFun(const void* host_fun);
   Result<const KernelRecord*> kernelByHandle(cudaKernel_t handle);
   cudaKernel_t handleOf(const KernelRecord& k);
+  // The kernel behind a server kernel id (serverKernelId), or null.
+  const KernelRecord* kernelByServerId(uint32_t id);
   // Ships the module of `kernel` (and its functions and variables) to `device`.
   Status ensureShipped(uint32_t module, int device);
   uint32_t serverKernelId(const KernelRecord& k, int device) const { return (k.index + 1) << 6 | device; }
@@ -174,6 +178,9 @@ class Runtime {
   // cudaFuncSetAttribute changed what the kernel may ask for.
   void forgetLaunchLimits(const KernelRecord& k, int device);
 
+  // The checks a launch of `k` on `device` passes before it is sent (CUDA
+  // reports these at once): configuration, the kernel's own limits.
+  Status checkLaunch(const KernelRecord& k, dim3 grid, dim3 block, size_t shmem, int device);
   // Launch with the packed parameter block.
   Status launch(const KernelRecord& k, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream,
                 bool ptsz);

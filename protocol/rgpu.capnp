@@ -137,8 +137,40 @@ struct Request {
     ltMatmul @39 :LtMatmul;      # cublasLtMatmul
     ltHeuristic @40 :LtMatmul;   # cublasLtMatmulAlgoGetHeuristic: the reply lists algorithms
     setLimit @41 :SetLimit;      # cudaDeviceSetLimit of a limit the device enforces (printf FIFO)
+    graphCreate @42 :GraphCreate;  # an instantiated CUDA graph, kept by the server under a client id
+    graphLaunch @43 :GraphLaunch;  # bulk = the bytes of its host-to-device nodes, in node order;
+                                   # reply (only when it has device-to-host nodes) bulk = theirs
+    graphDestroy @44 :GraphRef;
   }
 }
+
+# CUDA graphs (client/graph.h). The client flattens a graph (child graphs
+# inlined, disabled nodes dropped) into its nodes in an order that respects
+# every dependency, and the server runs them in that order on the launch's
+# stream: one message per launch however many nodes the graph has.
+struct GraphCreate {
+  id @0 :UInt32;             # client-chosen; a second graphCreate with the same id replaces it (cudaGraphExecUpdate)
+  device @1 :Int32;
+  nodes @2 :List(GraphNode);
+  append @3 :Bool;           # more nodes of the graph last sent under this id (one too large for a message)
+}
+struct GraphNode {
+  union {
+    request @0 :Request;       # a stream-ordered device-side call (launch, copy, memset, event, cuBLAS);
+                               # its stream fields are ignored: it runs on the launch's stream
+    hostToDevice @1 :HostCopy; # the launch's bulk carries the bytes (read when the program launches)
+    deviceToHost @2 :HostCopy; # the launch's reply carries the bytes
+    hostFunc @3 :Void;         # a host node: the launch names the callback id it runs as
+    empty @4 :Void;
+  }
+}
+struct HostCopy { device @0 :UInt64; size @1 :UInt64; }
+struct GraphLaunch {
+  id @0 :UInt32;
+  stream @1 :StreamRef;
+  hostFuncs @2 :List(UInt64);  # one host callback id per hostFunc node, in node order
+}
+struct GraphRef { id @0 :UInt32; }
 
 # cuBLAS. Handles live in the client; each call carries what the server needs
 # (stream, pointer and math mode, workspace). Types are cudaDataType_t and
@@ -258,7 +290,13 @@ struct Memcpy2D {
   width @5 :UInt64; height @6 :UInt64;
   stream @7 :StreamRef;
 }
-struct Memset2D { dst @0 :UInt64; pitch @1 :UInt64; value @2 :UInt8; width @3 :UInt64; height @4 :UInt64; stream @5 :StreamRef; }
+struct Memset2D {
+  dst @0 :UInt64; pitch @1 :UInt64; value @2 :UInt8; width @3 :UInt64; height @4 :UInt64; stream @5 :StreamRef;
+  # A graph's memset node of 2- or 4-byte elements: `pattern` repeated; width
+  # stays in bytes (a multiple of the element size). 0 or 1: bytes of `value`.
+  elementSize @6 :UInt8;
+  pattern @7 :UInt32;
+}
 struct StreamCreate { stream @0 :StreamRef; flags @1 :UInt32; priority @2 :Int32; }
 struct StreamWaitEvent { stream @0 :StreamRef; event @1 :UInt32; flags @2 :UInt32; }
 struct EventRef { id @0 :UInt32; }

@@ -159,6 +159,10 @@ class Backend {
   virtual Status fill(StreamKey s, DevPtr dst, uint8_t value, uint64_t size) = 0;
   virtual Status fill2D(StreamKey s, DevPtr dst, uint64_t pitch, uint8_t value, uint64_t width,
                         uint64_t height) = 0;
+  // Rows of `width` bytes (a multiple of `element_size`, 2 or 4) filled with
+  // the low `element_size` bytes of `pattern`, repeated.
+  virtual Status fillPattern2D(StreamKey s, DevPtr dst, uint64_t pitch, uint32_t pattern, unsigned element_size,
+                               uint64_t width, uint64_t height) = 0;
   virtual Status launch(StreamKey s, uint32_t function, const LaunchConfig& cfg, std::string params) = 0;
   virtual Status recordEvent(uint32_t event, StreamKey s) = 0;
   virtual Status waitEvent(StreamKey s, uint32_t event) = 0;

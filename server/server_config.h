@@ -64,6 +64,9 @@ struct SessionLimits {
   uint32_t max_modules = 4096;
   uint32_t max_functions = 1u << 20;
   uint32_t max_pending_host_funcs = 4096;
+  // Instantiated CUDA graphs a session keeps, and their nodes over all of them.
+  uint32_t max_graphs = 4096;
+  uint32_t max_graph_nodes = 1u << 20;
   // A kernel running longer than this fails with cudaErrorLaunchTimeout
   // (sticky for the session, as a GPU watchdog does); 0: no limit.
   uint32_t kernel_timeout_ms = kDefaultKernelTimeoutMs;

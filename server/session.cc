@@ -615,6 +615,8 @@ Status Session::stagingRefused(uint64_t bytes) const {
                                             std::to_string(staging_->budget()) + " (synchronise first)");
 }
 
+Staging Session::stage(uint64_t size) { return staging_->acquire(size); }
+
 Status Session::consumeBulk(const FrameHeader& h, uint64_t expected, Staging* into) {
   if (h.bulk_len != expected) {
     // The frame's lengths disagree: we cannot trust where the next frame starts.
@@ -717,6 +719,10 @@ Status Session::checkDevice(int device) const {
 }
 
 Status Session::checkStream(wire::StreamRef::Reader s, StreamKey& key) const {
+  if (graph_stream_) {
+    key = *graph_stream_;
+    return Status::ok();
+  }
   key.id = s.getId();
   key.device = s.getDevice();
   if (key.id == 0) return checkDevice(key.device);
@@ -775,6 +781,9 @@ const Session::Handlers& Session::handlers() {
     t[R::BLAS] = &Session::dispatchBlas;
     t[R::LT_MATMUL] = &Session::dispatchBlas;
     t[R::LT_HEURISTIC] = &Session::dispatchBlas;
+    t[R::GRAPH_CREATE] = &Session::onGraphCreate;
+    t[R::GRAPH_LAUNCH] = &Session::onGraphLaunch;
+    t[R::GRAPH_DESTROY] = &Session::onGraphDestroy;
     return t;
   }();
   return table;

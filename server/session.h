@@ -154,6 +154,19 @@ class Session {
   Status onFuncGetAttributes(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onFuncSetAttribute(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onOccupancy(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // session_graphs.cc: CUDA graphs, kept instantiated and launched in one message
+  Status onGraphCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onGraphLaunch(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onGraphDestroy(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // Runs the nodes of a launched graph on `key`; `all` holds its host-to-device bytes.
+  void runGraph(const protocol::FrameHeader& h, const struct SessionGraph& g, StreamKey key,
+                capnp::List<uint64_t>::Reader host_funcs, const Staging& all);
+  // cudaDeviceReset: the device's graphs go.
+  void forgetGraphs(int device);
+  // Queues host function `id` (the client runs it) on `key`.
+  Status enqueueHostFunc(StreamKey key, uint64_t id);
+  // A staging buffer of `size` bytes from the session's budget; null past it.
+  Staging stage(uint64_t size);
   // (session.cc)
   Status onPoolStatus(const protocol::FrameHeader& h, wire::Request::Reader req);
   // session_blas.cc: cuBLAS and cuBLASLt calls.
@@ -235,6 +248,12 @@ class Session {
     uint64_t addr;  // 0 until resolved
   };
   std::unordered_map<uint32_t, Var> vars_;
+  // Instantiated graphs (session_graphs.cc) and their nodes over all of them.
+  std::unordered_map<uint32_t, std::shared_ptr<struct SessionGraph>> graphs_;
+  uint64_t graph_nodes_ = 0;
+  // While a graph's node runs: the launch's stream, which every stream field
+  // of the node's request names (checkStream answers it).
+  const StreamKey* graph_stream_ = nullptr;
 
   std::mutex async_mu_;
   Status async_error_;  // first unreported error of an asynchronous call

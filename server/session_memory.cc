@@ -192,7 +192,12 @@ Status Session::onMemset2D(const FrameHeader& h, wire::Request::Reader req) {
   StreamKey key;
   Status s = checkStream(m.getStream(), key);
   if (s) s = allocs_.check2D(m.getDst(), m.getPitch(), m.getWidth(), m.getHeight());
-  if (s) s = backend_->fill2D(key, m.getDst(), m.getPitch(), m.getValue(), m.getWidth(), m.getHeight());
+  const unsigned es = m.getElementSize() ? m.getElementSize() : 1;
+  if (s && es != 1 && es != 2 && es != 4) s = Status(err::kInvalidValue, "memset element size must be 1, 2 or 4");
+  if (s && (m.getWidth() % es != 0 || (m.getHeight() > 1 && m.getPitch() % es != 0)))
+    s = Status(err::kInvalidValue, "memset width and pitch must be multiples of the element size");
+  if (s && es == 1) s = backend_->fill2D(key, m.getDst(), m.getPitch(), m.getValue(), m.getWidth(), m.getHeight());
+  else if (s) s = backend_->fillPattern2D(key, m.getDst(), m.getPitch(), m.getPattern(), es, m.getWidth(), m.getHeight());
   finish(h, s);
   return Status::ok();
 }

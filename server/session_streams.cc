@@ -216,6 +216,7 @@ Status Session::onDeviceReset(const FrameHeader& h, wire::Request::Reader req) {
   for (auto& [id, d] : modules_)
     if (d == dev) mods.push_back(id);
   for (uint32_t id : mods) forgetModule(id);
+  forgetGraphs(dev);
   for (auto it = streams_.begin(); it != streams_.end();) {
     if (it->second != dev) {
       ++it;
@@ -249,28 +250,35 @@ Status Session::onDeviceReset(const FrameHeader& h, wire::Request::Reader req) {
 }
 
 Status Session::onHostFuncEnqueue(const FrameHeader& h, wire::Request::Reader req) {
-  const auto& L = cfg_.limits;
   RGPU_TRY(bulkNotExpected(h));
   auto m = req.getHostFuncEnqueue();
   StreamKey key;
   Status s = checkStream(m.getStream(), key);
   uint64_t id = m.getId();
-  if (s) {
-    std::lock_guard lock(host_mu_);
-    if (host_pending_.size() >= L.max_pending_host_funcs)
-      s = Status(err::kLaunchOutOfResources, "too many pending host functions (max_pending_host_funcs = " +
-                                                 std::to_string(L.max_pending_host_funcs) + ")");
-    else if (!host_pending_.insert(id).second) s = Status(err::kInvalidValue, "host function id in use");
-  }
-  if (s) {
-    s = backend_->hostCall(key, [this, id] {
-      sendNotify([id](wire::Notify::Builder& n) { n.setHostFuncReady(id); });
-      std::unique_lock lock(host_mu_);
-      host_cv_.wait(lock, [&] { return closing_ || !host_pending_.count(id); });
-    });
-  }
+  if (s) s = enqueueHostFunc(key, id);
   finish(h, s);
   return Status::ok();
+}
+
+Status Session::enqueueHostFunc(StreamKey key, uint64_t id) {
+  const auto& L = cfg_.limits;
+  {
+    std::lock_guard lock(host_mu_);
+    if (host_pending_.size() >= L.max_pending_host_funcs)
+      return Status(err::kLaunchOutOfResources, "too many pending host functions (max_pending_host_funcs = " +
+                                                    std::to_string(L.max_pending_host_funcs) + ")");
+    if (!host_pending_.insert(id).second) return Status(err::kInvalidValue, "host function id in use");
+  }
+  Status s = backend_->hostCall(key, [this, id] {
+    sendNotify([id](wire::Notify::Builder& n) { n.setHostFuncReady(id); });
+    std::unique_lock lock(host_mu_);
+    host_cv_.wait(lock, [&] { return closing_ || !host_pending_.count(id); });
+  });
+  if (!s) {
+    std::lock_guard lock(host_mu_);
+    host_pending_.erase(id);
+  }
+  return s;
 }
 
 Status Session::onHostFuncDone(const FrameHeader& h, wire::Request::Reader req) {

@@ -572,6 +572,16 @@ Status SimBackend::fill2D(StreamKey s, DevPtr dst, uint64_t pitch, uint8_t value
   });
 }
 
+Status SimBackend::fillPattern2D(StreamKey s, DevPtr dst, uint64_t pitch, uint32_t pattern, unsigned element_size,
+                                 uint64_t width, uint64_t height) {
+  return enqueue(s, [=] {
+    for (uint64_t r = 0; r < height; ++r) {
+      auto* row = reinterpret_cast<uint8_t*>(dst + r * pitch);
+      for (uint64_t x = 0; x < width; x += element_size) std::memcpy(row + x, &pattern, element_size);
+    }
+  });
+}
+
 // ---- modules and launches ------------------------------------------------------
 
 Status SimBackend::loadModule(uint32_t id, int device, const std::string& fatbin) {

@@ -107,6 +107,8 @@ class SimBackend final : public Backend {
                         uint64_t height) override;
   Status fill(StreamKey s, DevPtr dst, uint8_t value, uint64_t size) override;
   Status fill2D(StreamKey s, DevPtr dst, uint64_t pitch, uint8_t value, uint64_t width, uint64_t height) override;
+  Status fillPattern2D(StreamKey s, DevPtr dst, uint64_t pitch, uint32_t pattern, unsigned element_size, uint64_t width,
+                       uint64_t height) override;
   Status launch(StreamKey s, uint32_t function, const LaunchConfig& cfg, std::string params) override;
   Status recordEvent(uint32_t event, StreamKey s) override;
   Status waitEvent(StreamKey s, uint32_t event) override;

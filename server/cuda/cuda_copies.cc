@@ -311,6 +311,17 @@ Status CudaBackend::fill(StreamKey key, DevPtr dst, uint8_t value, uint64_t size
   return RGPU_CU(cuMemsetD8Async(dst, value, size, s->second));
 }
 
+Status CudaBackend::fillPattern2D(StreamKey key, DevPtr dst, uint64_t pitch, uint32_t pattern, unsigned element_size,
+                                  uint64_t width, uint64_t height) {
+  DriverApi& api = *api_;
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  if (height <= 1) pitch = width;
+  if (element_size == 2)
+    return RGPU_CU(cuMemsetD2D16Async(dst, pitch, static_cast<unsigned short>(pattern), width / 2, height, s->second));
+  return RGPU_CU(cuMemsetD2D32Async(dst, pitch, pattern, width / 4, height, s->second));
+}
+
 Status CudaBackend::fill2D(StreamKey key, DevPtr dst, uint64_t pitch, uint8_t value, uint64_t width,
                            uint64_t height) {
   DriverApi& api = *api_;

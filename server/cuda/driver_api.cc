@@ -82,6 +82,8 @@ Result<std::unique_ptr<DriverApi>> DriverApi::load(const std::string& library) {
   RGPU_RESOLVE(cuMemcpy2DAsync)
   RGPU_RESOLVE(cuMemsetD8Async)
   RGPU_RESOLVE(cuMemsetD2D8Async)
+  RGPU_RESOLVE(cuMemsetD2D16Async)
+  RGPU_RESOLVE(cuMemsetD2D32Async)
   RGPU_RESOLVE(cuStreamCreateWithPriority)
   RGPU_RESOLVE(cuStreamDestroy)
   RGPU_RESOLVE(cuStreamQuery)

@@ -65,6 +65,8 @@ class DriverApi {
   RGPU_CU_FN(cuMemcpy2DAsync)
   RGPU_CU_FN(cuMemsetD8Async)
   RGPU_CU_FN(cuMemsetD2D8Async)
+  RGPU_CU_FN(cuMemsetD2D16Async)
+  RGPU_CU_FN(cuMemsetD2D32Async)
   RGPU_CU_FN(cuStreamCreateWithPriority)
   RGPU_CU_FN(cuStreamDestroy)
   RGPU_CU_FN(cuStreamQuery)

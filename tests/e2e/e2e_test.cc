@@ -304,6 +304,12 @@ TEST_F(E2E, StreamOrderedAllocationWithMemoryPools) {
   EXPECT_NE(r.output.find("mempool: all checks passed"), std::string::npos) << r.output;
 }
 
+TEST_F(E2E, GraphsCapturedAndBuiltRunAsNvidiasDoWithOneMessagePerLaunch) {
+  RunResult r = program(testProgram("graphs"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("graphs: all checks passed"), std::string::npos) << r.output;
+}
+
 TEST_F(E2E, ThrustAndCubAlgorithmsOnAMillionKeysMatchTheHost) {
   RunResult r = program(testProgram("thrust_cub") + " 1000000");
   EXPECT_EQ(r.code, 0) << r.output;

@@ -613,6 +613,27 @@ CUresult fakeMemsetD2D8Async(CUdeviceptr dst, size_t pitch, unsigned char v, siz
   return CUDA_SUCCESS;
 }
 
+template <typename T>
+CUresult fakeMemsetD2DN(const char* name, CUdeviceptr dst, size_t pitch, T v, size_t w, size_t h, CUstream s) {
+  ENTER(name);
+  if (!knownStream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (h && (pitch < w * sizeof(T) || !deviceRange(dst, (h - 1) * pitch + w * sizeof(T)))) return CUDA_ERROR_INVALID_VALUE;
+  if (dst % sizeof(T) || (h > 1 && pitch % sizeof(T))) return CUDA_ERROR_INVALID_VALUE;  // the driver's alignment rule
+  record(std::string(name) + " " + std::to_string(w) + "x" + std::to_string(h));
+  enqueue(streamOf(s), [=] {
+    for (size_t r = 0; r < h; ++r)
+      for (size_t x = 0; x < w; ++x) std::memcpy(reinterpret_cast<uint8_t*>(dst) + r * pitch + x * sizeof(T), &v, sizeof(T));
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
+}
+CUresult fakeMemsetD2D16Async(CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s) {
+  return fakeMemsetD2DN("cuMemsetD2D16Async", dst, pitch, v, w, h, s);
+}
+CUresult fakeMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s) {
+  return fakeMemsetD2DN("cuMemsetD2D32Async", dst, pitch, v, w, h, s);
+}
+
 // ---- streams and events ----
 
 CUresult fakeStreamCreateWithPriority(CUstream* s, unsigned flags, int priority) {
@@ -977,6 +998,8 @@ const std::map<std::string, void*>& table() {
       {"cuMemcpy2DAsync", reinterpret_cast<void*>(&fakeMemcpy2DAsync)},
       {"cuMemsetD8Async", reinterpret_cast<void*>(&fakeMemsetD8Async)},
       {"cuMemsetD2D8Async", reinterpret_cast<void*>(&fakeMemsetD2D8Async)},
+      {"cuMemsetD2D16Async", reinterpret_cast<void*>(&fakeMemsetD2D16Async)},
+      {"cuMemsetD2D32Async", reinterpret_cast<void*>(&fakeMemsetD2D32Async)},
       {"cuStreamCreateWithPriority", reinterpret_cast<void*>(&fakeStreamCreateWithPriority)},
       {"cuStreamDestroy", reinterpret_cast<void*>(&fakeStreamDestroy)},
       {"cuStreamQuery", reinterpret_cast<void*>(&fakeStreamQuery)},

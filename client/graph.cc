@@ -1,0 +1,326 @@
+// Graphs and their nodes (client/graph.h): the registry of live handles,
+// edges, cloning, ordering, and node parameters from the program's structures.
+#include "client/graph.h"
+
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "client/api_util.h"
+
+namespace rgpu::client {
+namespace {
+
+// Live handles. Top-level graphs are the program's (owned here); child graphs
+// are owned by their nodes but are graphs all the same.
+struct Registry {
+  std::unordered_map<CUgraph_st*, std::shared_ptr<CUgraph_st>> owned;
+  std::unordered_set<const CUgraph_st*> graphs;
+  std::unordered_set<const CUgraphNode_st*> nodes;
+};
+Registry& reg() {
+  static auto* r = new Registry;  // never destroyed: handles may be used during exit
+  return *r;
+}
+
+void registerTree(CUgraph_st& g) {
+  reg().graphs.insert(&g);
+  for (auto& n : g.nodes) {
+    reg().nodes.insert(n.get());
+    if (n->p.child) registerTree(*n->p.child);
+  }
+}
+
+void unregisterTree(CUgraph_st& g) {
+  reg().graphs.erase(&g);
+  for (auto& n : g.nodes) {
+    reg().nodes.erase(n.get());
+    if (n->p.child) unregisterTree(*n->p.child);
+  }
+}
+
+bool graphLive(const CUgraph_st* g) { return reg().graphs.count(g) != 0; }
+
+}  // namespace
+
+std::recursive_mutex& graphMutex() {
+  static auto* mu = new std::recursive_mutex;
+  return *mu;
+}
+
+Status checkGraph(cudaGraph_t g) {
+  if (!g || !graphLive(g)) return Status(err::kInvalidValue, "not a live graph handle");
+  return Status::ok();
+}
+
+Status checkNode(cudaGraphNode_t n) {
+  if (!n || !reg().nodes.count(n)) return Status(err::kInvalidValue, "not a live graph node handle");
+  return Status::ok();
+}
+
+cudaGraph_t newGraph() {
+  auto g = std::make_shared<CUgraph_st>();
+  CUgraph_st* raw = g.get();
+  reg().owned.emplace(raw, std::move(g));
+  reg().graphs.insert(raw);
+  return raw;
+}
+
+cudaGraph_t adoptGraph(std::shared_ptr<CUgraph_st> g) {
+  CUgraph_st* raw = g.get();
+  reg().owned.emplace(raw, std::move(g));
+  registerTree(*raw);
+  return raw;
+}
+
+void destroyGraph(cudaGraph_t g) {
+  auto it = reg().owned.find(g);
+  unregisterTree(*g);
+  if (it != reg().owned.end()) reg().owned.erase(it);
+}
+
+Result<cudaGraphNode_t> addNode(cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, NodeParams p) {
+  RGPU_TRY(checkGraph(g));
+  if (n && !deps) return Status(err::kInvalidValue, "pDependencies is NULL");
+  for (size_t i = 0; i < n; ++i) {
+    RGPU_TRY(checkNode(deps[i]));
+    if (deps[i]->graph != g) return Status(err::kInvalidValue, "a dependency belongs to another graph");
+    for (size_t j = 0; j < i; ++j)
+      if (deps[j] == deps[i]) return Status(err::kInvalidValue, "a dependency is named twice");
+  }
+  if (p.child) {
+    // The node owns a copy of the child graph, as cudaGraphAddChildGraphNode does.
+    p.child = cloneGraph(*p.child, nullptr);
+    registerTree(*p.child);
+  }
+  auto node = std::make_unique<CUgraphNode_st>();
+  node->graph = g;
+  node->p = std::move(p);
+  pointArgs(node->p);
+  for (size_t i = 0; i < n; ++i) {
+    node->in.push_back(deps[i]);
+    deps[i]->out.push_back(node.get());
+  }
+  CUgraphNode_st* raw = node.get();
+  g->nodes.push_back(std::move(node));
+  reg().nodes.insert(raw);
+  return raw;
+}
+
+Status addEdge(cudaGraphNode_t from, cudaGraphNode_t to) {
+  RGPU_TRY(checkNode(from));
+  RGPU_TRY(checkNode(to));
+  if (from->graph != to->graph) return Status(err::kInvalidValue, "the nodes belong to different graphs");
+  if (from == to) return Status(err::kInvalidValue, "a node cannot depend on itself");
+  if (std::find(to->in.begin(), to->in.end(), from) != to->in.end())
+    return Status(err::kInvalidValue, "the dependency exists already");
+  to->in.push_back(from);
+  from->out.push_back(to);
+  return Status::ok();
+}
+
+Status removeEdge(cudaGraphNode_t from, cudaGraphNode_t to) {
+  RGPU_TRY(checkNode(from));
+  RGPU_TRY(checkNode(to));
+  auto it = std::find(to->in.begin(), to->in.end(), from);
+  if (it == to->in.end()) return Status(err::kInvalidValue, "no such dependency");
+  to->in.erase(it);
+  from->out.erase(std::find(from->out.begin(), from->out.end(), to));
+  return Status::ok();
+}
+
+void destroyNode(cudaGraphNode_t n) {
+  for (auto* d : n->in) d->out.erase(std::find(d->out.begin(), d->out.end(), n));
+  for (auto* d : n->out) d->in.erase(std::find(d->in.begin(), d->in.end(), n));
+  if (n->p.child) unregisterTree(*n->p.child);
+  reg().nodes.erase(n);
+  auto& v = n->graph->nodes;
+  v.erase(std::find_if(v.begin(), v.end(), [&](const auto& u) { return u.get() == n; }));
+}
+
+std::shared_ptr<CUgraph_st> cloneGraph(const CUgraph_st& g, std::map<const CUgraphNode_st*, CUgraphNode_st*>* map) {
+  auto out = std::make_shared<CUgraph_st>();
+  std::map<const CUgraphNode_st*, CUgraphNode_st*> local;
+  auto& m = map ? *map : local;
+  for (auto& n : g.nodes) {
+    auto c = std::make_unique<CUgraphNode_st>();
+    c->graph = out.get();
+    c->p = n->p;
+    c->enabled = n->enabled;
+    c->origin = n.get();
+    if (n->p.child) c->p.child = cloneGraph(*n->p.child, map);
+    pointArgs(c->p);  // into the copy's own parameter block
+    m[n.get()] = c.get();
+    out->nodes.push_back(std::move(c));
+  }
+  for (auto& n : g.nodes)
+    for (auto* d : n->in) {
+      m[n.get()]->in.push_back(m[d]);
+      m[d]->out.push_back(m[n.get()]);
+    }
+  return out;
+}
+
+std::vector<CUgraphNode_st*> topoOrder(const CUgraph_st& g) {
+  std::unordered_map<const CUgraphNode_st*, size_t> waiting;
+  std::unordered_map<const CUgraphNode_st*, size_t> index;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    waiting[g.nodes[i].get()] = g.nodes[i]->in.size();
+    index[g.nodes[i].get()] = i;
+  }
+  std::set<size_t> ready;  // creation order among the nodes that may run
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (g.nodes[i]->in.empty()) ready.insert(i);
+  std::vector<CUgraphNode_st*> order;
+  while (!ready.empty()) {
+    CUgraphNode_st* n = g.nodes[*ready.begin()].get();
+    ready.erase(ready.begin());
+    order.push_back(n);
+    for (auto* d : n->out)
+      if (--waiting[d] == 0) ready.insert(index[d]);
+  }
+  return order;  // shorter than g.nodes: the graph has a cycle
+}
+
+// ---- parameters ---------------------------------------------------------------------
+
+namespace {
+constexpr uintptr_t kParamBufferPointer = 0x1, kParamBufferSize = 0x2, kParamEnd = 0x0;
+}  // namespace
+
+void pointArgs(NodeParams& p) {
+  p.arg_ptrs.clear();
+  if (!p.kernel) return;
+  for (const auto& a : p.kernel->layout.params) p.arg_ptrs.push_back(p.params.data() + a.offset);
+}
+
+Result<NodeParams> kernelParams(const cudaKernelNodeParams& k) {
+  auto rec = rt().kernelByHostFun(k.func);
+  if (!rec) return rec.status();
+  const KernelRecord& kr = **rec;
+  if (!kr.has_layout) return Status(err::kInvalidDeviceFunction, "no parameter layout for kernel " + kr.name);
+  NodeParams p;
+  p.type = cudaGraphNodeTypeKernel;
+  p.device = rt().currentDevice();
+  p.kernel = &kr;
+  p.grid = k.gridDim;
+  p.block = k.blockDim;
+  p.shmem = k.sharedMemBytes;
+  p.params.assign(kr.layout.param_bytes, '\0');
+  if (k.kernelParams) {
+    for (size_t i = 0; i < kr.layout.params.size(); ++i) {
+      const auto& a = kr.layout.params[i];
+      if (a.size && !k.kernelParams[i]) return Status(err::kInvalidValue, "kernel argument " + std::to_string(i) + " is NULL");
+      if (a.size) std::memcpy(p.params.data() + a.offset, k.kernelParams[i], a.size);
+    }
+  } else if (k.extra) {
+    // CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE / _END: the block packed already.
+    const void* buf = nullptr;
+    size_t size = 0;
+    for (size_t i = 0; i < 16 && reinterpret_cast<uintptr_t>(k.extra[i]) != kParamEnd; i += 2) {
+      auto key = reinterpret_cast<uintptr_t>(k.extra[i]);
+      if (key == kParamBufferPointer) buf = k.extra[i + 1];
+      else if (key == kParamBufferSize) size = *static_cast<size_t*>(k.extra[i + 1]);
+      else return Status(err::kInvalidValue, "unknown key in the kernel's extra parameters");
+    }
+    if (!buf || size != kr.layout.param_bytes)
+      return Status(err::kInvalidValue, "the extra parameter buffer does not match kernel " + kr.name + "'s " +
+                                            std::to_string(kr.layout.param_bytes) + " bytes");
+    std::memcpy(p.params.data(), buf, size);
+  } else if (!kr.layout.params.empty()) {
+    return Status(err::kInvalidValue, "kernel arguments missing");
+  }
+  pointArgs(p);
+  return p;
+}
+
+void kernelOut(NodeParams& p, cudaKernelNodeParams* out) {
+  *out = {};
+  out->func = const_cast<void*>(p.kernel->host_fun);
+  out->gridDim = p.grid;
+  out->blockDim = p.block;
+  out->sharedMemBytes = p.shmem;
+  out->kernelParams = p.arg_ptrs.data();
+  out->extra = nullptr;
+}
+
+Result<NodeParams> memcpyParams(const cudaMemcpy3DParms& c) {
+  if (c.srcArray || c.dstArray)
+    return Status(err::kNotSupported, "CUDA arrays in graph copy nodes are not supported by rgpu yet");
+  if (!c.srcPtr.ptr || !c.dstPtr.ptr) return Status(err::kInvalidValue, "a copy node needs source and destination");
+  if (c.extent.width == 0 || c.extent.height == 0 || c.extent.depth == 0)
+    return Status(err::kInvalidValue, "a copy node's extent is empty");
+  NodeParams p;
+  p.type = cudaGraphNodeTypeMemcpy;
+  p.copy = c;
+  int dd = -1, sd = -1;
+  bool dev_dst = rt().classify(c.dstPtr.ptr, &dd) == MemKind::kDevice;
+  bool dev_src = rt().classify(c.srcPtr.ptr, &sd) == MemKind::kDevice;
+  cudaMemcpyKind kind = c.kind;
+  if (kind == cudaMemcpyDefault)
+    kind = dev_src ? (dev_dst ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost)
+                   : (dev_dst ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
+  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDeviceToDevice)
+    return Status(err::kInvalidMemcpyDirection, "invalid cudaMemcpyKind");
+  if (kind == cudaMemcpyHostToHost)
+    return Status(err::kNotSupported, "host-to-host copy nodes are not supported by rgpu (the GPU never sees them)");
+  bool want_dst = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  bool want_src = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if (want_dst != dev_dst || want_src != dev_src)
+    return Status(err::kInvalidValue, "the copy node's pointers do not match its cudaMemcpyKind");
+  p.copy.kind = kind;
+  p.device = want_src ? sd : dd;
+  // Pitches: a pitch of 0 means rows of exactly the width.
+  if (p.copy.srcPtr.pitch == 0) p.copy.srcPtr.pitch = c.extent.width;
+  if (p.copy.dstPtr.pitch == 0) p.copy.dstPtr.pitch = c.extent.width;
+  if (p.copy.srcPtr.ysize == 0) p.copy.srcPtr.ysize = c.extent.height;
+  if (p.copy.dstPtr.ysize == 0) p.copy.dstPtr.ysize = c.extent.height;
+  if (c.extent.width + c.srcPos.x > p.copy.srcPtr.pitch || c.extent.width + c.dstPos.x > p.copy.dstPtr.pitch)
+    return Status(err::kInvalidPitchValue, "a copy node's width exceeds its pitch");
+  return p;
+}
+
+Result<NodeParams> memcpy1DParams(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  cudaMemcpy3DParms c{};
+  c.srcPtr = make_cudaPitchedPtr(const_cast<void*>(src), count, count, 1);
+  c.dstPtr = make_cudaPitchedPtr(dst, count, count, 1);
+  c.extent = make_cudaExtent(count, 1, 1);
+  c.kind = kind;
+  return memcpyParams(c);
+}
+
+Result<NodeParams> memsetParams(const cudaMemsetParams& m) {
+  if (m.elementSize != 1 && m.elementSize != 2 && m.elementSize != 4)
+    return Status(err::kInvalidValue, "a memset node's element size must be 1, 2 or 4");
+  if (m.width == 0 || m.height == 0) return Status(err::kInvalidValue, "a memset node's extent is empty");
+  int dev = -1;
+  if (rt().classify(m.dst, &dev) != MemKind::kDevice)
+    return Status(err::kInvalidValue, "a memset node's destination is not a device pointer of this process");
+  if (m.height > 1 && m.pitch < m.width * m.elementSize)
+    return Status(err::kInvalidPitchValue, "a memset node's pitch is smaller than its row");
+  NodeParams p;
+  p.type = cudaGraphNodeTypeMemset;
+  p.device = dev;
+  p.memset = m;
+  return p;
+}
+
+Result<NodeParams> hostParams(const cudaHostNodeParams& h) {
+  if (!h.fn) return Status(err::kInvalidValue, "a host node's function is NULL");
+  NodeParams p;
+  p.type = cudaGraphNodeTypeHost;
+  p.host = h;
+  return p;
+}
+
+Result<NodeParams> eventParams(cudaGraphNodeType type, cudaEvent_t e) {
+  auto id = rt().event(e);
+  if (!id) return id.status();
+  NodeParams p;
+  p.type = type;
+  p.event = e;
+  return p;
+}
+
+}  // namespace rgpu::client

@@ -1,0 +1,184 @@
+// CUDA graphs in the client: graphs, nodes, executable graphs and stream capture.
+//
+// A graph lives here, in the program's process: building one (explicitly with
+// cudaGraphAdd*Node, or by capturing a stream) sends nothing. Instantiating
+// it flattens it — child graphs inlined, nodes in an order that respects every
+// edge — into wire nodes (protocol/rgpu.capnp GraphNode) that go to the server
+// once (graphCreate); each cudaGraphLaunch is then ONE message (graphLaunch)
+// carrying the bytes of the graph's host-to-device copies, read from the
+// program's memory at launch, and, when the graph copies to the host, answered
+// by one reply whose bytes land in the program's buffers before the stream
+// passes that point. Host nodes run here, as cudaLaunchHostFunc does.
+//
+// Invariants:
+// - Every node belongs to exactly one graph; a child graph node owns its
+//   graph. Handles are checked against the registry: a destroyed or foreign
+//   handle is refused with cudaErrorInvalidValue, never dereferenced.
+// - An executable graph holds its own copy of the graph (`shape`), so the
+//   program may change or destroy the original; cudaGraphExec*SetParams and
+//   cudaGraphExecUpdate change the copy, and the next launch sends it again.
+// - Capture: a stream in a capture adds a node for each stream-ordered call
+//   instead of sending it, depending on the stream's current tips. Other
+//   streams join by waiting on an event recorded in the capture and must be
+//   joined back into the origin stream before cudaStreamEndCapture. What a
+//   capture cannot record invalidates it, as NVIDIA's runtime does.
+// - One mutex (graphMutex()) guards all of it: CUDA graph objects are not
+//   meant to be used from two threads at once, but capture state is global.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <driver_functions.h>
+
+#include <capnp/message.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/runtime.h"
+
+struct CUgraph_st;
+struct CUgraphNode_st;
+
+namespace rgpu::client {
+
+struct Capture;
+
+// A node's parameters as the program gave them.
+struct NodeParams {
+  cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+  int device = 0;  // the device a kernel, copy or memset runs on
+  // kernel
+  const KernelRecord* kernel = nullptr;
+  dim3 grid, block;
+  unsigned shmem = 0;
+  std::string params;            // the packed parameter block
+  std::vector<void*> arg_ptrs;   // into `params`: cudaGraphKernelNodeGetParams's kernelParams
+  std::map<int, cudaLaunchAttributeValue> attrs;  // cudaGraphKernelNodeSetAttribute (hints: kept, reported)
+  // memcpy
+  cudaMemcpy3DParms copy{};
+  // memset
+  cudaMemsetParams memset{};
+  // host
+  cudaHostNodeParams host{};
+  // child graph (owned)
+  std::shared_ptr<CUgraph_st> child;
+  // event record / wait
+  cudaEvent_t event = nullptr;
+  // A captured call kept in its wire form (cuBLAS): no parameters to get or set.
+  std::vector<capnp::word> request;
+};
+
+}  // namespace rgpu::client
+
+struct CUgraphNode_st {
+  CUgraph_st* graph = nullptr;
+  rgpu::client::NodeParams p;
+  std::vector<CUgraphNode_st*> in, out;  // dependencies, dependents
+  bool enabled = true;                   // cudaGraphNodeSetEnabled (executable graphs' copies)
+  const CUgraphNode_st* origin = nullptr;  // the node this one was cloned from
+};
+
+struct CUgraph_st {
+  std::vector<std::unique_ptr<CUgraphNode_st>> nodes;  // in creation order
+  rgpu::client::Capture* capturing = nullptr;           // a capture adds to it now
+};
+
+struct CUgraphExec_st {
+  uint32_t id = 0;
+  int device = 0;
+  unsigned long long flags = 0;
+  std::shared_ptr<CUgraph_st> shape;
+  std::map<const CUgraphNode_st*, CUgraphNode_st*> by_origin;  // program's node -> its copy in `shape`
+  bool sent = false;  // the server has `shape` as it is now
+  // What each launch needs, in the flattened order the server runs.
+  std::vector<std::pair<const void*, uint64_t>> host_in;
+  std::vector<std::pair<void*, uint64_t>> host_out;
+  std::vector<cudaHostNodeParams> host_fns;
+};
+
+namespace rgpu::client {
+
+// Recursive: a graph call sends messages, which consult the capture state.
+std::recursive_mutex& graphMutex();
+// Points a kernel node's argument pointers into its own parameter block.
+void pointArgs(NodeParams& p);
+
+// ---- graphs (graph.cc) --------------------------------------------------------
+Status checkGraph(cudaGraph_t g);          // graphMutex held
+Status checkNode(cudaGraphNode_t n);       // graphMutex held
+Status checkExec(cudaGraphExec_t e);       // graphMutex held
+cudaGraph_t newGraph();
+// Registers `g` (a clone) as a graph of the program's.
+cudaGraph_t adoptGraph(std::shared_ptr<CUgraph_st> g);
+void destroyGraph(cudaGraph_t g);
+// Adds a node depending on `deps` (checked: nodes of `g`, no duplicates).
+Result<cudaGraphNode_t> addNode(cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, NodeParams p);
+Status addEdge(cudaGraphNode_t from, cudaGraphNode_t to);
+Status removeEdge(cudaGraphNode_t from, cudaGraphNode_t to);
+void destroyNode(cudaGraphNode_t n);
+// A deep copy; `map` (optional) receives original -> copy for every node.
+std::shared_ptr<CUgraph_st> cloneGraph(const CUgraph_st& g, std::map<const CUgraphNode_st*, CUgraphNode_st*>* map);
+// Nodes in an order that respects every edge (creation order among equals).
+std::vector<CUgraphNode_st*> topoOrder(const CUgraph_st& g);
+
+// Parameters from the program's structures, checked.
+Result<NodeParams> kernelParams(const cudaKernelNodeParams& k);
+Result<NodeParams> memcpyParams(const cudaMemcpy3DParms& c);
+Result<NodeParams> memcpy1DParams(void* dst, const void* src, size_t count, cudaMemcpyKind kind);
+Result<NodeParams> memsetParams(const cudaMemsetParams& m);
+Result<NodeParams> hostParams(const cudaHostNodeParams& h);
+Result<NodeParams> eventParams(cudaGraphNodeType type, cudaEvent_t e);
+// cudaGraphKernelNodeGetParams: `p`'s kernel as the program sees it.
+void kernelOut(NodeParams& p, cudaKernelNodeParams* out);
+
+// ---- executable graphs (graph_exec.cc) ----------------------------------------------
+// Flattens and checks `g`; `err_node` names the node at fault.
+Result<cudaGraphExec_t> instantiate(cudaGraph_t g, unsigned long long flags, cudaGraphNode_t* err_node);
+void destroyExec(cudaGraphExec_t e);
+Status launchExec(cudaGraphExec_t e, cudaStream_t stream, bool ptsz);
+// cudaGraphExecUpdate: `g` must have `e`'s topology; on a mismatch `why` says which.
+Status updateExec(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecUpdateResultInfo* info);
+// Replaces the parameters of the copy of `node` in `e` (same node type only).
+Status setExecNodeParams(cudaGraphExec_t e, cudaGraphNode_t node, NodeParams p);
+Status setExecNodeEnabled(cudaGraphExec_t e, cudaGraphNode_t node, bool enabled);
+Result<bool> execNodeEnabled(cudaGraphExec_t e, cudaGraphNode_t node);
+
+// ---- stream capture (capture.cc) -----------------------------------------------------
+// Non-zero while any stream of the process is capturing (a relaxed load: the
+// fast path of every stream-ordered call).
+bool capturesActive();
+// The stream a request is ordered on, if it is stream-ordered.
+std::optional<StreamRef> requestStream(wire::Request::Reader req);
+// cudaGraphLaunch on a capturing stream: the graph becomes a child graph node.
+bool captureGraphLaunch(StreamRef s, cudaGraphExec_t e, Status* st);
+// A request for stream `s` that a capture takes instead of the wire: true
+// when it was captured (or refused: `st` says so); false: send it.
+bool captureRequest(StreamRef s, wire::Request::Reader req, Status* st);
+// A synchronous request: refused when a capture forbids it (the capture is
+// invalidated, as NVIDIA's runtime does); ok otherwise.
+Status captureAllowsCall(wire::Request::Reader req);
+// Host-side work: when `s` is capturing, adds the node and returns true.
+bool captureHostCopy(StreamRef s, void* dst, const void* src, size_t count, cudaMemcpyKind kind, Status* st);
+bool captureHostFunc(StreamRef s, cudaHostFn_t fn, void* user, Status* st);
+bool captureEventRecord(StreamRef s, cudaEvent_t e, uint32_t event_id, unsigned flags, Status* st);
+bool captureEventWait(StreamRef s, cudaEvent_t e, uint32_t event_id, unsigned flags, Status* st);
+// Refuses, and invalidates the capture, when `s` is capturing (what rgpu
+// cannot capture: stream-ordered allocation).
+Status notWhileCapturing(StreamRef s, const char* what);
+// cudaDeviceReset, cudaStreamDestroy: captures on the stream(s) end.
+void forgetCaptureStream(uint32_t stream_id);
+
+Status beginCapture(cudaStream_t stream, bool ptsz, cudaStreamCaptureMode mode, cudaGraph_t into,
+                    const cudaGraphNode_t* deps, size_t ndeps);
+Status endCapture(cudaStream_t stream, bool ptsz, cudaGraph_t* out);
+Status captureInfo(cudaStream_t stream, bool ptsz, cudaStreamCaptureStatus* status, unsigned long long* id,
+                   cudaGraph_t* graph, const cudaGraphNode_t** deps, size_t* ndeps);
+Status updateCaptureDependencies(cudaStream_t stream, bool ptsz, cudaGraphNode_t* deps, size_t n, unsigned flags);
+cudaStreamCaptureMode& threadCaptureMode();
+
+}  // namespace rgpu::client

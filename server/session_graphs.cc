@@ -1,0 +1,313 @@
+// CUDA graphs on the server: the client sends an instantiated graph once
+// (graphCreate, its nodes flattened into an order that respects every
+// dependency) and then launches it with one message (graphLaunch) however many
+// nodes it has. A launch runs the nodes in that order on the launch's stream:
+//
+// - a `request` node goes through the handler of its request kind, exactly as
+//   the call would on its own (every pointer, size and handle checked again at
+//   each launch: memory freed since instantiation is refused, never touched),
+//   with its stream fields replaced by the launch's stream (graph_stream_);
+//   its errors are asynchronous, as a graph's are in CUDA;
+// - host-to-device nodes take their bytes, in node order, from the launch's
+//   bulk payload (the client reads the program's host memory at launch time);
+// - device-to-host nodes put theirs, in node order, into the launch's one
+//   reply, sent when the last of them has run;
+// - host nodes become host functions the client runs, with ids the launch names.
+//
+// Only stream-ordered device-side kinds may be request nodes: a graph cannot
+// allocate, synchronise, load modules or launch graphs from inside.
+#include <capnp/serialize.h>
+
+#include <mutex>
+
+#include "common/frame_io.h"
+#include "common/log.h"
+#include "protocol/frame.h"
+#include "server/session.h"
+
+namespace rgpu::server {
+
+using protocol::FrameHeader;
+
+struct SessionGraph {
+  int device = 0;
+  struct Chunk {
+    kj::Array<capnp::word> words;
+    std::unique_ptr<capnp::FlatArrayMessageReader> reader;
+  };
+  std::vector<Chunk> chunks;
+  std::vector<wire::GraphNode::Reader> nodes;  // point into chunks
+  uint64_t h2d_bytes = 0, d2h_bytes = 0;
+  uint32_t host_funcs = 0;
+  Status broken;  // a part failed to arrive whole: launches fail with it
+};
+
+namespace {
+
+// The request kinds a graph node may carry.
+Status nodeKindAllowed(wire::Request::Reader r) {
+  using R = wire::Request;
+  switch (r.which()) {
+    case R::LAUNCH_KERNEL:
+    case R::MEMCPY_DTO_D:
+    case R::MEMCPY_PEER:
+    case R::MEMSET:
+    case R::MEMSET2_D:
+    case R::EVENT_RECORD:
+    case R::STREAM_WAIT_EVENT:
+    case R::LT_MATMUL:
+      return Status::ok();
+    case R::MEMCPY2_D:
+      if (r.getMemcpy2D().getKind() == 3) return Status::ok();
+      return Status(err::kInvalidValue, "a graph's 2D copy node with host memory must come as host copy nodes");
+    case R::BLAS:
+      if (r.getBlas().getResult() != 0) return Status::ok();
+      switch (r.getBlas().getOp()) {
+        case wire::BlasOp::DOT: case wire::BlasOp::NRM2: case wire::BlasOp::ASUM:
+        case wire::BlasOp::IAMAX: case wire::BlasOp::IAMIN:
+          return Status(err::kInvalidValue, "a cuBLAS reduction into host memory cannot be a graph node");
+        default:
+          return Status::ok();
+      }
+    default:
+      return Status(err::kInvalidValue, "request kind " + std::to_string(static_cast<int>(r.which())) +
+                                            " cannot be a graph node");
+  }
+}
+
+// The device-to-host results of one launch, gathered into its one reply.
+struct Gather {
+  std::mutex mu;
+  std::vector<uint8_t> bytes;
+  std::vector<OnWire> on_wire;
+  Status first;
+  uint64_t pending = 1;  // the parts, plus the launch itself until all are queued
+  std::function<void(Status, const uint8_t*, uint64_t, const OnWire&)> send;
+
+  void part(const Status& s, uint64_t off, const uint8_t* d, uint64_t n, const OnWire& w) {
+    bool last;
+    {
+      std::lock_guard lock(mu);
+      if (!s && first.isOk()) first = s;
+      if (s && d && off + n <= bytes.size()) std::memcpy(bytes.data() + off, d, n);
+      if (w) on_wire.push_back(w);
+      last = --pending == 0;
+    }
+    if (!last) return;
+    std::vector<OnWire> ws = std::move(on_wire);
+    send(first, bytes.data(), bytes.size(), [ws] {
+      for (auto& f : ws) f();
+    });
+  }
+};
+
+}  // namespace
+
+Status Session::onGraphCreate(const FrameHeader& h, wire::Request::Reader req) {
+  const auto& L = cfg_.limits;
+  RGPU_TRY(bulkNotExpected(h));
+  auto m = req.getGraphCreate();
+  const uint32_t id = m.getId();
+  auto nodes = m.getNodes();
+  Status s = checkDevice(m.getDevice());
+  std::shared_ptr<SessionGraph> g;
+  if (s && m.getAppend()) {
+    auto it = graphs_.find(id);
+    if (it == graphs_.end()) s = Status(err::kInvalidValue, "graph " + std::to_string(id) + " to append to is unknown");
+    else g = it->second;
+    if (s && g->device != m.getDevice()) s = Status(err::kInvalidValue, "a graph's parts name different devices");
+  }
+  if (s && !m.getAppend() && !graphs_.count(id) && graphs_.size() >= L.max_graphs)
+    s = Status(err::kMemoryAllocation, "session graph limit reached (max_graphs = " + std::to_string(L.max_graphs) + ")");
+  uint64_t replaced = (s && !m.getAppend() && graphs_.count(id)) ? graphs_[id]->nodes.size() : 0;
+  if (s && graph_nodes_ - replaced + nodes.size() > L.max_graph_nodes)
+    s = Status(err::kMemoryAllocation, "session graph node limit reached (max_graph_nodes = " +
+                                           std::to_string(L.max_graph_nodes) + ")");
+  auto fresh = std::make_shared<SessionGraph>();
+  SessionGraph& into = g ? *g : *fresh;
+  uint64_t h2d = into.h2d_bytes, d2h = into.d2h_bytes;
+  uint32_t host_funcs = into.host_funcs;
+  for (auto n : nodes) {
+    if (!s) break;
+    switch (n.which()) {
+      case wire::GraphNode::REQUEST:
+        s = nodeKindAllowed(n.getRequest());
+        break;
+      case wire::GraphNode::HOST_TO_DEVICE:
+        h2d += n.getHostToDevice().getSize();
+        if (n.getHostToDevice().getSize() > protocol::kMaxBulkBytes || h2d > protocol::kMaxBulkBytes)
+          s = Status(err::kInvalidValue, "a graph's host-to-device copies exceed one frame's bulk limit");
+        break;
+      case wire::GraphNode::DEVICE_TO_HOST:
+        d2h += n.getDeviceToHost().getSize();
+        if (n.getDeviceToHost().getSize() > protocol::kMaxBulkBytes || d2h > protocol::kMaxBulkBytes)
+          s = Status(err::kInvalidValue, "a graph's device-to-host copies exceed one frame's bulk limit");
+        break;
+      case wire::GraphNode::HOST_FUNC:
+        ++host_funcs;
+        break;
+      case wire::GraphNode::EMPTY:
+        break;
+      default:
+        s = Status(err::kInvalidValue, "unknown graph node kind");
+    }
+  }
+  if (!s) {
+    RGPU_LOG_WARN("session {}: graph {} refused: {}", session_id_, id, s.message());
+    if (g) g->broken = s;  // a launch of the half-sent graph fails with it
+    return finish(h, s), Status::ok();
+  }
+  // Kept as a message of its own: the frame's buffer is reused for the next one.
+  SessionGraph::Chunk c;
+  {
+    capnp::MallocMessageBuilder copy(m.totalSize().wordCount + 8);
+    copy.setRoot(m);
+    c.words = capnp::messageToFlatArray(copy);
+  }
+  c.reader = std::make_unique<capnp::FlatArrayMessageReader>(c.words.asPtr(), common::readerOptions());
+  for (auto n : c.reader->getRoot<wire::GraphCreate>().getNodes()) into.nodes.push_back(n);
+  into.chunks.push_back(std::move(c));
+  into.h2d_bytes = h2d, into.d2h_bytes = d2h, into.host_funcs = host_funcs;
+  if (!g) {
+    fresh->device = m.getDevice();
+    graph_nodes_ -= replaced;
+    graphs_[id] = std::move(fresh);
+  }
+  graph_nodes_ += nodes.size();
+  finish(h, Status::ok());
+  return Status::ok();
+}
+
+Status Session::onGraphDestroy(const FrameHeader& h, wire::Request::Reader req) {
+  RGPU_TRY(bulkNotExpected(h));
+  auto it = graphs_.find(req.getGraphDestroy().getId());
+  if (it == graphs_.end()) return finish(h, Status(err::kInvalidValue, "unknown graph")), Status::ok();
+  // Launches already queued hold their own reference to the nodes they run.
+  graph_nodes_ -= it->second->nodes.size();
+  graphs_.erase(it);
+  finish(h, Status::ok());
+  return Status::ok();
+}
+
+void Session::forgetGraphs(int device) {
+  for (auto it = graphs_.begin(); it != graphs_.end();) {
+    if (it->second->device != device) {
+      ++it;
+      continue;
+    }
+    graph_nodes_ -= it->second->nodes.size();
+    it = graphs_.erase(it);
+  }
+}
+
+Status Session::onGraphLaunch(const FrameHeader& h, wire::Request::Reader req) {
+  auto m = req.getGraphLaunch();
+  StreamKey key;
+  Status s = checkStream(m.getStream(), key);
+  std::shared_ptr<SessionGraph> g;
+  if (s) {
+    auto it = graphs_.find(m.getId());
+    if (it == graphs_.end()) s = Status(err::kInvalidValue, "unknown graph " + std::to_string(m.getId()));
+    else g = it->second;
+  }
+  if (s) s = g->broken;
+  if (s && g->device != key.device)
+    s = Status(err::kInvalidValue, "graph instantiated for device " + std::to_string(g->device) +
+                                       " launched on a stream of device " + std::to_string(key.device));
+  if (s && m.getHostFuncs().size() != g->host_funcs)
+    s = Status(err::kInvalidValue, "graph launch names " + std::to_string(m.getHostFuncs().size()) +
+                                       " host functions; the graph has " + std::to_string(g->host_funcs));
+  Staging all;
+  if (s && h.bulk_len != g->h2d_bytes)
+    s = Status(err::kInvalidValue, "graph launch carries " + std::to_string(h.bulk_len) + " bytes; its host copies need " +
+                                       std::to_string(g->h2d_bytes));
+  if (s && h.bulk_len) {
+    RGPU_TRY(consumeBulk(h, h.bulk_len, &all));
+    if (!all) s = stagingRefused(h.bulk_len);
+  } else if (h.bulk_len) {
+    RGPU_TRY(consumeBulk(h, h.bulk_len, nullptr));
+  }
+  if (!s) {
+    RGPU_LOG_WARN("session {}: graph launch refused: {}", session_id_, s.message());
+    return finish(h, s), Status::ok();
+  }
+  runGraph(h, *g, key, m.getHostFuncs(), all);
+  return Status::ok();
+}
+
+void Session::runGraph(const FrameHeader& h, const SessionGraph& g, StreamKey key,
+                       capnp::List<uint64_t>::Reader host_funcs, const Staging& all) {
+  const bool replies = !(h.flags & protocol::kFlagAsync);
+  auto gather = std::make_shared<Gather>();
+  gather->bytes.resize(replies ? g.d2h_bytes : 0);
+  const uint64_t seq = h.seq;
+  gather->send = [this, seq, replies](Status st, const uint8_t* d, uint64_t n, const OnWire& w) {
+    if (replies) return sendReply(seq, st, nullptr, n ? d : nullptr, n, w);
+    if (w) w();
+    if (!st) recordAsyncError(st);
+  };
+  FrameHeader node_h = h;  // each node: an asynchronous call without bulk
+  node_h.flags = protocol::kFlagAsync;
+  node_h.bulk_len = 0;
+  graph_stream_ = &key;
+  uint64_t in_off = 0, out_off = 0;
+  uint32_t next_host = 0;
+  auto fail = [&](const Status& st) {
+    if (!st) recordAsyncError(st);
+  };
+  for (auto n : g.nodes) {
+    switch (n.which()) {
+      case wire::GraphNode::REQUEST: {
+        auto r = n.getRequest();
+        Handler handler = handlers()[static_cast<size_t>(r.which())];
+        Status st = (this->*handler)(node_h, r);  // non-ok only for a bulk mismatch, which cannot happen here
+        fail(st);
+        break;
+      }
+      case wire::GraphNode::HOST_TO_DEVICE: {
+        auto c = n.getHostToDevice();
+        uint64_t size = c.getSize(), off = in_off;
+        in_off += size;
+        if (size == 0) break;
+        Status st = allocs_.check(c.getDevice(), size);
+        Staging piece;
+        if (st) piece = stage(size);
+        if (st && !piece) st = stagingRefused(size);
+        if (st) {
+          std::memcpy(piece->data(), all->data() + off, size);
+          st = backend_->copyToDevice(key, c.getDevice(), std::move(piece), size);
+        }
+        fail(st);
+        break;
+      }
+      case wire::GraphNode::DEVICE_TO_HOST: {
+        auto c = n.getDeviceToHost();
+        uint64_t size = c.getSize(), off = out_off;
+        out_off += size;
+        if (size == 0) break;
+        {
+          std::lock_guard lock(gather->mu);
+          ++gather->pending;
+        }
+        Status st = allocs_.check(c.getDevice(), size);
+        if (st)
+          st = backend_->copyFromDevice(key, c.getDevice(), size,
+                                        [gather, off](Status r, const uint8_t* d, uint64_t len, const OnWire& w) {
+                                          gather->part(r, off, d, len, w);
+                                        });
+        if (!st) gather->part(st, off, nullptr, 0, nullptr);
+        break;
+      }
+      case wire::GraphNode::HOST_FUNC:
+        fail(enqueueHostFunc(key, host_funcs[next_host++]));
+        break;
+      default:
+        break;
+    }
+  }
+  graph_stream_ = nullptr;
+  // Without device-to-host nodes a synchronous launch is answered once queued.
+  gather->part(Status::ok(), 0, nullptr, 0, nullptr);
+}
+
+}  // namespace rgpu::server
