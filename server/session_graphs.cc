@@ -31,12 +31,10 @@ using protocol::FrameHeader;
 
 struct SessionGraph {
   int device = 0;
-  struct Chunk {
-    kj::Array<capnp::word> words;
-    std::unique_ptr<capnp::FlatArrayMessageReader> reader;
-  };
-  std::vector<Chunk> chunks;
-  std::vector<wire::GraphNode::Reader> nodes;  // point into chunks
+  // The graphCreate messages, as sent. Each launch reads them with readers of
+  // its own: Cap'n Proto's traversal limit counts over a reader's lifetime.
+  std::vector<kj::Array<capnp::word>> chunks;
+  uint64_t nodes = 0;
   uint64_t h2d_bytes = 0, d2h_bytes = 0;
   uint32_t host_funcs = 0;
   Status broken;  // a part failed to arrive whole: launches fail with it
@@ -119,7 +117,7 @@ Status Session::onGraphCreate(const FrameHeader& h, wire::Request::Reader req) {
   }
   if (s && !m.getAppend() && !graphs_.count(id) && graphs_.size() >= L.max_graphs)
     s = Status(err::kMemoryAllocation, "session graph limit reached (max_graphs = " + std::to_string(L.max_graphs) + ")");
-  uint64_t replaced = (s && !m.getAppend() && graphs_.count(id)) ? graphs_[id]->nodes.size() : 0;
+  uint64_t replaced = (s && !m.getAppend() && graphs_.count(id)) ? graphs_[id]->nodes : 0;
   if (s && graph_nodes_ - replaced + nodes.size() > L.max_graph_nodes)
     s = Status(err::kMemoryAllocation, "session graph node limit reached (max_graph_nodes = " +
                                            std::to_string(L.max_graph_nodes) + ")");
@@ -158,15 +156,12 @@ Status Session::onGraphCreate(const FrameHeader& h, wire::Request::Reader req) {
     return finish(h, s), Status::ok();
   }
   // Kept as a message of its own: the frame's buffer is reused for the next one.
-  SessionGraph::Chunk c;
   {
     capnp::MallocMessageBuilder copy(m.totalSize().wordCount + 8);
     copy.setRoot(m);
-    c.words = capnp::messageToFlatArray(copy);
+    into.chunks.push_back(capnp::messageToFlatArray(copy));
   }
-  c.reader = std::make_unique<capnp::FlatArrayMessageReader>(c.words.asPtr(), common::readerOptions());
-  for (auto n : c.reader->getRoot<wire::GraphCreate>().getNodes()) into.nodes.push_back(n);
-  into.chunks.push_back(std::move(c));
+  into.nodes += nodes.size();
   into.h2d_bytes = h2d, into.d2h_bytes = d2h, into.host_funcs = host_funcs;
   if (!g) {
     fresh->device = m.getDevice();
@@ -183,7 +178,7 @@ Status Session::onGraphDestroy(const FrameHeader& h, wire::Request::Reader req) 
   auto it = graphs_.find(req.getGraphDestroy().getId());
   if (it == graphs_.end()) return finish(h, Status(err::kInvalidValue, "unknown graph")), Status::ok();
   // Launches already queued hold their own reference to the nodes they run.
-  graph_nodes_ -= it->second->nodes.size();
+  graph_nodes_ -= it->second->nodes;
   graphs_.erase(it);
   finish(h, Status::ok());
   return Status::ok();
@@ -195,7 +190,7 @@ void Session::forgetGraphs(int device) {
       ++it;
       continue;
     }
-    graph_nodes_ -= it->second->nodes.size();
+    graph_nodes_ -= it->second->nodes;
     it = graphs_.erase(it);
   }
 }
@@ -255,7 +250,9 @@ void Session::runGraph(const FrameHeader& h, const SessionGraph& g, StreamKey ke
   auto fail = [&](const Status& st) {
     if (!st) recordAsyncError(st);
   };
-  for (auto n : g.nodes) {
+  for (const auto& words : g.chunks) {
+   capnp::FlatArrayMessageReader reader(words.asPtr(), common::readerOptions());
+   for (auto n : reader.getRoot<wire::GraphCreate>().getNodes()) {
     switch (n.which()) {
       case wire::GraphNode::REQUEST: {
         auto r = n.getRequest();
@@ -304,6 +301,7 @@ void Session::runGraph(const FrameHeader& h, const SessionGraph& g, StreamKey ke
       default:
         break;
     }
+   }
   }
   graph_stream_ = nullptr;
   // Without device-to-host nodes a synchronous launch is answered once queued.

@@ -7,7 +7,9 @@
 //   (b) asynchronous call rate (cudaStreamWaitEvent on a never-recorded event:
 //       fire and forget, a no-op on the server);
 //   (c) cudaMemcpy host-to-device and device-to-host bandwidth for 64 MiB vs a
-//       raw TLS bulk stream in the same direction.
+//       raw TLS bulk stream in the same direction;
+//   (d) a CUDA graph of 20 kernel launches against the same 20 launches issued
+//       one by one, both run to completion: kernels per second each way.
 //
 // It starts its own rgpu-server (sim backend) and raw TLS peer on loopback,
 // with throwaway certificates. Links rgpu's libcudart.so.13 like any program.
@@ -38,6 +40,10 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using rgpu::common::TlsConnection;
 using rgpu::common::TlsContext;
+
+#ifdef RGPU_BENCH_GRAPHS
+extern "C" cudaError_t rgpuBenchStep(int* p, cudaStream_t s);  // graph_kernels.cu
+#endif
 
 namespace {
 
@@ -152,6 +158,22 @@ int main(int argc, char** argv) {
   check(cudaMemcpy(back.data(), dev, bulk, cudaMemcpyDeviceToHost), "warm-up copy");
   std::vector<char> pbuf(ping_bytes);
 
+#ifdef RGPU_BENCH_GRAPHS
+  // (d): the same 20 kernels captured once into a graph.
+  constexpr int kGraphKernels = 20;
+  const int graph_iters = quick ? 5 : 500;
+  int* counter = nullptr;
+  check(cudaMalloc(reinterpret_cast<void**>(&counter), sizeof(int)), "cudaMalloc");
+  check(cudaMemset(counter, 0, sizeof(int)), "cudaMemset");
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  for (int k = 0; k < kGraphKernels; ++k) check(rgpuBenchStep(counter, s), "captured launch");
+  check(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
+  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  std::vector<double> one_by_one, graphed, graph_launches;
+#endif
+
   for (int round = 0; round < rounds; ++round) {
     // (a) round trips, raw then rgpu.
     raw.command('p', ping_bytes, pings);
@@ -197,6 +219,22 @@ int main(int argc, char** argv) {
     for (int i = 0; i < copies; ++i) check(cudaMemcpy(back.data(), dev, bulk, cudaMemcpyDeviceToHost), "D2H");
     t1 = Clock::now();
     d2h.push_back(bulk * copies / seconds(t0, t1) / 1e9);
+
+#ifdef RGPU_BENCH_GRAPHS
+    // (d) 20 launches one by one, then the graph of them, each run to completion.
+    t0 = Clock::now();
+    for (int i = 0; i < graph_iters; ++i)
+      for (int k = 0; k < kGraphKernels; ++k) check(rgpuBenchStep(counter, s), "launch");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    t1 = Clock::now();
+    one_by_one.push_back(graph_iters * kGraphKernels / seconds(t0, t1));
+    t0 = Clock::now();
+    for (int i = 0; i < graph_iters; ++i) check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    t1 = Clock::now();
+    graphed.push_back(graph_iters * kGraphKernels / seconds(t0, t1));
+    graph_launches.push_back(graph_iters / seconds(t0, t1));
+#endif
   }
   if (std::memcmp(host.data(), back.data(), bulk) != 0) {
     std::fprintf(stderr, "rgpu-bench: data came back wrong\n");
@@ -213,6 +251,21 @@ int main(int argc, char** argv) {
   std::printf("%-34s %8.2f GB/s %7.2f GB/s %8.2f   >= 0.80\n", "(c) H2D cudaMemcpy 64 MiB", up, up_raw, up / up_raw);
   std::printf("%-34s %8.2f GB/s %7.2f GB/s %8.2f   >= 0.80\n", "(c) D2H cudaMemcpy 64 MiB", down, down_raw, down / down_raw);
 
+#ifdef RGPU_BENCH_GRAPHS
+  int ran = 0;
+  check(cudaMemcpy(&ran, counter, sizeof ran, cudaMemcpyDeviceToHost), "counter");
+  if (ran != 2 * rounds * graph_iters * kGraphKernels) {
+    std::fprintf(stderr, "rgpu-bench: %d kernels ran, %d launched\n", ran, 2 * rounds * graph_iters * kGraphKernels);
+    return 1;
+  }
+  double solo = median(one_by_one), viag = median(graphed);
+  std::printf("%-34s %12s %12s %8s\n", "", "graph", "one by one", "ratio");
+  std::printf("%-34s %10.0f/s %10.0f/s %8.2f   (kernels/s; %.0f graph launches/s)\n",
+              "(d) 20-kernel graph vs 20 launches", viag, solo, viag / solo, median(graph_launches));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(counter);
+#endif
   cudaFree(dev);
   raw.conn.reset();
   int st;

@@ -65,6 +65,13 @@ TEST_F(CudaFakeE2E, KernelFeaturesAndOtherBuildsPass) {
   }
 }
 
+TEST_F(CudaFakeE2E, GraphsRunThroughTheDriversStreams) {
+  // Every node kind, host copies and patterned memsets (cuMemsetD2D32Async) included.
+  RunResult r = program(testProgram("graphs"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("graphs: all checks passed"), std::string::npos) << r.output;
+}
+
 TEST_F(CudaFakeE2E, LaunchesReachTheDriverWithTheirPackedParameterBlocks) {
   RunResult r = program(testProgram("launch_check"));
   ASSERT_EQ(r.code, 0) << r.output;

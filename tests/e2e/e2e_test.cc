@@ -127,7 +127,7 @@ TEST_F(E2E, LaunchesDeliverKernelGridBlockSharedMemoryAndParameterBytes) {
 TEST_F(E2E, UnsupportedCallsFailWithNotSupportedAndLogOnce) {
   RunResult r = program(testProgram("unsupported"));
   EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("cudaGraphCreate: cudaErrorNotSupported, again: cudaErrorNotSupported"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cudaIpcGetMemHandle: cudaErrorNotSupported, again: cudaErrorNotSupported"), std::string::npos) << r.output;
   // The answer of the call only: a later cudaGetLastError() is not failed by it.
   EXPECT_NE(r.output.find("last error: cudaSuccess"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("cudaMallocManaged: cudaErrorNotSupported"), std::string::npos) << r.output;
@@ -137,7 +137,7 @@ TEST_F(E2E, UnsupportedCallsFailWithNotSupportedAndLogOnce) {
   EXPECT_NE(r.output.find("strings: out of memory | invalid argument | operation not supported"), std::string::npos) << r.output;
   // NVIDIA's texts, unknown codes included (client/gen_error_table.cc).
   EXPECT_NE(r.output.find("unknown code: unrecognized error code | unrecognized error code"), std::string::npos) << r.output;
-  std::string line = "cudaGraphCreate is not supported by rgpu";
+  std::string line = "cudaIpcGetMemHandle is not supported by rgpu";
   size_t first = r.output.find(line);
   ASSERT_NE(first, std::string::npos) << r.output;
   EXPECT_EQ(r.output.find(line, first + 1), std::string::npos) << "logged twice:\n" << r.output;

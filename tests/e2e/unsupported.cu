@@ -4,10 +4,12 @@
 #include <cuda_runtime.h>
 
 int main() {
-  cudaGraph_t g;
-  cudaError_t a = cudaGraphCreate(&g, 0);
-  cudaError_t b = cudaGraphCreate(&g, 0);
-  std::printf("cudaGraphCreate: %s, again: %s\n", cudaGetErrorName(a), cudaGetErrorName(b));
+  cudaIpcMemHandle_t h;
+  void* d = nullptr;
+  if (cudaMalloc(&d, 64) != cudaSuccess) return 1;
+  cudaError_t a = cudaIpcGetMemHandle(&h, d);
+  cudaError_t b = cudaIpcGetMemHandle(&h, d);
+  std::printf("cudaIpcGetMemHandle: %s, again: %s\n", cudaGetErrorName(a), cudaGetErrorName(b));
   std::printf("last error: %s\n", cudaGetErrorName(cudaGetLastError()));
   void* p = nullptr;
   cudaError_t m = cudaMallocManaged(&p, 64);
