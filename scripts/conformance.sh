@@ -4,7 +4,7 @@
 # A program passes when it exits 0; each checks its own results against the
 # host. The programs are the examples and the end-to-end test programs that
 # exercise the runtime API broadly (streams, memory of every kind offered,
-# hints, pools, device malloc, compiler-emitted PTX shapes, cuBLAS/cuBLASLt,
+# hints, pools, graphs, device malloc, compiler-emitted PTX shapes, cuBLAS/cuBLASLt,
 # Thrust and CUB). Sizes below the programs' defaults are named in the list.
 #   scripts/conformance.sh          build (incrementally) and run
 #   RGPU_BUILD_DIR=dir              another build directory
@@ -31,6 +31,7 @@ programs=(
   "$e2e/compiled_ptx"
   "$e2e/device_malloc"
   "$e2e/mempool"
+  "$e2e/graphs"
   "$e2e/cublas_check"
   "$e2e/cublaslt_check"
   "$e2e/thrust_cub 1000000"

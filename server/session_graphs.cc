@@ -114,6 +114,7 @@ Status Session::onGraphCreate(const FrameHeader& h, wire::Request::Reader req) {
     if (it == graphs_.end()) s = Status(err::kInvalidValue, "graph " + std::to_string(id) + " to append to is unknown");
     else g = it->second;
     if (s && g->device != m.getDevice()) s = Status(err::kInvalidValue, "a graph's parts name different devices");
+    if (s) s = g->broken;  // an earlier part was refused: so is the graph
   }
   if (s && !m.getAppend() && !graphs_.count(id) && graphs_.size() >= L.max_graphs)
     s = Status(err::kMemoryAllocation, "session graph limit reached (max_graphs = " + std::to_string(L.max_graphs) + ")");
