@@ -375,6 +375,7 @@ RGPU_EXPORT cudaError_t cudaGraphKernelNodeSetAttribute(cudaGraphNode_t hNode, c
       case cudaLaunchAttributePriority:
       case cudaLaunchAttributeMemSyncDomain:
       case cudaLaunchAttributeMemSyncDomainMap:
+      case cudaLaunchAttributeCooperative:  // a cooperative kernel node (checked at instantiation)
         (*n)->p.attrs[attr] = *value;
         return Status::ok();
       default:

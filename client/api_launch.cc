@@ -99,19 +99,48 @@ RGPU_EXPORT cudaError_t cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, di
   });
 }
 
+RGPU_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args,
+                                                    size_t sharedMem, cudaStream_t stream) {
+  return guarded([&]() -> Status {
+    auto k = rt().kernelByHostFun(func);
+    if (!k) return k.status();
+    return rt().launch(**k, gridDim, blockDim, args, sharedMem, stream, false, true);
+  });
+}
+RGPU_EXPORT cudaError_t cudaLaunchCooperativeKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim, void** args,
+                                                         size_t sharedMem, cudaStream_t stream) {
+  return guarded([&]() -> Status {
+    auto k = rt().kernelByHostFun(func);
+    if (!k) return k.status();
+    return rt().launch(**k, gridDim, blockDim, args, sharedMem, stream, true, true);
+  });
+}
+
 namespace {
 Status launchEx(const cudaLaunchConfig_t* config, const void* func, void** args, bool ptsz) {
   RGPU_TRY(needPtr(config, "config"));
+  bool cooperative = false;
   for (unsigned i = 0; i < config->numAttrs; ++i) {
-    // Attributes change scheduling semantics (clusters, cooperative launch,
-    // programmatic serialization); refusing them is honest, ignoring them is not.
-    if (config->attrs[i].id != cudaLaunchAttributeIgnore)
-      return Status(err::kNotSupported, "launch attribute " + std::to_string(config->attrs[i].id) +
-                                            " is not supported by rgpu yet");
+    // Attributes change scheduling semantics (clusters, programmatic
+    // serialization); refusing them is honest, ignoring them is not.
+    // Hints NVIDIA's runtime takes (priority, access policy) are taken too.
+    switch (config->attrs[i].id) {
+      case cudaLaunchAttributeIgnore:
+      case cudaLaunchAttributePriority:
+      case cudaLaunchAttributeAccessPolicyWindow:
+        break;
+      case cudaLaunchAttributeCooperative:
+        cooperative = config->attrs[i].val.cooperative != 0;
+        break;
+      default:
+        return Status(err::kNotSupported, "launch attribute " + std::to_string(config->attrs[i].id) +
+                                              " is not supported by rgpu yet");
+    }
   }
   auto k = rt().kernelByHostFun(func);
   if (!k) return k.status();
-  return rt().launch(**k, config->gridDim, config->blockDim, args, config->dynamicSmemBytes, config->stream, ptsz);
+  return rt().launch(**k, config->gridDim, config->blockDim, args, config->dynamicSmemBytes, config->stream, ptsz,
+                     cooperative);
 }
 }  // namespace
 

@@ -161,6 +161,7 @@ Result<NodeParams> nodeOf(wire::Request::Reader r, int device) {
       p.shmem = static_cast<unsigned>(m.getSharedMem());
       auto b = m.getParams();
       p.params.assign(reinterpret_cast<const char*>(b.begin()), b.size());
+      if (m.getCooperative()) p.attrs[cudaLaunchAttributeCooperative].cooperative = 1;
       return p;
     }
     case R::MEMCPY_DTO_D: {

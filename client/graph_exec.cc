@@ -157,6 +157,13 @@ Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, cuda
     switch (p.type) {
       case cudaGraphNodeTypeKernel: {
         if (Status s = rt().checkLaunch(*p.kernel, p.grid, p.block, p.shmem, device); !s) return fault(s);
+        auto coop = p.attrs.find(cudaLaunchAttributeCooperative);
+        const bool cooperative = coop != p.attrs.end() && coop->second.cooperative;
+        if (cooperative) {
+          Status s = rt().checkCooperative(*p.kernel, device, uint64_t{p.grid.x} * p.grid.y * p.grid.z,
+                                           static_cast<int>(p.block.x * p.block.y * p.block.z), p.shmem);
+          if (!s) return fault(s);
+        }
         out.push_back(request([&](wire::Request::Builder r) {
           auto lk = r.initLaunchKernel();
           lk.setFunction(rt().serverKernelId(*p.kernel, device));
@@ -165,6 +172,7 @@ Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, cuda
           auto b = lk.initBlock();
           b.setX(p.block.x), b.setY(p.block.y), b.setZ(p.block.z);
           lk.setSharedMem(p.shmem);
+          lk.setCooperative(cooperative);
           streamOn(lk.initStream(), device);
           lk.setParams(kj::arrayPtr(reinterpret_cast<const kj::byte*>(p.params.data()), p.params.size()));
         }));
@@ -434,6 +442,7 @@ Status setExecNodeParams(cudaGraphExec_t e, cudaGraphNode_t node, NodeParams p) 
       return Status(err::kInvalidValue, "the child graph's topology differs");
     p.child = cloneGraph(*p.child, nullptr);
   }
+  p.attrs = std::move((*n)->p.attrs);  // attributes stay the node's
   (*n)->p = std::move(p);
   pointArgs((*n)->p);
   e->sent = false;

@@ -724,15 +724,20 @@ Result<LaunchLimits> Runtime::launchLimits(const KernelRecord& k, int device, bo
 void Runtime::forgetLaunchLimits(const KernelRecord& k, int device) {
   std::unique_lock lock(launch_limits_mu_);
   launch_limits_.erase({k.index, device});
+  for (auto it = occupancy_.begin(); it != occupancy_.end();)
+    it = std::get<0>(it->first) == k.index && std::get<1>(it->first) == device ? occupancy_.erase(it) : std::next(it);
 }
 
 Status Runtime::launch(const KernelRecord& k, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream,
-                       bool ptsz) {
+                       bool ptsz, bool cooperative) {
   flushDeviceOutput();  // a launch flushes the printf buffer on a GPU
   auto s = this->stream(stream, ptsz);
   if (!s) return s.status();
   RGPU_TRY(checkLaunch(k, grid, block, shmem, s->device));
   if (!k.layout.params.empty() && !args) return Status(err::kInvalidValue, "kernel arguments missing");
+  if (cooperative)
+    RGPU_TRY(checkCooperative(k, s->device, uint64_t{grid.x} * grid.y * grid.z, static_cast<int>(block.x * block.y * block.z),
+                              shmem));
 
   capnp::MallocMessageBuilder msg(128 + k.layout.param_bytes / 8);
   auto lk = msg.initRoot<wire::Request>().initLaunchKernel();
@@ -745,6 +750,7 @@ Status Runtime::launch(const KernelRecord& k, dim3 grid, dim3 block, void** args
   auto sr = lk.initStream();
   sr.setId(s->id);
   sr.setDevice(s->device);
+  lk.setCooperative(cooperative);
   // Argument pointers point into the caller's stack frame: pack them now.
   auto params = lk.initParams(k.layout.param_bytes);
   for (size_t i = 0; i < k.layout.params.size(); ++i) {
@@ -752,6 +758,44 @@ Status Runtime::launch(const KernelRecord& k, dim3 grid, dim3 block, void** args
     if (p.size) std::memcpy(params.begin() + p.offset, args[i], p.size);
   }
   return post(msg);
+}
+
+Result<int> Runtime::blocksPerMultiprocessor(const KernelRecord& k, int device, int block_threads, size_t shmem) {
+  auto key = std::make_tuple(k.index, device, block_threads, shmem);
+  {
+    std::shared_lock lock(launch_limits_mu_);
+    auto it = occupancy_.find(key);
+    if (it != occupancy_.end()) return it->second;
+  }
+  RGPU_TRY(ensureShipped(k.module, device));
+  capnp::MallocMessageBuilder msg(32);
+  auto m = msg.initRoot<wire::Request>().initOccupancy();
+  m.setId(serverKernelId(k, device));
+  m.setBlockSize(block_threads);
+  m.setDynamicSmem(shmem);
+  auto r = call(msg);
+  if (!r) return r.status();
+  int n = static_cast<int>(r->reader().getValue());
+  std::unique_lock lock(launch_limits_mu_);
+  occupancy_[key] = n;
+  return n;
+}
+
+Status Runtime::checkCooperative(const KernelRecord& k, int device_index, uint64_t blocks, int block_threads,
+                                 size_t shmem) {
+  auto dev = device(device_index);
+  if (!dev) return dev.status();
+  const auto& a = (*dev)->attributes;
+  if (static_cast<size_t>(cudaDevAttrCooperativeLaunch) >= a.size() || !a[cudaDevAttrCooperativeLaunch])
+    return Status(err::kNotSupported, "the device does not support cooperative launches");
+  auto per_sm = blocksPerMultiprocessor(k, device_index, block_threads, shmem);
+  if (!per_sm) return per_sm.status();
+  uint64_t fits = uint64_t(*per_sm) * static_cast<uint64_t>(a[cudaDevAttrMultiProcessorCount]);
+  if (blocks > fits)
+    return Status(err::kCooperativeLaunchTooLarge,
+                  "cooperative launch of " + std::to_string(blocks) + " blocks of kernel " + k.name + "; the device holds " +
+                      std::to_string(fits) + " at once (" + std::to_string(*per_sm) + " per multiprocessor)");
+  return Status::ok();
 }
 
 Status Runtime::checkLaunch(const KernelRecord& k, dim3 grid, dim3 block, size_t shmem, int device_index) {

@@ -181,9 +181,16 @@ class Runtime {
   // The checks a launch of `k` on `device` passes before it is sent (CUDA
   // reports these at once): configuration, the kernel's own limits.
   Status checkLaunch(const KernelRecord& k, dim3 grid, dim3 block, size_t shmem, int device);
-  // Launch with the packed parameter block.
+  // Launch with the packed parameter block. `cooperative`: every block
+  // resident at once (cudaLaunchCooperativeKernel); a grid larger than the
+  // device holds fails here with cudaErrorCooperativeLaunchTooLarge.
   Status launch(const KernelRecord& k, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream,
-                bool ptsz);
+                bool ptsz, bool cooperative = false);
+  // Blocks of `k` one multiprocessor of `device` holds at once (the server's
+  // occupancy answer, cached per block size and shared memory).
+  Result<int> blocksPerMultiprocessor(const KernelRecord& k, int device, int block_threads, size_t shmem);
+  // A cooperative grid of `blocks` fits on `device` at once.
+  Status checkCooperative(const KernelRecord& k, int device, uint64_t blocks, int block_threads, size_t shmem);
 
  private:
   Runtime() = default;
@@ -209,6 +216,7 @@ class Runtime {
   std::map<std::pair<int, int>, size_t> limits_;  // (device, cudaLimit) -> value set
   std::shared_mutex launch_limits_mu_;  // read on every launch
   std::map<std::pair<uint32_t, int>, LaunchLimits> launch_limits_;  // (kernel, device)
+  std::map<std::tuple<uint32_t, int, int, size_t>, int> occupancy_;  // (kernel, device, threads, shmem); launch_limits_mu_
 
   std::shared_mutex reg_mu_;
   std::deque<ModuleRecord> modules_;

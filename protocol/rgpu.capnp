@@ -319,6 +319,7 @@ struct LaunchKernel {
   sharedMem @3 :UInt64;
   stream @4 :StreamRef;
   params @5 :Data;           # packed exactly as the kernel's parameter block
+  cooperative @6 :Bool;      # cudaLaunchCooperativeKernel: every block resident at once (grid-wide sync)
 }
 struct HostFuncEnqueue { id @0 :UInt64; stream @1 :StreamRef; }
 struct HostFuncDone { id @0 :UInt64; }

@@ -52,6 +52,9 @@ struct FunctionAttributes {
 struct LaunchConfig {
   Dim3 grid, block;
   uint64_t shared_mem = 0;
+  // Every block resident at once (cudaLaunchCooperativeKernel); a grid larger
+  // than the device holds at once fails with cudaErrorCooperativeLaunchTooLarge.
+  bool cooperative = false;
 };
 
 // A byte buffer handed from the session to a stream-ordered copy.

@@ -9,13 +9,12 @@ namespace rgpu::server {
 namespace {
 // What rgpu cannot offer a remote client (yet), whatever the GPU can do: a
 // kernel cannot reach the client's host memory over the network (no mapped
-// memory, so no unified addressing with it), and cooperative and cluster
-// launches are refused, so none of them is reported.
+// memory, so no unified addressing with it), and cluster launches are
+// refused, so none of them is reported.
 bool hiddenFromRemoteClients(int a) {
   switch (a) {
     case cudaDevAttrCanMapHostMemory:
     case cudaDevAttrUnifiedAddressing:
-    case cudaDevAttrCooperativeLaunch:
     case cudaDevAttrClusterLaunch:
     case cudaDevAttrIntegrated:
     case cudaDevAttrManagedMemory:
@@ -223,6 +222,7 @@ DeviceDescription describeSimDevice(const SimDeviceConfig& cfg, int index) {
       {cudaDevAttrReservedSharedMemoryPerBlock, 1024},
       {cudaDevAttrNumaId, -1},
       {cudaDevAttrMemoryPoolsSupported, 1},  // stream-ordered allocation (pools without IPC handles)
+      {cudaDevAttrCooperativeLaunch, 1},     // every block of a cooperative grid is resident at once
       {cudaDevAttrHostNumaId, -1},
   };
   return describeDevice(cfg.name, uuid, cfg.memory, [&](int a) {

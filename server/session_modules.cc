@@ -152,6 +152,7 @@ Status Session::onLaunchKernel(const FrameHeader& h, wire::Request::Reader req) 
     cfg.grid = {m.getGrid().getX(), m.getGrid().getY(), m.getGrid().getZ()};
     cfg.block = {m.getBlock().getX(), m.getBlock().getY(), m.getBlock().getZ()};
     cfg.shared_mem = m.getSharedMem();
+    cfg.cooperative = m.getCooperative();
     s = backend_->launch(key, m.getFunction(), cfg, std::string(params.begin(), params.end()));
   }
   finish(h, s);

@@ -699,7 +699,11 @@ Result<int> SimBackend::occupancy(uint32_t function, int block_size, uint64_t dy
   auto f = functions_.find(function);
   if (f == functions_.end()) return Status(err::kInvalidDeviceFunction, "unknown function");
   if (block_size <= 0) return Status(err::kInvalidValue, "block size must be positive");
-  uint32_t bound = f->second.code->max_threads ? f->second.code->max_threads : 1024;
+  return occupancyLocked(f->second, block_size, dynamic_smem);
+}
+
+int SimBackend::occupancyLocked(const Function& f, int block_size, uint64_t dynamic_smem) const {
+  uint32_t bound = f.code->max_threads ? f.code->max_threads : 1024;
   if (static_cast<uint32_t>(block_size) > bound) return 0;
   int warps = (block_size + 31) / 32;
   int by_threads = 64 / warps;  // 2048 threads = 64 warps per SM
@@ -747,6 +751,16 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
   uint64_t static_shared = f->second.code->static_shared;
   if (static_shared + cfg.shared_mem > ptx::kMaxSharedBytes)
     return Status(err::kInvalidValue, "static plus dynamic shared memory exceed the device's limit");
+  if (cfg.cooperative) {
+    // As on a GPU: the whole grid must fit on the device at once.
+    uint64_t fits = uint64_t(occupancyLocked(f->second, static_cast<int>(threads), cfg.shared_mem)) *
+                    static_cast<uint64_t>(devices_[key.device].sm_count);
+    uint64_t blocks = uint64_t{g.x} * g.y * g.z;
+    if (blocks > fits)
+      return Status(err::kCooperativeLaunchTooLarge,
+                    "cooperative launch of " + std::to_string(blocks) + " blocks; the device holds " +
+                        std::to_string(fits) + " of them at once (occupancy x multiprocessors)");
+  }
   auto s = streamLocked(key);
   if (!s) return s.status();
   std::string name = f->second.name;
@@ -786,6 +800,13 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
       memory = memoryRangesLocked(t_running_op);
       out = output_sink_;
     }
+    // A cooperative grid's synchronisation workspace: zeroed, the kernel's to use.
+    std::unique_ptr<uint64_t[]> workspace;
+    if (cfg.cooperative) {
+      workspace = std::make_unique<uint64_t[]>(2);
+      auto ws = reinterpret_cast<uint64_t>(workspace.get());
+      memory.insert(std::lower_bound(memory.begin(), memory.end(), std::make_pair(ws, ws + 16)), {ws, ws + 16});
+    }
     ptx::Launch L;
     L.fn = code;
     L.grid = {cfg.grid.x, cfg.grid.y, cfg.grid.z};
@@ -798,6 +819,8 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
     L.printf_fifo = printf_fifo;
     L.budget = &interp_budget_;
     L.heap = heap;
+    L.cooperative = cfg.cooperative;
+    L.grid_workspace = reinterpret_cast<uint64_t>(workspace.get());
     ptx::LaunchResult r;
     runAsKernel(key.device, [&] {
       if (opts_.kernel_timeout_ms) {

@@ -246,6 +246,8 @@ class SimBackend final : public Backend {
   std::vector<Waiter> waiters_;
   std::unordered_map<uint32_t, Module> modules_;
   std::unordered_map<uint32_t, Function> functions_;
+  // Blocks of `f` one multiprocessor holds at once (cudaOccupancyMaxActiveBlocksPerMultiprocessor).
+  int occupancyLocked(const Function& f, int block_size, uint64_t dynamic_smem) const;
   std::unordered_map<DevPtr, Allocation> allocations_;
   std::vector<uint64_t> used_;  // bytes allocated per device (retired ones until freed)
   std::vector<uint64_t> printf_fifo_;   // per device: cudaLimitPrintfFifoSize

@@ -536,8 +536,23 @@ Status CudaBackend::launch(StreamKey key, uint32_t function, const LaunchConfig&
                    CU_LAUNCH_PARAM_END};
   CUresult r = CUDA_SUCCESS;
   (void)asKernel(s->first, s->second, f.name, [&] {  // r says how it went
-    r = api.cuLaunchKernel(f.handle, cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z,
-                           static_cast<unsigned>(cfg.shared_mem), s->second, nullptr, params.empty() ? nullptr : extra);
+    if (cfg.cooperative) {
+      // cuLaunchKernelEx takes the packed block (cuLaunchCooperativeKernel only argument pointers).
+      CUlaunchAttribute coop{};
+      coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      coop.value.cooperative = 1;
+      CUlaunchConfig lc{};
+      lc.gridDimX = cfg.grid.x, lc.gridDimY = cfg.grid.y, lc.gridDimZ = cfg.grid.z;
+      lc.blockDimX = cfg.block.x, lc.blockDimY = cfg.block.y, lc.blockDimZ = cfg.block.z;
+      lc.sharedMemBytes = static_cast<unsigned>(cfg.shared_mem);
+      lc.hStream = s->second;
+      lc.attrs = &coop;
+      lc.numAttrs = 1;
+      r = api.cuLaunchKernelEx(&lc, f.handle, nullptr, params.empty() ? nullptr : extra);
+    } else {
+      r = api.cuLaunchKernel(f.handle, cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z,
+                             static_cast<unsigned>(cfg.shared_mem), s->second, nullptr, params.empty() ? nullptr : extra);
+    }
     return r == CUDA_SUCCESS ? Status::ok() : Status(err::kUnknown, "");
   });
   // The runtime reports a grid, block or shared memory size the device cannot

@@ -96,6 +96,7 @@ Result<std::unique_ptr<DriverApi>> DriverApi::load(const std::string& library) {
   RGPU_RESOLVE(cuEventElapsedTime)
   RGPU_RESOLVE(cuLaunchHostFunc)
   RGPU_RESOLVE(cuLaunchKernel)
+  RGPU_RESOLVE(cuLaunchKernelEx)
   RGPU_RESOLVE(cuModuleLoadData)
   RGPU_RESOLVE(cuModuleUnload)
   RGPU_RESOLVE(cuModuleGetFunction)

@@ -79,6 +79,7 @@ class DriverApi {
   RGPU_CU_FN(cuEventElapsedTime)
   RGPU_CU_FN(cuLaunchHostFunc)
   RGPU_CU_FN(cuLaunchKernel)
+  RGPU_CU_FN(cuLaunchKernelEx)
   RGPU_CU_FN(cuModuleLoadData)
   RGPU_CU_FN(cuModuleUnload)
   RGPU_CU_FN(cuModuleGetFunction)

@@ -329,7 +329,17 @@ struct Block {
 class BlockRunner {
  public:
   BlockRunner(const Launch& L, Block& b, std::atomic<bool>& abort) : L_(L), fn_(*L.fn), b_(b), abort_(abort) {}
-  Fault run();
+  // Runs the block to its end; the fault that ended it, if any.
+  Fault run() {
+    while (slice()) {
+    }
+    return fault_;
+  }
+  // One round over the block's warps (each runs a time slice, then barriers
+  // release): true while the block has more to run. A cooperative launch
+  // interleaves the rounds of all its blocks, so every block is resident.
+  bool slice();
+  const Fault& faulted() const { return fault_; }
 
  private:
   // Runs warp w until it blocks, finishes, or `budget` instructions pass.
@@ -398,6 +408,11 @@ uint64_t BlockRunner::specialValue(Special s, const Warp& w, int lane) const {
     case Special::kGridid: return 1;
     case Special::kDynamicSmem: return L_.dynamic_shared;
     case Special::kTotalSmem: return b_.shared.size();
+    // The grid-synchronisation workspace of a cooperative launch (cooperative
+    // groups read its address from %envreg1:%envreg2 and trap on 0).
+    case Special::kEnvregHi: return L_.grid_workspace >> 32;
+    case Special::kEnvregLo: return L_.grid_workspace & 0xffffffffu;
+    case Special::kEnvregOther: return 0;
   }
   return 0;
 }
@@ -1786,55 +1801,75 @@ bool BlockRunner::step(Warp& w, int budget) {
         END_LANES
         break;
       }
+      // The .sync collectives: each lane's result is over the lanes of its
+      // own membermask (tiles of a warp name disjoint masks and run here in
+      // one step); without a mask operand, over the active lanes.
       case Op::kVote: {
         // vote.sync.mode d, {p}, membermask
         const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = in.b.kind == Operand::kNone ? nullptr : src(in.b, w, tb);
         uint32_t ballot = 0;
         LANES(m) if (A[l] & 1) ballot |= 1u << l;
         END_LANES
         LANES(m)
+          uint32_t mm = B ? static_cast<uint32_t>(B[l]) & m : m, bal = ballot & mm;
           switch (in.mode) {
-            case kVoteAll: D[l] = (ballot & m) == m; break;
-            case kVoteAny: D[l] = ballot != 0; break;
-            case kVoteUni: D[l] = ballot == 0 || ballot == m; break;
-            default: D[l] = ballot; break;
+            case kVoteAll: D[l] = bal == mm; break;
+            case kVoteAny: D[l] = bal != 0; break;
+            case kVoteUni: D[l] = bal == 0 || bal == mm; break;
+            default: D[l] = bal; break;
           }
         END_LANES
         break;
       }
       case Op::kRedux: {
         const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = in.b.kind == Operand::kNone ? nullptr : src(in.b, w, tb);
+        uint64_t res[32];
+        uint32_t last = 0;
         uint64_t acc = 0;
-        bool first = true;
+        bool have = false;
         LANES(m)
-          uint64_t x = trunc(A[l], t);
-          if (first) {
-            acc = x;
-            first = false;
-          } else {
-            acc = trunc(atomicApply<uint64_t>(in.atom, t, acc, x, 0), t);
+          uint32_t mm = B ? static_cast<uint32_t>(B[l]) & m : m;
+          if (!have || mm != last) {  // lanes of one group are neighbours: reduce once per group
+            acc = 0;
+            bool first = true;
+            for (uint32_t k = mm; k; k &= k - 1) {
+              uint64_t x = trunc(A[__builtin_ctz(k)], t);
+              acc = first ? x : trunc(atomicApply<uint64_t>(in.atom, t, acc, x, 0), t);
+              first = false;
+            }
+            last = mm, have = true;
           }
+          res[l] = acc;
         END_LANES
-        LANES(m) D[l] = acc;
+        LANES(m) D[l] = res[l];
         END_LANES
         break;
       }
       case Op::kMatch: {
         // match.any: lanes holding the same value; match.all: everyone or nobody.
         const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = in.b.kind == Operand::kNone ? nullptr : src(in.b, w, tb);
         uint64_t* D2 = in.d2.kind == Operand::kReg ? &w.regs[static_cast<size_t>(in.d2.reg) * 32] : nullptr;
+        uint64_t res[32], res2[32];
         LANES(m)
+          uint32_t mm = B ? static_cast<uint32_t>(B[l]) & m : m;
           uint32_t same = 0;
-          for (uint32_t k = m; k; k &= k - 1) {
+          for (uint32_t k = mm; k; k &= k - 1) {
             int j = __builtin_ctz(k);
             if (trunc(A[j], t) == trunc(A[l], t)) same |= 1u << j;
           }
           if (in.mode == 1) {
-            D[l] = same == m ? m : 0;
-            if (D2) D2[l] = same == m;
+            res[l] = same == mm ? mm : 0;
+            res2[l] = same == mm;
           } else {
-            D[l] = same;
+            res[l] = same;
           }
+        END_LANES
+        LANES(m)
+          D[l] = res[l];
+          if (in.mode == 1 && D2) D2[l] = res2[l];
         END_LANES
         break;
       }
@@ -1848,12 +1883,13 @@ bool BlockRunner::step(Warp& w, int budget) {
   return true;
 }
 
-Fault BlockRunner::run() {
-  while (!abort_.load(std::memory_order_relaxed)) {
+bool BlockRunner::slice() {
+  {
+    if (abort_.load(std::memory_order_relaxed)) return false;
     if (Fault f = watchdog(); f.code) {
       if (!fault_.code) fault_ = std::move(f);
       abort_.store(true);
-      break;
+      return false;
     }
     bool all_done = true, progressed = false;
     for (Warp& w : b_.warps) {
@@ -1861,9 +1897,9 @@ Fault BlockRunner::run() {
       all_done = false;
       if (w.at_barrier) continue;
       progressed = true;
-      if (!step(w, 4096)) return fault_;
+      if (!step(w, 4096)) return false;
     }
-    if (all_done) break;
+    if (all_done) return false;
     // Barriers: release a named barrier once its expected threads (default:
     // every live thread of the block) have arrived or wait there.
     bool released = false;
@@ -1900,10 +1936,10 @@ Fault BlockRunner::run() {
           fault(kErrLaunchFailure, "barrier deadlock: warps wait at barriers that cannot complete", fn_.code[w.pc ? w.pc - 1 : 0], w, 0);
           break;
         }
-      break;
+      return false;
     }
   }
-  return fault_;
+  return true;
 }
 
 }  // namespace
@@ -1933,6 +1969,64 @@ LaunchResult Interpreter::run(const Launch& L) {
   std::mutex mu;
   Fault first;
   std::atomic<uint64_t> insts{0};
+  auto makeBlock = [&](uint64_t bi, Block& b) {
+    b.cx = static_cast<uint32_t>(bi % L.grid.x);
+    b.cy = static_cast<uint32_t>((bi / L.grid.x) % L.grid.y);
+    b.cz = static_cast<uint32_t>(bi / (uint64_t{L.grid.x} * L.grid.y));
+    b.shared.assign(shared_bytes, 0);
+    b.local.assign(static_cast<size_t>(fn.local_bytes) * nwarps * 32, 0);
+    b.warps.resize(nwarps);
+    for (uint32_t k = 0; k < nwarps; ++k) {
+      Warp& w = b.warps[k];
+      w.id = k;
+      uint64_t first_tid = uint64_t{k} * 32;
+      uint64_t n = std::min<uint64_t>(32, threads - first_tid);
+      w.valid = n == 32 ? 0xffffffffu : (1u << n) - 1;
+      w.active = w.valid;
+      w.regs.assign(static_cast<size_t>(fn.num_regs) * 32, 0);
+    }
+  };
+  if (L.cooperative) {
+    // Every block resident at once: all take their memory first, then their
+    // rounds interleave on this thread until the last block ends (a block
+    // spinning at a grid barrier yields after its time slice).
+    uint64_t total = block_bytes * nblocks;
+    if (L.budget && total > L.budget->limit()) {
+      result.status = Status(kErrLaunchOutOfResources,
+                             "the cooperative grid needs " + std::to_string(total) +
+                                 " bytes of interpreter memory for its blocks at once; the session may use " +
+                                 std::to_string(L.budget->limit()) + " ([limits] max_interpreter_bytes)");
+      return result;
+    }
+    if (L.budget && !L.budget->take(total, [&] {
+          return (L.cancel && L.cancel->load(std::memory_order_relaxed)) || std::chrono::steady_clock::now() > L.deadline;
+        })) {
+      result.status = Status(kErrLaunchFailure, "stopped while waiting for interpreter memory");
+      return result;
+    }
+    std::vector<Block> blocks(nblocks);
+    std::vector<std::unique_ptr<BlockRunner>> runners;
+    for (uint64_t bi = 0; bi < nblocks; ++bi) {
+      makeBlock(bi, blocks[bi]);
+      runners.push_back(std::make_unique<BlockRunner>(L, blocks[bi], abort));
+    }
+    std::vector<bool> running(nblocks, true);
+    for (uint64_t live = nblocks; live;) {
+      for (uint64_t bi = 0; bi < nblocks; ++bi)
+        if (running[bi] && !runners[bi]->slice()) running[bi] = false, --live;
+    }
+    for (uint64_t bi = 0; bi < nblocks; ++bi) {
+      result.thread_instructions += blocks[bi].insts;
+      result.output += blocks[bi].output;
+      result.printf_dropped += blocks[bi].printf_dropped;
+      boundOutput(result.output, L.printf_fifo, result.printf_dropped);
+      if (runners[bi]->faulted().code && !first.code) first = runners[bi]->faulted();
+    }
+    if (L.budget) L.budget->give(total);
+    boundOutput(result.output, L.printf_fifo, result.printf_dropped, true);
+    if (first.code) result.status = Status(first.code, first.message);
+    return result;
+  }
   pool_.parallelFor(nblocks, [&](uint64_t bi) {
     if (abort.load(std::memory_order_relaxed)) return;
     if (L.budget) {
@@ -1959,21 +2053,7 @@ LaunchResult Interpreter::run(const Launch& L) {
       }
     } give{L.budget, block_bytes};
     Block b;
-    b.cx = static_cast<uint32_t>(bi % L.grid.x);
-    b.cy = static_cast<uint32_t>((bi / L.grid.x) % L.grid.y);
-    b.cz = static_cast<uint32_t>(bi / (uint64_t{L.grid.x} * L.grid.y));
-    b.shared.assign(shared_bytes, 0);
-    b.local.assign(static_cast<size_t>(fn.local_bytes) * nwarps * 32, 0);
-    b.warps.resize(nwarps);
-    for (uint32_t k = 0; k < nwarps; ++k) {
-      Warp& w = b.warps[k];
-      w.id = k;
-      uint64_t first_tid = uint64_t{k} * 32;
-      uint64_t n = std::min<uint64_t>(32, threads - first_tid);
-      w.valid = n == 32 ? 0xffffffffu : (1u << n) - 1;
-      w.active = w.valid;
-      w.regs.assign(static_cast<size_t>(fn.num_regs) * 32, 0);
-    }
+    makeBlock(bi, b);
     BlockRunner runner(L, b, abort);
     Fault f = runner.run();
     insts.fetch_add(b.insts, std::memory_order_relaxed);

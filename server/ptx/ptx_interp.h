@@ -108,6 +108,12 @@ struct Launch {
   MemoryBudget* budget = nullptr;  // the session's; null: unbounded
   // The device's malloc heap (kernels whose fn->uses_malloc); null: malloc returns NULL.
   DeviceHeap* heap = nullptr;
+  // A cooperative launch (cudaLaunchCooperativeKernel): every block is
+  // resident at once (their time slices interleave on one thread), and
+  // `grid_workspace` (zeroed global memory within `memory`, 16 bytes) is what
+  // grid-wide synchronisation counts arrivals in.
+  bool cooperative = false;
+  uint64_t grid_workspace = 0;
 };
 
 struct LaunchResult {

@@ -57,6 +57,7 @@ enum class Special : uint8_t {
   kTidX, kTidY, kTidZ, kNtidX, kNtidY, kNtidZ, kCtaidX, kCtaidY, kCtaidZ, kNctaidX, kNctaidY, kNctaidZ,
   kLaneid, kWarpid, kNwarpid, kLanemaskEq, kLanemaskLe, kLanemaskLt, kLanemaskGe, kLanemaskGt,
   kClock, kClock64, kGlobaltimer, kSmid, kNsmid, kGridid, kDynamicSmem, kTotalSmem,
+  kEnvregHi, kEnvregLo, kEnvregOther,  // %envreg1, %envreg2, the other %envregN
 };
 
 struct Operand {

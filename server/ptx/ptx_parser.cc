@@ -94,7 +94,16 @@ bool parseSpecial(const std::string& n, Special& s) {
       {"%total_smem_size", Special::kTotalSmem},
   };
   auto it = kSpecial.find(n);
-  if (it == kSpecial.end()) return false;
+  if (it == kSpecial.end()) {
+    // %envreg0..31: driver-defined; 1 and 2 hold the cooperative grid's workspace.
+    if (n.rfind("%envreg", 0) == 0 && n.size() > 7 && n.size() <= 9 &&
+        n.find_first_not_of("0123456789", 7) == std::string::npos && std::stoi(n.substr(7)) < 32) {
+      int i = std::stoi(n.substr(7));
+      s = i == 1 ? Special::kEnvregHi : i == 2 ? Special::kEnvregLo : Special::kEnvregOther;
+      return true;
+    }
+    return false;
+  }
   s = it->second;
   return true;
 }

@@ -72,6 +72,12 @@ TEST_F(CudaFakeE2E, GraphsRunThroughTheDriversStreams) {
   EXPECT_NE(r.output.find("graphs: all checks passed"), std::string::npos) << r.output;
 }
 
+TEST_F(CudaFakeE2E, CooperativeLaunchesGoThroughCuLaunchKernelExWithTheAttribute) {
+  RunResult r = program(testProgram("cooperative"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("cooperative: all checks passed"), std::string::npos) << r.output;
+}
+
 TEST_F(CudaFakeE2E, LaunchesReachTheDriverWithTheirPackedParameterBlocks) {
   RunResult r = program(testProgram("launch_check"));
   ASSERT_EQ(r.code, 0) << r.output;

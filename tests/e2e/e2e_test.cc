@@ -310,6 +310,12 @@ TEST_F(E2E, GraphsCapturedAndBuiltRunAsNvidiasDoWithOneMessagePerLaunch) {
   EXPECT_NE(r.output.find("graphs: all checks passed"), std::string::npos) << r.output;
 }
 
+TEST_F(E2E, CooperativeLaunchesSynchroniseTheWholeGridAndGroupsWork) {
+  RunResult r = program(testProgram("cooperative"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("cooperative: all checks passed"), std::string::npos) << r.output;
+}
+
 TEST_F(E2E, ThrustAndCubAlgorithmsOnAMillionKeysMatchTheHost) {
   RunResult r = program(testProgram("thrust_cub") + " 1000000");
   EXPECT_EQ(r.code, 0) << r.output;

@@ -383,6 +383,7 @@ CUresult fakeDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice dev) {
       {CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 1},
       {CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 1},
       {CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, 1},
+      {CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 1},
       {CU_DEVICE_ATTRIBUTE_ECC_ENABLED, 1},
       {CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 0x19 + dev},
       {CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, 6144},
@@ -917,9 +918,30 @@ std::string hex(const void* p, size_t n) {
   return out;
 }
 
+CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                      unsigned bz, unsigned smem, CUstream s, void** params, void** extra, bool cooperative);
+
 CUresult fakeLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                           unsigned smem, CUstream s, void** params, void** extra) {
   ENTER("cuLaunchKernel");
+  return launchLocked("cuLaunchKernel", f, gx, gy, gz, bx, by, bz, smem, s, params, extra, false);
+}
+
+// cuLaunchKernelEx: rgpu uses it for cooperative launches only (the one attribute it passes).
+CUresult fakeLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
+  ENTER("cuLaunchKernelEx");
+  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  bool cooperative = false;
+  for (unsigned i = 0; i < c->numAttrs; ++i) {
+    if (c->attrs[i].id != CU_LAUNCH_ATTRIBUTE_COOPERATIVE) return CUDA_ERROR_NOT_SUPPORTED;
+    cooperative = c->attrs[i].value.cooperative != 0;
+  }
+  return launchLocked("cuLaunchKernelEx", f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
+                      c->blockDimZ, c->sharedMemBytes, c->hStream, params, extra, cooperative);
+}
+
+CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                      unsigned bz, unsigned smem, CUstream s, void** params, void** extra, bool cooperative) {
   FakeFunction* fn = functionOf(f);
   if (!fn) return CUDA_ERROR_INVALID_HANDLE;
   if (!knownStream(s)) return CUDA_ERROR_INVALID_HANDLE;
@@ -942,16 +964,22 @@ CUresult fakeLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, u
     return CUDA_ERROR_INVALID_VALUE;
   // More threads than the kernel's __launch_bounds__ (or its registers) allow.
   if (fn->code->max_threads && uint64_t(bx) * by * bz > fn->code->max_threads) return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+  // The fake device's co-residency: 132 multiprocessors of 2048 threads, 32 blocks each at most.
+  if (cooperative && uint64_t(gx) * gy * gz > 132 * std::min<uint64_t>(32, 2048 / (uint64_t(bx) * by * bz)))
+    return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
   std::ostringstream line;
-  line << "cuLaunchKernel " << fn->name << " grid=" << gx << "," << gy << "," << gz << " block=" << bx << "," << by
+  line << name << (cooperative ? " cooperative " : " ") << fn->name << " grid=" << gx << "," << gy << "," << gz << " block=" << bx << "," << by
        << "," << bz << " shmem=" << smem << " params=" << hex(block.data(), block.size());
   record(line.str());
-  enqueue(streamOf(s), [fn, gx, gy, gz, bx, by, bz, smem, block] {
+  enqueue(streamOf(s), [fn, gx, gy, gz, bx, by, bz, smem, block, cooperative] {
     ptx::MemoryRanges memory;
     {
       std::lock_guard l(drv().mu);
       for (auto& [base, a] : drv().allocations) memory.emplace_back(base, base + a.second);
     }
+    uint64_t workspace[2] = {0, 0};  // the grid barrier of a cooperative launch
+    auto ws = reinterpret_cast<uint64_t>(workspace);
+    if (cooperative) memory.insert(std::lower_bound(memory.begin(), memory.end(), std::make_pair(ws, ws + 16)), {ws, ws + 16});
     ptx::Launch L;
     L.fn = fn->code;
     L.grid = {gx, gy, gz};
@@ -960,6 +988,8 @@ CUresult fakeLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, u
     L.params = reinterpret_cast<const uint8_t*>(block.data());
     L.memory = &memory;
     L.sm_count = 4;
+    L.cooperative = cooperative;
+    L.grid_workspace = cooperative ? ws : 0;
     ptx::LaunchResult r = drv().interp->run(L);
     if (!r.output.empty()) {
       std::fwrite(r.output.data(), 1, r.output.size(), stdout);
@@ -1012,6 +1042,7 @@ const std::map<std::string, void*>& table() {
       {"cuEventSynchronize", reinterpret_cast<void*>(&fakeEventSynchronize)},
       {"cuLaunchHostFunc", reinterpret_cast<void*>(&fakeLaunchHostFunc)},
       {"cuLaunchKernel", reinterpret_cast<void*>(&fakeLaunchKernel)},
+      {"cuLaunchKernelEx", reinterpret_cast<void*>(&fakeLaunchKernelEx)},
       {"cuModuleLoadData", reinterpret_cast<void*>(&fakeModuleLoadData)},
       {"cuModuleUnload", reinterpret_cast<void*>(&fakeModuleUnload)},
       {"cuModuleGetFunction", reinterpret_cast<void*>(&fakeModuleGetFunction)},

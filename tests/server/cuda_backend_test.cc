@@ -119,11 +119,12 @@ TEST(CudaBackend, DevicePropertiesComeFromDriverAttributes) {
   EXPECT_EQ(p.managedMemory, 0);
   EXPECT_EQ(d.attributes[cudaDevAttrCanMapHostMemory], 0);
   EXPECT_EQ(d.attributes[cudaDevAttrMultiProcessorCount], 132);
-  // The driver offers these; rgpu refuses cooperative launches and has no
-  // mapped host memory (so no unified addressing with the client): not reported.
-  EXPECT_EQ(d.attributes[cudaDevAttrCooperativeLaunch], 0);
+  // rgpu has no mapped host memory (so no unified addressing with the
+  // client): not reported though the driver offers it. Cooperative launches
+  // go through (cuLaunchKernelEx): reported as the driver does.
+  EXPECT_EQ(d.attributes[cudaDevAttrCooperativeLaunch], 1);
   EXPECT_EQ(d.attributes[cudaDevAttrUnifiedAddressing], 0);
-  EXPECT_EQ(p.cooperativeLaunch, 0);
+  EXPECT_EQ(p.cooperativeLaunch, 1);
   EXPECT_EQ(p.unifiedAddressing, 0);
   // Kernels on one GPU cannot use another's memory through rgpu's CUDA backend (yet).
   EXPECT_EQ(b->peerAccess(0), 0u);

@@ -430,6 +430,121 @@ st.global.u32 [%rd2+56], %r9;
   }
 }
 
+TEST(PtxWarp, CollectivesWorkOverEachLanesMemberMask) {
+  // Two 16-lane tiles name disjoint masks and execute in one step, as
+  // cooperative groups' tiles do: each gets its own vote, reduction and match.
+  PtxRun r = run(kernel(R"(
+mov.u32 %r1, %laneid;
+setp.lt.u32 %p1, %r1, 16;
+selp.u32 %r2, 65535, -65536, %p1;
+and.b32 %r3, %r1, 1;
+setp.ne.u32 %p2, %r3, 0;
+vote.sync.ballot.b32 %r4, %p2, %r2;
+setp.eq.u32 %p3, %r1, 5;
+vote.sync.any.pred %p4, %p3, %r2;
+selp.u32 %r5, 1, 0, %p4;
+setp.lt.u32 %p5, %r1, 20;
+vote.sync.all.pred %p6, %p5, %r2;
+selp.u32 %r6, 1, 0, %p6;
+redux.sync.add.u32 %r7, %r1, %r2;
+rem.u32 %r8, %r1, 4;
+match.any.sync.b32 %r9, %r8, %r2;
+mul.wide.u32 %rd1, %r1, 48;
+add.u64 %rd2, %rd0, %rd1;
+st.global.u32 [%rd2], %r4;
+st.global.u32 [%rd2+8], %r5;
+st.global.u32 [%rd2+16], %r6;
+st.global.u32 [%rd2+24], %r7;
+st.global.u32 [%rd2+32], %r9;
+)"),
+                 {32, 1, 1}, {1, 1, 1}, 192);
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  for (int l = 0; l < 32; ++l) {
+    bool lo = l < 16;
+    EXPECT_EQ(u32(r, l * 6 + 0), lo ? 0x0000aaaau : 0xaaaa0000u) << l;  // odd lanes of the own tile only
+    EXPECT_EQ(u32(r, l * 6 + 1), lo ? 1u : 0u) << l;                     // lane 5 is in the low tile
+    EXPECT_EQ(u32(r, l * 6 + 2), lo ? 1u : 0u) << l;                     // lanes 20..31 fail in the high tile
+    EXPECT_EQ(u32(r, l * 6 + 3), lo ? 120u : 376u) << l;                 // 0+..+15, 16+..+31
+    EXPECT_EQ(u32(r, l * 6 + 4), (lo ? 0x1111u : 0x11110000u) << (l % 4)) << l;
+  }
+}
+
+TEST(PtxBlock, CooperativeGridSynchronisesEveryBlock) {
+  // The shape nvcc emits for cooperative_groups::this_grid().sync(): the
+  // workspace address from %envreg1:%envreg2 (trap when 0), an arrival count
+  // at +4 with the top bit flipped by the last block, spinning on it.
+  std::string body = R"(
+mov.u32 %r1, %envreg2;
+cvt.u64.u32 %rd1, %r1;
+mov.u32 %r2, %envreg1;
+cvt.u64.u32 %rd2, %r2;
+bfi.b64 %rd3, %rd2, %rd1, 32, 32;
+setp.ne.s64 %p1, %rd3, 0;
+@%p1 bra HAVE;
+trap;
+HAVE:
+mov.u32 %r3, %ctaid.x;
+mul.wide.u32 %rd4, %r3, 8;
+add.u64 %rd5, %rd0, %rd4;
+st.global.u32 [%rd5], 1;
+bar.sync 0;
+mov.u32 %r5, %nctaid.x;
+mov.u32 %r4, %tid.x;
+setp.ne.u32 %p2, %r4, 0;
+@%p2 bra AFTER;
+add.s64 %rd6, %rd3, 4;
+setp.eq.u32 %p3, %r3, 0;
+mov.u32 %r6, -2147483647;
+sub.s32 %r7, %r6, %r5;
+selp.b32 %r8, %r7, 1, %p3;
+atom.add.release.gpu.u32 %r9, [%rd6], %r8;
+SPIN:
+ld.acquire.gpu.u32 %r10, [%rd6];
+xor.b32 %r11, %r10, %r9;
+setp.gt.s32 %p4, %r11, -1;
+@%p4 bra SPIN;
+AFTER:
+bar.sync 0;
+mov.u32 %r12, 0;
+mov.u32 %r13, 0;
+SUM:
+mul.wide.u32 %rd7, %r13, 8;
+add.u64 %rd8, %rd0, %rd7;
+ld.global.u32 %r14, [%rd8];
+add.u32 %r12, %r12, %r14;
+add.u32 %r13, %r13, 1;
+setp.lt.u32 %p5, %r13, %r5;
+@%p5 bra SUM;
+st.global.u32 [%rd5+256], %r12;
+)";
+  auto m = parsePtx(kernel(body));
+  ASSERT_TRUE(m.isOk()) << m.status().message();
+  const uint32_t blocks = 24;
+  std::vector<uint64_t> out(64, 0);
+  uint64_t ws[2] = {0, 0};
+  uint64_t p = reinterpret_cast<uint64_t>(out.data()), w = reinterpret_cast<uint64_t>(ws);
+  MemoryRanges mem = {{p, p + out.size() * 8}, {w, w + 16}};
+  std::sort(mem.begin(), mem.end());
+  Launch L;
+  L.fn = &m->functions.at("k");
+  L.grid = {blocks, 1, 1};
+  L.block = {64, 1, 1};
+  L.params = reinterpret_cast<const uint8_t*>(&p);
+  L.memory = &mem;
+  L.cooperative = true;
+  L.grid_workspace = w;
+  Interpreter interp(2);
+  auto res = interp.run(L);
+  ASSERT_TRUE(res.status.isOk()) << res.status.message();
+  // Every block saw every block's store: all had arrived before any went on.
+  for (uint32_t b = 0; b < blocks; ++b) EXPECT_EQ(static_cast<uint32_t>(out[32 + b]), blocks) << b;
+  // Without the workspace (not a cooperative launch) the kernel traps, as on a GPU.
+  L.cooperative = false;
+  L.grid_workspace = 0;
+  std::fill(out.begin(), out.end(), 0);
+  EXPECT_FALSE(interp.run(L).status.isOk());
+}
+
 TEST(PtxBlock, BarrierOrdersSharedMemoryAcrossWarps) {
   // 128 threads write tid to shared, sync, then read a neighbour's slot.
   PtxRun r = run(kernel(R"(
