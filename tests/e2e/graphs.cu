@@ -383,6 +383,49 @@ static int captureRules() {
   CHECK(cudaGraphExecDestroy(inner_exec));
   CHECK(cudaGraphDestroy(outer));
   CHECK(cudaGraphDestroy(inner));
+  // Capturing into an existing graph after a node of it, and moving the
+  // capture's dependencies by hand.
+  cudaGraph_t into;
+  CHECK(cudaGraphCreate(&into, 0));
+  cudaGraphNode_t first_set;
+  cudaMemsetParams ms = {};
+  ms.dst = d, ms.value = 1, ms.elementSize = 4, ms.width = N, ms.height = 1;
+  CHECK(cudaGraphAddMemsetNode(&first_set, into, nullptr, 0, &ms));
+  CHECK(cudaStreamBeginCaptureToGraph(s, into, &first_set, nullptr, 1, cudaStreamCaptureModeGlobal));
+  addv<<<N / 256, 256, 0, s>>>(d, N, 4);  // after the memset: 5
+  const cudaGraphNode_t* tips = nullptr;
+  size_t ntips = 0;
+  CHECK(cudaStreamGetCaptureInfo(s, &st, nullptr, nullptr, &tips, nullptr, &ntips));
+  EXPECT(ntips == 1);
+  cudaGraphNode_t after_add = tips[0];
+  scale<<<N / 256, 256, 0, s>>>(d, N, 3);  // 15
+  // The next kernel depends only on the add (beside the scale): set, then add the scale back.
+  CHECK(cudaStreamUpdateCaptureDependencies(s, &after_add, nullptr, 1, cudaStreamSetCaptureDependencies));
+  CHECK(cudaStreamGetCaptureInfo(s, &st, nullptr, nullptr, &tips, nullptr, &ntips));
+  EXPECT(ntips == 1 && tips[0] == after_add);
+  cudaGraphNode_t all_nodes[8];
+  count = 8;
+  CHECK(cudaGraphGetNodes(into, all_nodes, &count));
+  EXPECT(count == 3);
+  CHECK(cudaStreamUpdateCaptureDependencies(s, &all_nodes[2], nullptr, 1, cudaStreamAddCaptureDependencies));
+  addv<<<N / 256, 256, 0, s>>>(d, N, 1);  // 16
+  cudaGraph_t same;
+  CHECK(cudaStreamEndCapture(s, &same));
+  EXPECT(same == into);
+  size_t ndep = 0;
+  CHECK(cudaGraphGetNodes(into, nullptr, &count));
+  EXPECT(count == 4);
+  CHECK(cudaGraphGetNodes(into, all_nodes, &count));
+  CHECK(cudaGraphNodeGetDependencies(all_nodes[3], nullptr, nullptr, &ndep));
+  EXPECT(ndep == 2);
+  cudaGraphExec_t into_exec;
+  CHECK(cudaGraphInstantiate(&into_exec, into, 0));
+  CHECK(cudaGraphLaunch(into_exec, s));
+  CHECK(cudaMemcpyAsync(h.data(), d, N * sizeof(int), cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (int i = 0; i < N; ++i) EXPECT(h[i] == 16);
+  CHECK(cudaGraphExecDestroy(into_exec));
+  CHECK(cudaGraphDestroy(into));
   // Handles that are not graphs are refused, never followed.
   EXPECT_ERR(cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(&h), s), cudaErrorInvalidValue);
   EXPECT_ERR(cudaGraphDestroy(reinterpret_cast<cudaGraph_t>(&h)), cudaErrorInvalidValue);
