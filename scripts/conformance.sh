@@ -33,6 +33,7 @@ programs=(
   "$e2e/mempool"
   "$e2e/graphs"
   "$e2e/cooperative"
+  "$e2e/async_copy"
   "$e2e/cublas_check"
   "$e2e/cublaslt_check"
   "$e2e/thrust_cub 1000000"

@@ -352,6 +352,15 @@ class BlockRunner {
   bool execMemory(const Inst& in, Warp& w, uint32_t m);
   bool execAtomic(const Inst& in, Warp& w, uint32_t m);
   bool execCall(const Inst& in, Warp& w, uint32_t m);
+  // cp.async and mbarrier (see ptx_ir.h's modes).
+  bool execAsyncCopy(const Inst& in, Warp& w, uint32_t m);
+  bool execMbarrier(const Inst& in, Warp& w, uint32_t m);
+  // The byte address an address operand names for `lane` in `space` (shared
+  // and local addresses wrap at 32 bits); resolved and checked, or a fault.
+  bool operandAddress(const Inst& in, const Operand& op, Space space, uint32_t size, Warp& w, int lane, uint8_t*& out);
+  // An mbarrier's arrival (count arrivals, drop: fewer expected from the next
+  // phase on, tx: transaction bytes expected); returns the phase arrived in.
+  uint64_t mbarrierArrive(uint8_t* bar, uint32_t count, bool drop, int64_t tx);
   void fault(int code, const std::string& what, const Inst& in, const Warp& w, int lane);
   // A launch past its deadline or cancelled: the fault that ends it, else none.
   Fault watchdog() const;
@@ -691,6 +700,171 @@ bool BlockRunner::execMemory(const Inst& in, Warp& w, uint32_t m) {
           storeBytes(p + k * n, v, n);
         }
       }
+    }
+  END_LANES
+  return true;
+}
+
+bool BlockRunner::operandAddress(const Inst& in, const Operand& op, Space space, uint32_t size, Warp& w, int lane,
+                                 uint8_t*& out) {
+  uint64_t a = (op.has_base ? w.regs[static_cast<size_t>(op.reg) * 32 + static_cast<size_t>(lane)] : 0) + op.imm;
+  if (!op.has_base && op.sym_space != Space::kGeneric) space = op.sym_space;
+  if (space == Space::kShared) {
+    if ((a & kWindowMask) == kSharedWindow) a &= ~kWindowMask;
+    a = static_cast<uint32_t>(a);
+  }
+  if (resolve(space, a, size, w, lane, out)) return true;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(a));
+  fault(kErrIllegalAddress, std::string("illegal address ") + buf + " (" + std::to_string(size) + " bytes)", in, w, lane);
+  return false;
+}
+
+// cp.async copies at once: the copy may complete at any time before the wait
+// that covers it returns, so completing it at issue is one valid schedule (a
+// program that touches the destination before waiting has a race on a GPU too).
+bool BlockRunner::execAsyncCopy(const Inst& in, Warp& w, uint32_t m) {
+  if (in.mode == kCpNop) return true;
+  uint64_t tb[32], tc[32];
+  if (in.mode == kCpMbarArrive) {  // .noinc: the tracked copies are done, so it arrives now
+    LANES(m)
+      uint8_t* bar;
+      if (!operandAddress(in, in.d, Space::kShared, 8, w, l, bar)) return false;
+      mbarrierArrive(bar, 1, false, 0);
+    END_LANES
+    return true;
+  }
+  const uint64_t* size = src(in.b, w, tb);
+  const uint64_t* src_size = in.mode == kCpCopy && in.c.kind != Operand::kNone ? src(in.c, w, tc) : nullptr;
+  LANES(m)
+    uint32_t n = static_cast<uint32_t>(size[l]);
+    uint32_t from = src_size ? static_cast<uint32_t>(std::min<uint64_t>(src_size[l], n)) : n;
+    if (in.mode == kCpCopy && n != 4 && n != 8 && n != 16) {
+      fault(kErrLaunchFailure, "cp.async copies 4, 8 or 16 bytes", in, w, l);
+      return false;
+    }
+    if (in.mode == kCpBulk && (n % 16 != 0)) {
+      fault(kErrMisaligned, "cp.async.bulk copies a multiple of 16 bytes", in, w, l);
+      return false;
+    }
+    uint8_t *dst, *s = nullptr;
+    if (!operandAddress(in, in.d, Space::kShared, n, w, l, dst)) return false;
+    if (from && !operandAddress(in, in.a, Space::kGlobal, from, w, l, s)) return false;
+    if (reinterpret_cast<uintptr_t>(dst) % std::min<uint32_t>(n, 16) != 0) {
+      fault(kErrMisaligned, "misaligned cp.async destination", in, w, l);
+      return false;
+    }
+    for (uint32_t k = 0; k < from; ++k) dst[k] = loadBytes(s + k, 1);
+    std::memset(dst + from, 0, n - from);  // src-size < cp-size: the rest is zero-filled
+    if (in.mode == kCpBulk) {
+      uint8_t* bar;
+      if (!operandAddress(in, in.c, Space::kShared, 8, w, l, bar)) return false;
+      mbarrierArrive(bar, 0, false, -static_cast<int64_t>(n));  // complete_tx of the copied bytes
+    }
+  END_LANES
+  return true;
+}
+
+// An mbarrier in shared memory, in rgpu's own layout (the hardware's is
+// opaque to programs): bits 0-20 arrivals still pending in the current phase,
+// 21-41 arrivals expected per phase, 42-62 transaction bytes still pending
+// (signed), 63 the current phase's parity. A phase completes when no arrival
+// and no transaction byte is pending; the next begins with the expected count.
+namespace {
+constexpr uint64_t kMbCountMask = (1ull << 21) - 1;
+struct Mbar {
+  uint64_t pending, expected;
+  int64_t tx;
+  uint64_t phase;
+  static Mbar read(const uint8_t* p) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    int64_t tx = static_cast<int64_t>((v >> 42) & kMbCountMask);
+    if (tx & (1ll << 20)) tx -= 1ll << 21;
+    return {v & kMbCountMask, (v >> 21) & kMbCountMask, tx, v >> 63};
+  }
+  void write(uint8_t* p) const {
+    uint64_t v = (pending & kMbCountMask) | (expected & kMbCountMask) << 21 |
+                 (static_cast<uint64_t>(tx) & kMbCountMask) << 42 | phase << 63;
+    std::memcpy(p, &v, 8);
+  }
+};
+}  // namespace
+
+uint64_t BlockRunner::mbarrierArrive(uint8_t* bar, uint32_t count, bool drop, int64_t tx) {
+  Mbar b = Mbar::read(bar);
+  uint64_t arrived_in = b.phase;
+  b.tx += tx;
+  b.pending = count > b.pending ? 0 : b.pending - count;
+  if (drop) b.expected = count > b.expected ? 0 : b.expected - count;
+  if (b.pending == 0 && b.tx == 0) {
+    b.phase ^= 1;
+    b.pending = b.expected;
+  }
+  b.write(bar);
+  return arrived_in << 63;  // the state token: the phase it arrived in
+}
+
+bool BlockRunner::execMbarrier(const Inst& in, Warp& w, uint32_t m) {
+  uint64_t ta[32], tb[32];
+  if (in.mode == kMbPendingCount) {
+    const uint64_t* state = src(in.a, w, ta);
+    uint64_t* D = &w.regs[static_cast<size_t>(in.d.reg) * 32];
+    LANES(m) D[l] = state[l] & kMbCountMask;  // (tokens carry no count: 0)
+    END_LANES
+    return true;
+  }
+  const Operand& addr = (in.mode == kMbInit || in.mode == kMbInval || in.mode == kMbExpectTx || in.mode == kMbCompleteTx)
+                            ? in.d : in.a;
+  const Operand& arg = &addr == &in.d ? in.a : in.b;
+  const uint64_t* A = arg.kind == Operand::kNone ? nullptr : src(arg, w, tb);
+  uint64_t* D = in.d.kind == Operand::kReg ? &w.regs[static_cast<size_t>(in.d.reg) * 32] : nullptr;
+  LANES(m)
+    uint8_t* bar;
+    if (!operandAddress(in, addr, Space::kShared, 8, w, l, bar)) return false;
+    if (reinterpret_cast<uintptr_t>(bar) % 8 != 0) {
+      fault(kErrMisaligned, "misaligned mbarrier", in, w, l);
+      return false;
+    }
+    switch (in.mode) {
+      case kMbInit: {
+        uint64_t count = A ? A[l] : 1;
+        if (count == 0 || count > kMbCountMask) {
+          fault(kErrLaunchFailure, "mbarrier.init count out of range", in, w, l);
+          return false;
+        }
+        Mbar{count, count, 0, 0}.write(bar);
+        break;
+      }
+      case kMbInval:
+        std::memset(bar, 0, 8);
+        break;
+      case kMbExpectTx:
+      case kMbCompleteTx: {
+        Mbar b = Mbar::read(bar);
+        int64_t n = static_cast<int64_t>(A ? A[l] : 0);
+        b.tx += in.mode == kMbExpectTx ? n : -n;
+        if (b.pending == 0 && b.tx == 0) b.phase ^= 1, b.pending = b.expected;
+        b.write(bar);
+        break;
+      }
+      case kMbArrive:
+      case kMbArriveDrop: {
+        // arrive.expect_tx: one arrival that first expects `b` bytes; else `b` arrivals (1 without).
+        uint32_t count = in.approx ? 1 : static_cast<uint32_t>(A ? A[l] : 1);
+        int64_t tx = in.approx ? static_cast<int64_t>(A ? A[l] : 0) : 0;
+        uint64_t token = mbarrierArrive(bar, count, in.mode == kMbArriveDrop, tx);
+        if (D) D[l] = token;
+        break;
+      }
+      case kMbTestWait: {
+        // Done when the phase named (by a state token, or by its parity) has completed.
+        uint64_t parity = in.sat ? (A ? A[l] & 1 : 0) : (A ? A[l] >> 63 : 0);
+        if (D) D[l] = Mbar::read(bar).phase != parity;
+        break;
+      }
+      default:
+        break;
     }
   END_LANES
   return true;
@@ -1626,6 +1800,12 @@ bool BlockRunner::step(Warp& w, int budget) {
       case Op::kAtom:
       case Op::kRed:
         if (m && !execAtomic(in, w, m)) return false;
+        break;
+      case Op::kCpAsync:
+        if (m && !execAsyncCopy(in, w, m)) return false;
+        break;
+      case Op::kMbarrier:
+        if (m && !execMbarrier(in, w, m)) return false;
         break;
       case Op::kCallPrintf:
       case Op::kCallAssert:

@@ -43,6 +43,7 @@ enum class Op : uint8_t {
   kBar, kBarWarp, kMembar, kShfl, kVote, kRedux, kActivemask, kMatch, kNanosleep,
   kRcp, kSqrt, kRsqrt, kEx2, kLg2, kSin, kCos, kTanh, kCopysign, kTestp,
   kCallPrintf, kCallAssert, kCall, kRetFunc, kNop, kBmsk, kBfind, kFns, kCallMalloc, kCallFree,
+  kCpAsync, kMbarrier,
 };
 
 enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };
@@ -93,6 +94,17 @@ struct Inst {
   Operand d, d2, a, b, c, e;  // d2: second destination (setp p|q)
   uint32_t line = 0;      // source line, for error messages
 };
+
+// cp.async modes: a copy (run at once: it completes before any wait can
+// return), group bookkeeping (nothing left to wait for), an mbarrier arrive
+// that tracks the copies (.noinc: counts as an arrival), a bulk copy that
+// completes its bytes on an mbarrier.
+inline constexpr uint8_t kCpCopy = 0, kCpNop = 1, kCpMbarArrive = 2, kCpBulk = 3;
+// mbarrier operations
+inline constexpr uint8_t kMbInit = 0, kMbInval = 1, kMbArrive = 2, kMbArriveDrop = 3, kMbTestWait = 4,
+                         kMbPendingCount = 5, kMbExpectTx = 6, kMbCompleteTx = 7;
+// Inst::sat on an mbarrier: .parity (wait on a phase parity, not a state);
+// Inst::approx on an arrive: .expect_tx (its operand b is a transaction count).
 
 // mul/mad modes
 inline constexpr uint8_t kModeLo = 0, kModeHi = 1, kModeWide = 2;

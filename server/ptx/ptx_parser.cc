@@ -51,7 +51,15 @@ Result<std::vector<Token>> tokenize(const std::string& s) {
     } else if (identChar(c) || c == '-' ) {
       size_t st = i;
       ++i;
-      while (i < s.size() && identChar(s[i])) ++i;
+      for (;;) {
+        while (i < s.size() && identChar(s[i])) ++i;
+        // Scoped qualifiers stay one token: .shared::cta, .mbarrier::complete_tx::bytes.
+        if (i + 2 < s.size() && s[i] == ':' && s[i + 1] == ':' && identChar(s[i + 2])) {
+          i += 2;
+          continue;
+        }
+        break;
+      }
       out.push_back({s.substr(st, i - st), line});
     } else {
       out.push_back({std::string(1, c), line});
@@ -177,6 +185,8 @@ class Parser {
   Result<uint32_t> parseAlign();
   Status link();
   Status checkOperands(const Inst& in, const std::string& opcode);
+  Status asyncModifiers(Inst& in, const std::vector<std::string>& parts, const std::string& opcode);
+  Status parseOperands(Function& f, Inst& in, const std::string& opcode);
 
   // Scoped register names (blocks `{ }` may redeclare names).
   std::vector<std::unordered_map<std::string, uint32_t>> scopes_;
@@ -584,17 +594,26 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       {"nanosleep", Op::kNanosleep}, {"rcp", Op::kRcp}, {"sqrt", Op::kSqrt}, {"rsqrt", Op::kRsqrt},
       {"ex2", Op::kEx2}, {"lg2", Op::kLg2}, {"sin", Op::kSin}, {"cos", Op::kCos}, {"tanh", Op::kTanh},
       {"copysign", Op::kCopysign}, {"testp", Op::kTestp}, {"call", Op::kCallPrintf}, {"prefetch", Op::kNop},
-      {"prefetchu", Op::kNop}, {"pmevent", Op::kNop},
+      {"prefetchu", Op::kNop}, {"pmevent", Op::kNop}, {"cp", Op::kCpAsync}, {"mbarrier", Op::kMbarrier},
   };
   auto op = kOps.find(base);
   if (op == kOps.end()) return bad(in.line, "instruction '" + opcode + "' is not supported by the rgpu PTX interpreter");
   in.op = op->second;
+  if (in.op == Op::kCpAsync || in.op == Op::kMbarrier) {
+    RGPU_TRY(asyncModifiers(in, parts, opcode));
+    return parseOperands(f, in, opcode);
+  }
   if (in.op == Op::kBar && parts.size() > 1 && parts[1] == "warp") in.op = Op::kBarWarp;
 
   // Modifiers.
   std::vector<Type> types;
   for (size_t k = 1; k < parts.size(); ++k) {
-    const std::string& m = parts[k];
+    // Scoped forms: .shared::cta is this block's shared memory (a block is its
+    // own cluster here, so .shared::cluster is too); L1::/L2:: cache hints
+    // change nothing on the host (a cache-policy operand is read and ignored).
+    std::string m = parts[k];
+    if (m == "shared::cta" || m == "shared::cluster") m = "shared";
+    if (m.rfind("L1::", 0) == 0 || m.rfind("L2::", 0) == 0) continue;
     Type t;
     if (parseType(m, t)) {
       types.push_back(t);
@@ -799,6 +818,51 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
     fixups_.emplace_back(idx, label);
     return expect(";");
   }
+  return parseOperands(f, in, opcode);
+}
+
+// cp.async and mbarrier: their many qualifiers (state spaces with ::cta or
+// ::cluster scopes, cache hints, memory orders) mostly change nothing in one
+// block on one host thread; those that do set the instruction's mode.
+Status Parser::asyncModifiers(Inst& in, const std::vector<std::string>& parts, const std::string& opcode) {
+  auto has = [&](const char* m) { return std::find(parts.begin() + 1, parts.end(), m) != parts.end(); };
+  auto unsupported = [&] { return bad(in.line, "instruction '" + opcode + "' is not supported by the rgpu PTX interpreter"); };
+  if (in.op == Op::kCpAsync) {
+    if (parts.size() < 2 || parts[1] != "async") return unsupported();
+    if (has("commit_group") || has("wait_group") || has("wait_all")) {
+      in.mode = kCpNop;
+    } else if (parts.size() > 2 && parts[2] == "mbarrier") {
+      in.mode = has("noinc") ? kCpMbarArrive : kCpNop;  // without .noinc: a net change of zero
+    } else if (parts.size() > 2 && parts[2] == "bulk") {
+      // Only global to this block's shared memory, completing on an mbarrier (TMA's 1D form).
+      bool to_shared = parts.size() > 3 && parts[3].rfind("shared", 0) == 0;
+      if (!to_shared || !has("global") || !has("mbarrier::complete_tx::bytes") || has("tensor")) return unsupported();
+      in.mode = kCpBulk;
+    } else if (has("ca") || has("cg")) {
+      in.mode = kCpCopy;
+    } else {
+      return unsupported();
+    }
+    return Status::ok();
+  }
+  if (parts.size() < 2) return unsupported();
+  const std::string& what = parts[1];
+  if (what == "init") in.mode = kMbInit;
+  else if (what == "inval") in.mode = kMbInval;
+  else if (what == "arrive") in.mode = kMbArrive;
+  else if (what == "arrive_drop") in.mode = kMbArriveDrop;
+  else if (what == "test_wait" || what == "try_wait") in.mode = kMbTestWait;
+  else if (what == "pending_count") in.mode = kMbPendingCount;
+  else if (what == "expect_tx") in.mode = kMbExpectTx;
+  else if (what == "complete_tx") in.mode = kMbCompleteTx;
+  else return unsupported();
+  in.sat = has("parity");
+  in.approx = (in.mode == kMbArrive || in.mode == kMbArriveDrop) && has("expect_tx");
+  if (has("shared::cluster") && in.mode != kMbArrive) return unsupported();  // other blocks' barriers: no clusters here
+  return Status::ok();
+}
+
+Status Parser::parseOperands(Function& f, Inst& in, const std::string& opcode) {
   std::vector<Operand*> slots = {&in.d, &in.a, &in.b, &in.c, &in.e};
   size_t n = 0;
   while (peek() != ";") {
@@ -853,6 +917,25 @@ Status Parser::checkOperands(const Inst& in, const std::string& opcode) {
     case Op::kNanosleep: case Op::kNop: case Op::kCallPrintf: case Op::kCallAssert: case Op::kCall: case Op::kRetFunc:
     case Op::kCallMalloc: case Op::kCallFree:
       return Status::ok();
+    case Op::kCpAsync:
+      if ((in.mode == kCpCopy || in.mode == kCpBulk) && (in.d.kind != Operand::kAddr || in.a.kind != Operand::kAddr))
+        return bad(in.line, opcode + ": destination and source must be addresses");
+      if (in.mode == kCpBulk && in.c.kind != Operand::kAddr) return bad(in.line, opcode + ": the mbarrier must be an address");
+      if (in.mode == kCpMbarArrive && in.d.kind != Operand::kAddr) return bad(in.line, opcode + ": the mbarrier must be an address");
+      return Status::ok();
+    case Op::kMbarrier:
+      switch (in.mode) {
+        case kMbInit: case kMbInval: case kMbExpectTx: case kMbCompleteTx:
+          if (in.d.kind != Operand::kAddr) return bad(in.line, opcode + ": the mbarrier must be an address");
+          return Status::ok();
+        case kMbPendingCount:
+          if (!isReg(in.d)) return bad(in.line, opcode + ": the destination must be a register");
+          return Status::ok();
+        default:  // arrive, arrive_drop (state or `_`), test_wait/try_wait (a predicate)
+          if (!isReg(in.d) && in.d.kind != Operand::kSink) return bad(in.line, opcode + ": the destination must be a register");
+          if (in.a.kind != Operand::kAddr) return bad(in.line, opcode + ": the mbarrier must be an address");
+          return Status::ok();
+      }
     default:
       if (!isReg(in.d)) return bad(in.line, opcode + ": the destination must be a register");
       if (in.d2.kind != Operand::kNone && !isReg(in.d2)) return bad(in.line, opcode + ": the second destination must be a register");

@@ -316,6 +316,12 @@ TEST_F(E2E, CooperativeLaunchesSynchroniseTheWholeGridAndGroupsWork) {
   EXPECT_NE(r.output.find("cooperative: all checks passed"), std::string::npos) << r.output;
 }
 
+TEST_F(E2E, AsynchronousCopiesIntoSharedMemoryWithPipelinesAndBarriers) {
+  RunResult r = program(testProgram("async_copy"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("async_copy: all checks passed"), std::string::npos) << r.output;
+}
+
 TEST_F(E2E, ThrustAndCubAlgorithmsOnAMillionKeysMatchTheHost) {
   RunResult r = program(testProgram("thrust_cub") + " 1000000");
   EXPECT_EQ(r.code, 0) << r.output;

@@ -545,6 +545,92 @@ st.global.u32 [%rd5+256], %r12;
   EXPECT_FALSE(interp.run(L).status.isOk());
 }
 
+TEST(PtxMemory, AsyncCopiesZeroFillAndAreCheckedLikeLoads) {
+  // cp.async of 16 bytes reading 8 (the rest zero), waited for as a group;
+  // then a bulk copy that completes its bytes on an mbarrier.
+  std::string decls = ".shared .align 16 .b8 buf[64];\n.shared .align 8 .b64 bar;\n";
+  PtxRun r = run(kernel(R"(
+st.global.u64 [%rd0+256], 0x1122334455667788;
+st.global.u64 [%rd0+264], 0x99aabbccddeeff00;
+mov.u32 %r1, buf;
+add.u64 %rd1, %rd0, 256;
+cp.async.cg.shared.global.L2::128B [%r1], [%rd1], 16, 8;
+cp.async.commit_group;
+cp.async.wait_group 0;
+ld.shared.u64 %rd2, [buf];
+ld.shared.u64 %rd3, [buf+8];
+st.global.u64 [%rd0], %rd2;
+st.global.u64 [%rd0+8], %rd3;
+mov.u32 %r2, bar;
+mbarrier.init.shared::cta.b64 [%r2], 1;
+mbarrier.arrive.expect_tx.shared::cta.b64 %rd4, [%r2], 16;
+mbarrier.test_wait.shared::cta.b64 %p1, [%r2], %rd4;
+selp.u32 %r3, 1, 0, %p1;
+st.global.u32 [%rd0+16], %r3;
+add.u32 %r4, %r1, 16;
+cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r4], [%rd1], 16, [%r2];
+WAIT:
+mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r2], 0;
+@!%p2 bra WAIT;
+ld.shared.u64 %rd5, [buf+24];
+st.global.u64 [%rd0+24], %rd5;
+mbarrier.test_wait.shared::cta.b64 %p3, [%r2], %rd4;
+selp.u32 %r5, 1, 0, %p3;
+st.global.u32 [%rd0+32], %r5;
+)", decls),
+                 {1, 1, 1}, {1, 1, 1}, 64);
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  EXPECT_EQ(r.out[0], 0x1122334455667788ull);
+  EXPECT_EQ(r.out[1], 0u);  // zero-filled past the 8 source bytes
+  EXPECT_EQ(u32(r, 2), 0u);  // the arrival came, the 16 transaction bytes had not
+  EXPECT_EQ(r.out[3], 0x99aabbccddeeff00ull);
+  EXPECT_EQ(u32(r, 4), 1u);  // the bulk copy completed the phase
+  // A source outside every allocation is an illegal address, as a load's would be.
+  PtxRun bad = run(kernel(R"(
+mov.u32 %r1, buf;
+cp.async.ca.shared.global [%r1], [0x10], 4;
+)", decls));
+  EXPECT_EQ(bad.status.code(), kErrIllegalAddress) << bad.status.message();
+  // So is a shared destination past the block's shared memory.
+  PtxRun past = run(kernel(R"(
+cp.async.ca.shared.global [buf+100000], [%rd0], 4;
+)", decls));
+  EXPECT_EQ(past.status.code(), kErrIllegalAddress) << past.status.message();
+}
+
+TEST(PtxBlock, MbarrierPhasesOrderWarpsOfABlock) {
+  // Warp 1 writes then arrives; warp 0 waits on the phase's parity, then reads.
+  std::string decls = ".shared .align 8 .b64 bar;\n.shared .align 4 .b32 val;\n";
+  PtxRun r = run(kernel(R"(
+mov.u32 %r1, %tid.x;
+mov.u32 %r2, bar;
+setp.ne.u32 %p1, %r1, 0;
+@%p1 bra SKIPINIT;
+mbarrier.init.shared.b64 [%r2], 1;
+SKIPINIT:
+bar.sync 0;
+setp.lt.u32 %p2, %r1, 32;
+@%p2 bra WAITER;
+setp.ne.u32 %p3, %r1, 32;
+@%p3 bra DONE;
+st.shared.u32 [val], 42;
+mbarrier.arrive.release.cta.shared.b64 _, [%r2];
+bra.uni DONE;
+WAITER:
+mbarrier.try_wait.parity.acquire.cta.shared.b64 %p4, [%r2], 0;
+@!%p4 bra WAITER;
+ld.shared.u32 %r3, [val];
+mul.wide.u32 %rd1, %r1, 4;
+add.u64 %rd2, %rd0, %rd1;
+st.global.u32 [%rd2], %r3;
+DONE:
+)", decls),
+                 {64, 1, 1}, {1, 1, 1}, 32);
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  const auto* words = reinterpret_cast<const uint32_t*>(r.out.data());
+  for (int t = 0; t < 32; ++t) EXPECT_EQ(words[t], 42u) << t;
+}
+
 TEST(PtxBlock, BarrierOrdersSharedMemoryAcrossWarps) {
   // 128 threads write tid to shared, sync, then read a neighbour's slot.
   PtxRun r = run(kernel(R"(
