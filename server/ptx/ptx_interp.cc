@@ -355,6 +355,8 @@ class BlockRunner {
   // cp.async and mbarrier (see ptx_ir.h's modes).
   bool execAsyncCopy(const Inst& in, Warp& w, uint32_t m);
   bool execMbarrier(const Inst& in, Warp& w, uint32_t m);
+  // wmma.load / wmma.store / wmma.mma (fragment layout in ptx_ir.h).
+  bool execWmma(const Inst& in, Warp& w, uint32_t m);
   // The byte address an address operand names for `lane` in `space` (shared
   // and local addresses wrap at 32 bits); resolved and checked, or a fault.
   bool operandAddress(const Inst& in, const Operand& op, Space space, uint32_t size, Warp& w, int lane, uint8_t*& out);
@@ -865,6 +867,130 @@ bool BlockRunner::execMbarrier(const Inst& in, Warp& w, uint32_t m) {
       }
       default:
         break;
+    }
+  END_LANES
+  return true;
+}
+
+namespace {
+// Elements of a wmma fragment: bytes each and how many share one register.
+int wmmaBytes(Type t) { return t == Type::kF16 || t == Type::kBF16 ? 2 : t == Type::kS8 || t == Type::kU8 ? 1 : t == Type::kF64 ? 8 : 4; }
+int wmmaPerReg(Type t) { return t == Type::kF64 ? 1 : 4 / wmmaBytes(t); }
+// One fragment, gathered from (or scattered to) the warp's registers.
+struct Fragment {
+  const std::vector<Operand>* regs;
+  Type t;
+  int slots;  // per lane
+  uint64_t bits(const std::vector<uint64_t>& file, uint32_t e) const {
+    uint32_t lane = e / static_cast<uint32_t>(slots), s = e % static_cast<uint32_t>(slots);
+    int per = wmmaPerReg(t), bytes = wmmaBytes(t);
+    uint64_t v = file[static_cast<size_t>((*regs)[static_cast<size_t>(s / per)].reg) * 32 + lane];
+    return bytes == 8 ? v : (v >> ((s % per) * bytes * 8)) & ((1ull << (bytes * 8)) - 1);
+  }
+  void set(std::vector<uint64_t>& file, uint32_t e, uint64_t bits) const {
+    uint32_t lane = e / static_cast<uint32_t>(slots), s = e % static_cast<uint32_t>(slots);
+    int per = wmmaPerReg(t), bytes = wmmaBytes(t);
+    uint64_t& v = file[static_cast<size_t>((*regs)[static_cast<size_t>(s / per)].reg) * 32 + lane];
+    if (bytes == 8) {
+      v = bits;
+      return;
+    }
+    int shift = (s % per) * bytes * 8;
+    uint64_t mask = ((1ull << (bytes * 8)) - 1) << shift;
+    v = (v & ~mask & 0xffffffffull) | ((bits << shift) & mask);
+  }
+  double value(const std::vector<uint64_t>& file, uint32_t e) const {
+    uint64_t b = bits(file, e);
+    switch (t) {
+      case Type::kS8: return static_cast<int8_t>(b);
+      case Type::kU8: return static_cast<uint8_t>(b);
+      case Type::kS32: return static_cast<int32_t>(b);
+      default: return readF(b, t);
+    }
+  }
+};
+}  // namespace
+
+bool BlockRunner::execWmma(const Inst& in, Warp& w, uint32_t m) {
+  const uint32_t M = in.m, N = in.n, K = in.k;
+  auto dims = [&](uint8_t which, uint32_t& rows, uint32_t& cols) {
+    rows = which == kWmmaLoadB ? K : M;
+    cols = which == kWmmaLoadA ? K : N;
+  };
+  auto fragment = [&](const Operand& o, Type t, uint32_t rows, uint32_t cols, Fragment& f) {
+    f.regs = &o.vec;
+    f.t = t;
+    f.slots = static_cast<int>(o.vec.size()) * wmmaPerReg(t);
+    if (static_cast<uint64_t>(f.slots) * 32 < uint64_t{rows} * cols) {
+      fault(kErrLaunchFailure, "wmma fragment of " + std::to_string(o.vec.size()) + " registers cannot hold the matrix", in, w,
+            __builtin_ctz(m));
+      return false;
+    }
+    return true;
+  };
+  if (in.mode == kWmmaMma) {
+    Fragment fa, fb, fc, fd;
+    if (!fragment(in.a, in.ab_type, M, K, fa) || !fragment(in.b, in.b_type, K, N, fb) ||
+        !fragment(in.c, in.type, M, N, fc) || !fragment(in.d, in.dtype, M, N, fd))
+      return false;
+    // The whole warp's fragments: gathered before D (often C's registers) is written.
+    std::vector<double> a(M * K), b(K * N), c(M * N);
+    for (uint32_t e = 0; e < M * K; ++e) a[e] = fa.value(w.regs, e);
+    for (uint32_t e = 0; e < K * N; ++e) b[e] = fb.value(w.regs, e);
+    for (uint32_t e = 0; e < M * N; ++e) c[e] = fc.value(w.regs, e);
+    bool integer = in.dtype == Type::kS32;
+    for (uint32_t i = 0; i < M; ++i)
+      for (uint32_t j = 0; j < N; ++j) {
+        double acc = c[i * N + j];
+        if (integer) {
+          int64_t s = static_cast<int64_t>(acc);
+          for (uint32_t k = 0; k < K; ++k) s += static_cast<int64_t>(a[i * K + k]) * static_cast<int64_t>(b[k * N + j]);
+          if (in.sat) s = std::clamp<int64_t>(s, INT32_MIN, INT32_MAX);
+          fd.set(w.regs, i * N + j, static_cast<uint32_t>(s));
+        } else {
+          for (uint32_t k = 0; k < K; ++k) acc += a[i * K + k] * b[k * N + j];
+          fd.set(w.regs, i * N + j, writeF(acc, in.dtype));
+        }
+      }
+    // Slots past the matrix (a fragment larger than it) read as zero.
+    for (uint32_t e = M * N; e < static_cast<uint32_t>(fd.slots) * 32; ++e) fd.set(w.regs, e, 0);
+    return true;
+  }
+  // Loads and stores: each lane moves its own slots; `.col`: column-major memory.
+  uint32_t rows, cols;
+  dims(in.mode == kWmmaStore ? kWmmaLoadC : in.mode, rows, cols);
+  const bool col = in.layout & 1;
+  const Operand& addr = in.mode == kWmmaStore ? in.d : in.a;
+  const Operand& frag = in.mode == kWmmaStore ? in.a : in.d;
+  const Operand& stride_op = in.b;
+  Fragment f;
+  if (!fragment(frag, in.type, rows, cols, f)) return false;
+  uint64_t ts[32];
+  const uint64_t* S = stride_op.kind == Operand::kNone ? nullptr : src(stride_op, w, ts);
+  const int bytes = wmmaBytes(in.type);
+  LANES(m)
+    uint64_t stride = S ? static_cast<uint32_t>(S[l]) : (col ? rows : cols);
+    uint64_t span = ((col ? (uint64_t{cols} - 1) * stride + rows : (uint64_t{rows} - 1) * stride + cols)) * bytes;
+    if (stride < (col ? rows : cols) || span > (1ull << 31)) {
+      fault(kErrLaunchFailure, "wmma stride smaller than the matrix", in, w, l);
+      return false;
+    }
+    uint8_t* p;
+    if (!operandAddress(in, addr, in.space, static_cast<uint32_t>(span), w, l, p)) return false;
+    for (int s = 0; s < f.slots; ++s) {
+      uint32_t e = static_cast<uint32_t>(l) * static_cast<uint32_t>(f.slots) + static_cast<uint32_t>(s);
+      uint64_t at = 0;
+      bool inside = e < rows * cols;
+      if (inside) {
+        uint32_t r = e / cols, c = e % cols;
+        at = (col ? uint64_t{c} * stride + r : uint64_t{r} * stride + c) * bytes;
+      }
+      // A lane's part of the fragment: its own slots only (Fragment indexes the warp's).
+      if (in.mode == kWmmaStore) {
+        if (inside) storeBytes(p + at, f.bits(w.regs, e), bytes);
+      } else {
+        f.set(w.regs, e, inside ? loadBytes(p + at, bytes) : 0);
+      }
     }
   END_LANES
   return true;
@@ -1730,6 +1856,20 @@ bool BlockRunner::step(Warp& w, int budget) {
       case Op::kCvt: {
         const uint64_t* A = src(in.a, w, ta);
         Type dt = in.dtype, st = t;
+        if (in.mode == kCvtToTf32) {
+          // f32 to tf32: the low 13 mantissa bits go, rounded as asked (NaN and infinity kept).
+          LANES(m)
+            uint32_t x = static_cast<uint32_t>(A[l]);
+            if ((x & 0x7f800000u) != 0x7f800000u) {
+              uint32_t low = x & 0x1fffu;
+              if (in.round == Round::kRna) x += 0x1000u;
+              else if (in.round != Round::kRz && (low > 0x1000u || (low == 0x1000u && (x & 0x2000u)))) x += 0x2000u;
+              x &= ~0x1fffu;
+            }
+            D[l] = x;
+          END_LANES
+          break;
+        }
         if (isX2(dt)) {  // cvt.rn.f16x2.f32 d, hi, lo: pack two floats
           const uint64_t* B = src(in.b, w, tb);
           Type h = halfOf(dt);
@@ -1806,6 +1946,9 @@ bool BlockRunner::step(Warp& w, int budget) {
         break;
       case Op::kMbarrier:
         if (m && !execMbarrier(in, w, m)) return false;
+        break;
+      case Op::kWmma:
+        if (m && !execWmma(in, w, m)) return false;
         break;
       case Op::kCallPrintf:
       case Op::kCallAssert:

@@ -43,14 +43,14 @@ enum class Op : uint8_t {
   kBar, kBarWarp, kMembar, kShfl, kVote, kRedux, kActivemask, kMatch, kNanosleep,
   kRcp, kSqrt, kRsqrt, kEx2, kLg2, kSin, kCos, kTanh, kCopysign, kTestp,
   kCallPrintf, kCallAssert, kCall, kRetFunc, kNop, kBmsk, kBfind, kFns, kCallMalloc, kCallFree,
-  kCpAsync, kMbarrier,
+  kCpAsync, kMbarrier, kWmma,
 };
 
 enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };
 
 enum class Cmp : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe, kLo, kLs, kHi, kHs, kEqu, kNeu, kLtu, kLeu, kGtu, kGeu, kNum, kNan };
 enum class BoolOp : uint8_t { kNone, kAnd, kOr, kXor };
-enum class Round : uint8_t { kDefault, kRn, kRz, kRm, kRp, kRni, kRzi, kRmi, kRpi };
+enum class Round : uint8_t { kDefault, kRn, kRz, kRm, kRp, kRni, kRzi, kRmi, kRpi, kRna };
 enum class AtomOp : uint8_t { kAdd, kMin, kMax, kExch, kCas, kAnd, kOr, kXor, kInc, kDec };
 
 // Special registers, read per lane.
@@ -93,6 +93,10 @@ struct Inst {
   uint32_t callee = 0;    // kCall before linking: index into Module::callee_names
   Operand d, d2, a, b, c, e;  // d2: second destination (setp p|q)
   uint32_t line = 0;      // source line, for error messages
+  // wmma: the shape (m, n, k) and the multiplicands' element type (a and b).
+  uint8_t m = 0, n = 0, k = 0;
+  uint8_t layout = 0;  // wmma: bit 0 set: .col (a's, or the memory's); bit 1: b's
+  Type ab_type = Type::kNone, b_type = Type::kNone;  // b_type: b's, where it differs from a's (s8 x u8)
 };
 
 // cp.async modes: a copy (run at once: it completes before any wait can
@@ -105,6 +109,14 @@ inline constexpr uint8_t kMbInit = 0, kMbInval = 1, kMbArrive = 2, kMbArriveDrop
                          kMbPendingCount = 5, kMbExpectTx = 6, kMbCompleteTx = 7;
 // Inst::sat on an mbarrier: .parity (wait on a phase parity, not a state);
 // Inst::approx on an arrive: .expect_tx (its operand b is a transaction count).
+
+// wmma operations. Fragments use rgpu's own layout (PTX leaves it
+// unspecified): slot s of lane l holds element l * slots + s of the matrix in
+// row-major order, whatever the memory layout the load read it from.
+inline constexpr uint8_t kWmmaLoadA = 0, kWmmaLoadB = 1, kWmmaLoadC = 2, kWmmaStore = 3, kWmmaMma = 4;
+
+// cvt to tf32 (an f32 with 10 mantissa bits, in a .b32 register)
+inline constexpr uint8_t kCvtToTf32 = 1;
 
 // mul/mad modes
 inline constexpr uint8_t kModeLo = 0, kModeHi = 1, kModeWide = 2;

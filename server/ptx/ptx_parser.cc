@@ -187,6 +187,7 @@ class Parser {
   Status checkOperands(const Inst& in, const std::string& opcode);
   Status asyncModifiers(Inst& in, const std::vector<std::string>& parts, const std::string& opcode);
   Status parseOperands(Function& f, Inst& in, const std::string& opcode);
+  Status wmmaModifiers(Inst& in, const std::vector<std::string>& parts, const std::string& opcode);
 
   // Scoped register names (blocks `{ }` may redeclare names).
   std::vector<std::unordered_map<std::string, uint32_t>> scopes_;
@@ -595,12 +596,17 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       {"ex2", Op::kEx2}, {"lg2", Op::kLg2}, {"sin", Op::kSin}, {"cos", Op::kCos}, {"tanh", Op::kTanh},
       {"copysign", Op::kCopysign}, {"testp", Op::kTestp}, {"call", Op::kCallPrintf}, {"prefetch", Op::kNop},
       {"prefetchu", Op::kNop}, {"pmevent", Op::kNop}, {"cp", Op::kCpAsync}, {"mbarrier", Op::kMbarrier},
+      {"wmma", Op::kWmma},
   };
   auto op = kOps.find(base);
   if (op == kOps.end()) return bad(in.line, "instruction '" + opcode + "' is not supported by the rgpu PTX interpreter");
   in.op = op->second;
   if (in.op == Op::kCpAsync || in.op == Op::kMbarrier) {
     RGPU_TRY(asyncModifiers(in, parts, opcode));
+    return parseOperands(f, in, opcode);
+  }
+  if (in.op == Op::kWmma) {
+    RGPU_TRY(wmmaModifiers(in, parts, opcode));
     return parseOperands(f, in, opcode);
   }
   if (in.op == Op::kBar && parts.size() > 1 && parts[1] == "warp") in.op = Op::kBarWarp;
@@ -613,6 +619,15 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
     // change nothing on the host (a cache-policy operand is read and ignored).
     std::string m = parts[k];
     if (m == "shared::cta" || m == "shared::cluster") m = "shared";
+    if (in.op == Op::kCvt && m == "tf32") {  // cvt.{rna,rn,rz}{.satfinite}.tf32.f32
+      in.mode = kCvtToTf32;
+      types.push_back(Type::kB32);
+      continue;
+    }
+    if (in.op == Op::kCvt && m == "rna") {
+      in.round = Round::kRna;
+      continue;
+    }
     if (m.rfind("L1::", 0) == 0 || m.rfind("L2::", 0) == 0) continue;
     Type t;
     if (parseType(m, t)) {
@@ -862,6 +877,74 @@ Status Parser::asyncModifiers(Inst& in, const std::vector<std::string>& parts, c
   return Status::ok();
 }
 
+// wmma.load.{a,b,c} / wmma.store.d / wmma.mma: the shape, the types, and the
+// space of a load or store. Layouts (.row/.col) are read where the memory is
+// touched; shapes and types outside the PTX ISA's list are refused.
+Status Parser::wmmaModifiers(Inst& in, const std::vector<std::string>& parts, const std::string& opcode) {
+  auto unsupported = [&](const std::string& why) {
+    return bad(in.line, "instruction '" + opcode + "' is not supported by the rgpu PTX interpreter (" + why + ")");
+  };
+  if (parts.size() < 3) return unsupported("incomplete");
+  if (parts[1] == "load" && (parts[2] == "a" || parts[2] == "b" || parts[2] == "c"))
+    in.mode = parts[2] == "a" ? kWmmaLoadA : parts[2] == "b" ? kWmmaLoadB : kWmmaLoadC;
+  else if (parts[1] == "store" && parts[2] == "d") in.mode = kWmmaStore;
+  else if (parts[1] == "mma") in.mode = kWmmaMma;
+  else return unsupported("unknown operation");
+  std::vector<Type> types;
+  int layouts = 0;
+  for (size_t k = 2; k < parts.size(); ++k) {
+    std::string m = parts[k];
+    if (m == "shared::cta") m = "shared";
+    unsigned a = 0, b = 0, c = 0;
+    Type t;
+    if (std::sscanf(m.c_str(), "m%un%uk%u", &a, &b, &c) == 3 && m == "m" + std::to_string(a) + "n" + std::to_string(b) + "k" + std::to_string(c)) {
+      in.m = static_cast<uint8_t>(a), in.n = static_cast<uint8_t>(b), in.k = static_cast<uint8_t>(c);
+    } else if (m == "tf32") {
+      types.push_back(Type::kF32);  // tf32 operands live in f32 registers
+    } else if (parseType(m, t)) {
+      types.push_back(t);
+    } else if (m == "row" || m == "col") {
+      if (m == "col") in.layout |= static_cast<uint8_t>(1u << layouts);
+      ++layouts;
+    } else if (m == "global" || m == "shared" || m == "generic") {
+      in.space = m == "global" ? Space::kGlobal : m == "shared" ? Space::kShared : Space::kGeneric;
+    } else if (m == "satfinite") {
+      in.sat = true;
+    } else if (m == "rn") {  // f64: products and sums rounded to nearest, as the host's double arithmetic does
+    } else if (m == "a" || m == "b" || m == "c" || m == "d" || m == "sync" || m == "aligned") {
+    } else {
+      return unsupported("modifier ." + m);
+    }
+  }
+  struct Shape { uint8_t m, n, k; };
+  static const Shape kShapes[] = {{16, 16, 16}, {32, 8, 16}, {8, 32, 16}, {16, 16, 8}, {8, 8, 4}};
+  bool known = false;
+  for (const Shape& s : kShapes) known |= s.m == in.m && s.n == in.n && s.k == in.k;
+  if (!known) return unsupported("shape m" + std::to_string(in.m) + "n" + std::to_string(in.n) + "k" + std::to_string(in.k));
+  auto allowed = [](Type t) {
+    return t == Type::kF16 || t == Type::kBF16 || t == Type::kF32 || t == Type::kF64 || t == Type::kS8 ||
+           t == Type::kU8 || t == Type::kS32;
+  };
+  for (Type t : types)
+    if (!allowed(t)) return unsupported("element type");  // s4, u4, b1 are not interpreted
+  if (in.mode == kWmmaMma) {
+    // .dtype.ctype (f16 multiplicands), or .dtype.atype.btype.ctype.
+    if (types.size() == 2) {
+      in.dtype = types[0], in.type = types[1];
+      in.ab_type = in.m == 8 && in.k == 4 ? Type::kF64 : Type::kF16;
+    } else if (types.size() == 4) {
+      in.dtype = types[0], in.ab_type = types[1], in.b_type = types[2], in.type = types[3];
+    } else {
+      return unsupported("types");
+    }
+    if (in.b_type == Type::kNone) in.b_type = in.ab_type;
+  } else {
+    if (types.size() != 1) return unsupported("types");
+    in.type = types[0];
+  }
+  return Status::ok();
+}
+
 Status Parser::parseOperands(Function& f, Inst& in, const std::string& opcode) {
   std::vector<Operand*> slots = {&in.d, &in.a, &in.b, &in.c, &in.e};
   size_t n = 0;
@@ -917,6 +1000,22 @@ Status Parser::checkOperands(const Inst& in, const std::string& opcode) {
     case Op::kNanosleep: case Op::kNop: case Op::kCallPrintf: case Op::kCallAssert: case Op::kCall: case Op::kRetFunc:
     case Op::kCallMalloc: case Op::kCallFree:
       return Status::ok();
+    case Op::kWmma: {
+      auto regs = [&](const Operand& o) {
+        if (o.kind != Operand::kVec) return false;
+        for (auto& e : o.vec)
+          if (e.kind != Operand::kReg) return false;
+        return true;
+      };
+      if (in.mode == kWmmaStore) {
+        if (in.d.kind != Operand::kAddr || !regs(in.a)) return bad(in.line, opcode + ": wmma.store takes [address], {registers}");
+      } else if (in.mode == kWmmaMma) {
+        if (!regs(in.d) || !regs(in.a) || !regs(in.b) || !regs(in.c)) return bad(in.line, opcode + ": wmma.mma takes four register vectors");
+      } else if (!regs(in.d) || in.a.kind != Operand::kAddr) {
+        return bad(in.line, opcode + ": wmma.load takes {registers}, [address]");
+      }
+      return Status::ok();
+    }
     case Op::kCpAsync:
       if ((in.mode == kCpCopy || in.mode == kCpBulk) && (in.d.kind != Operand::kAddr || in.a.kind != Operand::kAddr))
         return bad(in.line, opcode + ": destination and source must be addresses");

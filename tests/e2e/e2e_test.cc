@@ -322,6 +322,12 @@ TEST_F(E2E, AsynchronousCopiesIntoSharedMemoryWithPipelinesAndBarriers) {
   EXPECT_NE(r.output.find("async_copy: all checks passed"), std::string::npos) << r.output;
 }
 
+TEST_F(E2E, TensorCoreMatrixOperationsMatchTheHostForEveryTypeAndShape) {
+  RunResult r = program(testProgram("tensor_cores"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("tensor_cores: all checks passed"), std::string::npos) << r.output;
+}
+
 TEST_F(E2E, ThrustAndCubAlgorithmsOnAMillionKeysMatchTheHost) {
   RunResult r = program(testProgram("thrust_cub") + " 1000000");
   EXPECT_EQ(r.code, 0) << r.output;

@@ -631,6 +631,68 @@ DONE:
   for (int t = 0; t < 32; ++t) EXPECT_EQ(words[t], 42u) << t;
 }
 
+TEST(PtxWarp, WmmaMultipliesWhatItLoadsAndRefusesWhatItCannot) {
+  // A (row-major) x B (column-major) + C for f64 m8n8k4: A = 1..32, B = identity-like.
+  std::string body = R"(
+add.u64 %rd1, %rd0, 512;
+add.u64 %rd2, %rd0, 768;
+wmma.load.a.sync.aligned.row.m8n8k4.global.f64 {%fd0}, [%rd0], 4;
+wmma.load.b.sync.aligned.col.m8n8k4.global.f64 {%fd1}, [%rd1], 4;
+wmma.load.c.sync.aligned.row.m8n8k4.global.f64 {%fd2, %fd4}, [%rd2], 8;
+wmma.mma.sync.aligned.row.col.m8n8k4.f64.f64.f64.f64.rn {%fd3, %fd5}, {%fd0}, {%fd1}, {%fd2, %fd4};
+wmma.store.d.sync.aligned.row.m8n8k4.global.f64 [%rd2], {%fd3, %fd5}, 8;
+)";
+  auto m = parsePtx(kernel(body));
+  ASSERT_TRUE(m.isOk()) << m.status().message();
+  std::vector<double> mem(160, 0.0);
+  for (int i = 0; i < 32; ++i) mem[i] = i + 1;                      // A: 8 x 4
+  for (int j = 0; j < 8; ++j) mem[64 + j * 4 + (j % 4)] = 2.0;      // B (column j): 2 at row j % 4
+  for (int i = 0; i < 64; ++i) mem[96 + i] = 0.5;                   // C
+  uint64_t p = reinterpret_cast<uint64_t>(mem.data());
+  MemoryRanges ranges = {{p, p + mem.size() * 8}};
+  Launch L;
+  L.fn = &m->functions.at("k");
+  L.block = {32, 1, 1};
+  L.params = reinterpret_cast<const uint8_t*>(&p);
+  L.memory = &ranges;
+  Interpreter interp(1);
+  auto res = interp.run(L);
+  ASSERT_TRUE(res.status.isOk()) << res.status.message();
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 8; ++j) EXPECT_EQ(mem[96 + i * 8 + j], 2.0 * (i * 4 + j % 4 + 1) + 0.5) << i << "," << j;
+  // Shapes and types the PTX ISA does not list, or the interpreter does not take, fail to load.
+  for (const char* line : {"wmma.load.a.sync.aligned.row.m16n16k32.global.f16 {%r0}, [%rd0];",
+                           "wmma.load.a.sync.aligned.row.m8n8k32.global.s4 {%r0}, [%rd0];",
+                           "wmma.mma.sync.aligned.row.col.m8n8k128.s32.b1.b1.s32 {%r0}, {%r1}, {%r2}, {%r3};"})
+    EXPECT_FALSE(parsePtx(kernel(line)).isOk()) << line;
+  // A fragment with too few registers for its matrix fails the launch, never reads past them.
+  PtxRun small = run(kernel("wmma.load.c.sync.aligned.row.m16n16k16.global.f32 {%f0}, [%rd0], 16;"), {32, 1, 1},
+                     {1, 1, 1}, 160);
+  EXPECT_EQ(small.status.code(), kErrLaunchFailure) << small.status.message();
+}
+
+TEST(PtxFloat, ConversionToTf32RoundsAwayOrToEven) {
+  PtxRun r = run(kernel(R"(
+mov.b32 %r1, 0x3f801000;
+cvt.rna.tf32.f32 %r2, %r1;
+mov.b32 %r3, 0x3f801000;
+cvt.rn.tf32.f32 %r4, %r3;
+mov.b32 %r5, 0x3f803000;
+cvt.rn.tf32.f32 %r6, %r5;
+mov.b32 %r7, 0x3f801fff;
+cvt.rz.tf32.f32 %r8, %r7;
+st.global.u32 [%rd0], %r2;
+st.global.u32 [%rd0+8], %r4;
+st.global.u32 [%rd0+16], %r6;
+st.global.u32 [%rd0+24], %r8;
+)"));
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  EXPECT_EQ(u32(r, 0), 0x3f802000u);  // a tie, away from zero
+  EXPECT_EQ(u32(r, 1), 0x3f800000u);  // a tie, to even
+  EXPECT_EQ(u32(r, 2), 0x3f804000u);  // a tie, to even (upwards)
+  EXPECT_EQ(u32(r, 3), 0x3f800000u);  // toward zero
+}
+
 TEST(PtxBlock, BarrierOrdersSharedMemoryAcrossWarps) {
   // 128 threads write tid to shared, sync, then read a neighbour's slot.
   PtxRun r = run(kernel(R"(
