@@ -35,6 +35,7 @@ programs=(
   "$e2e/cooperative"
   "$e2e/async_copy"
   "$e2e/tensor_cores"
+  "$e2e/mma_sync"
   "$e2e/cublas_check"
   "$e2e/cublaslt_check"
   "$e2e/thrust_cub 1000000"

@@ -357,6 +357,9 @@ class BlockRunner {
   bool execMbarrier(const Inst& in, Warp& w, uint32_t m);
   // wmma.load / wmma.store / wmma.mma (fragment layout in ptx_ir.h).
   bool execWmma(const Inst& in, Warp& w, uint32_t m);
+  // mma.sync with the PTX ISA's fragment layouts; ldmatrix/stmatrix.
+  bool execMma(const Inst& in, Warp& w, uint32_t m);
+  bool execLdmatrix(const Inst& in, Warp& w, uint32_t m);
   // The byte address an address operand names for `lane` in `space` (shared
   // and local addresses wrap at 32 bits); resolved and checked, or a fault.
   bool operandAddress(const Inst& in, const Operand& op, Space space, uint32_t size, Warp& w, int lane, uint8_t*& out);
@@ -993,6 +996,137 @@ bool BlockRunner::execWmma(const Inst& in, Warp& w, uint32_t m) {
       }
     }
   END_LANES
+  return true;
+}
+
+namespace {
+// Where element i of a lane's mma.sync fragment sits in its matrix (the PTX
+// ISA's "Matrix Fragments for mma.m16n8k*" tables): gid = lane / 4, tig = lane % 4.
+void mmaCoord(uint8_t shape, char which, Type t, int lane, int i, uint32_t& row, uint32_t& col) {
+  const int gid = lane >> 2, tig = lane & 3;
+  const bool tf32 = t == Type::kB32, i8 = t == Type::kS8 || t == Type::kU8;
+  if (which == 'c') {
+    if (shape == kMmaM8N8K4) row = gid, col = tig * 2 + i;
+    else row = gid + 8 * (i >= 2), col = tig * 2 + (i & 1);
+    return;
+  }
+  if (which == 'a') {
+    switch (shape) {
+      case kMmaM16N8K16:
+        if (i8) row = gid + 8 * (i >= 4), col = tig * 4 + (i & 3);
+        else row = gid + 8 * ((i >> 1) & 1), col = tig * 2 + (i & 1) + 8 * (i >= 4);
+        return;
+      case kMmaM16N8K8:
+        if (tf32) row = gid + 8 * (i & 1), col = tig + 4 * (i >= 2);
+        else row = gid + 8 * (i >= 2), col = tig * 2 + (i & 1);
+        return;
+      case kMmaM16N8K4: row = gid + 8 * i, col = tig; return;
+      case kMmaM16N8K32: row = gid + 8 * ((i >> 2) & 1), col = tig * 4 + (i & 3) + 16 * (i >= 8); return;
+      default: row = gid, col = tig; return;  // m8n8k4 f64
+    }
+  }
+  switch (shape) {  // b
+    case kMmaM16N8K16:
+      if (i8) row = tig * 4 + i, col = gid;
+      else row = tig * 2 + (i & 1) + 8 * (i >= 2), col = gid;
+      return;
+    case kMmaM16N8K8:
+      if (tf32) row = tig + 4 * i, col = gid;
+      else row = tig * 2 + i, col = gid;
+      return;
+    case kMmaM16N8K4: row = tig, col = gid; return;
+    case kMmaM16N8K32: row = tig * 4 + (i & 3) + 16 * (i >= 4), col = gid; return;
+    default: row = tig, col = gid; return;  // m8n8k4 f64
+  }
+}
+}  // namespace
+
+bool BlockRunner::execMma(const Inst& in, Warp& w, uint32_t m) {
+  static const uint32_t kDims[][3] = {{16, 8, 16}, {16, 8, 8}, {16, 8, 4}, {16, 8, 32}, {8, 8, 4}};
+  const uint32_t M = kDims[in.mode][0], N = kDims[in.mode][1], K = kDims[in.mode][2];
+  auto valueOf = [](uint64_t bits, Type t) -> double {
+    switch (t) {
+      case Type::kS8: return static_cast<int8_t>(bits);
+      case Type::kU8: return static_cast<uint8_t>(bits);
+      case Type::kS32: return static_cast<int32_t>(bits);
+      case Type::kB32: return f32(bits);  // tf32: f32 bits (the low 13 mantissa bits count as the GPU may ignore them)
+      default: return readF(bits, t);
+    }
+  };
+  // Every lane's elements: registers of `op` hold per-register `per` elements of `bytes` each.
+  auto walk = [&](const Operand& op, Type t, char which, uint32_t rows, uint32_t cols, auto&& visit) -> bool {
+    int bytes = wmmaBytes(t == Type::kB32 ? Type::kF32 : t), per = t == Type::kF64 ? 1 : 4 / bytes;
+    size_t count = op.vec.size() * static_cast<size_t>(per);
+    for (int lane = 0; lane < 32; ++lane)
+      for (size_t i = 0; i < count; ++i) {
+        uint32_t r, c;
+        mmaCoord(in.mode, which, t, lane, static_cast<int>(i), r, c);
+        if (r >= rows || c >= cols) {
+          fault(kErrLaunchFailure, "mma fragment with more registers than its shape has elements", in, w, lane);
+          return false;
+        }
+        uint64_t& reg = w.regs[static_cast<size_t>(op.vec[i / static_cast<size_t>(per)].reg) * 32 + static_cast<size_t>(lane)];
+        int shift = bytes == 8 ? 0 : static_cast<int>(i % static_cast<size_t>(per)) * bytes * 8;
+        uint64_t mask = bytes == 8 ? ~0ull : ((1ull << (bytes * 8)) - 1) << shift;
+        visit(reg, shift, mask, r * cols + c);
+      }
+    return true;
+  };
+  std::vector<double> a(M * K), b(K * N), c(M * N);
+  auto gather = [&](std::vector<double>& into, Type t) {
+    return [&into, t, &valueOf](uint64_t& reg, int shift, uint64_t mask, uint32_t e) { into[e] = valueOf((reg & mask) >> shift, t); };
+  };
+  if (!walk(in.a, in.ab_type, 'a', M, K, gather(a, in.ab_type)) || !walk(in.b, in.b_type, 'b', K, N, gather(b, in.b_type)) ||
+      !walk(in.c, in.type, 'c', M, N, gather(c, in.type)))
+    return false;
+  std::vector<uint64_t> d(M * N);
+  for (uint32_t i = 0; i < M; ++i)
+    for (uint32_t j = 0; j < N; ++j) {
+      if (in.dtype == Type::kS32) {
+        int64_t s = static_cast<int64_t>(c[i * N + j]);
+        for (uint32_t k = 0; k < K; ++k) s += static_cast<int64_t>(a[i * K + k]) * static_cast<int64_t>(b[k * N + j]);
+        if (in.sat) s = std::clamp<int64_t>(s, INT32_MIN, INT32_MAX);
+        d[i * N + j] = static_cast<uint32_t>(s);
+      } else {
+        double s = c[i * N + j];
+        for (uint32_t k = 0; k < K; ++k) s += a[i * K + k] * b[k * N + j];
+        d[i * N + j] = writeF(s, in.dtype);
+      }
+    }
+  return walk(in.d, in.dtype, 'c', M, N, [&](uint64_t& reg, int shift, uint64_t mask, uint32_t e) {
+    reg = mask == ~0ull ? d[e] : ((reg & ~mask & 0xffffffffull) | ((d[e] << shift) & mask));
+  });
+}
+
+// ldmatrix/stmatrix .m8n8.b16: lane l names row l % 8 of matrix l / 8; each
+// lane holds in register j two neighbouring elements of matrix j (row l / 4,
+// columns 2 (l % 4) and one more; .trans: the transposed matrix's).
+bool BlockRunner::execLdmatrix(const Inst& in, Warp& w, uint32_t m) {
+  const int mats = in.vec;
+  const bool store = in.mode == kLdmatrixStore, trans = in.layout & 1;
+  const Operand& addr = store ? in.d : in.a;
+  const Operand& regs = store ? in.a : in.d;
+  uint8_t* rows[4][8];
+  for (int j = 0; j < mats; ++j)
+    for (int r = 0; r < 8; ++r) {
+      int lane = j * 8 + r;
+      if (!operandAddress(in, addr, Space::kShared, 16, w, lane, rows[j][r])) return false;
+      if (reinterpret_cast<uintptr_t>(rows[j][r]) % 16 != 0) {
+        fault(kErrMisaligned, "ldmatrix/stmatrix row address not 16-byte aligned", in, w, lane);
+        return false;
+      }
+    }
+  for (int lane = 0; lane < 32; ++lane)
+    for (int j = 0; j < mats; ++j) {
+      uint64_t& reg = w.regs[static_cast<size_t>(regs.vec[static_cast<size_t>(j)].reg) * 32 + static_cast<size_t>(lane)];
+      for (int h = 0; h < 2; ++h) {
+        int r = lane / 4, c = (lane % 4) * 2 + h;
+        if (trans) std::swap(r, c);
+        uint8_t* p = rows[j][r] + c * 2;
+        if (store) storeBytes(p, (reg >> (16 * h)) & 0xffff, 2);
+        else reg = (reg & ~(0xffffull << (16 * h)) & 0xffffffffull) | (loadBytes(p, 2) << (16 * h));
+      }
+    }
   return true;
 }
 
@@ -1949,6 +2083,12 @@ bool BlockRunner::step(Warp& w, int budget) {
         break;
       case Op::kWmma:
         if (m && !execWmma(in, w, m)) return false;
+        break;
+      case Op::kMma:
+        if (m && !execMma(in, w, m)) return false;
+        break;
+      case Op::kLdmatrix:
+        if (m && !execLdmatrix(in, w, m)) return false;
         break;
       case Op::kCallPrintf:
       case Op::kCallAssert:

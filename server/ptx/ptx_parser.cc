@@ -188,6 +188,7 @@ class Parser {
   Status asyncModifiers(Inst& in, const std::vector<std::string>& parts, const std::string& opcode);
   Status parseOperands(Function& f, Inst& in, const std::string& opcode);
   Status wmmaModifiers(Inst& in, const std::vector<std::string>& parts, const std::string& opcode);
+  Status mmaModifiers(Inst& in, const std::vector<std::string>& parts, const std::string& opcode);
 
   // Scoped register names (blocks `{ }` may redeclare names).
   std::vector<std::unordered_map<std::string, uint32_t>> scopes_;
@@ -596,7 +597,7 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       {"ex2", Op::kEx2}, {"lg2", Op::kLg2}, {"sin", Op::kSin}, {"cos", Op::kCos}, {"tanh", Op::kTanh},
       {"copysign", Op::kCopysign}, {"testp", Op::kTestp}, {"call", Op::kCallPrintf}, {"prefetch", Op::kNop},
       {"prefetchu", Op::kNop}, {"pmevent", Op::kNop}, {"cp", Op::kCpAsync}, {"mbarrier", Op::kMbarrier},
-      {"wmma", Op::kWmma},
+      {"wmma", Op::kWmma}, {"mma", Op::kMma}, {"ldmatrix", Op::kLdmatrix}, {"stmatrix", Op::kLdmatrix},
   };
   auto op = kOps.find(base);
   if (op == kOps.end()) return bad(in.line, "instruction '" + opcode + "' is not supported by the rgpu PTX interpreter");
@@ -607,6 +608,10 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
   }
   if (in.op == Op::kWmma) {
     RGPU_TRY(wmmaModifiers(in, parts, opcode));
+    return parseOperands(f, in, opcode);
+  }
+  if (in.op == Op::kMma || in.op == Op::kLdmatrix) {
+    RGPU_TRY(mmaModifiers(in, parts, opcode));
     return parseOperands(f, in, opcode);
   }
   if (in.op == Op::kBar && parts.size() > 1 && parts[1] == "warp") in.op = Op::kBarWarp;
@@ -945,6 +950,60 @@ Status Parser::wmmaModifiers(Inst& in, const std::vector<std::string>& parts, co
   return Status::ok();
 }
 
+// mma.sync (the shapes and types below, each with the fragment layout the PTX
+// ISA defines) and ldmatrix/stmatrix (m8n8 b16 matrices).
+Status Parser::mmaModifiers(Inst& in, const std::vector<std::string>& parts, const std::string& opcode) {
+  auto unsupported = [&](const std::string& why) {
+    return bad(in.line, "instruction '" + opcode + "' is not supported by the rgpu PTX interpreter (" + why + ")");
+  };
+  std::vector<Type> types;
+  bool shape_seen = false;
+  for (size_t k = 1; k < parts.size(); ++k) {
+    const std::string& m = parts[k];
+    Type t;
+    if (m == "sync" || m == "aligned" || m == "row" || m == "col" || m == "shared" || m == "shared::cta") continue;
+    if (in.op == Op::kLdmatrix) {
+      if (m == "m8n8") shape_seen = true;
+      else if (m == "x1" || m == "x2" || m == "x4") in.vec = static_cast<uint8_t>(m[1] - '0');
+      else if (m == "trans") in.layout = 1;
+      else if (m != "b16") return unsupported("modifier ." + m);
+      continue;
+    }
+    static const std::pair<const char*, uint8_t> kShapes[] = {{"m16n8k16", kMmaM16N8K16}, {"m16n8k8", kMmaM16N8K8},
+                                                              {"m16n8k4", kMmaM16N8K4}, {"m16n8k32", kMmaM16N8K32},
+                                                              {"m8n8k4", kMmaM8N8K4}};
+    bool shape = false;
+    for (auto& [name, id] : kShapes)
+      if (m == name) in.mode = id, shape = shape_seen = true;
+    if (shape) continue;
+    if (m == "satfinite") in.sat = true;
+    else if (m == "tf32") types.push_back(Type::kB32);  // tf32 operands: f32 bits in .b32 registers
+    else if (m == "rn") continue;                        // f64: round to nearest, as the host does
+    else if (parseType(m, t)) types.push_back(t);
+    else return unsupported("modifier ." + m);
+  }
+  if (!shape_seen) return unsupported("shape");
+  if (in.op == Op::kLdmatrix) {
+    in.mode = parts[0] == "stmatrix" ? kLdmatrixStore : kLdmatrixLoad;
+    if (in.vec != 1 && in.vec != 2 && in.vec != 4) in.vec = 1;
+    return Status::ok();
+  }
+  if (types.size() != 4) return unsupported("types");
+  in.dtype = types[0], in.ab_type = types[1], in.b_type = types[2], in.type = types[3];
+  auto is16 = [](Type t) { return t == Type::kF16 || t == Type::kBF16; };
+  auto is8 = [](Type t) { return t == Type::kS8 || t == Type::kU8; };
+  bool ok = false;
+  switch (in.mode) {
+    case kMmaM16N8K16: ok = (is16(in.ab_type) && in.ab_type == in.b_type) || (is8(in.ab_type) && is8(in.b_type)); break;
+    case kMmaM16N8K8: ok = (is16(in.ab_type) && in.ab_type == in.b_type) || (in.ab_type == Type::kB32 && in.b_type == Type::kB32); break;
+    case kMmaM16N8K4: ok = in.ab_type == Type::kB32 && in.b_type == Type::kB32; break;
+    case kMmaM16N8K32: ok = is8(in.ab_type) && is8(in.b_type); break;
+    case kMmaM8N8K4: ok = in.ab_type == Type::kF64 && in.b_type == Type::kF64 && in.dtype == Type::kF64; break;
+  }
+  if (!ok) return unsupported("shape and types");
+  return Status::ok();
+}
+
 Status Parser::parseOperands(Function& f, Inst& in, const std::string& opcode) {
   std::vector<Operand*> slots = {&in.d, &in.a, &in.b, &in.c, &in.e};
   size_t n = 0;
@@ -1000,6 +1059,8 @@ Status Parser::checkOperands(const Inst& in, const std::string& opcode) {
     case Op::kNanosleep: case Op::kNop: case Op::kCallPrintf: case Op::kCallAssert: case Op::kCall: case Op::kRetFunc:
     case Op::kCallMalloc: case Op::kCallFree:
       return Status::ok();
+    case Op::kMma:
+    case Op::kLdmatrix:
     case Op::kWmma: {
       auto regs = [&](const Operand& o) {
         if (o.kind != Operand::kVec) return false;
@@ -1007,6 +1068,17 @@ Status Parser::checkOperands(const Inst& in, const std::string& opcode) {
           if (e.kind != Operand::kReg) return false;
         return true;
       };
+      if (in.op == Op::kMma) {
+        if (!regs(in.d) || !regs(in.a) || !regs(in.b) || !regs(in.c)) return bad(in.line, opcode + ": mma takes four register vectors");
+        return Status::ok();
+      }
+      if (in.op == Op::kLdmatrix) {
+        const Operand& r = in.mode == kLdmatrixStore ? in.a : in.d;
+        const Operand& addr = in.mode == kLdmatrixStore ? in.d : in.a;
+        if (!regs(r) || r.vec.size() != in.vec || addr.kind != Operand::kAddr)
+          return bad(in.line, opcode + ": takes {" + std::to_string(in.vec) + " registers} and [address]");
+        return Status::ok();
+      }
       if (in.mode == kWmmaStore) {
         if (in.d.kind != Operand::kAddr || !regs(in.a)) return bad(in.line, opcode + ": wmma.store takes [address], {registers}");
       } else if (in.mode == kWmmaMma) {

@@ -328,6 +328,12 @@ TEST_F(E2E, TensorCoreMatrixOperationsMatchTheHostForEveryTypeAndShape) {
   EXPECT_NE(r.output.find("tensor_cores: all checks passed"), std::string::npos) << r.output;
 }
 
+TEST_F(E2E, WarpMmaWithLdmatrixComputesWhatTheHostDoes) {
+  RunResult r = program(testProgram("mma_sync"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("mma_sync: all checks passed"), std::string::npos) << r.output;
+}
+
 TEST_F(E2E, ThrustAndCubAlgorithmsOnAMillionKeysMatchTheHost) {
   RunResult r = program(testProgram("thrust_cub") + " 1000000");
   EXPECT_EQ(r.code, 0) << r.output;

@@ -665,6 +665,14 @@ wmma.store.d.sync.aligned.row.m8n8k4.global.f64 [%rd2], {%fd3, %fd5}, 8;
                            "wmma.load.a.sync.aligned.row.m8n8k32.global.s4 {%r0}, [%rd0];",
                            "wmma.mma.sync.aligned.row.col.m8n8k128.s32.b1.b1.s32 {%r0}, {%r1}, {%r2}, {%r3};"})
     EXPECT_FALSE(parsePtx(kernel(line)).isOk()) << line;
+  // mma.sync shapes and types outside the interpreted set fail to load, naming themselves.
+  for (const char* line : {"mma.sync.aligned.m16n8k64.row.col.s32.s4.s4.s32 {%r0}, {%r1}, {%r2}, {%r3};",
+                           "mma.sync.aligned.m16n8k16.row.col.f32.e4m3.e4m3.f32 {%f0}, {%r1}, {%r2}, {%f3};",
+                           "ldmatrix.sync.aligned.m16n16.x1.trans.shared.b8 {%r0}, [%r1];"}) {
+    auto bad = parsePtx(kernel(line));
+    ASSERT_FALSE(bad.isOk()) << line;
+    EXPECT_NE(bad.status().message().find("not supported"), std::string::npos) << bad.status().message();
+  }
   // A fragment with too few registers for its matrix fails the launch, never reads past them.
   PtxRun small = run(kernel("wmma.load.c.sync.aligned.row.m16n16k16.global.f32 {%f0}, [%rd0], 16;"), {32, 1, 1},
                      {1, 1, 1}, 160);
