@@ -213,11 +213,12 @@ RGPU_EXPORT cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t* dynami
   });
 }
 
-RGPU_EXPORT cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, int value) {
-  return guarded([&]() -> Status {
+namespace {
+Status setFuncAttribute(const void* func, cudaFuncAttribute attr, int value, int dev) {
+  {
     auto k = rt().kernelByHostFun(func);
     if (!k) return k.status();
-    int dev = rt().currentDevice();
+    RGPU_TRY(rt().device(dev).status());
     RGPU_TRY(rt().ensureShipped((*k)->module, dev));
     capnp::MallocMessageBuilder msg(32);
     auto m = msg.initRoot<wire::Request>().initFuncSetAttribute();
@@ -227,7 +228,35 @@ RGPU_EXPORT cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttr
     auto r = rt().call(msg);
     rt().forgetLaunchLimits(**k, dev);  // the next launch asks again
     return r ? Status::ok() : r.status();
+  }
+}
+}  // namespace
+
+RGPU_EXPORT cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, int value) {
+  return guarded([&] { return setFuncAttribute(func, attr, value, rt().currentDevice()); });
+}
+// The library-management handles: a kernel's handle stands for it in every call that takes a function.
+RGPU_EXPORT cudaError_t cudaGetKernel(cudaKernel_t* kernelPtr, const void* entryFuncAddr) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(kernelPtr, "kernelPtr"));
+    auto k = rt().kernelByHostFun(entryFuncAddr);
+    if (!k) return k.status();
+    *kernelPtr = rt().handleOf(**k);
+    return Status::ok();
   });
+}
+RGPU_EXPORT cudaError_t cudaGetFuncBySymbol(cudaFunction_t* functionPtr, const void* symbolPtr) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(functionPtr, "functionPtr"));
+    auto k = rt().kernelByHostFun(symbolPtr);
+    if (!k) return k.status();
+    *functionPtr = reinterpret_cast<cudaFunction_t>(rt().handleOf(**k));
+    return Status::ok();
+  });
+}
+RGPU_EXPORT cudaError_t cudaKernelSetAttributeForDevice(cudaKernel_t kernel, enum cudaFuncAttribute attr, int value,
+                                                        int device) {
+  return guarded([&] { return setFuncAttribute(kernel, attr, value, device); });
 }
 RGPU_EXPORT cudaError_t cudaFuncSetCacheConfig(const void* func, enum cudaFuncCache cacheConfig) {
   return guarded([&] { return rt().kernelByHostFun(func).status(); });  // a preference; see cudaDeviceSetCacheConfig

@@ -562,8 +562,13 @@ void Runtime::unregisterFatBinary(void** handle) {
 Result<const KernelRecord*> Runtime::kernelByHostFun(const void* host_fun) {
   std::shared_lock lock(reg_mu_);
   auto it = kernel_by_host_.find(host_fun);
-  if (it == kernel_by_host_.end())
+  if (it == kernel_by_host_.end()) {
+    // A cudaKernel_t (cudaGetKernel) or cudaFunction_t (cudaGetFuncBySymbol)
+    // stands for its kernel wherever a function pointer is taken, as in CUDA 12+.
+    auto v = reinterpret_cast<uint64_t>(host_fun);
+    if ((v & kTagMask) == kKernelTag && static_cast<uint32_t>(v) < kernels_.size()) return &kernels_[static_cast<uint32_t>(v)];
     return Status(err::kInvalidDeviceFunction, "no kernel registered for this host function");
+  }
   return &kernels_[it->second];
 }
 

@@ -102,6 +102,23 @@ int main() {
   CHECK(cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, s));
   CHECK(cudaStreamSynchronize(s));
   for (int i = 0; i < n; ++i) EXPECT(h[i] == 2.0f * i);
+  // The kernel's handles (library management) stand for it wherever a function is taken.
+  cudaKernel_t kernel = nullptr;
+  CHECK(cudaGetKernel(&kernel, scale));
+  cudaFunction_t function = nullptr;
+  CHECK(cudaGetFuncBySymbol(&function, reinterpret_cast<const void*>(scale)));
+  EXPECT(kernel != nullptr && function != nullptr);
+  CHECK(cudaKernelSetAttributeForDevice(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024, 0));
+  cudaFuncAttributes ka;
+  CHECK(cudaFuncGetAttributes(&ka, reinterpret_cast<const void*>(kernel)));
+  EXPECT(ka.maxDynamicSharedSizeBytes == 64 * 1024);
+  float two = 0.5f;
+  int count = n;
+  void* args[] = {&d, &two, &count};
+  CHECK(cudaLaunchKernel(reinterpret_cast<const void*>(kernel), dim3(n / 256), dim3(256), args, 64 * 1024, s));
+  CHECK(cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (int i = 0; i < n; ++i) EXPECT(h[i] == static_cast<float>(i));
   window.accessPolicyWindow.num_bytes = 0;  // reset the window, then the persisting lines
   window.accessPolicyWindow.hitRatio = 0.0f;
   CHECK(cudaStreamSetAttribute(s, cudaStreamAttributeAccessPolicyWindow, &window));
