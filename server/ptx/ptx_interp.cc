@@ -300,6 +300,7 @@ struct Warp {
   int32_t bar_dest = -1;       // bar.red destination register
   bool done = false;
   uint32_t lane_pc[32];
+  uint32_t carry = 0;  // per lane: the carry (borrow) flag add.cc/sub.cc set
   // Per-lane call stacks: (return pc, call instruction). Deeper lanes run
   // first, so lanes that diverged around a call meet again at its return.
   uint8_t depth[32] = {};
@@ -1470,6 +1471,72 @@ bool BlockRunner::step(Warp& w, int budget) {
         }
         const uint64_t* A = src(in.a, w, ta);
         LANES(m) D[l] = A[l];
+        END_LANES
+        break;
+      }
+      case Op::kAddCarry: {
+        // Extended precision: carry (borrow) out of the type's width, into the next addc/subc.
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        const int bits = typeBytes(t) * 8;
+        const uint64_t mask = widthMask(t);
+        uint32_t carry = w.carry;
+        LANES(m)
+          using U128 = unsigned __int128;
+          uint64_t a = A[l] & mask, b = B[l] & mask, cin = (in.mode & kCarryIn) ? (carry >> l) & 1 : 0, cout;
+          if (in.mode & kCarrySub) {
+            D[l] = (a - b - cin) & mask;
+            cout = U128{a} < U128{b} + cin;  // the borrow
+          } else {
+            U128 s = U128{a} + b + cin;
+            D[l] = static_cast<uint64_t>(s) & mask;
+            cout = static_cast<uint64_t>(s >> bits) & 1;
+          }
+          if (in.mode & kCarryOut) w.carry = (w.carry & ~(1u << l)) | static_cast<uint32_t>(cout << l);
+        END_LANES
+        break;
+      }
+      case Op::kDp4a:
+      case Op::kDp2a: {
+        // Four (two) products of 8-bit parts of a with 8-bit (16-bit) parts of b, added to c.
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        const uint64_t* C = src(in.c, w, tc);
+        const bool sa = isSigned(in.dtype), sb = isSigned(in.type);
+        LANES(m)
+          int64_t s = static_cast<int32_t>(C[l]);
+          uint32_t a = static_cast<uint32_t>(A[l]), b = static_cast<uint32_t>(B[l]);
+          if (in.op == Op::kDp4a) {
+            for (int k = 0; k < 4; ++k) {
+              int64_t x = sa ? static_cast<int8_t>(a >> (8 * k)) : static_cast<uint8_t>(a >> (8 * k));
+              int64_t y = sb ? static_cast<int8_t>(b >> (8 * k)) : static_cast<uint8_t>(b >> (8 * k));
+              s += x * y;
+            }
+          } else {
+            for (int k = 0; k < 2; ++k) {
+              int64_t x = sa ? static_cast<int16_t>(a >> (16 * k)) : static_cast<uint16_t>(a >> (16 * k));
+              int shift = 8 * (k + (in.mode == kModeHi ? 2 : 0));
+              int64_t y = sb ? static_cast<int8_t>(b >> shift) : static_cast<uint8_t>(b >> shift);
+              s += x * y;
+            }
+          }
+          D[l] = static_cast<uint32_t>(s);
+        END_LANES
+        break;
+      }
+      case Op::kSad: {
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        const uint64_t* C = src(in.c, w, tc);
+        LANES(m)
+          uint64_t a = trunc(A[l], t), b = trunc(B[l], t), d;
+          if (isSigned(t)) {
+            int64_t x = sext(a, t), y = sext(b, t);
+            d = static_cast<uint64_t>(x > y ? x - y : y - x);
+          } else {
+            d = a > b ? a - b : b - a;
+          }
+          D[l] = trunc(C[l] + d, t);
         END_LANES
         break;
       }

@@ -43,7 +43,7 @@ enum class Op : uint8_t {
   kBar, kBarWarp, kMembar, kShfl, kVote, kRedux, kActivemask, kMatch, kNanosleep,
   kRcp, kSqrt, kRsqrt, kEx2, kLg2, kSin, kCos, kTanh, kCopysign, kTestp,
   kCallPrintf, kCallAssert, kCall, kRetFunc, kNop, kBmsk, kBfind, kFns, kCallMalloc, kCallFree,
-  kCpAsync, kMbarrier, kWmma, kMma, kLdmatrix,
+  kCpAsync, kMbarrier, kWmma, kMma, kLdmatrix, kAddCarry, kDp4a, kDp2a, kSad,
 };
 
 enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };
@@ -118,6 +118,10 @@ inline constexpr uint8_t kWmmaLoadA = 0, kWmmaLoadB = 1, kWmmaLoadC = 2, kWmmaSt
 // mma.sync shapes (the PTX ISA fixes each one's fragment layout), and ldmatrix/stmatrix.
 inline constexpr uint8_t kMmaM16N8K16 = 0, kMmaM16N8K8 = 1, kMmaM16N8K4 = 2, kMmaM16N8K32 = 3, kMmaM8N8K4 = 4;
 inline constexpr uint8_t kLdmatrixLoad = 0, kLdmatrixStore = 1;  // Inst::layout: 1 = .trans; Inst::vec: .x1/.x2/.x4
+
+// add/sub with the carry flag: bit 0 carry (borrow) in (addc, subc), bit 1
+// carry out (.cc), bit 2 subtract. dp2a: Inst::mode kModeHi = .hi (b's upper bytes).
+inline constexpr uint8_t kCarryIn = 1, kCarryOut = 2, kCarrySub = 4;
 
 // cvt to tf32 (an f32 with 10 mantissa bits, in a .b32 register)
 inline constexpr uint8_t kCvtToTf32 = 1;

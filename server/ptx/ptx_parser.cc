@@ -597,7 +597,8 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       {"ex2", Op::kEx2}, {"lg2", Op::kLg2}, {"sin", Op::kSin}, {"cos", Op::kCos}, {"tanh", Op::kTanh},
       {"copysign", Op::kCopysign}, {"testp", Op::kTestp}, {"call", Op::kCallPrintf}, {"prefetch", Op::kNop},
       {"prefetchu", Op::kNop}, {"pmevent", Op::kNop}, {"cp", Op::kCpAsync}, {"mbarrier", Op::kMbarrier},
-      {"wmma", Op::kWmma}, {"mma", Op::kMma}, {"ldmatrix", Op::kLdmatrix}, {"stmatrix", Op::kLdmatrix},
+      {"wmma", Op::kWmma}, {"mma", Op::kMma}, {"addc", Op::kAddCarry}, {"subc", Op::kAddCarry},
+      {"dp4a", Op::kDp4a}, {"dp2a", Op::kDp2a}, {"sad", Op::kSad}, {"ldmatrix", Op::kLdmatrix}, {"stmatrix", Op::kLdmatrix},
   };
   auto op = kOps.find(base);
   if (op == kOps.end()) return bad(in.line, "instruction '" + opcode + "' is not supported by the rgpu PTX interpreter");
@@ -615,6 +616,10 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
     return parseOperands(f, in, opcode);
   }
   if (in.op == Op::kBar && parts.size() > 1 && parts[1] == "warp") in.op = Op::kBarWarp;
+  // Extended-precision integer arithmetic: add.cc / addc{.cc} / sub.cc / subc{.cc}.
+  if (in.op == Op::kAddCarry) in.mode = kCarryIn | (base == "subc" ? kCarrySub : 0);
+  if ((in.op == Op::kAdd || in.op == Op::kSub) && std::find(parts.begin(), parts.end(), "cc") != parts.end())
+    in.mode = in.op == Op::kSub ? kCarrySub : 0, in.op = Op::kAddCarry;
 
   // Modifiers.
   std::vector<Type> types;
@@ -708,6 +713,11 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       continue;
     }
     if (in.op == Op::kBarWarp && m == "warp") continue;  // bar.warp.sync (__syncwarp)
+    if (in.op == Op::kAddCarry && m == "cc") {
+      in.mode |= kCarryOut;
+      continue;
+    }
+
     if (in.op == Op::kBmsk && (m == "clamp" || m == "wrap")) {
       in.mode = m == "wrap" ? kBmskWrap : kBmskClamp;
       continue;
@@ -757,7 +767,8 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
     return bad(in.line, "modifier ." + m + " of '" + opcode + "' is not supported");
   }
   if (!types.empty()) in.type = types.back();
-  if ((in.op == Op::kCvt || in.op == Op::kSet || in.op == Op::kSlct) && types.size() == 2) {
+  if ((in.op == Op::kCvt || in.op == Op::kSet || in.op == Op::kSlct || in.op == Op::kDp4a || in.op == Op::kDp2a) &&
+      types.size() == 2) {
     in.dtype = types[0];
     in.type = types[1];
   } else {

@@ -136,6 +136,54 @@ shf.r.clamp.b32 %r6, 1, 2, 40;
   EXPECT_EQ(u32(r, 5), 2u);  // clamped to 32: the high word
 }
 
+TEST(PtxInteger, ExtendedPrecisionDotProductsAndAbsoluteDifferences) {
+  // 128-bit add and subtract through the carry flag, as nvcc emits for __int128.
+  PtxRun r = run(kernel(R"(
+mov.b64 %rd1, -1;
+mov.b64 %rd2, 5;
+mov.b64 %rd3, 1;
+mov.b64 %rd4, 7;
+add.cc.s64 %rd5, %rd1, %rd3;
+addc.s64 %rd6, %rd2, %rd4;
+sub.cc.u64 %rd7, %rd3, %rd1;
+subc.cc.u64 %rd8, %rd4, %rd2;
+subc.u64 %rd9, %rd3, %rd3;
+st.global.u64 [%rd0], %rd5;
+st.global.u64 [%rd0+8], %rd6;
+st.global.u64 [%rd0+16], %rd7;
+st.global.u64 [%rd0+24], %rd8;
+st.global.u64 [%rd0+32], %rd9;
+mov.b32 %r1, 0x80ff0102;
+mov.b32 %r2, 0x02030405;
+dp4a.s32.s32 %r3, %r1, %r2, 10;
+dp4a.u32.u32 %r4, %r1, %r2, 10;
+mov.b32 %r5, 0xffff0003;
+dp2a.lo.s32.s32 %r6, %r5, %r2, 0;
+dp2a.hi.s32.u32 %r7, %r5, %r2, 0;
+sad.s32 %r8, -3, 4, 100;
+sad.u32 %r9, 3, 10, 1;
+st.global.u32 [%rd0+40], %r3;
+st.global.u32 [%rd0+48], %r4;
+st.global.u32 [%rd0+56], %r6;
+st.global.u32 [%rd0+64], %r7;
+st.global.u32 [%rd0+72], %r8;
+st.global.u32 [%rd0+80], %r9;
+)"));
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  EXPECT_EQ(r.out[0], 0u);   // -1 + 1: carry out
+  EXPECT_EQ(r.out[1], 13u);  // 5 + 7 + carry
+  EXPECT_EQ(r.out[2], 2u);   // 1 - (2^64 - 1): borrow out
+  EXPECT_EQ(r.out[3], 1u);   // 7 - 5 - borrow, no borrow out
+  EXPECT_EQ(r.out[4], 0u);   // 1 - 1 - 0
+  // 0x80ff0102 . 0x02030405 bytewise: signed -128*2 + -1*3 + 1*4 + 2*5 = -245; unsigned 128*2 + 255*3 + 4 + 10 = 1035.
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 5)), -245 + 10);
+  EXPECT_EQ(u32(r, 6), 1035u + 10);
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 7)), 3 * 5 + -1 * 4);  // halves (3, -1) . bytes 5, 4
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 8)), 3 * 3 + -1 * 2);  // upper bytes 3, 2
+  EXPECT_EQ(u32(r, 9), 107u);
+  EXPECT_EQ(u32(r, 10), 8u);
+}
+
 TEST(PtxBits, FieldsPermutesAndLookupTables) {
   PtxRun r = run(kernel(R"(
 bfe.u32 %r1, 0xabcd1234, 8, 12;
