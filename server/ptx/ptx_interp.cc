@@ -1474,6 +1474,44 @@ bool BlockRunner::step(Warp& w, int budget) {
         END_LANES
         break;
       }
+      case Op::kZero:  // createpolicy: an opaque policy, ignored where it is used
+        LANES(m) D[l] = 0;
+        END_LANES
+        break;
+      case Op::kElect: {
+        // The lowest lane of the member mask that executes; d (optional, `_`) its lane id, d2 whether it is this lane.
+        const uint64_t* A = src(in.a, w, ta);
+        uint64_t* D2 = in.d2.kind == Operand::kReg ? &w.regs[static_cast<size_t>(in.d2.reg) * 32] : nullptr;
+        uint64_t res[32], res2[32];
+        LANES(m)
+          uint32_t mm = static_cast<uint32_t>(A[l]) & m;
+          int leader = mm ? __builtin_ctz(mm) : l;
+          res[l] = static_cast<uint64_t>(leader);
+          res2[l] = leader == l;
+        END_LANES
+        LANES(m)
+          if (in.d.kind == Operand::kReg) D[l] = res[l];
+          if (D2) D2[l] = res2[l];
+        END_LANES
+        break;
+      }
+      case Op::kIsspacep: {
+        // Which state space a generic address falls in (the windows of shared, local and param memory).
+        const uint64_t* A = src(in.a, w, ta);
+        LANES(m)
+          uint64_t window = A[l] & kWindowMask;
+          bool in_space = false;
+          switch (in.space) {
+            case Space::kShared: in_space = window == kSharedWindow; break;
+            case Space::kLocal: in_space = window == kLocalWindow; break;
+            case Space::kParam: in_space = window == kParamWindow; break;
+            case Space::kGlobal: in_space = findRange(*L_.memory, A[l], 1) != nullptr; break;
+            default: break;  // constant memory is reached through .const only
+          }
+          D[l] = in_space;
+        END_LANES
+        break;
+      }
       case Op::kAddCarry: {
         // Extended precision: carry (borrow) out of the type's width, into the next addc/subc.
         const uint64_t* A = src(in.a, w, ta);

@@ -598,7 +598,9 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       {"copysign", Op::kCopysign}, {"testp", Op::kTestp}, {"call", Op::kCallPrintf}, {"prefetch", Op::kNop},
       {"prefetchu", Op::kNop}, {"pmevent", Op::kNop}, {"cp", Op::kCpAsync}, {"mbarrier", Op::kMbarrier},
       {"wmma", Op::kWmma}, {"mma", Op::kMma}, {"addc", Op::kAddCarry}, {"subc", Op::kAddCarry},
-      {"dp4a", Op::kDp4a}, {"dp2a", Op::kDp2a}, {"sad", Op::kSad}, {"ldmatrix", Op::kLdmatrix}, {"stmatrix", Op::kLdmatrix},
+      {"dp4a", Op::kDp4a}, {"dp2a", Op::kDp2a}, {"sad", Op::kSad}, {"elect", Op::kElect},
+      {"isspacep", Op::kIsspacep}, {"createpolicy", Op::kZero}, {"griddepcontrol", Op::kNop},
+      {"setmaxnreg", Op::kNop}, {"discard", Op::kNop}, {"applypriority", Op::kNop}, {"ldmatrix", Op::kLdmatrix}, {"stmatrix", Op::kLdmatrix},
   };
   auto op = kOps.find(base);
   if (op == kOps.end()) return bad(in.line, "instruction '" + opcode + "' is not supported by the rgpu PTX interpreter");
@@ -613,6 +615,25 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
   }
   if (in.op == Op::kMma || in.op == Op::kLdmatrix) {
     RGPU_TRY(mmaModifiers(in, parts, opcode));
+    return parseOperands(f, in, opcode);
+  }
+  // Hints with nothing to do on the host, whatever their qualifiers: programmatic
+  // dependent launch (griddepcontrol: the previous grid has finished when this one
+  // runs here), register reallocation, L2 discard/priority; createpolicy makes a
+  // cache policy (an opaque 64-bit value, 0 here) for .L2::cache_hint accesses.
+  if (in.op == Op::kNop && (base == "griddepcontrol" || base == "setmaxnreg" || base == "discard" ||
+                            base == "applypriority")) {
+    while (peek() != ";" && !atEnd()) ++i_;
+    return expect(";");
+  }
+  if (in.op == Op::kZero) return parseOperands(f, in, opcode);
+  if (in.op == Op::kElect) return parseOperands(f, in, opcode);  // elect.sync d|p, membermask
+  if (in.op == Op::kIsspacep) {
+    static const std::unordered_map<std::string, Space> kSpaces = {
+        {"global", Space::kGlobal}, {"shared", Space::kShared}, {"shared::cta", Space::kShared},
+        {"local", Space::kLocal}, {"param", Space::kParam}, {"const", Space::kConst}};
+    if (parts.size() != 2 || !kSpaces.count(parts[1])) return bad(in.line, "instruction '" + opcode + "' is not supported");
+    in.space = kSpaces.at(parts[1]);
     return parseOperands(f, in, opcode);
   }
   if (in.op == Op::kBar && parts.size() > 1 && parts[1] == "warp") in.op = Op::kBarWarp;
@@ -1069,6 +1090,10 @@ Status Parser::checkOperands(const Inst& in, const std::string& opcode) {
     case Op::kBra: case Op::kRet: case Op::kExit: case Op::kTrap: case Op::kBarWarp: case Op::kMembar:
     case Op::kNanosleep: case Op::kNop: case Op::kCallPrintf: case Op::kCallAssert: case Op::kCall: case Op::kRetFunc:
     case Op::kCallMalloc: case Op::kCallFree:
+      return Status::ok();
+    case Op::kElect:
+      if (!isReg(in.d) && in.d.kind != Operand::kSink) return bad(in.line, opcode + ": the destination must be a register");
+      if (in.d2.kind != Operand::kNone && !isReg(in.d2)) return bad(in.line, opcode + ": the predicate must be a register");
       return Status::ok();
     case Op::kMma:
     case Op::kLdmatrix:

@@ -184,6 +184,52 @@ st.global.u32 [%rd0+80], %r9;
   EXPECT_EQ(u32(r, 10), 8u);
 }
 
+TEST(PtxWarp, ElectSpaceQueriesAndHintsWithNothingToDo) {
+  std::string decls = ".shared .align 4 .b32 sv;\n";
+  PtxRun r = run(kernel(R"(
+griddepcontrol.wait;
+griddepcontrol.launch_dependents;
+setmaxnreg.inc.sync.aligned.u32 240;
+createpolicy.fractional.L2::evict_last.b64 %rd7, 1.0;
+ld.global.L2::cache_hint.u32 %r9, [%rd0], %rd7;
+discard.global.L2 [%rd0], 128;
+applypriority.global.L2::evict_normal [%rd0], 128;
+mov.u32 %r1, %laneid;
+setp.ge.u32 %p1, %r1, 3;
+@!%p1 bra SKIP;
+elect.sync %r2|%p2, -1;
+selp.u32 %r3, 1, 0, %p2;
+mov.u32 %r4, sv;
+cvta.shared.u64 %rd1, %rd8;
+mov.u64 %rd8, 0;
+cvt.u64.u32 %rd8, %r4;
+cvta.shared.u64 %rd2, %rd8;
+isspacep.shared %p3, %rd2;
+isspacep.global %p4, %rd2;
+isspacep.global %p5, %rd0;
+selp.u32 %r5, 1, 0, %p3;
+selp.u32 %r6, 1, 0, %p4;
+selp.u32 %r7, 1, 0, %p5;
+mul.wide.u32 %rd3, %r1, 40;
+add.u64 %rd4, %rd0, %rd3;
+st.global.u32 [%rd4], %r2;
+st.global.u32 [%rd4+8], %r3;
+st.global.u32 [%rd4+16], %r5;
+st.global.u32 [%rd4+24], %r6;
+st.global.u32 [%rd4+32], %r7;
+SKIP:
+)", decls),
+                 {32, 1, 1}, {1, 1, 1}, 160);
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  for (int l = 3; l < 32; ++l) {
+    EXPECT_EQ(u32(r, l * 5), 3u) << l;              // the lowest lane that executes
+    EXPECT_EQ(u32(r, l * 5 + 1), l == 3 ? 1u : 0u);  // and only it is elected
+    EXPECT_EQ(u32(r, l * 5 + 2), 1u);                // a shared address is shared
+    EXPECT_EQ(u32(r, l * 5 + 3), 0u);                // and not global
+    EXPECT_EQ(u32(r, l * 5 + 4), 1u);                // the output buffer is global
+  }
+}
+
 TEST(PtxBits, FieldsPermutesAndLookupTables) {
   PtxRun r = run(kernel(R"(
 bfe.u32 %r1, 0xabcd1234, 8, 12;
