@@ -685,62 +685,48 @@ RGPU_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t hGraphE
                                                          const struct cudaKernelNodeParams* pNodeParams) {
   return locked([&]() -> Status {
     RGPU_TRY(needPtr(pNodeParams, "pNodeParams"));
-    auto p = kernelParams(*pNodeParams);
-    if (!p) return p.status();
-    return setExecNodeParams(hGraphExec, node, std::move(*p));
+    return setExecNodeParams(hGraphExec, node, kernelParams(*pNodeParams));
   });
 }
 RGPU_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node,
                                                          const struct cudaMemcpy3DParms* pNodeParams) {
   return locked([&]() -> Status {
     RGPU_TRY(needPtr(pNodeParams, "pNodeParams"));
-    auto p = memcpyParams(*pNodeParams);
-    if (!p) return p.status();
-    return setExecNodeParams(hGraphExec, node, std::move(*p));
+    return setExecNodeParams(hGraphExec, node, memcpyParams(*pNodeParams));
   });
 }
 RGPU_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t hGraphExec, cudaGraphNode_t node, void* dst,
                                                            const void* src, size_t count, enum cudaMemcpyKind kind) {
   return locked([&]() -> Status {
-    auto p = memcpy1DParams(dst, src, count, kind);
-    if (!p) return p.status();
-    return setExecNodeParams(hGraphExec, node, std::move(*p));
+    return setExecNodeParams(hGraphExec, node, memcpy1DParams(dst, src, count, kind));
   });
 }
 RGPU_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParamsToSymbol(cudaGraphExec_t hGraphExec, cudaGraphNode_t node,
                                                                  const void* symbol, const void* src, size_t count,
                                                                  size_t offset, enum cudaMemcpyKind kind) {
   return locked([&]() -> Status {
-    auto p = symbolParams(symbol, const_cast<void*>(src), count, offset, kind, true);
-    if (!p) return p.status();
-    return setExecNodeParams(hGraphExec, node, std::move(*p));
+    return setExecNodeParams(hGraphExec, node, symbolParams(symbol, const_cast<void*>(src), count, offset, kind, true));
   });
 }
 RGPU_EXPORT cudaError_t cudaGraphExecMemcpyNodeSetParamsFromSymbol(cudaGraphExec_t hGraphExec, cudaGraphNode_t node,
                                                                    void* dst, const void* symbol, size_t count,
                                                                    size_t offset, enum cudaMemcpyKind kind) {
   return locked([&]() -> Status {
-    auto p = symbolParams(symbol, dst, count, offset, kind, false);
-    if (!p) return p.status();
-    return setExecNodeParams(hGraphExec, node, std::move(*p));
+    return setExecNodeParams(hGraphExec, node, symbolParams(symbol, dst, count, offset, kind, false));
   });
 }
 RGPU_EXPORT cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node,
                                                          const struct cudaMemsetParams* pNodeParams) {
   return locked([&]() -> Status {
     RGPU_TRY(needPtr(pNodeParams, "pNodeParams"));
-    auto p = memsetParams(*pNodeParams);
-    if (!p) return p.status();
-    return setExecNodeParams(hGraphExec, node, std::move(*p));
+    return setExecNodeParams(hGraphExec, node, memsetParams(*pNodeParams));
   });
 }
 RGPU_EXPORT cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node,
                                                        const struct cudaHostNodeParams* pNodeParams) {
   return locked([&]() -> Status {
     RGPU_TRY(needPtr(pNodeParams, "pNodeParams"));
-    auto p = hostParams(*pNodeParams);
-    if (!p) return p.status();
-    return setExecNodeParams(hGraphExec, node, std::move(*p));
+    return setExecNodeParams(hGraphExec, node, hostParams(*pNodeParams));
   });
 }
 RGPU_EXPORT cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node,
@@ -756,25 +742,19 @@ RGPU_EXPORT cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t hGr
 RGPU_EXPORT cudaError_t cudaGraphExecEventRecordNodeSetEvent(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode,
                                                              cudaEvent_t event) {
   return locked([&]() -> Status {
-    auto p = eventParams(cudaGraphNodeTypeEventRecord, event);
-    if (!p) return p.status();
-    return setExecNodeParams(hGraphExec, hNode, std::move(*p));
+    return setExecNodeParams(hGraphExec, hNode, eventParams(cudaGraphNodeTypeEventRecord, event));
   });
 }
 RGPU_EXPORT cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode,
                                                            cudaEvent_t event) {
   return locked([&]() -> Status {
-    auto p = eventParams(cudaGraphNodeTypeWaitEvent, event);
-    if (!p) return p.status();
-    return setExecNodeParams(hGraphExec, hNode, std::move(*p));
+    return setExecNodeParams(hGraphExec, hNode, eventParams(cudaGraphNodeTypeWaitEvent, event));
   });
 }
 RGPU_EXPORT cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cudaGraphNode_t node,
                                                    struct cudaGraphNodeParams* nodeParams) {
   return locked([&]() -> Status {
-    auto p = genericParams(nodeParams);
-    if (!p) return p.status();
-    return setExecNodeParams(graphExec, node, std::move(*p));
+    return setExecNodeParams(graphExec, node, genericParams(nodeParams));
   });
 }
 RGPU_EXPORT cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, unsigned int isEnabled) {

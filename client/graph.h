@@ -144,7 +144,7 @@ Status launchExec(cudaGraphExec_t e, cudaStream_t stream, bool ptsz);
 // cudaGraphExecUpdate: `g` must have `e`'s topology; on a mismatch `why` says which.
 Status updateExec(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecUpdateResultInfo* info);
 // Replaces the parameters of the copy of `node` in `e` (same node type only).
-Status setExecNodeParams(cudaGraphExec_t e, cudaGraphNode_t node, NodeParams p);
+Status setExecNodeParams(cudaGraphExec_t e, cudaGraphNode_t node, Result<NodeParams> params);
 Status setExecNodeEnabled(cudaGraphExec_t e, cudaGraphNode_t node, bool enabled);
 Result<bool> execNodeEnabled(cudaGraphExec_t e, cudaGraphNode_t node);
 

@@ -427,7 +427,9 @@ Result<CUgraphNode_st*> execNode(cudaGraphExec_t e, cudaGraphNode_t node) {
 }
 }  // namespace
 
-Status setExecNodeParams(cudaGraphExec_t e, cudaGraphNode_t node, NodeParams p) {
+Status setExecNodeParams(cudaGraphExec_t e, cudaGraphNode_t node, Result<NodeParams> params) {
+  if (!params) return params.status();
+  NodeParams p = std::move(*params);
   auto n = execNode(e, node);
   if (!n) return n.status();
   if ((*n)->p.type != p.type || !(*n)->p.request.empty())
