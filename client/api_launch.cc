@@ -56,13 +56,7 @@ RGPU_EXPORT cudaError_t __cudaPopCallConfiguration(dim3* gridDim, dim3* blockDim
 }
 
 RGPU_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* hostFun) {
-  return guarded([&]() -> Status {
-    RGPU_TRY(needPtr(kernel, "kernel"));
-    auto k = rt().kernelByHostFun(hostFun);
-    if (!k) return k.status();
-    *kernel = rt().handleOf(**k);
-    return Status::ok();
-  });
+  return cudaGetKernel(kernel, hostFun);  // (api_device.cc)
 }
 
 RGPU_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void** args,
