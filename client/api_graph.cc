@@ -76,7 +76,7 @@ Result<NodeParams> symbolParams(const void* symbol, void* host, size_t count, si
 }
 
 // cudaGraphAddNode / cudaGraphNodeSetParams / cudaGraphExecNodeSetParams.
-Result<NodeParams> genericParams(const cudaGraphNodeParams* np) {
+Result<NodeParams> genericParams(cudaGraphNodeParams* np) {
   if (!np) return Status(err::kInvalidValue, "nodeParams is NULL");
   switch (np->type) {
     case cudaGraphNodeTypeKernel: {
@@ -102,6 +102,14 @@ Result<NodeParams> genericParams(const cudaGraphNodeParams* np) {
       p.type = cudaGraphNodeTypeEmpty;
       return p;
     }
+    case cudaGraphNodeTypeMemAlloc: {
+      cudaMemAllocNodeParams p{np->alloc.poolProps, np->alloc.accessDescs, np->alloc.accessDescCount,
+                               np->alloc.bytesize, nullptr};
+      auto r = memAllocParams(p);
+      if (r) np->alloc.dptr = r->alloc_params.dptr;  // (out)
+      return r;
+    }
+    case cudaGraphNodeTypeMemFree: return memFreeParams(np->free.dptr);
     case cudaGraphNodeTypeEventRecord: return eventParams(np->type, np->eventRecord.event);
     case cudaGraphNodeTypeWaitEvent: return eventParams(np->type, np->eventWait.event);
     default:
@@ -110,6 +118,42 @@ Result<NodeParams> genericParams(const cudaGraphNodeParams* np) {
 }
 
 }  // namespace
+
+namespace rgpu::client {
+// (graph.h) Allocates at once, through cudaMalloc's path.
+Result<NodeParams> memAllocParams(const cudaMemAllocNodeParams& in, int device) {
+  if (in.bytesize == 0) return Status(err::kInvalidValue, "a memory allocation node of 0 bytes");
+  if (in.poolProps.handleTypes != cudaMemHandleTypeNone)
+    return Status(err::kNotSupported, "graph allocations that export handles (IPC) are not supported by rgpu");
+  if (device < 0) {
+    if (in.poolProps.location.type != cudaMemLocationTypeDevice)
+      return Status(err::kInvalidValue, "a graph allocation resides on a device");
+    device = in.poolProps.location.id;
+  }
+  RGPU_TRY(rt().device(device).status());
+  auto a = std::make_shared<GraphAllocation>();
+  a->device = device;
+  a->size = in.bytesize;
+  noteGraphMemory(device, static_cast<int64_t>(in.bytesize));  // (given back by the destructor, allocated or not)
+  bool& internal = captureInternalCall();
+  bool was = internal;
+  internal = true;
+  auto p = allocateDeviceMemory(device, in.bytesize);
+  internal = was;
+  if (!p) return p.status();
+  a->ptr = *p;
+  NodeParams np;
+  np.type = cudaGraphNodeTypeMemAlloc;
+  np.device = device;
+  np.alloc = std::move(a);
+  np.alloc_params = in;
+  np.alloc_params.dptr = reinterpret_cast<void*>(np.alloc->ptr);
+  np.alloc_params.accessDescs = nullptr;  // not kept: the program's array may go away
+  np.alloc_params.accessDescCount = 0;
+  return np;
+}
+
+}  // namespace rgpu::client
 
 // ---- stream capture -----------------------------------------------------------------
 
@@ -312,6 +356,40 @@ RGPU_EXPORT cudaError_t cudaGraphAddEventWaitNode(cudaGraphNode_t* pGraphNode, c
                                                   cudaEvent_t event) {
   return locked([&] {
     return add(pGraphNode, graph, pDependencies, numDependencies, eventParams(cudaGraphNodeTypeWaitEvent, event));
+  });
+}
+RGPU_EXPORT cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
+                                                  const cudaGraphNode_t* pDependencies, size_t numDependencies,
+                                                  struct cudaMemAllocNodeParams* nodeParams) {
+  return locked([&]() -> Status {
+    RGPU_TRY(needPtr(nodeParams, "nodeParams"));
+    RGPU_TRY(checkGraph(graph));
+    auto p = memAllocParams(*nodeParams);
+    if (p) nodeParams->dptr = p->alloc_params.dptr;
+    return add(pGraphNode, graph, pDependencies, numDependencies, std::move(p));
+  });
+}
+RGPU_EXPORT cudaError_t cudaGraphAddMemFreeNode(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
+                                                 const cudaGraphNode_t* pDependencies, size_t numDependencies,
+                                                 void* dptr) {
+  return locked([&] { return add(pGraphNode, graph, pDependencies, numDependencies, memFreeParams(dptr)); });
+}
+RGPU_EXPORT cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, struct cudaMemAllocNodeParams* params_out) {
+  return locked([&]() -> Status {
+    RGPU_TRY(needPtr(params_out, "params_out"));
+    auto n = nodeOfType(node, cudaGraphNodeTypeMemAlloc);
+    if (!n) return n.status();
+    *params_out = (*n)->p.alloc_params;
+    return Status::ok();
+  });
+}
+RGPU_EXPORT cudaError_t cudaGraphMemFreeNodeGetParams(cudaGraphNode_t node, void* dptr_out) {
+  return locked([&]() -> Status {
+    RGPU_TRY(needPtr(dptr_out, "dptr_out"));
+    auto n = nodeOfType(node, cudaGraphNodeTypeMemFree);
+    if (!n) return n.status();
+    *static_cast<void**>(dptr_out) = (*n)->p.free_ptr;
+    return Status::ok();
   });
 }
 RGPU_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t* pGraphNode, cudaGraph_t graph,
@@ -770,7 +848,7 @@ RGPU_EXPORT cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t hGraphExec, cuda
   });
 }
 
-// ---- graph memory: rgpu's graphs have no allocation nodes, so none is in use ----
+// ---- graph memory: what the graphs' allocation nodes hold now, and at most ----
 
 RGPU_EXPORT cudaError_t cudaDeviceGraphMemTrim(int device) {
   return guarded([&]() -> Status { return rt().device(device).status(); });
@@ -781,10 +859,12 @@ RGPU_EXPORT cudaError_t cudaDeviceGetGraphMemAttribute(int device, enum cudaGrap
     RGPU_TRY(needPtr(value, "value"));
     switch (attr) {
       case cudaGraphMemAttrUsedMemCurrent:
+      case cudaGraphMemAttrReservedMemCurrent:  // nothing is cached: reserved is what is used
+        *static_cast<uint64_t*>(value) = graphMemoryUsed(device);
+        return Status::ok();
       case cudaGraphMemAttrUsedMemHigh:
-      case cudaGraphMemAttrReservedMemCurrent:
       case cudaGraphMemAttrReservedMemHigh:
-        *static_cast<uint64_t*>(value) = 0;
+        *static_cast<uint64_t*>(value) = graphMemoryHigh(device);
         return Status::ok();
       default:
         return Status(err::kInvalidValue, "unknown graph memory attribute");
@@ -799,6 +879,7 @@ RGPU_EXPORT cudaError_t cudaDeviceSetGraphMemAttribute(int device, enum cudaGrap
     if ((attr != cudaGraphMemAttrUsedMemHigh && attr != cudaGraphMemAttrReservedMemHigh) ||
         *static_cast<uint64_t*>(value) != 0)
       return Status(err::kInvalidValue, "only a high-water mark can be set, and only to 0");
+    resetGraphMemoryHigh(device);
     return Status::ok();
   });
 }

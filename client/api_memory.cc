@@ -176,6 +176,15 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
 
 }  // namespace
 
+bool captureAllocation(StreamRef s, size_t size, void** out, Status* st) {
+  cudaGraphNode_t node = nullptr;
+  cudaMemAllocNodeParams p{};
+  p.bytesize = size;
+  if (!captureNodeOn(s, [&] { return memAllocParams(p, s.device); }, st, &node)) return false;
+  if (*st) *out = node->p.alloc_params.dptr;
+  return true;
+}
+
 Status memsetImpl(void* dst, int value, size_t count, cudaStream_t stream, bool ptsz) {
   if (count == 0) return Status::ok();
   RGPU_TRY(needDevice(dst, count, "destination"));
@@ -408,7 +417,8 @@ RGPU_EXPORT cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t
   return guarded([&]() -> Status {
     auto s = rt().stream(stream);
     if (!s) return s.status();
-    if (capturesActive()) RGPU_TRY(notWhileCapturing(*s, "cudaMallocAsync"));
+    RGPU_TRY(needPtr(devPtr, "devPtr"));
+    if (Status c; capturesActive() && captureAllocation(*s, size, devPtr, &c)) return c;
     return poolAllocate(devPtr, size, nullptr, s->device);
   });
 }
@@ -421,7 +431,7 @@ RGPU_EXPORT cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
   return guarded([&]() -> Status {
     auto s = rt().stream(stream);
     if (!s) return s.status();
-    if (capturesActive()) RGPU_TRY(notWhileCapturing(*s, "cudaFreeAsync"));
+    if (Status c; capturesActive() && captureNodeOn(*s, [&] { return memFreeParams(devPtr); }, &c, nullptr)) return c;
     return cudaFree(devPtr) == cudaSuccess ? Status::ok() : Status(rt().lastError(false), "");
   });
 }

@@ -108,8 +108,9 @@ RGPU_EXPORT cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMem
   return guarded([&]() -> Status {
     auto s = rt().stream(stream);
     if (!s) return s.status();
-    if (capturesActive()) RGPU_TRY(notWhileCapturing(*s, "cudaMallocFromPoolAsync"));
     RGPU_TRY(needPtr(memPool, "memPool"));
+    RGPU_TRY(needPtr(ptr, "ptr"));
+    if (Status c; capturesActive() && captureAllocation(*s, size, ptr, &c)) return c;
     return poolAllocate(ptr, size, memPool, 0);
   });
 }
@@ -118,8 +119,9 @@ RGPU_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void** ptr, size_t size, cu
   return guarded([&]() -> Status {
     auto s = rt().stream(stream, true);
     if (!s) return s.status();
-    if (capturesActive()) RGPU_TRY(notWhileCapturing(*s, "cudaMallocFromPoolAsync"));
     RGPU_TRY(needPtr(memPool, "memPool"));
+    RGPU_TRY(needPtr(ptr, "ptr"));
+    if (Status c; capturesActive() && captureAllocation(*s, size, ptr, &c)) return c;
     return poolAllocate(ptr, size, memPool, 0);
   });
 }

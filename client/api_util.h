@@ -39,6 +39,9 @@ Result<uint64_t> allocateDeviceMemory(int device, uint64_t size);
 // current pool when null; the pool's figures count it until it is freed.
 Status poolAllocate(void** ptr, size_t size, cudaMemPool_t pool, int device);
 void poolForget(void* ptr);  // a freed pointer leaves its pool's figures
+// cudaMallocAsync on a capturing stream: a memory allocation node (true; `st`
+// says how it went and *out is its address), or false when `s` does not capture.
+bool captureAllocation(StreamRef s, size_t size, void** out, Status* st);
 
 inline Status needPtr(const void* p, const char* what) {
   return p ? Status::ok() : Status(err::kInvalidValue, std::string(what) + " is NULL");

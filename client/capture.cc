@@ -215,6 +215,21 @@ Result<NodeParams> nodeOf(wire::Request::Reader r, int device) {
 
 }  // namespace
 
+bool& captureInternalCall() {
+  thread_local bool internal = false;
+  return internal;
+}
+
+bool captureNodeOn(StreamRef s, const std::function<Result<NodeParams>()>& make, Status* out, cudaGraphNode_t* node) {
+  std::lock_guard lock(graphMutex());
+  Capture* c = captureOf(s.id);
+  if (!c) return false;
+  if (!c->invalid.isOk()) return *out = Status(err::kStreamCaptureInvalidated, c->invalid.message()), true;
+  *out = addCaptured(*c, s.id, make());
+  if (*out && node) *node = c->tips[s.id].front();
+  return true;
+}
+
 cudaStreamCaptureMode& threadCaptureMode() {
   thread_local cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
   return mode;
@@ -252,6 +267,7 @@ bool captureRequest(StreamRef s, wire::Request::Reader req, Status* out) {
 
 Status captureAllowsCall(wire::Request::Reader req) {
   using R = wire::Request;
+  if (captureInternalCall()) return Status::ok();  // a graph's own allocation
   std::lock_guard lock(graphMutex());
   if (auto s = requestStream(req)) {
     if (Capture* c = captureOf(s->id)) {
@@ -385,18 +401,6 @@ void forgetCaptureStream(uint32_t stream_id) {
   it->second->tips.erase(stream_id);
   st().by_stream.erase(it);
   g_capturing_streams.fetch_sub(1);
-}
-
-Status notWhileCapturing(StreamRef s, const char* what) {
-  std::lock_guard lock(graphMutex());
-  if (Capture* c = captureOf(s.id)) {
-    Status why(err::kStreamCaptureUnsupported, std::string(what) + " is not supported by rgpu inside a stream capture");
-    invalidate(*c, why);
-    return why;
-  }
-  Status implicit;
-  if (implicitSync(s, &implicit)) return implicit;
-  return Status::ok();
 }
 
 Status beginCapture(cudaStream_t stream, bool ptsz, cudaStreamCaptureMode mode, cudaGraph_t into,

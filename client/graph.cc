@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "client/api_util.h"
+#include "protocol/rgpu.capnp.h"
 
 namespace rgpu::client {
 namespace {
@@ -312,6 +313,69 @@ Result<NodeParams> hostParams(const cudaHostNodeParams& h) {
   p.type = cudaGraphNodeTypeHost;
   p.host = h;
   return p;
+}
+
+namespace {
+struct GraphMemory {
+  std::mutex mu;
+  std::map<int, uint64_t> used, high;
+};
+GraphMemory& graphMemory() {
+  static auto* m = new GraphMemory;
+  return *m;
+}
+}  // namespace
+
+GraphAllocation::~GraphAllocation() {
+  noteGraphMemory(device, -static_cast<int64_t>(size));
+  if (!ptr) return;
+  try {
+    rt().untrackDevice(ptr);
+    capnp::MallocMessageBuilder msg(32);
+    msg.initRoot<wire::Request>().initFree().setPtr(ptr);
+    (void)rt().post(msg);  // the server frees once the work queued before is done
+  } catch (...) {
+  }
+}
+
+uint64_t graphMemoryUsed(int device) {
+  std::lock_guard lock(graphMemory().mu);
+  return graphMemory().used[device];
+}
+uint64_t graphMemoryHigh(int device) {
+  std::lock_guard lock(graphMemory().mu);
+  return graphMemory().high[device];
+}
+void resetGraphMemoryHigh(int device) {
+  std::lock_guard lock(graphMemory().mu);
+  graphMemory().high[device] = graphMemory().used[device];
+}
+
+void noteGraphMemory(int device, int64_t delta) {
+  std::lock_guard lock(graphMemory().mu);
+  uint64_t& used = graphMemory().used[device];
+  used += static_cast<uint64_t>(delta);
+  auto& h = graphMemory().high[device];
+  h = std::max(h, used);
+}
+
+Result<NodeParams> memFreeParams(void* dptr) {
+  // Only a graph's own allocations: a free node frees nothing early (see GraphAllocation).
+  for (const CUgraph_st* g : reg().graphs)
+    for (auto& n : g->nodes)
+      if (n->p.alloc && reinterpret_cast<void*>(n->p.alloc->ptr) == dptr) {
+        NodeParams np;
+        np.type = cudaGraphNodeTypeMemFree;
+        np.free_ptr = dptr;
+        return np;
+      }
+  return Status(err::kInvalidValue, "a memory free node frees an allocation of a graph's memory allocation node");
+}
+
+bool hasMemoryNodes(const CUgraph_st& g) {
+  for (auto& n : g.nodes)
+    if (n->p.type == cudaGraphNodeTypeMemAlloc || (n->p.child && hasMemoryNodes(*n->p.child))) return true;
+  return false;
 }
 
 Result<NodeParams> eventParams(cudaGraphNodeType type, cudaEvent_t e) {

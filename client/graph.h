@@ -31,6 +31,7 @@
 
 #include <capnp/message.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,6 +48,17 @@ struct CUgraphNode_st;
 namespace rgpu::client {
 
 struct Capture;
+
+// Device memory of a graph's allocation node (cudaGraphAddMemAllocNode,
+// cudaMallocAsync while capturing): allocated when the node is made — its
+// address is the node's for the graph's life, as CUDA's is — and counted
+// against the user's quota like cudaMalloc's; freed when the last graph or
+// executable graph holding the node goes. Free nodes free nothing early.
+struct GraphAllocation {
+  uint64_t ptr = 0, size = 0;
+  int device = 0;
+  ~GraphAllocation();
+};
 
 // A node's parameters as the program gave them.
 struct NodeParams {
@@ -71,6 +83,10 @@ struct NodeParams {
   cudaEvent_t event = nullptr;
   // A captured call kept in its wire form (cuBLAS): no parameters to get or set.
   std::vector<capnp::word> request;
+  // memory allocation node: its memory; memory free node: the address it frees
+  std::shared_ptr<GraphAllocation> alloc;
+  cudaMemAllocNodeParams alloc_params{};
+  void* free_ptr = nullptr;
 };
 
 }  // namespace rgpu::client
@@ -86,10 +102,12 @@ struct CUgraphNode_st {
 struct CUgraph_st {
   std::vector<std::unique_ptr<CUgraphNode_st>> nodes;  // in creation order
   rgpu::client::Capture* capturing = nullptr;           // a capture adds to it now
+  int mem_execs = 0;  // executable graphs of a graph with memory nodes (CUDA allows one at a time)
 };
 
 struct CUgraphExec_st {
   uint32_t id = 0;
+  CUgraph_st* mem_source = nullptr;  // the graph with memory nodes it came from (its mem_execs)
   int device = 0;
   unsigned long long flags = 0;
   std::shared_ptr<CUgraph_st> shape;
@@ -133,6 +151,16 @@ Result<NodeParams> memcpy1DParams(void* dst, const void* src, size_t count, cuda
 Result<NodeParams> memsetParams(const cudaMemsetParams& m);
 Result<NodeParams> hostParams(const cudaHostNodeParams& h);
 Result<NodeParams> eventParams(cudaGraphNodeType type, cudaEvent_t e);
+// A memory allocation node (allocates now, on `device` when the parameters
+// name none) and a memory free node (of a live graph allocation).
+Result<NodeParams> memAllocParams(const cudaMemAllocNodeParams& p, int device = -1);
+Result<NodeParams> memFreeParams(void* dptr);
+bool hasMemoryNodes(const CUgraph_st& g);
+// cudaDeviceGetGraphMemAttribute's figures for `device`.
+uint64_t graphMemoryUsed(int device);
+void noteGraphMemory(int device, int64_t delta);
+uint64_t graphMemoryHigh(int device);
+void resetGraphMemoryHigh(int device);
 // cudaGraphKernelNodeGetParams: `p`'s kernel as the program sees it.
 void kernelOut(NodeParams& p, cudaKernelNodeParams* out);
 
@@ -165,11 +193,14 @@ Status captureAllowsCall(wire::Request::Reader req);
 // Host-side work: when `s` is capturing, adds the node and returns true.
 bool captureHostCopy(StreamRef s, void* dst, const void* src, size_t count, cudaMemcpyKind kind, Status* st);
 bool captureHostFunc(StreamRef s, cudaHostFn_t fn, void* user, Status* st);
+// When `s` is capturing: adds the node `make` builds (it runs only then) and
+// returns true (`st` says how it went, `node` is the node); else false.
+// cudaMallocAsync / cudaFreeAsync on a capturing stream make memory nodes so.
+bool captureNodeOn(StreamRef s, const std::function<Result<NodeParams>()>& make, Status* st, cudaGraphNode_t* node);
+// Set while the graph code itself allocates (a capture must not refuse it).
+bool& captureInternalCall();
 bool captureEventRecord(StreamRef s, cudaEvent_t e, uint32_t event_id, unsigned flags, Status* st);
 bool captureEventWait(StreamRef s, cudaEvent_t e, uint32_t event_id, unsigned flags, Status* st);
-// Refuses, and invalidates the capture, when `s` is capturing (what rgpu
-// cannot capture: stream-ordered allocation).
-Status notWhileCapturing(StreamRef s, const char* what);
 // cudaDeviceReset, cudaStreamDestroy: captures on the stream(s) end.
 void forgetCaptureStream(uint32_t stream_id);
 

@@ -212,6 +212,8 @@ Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, cuda
         break;
       }
       case cudaGraphNodeTypeEmpty:
+      case cudaGraphNodeTypeMemAlloc:  // the memory exists for the graph's life (GraphAllocation)
+      case cudaGraphNodeTypeMemFree:
         break;
       default:
         return fault(Status(err::kNotSupported, "graph node type " + std::to_string(p.type) + " is not supported by rgpu"));
@@ -338,18 +340,23 @@ Result<cudaGraphExec_t> instantiate(cudaGraph_t g, unsigned long long flags, cud
   if (flags & ~kKnown) return Status(err::kInvalidValue, "unknown instantiation flags");
   if (flags & cudaGraphInstantiateFlagDeviceLaunch)
     return Status(err::kNotSupported, "device-launchable graphs are not supported by rgpu");
+  const bool memory = hasMemoryNodes(*g);
+  if (memory && g->mem_execs > 0)
+    return Status(err::kNotSupported, "a graph with memory allocation nodes has one executable graph at a time");
   auto e = std::make_unique<CUgraphExec_st>();
   e->id = g_next_exec.fetch_add(1);
   e->flags = flags;
   e->device = graphDevice(*g, rt().currentDevice());
   e->shape = cloneGraph(*g, &e->by_origin);
   RGPU_TRY(sendExec(*e, true, err_node));
+  if (memory) e->mem_source = g, ++g->mem_execs;
   CUgraphExec_st* raw = e.get();
   execs().emplace(raw, std::move(e));
   return raw;
 }
 
 void destroyExec(cudaGraphExec_t e) {
+  if (e->mem_source && checkGraph(e->mem_source)) --e->mem_source->mem_execs;
   capnp::MallocMessageBuilder msg(16);
   msg.initRoot<wire::Request>().initGraphDestroy().setId(e->id);
   (void)rt().post(msg);  // launches already queued keep running on the server

@@ -426,6 +426,71 @@ static int captureRules() {
   for (int i = 0; i < N; ++i) EXPECT(h[i] == 16);
   CHECK(cudaGraphExecDestroy(into_exec));
   CHECK(cudaGraphDestroy(into));
+  // Stream-ordered allocation inside a capture: memory nodes, memory of the graph's.
+  uint64_t used = 0, high = 0;
+  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used));
+  EXPECT(used == 0);
+  int* out = d;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  int* tmp = nullptr;
+  CHECK(cudaMallocAsync(&tmp, N * sizeof(int), s));
+  EXPECT(tmp != nullptr);
+  CHECK(cudaMemsetAsync(tmp, 0, N * sizeof(int), s));
+  addv<<<N / 256, 256, 0, s>>>(tmp, N, 21);
+  scale<<<N / 256, 256, 0, s>>>(tmp, N, 2);
+  CHECK(cudaMemcpyAsync(out, tmp, N * sizeof(int), cudaMemcpyDeviceToDevice, s));
+  CHECK(cudaFreeAsync(tmp, s));
+  cudaGraph_t mg;
+  CHECK(cudaStreamEndCapture(s, &mg));
+  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used));
+  EXPECT(used == N * sizeof(int));
+  cudaGraphNode_t mnodes[8];
+  count = 8;
+  CHECK(cudaGraphGetNodes(mg, mnodes, &count));
+  EXPECT(count == 6);
+  CHECK(cudaGraphNodeGetType(mnodes[0], &t));
+  EXPECT(t == cudaGraphNodeTypeMemAlloc);
+  cudaMemAllocNodeParams ap;
+  CHECK(cudaGraphMemAllocNodeGetParams(mnodes[0], &ap));
+  EXPECT(ap.dptr == tmp && ap.bytesize == N * sizeof(int));
+  void* freed = nullptr;
+  CHECK(cudaGraphMemFreeNodeGetParams(mnodes[5], &freed));
+  EXPECT(freed == tmp);
+  cudaGraphExec_t mexec;
+  CHECK(cudaGraphInstantiate(&mexec, mg, 0));
+  cudaGraphExec_t second;
+  EXPECT_ERR(cudaGraphInstantiate(&second, mg, 0), cudaErrorNotSupported);  // one at a time, as CUDA
+  for (int iter = 0; iter < 3; ++iter) {
+    CHECK(cudaMemset(out, 0, N * sizeof(int)));
+    CHECK(cudaGraphLaunch(mexec, s));
+    CHECK(cudaMemcpyAsync(h.data(), out, N * sizeof(int), cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < N; ++i) EXPECT(h[i] == 42);
+  }
+  // An explicit allocation node; a free node only of a graph's own allocation.
+  cudaGraph_t eg;
+  CHECK(cudaGraphCreate(&eg, 0));
+  cudaMemAllocNodeParams alloc = {};
+  alloc.poolProps.allocType = cudaMemAllocationTypePinned;
+  alloc.poolProps.location.type = cudaMemLocationTypeDevice;
+  alloc.poolProps.location.id = 0;
+  alloc.bytesize = 4096;
+  cudaGraphNode_t an, fn;
+  CHECK(cudaGraphAddMemAllocNode(&an, eg, nullptr, 0, &alloc));
+  EXPECT(alloc.dptr != nullptr);
+  EXPECT_ERR(cudaGraphAddMemFreeNode(&fn, eg, &an, 1, d), cudaErrorInvalidValue);
+  CHECK(cudaGraphAddMemFreeNode(&fn, eg, &an, 1, alloc.dptr));
+  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &high));
+  EXPECT(high == N * sizeof(int) + 4096);
+  CHECK(cudaGraphDestroy(eg));
+  CHECK(cudaGraphExecDestroy(mexec));
+  CHECK(cudaGraphDestroy(mg));
+  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used));
+  EXPECT(used == 0);
+  uint64_t zero = 0;
+  CHECK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &zero));
+  CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &high));
+  EXPECT(high == 0);
   // Handles that are not graphs are refused, never followed.
   EXPECT_ERR(cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(&h), s), cudaErrorInvalidValue);
   EXPECT_ERR(cudaGraphDestroy(reinterpret_cast<cudaGraph_t>(&h)), cudaErrorInvalidValue);
