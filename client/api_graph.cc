@@ -250,6 +250,8 @@ RGPU_EXPORT cudaError_t cudaGraphClone(cudaGraph_t* pGraphClone, cudaGraph_t ori
     RGPU_TRY(needPtr(pGraphClone, "pGraphClone"));
     RGPU_TRY(checkGraph(originalGraph));
     *pGraphClone = adoptGraph(cloneGraph(*originalGraph, nullptr));
+    (*pGraphClone)->user_refs = originalGraph->user_refs;  // the clone holds references of its own
+    for (auto& [o, n] : originalGraph->user_refs) retainUserObject(o, n);
     return Status::ok();
   });
 }
@@ -844,6 +846,61 @@ RGPU_EXPORT cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t hGraphExec, cuda
     auto e = execNodeEnabled(hGraphExec, hNode);
     if (!e) return e.status();
     *isEnabled = *e ? 1 : 0;
+    return Status::ok();
+  });
+}
+
+// ---- user objects ----------------------------------------------------------------
+
+RGPU_EXPORT cudaError_t cudaUserObjectCreate(cudaUserObject_t* object_out, void* ptr, cudaHostFn_t destroy,
+                                             unsigned int initialRefcount, unsigned int flags) {
+  return locked([&]() -> Status {
+    RGPU_TRY(needPtr(object_out, "object_out"));
+    if (!destroy) return Status(err::kInvalidValue, "destroy is NULL");
+    if (initialRefcount == 0) return Status(err::kInvalidValue, "initialRefcount must be positive");
+    if (flags != cudaUserObjectNoDestructorSync)
+      return Status(err::kInvalidValue, "flags must be cudaUserObjectNoDestructorSync");
+    *object_out = newUserObject(ptr, destroy, initialRefcount);
+    return Status::ok();
+  });
+}
+RGPU_EXPORT cudaError_t cudaUserObjectRetain(cudaUserObject_t object, unsigned int count) {
+  return locked([&]() -> Status {
+    RGPU_TRY(checkUserObject(object));
+    if (count == 0) return Status(err::kInvalidValue, "count must be positive");
+    retainUserObject(object, count);
+    return Status::ok();
+  });
+}
+RGPU_EXPORT cudaError_t cudaUserObjectRelease(cudaUserObject_t object, unsigned int count) {
+  return locked([&]() -> Status {
+    RGPU_TRY(checkUserObject(object));
+    if (count == 0 || count > object->refs) return Status(err::kInvalidValue, "count exceeds the references held");
+    releaseUserObject(object, count);
+    return Status::ok();
+  });
+}
+RGPU_EXPORT cudaError_t cudaGraphRetainUserObject(cudaGraph_t graph, cudaUserObject_t object, unsigned int count,
+                                                  unsigned int flags) {
+  return locked([&]() -> Status {
+    RGPU_TRY(checkGraph(graph));
+    RGPU_TRY(checkUserObject(object));
+    if (count == 0 || (flags & ~cudaGraphUserObjectMove)) return Status(err::kInvalidValue, "bad count or flags");
+    // Move: the caller's references become the graph's; else the graph takes new ones.
+    if (!(flags & cudaGraphUserObjectMove)) retainUserObject(object, count);
+    graph->user_refs[object] += count;
+    return Status::ok();
+  });
+}
+RGPU_EXPORT cudaError_t cudaGraphReleaseUserObject(cudaGraph_t graph, cudaUserObject_t object, unsigned int count) {
+  return locked([&]() -> Status {
+    RGPU_TRY(checkGraph(graph));
+    RGPU_TRY(checkUserObject(object));
+    auto it = graph->user_refs.find(object);
+    if (count == 0 || it == graph->user_refs.end() || it->second < count)
+      return Status(err::kInvalidValue, "the graph holds fewer references");
+    if ((it->second -= count) == 0) graph->user_refs.erase(it);
+    releaseUserObject(object, count);
     return Status::ok();
   });
 }

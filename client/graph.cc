@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 #include <unordered_map>
+#include <thread>
 #include <unordered_set>
 
 #include "client/api_util.h"
@@ -75,7 +76,40 @@ cudaGraph_t adoptGraph(std::shared_ptr<CUgraph_st> g) {
   return raw;
 }
 
+namespace {
+std::unordered_set<const CUuserObject_st*>& userObjects() {
+  static auto* s = new std::unordered_set<const CUuserObject_st*>;
+  return *s;
+}
+}  // namespace
+
+Status checkUserObject(cudaUserObject_t o) {
+  if (!o || !userObjects().count(o)) return Status(err::kInvalidValue, "not a live user object");
+  return Status::ok();
+}
+
+cudaUserObject_t newUserObject(void* ptr, cudaHostFn_t destroy, unsigned refs) {
+  auto* o = new CUuserObject_st{ptr, destroy, refs};
+  userObjects().insert(o);
+  return o;
+}
+
+void retainUserObject(cudaUserObject_t o, unsigned n) { o->refs += n; }
+
+void releaseUserObject(cudaUserObject_t o, unsigned n) {
+  o->refs -= std::min(n, o->refs);
+  if (o->refs) return;
+  userObjects().erase(o);
+  // The destructor may not call CUDA and must not wait for our locks: it runs on a thread of its own.
+  std::thread([o] {
+    o->destroy(o->ptr);
+    delete o;
+  }).detach();
+}
+
 void destroyGraph(cudaGraph_t g) {
+  for (auto& [o, n] : g->user_refs) releaseUserObject(o, n);
+  g->user_refs.clear();
   auto it = reg().owned.find(g);
   unregisterTree(*g);
   if (it != reg().owned.end()) reg().owned.erase(it);

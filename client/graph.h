@@ -99,8 +99,18 @@ struct CUgraphNode_st {
   const CUgraphNode_st* origin = nullptr;  // the node this one was cloned from
 };
 
+// A user object (cudaUserObjectCreate): the program's pointer and destructor,
+// run (on a thread of its own, never under rgpu's locks) when the last
+// reference — the program's, a graph's, an executable graph's — goes.
+struct CUuserObject_st {
+  void* ptr = nullptr;
+  cudaHostFn_t destroy = nullptr;
+  unsigned refs = 0;  // graphMutex
+};
+
 struct CUgraph_st {
   std::vector<std::unique_ptr<CUgraphNode_st>> nodes;  // in creation order
+  std::map<CUuserObject_st*, unsigned> user_refs;       // references this graph holds
   rgpu::client::Capture* capturing = nullptr;           // a capture adds to it now
   int mem_execs = 0;  // executable graphs of a graph with memory nodes (CUDA allows one at a time)
 };
@@ -117,6 +127,7 @@ struct CUgraphExec_st {
   std::vector<std::pair<const void*, uint64_t>> host_in;
   std::vector<std::pair<void*, uint64_t>> host_out;
   std::vector<cudaHostNodeParams> host_fns;
+  std::map<CUuserObject_st*, unsigned> user_refs;  // the graph's, taken at instantiation
 };
 
 namespace rgpu::client {
@@ -163,6 +174,13 @@ uint64_t graphMemoryHigh(int device);
 void resetGraphMemoryHigh(int device);
 // cudaGraphKernelNodeGetParams: `p`'s kernel as the program sees it.
 void kernelOut(NodeParams& p, cudaKernelNodeParams* out);
+
+// User objects (graphMutex held): references taken and given back; the last
+// one runs the destructor.
+Status checkUserObject(cudaUserObject_t o);
+cudaUserObject_t newUserObject(void* ptr, cudaHostFn_t destroy, unsigned refs);
+void retainUserObject(cudaUserObject_t o, unsigned n);
+void releaseUserObject(cudaUserObject_t o, unsigned n);
 
 // ---- executable graphs (graph_exec.cc) ----------------------------------------------
 // Flattens and checks `g`; `err_node` names the node at fault.

@@ -350,12 +350,15 @@ Result<cudaGraphExec_t> instantiate(cudaGraph_t g, unsigned long long flags, cud
   e->shape = cloneGraph(*g, &e->by_origin);
   RGPU_TRY(sendExec(*e, true, err_node));
   if (memory) e->mem_source = g, ++g->mem_execs;
+  e->user_refs = g->user_refs;  // the executable graph keeps the graph's user objects alive
+  for (auto& [o, n] : e->user_refs) retainUserObject(o, n);
   CUgraphExec_st* raw = e.get();
   execs().emplace(raw, std::move(e));
   return raw;
 }
 
 void destroyExec(cudaGraphExec_t e) {
+  for (auto& [o, n] : e->user_refs) releaseUserObject(o, n);
   if (e->mem_source && checkGraph(e->mem_source)) --e->mem_source->mem_execs;
   capnp::MallocMessageBuilder msg(16);
   msg.initRoot<wire::Request>().initGraphDestroy().setId(e->id);

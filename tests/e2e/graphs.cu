@@ -8,7 +8,10 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "check.h"
@@ -38,6 +41,8 @@ __global__ void sum2(const int* a, const int* b, int* out, int n) {
 __device__ int dev_symbol[4];
 
 static int g_host_calls = 0;
+static std::atomic<int> g_destroyed{0};
+static void CUDART_CB destroyObject(void* p) { g_destroyed += *static_cast<int*>(p); }
 static void CUDART_CB countCall(void* user) { g_host_calls += *static_cast<int*>(user); }
 
 constexpr int N = 1024;
@@ -491,6 +496,24 @@ static int captureRules() {
   CHECK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &zero));
   CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &high));
   EXPECT(high == 0);
+  // User objects live while the program, a graph or an executable graph holds them.
+  static int weight = 7;
+  cudaUserObject_t obj;
+  CHECK(cudaUserObjectCreate(&obj, &weight, destroyObject, 1, cudaUserObjectNoDestructorSync));
+  cudaGraph_t ug;
+  CHECK(cudaGraphCreate(&ug, 0));
+  cudaGraphNode_t un;
+  CHECK(cudaGraphAddEmptyNode(&un, ug, nullptr, 0));
+  CHECK(cudaGraphRetainUserObject(ug, obj, 1, cudaGraphUserObjectMove));  // the program's reference moves
+  cudaGraphExec_t uexec;
+  CHECK(cudaGraphInstantiate(&uexec, ug, 0));
+  CHECK(cudaGraphDestroy(ug));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT(g_destroyed == 0);  // the executable graph still holds it
+  CHECK(cudaGraphExecDestroy(uexec));
+  for (int i = 0; i < 200 && g_destroyed == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT(g_destroyed == 7);
+  EXPECT_ERR(cudaUserObjectRelease(obj, 1), cudaErrorInvalidValue);  // gone
   // Handles that are not graphs are refused, never followed.
   EXPECT_ERR(cudaGraphLaunch(reinterpret_cast<cudaGraphExec_t>(&h), s), cudaErrorInvalidValue);
   EXPECT_ERR(cudaGraphDestroy(reinterpret_cast<cudaGraph_t>(&h)), cudaErrorInvalidValue);
