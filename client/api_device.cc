@@ -283,21 +283,14 @@ RGPU_EXPORT cudaError_t cudaFuncGetParamInfo(const void* func, size_t paramIndex
 }
 
 namespace {
-Status occupancyImpl(int* numBlocks, const void* func, int blockSize, size_t dynamicSMemSize, unsigned flags) {
+Status occupancyImpl(int* numBlocks, const void* func, int blockSize, size_t dynamicSMemSize, unsigned /*flags*/) {
   RGPU_TRY(needPtr(numBlocks, "numBlocks"));
   auto k = rt().kernelByHostFun(func);
   if (!k) return k.status();
-  int dev = rt().currentDevice();
-  RGPU_TRY(rt().ensureShipped((*k)->module, dev));
-  capnp::MallocMessageBuilder msg(32);
-  auto m = msg.initRoot<wire::Request>().initOccupancy();
-  m.setId(rt().serverKernelId(**k, dev));
-  m.setBlockSize(blockSize);
-  m.setDynamicSmem(dynamicSMemSize);
-  m.setFlags(flags);
-  auto r = rt().call(msg);
-  if (!r) return r.status();
-  *numBlocks = static_cast<int>(r->reader().getValue());
+  // (The flags only switch off caching that the driver does, never the answer.)
+  auto n = rt().blocksPerMultiprocessor(**k, rt().currentDevice(), blockSize, dynamicSMemSize);
+  if (!n) return n.status();
+  *numBlocks = *n;
   return Status::ok();
 }
 }  // namespace

@@ -101,7 +101,9 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
   switch (*k) {
     case cudaMemcpyHostToDevice: {
       RGPU_TRY(needDevice(dst, count, "destination"));
-      if (Status c; async && capturesActive() && captureHostCopy(*s, dst, src, count, *k, &c)) return c;
+      if (Status c; async && capturesActive() &&
+                    captureNodeOn(*s, [&] { return memcpy1DParams(dst, src, count, *k); }, &c, nullptr))
+        return c;
       // Sent now (the caller may reuse its buffer on return). cudaMemcpyAsync
       // reports errors at the next synchronising call; cudaMemcpy returns
       // once the copy is done, with any error of earlier work, as NVIDIA's
@@ -125,7 +127,9 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
     }
     case cudaMemcpyDeviceToHost: {
       RGPU_TRY(needDevice(src, count, "source"));
-      if (Status c; async && capturesActive() && captureHostCopy(*s, dst, src, count, *k, &c)) return c;
+      if (Status c; async && capturesActive() &&
+                    captureNodeOn(*s, [&] { return memcpy1DParams(dst, src, count, *k); }, &c, nullptr))
+        return c;
       // Into pinned memory an async copy really is asynchronous: the receiver
       // thread writes the data when the stream gets there. Pageable memory is
       // synchronous, as in CUDA.

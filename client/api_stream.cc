@@ -57,7 +57,8 @@ Status launchHostFuncImpl(cudaStream_t stream, void (*fn)(void*), void* user, bo
   RGPU_TRY(needPtr(reinterpret_cast<const void*>(fn), "fn"));
   auto s = rt().stream(stream, ptsz);
   if (!s) return s.status();
-  if (Status c; capturesActive() && captureHostFunc(*s, fn, user, &c)) return c;
+  if (Status c; capturesActive() && captureNodeOn(*s, [&] { return hostParams(cudaHostNodeParams{fn, user}); }, &c, nullptr))
+    return c;
   // Runs here, on the client, when the server's stream reaches this point.
   uint64_t id = rt().addHostFunc(fn, user);
   capnp::MallocMessageBuilder msg(32);

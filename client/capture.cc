@@ -178,9 +178,9 @@ Result<NodeParams> nodeOf(wire::Request::Reader r, int device) {
       auto m = r.getMemcpy2D();
       if (m.getKind() != 3) break;
       cudaMemcpy3DParms c{};
-      c.srcPtr = make_cudaPitchedPtr(reinterpret_cast<void*>(m.getSrc()), m.getSpitch(), m.getWidth(), m.getHeight());
-      c.dstPtr = make_cudaPitchedPtr(reinterpret_cast<void*>(m.getDst()), m.getDpitch(), m.getWidth(), m.getHeight());
-      c.extent = make_cudaExtent(m.getWidth(), m.getHeight(), 1);
+      c.srcPtr = cudaPitchedPtr{reinterpret_cast<void*>(m.getSrc()), m.getSpitch(), m.getWidth(), m.getHeight()};
+      c.dstPtr = cudaPitchedPtr{reinterpret_cast<void*>(m.getDst()), m.getDpitch(), m.getWidth(), m.getHeight()};
+      c.extent = cudaExtent{m.getWidth(), m.getHeight(), 1};
       c.kind = cudaMemcpyDeviceToDevice;
       return memcpyParams(c);
     }
@@ -195,6 +195,16 @@ Result<NodeParams> nodeOf(wire::Request::Reader r, int device) {
       return memsetParams(p);
     }
     case R::BLAS:
+      if (r.getBlas().getResult() == 0) {
+        switch (r.getBlas().getOp()) {
+          case wire::BlasOp::DOT: case wire::BlasOp::NRM2: case wire::BlasOp::ASUM:
+          case wire::BlasOp::IAMAX: case wire::BlasOp::IAMIN:
+            return Status(err::kStreamCaptureUnsupported, "a cuBLAS result to host memory cannot be captured");
+          default:
+            break;
+        }
+      }
+      [[fallthrough]];
     case R::LT_MATMUL: {
       // cuBLAS: kept in its wire form (NVIDIA's capture makes kernel nodes of it).
       capnp::MallocMessageBuilder msg(64);
@@ -223,8 +233,11 @@ bool& captureInternalCall() {
 bool captureNodeOn(StreamRef s, const std::function<Result<NodeParams>()>& make, Status* out, cudaGraphNode_t* node) {
   std::lock_guard lock(graphMutex());
   Capture* c = captureOf(s.id);
-  if (!c) return false;
-  if (!c->invalid.isOk()) return *out = Status(err::kStreamCaptureInvalidated, c->invalid.message()), true;
+  if (!c) return implicitSync(s, out);
+  if (!c->invalid.isOk()) {
+    *out = Status(err::kStreamCaptureInvalidated, "the stream's capture was invalidated: " + c->invalid.message());
+    return true;
+  }
   *out = addCaptured(*c, s.id, make());
   if (*out && node) *node = c->tips[s.id].front();
   return true;
@@ -238,31 +251,7 @@ cudaStreamCaptureMode& threadCaptureMode() {
 bool capturesActive() { return g_capturing_streams.load(std::memory_order_relaxed) > 0; }
 
 bool captureRequest(StreamRef s, wire::Request::Reader req, Status* out) {
-  std::lock_guard lock(graphMutex());
-  Capture* c = captureOf(s.id);
-  if (!c) return implicitSync(s, out);
-  if (!c->invalid.isOk()) {
-    *out = Status(err::kStreamCaptureInvalidated, "the stream's capture was invalidated: " + c->invalid.message());
-    return true;
-  }
-  if (req.which() == wire::Request::BLAS && req.getBlas().getResult() == 0) {
-    switch (req.getBlas().getOp()) {
-      case wire::BlasOp::DOT: case wire::BlasOp::NRM2: case wire::BlasOp::ASUM:
-      case wire::BlasOp::IAMAX: case wire::BlasOp::IAMIN: {
-        *out = Status(err::kStreamCaptureUnsupported, "a cuBLAS result to host memory cannot be captured");
-        invalidate(*c, *out);
-        return true;
-      }
-      default:
-        break;
-    }
-  }
-  if (req.which() == wire::Request::GRAPH_LAUNCH) {
-    *out = Status(err::kStreamCaptureUnsupported, "internal: a graph launch reached the capture as a request");
-    return true;
-  }
-  *out = addCaptured(*c, s.id, nodeOf(req, s.device));
-  return true;
+  return captureNodeOn(s, [&] { return nodeOf(req, s.device); }, out, nullptr);
 }
 
 Status captureAllowsCall(wire::Request::Reader req) {
@@ -303,36 +292,6 @@ Status captureAllowsCall(wire::Request::Reader req) {
              "operation not permitted when stream is capturing (see cudaThreadExchangeStreamCaptureMode)");
   for (auto& c : caps) invalidate(*c, why);
   return why;
-}
-
-bool captureHostCopy(StreamRef s, void* dst, const void* src, size_t count, cudaMemcpyKind kind, Status* out) {
-  std::lock_guard lock(graphMutex());
-  Capture* c = captureOf(s.id);
-  if (!c) return implicitSync(s, out);
-  if (!c->invalid.isOk()) return *out = Status(err::kStreamCaptureInvalidated, c->invalid.message()), true;
-  *out = addCaptured(*c, s.id, memcpy1DParams(dst, src, count, kind));
-  return true;
-}
-
-bool captureGraphLaunch(StreamRef s, cudaGraphExec_t e, Status* out) {
-  std::lock_guard lock(graphMutex());
-  Capture* c = captureOf(s.id);
-  if (!c) return implicitSync(s, out);
-  if (!c->invalid.isOk()) return *out = Status(err::kStreamCaptureInvalidated, c->invalid.message()), true;
-  NodeParams p;
-  p.type = cudaGraphNodeTypeGraph;
-  p.child = e->shape;  // addNode copies it
-  *out = addCaptured(*c, s.id, std::move(p));
-  return true;
-}
-
-bool captureHostFunc(StreamRef s, cudaHostFn_t fn, void* user, Status* out) {
-  std::lock_guard lock(graphMutex());
-  Capture* c = captureOf(s.id);
-  if (!c) return implicitSync(s, out);
-  if (!c->invalid.isOk()) return *out = Status(err::kStreamCaptureInvalidated, c->invalid.message()), true;
-  *out = addCaptured(*c, s.id, hostParams(cudaHostNodeParams{fn, user}));
-  return true;
 }
 
 bool captureEventRecord(StreamRef s, cudaEvent_t e, uint32_t event_id, unsigned flags, Status* out) {

@@ -318,9 +318,9 @@ Result<NodeParams> memcpyParams(const cudaMemcpy3DParms& c) {
 
 Result<NodeParams> memcpy1DParams(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   cudaMemcpy3DParms c{};
-  c.srcPtr = make_cudaPitchedPtr(const_cast<void*>(src), count, count, 1);
-  c.dstPtr = make_cudaPitchedPtr(dst, count, count, 1);
-  c.extent = make_cudaExtent(count, 1, 1);
+  c.srcPtr = cudaPitchedPtr{const_cast<void*>(src), count, count, 1};
+  c.dstPtr = cudaPitchedPtr{dst, count, count, 1};
+  c.extent = cudaExtent{count, 1, 1};
   c.kind = kind;
   return memcpyParams(c);
 }

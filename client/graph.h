@@ -27,7 +27,6 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
-#include <driver_functions.h>
 
 #include <capnp/message.h>
 
@@ -200,20 +199,19 @@ Result<bool> execNodeEnabled(cudaGraphExec_t e, cudaGraphNode_t node);
 bool capturesActive();
 // The stream a request is ordered on, if it is stream-ordered.
 std::optional<StreamRef> requestStream(wire::Request::Reader req);
-// cudaGraphLaunch on a capturing stream: the graph becomes a child graph node.
-bool captureGraphLaunch(StreamRef s, cudaGraphExec_t e, Status* st);
+
 // A request for stream `s` that a capture takes instead of the wire: true
 // when it was captured (or refused: `st` says so); false: send it.
 bool captureRequest(StreamRef s, wire::Request::Reader req, Status* st);
 // A synchronous request: refused when a capture forbids it (the capture is
 // invalidated, as NVIDIA's runtime does); ok otherwise.
 Status captureAllowsCall(wire::Request::Reader req);
-// Host-side work: when `s` is capturing, adds the node and returns true.
-bool captureHostCopy(StreamRef s, void* dst, const void* src, size_t count, cudaMemcpyKind kind, Status* st);
-bool captureHostFunc(StreamRef s, cudaHostFn_t fn, void* user, Status* st);
 // When `s` is capturing: adds the node `make` builds (it runs only then) and
-// returns true (`st` says how it went, `node` is the node); else false.
-// cudaMallocAsync / cudaFreeAsync on a capturing stream make memory nodes so.
+// returns true (`st` says how it went, `node` is the node); also true, with
+// cudaErrorStreamCaptureImplicit, for the legacy stream while a blocking
+// stream of its device captures; else false. Host copies, host functions,
+// graph launches and memory nodes are captured so, as requests are
+// (captureRequest).
 bool captureNodeOn(StreamRef s, const std::function<Result<NodeParams>()>& make, Status* st, cudaGraphNode_t* node);
 // Set while the graph code itself allocates (a capture must not refuse it).
 bool& captureInternalCall();

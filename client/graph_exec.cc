@@ -371,7 +371,14 @@ Status launchExec(cudaGraphExec_t e, cudaStream_t stream, bool ptsz) {
   RGPU_TRY(checkExec(e));
   auto s = rt().stream(stream, ptsz);
   if (!s) return s.status();
-  if (Status st; capturesActive() && captureGraphLaunch(*s, e, &st)) return st;
+  // On a capturing stream the graph becomes a child graph node (addNode copies it).
+  if (Status st; capturesActive() && captureNodeOn(*s, [&]() -> Result<NodeParams> {
+        NodeParams p;
+        p.type = cudaGraphNodeTypeGraph;
+        p.child = e->shape;
+        return p;
+      }, &st, nullptr))
+    return st;
   if (s->device != e->device)
     return Status(err::kInvalidValue, "the graph was instantiated for device " + std::to_string(e->device) +
                                           "; the stream is on device " + std::to_string(s->device));

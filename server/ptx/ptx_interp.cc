@@ -1940,6 +1940,20 @@ LaunchResult Interpreter::run(const Launch& L) {
       w.regs.assign(static_cast<size_t>(fn.num_regs) * 32, 0);
     }
   };
+  // A finished block's output, instructions and fault (the first one wins); mu held.
+  auto collect = [&](const Block& b, const Fault& f) {
+    insts.fetch_add(b.insts, std::memory_order_relaxed);
+    result.output += b.output;
+    result.printf_dropped += b.printf_dropped;
+    boundOutput(result.output, L.printf_fifo, result.printf_dropped);
+    if (f.code && !first.code) first = f;
+  };
+  auto finish = [&] {
+    result.thread_instructions = insts.load();
+    boundOutput(result.output, L.printf_fifo, result.printf_dropped, true);
+    if (first.code) result.status = Status(first.code, first.message);
+    return result;
+  };
   if (L.cooperative) {
     // Every block resident at once: all take their memory first, then their
     // rounds interleave on this thread until the last block ends (a block
@@ -1969,17 +1983,9 @@ LaunchResult Interpreter::run(const Launch& L) {
       for (uint64_t bi = 0; bi < nblocks; ++bi)
         if (running[bi] && !runners[bi]->slice()) running[bi] = false, --live;
     }
-    for (uint64_t bi = 0; bi < nblocks; ++bi) {
-      result.thread_instructions += blocks[bi].insts;
-      result.output += blocks[bi].output;
-      result.printf_dropped += blocks[bi].printf_dropped;
-      boundOutput(result.output, L.printf_fifo, result.printf_dropped);
-      if (runners[bi]->faulted().code && !first.code) first = runners[bi]->faulted();
-    }
+    for (uint64_t bi = 0; bi < nblocks; ++bi) collect(blocks[bi], runners[bi]->faulted());
     if (L.budget) L.budget->give(total);
-    boundOutput(result.output, L.printf_fifo, result.printf_dropped, true);
-    if (first.code) result.status = Status(first.code, first.message);
-    return result;
+    return finish();
   }
   pool_.parallelFor(nblocks, [&](uint64_t bi) {
     if (abort.load(std::memory_order_relaxed)) return;
@@ -2010,17 +2016,10 @@ LaunchResult Interpreter::run(const Launch& L) {
     makeBlock(bi, b);
     BlockRunner runner(L, b, abort);
     Fault f = runner.run();
-    insts.fetch_add(b.insts, std::memory_order_relaxed);
     std::lock_guard lock(mu);
-    result.output += b.output;
-    result.printf_dropped += b.printf_dropped;
-    boundOutput(result.output, L.printf_fifo, result.printf_dropped);
-    if (f.code && !first.code) first = f;
+    collect(b, f);
   }, &abort);
-  result.thread_instructions = insts.load();
-  boundOutput(result.output, L.printf_fifo, result.printf_dropped, true);
-  if (first.code) result.status = Status(first.code, first.message);
-  return result;
+  return finish();
 }
 
 bool MemoryBudget::take(uint64_t bytes, const std::function<bool()>& stop) {

@@ -144,12 +144,9 @@ bool BlockRunner::execMbarrier(const Inst& in, Warp& w, uint32_t m) {
         std::memset(bar, 0, 8);
         break;
       case kMbExpectTx:
-      case kMbCompleteTx: {
-        Mbar b = Mbar::read(bar);
+      case kMbCompleteTx: {  // transaction bytes without an arrival
         int64_t n = static_cast<int64_t>(A ? A[l] : 0);
-        b.tx += in.mode == kMbExpectTx ? n : -n;
-        if (b.pending == 0 && b.tx == 0) b.phase ^= 1, b.pending = b.expected;
-        b.write(bar);
+        mbarrierArrive(bar, 0, false, in.mode == kMbExpectTx ? n : -n);
         break;
       }
       case kMbArrive:
