@@ -24,6 +24,7 @@ Result<AllocationTable::Entry> AllocationTable::remove(uint64_t base) {
     return Status(err::kInvalidValue, "pointer " + hexAddress(base) + " is not the start of an allocation of this session");
   Entry e = it->second;
   entries_.erase(it);
+  ++generation_;
   return e;
 }
 

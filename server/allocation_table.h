@@ -30,7 +30,11 @@ class AllocationTable {
   // Removes the allocation that starts exactly at `base` (cudaFree semantics).
   Result<Entry> remove(uint64_t base);
   // Drops any entry starting at base (module variables on unload).
-  void forget(uint64_t base) { entries_.erase(base); }
+  void forget(uint64_t base) {
+    generation_ += entries_.erase(base);
+  }
+  // Changes whenever an allocation goes (what was checked before may be stale).
+  uint64_t generation() const { return generation_; }
   // Checks that [ptr, ptr + size) lies inside one allocation; reports its device.
   Status check(uint64_t ptr, uint64_t size, int* device = nullptr) const;
   // Checks a pitched 2D region: `height` rows of `width` bytes, `pitch` apart.
@@ -43,6 +47,7 @@ class AllocationTable {
 
  private:
   uint64_t max_entries_;
+  uint64_t generation_ = 0;
   std::map<uint64_t, Entry> entries_;
 };
 

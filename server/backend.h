@@ -172,6 +172,30 @@ class Backend {
   // Runs `fn` in stream order; the stream does not proceed until it returns.
   virtual Status hostCall(StreamKey s, std::function<void()> fn) = 0;
 
+  // Native graphs: a backend that can run a graph's device-side work as one
+  // unit of its own (the CUDA backend: a CUgraphExec the driver launches
+  // whole) says so with nativeGraphs(). Between beginNativeGraph(device) and
+  // endNativeGraph(), the stream-ordered calls the session makes (launch,
+  // copyOnDevice, copy2DOnDevice, fill, fill2D, fillPattern2D, blas without a
+  // host result, ltMatmul) are recorded into the graph instead of run, whatever
+  // stream they name; any other stream-ordered call fails. endNativeGraph
+  // (keep = false: discard) returns the graph's id, or why none could be made
+  // (the session then runs the nodes one by one). A native graph bakes in the
+  // pointers and kernels it was made with: the session rebuilds it whenever
+  // memory was freed or a module unloaded since. Destroying one whose launch
+  // is still running is allowed (its resources go when the launch is done).
+  virtual bool nativeGraphs() const { return false; }
+  virtual Status beginNativeGraph(int device) {
+    return Status(err::kNotSupported, std::string("native graphs are not available on the ") + name() + " backend");
+  }
+  virtual Result<uint32_t> endNativeGraph(bool keep) {
+    return Status(err::kNotSupported, std::string("native graphs are not available on the ") + name() + " backend");
+  }
+  virtual Status launchNativeGraph(StreamKey s, uint32_t graph) {
+    return Status(err::kNotSupported, std::string("native graphs are not available on the ") + name() + " backend");
+  }
+  virtual void destroyNativeGraph(uint32_t graph) {}
+
   // Completion. `done` runs once the work enqueued so far has finished.
   virtual Status whenStreamDone(StreamKey s, Done done) = 0;
   virtual Status whenEventDone(uint32_t event, Done done) = 0;

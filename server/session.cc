@@ -661,6 +661,10 @@ void Session::recordAsyncError(const Status& s) {
 }
 
 void Session::finish(const FrameHeader& h, const Status& s, const Fill& fill) {
+  if (graph_build_ && std::this_thread::get_id() == graph_build_thread_) {
+    if (!s && graph_build_->isOk()) *graph_build_ = s;
+    return;
+  }
   if (h.flags & protocol::kFlagAsync) {
     if (!s) recordAsyncError(s);
     return;

@@ -161,6 +161,11 @@ class Session {
   // Runs the nodes of a launched graph on `key`; `all` holds its host-to-device bytes.
   void runGraph(const protocol::FrameHeader& h, const struct SessionGraph& g, StreamKey key,
                 capnp::List<uint64_t>::Reader host_funcs, const Staging& all);
+  // Launches `g` as the backend's native graph, (re)building it first where
+  // needed; false when it cannot be one (the caller runs it node by node).
+  bool launchNative(const protocol::FrameHeader& h, struct SessionGraph& g, StreamKey key);
+  // Drops the backend's native graph of `g`, if any.
+  void dropNative(struct SessionGraph& g);
   // cudaDeviceReset: the device's graphs go.
   void forgetGraphs(int device);
   // Queues host function `id` (the client runs it) on `key`.
@@ -254,6 +259,14 @@ class Session {
   // While a graph's node runs: the launch's stream, which every stream field
   // of the node's request names (checkStream answers it).
   const StreamKey* graph_stream_ = nullptr;
+  // While a native graph is being built (on the dispatch thread): where
+  // finish() puts the first error of a node, instead of reporting it.
+  Status* graph_build_ = nullptr;
+  std::thread::id graph_build_thread_;
+  // Native graphs are rebuilt when this changes: an allocation went, a module
+  // was unloaded or a kernel's attributes changed since they were made.
+  uint64_t graph_epoch_ = 0;
+  uint64_t graphEpoch() const { return allocs_.generation() + graph_epoch_; }
 
   std::mutex async_mu_;
   Status async_error_;  // first unreported error of an asynchronous call

@@ -16,6 +16,17 @@
 //
 // Only stream-ordered device-side kinds may be request nodes: a graph cannot
 // allocate, synchronise, load modules or launch graphs from inside.
+//
+// Native graphs: where the backend has them (CUDA: a CUgraphExec) and every
+// node is device-side work it can capture (kernels, device copies, memsets,
+// cuBLAS/cuBLASLt calls; no host copies, host functions or events), the
+// session runs the nodes once through their handlers while the backend
+// captures them, and then launches the result whole. The handlers check
+// every pointer, size and kernel as for a launch node by node; a node they
+// refuse makes the graph run node by node, which reports the error as before.
+// The native graph bakes in what was checked, so it is rebuilt at the next
+// launch after any allocation went, a module was unloaded or a kernel's
+// attributes changed (graphEpoch()).
 #include <capnp/serialize.h>
 
 #include <mutex>
@@ -38,6 +49,11 @@ struct SessionGraph {
   uint64_t h2d_bytes = 0, d2h_bytes = 0;
   uint32_t host_funcs = 0;
   Status broken;  // a part failed to arrive whole: launches fail with it
+  // Native graph (see the top of this file).
+  bool device_only = true;           // every node could be one of a native graph
+  uint32_t native = 0;               // the backend's id; 0: none
+  uint64_t native_epoch = 0;         // graphEpoch() when it was built
+  uint64_t refused_epoch = ~0ull;    // a build failed at this epoch: not tried again before it changes
 };
 
 namespace {
@@ -70,6 +86,25 @@ Status nodeKindAllowed(wire::Request::Reader r) {
     default:
       return Status(err::kInvalidValue, "request kind " + std::to_string(static_cast<int>(r.which())) +
                                             " cannot be a graph node");
+  }
+}
+
+// A node the backend can capture into a native graph.
+bool capturable(wire::GraphNode::Reader n) {
+  using R = wire::Request;
+  if (n.which() == wire::GraphNode::EMPTY) return true;
+  if (n.which() != wire::GraphNode::REQUEST) return false;
+  switch (n.getRequest().which()) {
+    case R::LAUNCH_KERNEL:
+    case R::MEMCPY_DTO_D:
+    case R::MEMSET:
+    case R::MEMSET2_D:
+    case R::MEMCPY2_D:  // device to device only (nodeKindAllowed)
+    case R::BLAS:       // results in device memory only (nodeKindAllowed)
+    case R::LT_MATMUL:
+      return true;
+    default:  // peer copies, event record and wait
+      return false;
   }
 }
 
@@ -150,6 +185,7 @@ Status Session::onGraphCreate(const FrameHeader& h, wire::Request::Reader req) {
       default:
         s = Status(err::kInvalidValue, "unknown graph node kind");
     }
+    if (s && !capturable(n)) into.device_only = false;
   }
   if (!s) {
     RGPU_LOG_WARN("session {}: graph {} refused: {}", session_id_, id, s.message());
@@ -164,9 +200,11 @@ Status Session::onGraphCreate(const FrameHeader& h, wire::Request::Reader req) {
   }
   into.nodes += nodes.size();
   into.h2d_bytes = h2d, into.d2h_bytes = d2h, into.host_funcs = host_funcs;
+  if (g) dropNative(*g);  // made before this part arrived
   if (!g) {
     fresh->device = m.getDevice();
     graph_nodes_ -= replaced;
+    if (auto old = graphs_.find(id); old != graphs_.end()) dropNative(*old->second);
     graphs_[id] = std::move(fresh);
   }
   graph_nodes_ += nodes.size();
@@ -178,8 +216,10 @@ Status Session::onGraphDestroy(const FrameHeader& h, wire::Request::Reader req) 
   RGPU_TRY(bulkNotExpected(h));
   auto it = graphs_.find(req.getGraphDestroy().getId());
   if (it == graphs_.end()) return finish(h, Status(err::kInvalidValue, "unknown graph")), Status::ok();
-  // Launches already queued hold their own reference to the nodes they run.
+  // Launches already queued hold their own reference to the nodes they run
+  // (and the backend frees a native graph once its launches are done).
   graph_nodes_ -= it->second->nodes;
+  dropNative(*it->second);
   graphs_.erase(it);
   finish(h, Status::ok());
   return Status::ok();
@@ -192,6 +232,7 @@ void Session::forgetGraphs(int device) {
       continue;
     }
     graph_nodes_ -= it->second->nodes;
+    dropNative(*it->second);
     it = graphs_.erase(it);
   }
 }
@@ -227,8 +268,59 @@ Status Session::onGraphLaunch(const FrameHeader& h, wire::Request::Reader req) {
     RGPU_LOG_WARN("session {}: graph launch refused: {}", session_id_, s.message());
     return finish(h, s), Status::ok();
   }
-  runGraph(h, *g, key, m.getHostFuncs(), all);
+  if (!launchNative(h, *g, key)) runGraph(h, *g, key, m.getHostFuncs(), all);
   return Status::ok();
+}
+
+void Session::dropNative(SessionGraph& g) {
+  if (g.native) backend_->destroyNativeGraph(g.native);
+  g.native = 0;
+  g.refused_epoch = ~0ull;
+}
+
+bool Session::launchNative(const FrameHeader& h, SessionGraph& g, StreamKey key) {
+  if (!g.device_only || g.d2h_bytes || g.h2d_bytes || g.host_funcs || !backend_->nativeGraphs()) return false;
+  const uint64_t epoch = graphEpoch();
+  if (g.native && g.native_epoch != epoch) dropNative(g);
+  if (!g.native && g.refused_epoch != epoch) {
+    // Build: each node through its handler, recorded by the backend.
+    Status build;
+    StreamKey capture{0, g.device};  // the backend records on a stream of its own
+    FrameHeader node_h = h;
+    node_h.flags = protocol::kFlagAsync;
+    node_h.bulk_len = 0;
+    build = backend_->beginNativeGraph(g.device);
+    if (build) {
+      graph_build_ = &build;
+      graph_build_thread_ = std::this_thread::get_id();
+      graph_stream_ = &capture;
+      for (const auto& words : g.chunks) {
+        capnp::FlatArrayMessageReader reader(words.asPtr(), common::readerOptions());
+        for (auto n : reader.getRoot<wire::GraphCreate>().getNodes()) {
+          if (!build || n.which() != wire::GraphNode::REQUEST) continue;
+          auto r = n.getRequest();
+          Status st = (this->*handlers()[static_cast<size_t>(r.which())])(node_h, r);
+          if (!st && build) build = st;
+        }
+      }
+      graph_stream_ = nullptr;
+      graph_build_ = nullptr;
+    }
+    const bool keep = build.isOk();
+    auto made = backend_->endNativeGraph(keep);
+    if (made) {
+      g.native = *made;
+      g.native_epoch = epoch;
+    } else {
+      g.refused_epoch = epoch;
+      RGPU_LOG_DEBUG("session {}: graph runs node by node: {}", session_id_,
+                     keep ? made.status().message() : build.message());
+    }
+  }
+  if (!g.native) return false;
+  Status st = backend_->launchNativeGraph(key, g.native);
+  finish(h, st);
+  return true;
 }
 
 void Session::runGraph(const FrameHeader& h, const SessionGraph& g, StreamKey key,

@@ -10,6 +10,7 @@ namespace rgpu::server {
 using protocol::FrameHeader;
 
 void Session::forgetModule(uint32_t id) {
+  ++graph_epoch_;  // native graphs may launch its kernels
   for (auto it = vars_.begin(); it != vars_.end();) {
     if (it->second.module != id) {
       ++it;
@@ -186,6 +187,7 @@ Status Session::onFuncSetAttribute(const FrameHeader& h, wire::Request::Reader r
   auto m = req.getFuncSetAttribute();
   Status s = usableFunction(m.getId());
   if (s) s = backend_->setFunctionAttribute(m.getId(), m.getAttr(), m.getValue());
+  if (s) ++graph_epoch_;  // native graphs launch with the attributes they were made with
   finish(h, s);
   return Status::ok();
 }

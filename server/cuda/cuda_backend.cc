@@ -130,6 +130,7 @@ Status CudaBackend::afterDeviceDone(int device, std::function<Status()> work, Do
 
 CudaBackend::~CudaBackend() {
   stopThreads();
+  releaseGraphs();
   releaseBlas();
   DriverApi& api = *api_;
   // Jobs the completer left pending: their events go with the spares below.
@@ -304,6 +305,10 @@ Result<std::pair<CUmodule, int>> CudaBackend::moduleOf(uint32_t id) {
 }
 
 Result<std::pair<int, CUstream>> CudaBackend::streamOf(StreamKey key) {
+  if (capture_.active) {  // every call of a native graph goes to its capture stream
+    RGPU_TRY(use(capture_.device));
+    return std::make_pair(capture_.device, capture_.stream);
+  }
   if (key.id == 0) {
     RGPU_TRY(use(key.device));
     return std::make_pair(key.device, CU_STREAM_LEGACY);
@@ -567,6 +572,8 @@ Status CudaBackend::asKernel(int dev, CUstream stream, const std::string& name, 
   // Under a launch gate: wait for our turn on the device, and time the work
   // with an event pair so the session is charged its GPU time.
   // Under the watchdog too: the start event tells when the work began.
+  // A node of a native graph being captured: the graph's launch is admitted and timed.
+  if (capture_.active) return enqueue();
   bool held = false;
   bool timed = gate_ || opts_.kernel_timeout_ms;
   CUevent start = nullptr, end = nullptr;
@@ -615,6 +622,7 @@ Status CudaBackend::asKernel(int dev, CUstream stream, const std::string& name, 
 }
 
 Status CudaBackend::recordEvent(uint32_t event, StreamKey key) {
+  if (capture_.active) return notCapturable("an event record");
   DriverApi& api = *api_;
   auto found = eventOf(event);
   if (!found) return found.status();
@@ -634,6 +642,7 @@ Status CudaBackend::recordEvent(uint32_t event, StreamKey key) {
 }
 
 Status CudaBackend::waitEvent(StreamKey key, uint32_t event) {
+  if (capture_.active) return notCapturable("an event wait");
   DriverApi& api = *api_;
   auto e = eventOf(event);
   if (!e) return e.status();
@@ -643,6 +652,7 @@ Status CudaBackend::waitEvent(StreamKey key, uint32_t event) {
 }
 
 Status CudaBackend::hostCall(StreamKey key, std::function<void()> fn) {
+  if (capture_.active) return notCapturable("a host function");
   DriverApi& api = *api_;
   auto s = streamOf(key);
   if (!s) return s.status();
@@ -669,12 +679,14 @@ Status CudaBackend::hostCall(StreamKey key, std::function<void()> fn) {
 }
 
 Status CudaBackend::whenStreamDone(StreamKey key, Done done) {
+  if (capture_.active) return notCapturable("a completion wait");
   auto s = streamOf(key);
   if (!s) return s.status();
   return whenDone(s->first, {s->second}, std::move(done));
 }
 
 Status CudaBackend::whenEventDone(uint32_t event, Done done) {
+  if (capture_.active) return notCapturable("a completion wait");
   auto found = eventOf(event);
   if (!found) return found.status();
   Event e = *found;
@@ -688,6 +700,7 @@ Status CudaBackend::whenEventDone(uint32_t event, Done done) {
 }
 
 Status CudaBackend::whenDeviceDone(int device, Done done) {
+  if (capture_.active) return notCapturable("a completion wait");
   RGPU_TRY(use(device));
   // The legacy stream waits for all blocking streams; non-blocking ones are
   // waited for separately, and so are destroyed streams still working.
@@ -704,6 +717,7 @@ Status CudaBackend::whenDeviceDone(int device, Done done) {
 }
 
 Result<bool> CudaBackend::streamIdle(StreamKey key) {
+  if (capture_.active) return notCapturable("a stream query");
   DriverApi& api = *api_;
   auto s = streamOf(key);
   if (!s) return s.status();

@@ -37,6 +37,16 @@
 // not is reported (cudaErrorLaunchTimeout, sticky) and ends the session: the
 // driver cannot stop a single kernel, but the worker's exit ends it.
 //
+// Graphs: a graph whose nodes are all device-side work (kernels, device
+// copies, memsets, cuBLAS/cuBLASLt calls) becomes a real CUgraphExec. The
+// session replays its nodes once through its handlers while a non-blocking
+// stream of the worker's is being captured (relaxed mode: the completer and
+// releaser threads keep working); the captured graph is instantiated, and
+// each launch is one cuGraphLaunch, admitted, timed and watched as one kernel.
+// While capturing, every stream a call names is that capture stream, and
+// calls that cannot be captured (host copies, events, host functions,
+// completion waits) fail, which makes the session fall back to node by node.
+//
 // Kernels: the shipped fatbin goes to cuModuleLoadData (the driver picks the
 // SASS for the device or JIT-compiles the PTX). The parameter block size of a
 // kernel comes from cuFuncGetParamInfo, cross-checked against the fatbin's
@@ -142,6 +152,12 @@ class CudaBackend final : public Backend {
   Result<int> occupancy(uint32_t function, int block_size, uint64_t dynamic_smem) override;
   Result<std::pair<DevPtr, uint64_t>> globalAddress(uint32_t module, const std::string& name,
                                                     uint64_t size_hint) override;
+  // (cuda_graphs.cc)
+  bool nativeGraphs() const override;
+  Status beginNativeGraph(int device) override;
+  Result<uint32_t> endNativeGraph(bool keep) override;
+  Status launchNativeGraph(StreamKey s, uint32_t graph) override;
+  void destroyNativeGraph(uint32_t graph) override;
   // (cuda_blas.cc)
   Status blas(StreamKey s, const BlasArgs& call, ReadDone done) override;
   Status ltMatmul(StreamKey s, const LtArgs& call) override;
@@ -236,6 +252,11 @@ class CudaBackend final : public Backend {
   // A 16-byte device word of `dev` for one reduction's result (dispatch thread).
   Result<CUdeviceptr> takeScratch(int dev);
   void giveScratch(int dev, CUdeviceptr word);
+  // While a native graph is captured (dispatch thread): a call that cannot
+  // become a graph node fails with this.
+  Status notCapturable(const char* what) const;
+  // Destroys every native graph and capture stream (teardown).
+  void releaseGraphs();
   // cuStreamDestroy for retired streams whose work is done (under mu_).
   void reapRetiredLocked();
   // Hands a job to the completer thread.
@@ -322,6 +343,20 @@ class CudaBackend final : public Backend {
   std::deque<std::function<void()>> releases_;
   bool release_stop_ = false;
   std::thread releaser_;
+
+  // Native graphs (cuda_graphs.cc; dispatch thread only).
+  struct Capture {
+    bool active = false;
+    int device = 0;
+    CUstream stream = nullptr;
+  } capture_;
+  std::vector<CUstream> capture_streams_;  // by device, made on first use
+  struct NativeGraph {
+    int device = 0;
+    CUgraphExec exec = nullptr;
+  };
+  std::unordered_map<uint32_t, NativeGraph> native_graphs_;
+  uint32_t next_native_graph_ = 1;
 
   std::mutex jobs_mu_;
   std::condition_variable jobs_cv_;

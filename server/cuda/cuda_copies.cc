@@ -169,6 +169,7 @@ Status CudaBackend::afterDownload(StreamKey key, int device, CUstream stream, Pi
 }
 
 Status CudaBackend::copyToDevice(StreamKey key, DevPtr dst, Staging data, uint64_t size) {
+  if (capture_.active) return notCapturable("a host-to-device copy");
   DriverApi& api = *api_;
   auto s = streamOf(key);
   if (!s) return s.status();
@@ -180,6 +181,7 @@ Status CudaBackend::copyToDevice(StreamKey key, DevPtr dst, Staging data, uint64
 }
 
 Status CudaBackend::copyFromDevice(StreamKey key, DevPtr src, uint64_t size, ReadDone done) {
+  if (capture_.active) return notCapturable("a device-to-host copy");
   DriverApi& api = *api_;
   auto s = streamOf(key);
   if (!s) return s.status();
@@ -198,6 +200,7 @@ Status CudaBackend::copyOnDevice(StreamKey key, DevPtr dst, DevPtr src, uint64_t
 
 Status CudaBackend::copyPeer(StreamKey key, DevPtr dst, int dst_device, DevPtr src, int src_device, uint64_t size,
                              bool serialize) {
+  if (capture_.active) return notCapturable("a peer copy");
   DriverApi& api = *api_;
   if (!serialize) return copyOnDevice(key, dst, src, size);
   auto s = streamOf(key);
@@ -257,6 +260,7 @@ Status CudaBackend::memcpy2D(const CUDA_MEMCPY2D& m, CUstream stream) {
 
 Status CudaBackend::copy2DToDevice(StreamKey key, DevPtr dst, uint64_t dpitch, Staging data, uint64_t width,
                                    uint64_t height) {
+  if (capture_.active) return notCapturable("a host-to-device copy");
   auto s = streamOf(key);
   if (!s) return s.status();
   uint64_t size = width * height;
@@ -275,6 +279,7 @@ Status CudaBackend::copy2DToDevice(StreamKey key, DevPtr dst, uint64_t dpitch, S
 
 Status CudaBackend::copy2DFromDevice(StreamKey key, DevPtr src, uint64_t spitch, uint64_t width, uint64_t height,
                                      ReadDone done) {
+  if (capture_.active) return notCapturable("a device-to-host copy");
   auto s = streamOf(key);
   if (!s) return s.status();
   uint64_t size = width * height;

@@ -106,6 +106,14 @@ Result<std::unique_ptr<DriverApi>> DriverApi::load(const std::string& library) {
   RGPU_RESOLVE(cuOccupancyMaxActiveBlocksPerMultiprocessor)
 #undef RGPU_RESOLVE
   resolve("cuFuncGetParamInfo", reinterpret_cast<void**>(&api->cuFuncGetParamInfo), false);
+#define RGPU_OPTIONAL(name) resolve(#name, reinterpret_cast<void**>(&api->name), false);
+  RGPU_OPTIONAL(cuStreamBeginCapture)
+  RGPU_OPTIONAL(cuStreamEndCapture)
+  RGPU_OPTIONAL(cuGraphInstantiateWithFlags)
+  RGPU_OPTIONAL(cuGraphLaunch)
+  RGPU_OPTIONAL(cuGraphExecDestroy)
+  RGPU_OPTIONAL(cuGraphDestroy)
+#undef RGPU_OPTIONAL
   if (!missing.empty())
     return Status(err::kInsufficientDriver, library + " lacks driver entry points rgpu needs (" + missing +
                                                 "): update the NVIDIA driver to one that supports CUDA 13");

@@ -89,6 +89,15 @@ class DriverApi {
   RGPU_CU_FN(cuOccupancyMaxActiveBlocksPerMultiprocessor)
   // Optional (CUDA 12.4+ drivers): null when the driver lacks it.
   RGPU_CU_FN(cuFuncGetParamInfo)
+  // Optional: native graphs (a graph's nodes captured on a stream of the
+  // worker's, instantiated and launched whole); without all of them graphs
+  // run node by node.
+  RGPU_CU_FN(cuStreamBeginCapture)
+  RGPU_CU_FN(cuStreamEndCapture)
+  RGPU_CU_FN(cuGraphInstantiateWithFlags)
+  RGPU_CU_FN(cuGraphLaunch)
+  RGPU_CU_FN(cuGraphExecDestroy)
+  RGPU_CU_FN(cuGraphDestroy)
 #undef RGPU_CU_FN
 
  private:

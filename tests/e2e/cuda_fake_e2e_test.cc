@@ -72,6 +72,35 @@ TEST_F(CudaFakeE2E, GraphsRunThroughTheDriversStreams) {
   EXPECT_NE(r.output.find("graphs: all checks passed"), std::string::npos) << r.output;
 }
 
+TEST_F(CudaFakeE2E, ADeviceOnlyGraphIsOneCUgraphExecAndEachLaunchOneCuGraphLaunch) {
+  std::string before = readFile(dir_->file("driver.log"));
+  RunResult r = program(testProgram("graph_native"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("graph_native: 51 launches of a 23-node graph, all checks passed"), std::string::npos)
+      << r.output;
+  std::string log = readFile(dir_->file("driver.log")).substr(before.size());
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++n;
+    return n;
+  };
+  // Captured twice (once more after a cudaFree elsewhere), each time whole:
+  // memset, 20 kernels, the device copy and cuBLAS's axpy.
+  EXPECT_EQ(count("cuStreamEndCapture 23 nodes\n"), 2u) << log;
+  EXPECT_EQ(count("cuGraphInstantiateWithFlags 23 nodes"), 2u) << log;
+  EXPECT_EQ(count("cuGraphLaunch 23 nodes"), 51u) << log;
+  // The second graph: native for its first launch; after its memory was
+  // freed the rebuild is refused and the launch runs node by node.
+  EXPECT_EQ(count("cuGraphLaunch 2 nodes"), 1u) << log;
+  // Graphs with host copies, host functions or events run node by node and are never captured.
+  before = readFile(dir_->file("driver.log"));
+  RunResult g = program(testProgram("graphs"));
+  ASSERT_EQ(g.code, 0) << g.output;
+  log = readFile(dir_->file("driver.log")).substr(before.size());
+  EXPECT_EQ(count("(invalidated)"), 0u) << log;
+  EXPECT_EQ(count("cuEventRecord on a capturing stream"), 0u) << log;
+}
+
 TEST_F(CudaFakeE2E, CooperativeLaunchesGoThroughCuLaunchKernelExWithTheAttribute) {
   RunResult r = program(testProgram("cooperative"));
   EXPECT_EQ(r.code, 0) << r.output;

@@ -310,6 +310,13 @@ TEST_F(E2E, GraphsCapturedAndBuiltRunAsNvidiasDoWithOneMessagePerLaunch) {
   EXPECT_NE(r.output.find("graphs: all checks passed"), std::string::npos) << r.output;
 }
 
+TEST_F(E2E, ALaunchBoundGraphWithCublasRunsRightAtEveryLaunchAndRefusesFreedMemory) {
+  RunResult r = program(testProgram("graph_native"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("graph_native: 51 launches of a 23-node graph, all checks passed"), std::string::npos)
+      << r.output;
+}
+
 TEST_F(E2E, CooperativeLaunchesSynchroniseTheWholeGridAndGroupsWork) {
   RunResult r = program(testProgram("cooperative"));
   EXPECT_EQ(r.code, 0) << r.output;

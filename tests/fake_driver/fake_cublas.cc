@@ -41,7 +41,7 @@ struct cublasLtContext {
 
 namespace {
 
-using Enqueue = void (*)(CUstream, int (*)(void*), void*, const char*);
+using Enqueue = void (*)(CUstream, int (*)(void*), void*, void (*)(void*), const char*);
 
 Enqueue enqueueHook() {
   static Enqueue fn = [] {
@@ -84,10 +84,13 @@ cublasStatus_t injected(const char* name) {
 
 template <typename Work>
 int runWork(void* p) {
-  auto* w = static_cast<Work*>(p);
-  rgpu::Status s = (*w)();
-  delete w;
+  rgpu::Status s = (*static_cast<Work*>(p))();
   return s ? 0 : 1;
+}
+
+template <typename Work>
+void freeWork(void* p) {
+  delete static_cast<Work*>(p);
 }
 
 // Queues `work` (returning Status) on the stream.
@@ -95,7 +98,7 @@ template <typename Work>
 cublasStatus_t submit(cudaStream_t stream, const char* what, Work work) {
   Enqueue e = enqueueHook();
   if (!e) return CUBLAS_STATUS_NOT_INITIALIZED;
-  e(reinterpret_cast<CUstream>(stream), &runWork<Work>, new Work(std::move(work)), what);
+  e(reinterpret_cast<CUstream>(stream), &runWork<Work>, new Work(std::move(work)), &freeWork<Work>, what);
   return CUBLAS_STATUS_SUCCESS;
 }
 

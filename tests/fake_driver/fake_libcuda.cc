@@ -18,6 +18,14 @@
 // rgpu_fake_cuda_set_jitter) delays each operation by a random 0..N us, to
 // shake out orderings a test depends on by luck.
 //
+// Stream capture and graphs, as far as rgpu uses them: a stream being
+// captured (cuStreamBeginCapture, never the legacy stream) collects the
+// operations queued on it instead of running them; cuStreamEndCapture makes
+// them a graph, cuGraphInstantiateWithFlags an executable graph, and each
+// cuGraphLaunch queues them as one operation that runs them in capture order.
+// A launch refused while capturing invalidates the capture, and querying or
+// synchronising a capturing stream fails, as the driver documents.
+//
 // A kernel fault makes the context's error sticky, as on a GPU. Every call is
 // recorded (rgpu_fake_cuda_log, and the file named by $RGPU_FAKE_CUDA_LOG), and
 // a test can make the next call of a name fail with a chosen CUresult
@@ -63,6 +71,14 @@ struct FakeContext {
 };
 
 struct FakeStream;
+// A captured graph: its operations in capture order.
+struct FakeGraph {
+  std::vector<std::function<CUresult()>> ops;
+  bool invalidated = false;
+};
+struct FakeGraphExec {
+  std::shared_ptr<const std::vector<std::function<CUresult()>>> ops;  // shared with launches in flight
+};
 // Done once `stream` has completed `ticket` operations.
 using Dep = std::pair<FakeStream*, uint64_t>;
 
@@ -78,6 +94,7 @@ struct FakeStream {
   bool legacy = false;
   bool non_blocking = false;
   bool destroyed = false;
+  std::unique_ptr<FakeGraph> capturing;  // set between cuStreamBeginCapture and cuStreamEndCapture
   uint64_t enqueued = 0, completed = 0;
   std::deque<FakeOp> queue;
 };
@@ -124,6 +141,8 @@ struct Driver {
   std::vector<std::unique_ptr<FakeEvent>> dead_events;  // destroyed, but queued ops may still stamp them
   std::set<FakeModule*> modules;
   std::set<FakeFunction*> functions;
+  std::set<FakeGraph*> graphs;
+  std::set<FakeGraphExec*> graph_execs;
   CUresult sticky = CUDA_SUCCESS;
   std::map<std::string, CUresult> fail_next;
   std::string log;
@@ -244,6 +263,10 @@ std::vector<Dep> implicitDeps(FakeStream* s) {
 // With the lock held; returns the operation's ticket on its stream.
 uint64_t enqueue(FakeStream* s, std::function<CUresult()> fn, std::vector<Dep> extra = {}) {
   Driver& d = drv();
+  if (s->capturing) {  // a node of the graph being captured
+    s->capturing->ops.push_back(std::move(fn));
+    return s->enqueued;
+  }
   std::vector<Dep> deps = implicitDeps(s);
   deps.insert(deps.end(), extra.begin(), extra.end());
   s->queue.push_back({std::move(fn), std::move(deps)});
@@ -662,6 +685,10 @@ CUresult fakeStreamQuery(CUstream s) {
   ENTER("cuStreamQuery");
   FakeStream* st = streamOf(s);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
+  if (st->capturing) {
+    st->capturing->invalidated = true;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
   std::vector<Dep> deps = implicitDeps(st);
   deps.emplace_back(st, st->enqueued);
   return depsMet(deps) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -702,6 +729,11 @@ CUresult fakeEventRecord(CUevent e, CUstream s) {
   auto* ev = reinterpret_cast<FakeEvent*>(e);
   FakeStream* st = streamOf(s);
   if (!drv().events.count(ev) || !st) return CUDA_ERROR_INVALID_HANDLE;
+  if (st->capturing) {  // rgpu never records its events into a capture
+    st->capturing->invalidated = true;
+    record("cuEventRecord on a capturing stream (refused)");
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
   ev->recorded = true;
   ev->stream = st;
   ev->ticket = enqueue(st, [ev] {
@@ -921,10 +953,88 @@ std::string hex(const void* p, size_t n) {
 CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                       unsigned bz, unsigned smem, CUstream s, void** params, void** extra, bool cooperative);
 
+// A call on a capturing stream that fails invalidates the capture (lock held).
+CUresult capturedResult(CUstream s, CUresult r) {
+  FakeStream* st = streamOf(s);
+  if (r != CUDA_SUCCESS && st && st->capturing) st->capturing->invalidated = true;
+  return r;
+}
+
+// ---- stream capture and graphs ----
+
+CUresult fakeStreamBeginCapture(CUstream s, CUstreamCaptureMode mode) {
+  ENTER("cuStreamBeginCapture");
+  FakeStream* st = streamOf(s);
+  if (!st) return CUDA_ERROR_INVALID_HANDLE;
+  if (st->legacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (st->capturing) return CUDA_ERROR_ILLEGAL_STATE;
+  st->capturing = std::make_unique<FakeGraph>();
+  record("cuStreamBeginCapture mode=" + std::to_string(static_cast<int>(mode)));
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeStreamEndCapture(CUstream s, CUgraph* out) {
+  ENTER("cuStreamEndCapture");
+  FakeStream* st = streamOf(s);
+  if (!st) return CUDA_ERROR_INVALID_HANDLE;
+  if (!st->capturing) return CUDA_ERROR_ILLEGAL_STATE;
+  std::unique_ptr<FakeGraph> g = std::move(st->capturing);
+  *out = nullptr;
+  record("cuStreamEndCapture " + std::to_string(g->ops.size()) + " nodes" + (g->invalidated ? " (invalidated)" : ""));
+  if (g->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  drv().graphs.insert(g.get());
+  *out = reinterpret_cast<CUgraph>(g.release());
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeGraphInstantiateWithFlags(CUgraphExec* out, CUgraph graph, unsigned long long flags) {
+  ENTER("cuGraphInstantiateWithFlags");
+  auto* g = reinterpret_cast<FakeGraph*>(graph);
+  if (!drv().graphs.count(g) || flags) return CUDA_ERROR_INVALID_VALUE;
+  auto* e = new FakeGraphExec;
+  e->ops = std::make_shared<const std::vector<std::function<CUresult()>>>(g->ops);
+  drv().graph_execs.insert(e);
+  *out = reinterpret_cast<CUgraphExec>(e);
+  record("cuGraphInstantiateWithFlags " + std::to_string(g->ops.size()) + " nodes");
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeGraphLaunch(CUgraphExec exec, CUstream s) {
+  ENTER("cuGraphLaunch");
+  auto* e = reinterpret_cast<FakeGraphExec*>(exec);
+  FakeStream* st = streamOf(s);
+  if (!drv().graph_execs.count(e)) return CUDA_ERROR_INVALID_VALUE;
+  if (!st) return CUDA_ERROR_INVALID_HANDLE;
+  record("cuGraphLaunch " + std::to_string(e->ops->size()) + " nodes");
+  enqueue(st, [ops = e->ops] {
+    for (const auto& op : *ops)
+      if (CUresult r = op(); r != CUDA_SUCCESS) return r;
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeGraphExecDestroy(CUgraphExec exec) {
+  ENTER("cuGraphExecDestroy");
+  auto* e = reinterpret_cast<FakeGraphExec*>(exec);
+  if (!drv().graph_execs.erase(e)) return CUDA_ERROR_INVALID_VALUE;
+  record("cuGraphExecDestroy");
+  delete e;  // launches in flight hold the operations
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeGraphDestroy(CUgraph graph) {
+  ENTER("cuGraphDestroy");
+  auto* g = reinterpret_cast<FakeGraph*>(graph);
+  if (!drv().graphs.erase(g)) return CUDA_ERROR_INVALID_VALUE;
+  delete g;
+  return CUDA_SUCCESS;
+}
+
 CUresult fakeLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                           unsigned smem, CUstream s, void** params, void** extra) {
   ENTER("cuLaunchKernel");
-  return launchLocked("cuLaunchKernel", f, gx, gy, gz, bx, by, bz, smem, s, params, extra, false);
+  return capturedResult(s, launchLocked("cuLaunchKernel", f, gx, gy, gz, bx, by, bz, smem, s, params, extra, false));
 }
 
 // cuLaunchKernelEx: rgpu uses it for cooperative launches only (the one attribute it passes).
@@ -936,8 +1046,9 @@ CUresult fakeLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params
     if (c->attrs[i].id != CU_LAUNCH_ATTRIBUTE_COOPERATIVE) return CUDA_ERROR_NOT_SUPPORTED;
     cooperative = c->attrs[i].value.cooperative != 0;
   }
-  return launchLocked("cuLaunchKernelEx", f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
-                      c->blockDimZ, c->sharedMemBytes, c->hStream, params, extra, cooperative);
+  return capturedResult(c->hStream, launchLocked("cuLaunchKernelEx", f, c->gridDimX, c->gridDimY, c->gridDimZ,
+                                                 c->blockDimX, c->blockDimY, c->blockDimZ, c->sharedMemBytes,
+                                                 c->hStream, params, extra, cooperative));
 }
 
 CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -1051,6 +1162,12 @@ const std::map<std::string, void*>& table() {
       {"cuFuncSetAttribute", reinterpret_cast<void*>(&fakeFuncSetAttribute)},
       {"cuFuncGetParamInfo", reinterpret_cast<void*>(&fakeFuncGetParamInfo)},
       {"cuOccupancyMaxActiveBlocksPerMultiprocessor", reinterpret_cast<void*>(&fakeOccupancy)},
+      {"cuStreamBeginCapture", reinterpret_cast<void*>(&fakeStreamBeginCapture)},
+      {"cuStreamEndCapture", reinterpret_cast<void*>(&fakeStreamEndCapture)},
+      {"cuGraphInstantiateWithFlags", reinterpret_cast<void*>(&fakeGraphInstantiateWithFlags)},
+      {"cuGraphLaunch", reinterpret_cast<void*>(&fakeGraphLaunch)},
+      {"cuGraphExecDestroy", reinterpret_cast<void*>(&fakeGraphExecDestroy)},
+      {"cuGraphDestroy", reinterpret_cast<void*>(&fakeGraphDestroy)},
   };
   return t;
 }
@@ -1104,8 +1221,10 @@ __attribute__((visibility("default"))) void rgpu_fake_cuda_reset_sticky() {
 
 // Queues work of another fake library (the fake cuBLAS) on `stream`, in order
 // with the driver's own; a non-zero return is a launch failure (sticky).
+// `release` frees `arg` once the work can run no more (a captured graph runs it at each launch).
 __attribute__((visibility("default"))) void rgpu_fake_cuda_enqueue(CUstream stream, int (*fn)(void*), void* arg,
-                                                                   const char* what) {
+                                                                   void (*release)(void*), const char* what) {
+  std::shared_ptr<void> held(arg, release);
   std::lock_guard lock(drv().mu);
   record(what);
   FakeStream* s = streamOf(stream);
@@ -1113,7 +1232,7 @@ __attribute__((visibility("default"))) void rgpu_fake_cuda_enqueue(CUstream stre
     record(std::string(what) + ": unknown stream (dropped)");
     return;
   }
-  enqueue(s, [fn, arg] { return fn(arg) ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS; });
+  enqueue(s, [fn, held] { return fn(held.get()) ? CUDA_ERROR_LAUNCH_FAILED : CUDA_SUCCESS; });
 }
 
 // A line in the driver's log from another fake library (the fake cuBLAS).

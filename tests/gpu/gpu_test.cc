@@ -110,6 +110,11 @@ TEST_F(Gpu, CublasProgramsPassThroughRgpuAsTheyDoNatively) {
     return at == std::string::npos ? std::string("(none)") : out.substr(at);
   };
   std::printf("natively:     %s\nthrough rgpu: %s\n", last(n.output).c_str(), last(r.output).c_str());
+  // A captured graph with cuBLAS in it: one CUgraphExec on the server.
+  RunResult gn = native(testProgram("graph_native") + " --native");
+  RunResult gr = viaRgpu(testProgram("graph_native"));
+  EXPECT_NE(gn.output.find("all checks passed"), std::string::npos) << gn.output;
+  EXPECT_NE(gr.output.find("all checks passed"), std::string::npos) << gr.output;
 }
 
 TEST_F(Gpu, KernelFaultIsStickyForItsClientAndTheServerGoesOn) {

@@ -325,6 +325,73 @@ TEST(CudaBackend, LaunchPassesThePackedParameterBlockAndRuns) {
   EXPECT_EQ(b->launch({0, 0}, 10, cfg, params).code(), err::kInvalidDeviceFunction);
 }
 
+TEST(CudaBackend, NativeGraphsCaptureDeviceWorkOnceAndLaunchItWhole) {
+  auto b = makeBackend();
+  ASSERT_TRUE(b);
+  ASSERT_TRUE(b->nativeGraphs());
+  ASSERT_TRUE(b->loadModule(1, 0, fatbin("default")));
+  ASSERT_TRUE(b->registerFunction(10, 1, "_Z6k_fillIfEvPT_S0_i"));
+  auto p = b->allocate(0, 256 * sizeof(float));
+  ASSERT_TRUE(p);
+  std::string params(16, '\0');
+  DevPtr ptr = *p;
+  float v = 7.0f;
+  int n = 256;
+  std::memcpy(params.data(), &ptr, 8);
+  std::memcpy(params.data() + 8, &v, 4);
+  std::memcpy(params.data() + 12, &n, 4);
+  LaunchConfig cfg;
+  cfg.grid = {2, 1, 1};
+  cfg.block = {128, 1, 1};
+  ASSERT_TRUE(b->createStream({5, 0}, 0, 0));
+
+  // Recorded, not run: the memory stays as it was until the graph is launched.
+  hooks().clear();
+  ASSERT_TRUE(b->fill({0, 0}, *p, 0, 256 * sizeof(float)));
+  ASSERT_TRUE(waitStream(*b, {0, 0}));
+  ASSERT_TRUE(b->beginNativeGraph(0));
+  EXPECT_EQ(b->beginNativeGraph(0).code(), err::kStreamCaptureUnsupported);  // one at a time
+  ASSERT_TRUE(b->fill({5, 0}, *p, 0xff, 256 * sizeof(float)));
+  ASSERT_TRUE(b->launch({5, 0}, 10, cfg, params));
+  auto id = b->endNativeGraph(true);
+  ASSERT_TRUE(id) << id.status().message();
+  EXPECT_EQ(readBack(*b, {0, 0}, *p, 4), std::vector<uint8_t>(4, 0));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(b->launchNativeGraph({5, 0}, *id));
+  auto out = readBack(*b, {5, 0}, *p, 256 * sizeof(float));
+  float f[256];
+  std::memcpy(f, out.data(), sizeof f);
+  EXPECT_EQ(f[0], 7.0f);
+  EXPECT_EQ(f[255], 7.0f);
+  std::string log = hooks().log();
+  EXPECT_NE(log.find("cuStreamBeginCapture mode=2"), std::string::npos) << log;  // relaxed
+  EXPECT_NE(log.find("cuStreamEndCapture 2 nodes"), std::string::npos) << log;
+  size_t launches = 0;
+  for (size_t at = log.find("cuGraphLaunch 2 nodes"); at != std::string::npos; at = log.find("cuGraphLaunch", at + 1))
+    ++launches;
+  EXPECT_EQ(launches, 3u) << log;
+
+  // Work that cannot be a node fails while capturing, and the graph is discarded.
+  ASSERT_TRUE(b->beginNativeGraph(0));
+  EXPECT_EQ(b->copyToDevice({0, 0}, *p, bytes({1, 2, 3, 4}), 4).code(), err::kStreamCaptureUnsupported);
+  EXPECT_EQ(b->recordEvent(1, {0, 0}).code(), err::kStreamCaptureUnsupported);
+  EXPECT_EQ(b->whenStreamDone({0, 0}, [](Status) {}).code(), err::kStreamCaptureUnsupported);
+  EXPECT_FALSE(b->endNativeGraph(false));
+  // A launch the driver refuses invalidates the capture: no graph comes of it.
+  ASSERT_TRUE(b->beginNativeGraph(0));
+  LaunchConfig bad = cfg;
+  bad.block = {2048, 1, 1};
+  EXPECT_EQ(b->launch({0, 0}, 10, bad, params).code(), err::kInvalidConfiguration);
+  auto refused = b->endNativeGraph(true);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.status().code(), err::kStreamCaptureInvalidated) << refused.status().message();
+  // Streams are the backend's own again; the graph outlives nothing it needs.
+  ASSERT_TRUE(waitStream(*b, {5, 0}));
+  EXPECT_EQ(b->launchNativeGraph({0, 0}, 999).code(), err::kInvalidValue);
+  b->destroyNativeGraph(*id);
+  EXPECT_EQ(b->launchNativeGraph({0, 0}, *id).code(), err::kInvalidValue);
+  EXPECT_TRUE(b->release(*p));
+}
+
 TEST(CudaBackend, KernelFaultsAreReportedAtTheNextSynchronisationAndAreSticky) {
   struct ResetSticky {  // later tests get a healthy fake driver whatever happens here
     ~ResetSticky() { hooks().reset_sticky(); }
