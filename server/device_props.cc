@@ -174,7 +174,27 @@ DeviceDescription describeDevice(const std::string& name, const std::string& uui
   return d;
 }
 
+namespace {
+// What the CUDA Programming Guide's "technical specifications per compute
+// capability" table gives each architecture, with the L2 size of the
+// data-centre part of that generation (V100, T4, A100, A10, L4, H100).
+struct ArchLimits {
+  int smem_per_sm_kib, smem_optin_kib, threads_per_sm, blocks_per_sm, l2_mib, mem_sync_domains;
+};
+ArchLimits archLimits(int major, int minor) {
+  if (major == 7 && minor == 0) return {96, 96, 2048, 32, 6, 1};
+  if (major == 7) return {64, 64, 1024, 16, 4, 1};
+  if (major == 8 && minor == 0) return {164, 163, 2048, 32, 40, 1};
+  if (major == 8 && minor == 7) return {164, 163, 2048, 16, 4, 1};
+  if (major == 8 && minor == 9) return {100, 99, 1536, 24, 48, 1};
+  if (major == 8) return {100, 99, 1536, 16, 6, 1};
+  if (major == 12) return {100, 99, 1536, 32, 48, 4};
+  return {228, 227, 2048, 32, 50, 4};  // 9.x, 10.x: Hopper and data-centre Blackwell
+}
+}  // namespace
+
 DeviceDescription describeSimDevice(const SimDeviceConfig& cfg, int index) {
+  const ArchLimits arch = archLimits(cfg.major, cfg.minor);
   // A stable UUID derived from the name and index.
   uint64_t h[2] = {std::hash<std::string>{}(cfg.name + "#" + std::to_string(index)),
                    std::hash<std::string>{}(std::to_string(index) + "@" + cfg.name)};
@@ -201,11 +221,11 @@ DeviceDescription describeSimDevice(const SimDeviceConfig& cfg, int index) {
       {cudaDevAttrPciBusId, index + 1},
       {cudaDevAttrMemoryClockRate, 2619000},
       {cudaDevAttrGlobalMemoryBusWidth, 5120},
-      {cudaDevAttrL2CacheSize, 50 * 1024 * 1024},
+      {cudaDevAttrL2CacheSize, arch.l2_mib * 1024 * 1024},
       // L2 persistence (hints the sim accepts): an H100's window limit, 3/4 of L2 set aside at most.
       {cudaDevAttrMaxAccessPolicyWindowSize, 134213632},
-      {cudaDevAttrMaxPersistingL2CacheSize, 75 * 512 * 1024},
-      {cudaDevAttrMaxThreadsPerMultiProcessor, 2048},
+      {cudaDevAttrMaxPersistingL2CacheSize, arch.l2_mib * 3 / 4 * 1024 * 1024},
+      {cudaDevAttrMaxThreadsPerMultiProcessor, arch.threads_per_sm},
       {cudaDevAttrAsyncEngineCount, 2},
       {cudaDevAttrTexturePitchAlignment, 32},
       {cudaDevAttrComputeCapabilityMajor, cfg.major},
@@ -213,17 +233,20 @@ DeviceDescription describeSimDevice(const SimDeviceConfig& cfg, int index) {
       {cudaDevAttrStreamPrioritiesSupported, 1},
       {cudaDevAttrGlobalL1CacheSupported, 1},
       {cudaDevAttrLocalL1CacheSupported, 1},
-      {cudaDevAttrMaxSharedMemoryPerMultiprocessor, 228 * 1024},
+      {cudaDevAttrMaxSharedMemoryPerMultiprocessor, arch.smem_per_sm_kib * 1024},
       {cudaDevAttrMaxRegistersPerMultiprocessor, 65536},
       {cudaDevAttrSingleToDoublePrecisionPerfRatio, 2},
       {cudaDevAttrComputePreemptionSupported, 1},
-      {cudaDevAttrMaxSharedMemoryPerBlockOptin, 227 * 1024},
-      {cudaDevAttrMaxBlocksPerMultiprocessor, 32},
+      {cudaDevAttrMaxSharedMemoryPerBlockOptin, arch.smem_optin_kib * 1024},
+      {cudaDevAttrMaxBlocksPerMultiprocessor, arch.blocks_per_sm},
       {cudaDevAttrReservedSharedMemoryPerBlock, 1024},
       {cudaDevAttrNumaId, -1},
       {cudaDevAttrMemoryPoolsSupported, 1},  // stream-ordered allocation (pools without IPC handles)
       {cudaDevAttrCooperativeLaunch, 1},     // every block of a cooperative grid is resident at once
       {cudaDevAttrHostNumaId, -1},
+      {cudaDevAttrEccEnabled, 1},  // as on data-centre GPUs
+      {cudaDevAttrMemSyncDomainCount, arch.mem_sync_domains},
+      {cudaDevAttrSparseCudaArraySupported, 0},  // arrays: the Memory kinds issue
   };
   return describeDevice(cfg.name, uuid, cfg.memory, [&](int a) {
     auto it = attrs.find(a);

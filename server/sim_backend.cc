@@ -1,5 +1,7 @@
 #include "server/sim_backend.h"
 
+#include <driver_types.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -685,7 +687,8 @@ Status SimBackend::setFunctionAttribute(uint32_t function, int attr, int value) 
   constexpr int kPreferredCarveout = 9;           // cudaFuncAttributePreferredSharedMemoryCarveout
   if (attr == kMaxDynamicSharedMemorySize) {
     const Module& m = modules_.at(f->second.module);
-    if (value < 0 || value > 227 * 1024 || m.device < 0)
+    if (value < 0 || m.device < 0 ||
+        value > devices_[static_cast<size_t>(m.device)].attributes[cudaDevAttrMaxSharedMemoryPerBlockOptin])
       return Status(err::kInvalidValue, "dynamic shared memory beyond the device's opt-in limit");
     f->second.max_dynamic_shared = value;
     return Status::ok();
@@ -705,10 +708,15 @@ Result<int> SimBackend::occupancy(uint32_t function, int block_size, uint64_t dy
 int SimBackend::occupancyLocked(const Function& f, int block_size, uint64_t dynamic_smem) const {
   uint32_t bound = f.code->max_threads ? f.code->max_threads : 1024;
   if (static_cast<uint32_t>(block_size) > bound) return 0;
+  // The device's per-multiprocessor limits (device_props.cc, by architecture).
+  const std::vector<int32_t>& a = devices_[static_cast<size_t>(modules_.at(f.module).device)].attributes;
   int warps = (block_size + 31) / 32;
-  int by_threads = 64 / warps;  // 2048 threads = 64 warps per SM
-  int by_smem = dynamic_smem ? static_cast<int>((228u * 1024u) / (dynamic_smem + 1024)) : 32;
-  return std::min({32, by_threads, by_smem});
+  int by_threads = a[cudaDevAttrMaxThreadsPerMultiProcessor] / 32 / warps;
+  uint64_t per_block = f.code->static_shared + dynamic_smem + static_cast<uint64_t>(a[cudaDevAttrReservedSharedMemoryPerBlock]);
+  int by_smem = f.code->static_shared + dynamic_smem
+                    ? static_cast<int>(static_cast<uint64_t>(a[cudaDevAttrMaxSharedMemoryPerMultiprocessor]) / per_block)
+                    : a[cudaDevAttrMaxBlocksPerMultiprocessor];
+  return std::min({a[cudaDevAttrMaxBlocksPerMultiprocessor], by_threads, by_smem});
 }
 
 Result<std::pair<DevPtr, uint64_t>> SimBackend::globalAddress(uint32_t module, const std::string& name,

@@ -1,5 +1,6 @@
 #include "server/sim_backend.h"
 
+#include <driver_types.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -192,6 +193,59 @@ TEST_F(Sim, DeviceDoneWaitsForEveryStreamOfTheDevice) {
 
 TEST_F(Sim, LaunchOfAnUnknownFunctionIsRefused) {
   EXPECT_EQ(sim_.launch({0, 0}, 99, {}, "").code(), err::kInvalidDeviceFunction);
+}
+
+TEST(SimDevices, EachReportsAndSchedulesByTheLimitsOfItsArchitecture) {
+  SimBackend sim({SimDeviceConfig{"h", 1 << 20, 9, 0, 4}, SimDeviceConfig{"a", 1 << 20, 8, 0, 4},
+                  SimDeviceConfig{"g", 1 << 20, 8, 6, 4}, SimDeviceConfig{"t", 1 << 20, 7, 5, 4}},
+                 {});
+  struct Want {
+    int smem_sm_kib, optin_kib, threads, blocks, l2_mib, domains;
+  };
+  const Want want[] = {{228, 227, 2048, 32, 50, 4}, {164, 163, 2048, 32, 40, 1}, {100, 99, 1536, 16, 6, 1},
+                       {64, 64, 1024, 16, 4, 1}};
+  for (int d = 0; d < 4; ++d) {
+    cudaDeviceProp p;
+    std::memcpy(&p, sim.devices()[d].prop.data(), sizeof p);
+    const auto& a = sim.devices()[d].attributes;
+    SCOPED_TRACE(p.name);
+    EXPECT_EQ(p.sharedMemPerMultiprocessor, want[d].smem_sm_kib * 1024u);
+    EXPECT_EQ(p.sharedMemPerBlockOptin, want[d].optin_kib * 1024u);
+    EXPECT_EQ(p.maxThreadsPerMultiProcessor, want[d].threads);
+    EXPECT_EQ(p.maxBlocksPerMultiProcessor, want[d].blocks);
+    EXPECT_EQ(p.l2CacheSize, want[d].l2_mib * 1024 * 1024);
+    EXPECT_EQ(a[cudaDevAttrMemSyncDomainCount], want[d].domains);
+    // What a data-centre GPU reports, and what works through rgpu.
+    EXPECT_EQ(p.ECCEnabled, 1);
+    EXPECT_EQ(p.cooperativeLaunch, 1);
+    EXPECT_EQ(p.memoryPoolsSupported, 1);
+    EXPECT_EQ(p.concurrentKernels, 1);
+    EXPECT_EQ(p.streamPrioritiesSupported, 1);
+    EXPECT_EQ(p.sharedMemPerBlock, 48u * 1024);
+    EXPECT_EQ(p.reservedSharedMemPerBlock, 1024u);
+    // Not offered to a remote client (yet): reported absent, never pretended.
+    EXPECT_EQ(p.canMapHostMemory, 0);
+    EXPECT_EQ(p.managedMemory, 0);
+    EXPECT_EQ(p.concurrentManagedAccess, 0);
+    EXPECT_EQ(p.clusterLaunch, 0);
+  }
+  std::ifstream in(std::string(RGPU_TEST_DATA_DIR) + "/kernels_ptxonly.fatbin", std::ios::binary);
+  std::stringstream fatbin;
+  fatbin << in.rdbuf();
+  // Occupancy: resident blocks per multiprocessor by threads, shared memory and the block cap.
+  const int by_threads_1024[] = {2, 2, 1, 1}, by_threads_256[] = {8, 8, 6, 4}, by_smem_50k[] = {4, 3, 1, 1};
+  for (int d = 0; d < 4; ++d) {
+    ASSERT_TRUE(sim.loadModule(1 + d, d, fatbin.str()));
+    ASSERT_TRUE(sim.registerFunction(10 + d, 1 + d, "_Z6k_fillIfEvPT_S0_i"));
+    EXPECT_EQ(*sim.occupancy(10 + d, 1024, 0), by_threads_1024[d]) << d;
+    EXPECT_EQ(*sim.occupancy(10 + d, 256, 0), by_threads_256[d]) << d;
+    EXPECT_EQ(*sim.occupancy(10 + d, 32, 0), want[d].blocks) << d;
+    EXPECT_EQ(*sim.occupancy(10 + d, 64, 50 * 1024), by_smem_50k[d]) << d;
+    // The opt-in limit for dynamic shared memory is the device's.
+    EXPECT_TRUE(sim.setFunctionAttribute(10 + d, cudaFuncAttributeMaxDynamicSharedMemorySize, want[d].optin_kib * 1024));
+    EXPECT_EQ(sim.setFunctionAttribute(10 + d, cudaFuncAttributeMaxDynamicSharedMemorySize, want[d].optin_kib * 1024 + 1).code(),
+              err::kInvalidValue);
+  }
 }
 
 TEST(SimModules, TheSessionsDecodedInstructionsAreBoundedAndUnloadingReturnsThem) {
