@@ -192,6 +192,8 @@ class BlockRunner {
   uint64_t specialValue(Special s, const Warp& w, int lane) const;
   void tid(const Warp& w, int lane, uint32_t& x, uint32_t& y, uint32_t& z) const;
   bool resolve(Space space, uint64_t addr, uint32_t size, const Warp& w, int lane, uint8_t*& out);
+  // Arithmetic, logic, comparison, conversion and moves (ptx_arith.cc).
+  bool execArith(const Inst& in, Warp& w, uint32_t m);
   bool execMemory(const Inst& in, Warp& w, uint32_t m);
   bool execAtomic(const Inst& in, Warp& w, uint32_t m);
   bool execCall(const Inst& in, Warp& w, uint32_t m);
