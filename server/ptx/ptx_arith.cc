@@ -491,6 +491,27 @@ bool BlockRunner::execArith(const Inst& in, Warp& w, uint32_t m) {
       } else {
         bool sgn = isSigned(t);
         int bits = typeBytes(t) * 8;
+        if (in.carry) {
+          // mad{c}.{hi,lo}{.cc}: the product's half plus c (plus the carry flag), carry out of the type's width.
+          const uint64_t mask = widthMask(t);
+          const uint32_t carry = w.carry;
+          LANES(m)
+            uint64_t p;
+            if (in.mode == kModeHi)
+              p = bits == 64 ? (sgn ? static_cast<uint64_t>((static_cast<__int128>(static_cast<int64_t>(A[l])) *
+                                                              static_cast<int64_t>(B[l])) >> 64)
+                                    : static_cast<uint64_t>((static_cast<unsigned __int128>(A[l]) * B[l]) >> 64))
+                             : (sgn ? static_cast<uint64_t>(sext(A[l], t) * sext(B[l], t)) : trunc(A[l], t) * trunc(B[l], t)) >> bits;
+            else
+              p = A[l] * B[l];
+            using U128 = unsigned __int128;
+            U128 s = U128{p & mask} + (C[l] & mask) + ((in.carry & kCarryIn) ? (carry >> l) & 1 : 0);
+            D[l] = static_cast<uint64_t>(s) & mask;
+            if (in.carry & kCarryOut)
+              w.carry = (w.carry & ~(1u << l)) | (static_cast<uint32_t>(static_cast<uint64_t>(s >> bits) & 1) << l);
+          END_LANES
+          break;
+        }
         LANES(m)
           uint64_t p;
           if (in.mode == kModeWide) {
@@ -701,6 +722,32 @@ bool BlockRunner::execArith(const Inst& in, Warp& w, uint32_t m) {
         for (uint64_t k = 0; k < len && pos + k < static_cast<uint64_t>(bits); ++k)
           r = (r & ~(1ull << (pos + k))) | (((A[l] >> k) & 1) << (pos + k));
         D[l] = trunc(r, t);
+      END_LANES
+      break;
+    }
+    case Op::kSzext: {  // the low N = b bits of a, zero- or sign-extended (PTX ISA semantics, word for word)
+      const uint64_t* A = src(in.a, w, ta);
+      const uint64_t* B = src(in.b, w, tb);
+      LANES(m)
+        uint32_t a = static_cast<uint32_t>(A[l]), b = static_cast<uint32_t>(B[l]), b1 = b & 31;
+        bool too_large = b >= 32 && in.mode == kBmskClamp;
+        uint32_t mask = too_large ? 0 : ~0u << b1;
+        bool sign = !(b1 == 0 || too_large || t != Type::kS32) && ((a >> ((b1 - 1) & 31)) & 1);
+        D[l] = (a & ~mask) | (sign ? mask : 0);
+      END_LANES
+      break;
+    }
+    case Op::kMovmatrix: {
+      // m8n8.trans.b16: lane l holds row l/4, columns 2(l%4) and 2(l%4)+1 (low, high half); after
+      // the transpose it holds those of the transposed matrix, element (r, c) being the source's (c, r).
+      const uint64_t* A = src(in.a, w, ta);
+      uint64_t res[32];
+      auto element = [&](int row, int col) { return (A[row * 4 + col / 2] >> (16 * (col % 2))) & 0xffff; };
+      LANES(m)
+        int r = l / 4, c = 2 * (l % 4);
+        res[l] = element(c, r) | (element(c + 1, r) << 16);
+      END_LANES
+      LANES(m) D[l] = res[l];
       END_LANES
       break;
     }

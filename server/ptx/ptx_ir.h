@@ -44,6 +44,7 @@ enum class Op : uint8_t {
   kRcp, kSqrt, kRsqrt, kEx2, kLg2, kSin, kCos, kTanh, kCopysign, kTestp,
   kCallPrintf, kCallAssert, kCall, kRetFunc, kNop, kBmsk, kBfind, kFns, kCallMalloc, kCallFree,
   kCpAsync, kMbarrier, kWmma, kMma, kLdmatrix, kAddCarry, kDp4a, kDp2a, kSad, kElect, kIsspacep, kZero,
+  kSzext, kMovmatrix,
 };
 
 enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };
@@ -85,6 +86,7 @@ struct Inst {
   BoolOp bool_op = BoolOp::kNone;
   AtomOp atom = AtomOp::kAdd;
   uint8_t mode = 0;       // lo/hi/wide (mul, mad); shfl/vote/prmt/shf mode; cvta direction
+  uint8_t carry = 0;      // mad.cc / madc: kCarryIn | kCarryOut
   uint8_t vec = 1;        // v2/v4 loads and stores
   bool ftz = false, sat = false, approx = false;
   int32_t guard = -1;     // predicate register, -1: none

@@ -601,6 +601,7 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       {"dp4a", Op::kDp4a}, {"dp2a", Op::kDp2a}, {"sad", Op::kSad}, {"elect", Op::kElect},
       {"isspacep", Op::kIsspacep}, {"createpolicy", Op::kZero}, {"griddepcontrol", Op::kNop},
       {"setmaxnreg", Op::kNop}, {"discard", Op::kNop}, {"applypriority", Op::kNop}, {"ldmatrix", Op::kLdmatrix}, {"stmatrix", Op::kLdmatrix},
+      {"madc", Op::kMad}, {"szext", Op::kSzext}, {"movmatrix", Op::kMovmatrix},
   };
   auto op = kOps.find(base);
   if (op == kOps.end()) return bad(in.line, "instruction '" + opcode + "' is not supported by the rgpu PTX interpreter");
@@ -639,6 +640,7 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
   if (in.op == Op::kBar && parts.size() > 1 && parts[1] == "warp") in.op = Op::kBarWarp;
   // Extended-precision integer arithmetic: add.cc / addc{.cc} / sub.cc / subc{.cc}.
   if (in.op == Op::kAddCarry) in.mode = kCarryIn | (base == "subc" ? kCarrySub : 0);
+  if (base == "madc") in.carry = kCarryIn;  // madc{.hi,.lo}{.cc}: plus the carry flag
   if ((in.op == Op::kAdd || in.op == Op::kSub) && std::find(parts.begin(), parts.end(), "cc") != parts.end())
     in.mode = in.op == Op::kSub ? kCarrySub : 0, in.op = Op::kAddCarry;
 
@@ -738,6 +740,15 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       in.mode |= kCarryOut;
       continue;
     }
+    if (in.op == Op::kMad && m == "cc") {  // mad.cc / madc.cc: carry out into the next madc/addc
+      in.carry |= kCarryOut;
+      continue;
+    }
+    if (in.op == Op::kSzext && (m == "clamp" || m == "wrap")) {
+      in.mode = m == "wrap" ? kBmskWrap : kBmskClamp;
+      continue;
+    }
+    if (in.op == Op::kMovmatrix && (m == "m8n8" || m == "trans")) continue;  // its only shape
 
     if (in.op == Op::kBmsk && (m == "clamp" || m == "wrap")) {
       in.mode = m == "wrap" ? kBmskWrap : kBmskClamp;

@@ -184,6 +184,83 @@ st.global.u32 [%rd0+80], %r9;
   EXPECT_EQ(u32(r, 10), 8u);
 }
 
+TEST(PtxInteger, MultiplyAddWithCarryAndSzext) {
+  // A 64 x 64 -> 128-bit product as nvcc builds it for __umul64hi-free code:
+  // mad.lo.cc / madc.hi with the carry flag, and a carry chain through addc.
+  PtxRun r = run(kernel(R"(
+mov.b32 %r1, 0xffffffff;
+mov.b32 %r2, 0xfffffffe;
+mad.lo.cc.u32 %r3, %r1, %r2, 5;
+madc.hi.u32 %r4, %r1, %r2, 0;
+mad.lo.cc.u32 %r5, 2, 3, 4;
+madc.lo.cc.u32 %r6, 0x80000000, 2, 0xffffffff;
+addc.u32 %r7, 0, 0;
+mov.b64 %rd1, -1;
+mad.hi.cc.u64 %rd2, %rd1, %rd1, 3;
+madc.lo.u64 %rd3, 1, 1, 0;
+szext.clamp.s32 %r8, 0x1f0, 5;
+szext.wrap.s32 %r9, 0x1f0, 37;
+szext.clamp.u32 %r10, 0x1f0, 5;
+szext.clamp.s32 %r11, 0x1234, 40;
+szext.wrap.u32 %r12, 0xffffffff, 0;
+szext.wrap.s32 %r13, 0x80, 32;
+st.global.u32 [%rd0], %r3;
+st.global.u32 [%rd0+8], %r4;
+st.global.u32 [%rd0+16], %r5;
+st.global.u32 [%rd0+24], %r6;
+st.global.u32 [%rd0+32], %r7;
+st.global.u64 [%rd0+40], %rd2;
+st.global.u64 [%rd0+48], %rd3;
+st.global.u32 [%rd0+56], %r8;
+st.global.u32 [%rd0+64], %r9;
+st.global.u32 [%rd0+72], %r10;
+st.global.u32 [%rd0+80], %r11;
+st.global.u32 [%rd0+88], %r12;
+st.global.u32 [%rd0+96], %r13;
+)"));
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  const uint64_t prod = 0xffffffffull * 0xfffffffeull;  // 0xfffffffd00000002
+  EXPECT_EQ(u32(r, 0), static_cast<uint32_t>(prod) + 5);      // low half + 5, no carry
+  EXPECT_EQ(u32(r, 1), static_cast<uint32_t>(prod >> 32));    // high half + 0 + no carry
+  EXPECT_EQ(u32(r, 2), 10u);                                   // 2*3 + 4, carry 0
+  EXPECT_EQ(u32(r, 3), 0xffffffffu);                           // (2^32 lo: 0) + 0xffffffff + 0: no carry
+  EXPECT_EQ(u32(r, 4), 0u);                                    // addc sees no carry
+  EXPECT_EQ(r.out[5], 1u);                                     // (2^64-1)^2 >> 64 = 2^64-2; + 3 wraps to 1, carry out
+  EXPECT_EQ(r.out[6], 2u);                                     // 1*1 + 0 + the carry out of the wrap
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 7)), -16);             // low 5 bits 10000, sign-extended
+  EXPECT_EQ(static_cast<int32_t>(u32(r, 8)), -16);             // 37 wraps to 5
+  EXPECT_EQ(u32(r, 9), 16u);                                   // zero-extended
+  EXPECT_EQ(u32(r, 10), 0x1234u);                              // N >= 32 clamped: a itself
+  EXPECT_EQ(u32(r, 11), 0u);                                   // N = 0: 0
+  EXPECT_EQ(u32(r, 12), 0u);                                   // 32 wraps to 0: 0
+}
+
+TEST(PtxWarp, MovmatrixTransposesAnEightByEightMatrixOfHalves) {
+  // Lane l holds row l/4, columns 2(l%4), 2(l%4)+1 of M[r][c] = 16r + c; after the
+  // transpose it holds T[r][c] = M[c][r] = 16c + r in the same positions.
+  PtxRun r = run(kernel(R"(
+mov.u32 %r1, %laneid;
+shr.u32 %r2, %r1, 2;
+and.b32 %r3, %r1, 3;
+shl.b32 %r3, %r3, 1;
+shl.b32 %r4, %r2, 4;
+add.u32 %r5, %r4, %r3;
+add.u32 %r6, %r5, 1;
+shl.b32 %r6, %r6, 16;
+or.b32 %r7, %r5, %r6;
+movmatrix.sync.aligned.m8n8.trans.b16 %r8, %r7;
+mul.wide.u32 %rd1, %r1, 8;
+add.u64 %rd2, %rd0, %rd1;
+st.global.u32 [%rd2], %r8;
+)"), {32, 1, 1});
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  for (uint32_t l = 0; l < 32; ++l) {
+    uint32_t row = l / 4, c = 2 * (l % 4);
+    uint32_t want = (16 * c + row) | ((16 * (c + 1) + row) << 16);
+    EXPECT_EQ(u32(r, l), want) << "lane " << l;
+  }
+}
+
 TEST(PtxWarp, ElectSpaceQueriesAndHintsWithNothingToDo) {
   std::string decls = ".shared .align 4 .b32 sv;\n";
   PtxRun r = run(kernel(R"(
