@@ -32,6 +32,8 @@ programs=(
   "$e2e/device_malloc"
   "$e2e/mempool"
   "$e2e/graphs"
+  "$e2e/graph_native"
+  "$e2e/recursion"
   "$e2e/cooperative"
   "$e2e/async_copy"
   "$e2e/tensor_cores"

@@ -147,6 +147,8 @@ struct Warp {
   // first, so lanes that diverged around a call meet again at its return.
   uint8_t depth[32] = {};
   std::vector<std::pair<uint32_t, uint32_t>> frames[32];
+  // Per lane: the registers of recursive callees, saved at their calls (Inst::save_count).
+  std::vector<uint64_t> saved[32];
   // Open divergences, innermost last: (where their paths meet, lanes that
   // took part). Lanes wait at the meeting point until all live ones are there.
   std::vector<std::pair<uint32_t, uint32_t>> meet;

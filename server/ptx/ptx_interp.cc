@@ -756,11 +756,25 @@ bool BlockRunner::step(Warp& w, int budget) {
       }
       case Op::kCall: {
         if (!m) break;
-        // Arguments into the callee's parameter registers, then jump.
-        for (size_t k = 0; k < in.a.vec.size() && k < in.b.vec.size(); ++k) {
+        // A recursive callee's registers (this lane may be inside it already)
+        // are saved first; then the arguments, all read before any parameter
+        // register is written, go into the callee's parameter registers.
+        const size_t nargs = std::min(in.a.vec.size(), in.b.vec.size());
+        std::vector<uint64_t> args(nargs * 32);
+        for (size_t k = 0; k < nargs; ++k) {
           const uint64_t* S = &w.regs[static_cast<size_t>(in.a.vec[k].reg) * 32];
+          LANES(m) args[k * 32 + static_cast<size_t>(l)] = S[l];
+          END_LANES
+        }
+        if (in.save_count) {
+          LANES(m)
+            for (uint32_t r = 0; r < in.save_count; ++r)
+              w.saved[l].push_back(w.regs[static_cast<size_t>(in.save_base + r) * 32 + static_cast<size_t>(l)]);
+          END_LANES
+        }
+        for (size_t k = 0; k < nargs; ++k) {
           uint64_t* P = &w.regs[static_cast<size_t>(in.b.vec[k].reg) * 32];
-          LANES(m) P[l] = S[l];
+          LANES(m) P[l] = args[k * 32 + static_cast<size_t>(l)];
           END_LANES
         }
         bool overflow = false;
@@ -790,8 +804,16 @@ bool BlockRunner::step(Warp& w, int budget) {
           w.frames[l].pop_back();
           --w.depth[l];
           const Inst& call = code[call_pc];
-          if (call.c.kind == Operand::kParamReg && call.d.kind == Operand::kParamReg)
-            w.regs[static_cast<size_t>(call.d.reg) * 32 + l] = w.regs[static_cast<size_t>(call.c.reg) * 32 + l];
+          const bool returns = call.c.kind == Operand::kParamReg && call.d.kind == Operand::kParamReg;
+          const uint64_t value = returns ? w.regs[static_cast<size_t>(call.c.reg) * 32 + l] : 0;
+          if (call.save_count) {  // the outer activation's registers back, then the result
+            auto& saved = w.saved[l];
+            for (uint32_t r = call.save_count; r-- > 0;) {
+              w.regs[static_cast<size_t>(call.save_base + r) * 32 + static_cast<size_t>(l)] = saved.back();
+              saved.pop_back();
+            }
+          }
+          if (returns) w.regs[static_cast<size_t>(call.d.reg) * 32 + l] = value;
           w.lane_pc[l] = ret_pc;
         END_LANES
         uint32_t stay = w.active & ~m;

@@ -93,6 +93,9 @@ struct Inst {
   bool guard_neg = false;
   uint32_t target = 0;    // branch target instruction index; kCall: the callee's first instruction
   uint32_t callee = 0;    // kCall before linking: index into Module::callee_names
+  // kCall into a recursive device function: the callee's registers (it may be
+  // active already on this lane), saved at the call and restored at its return.
+  uint32_t save_base = 0, save_count = 0;
   Operand d, d2, a, b, c, e;  // d2: second destination (setp p|q)
   uint32_t line = 0;      // source line, for error messages
   // wmma: the shape (m, n, k) and the multiplicands' element type (a and b).

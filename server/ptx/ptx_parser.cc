@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 #include <functional>
 #include <unordered_map>
 
@@ -1443,9 +1444,35 @@ Result<Module> Parser::run() {
 
 // Gives each kernel that calls device functions one flat instruction array:
 // every function it reaches is appended once, with its registers renumbered
-// past the caller's and its branch targets shifted. Recursion is refused (one
-// register set per function).
+// past the caller's and its branch targets shifted. A function that can reach
+// itself (directly or through others) has one register set too: every call to
+// it saves that set on the calling lane's stack and its return restores it, so
+// each activation sees its own registers. Such a function may not keep a local
+// stack frame (its frame would be shared by every activation): refused.
 Status Parser::link() {
+  // The functions on a call cycle.
+  std::set<std::string> recursive;
+  {
+    std::map<std::string, std::set<std::string>> calls;
+    for (auto& [name, fn] : m_.functions)
+      for (const Inst& in : fn.code)
+        if (in.op == Op::kCall) calls[name].insert(m_.callee_names.at(in.callee));
+    for (auto& [name, direct] : calls) {
+      std::set<std::string> seen;
+      std::vector<std::string> todo(direct.begin(), direct.end());
+      while (!todo.empty()) {
+        std::string f = todo.back();
+        todo.pop_back();
+        if (!seen.insert(f).second) continue;
+        if (f == name) {
+          recursive.insert(name);
+          break;
+        }
+        auto c = calls.find(f);
+        if (c != calls.end()) todo.insert(todo.end(), c->second.begin(), c->second.end());
+      }
+    }
+  }
   for (auto& kv : m_.functions) {
     const std::string& name = kv.first;
     Function& entry = kv.second;
@@ -1462,9 +1489,10 @@ Status Parser::link() {
         auto fit = m_.functions.find(callee);
         if (fit == m_.functions.end() || fit->second.is_entry)
           return bad(code[k].line, "call to unknown device function " + callee);
-        if (std::find(stack.begin(), stack.end(), callee) != stack.end())
-          return bad(code[k].line, "recursive device function " + callee + " is not supported");
         const Function& fn = fit->second;
+        if (recursive.count(callee) && fn.local_bytes)
+          return bad(code[k].line, "recursive device function " + callee + " with a local stack frame (" +
+                                       std::to_string(fn.local_bytes) + " bytes of local memory) is not supported");
         if (fn.static_shared > m_.module_shared_bytes)
           return bad(code[k].line, "shared memory declared inside device function " + callee + " is not supported");
         if (code[k].a.vec.size() != fn.param_regs.size())
@@ -1505,6 +1533,7 @@ Status Parser::link() {
         // Bind the call: target, the callee's parameter and return registers.
         Inst& call = code[k];
         call.target = pl->second.first;
+        if (recursive.count(callee)) call.save_base = pl->second.second, call.save_count = fn.num_regs;
         call.b.kind = Operand::kVec;
         call.b.vec.clear();
         for (uint32_t r : fn.param_regs) {

@@ -310,6 +310,13 @@ TEST_F(E2E, GraphsCapturedAndBuiltRunAsNvidiasDoWithOneMessagePerLaunch) {
   EXPECT_NE(r.output.find("graphs: all checks passed"), std::string::npos) << r.output;
 }
 
+TEST_F(E2E, RecursiveDeviceFunctionsRunWithEveryActivationsOwnRegisters) {
+  RunResult r = program(testProgram("recursion"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("recursion: fib, mutual recursion, tree sums, ackermann: all checks passed"), std::string::npos)
+      << r.output;
+}
+
 TEST_F(E2E, ALaunchBoundGraphWithCublasRunsRightAtEveryLaunchAndRefusesFreedMemory) {
   RunResult r = program(testProgram("graph_native"));
   EXPECT_EQ(r.code, 0) << r.output;

@@ -1126,15 +1126,27 @@ TEST(PtxParser, InstructionsMustWriteToRegisters) {
   }
 }
 
-TEST(PtxParser, RecursiveDeviceFunctionsAreRefused) {
-  std::string ptx = ".version 9.0\n.target sm_75\n.address_size 64\n"
-                    ".func f(.param .b32 f_param_0)\n{\n.reg .b32 %r<2>;\nld.param.u32 %r1, [f_param_0];\n"
-                    "{\n.param .b32 param0;\nst.param.b32 [param0+0], %r1;\ncall.uni f, (param0);\n}\nret;\n}\n"
-                    ".visible .entry k(.param .u64 out)\n{\n{\n.param .b32 param0;\nst.param.b32 [param0+0], 1;\n"
-                    "call.uni f, (param0);\n}\nret;\n}\n";
-  auto m = parsePtx(ptx);
+TEST(PtxParser, RecursionWithoutAStackFrameRunsAndEndlessRecursionEndsTheLaunch) {
+  // f calls itself for ever: the call stack's limit ends the launch, as a GPU's stack overflow does.
+  std::string endless = ".version 9.0\n.target sm_75\n.address_size 64\n"
+                        ".func f(.param .b32 f_param_0)\n{\n.reg .b32 %r<2>;\nld.param.u32 %r1, [f_param_0];\n"
+                        "{\n.param .b32 param0;\nst.param.b32 [param0+0], %r1;\ncall.uni f, (param0);\n}\nret;\n}\n"
+                        ".visible .entry k(.param .u64 out)\n{\n{\n.param .b32 param0;\nst.param.b32 [param0+0], 1;\n"
+                        "call.uni f, (param0);\n}\nret;\n}\n";
+  PtxRun r = run(endless);
+  EXPECT_EQ(r.status.code(), kErrLaunchFailure) << r.status.message();
+  EXPECT_NE(r.status.message().find("device call stack deeper than 64"), std::string::npos) << r.status.message();
+  // A recursive function with local memory would share one frame among its activations: refused.
+  std::string framed = ".version 9.0\n.target sm_75\n.address_size 64\n"
+                       ".func g(.param .b32 g_param_0)\n{\n.local .align 4 .b8 __local_depot0[16];\n.reg .b32 %r<2>;\n"
+                       "ld.param.u32 %r1, [g_param_0];\nst.local.u32 [__local_depot0], %r1;\n"
+                       "{\n.param .b32 param0;\nst.param.b32 [param0+0], %r1;\ncall.uni g, (param0);\n}\nret;\n}\n"
+                       ".visible .entry k(.param .u64 out)\n{\n{\n.param .b32 param0;\nst.param.b32 [param0+0], 1;\n"
+                       "call.uni g, (param0);\n}\nret;\n}\n";
+  auto m = parsePtx(framed);
   ASSERT_FALSE(m);
-  EXPECT_NE(m.status().message().find("recursive device function f"), std::string::npos) << m.status().message();
+  EXPECT_NE(m.status().message().find("recursive device function g with a local stack frame (16 bytes"), std::string::npos)
+      << m.status().message();
 }
 
 TEST(PtxParser, SurvivesTruncatedAndMangledInput) {

@@ -1,0 +1,90 @@
+// Recursive device functions as nvcc compiles them: self-recursion with
+// divergent depths inside a warp (each lane its own n), two results per
+// activation, mutual recursion, and recursion over a tree laid out in an array.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "check.h"
+
+__device__ __noinline__ int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+
+__device__ __noinline__ bool isOdd(unsigned n);
+__device__ __noinline__ bool isEven(unsigned n) { return n == 0 ? true : isOdd(n - 1); }
+__device__ __noinline__ bool isOdd(unsigned n) { return n == 0 ? false : isEven(n - 1); }
+
+// Sum and depth of the subtree at `node` of a complete binary tree stored in an array.
+__device__ __noinline__ long long subtree(const int* tree, int n, int node, int depth, int* deepest) {
+  if (node >= n) return 0;
+  if (depth > *deepest) *deepest = depth;
+  return tree[node] + subtree(tree, n, 2 * node + 1, depth + 1, deepest) +
+         subtree(tree, n, 2 * node + 2, depth + 1, deepest);
+}
+
+__device__ __noinline__ unsigned long long ackermann(unsigned m, unsigned long long n) {
+  if (m == 0) return n + 1;
+  if (n == 0) return ackermann(m - 1, 1);
+  return ackermann(m - 1, ackermann(m, n - 1));
+}
+
+__global__ void kernel(int* fibs, int* parity, long long* sums, int* depths, unsigned long long* ack, const int* tree,
+                       int n) {
+  int t = blockIdx.x * blockDim.x + threadIdx.x;
+  fibs[t] = fib(t % 20);  // lanes at different depths at once
+  parity[t] = isEven(t) ? 1 : 0;
+  int deepest = 0;
+  sums[t] = subtree(tree, n, t % n, 0, &deepest);
+  depths[t] = deepest;
+  ack[t] = ackermann(t % 3, t % 4);
+}
+
+static long long hostSubtree(const std::vector<int>& tree, int node, int depth, int* deepest) {
+  if (node >= static_cast<int>(tree.size())) return 0;
+  if (depth > *deepest) *deepest = depth;
+  return tree[node] + hostSubtree(tree, 2 * node + 1, depth + 1, deepest) + hostSubtree(tree, 2 * node + 2, depth + 1, deepest);
+}
+static unsigned long long hostAck(unsigned m, unsigned long long n) {
+  if (m == 0) return n + 1;
+  if (n == 0) return hostAck(m - 1, 1);
+  return hostAck(m - 1, hostAck(m, n - 1));
+}
+
+int main() {
+  constexpr int kThreads = 64, kTree = 100;
+  std::vector<int> tree(kTree);
+  for (int i = 0; i < kTree; ++i) tree[i] = i * 7 % 13 - 5;
+  int *fibs, *parity, *depths, *d_tree;
+  long long* sums;
+  unsigned long long* ack;
+  CHECK(cudaMalloc(&fibs, kThreads * sizeof(int)));
+  CHECK(cudaMalloc(&parity, kThreads * sizeof(int)));
+  CHECK(cudaMalloc(&depths, kThreads * sizeof(int)));
+  CHECK(cudaMalloc(&sums, kThreads * sizeof(long long)));
+  CHECK(cudaMalloc(&ack, kThreads * sizeof(unsigned long long)));
+  CHECK(cudaMalloc(&d_tree, kTree * sizeof(int)));
+  CHECK(cudaMemcpy(d_tree, tree.data(), kTree * sizeof(int), cudaMemcpyHostToDevice));
+  kernel<<<2, kThreads / 2>>>(fibs, parity, sums, depths, ack, d_tree, kTree);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  std::vector<int> f(kThreads), p(kThreads), d(kThreads);
+  std::vector<long long> s(kThreads);
+  std::vector<unsigned long long> a(kThreads);
+  CHECK(cudaMemcpy(f.data(), fibs, kThreads * sizeof(int), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(p.data(), parity, kThreads * sizeof(int), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(s.data(), sums, kThreads * sizeof(long long), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(d.data(), depths, kThreads * sizeof(int), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(a.data(), ack, kThreads * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+  int fib_host[20] = {0, 1};
+  for (int i = 2; i < 20; ++i) fib_host[i] = fib_host[i - 1] + fib_host[i - 2];
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT(f[t] == fib_host[t % 20]);
+    EXPECT(p[t] == (t % 2 == 0));
+    int deepest = 0;
+    EXPECT(s[t] == hostSubtree(tree, t % kTree, 0, &deepest));
+    EXPECT(d[t] == deepest);
+    EXPECT(a[t] == hostAck(t % 3, t % 4));
+  }
+  std::printf("recursion: fib, mutual recursion, tree sums, ackermann: all checks passed\n");
+  return 0;
+}
