@@ -146,7 +146,13 @@ struct Warp {
   // Per-lane call stacks: (return pc, call instruction). Deeper lanes run
   // first, so lanes that diverged around a call meet again at its return.
   uint8_t depth[32] = {};
-  std::vector<std::pair<uint32_t, uint32_t>> frames[32];
+  struct Frame {
+    uint32_t ret_pc, call_pc, sp;  // sp: the lane's stack top when it called
+  };
+  std::vector<Frame> frames[32];
+  // Per lane: the top of its stack in its local memory (Function::stack_base
+  // up to local_bytes): recursive functions' frames and alloca.
+  uint32_t sp[32] = {};
   // Per lane: the registers of recursive callees, saved at their calls (Inst::save_count).
   std::vector<uint64_t> saved[32];
   // Open divergences, innermost last: (where their paths meet, lanes that

@@ -756,11 +756,22 @@ bool BlockRunner::step(Warp& w, int budget) {
       }
       case Op::kCall: {
         if (!m) break;
+        bool too_deep = false;
+        LANES(m) too_deep |= w.depth[l] >= kMaxCallDepth;
+        END_LANES
+        if (too_deep) {
+          fault(kErrLaunchFailure, "device call stack deeper than " + std::to_string(kMaxCallDepth), in, w, __builtin_ctz(m));
+          return false;
+        }
         // A recursive callee's registers (this lane may be inside it already)
         // are saved first; then the arguments, all read before any parameter
         // register is written, go into the callee's parameter registers.
         const size_t nargs = std::min(in.a.vec.size(), in.b.vec.size());
-        std::vector<uint64_t> args(nargs * 32);
+        uint64_t few[8 * 32];
+        std::vector<uint64_t> many(nargs > 8 ? nargs * 32 : 0);
+        uint64_t* args = nargs > 8 ? many.data() : few;
+        uint32_t sp_at_call[32];
+        std::memcpy(sp_at_call, w.sp, sizeof sp_at_call);
         for (size_t k = 0; k < nargs; ++k) {
           const uint64_t* S = &w.regs[static_cast<size_t>(in.a.vec[k].reg) * 32];
           LANES(m) args[k * 32 + static_cast<size_t>(l)] = S[l];
@@ -777,17 +788,28 @@ bool BlockRunner::step(Warp& w, int budget) {
           LANES(m) P[l] = args[k * 32 + static_cast<size_t>(l)];
           END_LANES
         }
-        bool overflow = false;
+        if (in.frame_bytes) {  // a recursive callee's local memory: a frame of its own on the lane's stack
+          bool overflow = false;
+          LANES(m)
+            uint32_t frame = (w.sp[l] + 15) & ~15u;
+            if (uint64_t{frame} + in.frame_bytes > fn_.local_bytes) {
+              overflow = true;
+            } else {
+              w.regs[static_cast<size_t>(in.frame_reg) * 32 + static_cast<size_t>(l)] = frame;
+              w.sp[l] = frame + in.frame_bytes;
+            }
+          END_LANES
+          if (overflow) {
+            fault(kErrLaunchFailure, "device stack overflow (" + std::to_string(fn_.local_bytes - fn_.stack_base) +
+                                         " bytes per thread)", in, w, __builtin_ctz(m));
+            return false;
+          }
+        }
         LANES(m)
-          if (w.depth[l] >= kMaxCallDepth) overflow = true;
-          w.frames[l].emplace_back(w.pc + 1, w.pc);
+          w.frames[l].push_back({w.pc + 1, w.pc, sp_at_call[l]});
           ++w.depth[l];
           w.lane_pc[l] = in.target;
         END_LANES
-        if (overflow) {
-          fault(kErrLaunchFailure, "device call stack deeper than " + std::to_string(kMaxCallDepth), in, w, __builtin_ctz(m));
-          return false;
-        }
         uint32_t stay = w.active & ~m;
         LANES(stay) w.lane_pc[l] = w.pc + 1;
         END_LANES
@@ -800,8 +822,9 @@ bool BlockRunner::step(Warp& w, int budget) {
       case Op::kRetFunc: {
         if (!m) break;
         LANES(m)
-          auto [ret_pc, call_pc] = w.frames[l].back();
+          auto [ret_pc, call_pc, sp] = w.frames[l].back();
           w.frames[l].pop_back();
+          w.sp[l] = sp;  // what the callee took (its frame, its allocas) goes back
           --w.depth[l];
           const Inst& call = code[call_pc];
           const bool returns = call.c.kind == Operand::kParamReg && call.d.kind == Operand::kParamReg;
@@ -823,6 +846,44 @@ bool BlockRunner::step(Warp& w, int budget) {
         w.active = 0;
         advance = false;
         reschedule(w);
+        break;
+      }
+      case Op::kAlloca: {  // alloca.type d, size{, align}: from the lane's stack, given back when its function returns
+        const uint64_t* A = src(in.a, w, ta);
+        uint64_t align = in.b.kind == Operand::kImm && in.b.imm ? in.b.imm : 8;
+        if (align & (align - 1)) align = 8;
+        bool overflow = false;
+        LANES(m)
+          uint64_t at = (uint64_t{w.sp[l]} + align - 1) & ~(align - 1);
+          if (at + A[l] > fn_.local_bytes || A[l] > fn_.local_bytes) {
+            overflow = true;
+          } else {
+            D[l] = at;
+            w.sp[l] = static_cast<uint32_t>(at + A[l]);
+          }
+        END_LANES
+        if (overflow) {
+          fault(kErrLaunchFailure, "alloca beyond the device stack (" + std::to_string(fn_.local_bytes - fn_.stack_base) +
+                                       " bytes per thread)", in, w, __builtin_ctz(m));
+          return false;
+        }
+        break;
+      }
+      case Op::kStackSave:
+        LANES(m) D[l] = w.sp[l];
+        END_LANES
+        break;
+      case Op::kStackRestore: {  // stackrestore.type a (the parser's first operand)
+        const uint64_t* A = src(in.d, w, ta);
+        bool bad = false;
+        LANES(m)
+          if (A[l] < fn_.stack_base || A[l] > fn_.local_bytes) bad = true;
+          else w.sp[l] = static_cast<uint32_t>(A[l]);
+        END_LANES
+        if (bad) {
+          fault(kErrLaunchFailure, "stackrestore to an address that stacksave did not give", in, w, __builtin_ctz(m));
+          return false;
+        }
         break;
       }
       case Op::kRet:
@@ -1106,6 +1167,7 @@ LaunchResult Interpreter::run(const Launch& L) {
       w.valid = n == 32 ? 0xffffffffu : (1u << n) - 1;
       w.active = w.valid;
       w.regs.assign(static_cast<size_t>(fn.num_regs) * 32, 0);
+      for (uint32_t& top : w.sp) top = fn.stack_base;
     }
   };
   // A finished block's output, instructions and fault (the first one wins); mu held.

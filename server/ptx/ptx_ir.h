@@ -44,7 +44,7 @@ enum class Op : uint8_t {
   kRcp, kSqrt, kRsqrt, kEx2, kLg2, kSin, kCos, kTanh, kCopysign, kTestp,
   kCallPrintf, kCallAssert, kCall, kRetFunc, kNop, kBmsk, kBfind, kFns, kCallMalloc, kCallFree,
   kCpAsync, kMbarrier, kWmma, kMma, kLdmatrix, kAddCarry, kDp4a, kDp2a, kSad, kElect, kIsspacep, kZero,
-  kSzext, kMovmatrix,
+  kSzext, kMovmatrix, kAlloca, kStackSave, kStackRestore,
 };
 
 enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };
@@ -96,6 +96,9 @@ struct Inst {
   // kCall into a recursive device function: the callee's registers (it may be
   // active already on this lane), saved at the call and restored at its return.
   uint32_t save_base = 0, save_count = 0;
+  // ...whose local memory is a frame of `frame_bytes` on the lane's stack, its
+  // address in the callee's register `frame_reg` (0 bytes: no frame).
+  uint32_t frame_reg = 0, frame_bytes = 0;
   Operand d, d2, a, b, c, e;  // d2: second destination (setp p|q)
   uint32_t line = 0;      // source line, for error messages
   // wmma: the shape (m, n, k) and the multiplicands' element type (a and b).
@@ -164,7 +167,11 @@ struct Function {
   uint32_t num_regs = 0;
   uint32_t static_shared = 0;   // bytes of .shared declared (module + function scope used)
   uint32_t shared_align = 16;
-  uint32_t local_bytes = 0;     // per-thread .local
+  uint32_t local_bytes = 0;     // per-thread .local (with the stack, when there is one)
+  // Entries whose code needs a stack (frames of recursive functions, alloca):
+  // where it starts in each thread's local memory; it ends at local_bytes.
+  uint32_t stack_base = 0;
+  bool uses_stack = false;      // alloca / stacksave / stackrestore in its own code
   uint32_t max_threads = 0;     // .maxntid / .reqntid (__launch_bounds__): threads per block at most; 0: no bound
   std::vector<Inst> code;
   // Per instruction: where a conditional branch's paths meet again

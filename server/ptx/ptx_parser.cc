@@ -603,10 +603,12 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       {"isspacep", Op::kIsspacep}, {"createpolicy", Op::kZero}, {"griddepcontrol", Op::kNop},
       {"setmaxnreg", Op::kNop}, {"discard", Op::kNop}, {"applypriority", Op::kNop}, {"ldmatrix", Op::kLdmatrix}, {"stmatrix", Op::kLdmatrix},
       {"madc", Op::kMad}, {"szext", Op::kSzext}, {"movmatrix", Op::kMovmatrix},
+      {"alloca", Op::kAlloca}, {"stacksave", Op::kStackSave}, {"stackrestore", Op::kStackRestore},
   };
   auto op = kOps.find(base);
   if (op == kOps.end()) return bad(in.line, "instruction '" + opcode + "' is not supported by the rgpu PTX interpreter");
   in.op = op->second;
+  if (in.op == Op::kAlloca || in.op == Op::kStackSave || in.op == Op::kStackRestore) f.uses_stack = true;
   if (in.op == Op::kCpAsync || in.op == Op::kMbarrier) {
     RGPU_TRY(asyncModifiers(in, parts, opcode));
     return parseOperands(f, in, opcode);
@@ -1447,8 +1449,11 @@ Result<Module> Parser::run() {
 // past the caller's and its branch targets shifted. A function that can reach
 // itself (directly or through others) has one register set too: every call to
 // it saves that set on the calling lane's stack and its return restores it, so
-// each activation sees its own registers. Such a function may not keep a local
-// stack frame (its frame would be shared by every activation): refused.
+// each activation sees its own registers. Its local memory (a stack frame) is
+// not placed: each call takes a frame of its own from the thread's stack, at
+// the address an extra register of the function holds, and every reference to
+// the function's local depot becomes relative to that register. alloca takes
+// from the same stack; a call's return gives back what its callee took.
 Status Parser::link() {
   // The functions on a call cycle.
   std::set<std::string> recursive;
@@ -1476,11 +1481,13 @@ Status Parser::link() {
   for (auto& kv : m_.functions) {
     const std::string& name = kv.first;
     Function& entry = kv.second;
-    if (!entry.is_entry || !entry.has_calls) continue;
+    if (!entry.is_entry || (!entry.has_calls && !entry.uses_stack)) continue;
     std::map<std::string, std::pair<uint32_t, uint32_t>> placed;  // name -> (pc base, reg base)
     std::vector<Inst> code = entry.code;
     uint32_t regs = entry.num_regs;
     uint32_t local = entry.local_bytes;
+    bool needs_stack = entry.uses_stack, uses_alloca = entry.uses_stack;
+    uint32_t max_frame = 0;  // the largest frame of a recursive function
     std::vector<std::string> stack;
     std::function<Status(size_t, size_t)> resolve = [&](size_t from, size_t to) -> Status {
       for (size_t k = from; k < to; ++k) {
@@ -1490,9 +1497,7 @@ Status Parser::link() {
         if (fit == m_.functions.end() || fit->second.is_entry)
           return bad(code[k].line, "call to unknown device function " + callee);
         const Function& fn = fit->second;
-        if (recursive.count(callee) && fn.local_bytes)
-          return bad(code[k].line, "recursive device function " + callee + " with a local stack frame (" +
-                                       std::to_string(fn.local_bytes) + " bytes of local memory) is not supported");
+        const bool framed = recursive.count(callee) && fn.local_bytes;
         if (fn.static_shared > m_.module_shared_bytes)
           return bad(code[k].line, "shared memory declared inside device function " + callee + " is not supported");
         if (code[k].a.vec.size() != fn.param_regs.size())
@@ -1501,8 +1506,13 @@ Status Parser::link() {
         if (pl == placed.end()) {
           uint32_t pc_base = static_cast<uint32_t>(code.size()), reg_base = regs;
           uint32_t local_base = (local + 15) & ~15u;
-          regs += fn.num_regs;
-          local = local_base + fn.local_bytes;
+          // A framed function's depot is on the stack, its address in one more register.
+          const uint32_t frame_reg = reg_base + fn.num_regs;
+          regs += fn.num_regs + (framed ? 1 : 0);
+          if (!framed) local = local_base + fn.local_bytes;
+          needs_stack |= framed || fn.uses_stack;
+          uses_alloca |= fn.uses_stack;
+          if (framed) max_frame = std::max(max_frame, (fn.local_bytes + 15) & ~15u);
           if (regs > kMaxRegsPerFunction || local > kMaxLocalBytes || code.size() + fn.code.size() > kMaxInstsPerFunction)
             return bad(code[k].line, "kernel " + name + " with its device functions is too large");
           pl = placed.emplace(callee, std::make_pair(pc_base, reg_base)).first;
@@ -1514,7 +1524,33 @@ Status Parser::link() {
               if (o.sym_space == Space::kLocal && (o.kind == Operand::kImm || o.kind == Operand::kAddr) && !o.has_base)
                 o.imm += local_base;
             };
+            // In a framed function: the depot as an offset from the frame register.
+            auto toFrame = [&](Operand& o) -> Status {
+              if (!framed || o.sym_space != Space::kLocal || o.has_base) return Status::ok();
+              if (o.kind == Operand::kAddr) {
+                o.has_base = true;
+                o.reg = frame_reg;
+                return Status::ok();
+              }
+              if (o.kind != Operand::kImm) return Status::ok();
+              if (in.op != Op::kMov || &o != &in.a)
+                return bad(in.line, "the local depot of recursive device function " + callee +
+                                        " used other than by mov or an address is not supported");
+              in.op = Op::kAdd;  // mov d, __local_depot+k  ->  add d, frame, k
+              in.b = o;
+              in.b.sym_space = Space::kGeneric;
+              o = Operand();
+              o.kind = Operand::kReg;
+              o.reg = frame_reg;
+              return Status::ok();
+            };
             for (Operand* o : {&in.d, &in.d2, &in.a, &in.b, &in.c, &in.e}) {
+              RGPU_TRY(toFrame(*o));
+              for (auto& v : o->vec) RGPU_TRY(toFrame(v));
+            }
+            for (Operand* o : {&in.d, &in.d2, &in.a, &in.b, &in.c, &in.e}) {
+              if (o->has_base && o->reg == frame_reg && framed) continue;  // already this kernel's numbering
+              if (o->kind == Operand::kReg && o->reg == frame_reg && framed) continue;
               shift(*o);
               for (auto& v : o->vec) shift(v);
             }
@@ -1534,6 +1570,11 @@ Status Parser::link() {
         Inst& call = code[k];
         call.target = pl->second.first;
         if (recursive.count(callee)) call.save_base = pl->second.second, call.save_count = fn.num_regs;
+        if (framed) {
+          call.save_count += 1;  // the frame register too
+          call.frame_reg = pl->second.second + fn.num_regs;
+          call.frame_bytes = (fn.local_bytes + 15) & ~15u;
+        }
         call.b.kind = Operand::kVec;
         call.b.vec.clear();
         for (uint32_t r : fn.param_regs) {
@@ -1551,6 +1592,18 @@ Status Parser::link() {
       return Status::ok();
     };
     RGPU_TRY(resolve(0, code.size()));
+    if (needs_stack) {
+      // Each thread's stack: a frame per call as deep as calls may go, and
+      // kAllocaStackBytes where alloca is used.
+      entry.stack_base = (local + 15) & ~15u;
+      uint64_t end = uint64_t{entry.stack_base} + uint64_t{kMaxCallDepth} * max_frame + (uses_alloca ? kAllocaStackBytes : 0);
+      if (end > kMaxLocalBytes)
+        return bad(entry.code.empty() ? 0 : entry.code[0].line,
+                   "kernel " + name + " needs a stack of " + std::to_string(end - entry.stack_base) +
+                       " bytes per thread (recursive frames of " + std::to_string(max_frame) + " bytes, " +
+                       std::to_string(kMaxCallDepth) + " calls deep); the limit is " + std::to_string(kMaxLocalBytes));
+      local = static_cast<uint32_t>(end);
+    }
     entry.code = std::move(code);
     entry.num_regs = regs;
     entry.local_bytes = local;

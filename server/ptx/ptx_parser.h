@@ -25,6 +25,10 @@ inline constexpr uint64_t kMaxInstsPerModule = 2u << 20;
 inline constexpr uint64_t kMaxGlobalBytes = 256ull << 20;
 inline constexpr uint32_t kMaxSharedBytes = 228u * 1024;
 inline constexpr uint32_t kMaxLocalBytes = 512u * 1024;
+// Per thread, for alloca (and VLAs), in kernels that use it: what CUDA's
+// default cudaLimitStackSize gives a GPU thread (1 KiB) would fail programs
+// that size their VLAs by the data, so more.
+inline constexpr uint32_t kAllocaStackBytes = 16u * 1024;
 inline constexpr uint32_t kMaxCallDepth = 64;
 
 // cudaErrorInvalidPtx: the PTX could not be parsed or uses what we cannot run.

@@ -28,6 +28,30 @@ __device__ __noinline__ unsigned long long ackermann(unsigned m, unsigned long l
   return ackermann(m - 1, ackermann(m, n - 1));
 }
 
+// A recursive function with a stack frame (a local array whose address is
+// taken): each activation's frame is its own, the callee reads its caller's
+// through a pointer, and the caller's is intact when the callee returns.
+__device__ __noinline__ int pathSum(const int* vals, int depth, const int* parent) {
+  int buf[8];
+  for (int i = 0; i < 8; ++i) buf[i] = vals[(depth * 8 + i) % 64] + (parent ? parent[7 - i] : 0);
+  if (depth == 5) {
+    int s = 0;
+    for (int i = 0; i < 8; ++i) s += buf[i] * (i + 1);
+    return s;
+  }
+  int below = pathSum(vals, depth + 1, buf);
+  return below + buf[(depth + threadIdx.x) % 8];
+}
+
+// alloca: a buffer sized by the data on the thread's stack.
+__global__ void scratch(int* out, const int* vals, int n) {
+  int* p = static_cast<int*>(alloca(n * sizeof(int)));
+  for (int i = 0; i < n; ++i) p[i] = vals[i] * (int(threadIdx.x) + 1);
+  int s = 0;
+  for (int i = 0; i < n; ++i) s += p[n - 1 - i] * (i + 1);
+  out[threadIdx.x] = s + pathSum(vals, 0, nullptr);
+}
+
 __global__ void kernel(int* fibs, int* parity, long long* sums, int* depths, unsigned long long* ack, const int* tree,
                        int n) {
   int t = blockIdx.x * blockDim.x + threadIdx.x;
@@ -44,6 +68,18 @@ static long long hostSubtree(const std::vector<int>& tree, int node, int depth, 
   if (depth > *deepest) *deepest = depth;
   return tree[node] + hostSubtree(tree, 2 * node + 1, depth + 1, deepest) + hostSubtree(tree, 2 * node + 2, depth + 1, deepest);
 }
+static int hostPathSum(const int* vals, int depth, const int* parent, int tid) {
+  int buf[8];
+  for (int i = 0; i < 8; ++i) buf[i] = vals[(depth * 8 + i) % 64] + (parent ? parent[7 - i] : 0);
+  if (depth == 5) {
+    int s = 0;
+    for (int i = 0; i < 8; ++i) s += buf[i] * (i + 1);
+    return s;
+  }
+  int below = hostPathSum(vals, depth + 1, buf, tid);
+  return below + buf[(depth + tid) % 8];
+}
+
 static unsigned long long hostAck(unsigned m, unsigned long long n) {
   if (m == 0) return n + 1;
   if (n == 0) return hostAck(m - 1, 1);
@@ -85,6 +121,22 @@ int main() {
     EXPECT(d[t] == deepest);
     EXPECT(a[t] == hostAck(t % 3, t % 4));
   }
-  std::printf("recursion: fib, mutual recursion, tree sums, ackermann: all checks passed\n");
+  // Frames and alloca.
+  std::vector<int> vals(64);
+  for (int i = 0; i < 64; ++i) vals[i] = (i * 37) % 11 - 3;
+  int *d_vals, *d_out;
+  CHECK(cudaMalloc(&d_vals, 64 * sizeof(int)));
+  CHECK(cudaMalloc(&d_out, 32 * sizeof(int)));
+  CHECK(cudaMemcpy(d_vals, vals.data(), 64 * sizeof(int), cudaMemcpyHostToDevice));
+  scratch<<<1, 32>>>(d_out, d_vals, 40);
+  CHECK(cudaGetLastError());
+  std::vector<int> out(32);
+  CHECK(cudaMemcpy(out.data(), d_out, 32 * sizeof(int), cudaMemcpyDeviceToHost));
+  for (int t = 0; t < 32; ++t) {
+    int s = 0;
+    for (int i = 0; i < 40; ++i) s += vals[40 - 1 - i] * (t + 1) * (i + 1);
+    EXPECT(out[t] == s + hostPathSum(vals.data(), 0, nullptr, t));
+  }
+  std::printf("recursion: fib, mutual recursion, tree sums, ackermann, frames, alloca: all checks passed\n");
   return 0;
 }

@@ -1126,7 +1126,7 @@ TEST(PtxParser, InstructionsMustWriteToRegisters) {
   }
 }
 
-TEST(PtxParser, RecursionWithoutAStackFrameRunsAndEndlessRecursionEndsTheLaunch) {
+TEST(PtxParser, EndlessRecursionAndStackOverflowsEndTheLaunch) {
   // f calls itself for ever: the call stack's limit ends the launch, as a GPU's stack overflow does.
   std::string endless = ".version 9.0\n.target sm_75\n.address_size 64\n"
                         ".func f(.param .b32 f_param_0)\n{\n.reg .b32 %r<2>;\nld.param.u32 %r1, [f_param_0];\n"
@@ -1136,17 +1136,46 @@ TEST(PtxParser, RecursionWithoutAStackFrameRunsAndEndlessRecursionEndsTheLaunch)
   PtxRun r = run(endless);
   EXPECT_EQ(r.status.code(), kErrLaunchFailure) << r.status.message();
   EXPECT_NE(r.status.message().find("device call stack deeper than 64"), std::string::npos) << r.status.message();
-  // A recursive function with local memory would share one frame among its activations: refused.
+  // With a frame on the stack too.
   std::string framed = ".version 9.0\n.target sm_75\n.address_size 64\n"
                        ".func g(.param .b32 g_param_0)\n{\n.local .align 4 .b8 __local_depot0[16];\n.reg .b32 %r<2>;\n"
                        "ld.param.u32 %r1, [g_param_0];\nst.local.u32 [__local_depot0], %r1;\n"
                        "{\n.param .b32 param0;\nst.param.b32 [param0+0], %r1;\ncall.uni g, (param0);\n}\nret;\n}\n"
                        ".visible .entry k(.param .u64 out)\n{\n{\n.param .b32 param0;\nst.param.b32 [param0+0], 1;\n"
                        "call.uni g, (param0);\n}\nret;\n}\n";
-  auto m = parsePtx(framed);
-  ASSERT_FALSE(m);
-  EXPECT_NE(m.status().message().find("recursive device function g with a local stack frame (16 bytes"), std::string::npos)
-      << m.status().message();
+  PtxRun f = run(framed);
+  EXPECT_EQ(f.status.code(), kErrLaunchFailure) << f.status.message();
+  EXPECT_NE(f.status.message().find("device call stack deeper than 64"), std::string::npos) << f.status.message();
+  // alloca past the thread's stack, and stackrestore to an address stacksave never gave.
+  PtxRun big = run(kernel("mov.u64 %rd1, 1048576;\nalloca.u64 %rd2, %rd1, 16;\nst.local.u32 [%rd2], 1;\n"));
+  EXPECT_EQ(big.status.code(), kErrLaunchFailure) << big.status.message();
+  EXPECT_NE(big.status.message().find("alloca beyond the device stack (16384 bytes per thread)"), std::string::npos)
+      << big.status.message();
+  PtxRun restore = run(kernel("stackrestore.u64 %rd0;\n"));
+  EXPECT_EQ(restore.status.code(), kErrLaunchFailure) << restore.status.message();
+  // Within the stack: allocations in order, aligned, given back by stackrestore.
+  PtxRun ok = run(kernel(R"(
+stacksave.u64 %rd1;
+mov.u64 %rd9, 12;
+alloca.u64 %rd2, %rd9, 8;
+alloca.u64 %rd3, %rd9, 64;
+st.local.u32 [%rd3], 7;
+ld.local.u32 %r1, [%rd3];
+stackrestore.u64 %rd1;
+alloca.u64 %rd4, %rd9, 8;
+sub.u64 %rd5, %rd3, %rd2;
+and.b64 %rd6, %rd3, 63;
+sub.u64 %rd7, %rd4, %rd2;
+st.global.u32 [%rd0], %r1;
+st.global.u64 [%rd0+8], %rd5;
+st.global.u64 [%rd0+16], %rd6;
+st.global.u64 [%rd0+24], %rd7;
+)"));
+  ASSERT_TRUE(ok.status.isOk()) << ok.status.message();
+  EXPECT_EQ(u32(ok, 0), 7u);
+  EXPECT_GE(ok.out[1], 12u);   // the second allocation follows the first
+  EXPECT_EQ(ok.out[2], 0u);    // 64-byte aligned
+  EXPECT_EQ(ok.out[3], 0u);    // stackrestore gave both back: the same address again
 }
 
 TEST(PtxParser, SurvivesTruncatedAndMangledInput) {
