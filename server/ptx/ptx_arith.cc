@@ -755,9 +755,14 @@ bool BlockRunner::execArith(const Inst& in, Warp& w, uint32_t m) {
       const uint64_t* A = src(in.a, w, ta);
       const uint64_t* B = src(in.b, w, tb);
       const uint64_t* C = src(in.c, w, tc);
+      // The modes (in.mode 1..6: f4e b4e rc8 ecl ecr rc16) pick one of four
+      // fixed selectors by c's two low bits; their bytes are never sign-extended.
+      static constexpr uint16_t kModeSelectors[6][4] = {
+          {0x3210, 0x4321, 0x5432, 0x6543}, {0x5670, 0x6701, 0x7012, 0x0123}, {0x0000, 0x1111, 0x2222, 0x3333},
+          {0x3210, 0x3211, 0x3222, 0x3333}, {0x0000, 0x1110, 0x2210, 0x3210}, {0x1010, 0x3232, 0x1010, 0x3232}};
       LANES(m)
         uint64_t bytes = (static_cast<uint64_t>(static_cast<uint32_t>(B[l])) << 32) | static_cast<uint32_t>(A[l]);
-        uint32_t sel = static_cast<uint32_t>(C[l]), r = 0;
+        uint32_t sel = in.mode ? kModeSelectors[in.mode - 1][C[l] & 3] : static_cast<uint32_t>(C[l]), r = 0;
         for (int k = 0; k < 4; ++k) {
           uint32_t s = (sel >> (4 * k)) & 0xf;
           uint32_t byte = static_cast<uint32_t>((bytes >> (8 * (s & 7))) & 0xff);

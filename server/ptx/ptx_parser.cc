@@ -781,8 +781,12 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       in.approx = m == "approx";
       continue;
     }
-    if (in.op == Op::kPrmt && (m == "f4e" || m == "b4e" || m == "rc8" || m == "ecl" || m == "ecr" || m == "rc16"))
-      return bad(in.line, "prmt mode ." + m + " is not supported");
+    if (in.op == Op::kPrmt && (m == "f4e" || m == "b4e" || m == "rc8" || m == "ecl" || m == "ecr" || m == "rc16")) {
+      static const char* kModes[] = {"f4e", "b4e", "rc8", "ecl", "ecr", "rc16"};
+      for (uint8_t k = 0; k < 6; ++k)
+        if (m == kModes[k]) in.mode = static_cast<uint8_t>(k + 1);
+      continue;
+    }
     if (in.op == Op::kTestp && (m == "finite" || m == "infinite" || m == "number" || m == "notanumber" ||
                                 m == "normal" || m == "subnormal")) {
       static const char* kModes[] = {"finite", "infinite", "number", "notanumber", "normal", "subnormal"};

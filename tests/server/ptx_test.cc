@@ -235,6 +235,28 @@ st.global.u32 [%rd0+96], %r13;
   EXPECT_EQ(u32(r, 12), 0u);                                   // 32 wraps to 0: 0
 }
 
+TEST(PtxInteger, PrmtModesPickFixedByteWindows) {
+  // {b, a} = bytes 7..0 = 77 66 55 44 33 22 11 00; each mode with c = 0..3.
+  std::string body;
+  const char* modes[] = {"f4e", "b4e", "rc8", "ecl", "ecr", "rc16"};
+  int slot = 0;
+  for (const char* mode : modes)
+    for (int c = 0; c < 4; ++c, ++slot)
+      body += std::string("prmt.b32.") + mode + " %r1, 0x33221100, 0x77665544, " + std::to_string(c + 4 * slot) +
+              ";\nst.global.u32 [%rd0+" + std::to_string(8 * slot) + "], %r1;\n";
+  PtxRun r = run(kernel(body));
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  const uint32_t want[6][4] = {
+      {0x33221100, 0x44332211, 0x55443322, 0x66554433},  // f4e: a window sliding forward
+      {0x55667700, 0x66770011, 0x77001122, 0x00112233},  // b4e: backward
+      {0x00000000, 0x11111111, 0x22222222, 0x33333333},  // rc8: one byte four times
+      {0x33221100, 0x33221111, 0x33222222, 0x33333333},  // ecl: clamped at the left edge
+      {0x00000000, 0x11111100, 0x22221100, 0x33221100},  // ecr: clamped at the right edge
+      {0x11001100, 0x33223322, 0x11001100, 0x33223322}};  // rc16: one half twice
+  for (int m = 0; m < 6; ++m)
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(u32(r, m * 4 + c), want[m][c]) << modes[m] << " c=" << c;
+}
+
 TEST(PtxWarp, MovmatrixTransposesAnEightByEightMatrixOfHalves) {
   // Lane l holds row l/4, columns 2(l%4), 2(l%4)+1 of M[r][c] = 16r + c; after the
   // transpose it holds T[r][c] = M[c][r] = 16c + r in the same positions.
