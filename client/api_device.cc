@@ -304,3 +304,78 @@ RGPU_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(i
                                                                                unsigned int flags) {
   return guarded([&] { return occupancyImpl(numBlocks, func, blockSize, dynamicSMemSize, flags); });
 }
+
+// Thread-block clusters. How many clusters of `config` the device holds at
+// once, and the largest cluster a launch of `func` may use. The device
+// schedules a cluster's blocks together: the answer here is the blocks the
+// device holds at once (occupancy x multiprocessors) in whole clusters.
+namespace {
+Result<dim3> clusterOf(const KernelRecord& k, const cudaLaunchConfig_t* config, int device) {
+  for (unsigned i = 0; i < config->numAttrs; ++i)
+    if (config->attrs[i].id == cudaLaunchAttributeClusterDimension)
+      return dim3(config->attrs[i].val.clusterDim.x, config->attrs[i].val.clusterDim.y, config->attrs[i].val.clusterDim.z);
+  auto fa = rt().funcAttributes(k, device);
+  if (!fa) return fa.status();
+  if (fa->requiredClusterWidth > 0)
+    return dim3(static_cast<unsigned>(fa->requiredClusterWidth), static_cast<unsigned>(fa->requiredClusterHeight),
+                static_cast<unsigned>(fa->requiredClusterDepth));
+  return Status(err::kInvalidClusterSize, "no cluster dimension: neither the launch configuration nor the kernel gives one");
+}
+
+Status clusterDevice(int device) {
+  auto dev = rt().device(device);
+  if (!dev) return dev.status();
+  const auto& a = (*dev)->attributes;
+  if (static_cast<size_t>(cudaDevAttrClusterLaunch) >= a.size() || !a[cudaDevAttrClusterLaunch])
+    return Status(err::kNotSupported, "the device does not support thread-block clusters");
+  return Status::ok();
+}
+}  // namespace
+
+RGPU_EXPORT cudaError_t cudaOccupancyMaxActiveClusters(int* numClusters, const void* func, const cudaLaunchConfig_t* config) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(numClusters, "numClusters"));
+    RGPU_TRY(needPtr(config, "config"));
+    auto k = rt().kernelByHostFun(func);
+    if (!k) return k.status();
+    const int device = rt().currentDevice();
+    RGPU_TRY(clusterDevice(device));
+    auto c = clusterOf(**k, config, device);
+    if (!c) return c.status();
+    const uint64_t size = uint64_t{c->x} * c->y * c->z;
+    auto fa = rt().funcAttributes(**k, device);
+    if (!fa) return fa.status();
+    if (size == 0 || size > (fa->nonPortableClusterSizeAllowed ? 16u : 8u))
+      return Status(err::kInvalidClusterSize, "clusters of " + std::to_string(size) + " blocks");
+    const int threads = static_cast<int>(config->blockDim.x * config->blockDim.y * config->blockDim.z);
+    auto per_sm = rt().blocksPerMultiprocessor(**k, device, threads, config->dynamicSmemBytes);
+    if (!per_sm) return per_sm.status();
+    auto dev = rt().device(device);
+    if (!dev) return dev.status();
+    uint64_t blocks = uint64_t(*per_sm) * static_cast<uint64_t>((*dev)->attributes[cudaDevAttrMultiProcessorCount]);
+    *numClusters = static_cast<int>(blocks / size);
+    return Status::ok();
+  });
+}
+
+RGPU_EXPORT cudaError_t cudaOccupancyMaxPotentialClusterSize(int* clusterSize, const void* func,
+                                                             const cudaLaunchConfig_t* config) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(clusterSize, "clusterSize"));
+    RGPU_TRY(needPtr(config, "config"));
+    auto k = rt().kernelByHostFun(func);
+    if (!k) return k.status();
+    const int device = rt().currentDevice();
+    RGPU_TRY(clusterDevice(device));
+    auto fa = rt().funcAttributes(**k, device);
+    if (!fa) return fa.status();
+    const int threads = static_cast<int>(config->blockDim.x * config->blockDim.y * config->blockDim.z);
+    auto per_sm = rt().blocksPerMultiprocessor(**k, device, threads, config->dynamicSmemBytes);
+    if (!per_sm) return per_sm.status();
+    auto dev = rt().device(device);
+    if (!dev) return dev.status();
+    uint64_t blocks = uint64_t(*per_sm) * static_cast<uint64_t>((*dev)->attributes[cudaDevAttrMultiProcessorCount]);
+    *clusterSize = static_cast<int>(std::min<uint64_t>(fa->nonPortableClusterSizeAllowed ? 16 : 8, blocks));
+    return Status::ok();
+  });
+}

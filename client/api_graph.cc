@@ -456,6 +456,8 @@ RGPU_EXPORT cudaError_t cudaGraphKernelNodeSetAttribute(cudaGraphNode_t hNode, c
       case cudaLaunchAttributeMemSyncDomain:
       case cudaLaunchAttributeMemSyncDomainMap:
       case cudaLaunchAttributeCooperative:  // a cooperative kernel node (checked at instantiation)
+      case cudaLaunchAttributeClusterDimension:  // checked by the server at each launch
+      case cudaLaunchAttributeClusterSchedulingPolicyPreference:
         (*n)->p.attrs[attr] = *value;
         return Status::ok();
       default:

@@ -114,6 +114,7 @@ namespace {
 Status launchEx(const cudaLaunchConfig_t* config, const void* func, void** args, bool ptsz) {
   RGPU_TRY(needPtr(config, "config"));
   bool cooperative = false;
+  dim3 cluster(0, 0, 0);
   for (unsigned i = 0; i < config->numAttrs; ++i) {
     // Attributes change scheduling semantics (clusters, programmatic
     // serialization); refusing them is honest, ignoring them is not.
@@ -122,9 +123,14 @@ Status launchEx(const cudaLaunchConfig_t* config, const void* func, void** args,
       case cudaLaunchAttributeIgnore:
       case cudaLaunchAttributePriority:
       case cudaLaunchAttributeAccessPolicyWindow:
+      case cudaLaunchAttributeClusterSchedulingPolicyPreference:
         break;
       case cudaLaunchAttributeCooperative:
         cooperative = config->attrs[i].val.cooperative != 0;
+        break;
+      case cudaLaunchAttributeClusterDimension:
+        cluster = dim3(config->attrs[i].val.clusterDim.x, config->attrs[i].val.clusterDim.y,
+                       config->attrs[i].val.clusterDim.z);
         break;
       default:
         return Status(err::kNotSupported, "launch attribute " + std::to_string(config->attrs[i].id) +
@@ -134,7 +140,7 @@ Status launchEx(const cudaLaunchConfig_t* config, const void* func, void** args,
   auto k = rt().kernelByHostFun(func);
   if (!k) return k.status();
   return rt().launch(**k, config->gridDim, config->blockDim, args, config->dynamicSmemBytes, config->stream, ptsz,
-                     cooperative);
+                     cooperative, cluster);
 }
 }  // namespace
 

@@ -162,6 +162,10 @@ Result<NodeParams> nodeOf(wire::Request::Reader r, int device) {
       auto b = m.getParams();
       p.params.assign(reinterpret_cast<const char*>(b.begin()), b.size());
       if (m.getCooperative()) p.attrs[cudaLaunchAttributeCooperative].cooperative = 1;
+      if (m.hasCluster() && (m.getCluster().getX() || m.getCluster().getY() || m.getCluster().getZ())) {
+        auto& c = p.attrs[cudaLaunchAttributeClusterDimension].clusterDim;
+        c.x = m.getCluster().getX(), c.y = m.getCluster().getY(), c.z = m.getCluster().getZ();
+      }
       return p;
     }
     case R::MEMCPY_DTO_D: {

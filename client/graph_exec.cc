@@ -173,6 +173,10 @@ Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, cuda
           b.setX(p.block.x), b.setY(p.block.y), b.setZ(p.block.z);
           lk.setSharedMem(p.shmem);
           lk.setCooperative(cooperative);
+          if (auto cl = p.attrs.find(cudaLaunchAttributeClusterDimension); cl != p.attrs.end()) {
+            auto c = lk.initCluster();
+            c.setX(cl->second.clusterDim.x), c.setY(cl->second.clusterDim.y), c.setZ(cl->second.clusterDim.z);
+          }
           streamOn(lk.initStream(), device);
           lk.setParams(kj::arrayPtr(reinterpret_cast<const kj::byte*>(p.params.data()), p.params.size()));
         }));

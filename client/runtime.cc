@@ -689,9 +689,22 @@ Result<cudaFuncAttributes> Runtime::funcAttributes(const KernelRecord& k, int de
       attr.cacheModeCA = a.getCacheModeCA();
       attr.maxDynamicSharedSizeBytes = a.getMaxDynamicSharedSizeBytes();
       attr.preferredShmemCarveout = a.getPreferredShmemCarveout();
+      attr.clusterDimMustBeSet = a.getClusterDimMustBeSet();
+      attr.requiredClusterWidth = a.getRequiredClusterWidth();
+      attr.requiredClusterHeight = a.getRequiredClusterHeight();
+      attr.requiredClusterDepth = a.getRequiredClusterDepth();
+      attr.nonPortableClusterSizeAllowed = a.getNonPortableClusterSizeAllowed();
+      attr.clusterSchedulingPolicyPreference = a.getClusterSchedulingPolicyPreference();
       l.max_threads = static_cast<uint32_t>(std::max(0, attr.maxThreadsPerBlock));
       l.static_shared = attr.sharedSizeBytes;
       l.max_dynamic_shared = static_cast<uint64_t>(std::max(0, attr.maxDynamicSharedSizeBytes));
+      if (attr.requiredClusterWidth > 0 && attr.requiredClusterHeight > 0 && attr.requiredClusterDepth > 0) {
+        l.cluster_x = static_cast<uint32_t>(attr.requiredClusterWidth);
+        l.cluster_y = static_cast<uint32_t>(attr.requiredClusterHeight);
+        l.cluster_z = static_cast<uint32_t>(attr.requiredClusterDepth);
+      }
+      l.cluster_must_be_set = attr.clusterDimMustBeSet != 0;
+      l.non_portable_cluster = attr.nonPortableClusterSizeAllowed != 0;
     } else {
       s = r.status();
     }
@@ -734,7 +747,7 @@ void Runtime::forgetLaunchLimits(const KernelRecord& k, int device) {
 }
 
 Status Runtime::launch(const KernelRecord& k, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream,
-                       bool ptsz, bool cooperative) {
+                       bool ptsz, bool cooperative, dim3 cluster) {
   flushDeviceOutput();  // a launch flushes the printf buffer on a GPU
   auto s = this->stream(stream, ptsz);
   if (!s) return s.status();
@@ -743,6 +756,7 @@ Status Runtime::launch(const KernelRecord& k, dim3 grid, dim3 block, void** args
   if (cooperative)
     RGPU_TRY(checkCooperative(k, s->device, uint64_t{grid.x} * grid.y * grid.z, static_cast<int>(block.x * block.y * block.z),
                               shmem));
+  RGPU_TRY(checkCluster(k, grid, cluster, s->device));
 
   capnp::MallocMessageBuilder msg(128 + k.layout.param_bytes / 8);
   auto lk = msg.initRoot<wire::Request>().initLaunchKernel();
@@ -756,6 +770,10 @@ Status Runtime::launch(const KernelRecord& k, dim3 grid, dim3 block, void** args
   sr.setId(s->id);
   sr.setDevice(s->device);
   lk.setCooperative(cooperative);
+  if (cluster.x || cluster.y || cluster.z) {  // the server checks it against the kernel and the grid
+    auto c = lk.initCluster();
+    c.setX(cluster.x), c.setY(cluster.y), c.setZ(cluster.z);
+  }
   // Argument pointers point into the caller's stack frame: pack them now.
   auto params = lk.initParams(k.layout.param_bytes);
   for (size_t i = 0; i < k.layout.params.size(); ++i) {
@@ -784,6 +802,30 @@ Result<int> Runtime::blocksPerMultiprocessor(const KernelRecord& k, int device, 
   std::unique_lock lock(launch_limits_mu_);
   occupancy_[key] = n;
   return n;
+}
+
+Status Runtime::checkCluster(const KernelRecord& k, dim3 grid, dim3 cluster, int device_index) {
+  auto lim = launchLimits(k, device_index);
+  if (!lim) return lim.status();
+  const bool asked = cluster.x || cluster.y || cluster.z, own = lim->cluster_x != 0;
+  if (!asked && !own && !lim->cluster_must_be_set) return Status::ok();
+  auto dev = device(device_index);
+  if (!dev) return dev.status();
+  const auto& a = (*dev)->attributes;
+  if (static_cast<size_t>(cudaDevAttrClusterLaunch) >= a.size() || !a[cudaDevAttrClusterLaunch])
+    return Status(err::kNotSupported, "the device does not support thread-block clusters");
+  auto bad = [&](const std::string& why) { return Status(err::kInvalidClusterSize, "kernel " + k.name + ": " + why); };
+  if (asked && (!cluster.x || !cluster.y || !cluster.z)) return bad("cluster dimensions must all be at least 1");
+  if (asked && own && (cluster.x != lim->cluster_x || cluster.y != lim->cluster_y || cluster.z != lim->cluster_z))
+    return bad("the kernel's own cluster is " + std::to_string(lim->cluster_x) + "x" + std::to_string(lim->cluster_y) +
+               "x" + std::to_string(lim->cluster_z) + " blocks");
+  if (!asked && !own) return bad("it runs in clusters only: launch it with a cluster dimension");
+  dim3 c = asked ? cluster : dim3(lim->cluster_x, lim->cluster_y, lim->cluster_z);
+  if (grid.x % c.x || grid.y % c.y || grid.z % c.z) return bad("the grid is not a whole number of clusters");
+  const uint64_t size = uint64_t{c.x} * c.y * c.z;
+  if (size > (lim->non_portable_cluster ? 16u : 8u))
+    return bad("clusters of " + std::to_string(size) + " blocks; at most 8 (16 with cudaFuncAttributeNonPortableClusterSizeAllowed)");
+  return Status::ok();
 }
 
 Status Runtime::checkCooperative(const KernelRecord& k, int device_index, uint64_t blocks, int block_threads,

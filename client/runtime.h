@@ -72,6 +72,11 @@ struct LaunchLimits {
   uint32_t max_threads = 1024;  // honours __launch_bounds__
   uint64_t static_shared = 0;
   uint64_t max_dynamic_shared = 48 * 1024;
+  // Thread-block clusters: the kernel's own (__cluster_dims__ or
+  // cudaFuncAttributeRequiredCluster*; 0s: none), whether it needs one, and
+  // whether it may use non-portable sizes (up to 16 blocks).
+  uint32_t cluster_x = 0, cluster_y = 0, cluster_z = 0;
+  bool cluster_must_be_set = false, non_portable_cluster = false;
 };
 
 class Runtime {
@@ -185,10 +190,14 @@ class Runtime {
   // resident at once (cudaLaunchCooperativeKernel); a grid larger than the
   // device holds fails here with cudaErrorCooperativeLaunchTooLarge.
   Status launch(const KernelRecord& k, dim3 grid, dim3 block, void** args, size_t shmem, cudaStream_t stream,
-                bool ptsz, bool cooperative = false);
+                bool ptsz, bool cooperative = false, dim3 cluster = dim3(0, 0, 0));
   // Blocks of `k` one multiprocessor of `device` holds at once (the server's
   // occupancy answer, cached per block size and shared memory).
   Result<int> blocksPerMultiprocessor(const KernelRecord& k, int device, int block_threads, size_t shmem);
+  // The cluster a launch asks for (0s: none) fits the kernel and the grid, as
+  // the driver decides (cudaErrorInvalidClusterSize; cudaErrorNotSupported
+  // where the device has no clusters). Immediate, as CUDA's launch errors are.
+  Status checkCluster(const KernelRecord& k, dim3 grid, dim3 cluster, int device);
   // A cooperative grid of `blocks` fits on `device` at once.
   Status checkCooperative(const KernelRecord& k, int device, uint64_t blocks, int block_threads, size_t shmem);
 

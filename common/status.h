@@ -42,6 +42,7 @@ inline constexpr int kLaunchOutOfResources = 701;
 inline constexpr int kLaunchTimeout = 702;
 inline constexpr int kLaunchFailure = 719;
 inline constexpr int kCooperativeLaunchTooLarge = 720;
+inline constexpr int kInvalidClusterSize = 912;
 inline constexpr int kNotPermitted = 800;
 inline constexpr int kNotSupported = 801;
 inline constexpr int kIllegalState = 401;

@@ -320,6 +320,7 @@ struct LaunchKernel {
   stream @4 :StreamRef;
   params @5 :Data;           # packed exactly as the kernel's parameter block
   cooperative @6 :Bool;      # cudaLaunchCooperativeKernel: every block resident at once (grid-wide sync)
+  cluster @7 :Dim3;          # cudaLaunchAttributeClusterDimension; unset or 0s: the kernel's own (__cluster_dims__) or none
 }
 struct HostFuncEnqueue { id @0 :UInt64; stream @1 :StreamRef; }
 struct HostFuncDone { id @0 :UInt64; }
@@ -343,6 +344,12 @@ struct FuncAttributes {
   cacheModeCA @7 :Int32;
   maxDynamicSharedSizeBytes @8 :Int32;
   preferredShmemCarveout @9 :Int32;
+  clusterDimMustBeSet @10 :Int32;            # the kernel runs in clusters only
+  requiredClusterWidth @11 :Int32;           # __cluster_dims__ (0: none)
+  requiredClusterHeight @12 :Int32;
+  requiredClusterDepth @13 :Int32;
+  nonPortableClusterSizeAllowed @14 :Int32;
+  clusterSchedulingPolicyPreference @15 :Int32;
 }
 
 struct Reply {

@@ -47,6 +47,12 @@ struct FunctionAttributes {
   int binary_version = 0;
   int max_dynamic_shared = 48 * 1024;
   int preferred_carveout = -1;
+  // Thread-block clusters: the kernel's own cluster (__cluster_dims__; 0s: none),
+  // whether it runs in clusters only, and the cudaFuncSetAttribute settings.
+  int cluster_x = 0, cluster_y = 0, cluster_z = 0;
+  bool cluster_must_be_set = false;
+  int non_portable_cluster = 0;
+  int cluster_policy = 0;
 };
 
 struct LaunchConfig {
@@ -55,6 +61,12 @@ struct LaunchConfig {
   // Every block resident at once (cudaLaunchCooperativeKernel); a grid larger
   // than the device holds at once fails with cudaErrorCooperativeLaunchTooLarge.
   bool cooperative = false;
+  // Thread-block clusters (cudaLaunchAttributeClusterDimension); 0s: the
+  // kernel's own (__cluster_dims__), or none. The backend checks them: each
+  // divides the grid, at most 8 blocks (16 where the kernel allows
+  // non-portable sizes), only on compute capability 9.0 and later, else
+  // cudaErrorInvalidClusterSize (cudaErrorNotSupported before 9.0).
+  Dim3 cluster{0, 0, 0};
 };
 
 // A byte buffer handed from the session to a stream-ordered copy.

@@ -9,13 +9,11 @@ namespace rgpu::server {
 namespace {
 // What rgpu cannot offer a remote client (yet), whatever the GPU can do: a
 // kernel cannot reach the client's host memory over the network (no mapped
-// memory, so no unified addressing with it), and cluster launches are
-// refused, so none of them is reported.
+// memory, so no unified addressing with it), so none of them is reported.
 bool hiddenFromRemoteClients(int a) {
   switch (a) {
     case cudaDevAttrCanMapHostMemory:
     case cudaDevAttrUnifiedAddressing:
-    case cudaDevAttrClusterLaunch:
     case cudaDevAttrIntegrated:
     case cudaDevAttrManagedMemory:
     case cudaDevAttrConcurrentManagedAccess:
@@ -246,6 +244,7 @@ DeviceDescription describeSimDevice(const SimDeviceConfig& cfg, int index) {
       {cudaDevAttrHostNumaId, -1},
       {cudaDevAttrEccEnabled, 1},  // as on data-centre GPUs
       {cudaDevAttrMemSyncDomainCount, arch.mem_sync_domains},
+      {cudaDevAttrClusterLaunch, cfg.major >= 9 ? 1 : 0},  // thread-block clusters (the interpreter runs them)
       {cudaDevAttrSparseCudaArraySupported, 0},  // arrays: the Memory kinds issue
   };
   return describeDevice(cfg.name, uuid, cfg.memory, [&](int a) {

@@ -154,6 +154,7 @@ Status Session::onLaunchKernel(const FrameHeader& h, wire::Request::Reader req) 
     cfg.block = {m.getBlock().getX(), m.getBlock().getY(), m.getBlock().getZ()};
     cfg.shared_mem = m.getSharedMem();
     cfg.cooperative = m.getCooperative();
+    if (m.hasCluster()) cfg.cluster = {m.getCluster().getX(), m.getCluster().getY(), m.getCluster().getZ()};
     s = backend_->launch(key, m.getFunction(), cfg, std::string(params.begin(), params.end()));
   }
   finish(h, s);
@@ -178,6 +179,12 @@ Status Session::onFuncGetAttributes(const FrameHeader& h, wire::Request::Reader 
     o.setBinaryVersion(fa.binary_version);
     o.setMaxDynamicSharedSizeBytes(fa.max_dynamic_shared);
     o.setPreferredShmemCarveout(fa.preferred_carveout);
+    o.setClusterDimMustBeSet(fa.cluster_must_be_set);
+    o.setRequiredClusterWidth(fa.cluster_x);
+    o.setRequiredClusterHeight(fa.cluster_y);
+    o.setRequiredClusterDepth(fa.cluster_z);
+    o.setNonPortableClusterSizeAllowed(fa.non_portable_cluster);
+    o.setClusterSchedulingPolicyPreference(fa.cluster_policy);
   });
   return Status::ok();
 }

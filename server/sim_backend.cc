@@ -656,8 +656,14 @@ Result<uint32_t> SimBackend::registerFunction(uint32_t id, uint32_t module, cons
     return Status(err::kInvalidDeviceFunction, "kernel " + name + " is not in the module's fatbin");
   if (code->second.param_bytes != k->second.param_bytes)
     return Status(err::kInvalidKernelImage, "kernel " + name + ": PTX and cubin disagree on the parameter block");
-  functions_[id] = {module, name, k->second.param_bytes, 48 * 1024, m->second.program, &code->second,
-                    m->second.uses_printf};
+  Function fn;
+  fn.module = module;
+  fn.name = name;
+  fn.param_bytes = k->second.param_bytes;
+  fn.program = m->second.program;
+  fn.code = &code->second;
+  fn.uses_printf = m->second.uses_printf;
+  functions_[id] = std::move(fn);
   return k->second.param_bytes;
 }
 
@@ -676,6 +682,12 @@ Result<FunctionAttributes> SimBackend::functionAttributes(uint32_t function) {
   a.shared_size = f->second.code->static_shared;
   if (f->second.code->max_threads) a.max_threads_per_block = static_cast<int>(f->second.code->max_threads);
   a.max_dynamic_shared = f->second.max_dynamic_shared;
+  const ptx::Function& code = *f->second.code;
+  const Dim3 own = code.cluster_x ? Dim3{code.cluster_x, code.cluster_y, code.cluster_z} : f->second.required_cluster;
+  a.cluster_x = static_cast<int>(own.x), a.cluster_y = static_cast<int>(own.y), a.cluster_z = static_cast<int>(own.z);
+  a.cluster_must_be_set = code.explicit_cluster && !code.cluster_x;
+  a.non_portable_cluster = f->second.non_portable_cluster;
+  a.cluster_policy = f->second.cluster_policy;
   return a;
 }
 
@@ -694,6 +706,32 @@ Status SimBackend::setFunctionAttribute(uint32_t function, int attr, int value) 
     return Status::ok();
   }
   if (attr == kPreferredCarveout) return Status::ok();  // advisory, as on a GPU
+  Function& fn = f->second;
+  switch (attr) {
+    case cudaFuncAttributeRequiredClusterWidth:
+    case cudaFuncAttributeRequiredClusterHeight:
+    case cudaFuncAttributeRequiredClusterDepth: {
+      if (fn.code->cluster_x)
+        return Status(err::kNotPermitted, "kernel " + fn.name + " has its cluster dimensions from compile time (__cluster_dims__)");
+      if (value < 0 || value > 16) return Status(err::kInvalidValue, "cluster dimension out of range");
+      uint32_t* dim = attr == cudaFuncAttributeRequiredClusterWidth    ? &fn.required_cluster.x
+                      : attr == cudaFuncAttributeRequiredClusterHeight ? &fn.required_cluster.y
+                                                                       : &fn.required_cluster.z;
+      *dim = static_cast<uint32_t>(value);
+      return Status::ok();
+    }
+    case cudaFuncAttributeNonPortableClusterSizeAllowed:
+      if (value != 0 && value != 1) return Status(err::kInvalidValue, "cudaFuncAttributeNonPortableClusterSizeAllowed takes 0 or 1");
+      fn.non_portable_cluster = value;
+      return Status::ok();
+    case cudaFuncAttributeClusterSchedulingPolicyPreference:  // a preference, as on a GPU
+      if (value < cudaClusterSchedulingPolicyDefault || value > cudaClusterSchedulingPolicyLoadBalancing)
+        return Status(err::kInvalidValue, "unknown cluster scheduling policy");
+      fn.cluster_policy = value;
+      return Status::ok();
+    default:
+      break;
+  }
   return Status(err::kInvalidValue, "unsupported function attribute " + std::to_string(attr));
 }
 
@@ -736,8 +774,9 @@ Result<std::pair<DevPtr, uint64_t>> SimBackend::globalAddress(uint32_t module, c
   return std::make_pair(*p, size_hint);
 }
 
-Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& cfg, std::string params) {
+Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& requested, std::string params) {
   std::lock_guard lock(mu_);
+  LaunchConfig cfg = requested;  // with the cluster the launch gets
   auto f = functions_.find(function);
   if (f == functions_.end()) return Status(err::kInvalidDeviceFunction, "unknown function");
   if (params.size() != f->second.param_bytes)
@@ -759,6 +798,24 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
   uint64_t static_shared = f->second.code->static_shared;
   if (static_shared + cfg.shared_mem > ptx::kMaxSharedBytes)
     return Status(err::kInvalidValue, "static plus dynamic shared memory exceed the device's limit");
+  // Thread-block clusters: as the driver decides them (ptx::launchCluster), on 9.0 and later.
+  bool explicit_cluster = false;
+  {
+    const ptx::Function& code = *f->second.code;
+    const Dim3 own = code.cluster_x ? Dim3{code.cluster_x, code.cluster_y, code.cluster_z}
+                                    : (f->second.required_cluster.x && f->second.required_cluster.y && f->second.required_cluster.z
+                                           ? f->second.required_cluster
+                                           : Dim3{0, 0, 0});
+    auto c = ptx::launchCluster(f->second.name, {own.x, own.y, own.z}, code.explicit_cluster, {g.x, g.y, g.z},
+                                {cfg.cluster.x, cfg.cluster.y, cfg.cluster.z}, f->second.non_portable_cluster != 0,
+                                explicit_cluster);
+    if (!c) return Status(err::kInvalidClusterSize, c.status().message());
+    if (explicit_cluster && devices_[key.device].major < 9)
+      return Status(err::kNotSupported, "thread-block clusters need compute capability 9.0; the device has " +
+                                            std::to_string(devices_[key.device].major) + "." +
+                                            std::to_string(devices_[key.device].minor));
+    cfg.cluster = {c->x, c->y, c->z};
+  }
   if (cfg.cooperative) {
     // As on a GPU: the whole grid must fit on the device at once.
     uint64_t fits = uint64_t(occupancyLocked(f->second, static_cast<int>(threads), cfg.shared_mem)) *
@@ -788,7 +845,7 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
   }
   ptx::DeviceHeap* heap = heaps_[key.device].get();
   if (gate_) gate_->queued(key.device);
-  Status queued = enqueueLocked(*s, [this, key, function, cfg, name, program, code, sm_count, printf_fifo, heap,
+  Status queued = enqueueLocked(*s, [this, key, function, cfg, name, program, code, sm_count, printf_fifo, heap, explicit_cluster,
                                      params = std::move(params)] {
     if (launch_log_.is_open()) {
       std::ostringstream line;
@@ -829,6 +886,8 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
     L.heap = heap;
     L.cooperative = cfg.cooperative;
     L.grid_workspace = reinterpret_cast<uint64_t>(workspace.get());
+    L.cluster = {cfg.cluster.x, cfg.cluster.y, cfg.cluster.z};
+    L.explicit_cluster = explicit_cluster;
     ptx::LaunchResult r;
     runAsKernel(key.device, [&] {
       if (opts_.kernel_timeout_ms) {

@@ -185,6 +185,10 @@ class SimBackend final : public Backend {
     std::string name;
     uint32_t param_bytes = 0;
     int max_dynamic_shared = 48 * 1024;
+    // cudaFuncSetAttribute: the required cluster (where the kernel has none of
+    // its own), non-portable cluster sizes, the scheduling preference (a hint).
+    Dim3 required_cluster{0, 0, 0};
+    int non_portable_cluster = 0, cluster_policy = 0;
     std::shared_ptr<const ptx::Module> program;
     const ptx::Function* code = nullptr;  // inside `program`
     bool uses_printf = false;             // its module calls vprintf

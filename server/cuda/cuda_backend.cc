@@ -541,18 +541,30 @@ Status CudaBackend::launch(StreamKey key, uint32_t function, const LaunchConfig&
                    CU_LAUNCH_PARAM_END};
   CUresult r = CUDA_SUCCESS;
   (void)asKernel(s->first, s->second, f.name, [&] {  // r says how it went
-    if (cfg.cooperative) {
-      // cuLaunchKernelEx takes the packed block (cuLaunchCooperativeKernel only argument pointers).
-      CUlaunchAttribute coop{};
-      coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
-      coop.value.cooperative = 1;
+    const bool cluster = cfg.cluster.x || cfg.cluster.y || cfg.cluster.z;
+    if (cfg.cooperative || cluster) {
+      // cuLaunchKernelEx takes the packed block (cuLaunchCooperativeKernel only
+      // argument pointers) and the attributes; the driver checks the cluster
+      // against the kernel's own (__cluster_dims__) and the grid.
+      CUlaunchAttribute attrs[2] = {};
+      unsigned n = 0;
+      if (cfg.cooperative) {
+        attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+        attrs[n++].value.cooperative = 1;
+      }
+      if (cluster) {
+        attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attrs[n].value.clusterDim.x = cfg.cluster.x;
+        attrs[n].value.clusterDim.y = cfg.cluster.y;
+        attrs[n++].value.clusterDim.z = cfg.cluster.z;
+      }
       CUlaunchConfig lc{};
       lc.gridDimX = cfg.grid.x, lc.gridDimY = cfg.grid.y, lc.gridDimZ = cfg.grid.z;
       lc.blockDimX = cfg.block.x, lc.blockDimY = cfg.block.y, lc.blockDimZ = cfg.block.z;
       lc.sharedMemBytes = static_cast<unsigned>(cfg.shared_mem);
       lc.hStream = s->second;
-      lc.attrs = &coop;
-      lc.numAttrs = 1;
+      lc.attrs = attrs;
+      lc.numAttrs = n;
       r = api.cuLaunchKernelEx(&lc, f.handle, nullptr, params.empty() ? nullptr : extra);
     } else {
       r = api.cuLaunchKernel(f.handle, cfg.grid.x, cfg.grid.y, cfg.grid.z, cfg.block.x, cfg.block.y, cfg.block.z,
@@ -867,6 +879,17 @@ Result<FunctionAttributes> CudaBackend::functionAttributes(uint32_t function) {
   RGPU_TRY(get(CU_FUNC_ATTRIBUTE_BINARY_VERSION, fa.binary_version));
   RGPU_TRY(get(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fa.max_dynamic_shared));
   RGPU_TRY(get(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, fa.preferred_carveout));
+  // Thread-block clusters (drivers without them say "invalid value": none).
+  auto optional = [&](CUfunction_attribute a, auto& out) {
+    int v = 0;
+    if (api.cuFuncGetAttribute(&v, a, f.handle) == CUDA_SUCCESS) out = static_cast<std::remove_reference_t<decltype(out)>>(v);
+  };
+  optional(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, fa.cluster_x);
+  optional(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT, fa.cluster_y);
+  optional(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH, fa.cluster_z);
+  optional(CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET, fa.cluster_must_be_set);
+  optional(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, fa.non_portable_cluster);
+  optional(CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE, fa.cluster_policy);
   return fa;
 }
 

@@ -137,6 +137,9 @@ struct Warp {
   uint32_t waiting = 0;  // lanes parked at other program counters (lane_pc)
   uint32_t pc = 0;
   bool at_barrier = false;
+  // barrier.cluster: the phase its last arrive was in; waiting for that phase to complete.
+  uint64_t cluster_phase = 0;
+  bool cluster_wait = false;
   uint32_t barrier = 0;        // id waited at
   uint32_t bar_mask = 0;       // lanes that reached the barrier (for bar.red results)
   int32_t bar_dest = -1;       // bar.red destination register
@@ -161,8 +164,13 @@ struct Warp {
   std::vector<uint64_t> regs;
 };
 
+struct Cluster;
+
 struct Block {
   uint32_t cx, cy, cz;
+  // Its cluster (null: a cluster of its own), its rank and place in it.
+  Cluster* cluster = nullptr;
+  uint32_t rank = 0, ccx = 0, ccy = 0, ccz = 0;
   // Per named barrier (0..15): expected threads (0 = all live), arrivals
   // without waiting, and the running bar.red reduction.
   uint32_t bar_expected[16] = {};
@@ -175,6 +183,19 @@ struct Block {
   std::string output;
   uint64_t printf_dropped = 0;
   uint64_t insts = 0;
+};
+
+// The blocks of one cluster, in rank order, and its split barrier
+// (barrier.cluster.arrive / .wait): a phase completes when every live thread
+// of the cluster has arrived in it. One thread runs all of them.
+struct Cluster {
+  std::vector<Block*> blocks;
+  uint64_t arrived = 0;  // threads, in the current phase
+  uint64_t phase = 0;    // completed phases
+  // Live threads of all its blocks.
+  uint64_t live() const;
+  // Completes the phase when every live thread has arrived.
+  void settle();
 };
 
 class BlockRunner {
@@ -191,6 +212,11 @@ class BlockRunner {
   // interleaves the rounds of all its blocks, so every block is resident.
   bool slice();
   const Fault& faulted() const { return fault_; }
+  // The last slice ran nothing: every live warp waits at a barrier that only
+  // other blocks of its cluster can complete.
+  bool stalled() const { return stalled_; }
+  // Ends the block with `what` (a deadlock the cluster's runner found).
+  void fail(int code, const std::string& what);
 
  private:
   // Runs warp w until it blocks, finishes, or `budget` instructions pass.
@@ -229,6 +255,7 @@ class BlockRunner {
   Block& b_;
   std::atomic<bool>& abort_;
   Fault fault_;
+  bool stalled_ = false;
   uint64_t cache_lo_ = 1, cache_hi_ = 0;  // last global range hit
 };
 

@@ -148,8 +148,43 @@ uint64_t BlockRunner::specialValue(Special s, const Warp& w, int lane) const {
     case Special::kEnvregHi: return L_.grid_workspace >> 32;
     case Special::kEnvregLo: return L_.grid_workspace & 0xffffffffu;
     case Special::kEnvregOther: return 0;
+    case Special::kClusterCtaidX: return b_.ccx;
+    case Special::kClusterCtaidY: return b_.ccy;
+    case Special::kClusterCtaidZ: return b_.ccz;
+    case Special::kClusterNctaidX: return L_.cluster.x;
+    case Special::kClusterNctaidY: return L_.cluster.y;
+    case Special::kClusterNctaidZ: return L_.cluster.z;
+    case Special::kClusteridX: return b_.cx / L_.cluster.x;
+    case Special::kClusteridY: return b_.cy / L_.cluster.y;
+    case Special::kClusteridZ: return b_.cz / L_.cluster.z;
+    case Special::kNclusteridX: return L_.grid.x / L_.cluster.x;
+    case Special::kNclusteridY: return L_.grid.y / L_.cluster.y;
+    case Special::kNclusteridZ: return L_.grid.z / L_.cluster.z;
+    case Special::kClusterCtarank: return b_.rank;
+    case Special::kClusterNctarank: return uint64_t{L_.cluster.x} * L_.cluster.y * L_.cluster.z;
+    case Special::kIsExplicitCluster: return L_.explicit_cluster;
   }
   return 0;
+}
+
+uint64_t Cluster::live() const {
+  uint64_t n = 0;
+  for (const Block* b : blocks)
+    for (const Warp& w : b->warps) n += static_cast<uint64_t>(__builtin_popcount(w.valid & ~w.exited));
+  return n;
+}
+
+void Cluster::settle() {
+  if (arrived && arrived >= live()) {
+    ++phase;
+    arrived = 0;
+  }
+}
+
+void BlockRunner::fail(int code, const std::string& what) {
+  if (fault_.code) return;
+  fault_ = {code, what};
+  abort_.store(true);
 }
 
 const uint64_t* BlockRunner::src(const Operand& o, Warp& w, uint64_t* tmp) {
@@ -213,10 +248,20 @@ bool BlockRunner::resolve(Space space, uint64_t addr, uint32_t size, const Warp&
     }
   }
   switch (space) {
-    case Space::kShared:
-      if (addr > b_.shared.size() || size > b_.shared.size() - addr) return false;
-      out = b_.shared.data() + addr;
+    case Space::kShared: {
+      // Bits 24..31 of a shared address name a block of the cluster (rank + 1,
+      // as mapa makes them): its shared memory. 0: this block's own.
+      Block* target = &b_;
+      if (uint64_t r = (addr >> 24) & 0xff) {
+        const size_t n = b_.cluster ? b_.cluster->blocks.size() : 1;
+        if (r - 1 >= n || addr >> 32) return false;
+        target = b_.cluster ? b_.cluster->blocks[r - 1] : &b_;
+        addr &= 0xffffff;
+      }
+      if (addr > target->shared.size() || size > target->shared.size() - addr) return false;
+      out = target->shared.data() + addr;
       return true;
+    }
     case Space::kLocal: {
       if (addr > fn_.local_bytes || size > fn_.local_bytes - addr) return false;
       out = b_.local.data() + static_cast<size_t>(w.id * 32 + static_cast<uint32_t>(lane)) * fn_.local_bytes + addr;
@@ -945,6 +990,52 @@ bool BlockRunner::step(Warp& w, int budget) {
         w.at_barrier = true;
         return true;
       }
+      case Op::kClusterArrive: {  // barrier.cluster.arrive: this warp's lanes arrive in the current phase
+        if (!m) break;
+        Cluster& c = *b_.cluster;
+        c.arrived += static_cast<uint64_t>(__builtin_popcount(m));
+        w.cluster_phase = c.phase;
+        c.settle();
+        break;
+      }
+      case Op::kClusterWait: {  // barrier.cluster.wait: until the phase of the last arrive completes
+        if (!m || b_.cluster->phase > w.cluster_phase) break;
+        w.pc += 1;
+        w.cluster_wait = true;
+        return true;
+      }
+      case Op::kMapa:
+      case Op::kGetctarank: {
+        // A shared address of this block as the cluster sees it: bits 24..31
+        // hold the owning block's rank + 1 (see resolve()).
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = in.op == Op::kMapa ? src(in.b, w, tb) : nullptr;
+        const bool generic = in.space != Space::kShared;
+        bool bad = false;
+        LANES(m)
+          uint64_t a = A[l];
+          if (generic) {
+            if ((a & kWindowMask) != kSharedWindow) {
+              bad = true;
+              continue;
+            }
+            a -= kSharedWindow;
+          }
+          a = static_cast<uint32_t>(a);
+          uint64_t field = (a >> 24) & 0xff;
+          if (in.op == Op::kGetctarank) {
+            D[l] = field ? field - 1 : b_.rank;
+          } else {
+            uint64_t mapped = ((static_cast<uint64_t>(static_cast<uint32_t>(B[l])) + 1) << 24 | (a & 0xffffff)) & 0xffffffffu;
+            D[l] = generic ? (kSharedWindow | mapped) : mapped;
+          }
+        END_LANES
+        if (bad) {
+          fault(kErrIllegalAddress, std::string(in.op == Op::kMapa ? "mapa" : "getctarank") + " of an address outside shared memory", in, w, __builtin_ctz(m));
+          return false;
+        }
+        break;
+      }
       case Op::kBarWarp:
       case Op::kMembar:
       case Op::kNanosleep:
@@ -1073,15 +1164,26 @@ bool BlockRunner::slice() {
       abort_.store(true);
       return false;
     }
-    bool all_done = true, progressed = false;
+    bool all_done = true, progressed = false, cluster_waiting = false;
+    stalled_ = false;
     for (Warp& w : b_.warps) {
       if (w.done) continue;
       all_done = false;
       if (w.at_barrier) continue;
+      if (w.cluster_wait) {
+        if (b_.cluster->phase <= w.cluster_phase) {
+          cluster_waiting = true;
+          continue;
+        }
+        w.cluster_wait = false;
+      }
       progressed = true;
       if (!step(w, 4096)) return false;
     }
-    if (all_done) return false;
+    if (all_done) {
+      b_.cluster->settle();  // its threads no longer count at the cluster's barrier
+      return false;
+    }
     // Barriers: release a named barrier once its expected threads (default:
     // every live thread of the block) have arrived or wait there.
     bool released = false;
@@ -1111,6 +1213,17 @@ bool BlockRunner::slice() {
       b_.bar_expected[id] = 0;
       released = true;
     }
+    if (!released && !progressed && cluster_waiting) {
+      // Waiting for the cluster: other blocks of it may complete the phase.
+      b_.cluster->settle();
+      bool freed = false;
+      for (Warp& w : b_.warps) freed |= w.cluster_wait && b_.cluster->phase > w.cluster_phase;
+      if (freed) return true;
+      if (b_.cluster->blocks.size() > 1) {
+        stalled_ = true;
+        return true;
+      }
+    }
     if (!released && !progressed) {
       // Every live warp waits at a barrier that can never fill.
       for (Warp& w : b_.warps)
@@ -1134,6 +1247,11 @@ LaunchResult Interpreter::run(const Launch& L) {
   uint32_t nwarps = static_cast<uint32_t>((threads + 31) / 32);
   uint64_t nblocks = uint64_t{L.grid.x} * L.grid.y * L.grid.z;
   uint64_t shared_bytes = uint64_t{fn.static_shared} + L.dynamic_shared;
+  if (!L.cluster.x || !L.cluster.y || !L.cluster.z || L.grid.x % L.cluster.x || L.grid.y % L.cluster.y ||
+      L.grid.z % L.cluster.z) {
+    result.status = Status(kErrLaunchFailure, "the grid is not a whole number of clusters");
+    return result;
+  }
   if (shared_bytes > kMaxSharedBytes) {
     result.status = Status(kErrLaunchFailure, "shared memory of the launch exceeds the block limit");
     return result;
@@ -1178,6 +1296,41 @@ LaunchResult Interpreter::run(const Launch& L) {
     boundOutput(result.output, L.printf_fifo, result.printf_dropped);
     if (f.code && !first.code) first = f;
   };
+  // Clusters: block bi's cluster (index among the grid's clusters), its rank and place in it.
+  const Dim3 cd = L.cluster;
+  const uint64_t cluster_size = uint64_t{cd.x} * cd.y * cd.z;
+  const uint64_t nclusters = nblocks / cluster_size;
+  auto clusterOf = [&](Block& b) {
+    b.ccx = b.cx % cd.x, b.ccy = b.cy % cd.y, b.ccz = b.cz % cd.z;
+    b.rank = b.ccx + cd.x * (b.ccy + cd.y * b.ccz);
+    uint64_t kx = b.cx / cd.x, ky = b.cy / cd.y, kz = b.cz / cd.z;
+    return kx + uint64_t{L.grid.x / cd.x} * (ky + uint64_t{L.grid.y / cd.y} * kz);
+  };
+  // The blocks of a cluster run their slices in turn until all end; when every
+  // live one waits at the cluster barrier and none can go on, they deadlock.
+  auto runTogether = [&](std::vector<std::unique_ptr<BlockRunner>>& runners, std::vector<Cluster>& clusters) {
+    std::vector<bool> running(runners.size(), true);
+    for (uint64_t live = runners.size(); live;) {
+      bool any = false;
+      uint64_t phases = 0;
+      for (const Cluster& c : clusters) phases += c.phase;
+      for (size_t i = 0; i < runners.size(); ++i) {
+        if (!running[i]) continue;
+        if (!runners[i]->slice()) running[i] = false, --live, any = true;
+        else any |= !runners[i]->stalled();
+      }
+      uint64_t after = 0;
+      for (Cluster& c : clusters) {
+        c.settle();
+        after += c.phase;
+      }
+      if (!any && after == phases && live) {
+        for (size_t i = 0; i < runners.size(); ++i)
+          if (running[i]) runners[i]->fail(kErrLaunchFailure, "cluster barrier deadlock: the blocks of a cluster wait at barrier.cluster for threads that never arrive");
+        break;
+      }
+    }
+  };
   auto finish = [&] {
     result.thread_instructions = insts.load();
     boundOutput(result.output, L.printf_fifo, result.printf_dropped, true);
@@ -1203,18 +1356,64 @@ LaunchResult Interpreter::run(const Launch& L) {
       return result;
     }
     std::vector<Block> blocks(nblocks);
+    std::vector<Cluster> clusters(nclusters);
+    for (Cluster& c : clusters) c.blocks.resize(cluster_size);
     std::vector<std::unique_ptr<BlockRunner>> runners;
     for (uint64_t bi = 0; bi < nblocks; ++bi) {
       makeBlock(bi, blocks[bi]);
+      Cluster& c = clusters[clusterOf(blocks[bi])];
+      c.blocks[blocks[bi].rank] = &blocks[bi];
+      blocks[bi].cluster = &c;
       runners.push_back(std::make_unique<BlockRunner>(L, blocks[bi], abort));
     }
-    std::vector<bool> running(nblocks, true);
-    for (uint64_t live = nblocks; live;) {
-      for (uint64_t bi = 0; bi < nblocks; ++bi)
-        if (running[bi] && !runners[bi]->slice()) running[bi] = false, --live;
-    }
+    runTogether(runners, clusters);
     for (uint64_t bi = 0; bi < nblocks; ++bi) collect(blocks[bi], runners[bi]->faulted());
     if (L.budget) L.budget->give(total);
+    return finish();
+  }
+  if (cluster_size > 1) {
+    // Clusters in parallel, the blocks of each together on one thread.
+    const uint64_t cluster_bytes = block_bytes * cluster_size;
+    if (L.budget && cluster_bytes > L.budget->limit()) {
+      result.status = Status(kErrLaunchOutOfResources,
+                             "one cluster of this launch needs " + std::to_string(cluster_bytes) +
+                                 " bytes of interpreter memory for its blocks at once; the session may use " +
+                                 std::to_string(L.budget->limit()) + " ([limits] max_interpreter_bytes)");
+      return result;
+    }
+    pool_.parallelFor(nclusters, [&](uint64_t ci) {
+      if (abort.load(std::memory_order_relaxed)) return;
+      if (L.budget && !L.budget->take(cluster_bytes, [&] {
+            return abort.load(std::memory_order_relaxed) || (L.cancel && L.cancel->load(std::memory_order_relaxed)) ||
+                   std::chrono::steady_clock::now() > L.deadline;
+          })) {
+        std::lock_guard lock(mu);
+        if (!first.code && !abort.load()) first = Fault{kErrLaunchFailure, "stopped while waiting for interpreter memory"};
+        abort.store(true);
+        return;
+      }
+      // The cluster's blocks in rank order.
+      const uint64_t ncx = L.grid.x / cd.x, ncy = L.grid.y / cd.y;
+      const uint64_t kx = ci % ncx, ky = (ci / ncx) % ncy, kz = ci / (ncx * ncy);
+      std::vector<Block> blocks(cluster_size);
+      std::vector<Cluster> cluster(1);
+      cluster[0].blocks.resize(cluster_size);
+      std::vector<std::unique_ptr<BlockRunner>> runners;
+      for (uint64_t r = 0; r < cluster_size; ++r) {
+        uint64_t bx = kx * cd.x + r % cd.x, by = ky * cd.y + (r / cd.x) % cd.y, bz = kz * cd.z + r / (uint64_t{cd.x} * cd.y);
+        makeBlock(bx + uint64_t{L.grid.x} * (by + uint64_t{L.grid.y} * bz), blocks[r]);
+        (void)clusterOf(blocks[r]);
+        cluster[0].blocks[blocks[r].rank] = &blocks[r];
+        blocks[r].cluster = &cluster[0];
+        runners.push_back(std::make_unique<BlockRunner>(L, blocks[r], abort));
+      }
+      runTogether(runners, cluster);
+      {
+        std::lock_guard lock(mu);
+        for (uint64_t r = 0; r < cluster_size; ++r) collect(blocks[r], runners[r]->faulted());
+      }
+      if (L.budget) L.budget->give(cluster_bytes);
+    }, &abort);
     return finish();
   }
   pool_.parallelFor(nblocks, [&](uint64_t bi) {
@@ -1244,12 +1443,44 @@ LaunchResult Interpreter::run(const Launch& L) {
     } give{L.budget, block_bytes};
     Block b;
     makeBlock(bi, b);
+    Cluster solo;  // a cluster of its own (barrier.cluster, %cluster_* as on a GPU without clusters)
+    solo.blocks = {&b};
+    b.cluster = &solo;
     BlockRunner runner(L, b, abort);
     Fault f = runner.run();
     std::lock_guard lock(mu);
     collect(b, f);
   }, &abort);
   return finish();
+}
+
+Result<Dim3> launchCluster(const std::string& name, Dim3 own_dims, bool needs_cluster, Dim3 grid, Dim3 requested,
+                           bool non_portable, bool& explicit_cluster) {
+  const bool asked = requested.x || requested.y || requested.z;
+  const bool own = own_dims.x != 0;
+  struct {
+    std::string name;
+    uint32_t cluster_x, cluster_y, cluster_z;
+    bool explicit_cluster;
+  } fn{name, own_dims.x, own_dims.y, own_dims.z, needs_cluster};
+  auto bad = [](const std::string& what) { return Status(kErrInvalidClusterSize, what); };
+  if (asked && (!requested.x || !requested.y || !requested.z))
+    return bad("cluster dimensions must all be at least 1");
+  if (asked && own && (requested.x != fn.cluster_x || requested.y != fn.cluster_y || requested.z != fn.cluster_z))
+    return bad("kernel " + fn.name + " is compiled for clusters of " + std::to_string(fn.cluster_x) + "x" +
+               std::to_string(fn.cluster_y) + "x" + std::to_string(fn.cluster_z) + " blocks (__cluster_dims__)");
+  if (!asked && !own && fn.explicit_cluster) return bad("kernel " + fn.name + " runs in clusters only: launch it with a cluster dimension");
+  Dim3 c = asked ? requested : own ? Dim3{fn.cluster_x, fn.cluster_y, fn.cluster_z} : Dim3{1, 1, 1};
+  explicit_cluster = asked || own || fn.explicit_cluster;
+  if (grid.x % c.x || grid.y % c.y || grid.z % c.z)
+    return bad("the grid (" + std::to_string(grid.x) + "," + std::to_string(grid.y) + "," + std::to_string(grid.z) +
+               ") is not a whole number of clusters of " + std::to_string(c.x) + "x" + std::to_string(c.y) + "x" +
+               std::to_string(c.z) + " blocks");
+  const uint64_t size = uint64_t{c.x} * c.y * c.z, limit = non_portable ? 16 : 8;
+  if (size > limit)
+    return bad("clusters of " + std::to_string(size) + " blocks; at most " + std::to_string(limit) +
+               (non_portable ? "" : " (16 with cudaFuncAttributeNonPortableClusterSizeAllowed)"));
+  return c;
 }
 
 bool MemoryBudget::take(uint64_t bytes, const std::function<bool()>& stop) {

@@ -45,6 +45,7 @@ enum class Op : uint8_t {
   kCallPrintf, kCallAssert, kCall, kRetFunc, kNop, kBmsk, kBfind, kFns, kCallMalloc, kCallFree,
   kCpAsync, kMbarrier, kWmma, kMma, kLdmatrix, kAddCarry, kDp4a, kDp2a, kSad, kElect, kIsspacep, kZero,
   kSzext, kMovmatrix, kAlloca, kStackSave, kStackRestore,
+  kClusterArrive, kClusterWait, kMapa, kGetctarank,
 };
 
 enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };
@@ -60,6 +61,10 @@ enum class Special : uint8_t {
   kLaneid, kWarpid, kNwarpid, kLanemaskEq, kLanemaskLe, kLanemaskLt, kLanemaskGe, kLanemaskGt,
   kClock, kClock64, kGlobaltimer, kSmid, kNsmid, kGridid, kDynamicSmem, kTotalSmem,
   kEnvregHi, kEnvregLo, kEnvregOther,  // %envreg1, %envreg2, the other %envregN
+  // Thread-block clusters (sm_90).
+  kClusterCtaidX, kClusterCtaidY, kClusterCtaidZ, kClusterNctaidX, kClusterNctaidY, kClusterNctaidZ,
+  kClusteridX, kClusteridY, kClusteridZ, kNclusteridX, kNclusteridY, kNclusteridZ,
+  kClusterCtarank, kClusterNctarank, kIsExplicitCluster,
 };
 
 struct Operand {
@@ -173,6 +178,9 @@ struct Function {
   uint32_t stack_base = 0;
   bool uses_stack = false;      // alloca / stacksave / stackrestore in its own code
   uint32_t max_threads = 0;     // .maxntid / .reqntid (__launch_bounds__): threads per block at most; 0: no bound
+  // .reqnctapercluster (__cluster_dims__): the cluster every launch uses; 0: none given.
+  uint32_t cluster_x = 0, cluster_y = 0, cluster_z = 0;
+  bool explicit_cluster = false;  // .explicitcluster: launched in clusters only
   std::vector<Inst> code;
   // Per instruction: where a conditional branch's paths meet again
   // (ptx_reconverge.h); filled once the code is final.

@@ -101,6 +101,14 @@ bool parseSpecial(const std::string& n, Special& s) {
       {"%globaltimer", Special::kGlobaltimer}, {"%smid", Special::kSmid}, {"%nsmid", Special::kNsmid},
       {"%gridid", Special::kGridid}, {"%dynamic_smem_size", Special::kDynamicSmem},
       {"%total_smem_size", Special::kTotalSmem},
+      {"%cluster_ctaid.x", Special::kClusterCtaidX}, {"%cluster_ctaid.y", Special::kClusterCtaidY},
+      {"%cluster_ctaid.z", Special::kClusterCtaidZ}, {"%cluster_nctaid.x", Special::kClusterNctaidX},
+      {"%cluster_nctaid.y", Special::kClusterNctaidY}, {"%cluster_nctaid.z", Special::kClusterNctaidZ},
+      {"%clusterid.x", Special::kClusteridX}, {"%clusterid.y", Special::kClusteridY},
+      {"%clusterid.z", Special::kClusteridZ}, {"%nclusterid.x", Special::kNclusteridX},
+      {"%nclusterid.y", Special::kNclusteridY}, {"%nclusterid.z", Special::kNclusteridZ},
+      {"%cluster_ctarank", Special::kClusterCtarank}, {"%cluster_nctarank", Special::kClusterNctarank},
+      {"%is_explicit_cluster", Special::kIsExplicitCluster},
   };
   auto it = kSpecial.find(n);
   if (it == kSpecial.end()) {
@@ -604,6 +612,7 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       {"setmaxnreg", Op::kNop}, {"discard", Op::kNop}, {"applypriority", Op::kNop}, {"ldmatrix", Op::kLdmatrix}, {"stmatrix", Op::kLdmatrix},
       {"madc", Op::kMad}, {"szext", Op::kSzext}, {"movmatrix", Op::kMovmatrix},
       {"alloca", Op::kAlloca}, {"stacksave", Op::kStackSave}, {"stackrestore", Op::kStackRestore},
+      {"mapa", Op::kMapa}, {"getctarank", Op::kGetctarank},
   };
   auto op = kOps.find(base);
   if (op == kOps.end()) return bad(in.line, "instruction '" + opcode + "' is not supported by the rgpu PTX interpreter");
@@ -641,6 +650,15 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
     return parseOperands(f, in, opcode);
   }
   if (in.op == Op::kBar && parts.size() > 1 && parts[1] == "warp") in.op = Op::kBarWarp;
+  if (in.op == Op::kBar && parts.size() > 1 && parts[1] == "cluster") {  // barrier.cluster.arrive|wait{.relaxed|.acquire}{.aligned}
+    if (parts.size() < 3 || (parts[2] != "arrive" && parts[2] != "wait"))
+      return bad(in.line, "instruction '" + opcode + "' is not supported");
+    for (size_t k = 3; k < parts.size(); ++k)
+      if (parts[k] != "relaxed" && parts[k] != "acquire" && parts[k] != "release" && parts[k] != "aligned")
+        return bad(in.line, "modifier ." + parts[k] + " of '" + opcode + "' is not supported");
+    in.op = parts[2] == "arrive" ? Op::kClusterArrive : Op::kClusterWait;
+    return parseOperands(f, in, opcode);
+  }
   // Extended-precision integer arithmetic: add.cc / addc{.cc} / sub.cc / subc{.cc}.
   if (in.op == Op::kAddCarry) in.mode = kCarryIn | (base == "subc" ? kCarrySub : 0);
   if (base == "madc") in.carry = kCarryIn;  // madc{.hi,.lo}{.cc}: plus the carry flag
@@ -1107,7 +1125,7 @@ Status Parser::checkOperands(const Inst& in, const std::string& opcode) {
       return Status::ok();
     case Op::kBra: case Op::kRet: case Op::kExit: case Op::kTrap: case Op::kBarWarp: case Op::kMembar:
     case Op::kNanosleep: case Op::kNop: case Op::kCallPrintf: case Op::kCallAssert: case Op::kCall: case Op::kRetFunc:
-    case Op::kCallMalloc: case Op::kCallFree:
+    case Op::kCallMalloc: case Op::kCallFree: case Op::kClusterArrive: case Op::kClusterWait:
       return Status::ok();
     case Op::kElect:
       if (!isReg(in.d) && in.d.kind != Operand::kSink) return bad(in.line, opcode + ": the destination must be a register");
@@ -1333,10 +1351,31 @@ Status Parser::parseFunction(bool is_entry) {
   if (f.name.empty()) return bad(line(), "function without a name");
   if (peek() == "(") RGPU_TRY(parseParamList(f, is_entry));
   // Performance directives up to the body. .maxntid (__launch_bounds__) and
-  // .reqntid bound the threads of a block; .minnctapersm, .maxnreg and
-  // .noreturn only guide code generation.
+  // .reqntid bound the threads of a block; .reqnctapercluster
+  // (__cluster_dims__) fixes the cluster and .explicitcluster asks for one;
+  // .minnctapersm, .maxnreg, .maxclusterrank and .noreturn only guide code generation.
   while (!atEnd() && peek() != "{" && peek() != ";") {
     std::string d = next();
+    if (d == ".explicitcluster") {
+      f.explicit_cluster = true;
+      continue;
+    }
+    if (d == ".reqnctapercluster") {
+      uint32_t dims[3] = {1, 1, 1};
+      for (int dim = 0; dim < 3 && !atEnd(); ++dim) {
+        char* end = nullptr;
+        std::string n = peek();
+        unsigned long v = std::strtoul(n.c_str(), &end, 10);
+        if (n.empty() || *end || v == 0 || v > 16) return bad(line(), ".reqnctapercluster needs dimensions from 1 to 16");
+        dims[dim] = static_cast<uint32_t>(v);
+        ++i_;
+        if (peek() != ",") break;
+        ++i_;
+      }
+      f.cluster_x = dims[0], f.cluster_y = dims[1], f.cluster_z = dims[2];
+      f.explicit_cluster = true;
+      continue;
+    }
     if (d != ".maxntid" && d != ".reqntid") continue;
     uint64_t threads = 1;
     for (int dim = 0; dim < 3 && !atEnd(); ++dim) {

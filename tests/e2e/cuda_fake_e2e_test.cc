@@ -101,6 +101,19 @@ TEST_F(CudaFakeE2E, ADeviceOnlyGraphIsOneCUgraphExecAndEachLaunchOneCuGraphLaunc
   EXPECT_EQ(count("cuEventRecord on a capturing stream"), 0u) << log;
 }
 
+TEST_F(CudaFakeE2E, ClusterLaunchesReachTheDriverWithTheirClusterDimension) {
+  std::string before = readFile(dir_->file("driver.log"));
+  RunResult r = program(testProgram("clusters"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("clusters: distributed shared memory, cluster barriers, cluster launches: all checks passed"),
+            std::string::npos)
+      << r.output;
+  std::string log = readFile(dir_->file("driver.log")).substr(before.size());
+  // The launch attribute as CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION; __cluster_dims__ from the kernel itself.
+  EXPECT_NE(log.find("cuLaunchKernelEx cluster=4,1,1 _Z10clusterSumPKiPi grid=12,1,1"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuLaunchKernel cluster=2,1,1 _Z4ringPi grid=8,1,1"), std::string::npos) << log;
+}
+
 TEST_F(CudaFakeE2E, CooperativeLaunchesGoThroughCuLaunchKernelExWithTheAttribute) {
   RunResult r = program(testProgram("cooperative"));
   EXPECT_EQ(r.code, 0) << r.output;

@@ -515,7 +515,8 @@ void caseAttrs() {
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   if (coop != 1 || prop.cooperativeLaunch != 1) fail("cooperative launches work, but are not reported");
-  if (cluster != 0 || prop.clusterLaunch != 0) fail("cluster launches reported, but rgpu refuses them");
+  if ((cluster != 0) != (prop.major >= 9) || prop.clusterLaunch != cluster)
+    fail("thread-block clusters must be reported exactly where the device (compute capability 9.0+) has them");
   check(cudaDeviceCanAccessPeer(&peer, 0, 1), "cudaDeviceCanAccessPeer");
   check(cudaDeviceGetP2PAttribute(&p2p, cudaDevP2PAttrAccessSupported, 0, 1), "cudaDeviceGetP2PAttribute");
   if (p2p != peer) fail("cudaDeviceGetP2PAttribute and cudaDeviceCanAccessPeer disagree");

@@ -64,6 +64,7 @@ namespace {
 
 using namespace rgpu::server;
 using Clock = std::chrono::steady_clock;
+using ptx::Dim3;
 
 struct FakeContext {
   int device = 0;
@@ -120,6 +121,7 @@ struct FakeFunction {
   std::string name;
   const ptx::Function* code = nullptr;
   int max_dynamic_shared = 48 * 1024;
+  bool non_portable_cluster = false;  // CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 };
 
 struct Driver {
@@ -420,7 +422,7 @@ CUresult fakeDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice dev) {
       {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, 233472},
       {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 232448},
       {CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 32},
-      {CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, 1},
+      {CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, 1},
   };
   auto it = attrs.find(a);
   if (a <= 0 || a > 200) return CUDA_ERROR_INVALID_VALUE;
@@ -906,6 +908,12 @@ CUresult fakeFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) {
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *v = 90; break;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *v = fn->max_dynamic_shared; break;
     case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *v = -1; break;
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: *v = static_cast<int>(fn->code->cluster_x); break;
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT: *v = static_cast<int>(fn->code->cluster_y); break;
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH: *v = static_cast<int>(fn->code->cluster_z); break;
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET: *v = fn->code->explicit_cluster && !fn->code->cluster_x; break;
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: *v = fn->non_portable_cluster; break;
+    case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: *v = 0; break;
     default: return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
@@ -926,6 +934,7 @@ CUresult fakeFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
     if (v < 0 || v > 232448) return CUDA_ERROR_INVALID_VALUE;
     fn->max_dynamic_shared = v;
   }
+  if (a == CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED) fn->non_portable_cluster = v != 0;
   record("cuFuncSetAttribute " + std::to_string(a) + "=" + std::to_string(v));
   return CUDA_SUCCESS;
 }
@@ -951,7 +960,8 @@ std::string hex(const void* p, size_t n) {
 }
 
 CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                      unsigned bz, unsigned smem, CUstream s, void** params, void** extra, bool cooperative);
+                      unsigned bz, unsigned smem, CUstream s, void** params, void** extra, bool cooperative,
+                      Dim3 cluster = {0, 0, 0});
 
 // A call on a capturing stream that fails invalidates the capture (lock held).
 CUresult capturedResult(CUstream s, CUresult r) {
@@ -1037,22 +1047,29 @@ CUresult fakeLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, u
   return capturedResult(s, launchLocked("cuLaunchKernel", f, gx, gy, gz, bx, by, bz, smem, s, params, extra, false));
 }
 
-// cuLaunchKernelEx: rgpu uses it for cooperative launches only (the one attribute it passes).
+// cuLaunchKernelEx: rgpu uses it for cooperative and cluster launches (the attributes it passes).
 CUresult fakeLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
   ENTER("cuLaunchKernelEx");
   if (!c) return CUDA_ERROR_INVALID_VALUE;
   bool cooperative = false;
+  Dim3 cluster{0, 0, 0};
   for (unsigned i = 0; i < c->numAttrs; ++i) {
-    if (c->attrs[i].id != CU_LAUNCH_ATTRIBUTE_COOPERATIVE) return CUDA_ERROR_NOT_SUPPORTED;
-    cooperative = c->attrs[i].value.cooperative != 0;
+    if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE) {
+      cooperative = c->attrs[i].value.cooperative != 0;
+    } else if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      cluster = {c->attrs[i].value.clusterDim.x, c->attrs[i].value.clusterDim.y, c->attrs[i].value.clusterDim.z};
+    } else {
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
   }
   return capturedResult(c->hStream, launchLocked("cuLaunchKernelEx", f, c->gridDimX, c->gridDimY, c->gridDimZ,
                                                  c->blockDimX, c->blockDimY, c->blockDimZ, c->sharedMemBytes,
-                                                 c->hStream, params, extra, cooperative));
+                                                 c->hStream, params, extra, cooperative, cluster));
 }
 
 CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                      unsigned bz, unsigned smem, CUstream s, void** params, void** extra, bool cooperative) {
+                      unsigned bz, unsigned smem, CUstream s, void** params, void** extra, bool cooperative,
+                      Dim3 requested_cluster) {
   FakeFunction* fn = functionOf(f);
   if (!fn) return CUDA_ERROR_INVALID_HANDLE;
   if (!knownStream(s)) return CUDA_ERROR_INVALID_HANDLE;
@@ -1078,11 +1095,23 @@ CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, 
   // The fake device's co-residency: 132 multiprocessors of 2048 threads, 32 blocks each at most.
   if (cooperative && uint64_t(gx) * gy * gz > 132 * std::min<uint64_t>(32, 2048 / (uint64_t(bx) * by * bz)))
     return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+  // Clusters, as the driver decides them (the kernel's own, or the attribute's).
+  bool explicit_cluster = false;
+  const ptx::Function& code = *fn->code;
+  auto cluster = ptx::launchCluster(fn->name, {code.cluster_x, code.cluster_y, code.cluster_z}, code.explicit_cluster,
+                                    {gx, gy, gz}, requested_cluster, fn->non_portable_cluster, explicit_cluster);
+  if (!cluster) {
+    record(std::string(name) + " refused: " + cluster.status().message());
+    return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  }
+  const Dim3 cd = *cluster;
   std::ostringstream line;
-  line << name << (cooperative ? " cooperative " : " ") << fn->name << " grid=" << gx << "," << gy << "," << gz << " block=" << bx << "," << by
+  line << name << (cooperative ? " cooperative " : " ")
+       << (explicit_cluster ? "cluster=" + std::to_string(cd.x) + "," + std::to_string(cd.y) + "," + std::to_string(cd.z) + " " : "")
+       << fn->name << " grid=" << gx << "," << gy << "," << gz << " block=" << bx << "," << by
        << "," << bz << " shmem=" << smem << " params=" << hex(block.data(), block.size());
   record(line.str());
-  enqueue(streamOf(s), [fn, gx, gy, gz, bx, by, bz, smem, block, cooperative] {
+  enqueue(streamOf(s), [fn, gx, gy, gz, bx, by, bz, smem, block, cooperative, cd, explicit_cluster] {
     ptx::MemoryRanges memory;
     {
       std::lock_guard l(drv().mu);
@@ -1101,6 +1130,8 @@ CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, 
     L.sm_count = 4;
     L.cooperative = cooperative;
     L.grid_workspace = cooperative ? ws : 0;
+    L.cluster = cd;
+    L.explicit_cluster = explicit_cluster;
     ptx::LaunchResult r = drv().interp->run(L);
     if (!r.output.empty()) {
       std::fwrite(r.output.data(), 1, r.output.size(), stdout);

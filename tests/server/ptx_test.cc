@@ -31,7 +31,8 @@ struct PtxRun {
   std::vector<uint64_t> out;
 };
 
-PtxRun run(const std::string& ptx, Dim3 block = {1, 1, 1}, Dim3 grid = {1, 1, 1}, size_t out_words = 64, uint32_t dyn = 0) {
+PtxRun run(const std::string& ptx, Dim3 block = {1, 1, 1}, Dim3 grid = {1, 1, 1}, size_t out_words = 64, uint32_t dyn = 0,
+           Dim3 cluster = {1, 1, 1}) {
   PtxRun r;
   auto m = parsePtx(ptx);
   if (!m) {
@@ -48,6 +49,8 @@ PtxRun run(const std::string& ptx, Dim3 block = {1, 1, 1}, Dim3 grid = {1, 1, 1}
   L.params = reinterpret_cast<const uint8_t*>(&p);
   L.memory = &mem;
   L.dynamic_shared = dyn;
+  L.cluster = cluster;
+  L.explicit_cluster = cluster.x * cluster.y * cluster.z > 1;
   Interpreter interp(2);
   auto res = interp.run(L);
   r.status = res.status;
@@ -255,6 +258,80 @@ TEST(PtxInteger, PrmtModesPickFixedByteWindows) {
       {0x11001100, 0x33223322, 0x11001100, 0x33223322}};  // rc16: one half twice
   for (int m = 0; m < 6; ++m)
     for (int c = 0; c < 4; ++c) EXPECT_EQ(u32(r, m * 4 + c), want[m][c]) << modes[m] << " c=" << c;
+}
+
+TEST(PtxCluster, BlocksOfAClusterSynchroniseAndReadEachOthersSharedMemory) {
+  // Grid 6 x 2 in clusters of 3 x 1: each block puts 100 * ctaid.x + ctaid.y in
+  // its shared word, the cluster synchronises, and each reads the word of the
+  // next rank through mapa (generic and .shared::cluster) and getctarank.
+  std::string decls = ".shared .align 4 .b32 sv;\n";
+  std::string body = R"(
+mov.u32 %r1, %ctaid.x;
+mov.u32 %r2, %ctaid.y;
+mad.lo.u32 %r3, %r1, 100, %r2;
+st.shared.u32 [sv], %r3;
+barrier.cluster.arrive.relaxed.aligned;
+barrier.cluster.wait.aligned;
+mov.u32 %r4, %cluster_ctarank;
+mov.u32 %r5, %cluster_nctarank;
+add.u32 %r6, %r4, 1;
+rem.u32 %r6, %r6, %r5;
+mov.u64 %rd1, sv;
+cvta.shared.u64 %rd2, %rd1;
+mapa.u64 %rd3, %rd2, %r6;
+ld.u32 %r7, [%rd3];
+mov.u32 %r10, sv;
+mapa.shared::cluster.u32 %r11, %r10, %r6;
+ld.shared::cluster.u32 %r12, [%r11];
+getctarank.u64 %r13, %rd3;
+mov.u32 %r14, %clusterid.x;
+mov.u32 %r15, %nclusterid.x;
+mov.u32 %r16, %cluster_ctaid.x;
+mov.u32 %r17, %is_explicit_cluster;
+barrier.cluster.arrive;
+barrier.cluster.wait;
+mad.lo.u32 %r20, %r2, 6, %r1;
+mul.wide.u32 %rd4, %r20, 64;
+add.u64 %rd5, %rd0, %rd4;
+st.global.u32 [%rd5], %r7;
+st.global.u32 [%rd5+8], %r12;
+st.global.u32 [%rd5+16], %r13;
+st.global.u32 [%rd5+24], %r14;
+st.global.u32 [%rd5+32], %r15;
+st.global.u32 [%rd5+40], %r16;
+st.global.u32 [%rd5+48], %r4;
+st.global.u32 [%rd5+56], %r17;
+)";
+  PtxRun r = run(kernel(body, decls), {32, 1, 1}, {6, 2, 1}, 12 * 8, 0, {3, 1, 1});
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  for (uint32_t y = 0; y < 2; ++y)
+    for (uint32_t x = 0; x < 6; ++x) {
+      size_t at = (y * 6 + x) * 8;
+      uint32_t rank = x % 3, next = (rank + 1) % 3, next_x = x / 3 * 3 + next;
+      EXPECT_EQ(r.out[at], 100 * next_x + y) << x << "," << y;      // generic mapa
+      EXPECT_EQ(r.out[at + 1], 100 * next_x + y) << x << "," << y;  // .shared::cluster
+      EXPECT_EQ(r.out[at + 2], next);
+      EXPECT_EQ(r.out[at + 3], x / 3);
+      EXPECT_EQ(r.out[at + 4], 2u);
+      EXPECT_EQ(r.out[at + 5], rank);
+      EXPECT_EQ(r.out[at + 6], rank);
+      EXPECT_EQ(r.out[at + 7], 1u);
+    }
+  // A rank outside the cluster is an illegal address; a thread that never
+  // arrives deadlocks the cluster, which ends the launch instead of hanging.
+  PtxRun out_of_range = run(kernel("mov.u32 %r10, sv;\nmapa.shared::cluster.u32 %r11, %r10, 5;\nld.shared::cluster.u32 %r12, [%r11];\n", decls),
+                            {32, 1, 1}, {2, 1, 1}, 64, 0, {2, 1, 1});
+  EXPECT_EQ(out_of_range.status.code(), kErrIllegalAddress) << out_of_range.status.message();
+  PtxRun deadlock = run(kernel(R"(
+mov.u32 %r1, %cluster_ctarank;
+setp.eq.u32 %p1, %r1, 0;
+@%p1 bra SKIP;
+barrier.cluster.arrive;
+SKIP:
+barrier.cluster.wait;
+)", decls), {32, 1, 1}, {2, 1, 1}, 64, 0, {2, 1, 1});
+  EXPECT_EQ(deadlock.status.code(), kErrLaunchFailure) << deadlock.status.message();
+  EXPECT_NE(deadlock.status.message().find("cluster barrier deadlock"), std::string::npos) << deadlock.status.message();
 }
 
 TEST(PtxWarp, MovmatrixTransposesAnEightByEightMatrixOfHalves) {
