@@ -458,6 +458,10 @@ RGPU_EXPORT cudaError_t cudaGraphKernelNodeSetAttribute(cudaGraphNode_t hNode, c
       case cudaLaunchAttributeCooperative:  // a cooperative kernel node (checked at instantiation)
       case cudaLaunchAttributeClusterDimension:  // checked by the server at each launch
       case cudaLaunchAttributeClusterSchedulingPolicyPreference:
+      case cudaLaunchAttributeSynchronizationPolicy:
+      case cudaLaunchAttributePreferredSharedMemoryCarveout:
+      case cudaLaunchAttributeNvlinkUtilCentricScheduling:
+      case cudaLaunchAttributePreferredClusterDimension:
         (*n)->p.attrs[attr] = *value;
         return Status::ok();
       default:

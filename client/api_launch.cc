@@ -115,15 +115,37 @@ Status launchEx(const cudaLaunchConfig_t* config, const void* func, void** args,
   RGPU_TRY(needPtr(config, "config"));
   bool cooperative = false;
   dim3 cluster(0, 0, 0);
+  std::vector<std::pair<cudaEvent_t, int>> events;  // recorded behind the kernel
   for (unsigned i = 0; i < config->numAttrs; ++i) {
-    // Attributes change scheduling semantics (clusters, programmatic
-    // serialization); refusing them is honest, ignoring them is not.
-    // Hints NVIDIA's runtime takes (priority, access policy) are taken too.
+    // Attributes that change what a launch means are honoured or refused;
+    // hints NVIDIA's runtime takes are taken.
+    const cudaLaunchAttributeValue& v = config->attrs[i].val;
     switch (config->attrs[i].id) {
       case cudaLaunchAttributeIgnore:
       case cudaLaunchAttributePriority:
       case cudaLaunchAttributeAccessPolicyWindow:
       case cudaLaunchAttributeClusterSchedulingPolicyPreference:
+      case cudaLaunchAttributeSynchronizationPolicy:
+      case cudaLaunchAttributeMemSyncDomainMap:
+      case cudaLaunchAttributeMemSyncDomain:
+      case cudaLaunchAttributePreferredSharedMemoryCarveout:
+      case cudaLaunchAttributeNvlinkUtilCentricScheduling:
+      // A preferred cluster is a preference: the launch keeps its regular cluster (or none).
+      case cudaLaunchAttributePreferredClusterDimension:
+      // Programmatic dependent launch permits the kernel to start before its
+      // predecessor ends; starting after it is a schedule that permission
+      // allows (griddepcontrol.wait then has nothing left to wait for).
+      case cudaLaunchAttributeProgrammaticStreamSerialization:
+        break;
+      // Events that may trigger once every block has triggered (or begun):
+      // recorded behind the kernel, they trigger when it is done, which is after both.
+      case cudaLaunchAttributeProgrammaticEvent:
+        if (!v.programmaticEvent.event) return Status(err::kInvalidResourceHandle, "programmatic event is null");
+        events.emplace_back(v.programmaticEvent.event, v.programmaticEvent.flags);
+        break;
+      case cudaLaunchAttributeLaunchCompletionEvent:
+        if (!v.launchCompletionEvent.event) return Status(err::kInvalidResourceHandle, "launch completion event is null");
+        events.emplace_back(v.launchCompletionEvent.event, v.launchCompletionEvent.flags);
         break;
       case cudaLaunchAttributeCooperative:
         cooperative = config->attrs[i].val.cooperative != 0;
@@ -139,8 +161,10 @@ Status launchEx(const cudaLaunchConfig_t* config, const void* func, void** args,
   }
   auto k = rt().kernelByHostFun(func);
   if (!k) return k.status();
-  return rt().launch(**k, config->gridDim, config->blockDim, args, config->dynamicSmemBytes, config->stream, ptsz,
-                     cooperative, cluster);
+  RGPU_TRY(rt().launch(**k, config->gridDim, config->blockDim, args, config->dynamicSmemBytes, config->stream, ptsz,
+                       cooperative, cluster));
+  for (auto& [event, flags] : events) RGPU_TRY(eventRecordImpl(event, config->stream, ptsz));
+  return Status::ok();
 }
 }  // namespace
 

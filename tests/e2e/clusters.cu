@@ -52,6 +52,67 @@ __global__ void clusterSum(const int* in, int* sums) {
   cluster.sync();
 }
 
+// Programmatic dependent launch: the primary lets its dependents start, the
+// dependent waits for the primary's memory before it reads it.
+__global__ void primary(int* data) {
+  data[blockIdx.x * blockDim.x + threadIdx.x] = int(blockIdx.x * blockDim.x + threadIdx.x) * 3;
+  cudaTriggerProgrammaticLaunchCompletion();
+}
+__global__ void dependent(const int* data, int* out) {
+  cudaGridDependencySynchronize();
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  out[i] = data[i] + 1;
+}
+
+static int programmaticLaunch() {
+  constexpr int n = 4 * kThreads;
+  int *data, *out;
+  CHECK(cudaMalloc(&data, n * sizeof(int)));
+  CHECK(cudaMalloc(&out, n * sizeof(int)));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t prog, done;
+  CHECK(cudaEventCreateWithFlags(&prog, cudaEventDisableTiming));
+  CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(4);
+  config.blockDim = dim3(kThreads);
+  config.stream = s;
+  cudaLaunchAttribute attrs[3];
+  attrs[0].id = cudaLaunchAttributeProgrammaticEvent;
+  attrs[0].val.programmaticEvent.event = prog;
+  attrs[0].val.programmaticEvent.flags = 0;
+  attrs[0].val.programmaticEvent.triggerAtBlockStart = 0;
+  attrs[1].id = cudaLaunchAttributeMemSyncDomain;
+  attrs[1].val.memSyncDomain = cudaLaunchMemSyncDomainRemote;
+  config.attrs = attrs;
+  config.numAttrs = 2;
+  CHECK(cudaLaunchKernelEx(&config, primary, data));
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  attrs[1].id = cudaLaunchAttributeLaunchCompletionEvent;
+  attrs[1].val.launchCompletionEvent.event = done;
+  attrs[1].val.launchCompletionEvent.flags = 0;
+  attrs[2].id = cudaLaunchAttributeSynchronizationPolicy;
+  attrs[2].val.syncPolicy = cudaSyncPolicyYield;
+  config.numAttrs = 3;
+  CHECK(cudaLaunchKernelEx(&config, dependent, (const int*)data, out));
+  CHECK(cudaEventSynchronize(prog));
+  CHECK(cudaEventSynchronize(done));
+  std::vector<int> h(n);
+  CHECK(cudaMemcpyAsync(h.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (int i = 0; i < n; ++i) EXPECT(h[i] == i * 3 + 1);
+  // Graph nodes that other devices update from kernels: not offered.
+  attrs[0].id = cudaLaunchAttributeDeviceUpdatableKernelNode;
+  attrs[0].val.deviceUpdatableKernelNode.deviceUpdatable = 1;
+  config.numAttrs = 1;
+  EXPECT_ERR(cudaLaunchKernelEx(&config, dependent, (const int*)data, out), cudaErrorNotSupported);
+  (void)cudaGetLastError();
+  CHECK(cudaStreamDestroy(s));
+  return 0;
+}
+
 int main() {
   int cluster_attr = 0;
   CHECK(cudaDeviceGetAttribute(&cluster_attr, cudaDevAttrClusterLaunch, 0));
@@ -120,6 +181,7 @@ int main() {
   CHECK(cudaMemset(in32, 0, 32 * kThreads * sizeof(int)));
   CHECK(cudaLaunchKernelEx(&config, clusterSum, (const int*)in32, sums));
   CHECK(cudaDeviceSynchronize());
+  if (programmaticLaunch()) return 1;
   std::printf("clusters: distributed shared memory, cluster barriers, cluster launches: all checks passed\n");
   return 0;
 }
