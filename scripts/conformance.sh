@@ -35,6 +35,7 @@ programs=(
   "$e2e/graph_native"
   "$e2e/recursion"
   "$e2e/cooperative"
+  "$e2e/clusters"
   "$e2e/async_copy"
   "$e2e/tensor_cores"
   "$e2e/mma_sync"
