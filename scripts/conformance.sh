@@ -36,6 +36,7 @@ programs=(
   "$e2e/recursion"
   "$e2e/cooperative"
   "$e2e/clusters"
+  "$e2e/fp8"
   "$e2e/async_copy"
   "$e2e/tensor_cores"
   "$e2e/mma_sync"

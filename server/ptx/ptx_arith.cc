@@ -142,6 +142,41 @@ bool compareTyped(const Inst& in, uint64_t a, uint64_t b) {
   return compareInt<uint64_t>(in.cmp, trunc(a, t), trunc(b, t));
 }
 
+// 8-bit floats (PTX e4m3: bias 7, no infinity, 0x7f NaN, 448 the largest;
+// e5m2: bias 15, IEEE-like, 57344 the largest finite), rounded to nearest even.
+// `satfinite`: past the largest finite value, that value (NaN stays NaN).
+uint8_t toFp8(double x, bool e5m2, bool satfinite) {
+  const int man = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7, emin = 1 - bias;
+  const double max_finite = e5m2 ? 57344.0 : 448.0;
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  if (std::isnan(x)) return 0x7f;
+  double a = std::fabs(x);
+  const uint8_t overflow = satfinite ? (e5m2 ? 0x7b : 0x7e) : (e5m2 ? 0x7c : 0x7f);
+  if (std::isinf(a)) return sign | overflow;
+  // The quantum at a's magnitude (subnormals share the smallest normal's).
+  int e = a > 0 ? std::ilogb(a) : emin;
+  if (e < emin) e = emin;
+  double q = std::ldexp(1.0, e - man);
+  double n = std::nearbyint(a / q);  // round to nearest even (the default mode)
+  double v = n * q;
+  if (v > max_finite) return sign | overflow;
+  if (v == 0) return sign;
+  int ve = std::ilogb(v);
+  if (ve < emin) return sign | static_cast<uint8_t>(v / std::ldexp(1.0, emin - man));  // subnormal
+  int mant = static_cast<int>(v / std::ldexp(1.0, ve - man)) - (1 << man);
+  return sign | static_cast<uint8_t>(((ve + bias) << man) | mant);
+}
+
+double fromFp8(uint8_t b, bool e5m2) {
+  const int man = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
+  const int ef = (b & 0x7f) >> man, mf = b & ((1 << man) - 1);
+  const double sign = (b & 0x80) ? -1.0 : 1.0;
+  if (e5m2 && ef == 31) return mf ? std::nan("") : sign * INFINITY;
+  if (!e5m2 && (b & 0x7f) == 0x7f) return std::nan("");
+  if (ef == 0) return sign * std::ldexp(mf, 1 - bias - man);
+  return sign * std::ldexp((1 << man) + mf, ef - bias - man);
+}
+
 bool BlockRunner::execArith(const Inst& in, Warp& w, uint32_t m) {
   uint64_t ta[32], tb[32], tc[32];
   uint64_t* D = in.d.kind == Operand::kReg ? &w.regs[static_cast<size_t>(in.d.reg) * 32] : nullptr;
@@ -866,6 +901,29 @@ bool BlockRunner::execArith(const Inst& in, Warp& w, uint32_t m) {
             x &= ~0x1fffu;
           }
           D[l] = x;
+        END_LANES
+        break;
+      }
+      if (in.mode == kCvtToFp8x2) {
+        // cvt.rn.satfinite{.relu}.{e4m3x2,e5m2x2}.f32 d, hi, lo (or .f16x2 d, pair): the high value in the high byte.
+        const bool e5m2 = in.layout == 1;
+        const bool from_pair = isX2(st);
+        const uint64_t* B = from_pair ? nullptr : src(in.b, w, tb);
+        LANES(m)
+          double hi = from_pair ? readF((A[l] >> 16) & 0xffff, halfOf(st)) : f32(A[l]);
+          double lo = from_pair ? readF(A[l] & 0xffff, halfOf(st)) : f32(B[l]);
+          if (in.relu) hi = hi < 0 ? 0.0 : hi, lo = lo < 0 ? 0.0 : lo;
+          D[l] = static_cast<uint64_t>(toFp8(hi, e5m2, in.sat)) << 8 | toFp8(lo, e5m2, in.sat);
+        END_LANES
+        break;
+      }
+      if (in.mode == kCvtFromFp8x2) {  // cvt.rn{.relu}.f16x2.{e4m3x2,e5m2x2} d, pair: exact
+        const bool e5m2 = in.layout == 1;
+        Type h = halfOf(dt);
+        LANES(m)
+          double hi = fromFp8(static_cast<uint8_t>(A[l] >> 8), e5m2), lo = fromFp8(static_cast<uint8_t>(A[l]), e5m2);
+          if (in.relu) hi = hi < 0 ? 0.0 : hi, lo = lo < 0 ? 0.0 : lo;
+          D[l] = ((writeF(hi, h) & 0xffff) << 16) | (writeF(lo, h) & 0xffff);
         END_LANES
         break;
       }

@@ -92,6 +92,7 @@ struct Inst {
   AtomOp atom = AtomOp::kAdd;
   uint8_t mode = 0;       // lo/hi/wide (mul, mad); shfl/vote/prmt/shf mode; cvta direction
   uint8_t carry = 0;      // mad.cc / madc: kCarryIn | kCarryOut
+  bool relu = false;      // cvt .relu
   uint8_t vec = 1;        // v2/v4 loads and stores
   bool ftz = false, sat = false, approx = false;
   int32_t guard = -1;     // predicate register, -1: none
@@ -136,8 +137,10 @@ inline constexpr uint8_t kLdmatrixLoad = 0, kLdmatrixStore = 1;  // Inst::layout
 // carry out (.cc), bit 2 subtract. dp2a: Inst::mode kModeHi = .hi (b's upper bytes).
 inline constexpr uint8_t kCarryIn = 1, kCarryOut = 2, kCarrySub = 4;
 
-// cvt to tf32 (an f32 with 10 mantissa bits, in a .b32 register)
-inline constexpr uint8_t kCvtToTf32 = 1;
+// cvt to tf32 (an f32 with 10 mantissa bits, in a .b32 register); to and
+// from pairs of 8-bit floats (e4m3x2, e5m2x2 in a .b16 register; Inst::layout
+// 0: e4m3, 1: e5m2; Inst::relu: negative results become 0).
+inline constexpr uint8_t kCvtToTf32 = 1, kCvtToFp8x2 = 2, kCvtFromFp8x2 = 3;
 
 // mul/mad modes
 inline constexpr uint8_t kModeLo = 0, kModeHi = 1, kModeWide = 2;

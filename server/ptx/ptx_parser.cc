@@ -678,6 +678,16 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       types.push_back(Type::kB32);
       continue;
     }
+    if (in.op == Op::kCvt && (m == "e4m3x2" || m == "e5m2x2")) {  // 8-bit float pairs (sm_89+)
+      in.mode = types.empty() ? kCvtToFp8x2 : kCvtFromFp8x2;
+      in.layout = m == "e5m2x2" ? 1 : 0;
+      types.push_back(Type::kB16);
+      continue;
+    }
+    if (in.op == Op::kCvt && m == "relu") {
+      in.relu = true;
+      continue;
+    }
     if (in.op == Op::kCvt && m == "rna") {
       in.round = Round::kRna;
       continue;

@@ -318,6 +318,12 @@ TEST_F(E2E, ThreadBlockClustersShareTheirBlocksSharedMemoryAndSynchronise) {
       << r.output;
 }
 
+TEST_F(E2E, EightBitFloatsConvertExactlyAsNvidiasHostCodeDoes) {
+  RunResult r = program(testProgram("fp8"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("all checks passed"), std::string::npos) << r.output;
+}
+
 TEST_F(E2E, RecursiveDeviceFunctionsRunWithEveryActivationsOwnRegisters) {
   RunResult r = program(testProgram("recursion"));
   EXPECT_EQ(r.code, 0) << r.output;

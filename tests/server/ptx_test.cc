@@ -334,6 +334,58 @@ barrier.cluster.wait;
   EXPECT_NE(deadlock.status.message().find("cluster barrier deadlock"), std::string::npos) << deadlock.status.message();
 }
 
+TEST(PtxConvert, EightBitFloatPairsRoundToNearestEvenAndSaturate) {
+  PtxRun r = run(kernel(R"(
+mov.f32 %f1, 0f3F800000;
+mov.f32 %f2, 0fC0200000;
+cvt.rn.satfinite.e4m3x2.f32 %h1, %f1, %f2;
+cvt.rn.satfinite.e5m2x2.f32 %h2, %f1, %f2;
+mov.f32 %f3, 0f447A0000;
+mov.f32 %f4, 0f43EB0000;
+cvt.rn.satfinite.e4m3x2.f32 %h3, %f3, %f4;
+cvt.rn.satfinite.e5m2x2.f32 %h4, %f3, %f4;
+mov.f32 %f5, 0f3B000000;
+mov.f32 %f6, 0f417E6666;
+cvt.rn.satfinite.e4m3x2.f32 %h5, %f5, %f6;
+cvt.rn.satfinite.relu.e4m3x2.f32 %h6, %f2, %f1;
+cvt.rn.f16x2.e4m3x2 %r1, %h1;
+cvt.rn.f16x2.e5m2x2 %r2, %h2;
+mov.b32 %r3, 0x3C00C100;
+cvt.rn.satfinite.e4m3x2.f16x2 %h7, %r3;
+mov.f32 %f7, 0f7FC00000;
+cvt.rn.satfinite.e4m3x2.f32 %h0, %f7, %f1;
+cvt.u32.u16 %r10, %h1;
+cvt.u32.u16 %r11, %h2;
+cvt.u32.u16 %r12, %h3;
+cvt.u32.u16 %r13, %h4;
+cvt.u32.u16 %r14, %h5;
+cvt.u32.u16 %r15, %h6;
+cvt.u32.u16 %r16, %h7;
+cvt.u32.u16 %r17, %h0;
+st.global.u32 [%rd0], %r10;
+st.global.u32 [%rd0+8], %r11;
+st.global.u32 [%rd0+16], %r12;
+st.global.u32 [%rd0+24], %r13;
+st.global.u32 [%rd0+32], %r14;
+st.global.u32 [%rd0+40], %r15;
+st.global.u32 [%rd0+48], %r1;
+st.global.u32 [%rd0+56], %r2;
+st.global.u32 [%rd0+64], %r16;
+st.global.u32 [%rd0+72], %r17;
+)"));
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  EXPECT_EQ(u32(r, 0), 0x38C2u);  // 1.0, -2.5 in e4m3
+  EXPECT_EQ(u32(r, 1), 0x3CC1u);  // ... in e5m2
+  EXPECT_EQ(u32(r, 2), 0x7E7Eu);  // 1000 and 470 (which rounds to 480) saturate to 448 in e4m3
+  EXPECT_EQ(u32(r, 3), 0x645Fu);  // 1000 -> 1024, 470 -> 448 in e5m2
+  EXPECT_EQ(u32(r, 4), 0x0158u);  // 2^-9: e4m3's smallest subnormal; 15.9 -> 16
+  EXPECT_EQ(u32(r, 5), 0x0038u);  // relu: -2.5 -> 0, 1.0
+  EXPECT_EQ(u32(r, 6), 0x3C00C100u);  // back to f16x2: 1.0, -2.5, exactly
+  EXPECT_EQ(u32(r, 7), 0x3C00C100u);
+  EXPECT_EQ(u32(r, 8), 0x38C2u);      // from f16x2
+  EXPECT_EQ(u32(r, 9), 0x7F38u);      // NaN stays NaN
+}
+
 TEST(PtxWarp, MovmatrixTransposesAnEightByEightMatrixOfHalves) {
   // Lane l holds row l/4, columns 2(l%4), 2(l%4)+1 of M[r][c] = 16r + c; after the
   // transpose it holds T[r][c] = M[c][r] = 16c + r in the same positions.
