@@ -198,6 +198,11 @@ struct Cluster {
   void settle();
 };
 
+// 8-bit floats (ptx_arith.cc): e4m3 or e5m2 from a value, rounded to nearest
+// even (`satfinite`: the largest finite past it), and back (exactly).
+uint8_t toFp8(double x, bool e5m2, bool satfinite);
+double fromFp8(uint8_t b, bool e5m2);
+
 class BlockRunner {
  public:
   BlockRunner(const Launch& L, Block& b, std::atomic<bool>& abort) : L_(L), fn_(*L.fn), b_(b), abort_(abort) {}

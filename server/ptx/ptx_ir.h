@@ -20,11 +20,12 @@ enum class Type : uint8_t {
   kU8, kU16, kU32, kU64,
   kS8, kS16, kS32, kS64,
   kF16, kF16x2, kBF16, kBF16x2, kF32, kF64,
+  kE4M3, kE5M2,  // 8-bit floats: mma.sync operands only (cvt takes them in pairs)
 };
 
 inline int typeBytes(Type t) {
   switch (t) {
-    case Type::kB8: case Type::kU8: case Type::kS8: return 1;
+    case Type::kB8: case Type::kU8: case Type::kS8: case Type::kE4M3: case Type::kE5M2: return 1;
     case Type::kB16: case Type::kU16: case Type::kS16: case Type::kF16: case Type::kBF16: return 2;
     case Type::kB32: case Type::kU32: case Type::kS32: case Type::kF32: case Type::kF16x2: case Type::kBF16x2: return 4;
     case Type::kB64: case Type::kU64: case Type::kS64: case Type::kF64: return 8;

@@ -173,7 +173,12 @@ bool BlockRunner::execMbarrier(const Inst& in, Warp& w, uint32_t m) {
 
 namespace {
 // Elements of a wmma fragment: bytes each and how many share one register.
-int wmmaBytes(Type t) { return t == Type::kF16 || t == Type::kBF16 ? 2 : t == Type::kS8 || t == Type::kU8 ? 1 : t == Type::kF64 ? 8 : 4; }
+int wmmaBytes(Type t) {
+  return t == Type::kF16 || t == Type::kBF16                                                 ? 2
+         : t == Type::kS8 || t == Type::kU8 || t == Type::kE4M3 || t == Type::kE5M2 ? 1
+         : t == Type::kF64                                                                   ? 8
+                                                                                             : 4;
+}
 int wmmaPerReg(Type t) { return t == Type::kF64 ? 1 : 4 / wmmaBytes(t); }
 // One fragment, gathered from (or scattered to) the warp's registers.
 struct Fragment {
@@ -300,7 +305,8 @@ namespace {
 // ISA's "Matrix Fragments for mma.m16n8k*" tables): gid = lane / 4, tig = lane % 4.
 void mmaCoord(uint8_t shape, char which, Type t, int lane, int i, uint32_t& row, uint32_t& col) {
   const int gid = lane >> 2, tig = lane & 3;
-  const bool tf32 = t == Type::kB32, i8 = t == Type::kS8 || t == Type::kU8;
+  // 8-bit floats have the 8-bit integers' fragments.
+  const bool tf32 = t == Type::kB32, i8 = t == Type::kS8 || t == Type::kU8 || t == Type::kE4M3 || t == Type::kE5M2;
   if (which == 'c') {
     if (shape == kMmaM8N8K4) row = gid, col = tig * 2 + i;
     else row = gid + 8 * (i >= 2), col = tig * 2 + (i & 1);
@@ -346,6 +352,8 @@ bool BlockRunner::execMma(const Inst& in, Warp& w, uint32_t m) {
       case Type::kU8: return static_cast<uint8_t>(bits);
       case Type::kS32: return static_cast<int32_t>(bits);
       case Type::kB32: return f32(bits);  // tf32: f32 bits (the low 13 mantissa bits count as the GPU may ignore them)
+      case Type::kE4M3: return fromFp8(static_cast<uint8_t>(bits), false);
+      case Type::kE5M2: return fromFp8(static_cast<uint8_t>(bits), true);
       default: return readF(bits, t);
     }
   };

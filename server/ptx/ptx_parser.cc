@@ -1057,6 +1057,8 @@ Status Parser::mmaModifiers(Inst& in, const std::vector<std::string>& parts, con
     if (m == "satfinite") in.sat = true;
     else if (m == "tf32") types.push_back(Type::kB32);  // tf32 operands: f32 bits in .b32 registers
     else if (m == "rn") continue;                        // f64: round to nearest, as the host does
+    else if (m == "e4m3") types.push_back(Type::kE4M3);  // 8-bit floats (sm_89+)
+    else if (m == "e5m2") types.push_back(Type::kE5M2);
     else if (parseType(m, t)) types.push_back(t);
     else return unsupported("modifier ." + m);
   }
@@ -1070,12 +1072,18 @@ Status Parser::mmaModifiers(Inst& in, const std::vector<std::string>& parts, con
   in.dtype = types[0], in.ab_type = types[1], in.b_type = types[2], in.type = types[3];
   auto is16 = [](Type t) { return t == Type::kF16 || t == Type::kBF16; };
   auto is8 = [](Type t) { return t == Type::kS8 || t == Type::kU8; };
+  auto isF8 = [](Type t) { return t == Type::kE4M3 || t == Type::kE5M2; };
+  // 8-bit floats: f32 (or f16) accumulators, either format for A and for B.
+  const bool f8 = isF8(in.ab_type) && isF8(in.b_type) && (in.type == Type::kF32 || in.type == Type::kF16) &&
+                  in.dtype == in.type;
   bool ok = false;
   switch (in.mode) {
-    case kMmaM16N8K16: ok = (is16(in.ab_type) && in.ab_type == in.b_type) || (is8(in.ab_type) && is8(in.b_type)); break;
+    case kMmaM16N8K16:
+      ok = (is16(in.ab_type) && in.ab_type == in.b_type) || (is8(in.ab_type) && is8(in.b_type)) || f8;
+      break;
     case kMmaM16N8K8: ok = (is16(in.ab_type) && in.ab_type == in.b_type) || (in.ab_type == Type::kB32 && in.b_type == Type::kB32); break;
     case kMmaM16N8K4: ok = in.ab_type == Type::kB32 && in.b_type == Type::kB32; break;
-    case kMmaM16N8K32: ok = is8(in.ab_type) && is8(in.b_type); break;
+    case kMmaM16N8K32: ok = (is8(in.ab_type) && is8(in.b_type)) || f8; break;
     case kMmaM8N8K4: ok = in.ab_type == Type::kF64 && in.b_type == Type::kF64 && in.dtype == Type::kF64; break;
   }
   if (!ok) return unsupported("shape and types");

@@ -386,6 +386,27 @@ st.global.u32 [%rd0+72], %r17;
   EXPECT_EQ(u32(r, 9), 0x7F38u);      // NaN stays NaN
 }
 
+TEST(PtxWarp, MmaOnEightBitFloatsAccumulatesInF32) {
+  // A: 16x32 e4m3 with A[r][k] = 1.0 (0x38) for k < 16 and 2.0 (0x40) above;
+  // B: 32x8 e5m2 of 0.5 (0x38 in e5m2: 0 01110 00); C = 0.25. D = 16*0.5 + 16*1 + 0.25.
+  PtxRun r = run(kernel(R"(
+mov.u32 %r1, %laneid;
+mov.b32 %r2, 0x38383838;
+mov.b32 %r3, 0x40404040;
+mov.b32 %r4, 0x38383838;
+mov.f32 %f1, 0f3E800000;
+mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32 {%f2, %f3, %f4, %f5}, {%r2, %r2, %r3, %r3}, {%r4, %r4}, {%f1, %f1, %f1, %f1};
+mul.wide.u32 %rd1, %r1, 32;
+add.u64 %rd2, %rd0, %rd1;
+st.global.f32 [%rd2], %f2;
+st.global.f32 [%rd2+8], %f3;
+st.global.f32 [%rd2+16], %f4;
+st.global.f32 [%rd2+24], %f5;
+)"), {32, 1, 1}, {1, 1, 1}, 128);
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  for (int i = 0; i < 128; ++i) EXPECT_EQ(f32(r, i), 24.25f) << i;
+}
+
 TEST(PtxWarp, MovmatrixTransposesAnEightByEightMatrixOfHalves) {
   // Lane l holds row l/4, columns 2(l%4), 2(l%4)+1 of M[r][c] = 16r + c; after the
   // transpose it holds T[r][c] = M[c][r] = 16c + r in the same positions.
