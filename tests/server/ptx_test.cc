@@ -1010,7 +1010,8 @@ wmma.store.d.sync.aligned.row.m8n8k4.global.f64 [%rd2], {%fd3, %fd5}, 8;
     EXPECT_FALSE(parsePtx(kernel(line)).isOk()) << line;
   // mma.sync shapes and types outside the interpreted set fail to load, naming themselves.
   for (const char* line : {"mma.sync.aligned.m16n8k64.row.col.s32.s4.s4.s32 {%r0}, {%r1}, {%r2}, {%r3};",
-                           "mma.sync.aligned.m16n8k16.row.col.f32.e4m3.e4m3.f32 {%f0}, {%r1}, {%r2}, {%f3};",
+                           "mma.sync.aligned.m16n8k64.row.col.f32.e2m1.e2m1.f32 {%f0}, {%r1}, {%r2}, {%f3};",
+                           "mma.sp.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32 {%f0}, {%r1}, {%r2}, {%f3}, %r4, 0;",
                            "ldmatrix.sync.aligned.m16n16.x1.trans.shared.b8 {%r0}, [%r1];"}) {
     auto bad = parsePtx(kernel(line));
     ASSERT_FALSE(bad.isOk()) << line;
