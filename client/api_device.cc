@@ -322,6 +322,16 @@ Result<dim3> clusterOf(const KernelRecord& k, const cudaLaunchConfig_t* config, 
   return Status(err::kInvalidClusterSize, "no cluster dimension: neither the launch configuration nor the kernel gives one");
 }
 
+// Blocks of `k` in `config` the device holds at once (occupancy x multiprocessors).
+Result<uint64_t> residentBlocks(const KernelRecord& k, const cudaLaunchConfig_t* config, int device) {
+  const int threads = static_cast<int>(config->blockDim.x * config->blockDim.y * config->blockDim.z);
+  auto per_sm = rt().blocksPerMultiprocessor(k, device, threads, config->dynamicSmemBytes);
+  if (!per_sm) return per_sm.status();
+  auto dev = rt().device(device);
+  if (!dev) return dev.status();
+  return uint64_t(*per_sm) * static_cast<uint64_t>((*dev)->attributes[cudaDevAttrMultiProcessorCount]);
+}
+
 Status clusterDevice(int device) {
   auto dev = rt().device(device);
   if (!dev) return dev.status();
@@ -347,13 +357,9 @@ RGPU_EXPORT cudaError_t cudaOccupancyMaxActiveClusters(int* numClusters, const v
     if (!fa) return fa.status();
     if (size == 0 || size > (fa->nonPortableClusterSizeAllowed ? 16u : 8u))
       return Status(err::kInvalidClusterSize, "clusters of " + std::to_string(size) + " blocks");
-    const int threads = static_cast<int>(config->blockDim.x * config->blockDim.y * config->blockDim.z);
-    auto per_sm = rt().blocksPerMultiprocessor(**k, device, threads, config->dynamicSmemBytes);
-    if (!per_sm) return per_sm.status();
-    auto dev = rt().device(device);
-    if (!dev) return dev.status();
-    uint64_t blocks = uint64_t(*per_sm) * static_cast<uint64_t>((*dev)->attributes[cudaDevAttrMultiProcessorCount]);
-    *numClusters = static_cast<int>(blocks / size);
+    auto blocks = residentBlocks(**k, config, device);
+    if (!blocks) return blocks.status();
+    *numClusters = static_cast<int>(*blocks / size);
     return Status::ok();
   });
 }
@@ -369,13 +375,9 @@ RGPU_EXPORT cudaError_t cudaOccupancyMaxPotentialClusterSize(int* clusterSize, c
     RGPU_TRY(clusterDevice(device));
     auto fa = rt().funcAttributes(**k, device);
     if (!fa) return fa.status();
-    const int threads = static_cast<int>(config->blockDim.x * config->blockDim.y * config->blockDim.z);
-    auto per_sm = rt().blocksPerMultiprocessor(**k, device, threads, config->dynamicSmemBytes);
-    if (!per_sm) return per_sm.status();
-    auto dev = rt().device(device);
-    if (!dev) return dev.status();
-    uint64_t blocks = uint64_t(*per_sm) * static_cast<uint64_t>((*dev)->attributes[cudaDevAttrMultiProcessorCount]);
-    *clusterSize = static_cast<int>(std::min<uint64_t>(fa->nonPortableClusterSizeAllowed ? 16 : 8, blocks));
+    auto blocks = residentBlocks(**k, config, device);
+    if (!blocks) return blocks.status();
+    *clusterSize = static_cast<int>(std::min<uint64_t>(fa->nonPortableClusterSizeAllowed ? 16 : 8, *blocks));
     return Status::ok();
   });
 }

@@ -21,3 +21,12 @@
       return 1;                                            \
     }                                                      \
   } while (0)
+// A call must fail with exactly `want`.
+#define EXPECT_ERR(x, want)                                                                             \
+  do {                                                                                                  \
+    cudaError_t e_ = (x);                                                                               \
+    if (e_ != (want)) {                                                                                 \
+      std::printf("FAILED line %d: %s -> %s, expected %s\n", __LINE__, #x, cudaGetErrorName(e_), #want); \
+      return 1;                                                                                         \
+    }                                                                                                   \
+  } while (0)

@@ -14,15 +14,6 @@
 
 namespace cg = cooperative_groups;
 
-#define EXPECT_ERR(x, want)                                                                             \
-  do {                                                                                                  \
-    cudaError_t e_ = (x);                                                                               \
-    if (e_ != (want)) {                                                                                 \
-      std::printf("FAILED line %d: %s -> %s, expected %s\n", __LINE__, #x, cudaGetErrorName(e_), #want); \
-      return 1;                                                                                         \
-    }                                                                                                   \
-  } while (0)
-
 constexpr int kThreads = 64;
 
 // Each block writes its values; after cluster.sync() it reads those of the next rank.

@@ -16,15 +16,6 @@
 
 #include "check.h"
 
-#define EXPECT_ERR(x, want)                                                                             \
-  do {                                                                                                  \
-    cudaError_t e_ = (x);                                                                               \
-    if (e_ != (want)) {                                                                                 \
-      std::printf("FAILED line %d: %s -> %s, expected %s\n", __LINE__, #x, cudaGetErrorName(e_), #want); \
-      return 1;                                                                                         \
-    }                                                                                                   \
-  } while (0)
-
 __global__ void addv(int* p, int n, int v) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) p[i] += v;

@@ -1,4 +1,6 @@
-// Recursive device functions as nvcc compiles them: self-recursion with
+// Recursive device functions as nvcc compiles them (each also runs on the
+// host, where it is the reference the device's results are checked against):
+// self-recursion with
 // divergent depths inside a warp (each lane its own n), two results per
 // activation, mutual recursion, and recursion over a tree laid out in an array.
 #include <cuda_runtime.h>
@@ -8,21 +10,21 @@
 
 #include "check.h"
 
-__device__ __noinline__ int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+__host__ __device__ __noinline__ int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
 
-__device__ __noinline__ bool isOdd(unsigned n);
-__device__ __noinline__ bool isEven(unsigned n) { return n == 0 ? true : isOdd(n - 1); }
-__device__ __noinline__ bool isOdd(unsigned n) { return n == 0 ? false : isEven(n - 1); }
+__host__ __device__ __noinline__ bool isOdd(unsigned n);
+__host__ __device__ __noinline__ bool isEven(unsigned n) { return n == 0 ? true : isOdd(n - 1); }
+__host__ __device__ __noinline__ bool isOdd(unsigned n) { return n == 0 ? false : isEven(n - 1); }
 
 // Sum and depth of the subtree at `node` of a complete binary tree stored in an array.
-__device__ __noinline__ long long subtree(const int* tree, int n, int node, int depth, int* deepest) {
+__host__ __device__ __noinline__ long long subtree(const int* tree, int n, int node, int depth, int* deepest) {
   if (node >= n) return 0;
   if (depth > *deepest) *deepest = depth;
   return tree[node] + subtree(tree, n, 2 * node + 1, depth + 1, deepest) +
          subtree(tree, n, 2 * node + 2, depth + 1, deepest);
 }
 
-__device__ __noinline__ unsigned long long ackermann(unsigned m, unsigned long long n) {
+__host__ __device__ __noinline__ unsigned long long ackermann(unsigned m, unsigned long long n) {
   if (m == 0) return n + 1;
   if (n == 0) return ackermann(m - 1, 1);
   return ackermann(m - 1, ackermann(m, n - 1));
@@ -31,7 +33,7 @@ __device__ __noinline__ unsigned long long ackermann(unsigned m, unsigned long l
 // A recursive function with a stack frame (a local array whose address is
 // taken): each activation's frame is its own, the callee reads its caller's
 // through a pointer, and the caller's is intact when the callee returns.
-__device__ __noinline__ int pathSum(const int* vals, int depth, const int* parent) {
+__host__ __device__ __noinline__ int pathSum(const int* vals, int depth, const int* parent, int tid) {
   int buf[8];
   for (int i = 0; i < 8; ++i) buf[i] = vals[(depth * 8 + i) % 64] + (parent ? parent[7 - i] : 0);
   if (depth == 5) {
@@ -39,8 +41,8 @@ __device__ __noinline__ int pathSum(const int* vals, int depth, const int* paren
     for (int i = 0; i < 8; ++i) s += buf[i] * (i + 1);
     return s;
   }
-  int below = pathSum(vals, depth + 1, buf);
-  return below + buf[(depth + threadIdx.x) % 8];
+  int below = pathSum(vals, depth + 1, buf, tid);
+  return below + buf[(depth + tid) % 8];
 }
 
 // alloca: a buffer sized by the data on the thread's stack.
@@ -49,7 +51,7 @@ __global__ void scratch(int* out, const int* vals, int n) {
   for (int i = 0; i < n; ++i) p[i] = vals[i] * (int(threadIdx.x) + 1);
   int s = 0;
   for (int i = 0; i < n; ++i) s += p[n - 1 - i] * (i + 1);
-  out[threadIdx.x] = s + pathSum(vals, 0, nullptr);
+  out[threadIdx.x] = s + pathSum(vals, 0, nullptr, int(threadIdx.x));
 }
 
 __global__ void kernel(int* fibs, int* parity, long long* sums, int* depths, unsigned long long* ack, const int* tree,
@@ -61,29 +63,6 @@ __global__ void kernel(int* fibs, int* parity, long long* sums, int* depths, uns
   sums[t] = subtree(tree, n, t % n, 0, &deepest);
   depths[t] = deepest;
   ack[t] = ackermann(t % 3, t % 4);
-}
-
-static long long hostSubtree(const std::vector<int>& tree, int node, int depth, int* deepest) {
-  if (node >= static_cast<int>(tree.size())) return 0;
-  if (depth > *deepest) *deepest = depth;
-  return tree[node] + hostSubtree(tree, 2 * node + 1, depth + 1, deepest) + hostSubtree(tree, 2 * node + 2, depth + 1, deepest);
-}
-static int hostPathSum(const int* vals, int depth, const int* parent, int tid) {
-  int buf[8];
-  for (int i = 0; i < 8; ++i) buf[i] = vals[(depth * 8 + i) % 64] + (parent ? parent[7 - i] : 0);
-  if (depth == 5) {
-    int s = 0;
-    for (int i = 0; i < 8; ++i) s += buf[i] * (i + 1);
-    return s;
-  }
-  int below = hostPathSum(vals, depth + 1, buf, tid);
-  return below + buf[(depth + tid) % 8];
-}
-
-static unsigned long long hostAck(unsigned m, unsigned long long n) {
-  if (m == 0) return n + 1;
-  if (n == 0) return hostAck(m - 1, 1);
-  return hostAck(m - 1, hostAck(m, n - 1));
 }
 
 int main() {
@@ -111,15 +90,13 @@ int main() {
   CHECK(cudaMemcpy(s.data(), sums, kThreads * sizeof(long long), cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(d.data(), depths, kThreads * sizeof(int), cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(a.data(), ack, kThreads * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-  int fib_host[20] = {0, 1};
-  for (int i = 2; i < 20; ++i) fib_host[i] = fib_host[i - 1] + fib_host[i - 2];
   for (int t = 0; t < kThreads; ++t) {
-    EXPECT(f[t] == fib_host[t % 20]);
-    EXPECT(p[t] == (t % 2 == 0));
+    EXPECT(f[t] == fib(t % 20));
+    EXPECT(p[t] == (isEven(t) ? 1 : 0));
     int deepest = 0;
-    EXPECT(s[t] == hostSubtree(tree, t % kTree, 0, &deepest));
+    EXPECT(s[t] == subtree(tree.data(), kTree, t % kTree, 0, &deepest));
     EXPECT(d[t] == deepest);
-    EXPECT(a[t] == hostAck(t % 3, t % 4));
+    EXPECT(a[t] == ackermann(t % 3, t % 4));
   }
   // Frames and alloca.
   std::vector<int> vals(64);
@@ -135,7 +112,7 @@ int main() {
   for (int t = 0; t < 32; ++t) {
     int s = 0;
     for (int i = 0; i < 40; ++i) s += vals[40 - 1 - i] * (t + 1) * (i + 1);
-    EXPECT(out[t] == s + hostPathSum(vals.data(), 0, nullptr, t));
+    EXPECT(out[t] == s + pathSum(vals.data(), 0, nullptr, t));
   }
   std::printf("recursion: fib, mutual recursion, tree sums, ackermann, frames, alloca: all checks passed\n");
   return 0;
