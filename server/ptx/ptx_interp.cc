@@ -1259,13 +1259,17 @@ LaunchResult Interpreter::run(const Launch& L) {
   // What one block holds while it runs: shared, .local and register files.
   uint64_t block_bytes = shared_bytes + uint64_t{fn.local_bytes} * nwarps * 32 +
                          uint64_t{nwarps} * fn.num_regs * 32 * sizeof(uint64_t);
-  if (L.budget && block_bytes > L.budget->limit()) {
-    result.status = Status(kErrLaunchOutOfResources,
-                           "one block of this launch needs " + std::to_string(block_bytes) +
-                               " bytes of interpreter memory (registers, .local, .shared); the session may use " +
-                               std::to_string(L.budget->limit()) + " ([limits] max_interpreter_bytes)");
-    return result;
-  }
+  // Blocks that must be resident at once and can never fit the session's budget.
+  auto overBudget = [&](uint64_t bytes, const std::string& what) {
+    if (!L.budget || bytes <= L.budget->limit()) return false;
+    result.status = Status(kErrLaunchOutOfResources, what + " needs " + std::to_string(bytes) +
+                                                         " bytes of interpreter memory (registers, .local, .shared) at "
+                                                         "once; the session may use " +
+                                                         std::to_string(L.budget->limit()) +
+                                                         " ([limits] max_interpreter_bytes)");
+    return true;
+  };
+  if (overBudget(block_bytes, "one block of this launch")) return result;
   std::atomic<bool> abort{false};
   std::mutex mu;
   Fault first;
@@ -1342,13 +1346,7 @@ LaunchResult Interpreter::run(const Launch& L) {
     // rounds interleave on this thread until the last block ends (a block
     // spinning at a grid barrier yields after its time slice).
     uint64_t total = block_bytes * nblocks;
-    if (L.budget && total > L.budget->limit()) {
-      result.status = Status(kErrLaunchOutOfResources,
-                             "the cooperative grid needs " + std::to_string(total) +
-                                 " bytes of interpreter memory for its blocks at once; the session may use " +
-                                 std::to_string(L.budget->limit()) + " ([limits] max_interpreter_bytes)");
-      return result;
-    }
+    if (overBudget(total, "the cooperative grid")) return result;
     if (L.budget && !L.budget->take(total, [&] {
           return (L.cancel && L.cancel->load(std::memory_order_relaxed)) || std::chrono::steady_clock::now() > L.deadline;
         })) {
@@ -1374,13 +1372,7 @@ LaunchResult Interpreter::run(const Launch& L) {
   if (cluster_size > 1) {
     // Clusters in parallel, the blocks of each together on one thread.
     const uint64_t cluster_bytes = block_bytes * cluster_size;
-    if (L.budget && cluster_bytes > L.budget->limit()) {
-      result.status = Status(kErrLaunchOutOfResources,
-                             "one cluster of this launch needs " + std::to_string(cluster_bytes) +
-                                 " bytes of interpreter memory for its blocks at once; the session may use " +
-                                 std::to_string(L.budget->limit()) + " ([limits] max_interpreter_bytes)");
-      return result;
-    }
+    if (overBudget(cluster_bytes, "one cluster of this launch")) return result;
     pool_.parallelFor(nclusters, [&](uint64_t ci) {
       if (abort.load(std::memory_order_relaxed)) return;
       if (L.budget && !L.budget->take(cluster_bytes, [&] {
