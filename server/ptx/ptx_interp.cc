@@ -759,6 +759,23 @@ bool BlockRunner::step(Warp& w, int budget) {
       case Op::kCpAsync:
         if (m && !execAsyncCopy(in, w, m)) return false;
         break;
+      case Op::kAsyncRemote: {
+        // st.async / red.async: the access as st / red (into the cluster's
+        // shared memory), then the mbarrier beside it completes its bytes.
+        if (!m) break;
+        Inst access = in;
+        access.op = in.carry ? Op::kRed : Op::kSt;
+        access.b = Operand();
+        if (!(in.carry ? execAtomic(access, w, m) : execMemory(access, w, m))) return false;
+        const int count = in.a.kind == Operand::kVec ? static_cast<int>(in.a.vec.size()) : 1;
+        const int64_t bytes = static_cast<int64_t>(typeBytes(in.type)) * count;
+        LANES(m)
+          uint8_t* bar;
+          if (!operandAddress(in, in.b, Space::kShared, 8, w, l, bar)) return false;
+          mbarrierArrive(bar, 0, false, -bytes);
+        END_LANES
+        break;
+      }
       case Op::kMbarrier:
         if (m && !execMbarrier(in, w, m)) return false;
         break;

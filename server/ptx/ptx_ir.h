@@ -47,6 +47,7 @@ enum class Op : uint8_t {
   kCpAsync, kMbarrier, kWmma, kMma, kLdmatrix, kAddCarry, kDp4a, kDp2a, kSad, kElect, kIsspacep, kZero,
   kSzext, kMovmatrix, kAlloca, kStackSave, kStackRestore,
   kClusterArrive, kClusterWait, kMapa, kGetctarank,
+  kAsyncRemote,  // st.async / red.async (Inst::carry 0 / 1): a store or reduction that completes bytes on an mbarrier
 };
 
 enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };

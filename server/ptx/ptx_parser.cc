@@ -650,6 +650,17 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
     return parseOperands(f, in, opcode);
   }
   if (in.op == Op::kBar && parts.size() > 1 && parts[1] == "warp") in.op = Op::kBarWarp;
+  // st.async / red.async ... .mbarrier::complete_tx::bytes [addr], value, [mbar]: the store (or
+  // reduction) as st/red; the mbarrier named by the third operand then completes its bytes.
+  bool async_remote = false;
+  if ((in.op == Op::kSt || in.op == Op::kRed) && parts.size() > 1 && parts[1] == "async") {
+    async_remote = true;
+    parts.erase(parts.begin() + 1);
+    auto tx = std::find(parts.begin(), parts.end(), "mbarrier::complete_tx::bytes");
+    if (tx == parts.end()) return bad(in.line, "instruction '" + opcode + "' without .mbarrier::complete_tx::bytes is not supported");
+    parts.erase(tx);
+    parts.erase(std::remove(parts.begin(), parts.end(), std::string("weak")), parts.end());
+  }
   if (in.op == Op::kBar && parts.size() > 1 && parts[1] == "cluster") {  // barrier.cluster.arrive|wait{.relaxed|.acquire}{.aligned}
     if (parts.size() < 3 || (parts[2] != "arrive" && parts[2] != "wait"))
       return bad(in.line, "instruction '" + opcode + "' is not supported");
@@ -916,7 +927,13 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
     fixups_.emplace_back(idx, label);
     return expect(";");
   }
-  return parseOperands(f, in, opcode);
+  RGPU_TRY(parseOperands(f, in, opcode));
+  if (async_remote) {
+    if (in.b.kind != Operand::kAddr) return bad(in.line, opcode + ": the third operand must be the mbarrier's address");
+    in.carry = in.op == Op::kRed ? 1 : 0;  // what the remote access is (see Op::kAsyncRemote)
+    in.op = Op::kAsyncRemote;
+  }
+  return Status::ok();
 }
 
 // cp.async and mbarrier: their many qualifiers (state spaces with ::cta or

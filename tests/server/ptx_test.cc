@@ -407,6 +407,50 @@ st.global.f32 [%rd2+24], %f5;
   for (int i = 0; i < 128; ++i) EXPECT_EQ(f32(r, i), 24.25f) << i;
 }
 
+TEST(PtxCluster, StAsyncAndRedAsyncWriteAnotherBlocksSharedMemoryAndCompleteItsMbarrier) {
+  // Rank 1 stores into rank 0's shared memory with st.async and adds with
+  // red.async; rank 0's mbarrier expects those 8 bytes and completes with them.
+  std::string decls = ".shared .align 8 .b64 bar;\n.shared .align 4 .b32 val;\n.shared .align 4 .b32 sum;\n";
+  PtxRun r = run(kernel(R"(
+mov.u32 %r1, %cluster_ctarank;
+setp.ne.u32 %p1, %r1, 0;
+@%p1 bra SENDER;
+mov.u32 %r9, 5;
+st.shared.u32 [sum], %r9;
+mbarrier.init.shared::cta.b64 [bar], 1;
+mbarrier.arrive.expect_tx.shared::cta.b64 %rd1, [bar], 8;
+barrier.cluster.arrive;
+barrier.cluster.wait;
+WAIT:
+mbarrier.try_wait.shared::cta.b64 %p2, [bar], %rd1;
+@!%p2 bra WAIT;
+ld.shared.u32 %r5, [val];
+ld.shared.u32 %r6, [sum];
+st.global.u32 [%rd0], %r5;
+st.global.u32 [%rd0+8], %r6;
+bra DONE;
+SENDER:
+barrier.cluster.arrive;
+barrier.cluster.wait;
+mov.u32 %r3, val;
+mapa.shared::cluster.u32 %r4, %r3, 0;
+mov.u32 %r6, bar;
+mapa.shared::cluster.u32 %r7, %r6, 0;
+mov.u32 %r8, sum;
+mapa.shared::cluster.u32 %r10, %r8, 0;
+st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%r4], 1234, [%r7];
+red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.u32 [%r10], 37, [%r7];
+DONE:
+barrier.cluster.arrive;
+barrier.cluster.wait;
+)", decls), {1, 1, 1}, {2, 1, 1}, 64, 0, {2, 1, 1});
+  ASSERT_TRUE(r.status.isOk()) << r.status.message();
+  EXPECT_EQ(u32(r, 0), 1234u);
+  EXPECT_EQ(u32(r, 1), 42u);
+  // Without the mbarrier it completes, it is refused (it would leave its reader waiting).
+  EXPECT_FALSE(parsePtx(kernel("st.async.shared::cluster.u32 [%r4], 1;\n")).isOk());
+}
+
 TEST(PtxWarp, MovmatrixTransposesAnEightByEightMatrixOfHalves) {
   // Lane l holds row l/4, columns 2(l%4), 2(l%4)+1 of M[r][c] = 16r + c; after the
   // transpose it holds T[r][c] = M[c][r] = 16c + r in the same positions.
