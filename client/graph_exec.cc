@@ -156,7 +156,10 @@ Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, cuda
                                                   std::to_string(p.device) + ", the graph on " + std::to_string(device)));
     switch (p.type) {
       case cudaGraphNodeTypeKernel: {
-        if (Status s = rt().checkLaunch(*p.kernel, p.grid, p.block, p.shmem, device); !s) return fault(s);
+        dim3 cluster(0, 0, 0);
+        if (auto cl = p.attrs.find(cudaLaunchAttributeClusterDimension); cl != p.attrs.end())
+          cluster = dim3(cl->second.clusterDim.x, cl->second.clusterDim.y, cl->second.clusterDim.z);
+        if (Status s = rt().checkLaunch(*p.kernel, p.grid, p.block, p.shmem, device, cluster); !s) return fault(s);
         auto coop = p.attrs.find(cudaLaunchAttributeCooperative);
         const bool cooperative = coop != p.attrs.end() && coop->second.cooperative;
         if (cooperative) {

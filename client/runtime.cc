@@ -751,12 +751,11 @@ Status Runtime::launch(const KernelRecord& k, dim3 grid, dim3 block, void** args
   flushDeviceOutput();  // a launch flushes the printf buffer on a GPU
   auto s = this->stream(stream, ptsz);
   if (!s) return s.status();
-  RGPU_TRY(checkLaunch(k, grid, block, shmem, s->device));
+  RGPU_TRY(checkLaunch(k, grid, block, shmem, s->device, cluster));
   if (!k.layout.params.empty() && !args) return Status(err::kInvalidValue, "kernel arguments missing");
   if (cooperative)
     RGPU_TRY(checkCooperative(k, s->device, uint64_t{grid.x} * grid.y * grid.z, static_cast<int>(block.x * block.y * block.z),
                               shmem));
-  RGPU_TRY(checkCluster(k, grid, cluster, s->device));
 
   capnp::MallocMessageBuilder msg(128 + k.layout.param_bytes / 8);
   auto lk = msg.initRoot<wire::Request>().initLaunchKernel();
@@ -804,11 +803,9 @@ Result<int> Runtime::blocksPerMultiprocessor(const KernelRecord& k, int device, 
   return n;
 }
 
-Status Runtime::checkCluster(const KernelRecord& k, dim3 grid, dim3 cluster, int device_index) {
-  auto lim = launchLimits(k, device_index);
-  if (!lim) return lim.status();
-  const bool asked = cluster.x || cluster.y || cluster.z, own = lim->cluster_x != 0;
-  if (!asked && !own && !lim->cluster_must_be_set) return Status::ok();
+Status Runtime::checkCluster(const KernelRecord& k, const LaunchLimits& lim, dim3 grid, dim3 cluster, int device_index) {
+  const bool asked = cluster.x || cluster.y || cluster.z, own = lim.cluster_x != 0;
+  if (!asked && !own && !lim.cluster_must_be_set) return Status::ok();
   auto dev = device(device_index);
   if (!dev) return dev.status();
   const auto& a = (*dev)->attributes;
@@ -816,14 +813,14 @@ Status Runtime::checkCluster(const KernelRecord& k, dim3 grid, dim3 cluster, int
     return Status(err::kNotSupported, "the device does not support thread-block clusters");
   auto bad = [&](const std::string& why) { return Status(err::kInvalidClusterSize, "kernel " + k.name + ": " + why); };
   if (asked && (!cluster.x || !cluster.y || !cluster.z)) return bad("cluster dimensions must all be at least 1");
-  if (asked && own && (cluster.x != lim->cluster_x || cluster.y != lim->cluster_y || cluster.z != lim->cluster_z))
-    return bad("the kernel's own cluster is " + std::to_string(lim->cluster_x) + "x" + std::to_string(lim->cluster_y) +
-               "x" + std::to_string(lim->cluster_z) + " blocks");
+  if (asked && own && (cluster.x != lim.cluster_x || cluster.y != lim.cluster_y || cluster.z != lim.cluster_z))
+    return bad("the kernel's own cluster is " + std::to_string(lim.cluster_x) + "x" + std::to_string(lim.cluster_y) +
+               "x" + std::to_string(lim.cluster_z) + " blocks");
   if (!asked && !own) return bad("it runs in clusters only: launch it with a cluster dimension");
-  dim3 c = asked ? cluster : dim3(lim->cluster_x, lim->cluster_y, lim->cluster_z);
+  dim3 c = asked ? cluster : dim3(lim.cluster_x, lim.cluster_y, lim.cluster_z);
   if (grid.x % c.x || grid.y % c.y || grid.z % c.z) return bad("the grid is not a whole number of clusters");
   const uint64_t size = uint64_t{c.x} * c.y * c.z;
-  if (size > (lim->non_portable_cluster ? 16u : 8u))
+  if (size > (lim.non_portable_cluster ? 16u : 8u))
     return bad("clusters of " + std::to_string(size) + " blocks; at most 8 (16 with cudaFuncAttributeNonPortableClusterSizeAllowed)");
   return Status::ok();
 }
@@ -845,7 +842,8 @@ Status Runtime::checkCooperative(const KernelRecord& k, int device_index, uint64
   return Status::ok();
 }
 
-Status Runtime::checkLaunch(const KernelRecord& k, dim3 grid, dim3 block, size_t shmem, int device_index) {
+Status Runtime::checkLaunch(const KernelRecord& k, dim3 grid, dim3 block, size_t shmem, int device_index,
+                            dim3 cluster) {
   auto dev = device(device_index);
   if (!dev) return dev.status();
   const auto& a = (*dev)->attributes;
@@ -875,7 +873,7 @@ Status Runtime::checkLaunch(const KernelRecord& k, dim3 grid, dim3 block, size_t
   if (shmem + lim->static_shared > attr(cudaDevAttrMaxSharedMemoryPerBlockOptin) &&
       attr(cudaDevAttrMaxSharedMemoryPerBlockOptin) > 0)
     return Status(err::kInvalidValue, "static plus dynamic shared memory exceed the device's limit");
-  return Status::ok();
+  return checkCluster(k, *lim, grid, cluster, device_index);
 }
 
 }  // namespace rgpu::client

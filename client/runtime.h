@@ -184,8 +184,10 @@ class Runtime {
   void forgetLaunchLimits(const KernelRecord& k, int device);
 
   // The checks a launch of `k` on `device` passes before it is sent (CUDA
-  // reports these at once): configuration, the kernel's own limits.
-  Status checkLaunch(const KernelRecord& k, dim3 grid, dim3 block, size_t shmem, int device);
+  // reports these at once): configuration, the kernel's own limits, and the
+  // cluster it asks for (0s: none; see checkCluster).
+  Status checkLaunch(const KernelRecord& k, dim3 grid, dim3 block, size_t shmem, int device,
+                     dim3 cluster = dim3(0, 0, 0));
   // Launch with the packed parameter block. `cooperative`: every block
   // resident at once (cudaLaunchCooperativeKernel); a grid larger than the
   // device holds fails here with cudaErrorCooperativeLaunchTooLarge.
@@ -194,15 +196,15 @@ class Runtime {
   // Blocks of `k` one multiprocessor of `device` holds at once (the server's
   // occupancy answer, cached per block size and shared memory).
   Result<int> blocksPerMultiprocessor(const KernelRecord& k, int device, int block_threads, size_t shmem);
-  // The cluster a launch asks for (0s: none) fits the kernel and the grid, as
-  // the driver decides (cudaErrorInvalidClusterSize; cudaErrorNotSupported
-  // where the device has no clusters). Immediate, as CUDA's launch errors are.
-  Status checkCluster(const KernelRecord& k, dim3 grid, dim3 cluster, int device);
   // A cooperative grid of `blocks` fits on `device` at once.
   Status checkCooperative(const KernelRecord& k, int device, uint64_t blocks, int block_threads, size_t shmem);
 
  private:
   Runtime() = default;
+  // The cluster a launch asks for (0s: none) fits the kernel (`lim`) and the
+  // grid, as the driver decides (cudaErrorInvalidClusterSize;
+  // cudaErrorNotSupported where the device has no clusters).
+  Status checkCluster(const KernelRecord& k, const LaunchLimits& lim, dim3 grid, dim3 cluster, int device);
   // atexit: flush and close the connection before the libraries it uses
   // (OpenSSL) clean up; later calls get cudaErrorCudartUnloading.
   static void shutdownAtExit();
