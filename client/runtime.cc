@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/launch_cluster.h"
 #include "common/log.h"
 
 namespace rgpu::client {
@@ -811,18 +812,11 @@ Status Runtime::checkCluster(const KernelRecord& k, const LaunchLimits& lim, dim
   const auto& a = (*dev)->attributes;
   if (static_cast<size_t>(cudaDevAttrClusterLaunch) >= a.size() || !a[cudaDevAttrClusterLaunch])
     return Status(err::kNotSupported, "the device does not support thread-block clusters");
-  auto bad = [&](const std::string& why) { return Status(err::kInvalidClusterSize, "kernel " + k.name + ": " + why); };
-  if (asked && (!cluster.x || !cluster.y || !cluster.z)) return bad("cluster dimensions must all be at least 1");
-  if (asked && own && (cluster.x != lim.cluster_x || cluster.y != lim.cluster_y || cluster.z != lim.cluster_z))
-    return bad("the kernel's own cluster is " + std::to_string(lim.cluster_x) + "x" + std::to_string(lim.cluster_y) +
-               "x" + std::to_string(lim.cluster_z) + " blocks");
-  if (!asked && !own) return bad("it runs in clusters only: launch it with a cluster dimension");
-  dim3 c = asked ? cluster : dim3(lim.cluster_x, lim.cluster_y, lim.cluster_z);
-  if (grid.x % c.x || grid.y % c.y || grid.z % c.z) return bad("the grid is not a whole number of clusters");
-  const uint64_t size = uint64_t{c.x} * c.y * c.z;
-  if (size > (lim.non_portable_cluster ? 16u : 8u))
-    return bad("clusters of " + std::to_string(size) + " blocks; at most 8 (16 with cudaFuncAttributeNonPortableClusterSizeAllowed)");
-  return Status::ok();
+  bool explicit_cluster = false;
+  auto c = common::launchCluster(k.name, {lim.cluster_x, lim.cluster_y, lim.cluster_z}, lim.cluster_must_be_set,
+                                 {grid.x, grid.y, grid.z}, {cluster.x, cluster.y, cluster.z}, lim.non_portable_cluster,
+                                 explicit_cluster);
+  return c ? Status::ok() : c.status();
 }
 
 Status Runtime::checkCooperative(const KernelRecord& k, int device_index, uint64_t blocks, int block_threads,

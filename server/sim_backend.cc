@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/launch_cluster.h"
 #include "common/log.h"
 #include "server/device_props.h"
 #include "server/ptx/ptx_parser.h"
@@ -667,6 +668,13 @@ Result<uint32_t> SimBackend::registerFunction(uint32_t id, uint32_t module, cons
   return k->second.param_bytes;
 }
 
+common::ClusterDims SimBackend::ownCluster(const Function& f) {
+  const ptx::Function& code = *f.code;
+  if (code.cluster_x) return {code.cluster_x, code.cluster_y, code.cluster_z};
+  const Dim3& r = f.required_cluster;  // cudaFuncAttributeRequiredCluster*: counts once all three are set
+  return r.x && r.y && r.z ? common::ClusterDims{r.x, r.y, r.z} : common::ClusterDims{};
+}
+
 Result<FunctionAttributes> SimBackend::functionAttributes(uint32_t function) {
   std::lock_guard lock(mu_);
   auto f = functions_.find(function);
@@ -683,7 +691,7 @@ Result<FunctionAttributes> SimBackend::functionAttributes(uint32_t function) {
   if (f->second.code->max_threads) a.max_threads_per_block = static_cast<int>(f->second.code->max_threads);
   a.max_dynamic_shared = f->second.max_dynamic_shared;
   const ptx::Function& code = *f->second.code;
-  const Dim3 own = code.cluster_x ? Dim3{code.cluster_x, code.cluster_y, code.cluster_z} : f->second.required_cluster;
+  const common::ClusterDims own = ownCluster(f->second);
   a.cluster_x = static_cast<int>(own.x), a.cluster_y = static_cast<int>(own.y), a.cluster_z = static_cast<int>(own.z);
   a.cluster_must_be_set = code.explicit_cluster && !code.cluster_x;
   a.non_portable_cluster = f->second.non_portable_cluster;
@@ -798,18 +806,13 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
   uint64_t static_shared = f->second.code->static_shared;
   if (static_shared + cfg.shared_mem > ptx::kMaxSharedBytes)
     return Status(err::kInvalidValue, "static plus dynamic shared memory exceed the device's limit");
-  // Thread-block clusters: as the driver decides them (ptx::launchCluster), on 9.0 and later.
+  // Thread-block clusters: as the driver decides them (common/launch_cluster.h), on 9.0 and later.
   bool explicit_cluster = false;
   {
-    const ptx::Function& code = *f->second.code;
-    const Dim3 own = code.cluster_x ? Dim3{code.cluster_x, code.cluster_y, code.cluster_z}
-                                    : (f->second.required_cluster.x && f->second.required_cluster.y && f->second.required_cluster.z
-                                           ? f->second.required_cluster
-                                           : Dim3{0, 0, 0});
-    auto c = ptx::launchCluster(f->second.name, {own.x, own.y, own.z}, code.explicit_cluster, {g.x, g.y, g.z},
-                                {cfg.cluster.x, cfg.cluster.y, cfg.cluster.z}, f->second.non_portable_cluster != 0,
-                                explicit_cluster);
-    if (!c) return Status(err::kInvalidClusterSize, c.status().message());
+    auto c = common::launchCluster(f->second.name, ownCluster(f->second), f->second.code->explicit_cluster,
+                                   {g.x, g.y, g.z}, {cfg.cluster.x, cfg.cluster.y, cfg.cluster.z},
+                                   f->second.non_portable_cluster != 0, explicit_cluster);
+    if (!c) return c.status();
     if (explicit_cluster && devices_[key.device].major < 9)
       return Status(err::kNotSupported, "thread-block clusters need compute capability 9.0; the device has " +
                                             std::to_string(devices_[key.device].major) + "." +

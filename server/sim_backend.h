@@ -35,6 +35,7 @@
 #include "common/fatbin.h"
 #include "server/ptx/ptx_interp.h"
 #include "server/ptx/ptx_ir.h"
+#include "common/launch_cluster.h"
 #include "server/backend.h"
 #include "server/device_arena.h"
 #include "server/launch_gate.h"
@@ -201,6 +202,9 @@ class SimBackend final : public Backend {
     // still touch it, so its bytes stay until they have all run.
     uint64_t retired_at = 0;
   };
+
+  // The kernel's own cluster (__cluster_dims__, else the cudaFuncAttributeRequiredCluster* it was given; 0s: none).
+  static common::ClusterDims ownCluster(const Function& f);
 
   // All below with mu_ held.
   Result<Stream*> streamLocked(StreamKey key);

@@ -36,7 +36,6 @@ inline constexpr int kErrLaunchOutOfResources = 701;
 inline constexpr int kErrAssert = 710;
 inline constexpr int kErrMisaligned = 716;
 inline constexpr int kErrLaunchFailure = 719;
-inline constexpr int kErrInvalidClusterSize = 912;
 
 // Generic-address windows for shared and local memory (global addresses are
 // the host addresses of allocations, always below these).
@@ -134,17 +133,6 @@ struct LaunchResult {
 // Whether any function of `m` calls vprintf (device printf).
 bool usesPrintf(const Module& m);
 
-// The cluster a launch of `fn` with `grid` runs in, as a GPU's driver decides
-// it: `requested` (cudaLaunchAttributeClusterDimension; 0s: none given), else
-// the kernel's own (__cluster_dims__), else none ({1,1,1}); `explicit_cluster`
-// says whether it is a cluster launch. kErrInvalidClusterSize when a request
-// contradicts the kernel's own, a kernel that needs clusters gets none, a
-// dimension does not divide the grid, or the cluster has more than 8 blocks
-// (16 with `non_portable`).
-// `own`: the kernel's cluster (its .reqnctapercluster, or what
-// cudaFuncAttributeRequiredCluster* set; 0s: none); `needs_cluster`: its .explicitcluster.
-Result<Dim3> launchCluster(const std::string& name, Dim3 own, bool needs_cluster, Dim3 grid, Dim3 requested,
-                           bool non_portable, bool& explicit_cluster);
 // Keeps the newest `limit` bytes of `out`, counting the dropped ones in
 // `dropped`; trims only past twice the limit unless `exact`, so appending
 // stays amortised O(1).

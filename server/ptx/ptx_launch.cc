@@ -304,35 +304,6 @@ LaunchResult Interpreter::run(const Launch& L) {
   return finish();
 }
 
-Result<Dim3> launchCluster(const std::string& name, Dim3 own_dims, bool needs_cluster, Dim3 grid, Dim3 requested,
-                           bool non_portable, bool& explicit_cluster) {
-  const bool asked = requested.x || requested.y || requested.z;
-  const bool own = own_dims.x != 0;
-  struct {
-    std::string name;
-    uint32_t cluster_x, cluster_y, cluster_z;
-    bool explicit_cluster;
-  } fn{name, own_dims.x, own_dims.y, own_dims.z, needs_cluster};
-  auto bad = [](const std::string& what) { return Status(kErrInvalidClusterSize, what); };
-  if (asked && (!requested.x || !requested.y || !requested.z))
-    return bad("cluster dimensions must all be at least 1");
-  if (asked && own && (requested.x != fn.cluster_x || requested.y != fn.cluster_y || requested.z != fn.cluster_z))
-    return bad("kernel " + fn.name + " is compiled for clusters of " + std::to_string(fn.cluster_x) + "x" +
-               std::to_string(fn.cluster_y) + "x" + std::to_string(fn.cluster_z) + " blocks (__cluster_dims__)");
-  if (!asked && !own && fn.explicit_cluster) return bad("kernel " + fn.name + " runs in clusters only: launch it with a cluster dimension");
-  Dim3 c = asked ? requested : own ? Dim3{fn.cluster_x, fn.cluster_y, fn.cluster_z} : Dim3{1, 1, 1};
-  explicit_cluster = asked || own || fn.explicit_cluster;
-  if (grid.x % c.x || grid.y % c.y || grid.z % c.z)
-    return bad("the grid (" + std::to_string(grid.x) + "," + std::to_string(grid.y) + "," + std::to_string(grid.z) +
-               ") is not a whole number of clusters of " + std::to_string(c.x) + "x" + std::to_string(c.y) + "x" +
-               std::to_string(c.z) + " blocks");
-  const uint64_t size = uint64_t{c.x} * c.y * c.z, limit = non_portable ? 16 : 8;
-  if (size > limit)
-    return bad("clusters of " + std::to_string(size) + " blocks; at most " + std::to_string(limit) +
-               (non_portable ? "" : " (16 with cudaFuncAttributeNonPortableClusterSizeAllowed)"));
-  return c;
-}
-
 bool MemoryBudget::take(uint64_t bytes, const std::function<bool()>& stop) {
   std::unique_lock lock(mu_);
   while (used_ + bytes > limit_) {

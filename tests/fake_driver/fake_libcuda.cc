@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "common/fatbin.h"
+#include "common/launch_cluster.h"
 #include "server/device_arena.h"
 #include "server/ptx/ptx_interp.h"
 #include "server/ptx/ptx_parser.h"
@@ -1098,13 +1099,15 @@ CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, 
   // Clusters, as the driver decides them (the kernel's own, or the attribute's).
   bool explicit_cluster = false;
   const ptx::Function& code = *fn->code;
-  auto cluster = ptx::launchCluster(fn->name, {code.cluster_x, code.cluster_y, code.cluster_z}, code.explicit_cluster,
-                                    {gx, gy, gz}, requested_cluster, fn->non_portable_cluster, explicit_cluster);
+  auto cluster = rgpu::common::launchCluster(fn->name, {code.cluster_x, code.cluster_y, code.cluster_z},
+                                             code.explicit_cluster, {gx, gy, gz},
+                                             {requested_cluster.x, requested_cluster.y, requested_cluster.z},
+                                             fn->non_portable_cluster, explicit_cluster);
   if (!cluster) {
     record(std::string(name) + " refused: " + cluster.status().message());
     return CUDA_ERROR_INVALID_CLUSTER_SIZE;
   }
-  const Dim3 cd = *cluster;
+  const Dim3 cd{cluster->x, cluster->y, cluster->z};
   std::ostringstream line;
   line << name << (cooperative ? " cooperative " : " ")
        << (explicit_cluster ? "cluster=" + std::to_string(cd.x) + "," + std::to_string(cd.y) + "," + std::to_string(cd.z) + " " : "")
