@@ -189,21 +189,32 @@ class Backend {
   // whole) says so with nativeGraphs(). Between beginNativeGraph(device) and
   // endNativeGraph(), the stream-ordered calls the session makes (launch,
   // copyOnDevice, copy2DOnDevice, fill, fill2D, fillPattern2D, blas without a
-  // host result, ltMatmul) are recorded into the graph instead of run, whatever
-  // stream they name; any other stream-ordered call fails. endNativeGraph
-  // (keep = false: discard) returns the graph's id, or why none could be made
-  // (the session then runs the nodes one by one). A native graph bakes in the
-  // pointers and kernels it was made with: the session rebuilds it whenever
-  // memory was freed or a module unloaded since. Destroying one whose launch
-  // is still running is allowed (its resources go when the launch is done).
+  // host result, ltMatmul, recordEvent, waitEvent, hostCall) are recorded into
+  // the graph instead of run, whatever stream they name; any other
+  // stream-ordered call fails. A recorded hostCall's `fn` is kept by the graph
+  // and runs at each of its launches. endNativeGraph (keep = false: discard)
+  // returns the graph's id, or why none could be made (the session then runs
+  // the nodes one by one). A native graph bakes in the pointers, kernels and
+  // events it was made with: the session rebuilds it whenever memory was
+  // freed, a module unloaded or an event destroyed since. Destroying one whose
+  // launch is still running is allowed (its resources go when the launch is done).
+  //
+  // Host copies: a graph made with in_bytes/out_bytes has device buffers of
+  // that size (nativeGraphBuffers, while capturing). The session records a
+  // host-to-device node as a copy from the input buffer and a device-to-host
+  // node as a copy into the output buffer; each launch then copies `in`
+  // (in_bytes) into the input buffer before the graph runs and hands the
+  // output buffer to `out` after it. Launches of one graph run one after the
+  // other, whatever streams they are on, so they never share the buffers.
   virtual bool nativeGraphs() const { return false; }
-  virtual Status beginNativeGraph(int device) {
+  virtual Status beginNativeGraph(int device, uint64_t in_bytes = 0, uint64_t out_bytes = 0) {
     return Status(err::kNotSupported, std::string("native graphs are not available on the ") + name() + " backend");
   }
+  virtual std::pair<DevPtr, DevPtr> nativeGraphBuffers() const { return {0, 0}; }
   virtual Result<uint32_t> endNativeGraph(bool keep) {
     return Status(err::kNotSupported, std::string("native graphs are not available on the ") + name() + " backend");
   }
-  virtual Status launchNativeGraph(StreamKey s, uint32_t graph) {
+  virtual Status launchNativeGraph(StreamKey s, uint32_t graph, Staging in = nullptr, ReadDone out = nullptr) {
     return Status(err::kNotSupported, std::string("native graphs are not available on the ") + name() + " backend");
   }
   virtual void destroyNativeGraph(uint32_t graph) {}

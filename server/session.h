@@ -163,13 +163,21 @@ class Session {
                 capnp::List<uint64_t>::Reader host_funcs, const Staging& all);
   // Launches `g` as the backend's native graph, (re)building it first where
   // needed; false when it cannot be one (the caller runs it node by node).
-  bool launchNative(const protocol::FrameHeader& h, struct SessionGraph& g, StreamKey key);
+  // `host_funcs` and `all` as for runGraph (`all` is taken only when it returns true).
+  bool launchNative(const protocol::FrameHeader& h, struct SessionGraph& g, StreamKey key,
+                    capnp::List<uint64_t>::Reader host_funcs, Staging& all);
+  // Builds the backend's native graph of `g` (see session_graphs.cc).
+  void buildNative(const protocol::FrameHeader& h, struct SessionGraph& g);
   // Drops the backend's native graph of `g`, if any.
   void dropNative(struct SessionGraph& g);
   // cudaDeviceReset: the device's graphs go.
   void forgetGraphs(int device);
   // Queues host function `id` (the client runs it) on `key`.
   Status enqueueHostFunc(StreamKey key, uint64_t id);
+  // Host function `id` is pending (max_pending_host_funcs); runHostFunc asks
+  // the client to run it and returns once it has (or the session is closing).
+  Status reserveHostFunc(uint64_t id);
+  void runHostFunc(uint64_t id);
   // A staging buffer of `size` bytes from the session's budget; null past it.
   Staging stage(uint64_t size);
   // (session.cc)

@@ -18,17 +18,22 @@
 // allocate, synchronise, load modules or launch graphs from inside.
 //
 // Native graphs: where the backend has them (CUDA: a CUgraphExec) and every
-// node is device-side work it can capture (kernels, device copies, memsets,
-// cuBLAS/cuBLASLt calls; no host copies, host functions or events), the
-// session runs the nodes once through their handlers while the backend
-// captures them, and then launches the result whole. The handlers check
-// every pointer, size and kernel as for a launch node by node; a node they
-// refuse makes the graph run node by node, which reports the error as before.
-// The native graph bakes in what was checked, so it is rebuilt at the next
-// launch after any allocation went, a module was unloaded or a kernel's
-// attributes changed (graphEpoch()).
+// node is one it can capture (kernels, device copies, memsets, cuBLAS/cuBLASLt
+// calls, event records and waits, host copies, host functions; not peer
+// copies), the session runs the nodes once through their handlers while the
+// backend captures them, and then launches the result whole. The handlers
+// check every pointer, size, event and kernel as for a launch node by node; a
+// node they refuse makes the graph run node by node, which reports the error
+// as before. Host copies become copies from and to the graph's device buffers
+// (backend.h), which each launch fills from its bulk payload and reads into
+// its reply; host functions become host nodes that take the ids the launch
+// names, in node order, from the graph's queue. The native graph bakes in
+// what was checked, so it is rebuilt at the next launch after any allocation
+// went, a module was unloaded, an event destroyed or a kernel's attributes
+// changed (graphEpoch()).
 #include <capnp/serialize.h>
 
+#include <deque>
 #include <mutex>
 
 #include "common/frame_io.h"
@@ -39,6 +44,13 @@
 namespace rgpu::server {
 
 using protocol::FrameHeader;
+
+// The host function ids of a native graph's launches, in the order its host
+// nodes run (its launches run one after the other).
+struct HostQueue {
+  std::mutex mu;
+  std::deque<uint64_t> ids;
+};
 
 struct SessionGraph {
   int device = 0;
@@ -54,6 +66,7 @@ struct SessionGraph {
   uint32_t native = 0;               // the backend's id; 0: none
   uint64_t native_epoch = 0;         // graphEpoch() when it was built
   uint64_t refused_epoch = ~0ull;    // a build failed at this epoch: not tried again before it changes
+  std::shared_ptr<HostQueue> host_queue;  // of the native graph
 };
 
 namespace {
@@ -92,8 +105,7 @@ Status nodeKindAllowed(wire::Request::Reader r) {
 // A node the backend can capture into a native graph.
 bool capturable(wire::GraphNode::Reader n) {
   using R = wire::Request;
-  if (n.which() == wire::GraphNode::EMPTY) return true;
-  if (n.which() != wire::GraphNode::REQUEST) return false;
+  if (n.which() != wire::GraphNode::REQUEST) return true;  // host copies and functions, empty nodes
   switch (n.getRequest().which()) {
     case R::LAUNCH_KERNEL:
     case R::MEMCPY_DTO_D:
@@ -102,8 +114,10 @@ bool capturable(wire::GraphNode::Reader n) {
     case R::MEMCPY2_D:  // device to device only (nodeKindAllowed)
     case R::BLAS:       // results in device memory only (nodeKindAllowed)
     case R::LT_MATMUL:
+    case R::EVENT_RECORD:
+    case R::STREAM_WAIT_EVENT:
       return true;
-    default:  // peer copies, event record and wait
+    default:  // peer copies
       return false;
   }
 }
@@ -268,7 +282,7 @@ Status Session::onGraphLaunch(const FrameHeader& h, wire::Request::Reader req) {
     RGPU_LOG_WARN("session {}: graph launch refused: {}", session_id_, s.message());
     return finish(h, s), Status::ok();
   }
-  if (!launchNative(h, *g, key)) runGraph(h, *g, key, m.getHostFuncs(), all);
+  if (!launchNative(h, *g, key, m.getHostFuncs(), all)) runGraph(h, *g, key, m.getHostFuncs(), all);
   return Status::ok();
 }
 
@@ -276,50 +290,128 @@ void Session::dropNative(SessionGraph& g) {
   if (g.native) backend_->destroyNativeGraph(g.native);
   g.native = 0;
   g.refused_epoch = ~0ull;
+  g.host_queue.reset();
 }
 
-bool Session::launchNative(const FrameHeader& h, SessionGraph& g, StreamKey key) {
-  if (!g.device_only || g.d2h_bytes || g.h2d_bytes || g.host_funcs || !backend_->nativeGraphs()) return false;
+void Session::buildNative(const FrameHeader& h, SessionGraph& g) {
+  // Each node through its handler, recorded by the backend on a stream of its own.
   const uint64_t epoch = graphEpoch();
-  if (g.native && g.native_epoch != epoch) dropNative(g);
-  if (!g.native && g.refused_epoch != epoch) {
-    // Build: each node through its handler, recorded by the backend.
-    Status build;
-    StreamKey capture{0, g.device};  // the backend records on a stream of its own
+  auto queue = std::make_shared<HostQueue>();
+  Status build = backend_->beginNativeGraph(g.device, g.h2d_bytes, g.d2h_bytes);
+  if (build) {
+    const auto [in, out] = backend_->nativeGraphBuffers();
+    StreamKey capture{0, g.device};
     FrameHeader node_h = h;
     node_h.flags = protocol::kFlagAsync;
     node_h.bulk_len = 0;
-    build = backend_->beginNativeGraph(g.device);
-    if (build) {
-      graph_build_ = &build;
-      graph_build_thread_ = std::this_thread::get_id();
-      graph_stream_ = &capture;
-      for (const auto& words : g.chunks) {
-        capnp::FlatArrayMessageReader reader(words.asPtr(), common::readerOptions());
-        for (auto n : reader.getRoot<wire::GraphCreate>().getNodes()) {
-          if (!build || n.which() != wire::GraphNode::REQUEST) continue;
-          auto r = n.getRequest();
-          Status st = (this->*handlers()[static_cast<size_t>(r.which())])(node_h, r);
-          if (!st && build) build = st;
+    graph_build_ = &build;
+    graph_build_thread_ = std::this_thread::get_id();
+    graph_stream_ = &capture;
+    uint64_t in_off = 0, out_off = 0;
+    for (const auto& words : g.chunks) {
+      capnp::FlatArrayMessageReader reader(words.asPtr(), common::readerOptions());
+      for (auto n : reader.getRoot<wire::GraphCreate>().getNodes()) {
+        if (!build) break;
+        Status st;
+        switch (n.which()) {
+          case wire::GraphNode::REQUEST: {
+            auto r = n.getRequest();
+            st = (this->*handlers()[static_cast<size_t>(r.which())])(node_h, r);
+            break;
+          }
+          case wire::GraphNode::HOST_TO_DEVICE: {
+            auto c = n.getHostToDevice();
+            if (c.getSize() == 0) break;
+            st = allocs_.check(c.getDevice(), c.getSize());
+            if (st) st = backend_->copyOnDevice(capture, c.getDevice(), in + in_off, c.getSize());
+            in_off += c.getSize();
+            break;
+          }
+          case wire::GraphNode::DEVICE_TO_HOST: {
+            auto c = n.getDeviceToHost();
+            if (c.getSize() == 0) break;
+            st = allocs_.check(c.getDevice(), c.getSize());
+            if (st) st = backend_->copyOnDevice(capture, out + out_off, c.getDevice(), c.getSize());
+            out_off += c.getSize();
+            break;
+          }
+          case wire::GraphNode::HOST_FUNC:
+            st = backend_->hostCall(capture, [this, queue] {
+              uint64_t id;
+              {
+                std::lock_guard lock(queue->mu);
+                if (queue->ids.empty()) return;  // cannot happen: each launch queues its ids first
+                id = queue->ids.front();
+                queue->ids.pop_front();
+              }
+              runHostFunc(id);
+            });
+            break;
+          default:
+            break;
         }
+        if (!st && build) build = st;
       }
-      graph_stream_ = nullptr;
-      graph_build_ = nullptr;
     }
-    const bool keep = build.isOk();
-    auto made = backend_->endNativeGraph(keep);
-    if (made) {
-      g.native = *made;
-      g.native_epoch = epoch;
-    } else {
-      g.refused_epoch = epoch;
-      RGPU_LOG_DEBUG("session {}: graph runs node by node: {}", session_id_,
-                     keep ? made.status().message() : build.message());
-    }
+    graph_stream_ = nullptr;
+    graph_build_ = nullptr;
   }
+  const bool keep = build.isOk();
+  auto made = backend_->endNativeGraph(keep);
+  if (made) {
+    g.native = *made;
+    g.native_epoch = epoch;
+    g.host_queue = std::move(queue);
+  } else {
+    g.refused_epoch = epoch;
+    RGPU_LOG_DEBUG("session {}: graph runs node by node: {}", session_id_,
+                   keep ? made.status().message() : build.message());
+  }
+}
+
+bool Session::launchNative(const FrameHeader& h, SessionGraph& g, StreamKey key,
+                           capnp::List<uint64_t>::Reader host_funcs, Staging& all) {
+  if (!g.device_only || !backend_->nativeGraphs()) return false;
+  const uint64_t epoch = graphEpoch();
+  if (g.native && g.native_epoch != epoch) dropNative(g);
+  if (!g.native && g.refused_epoch != epoch) buildNative(h, g);
   if (!g.native) return false;
-  Status st = backend_->launchNativeGraph(key, g.native);
-  finish(h, st);
+  // The launch's host functions are pending from now; its host nodes take them in order.
+  Status st;
+  size_t reserved = 0;
+  for (uint64_t id : host_funcs) {
+    st = reserveHostFunc(id);
+    if (!st) break;
+    ++reserved;
+  }
+  const bool queued = st && reserved;
+  if (queued) {
+    std::lock_guard lock(g.host_queue->mu);
+    for (uint64_t id : host_funcs) g.host_queue->ids.push_back(id);
+  }
+  ReadDone out;
+  if (g.d2h_bytes) {
+    const bool replies = !(h.flags & protocol::kFlagAsync);
+    out = [this, seq = h.seq, replies](Status r, const uint8_t* d, uint64_t n, const OnWire& w) {
+      if (replies) return sendReply(seq, r, nullptr, r ? d : nullptr, r ? n : 0, w);
+      if (w) w();
+      if (!r) recordAsyncError(r);
+    };
+  }
+  if (st) st = backend_->launchNativeGraph(key, g.native, std::move(all), std::move(out));
+  if (!st) {  // nothing of the graph runs: its host functions are not pending
+    if (queued) {
+      std::lock_guard lock(g.host_queue->mu);
+      for (size_t i = 0; i < reserved && !g.host_queue->ids.empty(); ++i) g.host_queue->ids.pop_back();
+    }
+    {
+      std::lock_guard lock(host_mu_);
+      for (size_t i = 0; i < reserved; ++i) host_pending_.erase(host_funcs[static_cast<unsigned>(i)]);
+    }
+    RGPU_LOG_WARN("session {}: graph launch failed: {}", session_id_, st.message());
+  }
+  // With device-to-host copies the reply comes with their bytes (`out`).
+  if (!st || !g.d2h_bytes) finish(h, st);
   return true;
 }
 

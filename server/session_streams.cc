@@ -140,6 +140,7 @@ Status Session::onEventDestroy(const FrameHeader& h, wire::Request::Reader req) 
   uint32_t id = req.getEventDestroy().getId();
   Status s = events_.count(id) ? backend_->destroyEvent(id) : Status(err::kInvalidResourceHandle, "unknown event");
   if (s) events_.erase(id);
+  if (s) ++graph_epoch_;  // native graphs may record or wait for it
   finish(h, s);
   return Status::ok();
 }
@@ -260,20 +261,25 @@ Status Session::onHostFuncEnqueue(const FrameHeader& h, wire::Request::Reader re
   return Status::ok();
 }
 
-Status Session::enqueueHostFunc(StreamKey key, uint64_t id) {
+Status Session::reserveHostFunc(uint64_t id) {
   const auto& L = cfg_.limits;
-  {
-    std::lock_guard lock(host_mu_);
-    if (host_pending_.size() >= L.max_pending_host_funcs)
-      return Status(err::kLaunchOutOfResources, "too many pending host functions (max_pending_host_funcs = " +
-                                                    std::to_string(L.max_pending_host_funcs) + ")");
-    if (!host_pending_.insert(id).second) return Status(err::kInvalidValue, "host function id in use");
-  }
-  Status s = backend_->hostCall(key, [this, id] {
-    sendNotify([id](wire::Notify::Builder& n) { n.setHostFuncReady(id); });
-    std::unique_lock lock(host_mu_);
-    host_cv_.wait(lock, [&] { return closing_ || !host_pending_.count(id); });
-  });
+  std::lock_guard lock(host_mu_);
+  if (host_pending_.size() >= L.max_pending_host_funcs)
+    return Status(err::kLaunchOutOfResources, "too many pending host functions (max_pending_host_funcs = " +
+                                                  std::to_string(L.max_pending_host_funcs) + ")");
+  if (!host_pending_.insert(id).second) return Status(err::kInvalidValue, "host function id in use");
+  return Status::ok();
+}
+
+void Session::runHostFunc(uint64_t id) {
+  sendNotify([id](wire::Notify::Builder& n) { n.setHostFuncReady(id); });
+  std::unique_lock lock(host_mu_);
+  host_cv_.wait(lock, [&] { return closing_ || !host_pending_.count(id); });
+}
+
+Status Session::enqueueHostFunc(StreamKey key, uint64_t id) {
+  RGPU_TRY(reserveHostFunc(id));
+  Status s = backend_->hostCall(key, [this, id] { runHostFunc(id); });
   if (!s) {
     std::lock_guard lock(host_mu_);
     host_pending_.erase(id);

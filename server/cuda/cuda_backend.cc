@@ -634,8 +634,8 @@ Status CudaBackend::asKernel(int dev, CUstream stream, const std::string& name, 
 }
 
 Status CudaBackend::recordEvent(uint32_t event, StreamKey key) {
-  if (capture_.active) return notCapturable("an event record");
   DriverApi& api = *api_;
+  if (capture_.active && !api.cuEventRecordWithFlags) return notCapturable("an event record");
   auto found = eventOf(event);
   if (!found) return found.status();
   Event e = *found;
@@ -643,6 +643,11 @@ Status CudaBackend::recordEvent(uint32_t event, StreamKey key) {
   if (!s) return s.status();
   if (s->first != e.device)
     return Status(err::kInvalidResourceHandle, "event and stream belong to different devices");
+  if (capture_.active) {  // an event record node; its replies are counted at each launch
+    RGPU_TRY(RGPU_CU(cuEventRecordWithFlags(e.handle, s->second, CU_EVENT_RECORD_EXTERNAL)));
+    capture_.parts.events.push_back(event);
+    return Status::ok();
+  }
   std::lock_guard lock(mu_);  // the record and the count it remembers go together
   RGPU_TRY(RGPU_CU(cuEventRecord(e.handle, s->second)));
   auto it = events_.find(event);
@@ -654,40 +659,38 @@ Status CudaBackend::recordEvent(uint32_t event, StreamKey key) {
 }
 
 Status CudaBackend::waitEvent(StreamKey key, uint32_t event) {
-  if (capture_.active) return notCapturable("an event wait");
   DriverApi& api = *api_;
   auto e = eventOf(event);
   if (!e) return e.status();
   auto s = streamOf(key);
   if (!s) return s.status();
-  return RGPU_CU(cuStreamWaitEvent(s->second, e->handle, 0));
+  // In a native graph: an event wait node (the event is recorded outside the graph).
+  return RGPU_CU(cuStreamWaitEvent(s->second, e->handle, capture_.active ? CU_EVENT_WAIT_EXTERNAL : 0));
+}
+
+void CudaBackend::runHostCall(void* p) {
+  auto* c = static_cast<HostCall*>(p);
+  std::unique_ptr<HostCall> owned(c->once ? c : nullptr);  // a native graph's stays with the graph
+  {
+    std::lock_guard lock(c->calls->mu);
+    if (!c->calls->alive) return;  // the session is gone
+    ++c->calls->running;
+  }
+  c->fn();
+  std::lock_guard lock(c->calls->mu);
+  --c->calls->running;
+  c->calls->cv.notify_all();
 }
 
 Status CudaBackend::hostCall(StreamKey key, std::function<void()> fn) {
-  if (capture_.active) return notCapturable("a host function");
   DriverApi& api = *api_;
   auto s = streamOf(key);
   if (!s) return s.status();
-  struct Call {
-    std::function<void()> fn;
-    std::shared_ptr<HostCalls> calls;
-  };
-  auto* heap = new Call{std::move(fn), host_calls_};
-  auto trampoline = [](void* p) {
-    std::unique_ptr<Call> c(static_cast<Call*>(p));
-    {
-      std::lock_guard lock(c->calls->mu);
-      if (!c->calls->alive) return;  // the session is gone
-      ++c->calls->running;
-    }
-    c->fn();
-    std::lock_guard lock(c->calls->mu);
-    --c->calls->running;
-    c->calls->cv.notify_all();
-  };
-  Status r = RGPU_CU(cuLaunchHostFunc(s->second, trampoline, heap));
-  if (!r) delete heap;
-  return r;
+  auto call = std::make_unique<HostCall>(HostCall{std::move(fn), host_calls_, !capture_.active});
+  RGPU_TRY(RGPU_CU(cuLaunchHostFunc(s->second, &CudaBackend::runHostCall, call.get())));
+  if (capture_.active) capture_.parts.host_calls.push_back(std::move(call));  // a host node of the graph
+  else (void)call.release();  // runHostCall frees it
+  return Status::ok();
 }
 
 Status CudaBackend::whenStreamDone(StreamKey key, Done done) {

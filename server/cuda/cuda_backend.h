@@ -154,9 +154,10 @@ class CudaBackend final : public Backend {
                                                     uint64_t size_hint) override;
   // (cuda_graphs.cc)
   bool nativeGraphs() const override;
-  Status beginNativeGraph(int device) override;
+  Status beginNativeGraph(int device, uint64_t in_bytes = 0, uint64_t out_bytes = 0) override;
+  std::pair<DevPtr, DevPtr> nativeGraphBuffers() const override;
   Result<uint32_t> endNativeGraph(bool keep) override;
-  Status launchNativeGraph(StreamKey s, uint32_t graph) override;
+  Status launchNativeGraph(StreamKey s, uint32_t graph, Staging in = nullptr, ReadDone out = nullptr) override;
   void destroyNativeGraph(uint32_t graph) override;
   // (cuda_blas.cc)
   Status blas(StreamKey s, const BlasArgs& call, ReadDone done) override;
@@ -345,16 +346,34 @@ class CudaBackend final : public Backend {
   std::thread releaser_;
 
   // Native graphs (cuda_graphs.cc; dispatch thread only).
+  // A host function of a native graph: kept by the graph, run at each launch.
+  struct HostCall {
+    std::function<void()> fn;
+    std::shared_ptr<HostCalls> calls;
+    bool once = true;  // a plain cuLaunchHostFunc: freed after its one run
+  };
+  static void runHostCall(void* p);
+  // What a native graph owns besides its executable graph.
+  struct NativeParts {
+    CUdeviceptr in = 0, out = 0;  // the host copies' device buffers
+    uint64_t in_bytes = 0, out_bytes = 0;
+    std::vector<std::unique_ptr<HostCall>> host_calls;
+    std::vector<uint32_t> events;  // recorded by the graph: their replies are counted at each launch
+  };
   struct Capture {
     bool active = false;
     int device = 0;
     CUstream stream = nullptr;
+    NativeParts parts;
   } capture_;
   std::vector<CUstream> capture_streams_;  // by device, made on first use
   struct NativeGraph {
     int device = 0;
     CUgraphExec exec = nullptr;
+    NativeParts parts;
+    CUevent last = nullptr;  // recorded after each launch: the next one waits for it
   };
+  void freeNative(int device, CUgraphExec exec, NativeParts& parts, CUevent last);
   std::unordered_map<uint32_t, NativeGraph> native_graphs_;
   uint32_t next_native_graph_ = 1;
 

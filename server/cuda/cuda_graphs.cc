@@ -1,6 +1,8 @@
 // Native graphs on the CUDA backend: a session graph of device-side work
 // captured once on a stream of the worker's and launched as one CUgraphExec
-// (see cuda_backend.h, "Graphs").
+// (see backend.h, "Native graphs"). Host copies go through device buffers of
+// the graph's own, host functions are the graph's host nodes (their closures
+// kept with it), events its external record and wait nodes.
 #include "common/log.h"
 #include "server/cuda/cuda_backend.h"
 
@@ -16,9 +18,9 @@ Status CudaBackend::notCapturable(const char* what) const {
   return Status(err::kStreamCaptureUnsupported, std::string(what) + " cannot be a node of a native graph");
 }
 
-Status CudaBackend::beginNativeGraph(int device) {
+Status CudaBackend::beginNativeGraph(int device, uint64_t in_bytes, uint64_t out_bytes) {
   DriverApi& api = *api_;
-  if (!nativeGraphs()) return Backend::beginNativeGraph(device);
+  if (!nativeGraphs()) return Backend::beginNativeGraph(device, in_bytes, out_bytes);
   if (capture_.active) return Status(err::kStreamCaptureUnsupported, "a native graph is already being captured");
   if (device < 0 || static_cast<size_t>(device) >= devices_.size())
     return Status(err::kInvalidDevice, "invalid device ordinal " + std::to_string(device));
@@ -30,15 +32,38 @@ Status CudaBackend::beginNativeGraph(int device) {
   if (!stream) RGPU_TRY(RGPU_CU(cuStreamCreateWithPriority(&stream, CU_STREAM_NON_BLOCKING, 0)));
   // Relaxed: the completer and releaser threads go on querying events and
   // freeing memory while the dispatch thread captures.
-  RGPU_TRY(RGPU_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED)));
-  capture_ = {true, device, stream};
+  NativeParts parts;
+  parts.in_bytes = in_bytes, parts.out_bytes = out_bytes;
+  Status s;
+  if (in_bytes) s = RGPU_CU(cuMemAlloc(&parts.in, in_bytes));
+  if (s && out_bytes) s = RGPU_CU(cuMemAlloc(&parts.out, out_bytes));
+  if (s) s = RGPU_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED));
+  if (!s) {
+    freeNative(device, nullptr, parts, nullptr);
+    return s;
+  }
+  capture_ = {true, device, stream, std::move(parts)};
   return Status::ok();
+}
+
+std::pair<DevPtr, DevPtr> CudaBackend::nativeGraphBuffers() const {
+  return {capture_.parts.in, capture_.parts.out};
+}
+
+void CudaBackend::freeNative(int device, CUgraphExec exec, NativeParts& parts, CUevent last) {
+  DriverApi& api = *api_;
+  if (!use(device)) return;
+  if (exec) (void)api.cuGraphExecDestroy(exec);
+  if (last) (void)api.cuEventDestroy(last);
+  for (CUdeviceptr p : {parts.in, parts.out})
+    if (p) (void)api.cuMemFree(p);
+  parts = {};
 }
 
 Result<uint32_t> CudaBackend::endNativeGraph(bool keep) {
   DriverApi& api = *api_;
   if (!capture_.active) return Status(err::kStreamCaptureUnmatched, "no native graph is being captured");
-  Capture c = capture_;
+  Capture c = std::move(capture_);
   capture_ = {};
   RGPU_TRY(use(c.device));
   CUgraph graph = nullptr;
@@ -47,14 +72,18 @@ Result<uint32_t> CudaBackend::endNativeGraph(bool keep) {
   CUgraphExec exec = nullptr;
   if (s && keep) s = RGPU_CU(cuGraphInstantiateWithFlags(&exec, graph, 0));
   if (graph) (void)api.cuGraphDestroy(graph);  // the executable graph keeps what it needs
-  if (!s) return s;
-  if (!keep) return Status(err::kStreamCaptureInvalidated, "native graph discarded");
+  CUevent last = nullptr;
+  if (s && keep) s = RGPU_CU(cuEventCreate(&last, CU_EVENT_DISABLE_TIMING));
+  if (!s || !keep) {
+    freeNative(c.device, exec, c.parts, last);
+    return s ? Status(err::kStreamCaptureInvalidated, "native graph discarded") : s;
+  }
   uint32_t id = next_native_graph_++;
-  native_graphs_[id] = {c.device, exec};
+  native_graphs_[id] = {c.device, exec, std::move(c.parts), last};
   return id;
 }
 
-Status CudaBackend::launchNativeGraph(StreamKey key, uint32_t id) {
+Status CudaBackend::launchNativeGraph(StreamKey key, uint32_t id, Staging in, ReadDone out) {
   DriverApi& api = *api_;
   if (capture_.active) return notCapturable("a graph launch");
   auto it = native_graphs_.find(id);
@@ -64,25 +93,67 @@ Status CudaBackend::launchNativeGraph(StreamKey key, uint32_t id) {
   if (s->first != it->second.device)
     return Status(err::kInvalidValue, "native graph of device " + std::to_string(it->second.device) +
                                           " launched on a stream of device " + std::to_string(s->first));
-  CUgraphExec exec = it->second.exec;
+  NativeGraph& g = it->second;
+  const NativeParts& parts = g.parts;
+  if (parts.in_bytes && (!in || in->size() < parts.in_bytes))
+    return Status(err::kInvalidValue, "native graph launch without its host-to-device bytes");
+  if (parts.out_bytes && !out) return Status(err::kInvalidValue, "native graph launch without a reader of its results");
+  // After the graph's previous launch, wherever it ran: the buffers and host
+  // calls are the graph's own.
+  RGPU_TRY(RGPU_CU(cuStreamWaitEvent(s->second, g.last, 0)));
+  if (parts.in_bytes) RGPU_TRY(copyToDevice(key, parts.in, std::move(in), parts.in_bytes));
+  CUgraphExec exec = g.exec;
   // One unit of work for the launch gate, the session's GPU time and the watchdog.
-  return asKernel(s->first, s->second, "graph " + std::to_string(id),
-                  [&] { return RGPU_CU(cuGraphLaunch(exec, s->second)); });
+  RGPU_TRY(asKernel(s->first, s->second, "graph " + std::to_string(id),
+                    [&] { return RGPU_CU(cuGraphLaunch(exec, s->second)); }));
+  // The graph is launched: what fails from here on is the launch's asynchronous error.
+  if (parts.out_bytes) {
+    ReadDone fail = out;
+    if (Status r = copyFromDevice(key, parts.out, parts.out_bytes, std::move(out)); !r) fail(r, nullptr, 0, nullptr);
+  }
+  if (!parts.events.empty()) {
+    // An event the graph records completes once the launch's results are on the wire.
+    std::lock_guard lock(mu_);
+    auto replies = repliesLocked(key);
+    for (uint32_t e : parts.events)
+      if (auto ev = events_.find(e); ev != events_.end()) {
+        ev->second.replies = replies;
+        ev->second.replies_due = replies ? replies->issued : 0;
+      }
+  }
+  if (Status r = RGPU_CU(cuEventRecord(g.last, s->second)); !r) {
+    RGPU_LOG_WARN("native graph {}: its next launch is not ordered after this one: {}", id, r.message());
+  }
+  return Status::ok();
 }
 
 void CudaBackend::destroyNativeGraph(uint32_t id) {
   DriverApi& api = *api_;
   auto it = native_graphs_.find(id);
   if (it == native_graphs_.end()) return;
-  // The driver frees an executable graph whose launch is still running once it is done.
-  if (use(it->second.device)) (void)api.cuGraphExecDestroy(it->second.exec);
+  auto g = std::make_shared<NativeGraph>(std::move(it->second));
   native_graphs_.erase(it);
+  // Its buffers and host calls go once the launches queued so far are done.
+  Status s = whenDeviceDone(g->device, [this, g](Status) {
+    toReleaser([this, g] { freeNative(g->device, g->exec, g->parts, g->last); });
+  });
+  if (!s) {
+    RGPU_LOG_WARN("native graph {}: freed at once: {}", id, s.message());
+    (void)api;
+    freeNative(g->device, g->exec, g->parts, g->last);
+  }
 }
 
 void CudaBackend::releaseGraphs() {
   DriverApi& api = *api_;
   if (capture_.active) (void)endNativeGraph(false);
-  while (!native_graphs_.empty()) destroyNativeGraph(native_graphs_.begin()->first);
+  // The completer and releaser have stopped: freed here, once each graph's last
+  // launch is done (its host calls return at once now: the session is gone).
+  for (auto& [id, g] : native_graphs_) {
+    if (use(g.device)) (void)api.cuEventSynchronize(g.last);
+    freeNative(g.device, g.exec, g.parts, g.last);
+  }
+  native_graphs_.clear();
   for (size_t d = 0; d < capture_streams_.size(); ++d)
     if (capture_streams_[d] && use(static_cast<int>(d))) (void)api.cuStreamDestroy(capture_streams_[d]);
   capture_streams_.clear();

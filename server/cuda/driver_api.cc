@@ -113,6 +113,7 @@ Result<std::unique_ptr<DriverApi>> DriverApi::load(const std::string& library) {
   RGPU_OPTIONAL(cuGraphLaunch)
   RGPU_OPTIONAL(cuGraphExecDestroy)
   RGPU_OPTIONAL(cuGraphDestroy)
+  RGPU_OPTIONAL(cuEventRecordWithFlags)
 #undef RGPU_OPTIONAL
   if (!missing.empty())
     return Status(err::kInsufficientDriver, library + " lacks driver entry points rgpu needs (" + missing +

@@ -98,6 +98,8 @@ class DriverApi {
   RGPU_CU_FN(cuGraphLaunch)
   RGPU_CU_FN(cuGraphExecDestroy)
   RGPU_CU_FN(cuGraphDestroy)
+  // Optional: event record nodes in native graphs (without it such graphs run node by node).
+  RGPU_CU_FN(cuEventRecordWithFlags)
 #undef RGPU_CU_FN
 
  private:

@@ -72,7 +72,7 @@ TEST_F(CudaFakeE2E, GraphsRunThroughTheDriversStreams) {
   EXPECT_NE(r.output.find("graphs: all checks passed"), std::string::npos) << r.output;
 }
 
-TEST_F(CudaFakeE2E, ADeviceOnlyGraphIsOneCUgraphExecAndEachLaunchOneCuGraphLaunch) {
+TEST_F(CudaFakeE2E, AGraphIsOneCUgraphExecAndEachLaunchOneCuGraphLaunch) {
   std::string before = readFile(dir_->file("driver.log"));
   RunResult r = program(testProgram("graph_native"));
   ASSERT_EQ(r.code, 0) << r.output;
@@ -92,13 +92,20 @@ TEST_F(CudaFakeE2E, ADeviceOnlyGraphIsOneCUgraphExecAndEachLaunchOneCuGraphLaunc
   // The second graph: native for its first launch; after its memory was
   // freed the rebuild is refused and the launch runs node by node.
   EXPECT_EQ(count("cuGraphLaunch 2 nodes"), 1u) << log;
-  // Graphs with host copies, host functions or events run node by node and are never captured.
+  // Graphs with host copies, host functions and event nodes are native too:
+  // the captured fork-join graph (host-to-device copy, memset, device copy,
+  // three kernels, device-to-host copy, host function) is one cuGraphLaunch
+  // at each of its 55 launches, and the explicit graph's event record and
+  // wait nodes are the driver's external event nodes.
   before = readFile(dir_->file("driver.log"));
   RunResult g = program(testProgram("graphs"));
   ASSERT_EQ(g.code, 0) << g.output;
   log = readFile(dir_->file("driver.log")).substr(before.size());
   EXPECT_EQ(count("(invalidated)"), 0u) << log;
   EXPECT_EQ(count("cuEventRecord on a capturing stream"), 0u) << log;
+  EXPECT_GE(count("cuGraphLaunch 8 nodes"), 55u) << log;
+  EXPECT_GE(count("cuEventRecordWithFlags external (captured)"), 1u) << log;
+  EXPECT_GE(count("cuStreamWaitEvent external (captured)"), 1u) << log;
 }
 
 TEST_F(CudaFakeE2E, ClusterLaunchesReachTheDriverWithTheirClusterDimension) {

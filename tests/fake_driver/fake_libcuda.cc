@@ -24,7 +24,11 @@
 // them a graph, cuGraphInstantiateWithFlags an executable graph, and each
 // cuGraphLaunch queues them as one operation that runs them in capture order.
 // A launch refused while capturing invalidates the capture, and querying or
-// synchronising a capturing stream fails, as the driver documents.
+// synchronising a capturing stream fails, as the driver documents. Host
+// functions become host nodes; events are captured only as external record
+// and wait nodes (CU_EVENT_RECORD_EXTERNAL, CU_EVENT_WAIT_EXTERNAL): a launch
+// waits, before its first node, for the last record of each event the graph
+// waits for, and each event the graph records completes with the launch.
 //
 // A kernel fault makes the context's error sticky, as on a GPU. Every call is
 // recorded (rgpu_fake_cuda_log, and the file named by $RGPU_FAKE_CUDA_LOG), and
@@ -74,12 +78,15 @@ struct FakeContext {
 
 struct FakeStream;
 // A captured graph: its operations in capture order.
+struct FakeEvent;
 struct FakeGraph {
   std::vector<std::function<CUresult()>> ops;
+  std::vector<FakeEvent*> records, waits;  // external event nodes
   bool invalidated = false;
 };
 struct FakeGraphExec {
   std::shared_ptr<const std::vector<std::function<CUresult()>>> ops;  // shared with launches in flight
+  std::vector<FakeEvent*> records, waits;
 };
 // Done once `stream` has completed `ticket` operations.
 using Dep = std::pair<FakeStream*, uint64_t>;
@@ -702,6 +709,16 @@ CUresult fakeStreamWaitEvent(CUstream s, CUevent e, unsigned flags) {
   auto* ev = reinterpret_cast<FakeEvent*>(e);
   FakeStream* st = streamOf(s);
   if (!st || !drv().events.count(ev)) return CUDA_ERROR_INVALID_HANDLE;
+  if (flags & ~unsigned{CU_EVENT_WAIT_EXTERNAL}) return CUDA_ERROR_INVALID_VALUE;
+  if (st->capturing) {
+    if (!(flags & CU_EVENT_WAIT_EXTERNAL)) {  // an event recorded outside the capture
+      st->capturing->invalidated = true;
+      return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+    }
+    st->capturing->waits.push_back(ev);
+    record("cuStreamWaitEvent external (captured)");
+    return CUDA_SUCCESS;
+  }
   record("cuStreamWaitEvent");
   // Waits for the event's most recent record at the time of this call.
   if (ev->recorded) enqueue(st, [] { return CUDA_SUCCESS; }, {{ev->stream, ev->ticket}});
@@ -727,12 +744,19 @@ CUresult fakeEventDestroy(CUevent e) {
   return CUDA_SUCCESS;
 }
 
-CUresult fakeEventRecord(CUevent e, CUstream s) {
-  ENTER("cuEventRecord");
-  auto* ev = reinterpret_cast<FakeEvent*>(e);
-  FakeStream* st = streamOf(s);
+CUresult eventRecordLocked(FakeEvent* ev, FakeStream* st, unsigned flags) {
   if (!drv().events.count(ev) || !st) return CUDA_ERROR_INVALID_HANDLE;
-  if (st->capturing) {  // rgpu never records its events into a capture
+  if (flags & ~unsigned{CU_EVENT_RECORD_EXTERNAL}) return CUDA_ERROR_INVALID_VALUE;
+  if (st->capturing && (flags & CU_EVENT_RECORD_EXTERNAL)) {  // an event record node
+    st->capturing->records.push_back(ev);
+    st->capturing->ops.push_back([ev] {
+      ev->when = Clock::now();
+      return CUDA_SUCCESS;
+    });
+    record("cuEventRecordWithFlags external (captured)");
+    return CUDA_SUCCESS;
+  }
+  if (st->capturing) {  // rgpu never records its events into a capture as internal dependencies
     st->capturing->invalidated = true;
     record("cuEventRecord on a capturing stream (refused)");
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -744,6 +768,16 @@ CUresult fakeEventRecord(CUevent e, CUstream s) {
     return CUDA_SUCCESS;
   });
   return CUDA_SUCCESS;
+}
+
+CUresult fakeEventRecord(CUevent e, CUstream s) {
+  ENTER("cuEventRecord");
+  return eventRecordLocked(reinterpret_cast<FakeEvent*>(e), streamOf(s), 0);
+}
+
+CUresult fakeEventRecordWithFlags(CUevent e, CUstream s, unsigned flags) {
+  ENTER("cuEventRecordWithFlags");
+  return eventRecordLocked(reinterpret_cast<FakeEvent*>(e), streamOf(s), flags);
 }
 
 bool eventComplete(const FakeEvent* ev) { return !ev->recorded || ev->stream->completed >= ev->ticket; }
@@ -1004,6 +1038,8 @@ CUresult fakeGraphInstantiateWithFlags(CUgraphExec* out, CUgraph graph, unsigned
   if (!drv().graphs.count(g) || flags) return CUDA_ERROR_INVALID_VALUE;
   auto* e = new FakeGraphExec;
   e->ops = std::make_shared<const std::vector<std::function<CUresult()>>>(g->ops);
+  e->records = g->records;
+  e->waits = g->waits;
   drv().graph_execs.insert(e);
   *out = reinterpret_cast<CUgraphExec>(e);
   record("cuGraphInstantiateWithFlags " + std::to_string(g->ops.size()) + " nodes");
@@ -1017,11 +1053,21 @@ CUresult fakeGraphLaunch(CUgraphExec exec, CUstream s) {
   if (!drv().graph_execs.count(e)) return CUDA_ERROR_INVALID_VALUE;
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   record("cuGraphLaunch " + std::to_string(e->ops->size()) + " nodes");
-  enqueue(st, [ops = e->ops] {
+  std::vector<Dep> waits;
+  for (FakeEvent* ev : e->waits) {
+    if (!drv().events.count(ev)) return CUDA_ERROR_INVALID_HANDLE;  // destroyed since
+    if (ev->recorded) waits.emplace_back(ev->stream, ev->ticket);
+  }
+  uint64_t ticket = enqueue(st, [ops = e->ops] {
     for (const auto& op : *ops)
       if (CUresult r = op(); r != CUDA_SUCCESS) return r;
     return CUDA_SUCCESS;
-  });
+  }, waits);
+  for (FakeEvent* ev : e->records) {
+    ev->recorded = true;
+    ev->stream = st;
+    ev->ticket = ticket;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -1182,6 +1228,7 @@ const std::map<std::string, void*>& table() {
       {"cuEventCreate", reinterpret_cast<void*>(&fakeEventCreate)},
       {"cuEventDestroy", reinterpret_cast<void*>(&fakeEventDestroy)},
       {"cuEventRecord", reinterpret_cast<void*>(&fakeEventRecord)},
+      {"cuEventRecordWithFlags", reinterpret_cast<void*>(&fakeEventRecordWithFlags)},
       {"cuEventQuery", reinterpret_cast<void*>(&fakeEventQuery)},
       {"cuEventElapsedTime", reinterpret_cast<void*>(&fakeEventElapsedTime)},
       {"cuEventSynchronize", reinterpret_cast<void*>(&fakeEventSynchronize)},

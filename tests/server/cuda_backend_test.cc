@@ -373,7 +373,6 @@ TEST(CudaBackend, NativeGraphsCaptureDeviceWorkOnceAndLaunchItWhole) {
   // Work that cannot be a node fails while capturing, and the graph is discarded.
   ASSERT_TRUE(b->beginNativeGraph(0));
   EXPECT_EQ(b->copyToDevice({0, 0}, *p, bytes({1, 2, 3, 4}), 4).code(), err::kStreamCaptureUnsupported);
-  EXPECT_EQ(b->recordEvent(1, {0, 0}).code(), err::kStreamCaptureUnsupported);
   EXPECT_EQ(b->whenStreamDone({0, 0}, [](Status) {}).code(), err::kStreamCaptureUnsupported);
   EXPECT_FALSE(b->endNativeGraph(false));
   // A launch the driver refuses invalidates the capture: no graph comes of it.
@@ -389,6 +388,72 @@ TEST(CudaBackend, NativeGraphsCaptureDeviceWorkOnceAndLaunchItWhole) {
   EXPECT_EQ(b->launchNativeGraph({0, 0}, 999).code(), err::kInvalidValue);
   b->destroyNativeGraph(*id);
   EXPECT_EQ(b->launchNativeGraph({0, 0}, *id).code(), err::kInvalidValue);
+  EXPECT_TRUE(b->release(*p));
+}
+
+TEST(CudaBackend, NativeGraphsCarryHostCopiesHostCallsAndEventNodes) {
+  auto b = makeBackend();
+  ASSERT_TRUE(b);
+  auto p = b->allocate(0, 8);
+  ASSERT_TRUE(p);
+  ASSERT_TRUE(b->createStream({5, 0}, 0, 0));
+  ASSERT_TRUE(b->createStream({6, 0}, 0, 0));
+  ASSERT_TRUE(b->createEvent(1, 0, 0));
+  ASSERT_TRUE(b->createEvent(2, 0, 0));
+  hooks().clear();
+  // input -> p, a host call, a record of event 1, a wait for event 2, p -> output
+  ASSERT_TRUE(b->beginNativeGraph(0, 8, 8));
+  auto [in, out] = b->nativeGraphBuffers();
+  ASSERT_NE(in, 0u);
+  ASSERT_NE(out, 0u);
+  std::atomic<int> calls{0};
+  ASSERT_TRUE(b->copyOnDevice({0, 0}, *p, in, 8));
+  ASSERT_TRUE(b->hostCall({0, 0}, [&] { ++calls; }));
+  ASSERT_TRUE(b->recordEvent(1, {0, 0}));
+  ASSERT_TRUE(b->waitEvent({0, 0}, 2));
+  ASSERT_TRUE(b->copyOnDevice({0, 0}, out, *p, 8));
+  auto id = b->endNativeGraph(true);
+  ASSERT_TRUE(id) << id.status().message();
+  EXPECT_EQ(calls.load(), 0);  // recorded, not run
+  EXPECT_EQ(b->nativeGraphBuffers(), std::make_pair(DevPtr{0}, DevPtr{0}));  // only while capturing
+
+  // Launches on two streams, each after the one before: the input bytes of
+  // each come back in its own output.
+  std::mutex mu;
+  std::vector<std::vector<uint8_t>> results(4);
+  for (uint8_t i = 0; i < 4; ++i) {
+    ReadDone done = [&, i](Status r, const uint8_t* d, uint64_t n, const server::OnWire& on_wire) {
+      std::lock_guard lock(mu);
+      results[i] = r ? std::vector<uint8_t>(d, d + n) : std::vector<uint8_t>{};
+      if (on_wire) on_wire();  // the event recorded by the graph counts this reply
+    };
+    StreamKey s{i % 2 ? 6u : 5u, 0};
+    ASSERT_TRUE(b->launchNativeGraph(s, *id, bytes(std::vector<uint8_t>(8, uint8_t(i + 1))), done));
+  }
+  ASSERT_TRUE(waitStream(*b, {5, 0}));
+  ASSERT_TRUE(waitStream(*b, {6, 0}));
+  {
+    std::lock_guard lock(mu);
+    for (uint8_t i = 0; i < 4; ++i) EXPECT_EQ(results[i], std::vector<uint8_t>(8, uint8_t(i + 1))) << int(i);
+  }
+  EXPECT_EQ(calls.load(), 4);
+  // Event 1 was recorded by the last launch, whose reply is on the wire.
+  auto done = b->eventDone(1);
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(*done);
+  std::string log = hooks().log();
+  EXPECT_NE(log.find("cuEventRecordWithFlags external (captured)"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuStreamWaitEvent external (captured)"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuStreamEndCapture 4 nodes"), std::string::npos) << log;  // 2 copies, host call, record
+
+  // A launch must bring its input and a reader of its output.
+  EXPECT_EQ(b->launchNativeGraph({5, 0}, *id).code(), err::kInvalidValue);
+  EXPECT_EQ(b->launchNativeGraph({5, 0}, *id, bytes(std::vector<uint8_t>(4, 0)), [](Status, const uint8_t*, uint64_t,
+                                                                                     const server::OnWire&) {})
+                .code(),
+            err::kInvalidValue);
+  b->destroyNativeGraph(*id);  // its buffers and host calls go once the device is idle
+  ASSERT_TRUE(waitStream(*b, {5, 0}));
   EXPECT_TRUE(b->release(*p));
 }
 
