@@ -181,6 +181,8 @@ class Backend {
   virtual Status launch(StreamKey s, uint32_t function, const LaunchConfig& cfg, std::string params) = 0;
   virtual Status recordEvent(uint32_t event, StreamKey s) = 0;
   virtual Status waitEvent(StreamKey s, uint32_t event) = 0;
+  // Work queued on `waiter` from now on starts after the work queued so far on `waited`.
+  virtual Status waitStream(StreamKey waiter, StreamKey waited) = 0;
   // Runs `fn` in stream order; the stream does not proceed until it returns.
   virtual Status hostCall(StreamKey s, std::function<void()> fn) = 0;
 

@@ -35,6 +35,7 @@
 
 #include <deque>
 #include <mutex>
+#include <optional>
 
 #include "common/frame_io.h"
 #include "common/log.h"
@@ -67,6 +68,8 @@ struct SessionGraph {
   uint64_t native_epoch = 0;         // graphEpoch() when it was built
   uint64_t refused_epoch = ~0ull;    // a build failed at this epoch: not tried again before it changes
   std::shared_ptr<HostQueue> host_queue;  // of the native graph
+  // The stream of the last launch: the next one, on any stream, starts after it.
+  std::optional<StreamKey> last_stream;
 };
 
 namespace {
@@ -282,6 +285,12 @@ Status Session::onGraphLaunch(const FrameHeader& h, wire::Request::Reader req) {
     RGPU_LOG_WARN("session {}: graph launch refused: {}", session_id_, s.message());
     return finish(h, s), Status::ok();
   }
+  // "Each launch is ordered behind ... any previous launches of graphExec."
+  if (g->last_stream && (g->last_stream->id != key.id || g->last_stream->device != key.device)) {
+    Status w = backend_->waitStream(key, *g->last_stream);
+    if (!w) RGPU_LOG_DEBUG("session {}: graph launch not ordered after the last one: {}", session_id_, w.message());
+  }
+  g->last_stream = key;
   if (!launchNative(h, *g, key, m.getHostFuncs(), all)) runGraph(h, *g, key, m.getHostFuncs(), all);
   return Status::ok();
 }

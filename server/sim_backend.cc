@@ -428,6 +428,15 @@ Status SimBackend::waitEvent(StreamKey key, uint32_t id) {
   return enqueueLocked(*s, [] {}, {{it->second.stream, it->second.ticket}});
 }
 
+Status SimBackend::waitStream(StreamKey waiter, StreamKey waited) {
+  std::lock_guard lock(mu_);
+  auto w = streamLocked(waiter);
+  if (!w) return w.status();
+  auto d = streamLocked(waited);
+  if (!d) return d.status();
+  return enqueueLocked(*w, [] {}, {{*d, (*d)->enqueued}});
+}
+
 Status SimBackend::hostCall(StreamKey key, std::function<void()> fn) { return enqueue(key, std::move(fn)); }
 
 Status SimBackend::whenStreamDone(StreamKey key, Done done) {

@@ -682,6 +682,32 @@ void CudaBackend::runHostCall(void* p) {
   c->calls->cv.notify_all();
 }
 
+Status CudaBackend::waitStream(StreamKey waiter, StreamKey waited) {
+  if (capture_.active) return notCapturable("a wait for another stream");
+  DriverApi& api = *api_;
+  auto d = streamOf(waited);
+  if (!d) return d.status();
+  CUevent e = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    auto& spare = devices_[d->first].spare_events;
+    if (!spare.empty()) {
+      e = spare.back();
+      spare.pop_back();
+    }
+  }
+  if (!e) RGPU_TRY(RGPU_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING)));
+  Status s = RGPU_CU(cuEventRecord(e, d->second));
+  if (s) {
+    auto w = streamOf(waiter);
+    // The wait is for this record: the event may be recorded again at once.
+    s = w ? RGPU_CU(cuStreamWaitEvent(w->second, e, 0)) : w.status();
+  }
+  std::lock_guard lock(mu_);
+  devices_[d->first].spare_events.push_back(e);
+  return s;
+}
+
 Status CudaBackend::hostCall(StreamKey key, std::function<void()> fn) {
   DriverApi& api = *api_;
   auto s = streamOf(key);

@@ -136,6 +136,7 @@ class CudaBackend final : public Backend {
   Status launch(StreamKey s, uint32_t function, const LaunchConfig& cfg, std::string params) override;
   Status recordEvent(uint32_t event, StreamKey s) override;
   Status waitEvent(StreamKey s, uint32_t event) override;
+  Status waitStream(StreamKey waiter, StreamKey waited) override;
   Status hostCall(StreamKey s, std::function<void()> fn) override;
   Status whenStreamDone(StreamKey s, Done done) override;
   Status whenEventDone(uint32_t event, Done done) override;

@@ -31,6 +31,14 @@ __global__ void sum2(const int* a, const int* b, int* out, int n) {
 
 __device__ int dev_symbol[4];
 
+// Reads, dawdles, writes: two of these at once lose an increment.
+__global__ void bumpSlowly(int* x) {
+  int v = *x;
+  for (volatile int i = 0; i < 3000; i = i + 1) {
+  }
+  *x = v + 1;
+}
+
 static int g_host_calls = 0;
 static std::atomic<int> g_destroyed{0};
 static void CUDART_CB destroyObject(void* p) { g_destroyed += *static_cast<int*>(p); }
@@ -512,7 +520,35 @@ static int captureRules() {
   return 0;
 }
 
+// "Each launch is ordered behind both any previous work in stream and any
+// previous launches of graphExec": launches of one executable graph on two
+// streams that otherwise run concurrently never overlap.
+static int launchesOfOneGraphAreOrdered() {
+  cudaStream_t s[2];
+  for (auto& x : s) CHECK(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking));
+  int* x;
+  CHECK(cudaMalloc(&x, sizeof(int)));
+  CHECK(cudaMemset(x, 0, sizeof(int)));
+  cudaGraph_t g;
+  CHECK(cudaStreamBeginCapture(s[0], cudaStreamCaptureModeGlobal));
+  bumpSlowly<<<1, 1, 0, s[0]>>>(x);
+  CHECK(cudaStreamEndCapture(s[0], &g));
+  cudaGraphExec_t ge;
+  CHECK(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < 40; ++i) CHECK(cudaGraphLaunch(ge, s[i % 2]));
+  CHECK(cudaDeviceSynchronize());
+  int got = 0;
+  CHECK(cudaMemcpy(&got, x, sizeof got, cudaMemcpyDeviceToHost));
+  EXPECT(got == 40);
+  CHECK(cudaGraphExecDestroy(ge));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaFree(x));
+  for (auto& y : s) CHECK(cudaStreamDestroy(y));
+  return 0;
+}
+
 int main() {
+  if (int r = launchesOfOneGraphAreOrdered()) return r;
   if (int r = captureForkJoin()) return r;
   if (int r = explicitGraph()) return r;
   if (int r = captureRules()) return r;
