@@ -83,6 +83,7 @@ void CudaBackend::stopThreads() {
     // The session has told its host functions to return; wait for those running.
     std::unique_lock lock(host_calls_->mu);
     host_calls_->alive = false;
+    host_calls_->cv.notify_all();  // those waiting for replies return
     host_calls_->cv.wait(lock, [&] { return host_calls_->running == 0; });
   }
   {
@@ -672,7 +673,9 @@ void CudaBackend::runHostCall(void* p) {
   auto* c = static_cast<HostCall*>(p);
   std::unique_ptr<HostCall> owned(c->once ? c : nullptr);  // a native graph's stays with the graph
   {
-    std::lock_guard lock(c->calls->mu);
+    std::unique_lock lock(c->calls->mu);
+    if (c->replies)  // the completer sends them; it signals `cv` after each
+      c->calls->cv.wait(lock, [&] { return !c->calls->alive || c->replies->written.load() >= c->replies_due; });
     if (!c->calls->alive) return;  // the session is gone
     ++c->calls->running;
   }
@@ -712,7 +715,12 @@ Status CudaBackend::hostCall(StreamKey key, std::function<void()> fn) {
   DriverApi& api = *api_;
   auto s = streamOf(key);
   if (!s) return s.status();
-  auto call = std::make_unique<HostCall>(HostCall{std::move(fn), host_calls_, !capture_.active});
+  auto call = std::make_unique<HostCall>(HostCall{std::move(fn), host_calls_, !capture_.active, nullptr, 0});
+  if (!capture_.active) {
+    std::lock_guard lock(mu_);
+    call->replies = repliesLocked(key);
+    call->replies_due = call->replies ? call->replies->issued : 0;
+  }
   RGPU_TRY(RGPU_CU(cuLaunchHostFunc(s->second, &CudaBackend::runHostCall, call.get())));
   if (capture_.active) capture_.parts.host_calls.push_back(std::move(call));  // a host node of the graph
   else (void)call.release();  // runHostCall frees it

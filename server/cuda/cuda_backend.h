@@ -170,8 +170,10 @@ class CudaBackend final : public Backend {
   // Downloads a stream has issued, and those whose replies are on the wire (under mu_).
   // shared_ptr: events recorded on the stream keep counting on it after the
   // stream is destroyed.
+  // `written` is atomic for host functions waiting on it (runHostCall) without mu_.
   struct Replies {
-    uint64_t issued = 0, written = 0;
+    uint64_t issued = 0;
+    std::atomic<uint64_t> written{0};
   };
   struct Device {
     CUdevice dev = 0;
@@ -352,6 +354,10 @@ class CudaBackend final : public Backend {
     std::function<void()> fn;
     std::shared_ptr<HostCalls> calls;
     bool once = true;  // a plain cuLaunchHostFunc: freed after its one run
+    // The stream's downloads queued before it: their replies go on the wire
+    // before the client is asked to run the function, which may read them.
+    std::shared_ptr<Replies> replies;
+    uint64_t replies_due = 0;
   };
   static void runHostCall(void* p);
   // What a native graph owns besides its executable graph.

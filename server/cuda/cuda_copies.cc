@@ -156,8 +156,11 @@ Status CudaBackend::afterDownload(StreamKey key, int device, CUstream stream, Pi
   }
   Status s = whenDone(device, {stream}, [this, pin, size, replies, done = std::move(done)](Status st) {
     done(st, pin.data, size, [this, replies] {
-      std::lock_guard lock(mu_);
-      if (replies) ++replies->written;
+      if (!replies) return;
+      ++replies->written;
+      // Host functions queued after this download may go now.
+      { std::lock_guard lock(host_calls_->mu); }
+      host_calls_->cv.notify_all();
     });
     givePinned(pin);
   });

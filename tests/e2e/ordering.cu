@@ -9,6 +9,9 @@
 //   query       8 threads poll cudaStreamQuery / cudaEventQuery after a
 //               device-to-host copy into pinned memory: once they say done,
 //               the bytes are there
+//   hostfn      a host function queued after a device-to-host copy into
+//               pinned memory, on the same stream (4 threads, 4 streams),
+//               sees the copied bytes when it runs
 //   peer        cudaMemcpyPeer (and cudaMemcpy between two devices' memory) is
 //               ordered after earlier work, and before later work, on the
 //               source and destination devices (2 devices)
@@ -138,6 +141,49 @@ void caseFreeHost() {
 }
 
 // ---- query ------------------------------------------------------------------------------------
+
+struct Seen {
+  const int* h;
+  int n, want;
+  std::atomic<int>* stale;
+};
+void CUDART_CB checkCopied(void* p) {
+  auto* s = static_cast<Seen*>(p);
+  if (s->h[0] != s->want || s->h[s->n - 1] != s->want) ++*s->stale;
+  delete s;
+}
+
+void caseHostFn() {
+  constexpr int kThreads = 4, kRounds = 100, kInts = 4 << 10;
+  std::atomic<int> stale{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      cudaStream_t s;
+      int *dev, *h;
+      if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) || cudaMalloc(&dev, kInts * 4) ||
+          cudaMallocHost(&h, kRounds * kInts * 4)) {
+        ++errors;
+        return;
+      }
+      for (int r = 0; r < kRounds; ++r) {
+        int v = t * 1000 + r + 1;
+        fillInts<<<8, 128, 0, s>>>(dev, v, kInts);
+        if (cudaMemcpyAsync(h + r * kInts, dev, kInts * 4, cudaMemcpyDeviceToHost, s) ||
+            cudaLaunchHostFunc(s, checkCopied, new Seen{h + r * kInts, kInts, v, &stale}))
+          ++errors;
+      }
+      if (cudaStreamSynchronize(s)) ++errors;
+      cudaFreeHost(h);
+      cudaFree(dev);
+      cudaStreamDestroy(s);
+    });
+  for (auto& t : threads) t.join();
+  if (errors) fail(std::to_string(errors.load()) + " calls failed");
+  if (stale)
+    fail(std::to_string(stale.load()) + " of " + std::to_string(kThreads * kRounds) +
+         " host functions ran before the copy queued ahead of them had landed");
+}
 
 void caseQuery() {
   constexpr int kThreads = 8, kRounds = 75, kInts = 16 << 10;
@@ -551,7 +597,7 @@ struct Case {
   void (*run)();
 };
 const Case kCases[] = {
-    {"freehost", caseFreeHost}, {"query", caseQuery},   {"peer", casePeer},         {"destroy", caseDestroy},
+    {"freehost", caseFreeHost}, {"query", caseQuery},   {"hostfn", caseHostFn},   {"peer", casePeer},         {"destroy", caseDestroy},
     {"sticky", caseSticky},     {"launch", caseLaunch}, {"stubs", caseStubs},       {"ptds", casePtds},
     {"syncfault", caseSyncFault}, {"reset", caseReset}, {"classify", caseClassify}, {"printf", casePrintf},
     {"pitch", casePitch},       {"fork", caseFork},       {"noimage", caseNoImage},   {"attrs", caseAttrs},

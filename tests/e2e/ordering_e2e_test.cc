@@ -75,6 +75,7 @@ TEST_P(Ordering, AKernelWithoutAnImageFailsItsLaunchAndNothingLater) {
 }
 TEST_P(Ordering, UnsupportedCallsLeaveNoLastErrorAndHintsAndQueriesSucceed) { expectPass(GetParam(), "stubs"); }
 TEST_P(Ordering, PerThreadDefaultStreamsEndWithTheirThreads) { expectPass(GetParam(), "ptds"); }
+TEST_P(Ordering, AHostFunctionSeesTheDownloadQueuedBeforeIt) { expectPass(GetParam(), "hostfn"); }
 TEST_P(Ordering, ASynchronousHostToDeviceCopyReturnsAnEarlierFault) { expectPass(GetParam(), "syncfault"); }
 TEST_P(Ordering, DeviceResetReinitialisesDeviceVariables) { expectPass(GetParam(), "reset"); }
 TEST_P(Ordering, DeviceAddressesAreUnmistakableForHostMemory) { expectPass(GetParam(), "classify"); }
