@@ -398,11 +398,21 @@ RGPU_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t* pGraphNode, cudaGraph_
                                          const cudaGraphNode_t* pDependencies, const cudaGraphEdgeData* dependencyData,
                                          size_t numDependencies, struct cudaGraphNodeParams* nodeParams) {
   return locked([&]() -> Status {
+    auto p = genericParams(nodeParams);
+    if (!p) return p.status();
+    if (dependencyData && numDependencies) {
+      if (!pDependencies) return Status(err::kInvalidValue, "pDependencies is NULL");
+      for (size_t i = 0; i < numDependencies; ++i) {
+        RGPU_TRY(checkNode(pDependencies[i]));
+        RGPU_TRY(checkEdgeData(dependencyData[i], pDependencies[i], p->type));
+      }
+    }
+    RGPU_TRY(add(pGraphNode, graph, pDependencies, numDependencies, std::move(p)));
     if (dependencyData)
       for (size_t i = 0; i < numDependencies; ++i)
-        if (dependencyData[i].type != cudaGraphDependencyTypeDefault || dependencyData[i].from_port)
-          return Status(err::kNotSupported, "programmatic graph edges are not supported by rgpu");
-    return add(pGraphNode, graph, pDependencies, numDependencies, genericParams(nodeParams));
+        if (dependencyData[i].type || dependencyData[i].from_port)
+          (*pGraphNode)->in_data[pDependencies[i]] = dependencyData[i];
+    return Status::ok();
   });
 }
 
@@ -610,7 +620,7 @@ RGPU_EXPORT cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t* fr
       count = *numEdges;
       RGPU_TRY(fillOut(t, to, &count));
       if (edgeData)
-        for (size_t i = 0; i < *numEdges; ++i) edgeData[i] = cudaGraphEdgeData{};
+        for (size_t i = 0; i < count; ++i) edgeData[i] = rgpu::client::edgeData(from[i], to[i]);
     }
     *numEdges = from ? count : f.size();
     return Status::ok();
@@ -620,18 +630,20 @@ RGPU_EXPORT cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaG
                                                      cudaGraphEdgeData* edgeData, size_t* pNumDependencies) {
   return locked([&]() -> Status {
     RGPU_TRY(checkNode(node));
-    if (edgeData && pDependencies && pNumDependencies)
-      for (size_t i = 0; i < *pNumDependencies; ++i) edgeData[i] = cudaGraphEdgeData{};
-    return fillOut(node->in, pDependencies, pNumDependencies);
+    RGPU_TRY(fillOut(node->in, pDependencies, pNumDependencies));
+    if (edgeData && pDependencies)
+      for (size_t i = 0; i < *pNumDependencies; ++i) edgeData[i] = rgpu::client::edgeData(pDependencies[i], node);
+    return Status::ok();
   });
 }
 RGPU_EXPORT cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, cudaGraphNode_t* pDependentNodes,
                                                        cudaGraphEdgeData* edgeData, size_t* pNumDependentNodes) {
   return locked([&]() -> Status {
     RGPU_TRY(checkNode(node));
-    if (edgeData && pDependentNodes && pNumDependentNodes)
-      for (size_t i = 0; i < *pNumDependentNodes; ++i) edgeData[i] = cudaGraphEdgeData{};
-    return fillOut(node->out, pDependentNodes, pNumDependentNodes);
+    RGPU_TRY(fillOut(node->out, pDependentNodes, pNumDependentNodes));
+    if (edgeData && pDependentNodes)
+      for (size_t i = 0; i < *pNumDependentNodes; ++i) edgeData[i] = rgpu::client::edgeData(node, pDependentNodes[i]);
+    return Status::ok();
   });
 }
 RGPU_EXPORT cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t* from,
@@ -643,7 +655,7 @@ RGPU_EXPORT cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGr
     for (size_t i = 0; i < numDependencies; ++i) {
       RGPU_TRY(checkNode(from[i]));
       if (from[i]->graph != graph) return Status(err::kInvalidValue, "the node is not part of the graph");
-      RGPU_TRY(addEdge(from[i], to[i]));
+      RGPU_TRY(addEdge(from[i], to[i], edgeData ? &edgeData[i] : nullptr));
     }
     return Status::ok();
   });

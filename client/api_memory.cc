@@ -169,6 +169,9 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
       return rt().post(msg);
     }
     default: {
+      if (Status c; async && capturesActive() &&
+                    captureNodeOn(*s, [&] { return memcpy1DParams(dst, src, count, *k); }, &c, nullptr))
+        return c;  // a copy node: a host function of the graph
       // Host to host, in stream order: earlier device-to-host copies may still
       // be landing in `src`.
       if (async) RGPU_TRY(streamSyncImpl(stream, ptsz));
@@ -216,6 +219,15 @@ Status memcpy2DCore(void* dst, size_t dpitch, const void* src, size_t spitch, si
   if (!s) return s.status();
   uint64_t packed = uint64_t{width} * height;
   if (*k == cudaMemcpyHostToHost) {
+    if (Status c; async && capturesActive() && captureNodeOn(*s, [&] {
+          cudaMemcpy3DParms p{};
+          p.srcPtr = cudaPitchedPtr{const_cast<void*>(src), spitch, width, height};
+          p.dstPtr = cudaPitchedPtr{dst, dpitch, width, height};
+          p.extent = cudaExtent{width, height, 1};
+          p.kind = cudaMemcpyHostToHost;
+          return memcpyParams(p);
+        }, &c, nullptr))
+      return c;  // a copy node: a host function of the graph
     if (async) RGPU_TRY(streamSyncImpl(stream, ptsz));
     for (size_t r = 0; r < height; ++r)
       std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);

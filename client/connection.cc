@@ -571,22 +571,30 @@ Status Connection::receive(common::TlsConnection& conn) {
       continue;
     }
     if (h.type == FrameType::kNotify) {
-      bool duplicate = false;
-      if (resume_) {
-        // After a resume the server resends what it was not told arrived.
-        duplicate = h.seq <= notify_floor_ || !notify_seen_.insert(h.seq).second;
+      // After a resume the server resends what it was not told arrived. A
+      // notification counts as arrived once handled: one whose bulk the
+      // connection lost comes again.
+      const bool duplicate = resume_ && (h.seq <= notify_floor_ || notify_seen_.count(h.seq));
+      auto arrived = [&] {
+        if (!resume_ || duplicate) return;
+        notify_seen_.insert(h.seq);
         while (notify_seen_.count(notify_floor_ + 1)) notify_seen_.erase(++notify_floor_);  // only this thread writes it
-        if (!duplicate && ++notifies_since_ack_ >= kAckEveryNotifications) {
+        if (++notifies_since_ack_ >= kAckEveryNotifications) {
           std::lock_guard lock(batch_mu_);
           acknowledgeLocked();
           notifies_since_ack_ = 0;
         }
-      }
+      };
+      bool bulk_read = false;
       if (!duplicate) {
         try {
           capnp::FlatArrayMessageReader r(words, common::readerOptions());
           auto n = r.getRoot<wire::Notify>();
-          if (n.isHostFuncReady()) {
+          if (n.isGraphOutput()) {
+            // Lost in the middle of its bytes: it comes again after a resume.
+            RGPU_TRY(graphOutput(h, reader, n.getGraphOutput().getCall(), n.getGraphOutput().getOffset()));
+            bulk_read = true;
+          } else if (n.isHostFuncReady()) {
             {
               std::lock_guard lock(cb_mu_);
               callbacks_.push_back(n.getHostFuncReady());
@@ -614,10 +622,11 @@ Status Connection::receive(common::TlsConnection& conn) {
           return Status(err::kUnknown, std::string("malformed notification: ") + e.getDescription().cStr());
         }
       }
-      if (h.bulk_len && !reader.skipBulk(h)) {
+      if (h.bulk_len && !bulk_read && !reader.skipBulk(h)) {
         session_over_ = true;
         return Status(err::kUnknown, "bad notification bulk");
       }
+      arrived();
       continue;
     }
     if (h.type != FrameType::kReply) {
@@ -650,8 +659,9 @@ Status Connection::receive(common::TlsConnection& conn) {
         s = reader.readBulk(h, slot->in);
         if (s && !slot->parts.empty()) {
           uint64_t off = 0;
-          for (auto& [p, n] : slot->parts) {
-            std::memcpy(p, slot->scratch.data() + off, n);
+          for (size_t i = 0; i < slot->parts.size(); ++i) {
+            auto [p, n] = slot->parts[i];
+            if (i >= slot->delivered.size() || !slot->delivered[i]) std::memcpy(p, slot->scratch.data() + off, n);
             off += n;
           }
         }
@@ -828,6 +838,34 @@ Result<common::TlsConnection*> Connection::reconnect(const Status& why) {
     retry_cv_.wait_for(lock, std::min(backoff, left), [&] { return closing_.load(); });
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
+}
+
+Status Connection::graphOutput(const protocol::FrameHeader& h, common::FrameReader& reader, uint64_t call,
+                               uint64_t offset) {
+  Slot* slot = nullptr;
+  {
+    std::lock_guard lock(slots_mu_);
+    auto it = slots_.find(call);
+    if (it != slots_.end()) slot = it->second;
+  }
+  // The part of the launch's device-to-host bytes that starts at `offset`.
+  size_t part = slot ? slot->parts.size() : 0;
+  uint64_t off = 0;
+  for (size_t i = 0; slot && i < slot->parts.size(); off += slot->parts[i++].second)
+    if (off == offset) {
+      part = i;
+      break;
+    }
+  if (!slot || part == slot->parts.size() || slot->parts[part].second != h.bulk_len) {
+    RGPU_LOG_WARN("graph output for call {} at offset {} ({} bytes) matches no copy of a launch", call, offset,
+                  h.bulk_len);
+    return h.bulk_len && !reader.skipBulk(h) ? Status(err::kUnknown, "bad notification bulk") : Status::ok();
+  }
+  // The receiver is the only thread that touches a deferred slot's parts.
+  RGPU_TRY(reader.readBulk(h, slot->parts[part].first));
+  if (slot->delivered.size() < slot->parts.size()) slot->delivered.resize(slot->parts.size());
+  slot->delivered[part] = true;
+  return Status::ok();
 }
 
 void Connection::callbackLoop() {

@@ -132,6 +132,7 @@ class Connection {
     // postScatter: `in` is `scratch`, copied out to `parts` when it lands.
     std::vector<uint8_t> own_bulk, scratch;
     std::vector<std::pair<void*, uint64_t>> parts;
+    std::vector<bool> delivered;  // parts that came ahead in a graphOutput notification
   };
 
   // A request kept for replay until the server has dispatched it. Its frame
@@ -157,6 +158,8 @@ class Connection {
   // Reads frames from `conn` until it fails; returns why.
   Status receive(common::TlsConnection& conn);
   void callbackLoop();
+  // A graphOutput notification: its bulk straight into the launch's part (receiver thread).
+  Status graphOutput(const protocol::FrameHeader& h, common::FrameReader& reader, uint64_t call, uint64_t offset);
   void fail(const Status& s);
   // A deferred slot is done (its data landed, or never will): forgets its
   // target range and frees it.

@@ -3,6 +3,7 @@
 #include "client/graph.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 #include <unordered_map>
 #include <thread>
@@ -13,6 +14,8 @@
 
 namespace rgpu::client {
 namespace {
+
+constexpr cudaGraphEdgeData kNoEdgeData{};
 
 // Live handles. Top-level graphs are the program's (owned here); child graphs
 // are owned by their nodes but are graphs all the same.
@@ -143,15 +146,43 @@ Result<cudaGraphNode_t> addNode(cudaGraph_t g, const cudaGraphNode_t* deps, size
   return raw;
 }
 
-Status addEdge(cudaGraphNode_t from, cudaGraphNode_t to) {
+Status checkEdgeData(const cudaGraphEdgeData& d, const CUgraphNode_st* from, cudaGraphNodeType to_type) {
+  for (unsigned char r : d.reserved)
+    if (r) return Status(err::kInvalidValue, "cudaGraphEdgeData: reserved bytes must be zero");
+  if (d.to_port) return Status(err::kInvalidValue, "cudaGraphEdgeData: to_port must be 0");
+  if (d.type != cudaGraphDependencyTypeDefault && d.type != cudaGraphDependencyTypeProgrammatic)
+    return Status(err::kInvalidValue, "cudaGraphEdgeData: unknown dependency type " + std::to_string(d.type));
+  const bool kernel_from = from->p.type == cudaGraphNodeTypeKernel;
+  if (d.from_port > cudaGraphKernelNodePortLaunchCompletion || (d.from_port && !kernel_from))
+    return Status(err::kInvalidValue, "cudaGraphEdgeData: only kernel nodes have from ports (0, 1 or 2)");
+  if (d.from_port == cudaGraphKernelNodePortProgrammatic && d.type != cudaGraphDependencyTypeProgrammatic)
+    return Status(err::kInvalidValue, "cudaGraphEdgeData: the programmatic port needs a programmatic edge");
+  if (d.type == cudaGraphDependencyTypeProgrammatic) {
+    if (!kernel_from || to_type != cudaGraphNodeTypeKernel)
+      return Status(err::kInvalidValue, "cudaGraphEdgeData: a programmatic edge joins two kernel nodes");
+    if (d.from_port == cudaGraphKernelNodePortDefault)
+      return Status(err::kInvalidValue,
+                    "cudaGraphEdgeData: a programmatic edge leaves from the programmatic or launch-completion port");
+  }
+  return Status::ok();
+}
+
+cudaGraphEdgeData edgeData(const CUgraphNode_st* from, const CUgraphNode_st* to) {
+  auto it = to->in_data.find(from);
+  return it == to->in_data.end() ? cudaGraphEdgeData{} : it->second;
+}
+
+Status addEdge(cudaGraphNode_t from, cudaGraphNode_t to, const cudaGraphEdgeData* data) {
   RGPU_TRY(checkNode(from));
   RGPU_TRY(checkNode(to));
   if (from->graph != to->graph) return Status(err::kInvalidValue, "the nodes belong to different graphs");
   if (from == to) return Status(err::kInvalidValue, "a node cannot depend on itself");
   if (std::find(to->in.begin(), to->in.end(), from) != to->in.end())
     return Status(err::kInvalidValue, "the dependency exists already");
+  if (data) RGPU_TRY(checkEdgeData(*data, from, to->p.type));
   to->in.push_back(from);
   from->out.push_back(to);
+  if (data && std::memcmp(data, &kNoEdgeData, sizeof kNoEdgeData)) to->in_data[from] = *data;
   return Status::ok();
 }
 
@@ -161,13 +192,17 @@ Status removeEdge(cudaGraphNode_t from, cudaGraphNode_t to) {
   auto it = std::find(to->in.begin(), to->in.end(), from);
   if (it == to->in.end()) return Status(err::kInvalidValue, "no such dependency");
   to->in.erase(it);
+  to->in_data.erase(from);
   from->out.erase(std::find(from->out.begin(), from->out.end(), to));
   return Status::ok();
 }
 
 void destroyNode(cudaGraphNode_t n) {
   for (auto* d : n->in) d->out.erase(std::find(d->out.begin(), d->out.end(), n));
-  for (auto* d : n->out) d->in.erase(std::find(d->in.begin(), d->in.end(), n));
+  for (auto* d : n->out) {
+    d->in.erase(std::find(d->in.begin(), d->in.end(), n));
+    d->in_data.erase(n);
+  }
   if (n->p.child) unregisterTree(*n->p.child);
   reg().nodes.erase(n);
   auto& v = n->graph->nodes;
@@ -189,11 +224,13 @@ std::shared_ptr<CUgraph_st> cloneGraph(const CUgraph_st& g, std::map<const CUgra
     m[n.get()] = c.get();
     out->nodes.push_back(std::move(c));
   }
-  for (auto& n : g.nodes)
+  for (auto& n : g.nodes) {
     for (auto* d : n->in) {
       m[n.get()]->in.push_back(m[d]);
       m[d]->out.push_back(m[n.get()]);
     }
+    for (auto& [d, data] : n->in_data) m[n.get()]->in_data[m[d]] = data;
+  }
   return out;
 }
 
@@ -298,8 +335,6 @@ Result<NodeParams> memcpyParams(const cudaMemcpy3DParms& c) {
                    : (dev_dst ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDeviceToDevice)
     return Status(err::kInvalidMemcpyDirection, "invalid cudaMemcpyKind");
-  if (kind == cudaMemcpyHostToHost)
-    return Status(err::kNotSupported, "host-to-host copy nodes are not supported by rgpu (the GPU never sees them)");
   bool want_dst = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
   bool want_src = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
   if (want_dst != dev_dst || want_src != dev_src)

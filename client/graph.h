@@ -94,6 +94,9 @@ struct CUgraphNode_st {
   CUgraph_st* graph = nullptr;
   rgpu::client::NodeParams p;
   std::vector<CUgraphNode_st*> in, out;  // dependencies, dependents
+  // Edge data of dependencies whose edge is not the default (all zero) one.
+  // The server runs every edge as a full dependency: a schedule each kind permits.
+  std::map<const CUgraphNode_st*, cudaGraphEdgeData> in_data;
   bool enabled = true;                   // cudaGraphNodeSetEnabled (executable graphs' copies)
   const CUgraphNode_st* origin = nullptr;  // the node this one was cloned from
 };
@@ -125,7 +128,13 @@ struct CUgraphExec_st {
   // What each launch needs, in the flattened order the server runs.
   std::vector<std::pair<const void*, uint64_t>> host_in;
   std::vector<std::pair<void*, uint64_t>> host_out;
-  std::vector<cudaHostNodeParams> host_fns;
+  // Host functions in order: the program's, or a host-to-host copy node's
+  // copy (run on the client when the stream reaches it, as a host function).
+  struct HostFn {
+    cudaHostNodeParams fn{};
+    std::shared_ptr<const cudaMemcpy3DParms> copy;
+  };
+  std::vector<HostFn> host_fns;
   std::map<CUuserObject_st*, unsigned> user_refs;  // the graph's, taken at instantiation
 };
 
@@ -146,7 +155,14 @@ cudaGraph_t adoptGraph(std::shared_ptr<CUgraph_st> g);
 void destroyGraph(cudaGraph_t g);
 // Adds a node depending on `deps` (checked: nodes of `g`, no duplicates).
 Result<cudaGraphNode_t> addNode(cudaGraph_t g, const cudaGraphNode_t* deps, size_t n, NodeParams p);
-Status addEdge(cudaGraphNode_t from, cudaGraphNode_t to);
+Status addEdge(cudaGraphNode_t from, cudaGraphNode_t to, const cudaGraphEdgeData* data = nullptr);
+// NVIDIA's rules for an edge's data (`to_type`: the downstream node's type):
+// to_port 0, reserved bytes 0, non-zero from ports only on kernel nodes, a
+// programmatic edge between kernel nodes from the programmatic or
+// launch-completion port.
+Status checkEdgeData(const cudaGraphEdgeData& d, const CUgraphNode_st* from, cudaGraphNodeType to_type);
+// The data of the edge from -> to (all zero unless set).
+cudaGraphEdgeData edgeData(const CUgraphNode_st* from, const CUgraphNode_st* to);
 Status removeEdge(cudaGraphNode_t from, cudaGraphNode_t to);
 void destroyNode(cudaGraphNode_t n);
 // A deep copy; `map` (optional) receives original -> copy for every node.

@@ -23,6 +23,7 @@ struct WireNode {
   const void* host_src = nullptr;
   void* host_dst = nullptr;
   cudaHostNodeParams host{};
+  std::shared_ptr<const cudaMemcpy3DParms> copy;  // kHostFunc of a host-to-host copy node
 };
 
 std::unordered_map<const CUgraphExec_st*, std::unique_ptr<CUgraphExec_st>>& execs() {
@@ -49,9 +50,26 @@ uint64_t at(const cudaPitchedPtr& p, const cudaPos& pos, size_t y, size_t z) {
   return reinterpret_cast<uint64_t>(p.ptr) + ((pos.z + z) * p.ysize + pos.y + y) * p.pitch + pos.x;
 }
 
+// A host-to-host copy node's work, run as a host function (`user`: its
+// parameters, owned by this one run).
+void CUDART_CB runHostCopy(void* user) {
+  std::unique_ptr<cudaMemcpy3DParms> c(static_cast<cudaMemcpy3DParms*>(user));
+  for (size_t z = 0; z < c->extent.depth; ++z)
+    for (size_t y = 0; y < c->extent.height; ++y)
+      std::memmove(reinterpret_cast<void*>(at(c->dstPtr, c->dstPos, y, z)),
+                   reinterpret_cast<const void*>(at(c->srcPtr, c->srcPos, y, z)), c->extent.width);
+}
+
 void flattenCopy(const NodeParams& p, std::vector<WireNode>& out) {
   const auto& c = p.copy;
   const size_t w = c.extent.width, h = c.extent.height, d = c.extent.depth;
+  if (c.kind == cudaMemcpyHostToHost) {  // the client's own memory: a host function of the stream
+    WireNode n;
+    n.kind = WireNode::kHostFunc;
+    n.copy = std::make_shared<const cudaMemcpy3DParms>(c);
+    out.push_back(std::move(n));
+    return;
+  }
   if (c.kind == cudaMemcpyDeviceToDevice) {
     int sd = -1, dd = -1;
     rt().classify(c.srcPtr.ptr, &sd);
@@ -149,7 +167,8 @@ Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, cuda
       out.push_back(std::move(w));
       continue;
     }
-    bool on_device = p.type == cudaGraphNodeTypeKernel || p.type == cudaGraphNodeTypeMemcpy ||
+    bool on_device = p.type == cudaGraphNodeTypeKernel ||
+                     (p.type == cudaGraphNodeTypeMemcpy && p.copy.kind != cudaMemcpyHostToHost) ||
                      p.type == cudaGraphNodeTypeMemset;
     if (on_device && p.device != device)
       return fault(Status(err::kNotSupported, "rgpu runs a graph on one device; this node is on device " +
@@ -235,8 +254,9 @@ int graphDevice(const CUgraph_st& g, int fallback) {
     if (n->p.type == cudaGraphNodeTypeGraph) {
       int d = graphDevice(*n->p.child, -1);
       if (d >= 0) return d;
-    } else if (n->p.request.empty() && (n->p.type == cudaGraphNodeTypeKernel || n->p.type == cudaGraphNodeTypeMemcpy ||
-                                        n->p.type == cudaGraphNodeTypeMemset)) {
+    } else if (n->p.request.empty() &&
+               (n->p.type == cudaGraphNodeTypeKernel || n->p.type == cudaGraphNodeTypeMemset ||
+                (n->p.type == cudaGraphNodeTypeMemcpy && n->p.copy.kind != cudaMemcpyHostToHost))) {
       return n->p.device;
     }
   }
@@ -252,7 +272,7 @@ Status sendExec(CUgraphExec_st& e, bool sync, cudaGraphNode_t* err_node) {
   for (auto& n : nodes) {
     if (n.kind == WireNode::kToDevice) e.host_in.emplace_back(n.host_src, n.size);
     if (n.kind == WireNode::kToHost) e.host_out.emplace_back(n.host_dst, n.size);
-    if (n.kind == WireNode::kHostFunc) e.host_fns.push_back(n.host);
+    if (n.kind == WireNode::kHostFunc) e.host_fns.push_back({n.host, n.copy});
   }
   size_t begin = 0;
   bool first = true;
@@ -319,9 +339,11 @@ bool sameTopology(const CUgraph_st& a, const CUgraph_st& b, cudaGraphExecUpdateR
     if (x.p.type != y.p.type || x.p.request.empty() != y.p.request.empty())
       return fail(cudaGraphExecUpdateErrorNodeTypeChanged, b.nodes[i].get());
     if (x.in.size() != y.in.size()) return fail(cudaGraphExecUpdateErrorTopologyChanged, b.nodes[i].get());
-    std::vector<size_t> dx, dy;
-    for (auto* d : x.in) dx.push_back(ia[d]);
-    for (auto* d : y.in) dy.push_back(ib[d]);
+    // Dependencies with their edge data (type and port).
+    std::vector<std::pair<size_t, int>> dx, dy;
+    auto kind = [](const cudaGraphEdgeData& e) { return e.type << 8 | e.from_port; };
+    for (auto* d : x.in) dx.emplace_back(ia[d], kind(edgeData(d, &x)));
+    for (auto* d : y.in) dy.emplace_back(ib[d], kind(edgeData(d, &y)));
     std::sort(dx.begin(), dx.end());
     std::sort(dy.begin(), dy.end());
     if (dx != dy) return fail(cudaGraphExecUpdateErrorTopologyChanged, b.nodes[i].get());
@@ -396,8 +418,11 @@ Status launchExec(cudaGraphExec_t e, cudaStream_t stream, bool ptsz) {
   gl.setId(e->id);
   setStream(gl.initStream(), *s);
   auto fns = gl.initHostFuncs(static_cast<unsigned>(e->host_fns.size()));
-  for (size_t i = 0; i < e->host_fns.size(); ++i)
-    fns.set(static_cast<unsigned>(i), rt().addHostFunc(e->host_fns[i].fn, e->host_fns[i].userData));
+  for (size_t i = 0; i < e->host_fns.size(); ++i) {
+    const auto& f = e->host_fns[i];
+    fns.set(static_cast<unsigned>(i), f.copy ? rt().addHostFunc(&runHostCopy, new cudaMemcpy3DParms(*f.copy))
+                                             : rt().addHostFunc(f.fn.fn, f.fn.userData));
+  }
   // The host-to-device bytes as the program's memory holds them now.
   uint64_t in = 0;
   for (auto& [p, n] : e->host_in) in += n;

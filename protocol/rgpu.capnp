@@ -421,6 +421,16 @@ struct Notify {
     hostFuncReady @0 :UInt64;  # run host function #id now; answer with hostFuncDone
     goodbye @1 :Text;          # the server is closing this session, and why
     output @2 :Data;           # device printf output of a finished launch: the client writes it to stdout
+    graphOutput @4 :GraphOutput;  # the bulk: one device-to-host node's bytes of a graph launch
   }
   goodbyeError @3 :Int32;      # with goodbye: the cudaError_t every later call gets (0: cudaErrorDevicesUnavailable)
+}
+# A device-to-host node of graph launch `call` (its request's sequence number)
+# that a host function of the launch runs after: its bytes land before the
+# client is asked to run the function, not with the launch's reply (which
+# carries zeros in their place). `offset`: where the node's bytes start among
+# the launch's device-to-host bytes, in node order.
+struct GraphOutput {
+  call @0 :UInt64;
+  offset @1 :UInt64;
 }

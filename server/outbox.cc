@@ -87,17 +87,17 @@ void Outbox::close() {
   acked_.notify_all();
 }
 
-void Outbox::notify(capnp::MessageBuilder& message) {
+void Outbox::notify(capnp::MessageBuilder& message, const uint8_t* bulk, uint64_t bulk_len) {
   std::vector<uint8_t> frame;
   std::shared_ptr<common::TlsConnection> conn;
   {
     std::lock_guard lock(mu_);
     uint64_t seq = next_notification_++;
-    common::appendFrame(frame, protocol::FrameType::kNotify, 0, seq, message, 0);
-    if (retain_) keepLocked(notifications_, seq, frame, nullptr, 0);
+    common::appendFrame(frame, protocol::FrameType::kNotify, 0, seq, message, bulk_len);
+    if (retain_) keepLocked(notifications_, seq, frame, bulk, bulk_len);
     conn = conn_;
   }
-  (void)write(*conn, frame, nullptr, 0);
+  (void)write(*conn, frame, bulk, bulk_len);
 }
 
 Status Outbox::sendOnce(const std::vector<uint8_t>& frame) {

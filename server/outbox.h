@@ -57,8 +57,8 @@ class Outbox {
              const std::function<void()>& on_wire = nullptr);
   // The session is over: waiting senders return, nothing more is kept.
   void close();
-  // A notification; its sequence number is assigned here.
-  void notify(capnp::MessageBuilder& message);
+  // A notification, with `bulk_len` bulk bytes; its sequence number is assigned here.
+  void notify(capnp::MessageBuilder& message, const uint8_t* bulk = nullptr, uint64_t bulk_len = 0);
   // A frame that is never resent (Welcome, acknowledgements, goodbye).
   Status sendOnce(const std::vector<uint8_t>& frame);
 

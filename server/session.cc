@@ -709,11 +709,13 @@ void Session::sendReply(uint64_t seq, const Status& status, const Fill& fill, co
   outbox_.reply(seq, frame, bulk, bulk_len, std::this_thread::get_id() != dispatch_thread_, on_wire);
 }
 
-void Session::sendNotify(const std::function<void(wire::Notify::Builder&)>& fill) {
+void Session::sendNotify(const std::function<void(wire::Notify::Builder&)>& fill, const uint8_t* bulk,
+                         uint64_t bulk_len) {
   capnp::MallocMessageBuilder out(128);
   auto n = out.initRoot<wire::Notify>();
   fill(n);
-  outbox_.notify(out);
+  bytes_out_.fetch_add(bulk_len, std::memory_order_relaxed);
+  outbox_.notify(out, bulk, bulk_len);
 }
 
 Status Session::checkDevice(int device) const {

@@ -210,7 +210,8 @@ class Session {
     return [this, seq](Status st, const uint8_t* d, uint64_t n, const OnWire& w) { sendReply(seq, st, nullptr, d, n, w); };
   }
   void recordAsyncError(const Status& s);
-  void sendNotify(const std::function<void(wire::Notify::Builder&)>& fill);
+  void sendNotify(const std::function<void(wire::Notify::Builder&)>& fill, const uint8_t* bulk = nullptr,
+                  uint64_t bulk_len = 0);
 
   // Connects the backend's callbacks to this session.
   void attachBackend(std::unique_ptr<Backend> backend);

@@ -11,7 +11,11 @@
 // - host-to-device nodes take their bytes, in node order, from the launch's
 //   bulk payload (the client reads the program's host memory at launch time);
 // - device-to-host nodes put theirs, in node order, into the launch's one
-//   reply, sent when the last of them has run;
+//   reply, sent when the last of them has run; except a node a host node
+//   comes after (the function may read its bytes): its bytes go to the client
+//   in a notification of their own (graphOutput) as soon as it has run, so
+//   they are in the program's memory before the client is asked to run the
+//   function (the launch's reply carries zeros in their place);
 // - host nodes become host functions the client runs, with ids the launch names.
 //
 // Only stream-ordered device-side kinds may be request nodes: a graph cannot
@@ -61,6 +65,8 @@ struct SessionGraph {
   uint64_t nodes = 0;
   uint64_t h2d_bytes = 0, d2h_bytes = 0;
   uint32_t host_funcs = 0;
+  // 1-based positions in node order (0: none) of the first device-to-host node and the last host node.
+  uint64_t first_d2h_node = 0, last_host_node = 0;
   Status broken;  // a part failed to arrive whole: launches fail with it
   // Native graph (see the top of this file).
   bool device_only = true;           // every node could be one of a native graph
@@ -178,8 +184,10 @@ Status Session::onGraphCreate(const FrameHeader& h, wire::Request::Reader req) {
   SessionGraph& into = g ? *g : *fresh;
   uint64_t h2d = into.h2d_bytes, d2h = into.d2h_bytes;
   uint32_t host_funcs = into.host_funcs;
+  uint64_t at = into.nodes, first_d2h = into.first_d2h_node, last_host = into.last_host_node;
   for (auto n : nodes) {
     if (!s) break;
+    ++at;
     switch (n.which()) {
       case wire::GraphNode::REQUEST:
         s = nodeKindAllowed(n.getRequest());
@@ -193,9 +201,11 @@ Status Session::onGraphCreate(const FrameHeader& h, wire::Request::Reader req) {
         d2h += n.getDeviceToHost().getSize();
         if (n.getDeviceToHost().getSize() > protocol::kMaxBulkBytes || d2h > protocol::kMaxBulkBytes)
           s = Status(err::kInvalidValue, "a graph's device-to-host copies exceed one frame's bulk limit");
+        if (!first_d2h) first_d2h = at;
         break;
       case wire::GraphNode::HOST_FUNC:
         ++host_funcs;
+        last_host = at;
         break;
       case wire::GraphNode::EMPTY:
         break;
@@ -217,6 +227,10 @@ Status Session::onGraphCreate(const FrameHeader& h, wire::Request::Reader req) {
   }
   into.nodes += nodes.size();
   into.h2d_bytes = h2d, into.d2h_bytes = d2h, into.host_funcs = host_funcs;
+  into.first_d2h_node = first_d2h, into.last_host_node = last_host;
+  // A native graph downloads its results after the whole graph: a host node
+  // that may read one of them makes the graph run node by node.
+  if (first_d2h && first_d2h < last_host) into.device_only = false;
   if (g) dropNative(*g);  // made before this part arrived
   if (!g) {
     fresh->device = m.getDevice();
@@ -439,7 +453,7 @@ void Session::runGraph(const FrameHeader& h, const SessionGraph& g, StreamKey ke
   node_h.flags = protocol::kFlagAsync;
   node_h.bulk_len = 0;
   graph_stream_ = &key;
-  uint64_t in_off = 0, out_off = 0;
+  uint64_t in_off = 0, out_off = 0, at = 0;
   uint32_t next_host = 0;
   auto fail = [&](const Status& st) {
     if (!st) recordAsyncError(st);
@@ -447,6 +461,7 @@ void Session::runGraph(const FrameHeader& h, const SessionGraph& g, StreamKey ke
   for (const auto& words : g.chunks) {
    capnp::FlatArrayMessageReader reader(words.asPtr(), common::readerOptions());
    for (auto n : reader.getRoot<wire::GraphCreate>().getNodes()) {
+    ++at;
     switch (n.which()) {
       case wire::GraphNode::REQUEST: {
         auto r = n.getRequest();
@@ -481,11 +496,22 @@ void Session::runGraph(const FrameHeader& h, const SessionGraph& g, StreamKey ke
           ++gather->pending;
         }
         Status st = allocs_.check(c.getDevice(), size);
+        const bool early = replies && at < g.last_host_node;  // a host function comes after it
         if (st)
-          st = backend_->copyFromDevice(key, c.getDevice(), size,
-                                        [gather, off](Status r, const uint8_t* d, uint64_t len, const OnWire& w) {
-                                          gather->part(r, off, d, len, w);
-                                        });
+          st = backend_->copyFromDevice(
+              key, c.getDevice(), size,
+              [this, gather, off, early, seq](Status r, const uint8_t* d, uint64_t len, const OnWire& w) {
+                if (!early || !r) return gather->part(r, off, d, len, w);
+                sendNotify(
+                    [&](wire::Notify::Builder& n) {
+                      auto o = n.initGraphOutput();
+                      o.setCall(seq);
+                      o.setOffset(off);
+                    },
+                    d, len);
+                if (w) w();  // on the wire: host functions queued after it may run
+                gather->part(r, off, nullptr, 0, nullptr);
+              });
         if (!st) gather->part(st, off, nullptr, 0, nullptr);
         break;
       }

@@ -5,7 +5,9 @@
 // per launch); on both backends the results must be those of every launch.
 // Also: the graph stays right after memory is freed elsewhere (the server
 // rebuilds it), and a graph whose node names freed memory fails at the next
-// synchronising call instead of touching it.
+// synchronising call instead of touching it. And a graph with host copies and
+// a host function between them (on the CUDA backend one CUgraphExec too):
+// each launch reads the program's input as it is then and writes its output.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -64,6 +66,36 @@ static int freedMemoryIsRefused(cudaStream_t s, float* buf) {
   return 0;
 }
 
+static int g_calls = 0;
+static void CUDART_CB countCall(void*) { ++g_calls; }
+
+// input -> device, a kernel, a host function, device -> output.
+static int hostCopiesAndAHostFunction(cudaStream_t s) {
+  std::vector<float> in(N), out(N);
+  float* d;
+  CHECK(cudaMalloc(&d, N * sizeof(float)));
+  cudaGraph_t g;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CHECK(cudaMemcpyAsync(d, in.data(), N * sizeof(float), cudaMemcpyHostToDevice, s));
+  addv<<<N / 256, 256, 0, s>>>(d, N, 0.5f);
+  CHECK(cudaLaunchHostFunc(s, countCall, nullptr));
+  CHECK(cudaMemcpyAsync(out.data(), d, N * sizeof(float), cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t e;
+  CHECK(cudaGraphInstantiate(&e, g, 0));
+  for (int launch = 0; launch < 10; ++launch) {
+    for (int i = 0; i < N; ++i) in[i] = float(i + launch);
+    CHECK(cudaGraphLaunch(e, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < N; ++i) EXPECT(out[i] == float(i + launch) + 0.5f);
+    EXPECT(g_calls == launch + 1);
+  }
+  CHECK(cudaGraphExecDestroy(e));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaFree(d));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   // --native: on NVIDIA's runtime, where a graph naming freed memory is undefined behaviour.
   const bool native = argc > 1 && std::strcmp(argv[1], "--native") == 0;
@@ -107,6 +139,7 @@ int main(int argc, char** argv) {
   if (check(buf, copy, y, kLaunches + 1)) return 1;
 
   if (!native && freedMemoryIsRefused(s, buf)) return 1;
+  if (hostCopiesAndAHostFunction(s)) return 1;
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(graph));
   cublasDestroy(h);

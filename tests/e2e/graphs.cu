@@ -529,6 +529,7 @@ static int launchesOfOneGraphAreOrdered() {
   int* x;
   CHECK(cudaMalloc(&x, sizeof(int)));
   CHECK(cudaMemset(x, 0, sizeof(int)));
+  CHECK(cudaDeviceSynchronize());  // the streams are non-blocking: not ordered after the memset
   cudaGraph_t g;
   CHECK(cudaStreamBeginCapture(s[0], cudaStreamCaptureModeGlobal));
   bumpSlowly<<<1, 1, 0, s[0]>>>(x);
@@ -547,7 +548,169 @@ static int launchesOfOneGraphAreOrdered() {
   return 0;
 }
 
+// Programmatic edges (programmatic dependent launch inside a graph): kept,
+// reported back, checked as NVIDIA's runtime checks them, and run as full
+// dependencies (a schedule they permit).
+static int programmaticEdges() {
+  int* d;
+  CHECK(cudaMalloc(&d, N * sizeof(int)));
+  int n = N, one = 1, two = 2;
+  cudaGraph_t g;
+  CHECK(cudaGraphCreate(&g, 0));
+  cudaGraphNode_t ms, k1, k2, k3;
+  cudaMemsetParams m = {};
+  m.dst = d, m.value = 0, m.elementSize = 4, m.width = N, m.height = 1;
+  CHECK(cudaGraphAddMemsetNode(&ms, g, nullptr, 0, &m));
+  auto kernel = [&](void* fn, void** args) {
+    cudaGraphNodeParams p = {};
+    p.type = cudaGraphNodeTypeKernel;
+    p.kernel.func = fn;
+    p.kernel.gridDim = dim3(N / 256);
+    p.kernel.blockDim = dim3(256);
+    p.kernel.kernelParams = args;
+    return p;
+  };
+  void* a1[] = {&d, &n, &one};
+  void* a2[] = {&d, &n, &two};
+  cudaGraphNodeParams p1 = kernel(reinterpret_cast<void*>(addv), a1);
+  CHECK(cudaGraphAddNode(&k1, g, &ms, nullptr, 1, &p1));
+  cudaGraphEdgeData prog = {};
+  prog.from_port = cudaGraphKernelNodePortProgrammatic;
+  prog.type = cudaGraphDependencyTypeProgrammatic;
+  cudaGraphNodeParams p2 = kernel(reinterpret_cast<void*>(scale), a2);
+  CHECK(cudaGraphAddNode(&k2, g, &k1, &prog, 1, &p2));  // (0 + 1) * 2
+  cudaGraphNodeParams p3 = kernel(reinterpret_cast<void*>(addv), a1);
+  CHECK(cudaGraphAddNode(&k3, g, nullptr, nullptr, 0, &p3));
+  cudaGraphEdgeData launched = {};
+  launched.from_port = cudaGraphKernelNodePortLaunchCompletion;
+  launched.type = cudaGraphDependencyTypeProgrammatic;
+  CHECK(cudaGraphAddDependencies(g, &k2, &k3, &launched, 1));  // + 1
+
+  // Refused as NVIDIA's runtime refuses them.
+  cudaGraphNode_t bad;
+  EXPECT_ERR(cudaGraphAddNode(&bad, g, &ms, &prog, 1, &p1), cudaErrorInvalidValue);  // from a memset node
+  cudaGraphEdgeData e = prog;
+  e.to_port = 1;
+  EXPECT_ERR(cudaGraphAddNode(&bad, g, &k1, &e, 1, &p1), cudaErrorInvalidValue);
+  e = prog;
+  e.from_port = cudaGraphKernelNodePortDefault;
+  EXPECT_ERR(cudaGraphAddNode(&bad, g, &k1, &e, 1, &p1), cudaErrorInvalidValue);
+  e = {};
+  e.type = 7;
+  EXPECT_ERR(cudaGraphAddNode(&bad, g, &k1, &e, 1, &p1), cudaErrorInvalidValue);
+  e = {};
+  e.reserved[2] = 1;
+  EXPECT_ERR(cudaGraphAddDependencies(g, &ms, &k3, &e, 1), cudaErrorInvalidValue);
+
+  // Reported back.
+  cudaGraphNode_t from[3], to[3];
+  cudaGraphEdgeData data[3];
+  size_t count = 3;
+  CHECK(cudaGraphGetEdges(g, from, to, data, &count));
+  EXPECT(count == 3);
+  int programmatic = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (from[i] == ms) EXPECT(to[i] == k1 && data[i].type == cudaGraphDependencyTypeDefault && data[i].from_port == 0);
+    if (from[i] == k1) EXPECT(to[i] == k2 && data[i].type == cudaGraphDependencyTypeProgrammatic &&
+                              data[i].from_port == cudaGraphKernelNodePortProgrammatic);
+    if (from[i] == k2) EXPECT(to[i] == k3 && data[i].from_port == cudaGraphKernelNodePortLaunchCompletion);
+    programmatic += data[i].type == cudaGraphDependencyTypeProgrammatic;
+  }
+  EXPECT(programmatic == 2);
+  cudaGraphNode_t dep;
+  cudaGraphEdgeData dep_data;
+  count = 1;
+  CHECK(cudaGraphNodeGetDependencies(k2, &dep, &dep_data, &count));
+  EXPECT(count == 1 && dep == k1 && dep_data.type == cudaGraphDependencyTypeProgrammatic);
+  count = 1;
+  CHECK(cudaGraphNodeGetDependentNodes(k2, &dep, &dep_data, &count));
+  EXPECT(count == 1 && dep == k3 && dep_data.from_port == cudaGraphKernelNodePortLaunchCompletion);
+  // A clone keeps them; an update with different edge data is a topology change.
+  cudaGraph_t c;
+  CHECK(cudaGraphClone(&c, g));
+  count = 3;
+  CHECK(cudaGraphGetEdges(c, from, to, data, &count));
+  programmatic = 0;
+  for (size_t i = 0; i < count; ++i) programmatic += data[i].type == cudaGraphDependencyTypeProgrammatic;
+  EXPECT(programmatic == 2);
+
+  cudaGraphExec_t ge;
+  CHECK(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(ge, 0));
+  std::vector<int> h(N);
+  CHECK(cudaMemcpy(h.data(), d, N * sizeof(int), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < N; ++i) EXPECT(h[i] == 3);
+  CHECK(cudaGraphRemoveDependencies(c, &k2, &k3, nullptr, 0));
+  cudaGraphNode_t ck2 = nullptr, ck3 = nullptr;
+  CHECK(cudaGraphNodeFindInClone(&ck2, k2, c));
+  CHECK(cudaGraphNodeFindInClone(&ck3, k3, c));
+  CHECK(cudaGraphRemoveDependencies(c, &ck2, &ck3, nullptr, 1));
+  CHECK(cudaGraphAddDependencies(c, &ck2, &ck3, nullptr, 1));  // the same edge, default data
+  cudaGraphExecUpdateResultInfo info;
+  EXPECT_ERR(cudaGraphExecUpdate(ge, c, &info), cudaErrorGraphExecUpdateFailure);
+  EXPECT(info.result == cudaGraphExecUpdateErrorTopologyChanged);
+  CHECK(cudaGraphExecDestroy(ge));
+  CHECK(cudaGraphDestroy(c));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaFree(d));
+  return 0;
+}
+
+// Host-to-host copies in graphs, built and captured: they run when the stream
+// reaches them, after the device-to-host copy before them has landed.
+static int hostToHostCopies() {
+  std::vector<int> a(N), b(N, -1), c(N, -1), rows(4 * 8, -1);
+  int* d;
+  CHECK(cudaMalloc(&d, N * sizeof(int)));
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s));
+  cudaGraph_t g;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  CHECK(cudaMemcpyAsync(d, a.data(), N * sizeof(int), cudaMemcpyHostToDevice, s));
+  addv<<<N / 256, 256, 0, s>>>(d, N, 100);
+  CHECK(cudaMemcpyAsync(b.data(), d, N * sizeof(int), cudaMemcpyDeviceToHost, s));
+  CHECK(cudaMemcpyAsync(c.data(), b.data(), N * sizeof(int), cudaMemcpyHostToHost, s));
+  // Rows 0..3, 8 ints each, of c (pitch 16 ints) into rows (pitch 8 ints).
+  CHECK(cudaMemcpy2DAsync(rows.data(), 8 * sizeof(int), c.data(), 16 * sizeof(int), 8 * sizeof(int), 4,
+                          cudaMemcpyDefault, s));
+  CHECK(cudaStreamEndCapture(s, &g));
+  size_t nodes = 0;
+  CHECK(cudaGraphGetNodes(g, nullptr, &nodes));
+  EXPECT(nodes == 5);
+  cudaGraphExec_t ge;
+  CHECK(cudaGraphInstantiate(&ge, g, 0));
+  for (int iter = 0; iter < 3; ++iter) {
+    for (int i = 0; i < N; ++i) a[i] = i * iter;
+    CHECK(cudaGraphLaunch(ge, s));
+    CHECK(cudaStreamSynchronize(s));
+    for (int i = 0; i < N; ++i) EXPECT(c[i] == i * iter + 100);
+    for (int r = 0; r < 4; ++r)
+      for (int x = 0; x < 8; ++x) EXPECT(rows[r * 8 + x] == (r * 16 + x) * iter + 100);
+  }
+  // Built explicitly, with cudaMemcpyDefault.
+  cudaGraph_t e;
+  CHECK(cudaGraphCreate(&e, 0));
+  cudaGraphNode_t n;
+  std::vector<int> x(N), y(N, 0);
+  CHECK(cudaGraphAddMemcpyNode1D(&n, e, nullptr, 0, y.data(), x.data(), N * sizeof(int), cudaMemcpyDefault));
+  cudaGraphExec_t ee;
+  CHECK(cudaGraphInstantiate(&ee, e, 0));
+  for (int i = 0; i < N; ++i) x[i] = 7 * i;
+  CHECK(cudaGraphLaunch(ee, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (int i = 0; i < N; ++i) EXPECT(y[i] == 7 * i);
+  CHECK(cudaGraphExecDestroy(ee));
+  CHECK(cudaGraphDestroy(e));
+  CHECK(cudaGraphExecDestroy(ge));
+  CHECK(cudaGraphDestroy(g));
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(d));
+  return 0;
+}
+
 int main() {
+  if (int r = hostToHostCopies()) return r;
+  if (int r = programmaticEdges()) return r;
   if (int r = launchesOfOneGraphAreOrdered()) return r;
   if (int r = captureForkJoin()) return r;
   if (int r = explicitGraph()) return r;
