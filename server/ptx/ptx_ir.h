@@ -21,6 +21,7 @@ enum class Type : uint8_t {
   kS8, kS16, kS32, kS64,
   kF16, kF16x2, kBF16, kBF16x2, kF32, kF64,
   kE4M3, kE5M2,  // 8-bit floats: mma.sync operands only (cvt takes them in pairs)
+  kS4, kU4, kB1,  // sub-byte integers and single bits: wmma operands only, packed 8 or 32 to a register
 };
 
 inline int typeBytes(Type t) {
@@ -112,6 +113,7 @@ struct Inst {
   // wmma: the shape (m, n, k) and the multiplicands' element type (a and b).
   uint8_t m = 0, n = 0, k = 0;
   uint8_t layout = 0;  // wmma: bit 0 set: .col (a's, or the memory's); bit 1: b's
+  // wmma.mma on .b1: bool_op kXor (.xor.popc) or kAnd (.and.popc) replaces the product.
   Type ab_type = Type::kNone, b_type = Type::kNone;  // b_type: b's, where it differs from a's (s8 x u8)
 };
 

@@ -172,14 +172,18 @@ bool BlockRunner::execMbarrier(const Inst& in, Warp& w, uint32_t m) {
 }
 
 namespace {
-// Elements of a wmma fragment: bytes each and how many share one register.
-int wmmaBytes(Type t) {
-  return t == Type::kF16 || t == Type::kBF16                                                 ? 2
-         : t == Type::kS8 || t == Type::kU8 || t == Type::kE4M3 || t == Type::kE5M2 ? 1
-         : t == Type::kF64                                                                   ? 8
-                                                                                             : 4;
+// Elements of a wmma fragment: bits each and how many share one register
+// (sub-byte elements packed from the low bits up, in memory and in registers).
+int wmmaBits(Type t) {
+  return t == Type::kF16 || t == Type::kBF16                                                 ? 16
+         : t == Type::kS8 || t == Type::kU8 || t == Type::kE4M3 || t == Type::kE5M2 ? 8
+         : t == Type::kS4 || t == Type::kU4                                          ? 4
+         : t == Type::kB1                                                            ? 1
+         : t == Type::kF64                                                           ? 64
+                                                                                     : 32;
 }
-int wmmaPerReg(Type t) { return t == Type::kF64 ? 1 : 4 / wmmaBytes(t); }
+int wmmaPerReg(Type t) { return t == Type::kF64 ? 1 : 32 / wmmaBits(t); }
+int wmmaBytes(Type t) { return wmmaBits(t) / 8; }  // whole-byte types
 // One fragment, gathered from (or scattered to) the warp's registers.
 struct Fragment {
   const std::vector<Operand>* regs;
@@ -187,25 +191,27 @@ struct Fragment {
   int slots;  // per lane
   uint64_t bits(const std::vector<uint64_t>& file, uint32_t e) const {
     uint32_t lane = e / static_cast<uint32_t>(slots), s = e % static_cast<uint32_t>(slots);
-    int per = wmmaPerReg(t), bytes = wmmaBytes(t);
+    int per = wmmaPerReg(t), width = wmmaBits(t);
     uint64_t v = file[static_cast<size_t>((*regs)[static_cast<size_t>(s / per)].reg) * 32 + lane];
-    return bytes == 8 ? v : (v >> ((s % per) * bytes * 8)) & ((1ull << (bytes * 8)) - 1);
+    return width == 64 ? v : (v >> ((s % per) * width)) & ((1ull << width) - 1);
   }
   void set(std::vector<uint64_t>& file, uint32_t e, uint64_t bits) const {
     uint32_t lane = e / static_cast<uint32_t>(slots), s = e % static_cast<uint32_t>(slots);
-    int per = wmmaPerReg(t), bytes = wmmaBytes(t);
+    int per = wmmaPerReg(t), width = wmmaBits(t);
     uint64_t& v = file[static_cast<size_t>((*regs)[static_cast<size_t>(s / per)].reg) * 32 + lane];
-    if (bytes == 8) {
+    if (width == 64) {
       v = bits;
       return;
     }
-    int shift = (s % per) * bytes * 8;
-    uint64_t mask = ((1ull << (bytes * 8)) - 1) << shift;
+    int shift = (s % per) * width;
+    uint64_t mask = ((1ull << width) - 1) << shift;
     v = (v & ~mask & 0xffffffffull) | ((bits << shift) & mask);
   }
   double value(const std::vector<uint64_t>& file, uint32_t e) const {
     uint64_t b = bits(file, e);
     switch (t) {
+      case Type::kS4: return static_cast<int>(b & 0xf) - (b & 8 ? 16 : 0);  // a signed nibble
+      case Type::kU4: case Type::kB1: return static_cast<double>(b);
       case Type::kS8: return static_cast<int8_t>(b);
       case Type::kU8: return static_cast<uint8_t>(b);
       case Type::kS32: return static_cast<int32_t>(b);
@@ -248,7 +254,12 @@ bool BlockRunner::execWmma(const Inst& in, Warp& w, uint32_t m) {
         double acc = c[i * N + j];
         if (integer) {
           int64_t s = static_cast<int64_t>(acc);
-          for (uint32_t k = 0; k < K; ++k) s += static_cast<int64_t>(a[i * K + k]) * static_cast<int64_t>(b[k * N + j]);
+          if (in.bool_op == BoolOp::kXor)  // .b1: popc of the row of A xor the column of B
+            for (uint32_t k = 0; k < K; ++k) s += a[i * K + k] != b[k * N + j];
+          else if (in.bool_op == BoolOp::kAnd)
+            for (uint32_t k = 0; k < K; ++k) s += a[i * K + k] != 0 && b[k * N + j] != 0;
+          else
+            for (uint32_t k = 0; k < K; ++k) s += static_cast<int64_t>(a[i * K + k]) * static_cast<int64_t>(b[k * N + j]);
           if (in.sat) s = std::clamp<int64_t>(s, INT32_MIN, INT32_MAX);
           fd.set(w.regs, i * N + j, static_cast<uint32_t>(s));
         } else {
@@ -271,10 +282,10 @@ bool BlockRunner::execWmma(const Inst& in, Warp& w, uint32_t m) {
   if (!fragment(frag, in.type, rows, cols, f)) return false;
   uint64_t ts[32];
   const uint64_t* S = stride_op.kind == Operand::kNone ? nullptr : src(stride_op, w, ts);
-  const int bytes = wmmaBytes(in.type);
+  const int width = wmmaBits(in.type);  // the stride counts elements, sub-byte ones too
   LANES(m)
     uint64_t stride = S ? static_cast<uint32_t>(S[l]) : (col ? rows : cols);
-    uint64_t span = ((col ? (uint64_t{cols} - 1) * stride + rows : (uint64_t{rows} - 1) * stride + cols)) * bytes;
+    uint64_t span = ((col ? (uint64_t{cols} - 1) * stride + rows : (uint64_t{rows} - 1) * stride + cols) * width + 7) / 8;
     if (stride < (col ? rows : cols) || span > (1ull << 31)) {
       fault(kErrLaunchFailure, "wmma stride smaller than the matrix", in, w, l);
       return false;
@@ -287,13 +298,15 @@ bool BlockRunner::execWmma(const Inst& in, Warp& w, uint32_t m) {
       bool inside = e < rows * cols;
       if (inside) {
         uint32_t r = e / cols, c = e % cols;
-        at = (col ? uint64_t{c} * stride + r : uint64_t{r} * stride + c) * bytes;
+        at = (col ? uint64_t{c} * stride + r : uint64_t{r} * stride + c) * width;  // in bits
       }
       // A lane's part of the fragment: its own slots only (Fragment indexes the warp's).
-      if (in.mode == kWmmaStore) {
-        if (inside) storeBytes(p + at, f.bits(w.regs, e), bytes);
+      if (in.mode == kWmmaStore) {  // stores are of s32, f16, f32 or f64 accumulators
+        if (inside) storeBytes(p + at / 8, f.bits(w.regs, e), width / 8);
+      } else if (width < 8) {
+        f.set(w.regs, e, inside ? (loadBytes(p + at / 8, 1) >> (at % 8)) & ((1u << width) - 1) : 0);
       } else {
-        f.set(w.regs, e, inside ? loadBytes(p + at, bytes) : 0);
+        f.set(w.regs, e, inside ? loadBytes(p + at / 8, width / 8) : 0);
       }
     }
   END_LANES

@@ -1001,6 +1001,11 @@ Status Parser::wmmaModifiers(Inst& in, const std::vector<std::string>& parts, co
       in.m = static_cast<uint8_t>(a), in.n = static_cast<uint8_t>(b), in.k = static_cast<uint8_t>(c);
     } else if (m == "tf32") {
       types.push_back(Type::kF32);  // tf32 operands live in f32 registers
+    } else if (m == "s4" || m == "u4" || m == "b1") {  // sub-byte multiplicands (nvcuda::wmma::experimental)
+      types.push_back(m == "s4" ? Type::kS4 : m == "u4" ? Type::kU4 : Type::kB1);
+    } else if ((m == "xor" || m == "and") && in.mode == kWmmaMma) {
+      in.bool_op = m == "xor" ? BoolOp::kXor : BoolOp::kAnd;
+    } else if (m == "popc" && in.mode == kWmmaMma) {
     } else if (parseType(m, t)) {
       types.push_back(t);
     } else if (m == "row" || m == "col") {
@@ -1017,16 +1022,26 @@ Status Parser::wmmaModifiers(Inst& in, const std::vector<std::string>& parts, co
     }
   }
   struct Shape { uint8_t m, n, k; };
-  static const Shape kShapes[] = {{16, 16, 16}, {32, 8, 16}, {8, 32, 16}, {16, 16, 8}, {8, 8, 4}};
+  static const Shape kShapes[] = {{16, 16, 16}, {32, 8, 16}, {8, 32, 16}, {16, 16, 8}, {8, 8, 4}, {8, 8, 32}, {8, 8, 128}};
   bool known = false;
   for (const Shape& s : kShapes) known |= s.m == in.m && s.n == in.n && s.k == in.k;
   if (!known) return unsupported("shape m" + std::to_string(in.m) + "n" + std::to_string(in.n) + "k" + std::to_string(in.k));
   auto allowed = [](Type t) {
     return t == Type::kF16 || t == Type::kBF16 || t == Type::kF32 || t == Type::kF64 || t == Type::kS8 ||
-           t == Type::kU8 || t == Type::kS32;
+           t == Type::kU8 || t == Type::kS32 || t == Type::kS4 || t == Type::kU4 || t == Type::kB1;
   };
   for (Type t : types)
-    if (!allowed(t)) return unsupported("element type");  // s4, u4, b1 are not interpreted
+    if (!allowed(t)) return unsupported("element type");
+  // Sub-byte shapes take their own types only: m8n8k32 s4/u4, m8n8k128 b1 (with .xor.popc or .and.popc).
+  const bool sub_byte_shape = in.m == 8 && in.n == 8 && (in.k == 32 || in.k == 128);
+  for (Type t : types) {
+    const bool sub = t == Type::kS4 || t == Type::kU4 || t == Type::kB1;
+    if (sub && (!sub_byte_shape || (t == Type::kB1) != (in.k == 128)))
+      return unsupported("element type for shape m" + std::to_string(in.m) + "n" + std::to_string(in.n) + "k" +
+                         std::to_string(in.k));
+  }
+  if (in.mode == kWmmaMma && (in.k == 128) != (in.bool_op != BoolOp::kNone))
+    return unsupported(in.k == 128 ? "a .b1 wmma.mma needs .xor.popc or .and.popc" : "modifier .popc");
   if (in.mode == kWmmaMma) {
     // .dtype.ctype (f16 multiplicands), or .dtype.atype.btype.ctype.
     if (types.size() == 2) {
@@ -1038,6 +1053,9 @@ Status Parser::wmmaModifiers(Inst& in, const std::vector<std::string>& parts, co
       return unsupported("types");
     }
     if (in.b_type == Type::kNone) in.b_type = in.ab_type;
+    const bool sub = in.ab_type == Type::kS4 || in.ab_type == Type::kU4 || in.ab_type == Type::kB1;
+    if (sub && (in.b_type != in.ab_type || in.dtype != Type::kS32 || in.type != Type::kS32))
+      return unsupported("types");
   } else {
     if (types.size() != 1) return unsupported("types");
     in.type = types[0];

@@ -1,8 +1,10 @@
 // Tensor-core matrix operations through the WMMA API (nvcuda::wmma) for every
 // element type and shape a program may use: f16 (f32 and f16 accumulators),
 // bf16, tf32, f64 and 8-bit integers, row- and column-major operands, the
-// three f16 shapes, and element-wise work on accumulator fragments. Each
-// product is compared with the host's.
+// three f16 shapes, element-wise work on accumulator fragments, and the
+// sub-byte types of nvcuda::wmma::experimental (4-bit integers, and single
+// bits with XOR or AND and population count). Each product is compared with
+// the host's.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -99,7 +101,96 @@ void check(const char* name, float tol) {
   cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dd);
 }
 
+namespace ex = nvcuda::wmma::experimental;
+
+// 8x8x32 4-bit integers: D = A x B + C (A row-major, B column-major, C row-major).
+template <typename P>
+__global__ void tile4(const void* a, const void* b, const int* c, int* d) {
+  wmma::fragment<wmma::matrix_a, 8, 8, 32, P, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 8, 8, 32, P, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 8, 8, 32, int> fc;
+  wmma::load_matrix_sync(fa, a, 32);
+  wmma::load_matrix_sync(fb, b, 32);
+  wmma::load_matrix_sync(fc, c, 8, wmma::mem_row_major);
+  wmma::mma_sync(fc, fa, fb, fc);
+  wmma::store_matrix_sync(d, fc, 8, wmma::mem_row_major);
+}
+// 8x8x128 bits: D = popc(A op B) + C, op XOR or AND.
+template <ex::bmmaBitOp Op>
+__global__ void tile1(const void* a, const void* b, const int* c, int* d) {
+  wmma::fragment<wmma::matrix_a, 8, 8, 128, ex::precision::b1, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 8, 8, 128, ex::precision::b1, wmma::col_major> fb;
+  wmma::fragment<wmma::accumulator, 8, 8, 128, int> fc;
+  wmma::load_matrix_sync(fa, a, 128);
+  wmma::load_matrix_sync(fb, b, 128);
+  wmma::load_matrix_sync(fc, c, 8, wmma::mem_col_major);
+  wmma::bmma_sync(fc, fa, fb, fc, Op, ex::bmmaAccumulateOpPOPC);
+  wmma::store_matrix_sync(d, fc, 8, wmma::mem_col_major);
+}
+
+// Packed little-end first: element i in bits [i*w, i*w + w) of the buffer.
+static int element(const std::vector<unsigned char>& v, int i, int w, bool is_signed) {
+  int x = (v[i * w / 8] >> (i * w % 8)) & ((1 << w) - 1);
+  return is_signed && (x & (1 << (w - 1))) ? x - (1 << w) : x;
+}
+
+static int checkSubByte() {
+  int failures = 0;
+  unsigned char *da, *db;
+  int *dc, *dd;
+  CHECK(cudaMalloc(&da, 128));
+  CHECK(cudaMalloc(&db, 128));
+  CHECK(cudaMalloc(&dc, 256));
+  CHECK(cudaMalloc(&dd, 256));
+  std::vector<unsigned char> a(128), b(128);
+  std::vector<int> c(64), d(64);
+  for (int i = 0; i < 128; ++i) a[i] = static_cast<unsigned char>(i * 37 + 11), b[i] = static_cast<unsigned char>(i * 91 + 5);
+  for (int i = 0; i < 64; ++i) c[i] = i * 3 - 50;
+  CHECK(cudaMemcpy(da, a.data(), 128, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(db, b.data(), 128, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(dc, c.data(), 256, cudaMemcpyHostToDevice));
+  // 4-bit: A (i, k) is element i*32 + k, B (k, j) element j*32 + k (column-major).
+  for (int s = 0; s < 2; ++s) {
+    if (s) tile4<ex::precision::s4><<<1, 32>>>(da, db, dc, dd);
+    else tile4<ex::precision::u4><<<1, 32>>>(da, db, dc, dd);
+    CHECK(cudaMemcpy(d.data(), dd, 256, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int i = 0; i < 8; ++i)
+      for (int j = 0; j < 8; ++j) {
+        int sum = c[i * 8 + j];
+        for (int k = 0; k < 32; ++k) sum += element(a, i * 32 + k, 4, s) * element(b, j * 32 + k, 4, s);
+        bad |= d[i * 8 + j] != sum;
+      }
+    std::printf("%s %s -> s32 m8n8k32\n", bad ? "FAIL" : "ok  ", s ? "s4" : "u4");
+    failures += bad;
+  }
+  // Bits: A row i is bits i*128.., B column j bits j*128..; C and D column-major.
+  for (int op = 0; op < 2; ++op) {
+    if (op) tile1<ex::bmmaBitOpAND><<<1, 32>>>(da, db, dc, dd);
+    else tile1<ex::bmmaBitOpXOR><<<1, 32>>>(da, db, dc, dd);
+    CHECK(cudaMemcpy(d.data(), dd, 256, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int i = 0; i < 8; ++i)
+      for (int j = 0; j < 8; ++j) {
+        int sum = c[j * 8 + i];
+        for (int k = 0; k < 128; ++k) {
+          int x = element(a, i * 128 + k, 1, false), y = element(b, j * 128 + k, 1, false);
+          sum += op ? (x & y) : (x ^ y);
+        }
+        bad |= d[j * 8 + i] != sum;
+      }
+    std::printf("%s b1 %s.popc -> s32 m8n8k128\n", bad ? "FAIL" : "ok  ", op ? "and" : "xor");
+    failures += bad;
+  }
+  CHECK(cudaFree(da));
+  CHECK(cudaFree(db));
+  CHECK(cudaFree(dc));
+  CHECK(cudaFree(dd));
+  return failures;
+}
+
 int main() {
+  failures += checkSubByte();
   check<16, 16, 16, __half, float, wmma::row_major>("f16 -> f32 m16n16k16 row x row", 1e-6f);
   check<16, 16, 16, __half, float, wmma::col_major>("f16 -> f32 m16n16k16 row x col", 1e-6f);
   check<32, 8, 16, __half, float, wmma::row_major>("f16 -> f32 m32n8k16", 1e-6f);

@@ -1049,9 +1049,16 @@ wmma.store.d.sync.aligned.row.m8n8k4.global.f64 [%rd2], {%fd3, %fd5}, 8;
     for (int j = 0; j < 8; ++j) EXPECT_EQ(mem[96 + i * 8 + j], 2.0 * (i * 4 + j % 4 + 1) + 0.5) << i << "," << j;
   // Shapes and types the PTX ISA does not list, or the interpreter does not take, fail to load.
   for (const char* line : {"wmma.load.a.sync.aligned.row.m16n16k32.global.f16 {%r0}, [%rd0];",
-                           "wmma.load.a.sync.aligned.row.m8n8k32.global.s4 {%r0}, [%rd0];",
-                           "wmma.mma.sync.aligned.row.col.m8n8k128.s32.b1.b1.s32 {%r0}, {%r1}, {%r2}, {%r3};"})
+                           "wmma.load.a.sync.aligned.row.m16n16k16.global.s4 {%r0}, [%rd0];",  // s4 is m8n8k32
+                           "wmma.load.a.sync.aligned.row.m8n8k32.global.b1 {%r0}, [%rd0];",    // b1 is m8n8k128
+                           // a .b1 product needs .xor.popc or .and.popc; others take no .popc; no s4 x u4
+                           "wmma.mma.sync.aligned.row.col.m8n8k128.s32.b1.b1.s32 {%r0}, {%r1}, {%r2}, {%r3};",
+                           "wmma.mma.xor.popc.sync.aligned.row.col.m8n8k32.s32.s4.s4.s32 {%r0}, {%r1}, {%r2}, {%r3};",
+                           "wmma.mma.sync.aligned.row.col.m8n8k32.s32.s4.u4.s32 {%r0}, {%r1}, {%r2}, {%r3};"})
     EXPECT_FALSE(parsePtx(kernel(line)).isOk()) << line;
+  for (const char* line : {"wmma.load.a.sync.aligned.row.m8n8k32.global.s4 {%r0}, [%rd0], 32;",
+                           "wmma.mma.and.popc.sync.aligned.row.col.m8n8k128.s32.b1.b1.s32 {%r0, %r1}, {%r2}, {%r3}, {%r4, %r5};"})
+    EXPECT_TRUE(parsePtx(kernel(line)).isOk()) << line;
   // mma.sync shapes and types outside the interpreted set fail to load, naming themselves.
   for (const char* line : {"mma.sync.aligned.m16n8k64.row.col.s32.s4.s4.s32 {%r0}, {%r1}, {%r2}, {%r3};",
                            "mma.sync.aligned.m16n8k64.row.col.f32.e2m1.e2m1.f32 {%f0}, {%r1}, {%r2}, {%f3};",
