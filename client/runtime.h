@@ -58,6 +58,10 @@ struct ModuleRecord {
   std::vector<uint32_t> kernel_ids, var_ids;
   uint64_t shipped = 0;  // bit per device
   bool unregistered = false;
+  // cudaLibraryLoadData/LoadFromFile: a module the program loaded as data
+  // (every kernel registered at load, variables on request); unloaded: its
+  // kernels and variables are gone.
+  bool library = false, unloaded = false;
 };
 
 enum class MemKind { kHost, kPinned, kDevice };
@@ -175,6 +179,18 @@ class Runtime {
   // Resolves a __device__/__constant__ variable by its host shadow address.
   Result<std::pair<uint64_t, uint64_t>> symbol(const void* host_var, int device);
 
+  // ---- libraries (cudaLibrary*: modules the program holds as data) ----------
+  // Registers `image` (a fatbin, cubin or PTX, checked) as a module with all
+  // its kernels; shipped to a device on first use like the program's own.
+  Result<uint32_t> loadLibrary(std::string image);
+  Status unloadLibrary(uint32_t module);
+  Result<uint32_t> libraryOf(cudaLibrary_t lib);
+  cudaLibrary_t libraryHandle(uint32_t module) const;
+  Result<std::vector<cudaKernel_t>> libraryKernels(uint32_t module);
+  Result<cudaKernel_t> libraryKernel(uint32_t module, const std::string& name);
+  // A library's __device__/__constant__ variable: (address, size) on `device`.
+  Result<std::pair<uint64_t, uint64_t>> libraryGlobal(uint32_t module, const std::string& name, int device);
+
   // The launch limits of `k` on `device`: fetched once (a round trip at the
   // kernel's first launch there), then cached; `refresh` fetches them again.
   Result<LaunchLimits> launchLimits(const KernelRecord& k, int device, bool refresh = false);
@@ -268,5 +284,6 @@ class Runtime {
 inline constexpr uint64_t kStreamTag = 0x7267'7073'0000'0000ull;  // "rgps"
 inline constexpr uint64_t kEventTag = 0x7267'7065'0000'0000ull;   // "rgpe"
 inline constexpr uint64_t kKernelTag = 0x7267'706b'0000'0000ull;  // "rgpk"
+inline constexpr uint64_t kLibraryTag = 0x7267'706c'0000'0000ull;  // "rgpl"
 
 }  // namespace rgpu::client

@@ -238,6 +238,63 @@ uint32_t ptxTypeSize(const std::string& t) {
 
 }  // namespace
 
+Result<FatbinImage> parseImage(const void* data, size_t len) {
+  auto* b = static_cast<const uint8_t*>(data);
+  uint32_t magic = 0;
+  if (len >= 4) std::memcpy(&magic, b, 4);
+  if (magic == kFatbinMagic) return parseFatbin(data, len);
+  FatbinImage image;
+  FatbinEntry e;
+  if (len >= SELFMAG && std::memcmp(b, ELFMAG, SELFMAG) == 0) {
+    e.kind = FatbinEntry::kElf;
+    e.payload.assign(reinterpret_cast<const char*>(b), len);
+    auto k = kernelsFromElf(e.payload);
+    if (!k) return k.status();
+    image.kernels = std::move(*k);
+  } else {
+    e.kind = FatbinEntry::kPtx;
+    e.payload.assign(reinterpret_cast<const char*>(b), strnlen(reinterpret_cast<const char*>(b), len));
+    size_t target = e.payload.find(".target");
+    if (e.payload.find(".version") == std::string::npos || target == std::string::npos)
+      return bad("the image is neither a fatbin, an ELF cubin nor PTX text (no .version and .target)");
+    size_t sm = e.payload.find("sm_", target);
+    if (sm == std::string::npos || sm > target + 64) return bad("PTX .target names no sm_XX");
+    e.arch = static_cast<uint32_t>(std::strtoul(e.payload.c_str() + sm + 3, nullptr, 10));
+    auto k = kernelsFromPtx(e.payload);
+    if (!k) return k.status();
+    image.kernels = std::move(*k);
+    image.has_ptx = true;
+  }
+  image.entries.push_back(std::move(e));
+  return image;
+}
+
+size_t imageLength(const void* image) {
+  auto* b = static_cast<const uint8_t*>(image);
+  uint32_t magic;
+  std::memcpy(&magic, b, 4);
+  if (magic == kFatbinMagic) {
+    uint16_t header_size;
+    uint64_t fat_size;
+    std::memcpy(&header_size, b + 6, 2);
+    std::memcpy(&fat_size, b + 8, 8);
+    return header_size + fat_size;
+  }
+  if (std::memcmp(b, ELFMAG, SELFMAG) == 0) {
+    Elf64_Ehdr eh;
+    std::memcpy(&eh, b, sizeof eh);
+    uint64_t end = std::max<uint64_t>(sizeof eh, eh.e_shoff + uint64_t{eh.e_shnum} * eh.e_shentsize);
+    end = std::max<uint64_t>(end, eh.e_phoff + uint64_t{eh.e_phnum} * eh.e_phentsize);
+    for (unsigned i = 0; i < eh.e_shnum && eh.e_shentsize == sizeof(Elf64_Shdr); ++i) {
+      Elf64_Shdr sh;
+      std::memcpy(&sh, b + eh.e_shoff + uint64_t{i} * sizeof sh, sizeof sh);
+      if (sh.sh_type != SHT_NOBITS) end = std::max<uint64_t>(end, sh.sh_offset + sh.sh_size);
+    }
+    return end;
+  }
+  return std::strlen(reinterpret_cast<const char*>(b)) + 1;
+}
+
 Result<std::map<std::string, KernelInfo>> kernelsFromPtx(const std::string& ptx) {
   std::map<std::string, KernelInfo> out;
   PtxLexer lx{ptx};

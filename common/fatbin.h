@@ -62,4 +62,15 @@ Result<std::map<std::string, KernelInfo>> kernelsFromElf(const std::string& elf)
 // Parameter layouts from PTX `.entry` signatures.
 Result<std::map<std::string, KernelInfo>> kernelsFromPtx(const std::string& ptx);
 
+// A module image as cuModuleLoadData and cudaLibraryLoadData take it: a fatbin,
+// an ELF cubin or PTX text (up to its first NUL), as one FatbinImage (a cubin
+// is one kElf entry, PTX one kPtx entry of the arch of its `.target`).
+// Untrusted bytes: checked like parseFatbin's.
+Result<FatbinImage> parseImage(const void* data, size_t len);
+
+// The length of an image in this process's own memory (trusted: the program's
+// argument to cudaLibraryLoadData): a fatbin's header and entries, a cubin up
+// to the end of its last section or table, PTX up to and with its NUL.
+size_t imageLength(const void* image);
+
 }  // namespace rgpu::common

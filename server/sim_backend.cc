@@ -597,7 +597,7 @@ Status SimBackend::fillPattern2D(StreamKey s, DevPtr dst, uint64_t pitch, uint32
 // ---- modules and launches ------------------------------------------------------
 
 Status SimBackend::loadModule(uint32_t id, int device, const std::string& fatbin) {
-  auto image = common::parseFatbin(fatbin.data(), fatbin.size());
+  auto image = common::parseImage(fatbin.data(), fatbin.size());  // a fatbin, or a library's PTX or cubin
   if (!image) return image.status();
   if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return Status(err::kInvalidDevice, "invalid device");
   // The PTX closest to (not above) the device's compute capability.

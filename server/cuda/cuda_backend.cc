@@ -808,7 +808,7 @@ Status CudaBackend::loadModule(uint32_t id, int device, const std::string& fatbi
   DriverApi& api = *api_;
   // Our own parser sees the untrusted image first; the driver only gets one
   // whose structure checks out. It also gives the parameter layouts.
-  auto image = common::parseFatbin(fatbin.data(), fatbin.size());
+  auto image = common::parseImage(fatbin.data(), fatbin.size());  // a fatbin, or a library's PTX or cubin
   if (!image) return image.status();
   RGPU_TRY(use(device));
   {

@@ -112,6 +112,22 @@ TEST_F(CudaFakeE2E, AGraphIsOneCUgraphExecAndEachLaunchOneCuGraphLaunch) {
   EXPECT_GE(count("cuStreamWaitEvent external (captured)"), 1u) << log;
 }
 
+TEST_F(CudaFakeE2E, ALibrarysPtxGoesToTheDriverAsItCame) {
+  std::string before = readFile(dir_->file("driver.log"));
+  RunResult r = program(testProgram("library"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("library: NVRTC kernels loaded, launched and unloaded, all checks passed"), std::string::npos)
+      << r.output;
+  std::string log = readFile(dir_->file("driver.log")).substr(before.size());
+  // NVRTC's compute_80 PTX, loaded twice (from memory and from a file) and unloaded twice.
+  size_t loads = 0, unloads = 0;
+  for (size_t at = log.find("cuModuleLoadData ptx=80"); at != std::string::npos; at = log.find("cuModuleLoadData ptx=80", at + 1))
+    ++loads;
+  for (size_t at = log.find("cuModuleUnload"); at != std::string::npos; at = log.find("cuModuleUnload", at + 1)) ++unloads;
+  EXPECT_EQ(loads, 2u) << log;
+  EXPECT_GE(unloads, 2u) << log;
+}
+
 TEST_F(CudaFakeE2E, ClusterLaunchesReachTheDriverWithTheirClusterDimension) {
   std::string before = readFile(dir_->file("driver.log"));
   RunResult r = program(testProgram("clusters"));

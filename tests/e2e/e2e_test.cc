@@ -331,6 +331,13 @@ TEST_F(E2E, RecursiveDeviceFunctionsRunWithEveryActivationsOwnRegisters) {
       << r.output;
 }
 
+TEST_F(E2E, KernelsCompiledAtRunTimeLoadAsLibrariesAndLaunchByHandle) {
+  RunResult r = program(testProgram("library"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("library: NVRTC kernels loaded, launched and unloaded, all checks passed"), std::string::npos)
+      << r.output;
+}
+
 TEST_F(E2E, ALaunchBoundGraphWithCublasRunsRightAtEveryLaunchAndRefusesFreedMemory) {
   RunResult r = program(testProgram("graph_native"));
   EXPECT_EQ(r.code, 0) << r.output;

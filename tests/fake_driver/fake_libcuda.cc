@@ -827,14 +827,8 @@ CUresult fakeLaunchHostFunc(CUstream s, CUhostFn fn, void* user) {
 CUresult fakeModuleLoadData(CUmodule* out, const void* image) {
   ENTER("cuModuleLoadData");
   Driver& d = drv();
-  uint32_t magic;
-  uint64_t fat_size;
-  uint16_t header_size;
-  std::memcpy(&magic, image, 4);
-  if (magic != 0xBA55ED50u) return CUDA_ERROR_INVALID_IMAGE;
-  std::memcpy(&header_size, static_cast<const char*>(image) + 6, 2);
-  std::memcpy(&fat_size, static_cast<const char*>(image) + 8, 8);
-  auto img = rgpu::common::parseFatbin(image, header_size + fat_size);
+  // A fatbin, a cubin or NUL-terminated PTX text, as the driver takes them.
+  auto img = rgpu::common::parseImage(image, rgpu::common::imageLength(image));
   if (!img) return CUDA_ERROR_INVALID_IMAGE;
   // Like the driver on an sm_90 GPU: SASS for another architecture is useless,
   // PTX up to compute_90 is JIT-compiled (here: interpreted).

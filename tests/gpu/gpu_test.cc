@@ -81,6 +81,7 @@ TEST_F(Gpu, ProgramsPassThroughRgpuAsTheyDoNatively) {
     programs.push_back({example(e), std::string(e) + ": all checks passed"});
   programs.push_back({testProgram("kernels"), "kernels: all checks passed"});
   programs.push_back({testProgram("recursion"), "all checks passed"});
+  programs.push_back({testProgram("library"), "all checks passed"});
   programs.push_back({testProgram("clusters"), "all checks passed"});
   for (const char* t : {"streams_ptds", "memory_ptds", "ptx_only_matmul", "launch_check"})
     programs.push_back({testProgram(t), ""});
