@@ -380,7 +380,11 @@ class CudaBackend final : public Backend {
     NativeParts parts;
     CUevent last = nullptr;  // recorded after each launch: the next one waits for it
   };
-  void freeNative(int device, CUgraphExec exec, NativeParts& parts, CUevent last);
+  // Frees what `g` holds (idempotent: what it freed it forgets).
+  void freeNative(NativeGraph& g);
+  // Destroyed graphs whose launches may still run (their host calls may still
+  // be called): freed by the releaser once the device is idle, or at the end.
+  std::list<std::shared_ptr<NativeGraph>> retired_graphs_;  // under mu_
   std::unordered_map<uint32_t, NativeGraph> native_graphs_;
   uint32_t next_native_graph_ = 1;
 

@@ -39,7 +39,8 @@ Status CudaBackend::beginNativeGraph(int device, uint64_t in_bytes, uint64_t out
   if (s && out_bytes) s = RGPU_CU(cuMemAlloc(&parts.out, out_bytes));
   if (s) s = RGPU_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED));
   if (!s) {
-    freeNative(device, nullptr, parts, nullptr);
+    NativeGraph none{device, nullptr, std::move(parts), nullptr};
+    freeNative(none);
     return s;
   }
   capture_ = {true, device, stream, std::move(parts)};
@@ -50,14 +51,14 @@ std::pair<DevPtr, DevPtr> CudaBackend::nativeGraphBuffers() const {
   return {capture_.parts.in, capture_.parts.out};
 }
 
-void CudaBackend::freeNative(int device, CUgraphExec exec, NativeParts& parts, CUevent last) {
+void CudaBackend::freeNative(NativeGraph& g) {
   DriverApi& api = *api_;
-  if (!use(device)) return;
-  if (exec) (void)api.cuGraphExecDestroy(exec);
-  if (last) (void)api.cuEventDestroy(last);
-  for (CUdeviceptr p : {parts.in, parts.out})
+  if (!use(g.device)) return;
+  if (g.exec) (void)api.cuGraphExecDestroy(g.exec);
+  if (g.last) (void)api.cuEventDestroy(g.last);
+  for (CUdeviceptr p : {g.parts.in, g.parts.out})
     if (p) (void)api.cuMemFree(p);
-  parts = {};
+  g.exec = nullptr, g.last = nullptr, g.parts = {};
 }
 
 Result<uint32_t> CudaBackend::endNativeGraph(bool keep) {
@@ -75,7 +76,8 @@ Result<uint32_t> CudaBackend::endNativeGraph(bool keep) {
   CUevent last = nullptr;
   if (s && keep) s = RGPU_CU(cuEventCreate(&last, CU_EVENT_DISABLE_TIMING));
   if (!s || !keep) {
-    freeNative(c.device, exec, c.parts, last);
+    NativeGraph discarded{c.device, exec, std::move(c.parts), last};
+    freeNative(discarded);
     return s ? Status(err::kStreamCaptureInvalidated, "native graph discarded") : s;
   }
   uint32_t id = next_native_graph_++;
@@ -133,15 +135,21 @@ void CudaBackend::destroyNativeGraph(uint32_t id) {
   if (it == native_graphs_.end()) return;
   auto g = std::make_shared<NativeGraph>(std::move(it->second));
   native_graphs_.erase(it);
-  // Its buffers and host calls go once the launches queued so far are done.
-  Status s = whenDeviceDone(g->device, [this, g](Status) {
-    toReleaser([this, g] { freeNative(g->device, g->exec, g->parts, g->last); });
-  });
-  if (!s) {
-    RGPU_LOG_WARN("native graph {}: freed at once: {}", id, s.message());
-    (void)api;
-    freeNative(g->device, g->exec, g->parts, g->last);
+  {
+    std::lock_guard lock(mu_);
+    retired_graphs_.push_back(g);
   }
+  // Its buffers and host calls go once the launches queued so far are done
+  // (else, with the device broken, when the backend goes).
+  (void)api;
+  Status s = whenDeviceDone(g->device, [this, g](Status) {
+    toReleaser([this, g] {
+      freeNative(*g);
+      std::lock_guard lock(mu_);
+      retired_graphs_.remove(g);
+    });
+  });
+  if (!s) RGPU_LOG_WARN("native graph {}: kept until the session ends: {}", id, s.message());
 }
 
 void CudaBackend::releaseGraphs() {
@@ -150,10 +158,15 @@ void CudaBackend::releaseGraphs() {
   // The completer and releaser have stopped: freed here, once each graph's last
   // launch is done (its host calls return at once now: the session is gone).
   for (auto& [id, g] : native_graphs_) {
-    if (use(g.device)) (void)api.cuEventSynchronize(g.last);
-    freeNative(g.device, g.exec, g.parts, g.last);
+    if (g.last && use(g.device)) (void)api.cuEventSynchronize(g.last);
+    freeNative(g);
   }
   native_graphs_.clear();
+  for (auto& g : retired_graphs_) {  // destroyed, their release not run
+    if (g->last && use(g->device)) (void)api.cuEventSynchronize(g->last);
+    freeNative(*g);
+  }
+  retired_graphs_.clear();
   for (size_t d = 0; d < capture_streams_.size(); ++d)
     if (capture_streams_[d] && use(static_cast<int>(d))) (void)api.cuStreamDestroy(capture_streams_[d]);
   capture_streams_.clear();
