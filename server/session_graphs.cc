@@ -235,7 +235,10 @@ Status Session::onGraphCreate(const FrameHeader& h, wire::Request::Reader req) {
   if (!g) {
     fresh->device = m.getDevice();
     graph_nodes_ -= replaced;
-    if (auto old = graphs_.find(id); old != graphs_.end()) dropNative(*old->second);
+    if (auto old = graphs_.find(id); old != graphs_.end()) {
+      dropNative(*old->second);
+      fresh->last_stream = old->second->last_stream;  // an updated graph: still after its last launch
+    }
     graphs_[id] = std::move(fresh);
   }
   graph_nodes_ += nodes.size();
