@@ -206,13 +206,25 @@ class Backend {
   // host-to-device node as a copy from the input buffer and a device-to-host
   // node as a copy into the output buffer; each launch then copies `in`
   // (in_bytes) into the input buffer before the graph runs and hands the
-  // output buffer to `out` after it. Launches of one graph run one after the
+  // output buffer to `out` after it (with no output buffer, `out` gets no
+  // bytes once the graph is done). Launches of one graph run one after the
   // other, whatever streams they are on, so they never share the buffers.
+  // `host_bytes`: a buffer in (pinned) host memory, for device-to-host nodes
+  // a host node comes after; copyToNativeHost records such a node, and the
+  // host node's function reads the bytes from `host` when it runs (a host
+  // function may not call the driver; reading host memory it may).
+  struct NativeBuffers {
+    DevPtr in = 0, out = 0;
+    const uint8_t* host = nullptr;
+  };
   virtual bool nativeGraphs() const { return false; }
-  virtual Status beginNativeGraph(int device, uint64_t in_bytes = 0, uint64_t out_bytes = 0) {
+  virtual Status beginNativeGraph(int device, uint64_t in_bytes = 0, uint64_t out_bytes = 0, uint64_t host_bytes = 0) {
     return Status(err::kNotSupported, std::string("native graphs are not available on the ") + name() + " backend");
   }
-  virtual std::pair<DevPtr, DevPtr> nativeGraphBuffers() const { return {0, 0}; }
+  virtual NativeBuffers nativeGraphBuffers() const { return {}; }
+  virtual Status copyToNativeHost(StreamKey s, uint64_t host_offset, DevPtr src, uint64_t size) {
+    return Status(err::kNotSupported, std::string("native graphs are not available on the ") + name() + " backend");
+  }
   virtual Result<uint32_t> endNativeGraph(bool keep) {
     return Status(err::kNotSupported, std::string("native graphs are not available on the ") + name() + " backend");
   }

@@ -31,7 +31,9 @@
 // as before. Host copies become copies from and to the graph's device buffers
 // (backend.h), which each launch fills from its bulk payload and reads into
 // its reply; host functions become host nodes that take the ids the launch
-// names, in node order, from the graph's queue. The native graph bakes in
+// names, in node order, from the graph's queue. A download a host node comes
+// after goes to the graph's pinned host buffer, and the host node sends it
+// (graphOutput) before asking the client to run the function. The native graph bakes in
 // what was checked, so it is rebuilt at the next launch after any allocation
 // went, a module was unloaded, an event destroyed or a kernel's attributes
 // changed (graphEpoch()).
@@ -50,11 +52,22 @@ namespace rgpu::server {
 
 using protocol::FrameHeader;
 
-// The host function ids of a native graph's launches, in the order its host
-// nodes run (its launches run one after the other).
+// The host functions of a native graph's launches, in the order its host
+// nodes run (its launches run one after the other): each id with its launch
+// (the request's sequence number, for graphOutput) and whether it is answered.
 struct HostQueue {
+  struct Entry {
+    uint64_t id, seq;
+    bool replies;
+  };
   std::mutex mu;
-  std::deque<uint64_t> ids;
+  std::deque<Entry> ids;
+};
+// A device-to-host node of a native graph: where its bytes are in the
+// launch's reply (`wire`) and in the graph's output buffer, or (a host node
+// comes after it) in its pinned host buffer.
+struct NativeDownload {
+  uint64_t wire, at, size;
 };
 
 struct SessionGraph {
@@ -74,6 +87,8 @@ struct SessionGraph {
   uint64_t native_epoch = 0;         // graphEpoch() when it was built
   uint64_t refused_epoch = ~0ull;    // a build failed at this epoch: not tried again before it changes
   std::shared_ptr<HostQueue> host_queue;  // of the native graph
+  std::vector<NativeDownload> late;       // downloads through its output buffer (after the last host node)
+  bool early = false;                     // some go to the client from its host nodes
   // The stream of the last launch: the next one, on any stream, starts after it.
   std::optional<StreamKey> last_stream;
 };
@@ -228,9 +243,6 @@ Status Session::onGraphCreate(const FrameHeader& h, wire::Request::Reader req) {
   into.nodes += nodes.size();
   into.h2d_bytes = h2d, into.d2h_bytes = d2h, into.host_funcs = host_funcs;
   into.first_d2h_node = first_d2h, into.last_host_node = last_host;
-  // A native graph downloads its results after the whole graph: a host node
-  // that may read one of them makes the graph run node by node.
-  if (first_d2h && first_d2h < last_host) into.device_only = false;
   if (g) dropNative(*g);  // made before this part arrived
   if (!g) {
     fresh->device = m.getDevice();
@@ -317,15 +329,30 @@ void Session::dropNative(SessionGraph& g) {
   g.native = 0;
   g.refused_epoch = ~0ull;
   g.host_queue.reset();
+  g.late.clear();
+  g.early = false;
 }
 
 void Session::buildNative(const FrameHeader& h, SessionGraph& g) {
   // Each node through its handler, recorded by the backend on a stream of its own.
   const uint64_t epoch = graphEpoch();
   auto queue = std::make_shared<HostQueue>();
-  Status build = backend_->beginNativeGraph(g.device, g.h2d_bytes, g.d2h_bytes);
+  // Downloads a host node comes after go to a pinned buffer the host node
+  // sends from; the others to the output buffer, downloaded after the graph.
+  uint64_t early_bytes = 0;
+  {
+    uint64_t at = 0;
+    for (const auto& words : g.chunks) {
+      capnp::FlatArrayMessageReader reader(words.asPtr(), common::readerOptions());
+      for (auto n : reader.getRoot<wire::GraphCreate>().getNodes())
+        if (++at < g.last_host_node && n.which() == wire::GraphNode::DEVICE_TO_HOST)
+          early_bytes += n.getDeviceToHost().getSize();
+    }
+  }
+  std::vector<NativeDownload> late, early;
+  Status build = backend_->beginNativeGraph(g.device, g.h2d_bytes, g.d2h_bytes - early_bytes, early_bytes);
   if (build) {
-    const auto [in, out] = backend_->nativeGraphBuffers();
+    const auto [in, out, pinned] = backend_->nativeGraphBuffers();
     StreamKey capture{0, g.device};
     FrameHeader node_h = h;
     node_h.flags = protocol::kFlagAsync;
@@ -333,11 +360,12 @@ void Session::buildNative(const FrameHeader& h, SessionGraph& g) {
     graph_build_ = &build;
     graph_build_thread_ = std::this_thread::get_id();
     graph_stream_ = &capture;
-    uint64_t in_off = 0, out_off = 0;
+    uint64_t in_off = 0, out_off = 0, pinned_off = 0, wire_off = 0, at = 0;
     for (const auto& words : g.chunks) {
       capnp::FlatArrayMessageReader reader(words.asPtr(), common::readerOptions());
       for (auto n : reader.getRoot<wire::GraphCreate>().getNodes()) {
         if (!build) break;
+        ++at;
         Status st;
         switch (n.which()) {
           case wire::GraphNode::REQUEST: {
@@ -355,23 +383,43 @@ void Session::buildNative(const FrameHeader& h, SessionGraph& g) {
           }
           case wire::GraphNode::DEVICE_TO_HOST: {
             auto c = n.getDeviceToHost();
-            if (c.getSize() == 0) break;
-            st = allocs_.check(c.getDevice(), c.getSize());
-            if (st) st = backend_->copyOnDevice(capture, out + out_off, c.getDevice(), c.getSize());
-            out_off += c.getSize();
+            const uint64_t size = c.getSize();
+            if (size == 0) break;
+            st = allocs_.check(c.getDevice(), size);
+            if (at < g.last_host_node) {
+              if (st) st = backend_->copyToNativeHost(capture, pinned_off, c.getDevice(), size);
+              early.push_back({wire_off, pinned_off, size});
+              pinned_off += size;
+            } else {
+              if (st) st = backend_->copyOnDevice(capture, out + out_off, c.getDevice(), size);
+              late.push_back({wire_off, out_off, size});
+              out_off += size;
+            }
+            wire_off += size;
             break;
           }
           case wire::GraphNode::HOST_FUNC:
-            st = backend_->hostCall(capture, [this, queue] {
-              uint64_t id;
+            // First the downloads since the previous host node, then the function.
+            st = backend_->hostCall(capture, [this, queue, pinned, sends = std::move(early)] {
+              HostQueue::Entry e;
               {
                 std::lock_guard lock(queue->mu);
                 if (queue->ids.empty()) return;  // cannot happen: each launch queues its ids first
-                id = queue->ids.front();
+                e = queue->ids.front();
                 queue->ids.pop_front();
               }
-              runHostFunc(id);
+              for (const NativeDownload& d : sends)
+                if (e.replies)
+                  sendNotify(
+                      [&](wire::Notify::Builder& n) {
+                        auto o = n.initGraphOutput();
+                        o.setCall(e.seq);
+                        o.setOffset(d.wire);
+                      },
+                      pinned + d.at, d.size);
+              runHostFunc(e.id);
             });
+            early.clear();
             break;
           default:
             break;
@@ -388,6 +436,8 @@ void Session::buildNative(const FrameHeader& h, SessionGraph& g) {
     g.native = *made;
     g.native_epoch = epoch;
     g.host_queue = std::move(queue);
+    g.early = early_bytes != 0;
+    g.late = std::move(late);
   } else {
     g.refused_epoch = epoch;
     RGPU_LOG_DEBUG("session {}: graph runs node by node: {}", session_id_,
@@ -411,17 +461,28 @@ bool Session::launchNative(const FrameHeader& h, SessionGraph& g, StreamKey key,
     ++reserved;
   }
   const bool queued = st && reserved;
+  const bool replies = !(h.flags & protocol::kFlagAsync);
   if (queued) {
     std::lock_guard lock(g.host_queue->mu);
-    for (uint64_t id : host_funcs) g.host_queue->ids.push_back(id);
+    for (uint64_t id : host_funcs) g.host_queue->ids.push_back({id, h.seq, replies});
   }
   ReadDone out;
   if (g.d2h_bytes) {
-    const bool replies = !(h.flags & protocol::kFlagAsync);
-    out = [this, seq = h.seq, replies](Status r, const uint8_t* d, uint64_t n, const OnWire& w) {
-      if (replies) return sendReply(seq, r, nullptr, r ? d : nullptr, r ? n : 0, w);
-      if (w) w();
-      if (!r) recordAsyncError(r);
+    // The output buffer holds the downloads after the last host node; those
+    // before it reached the client from the host nodes (zeros in their place).
+    auto expand = g.early ? std::make_shared<std::vector<NativeDownload>>(g.late) : nullptr;
+    out = [this, seq = h.seq, replies, expand, total = g.d2h_bytes](Status r, const uint8_t* d, uint64_t n,
+                                                                    const OnWire& w) {
+      if (!replies) {
+        if (w) w();
+        if (!r) recordAsyncError(r);
+        return;
+      }
+      if (!r || !expand) return sendReply(seq, r, nullptr, r ? d : nullptr, r ? n : 0, w);
+      std::vector<uint8_t> full(total, 0);
+      for (const NativeDownload& p : *expand)
+        if (p.at + p.size <= n) std::memcpy(full.data() + p.wire, d + p.at, p.size);
+      sendReply(seq, r, nullptr, full.data(), full.size(), w);
     };
   }
   if (st) st = backend_->launchNativeGraph(key, g.native, std::move(all), std::move(out));

@@ -155,8 +155,9 @@ class CudaBackend final : public Backend {
                                                     uint64_t size_hint) override;
   // (cuda_graphs.cc)
   bool nativeGraphs() const override;
-  Status beginNativeGraph(int device, uint64_t in_bytes = 0, uint64_t out_bytes = 0) override;
-  std::pair<DevPtr, DevPtr> nativeGraphBuffers() const override;
+  Status beginNativeGraph(int device, uint64_t in_bytes = 0, uint64_t out_bytes = 0, uint64_t host_bytes = 0) override;
+  NativeBuffers nativeGraphBuffers() const override;
+  Status copyToNativeHost(StreamKey s, uint64_t host_offset, DevPtr src, uint64_t size) override;
   Result<uint32_t> endNativeGraph(bool keep) override;
   Status launchNativeGraph(StreamKey s, uint32_t graph, Staging in = nullptr, ReadDone out = nullptr) override;
   void destroyNativeGraph(uint32_t graph) override;
@@ -364,6 +365,8 @@ class CudaBackend final : public Backend {
   struct NativeParts {
     CUdeviceptr in = 0, out = 0;  // the host copies' device buffers
     uint64_t in_bytes = 0, out_bytes = 0;
+    uint8_t* host = nullptr;  // pinned: downloads a host node reads (copyToNativeHost)
+    uint64_t host_bytes = 0;
     std::vector<std::unique_ptr<HostCall>> host_calls;
     std::vector<uint32_t> events;  // recorded by the graph: their replies are counted at each launch
   };

@@ -33,6 +33,7 @@ Result<CudaBackend::Pinned> CudaBackend::takePinned(uint64_t size) {
 }
 
 void CudaBackend::givePinned(Pinned p) {
+  if (!p.data) return;  // none was taken (a reply without bytes)
   {
     std::lock_guard lock(pinned_mu_);
     if (idle_pinned_bytes_ + p.capacity <= opts_.staging_pool_bytes) {

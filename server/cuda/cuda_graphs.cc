@@ -18,9 +18,9 @@ Status CudaBackend::notCapturable(const char* what) const {
   return Status(err::kStreamCaptureUnsupported, std::string(what) + " cannot be a node of a native graph");
 }
 
-Status CudaBackend::beginNativeGraph(int device, uint64_t in_bytes, uint64_t out_bytes) {
+Status CudaBackend::beginNativeGraph(int device, uint64_t in_bytes, uint64_t out_bytes, uint64_t host_bytes) {
   DriverApi& api = *api_;
-  if (!nativeGraphs()) return Backend::beginNativeGraph(device, in_bytes, out_bytes);
+  if (!nativeGraphs()) return Backend::beginNativeGraph(device, in_bytes, out_bytes, host_bytes);
   if (capture_.active) return Status(err::kStreamCaptureUnsupported, "a native graph is already being captured");
   if (device < 0 || static_cast<size_t>(device) >= devices_.size())
     return Status(err::kInvalidDevice, "invalid device ordinal " + std::to_string(device));
@@ -33,10 +33,13 @@ Status CudaBackend::beginNativeGraph(int device, uint64_t in_bytes, uint64_t out
   // Relaxed: the completer and releaser threads go on querying events and
   // freeing memory while the dispatch thread captures.
   NativeParts parts;
-  parts.in_bytes = in_bytes, parts.out_bytes = out_bytes;
+  parts.in_bytes = in_bytes, parts.out_bytes = out_bytes, parts.host_bytes = host_bytes;
   Status s;
   if (in_bytes) s = RGPU_CU(cuMemAlloc(&parts.in, in_bytes));
   if (s && out_bytes) s = RGPU_CU(cuMemAlloc(&parts.out, out_bytes));
+  void* host = nullptr;
+  if (s && host_bytes) s = RGPU_CU(cuMemHostAlloc(&host, host_bytes, 0));
+  parts.host = static_cast<uint8_t*>(host);
   if (s) s = RGPU_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_RELAXED));
   if (!s) {
     NativeGraph none{device, nullptr, std::move(parts), nullptr};
@@ -47,8 +50,16 @@ Status CudaBackend::beginNativeGraph(int device, uint64_t in_bytes, uint64_t out
   return Status::ok();
 }
 
-std::pair<DevPtr, DevPtr> CudaBackend::nativeGraphBuffers() const {
-  return {capture_.parts.in, capture_.parts.out};
+Backend::NativeBuffers CudaBackend::nativeGraphBuffers() const {
+  return {capture_.parts.in, capture_.parts.out, capture_.parts.host};
+}
+
+Status CudaBackend::copyToNativeHost(StreamKey, uint64_t host_offset, DevPtr src, uint64_t size) {
+  DriverApi& api = *api_;
+  if (!capture_.active) return Status(err::kIllegalState, "no native graph is being captured");
+  if (host_offset > capture_.parts.host_bytes || size > capture_.parts.host_bytes - host_offset)
+    return Status(err::kInvalidValue, "past the native graph's host buffer");
+  return RGPU_CU(cuMemcpyDtoHAsync(capture_.parts.host + host_offset, src, size, capture_.stream));
 }
 
 void CudaBackend::freeNative(NativeGraph& g) {
@@ -58,6 +69,7 @@ void CudaBackend::freeNative(NativeGraph& g) {
   if (g.last) (void)api.cuEventDestroy(g.last);
   for (CUdeviceptr p : {g.parts.in, g.parts.out})
     if (p) (void)api.cuMemFree(p);
+  if (g.parts.host) (void)api.cuMemFreeHost(g.parts.host);
   g.exec = nullptr, g.last = nullptr, g.parts = {};
 }
 
@@ -99,7 +111,8 @@ Status CudaBackend::launchNativeGraph(StreamKey key, uint32_t id, Staging in, Re
   const NativeParts& parts = g.parts;
   if (parts.in_bytes && (!in || in->size() < parts.in_bytes))
     return Status(err::kInvalidValue, "native graph launch without its host-to-device bytes");
-  if (parts.out_bytes && !out) return Status(err::kInvalidValue, "native graph launch without a reader of its results");
+  if ((parts.out_bytes || parts.host_bytes) && !out)
+    return Status(err::kInvalidValue, "native graph launch without a reader of its results");
   // After the graph's previous launch, wherever it ran: the buffers and host
   // calls are the graph's own.
   RGPU_TRY(RGPU_CU(cuStreamWaitEvent(s->second, g.last, 0)));
@@ -109,9 +122,13 @@ Status CudaBackend::launchNativeGraph(StreamKey key, uint32_t id, Staging in, Re
   RGPU_TRY(asKernel(s->first, s->second, "graph " + std::to_string(id),
                     [&] { return RGPU_CU(cuGraphLaunch(exec, s->second)); }));
   // The graph is launched: what fails from here on is the launch's asynchronous error.
-  if (parts.out_bytes) {
+  if (out) {
+    // The output buffer's bytes; or, with nothing in it (every download went
+    // out from a host node), the launch's answer once the graph is done.
     ReadDone fail = out;
-    if (Status r = copyFromDevice(key, parts.out, parts.out_bytes, std::move(out)); !r) fail(r, nullptr, 0, nullptr);
+    Status r = parts.out_bytes ? copyFromDevice(key, parts.out, parts.out_bytes, std::move(out))
+                               : afterDownload(key, s->first, s->second, Pinned{}, 0, std::move(out), Status::ok());
+    if (!r) fail(r, nullptr, 0, nullptr);
   }
   if (!parts.events.empty()) {
     // An event the graph records completes once the launch's results are on the wire.
