@@ -141,7 +141,9 @@ bool capturable(wire::GraphNode::Reader n) {
     case R::EVENT_RECORD:
     case R::STREAM_WAIT_EVENT:
       return true;
-    default:  // peer copies
+    case R::MEMCPY_PEER:  // a copy between devices in stream order (not cudaMemcpyPeer's fences)
+      return !n.getRequest().getMemcpyPeer().getSerialize();
+    default:
       return false;
   }
 }

@@ -204,9 +204,9 @@ Status CudaBackend::copyOnDevice(StreamKey key, DevPtr dst, DevPtr src, uint64_t
 
 Status CudaBackend::copyPeer(StreamKey key, DevPtr dst, int dst_device, DevPtr src, int src_device, uint64_t size,
                              bool serialize) {
-  if (capture_.active) return notCapturable("a peer copy");
+  if (capture_.active && serialize) return notCapturable("a synchronous peer copy");
   DriverApi& api = *api_;
-  if (!serialize) return copyOnDevice(key, dst, src, size);
+  if (!serialize) return copyOnDevice(key, dst, src, size);  // unified addressing: one copy, in stream order
   auto s = streamOf(key);
   if (!s) return s.status();
   int here = s->first;

@@ -15,6 +15,8 @@
 //   peer        cudaMemcpyPeer (and cudaMemcpy between two devices' memory) is
 //               ordered after earlier work, and before later work, on the
 //               source and destination devices (2 devices)
+//   graphpeer   a graph on device 0 whose copy node writes device 1's memory
+//               (2 devices): each launch's copy lands, after the kernel before it
 //   destroy     cudaDeviceSynchronize waits for the work of a destroyed
 //               non-blocking stream
 //   sticky      after an illegal address every call, cudaGetLastError and
@@ -227,6 +229,57 @@ void caseQuery() {
 }
 
 // ---- peer -------------------------------------------------------------------------------------
+
+void caseGraphPeer() {
+  int count = 0;
+  check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (count < 2) fail("needs 2 devices, the server offers " + std::to_string(count));
+  constexpr int n = 4096;
+  int *a, *b;
+  check(cudaSetDevice(1), "cudaSetDevice");
+  check(cudaMalloc(&b, n * 4), "cudaMalloc");
+  check(cudaSetDevice(0), "cudaSetDevice");
+  check(cudaMalloc(&a, n * 4), "cudaMalloc");
+  cudaStream_t s;
+  check(cudaStreamCreate(&s), "cudaStreamCreate");
+  // The fill value is a kernel parameter the executable graph is updated with.
+  int v = 0;
+  cudaGraph_t g;
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  fillInts<<<8, 128, 0, s>>>(a, v, n);
+  check(cudaMemcpyAsync(b, a, n * 4, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync between devices");
+  check(cudaStreamEndCapture(s, &g), "cudaStreamEndCapture");
+  cudaGraphExec_t e;
+  check(cudaGraphInstantiate(&e, g, 0), "cudaGraphInstantiate");
+  cudaGraphNode_t nodes[2];
+  size_t num = 2;
+  check(cudaGraphGetNodes(g, nodes, &num), "cudaGraphGetNodes");
+  std::vector<int> h(n);
+  for (int round = 1; round <= 5; ++round) {
+    cudaKernelNodeParams kp;
+    cudaGraphNodeType t;
+    check(cudaGraphNodeGetType(nodes[0], &t), "cudaGraphNodeGetType");
+    cudaGraphNode_t kernel = t == cudaGraphNodeTypeKernel ? nodes[0] : nodes[1];
+    check(cudaGraphKernelNodeGetParams(kernel, &kp), "cudaGraphKernelNodeGetParams");
+    int value = round * 11;
+    void* args[] = {&a, &value, const_cast<int*>(&n)};
+    kp.kernelParams = args;
+    check(cudaGraphExecKernelNodeSetParams(e, kernel, &kp), "cudaGraphExecKernelNodeSetParams");
+    check(cudaGraphLaunch(e, s), "cudaGraphLaunch");
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    check(cudaSetDevice(1), "cudaSetDevice");
+    check(cudaMemcpy(h.data(), b, n * 4, cudaMemcpyDeviceToHost), "cudaMemcpy from device 1");
+    check(cudaSetDevice(0), "cudaSetDevice");
+    if (h[0] != value || h[n - 1] != value)
+      fail("round " + std::to_string(round) + ": device 1 holds " + std::to_string(h[0]) + ", expected " +
+           std::to_string(value));
+  }
+  check(cudaGraphExecDestroy(e), "cudaGraphExecDestroy");
+  check(cudaGraphDestroy(g), "cudaGraphDestroy");
+  check(cudaStreamDestroy(s), "cudaStreamDestroy");
+  check(cudaFree(a), "cudaFree");
+  check(cudaFree(b), "cudaFree");
+}
 
 void casePeer() {
   int count = 0;
@@ -597,7 +650,7 @@ struct Case {
   void (*run)();
 };
 const Case kCases[] = {
-    {"freehost", caseFreeHost}, {"query", caseQuery},   {"hostfn", caseHostFn},   {"peer", casePeer},         {"destroy", caseDestroy},
+    {"freehost", caseFreeHost}, {"query", caseQuery},   {"hostfn", caseHostFn}, {"graphpeer", caseGraphPeer},   {"peer", casePeer},         {"destroy", caseDestroy},
     {"sticky", caseSticky},     {"launch", caseLaunch}, {"stubs", caseStubs},       {"ptds", casePtds},
     {"syncfault", caseSyncFault}, {"reset", caseReset}, {"classify", caseClassify}, {"printf", casePrintf},
     {"pitch", casePitch},       {"fork", caseFork},       {"noimage", caseNoImage},   {"attrs", caseAttrs},

@@ -76,6 +76,14 @@ TEST_P(Ordering, AKernelWithoutAnImageFailsItsLaunchAndNothingLater) {
 TEST_P(Ordering, UnsupportedCallsLeaveNoLastErrorAndHintsAndQueriesSucceed) { expectPass(GetParam(), "stubs"); }
 TEST_P(Ordering, PerThreadDefaultStreamsEndWithTheirThreads) { expectPass(GetParam(), "ptds"); }
 TEST_P(Ordering, AHostFunctionSeesTheDownloadQueuedBeforeIt) { expectPass(GetParam(), "hostfn"); }
+TEST_P(Ordering, AGraphsCopyToAnotherDeviceLandsAtEachLaunch) {
+  std::string before = std::string(GetParam()) == "cuda" ? readFile(cuda_->dir.file("driver.log")) : "";
+  expectPass(GetParam(), "graphpeer");
+  if (std::string(GetParam()) != "cuda") return;
+  // On the CUDA backend the graph, its copy to device 1 included, is one CUgraphExec.
+  std::string log = readFile(cuda_->dir.file("driver.log")).substr(before.size());
+  EXPECT_NE(log.find("cuGraphLaunch 2 nodes"), std::string::npos) << log;
+}
 TEST_P(Ordering, ASynchronousHostToDeviceCopyReturnsAnEarlierFault) { expectPass(GetParam(), "syncfault"); }
 TEST_P(Ordering, DeviceResetReinitialisesDeviceVariables) { expectPass(GetParam(), "reset"); }
 TEST_P(Ordering, DeviceAddressesAreUnmistakableForHostMemory) { expectPass(GetParam(), "classify"); }
