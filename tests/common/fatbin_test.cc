@@ -121,6 +121,45 @@ TEST(Fatbin, RejectsGarbageWithAClearMessage) {
   EXPECT_NE(img.status().message().find("invalid fatbin"), std::string::npos);
 }
 
+TEST(Image, TakesAFatbinACubinOrPtxTextAndKnowsEachLength) {
+  std::string f = fatbin("default");
+  auto whole = parseImage(f.data(), f.size());
+  ASSERT_TRUE(whole) << whole.status().message();
+  EXPECT_EQ(imageLength(f.data()), f.size());
+  expectAllLayouts(*whole);
+  // Its cubin alone, and its PTX alone (as cudaLibraryLoadData gets them).
+  std::string cubin, ptx;
+  for (auto& e : whole->entries) {
+    if (e.kind == FatbinEntry::kElf && cubin.empty()) cubin = e.payload;
+    if (e.kind == FatbinEntry::kPtx && ptx.empty()) ptx = e.payload;
+  }
+  ASSERT_FALSE(cubin.empty());
+  ASSERT_FALSE(ptx.empty());
+  EXPECT_EQ(imageLength(cubin.data()), cubin.size());
+  auto c = parseImage(cubin.data(), cubin.size());
+  ASSERT_TRUE(c) << c.status().message();
+  ASSERT_EQ(c->entries.size(), 1u);
+  EXPECT_EQ(c->entries[0].kind, FatbinEntry::kElf);
+  EXPECT_FALSE(c->has_ptx);
+  expectAllLayouts(*c);
+  EXPECT_EQ(imageLength(ptx.c_str()), ptx.size() + 1);  // with its NUL
+  auto p = parseImage(ptx.c_str(), ptx.size() + 1);
+  ASSERT_TRUE(p) << p.status().message();
+  ASSERT_EQ(p->entries.size(), 1u);
+  EXPECT_EQ(p->entries[0].kind, FatbinEntry::kPtx);
+  EXPECT_EQ(p->entries[0].payload, ptx);  // up to the NUL
+  EXPECT_GT(p->entries[0].arch, 0u);
+  EXPECT_TRUE(p->has_ptx);
+  expectAllLayouts(*p);
+  // Text that is not PTX, PTX without a target, a truncated cubin: refused, never read past.
+  for (std::string bad : {std::string(100, 'x'), std::string(".version 9.0\n.entry k() { ret; }"),
+                          cubin.substr(0, cubin.size() / 2)}) {
+    auto r = parseImage(bad.data(), bad.size());
+    EXPECT_FALSE(r) << bad.substr(0, 40);
+    if (!r) EXPECT_EQ(r.status().code(), err::kInvalidKernelImage);
+  }
+}
+
 TEST(PtxSignature, HandlesAlignmentArraysAndPointerAttributes) {
   auto k = kernelsFromPtx(R"(
 .visible .entry f(
