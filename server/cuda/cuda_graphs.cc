@@ -147,7 +147,6 @@ Status CudaBackend::launchNativeGraph(StreamKey key, uint32_t id, Staging in, Re
 }
 
 void CudaBackend::destroyNativeGraph(uint32_t id) {
-  DriverApi& api = *api_;
   auto it = native_graphs_.find(id);
   if (it == native_graphs_.end()) return;
   auto g = std::make_shared<NativeGraph>(std::move(it->second));
@@ -158,7 +157,6 @@ void CudaBackend::destroyNativeGraph(uint32_t id) {
   }
   // Its buffers and host calls go once the launches queued so far are done
   // (else, with the device broken, when the backend goes).
-  (void)api;
   Status s = whenDeviceDone(g->device, [this, g](Status) {
     toReleaser([this, g] {
       freeNative(*g);
