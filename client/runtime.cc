@@ -665,15 +665,19 @@ Result<std::pair<uint64_t, uint64_t>> Runtime::symbol(const void* host_var, int 
     size = v.size;
   }
   RGPU_TRY(ensureShipped(module, device));
+  auto where = resolveVar(vid, device);
+  if (!where) return where.status();
+  return std::make_pair(where->first, size);
+}
+
+Result<std::pair<uint64_t, uint64_t>> Runtime::resolveVar(uint32_t vid, int device) {
   capnp::MallocMessageBuilder msg(32);
   msg.initRoot<wire::Request>().initSymbolAddress().setId((vid + 1) << 6 | static_cast<uint32_t>(device));
   auto r = call(msg);
   if (!r) return r.status();
-  uint64_t addr = r->reader().getSymbol().getAddress();
-  {
-    std::unique_lock lock(reg_mu_);
-    vars_[vid].address[device] = addr;
-  }
+  uint64_t addr = r->reader().getSymbol().getAddress(), size = r->reader().getSymbol().getSize();
+  std::unique_lock lock(reg_mu_);
+  vars_[vid].address[device] = addr;
   return std::make_pair(addr, size);
 }
 

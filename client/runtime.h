@@ -178,6 +178,9 @@ class Runtime {
   uint32_t serverKernelId(const KernelRecord& k, int device) const { return (k.index + 1) << 6 | device; }
   // Resolves a __device__/__constant__ variable by its host shadow address.
   Result<std::pair<uint64_t, uint64_t>> symbol(const void* host_var, int device);
+  // Asks the server where variable `vid` of a shipped module is on `device`
+  // (address, and size as the module has it) and remembers the address.
+  Result<std::pair<uint64_t, uint64_t>> resolveVar(uint32_t vid, int device);
 
   // ---- libraries (cudaLibrary*: modules the program holds as data) ----------
   // Registers `image` (a fatbin, cubin or PTX, checked) as a module with all

@@ -114,20 +114,17 @@ Result<std::pair<uint64_t, uint64_t>> Runtime::libraryGlobal(uint32_t module, co
     vr.setName(name);
     RGPU_TRY(post(msg));
   }
-  capnp::MallocMessageBuilder msg(32);
-  msg.initRoot<wire::Request>().initSymbolAddress().setId((vid + 1) << 6 | static_cast<uint32_t>(device));
-  auto r = call(msg);
-  if (!r) {
-    if (r.status().code() == err::kInvalidSymbol || r.status().code() == err::kInvalidValue)
+  auto where = resolveVar(vid, device);
+  if (!where) {
+    if (where.status().code() == err::kInvalidSymbol || where.status().code() == err::kInvalidValue)
       return Status(err::kNotFound, "the library has no variable named '" + name + "'");
-    return r.status();
+    return where.status();
   }
-  uint64_t addr = r->reader().getSymbol().getAddress(), size = r->reader().getSymbol().getSize();
+  auto [addr, size] = *where;
   // A device address from now on, for copies and pointer queries (as cudaGetSymbolAddress's).
   if (trackDevice(addr, size, device) == DeviceRanges::Result::kCollides)
     RGPU_LOG_WARN("library variable {} at {:#x} overlaps this process's own memory", name, addr);
   std::unique_lock lock(reg_mu_);
-  vars_[vid].address[device] = addr;
   vars_[vid].size = size;
   return std::make_pair(addr, size);
 }

@@ -178,6 +178,11 @@ class Session {
   // the client to run it and returns once it has (or the session is closing).
   Status reserveHostFunc(uint64_t id);
   void runHostFunc(uint64_t id);
+  // (session_graphs.cc) The answer of graph launch `seq`: its device-to-host
+  // bytes when `replies` (a synchronous launch), else only its error, recorded.
+  ReadDone graphAnswer(uint64_t seq, bool replies);
+  // One device-to-host node's bytes of graph launch `seq`, ahead of its reply.
+  void sendGraphOutput(uint64_t seq, uint64_t offset, const uint8_t* data, uint64_t size);
   // A staging buffer of `size` bytes from the session's budget; null past it.
   Staging stage(uint64_t size);
   // (session.cc)

@@ -411,14 +411,7 @@ void Session::buildNative(const FrameHeader& h, SessionGraph& g) {
                 queue->ids.pop_front();
               }
               for (const NativeDownload& d : sends)
-                if (e.replies)
-                  sendNotify(
-                      [&](wire::Notify::Builder& n) {
-                        auto o = n.initGraphOutput();
-                        o.setCall(e.seq);
-                        o.setOffset(d.wire);
-                      },
-                      pinned + d.at, d.size);
+                if (e.replies) sendGraphOutput(e.seq, d.wire, pinned + d.at, d.size);
               runHostFunc(e.id);
             });
             early.clear();
@@ -472,20 +465,18 @@ bool Session::launchNative(const FrameHeader& h, SessionGraph& g, StreamKey key,
   if (g.d2h_bytes) {
     // The output buffer holds the downloads after the last host node; those
     // before it reached the client from the host nodes (zeros in their place).
-    auto expand = g.early ? std::make_shared<std::vector<NativeDownload>>(g.late) : nullptr;
-    out = [this, seq = h.seq, replies, expand, total = g.d2h_bytes](Status r, const uint8_t* d, uint64_t n,
-                                                                    const OnWire& w) {
-      if (!replies) {
-        if (w) w();
-        if (!r) recordAsyncError(r);
-        return;
-      }
-      if (!r || !expand) return sendReply(seq, r, nullptr, r ? d : nullptr, r ? n : 0, w);
-      std::vector<uint8_t> full(total, 0);
-      for (const NativeDownload& p : *expand)
-        if (p.at + p.size <= n) std::memcpy(full.data() + p.wire, d + p.at, p.size);
-      sendReply(seq, r, nullptr, full.data(), full.size(), w);
-    };
+    out = graphAnswer(h.seq, replies);
+    if (g.early && replies) {
+      auto late = std::make_shared<std::vector<NativeDownload>>(g.late);
+      out = [answer = std::move(out), late, total = g.d2h_bytes](Status r, const uint8_t* d, uint64_t n,
+                                                                 const OnWire& w) {
+        if (!r) return answer(r, nullptr, 0, w);
+        std::vector<uint8_t> full(total, 0);
+        for (const NativeDownload& p : *late)
+          if (p.at + p.size <= n) std::memcpy(full.data() + p.wire, d + p.at, p.size);
+        answer(r, full.data(), full.size(), w);
+      };
+    }
   }
   if (st) st = backend_->launchNativeGraph(key, g.native, std::move(all), std::move(out));
   if (!st) {  // nothing of the graph runs: its host functions are not pending
@@ -504,17 +495,31 @@ bool Session::launchNative(const FrameHeader& h, SessionGraph& g, StreamKey key,
   return true;
 }
 
+ReadDone Session::graphAnswer(uint64_t seq, bool replies) {
+  return [this, seq, replies](Status r, const uint8_t* d, uint64_t n, const OnWire& w) {
+    if (replies) return sendReply(seq, r, nullptr, r && n ? d : nullptr, r ? n : 0, w);
+    if (w) w();
+    if (!r) recordAsyncError(r);
+  };
+}
+
+void Session::sendGraphOutput(uint64_t seq, uint64_t offset, const uint8_t* data, uint64_t size) {
+  sendNotify(
+      [&](wire::Notify::Builder& n) {
+        auto o = n.initGraphOutput();
+        o.setCall(seq);
+        o.setOffset(offset);
+      },
+      data, size);
+}
+
 void Session::runGraph(const FrameHeader& h, const SessionGraph& g, StreamKey key,
                        capnp::List<uint64_t>::Reader host_funcs, const Staging& all) {
   const bool replies = !(h.flags & protocol::kFlagAsync);
   auto gather = std::make_shared<Gather>();
   gather->bytes.resize(replies ? g.d2h_bytes : 0);
   const uint64_t seq = h.seq;
-  gather->send = [this, seq, replies](Status st, const uint8_t* d, uint64_t n, const OnWire& w) {
-    if (replies) return sendReply(seq, st, nullptr, n ? d : nullptr, n, w);
-    if (w) w();
-    if (!st) recordAsyncError(st);
-  };
+  gather->send = graphAnswer(seq, replies);
   FrameHeader node_h = h;  // each node: an asynchronous call without bulk
   node_h.flags = protocol::kFlagAsync;
   node_h.bulk_len = 0;
@@ -568,13 +573,7 @@ void Session::runGraph(const FrameHeader& h, const SessionGraph& g, StreamKey ke
               key, c.getDevice(), size,
               [this, gather, off, early, seq](Status r, const uint8_t* d, uint64_t len, const OnWire& w) {
                 if (!early || !r) return gather->part(r, off, d, len, w);
-                sendNotify(
-                    [&](wire::Notify::Builder& n) {
-                      auto o = n.initGraphOutput();
-                      o.setCall(seq);
-                      o.setOffset(off);
-                    },
-                    d, len);
+                sendGraphOutput(seq, off, d, len);
                 if (w) w();  // on the wire: host functions queued after it may run
                 gather->part(r, off, nullptr, 0, nullptr);
               });
