@@ -354,7 +354,9 @@ void Session::buildNative(const FrameHeader& h, SessionGraph& g) {
   std::vector<NativeDownload> late, early;
   Status build = backend_->beginNativeGraph(g.device, g.h2d_bytes, g.d2h_bytes - early_bytes, early_bytes);
   if (build) {
-    const auto [in, out, pinned] = backend_->nativeGraphBuffers();
+    const Backend::NativeBuffers bufs = backend_->nativeGraphBuffers();
+    const DevPtr in = bufs.in, out = bufs.out;
+    const uint8_t* pinned = bufs.host;  // (a variable: lambdas below capture it)
     StreamKey capture{0, g.device};
     FrameHeader node_h = h;
     node_h.flags = protocol::kFlagAsync;
