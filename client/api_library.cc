@@ -24,6 +24,12 @@ Status load(cudaLibrary_t* library, std::string image) {
   *library = rt().libraryHandle(*m);
   return Status::ok();
 }
+
+Result<std::vector<cudaKernel_t>> kernelsOf(cudaLibrary_t lib) {
+  auto m = rt().libraryOf(lib);
+  if (!m) return m.status();
+  return rt().libraryKernels(*m);
+}
 }  // namespace
 
 // JIT and library options are hints to NVIDIA's JIT and loader; the server's
@@ -75,9 +81,7 @@ RGPU_EXPORT cudaError_t cudaLibraryGetKernel(cudaKernel_t* pKernel, cudaLibrary_
 RGPU_EXPORT cudaError_t cudaLibraryGetKernelCount(unsigned int* count, cudaLibrary_t lib) {
   return guarded([&]() -> Status {
     RGPU_TRY(needPtr(count, "count"));
-    auto m = rt().libraryOf(lib);
-    if (!m) return m.status();
-    auto ks = rt().libraryKernels(*m);
+    auto ks = kernelsOf(lib);
     if (!ks) return ks.status();
     *count = static_cast<unsigned>(ks->size());
     return Status::ok();
@@ -87,9 +91,7 @@ RGPU_EXPORT cudaError_t cudaLibraryGetKernelCount(unsigned int* count, cudaLibra
 RGPU_EXPORT cudaError_t cudaLibraryEnumerateKernels(cudaKernel_t* kernels, unsigned int numKernels, cudaLibrary_t lib) {
   return guarded([&]() -> Status {
     RGPU_TRY(needPtr(kernels, "kernels"));
-    auto m = rt().libraryOf(lib);
-    if (!m) return m.status();
-    auto ks = rt().libraryKernels(*m);
+    auto ks = kernelsOf(lib);
     if (!ks) return ks.status();
     for (unsigned i = 0; i < numKernels && i < ks->size(); ++i) kernels[i] = (*ks)[i];
     return Status::ok();

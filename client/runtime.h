@@ -189,7 +189,7 @@ class Runtime {
   Status unloadLibrary(uint32_t module);
   Result<uint32_t> libraryOf(cudaLibrary_t lib);
   cudaLibrary_t libraryHandle(uint32_t module) const;
-  Result<std::vector<cudaKernel_t>> libraryKernels(uint32_t module);
+  std::vector<cudaKernel_t> libraryKernels(uint32_t module);
   Result<cudaKernel_t> libraryKernel(uint32_t module, const std::string& name);
   // A library's __device__/__constant__ variable: (address, size) on `device`.
   Result<std::pair<uint64_t, uint64_t>> libraryGlobal(uint32_t module, const std::string& name, int device);

@@ -70,7 +70,7 @@ Status Runtime::unloadLibrary(uint32_t module) {
   return Status::ok();
 }
 
-Result<std::vector<cudaKernel_t>> Runtime::libraryKernels(uint32_t module) {
+std::vector<cudaKernel_t> Runtime::libraryKernels(uint32_t module) {
   std::shared_lock lock(reg_mu_);
   std::vector<cudaKernel_t> out;
   for (uint32_t k : modules_[module].kernel_ids) out.push_back(handleOf(kernels_[k]));
