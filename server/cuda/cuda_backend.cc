@@ -391,26 +391,35 @@ void CudaBackend::completerLoop() {
       }
       mine.splice(mine.end(), jobs_);
     }
+    // Polled newest first, finished oldest first. Jobs complete in any order
+    // (streams run concurrently), but what one job's completion implies of an
+    // older one's (same stream, an implicit or event dependency) must show:
+    // a synchronisation's reply never overtakes the reply of a download it
+    // waited for. Polling the older job after the newer one sees that.
+    for (auto it = mine.rbegin(); it != mine.rend(); ++it) {
+      Job& j = *it;
+      j.status = use(j.device);
+      j.complete = true;
+      auto poll = [&](CUevent e) {
+        CUresult r = api.cuEventQuery(e);
+        if (r == CUDA_ERROR_NOT_READY) return j.complete = false;
+        if (r != CUDA_SUCCESS) j.status = api.check(r, "cuEventQuery", __FILE__, __LINE__);
+        return true;
+      };
+      while (j.status && j.next < j.events.size() && poll(j.events[j.next])) ++j.next;
+      if (j.status && j.complete && j.watched) poll(j.watched);
+      if (j.status && !j.complete && !j.kernel.empty() && pastDeadline(j)) {
+        // Nothing behind it can complete: the session ends and the worker exits.
+        std::lock_guard lock(jobs_mu_);
+        jobs_.splice(jobs_.end(), mine);
+        return;
+      }
+    }
     bool progressed = false;
     for (auto it = mine.begin(); it != mine.end();) {
       Job& j = *it;
-      Status st = use(j.device);
-      bool complete = true;
-      auto poll = [&](CUevent e) {
-        CUresult r = api.cuEventQuery(e);
-        if (r == CUDA_ERROR_NOT_READY) return complete = false;
-        if (r != CUDA_SUCCESS) st = api.check(r, "cuEventQuery", __FILE__, __LINE__);
-        return true;
-      };
-      while (st && j.next < j.events.size() && poll(j.events[j.next])) ++j.next;
-      if (st && complete && j.watched) poll(j.watched);
-      if (st && !complete) {
-        if (!j.kernel.empty() && pastDeadline(j)) {
-          // Nothing behind it can complete: the session ends and the worker exits.
-          std::lock_guard lock(jobs_mu_);
-          jobs_.splice(jobs_.end(), mine);
-          return;
-        }
+      Status st = j.status;
+      if (st && !j.complete) {
         ++it;
         continue;
       }

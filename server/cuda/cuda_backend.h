@@ -223,6 +223,9 @@ class CudaBackend final : public Backend {
     std::vector<CUevent> timed;   // timing events, returned to spare_timed after `done`
     Done done;
     size_t next = 0;  // events before this one have completed
+    // The completer's last poll (completerLoop): complete, or failed with `status`.
+    bool complete = false;
+    Status status;
     // The watchdog (kernel launches under kernel_timeout_ms): timed[0] marks
     // the kernel's start; `started` is when the completer first saw it.
     std::string kernel;

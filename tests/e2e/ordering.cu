@@ -12,6 +12,10 @@
 //   hostfn      a host function queued after a device-to-host copy into
 //               pinned memory, on the same stream (4 threads, 4 streams),
 //               sees the copied bytes when it runs
+//   sync        after each way of waiting (cudaStreamSynchronize,
+//               cudaEventSynchronize, a second stream made to wait for the
+//               first then synchronised, cudaDeviceSynchronize), a
+//               device-to-host copy queued before is in the buffer (4 threads)
 //   peer        cudaMemcpyPeer (and cudaMemcpy between two devices' memory) is
 //               ordered after earlier work, and before later work, on the
 //               source and destination devices (2 devices)
@@ -226,6 +230,52 @@ void caseQuery() {
   if (stale)
     fail(std::to_string(stale.load()) + " of " + std::to_string(kThreads * kRounds) +
          " polls said complete before the copied data was in the buffer");
+}
+
+// Every way of waiting vouches for the copies it waited for: the reply that
+// ends the wait never overtakes theirs.
+void caseSync() {
+  constexpr int kThreads = 4, kRounds = 500, kInts = 4 << 10;
+  std::atomic<int> stale{0}, errors{0};
+  std::atomic<int> stale_by[4] = {};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      cudaStream_t s, other;
+      int *dev, *h;
+      cudaEvent_t e;
+      if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) ||
+          cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) || cudaMalloc(&dev, kInts * 4) ||
+          cudaMallocHost(&h, kInts * 4) || cudaEventCreateWithFlags(&e, cudaEventDisableTiming)) {
+        ++errors;
+        return;
+      }
+      for (int r = 0; r < kRounds; ++r) {
+        int v = t * 1000 + r + 1;
+        fillInts<<<8, 128, 0, s>>>(dev, v, kInts);
+        cudaError_t q = cudaMemcpyAsync(h, dev, kInts * 4, cudaMemcpyDeviceToHost, s);
+        const int how = r % 4;
+        if (!q && how == 0) q = cudaStreamSynchronize(s);
+        if (!q && how == 1 && !(q = cudaEventRecord(e, s))) q = cudaEventSynchronize(e);
+        if (!q && how == 2 && !(q = cudaEventRecord(e, s)) && !(q = cudaStreamWaitEvent(other, e, 0)))
+          q = cudaStreamSynchronize(other);
+        if (!q && how == 3) q = cudaDeviceSynchronize();
+        if (q) ++errors;
+        else if (h[0] != v || h[kInts - 1] != v) ++stale, ++stale_by[how];
+      }
+      cudaEventDestroy(e);
+      cudaFreeHost(h);
+      cudaFree(dev);
+      cudaStreamDestroy(s);
+      cudaStreamDestroy(other);
+    });
+  for (auto& t : threads) t.join();
+  if (errors) fail(std::to_string(errors.load()) + " calls failed");
+  if (stale)
+    fail(std::to_string(stale.load()) + " of " + std::to_string(kThreads * kRounds) +
+         " waits returned before the copy queued ahead of them had landed (stream, event, other stream, device: " +
+         std::to_string(stale_by[0].load()) + ", " + std::to_string(stale_by[1].load()) + ", " +
+         std::to_string(stale_by[2].load()) + ", " + std::to_string(stale_by[3].load()) + ")");
 }
 
 // ---- peer -------------------------------------------------------------------------------------
@@ -650,7 +700,7 @@ struct Case {
   void (*run)();
 };
 const Case kCases[] = {
-    {"freehost", caseFreeHost}, {"query", caseQuery},   {"hostfn", caseHostFn}, {"graphpeer", caseGraphPeer},   {"peer", casePeer},         {"destroy", caseDestroy},
+    {"freehost", caseFreeHost}, {"query", caseQuery},   {"hostfn", caseHostFn}, {"sync", caseSync}, {"graphpeer", caseGraphPeer},   {"peer", casePeer},         {"destroy", caseDestroy},
     {"sticky", caseSticky},     {"launch", caseLaunch}, {"stubs", caseStubs},       {"ptds", casePtds},
     {"syncfault", caseSyncFault}, {"reset", caseReset}, {"classify", caseClassify}, {"printf", casePrintf},
     {"pitch", casePitch},       {"fork", caseFork},       {"noimage", caseNoImage},   {"attrs", caseAttrs},

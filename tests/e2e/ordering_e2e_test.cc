@@ -76,6 +76,7 @@ TEST_P(Ordering, AKernelWithoutAnImageFailsItsLaunchAndNothingLater) {
 TEST_P(Ordering, UnsupportedCallsLeaveNoLastErrorAndHintsAndQueriesSucceed) { expectPass(GetParam(), "stubs"); }
 TEST_P(Ordering, PerThreadDefaultStreamsEndWithTheirThreads) { expectPass(GetParam(), "ptds"); }
 TEST_P(Ordering, AHostFunctionSeesTheDownloadQueuedBeforeIt) { expectPass(GetParam(), "hostfn"); }
+TEST_P(Ordering, EveryWayOfWaitingVouchesForTheCopiesBeforeIt) { expectPass(GetParam(), "sync"); }
 TEST_P(Ordering, AGraphsCopyToAnotherDeviceLandsAtEachLaunch) {
   std::string before = std::string(GetParam()) == "cuda" ? readFile(cuda_->dir.file("driver.log")) : "";
   expectPass(GetParam(), "graphpeer");

@@ -141,6 +141,7 @@ TEST_F(Gpu, OrderingGuaranteesHoldNativelyAndThroughRgpu) {
   };
   const C cases[] = {
       {"ordering", "freehost", true},    {"ordering", "query", true},    {"ordering", "destroy", true},
+      {"ordering", "hostfn", true},      {"ordering", "sync", true},
       {"ordering", "sticky", true},      {"ordering", "launch", true},   {"ordering", "stubs", true},
       {"ordering", "ptds", true},        {"ordering", "syncfault", true}, {"ordering", "reset", true},
       {"ordering", "printf", true},      {"ordering", "pitch", true},    {"ordering", "fork", true},
