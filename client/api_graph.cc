@@ -112,6 +112,7 @@ Result<NodeParams> genericParams(cudaGraphNodeParams* np) {
     case cudaGraphNodeTypeMemFree: return memFreeParams(np->free.dptr);
     case cudaGraphNodeTypeEventRecord: return eventParams(np->type, np->eventRecord.event);
     case cudaGraphNodeTypeWaitEvent: return eventParams(np->type, np->eventWait.event);
+    case cudaGraphNodeTypeConditional: return conditionalParams(np->conditional);
     default:
       return Status(err::kNotSupported, "graph node type " + std::to_string(np->type) + " is not supported by rgpu");
   }
@@ -249,6 +250,8 @@ RGPU_EXPORT cudaError_t cudaGraphClone(cudaGraph_t* pGraphClone, cudaGraph_t ori
   return locked([&]() -> Status {
     RGPU_TRY(needPtr(pGraphClone, "pGraphClone"));
     RGPU_TRY(checkGraph(originalGraph));
+    if (hasConditionalNodes(*originalGraph))
+      return Status(err::kNotSupported, "a graph with conditional nodes cannot be cloned");
     *pGraphClone = adoptGraph(cloneGraph(*originalGraph, nullptr));
     (*pGraphClone)->user_refs = originalGraph->user_refs;  // the clone holds references of its own
     for (auto& [o, n] : originalGraph->user_refs) retainUserObject(o, n);
@@ -408,6 +411,8 @@ RGPU_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t* pGraphNode, cudaGraph_
       }
     }
     RGPU_TRY(add(pGraphNode, graph, pDependencies, numDependencies, std::move(p)));
+    if (nodeParams->type == cudaGraphNodeTypeConditional)  // (out) the node's bodies
+      nodeParams->conditional.phGraph_out = (*pGraphNode)->p.body_handles.data();
     if (dependencyData)
       for (size_t i = 0; i < numDependencies; ++i)
         if (dependencyData[i].type || dependencyData[i].from_port)
@@ -578,8 +583,20 @@ RGPU_EXPORT cudaError_t cudaGraphEventRecordNodeSetEvent(cudaGraphNode_t node, c
 RGPU_EXPORT cudaError_t cudaGraphEventWaitNodeSetEvent(cudaGraphNode_t node, cudaEvent_t event) {
   return locked([&] { return setParams(node, eventParams(cudaGraphNodeTypeWaitEvent, event)); });
 }
+RGPU_EXPORT cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle* pHandle_out, cudaGraph_t graph,
+                                                         unsigned int defaultLaunchValue, unsigned int flags) {
+  return locked([&]() -> Status {
+    RGPU_TRY(needPtr(pHandle_out, "pHandle_out"));
+    auto h = conditionalHandle(graph, defaultLaunchValue, flags);
+    if (!h) return h.status();
+    *pHandle_out = *h;
+    return Status::ok();
+  });
+}
 RGPU_EXPORT cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, struct cudaGraphNodeParams* nodeParams) {
   return locked([&]() -> Status {
+    if (nodeParams && nodeParams->type == cudaGraphNodeTypeConditional)
+      return Status(err::kInvalidValue, "a conditional node's parameters cannot be changed");
     auto p = genericParams(nodeParams);
     if (p && p->child) p->child = cloneGraph(*p->child, nullptr);
     return setParams(node, std::move(p));

@@ -34,6 +34,7 @@ void registerTree(CUgraph_st& g) {
   for (auto& n : g.nodes) {
     reg().nodes.insert(n.get());
     if (n->p.child) registerTree(*n->p.child);
+    for (auto& b : n->p.bodies) registerTree(*b);
   }
 }
 
@@ -42,6 +43,7 @@ void unregisterTree(CUgraph_st& g) {
   for (auto& n : g.nodes) {
     reg().nodes.erase(n.get());
     if (n->p.child) unregisterTree(*n->p.child);
+    for (auto& b : n->p.bodies) unregisterTree(*b);
   }
 }
 
@@ -128,10 +130,13 @@ Result<cudaGraphNode_t> addNode(cudaGraph_t g, const cudaGraphNode_t* deps, size
       if (deps[j] == deps[i]) return Status(err::kInvalidValue, "a dependency is named twice");
   }
   if (p.child) {
+    if (hasConditionalNodes(*p.child))
+      return Status(err::kInvalidValue, "a graph with conditional nodes cannot be a child graph");
     // The node owns a copy of the child graph, as cudaGraphAddChildGraphNode does.
     p.child = cloneGraph(*p.child, nullptr);
     registerTree(*p.child);
   }
+  for (auto& b : p.bodies) registerTree(*b);
   auto node = std::make_unique<CUgraphNode_st>();
   node->graph = g;
   node->p = std::move(p);
@@ -204,6 +209,7 @@ void destroyNode(cudaGraphNode_t n) {
     d->in_data.erase(n);
   }
   if (n->p.child) unregisterTree(*n->p.child);
+  for (auto& b : n->p.bodies) unregisterTree(*b);
   reg().nodes.erase(n);
   auto& v = n->graph->nodes;
   v.erase(std::find_if(v.begin(), v.end(), [&](const auto& u) { return u.get() == n; }));
@@ -211,6 +217,7 @@ void destroyNode(cudaGraphNode_t n) {
 
 std::shared_ptr<CUgraph_st> cloneGraph(const CUgraph_st& g, std::map<const CUgraphNode_st*, CUgraphNode_st*>* map) {
   auto out = std::make_shared<CUgraph_st>();
+  out->cond_handles = g.cond_handles;
   std::map<const CUgraphNode_st*, CUgraphNode_st*> local;
   auto& m = map ? *map : local;
   for (auto& n : g.nodes) {
@@ -220,6 +227,7 @@ std::shared_ptr<CUgraph_st> cloneGraph(const CUgraph_st& g, std::map<const CUgra
     c->enabled = n->enabled;
     c->origin = n.get();
     if (n->p.child) c->p.child = cloneGraph(*n->p.child, map);
+    for (auto& b : c->p.bodies) b = cloneGraph(*b, map);
     pointArgs(c->p);  // into the copy's own parameter block
     m[n.get()] = c.get();
     out->nodes.push_back(std::move(c));
@@ -262,6 +270,8 @@ constexpr uintptr_t kParamBufferPointer = 0x1, kParamBufferSize = 0x2, kParamEnd
 }  // namespace
 
 void pointArgs(NodeParams& p) {
+  p.body_handles.clear();
+  for (auto& b : p.bodies) p.body_handles.push_back(b.get());
   p.arg_ptrs.clear();
   if (!p.kernel) return;
   for (const auto& a : p.kernel->layout.params) p.arg_ptrs.push_back(p.params.data() + a.offset);
@@ -439,6 +449,57 @@ Result<NodeParams> memFreeParams(void* dptr) {
         return np;
       }
   return Status(err::kInvalidValue, "a memory free node frees an allocation of a graph's memory allocation node");
+}
+
+namespace {
+// The handles the server made for this program (they last as long as its session).
+std::unordered_set<cudaGraphConditionalHandle>& condHandles() {
+  static auto* s = new std::unordered_set<cudaGraphConditionalHandle>;
+  return *s;
+}
+}  // namespace
+
+Result<cudaGraphConditionalHandle> conditionalHandle(cudaGraph_t g, unsigned default_value, unsigned flags) {
+  RGPU_TRY(checkGraph(g));
+  if (flags & ~unsigned{cudaGraphCondAssignDefault}) return Status(err::kInvalidValue, "unknown conditional handle flags");
+  capnp::MallocMessageBuilder msg(16);
+  msg.initRoot<wire::Request>().initConditionalHandleCreate().setDevice(rt().currentDevice());
+  auto r = rt().call(msg);
+  if (!r) return r.status();
+  auto h = static_cast<cudaGraphConditionalHandle>(r->reader().getValue());
+  condHandles().insert(h);
+  g->cond_handles.push_back({h, default_value, flags});
+  return h;
+}
+
+Result<NodeParams> conditionalParams(const cudaConditionalNodeParams& c) {
+  if (!condHandles().count(c.handle)) return Status(err::kInvalidValue, "not a conditional handle of this program");
+  switch (c.type) {
+    case cudaGraphCondTypeIf:
+      if (c.size != 1 && c.size != 2) return Status(err::kInvalidValue, "an if node has 1 or 2 bodies");
+      break;
+    case cudaGraphCondTypeWhile:
+      if (c.size != 1) return Status(err::kInvalidValue, "a while node has 1 body");
+      break;
+    case cudaGraphCondTypeSwitch:
+      if (c.size == 0) return Status(err::kInvalidValue, "a switch node has at least 1 body");
+      break;
+    default:
+      return Status(err::kInvalidValue, "unknown conditional node type " + std::to_string(c.type));
+  }
+  NodeParams p;
+  p.type = cudaGraphNodeTypeConditional;
+  p.cond_handle = c.handle;
+  p.cond_type = c.type;
+  for (unsigned i = 0; i < c.size; ++i) p.bodies.push_back(std::make_shared<CUgraph_st>());
+  pointArgs(p);
+  return p;
+}
+
+bool hasConditionalNodes(const CUgraph_st& g) {
+  for (auto& n : g.nodes)
+    if (n->p.type == cudaGraphNodeTypeConditional || (n->p.child && hasConditionalNodes(*n->p.child))) return true;
+  return false;
 }
 
 bool hasMemoryNodes(const CUgraph_st& g) {

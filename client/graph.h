@@ -86,6 +86,13 @@ struct NodeParams {
   std::shared_ptr<GraphAllocation> alloc;
   cudaMemAllocNodeParams alloc_params{};
   void* free_ptr = nullptr;
+  // conditional: its handle and type, and its bodies (owned, graphs of the
+  // program's like child graphs; `body_handles` is the array the program's
+  // phGraph_out points to, kept by pointArgs)
+  cudaGraphConditionalHandle cond_handle = 0;
+  cudaGraphConditionalNodeType cond_type = cudaGraphCondTypeIf;
+  std::vector<std::shared_ptr<CUgraph_st>> bodies;
+  std::vector<cudaGraph_t> body_handles;
 };
 
 }  // namespace rgpu::client
@@ -112,6 +119,14 @@ struct CUuserObject_st {
 
 struct CUgraph_st {
   std::vector<std::unique_ptr<CUgraphNode_st>> nodes;  // in creation order
+  // Conditional handles made for this graph (cudaGraphConditionalHandleCreate):
+  // those with cudaGraphCondAssignDefault take their default value each time
+  // the graph (a body: each time it runs) starts.
+  struct CondHandle {
+    cudaGraphConditionalHandle handle;
+    unsigned default_value, flags;
+  };
+  std::vector<CondHandle> cond_handles;
   std::map<CUuserObject_st*, unsigned> user_refs;       // references this graph holds
   rgpu::client::Capture* capturing = nullptr;           // a capture adds to it now
   int mem_execs = 0;  // executable graphs of a graph with memory nodes (CUDA allows one at a time)
@@ -142,7 +157,8 @@ namespace rgpu::client {
 
 // Recursive: a graph call sends messages, which consult the capture state.
 std::recursive_mutex& graphMutex();
-// Points a kernel node's argument pointers into its own parameter block.
+// Points a kernel node's argument pointers into its own parameter block (and
+// a conditional node's body handles at its own bodies).
 void pointArgs(NodeParams& p);
 
 // ---- graphs (graph.cc) --------------------------------------------------------
@@ -182,6 +198,13 @@ Result<NodeParams> eventParams(cudaGraphNodeType type, cudaEvent_t e);
 Result<NodeParams> memAllocParams(const cudaMemAllocNodeParams& p, int device = -1);
 Result<NodeParams> memFreeParams(void* dptr);
 bool hasMemoryNodes(const CUgraph_st& g);
+// Conditional nodes (cudaGraphAddNode with cudaGraphNodeTypeConditional): a
+// node with `size` empty bodies, its handle one the server made
+// (conditionalHandle) for this program. A graph with one cannot be cloned or
+// be a child graph, and has one executable graph at a time (as CUDA's).
+Result<NodeParams> conditionalParams(const cudaConditionalNodeParams& c);
+Result<cudaGraphConditionalHandle> conditionalHandle(cudaGraph_t g, unsigned default_value, unsigned flags);
+bool hasConditionalNodes(const CUgraph_st& g);
 // cudaDeviceGetGraphMemAttribute's figures for `device`.
 uint64_t graphMemoryUsed(int device);
 void noteGraphMemory(int device, int64_t delta);

@@ -17,7 +17,10 @@ namespace {
 constexpr size_t kGraphChunkWords = (protocol::kMaxMessageBytes / 2) / sizeof(capnp::word);
 
 struct WireNode {
-  enum Kind { kRequest, kToDevice, kToHost, kHostFunc } kind = kRequest;
+  // kConditional: device_ptr is the handle, size the type, `bodies` each
+  // body's node count; kCondReset: device_ptr is the handle, size the value.
+  enum Kind { kRequest, kToDevice, kToHost, kHostFunc, kConditional, kCondReset } kind = kRequest;
+  std::vector<uint64_t> bodies;
   kj::Array<capnp::word> request;  // kRequest: a Request message
   uint64_t device_ptr = 0, size = 0;
   const void* host_src = nullptr;
@@ -150,10 +153,75 @@ void flattenMemset(const NodeParams& p, std::vector<WireNode>& out) {
   }));
 }
 
+// What a conditional node's body may hold (recursively): kernels, copies
+// and memsets of device memory, empty, child graph and conditional nodes.
+// Returns the first node that is none of these.
+const CUgraphNode_st* notInBody(const CUgraph_st& g) {
+  for (auto& n : g.nodes) {
+    const NodeParams& p = n->p;
+    if (!p.request.empty()) return n.get();  // a captured library call
+    switch (p.type) {
+      case cudaGraphNodeTypeKernel:
+      case cudaGraphNodeTypeMemcpy:  // with host memory: refused once flattened
+      case cudaGraphNodeTypeMemset:
+      case cudaGraphNodeTypeEmpty:
+        break;
+      case cudaGraphNodeTypeGraph:
+        if (auto* bad = notInBody(*p.child)) return bad;
+        break;
+      case cudaGraphNodeTypeConditional:
+        for (auto& b : p.bodies)
+          if (auto* bad = notInBody(*b)) return bad;
+        break;
+      default:
+        return n.get();
+    }
+  }
+  return nullptr;
+}
+
+Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, cudaGraphNode_t* err_node);
+
+// A conditional node and then its bodies' nodes, body after body.
+Status flattenConditional(const CUgraphNode_st& n, int device, std::vector<WireNode>& out, cudaGraphNode_t* err_node) {
+  const NodeParams& p = n.p;
+  auto fault = [&](const Status& s, const CUgraphNode_st* at) {
+    if (err_node && !*err_node) *err_node = const_cast<CUgraphNode_st*>(at->origin ? at->origin : at);
+    return s;
+  };
+  const size_t at = out.size();
+  WireNode w;
+  w.kind = WireNode::kConditional;
+  w.device_ptr = p.cond_handle;
+  w.size = static_cast<uint64_t>(p.cond_type);
+  out.push_back(std::move(w));
+  for (auto& b : p.bodies) {
+    if (const CUgraphNode_st* bad = notInBody(*b))
+      return fault(Status(err::kInvalidValue, "a conditional node's body may hold kernel, memcpy, memset, empty, child "
+                                              "graph and conditional nodes only"), bad);
+    const size_t before = out.size();
+    RGPU_TRY(flatten(*b, device, out, err_node));
+    for (size_t i = before; i < out.size(); ++i)
+      if (out[i].kind == WireNode::kToDevice || out[i].kind == WireNode::kToHost || out[i].kind == WireNode::kHostFunc)
+        return fault(Status(err::kInvalidValue, "a conditional node's body copies device memory only"), &n);
+    out[at].bodies.push_back(out.size() - before);
+  }
+  return Status::ok();
+}
+
 // Appends the wire nodes of `g` in an order that respects its edges.
 Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, cudaGraphNode_t* err_node) {
   auto order = topoOrder(g);
   if (order.size() != g.nodes.size()) return Status(err::kInvalidValue, "the graph has a cycle");
+  // Handles of this graph that take their default value whenever it starts.
+  for (const auto& h : g.cond_handles)
+    if (h.flags & cudaGraphCondAssignDefault) {
+      WireNode w;
+      w.kind = WireNode::kCondReset;
+      w.device_ptr = h.handle;
+      w.size = h.default_value;
+      out.push_back(std::move(w));
+    }
   for (CUgraphNode_st* n : order) {
     auto fault = [&](const Status& s) {
       if (err_node && !*err_node) *err_node = const_cast<CUgraphNode_st*>(n->origin ? n->origin : n);
@@ -220,6 +288,9 @@ Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, cuda
       case cudaGraphNodeTypeGraph:
         RGPU_TRY(flatten(*p.child, device, out, err_node));
         break;
+      case cudaGraphNodeTypeConditional:
+        RGPU_TRY(flattenConditional(*n, device, out, err_node));
+        break;
       case cudaGraphNodeTypeEventRecord:
       case cudaGraphNodeTypeWaitEvent: {
         auto id = rt().event(p.event);
@@ -254,6 +325,9 @@ int graphDevice(const CUgraph_st& g, int fallback) {
     if (n->p.type == cudaGraphNodeTypeGraph) {
       int d = graphDevice(*n->p.child, -1);
       if (d >= 0) return d;
+    } else if (n->p.type == cudaGraphNodeTypeConditional) {
+      for (auto& b : n->p.bodies)
+        if (int d = graphDevice(*b, -1); d >= 0) return d;
     } else if (n->p.request.empty() &&
                (n->p.type == cudaGraphNodeTypeKernel || n->p.type == cudaGraphNodeTypeMemset ||
                 (n->p.type == cudaGraphNodeTypeMemcpy && n->p.copy.kind != cudaMemcpyHostToHost))) {
@@ -278,8 +352,8 @@ Status sendExec(CUgraphExec_st& e, bool sync, cudaGraphNode_t* err_node) {
   bool first = true;
   do {
     size_t end = begin, words = 0;
-    while (end < nodes.size() && (end == begin || words + nodes[end].request.size() + 8 < kGraphChunkWords))
-      words += nodes[end++].request.size() + 8;
+    while (end < nodes.size() && (end == begin || words + nodes[end].request.size() + nodes[end].bodies.size() + 8 < kGraphChunkWords))
+      words += nodes[end].request.size() + nodes[end].bodies.size() + 8, ++end;
     capnp::MallocMessageBuilder msg(static_cast<unsigned>(words + 64));
     auto gc = msg.initRoot<wire::Request>().initGraphCreate();
     gc.setId(e.id);
@@ -308,6 +382,20 @@ Status sendExec(CUgraphExec_st& e, bool sync, cudaGraphNode_t* err_node) {
         case WireNode::kHostFunc:
           out.setHostFunc();
           break;
+        case WireNode::kConditional: {
+          auto c = out.initConditional();
+          c.setHandle(n.device_ptr);
+          c.setType(static_cast<wire::ConditionalType>(n.size));
+          auto b = c.initBodies(static_cast<unsigned>(n.bodies.size()));
+          for (size_t k = 0; k < n.bodies.size(); ++k) b.set(static_cast<unsigned>(k), n.bodies[k]);
+          break;
+        }
+        case WireNode::kCondReset: {
+          auto c = out.initConditionalReset();
+          c.setHandle(n.device_ptr);
+          c.setValue(static_cast<uint32_t>(n.size));
+          break;
+        }
       }
     }
     if (end == nodes.size() && sync) {
@@ -350,6 +438,12 @@ bool sameTopology(const CUgraph_st& a, const CUgraph_st& b, cudaGraphExecUpdateR
     if (x.p.type == cudaGraphNodeTypeMemcpy && x.p.copy.kind != y.p.copy.kind)
       return fail(cudaGraphExecUpdateErrorParametersChanged, b.nodes[i].get());
     if (x.p.type == cudaGraphNodeTypeGraph && !sameTopology(*x.p.child, *y.p.child, info)) return false;
+    if (x.p.type == cudaGraphNodeTypeConditional) {
+      if (x.p.cond_type != y.p.cond_type || x.p.cond_handle != y.p.cond_handle || x.p.bodies.size() != y.p.bodies.size())
+        return fail(cudaGraphExecUpdateErrorParametersChanged, b.nodes[i].get());
+      for (size_t k = 0; k < x.p.bodies.size(); ++k)
+        if (!sameTopology(*x.p.bodies[k], *y.p.bodies[k], info)) return false;
+    }
   }
   return true;
 }
@@ -369,9 +463,9 @@ Result<cudaGraphExec_t> instantiate(cudaGraph_t g, unsigned long long flags, cud
   if (flags & ~kKnown) return Status(err::kInvalidValue, "unknown instantiation flags");
   if (flags & cudaGraphInstantiateFlagDeviceLaunch)
     return Status(err::kNotSupported, "device-launchable graphs are not supported by rgpu");
-  const bool memory = hasMemoryNodes(*g);
+  const bool memory = hasMemoryNodes(*g) || hasConditionalNodes(*g);
   if (memory && g->mem_execs > 0)
-    return Status(err::kNotSupported, "a graph with memory allocation nodes has one executable graph at a time");
+    return Status(err::kNotSupported, "a graph with memory allocation or conditional nodes has one executable graph at a time");
   auto e = std::make_unique<CUgraphExec_st>();
   e->id = g_next_exec.fetch_add(1);
   e->flags = flags;
@@ -403,6 +497,8 @@ Status launchExec(cudaGraphExec_t e, cudaStream_t stream, bool ptsz) {
   // On a capturing stream the graph becomes a child graph node (addNode copies it).
   if (Status st; capturesActive() && captureNodeOn(*s, [&]() -> Result<NodeParams> {
         NodeParams p;
+        if (hasConditionalNodes(*e->shape))
+          return Status(err::kInvalidValue, "a graph with conditional nodes cannot be launched into a capture");
         p.type = cudaGraphNodeTypeGraph;
         p.child = e->shape;
         return p;
@@ -483,6 +579,8 @@ Status setExecNodeParams(cudaGraphExec_t e, cudaGraphNode_t node, Result<NodePar
   if (!n) return n.status();
   if ((*n)->p.type != p.type || !(*n)->p.request.empty())
     return Status(err::kInvalidValue, "the new parameters are of another node type");
+  if (p.type == cudaGraphNodeTypeConditional)
+    return Status(err::kInvalidValue, "a conditional node's parameters cannot be changed");
   if (p.type == cudaGraphNodeTypeMemcpy && p.copy.kind != (*n)->p.copy.kind)
     return Status(err::kInvalidValue, "a copy node's direction cannot change in an executable graph");
   if ((p.type == cudaGraphNodeTypeKernel || p.type == cudaGraphNodeTypeMemcpy || p.type == cudaGraphNodeTypeMemset) &&

@@ -141,6 +141,7 @@ struct Request {
     graphLaunch @43 :GraphLaunch;  # bulk = the bytes of its host-to-device nodes, in node order;
                                    # reply (only when it has device-to-host nodes) bulk = theirs
     graphDestroy @44 :GraphRef;
+    conditionalHandleCreate @45 :Device;  # cudaGraphConditionalHandleCreate: reply value = the handle
   }
 }
 
@@ -162,8 +163,21 @@ struct GraphNode {
     deviceToHost @2 :HostCopy; # the launch's reply carries the bytes
     hostFunc @3 :Void;         # a host node: the launch names the callback id it runs as
     empty @4 :Void;
+    conditional @5 :GraphConditional;   # its bodies' nodes follow it, body after body
+    conditionalReset @6 :ConditionalReset;  # cudaGraphCondAssignDefault: the value at the start of its graph
   }
 }
+# A conditional node: when the stream reaches it, its handle's value picks
+# what runs: if (bodies[0] when non-zero, else bodies[1] if there is one),
+# while (bodies[0] again and again while non-zero), switch (bodies[value], if
+# there is one). `bodies` counts each body's nodes, nested ones included.
+enum ConditionalType { if @0; while @1; switch @2; }
+struct GraphConditional {
+  handle @0 :UInt64;
+  type @1 :ConditionalType;
+  bodies @2 :List(UInt64);
+}
+struct ConditionalReset { handle @0 :UInt64; value @1 :UInt32; }
 struct HostCopy { device @0 :UInt64; size @1 :UInt64; }
 struct GraphLaunch {
   id @0 :UInt32;

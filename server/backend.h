@@ -233,6 +233,35 @@ class Backend {
   }
   virtual void destroyNativeGraph(uint32_t graph) {}
 
+  // Conditional graph nodes (cudaGraphConditionalHandleCreate, IF/WHILE/SWITCH
+  // nodes). A handle names a 32-bit value on the device that kernels set
+  // (cudaGraphSetConditional) and conditional nodes read when the stream
+  // reaches them. Between beginBody() and endBody(), the stream-ordered device
+  // calls the session makes (launch, copyOnDevice, copy2DOnDevice, fill,
+  // fill2D, fillPattern2D, conditional) are recorded into a body instead of
+  // queued, whatever stream they name; bodies nest. conditional() queues one
+  // operation that, when `s` reaches it, reads the handle's value and runs the
+  // bodies it picks (type as wire::ConditionalType: 0 if, 1 while, 2 switch),
+  // each body's work in order, as one unit of the stream. A while node stops
+  // when the session ends or a kernel of its body faults.
+  struct Body;
+  virtual Result<uint64_t> conditionalHandle(int device) {
+    return Status(err::kNotSupported, std::string("conditional graph nodes are not available on the ") + name() +
+                                          " backend");
+  }
+  virtual Status beginBody() {
+    return Status(err::kNotSupported, std::string("conditional graph nodes are not available on the ") + name() +
+                                          " backend");
+  }
+  virtual Result<std::shared_ptr<Body>> endBody() {
+    return Status(err::kNotSupported, std::string("conditional graph nodes are not available on the ") + name() +
+                                          " backend");
+  }
+  virtual Status conditional(StreamKey s, uint64_t handle, int type, std::vector<std::shared_ptr<Body>> bodies) {
+    return Status(err::kNotSupported, std::string("conditional graph nodes are not available on the ") + name() +
+                                          " backend");
+  }
+
   // Completion. `done` runs once the work enqueued so far has finished.
   virtual Status whenStreamDone(StreamKey s, Done done) = 0;
   virtual Status whenEventDone(uint32_t event, Done done) = 0;

@@ -209,6 +209,7 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
     L.max_pending_host_funcs = (*lim)["max_pending_host_funcs"].value_or(L.max_pending_host_funcs);
     L.max_graphs = (*lim)["max_graphs"].value_or(L.max_graphs);
     L.max_graph_nodes = (*lim)["max_graph_nodes"].value_or(L.max_graph_nodes);
+    L.max_conditional_handles = (*lim)["max_conditional_handles"].value_or(L.max_conditional_handles);
     // A size: "16MiB", or a number of bytes.
     auto size = [&](const char* key, uint64_t& out) -> Status {
       if (auto v = (*lim)[key].value<std::string>()) {

@@ -67,6 +67,8 @@ struct SessionLimits {
   // Instantiated CUDA graphs a session keeps, and their nodes over all of them.
   uint32_t max_graphs = 4096;
   uint32_t max_graph_nodes = 1u << 20;
+  // Conditional node handles (cudaGraphConditionalHandleCreate) a session makes; they last as long as it.
+  uint32_t max_conditional_handles = 65536;
   // A kernel running longer than this fails with cudaErrorLaunchTimeout
   // (sticky for the session, as a GPU watchdog does); 0: no limit.
   uint32_t kernel_timeout_ms = kDefaultKernelTimeoutMs;

@@ -790,6 +790,7 @@ const Session::Handlers& Session::handlers() {
     t[R::GRAPH_CREATE] = &Session::onGraphCreate;
     t[R::GRAPH_LAUNCH] = &Session::onGraphLaunch;
     t[R::GRAPH_DESTROY] = &Session::onGraphDestroy;
+    t[R::CONDITIONAL_HANDLE_CREATE] = &Session::onConditionalHandleCreate;
     return t;
   }();
   return table;

@@ -158,6 +158,7 @@ class Session {
   Status onGraphCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onGraphLaunch(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onGraphDestroy(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onConditionalHandleCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
   // Runs the nodes of a launched graph on `key`; `all` holds its host-to-device bytes.
   void runGraph(const protocol::FrameHeader& h, const struct SessionGraph& g, StreamKey key,
                 capnp::List<uint64_t>::Reader host_funcs, const Staging& all);
@@ -269,6 +270,9 @@ class Session {
   std::unordered_map<uint32_t, Var> vars_;
   // Instantiated graphs (session_graphs.cc) and their nodes over all of them.
   std::unordered_map<uint32_t, std::shared_ptr<struct SessionGraph>> graphs_;
+  // Conditional node handles the backend made for the session (they live as
+  // long as it): the only ones its graphs may name.
+  std::unordered_set<uint64_t> cond_handles_;
   uint64_t graph_nodes_ = 0;
   // While a graph's node runs: the launch's stream, which every stream field
   // of the node's request names (checkStream answers it).

@@ -91,6 +91,13 @@ struct SessionGraph {
   bool early = false;                     // some go to the client from its host nodes
   // The stream of the last launch: the next one, on any stream, starts after it.
   std::optional<StreamKey> last_stream;
+  // While parts arrive: the conditional nodes whose bodies are not complete,
+  // innermost last (a launch of a graph with one open is refused).
+  struct OpenConditional {
+    uint64_t remaining = 0;            // nodes left in the body being read
+    std::deque<uint64_t> next;         // the sizes of its bodies after that one
+  };
+  std::vector<OpenConditional> open;
 };
 
 namespace {
@@ -126,9 +133,66 @@ Status nodeKindAllowed(wire::Request::Reader r) {
   }
 }
 
+// What a conditional node's body may hold: device work of one stream
+// (kernels, device copies and memsets), empty and conditional nodes.
+Status bodyKindAllowed(wire::GraphNode::Reader n) {
+  using R = wire::Request;
+  switch (n.which()) {
+    case wire::GraphNode::EMPTY:
+    case wire::GraphNode::CONDITIONAL:
+    case wire::GraphNode::CONDITIONAL_RESET:
+      return Status::ok();
+    case wire::GraphNode::REQUEST:
+      switch (n.getRequest().which()) {
+        case R::LAUNCH_KERNEL:
+        case R::MEMCPY_DTO_D:
+        case R::MEMSET:
+        case R::MEMSET2_D:
+        case R::MEMCPY2_D:  // device to device only (nodeKindAllowed)
+          return Status::ok();
+        default:
+          break;
+      }
+      break;
+    default:
+      break;
+  }
+  return Status(err::kInvalidValue, "a conditional node's body may hold kernels, device copies, memsets, empty and "
+                                    "conditional nodes only");
+}
+
+// Conditional nodes nest at most this deep (docs/limits.md).
+constexpr size_t kMaxConditionalDepth = 16;
+
+// A conditional node's handle and bodies, checked; its frame goes on `open`.
+Status openConditional(const std::unordered_set<uint64_t>& handles, wire::GraphConditional::Reader c,
+                       std::vector<SessionGraph::OpenConditional>& open) {
+  if (!handles.count(c.getHandle())) return Status(err::kInvalidValue, "unknown conditional handle");
+  auto bodies = c.getBodies();
+  const auto type = static_cast<unsigned>(c.getType());
+  if (type > 2) return Status(err::kInvalidValue, "unknown conditional node type " + std::to_string(type));
+  if (bodies.size() == 0 || (type == 0 && bodies.size() > 2) || (type == 1 && bodies.size() != 1))
+    return Status(err::kInvalidValue, "a conditional node of type " + std::to_string(type) + " with " +
+                                          std::to_string(bodies.size()) + " bodies");
+  if (open.size() >= kMaxConditionalDepth)
+    return Status(err::kInvalidValue, "conditional nodes nested deeper than " + std::to_string(kMaxConditionalDepth));
+  // Its bodies lie within the body that holds it.
+  uint64_t total = 0, room = open.empty() ? ~0ull : open.back().remaining;
+  for (uint64_t b : bodies) {
+    if (b > room - total) return Status(err::kInvalidValue, "a conditional node's bodies overrun the body that holds it");
+    total += b;
+  }
+  SessionGraph::OpenConditional o;
+  o.remaining = bodies[0];
+  for (unsigned i = 1; i < bodies.size(); ++i) o.next.push_back(bodies[i]);
+  open.push_back(std::move(o));
+  return Status::ok();
+}
+
 // A node the backend can capture into a native graph.
 bool capturable(wire::GraphNode::Reader n) {
   using R = wire::Request;
+  if (n.which() == wire::GraphNode::CONDITIONAL || n.which() == wire::GraphNode::CONDITIONAL_RESET) return false;
   if (n.which() != wire::GraphNode::REQUEST) return true;  // host copies and functions, empty nodes
   switch (n.getRequest().which()) {
     case R::LAUNCH_KERNEL:
@@ -202,9 +266,15 @@ Status Session::onGraphCreate(const FrameHeader& h, wire::Request::Reader req) {
   uint64_t h2d = into.h2d_bytes, d2h = into.d2h_bytes;
   uint32_t host_funcs = into.host_funcs;
   uint64_t at = into.nodes, first_d2h = into.first_d2h_node, last_host = into.last_host_node;
+  std::vector<SessionGraph::OpenConditional> open = into.open;
   for (auto n : nodes) {
     if (!s) break;
     ++at;
+    if (!open.empty()) {  // in the body of every open conditional node
+      s = bodyKindAllowed(n);
+      for (auto& o : open) --o.remaining;
+    }
+    if (!s) break;
     switch (n.which()) {
       case wire::GraphNode::REQUEST:
         s = nodeKindAllowed(n.getRequest());
@@ -226,8 +296,24 @@ Status Session::onGraphCreate(const FrameHeader& h, wire::Request::Reader req) {
         break;
       case wire::GraphNode::EMPTY:
         break;
+      case wire::GraphNode::CONDITIONAL:
+        s = openConditional(cond_handles_, n.getConditional(), open);
+        break;
+      case wire::GraphNode::CONDITIONAL_RESET:
+        if (!cond_handles_.count(n.getConditionalReset().getHandle()))
+          s = Status(err::kInvalidValue, "unknown conditional handle");
+        break;
       default:
         s = Status(err::kInvalidValue, "unknown graph node kind");
+    }
+    // Bodies complete after this node: the next body of their node begins, or the node ends.
+    while (s && !open.empty() && open.back().remaining == 0) {
+      if (open.back().next.empty()) {
+        open.pop_back();
+      } else {
+        open.back().remaining = open.back().next.front();
+        open.back().next.pop_front();
+      }
     }
     if (s && !capturable(n)) into.device_only = false;
   }
@@ -245,6 +331,7 @@ Status Session::onGraphCreate(const FrameHeader& h, wire::Request::Reader req) {
   into.nodes += nodes.size();
   into.h2d_bytes = h2d, into.d2h_bytes = d2h, into.host_funcs = host_funcs;
   into.first_d2h_node = first_d2h, into.last_host_node = last_host;
+  into.open = std::move(open);
   if (g) dropNative(*g);  // made before this part arrived
   if (!g) {
     fresh->device = m.getDevice();
@@ -257,6 +344,26 @@ Status Session::onGraphCreate(const FrameHeader& h, wire::Request::Reader req) {
   }
   graph_nodes_ += nodes.size();
   finish(h, Status::ok());
+  return Status::ok();
+}
+
+Status Session::onConditionalHandleCreate(const FrameHeader& h, wire::Request::Reader req) {
+  const auto& L = cfg_.limits;
+  RGPU_TRY(bulkNotExpected(h));
+  const int device = req.getConditionalHandleCreate().getDevice();
+  Status s = checkDevice(device);
+  if (s && cond_handles_.size() >= L.max_conditional_handles)
+    s = Status(err::kMemoryAllocation, "session conditional handle limit reached (max_conditional_handles = " +
+                                           std::to_string(L.max_conditional_handles) + ")");
+  Result<uint64_t> made = s ? backend_->conditionalHandle(device) : Result<uint64_t>(s);
+  if (!made) {
+    if (made.status().code() == err::kNotSupported) common::logOnce("conditional handles", made.status().message());
+    else RGPU_LOG_WARN("session {}: conditional handle refused: {}", session_id_, made.status().message());
+    return finish(h, made.status()), Status::ok();
+  }
+  cond_handles_.insert(*made);
+  const uint64_t v = *made;
+  finish(h, Status::ok(), [v](auto& r) { r.setValue(static_cast<int64_t>(v)); });
   return Status::ok();
 }
 
@@ -296,6 +403,7 @@ Status Session::onGraphLaunch(const FrameHeader& h, wire::Request::Reader req) {
     else g = it->second;
   }
   if (s) s = g->broken;
+  if (s && !g->open.empty()) s = Status(err::kInvalidValue, "the graph's last conditional node lacks nodes of its bodies");
   if (s && g->device != key.device)
     s = Status(err::kInvalidValue, "graph instantiated for device " + std::to_string(g->device) +
                                        " launched on a stream of device " + std::to_string(key.device));
@@ -531,10 +639,23 @@ void Session::runGraph(const FrameHeader& h, const SessionGraph& g, StreamKey ke
   auto fail = [&](const Status& st) {
     if (!st) recordAsyncError(st);
   };
+  // Conditional nodes whose bodies are being recorded (the backend's
+  // beginBody/endBody), innermost last; each is queued once its last body is.
+  struct Open {
+    uint64_t handle = 0;
+    int type = 0;
+    uint64_t remaining = 0;
+    std::deque<uint64_t> next;
+    std::vector<std::shared_ptr<Backend::Body>> bodies;
+  };
+  std::vector<Open> open;
+  Status recording;  // the backend refused to record a body: nothing more of the launch is queued
   for (const auto& words : g.chunks) {
    capnp::FlatArrayMessageReader reader(words.asPtr(), common::readerOptions());
    for (auto n : reader.getRoot<wire::GraphCreate>().getNodes()) {
     ++at;
+    if (!recording) break;
+    for (auto& o : open) --o.remaining;
     switch (n.which()) {
       case wire::GraphNode::REQUEST: {
         auto r = n.getRequest();
@@ -585,10 +706,51 @@ void Session::runGraph(const FrameHeader& h, const SessionGraph& g, StreamKey ke
       case wire::GraphNode::HOST_FUNC:
         fail(enqueueHostFunc(key, host_funcs[next_host++]));
         break;
+      case wire::GraphNode::CONDITIONAL: {
+        auto c = n.getConditional();
+        Open o;
+        o.handle = c.getHandle();
+        o.type = static_cast<int>(c.getType());
+        for (uint64_t b : c.getBodies()) o.next.push_back(b);  // checked by onGraphCreate: at least one
+        o.remaining = o.next.front();
+        o.next.pop_front();
+        open.push_back(std::move(o));
+        recording = backend_->beginBody();
+        break;
+      }
+      case wire::GraphNode::CONDITIONAL_RESET: {
+        auto r = n.getConditionalReset();
+        fail(backend_->fillPattern2D(key, r.getHandle(), 4, r.getValue(), 4, 4, 1));
+        break;
+      }
       default:
         break;
     }
+    // Bodies complete after this node: the next one is recorded, or the node is queued.
+    while (recording && !open.empty() && open.back().remaining == 0) {
+      Open& o = open.back();
+      auto body = backend_->endBody();
+      if (!body) {
+        recording = body.status();
+        break;
+      }
+      o.bodies.push_back(*body);
+      if (!o.next.empty()) {
+        o.remaining = o.next.front();
+        o.next.pop_front();
+        recording = backend_->beginBody();
+        continue;
+      }
+      Open done = std::move(o);
+      open.pop_back();
+      fail(backend_->conditional(key, done.handle, done.type, std::move(done.bodies)));
+    }
    }
+  }
+  if (!recording) {
+    // Not expected (only backends that record bodies make handles); bodies left open are dropped.
+    RGPU_LOG_WARN("session {}: graph launch stopped: {}", session_id_, recording.message());
+    recordAsyncError(recording);
   }
   graph_stream_ = nullptr;
   // Without device-to-host nodes a synchronous launch is answered once queued.

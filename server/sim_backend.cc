@@ -118,6 +118,7 @@ void SimBackend::reportAsync(Status s) {
     std::lock_guard lock(mu_);
     sink = async_sink_;
   }
+  if (err::isSticky(s.code())) faults_.fetch_add(1);
   if (sink) sink(std::move(s));
 }
 
@@ -312,6 +313,10 @@ bool SimBackend::depsMet(const std::vector<Dep>& deps) const {
 }
 
 Status SimBackend::enqueueLocked(Stream* s, std::function<void()> fn, std::vector<Dep> extra) {
+  if (!recording_.empty()) {  // a conditional node's body: runs inside that node's operation
+    recording_.back().push_back(std::move(fn));
+    return Status::ok();
+  }
   std::vector<Dep> deps = implicitDeps(s);
   deps.insert(deps.end(), extra.begin(), extra.end());
   uint64_t seq = next_op_seq_++;
@@ -856,9 +861,8 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
     heaps_[key.device] = std::make_unique<ptx::DeviceHeap>(*p, malloc_heap_bytes_[key.device]);
   }
   ptx::DeviceHeap* heap = heaps_[key.device].get();
-  if (gate_) gate_->queued(key.device);
-  Status queued = enqueueLocked(*s, [this, key, function, cfg, name, program, code, sm_count, printf_fifo, heap, explicit_cluster,
-                                     params = std::move(params)] {
+  auto run = [this, key, function, cfg, name, program, code, sm_count, printf_fifo, heap, explicit_cluster,
+              params = std::move(params)] {
     if (launch_log_.is_open()) {
       std::ostringstream line;
       line << "launch function=" << function << " name=" << name << " grid=" << cfg.grid.x << ',' << cfg.grid.y
@@ -910,7 +914,16 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
     });
     if (!r.output.empty() && out) out(std::move(r.output));
     if (!r.status) reportAsync(Status(r.status.code(), "kernel " + name + ": " + r.status.message()));
-  });
+  };
+  if (!recording_.empty()) {  // in a conditional node's body: queued for the gate each time it runs
+    recording_.back().push_back([this, device = key.device, run = std::move(run)] {
+      if (gate_) gate_->queued(device);
+      run();
+    });
+    return Status::ok();
+  }
+  if (gate_) gate_->queued(key.device);
+  Status queued = enqueueLocked(*s, std::move(run));
   if (!queued && gate_) gate_->done(key.device, 0, false);
   return queued;
 }

@@ -133,6 +133,14 @@ class SimBackend final : public Backend {
   Status ltMatmul(StreamKey s, const LtArgs& call) override;
   Result<std::vector<LtAlgo>> ltHeuristic(int device, const LtArgs& call, uint32_t requested,
                                           uint64_t max_workspace) override;
+  // Conditional graph nodes (sim_conditional.cc): a handle is the address of
+  // a device word of the session's (kernels' cudaGraphSetConditional stores
+  // to it); a body is the recorded operations, run in order inside the
+  // conditional node's one operation.
+  Result<uint64_t> conditionalHandle(int device) override;
+  Status beginBody() override;
+  Result<std::shared_ptr<Body>> endBody() override;
+  Status conditional(StreamKey s, uint64_t handle, int type, std::vector<std::shared_ptr<Body>> bodies) override;
 
  private:
   struct Stream;
@@ -275,6 +283,9 @@ class SimBackend final : public Backend {
   ptx::MemoryBudget interp_budget_;
   std::atomic<uint64_t> gpu_ns_{0};  // kernel time, summed over launches
   std::atomic<bool> cancel_{false};  // the session is ending: running kernels stop
+  std::atomic<uint64_t> faults_{0};  // sticky errors reported: a while node's loop stops at one
+  // Bodies being recorded (beginBody), innermost last: enqueueLocked appends to it.
+  std::vector<std::vector<std::function<void()>>> recording_;
   LaunchGate* gate_ = nullptr;       // set before the first launch
   std::mutex log_mu_;
   std::ofstream launch_log_;

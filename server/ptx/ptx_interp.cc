@@ -561,6 +561,21 @@ bool BlockRunner::execCall(const Inst& in, Warp& w, uint32_t m) {
     return true;
   }
   const uint64_t* B = &w.regs[static_cast<size_t>(in.b.reg) * 32];
+  if (in.op == Op::kCallSetConditional) {
+    // The handle is the address of its value's word in device memory.
+    LANES(m)
+      uint8_t* p = nullptr;
+      if (!resolve(Space::kGlobal, A[l], 4, w, l, p)) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(A[l]));
+        fault(kErrIllegalAddress, std::string("cudaGraphSetConditional with an unknown handle ") + buf, in, w, l);
+        return false;
+      }
+      uint32_t v = static_cast<uint32_t>(B[l]);
+      std::memcpy(p, &v, 4);
+    END_LANES
+    return true;
+  }
   if (in.op == Op::kCallPrintf) {
     uint64_t* D = in.d.kind == Operand::kParamReg || in.d.kind == Operand::kReg ? &w.regs[static_cast<size_t>(in.d.reg) * 32] : nullptr;
     LANES(m)
@@ -717,6 +732,7 @@ bool BlockRunner::step(Warp& w, int budget) {
       case Op::kCallAssert:
       case Op::kCallMalloc:
       case Op::kCallFree:
+      case Op::kCallSetConditional:
         if (m && !execCall(in, w, m)) return false;
         break;
       case Op::kBra: {

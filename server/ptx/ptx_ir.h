@@ -44,7 +44,7 @@ enum class Op : uint8_t {
   kSelp, kSlct, kSetp, kSet, kCvt, kCvta, kLd, kSt, kBra, kRet, kExit, kTrap, kAtom, kRed,
   kBar, kBarWarp, kMembar, kShfl, kVote, kRedux, kActivemask, kMatch, kNanosleep,
   kRcp, kSqrt, kRsqrt, kEx2, kLg2, kSin, kCos, kTanh, kCopysign, kTestp,
-  kCallPrintf, kCallAssert, kCall, kRetFunc, kNop, kBmsk, kBfind, kFns, kCallMalloc, kCallFree,
+  kCallPrintf, kCallAssert, kCall, kRetFunc, kNop, kBmsk, kBfind, kFns, kCallMalloc, kCallFree, kCallSetConditional,
   kCpAsync, kMbarrier, kWmma, kMma, kLdmatrix, kAddCarry, kDp4a, kDp2a, kSad, kElect, kIsspacep, kZero,
   kSzext, kMovmatrix, kAlloca, kStackSave, kStackRestore,
   kClusterArrive, kClusterWait, kMapa, kGetctarank,

@@ -902,6 +902,12 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       in.op = is_malloc ? Op::kCallMalloc : Op::kCallFree;
       in.a = args[0];
       if (is_malloc) in.d = rets[0];
+    } else if (callee == "cudaGraphSetConditional") {
+      // cudaGraphSetConditional(handle, value): the handle is the address of the value's device word.
+      if (args.size() != 2) return bad(in.line, "cudaGraphSetConditional takes 2 arguments");
+      in.op = Op::kCallSetConditional;
+      in.a = args[0];
+      in.b = args[1];
     } else if (callee == "__assertfail") {
       if (args.size() < 4) return bad(in.line, "__assertfail takes 5 arguments");
       in.op = Op::kCallAssert;
@@ -1178,7 +1184,7 @@ Status Parser::checkOperands(const Inst& in, const std::string& opcode) {
       return Status::ok();
     case Op::kBra: case Op::kRet: case Op::kExit: case Op::kTrap: case Op::kBarWarp: case Op::kMembar:
     case Op::kNanosleep: case Op::kNop: case Op::kCallPrintf: case Op::kCallAssert: case Op::kCall: case Op::kRetFunc:
-    case Op::kCallMalloc: case Op::kCallFree: case Op::kClusterArrive: case Op::kClusterWait:
+    case Op::kCallMalloc: case Op::kCallFree: case Op::kCallSetConditional: case Op::kClusterArrive: case Op::kClusterWait:
       return Status::ok();
     case Op::kElect:
       if (!isReg(in.d) && in.d.kind != Operand::kSink) return bad(in.line, opcode + ": the destination must be a register");

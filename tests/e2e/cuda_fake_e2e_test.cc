@@ -113,6 +113,15 @@ TEST_F(CudaFakeE2E, AGraphIsOneCUgraphExecAndEachLaunchOneCuGraphLaunch) {
   EXPECT_GE(count("cuStreamWaitEvent external (captured)"), 1u) << log;
 }
 
+TEST_F(CudaFakeE2E, ConditionalHandlesAreRefusedAsUnsupported) {
+  // The driver's handles belong to the driver graph that will hold the node,
+  // which the server makes only at the graph's first launch (docs/limits.md).
+  RunResult r = program(testProgram("conditional"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("conditional: cudaGraphConditionalHandleCreate -> cudaErrorNotSupported"), std::string::npos)
+      << r.output;
+}
+
 TEST_F(CudaFakeE2E, ALibrarysPtxGoesToTheDriverAsItCame) {
   std::string before = readFile(dir_->file("driver.log"));
   RunResult r = program(testProgram("library"));

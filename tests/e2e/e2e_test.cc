@@ -310,6 +310,14 @@ TEST_F(E2E, GraphsCapturedAndBuiltRunAsNvidiasDoWithOneMessagePerLaunch) {
   EXPECT_NE(r.output.find("graphs: all checks passed"), std::string::npos) << r.output;
 }
 
+TEST_F(E2E, ConditionalNodesRunIfElseWhileAndSwitchBodiesAsKernelsDecide) {
+  RunResult r = program(testProgram("conditional"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("conditional: if/else, while, switch, nested and captured conditional nodes, all checks passed"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(E2E, ThreadBlockClustersShareTheirBlocksSharedMemoryAndSynchronise) {
   RunResult r = program(testProgram("clusters"));
   EXPECT_EQ(r.code, 0) << r.output;

@@ -12,7 +12,7 @@
 namespace rgpu::test {
 namespace {
 
-constexpr const char* kLimits = "[limits]\nmax_graphs = 2\nmax_graph_nodes = 6\n";
+constexpr const char* kLimits = "[limits]\nmax_graphs = 2\nmax_graph_nodes = 6\nmax_conditional_handles = 2\n";
 
 class Graphs : public ::testing::Test {
  protected:
@@ -164,6 +164,110 @@ TEST_F(Graphs, MemoryFreedAfterTheGraphWasSentIsRefusedAtEachLaunchNeverTouched)
   // The memset node was refused too: its error comes as the launch's reply's
   // asynchronous error (an earlier node's), as CUDA reports it at the next synchronising call.
   EXPECT_EQ(late.async_error, err::kInvalidValue);
+  EXPECT_EQ(c.ping().error, 0);
+}
+
+uint64_t handle(RawClient& c) {
+  RawReply r = c.call([](wire::Request::Builder q) { q.initConditionalHandleCreate().setDevice(0); });
+  EXPECT_EQ(r.error, 0) << r.message;
+  return static_cast<uint64_t>(r.value);
+}
+NodeFill conditional(uint64_t h, wire::ConditionalType type, std::vector<uint64_t> bodies) {
+  return [=](wire::GraphNode::Builder n) {
+    auto c = n.initConditional();
+    c.setHandle(h), c.setType(type);
+    auto b = c.initBodies(static_cast<unsigned>(bodies.size()));
+    for (size_t i = 0; i < bodies.size(); ++i) b.set(static_cast<unsigned>(i), bodies[i]);
+  };
+}
+NodeFill reset(uint64_t h, uint32_t v) {
+  return [=](wire::GraphNode::Builder n) {
+    auto r = n.initConditionalReset();
+    r.setHandle(h), r.setValue(v);
+  };
+}
+
+TEST_F(Graphs, ConditionalNodesPickTheirBodiesByTheHandlesValue) {
+  RawClient c = authedClient(server_);
+  uint64_t d = c.malloc(64);
+  uint64_t h = handle(c);
+  // if (h) memset 7 else memset 9; the value set by the graph's reset node.
+  auto ifElse = conditional(h, wire::ConditionalType::IF, {1, 1});
+  ASSERT_EQ(create(c, 1, {reset(h, 1), ifElse, memset(d, 7, 64), memset(d, 9, 64), toHost(d, 64)}).error, 0);
+  RawReply taken = launch(c, 1);
+  ASSERT_EQ(taken.error, 0) << taken.message;
+  EXPECT_EQ(taken.bulk[63], 7);
+  ASSERT_EQ(create(c, 1, {reset(h, 0), ifElse, memset(d, 7, 64), memset(d, 9, 64), toHost(d, 64)}).error, 0);
+  RawReply other = launch(c, 1);
+  ASSERT_EQ(other.error, 0) << other.message;
+  EXPECT_EQ(other.bulk[63], 9);
+  // switch: value 2 of three bodies (the second one empty).
+  ASSERT_EQ(create(c, 1, {reset(h, 2), conditional(h, wire::ConditionalType::SWITCH, {1, 0, 1}), memset(d, 1, 64),
+                          memset(d, 4, 64), toHost(d, 64)})
+                .error,
+            0);
+  RawReply sw = launch(c, 1);
+  ASSERT_EQ(sw.error, 0) << sw.message;
+  EXPECT_EQ(sw.bulk[0], 4);
+  EXPECT_EQ(c.ping().error, 0);
+}
+
+TEST_F(Graphs, MalformedConditionalNodesAreRefusedAndTheSessionGoesOn) {
+  RawClient c = authedClient(server_);
+  uint64_t d = c.malloc(64);
+  uint64_t h = handle(c);
+  using T = wire::ConditionalType;
+  std::vector<std::pair<std::vector<NodeFill>, std::string>> bad = {
+      {{conditional(h + 4, T::IF, {1}), empty()}, "unknown conditional handle"},
+      {{reset(12345, 1)}, "unknown conditional handle"},
+      {{conditional(h, T::IF, {1, 1, 1}), empty(), empty(), empty()}, "with 3 bodies"},
+      {{conditional(h, T::WHILE, {0, 0})}, "with 2 bodies"},
+      {{conditional(h, T::SWITCH, {})}, "with 0 bodies"},
+      {{conditional(h, static_cast<T>(7), {1}), empty()}, "unknown conditional node type 7"},
+      // The inner node's bodies (3 nodes) do not fit in the outer body's 2.
+      {{conditional(h, T::WHILE, {3}), conditional(h, T::IF, {3}), empty(), empty()}, "overrun"},
+      {{conditional(h, T::IF, {1}), toDevice(d, 8)}, "may hold kernels"},
+      {{conditional(h, T::IF, {1}), toHost(d, 8)}, "may hold kernels"},
+      {{conditional(h, T::IF, {1}),
+        [](wire::GraphNode::Builder n) { n.setHostFunc(); }}, "may hold kernels"},
+  };
+  for (auto& [nodes, why] : bad) {
+    RawReply r = create(c, 1, nodes);
+    EXPECT_EQ(r.error, err::kInvalidValue) << why;
+    EXPECT_NE(r.message.find(why), std::string::npos) << why << ": " << r.message;
+  }
+  // A graph whose last conditional node lacks body nodes may be appended to, but not launched.
+  ASSERT_EQ(create(c, 2, {conditional(h, T::IF, {2}), memset(d, 1, 64)}).error, 0);
+  RawReply half = launch(c, 2);
+  EXPECT_EQ(half.error, err::kInvalidValue);
+  EXPECT_NE(half.message.find("lacks nodes of its bodies"), std::string::npos) << half.message;
+  ASSERT_EQ(create(c, 2, {memset(d, 2, 64)}, true).error, 0);
+  EXPECT_EQ(launch(c, 2).error, 0);
+  // The handle limit (max_conditional_handles = 2 here).
+  (void)handle(c);
+  RawReply over = c.call([](wire::Request::Builder q) { q.initConditionalHandleCreate().setDevice(0); });
+  EXPECT_EQ(over.error, err::kMemoryAllocation);
+  EXPECT_NE(over.message.find("max_conditional_handles = 2"), std::string::npos) << over.message;
+  EXPECT_EQ(c.ping().error, 0);
+}
+
+TEST(GraphsNesting, ConditionalNodesNestAtMostSixteenDeep) {
+  TempDir dir;
+  makeCerts(dir.path());
+  InProcessServer server(dir.path(), "");
+  RawClient c = authedClient(server);
+  uint64_t h = handle(c);
+  auto nest = [&](unsigned levels) {
+    std::vector<NodeFill> nodes;
+    for (unsigned k = 0; k < levels; ++k) nodes.push_back(conditional(h, wire::ConditionalType::IF, {levels - k}));
+    nodes.push_back(empty());
+    return nodes;
+  };
+  EXPECT_EQ(create(c, 1, nest(16)).error, 0);
+  RawReply deep = create(c, 2, nest(17));
+  EXPECT_EQ(deep.error, err::kInvalidValue);
+  EXPECT_NE(deep.message.find("nested deeper than 16"), std::string::npos) << deep.message;
+  EXPECT_EQ(launch(c, 1).error, 0);
   EXPECT_EQ(c.ping().error, 0);
 }
 

@@ -19,6 +19,7 @@ struct RawReply {
   std::string message;
   uint64_t ptr = 0;
   uint64_t symbol = 0;  // a symbol's address
+  int64_t value = 0;    // occupancy, query results, conditional handles
   std::vector<uint8_t> bulk;
   bool goodbye = false;
 };
@@ -133,6 +134,7 @@ class RawClient {
     out.async_error = rep.getAsyncError();
     out.message = rep.getMessage();
     if (rep.isPtr()) out.ptr = rep.getPtr();
+    if (rep.isValue()) out.value = rep.getValue();
     if (rep.isSymbol()) out.symbol = rep.getSymbol().getAddress();
     out.bulk.resize(h.bulk_len);
     if (h.bulk_len) {

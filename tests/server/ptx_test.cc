@@ -1303,6 +1303,32 @@ TEST(PtxCalls, DeviceMallocAndFreeDrawOnTheDeviceHeap) {
   EXPECT_EQ(out[0], 0u);
 }
 
+TEST(PtxCalls, GraphSetConditionalStoresToTheHandlesWordAndFaultsOnAnUnknownOne) {
+  // cudaGraphSetConditional(handle, value) as nvcc emits it (an extern builtin):
+  // the sim's handle is the address of its value's device word.
+  auto ptx = [](const std::string& handle) {
+    return ".version 9.0\n.target sm_90\n.address_size 64\n"
+           ".extern .func cudaGraphSetConditional (.param .b64 p0, .param .b32 p1);\n"
+           ".visible .entry k(.param .u64 out)\n{\n.reg .b32 %r<4>;\n.reg .b64 %rd<4>;\n"
+           "ld.param.u64 %rd0, [out];\n" + handle + "mov.u32 %r1, %tid.x;\nadd.u32 %r2, %r1, 41;\n"
+           "{\n.param .b64 param0;\nst.param.b64 [param0], %rd1;\n.param .b32 param1;\nst.param.b32 [param1], %r2;\n"
+           "call.uni cudaGraphSetConditional, (param0, param1);\n}\nret;\n}\n";
+  };
+  PtxRun r = run(ptx("add.u64 %rd1, %rd0, 8;\n"));  // the word at out[1]
+  ASSERT_TRUE(r.status) << r.status.message();
+  EXPECT_EQ(u32(r, 1), 41u);
+  PtxRun bad = run(ptx("mov.u64 %rd1, 4096;\n"));
+  EXPECT_EQ(bad.status.code(), err::kIllegalAddress);
+  EXPECT_NE(bad.status.message().find("cudaGraphSetConditional with an unknown handle 0x1000"), std::string::npos)
+      << bad.status.message();
+  EXPECT_EQ(run(".version 9.0\n.target sm_90\n.address_size 64\n"
+                ".extern .func cudaGraphSetConditional (.param .b64 p0);\n"
+                ".visible .entry k(.param .u64 out)\n{\n.reg .b64 %rd<2>;\n"
+                "{\n.param .b64 param0;\nst.param.b64 [param0], 0;\ncall.uni cudaGraphSetConditional, (param0);\n}\nret;\n}\n")
+                .status.code(),
+            kErrInvalidPtx);
+}
+
 TEST(DeviceHeap, FirstFitCoalescesAndRefusesWhatDoesNotFit) {
   DeviceHeap h(0x10000, 256);
   uint64_t a = h.allocate(100), b = h.allocate(100), c = h.allocate(100);
