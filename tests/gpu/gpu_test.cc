@@ -120,6 +120,18 @@ TEST_F(Gpu, CublasProgramsPassThroughRgpuAsTheyDoNatively) {
   EXPECT_NE(gr.output.find("all checks passed"), std::string::npos) << gr.output;
 }
 
+TEST_F(Gpu, ConditionalNodesHoldNativelyAndAreRefusedThroughTheCudaBackend) {
+  // The program encodes NVIDIA's semantics of conditional nodes (the sim runs
+  // it in the e2e suite); natively it proves the test. Through the CUDA
+  // backend the handle is refused as unsupported (docs/limits.md).
+  RunResult n = native(testProgram("conditional"));
+  RunResult r = viaRgpu(testProgram("conditional"));
+  EXPECT_EQ(n.code, 0) << n.output;
+  EXPECT_NE(n.output.find("all checks passed"), std::string::npos) << n.output;
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("cudaErrorNotSupported"), std::string::npos) << r.output;
+}
+
 TEST_F(Gpu, KernelFaultIsStickyForItsClientAndTheServerGoesOn) {
   RunResult r = viaRgpu(testProgram("faults") + " illegal");
   EXPECT_NE(r.output.find("synchronize: cudaErrorIllegalAddress"), std::string::npos) << r.output;
