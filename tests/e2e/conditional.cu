@@ -86,13 +86,17 @@ static int whileLoop(cudaStream_t s, int* x, int* counter) {
   EXPECT(addKernel(body, &a, 1, (void*)loopStep, step_args, 1) != nullptr);
   cudaGraphExec_t e;
   CHECK(cudaGraphInstantiate(&e, g, 0));
-  CHECK(cudaMemset(x, 0, N * sizeof(int)));
+  CHECK(cudaMemsetAsync(x, 0, N * sizeof(int), s));  // in s's order (a non-blocking stream)
   for (int launch = 1; launch <= 3; ++launch) {
     CHECK(cudaGraphLaunch(e, s));
     CHECK(cudaStreamSynchronize(s));
     std::vector<int> hx(N);
     CHECK(cudaMemcpy(hx.data(), x, N * sizeof(int), cudaMemcpyDeviceToHost));
-    for (int i = 0; i < N; ++i) EXPECT(hx[i] == 5 * launch);  // five rounds per launch
+    for (int i = 0; i < N; ++i)
+      if (hx[i] != 5 * launch) {  // five rounds per launch
+        std::printf("FAILED: while: launch %d: x[%d] = %d, counter %d\n", launch, i, hx[i], hostValue(counter));
+        return 1;
+      }
     EXPECT(hostValue(counter) == 5);
   }
   // CUDA's rules for a graph with conditional nodes.
@@ -156,7 +160,7 @@ static int ifElseAndSwitch(cudaStream_t s, int* out, int* flag) {
   const int flags[] = {1, 0, 2, 5};
   const int want0[] = {21, 12, 37, 1}, want1[] = {21, 12, 31, 1};
   for (int k = 0; k < 4; ++k) {
-    CHECK(cudaMemcpy(flag, &flags[k], sizeof(int), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpyAsync(flag, &flags[k], sizeof(int), cudaMemcpyHostToDevice, s));
     CHECK(cudaGraphLaunch(e, s));
     CHECK(cudaStreamSynchronize(s));
     std::vector<int> h(N);
