@@ -1,6 +1,7 @@
 // Conditional graph nodes on the sim backend (backend.h): handles are device
 // words, bodies are recorded operations, and a conditional node is one
 // operation of its stream that reads the word and runs the bodies it picks.
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -44,6 +45,12 @@ Status SimBackend::conditional(StreamKey key, uint64_t handle, int type, std::ve
   if (!s) return s.status();
   return enqueueLocked(*s, [this, handle, type, bodies = std::move(bodies)] {
     const uint64_t faults = faults_.load();
+    // As a kernel: stopped past [limits] kernel_timeout_ms (a while node whose value never becomes 0).
+    const auto start = std::chrono::steady_clock::now();
+    auto overdue = [&] {
+      return opts_.kernel_timeout_ms &&
+             std::chrono::steady_clock::now() - start > std::chrono::milliseconds(opts_.kernel_timeout_ms);
+    };
     auto value = [&] {
       uint32_t v;
       std::memcpy(&v, reinterpret_cast<const void*>(handle), sizeof v);
@@ -63,8 +70,16 @@ Status SimBackend::conditional(StreamKey key, uint64_t handle, int type, std::ve
         else if (bodies.size() > 1) (void)run(*bodies[1]);
         break;
       case 1:  // while
-        while (value() && run(*bodies[0]))
-          if (bodies[0]->ops.empty()) std::this_thread::yield();  // spins as the GPU would, until the value changes
+        while (value() && run(*bodies[0])) {
+          if (overdue()) {
+            reportAsync(Status(err::kLaunchTimeout, "a conditional while node looped longer than [limits] "
+                                                    "kernel_timeout_ms = " + std::to_string(opts_.kernel_timeout_ms) +
+                                                    " ms"));
+            break;
+          }
+          // Spins as the GPU would until the value changes (a kernel of another stream may set it).
+          if (bodies[0]->ops.empty()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
         break;
       default:  // switch
         if (uint32_t v = value(); v < bodies.size()) (void)run(*bodies[v]);

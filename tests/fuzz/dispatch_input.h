@@ -12,7 +12,7 @@
 // upper five bytes are kRelocTag becomes (the session's allocation number
 // byte 2, counted in reply order) + (bytes 0-1): so mutations reach the code
 // behind the pointer checks instead of always being refused by them.
-// Symbol addresses count as allocations too.
+// Symbol addresses and conditional node handles count as allocations too.
 //
 // Host functions: the harness answers each one the session asks for at once,
 // except those whose id has bit 63 set (kHeldHostFunction): those hold their

@@ -230,6 +230,9 @@ class Client {
             if (rep.getError() == 0 && rep.isPtr() && allocations_.size() < 256) allocations_.push_back(rep.getPtr());
             if (rep.getError() == 0 && rep.isSymbol() && allocations_.size() < 256)
               allocations_.push_back(rep.getSymbol().getAddress());
+            // A conditional handle (the sim's are device addresses; counts and small values are not).
+            if (rep.getError() == 0 && rep.isValue() && rep.getValue() > (1 << 20) && allocations_.size() < 256)
+              allocations_.push_back(static_cast<uint64_t>(rep.getValue()));
             replied_ = std::max(replied_, h.seq);
           }
         } catch (const kj::Exception&) {

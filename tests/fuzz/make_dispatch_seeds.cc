@@ -362,6 +362,51 @@ std::string compressed() {
   return s;
 }
 
+// Graphs: host copies, a memset, and conditional nodes (a handle is
+// relocated like an allocation: the harness keeps the handle replies too).
+std::string graphs() {
+  std::string s;
+  malloc(s, 4096);
+  add(s, false, [](Request::Builder r) { r.initConditionalHandleCreate().setDevice(0); });
+  add(s, false, [](Request::Builder r) {
+    auto g = r.initGraphCreate();
+    g.setId(1);
+    auto nodes = g.initNodes(9);
+    auto h2d = nodes[0].initHostToDevice();
+    h2d.setDevice(relocated(0, 0)), h2d.setSize(64);
+    auto rs = nodes[1].initConditionalReset();
+    rs.setHandle(relocated(1, 0)), rs.setValue(1);
+    auto c = nodes[2].initConditional();
+    c.setHandle(relocated(1, 0)), c.setType(rgpu::wire::ConditionalType::IF);
+    c.initBodies(2).set(0, 1);
+    auto m = nodes[3].initRequest().initMemset();
+    m.setDst(relocated(0, 64)), m.setValue(7), m.setSize(64);
+    m.initStream();
+    auto sw = nodes[4].initConditional();
+    sw.setHandle(relocated(1, 0)), sw.setType(rgpu::wire::ConditionalType::SWITCH);
+    auto b = sw.initBodies(3);
+    b.set(0, 0), b.set(1, 2), b.set(2, 1);
+    auto c1 = nodes[5].initRequest().initMemcpyDtoD();
+    c1.setDst(relocated(0, 256)), c1.setSrc(relocated(0, 0)), c1.setSize(64);
+    c1.initStream();
+    nodes[6].setEmpty();
+    auto m2 = nodes[7].initRequest().initMemset();
+    m2.setDst(relocated(0, 512)), m2.setValue(9), m2.setSize(64);
+    m2.initStream();
+    auto d2h = nodes[8].initDeviceToHost();
+    d2h.setDevice(relocated(0, 0)), d2h.setSize(1024);
+  });
+  add(s, false, [](Request::Builder r) {
+    auto l = r.initGraphLaunch();
+    l.setId(1);
+    l.initStream();
+  }, std::string(64, '\x11'));
+  add(s, false, [](Request::Builder r) { r.initStreamSynchronize(); });
+  add(s, true, [](Request::Builder r) { r.initGraphDestroy().setId(1); });
+  sync(s);
+  return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -382,7 +427,8 @@ int main(int argc, char** argv) {
                               {"module.bin", module(fatbin.str())},
                               {"devices.bin", devices()},
                               {"lifetimes.bin", lifetimes(fatbin.str())},
-                              {"compressed.bin", compressed()}}) {
+                              {"compressed.bin", compressed()},
+                              {"graphs.bin", graphs()}}) {
     std::ofstream out(dir + "/" + name, std::ios::binary);
     out << bytes;
     std::printf("%s: %zu bytes\n", name.c_str(), bytes.size());

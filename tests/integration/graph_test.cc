@@ -5,6 +5,7 @@
 // session goes on.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "tests/integration/raw_client.h"
@@ -269,6 +270,28 @@ TEST(GraphsNesting, ConditionalNodesNestAtMostSixteenDeep) {
   EXPECT_NE(deep.message.find("nested deeper than 16"), std::string::npos) << deep.message;
   EXPECT_EQ(launch(c, 1).error, 0);
   EXPECT_EQ(c.ping().error, 0);
+}
+
+TEST(GraphsWatchdog, AWhileNodeThatNeverEndsIsStoppedAsAKernelWouldBe) {
+  TempDir dir;
+  makeCerts(dir.path());
+  InProcessServer server(dir.path(), "[limits]\nkernel_timeout_ms = 200\n");
+  // The value is 1 and nothing in the body changes it: an empty body, and one
+  // with a memset; each in a session of its own (the error is sticky, as a kernel's timeout).
+  for (uint64_t body_nodes : {0u, 1u}) {
+    RawClient c = authedClient(server);
+    uint64_t d = c.malloc(64);
+    uint64_t h = handle(c);
+    std::vector<NodeFill> nodes = {reset(h, 1), conditional(h, wire::ConditionalType::WHILE, {body_nodes})};
+    if (body_nodes) nodes.push_back(memset(d, 1, 64));
+    ASSERT_EQ(create(c, 1, nodes).error, 0);
+    auto start = std::chrono::steady_clock::now();
+    ASSERT_EQ(launch(c, 1).error, 0);
+    RawReply sync = c.call([](wire::Request::Builder r) { r.initStreamSynchronize(); });
+    EXPECT_EQ(sync.error, err::kLaunchTimeout) << sync.message;
+    EXPECT_NE(sync.message.find("kernel_timeout_ms = 200"), std::string::npos) << sync.message;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  }
 }
 
 }  // namespace
