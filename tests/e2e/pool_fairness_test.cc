@@ -107,15 +107,21 @@ TEST_F(Pool, SoakThirtyTwoClientsOfTenThousandMixedCallsLeaveNothingBehind) {
   auto client = [&](const std::string& user) {
     return run(soak + " 10000", "RGPU_CONFIG=" + dir_.file(user + ".toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
   };
-  RunResult warm = client("alice");  // the daemon's baseline includes one session's worth of bookkeeping
-  ASSERT_EQ(warm.code, 0) << warm.output;
-  waitFor([&] { return childrenOf(server_->pid()) == 0; }, "the warm-up worker to exit");
-  long before = rssKiB(server_->pid());
+  // Two rounds of 32 clients at once. The first is the baseline: the daemon's
+  // allocator makes its per-thread arenas for as many threads as such a round
+  // has, once. A leak grows with every round; the second must leave nothing.
+  auto round = [&](std::vector<RunResult>& out) {
+    std::vector<std::thread> ts;
+    for (int i = 0; i < 32; ++i) ts.emplace_back([&, i] { out[i] = client(i % 2 ? "alice" : "bob"); });
+    for (auto& t : ts) t.join();
+  };
   std::vector<RunResult> out(32);
-  std::vector<std::thread> ts;
+  round(out);
+  for (auto& r : out) ASSERT_EQ(r.code, 0) << r.output;
+  waitFor([&] { return childrenOf(server_->pid()) == 0; }, "the first round's workers to exit");
+  long before = rssKiB(server_->pid());
   auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 32; ++i) ts.emplace_back([&, i] { out[i] = client(i % 2 ? "alice" : "bob"); });
-  for (auto& t : ts) t.join();
+  round(out);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   long calls = 0;
   for (auto& r : out) {
