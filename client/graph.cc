@@ -483,6 +483,9 @@ Result<NodeParams> conditionalParams(const cudaConditionalNodeParams& c) {
       break;
     case cudaGraphCondTypeSwitch:
       if (c.size == 0) return Status(err::kInvalidValue, "a switch node has at least 1 body");
+      if (c.size > kMaxSwitchBodies)
+        return Status(err::kInvalidValue, "a switch node of " + std::to_string(c.size) + " bodies; rgpu takes at most " +
+                                              std::to_string(kMaxSwitchBodies) + " (kMaxSwitchBodies)");
       break;
     default:
       return Status(err::kInvalidValue, "unknown conditional node type " + std::to_string(c.type));

@@ -202,6 +202,8 @@ bool hasMemoryNodes(const CUgraph_st& g);
 // node with `size` empty bodies, its handle one the server made
 // (conditionalHandle) for this program. A graph with one cannot be cloned or
 // be a child graph, and has one executable graph at a time (as CUDA's).
+// A switch node's bodies travel as one list of sizes in one message (docs/limits.md).
+inline constexpr unsigned kMaxSwitchBodies = 65536;
 Result<NodeParams> conditionalParams(const cudaConditionalNodeParams& c);
 Result<cudaGraphConditionalHandle> conditionalHandle(cudaGraph_t g, unsigned default_value, unsigned flags);
 bool hasConditionalNodes(const CUgraph_st& g);
