@@ -245,6 +245,7 @@ static int refused(int* x) {
   EXPECT(addConditional(g, nullptr, 0, h, cudaGraphCondTypeIf, 3, bodies) == nullptr);
   EXPECT(addConditional(g, nullptr, 0, h, cudaGraphCondTypeWhile, 2, bodies) == nullptr);
   EXPECT(addConditional(g, nullptr, 0, 12345, cudaGraphCondTypeIf, 1, bodies) == nullptr);
+  EXPECT(addConditional(g, nullptr, 0, h, cudaGraphCondTypeSwitch, 65537, bodies) == nullptr);  // kMaxSwitchBodies
   cudaGraphNode_t c = addConditional(g, nullptr, 0, h, cudaGraphCondTypeIf, 1, bodies);
   EXPECT(c != nullptr);
   // A host-to-device copy in the body: instantiation names the node.
