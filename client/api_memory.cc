@@ -4,6 +4,7 @@
 
 #include "client/api_util.h"
 #include "client/graph.h"
+#include "client/managed.h"
 #include "protocol/frame.h"
 
 using namespace rgpu;
@@ -39,7 +40,7 @@ Result<cudaMemcpyKind> resolveKind(void* dst, const void* src, cudaMemcpyKind ki
               : (dd ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault)
     return Status(err::kInvalidMemcpyDirection, "invalid cudaMemcpyKind");
-  return kind;
+  return effectiveKind(dst, src, kind);  // managed memory on a host side: a device-side copy
 }
 }  // namespace
 
@@ -143,6 +144,7 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
         setStream(m.initStream(), *s);
         char* into = static_cast<char*>(dst) + off;
         if (deferred) {
+          RGPU_TRY(ManagedMemory::get().beforeDeviceWork());  // (the connection is used directly)
           auto c = rt().conn();
           if (!c) return c.status();
           RGPU_TRY((*c)->postExpectingData(msg, into, n));
@@ -417,10 +419,13 @@ RGPU_EXPORT cudaError_t cudaFree(void* devPtr) {
   return guarded([&]() -> Status {
     if (!devPtr) return Status::ok();
     if (rt().classify(devPtr) != MemKind::kDevice) return Status(err::kInvalidValue, "not a device pointer of this process");
+    // Managed memory: the allocation the server knows holds it.
+    uint64_t target = reinterpret_cast<uint64_t>(devPtr);
+    if (uint64_t base = ManagedMemory::get().remove(target)) target = base;
     capnp::MallocMessageBuilder msg(32);
-    msg.initRoot<wire::Request>().initFree().setPtr(reinterpret_cast<uint64_t>(devPtr));
+    msg.initRoot<wire::Request>().initFree().setPtr(target);
     auto r = rt().call(msg);
-    rt().untrackDevice(reinterpret_cast<uint64_t>(devPtr));
+    rt().untrackDevice(target);
     if (r) poolForget(devPtr);
     return r ? Status::ok() : r.status();
   });
@@ -529,6 +534,10 @@ RGPU_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes* a
         attributes->type = cudaMemoryTypeDevice;
         attributes->device = dev;
         attributes->devicePointer = const_cast<void*>(ptr);
+        if (ManagedMemory::get().contains(ptr)) {
+          attributes->type = cudaMemoryTypeManaged;
+          attributes->hostPointer = const_cast<void*>(ptr);
+        }
         break;
       case MemKind::kPinned:
         attributes->type = cudaMemoryTypeHost;

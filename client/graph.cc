@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "client/api_util.h"
+#include "client/managed.h"
 #include "protocol/rgpu.capnp.h"
 
 namespace rgpu::client {
@@ -345,6 +346,7 @@ Result<NodeParams> memcpyParams(const cudaMemcpy3DParms& c) {
                    : (dev_dst ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDeviceToDevice)
     return Status(err::kInvalidMemcpyDirection, "invalid cudaMemcpyKind");
+  kind = effectiveKind(c.dstPtr.ptr, c.srcPtr.ptr, kind);  // managed memory on a host side: device memory
   bool want_dst = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
   bool want_src = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
   if (want_dst != dev_dst || want_src != dev_src)

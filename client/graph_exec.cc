@@ -8,6 +8,7 @@
 
 #include "client/api_util.h"
 #include "client/graph.h"
+#include "client/managed.h"
 #include "common/frame_io.h"
 
 namespace rgpu::client {
@@ -529,6 +530,7 @@ Status launchExec(cudaGraphExec_t e, cudaStream_t stream, bool ptsz) {
     off += n;
   }
   if (e->host_out.empty()) return rt().post(msg, bulk.data(), bulk.size());
+  RGPU_TRY(ManagedMemory::get().beforeDeviceWork());  // (the connection is used directly)
   auto c = rt().conn();
   if (!c) return c.status();
   return (*c)->postScatter(msg, std::move(bulk), e->host_out);

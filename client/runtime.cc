@@ -1,6 +1,7 @@
 #include "client/runtime.h"
 
 #include "client/graph.h"
+#include "client/managed.h"
 
 #include <pthread.h>
 #include <unistd.h>
@@ -129,10 +130,28 @@ cudaError_t Runtime::lastError(bool reset) {
   return e;
 }
 
+namespace {
+// Requests that run device work which may read or write managed memory:
+// the host's dirty managed pages go to the server first (client/managed.h).
+bool isDeviceWork(wire::Request::Which w) {
+  using R = wire::Request;
+  switch (w) {
+    case R::MEMCPY_HTO_D: case R::MEMCPY_DTO_H: case R::MEMCPY_DTO_D: case R::MEMSET: case R::MEMCPY2_D:
+    case R::MEMSET2_D: case R::LAUNCH_KERNEL: case R::MEMCPY_PEER: case R::BLAS: case R::LT_MATMUL:
+    case R::GRAPH_LAUNCH:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace
+
 Result<Reply> Runtime::call(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len, void* in,
                             uint64_t in_len) {
   if (int s = sticky_.load(std::memory_order_relaxed)) return Status(s, "a kernel fault made the context unusable");
-  if (capturesActive()) RGPU_TRY(captureAllowsCall(msg.getRoot<wire::Request>().asReader()));
+  const bool own = ManagedMemory::transferring();  // managed bytes on the runtime's own stream
+  if (capturesActive() && !own) RGPU_TRY(captureAllowsCall(msg.getRoot<wire::Request>().asReader()));
+  if (!own && isDeviceWork(msg.getRoot<wire::Request>().which())) RGPU_TRY(ManagedMemory::get().beforeDeviceWork());
   auto c = conn();
   if (!c) return c.status();
   Reply r = (*c)->call(msg, bulk, bulk_len, in, in_len);
@@ -164,7 +183,7 @@ void Runtime::flushDeviceOutput() {
 
 Status Runtime::post(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len) {
   if (int s = sticky_.load(std::memory_order_relaxed)) return Status(s, "a kernel fault made the context unusable");
-  if (capturesActive()) {
+  if (capturesActive() && !ManagedMemory::transferring()) {
     // A capturing stream's work becomes a graph node instead of a message.
     auto r = msg.getRoot<wire::Request>().asReader();
     if (auto s = requestStream(r)) {
@@ -172,6 +191,7 @@ Status Runtime::post(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk
       if (captureRequest(*s, r, &st)) return st;
     }
   }
+  if (isDeviceWork(msg.getRoot<wire::Request>().which())) RGPU_TRY(ManagedMemory::get().beforeDeviceWork());
   auto c = conn();
   if (!c) return c.status();
   return (*c)->post(msg, bulk, bulk_len);
@@ -428,6 +448,7 @@ void Runtime::untrackDeviceAll(int device) {
 }
 
 void Runtime::forgetDevice(int device) {
+  ManagedMemory::get().forgetDevice(device);
   untrackDeviceAll(device);
   {
     // Limits and kernel attributes set on the device start from their defaults again.

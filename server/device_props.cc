@@ -15,8 +15,7 @@ bool hiddenFromRemoteClients(int a) {
     case cudaDevAttrCanMapHostMemory:
     case cudaDevAttrUnifiedAddressing:
     case cudaDevAttrIntegrated:
-    case cudaDevAttrManagedMemory:
-    case cudaDevAttrConcurrentManagedAccess:
+    case cudaDevAttrConcurrentManagedAccess:  // managed memory is offered (client/managed.h), without it
     case cudaDevAttrPageableMemoryAccess:
     case cudaDevAttrPageableMemoryAccessUsesHostPageTables:
     case cudaDevAttrDirectManagedMemAccessFromHost:
@@ -240,6 +239,7 @@ DeviceDescription describeSimDevice(const SimDeviceConfig& cfg, int index) {
       {cudaDevAttrReservedSharedMemoryPerBlock, 1024},
       {cudaDevAttrNumaId, -1},
       {cudaDevAttrMemoryPoolsSupported, 1},  // stream-ordered allocation (pools without IPC handles)
+      {cudaDevAttrManagedMemory, 1},         // cudaMallocManaged, without concurrent access (client/managed.h)
       {cudaDevAttrCooperativeLaunch, 1},     // every block of a cooperative grid is resident at once
       {cudaDevAttrHostNumaId, -1},
       {cudaDevAttrEccEnabled, 1},  // as on data-centre GPUs

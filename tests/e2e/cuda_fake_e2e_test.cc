@@ -113,6 +113,16 @@ TEST_F(CudaFakeE2E, AGraphIsOneCUgraphExecAndEachLaunchOneCuGraphLaunch) {
   EXPECT_GE(count("cuStreamWaitEvent external (captured)"), 1u) << log;
 }
 
+TEST_F(CudaFakeE2E, ManagedMemoryTravelsThroughTheDriversCopies) {
+  // The fake driver runs no kernel code: copies, memsets and queries only.
+  RunResult r = run(testProgram("managed") + " --no-kernels",
+                    "RGPU_MANAGED_STATS=1 RGPU_CONFIG=" + dir_->file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("all checks passed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rgpu managed memory: 2097152 bytes to the device, 2162688 bytes to the host"), std::string::npos)
+      << r.output;
+}
+
 TEST_F(CudaFakeE2E, ConditionalHandlesAreRefusedAsUnsupported) {
   // The driver's handles belong to the driver graph that will hold the node,
   // which the server makes only at the graph's first launch (docs/limits.md).

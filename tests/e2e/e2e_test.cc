@@ -130,7 +130,7 @@ TEST_F(E2E, UnsupportedCallsFailWithNotSupportedAndLogOnce) {
   EXPECT_NE(r.output.find("cudaIpcGetMemHandle: cudaErrorNotSupported, again: cudaErrorNotSupported"), std::string::npos) << r.output;
   // The answer of the call only: a later cudaGetLastError() is not failed by it.
   EXPECT_NE(r.output.find("last error: cudaSuccess"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("cudaMallocManaged: cudaErrorNotSupported"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cudaMallocArray: cudaErrorNotSupported"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("cudaMalloc: cudaSuccess"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("names: cudaSuccess cudaErrorMemoryAllocation cudaErrorIllegalAddress cudaErrorStreamCaptureUnsupported"),
             std::string::npos) << r.output;
@@ -308,6 +308,22 @@ TEST_F(E2E, GraphsCapturedAndBuiltRunAsNvidiasDoWithOneMessagePerLaunch) {
   RunResult r = program(testProgram("graphs"));
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("graphs: all checks passed"), std::string::npos) << r.output;
+}
+
+TEST_F(E2E, ManagedMemoryIsOnePointerForHostAndKernelsAndOnlyTouchedPagesTravel) {
+  RunResult r = run(testProgram("managed"), "RGPU_MANAGED_STATS=1 " + env());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("managed: host-initialised arrays, kernels, host reads, copies, hints and queries, all checks passed"),
+            std::string::npos)
+      << r.output;
+  // Up: the two arrays the host initialised (2 MiB). Down: the result array read
+  // after the kernel (1 MiB, 16 fetches of 64 KiB), one 64 KiB block of the
+  // memset array, and the result array prefetched to the host (1 MiB, one
+  // fetch). The array only kernels and copies touched: nothing.
+  EXPECT_NE(r.output.find("rgpu managed memory: 2097152 bytes to the device, 2162688 bytes to the host, 529 faults, "
+                          "18 fetches"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST_F(E2E, ConditionalNodesRunIfElseWhileAndSwitchBodiesAsKernelsDecide) {

@@ -12,8 +12,10 @@ int main() {
   std::printf("cudaIpcGetMemHandle: %s, again: %s\n", cudaGetErrorName(a), cudaGetErrorName(b));
   std::printf("last error: %s\n", cudaGetErrorName(cudaGetLastError()));
   void* p = nullptr;
-  cudaError_t m = cudaMallocManaged(&p, 64);
-  std::printf("cudaMallocManaged: %s\n", cudaGetErrorName(m));
+  cudaArray_t arr = nullptr;
+  cudaChannelFormatDesc desc = cudaCreateChannelDesc<float>();
+  cudaError_t m = cudaMallocArray(&arr, &desc, 16, 16);
+  std::printf("cudaMallocArray: %s\n", cudaGetErrorName(m));
   // Names and strings for error codes, as NVIDIA's runtime gives them.
   std::printf("names: %s %s %s %s\n", cudaGetErrorName(cudaSuccess), cudaGetErrorName(cudaErrorMemoryAllocation),
               cudaGetErrorName(cudaErrorIllegalAddress), cudaGetErrorName(cudaErrorStreamCaptureUnsupported));
