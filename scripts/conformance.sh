@@ -34,6 +34,7 @@ programs=(
   "$e2e/graphs"
   "$e2e/graph_native"
   "$e2e/conditional"
+  "$e2e/managed"
   "$e2e/recursion"
   "$e2e/library"
   "$e2e/cooperative"
