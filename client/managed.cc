@@ -218,9 +218,14 @@ bool ManagedMemory::handleFault(void* addr, bool write) {
       std::abort();
     }
   }
+  void* at = reinterpret_cast<void*>(base + page * kPage);
   if (write && a->pages[page] == kClean) {
-    (void)mprotect(reinterpret_cast<void*>(base + page * kPage), kPage, PROT_READ | PROT_WRITE);
+    (void)mprotect(at, kPage, PROT_READ | PROT_WRITE);
     a->pages[page] = kDirty;
+  } else if (a->pages[page] == kDirty) {
+    (void)mprotect(at, kPage, PROT_READ | PROT_WRITE);  // (another thread's fault made it so meanwhile)
+  } else if (!write) {
+    (void)mprotect(at, kPage, PROT_READ);
   }
   return true;
 }
