@@ -119,8 +119,9 @@ TEST_F(CudaFakeE2E, ManagedMemoryTravelsThroughTheDriversCopies) {
                     "RGPU_MANAGED_STATS=1 RGPU_CONFIG=" + dir_->file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("all checks passed"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("rgpu managed memory: 2097152 bytes to the device, 2162688 bytes to the host"), std::string::npos)
+  EXPECT_NE(r.output.find("rgpu managed memory: 2097152 bytes to the device, 3211264 bytes to the host"), std::string::npos)
       << r.output;
+  EXPECT_NE(r.output.find(" faults, 34 fetches"), std::string::npos) << r.output;
 }
 
 TEST_F(CudaFakeE2E, ConditionalHandlesAreRefusedAsUnsupported) {

@@ -11,7 +11,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "check.h"
@@ -90,7 +92,28 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceSynchronize());
   EXPECT(x[0] == 0.0f);
 
-  // 4. Hints and queries.
+  // 4. Four threads read z at once after the device wrote it: faults in parallel, each block fetched once (1 MiB).
+  float want;
+  if (kernels) {
+    fill<<<(N + 255) / 256, 256>>>(N, 9.0f, z);
+    want = 9.0f;
+  } else {
+    CHECK(cudaMemset(z, 1, kBytes));
+    unsigned bits = 0x01010101u;
+    std::memcpy(&want, &bits, 4);
+  }
+  CHECK(cudaDeviceSynchronize());
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < 4; ++t)
+    readers.emplace_back([&, t] {
+      for (int i = t; i < N; i += 4)
+        if (z[i] != want) ++wrong;
+    });
+  for (auto& r : readers) r.join();
+  EXPECT(wrong.load() == 0);
+
+  // 5. Hints and queries.
   cudaMemLocation dev0{cudaMemLocationTypeDevice, 0}, host{cudaMemLocationTypeHost, 0};
   CHECK(cudaMemAdvise(y, kBytes, cudaMemAdviseSetReadMostly, dev0));
   CHECK(cudaMemAdvise(y, kBytes, cudaMemAdviseSetPreferredLocation, dev0));
