@@ -133,26 +133,31 @@ Status nodeKindAllowed(wire::Request::Reader r) {
   }
 }
 
+// Kernels, device copies and memsets: what every backend records as graph work.
+bool kernelCopyOrMemset(wire::Request::Which w) {
+  using R = wire::Request;
+  switch (w) {
+    case R::LAUNCH_KERNEL:
+    case R::MEMCPY_DTO_D:
+    case R::MEMSET:
+    case R::MEMSET2_D:
+    case R::MEMCPY2_D:  // device to device only (nodeKindAllowed)
+      return true;
+    default:
+      return false;
+  }
+}
+
 // What a conditional node's body may hold: device work of one stream
 // (kernels, device copies and memsets), empty and conditional nodes.
 Status bodyKindAllowed(wire::GraphNode::Reader n) {
-  using R = wire::Request;
   switch (n.which()) {
     case wire::GraphNode::EMPTY:
     case wire::GraphNode::CONDITIONAL:
     case wire::GraphNode::CONDITIONAL_RESET:
       return Status::ok();
     case wire::GraphNode::REQUEST:
-      switch (n.getRequest().which()) {
-        case R::LAUNCH_KERNEL:
-        case R::MEMCPY_DTO_D:
-        case R::MEMSET:
-        case R::MEMSET2_D:
-        case R::MEMCPY2_D:  // device to device only (nodeKindAllowed)
-          return Status::ok();
-        default:
-          break;
-      }
+      if (kernelCopyOrMemset(n.getRequest().which())) return Status::ok();
       break;
     default:
       break;
@@ -194,12 +199,8 @@ bool capturable(wire::GraphNode::Reader n) {
   using R = wire::Request;
   if (n.which() == wire::GraphNode::CONDITIONAL || n.which() == wire::GraphNode::CONDITIONAL_RESET) return false;
   if (n.which() != wire::GraphNode::REQUEST) return true;  // host copies and functions, empty nodes
+  if (kernelCopyOrMemset(n.getRequest().which())) return true;
   switch (n.getRequest().which()) {
-    case R::LAUNCH_KERNEL:
-    case R::MEMCPY_DTO_D:
-    case R::MEMSET:
-    case R::MEMSET2_D:
-    case R::MEMCPY2_D:  // device to device only (nodeKindAllowed)
     case R::BLAS:       // results in device memory only (nodeKindAllowed)
     case R::LT_MATMUL:
     case R::EVENT_RECORD:
