@@ -1,5 +1,6 @@
-// Managed memory calls (client/managed.h): cudaMallocManaged, prefetch,
-// advice, stream attachment and the range attribute queries.
+// Managed and mapped memory calls (client/managed.h): cudaMallocManaged,
+// prefetch, advice, stream attachment, the range attribute queries, mapped
+// host memory and its device pointers.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -62,7 +63,97 @@ Status rangeAttribute(void* data, size_t size, cudaMemRangeAttribute attr, const
   }
 }
 
+// Device memory of `pages` pages for managed or mapped memory, zeroed before
+// this returns (so neither side needs the other's bytes until device work).
+Result<uint64_t> zeroedDeviceMemory(int dev, uint64_t bytes) {
+  auto base = allocateDeviceMemory(dev, bytes);
+  if (!base) return base;
+  ManagedMemory::OwnRequests own;  // not the program's device work: other managed memory stays as it is
+  capnp::MallocMessageBuilder msg(32);
+  auto m = msg.initRoot<wire::Request>().initMemset();
+  m.setDst(*base);
+  m.setValue(0);
+  m.setSize(bytes);
+  setStream(m.initStream(), {0, dev});
+  Status s = rt().post(msg);
+  if (s) {
+    capnp::MallocMessageBuilder sync(32);
+    setStream(sync.initRoot<wire::Request>().initStreamSynchronize(), {0, dev});
+    auto r = rt().call(sync);
+    if (!r) s = r.status();
+  }
+  if (!s) {
+    freeDeviceMemory(*base);
+    return s;
+  }
+  return base;
+}
+
 }  // namespace
+
+namespace rgpu::client {
+
+void freeDeviceMemory(uint64_t base) {
+  capnp::MallocMessageBuilder msg(32);
+  msg.initRoot<wire::Request>().initFree().setPtr(base);
+  (void)rt().call(msg);
+  rt().untrackDevice(base);
+}
+
+Result<void*> allocateMapped(size_t size) {
+  const uint64_t bytes = (size + kPage - 1) / kPage * kPage;
+  void* h = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (h == MAP_FAILED) return Status(err::kMemoryAllocation, "host allocation failed");
+  const int dev = rt().currentDevice();
+  auto d = zeroedDeviceMemory(dev, bytes);
+  if (!d) {
+    munmap(h, bytes);
+    return d.status();
+  }
+  Status s = ManagedMemory::get().add(reinterpret_cast<uint64_t>(h), bytes, *d, *d, dev);
+  if (!s) {
+    freeDeviceMemory(*d);
+    munmap(h, bytes);
+    return s;
+  }
+  return h;
+}
+
+Status registerMapped(void* p, size_t size) {
+  const auto at = reinterpret_cast<uint64_t>(p);
+  if (at % kPage || size % kPage)
+    return Status(err::kNotSupported, "cudaHostRegisterMapped of memory that does not start and end on a page boundary "
+                                      "is not supported by rgpu (the rest of its pages would be protected with it)");
+  const int dev = rt().currentDevice();
+  auto d = allocateDeviceMemory(dev, size);
+  if (!d) return d.status();
+  Status s = ManagedMemory::get().add(at, size, *d, *d, dev, true);
+  if (!s) freeDeviceMemory(*d);
+  return s;
+}
+
+Status freeMapped(void* p, size_t size, bool registered) {
+  uint64_t base = ManagedMemory::get().remove(reinterpret_cast<uint64_t>(p), registered);
+  if (!base) return Status::ok();
+  freeDeviceMemory(base);
+  if (!registered) munmap(p, (size + kPage - 1) / kPage * kPage);
+  return Status::ok();
+}
+
+}  // namespace rgpu::client
+
+RGPU_EXPORT cudaError_t cudaHostGetDevicePointer(void** pDevice, void* pHost, unsigned int flags) {
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(pDevice, "pDevice"));
+    if (flags) return Status(err::kInvalidValue, "flags must be 0");
+    if (ManagedMemory::get().contains(pHost) || ManagedMemory::get().mappedDevice(pHost)) {
+      // Mapped memory's device alias; managed memory is its own.
+      *pDevice = const_cast<void*>(ManagedMemory::get().deviceSide(pHost));
+      return Status::ok();
+    }
+    return Status(err::kInvalidValue, "not mapped host memory (cudaHostAllocMapped or cudaHostRegisterMapped)");
+  });
+}
 
 RGPU_EXPORT cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
   return guarded([&]() -> Status {
@@ -75,31 +166,13 @@ RGPU_EXPORT cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned i
     const uint64_t pages = (size + kPage - 1) / kPage;
     if (pages > (UINT64_MAX / kPage) - 2) return Status(err::kMemoryAllocation, "size too large");
     const int dev = rt().currentDevice();
-    auto base = allocateDeviceMemory(dev, (pages + 1) * kPage);
+    auto base = zeroedDeviceMemory(dev, (pages + 1) * kPage);  // the host's first reads need no fetch
     if (!base) return base.status();
     const uint64_t p = (*base + kPage - 1) / kPage * kPage;
-    auto undo = [&](Status s) {
-      capnp::MallocMessageBuilder msg(32);
-      msg.initRoot<wire::Request>().initFree().setPtr(*base);
-      (void)rt().call(msg);
-      rt().untrackDevice(*base);
+    if (Status s = ManagedMemory::get().add(p, size, *base, 0, dev); !s) {
+      freeDeviceMemory(*base);
       return s;
-    };
-    // Zeroed on the device, and known to be (the host's first reads need no fetch).
-    {
-      ManagedMemory::OwnRequests own;  // not the program's device work: other managed memory stays as it is
-      capnp::MallocMessageBuilder msg(32);
-      auto m = msg.initRoot<wire::Request>().initMemset();
-      m.setDst(*base);
-      m.setValue(0);
-      m.setSize((pages + 1) * kPage);
-      setStream(m.initStream(), {0, dev});
-      if (Status s = rt().post(msg); !s) return undo(s);
-      capnp::MallocMessageBuilder sync(32);
-      setStream(sync.initRoot<wire::Request>().initStreamSynchronize(), {0, dev});
-      if (auto r = rt().call(sync); !r) return undo(r.status());
     }
-    if (Status s = ManagedMemory::get().add(p, size, *base); !s) return undo(s);
     *devPtr = reinterpret_cast<void*>(p);
     return Status::ok();
   });

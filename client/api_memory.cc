@@ -94,6 +94,9 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
   if (count == 0) return Status::ok();
   RGPU_TRY(needPtr(dst, "destination"));
   RGPU_TRY(needPtr(src, "source"));
+  // Mapped host memory is copied on the device, through its alias (client/managed.h).
+  dst = const_cast<void*>(ManagedMemory::get().deviceSide(dst));
+  src = ManagedMemory::get().deviceSide(src);
   auto k = resolveKind(dst, src, kind);
   if (!k) return k.status();
   auto s = rt().stream(stream, ptsz);
@@ -215,6 +218,8 @@ Status memcpy2DCore(void* dst, size_t dpitch, const void* src, size_t spitch, si
   if (width > dpitch || width > spitch) return Status(err::kInvalidPitchValue, "width exceeds a pitch");
   RGPU_TRY(needPtr(dst, "destination"));
   RGPU_TRY(needPtr(src, "source"));
+  dst = const_cast<void*>(ManagedMemory::get().deviceSide(dst));  // mapped host memory: its device alias
+  src = ManagedMemory::get().deviceSide(src);
   auto k = resolveKind(dst, src, kind);
   if (!k) return k.status();
   auto s = rt().stream(stream, ptsz);
@@ -461,8 +466,17 @@ RGPU_EXPORT cudaError_t cudaFreeAsync_ptsz(void* devPtr, cudaStream_t stream) { 
 RGPU_EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
   return guarded([&]() -> Status {
     RGPU_TRY(needPtr(pHost, "pHost"));
+    if (flags & ~(cudaHostAllocPortable | cudaHostAllocMapped | cudaHostAllocWriteCombined))
+      return Status(err::kInvalidValue, "unknown cudaHostAlloc flags");
     // "Pinned" memory is ordinary host memory here: the GPU is on another
     // machine. Tracking it lets async device-to-host copies into it stay async.
+    if (flags & cudaHostAllocMapped) {
+      auto m = allocateMapped(size ? size : 1);
+      if (!m) return m.status();
+      rt().trackPinned(*m, size ? size : 1, flags);
+      *pHost = *m;
+      return Status::ok();
+    }
     void* p = nullptr;
     if (posix_memalign(&p, 4096, size ? size : 1) != 0) return Status(err::kMemoryAllocation, "host allocation failed");
     rt().trackPinned(p, size ? size : 1, flags);
@@ -484,6 +498,7 @@ RGPU_EXPORT cudaError_t cudaFreeHost(void* ptr) {
     // A copy still queued into it would write into whatever malloc hands out next.
     rt().waitForWritesInto(ptr, size);
     rt().untrackPinned(ptr);
+    if (flags & cudaHostAllocMapped) return freeMapped(ptr, size, false);
     std::free(ptr);
     return Status::ok();
   });
@@ -494,6 +509,7 @@ RGPU_EXPORT cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int fl
     RGPU_TRY(needPtr(ptr, "ptr"));
     if (size == 0) return Status(err::kInvalidValue, "size is 0");
     if (rt().classify(ptr) != MemKind::kHost) return Status(cudaErrorHostMemoryAlreadyRegistered, "already registered");
+    if (flags & cudaHostRegisterMapped) RGPU_TRY(registerMapped(ptr, size));
     rt().trackPinned(ptr, size, flags | kRegisteredFlag);
     return Status::ok();
   });
@@ -509,6 +525,7 @@ RGPU_EXPORT cudaError_t cudaHostUnregister(void* ptr) {
     // The program may free the memory as soon as this returns.
     rt().waitForWritesInto(ptr, size);
     rt().untrackPinned(ptr);
+    if (flags & cudaHostRegisterMapped) return freeMapped(ptr, size, true);
     return Status::ok();
   });
 }
@@ -537,12 +554,17 @@ RGPU_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes* a
         if (ManagedMemory::get().contains(ptr)) {
           attributes->type = cudaMemoryTypeManaged;
           attributes->hostPointer = const_cast<void*>(ptr);
+        } else if (uint64_t h = ManagedMemory::get().hostSide(ptr)) {  // the device alias of mapped memory
+          attributes->type = cudaMemoryTypeHost;
+          attributes->hostPointer = reinterpret_cast<void*>(h);
         }
         break;
       case MemKind::kPinned:
         attributes->type = cudaMemoryTypeHost;
         attributes->device = rt().currentDevice();
         attributes->hostPointer = const_cast<void*>(ptr);
+        // Mapped: its device alias (cudaHostGetDevicePointer's).
+        if (const void* d = ManagedMemory::get().deviceSide(ptr); d != ptr) attributes->devicePointer = const_cast<void*>(d);
         break;
       case MemKind::kHost:
         attributes->type = cudaMemoryTypeUnregistered;

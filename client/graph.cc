@@ -337,16 +337,19 @@ Result<NodeParams> memcpyParams(const cudaMemcpy3DParms& c) {
   NodeParams p;
   p.type = cudaGraphNodeTypeMemcpy;
   p.copy = c;
+  // Mapped host memory is copied on the device, through its alias (client/managed.h).
+  p.copy.dstPtr.ptr = const_cast<void*>(ManagedMemory::get().deviceSide(c.dstPtr.ptr));
+  p.copy.srcPtr.ptr = const_cast<void*>(ManagedMemory::get().deviceSide(c.srcPtr.ptr));
   int dd = -1, sd = -1;
-  bool dev_dst = rt().classify(c.dstPtr.ptr, &dd) == MemKind::kDevice;
-  bool dev_src = rt().classify(c.srcPtr.ptr, &sd) == MemKind::kDevice;
+  bool dev_dst = rt().classify(p.copy.dstPtr.ptr, &dd) == MemKind::kDevice;
+  bool dev_src = rt().classify(p.copy.srcPtr.ptr, &sd) == MemKind::kDevice;
   cudaMemcpyKind kind = c.kind;
   if (kind == cudaMemcpyDefault)
     kind = dev_src ? (dev_dst ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost)
                    : (dev_dst ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDeviceToDevice)
     return Status(err::kInvalidMemcpyDirection, "invalid cudaMemcpyKind");
-  kind = effectiveKind(c.dstPtr.ptr, c.srcPtr.ptr, kind);  // managed memory on a host side: device memory
+  kind = effectiveKind(p.copy.dstPtr.ptr, p.copy.srcPtr.ptr, kind);  // managed memory on a host side: device memory
   bool want_dst = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
   bool want_src = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
   if (want_dst != dev_dst || want_src != dev_src)

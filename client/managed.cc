@@ -89,6 +89,7 @@ void ManagedMemory::forgetDevice(int device) {
       continue;
     }
     (void)mprotect(reinterpret_cast<void*>(it->first), it->second.pages.size() * kPage, PROT_NONE);
+    by_device_.erase(it->second.device_addr);
     it = allocs_.erase(it);
   }
 }
@@ -114,31 +115,42 @@ void ManagedMemory::setAdvice(uint64_t base, const Advice& a) {
   if (auto it = allocs_.find(base); it != allocs_.end()) it->second.advice = a;
 }
 
-Status ManagedMemory::add(uint64_t p, uint64_t size, uint64_t server_base) {
+Status ManagedMemory::add(uint64_t p, uint64_t size, uint64_t server_base, uint64_t device_addr, int device,
+                          bool host_has_bytes) {
   if (p % kPage) return Status(err::kMemoryAllocation, "managed memory must start on a page");
-  // The host side is the reservation of the device range: it must be there.
-  if (mprotect(reinterpret_cast<void*>(p), pagesOf(size) * kPage, PROT_NONE) != 0)
+  // The host side is the reservation of the device range (or the program's registered pages): it must be there.
+  if (mprotect(reinterpret_cast<void*>(p), pagesOf(size) * kPage, host_has_bytes ? PROT_READ | PROT_WRITE : PROT_NONE) != 0)
     return Status(err::kMemoryAllocation, "this process could not reserve the managed range at " + std::to_string(p) +
                                               " (" + std::strerror(errno) + ")");
   std::lock_guard lock(mu_);
   static std::once_flag once;
   std::call_once(once, [this] { installHandler(); });
   Alloc a;
-  (void)rt().classify(reinterpret_cast<void*>(p), &a.device);
+  a.device = device;
+  a.device_addr = device_addr ? device_addr : p;
   a.server_base = server_base;
+  if (a.device_addr != p) by_device_[a.device_addr] = p;
   a.size = size;
-  a.pages.assign(pagesOf(size), kNone);
+  a.pages.assign(pagesOf(size), host_has_bytes ? kDirty : kNone);
+  a.host_pages = host_has_bytes;
+  if (host_has_bytes) any_host_.store(true);
   allocs_[p] = std::move(a);
   any_fresh_.store(true);
   return Status::ok();
 }
 
-uint64_t ManagedMemory::remove(uint64_t p) {
+uint64_t ManagedMemory::remove(uint64_t p, bool give_back) {
   std::lock_guard lock(mu_);
   auto it = allocs_.find(p);
   if (it == allocs_.end()) return 0;
-  (void)mprotect(reinterpret_cast<void*>(p), it->second.pages.size() * kPage, PROT_NONE);
+  if (give_back) {
+    Status s = fetchLocked(p, it->second, 0, it->second.pages.size());
+    if (!s) RGPU_LOG_WARN("unregistering mapped memory at {}: the device's bytes could not be fetched: {}", p, s.message());
+  }
+  (void)mprotect(reinterpret_cast<void*>(p), it->second.pages.size() * kPage,
+                 give_back ? PROT_READ | PROT_WRITE : PROT_NONE);
   uint64_t base = it->second.server_base;
+  by_device_.erase(it->second.device_addr);
   allocs_.erase(it);
   return base;
 }
@@ -182,7 +194,7 @@ Status ManagedMemory::fetchLocked(uint64_t base, Alloc& a, size_t first, size_t 
       if (!stream) return stream.status();
       capnp::MallocMessageBuilder msg(64);
       auto m = msg.initRoot<wire::Request>().initMemcpyDtoH();
-      m.setSrc(base + off);
+      m.setSrc(a.device_addr + off);
       m.setSize(n);
       setStream(m.initStream(), {*stream, a.device});
       ++t_flushing;  // a fetch is not device work: host copies stay
@@ -263,7 +275,7 @@ Status ManagedMemory::beforeDeviceWork() {
       }
       capnp::MallocMessageBuilder msg(64);
       auto m = msg.initRoot<wire::Request>().initMemcpyHtoD();
-      m.setDst(base + off);
+      m.setDst(a.device_addr + off);
       m.setSize(n);
       setStream(m.initStream(), {*stream, a.device});
       // Synchronous: once it returns, work on any stream sees the bytes. (The
@@ -292,6 +304,32 @@ Status ManagedMemory::prefetchToHost(uint64_t p, uint64_t size) {
   return fetchLocked(base, *a, first, last);
 }
 
+const void* ManagedMemory::deviceSide(const void* p) {
+  std::lock_guard lock(mu_);
+  uint64_t base;
+  Alloc* a = findLocked(reinterpret_cast<uint64_t>(p), &base);
+  return a ? reinterpret_cast<const void*>(a->device_addr + (reinterpret_cast<uint64_t>(p) - base)) : p;
+}
+
+bool ManagedMemory::mappedDevice(const void* p) {
+  std::lock_guard lock(mu_);
+  auto it = by_device_.upper_bound(reinterpret_cast<uint64_t>(p));
+  if (it == by_device_.begin()) return false;
+  --it;
+  auto a = allocs_.find(it->second);
+  return a != allocs_.end() && reinterpret_cast<uint64_t>(p) - it->first < a->second.pages.size() * kPage;
+}
+
+uint64_t ManagedMemory::hostSide(const void* p) {
+  std::lock_guard lock(mu_);
+  auto it = by_device_.upper_bound(reinterpret_cast<uint64_t>(p));
+  if (it == by_device_.begin()) return 0;
+  --it;
+  auto a = allocs_.find(it->second);
+  if (a == allocs_.end() || reinterpret_cast<uint64_t>(p) - it->first >= a->second.pages.size() * kPage) return 0;
+  return it->second + (reinterpret_cast<uint64_t>(p) - it->first);
+}
+
 cudaMemcpyKind effectiveKind(void* dst, const void* src, cudaMemcpyKind kind) {
   auto& m = ManagedMemory::get();
   bool dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
@@ -299,8 +337,8 @@ cudaMemcpyKind effectiveKind(void* dst, const void* src, cudaMemcpyKind kind) {
   if (kind != cudaMemcpyHostToHost && kind != cudaMemcpyHostToDevice && kind != cudaMemcpyDeviceToHost &&
       kind != cudaMemcpyDeviceToDevice)
     return kind;
-  if (!dd && m.contains(dst)) dd = true;
-  if (!sd && m.contains(src)) sd = true;
+  if (!dd && (m.contains(dst) || m.mappedDevice(dst))) dd = true;
+  if (!sd && (m.contains(src) || m.mappedDevice(src))) sd = true;
   return sd ? (dd ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost)
             : (dd ? cudaMemcpyHostToDevice : cudaMemcpyHostToHost);
 }

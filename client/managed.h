@@ -58,10 +58,23 @@ class ManagedMemory {
   // [p, p + size) lies in a fresh (zeroed) device allocation at `server_base`
   // whose range this process has reserved: it becomes managed. Installs the
   // fault handler on first use.
-  Status add(uint64_t p, uint64_t size, uint64_t server_base);
-  // cudaFree: the allocation the server knows (0: `p` is not managed memory);
-  // the range is a plain reservation again.
-  uint64_t remove(uint64_t p);
+  // Mapped host memory (cudaHostAlloc with cudaHostAllocMapped): the host
+  // range [p, p + size) is this process's own pages, the device side is at
+  // `device_addr` (0: at p, managed memory) on `device`.
+  // `host_has_bytes`: the host's pages hold the bytes (registered memory): they go up at the next device work.
+  Status add(uint64_t p, uint64_t size, uint64_t server_base, uint64_t device_addr, int device,
+             bool host_has_bytes = false);
+  // Where the runtime reads or writes `p` (a copy's side): for mapped host
+  // memory its device alias, else `p` itself.
+  const void* deviceSide(const void* p);
+  // `p` is the device alias of mapped host memory; hostSide gives its host address (0: none).
+  bool mappedDevice(const void* p);
+  uint64_t hostSide(const void* p);
+  // cudaFree / cudaFreeHost / cudaHostUnregister: the allocation the server
+  // knows (0: `p` is not managed or mapped memory). The range is left
+  // PROT_NONE, or, with `give_back`, holding the device's bytes and writable
+  // (registered memory goes back to the program as it is now).
+  uint64_t remove(uint64_t p, bool give_back = false);
   bool contains(const void* p);
   // cudaDeviceReset: the device's managed memory and streams are gone.
   void forgetDevice(int device);
@@ -104,6 +117,7 @@ class ManagedMemory {
   struct Alloc {
     int device = 0;
     uint64_t server_base = 0;
+    uint64_t device_addr = 0;  // where the bytes are on the device (the host address for managed memory)
     Advice advice;
     uint64_t size;
     std::vector<uint8_t> pages;  // kNone / kClean / kDirty
@@ -126,7 +140,21 @@ class ManagedMemory {
   std::atomic<bool> any_fresh_{false};  // some allocation is fresh
   std::atomic<uint64_t> up_{0}, down_{0}, faults_{0}, fetches_{0};
   std::map<int, uint32_t> own_streams_;
+  std::map<uint64_t, uint64_t> by_device_;  // mapped memory: device alias -> host address
 };
+
+// Mapped host memory (client/api_managed.cc): cudaHostAlloc(..., cudaHostAllocMapped)
+// is this process's own pages with a device alias the server allocated;
+// cudaHostRegister(..., cudaHostRegisterMapped) gives pages the program has
+// (whole pages only: the neighbours of a page are protected with it) one.
+// The coherence is managed memory's.
+Result<void*> allocateMapped(size_t size);
+Status registerMapped(void* p, size_t size);
+// cudaFreeHost / cudaHostUnregister of mapped memory (`registered`: the
+// pages are the program's and stay, holding the device's bytes).
+Status freeMapped(void* p, size_t size, bool registered);
+// Gives device memory back to the server and forgets its range.
+void freeDeviceMemory(uint64_t base);
 
 // A copy's kind as the runtime carries it out: a host side that is managed
 // memory is taken as device memory (cudaMemcpyDefault is resolved by the caller).

@@ -35,6 +35,7 @@ programs=(
   "$e2e/graph_native"
   "$e2e/conditional"
   "$e2e/managed"
+  "$e2e/mapped"
   "$e2e/recursion"
   "$e2e/library"
   "$e2e/cooperative"

@@ -8,11 +8,12 @@
 namespace rgpu::server {
 namespace {
 // What rgpu cannot offer a remote client (yet), whatever the GPU can do: a
-// kernel cannot reach the client's host memory over the network (no mapped
-// memory, so no unified addressing with it), so none of them is reported.
+// kernel cannot reach the client's host memory over the network directly
+// (mapped memory has a device alias that the client keeps coherent at launch
+// and synchronisation points, client/managed.h; no unified addressing), so
+// none of them is reported.
 bool hiddenFromRemoteClients(int a) {
   switch (a) {
-    case cudaDevAttrCanMapHostMemory:
     case cudaDevAttrUnifiedAddressing:
     case cudaDevAttrIntegrated:
     case cudaDevAttrConcurrentManagedAccess:  // managed memory is offered (client/managed.h), without it
@@ -240,6 +241,7 @@ DeviceDescription describeSimDevice(const SimDeviceConfig& cfg, int index) {
       {cudaDevAttrNumaId, -1},
       {cudaDevAttrMemoryPoolsSupported, 1},  // stream-ordered allocation (pools without IPC handles)
       {cudaDevAttrManagedMemory, 1},         // cudaMallocManaged, without concurrent access (client/managed.h)
+      {cudaDevAttrCanMapHostMemory, 1},      // mapped host memory through a device alias (no unified addressing)
       {cudaDevAttrCooperativeLaunch, 1},     // every block of a cooperative grid is resident at once
       {cudaDevAttrHostNumaId, -1},
       {cudaDevAttrEccEnabled, 1},  // as on data-centre GPUs

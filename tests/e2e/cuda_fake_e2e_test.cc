@@ -123,6 +123,12 @@ TEST_F(CudaFakeE2E, ManagedMemoryTravelsThroughTheDriversCopies) {
       << r.output;
 }
 
+TEST_F(CudaFakeE2E, MappedHostMemoryTravelsThroughTheDriversCopies) {
+  RunResult r = program(testProgram("mapped") + " --no-kernels");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("all checks passed"), std::string::npos) << r.output;
+}
+
 TEST_F(CudaFakeE2E, ConditionalHandlesAreRefusedAsUnsupported) {
   // The driver's handles belong to the driver graph that will hold the node,
   // which the server makes only at the graph's first launch (docs/limits.md).

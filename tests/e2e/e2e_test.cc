@@ -326,6 +326,14 @@ TEST_F(E2E, ManagedMemoryIsOnePointerForHostAndKernelsAndOnlyTouchedPagesTravel)
       << r.output;
 }
 
+TEST_F(E2E, MappedHostMemoryIsReachedByKernelsThroughItsDeviceAlias) {
+  RunResult r = program(testProgram("mapped"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("mapped: zero-copy kernels, registered pages, copies and attributes, all checks passed"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(E2E, ConditionalNodesRunIfElseWhileAndSwitchBodiesAsKernelsDecide) {
   RunResult r = program(testProgram("conditional"));
   EXPECT_EQ(r.code, 0) << r.output;

@@ -569,10 +569,11 @@ void caseClassify() {
   int uva = -1, map = -1;
   check(cudaDeviceGetAttribute(&uva, cudaDevAttrUnifiedAddressing, 0), "cudaDeviceGetAttribute");
   check(cudaDeviceGetAttribute(&map, cudaDevAttrCanMapHostMemory, 0), "cudaDeviceGetAttribute");
-  // A kernel cannot reach this process's pinned memory over the network.
-  if (uva != 0 || map != 0)
+  // A kernel cannot reach this process's pinned memory by its host address
+  // over the network: mapped memory has a device alias (cudaHostGetDevicePointer).
+  if (uva != 0 || map != 1)
     fail("unifiedAddressing " + std::to_string(uva) + ", canMapHostMemory " + std::to_string(map) +
-         ": kernels cannot dereference cudaMallocHost memory through rgpu");
+         ": through rgpu kernels reach mapped host memory by its device alias only");
   // Host memory still classifies as host.
   std::vector<char> a(4096, 1), b(4096, 2);
   check(cudaMemcpy(b.data(), a.data(), 4096, cudaMemcpyDefault), "cudaMemcpyDefault host to host");

