@@ -83,6 +83,8 @@ TEST_F(Gpu, ProgramsPassThroughRgpuAsTheyDoNatively) {
   programs.push_back({testProgram("recursion"), "all checks passed"});
   programs.push_back({testProgram("library"), "all checks passed"});
   programs.push_back({testProgram("clusters"), "all checks passed"});
+  programs.push_back({testProgram("managed"), "all checks passed"});
+  programs.push_back({testProgram("mapped"), "all checks passed"});
   for (const char* t : {"streams_ptds", "memory_ptds", "ptx_only_matmul", "launch_check"})
     programs.push_back({testProgram(t), ""});
   for (auto& p : programs) {
