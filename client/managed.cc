@@ -92,6 +92,7 @@ void ManagedMemory::forgetDevice(int device) {
     by_device_.erase(it->second.device_addr);
     it = allocs_.erase(it);
   }
+  count_.store(allocs_.size());
 }
 
 bool ManagedMemory::range(const void* p, size_t count, uint64_t* base, uint64_t* size) {
@@ -135,6 +136,7 @@ Status ManagedMemory::add(uint64_t p, uint64_t size, uint64_t server_base, uint6
   a.host_pages = host_has_bytes;
   if (host_has_bytes) any_host_.store(true);
   allocs_[p] = std::move(a);
+  count_.store(allocs_.size());
   any_fresh_.store(true);
   return Status::ok();
 }
@@ -152,10 +154,12 @@ uint64_t ManagedMemory::remove(uint64_t p, bool give_back) {
   uint64_t base = it->second.server_base;
   by_device_.erase(it->second.device_addr);
   allocs_.erase(it);
+  count_.store(allocs_.size());
   return base;
 }
 
 bool ManagedMemory::contains(const void* p) {
+  if (count_.load(std::memory_order_relaxed) == 0) return false;
   std::lock_guard lock(mu_);
   uint64_t base;
   return findLocked(reinterpret_cast<uint64_t>(p), &base) != nullptr;
@@ -216,6 +220,7 @@ Status ManagedMemory::fetchLocked(uint64_t base, Alloc& a, size_t first, size_t 
 }
 
 bool ManagedMemory::handleFault(void* addr, bool write) {
+  if (count_.load() == 0) return false;
   std::lock_guard lock(mu_);
   uint64_t base;
   Alloc* a = findLocked(reinterpret_cast<uint64_t>(addr), &base);
@@ -305,6 +310,7 @@ Status ManagedMemory::prefetchToHost(uint64_t p, uint64_t size) {
 }
 
 const void* ManagedMemory::deviceSide(const void* p) {
+  if (count_.load(std::memory_order_relaxed) == 0) return p;
   std::lock_guard lock(mu_);
   uint64_t base;
   Alloc* a = findLocked(reinterpret_cast<uint64_t>(p), &base);
@@ -312,6 +318,7 @@ const void* ManagedMemory::deviceSide(const void* p) {
 }
 
 bool ManagedMemory::mappedDevice(const void* p) {
+  if (count_.load(std::memory_order_relaxed) == 0) return false;
   std::lock_guard lock(mu_);
   auto it = by_device_.upper_bound(reinterpret_cast<uint64_t>(p));
   if (it == by_device_.begin()) return false;
@@ -321,6 +328,7 @@ bool ManagedMemory::mappedDevice(const void* p) {
 }
 
 uint64_t ManagedMemory::hostSide(const void* p) {
+  if (count_.load(std::memory_order_relaxed) == 0) return 0;
   std::lock_guard lock(mu_);
   auto it = by_device_.upper_bound(reinterpret_cast<uint64_t>(p));
   if (it == by_device_.begin()) return 0;

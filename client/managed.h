@@ -136,6 +136,8 @@ class ManagedMemory {
   // The runtime's own non-blocking stream on `device` for fetches and uploads (made on first use).
   Result<uint32_t> ownStreamLocked(int device);
 
+  // Allocations registered: while 0 (most programs), the per-copy lookups return at once, without the lock.
+  std::atomic<size_t> count_{0};
   std::atomic<bool> any_host_{false};   // some allocation has host pages
   std::atomic<bool> any_fresh_{false};  // some allocation is fresh
   std::atomic<uint64_t> up_{0}, down_{0}, faults_{0}, fetches_{0};
