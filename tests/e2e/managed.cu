@@ -41,7 +41,11 @@ int main(int argc, char** argv) {
   if (!native) EXPECT(concurrent == 0);  // rgpu's coherence: the host may touch managed memory while the device is idle
 
   float *x, *y, *z;
+  size_t free0, free1, total;
+  CHECK(cudaMemGetInfo(&free0, &total));
   CHECK(cudaMallocManaged(&x, kBytes));
+  CHECK(cudaMemGetInfo(&free1, &total));
+  EXPECT(free0 - free1 >= kBytes);  // device memory, counted as cudaMalloc's is (quotas too)
   CHECK(cudaMallocManaged(&y, kBytes));
   CHECK(cudaMallocManaged(&z, kBytes, cudaMemAttachGlobal));
   void* bad;
