@@ -57,7 +57,7 @@ ManagedMemory& ManagedMemory::get() {
 void ManagedMemory::installHandler() {
   struct sigaction sa {};
   sa.sa_sigaction = onSegv;
-  sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+  sa.sa_flags = SA_SIGINFO | SA_NODEFER;  // on the faulting thread's own stack: a fetch is a whole call
   sigemptyset(&sa.sa_mask);
   sigaction(SIGSEGV, &sa, &g_previous);
   if (const char* v = std::getenv("RGPU_MANAGED_STATS"); v && std::strcmp(v, "1") == 0) std::atexit(printStats);
