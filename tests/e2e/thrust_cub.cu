@@ -10,6 +10,8 @@
 #include <thrust/sort.h>
 #include <thrust/transform_reduce.h>
 #include <thrust/unique.h>
+#include <thrust/execution_policy.h>
+#include <thrust/universal_vector.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -215,6 +217,18 @@ int main(int argc, char** argv) {
     for (int b = 0; b < 8; ++b) ok &= gb[b] == std::accumulate(vals.begin() + b * 128, vals.begin() + (b + 1) * 128, 0);
     for (int w = 0; w < 32; ++w) ok &= gw[w] == std::accumulate(vals.begin() + w * 32, vals.begin() + (w + 1) * 32, 0);
     report("cub::BlockReduce and cub::WarpReduce", ok);
+  }
+  {
+    // Managed memory as Thrust offers it: written on the host, sorted and
+    // reduced on the device, read back on the host.
+    const int n = 100000;
+    thrust::universal_vector<int> u(n);
+    for (int i = 0; i < n; ++i) u[i] = static_cast<int>((i * 7919L) % n);
+    thrust::sort(thrust::device, u.begin(), u.end());
+    long sum = thrust::reduce(thrust::device, u.begin(), u.end(), 0L);
+    bool ok = sum == long(n) * (n - 1) / 2;
+    for (int i = 0; i < n && ok; ++i) ok = u[i] == i;
+    report("thrust::universal_vector sort and reduce", ok);
   }
   cudaError_t e = cudaDeviceSynchronize();
   report("no CUDA error", e == cudaSuccess);
