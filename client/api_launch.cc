@@ -1,5 +1,10 @@
 // Registration hooks nvcc emits, and kernel launches.
 #include "client/api_util.h"
+#include "client/managed.h"
+
+#include <map>
+#include <mutex>
+#include <vector>
 
 using namespace rgpu;
 using namespace rgpu::client;
@@ -18,7 +23,50 @@ thread_local std::vector<CallConfig> t_call_configs;
 RGPU_EXPORT void** __cudaRegisterFatBinary(void* fatCubin) { return rt().registerFatBinary(fatCubin); }
 RGPU_EXPORT void __cudaRegisterFatBinaryEnd(void** fatCubinHandle) {}
 RGPU_EXPORT void __cudaUnregisterFatBinary(void** fatCubinHandle) { rt().unregisterFatBinary(fatCubinHandle); }
-RGPU_EXPORT char __cudaInitModule(void** fatCubinHandle) { return 1; }
+namespace {
+// __managed__ variables by module: where the program's host code reads each one's address.
+struct ManagedVar {
+  void** host_ptr;
+  size_t size;
+};
+std::mutex g_managed_vars_mu;
+std::map<void**, std::vector<ManagedVar>>& managedVars() {
+  static auto* m = new std::map<void**, std::vector<ManagedVar>>;
+  return *m;
+}
+}  // namespace
+
+// nvcc's host code calls this before its first access to a __managed__
+// variable of the module: the variables get their addresses (pages of their
+// own on the device, paged as managed memory, client/managed.h).
+RGPU_EXPORT char __cudaInitModule(void** fatCubinHandle) {
+  std::vector<ManagedVar> vars;
+  {
+    std::lock_guard lock(g_managed_vars_mu);
+    auto it = managedVars().find(fatCubinHandle);
+    if (it == managedVars().end()) return 1;
+    vars = it->second;
+  }
+  const int dev = rt().currentDevice();
+  for (const ManagedVar& v : vars) {
+    if (*v.host_ptr) continue;
+    auto sym = rt().symbol(v.host_ptr, dev);  // loads the module; reserves the variable's range here
+    Status s = sym ? Status::ok() : sym.status();
+    if (s && sym->first % 4096)
+      s = Status(err::kNotSupported, "the server placed it off a page boundary (the CUDA backend places __managed__ "
+                                     "variables with the driver)");
+    if (s && rt().trackDevice(sym->first, v.size, dev) == DeviceRanges::Result::kCollides)
+      s = Status(err::kNotSupported, "it lies over this process's own memory");
+    if (s) s = ManagedMemory::get().add(sym->first, v.size, 0, 0, dev, false, /*initialised=*/true);
+    if (!s) {
+      common::logOnce("managed-var", "a __managed__ variable cannot be used through rgpu: " + s.message());
+      return 0;
+    }
+    *v.host_ptr = reinterpret_cast<void*>(sym->first);
+    rt().aliasVar(*v.host_ptr, v.host_ptr);  // cudaMemcpyToSymbol(counter, ...) names it by its address
+  }
+  return 1;
+}
 
 RGPU_EXPORT void __cudaRegisterFunction(void** fatCubinHandle, const char* hostFun, char* deviceFun,
                                         const char* deviceName, int thread_limit, uint3* tid, uint3* bid, dim3* bDim,
@@ -33,10 +81,12 @@ RGPU_EXPORT void __cudaRegisterVar(void** fatCubinHandle, char* hostVar, char* d
 
 RGPU_EXPORT void __cudaRegisterManagedVar(void** fatCubinHandle, void** hostVarPtrAddress, char* deviceAddress,
                                           const char* deviceName, int ext, size_t size, int constant, int global) {
-  // __managed__ needs memory visible to host and device at once, which a GPU on
-  // another machine cannot offer. Accesses fail: the host pointer stays NULL.
-  common::logOnce("managed-var", std::string("__managed__ variable ") + (deviceName ? deviceName : "?") +
-                                     " is not supported by rgpu (unified memory across the network)");
+  // A variable of the module, known by the address of the pointer the host
+  // code reads (its address comes with __cudaInitModule).
+  rt().registerVar(fatCubinHandle, reinterpret_cast<char*>(hostVarPtrAddress),
+                   deviceName ? deviceName : deviceAddress, size, constant);
+  std::lock_guard lock(g_managed_vars_mu);
+  managedVars()[fatCubinHandle].push_back({hostVarPtrAddress, size});
 }
 
 RGPU_EXPORT unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem, struct CUstream_st* stream) {

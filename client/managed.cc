@@ -117,7 +117,7 @@ void ManagedMemory::setAdvice(uint64_t base, const Advice& a) {
 }
 
 Status ManagedMemory::add(uint64_t p, uint64_t size, uint64_t server_base, uint64_t device_addr, int device,
-                          bool host_has_bytes) {
+                          bool host_has_bytes, bool initialised) {
   if (p % kPage) return Status(err::kMemoryAllocation, "managed memory must start on a page");
   // The host side is the reservation of the device range (or the program's registered pages): it must be there.
   if (mprotect(reinterpret_cast<void*>(p), pagesOf(size) * kPage, host_has_bytes ? PROT_READ | PROT_WRITE : PROT_NONE) != 0)
@@ -133,11 +133,13 @@ Status ManagedMemory::add(uint64_t p, uint64_t size, uint64_t server_base, uint6
   if (a.device_addr != p) by_device_[a.device_addr] = p;
   a.size = size;
   a.pages.assign(pagesOf(size), host_has_bytes ? kDirty : kNone);
+  a.fresh = !initialised;
   a.host_pages = host_has_bytes;
   if (host_has_bytes) any_host_.store(true);
+  const bool fresh = a.fresh;
   allocs_[p] = std::move(a);
   count_.store(allocs_.size());
-  any_fresh_.store(true);
+  if (fresh) any_fresh_.store(true);
   return Status::ok();
 }
 

@@ -62,8 +62,9 @@ class ManagedMemory {
   // range [p, p + size) is this process's own pages, the device side is at
   // `device_addr` (0: at p, managed memory) on `device`.
   // `host_has_bytes`: the host's pages hold the bytes (registered memory): they go up at the next device work.
+  // `initialised`: the device's bytes are not zeros (a __managed__ variable's initial value): the host fetches them.
   Status add(uint64_t p, uint64_t size, uint64_t server_base, uint64_t device_addr, int device,
-             bool host_has_bytes = false);
+             bool host_has_bytes = false, bool initialised = false);
   // Where the runtime reads or writes `p` (a copy's side): for mapped host
   // memory its device alias, else `p` itself.
   const void* deviceSide(const void* p);

@@ -572,6 +572,12 @@ void Runtime::registerVar(void** handle, char* host_var, const char* device_name
   vars_.push_back(std::move(v));
 }
 
+void Runtime::aliasVar(const void* alias, const void* host_var) {
+  std::unique_lock lock(reg_mu_);
+  auto it = var_by_host_.find(host_var);
+  if (it != var_by_host_.end()) var_by_host_[alias] = it->second;
+}
+
 void Runtime::unregisterFatBinary(void** handle) {
   // Runs from atexit: the session ends with the process and the server frees
   // the module then; sending more here would only slow the exit down.

@@ -167,6 +167,9 @@ class Runtime {
   void** registerFatBinary(void* wrapper);
   void registerFunction(void** handle, const char* host_fun, const char* device_name);
   void registerVar(void** handle, char* host_var, const char* device_name, size_t size, int constant);
+  // `alias` names the same variable as `host_var` from now on (a __managed__
+  // variable: host code names it by its managed address).
+  void aliasVar(const void* alias, const void* host_var);
   void unregisterFatBinary(void** handle);
   Result<const KernelRecord*> kernelByHostFun(const void* host_fun);
   Result<const KernelRecord*> kernelByHandle(cudaKernel_t handle);

@@ -36,6 +36,7 @@ programs=(
   "$e2e/conditional"
   "$e2e/managed"
   "$e2e/mapped"
+  "$e2e/managed_var"
   "$e2e/recursion"
   "$e2e/library"
   "$e2e/cooperative"

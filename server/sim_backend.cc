@@ -632,15 +632,23 @@ Status SimBackend::loadModule(uint32_t id, int device, const std::string& fatbin
                                               std::to_string(m.instructions) + "): unload modules first");
   // Module variables live in device memory, initialised from the PTX.
   std::vector<DevPtr> addrs;
+  std::vector<DevPtr> bases;  // what each allocation is released by
   for (auto& g : program->globals) {
-    auto p = allocateLocked(device, std::max<uint64_t>(g.size, 1));
+    // A __managed__ variable has pages of its own, from a page boundary: the
+    // client pages it as managed memory (client/managed.h).
+    constexpr uint64_t kPage = 4096;
+    const uint64_t size = std::max<uint64_t>(g.size, 1);
+    auto p = allocateLocked(device, g.managed ? (size + 2 * kPage - 1) / kPage * kPage : size);
     if (!p) {
-      for (DevPtr a : addrs) releaseLocked(a);
+      for (DevPtr a : bases) releaseLocked(a);
       return p.status();
     }
-    std::memcpy(reinterpret_cast<void*>(*p), g.init.data(), g.init.size());
-    addrs.push_back(*p);
-    m.globals[g.name] = {*p, g.size};
+    const DevPtr at = g.managed ? (*p + kPage - 1) / kPage * kPage : *p;
+    std::memcpy(reinterpret_cast<void*>(at), g.init.data(), g.init.size());
+    addrs.push_back(at);
+    bases.push_back(*p);
+    m.globals[g.name] = {at, g.size};
+    if (at != *p) m.global_bases[at] = *p;
   }
   ptx::bindGlobals(*program, addrs);
   m.program = std::make_shared<const ptx::Module>(std::move(*program));
@@ -654,7 +662,10 @@ Status SimBackend::unloadModule(uint32_t id) {
   std::lock_guard lock(mu_);
   auto it = modules_.find(id);
   if (it == modules_.end()) return Status(err::kInvalidResourceHandle, "unknown module");
-  for (auto& [name, g] : it->second.globals) releaseLocked(g.first);
+  for (auto& [name, g] : it->second.globals) {
+    auto base = it->second.global_bases.find(g.first);
+    releaseLocked(base == it->second.global_bases.end() ? g.first : base->second);
+  }
   std::erase_if(functions_, [id](const auto& f) { return f.second.module == id; });
   module_insts_ -= it->second.instructions;
   modules_.erase(it);

@@ -188,6 +188,7 @@ class SimBackend final : public Backend {
     uint64_t instructions = 0;  // decoded, for kMaxSimInstsPerSession
     int ptx_arch = 0;
     std::map<std::string, std::pair<DevPtr, uint64_t>> globals;
+    std::map<DevPtr, DevPtr> global_bases;  // __managed__ variables: address -> their allocation
     bool uses_printf = false;
   };
   struct Function {

@@ -167,6 +167,7 @@ struct Global {
   uint64_t size = 0;
   uint32_t align = 1;
   std::vector<uint8_t> init;     // initial bytes (zero-filled to size)
+  bool managed = false;          // .attribute(.managed): a __managed__ variable (pages of its own)
   // Initializers that hold symbol addresses (generic(sym)): offset -> symbol.
   std::vector<std::pair<uint64_t, std::string>> address_inits;
 };

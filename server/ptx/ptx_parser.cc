@@ -255,6 +255,12 @@ Status Parser::parseGlobalVar(Space space, bool is_extern) {
       auto a = parseAlign();
       if (!a) return a.status();
       g.align = *a;
+    } else if (m == ".attribute") {  // .attribute(.managed)
+      RGPU_TRY(expect("("));
+      std::string attr = next();
+      RGPU_TRY(expect(")"));
+      if (attr != ".managed") return bad(l, "unknown variable attribute " + attr);
+      g.managed = true;
     } else if (m == ".v2" || m == ".v4") {
       return bad(l, "vector-typed module variables are not supported");
     } else if (!parseType(m.substr(1), type)) {

@@ -129,6 +129,15 @@ TEST_F(CudaFakeE2E, MappedHostMemoryTravelsThroughTheDriversCopies) {
   EXPECT_NE(r.output.find("all checks passed"), std::string::npos) << r.output;
 }
 
+TEST_F(CudaFakeE2E, ManagedVariablesAreRefusedWithTheReason) {
+  // The driver places __managed__ variables; the client cannot page them (docs/limits.md).
+  RunResult r = program(testProgram("managed_var"));
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("a __managed__ variable cannot be used through rgpu: the server placed it off a page boundary"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(CudaFakeE2E, ConditionalHandlesAreRefusedAsUnsupported) {
   // The driver's handles belong to the driver graph that will hold the node,
   // which the server makes only at the graph's first launch (docs/limits.md).

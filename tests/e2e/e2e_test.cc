@@ -326,6 +326,14 @@ TEST_F(E2E, ManagedMemoryIsOnePointerForHostAndKernelsAndOnlyTouchedPagesTravel)
       << r.output;
 }
 
+TEST_F(E2E, ManagedVariablesAreOneNameForHostCodeAndKernels) {
+  RunResult r = program(testProgram("managed_var"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("managed_var: initial value, kernel, host and symbol updates, all checks passed"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(E2E, MappedHostMemoryIsReachedByKernelsThroughItsDeviceAlias) {
   RunResult r = program(testProgram("mapped"));
   EXPECT_EQ(r.code, 0) << r.output;
