@@ -1329,6 +1329,17 @@ TEST(PtxCalls, GraphSetConditionalStoresToTheHandlesWordAndFaultsOnAnUnknownOne)
             kErrInvalidPtx);
 }
 
+TEST(PtxModule, ManagedVariablesAreMarkedAndUnknownAttributesRefused) {
+  auto m = parsePtx(".version 9.0\n.target sm_80\n.address_size 64\n"
+                    ".global .attribute(.managed) .align 4 .u32 counter = 5;\n.global .align 4 .u32 plain;\n");
+  ASSERT_TRUE(m) << m.status().message();
+  ASSERT_EQ(m->globals.size(), 2u);
+  EXPECT_TRUE(m->globals[0].managed);
+  EXPECT_FALSE(m->globals[1].managed);
+  auto bad = parsePtx(".version 9.0\n.target sm_80\n.address_size 64\n.global .attribute(.unified) .u32 x;\n");
+  EXPECT_EQ(bad.status().code(), kErrInvalidPtx);
+}
+
 TEST(DeviceHeap, FirstFitCoalescesAndRefusesWhatDoesNotFit) {
   DeviceHeap h(0x10000, 256);
   uint64_t a = h.allocate(100), b = h.allocate(100), c = h.allocate(100);
