@@ -171,7 +171,11 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
       m.setSrc(reinterpret_cast<uint64_t>(src));
       m.setSize(count);
       setStream(m.initStream(), *s);
-      return rt().post(msg);
+      RGPU_TRY(rt().post(msg));
+      // A copy the program asked for with host memory on both sides (managed
+      // or mapped memory made it a device copy) is done when cudaMemcpy returns.
+      if (!async && kind == cudaMemcpyHostToHost) RGPU_TRY(streamSyncImpl(stream, ptsz));
+      return Status::ok();
     }
     default: {
       if (Status c; async && capturesActive() &&
@@ -285,7 +289,10 @@ Status memcpy2DCore(void* dst, size_t dpitch, const void* src, size_t spitch, si
     return Status::ok();
   }
   m.setKind(3);
-  return rt().post(msg);
+  RGPU_TRY(rt().post(msg));
+  // Host memory on both sides as the program named it (managed or mapped): done when cudaMemcpy2D returns.
+  if (!async && kind == cudaMemcpyHostToHost) RGPU_TRY(streamSyncImpl(stream, ptsz));
+  return Status::ok();
 }
 
 }  // namespace

@@ -84,6 +84,12 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceSynchronize());
   EXPECT(b[N - 1] == float(N - 1));
   EXPECT(c[0] == 1.0f && c[2] == 3.0f && c[4] == 5.0f);
+  // Host to host between mapped buffers (a copy on the device here): done when cudaMemcpy returns.
+  for (int k = 0; k < 20; ++k) {
+    CHECK(cudaMemcpy(c, a, N * sizeof(float), cudaMemcpyHostToHost));
+    EXPECT(c[N - 1] == float(N - 1) && c[7] == 7.0f);
+    c[7] = -1.0f;
+  }
 
   // Registered with cudaHostRegisterMapped: whole pages the program filled first.
   const size_t bytes = 16 * 4096;
