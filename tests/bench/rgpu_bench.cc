@@ -174,6 +174,9 @@ int main(int argc, char** argv) {
   std::vector<double> one_by_one, graphed, graph_launches;
 #endif
 
+  // (a) queries an idle stream: nothing of the set-up (the legacy stream's
+  // memset, which a blocking stream waits for) may still be queued.
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   for (int round = 0; round < rounds; ++round) {
     // (a) round trips, raw then rgpu.
     raw.command('p', ping_bytes, pings);
