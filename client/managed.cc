@@ -207,9 +207,16 @@ Status ManagedMemory::fetchLocked(uint64_t base, Alloc& a, size_t first, size_t 
       auto r = rt().call(msg, nullptr, 0, bytes.data(), n);
       --t_flushing;
       if (!r) return r.status();
-      if (mprotect(at, span, PROT_READ | PROT_WRITE) != 0) return Status(err::kUnknown, "mprotect failed");
-      std::memcpy(at, bytes.data(), n);
-      if (mprotect(at, span, PROT_READ) != 0) return Status(err::kUnknown, "mprotect failed");
+      // Filled out of sight and then moved over the range in one step: another
+      // thread never reads these pages half-filled (it faults, and waits here).
+      void* fresh = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (fresh == MAP_FAILED) return Status(err::kMemoryAllocation, "no memory for the fetched pages");
+      std::memcpy(fresh, bytes.data(), n);
+      if (mprotect(fresh, span, PROT_READ) != 0 ||
+          mremap(fresh, span, span, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED) {
+        munmap(fresh, span);
+        return Status(err::kUnknown, std::string("cannot place the fetched pages: ") + std::strerror(errno));
+      }
       down_ += n;
       ++fetches_;
     }
