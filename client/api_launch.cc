@@ -52,7 +52,7 @@ RGPU_EXPORT char __cudaInitModule(void** fatCubinHandle) {
     if (*v.host_ptr) continue;
     auto sym = rt().symbol(v.host_ptr, dev);  // loads the module; reserves the variable's range here
     Status s = sym ? Status::ok() : sym.status();
-    if (s && sym->first % 4096)
+    if (s && sym->first % kManagedPage)
       s = Status(err::kNotSupported, "the server placed it off a page boundary (the CUDA backend places __managed__ "
                                      "variables with the driver)");
     if (s && rt().trackDevice(sym->first, v.size, dev) == DeviceRanges::Result::kCollides)

@@ -14,7 +14,7 @@ using namespace rgpu::client;
 
 namespace {
 
-constexpr uint64_t kPage = 4096;
+constexpr uint64_t kPage = kManagedPage;
 
 Status checkLocation(const cudaMemLocation& l) {
   if (l.type == cudaMemLocationTypeHost || l.type == cudaMemLocationTypeHostNuma ||

@@ -183,13 +183,16 @@ const CUgraphNode_st* notInBody(const CUgraph_st& g) {
 
 Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, cudaGraphNode_t* err_node);
 
+// Names the program's node behind `at` as the one instantiation failed at (the first only); returns `s`.
+Status failedAt(const Status& s, const CUgraphNode_st* at, cudaGraphNode_t* err_node) {
+  if (err_node && !*err_node) *err_node = const_cast<CUgraphNode_st*>(at->origin ? at->origin : at);
+  return s;
+}
+
 // A conditional node and then its bodies' nodes, body after body.
 Status flattenConditional(const CUgraphNode_st& n, int device, std::vector<WireNode>& out, cudaGraphNode_t* err_node) {
   const NodeParams& p = n.p;
-  auto fault = [&](const Status& s, const CUgraphNode_st* at) {
-    if (err_node && !*err_node) *err_node = const_cast<CUgraphNode_st*>(at->origin ? at->origin : at);
-    return s;
-  };
+  auto fault = [&](const Status& s, const CUgraphNode_st* at) { return failedAt(s, at, err_node); };
   const size_t at = out.size();
   WireNode w;
   w.kind = WireNode::kConditional;
@@ -224,10 +227,7 @@ Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, cuda
       out.push_back(std::move(w));
     }
   for (CUgraphNode_st* n : order) {
-    auto fault = [&](const Status& s) {
-      if (err_node && !*err_node) *err_node = const_cast<CUgraphNode_st*>(n->origin ? n->origin : n);
-      return s;
-    };
+    auto fault = [&](const Status& s) { return failedAt(s, n, err_node); };
     if (!n->enabled) continue;
     const NodeParams& p = n->p;
     if (!p.request.empty()) {

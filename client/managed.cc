@@ -16,7 +16,7 @@
 namespace rgpu::client {
 namespace {
 
-constexpr uint64_t kPage = 4096;
+constexpr uint64_t kPage = kManagedPage;
 constexpr size_t kFetchBlockPages = 16;    // a fault fetches the 64 KiB block around it
 constexpr size_t kMaxAheadPages = 1024;    // a sequential read fetches up to 4 MiB at once
 
@@ -326,15 +326,7 @@ const void* ManagedMemory::deviceSide(const void* p) {
   return a ? reinterpret_cast<const void*>(a->device_addr + (reinterpret_cast<uint64_t>(p) - base)) : p;
 }
 
-bool ManagedMemory::mappedDevice(const void* p) {
-  if (count_.load(std::memory_order_relaxed) == 0) return false;
-  std::lock_guard lock(mu_);
-  auto it = by_device_.upper_bound(reinterpret_cast<uint64_t>(p));
-  if (it == by_device_.begin()) return false;
-  --it;
-  auto a = allocs_.find(it->second);
-  return a != allocs_.end() && reinterpret_cast<uint64_t>(p) - it->first < a->second.pages.size() * kPage;
-}
+bool ManagedMemory::mappedDevice(const void* p) { return hostSide(p) != 0; }
 
 uint64_t ManagedMemory::hostSide(const void* p) {
   if (count_.load(std::memory_order_relaxed) == 0) return 0;

@@ -51,6 +51,9 @@
 
 namespace rgpu::client {
 
+// The unit the host side of managed and mapped memory is tracked and protected in.
+inline constexpr uint64_t kManagedPage = 4096;
+
 class ManagedMemory {
  public:
   static ManagedMemory& get();
