@@ -427,6 +427,23 @@ RGPU_EXPORT cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t wid
   });
 }
 
+RGPU_EXPORT cudaError_t cudaMalloc3D(struct cudaPitchedPtr* pitchedDevPtr, struct cudaExtent extent) {
+  // cudaMallocPitch of extent.height x extent.depth rows.
+  return guarded([&]() -> Status {
+    RGPU_TRY(needPtr(pitchedDevPtr, "pitchedDevPtr"));
+    *pitchedDevPtr = cudaPitchedPtr{nullptr, 0, extent.width, extent.height};
+    const uint64_t rows = uint64_t{extent.height} * extent.depth;
+    if (extent.width == 0 || rows == 0) return Status::ok();
+    if (extent.depth && rows / extent.depth != extent.height) return Status(err::kInvalidValue, "extent out of range");
+    uint64_t p = 0;
+    auto ptr = deviceMemory(rt().currentDevice(), 0, extent.width, rows, &p);
+    if (!ptr) return ptr.status();
+    pitchedDevPtr->ptr = reinterpret_cast<void*>(*ptr);
+    pitchedDevPtr->pitch = p;
+    return Status::ok();
+  });
+}
+
 RGPU_EXPORT cudaError_t cudaFree(void* devPtr) {
   return guarded([&]() -> Status {
     if (!devPtr) return Status::ok();
@@ -650,6 +667,31 @@ RGPU_EXPORT cudaError_t cudaMemset2D_ptds(void* devPtr, size_t pitch, int value,
 RGPU_EXPORT cudaError_t cudaMemset2DAsync(void* devPtr, size_t pitch, int value, size_t width, size_t height,
                                           cudaStream_t stream) {
   return guarded([&] { return memset2DImpl(devPtr, pitch, value, width, height, stream, false); });
+}
+namespace {
+// cudaMemset3D: a 2D memset per slice (one when the slices follow each other).
+Status memset3DImpl(cudaPitchedPtr p, int value, cudaExtent e, cudaStream_t stream, bool ptsz) {
+  if (e.width == 0 || e.height == 0 || e.depth == 0) return Status::ok();
+  if (e.depth > 1 && p.ysize < e.height) return Status(err::kInvalidValue, "the extent's height exceeds ysize");
+  if (e.depth == 1 || p.ysize == e.height)
+    return memset2DImpl(p.ptr, p.pitch, value, e.width, e.height * e.depth, stream, ptsz);
+  for (size_t z = 0; z < e.depth; ++z)
+    RGPU_TRY(memset2DImpl(static_cast<char*>(p.ptr) + z * p.pitch * p.ysize, p.pitch, value, e.width, e.height, stream, ptsz));
+  return Status::ok();
+}
+}  // namespace
+RGPU_EXPORT cudaError_t cudaMemset3D(struct cudaPitchedPtr p, int value, struct cudaExtent extent) {
+  return guarded([&] { return memset3DImpl(p, value, extent, nullptr, false); });
+}
+RGPU_EXPORT cudaError_t cudaMemset3D_ptds(struct cudaPitchedPtr p, int value, struct cudaExtent extent) {
+  return guarded([&] { return memset3DImpl(p, value, extent, nullptr, true); });
+}
+RGPU_EXPORT cudaError_t cudaMemset3DAsync(struct cudaPitchedPtr p, int value, struct cudaExtent extent, cudaStream_t stream) {
+  return guarded([&] { return memset3DImpl(p, value, extent, stream, false); });
+}
+RGPU_EXPORT cudaError_t cudaMemset3DAsync_ptsz(struct cudaPitchedPtr p, int value, struct cudaExtent extent,
+                                               cudaStream_t stream) {
+  return guarded([&] { return memset3DImpl(p, value, extent, stream, true); });
 }
 RGPU_EXPORT cudaError_t cudaMemset2DAsync_ptsz(void* devPtr, size_t pitch, int value, size_t width, size_t height,
                                                cudaStream_t stream) {

@@ -138,6 +138,7 @@ std::optional<StreamRef> requestStream(wire::Request::Reader r) {
     case R::BLAS: return ref(r.getBlas().getStream());
     case R::LT_MATMUL: return ref(r.getLtMatmul().getStream());
     case R::GRAPH_LAUNCH: return ref(r.getGraphLaunch().getStream());
+    case R::COPY3_D: return ref(r.getCopy3D().getStream());
     default: return std::nullopt;
   }
 }
@@ -283,7 +284,8 @@ Status captureAllowsCall(wire::Request::Reader req) {
   bool unsafe = false;
   switch (req.which()) {
     case R::MALLOC: case R::FREE: case R::DEVICE_SYNCHRONIZE: case R::DEVICE_RESET:
-    case R::MEMCPY_HTO_D: case R::MEMCPY_DTO_H: case R::MEMCPY2_D: case R::MEMCPY_PEER:
+    case R::MEMCPY_HTO_D: case R::MEMCPY_DTO_H: case R::MEMCPY2_D: case R::MEMCPY_PEER: case R::COPY3_D:
+    case R::ARRAY_CREATE: case R::ARRAY_DESTROY:
       unsafe = true;
       break;
     default:

@@ -142,6 +142,14 @@ struct Request {
                                    # reply (only when it has device-to-host nodes) bulk = theirs
     graphDestroy @44 :GraphRef;
     conditionalHandleCreate @45 :Device;  # cudaGraphConditionalHandleCreate: reply value = the handle
+    arrayCreate @46 :ArrayCreate;    # cudaMallocArray, cudaMalloc3DArray, cudaMallocMipmappedArray: reply value = its handle
+    arrayDestroy @47 :ObjectRef;     # cudaFreeArray, cudaFreeMipmappedArray
+    copy3D @48 :Copy3D;              # copies to, from and between arrays and pitched memory;
+                                     # from the host: bulk = the packed bytes; to the host: reply bulk = them
+    textureCreate @49 :TextureCreate;  # cudaCreateTextureObject: reply value = the object kernels take
+    textureDestroy @50 :ObjectRef;
+    surfaceCreate @51 :SurfaceCreate;  # cudaCreateSurfaceObject: reply value = the object kernels take
+    surfaceDestroy @52 :ObjectRef;
   }
 }
 
@@ -291,6 +299,70 @@ struct Malloc {
   pitchWidth @2 :UInt64; pitchHeight @3 :UInt64;
 }
 struct Pitched { ptr @0 :UInt64; pitch @1 :UInt64; }
+
+# CUDA arrays, textures and surfaces (docs/architecture.md, "Arrays, textures
+# and surfaces"). An array is named by the handle its arrayCreate returned and
+# a mipmap level (0 for a plain array); every position and width is in bytes
+# (the client converts elements), heights in rows, depths in slices (3D depth,
+# layers, cube faces).
+struct ChannelFormat { x @0 :Int32; y @1 :Int32; z @2 :Int32; w @3 :Int32; kind @4 :Int32; }  # cudaChannelFormatDesc
+struct ArrayCreate {
+  device @0 :Int32;
+  format @1 :ChannelFormat;
+  width @2 :UInt64;          # elements
+  height @3 :UInt64;         # 0: a 1D array
+  depth @4 :UInt64;          # 0: not 3D; layered: layers; cubemap: 6 (layered cubemap: 6 x cubes)
+  flags @5 :UInt32;          # cudaArrayLayered, cudaArraySurfaceLoadStore, cudaArrayCubemap, cudaArrayTextureGather
+  levels @6 :UInt32;         # cudaMallocMipmappedArray: its levels; 0: a plain array
+}
+struct ObjectRef { handle @0 :UInt64; }
+struct CopySide {
+  union {
+    host @0 :Void;           # the request's bulk (source) or the reply's (destination), packed
+    device @1 :UInt64;       # pitched device memory at this address
+    array @2 :UInt64;        # an array's handle
+  }
+  level @3 :UInt32;          # array: the mipmap level
+  pitch @4 :UInt64;          # device: bytes between rows
+  rows @5 :UInt64;           # device: rows between slices
+  x @6 :UInt64; y @7 :UInt64; z @8 :UInt64;  # where the copy starts (x in bytes)
+}
+struct Copy3D {
+  src @0 :CopySide;
+  dst @1 :CopySide;
+  width @2 :UInt64;          # bytes
+  height @3 :UInt64;
+  depth @4 :UInt64;
+  stream @5 :StreamRef;
+}
+enum TextureResource { array @0; mipmappedArray @1; linear @2; pitch2D @3; }
+struct TextureCreate {
+  device @0 :Int32;
+  resource @1 :TextureResource;
+  handle @2 :UInt64;         # array, mipmappedArray: the array
+  level @3 :UInt32;          # array: the level it is of a mipmapped array (cudaGetMipmappedArrayLevel)
+  ptr @4 :UInt64;            # linear, pitch2D: device memory
+  format @5 :ChannelFormat;  # linear, pitch2D
+  size @6 :UInt64;           # linear: bytes
+  width @7 :UInt64;          # pitch2D: elements
+  height @8 :UInt64;
+  pitch @9 :UInt64;
+  # cudaTextureDesc
+  addressMode @10 :List(Int32);  # 3
+  filterMode @11 :Int32;
+  readMode @12 :Int32;
+  sRGB @13 :Bool;
+  borderColor @14 :List(Float32);  # 4
+  normalizedCoords @15 :Bool;
+  maxAnisotropy @16 :UInt32;
+  mipmapFilterMode @17 :Int32;
+  mipmapLevelBias @18 :Float32;
+  minMipmapLevelClamp @19 :Float32;
+  maxMipmapLevelClamp @20 :Float32;
+  disableTrilinearOptimization @21 :Bool;
+  seamlessCubemap @22 :Bool;
+}
+struct SurfaceCreate { array @0 :UInt64; level @1 :UInt32; }
 struct Free { ptr @0 :UInt64; }
 struct MemcpyHtoD { dst @0 :UInt64; size @1 :UInt64; stream @2 :StreamRef; }
 struct MemcpyDtoH { src @0 :UInt64; size @1 :UInt64; stream @2 :StreamRef; }

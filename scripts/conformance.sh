@@ -37,6 +37,8 @@ programs=(
   "$e2e/managed"
   "$e2e/mapped"
   "$e2e/managed_var"
+  "$e2e/arrays"
+  "$e2e/textures"
   "$e2e/recursion"
   "$e2e/library"
   "$e2e/cooperative"

@@ -69,6 +69,59 @@ struct LaunchConfig {
   Dim3 cluster{0, 0, 0};
 };
 
+// CUDA arrays, textures and surfaces (server/array_table.h checks every
+// field before a backend sees it). Array formats: `channels` of `bits` each
+// (cudaChannelFormatKind `kind`: 0 signed, 1 unsigned, 2 float).
+struct ArrayFormat {
+  int kind = 2;
+  int channels = 1;
+  int bits = 32;
+  uint32_t bytes() const { return static_cast<uint32_t>(channels * bits / 8); }
+};
+// cudaArray flags.
+inline constexpr uint32_t kArrayLayered = 0x01, kArraySurfaceLoadStore = 0x02, kArrayCubemap = 0x04,
+                          kArrayTextureGather = 0x08;
+struct ArraySpec {
+  int device = 0;
+  ArrayFormat format;
+  // Elements; height 0: 1D; depth 0: neither 3D nor layered. Layered: depth
+  // counts layers; cubemaps: 6 faces (x cubes when layered).
+  uint64_t width = 1, height = 0, depth = 0;
+  uint32_t flags = 0;
+  uint32_t levels = 0;  // a mipmapped array's levels; 0: a plain array (one level)
+};
+// One side of a 3D copy: the bulk of the request or its reply (packed),
+// pitched device memory, or an array's level. x in bytes.
+struct CopySide {
+  enum Kind : uint8_t { kHost, kDevice, kArray } kind = kHost;
+  uint64_t ptr = 0;  // kDevice: the address; kArray: the array's handle
+  uint32_t level = 0;
+  uint64_t pitch = 0, rows = 0;  // kDevice: bytes between rows, rows between slices
+  uint64_t x = 0, y = 0, z = 0;
+};
+struct Copy3DSpec {
+  CopySide src, dst;
+  uint64_t width = 0, height = 1, depth = 1;  // bytes, rows, slices
+};
+// cudaResourceDesc and cudaTextureDesc as the session checked them.
+struct TextureSpec {
+  int device = 0;
+  enum Resource : uint8_t { kArray, kMipmapped, kLinear, kPitch2D } resource = kArray;
+  uint64_t array = 0;  // kArray, kMipmapped: the array's handle
+  uint32_t level = 0;  // kArray: which level of a mipmapped array it is
+  uint64_t ptr = 0;    // kLinear, kPitch2D
+  ArrayFormat format;  // kLinear, kPitch2D
+  uint64_t size = 0;   // kLinear: bytes
+  uint64_t width = 0, height = 0, pitch = 0;  // kPitch2D: elements, rows, bytes
+  uint8_t address[3] = {0, 0, 0};  // cudaTextureAddressMode
+  bool linear_filter = false, normalized_read = false, srgb = false, normalized_coords = false;
+  float border[4] = {0, 0, 0, 0};
+  uint32_t max_anisotropy = 0;
+  bool mip_linear = false;
+  float mip_bias = 0, min_lod = 0, max_lod = 0;
+  bool disable_trilinear = false, seamless_cubemap = false;
+};
+
 // A byte buffer handed from the session to a stream-ordered copy.
 // shared_ptr: the closure that holds it lives in a std::function, which must be
 // copyable; ownership is still single (the buffer returns to the session's pool
@@ -261,6 +314,29 @@ class Backend {
     return Status(err::kNotSupported, std::string("conditional graph nodes are not available on the ") + name() +
                                           " backend");
   }
+
+  // CUDA arrays, textures and surfaces. Handles are the backend's (never
+  // 0); the session has checked every extent and position against the
+  // array (ArraySpec) and every device range against its allocations.
+  // Destroying an array, texture or surface waits for nothing: the session
+  // calls it once the device's queued work is done (afterDeviceDone).
+  virtual Result<uint64_t> createArray(const ArraySpec& spec) {
+    return Status(err::kNotSupported, std::string("CUDA arrays are not available on the ") + name() + " backend");
+  }
+  virtual Status destroyArray(uint64_t array) { return Status(err::kInvalidValue, "no such array"); }
+  // Stream-ordered: `in` holds a host source's packed bytes; `out` receives
+  // a host destination's.
+  virtual Status copy3D(StreamKey s, const Copy3DSpec& copy, Staging in, ReadDone out) {
+    return Status(err::kNotSupported, std::string("CUDA arrays are not available on the ") + name() + " backend");
+  }
+  virtual Result<uint64_t> createTexture(const TextureSpec& spec) {
+    return Status(err::kNotSupported, std::string("texture objects are not available on the ") + name() + " backend");
+  }
+  virtual Status destroyTexture(uint64_t texture) { return Status(err::kInvalidValue, "no such texture object"); }
+  virtual Result<uint64_t> createSurface(int device, uint64_t array, uint32_t level) {
+    return Status(err::kNotSupported, std::string("surface objects are not available on the ") + name() + " backend");
+  }
+  virtual Status destroySurface(uint64_t surface) { return Status(err::kInvalidValue, "no such surface object"); }
 
   // Completion. `done` runs once the work enqueued so far has finished.
   virtual Status whenStreamDone(StreamKey s, Done done) = 0;

@@ -12,7 +12,7 @@
 namespace rgpu::server {
 namespace {
 
-constexpr uint64_t kAlign = 256;
+constexpr uint64_t kAlign = 512;
 
 uint64_t pageSize() {
   static const uint64_t size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));

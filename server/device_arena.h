@@ -13,8 +13,8 @@
 // overcommit policy refusing the size), the arena lives wherever the kernel
 // puts it.
 //
-// Allocations are best-fit over the free blocks, 256-byte aligned (as
-// cudaMalloc's); freeing returns whole pages to the system. Thread-safe.
+// Allocations are best-fit over the free blocks, 512-byte aligned (as
+// cudaMalloc's, and the texture alignment); freeing returns whole pages to the system. Thread-safe.
 #pragma once
 
 #include <cstdint>

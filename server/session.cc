@@ -791,6 +791,13 @@ const Session::Handlers& Session::handlers() {
     t[R::GRAPH_LAUNCH] = &Session::onGraphLaunch;
     t[R::GRAPH_DESTROY] = &Session::onGraphDestroy;
     t[R::CONDITIONAL_HANDLE_CREATE] = &Session::onConditionalHandleCreate;
+    t[R::ARRAY_CREATE] = &Session::onArrayCreate;
+    t[R::ARRAY_DESTROY] = &Session::onArrayDestroy;
+    t[R::COPY3_D] = &Session::onCopy3D;
+    t[R::TEXTURE_CREATE] = &Session::onTextureCreate;
+    t[R::TEXTURE_DESTROY] = &Session::onTextureDestroy;
+    t[R::SURFACE_CREATE] = &Session::onSurfaceCreate;
+    t[R::SURFACE_DESTROY] = &Session::onSurfaceDestroy;
     return t;
   }();
   return table;

@@ -37,6 +37,7 @@
 #include "common/tls.h"
 #include "protocol/rgpu.capnp.h"
 #include "server/allocation_table.h"
+#include "server/array_table.h"
 #include "server/backend.h"
 #include "server/outbox.h"
 #include "server/pool_link.h"
@@ -159,6 +160,14 @@ class Session {
   Status onGraphLaunch(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onGraphDestroy(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onConditionalHandleCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // session_arrays.cc: CUDA arrays, copies with them, texture and surface objects
+  Status onArrayCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onArrayDestroy(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onCopy3D(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onTextureCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onTextureDestroy(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onSurfaceCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onSurfaceDestroy(const protocol::FrameHeader& h, wire::Request::Reader req);
   // Runs the nodes of a launched graph on `key`; `all` holds its host-to-device bytes.
   void runGraph(const protocol::FrameHeader& h, const struct SessionGraph& g, StreamKey key,
                 capnp::List<uint64_t>::Reader host_funcs, const Staging& all);
@@ -250,6 +259,7 @@ class Session {
 
 
   AllocationTable allocs_;
+  ArrayTable arrays_;  // arrays, texture and surface objects
   std::unordered_map<uint32_t, int> streams_;   // id -> device
   std::unordered_map<uint32_t, int> events_;    // id -> device
   std::unordered_map<uint32_t, int> modules_;   // id -> device

@@ -17,7 +17,7 @@ namespace rgpu::server {
 namespace {
 constexpr uint32_t kStreamNonBlocking = 0x1;  // cudaStreamNonBlocking
 constexpr uint32_t kEventDisableTiming = 0x2;  // cudaEventDisableTiming
-constexpr uint64_t kAlign = 256;               // cudaMalloc alignment
+constexpr uint64_t kAlign = 512;               // cudaMalloc alignment (= the texture alignment: any allocation can back a texture)
 
 Status noStream(StreamKey k) {
   return Status(err::kInvalidResourceHandle, "unknown stream " + std::to_string(k.id));
@@ -872,7 +872,8 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
     heaps_[key.device] = std::make_unique<ptx::DeviceHeap>(*p, malloc_heap_bytes_[key.device]);
   }
   ptx::DeviceHeap* heap = heaps_[key.device].get();
-  auto run = [this, key, function, cfg, name, program, code, sm_count, printf_fifo, heap, explicit_cluster,
+  std::shared_ptr<const ptx::Textures> textures = texturesLocked();
+  auto run = [this, key, function, cfg, name, program, code, sm_count, printf_fifo, heap, explicit_cluster, textures,
               params = std::move(params)] {
     if (launch_log_.is_open()) {
       std::ostringstream line;
@@ -915,6 +916,7 @@ Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& 
     L.grid_workspace = reinterpret_cast<uint64_t>(workspace.get());
     L.cluster = {cfg.cluster.x, cfg.cluster.y, cfg.cluster.z};
     L.explicit_cluster = explicit_cluster;
+    L.textures = textures.get();
     ptx::LaunchResult r;
     runAsKernel(key.device, [&] {
       if (opts_.kernel_timeout_ms) {

@@ -35,6 +35,7 @@
 #include "common/fatbin.h"
 #include "server/ptx/ptx_interp.h"
 #include "server/ptx/ptx_ir.h"
+#include "server/ptx/ptx_texture.h"
 #include "common/launch_cluster.h"
 #include "server/backend.h"
 #include "server/device_arena.h"
@@ -141,6 +142,16 @@ class SimBackend final : public Backend {
   Status beginBody() override;
   Result<std::shared_ptr<Body>> endBody() override;
   Status conditional(StreamKey s, uint64_t handle, int type, std::vector<std::shared_ptr<Body>> bodies) override;
+  // CUDA arrays, textures and surfaces (sim_arrays.cc): an array is one
+  // allocation of the device's, its levels laid out as ptx_texture.h says;
+  // texture and surface objects are the interpreter's descriptors of them.
+  Result<uint64_t> createArray(const ArraySpec& spec) override;
+  Status destroyArray(uint64_t array) override;
+  Status copy3D(StreamKey s, const Copy3DSpec& copy, Staging in, ReadDone out) override;
+  Result<uint64_t> createTexture(const TextureSpec& spec) override;
+  Status destroyTexture(uint64_t texture) override;
+  Result<uint64_t> createSurface(int device, uint64_t array, uint32_t level) override;
+  Status destroySurface(uint64_t surface) override;
 
  private:
   struct Stream;
@@ -287,6 +298,19 @@ class SimBackend final : public Backend {
   std::atomic<uint64_t> faults_{0};  // sticky errors reported: a while node's loop stops at one
   // Bodies being recorded (beginBody), innermost last: enqueueLocked appends to it.
   std::vector<std::vector<std::function<void()>>> recording_;
+  // Arrays by handle, and the texture and surface objects; a launch takes
+  // the objects as they are when it is queued (snapshot_, remade after a
+  // change), so destroying one after the launch does not reach it.
+  struct SimArray {
+    int device = 0;
+    DevPtr base = 0;
+    ptx::TexImage image;
+  };
+  std::unordered_map<uint64_t, SimArray> arrays_;
+  ptx::Textures objects_;
+  std::shared_ptr<const ptx::Textures> objects_snapshot_;
+  uint64_t next_object_ = 1;
+  std::shared_ptr<const ptx::Textures> texturesLocked();
   LaunchGate* gate_ = nullptr;       // set before the first launch
   std::mutex log_mu_;
   std::ofstream launch_log_;

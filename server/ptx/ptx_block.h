@@ -244,6 +244,9 @@ class BlockRunner {
   // mma.sync with the PTX ISA's fragment layouts; ldmatrix/stmatrix.
   bool execMma(const Inst& in, Warp& w, uint32_t m);
   bool execLdmatrix(const Inst& in, Warp& w, uint32_t m);
+  // tex, tld4, txq (ptx_texture.cc) and suld, sust, suq.
+  bool execTexture(const Inst& in, Warp& w, uint32_t m);
+  bool execSurface(const Inst& in, Warp& w, uint32_t m);
   // The byte address an address operand names for `lane` in `space` (shared
   // and local addresses wrap at 32 bits); resolved and checked, or a fault.
   bool operandAddress(const Inst& in, const Operand& op, Space space, uint32_t size, Warp& w, int lane, uint8_t*& out);

@@ -728,6 +728,16 @@ bool BlockRunner::step(Warp& w, int budget) {
       case Op::kLdmatrix:
         if (m && !execLdmatrix(in, w, m)) return false;
         break;
+      case Op::kTex:
+      case Op::kTld4:
+      case Op::kTxq:
+        if (m && !execTexture(in, w, m)) return false;
+        break;
+      case Op::kSuld:
+      case Op::kSust:
+      case Op::kSuq:
+        if (m && !execSurface(in, w, m)) return false;
+        break;
       case Op::kCallPrintf:
       case Op::kCallAssert:
       case Op::kCallMalloc:

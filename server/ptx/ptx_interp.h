@@ -48,6 +48,8 @@ struct Dim3 {
   uint32_t x = 1, y = 1, z = 1;
 };
 
+struct Textures;  // ptx_texture.h
+
 // Readable/writable global memory: sorted, non-overlapping [base, end).
 using MemoryRanges = std::vector<std::pair<uint64_t, uint64_t>>;
 
@@ -121,6 +123,8 @@ struct Launch {
   // block its own. The grid is a whole number of clusters (checked by the caller).
   Dim3 cluster{1, 1, 1};
   bool explicit_cluster = false;
+  // The session's texture and surface objects (ptx_texture.h); null: none.
+  const Textures* textures = nullptr;
 };
 
 struct LaunchResult {

@@ -49,6 +49,9 @@ enum class Op : uint8_t {
   kSzext, kMovmatrix, kAlloca, kStackSave, kStackRestore,
   kClusterArrive, kClusterWait, kMapa, kGetctarank,
   kAsyncRemote,  // st.async / red.async (Inst::carry 0 / 1): a store or reduction that completes bytes on an mbarrier
+  // Texture and surface objects (ptx_texture.h: Inst::mode the geometry, layout the tex variant,
+  // m the surface clamp mode, k the query or tld4's component; kTex..kSuq stay together).
+  kTex, kTld4, kTxq, kSuld, kSust, kSuq,
 };
 
 enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };

@@ -1,6 +1,7 @@
 #include "server/ptx/ptx_parser.h"
 
 #include "server/ptx/ptx_reconverge.h"
+#include "server/ptx/ptx_texture.h"
 
 #include <cctype>
 #include <algorithm>
@@ -198,6 +199,10 @@ class Parser {
   Status parseOperands(Function& f, Inst& in, const std::string& opcode);
   Status wmmaModifiers(Inst& in, const std::vector<std::string>& parts, const std::string& opcode);
   Status mmaModifiers(Inst& in, const std::vector<std::string>& parts, const std::string& opcode);
+  // tex, tld4, txq, suld, sust, suq (texture and surface objects: unified mode).
+  Status textureInstruction(Function& f, Inst& in, const std::vector<std::string>& parts, const std::string& opcode);
+  // [handle] or [handle, {coordinates}]: the handle into in.a, the coordinates into in.b.
+  Status textureAddress(Function& f, Inst& in, const std::string& opcode);
 
   // Scoped register names (blocks `{ }` may redeclare names).
   std::vector<std::unordered_map<std::string, uint32_t>> scopes_;
@@ -619,6 +624,8 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       {"madc", Op::kMad}, {"szext", Op::kSzext}, {"movmatrix", Op::kMovmatrix},
       {"alloca", Op::kAlloca}, {"stacksave", Op::kStackSave}, {"stackrestore", Op::kStackRestore},
       {"mapa", Op::kMapa}, {"getctarank", Op::kGetctarank},
+      {"tex", Op::kTex}, {"tld4", Op::kTld4}, {"txq", Op::kTxq}, {"suld", Op::kSuld}, {"sust", Op::kSust},
+      {"suq", Op::kSuq},
   };
   auto op = kOps.find(base);
   if (op == kOps.end()) return bad(in.line, "instruction '" + opcode + "' is not supported by the rgpu PTX interpreter");
@@ -636,6 +643,7 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
     RGPU_TRY(mmaModifiers(in, parts, opcode));
     return parseOperands(f, in, opcode);
   }
+  if (in.op >= Op::kTex && in.op <= Op::kSuq) return textureInstruction(f, in, parts, opcode);
   // Hints with nothing to do on the host, whatever their qualifiers: programmatic
   // dependent launch (griddepcontrol: the previous grid has finished when this one
   // runs here), register reallocation, L2 discard/priority; createpolicy makes a
@@ -1134,6 +1142,128 @@ Status Parser::mmaModifiers(Inst& in, const std::vector<std::string>& parts, con
     case kMmaM8N8K4: ok = in.ab_type == Type::kF64 && in.b_type == Type::kF64 && in.dtype == Type::kF64; break;
   }
   if (!ok) return unsupported("shape and types");
+  return Status::ok();
+}
+
+Status Parser::textureAddress(Function& f, Inst& in, const std::string& opcode) {
+  RGPU_TRY(expect("["));
+  RGPU_TRY(parseOperand(f, in.a));
+  if (in.a.kind != Operand::kReg && in.a.kind != Operand::kImm)
+    return bad(in.line, opcode + ": the texture or surface must be a .u64 register (texture references are not supported)");
+  if (peek() == ",") {
+    ++i_;
+    RGPU_TRY(parseOperand(f, in.b));
+    if (in.b.kind != Operand::kVec && in.b.kind != Operand::kReg) return bad(in.line, opcode + ": bad coordinates");
+    if (peek() == ",") return bad(in.line, opcode + ": separate samplers (independent mode) are not supported");
+  }
+  return expect("]");
+}
+
+Status Parser::textureInstruction(Function& f, Inst& in, const std::vector<std::string>& parts, const std::string& opcode) {
+  auto unsupported = [&] { return bad(in.line, "instruction '" + opcode + "' is not supported by the rgpu PTX interpreter"); };
+  static const std::unordered_map<std::string, uint8_t> kGeo = {
+      {"1d", kGeo1D}, {"2d", kGeo2D}, {"3d", kGeo3D}, {"a1d", kGeoA1D}, {"a2d", kGeoA2D}, {"cube", kGeoCube},
+      {"acube", kGeoACube}};
+  static const std::unordered_map<std::string, uint8_t> kQueries = {
+      {"width", kQWidth}, {"height", kQHeight}, {"depth", kQDepth}, {"channel_data_type", kQChannelDataType},
+      {"channel_order", kQChannelOrder}, {"normalized_coords", kQNormalizedCoords}, {"array_size", kQArraySize},
+      {"num_mipmap_levels", kQNumMipmapLevels}, {"num_samples", kQNumSamples}, {"filter_mode", kQFilterMode},
+      {"addr_mode_0", kQAddrMode0}, {"addr_mode_1", kQAddrMode1}, {"addr_mode_2", kQAddrMode2},
+      {"force_unnormalized_coords", kQForceUnnormalizedCoords}, {"memory_layout", kQMemoryLayout}};
+  size_t k = 1;
+  if (in.op == Op::kTxq || in.op == Op::kSuq) {  // txq{.level}.query.b32 d, [a]{, lod}; suq.query.b32 d, [a]
+    if (in.op == Op::kTxq && k < parts.size() && parts[k] == "level") in.layout = kTexLevel, ++k;
+    if (k + 2 != parts.size() || !kQueries.count(parts[k]) || parts[k + 1] != "b32") return unsupported();
+    in.k = kQueries.at(parts[k]);
+    in.type = Type::kB32;
+    RGPU_TRY(parseOperand(f, in.d));
+    RGPU_TRY(expect(","));
+    RGPU_TRY(textureAddress(f, in, opcode));
+    if (in.b.kind != Operand::kNone) return bad(in.line, opcode + ": takes no coordinates");
+    if (in.layout == kTexLevel) {
+      RGPU_TRY(expect(","));
+      RGPU_TRY(parseOperand(f, in.c));
+    }
+  } else if (in.op == Op::kSuld || in.op == Op::kSust) {
+    // su{ld,st}.b.geom{.v2,.v4}.btype{.trap,.clamp,.zero}: formatted (.p) stores are not supported.
+    if (k >= parts.size() || parts[k++] != "b") return unsupported();
+    if (k >= parts.size() || !kGeo.count(parts[k]) || kGeo.at(parts[k]) >= kGeoCube) return unsupported();
+    in.mode = kGeo.at(parts[k++]);
+    if (k < parts.size() && (parts[k] == "v2" || parts[k] == "v4")) in.vec = parts[k++] == "v2" ? 2 : 4;
+    if (k >= parts.size() || !parseType(parts[k], in.type) || (in.type != Type::kB8 && in.type != Type::kB16 &&
+                                                               in.type != Type::kB32 && in.type != Type::kB64))
+      return unsupported();
+    ++k;
+    in.m = kSurfTrap;
+    if (k < parts.size()) {
+      if (parts[k] == "clamp") in.m = kSurfClamp;
+      else if (parts[k] == "zero") in.m = kSurfZero;
+      else if (parts[k] != "trap") return unsupported();
+      ++k;
+    }
+    if (k != parts.size()) return unsupported();
+    if (in.op == Op::kSuld) {
+      RGPU_TRY(parseOperand(f, in.d));
+      RGPU_TRY(expect(","));
+      RGPU_TRY(textureAddress(f, in, opcode));
+    } else {
+      RGPU_TRY(textureAddress(f, in, opcode));
+      RGPU_TRY(expect(","));
+      RGPU_TRY(parseOperand(f, in.c));
+    }
+  } else {
+    // tex{.base,.level,.grad}.geom.v4.dtype.ctype d, [a, c]{, lod | , ddx, ddy};
+    // tld4.comp.2d.v4.dtype.f32 d, [a, c].
+    if (in.op == Op::kTld4) {
+      static const std::unordered_map<std::string, uint8_t> kComp = {{"r", 0}, {"g", 1}, {"b", 2}, {"a", 3}};
+      if (k >= parts.size() || !kComp.count(parts[k])) return unsupported();
+      in.k = kComp.at(parts[k++]);
+    } else if (k < parts.size() && (parts[k] == "base" || parts[k] == "level" || parts[k] == "grad")) {
+      in.layout = parts[k] == "base" ? kTexBase : parts[k] == "level" ? kTexLevel : kTexGrad;
+      ++k;
+    }
+    if (k >= parts.size() || !kGeo.count(parts[k])) return unsupported();
+    in.mode = kGeo.at(parts[k++]);
+    if (in.op == Op::kTld4 && in.mode != kGeo2D && in.mode != kGeoA2D) return unsupported();
+    if (k >= parts.size() || parts[k++] != "v4") return unsupported();
+    if (k + 2 != parts.size() || !parseType(parts[k], in.type) || !parseType(parts[k + 1], in.dtype)) return unsupported();
+    if ((in.type != Type::kF32 && in.type != Type::kS32 && in.type != Type::kU32) ||
+        (in.dtype != Type::kF32 && in.dtype != Type::kS32))
+      return unsupported();
+    RGPU_TRY(parseOperand(f, in.d));
+    if (peek() == "|") return bad(in.line, opcode + ": sparse texture fetches (a residency predicate) are not supported");
+    RGPU_TRY(expect(","));
+    RGPU_TRY(textureAddress(f, in, opcode));
+    if (in.layout == kTexLevel) {
+      RGPU_TRY(expect(","));
+      RGPU_TRY(parseOperand(f, in.c));
+    } else if (in.layout == kTexGrad) {
+      RGPU_TRY(expect(","));
+      RGPU_TRY(parseOperand(f, in.c));
+      RGPU_TRY(expect(","));
+      RGPU_TRY(parseOperand(f, in.e));
+      if (in.c.kind != Operand::kVec || in.e.kind != Operand::kVec) return bad(in.line, opcode + ": gradients must be vectors");
+    }
+    if (peek() == ",") return bad(in.line, opcode + ": texel offsets and depth compares are not supported");
+  }
+  RGPU_TRY(expect(";"));
+  // Coordinates: as many as the geometry takes (vectors of 2 or 4 elements hold 3 or 1 as PTX pads them).
+  static const uint8_t kCoords[] = {1, 2, 3, 2, 3, 3, 4};
+  if (in.op != Op::kTxq && in.op != Op::kSuq) {
+    size_t have = in.b.kind == Operand::kVec ? in.b.vec.size() : in.b.kind == Operand::kReg ? 1 : 0;
+    if (have < kCoords[in.mode]) return bad(in.line, opcode + ": too few coordinates for its geometry");
+  }
+  auto regs = [](const Operand& o) {
+    if (o.kind == Operand::kReg) return true;
+    if (o.kind != Operand::kVec) return false;
+    for (auto& e : o.vec)
+      if (e.kind != Operand::kReg && e.kind != Operand::kSink) return false;
+    return true;
+  };
+  if (in.op == Op::kSust) return Status::ok();
+  const size_t want = in.op == Op::kTex || in.op == Op::kTld4 ? 4 : in.op == Op::kSuld ? in.vec : 1;
+  const size_t got = in.d.kind == Operand::kVec ? in.d.vec.size() : 1;
+  if (!regs(in.d) || got != want) return bad(in.line, opcode + ": the destination must be " + std::to_string(want) + " register(s)");
   return Status::ok();
 }
 

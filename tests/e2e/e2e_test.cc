@@ -342,6 +342,25 @@ TEST_F(E2E, MappedHostMemoryIsReachedByKernelsThroughItsDeviceAlias) {
       << r.output;
 }
 
+TEST_F(E2E, ArraysOfEveryFormatAndShapeRoundTripThroughEveryCopyFormAndSurfaces) {
+  RunResult r = program(testProgram("arrays"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("arrays: surfaces read, written, clamped and zeroed in 2D, 3D and layered arrays"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("arrays: every format and shape round-tripped through every copy form, all checks passed"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(E2E, TextureFetchesMatchAHostModelOfTheHardwareBitForBit) {
+  RunResult r = program(testProgram("textures"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("textures: every address mode and filter, formats, shapes, mipmaps, gathers and a rotated image "
+                          "match the model"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(E2E, ConditionalNodesRunIfElseWhileAndSwitchBodiesAsKernelsDecide) {
   RunResult r = program(testProgram("conditional"));
   EXPECT_EQ(r.code, 0) << r.output;

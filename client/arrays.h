@@ -1,0 +1,53 @@
+// CUDA arrays in the client: what a cudaArray_t / cudaMipmappedArray_t
+// points to, and the one copy every array and 3D copy entry point uses.
+//
+// An array lives on the server (named there by a handle); the client keeps
+// its shape, so cudaArrayGetInfo and the element arithmetic of copies need no
+// round trip. A handle a program passes in is looked up in the registry
+// before it is dereferenced: a stale or made-up cudaArray_t is refused with
+// cudaErrorInvalidResourceHandle, never followed. A level of a mipmapped
+// array (cudaGetMipmappedArrayLevel) is an ArrayObject of its own, owned by
+// the mipmapped array and freed with it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+
+namespace rgpu::client {
+
+struct ArrayObject {
+  uint64_t handle = 0;  // the server's (a level: its mipmapped array's)
+  uint32_t level = 0;
+  int device = 0;
+  cudaChannelFormatDesc desc{};
+  cudaExtent extent{};  // as cudaArrayGetInfo reports it (a level: that level's)
+  unsigned flags = 0;
+  uint32_t elem = 0;    // bytes per element
+  uint64_t width = 1, rows = 1, slices = 1;  // elements, rows, slices (3D depth, layers, faces)
+  bool level_of_mipmapped = false;
+};
+
+// A side of a copy as the program named it: an array, or memory at `ptr`
+// with `pitch` bytes between rows and `rows` rows between slices; host or
+// device as the pointer says. x in bytes.
+struct CopyEnd {
+  const ArrayObject* array = nullptr;
+  void* ptr = nullptr;
+  size_t pitch = 0, rows = 0;
+  size_t x = 0, y = 0, z = 0;
+};
+
+// The array a program's handle names, or cudaErrorInvalidResourceHandle.
+Result<ArrayObject*> arrayOf(const void* handle);
+// Level `level` of a mipmapped array (cudaGetMipmappedArrayLevel's answer).
+Result<ArrayObject*> mipmappedLevel(const void* mipmapped, uint32_t level);
+// Copies width (bytes) x height x depth between two ends, as cudaMemcpy3D.
+Status copy3D(const CopyEnd& src, const CopyEnd& dst, size_t width, size_t height, size_t depth, cudaMemcpyKind kind,
+              cudaStream_t stream, bool async, bool ptsz);
+
+}  // namespace rgpu::client

@@ -1,0 +1,189 @@
+#include "server/array_table.h"
+
+#include <driver_types.h>
+
+#include <algorithm>
+
+namespace rgpu::server {
+
+namespace {
+
+Status invalid(const std::string& what) { return Status(err::kInvalidValue, what); }
+
+int attr(const std::vector<int32_t>& a, int i) { return i >= 0 && static_cast<size_t>(i) < a.size() ? a[static_cast<size_t>(i)] : 0; }
+
+}  // namespace
+
+Result<ArrayFormat> checkFormat(int x, int y, int z, int w, int kind) {
+  auto bad = [&](const std::string& why) {
+    return Status(err::kInvalidChannelDescriptor, "channel format {" + std::to_string(x) + ", " + std::to_string(y) +
+                                                      ", " + std::to_string(z) + ", " + std::to_string(w) + ", kind " +
+                                                      std::to_string(kind) + "}: " + why);
+  };
+  if (kind < 0 || kind > 2) return bad("only signed, unsigned and float channels are supported");
+  if (x != 8 && x != 16 && x != 32) return bad("channels are 8, 16 or 32 bits");
+  if (kind == 2 && x == 8) return bad("float channels are 16 or 32 bits");
+  const int bits[4] = {x, y, z, w};
+  int channels = 1;
+  while (channels < 4 && bits[channels] != 0) {
+    if (bits[channels] != x) return bad("every channel has the first one's width");
+    ++channels;
+  }
+  for (int c = channels; c < 4; ++c)
+    if (bits[c] != 0) return bad("channels follow each other");
+  if (channels == 3) return bad("three-channel formats are not supported by CUDA arrays");
+  return ArrayFormat{kind, channels, x};
+}
+
+std::vector<ArrayLevelDims> arrayLevels(const ArraySpec& s) {
+  const bool layered = s.flags & (kArrayLayered | kArrayCubemap);
+  const uint32_t n = std::max<uint32_t>(s.levels, 1);
+  std::vector<ArrayLevelDims> out;
+  for (uint32_t l = 0; l < n; ++l) {
+    ArrayLevelDims d;
+    d.width = std::max<uint64_t>(s.width >> l, 1);
+    d.height = s.height ? std::max<uint64_t>(s.height >> l, 1) : 1;
+    d.slices = layered ? std::max<uint64_t>(s.depth, 1) : s.depth ? std::max<uint64_t>(s.depth >> l, 1) : 1;
+    out.push_back(d);
+  }
+  return out;
+}
+
+Result<uint64_t> checkArray(const ArraySpec& s, const std::vector<int32_t>& a) {
+  RGPU_TRY(checkFormat(s.format.bits, s.format.channels > 1 ? s.format.bits : 0,
+                       s.format.channels > 2 ? s.format.bits : 0, s.format.channels > 3 ? s.format.bits : 0,
+                       s.format.kind)
+               .status());
+  constexpr uint32_t kSparse = 0x40, kDeferred = 0x80, kColorAttachment = 0x20;
+  if (s.flags & (kSparse | kDeferred))
+    return Status(err::kNotSupported, "sparse and deferred-mapping arrays are not supported");
+  if (s.flags & ~(kArrayLayered | kArraySurfaceLoadStore | kArrayCubemap | kArrayTextureGather | kColorAttachment))
+    return invalid("unknown array flags " + std::to_string(s.flags));
+  const std::string shape =
+      "array of " + std::to_string(s.width) + " x " + std::to_string(s.height) + " x " + std::to_string(s.depth);
+  if (s.width == 0) return invalid(shape + ": its width is 0");
+  auto within = [&](uint64_t v, int limit_attr) { return v <= static_cast<uint64_t>(std::max(attr(a, limit_attr), 0)); };
+  bool fits;
+  const bool layered = s.flags & kArrayLayered, cube = s.flags & kArrayCubemap;
+  if (cube) {
+    if (s.width != s.height || s.depth == 0 || s.depth % 6 || (!layered && s.depth != 6))
+      return invalid(shape + ": a cubemap has square faces and a depth of 6 (6 x cubes when layered)");
+    fits = layered ? within(s.width, cudaDevAttrMaxTextureCubemapLayeredWidth) &&
+                         within(s.depth, cudaDevAttrMaxTextureCubemapLayeredLayers)
+                   : within(s.width, cudaDevAttrMaxTextureCubemapWidth);
+  } else if (layered) {
+    if (s.depth == 0) return invalid(shape + ": a layered array has at least one layer (its depth)");
+    fits = s.height == 0 ? within(s.width, cudaDevAttrMaxTexture1DLayeredWidth) &&
+                               within(s.depth, cudaDevAttrMaxTexture1DLayeredLayers)
+                         : within(s.width, cudaDevAttrMaxTexture2DLayeredWidth) &&
+                               within(s.height, cudaDevAttrMaxTexture2DLayeredHeight) &&
+                               within(s.depth, cudaDevAttrMaxTexture2DLayeredLayers);
+  } else if (s.depth) {
+    if (s.height == 0) return invalid(shape + ": a 3D array has a height");
+    fits = within(s.width, cudaDevAttrMaxTexture3DWidth) && within(s.height, cudaDevAttrMaxTexture3DHeight) &&
+           within(s.depth, cudaDevAttrMaxTexture3DDepth);
+  } else if (s.height) {
+    fits = within(s.width, cudaDevAttrMaxTexture2DWidth) && within(s.height, cudaDevAttrMaxTexture2DHeight);
+  } else {
+    fits = within(s.width, cudaDevAttrMaxTexture1DWidth);
+  }
+  if (!fits) return invalid(shape + " is larger than the device's texture limits");
+  if (s.levels) {
+    uint64_t largest = std::max({s.width, s.height, layered || cube ? 0 : s.depth});
+    uint32_t most = 1;
+    while (largest >> most) ++most;
+    if (s.levels > most)
+      return invalid(shape + ": " + std::to_string(s.levels) + " mipmap levels, at most " + std::to_string(most));
+  }
+  uint64_t bytes = 0;
+  for (const auto& l : arrayLevels(s)) bytes += l.width * l.height * l.slices * s.format.bytes();
+  return bytes;
+}
+
+Status ArrayTable::addArray(uint64_t handle, Array a) {
+  if (arrays_.size() >= kMaxArrays)
+    return Status(err::kMemoryAllocation, "the session holds " + std::to_string(kMaxArrays) + " arrays, its limit");
+  arrays_[handle] = std::move(a);
+  return Status::ok();
+}
+
+Result<ArrayTable::Array> ArrayTable::removeArray(uint64_t handle) {
+  auto it = arrays_.find(handle);
+  if (it == arrays_.end()) return invalid("array " + std::to_string(handle) + " is not one of this session's");
+  Array a = std::move(it->second);
+  arrays_.erase(it);
+  return a;
+}
+
+const ArrayTable::Array* ArrayTable::array(uint64_t handle) const {
+  auto it = arrays_.find(handle);
+  return it == arrays_.end() ? nullptr : &it->second;
+}
+
+Status ArrayTable::addTexture(uint64_t handle, Object o) {
+  if (textures_.size() >= kMaxTextureObjects)
+    return Status(err::kMemoryAllocation,
+                  "the session holds " + std::to_string(kMaxTextureObjects) + " texture objects, its limit");
+  textures_[handle] = o;
+  return Status::ok();
+}
+
+Result<ArrayTable::Object> ArrayTable::removeTexture(uint64_t handle) {
+  auto it = textures_.find(handle);
+  if (it == textures_.end()) return invalid("texture object " + std::to_string(handle) + " is not one of this session's");
+  Object o = it->second;
+  textures_.erase(it);
+  return o;
+}
+
+Status ArrayTable::addSurface(uint64_t handle, Object o) {
+  if (surfaces_.size() >= kMaxSurfaceObjects)
+    return Status(err::kMemoryAllocation,
+                  "the session holds " + std::to_string(kMaxSurfaceObjects) + " surface objects, its limit");
+  surfaces_[handle] = o;
+  return Status::ok();
+}
+
+Result<ArrayTable::Object> ArrayTable::removeSurface(uint64_t handle) {
+  auto it = surfaces_.find(handle);
+  if (it == surfaces_.end()) return invalid("surface object " + std::to_string(handle) + " is not one of this session's");
+  Object o = it->second;
+  surfaces_.erase(it);
+  return o;
+}
+
+Status ArrayTable::checkSide(const CopySide& s, uint64_t width, uint64_t height, uint64_t depth,
+                             const AllocationTable& allocs, int* device) const {
+  *device = -1;
+  const std::string region = std::to_string(width) + " bytes x " + std::to_string(height) + " x " +
+                             std::to_string(depth) + " at (" + std::to_string(s.x) + ", " + std::to_string(s.y) +
+                             ", " + std::to_string(s.z) + ")";
+  if (s.kind == CopySide::kHost) return Status::ok();
+  if (s.kind == CopySide::kArray) {
+    const Array* a = array(s.ptr);
+    if (!a) return invalid("array " + std::to_string(s.ptr) + " is not one of this session's");
+    if (s.level >= a->levels.size())
+      return invalid("array " + std::to_string(s.ptr) + " has no level " + std::to_string(s.level));
+    const ArrayLevelDims& l = a->levels[s.level];
+    const uint64_t e = a->spec.format.bytes();
+    if (s.x % e || width % e) return invalid(region + ": not whole elements of " + std::to_string(e) + " bytes");
+    if (s.x > l.width * e || width > l.width * e - s.x || s.y > l.height || height > l.height - s.y ||
+        s.z > l.slices || depth > l.slices - s.z)
+      return invalid(region + " lies outside the array's " + std::to_string(l.width) + " x " + std::to_string(l.height) +
+                     " x " + std::to_string(l.slices) + " elements");
+    *device = a->spec.device;
+    return Status::ok();
+  }
+  // Pitched device memory: the first and last byte it touches lie in one allocation.
+  if ((height > 1 || depth > 1) && (s.pitch == 0 || s.x > s.pitch || width > s.pitch - s.x))
+    return invalid(region + ": the pitch " + std::to_string(s.pitch) + " is narrower than a row");
+  if (depth > 1 && (s.rows == 0 || s.y > s.rows || height > s.rows - s.y))
+    return invalid(region + ": " + std::to_string(s.rows) + " rows per slice are too few");
+  using U = unsigned __int128;
+  const U first = (static_cast<U>(s.z) * s.rows + s.y) * s.pitch + s.x;
+  const U span = (static_cast<U>(depth - 1) * s.rows + (height - 1)) * s.pitch + width;
+  if (first + span + s.ptr > UINT64_MAX) return invalid(region + " is out of range");
+  return allocs.check(s.ptr + static_cast<uint64_t>(first), static_cast<uint64_t>(span), device);
+}
+
+}  // namespace rgpu::server
