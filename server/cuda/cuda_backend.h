@@ -127,6 +127,16 @@ class CudaBackend final : public Backend {
                         uint64_t height) override;
   Status copy2DFromDevice(StreamKey s, DevPtr src, uint64_t spitch, uint64_t width, uint64_t height,
                           ReadDone done) override;
+  // CUDA arrays, texture and surface objects (cuda_arrays.cc): the driver's
+  // CUarray / CUmipmappedArray under the backend's own handles; texture and
+  // surface objects are the driver's values, which kernels take as they are.
+  Result<uint64_t> createArray(const ArraySpec& spec) override;
+  Status destroyArray(uint64_t array) override;
+  Status copy3D(StreamKey s, const Copy3DSpec& copy, Staging in, ReadDone out) override;
+  Result<uint64_t> createTexture(const TextureSpec& spec) override;
+  Status destroyTexture(uint64_t texture) override;
+  Result<uint64_t> createSurface(int device, uint64_t array, uint32_t level) override;
+  Status destroySurface(uint64_t surface) override;
   Status copy2DOnDevice(StreamKey s, DevPtr dst, uint64_t dpitch, DevPtr src, uint64_t spitch, uint64_t width,
                         uint64_t height) override;
   Status fill(StreamKey s, DevPtr dst, uint8_t value, uint64_t size) override;
@@ -295,6 +305,16 @@ class CudaBackend final : public Backend {
   // Every download issued on `key` (and on the streams it implicitly waits
   // for) has its reply on the wire (under mu_).
   bool repliesOnWireLocked(StreamKey key);
+
+  struct CudaArray {
+    int device = 0;
+    CUarray array = nullptr;            // a plain array
+    CUmipmappedArray mipmapped = nullptr;
+  };
+  // The CUarray of an array's level (under mu_ for the table).
+  Result<std::pair<int, CUarray>> arrayLevel(uint64_t array, uint32_t level);
+  std::unordered_map<uint64_t, CudaArray> arrays_;  // under mu_
+  uint64_t next_array_ = 1;
 
   std::unique_ptr<DriverApi> api_;
   CudaOptions opts_;

@@ -114,6 +114,16 @@ Result<std::unique_ptr<DriverApi>> DriverApi::load(const std::string& library) {
   RGPU_OPTIONAL(cuGraphExecDestroy)
   RGPU_OPTIONAL(cuGraphDestroy)
   RGPU_OPTIONAL(cuEventRecordWithFlags)
+  RGPU_OPTIONAL(cuArray3DCreate)
+  RGPU_OPTIONAL(cuArrayDestroy)
+  RGPU_OPTIONAL(cuMipmappedArrayCreate)
+  RGPU_OPTIONAL(cuMipmappedArrayGetLevel)
+  RGPU_OPTIONAL(cuMipmappedArrayDestroy)
+  RGPU_OPTIONAL(cuMemcpy3DAsync)
+  RGPU_OPTIONAL(cuTexObjectCreate)
+  RGPU_OPTIONAL(cuTexObjectDestroy)
+  RGPU_OPTIONAL(cuSurfObjectCreate)
+  RGPU_OPTIONAL(cuSurfObjectDestroy)
 #undef RGPU_OPTIONAL
   if (!missing.empty())
     return Status(err::kInsufficientDriver, library + " lacks driver entry points rgpu needs (" + missing +

@@ -100,6 +100,17 @@ class DriverApi {
   RGPU_CU_FN(cuGraphDestroy)
   // Optional: event record nodes in native graphs (without it such graphs run node by node).
   RGPU_CU_FN(cuEventRecordWithFlags)
+  // Optional: CUDA arrays, texture and surface objects (without them those calls are refused as unsupported).
+  RGPU_CU_FN(cuArray3DCreate)
+  RGPU_CU_FN(cuArrayDestroy)
+  RGPU_CU_FN(cuMipmappedArrayCreate)
+  RGPU_CU_FN(cuMipmappedArrayGetLevel)
+  RGPU_CU_FN(cuMipmappedArrayDestroy)
+  RGPU_CU_FN(cuMemcpy3DAsync)
+  RGPU_CU_FN(cuTexObjectCreate)
+  RGPU_CU_FN(cuTexObjectDestroy)
+  RGPU_CU_FN(cuSurfObjectCreate)
+  RGPU_CU_FN(cuSurfObjectDestroy)
 #undef RGPU_CU_FN
 
  private:

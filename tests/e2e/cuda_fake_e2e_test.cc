@@ -129,6 +129,25 @@ TEST_F(CudaFakeE2E, MappedHostMemoryTravelsThroughTheDriversCopies) {
   EXPECT_NE(r.output.find("all checks passed"), std::string::npos) << r.output;
 }
 
+TEST_F(CudaFakeE2E, ArraysTexturesAndSurfacesAreTheDriversOwn) {
+  // The fake driver runs no kernel code: arrays, copies, objects and refusals only.
+  RunResult r = program(testProgram("arrays") + " --no-kernels");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("arrays: every format and shape round-tripped through every copy form, all checks passed"),
+            std::string::npos)
+      << r.output;
+  RunResult t = program(testProgram("textures") + " --no-kernels");
+  EXPECT_EQ(t.code, 0) << t.output;
+  EXPECT_NE(t.output.find("textures: objects made, described and refused, all checks passed"), std::string::npos) << t.output;
+  std::string log = readFile(dir_->file("driver.log"));
+  EXPECT_NE(log.find("cuArray3DCreate 64x64x0 flags=2"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuMipmappedArrayCreate levels=7"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuMemcpy3DAsync"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuTexObjectCreate resType=0 flags=1 filter=1"), std::string::npos) << log;  // array, read as integer, linear
+  EXPECT_NE(log.find("cuTexObjectCreate resType=2"), std::string::npos) << log;  // linear memory
+  EXPECT_NE(log.find("cuArrayDestroy"), std::string::npos) << log;
+}
+
 TEST_F(CudaFakeE2E, ManagedVariablesAreRefusedWithTheReason) {
   // The driver places __managed__ variables; the client cannot page them (docs/limits.md).
   RunResult r = program(testProgram("managed_var"));

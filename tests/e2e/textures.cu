@@ -375,6 +375,18 @@ int main(int argc, char** argv) {
     CHECK(cudaFree(p));
   for (cudaArray_t a : {arr, a3, al, ac, ia}) CHECK(cudaFreeArray(a));
   CHECK(cudaFreeMipmappedArray(mip));
+  if (exact) {
+    // A texture object the session does not hold (another session's, or made
+    // up): the kernel faults with cudaErrorIllegalAddress, sticky as on a GPU,
+    // instead of reading memory through it. Last: the context is unusable after it.
+    float2* one;
+    float* res1;
+    CHECK(cudaMalloc(&one, sizeof(float2)));
+    CHECK(cudaMalloc(&res1, sizeof(float)));
+    fetch2D<<<1, 1>>>(0xdeadbeefull, one, res1, 1);
+    EXPECT_ERR(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
+    std::printf("textures: an unknown texture object faults the kernel\n");
+  }
   std::printf("textures: all checks passed\n");
   return 0;
 }

@@ -14,8 +14,9 @@ int main() {
   void* p = nullptr;
   cudaArray_t arr = nullptr;
   cudaChannelFormatDesc desc = cudaCreateChannelDesc<float>();
-  cudaError_t m = cudaMallocArray(&arr, &desc, 16, 16);
-  std::printf("cudaMallocArray: %s\n", cudaGetErrorName(m));
+  cudaError_t m = cudaMallocArray(&arr, &desc, 16, 16, cudaArraySparse);  // sparse arrays: not offered
+  std::printf("cudaMallocArray(sparse): %s\n", cudaGetErrorName(m));
+  (void)cudaGetLastError();
   // Names and strings for error codes, as NVIDIA's runtime gives them.
   std::printf("names: %s %s %s %s\n", cudaGetErrorName(cudaSuccess), cudaGetErrorName(cudaErrorMemoryAllocation),
               cudaGetErrorName(cudaErrorIllegalAddress), cudaGetErrorName(cudaErrorStreamCaptureUnsupported));

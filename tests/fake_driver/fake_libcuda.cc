@@ -431,6 +431,26 @@ CUresult fakeDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice dev) {
       {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 232448},
       {CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 32},
       {CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, 1},
+      {CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, 512},
+      {CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, 32},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH, 131072},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LINEAR_WIDTH, 268435456},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH, 131072},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT, 65536},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_WIDTH, 131072},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_HEIGHT, 65000},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_PITCH, 2097120},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH, 16384},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT, 16384},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH, 16384},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_WIDTH, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_LAYERS, 2048},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_WIDTH, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_HEIGHT, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_LAYERS, 2048},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_WIDTH, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH, 32768},
+      {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS, 2046},
   };
   auto it = attrs.find(a);
   if (a <= 0 || a > 200) return CUDA_ERROR_INVALID_VALUE;
@@ -1185,8 +1205,194 @@ CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, 
   return CUDA_SUCCESS;
 }
 
+// ---- arrays, texture and surface objects ----
+// An array is host memory, its rows packed; a mipmapped array one array per
+// level. Texture and surface objects are numbers the fake remembers (its
+// interpreter runs no texture instructions: kernels that use them fault).
+
+struct FakeArray {
+  size_t width = 1, height = 1, slices = 1, elem = 1;
+  std::vector<uint8_t> bytes;
+};
+struct FakeMipmapped {
+  std::vector<std::unique_ptr<FakeArray>> levels;
+};
+std::set<FakeArray*>& fakeArrays() {
+  static std::set<FakeArray*> s;
+  return s;
+}
+std::set<FakeMipmapped*>& fakeMipmapped() {
+  static std::set<FakeMipmapped*> s;
+  return s;
+}
+std::set<unsigned long long>& fakeObjects() {
+  static std::set<unsigned long long> s;
+  return s;
+}
+unsigned long long g_next_object = 1;
+
+size_t formatBytes(CUarray_format f) {
+  switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF: return 2;
+    default: return 4;
+  }
+}
+
+std::unique_ptr<FakeArray> makeArray(const CUDA_ARRAY3D_DESCRIPTOR* d, unsigned level) {
+  auto a = std::make_unique<FakeArray>();
+  const bool layered = d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP);
+  a->width = std::max<size_t>(d->Width >> level, 1);
+  a->height = d->Height ? std::max<size_t>(d->Height >> level, 1) : 1;
+  a->slices = layered ? std::max<size_t>(d->Depth, 1) : d->Depth ? std::max<size_t>(d->Depth >> level, 1) : 1;
+  a->elem = formatBytes(d->Format) * d->NumChannels;
+  a->bytes.resize(a->width * a->height * a->slices * a->elem);
+  return a;
+}
+
+CUresult fakeArray3DCreate(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR* d) {
+  ENTER("cuArray3DCreate");
+  if (!out || !d || d->Width == 0 || (d->NumChannels != 1 && d->NumChannels != 2 && d->NumChannels != 4))
+    return CUDA_ERROR_INVALID_VALUE;
+  auto a = makeArray(d, 0);
+  record("cuArray3DCreate " + std::to_string(d->Width) + "x" + std::to_string(d->Height) + "x" + std::to_string(d->Depth) +
+         " flags=" + std::to_string(d->Flags));
+  *out = reinterpret_cast<CUarray>(a.get());
+  fakeArrays().insert(a.release());
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeArrayDestroy(CUarray a) {
+  ENTER("cuArrayDestroy");
+  auto* fa = reinterpret_cast<FakeArray*>(a);
+  if (!fakeArrays().count(fa)) return CUDA_ERROR_INVALID_HANDLE;
+  synchronizeAll(lock);  // work queued so far may use it
+  fakeArrays().erase(fa);
+  delete fa;
+  record("cuArrayDestroy");
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMipmappedArrayCreate(CUmipmappedArray* out, const CUDA_ARRAY3D_DESCRIPTOR* d, unsigned levels) {
+  ENTER("cuMipmappedArrayCreate");
+  if (!out || !d || d->Width == 0 || levels == 0) return CUDA_ERROR_INVALID_VALUE;
+  auto m = std::make_unique<FakeMipmapped>();
+  for (unsigned l = 0; l < levels; ++l) m->levels.push_back(makeArray(d, l));
+  record("cuMipmappedArrayCreate levels=" + std::to_string(levels));
+  *out = reinterpret_cast<CUmipmappedArray>(m.get());
+  fakeMipmapped().insert(m.release());
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMipmappedArrayGetLevel(CUarray* out, CUmipmappedArray m, unsigned level) {
+  ENTER("cuMipmappedArrayGetLevel");
+  auto* fm = reinterpret_cast<FakeMipmapped*>(m);
+  if (!fakeMipmapped().count(fm) || level >= fm->levels.size()) return CUDA_ERROR_INVALID_VALUE;
+  *out = reinterpret_cast<CUarray>(fm->levels[level].get());
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMipmappedArrayDestroy(CUmipmappedArray m) {
+  ENTER("cuMipmappedArrayDestroy");
+  auto* fm = reinterpret_cast<FakeMipmapped*>(m);
+  if (!fakeMipmapped().count(fm)) return CUDA_ERROR_INVALID_HANDLE;
+  synchronizeAll(lock);
+  fakeMipmapped().erase(fm);
+  delete fm;
+  record("cuMipmappedArrayDestroy");
+  return CUDA_SUCCESS;
+}
+
+// A level array the fake made (plain, or a level of a mipmapped array). Lock held.
+FakeArray* knownArray(CUarray a) {
+  auto* fa = reinterpret_cast<FakeArray*>(a);
+  if (fakeArrays().count(fa)) return fa;
+  for (FakeMipmapped* m : fakeMipmapped())
+    for (auto& l : m->levels)
+      if (l.get() == fa) return fa;
+  return nullptr;
+}
+
+CUresult fakeMemcpy3DAsync(const CUDA_MEMCPY3D* m, CUstream s) {
+  ENTER("cuMemcpy3DAsync");
+  if (!m || !knownStream(s)) return CUDA_ERROR_INVALID_VALUE;
+  struct End {
+    uint8_t* base;
+    size_t pitch, slice;
+  };
+  const size_t w = m->WidthInBytes, h = m->Height, dd = m->Depth;
+  auto end = [&](CUmemorytype type, const void* host, CUdeviceptr dev, CUarray arr, size_t x, size_t y, size_t z,
+                 size_t pitch, size_t height, End& e) {
+    if (type == CU_MEMORYTYPE_ARRAY) {
+      FakeArray* a = knownArray(arr);
+      if (!a || x % a->elem || x + w > a->width * a->elem || y + h > a->height || z + dd > a->slices) return false;
+      e = {a->bytes.data() + (z * a->height + y) * a->width * a->elem + x, a->width * a->elem, a->width * a->elem * a->height};
+      return true;
+    }
+    uint8_t* b = type == CU_MEMORYTYPE_HOST ? static_cast<uint8_t*>(const_cast<void*>(host)) : reinterpret_cast<uint8_t*>(dev);
+    e = {b + (z * height + y) * pitch + x, pitch, pitch * height};
+    if (type == CU_MEMORYTYPE_DEVICE && !deviceRange(reinterpret_cast<uint64_t>(e.base), (dd - 1) * e.slice + (h - 1) * pitch + w))
+      return false;
+    return true;
+  };
+  End src{}, dst{};
+  if (!end(m->srcMemoryType, m->srcHost, m->srcDevice, m->srcArray, m->srcXInBytes, m->srcY, m->srcZ, m->srcPitch,
+           m->srcHeight, src) ||
+      !end(m->dstMemoryType, m->dstHost, m->dstDevice, m->dstArray, m->dstXInBytes, m->dstY, m->dstZ, m->dstPitch,
+           m->dstHeight, dst))
+    return CUDA_ERROR_INVALID_VALUE;
+  record("cuMemcpy3DAsync " + std::to_string(w) + "x" + std::to_string(h) + "x" + std::to_string(dd));
+  enqueue(streamOf(s), [=] {
+    for (size_t z = 0; z < dd; ++z)
+      for (size_t y = 0; y < h; ++y) std::memmove(dst.base + z * dst.slice + y * dst.pitch, src.base + z * src.slice + y * src.pitch, w);
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeTexObjectCreate(CUtexObject* out, const CUDA_RESOURCE_DESC* res, const CUDA_TEXTURE_DESC* td,
+                             const CUDA_RESOURCE_VIEW_DESC* view) {
+  ENTER("cuTexObjectCreate");
+  if (!out || !res || !td) return CUDA_ERROR_INVALID_VALUE;
+  if (res->resType == CU_RESOURCE_TYPE_ARRAY && !knownArray(res->res.array.hArray)) return CUDA_ERROR_INVALID_HANDLE;
+  *out = g_next_object++;
+  fakeObjects().insert(*out);
+  record("cuTexObjectCreate resType=" + std::to_string(res->resType) + " flags=" + std::to_string(td->flags) +
+         " filter=" + std::to_string(td->filterMode));
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeObjectDestroy(unsigned long long o, const char* name) {
+  ENTER(name);
+  if (!fakeObjects().erase(o)) return CUDA_ERROR_INVALID_VALUE;
+  record(name);
+  return CUDA_SUCCESS;
+}
+CUresult fakeTexObjectDestroy(CUtexObject o) { return fakeObjectDestroy(o, "cuTexObjectDestroy"); }
+CUresult fakeSurfObjectDestroy(CUsurfObject o) { return fakeObjectDestroy(o, "cuSurfObjectDestroy"); }
+
+CUresult fakeSurfObjectCreate(CUsurfObject* out, const CUDA_RESOURCE_DESC* res) {
+  ENTER("cuSurfObjectCreate");
+  if (!out || !res || res->resType != CU_RESOURCE_TYPE_ARRAY || !knownArray(res->res.array.hArray))
+    return CUDA_ERROR_INVALID_VALUE;
+  *out = g_next_object++;
+  fakeObjects().insert(*out);
+  record("cuSurfObjectCreate");
+  return CUDA_SUCCESS;
+}
+
 const std::map<std::string, void*>& table() {
   static const std::map<std::string, void*> t = {
+      {"cuArray3DCreate", reinterpret_cast<void*>(&fakeArray3DCreate)},
+      {"cuArrayDestroy", reinterpret_cast<void*>(&fakeArrayDestroy)},
+      {"cuMipmappedArrayCreate", reinterpret_cast<void*>(&fakeMipmappedArrayCreate)},
+      {"cuMipmappedArrayGetLevel", reinterpret_cast<void*>(&fakeMipmappedArrayGetLevel)},
+      {"cuMipmappedArrayDestroy", reinterpret_cast<void*>(&fakeMipmappedArrayDestroy)},
+      {"cuMemcpy3DAsync", reinterpret_cast<void*>(&fakeMemcpy3DAsync)},
+      {"cuTexObjectCreate", reinterpret_cast<void*>(&fakeTexObjectCreate)},
+      {"cuTexObjectDestroy", reinterpret_cast<void*>(&fakeTexObjectDestroy)},
+      {"cuSurfObjectCreate", reinterpret_cast<void*>(&fakeSurfObjectCreate)},
+      {"cuSurfObjectDestroy", reinterpret_cast<void*>(&fakeSurfObjectDestroy)},
       {"cuInit", reinterpret_cast<void*>(&fakeInit)},
       {"cuDriverGetVersion", reinterpret_cast<void*>(&fakeDriverGetVersion)},
       {"cuGetErrorName", reinterpret_cast<void*>(&fakeGetErrorName)},

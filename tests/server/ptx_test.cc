@@ -1361,9 +1361,9 @@ TEST(PtxCalls, TrapAndAssertFailTheLaunch) {
 }
 
 TEST(PtxParser, UnknownInstructionIsNamedWithItsLine) {
-  PtxRun r = run(kernel("tex.2d.v4.f32.f32 {%f1, %f2, %f3, %f4}, [tex, {%f5, %f6}];\n"));
+  PtxRun r = run(kernel("sust.p.2d.b32.trap [%rd1, {%r1, %r2}], {%r3};\n"));  // formatted surface stores
   EXPECT_EQ(r.status.code(), kErrInvalidPtx);
-  EXPECT_NE(r.status.message().find("tex.2d.v4.f32.f32"), std::string::npos) << r.status.message();
+  EXPECT_NE(r.status.message().find("sust.p.2d.b32.trap"), std::string::npos) << r.status.message();
   EXPECT_NE(r.status.message().find("PTX line"), std::string::npos) << r.status.message();
 }
 

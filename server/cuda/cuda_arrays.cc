@@ -1,0 +1,212 @@
+// CudaBackend's CUDA arrays, 3D copies with them, and texture and surface
+// objects, through the driver API (cuArray3DCreate, cuMemcpy3DAsync,
+// cuTexObjectCreate, cuSurfObjectCreate). The session checked every handle
+// and range; host sides travel through the backend's pinned buffers, as the
+// 2D copies do.
+#include <cstring>
+
+#include "server/cuda/cuda_backend.h"
+
+namespace rgpu::server::cuda {
+
+namespace {
+
+Status unavailable(const char* what) {
+  return Status(err::kNotSupported, std::string(what) + ": the CUDA driver lacks the array and texture entry points");
+}
+
+CUarray_format driverFormat(const ArrayFormat& f) {
+  if (f.kind == 2) return f.bits == 16 ? CU_AD_FORMAT_HALF : CU_AD_FORMAT_FLOAT;
+  if (f.kind == 0) return f.bits == 8 ? CU_AD_FORMAT_SIGNED_INT8 : f.bits == 16 ? CU_AD_FORMAT_SIGNED_INT16 : CU_AD_FORMAT_SIGNED_INT32;
+  return f.bits == 8 ? CU_AD_FORMAT_UNSIGNED_INT8 : f.bits == 16 ? CU_AD_FORMAT_UNSIGNED_INT16 : CU_AD_FORMAT_UNSIGNED_INT32;
+}
+
+}  // namespace
+
+Result<std::pair<int, CUarray>> CudaBackend::arrayLevel(uint64_t array, uint32_t level) {
+  DriverApi& api = *api_;
+  CudaArray a;
+  {
+    std::lock_guard lock(mu_);
+    auto it = arrays_.find(array);
+    if (it == arrays_.end()) return Status(err::kInvalidValue, "no such array");
+    a = it->second;
+  }
+  if (a.array) return std::make_pair(a.device, a.array);
+  RGPU_TRY(use(a.device));
+  CUarray l = nullptr;
+  RGPU_TRY(RGPU_CU(cuMipmappedArrayGetLevel(&l, a.mipmapped, level)));
+  return std::make_pair(a.device, l);
+}
+
+Result<uint64_t> CudaBackend::createArray(const ArraySpec& spec) {
+  DriverApi& api = *api_;
+  if (!api.cuArray3DCreate || !api.cuMipmappedArrayCreate || !api.cuMemcpy3DAsync) return unavailable("cudaMallocArray");
+  RGPU_TRY(use(spec.device));
+  CUDA_ARRAY3D_DESCRIPTOR d{};
+  d.Width = spec.width;
+  d.Height = spec.height;
+  d.Depth = spec.depth;
+  d.Format = driverFormat(spec.format);
+  d.NumChannels = static_cast<unsigned>(spec.format.channels);
+  d.Flags = spec.flags;  // the runtime's cudaArray* flags are the driver's CUDA_ARRAY3D_* values
+  CudaArray a;
+  a.device = spec.device;
+  CUresult r = spec.levels ? api.cuMipmappedArrayCreate(&a.mipmapped, &d, spec.levels) : api.cuArray3DCreate(&a.array, &d);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) return Status(err::kMemoryAllocation, "out of memory for an array");
+  RGPU_TRY(api.check(r, spec.levels ? "cuMipmappedArrayCreate" : "cuArray3DCreate", __FILE__, __LINE__));
+  std::lock_guard lock(mu_);
+  const uint64_t id = next_array_++;
+  arrays_[id] = a;
+  return id;
+}
+
+Status CudaBackend::destroyArray(uint64_t array) {
+  DriverApi& api = *api_;
+  CudaArray a;
+  {
+    std::lock_guard lock(mu_);
+    auto it = arrays_.find(array);
+    if (it == arrays_.end()) return Status(err::kInvalidValue, "no such array");
+    a = it->second;
+    arrays_.erase(it);
+  }
+  RGPU_TRY(use(a.device));
+  return a.array ? RGPU_CU(cuArrayDestroy(a.array)) : RGPU_CU(cuMipmappedArrayDestroy(a.mipmapped));
+}
+
+Status CudaBackend::copy3D(StreamKey key, const Copy3DSpec& c, Staging in, ReadDone out) {
+  DriverApi& api = *api_;
+  if (!api.cuMemcpy3DAsync) return unavailable("cudaMemcpy3D");
+  if (capture_.active) return notCapturable("a copy with an array");
+  auto s = streamOf(key);
+  if (!s) return s.status();
+  const uint64_t packed = c.width * c.height * c.depth;
+  Pinned pin;
+  if (c.src.kind == CopySide::kHost || c.dst.kind == CopySide::kHost) {
+    auto p = takePinned(packed);
+    if (!p) return p.status();
+    pin = *p;
+    if (c.src.kind == CopySide::kHost) std::memcpy(pin.data, in->data(), packed);
+  }
+  CUDA_MEMCPY3D m{};
+  auto side = [&](const CopySide& e, CUmemorytype& type, const void*& host, CUdeviceptr& dev, CUarray& arr,
+                  size_t& x, size_t& y, size_t& z, size_t& pitch, size_t& height) -> Status {
+    x = e.x, y = e.y, z = e.z;
+    switch (e.kind) {
+      case CopySide::kHost:
+        type = CU_MEMORYTYPE_HOST, host = pin.data, pitch = c.width, height = c.height;
+        x = y = z = 0;
+        return Status::ok();
+      case CopySide::kDevice:
+        type = CU_MEMORYTYPE_DEVICE, dev = e.ptr, pitch = e.pitch, height = e.rows;
+        return Status::ok();
+      case CopySide::kArray: {
+        auto l = arrayLevel(e.ptr, e.level);
+        if (!l) return l.status();
+        type = CU_MEMORYTYPE_ARRAY, arr = l->second;
+        return Status::ok();
+      }
+    }
+    return Status(err::kInvalidValue, "bad copy side");
+  };
+  const void* src_host = nullptr;
+  const void* dst_host = nullptr;
+  Status st = side(c.src, m.srcMemoryType, src_host, m.srcDevice, m.srcArray, m.srcXInBytes, m.srcY, m.srcZ,
+                   m.srcPitch, m.srcHeight);
+  if (st) st = side(c.dst, m.dstMemoryType, dst_host, m.dstDevice, m.dstArray, m.dstXInBytes, m.dstY, m.dstZ,
+                    m.dstPitch, m.dstHeight);
+  m.srcHost = src_host;
+  m.dstHost = const_cast<void*>(dst_host);
+  m.WidthInBytes = c.width;
+  m.Height = c.height;
+  m.Depth = c.depth;
+  if (st) st = RGPU_CU(cuMemcpy3DAsync(&m, s->second));
+  if (c.src.kind == CopySide::kHost) return afterUpload(s->first, s->second, pin, std::move(in), st);
+  if (c.dst.kind == CopySide::kHost) return afterDownload(key, s->first, s->second, pin, packed, std::move(out), st);
+  return st;
+}
+
+Result<uint64_t> CudaBackend::createTexture(const TextureSpec& t) {
+  DriverApi& api = *api_;
+  if (!api.cuTexObjectCreate) return unavailable("cudaCreateTextureObject");
+  RGPU_TRY(use(t.device));
+  CUDA_RESOURCE_DESC res{};
+  switch (t.resource) {
+    case TextureSpec::kArray: {
+      auto l = arrayLevel(t.array, t.level);
+      if (!l) return l.status();
+      res.resType = CU_RESOURCE_TYPE_ARRAY;
+      res.res.array.hArray = l->second;
+      break;
+    }
+    case TextureSpec::kMipmapped: {
+      std::lock_guard lock(mu_);
+      auto it = arrays_.find(t.array);
+      if (it == arrays_.end() || !it->second.mipmapped) return Status(err::kInvalidValue, "no such mipmapped array");
+      res.resType = CU_RESOURCE_TYPE_MIPMAPPED_ARRAY;
+      res.res.mipmap.hMipmappedArray = it->second.mipmapped;
+      break;
+    }
+    case TextureSpec::kLinear:
+      res.resType = CU_RESOURCE_TYPE_LINEAR;
+      res.res.linear.devPtr = t.ptr;
+      res.res.linear.format = driverFormat(t.format);
+      res.res.linear.numChannels = static_cast<unsigned>(t.format.channels);
+      res.res.linear.sizeInBytes = t.size;
+      break;
+    case TextureSpec::kPitch2D:
+      res.resType = CU_RESOURCE_TYPE_PITCH2D;
+      res.res.pitch2D.devPtr = t.ptr;
+      res.res.pitch2D.format = driverFormat(t.format);
+      res.res.pitch2D.numChannels = static_cast<unsigned>(t.format.channels);
+      res.res.pitch2D.width = t.width;
+      res.res.pitch2D.height = t.height;
+      res.res.pitch2D.pitchInBytes = t.pitch;
+      break;
+  }
+  CUDA_TEXTURE_DESC td{};
+  for (int i = 0; i < 3; ++i) td.addressMode[i] = static_cast<CUaddress_mode>(t.address[i]);
+  td.filterMode = t.linear_filter ? CU_TR_FILTER_MODE_LINEAR : CU_TR_FILTER_MODE_POINT;
+  // The runtime's cudaTextureDesc as the driver's flags.
+  td.flags = (t.normalized_read ? 0u : CU_TRSF_READ_AS_INTEGER) | (t.normalized_coords ? CU_TRSF_NORMALIZED_COORDINATES : 0u) |
+             (t.srgb ? CU_TRSF_SRGB : 0u) | (t.disable_trilinear ? CU_TRSF_DISABLE_TRILINEAR_OPTIMIZATION : 0u) |
+             (t.seamless_cubemap ? CU_TRSF_SEAMLESS_CUBEMAP : 0u);
+  td.maxAnisotropy = t.max_anisotropy;
+  td.mipmapFilterMode = t.mip_linear ? CU_TR_FILTER_MODE_LINEAR : CU_TR_FILTER_MODE_POINT;
+  td.mipmapLevelBias = t.mip_bias;
+  td.minMipmapLevelClamp = t.min_lod;
+  td.maxMipmapLevelClamp = t.max_lod;
+  for (int i = 0; i < 4; ++i) td.borderColor[i] = t.border[i];
+  CUtexObject tex = 0;
+  RGPU_TRY(RGPU_CU(cuTexObjectCreate(&tex, &res, &td, nullptr)));
+  return static_cast<uint64_t>(tex);
+}
+
+Status CudaBackend::destroyTexture(uint64_t texture) {
+  DriverApi& api = *api_;
+  if (!api.cuTexObjectDestroy) return unavailable("cudaDestroyTextureObject");
+  return RGPU_CU(cuTexObjectDestroy(static_cast<CUtexObject>(texture)));
+}
+
+Result<uint64_t> CudaBackend::createSurface(int device, uint64_t array, uint32_t level) {
+  DriverApi& api = *api_;
+  if (!api.cuSurfObjectCreate) return unavailable("cudaCreateSurfaceObject");
+  auto l = arrayLevel(array, level);
+  if (!l) return l.status();
+  RGPU_TRY(use(device));
+  CUDA_RESOURCE_DESC res{};
+  res.resType = CU_RESOURCE_TYPE_ARRAY;
+  res.res.array.hArray = l->second;
+  CUsurfObject surf = 0;
+  RGPU_TRY(RGPU_CU(cuSurfObjectCreate(&surf, &res)));
+  return static_cast<uint64_t>(surf);
+}
+
+Status CudaBackend::destroySurface(uint64_t surface) {
+  DriverApi& api = *api_;
+  if (!api.cuSurfObjectDestroy) return unavailable("cudaDestroySurfaceObject");
+  return RGPU_CU(cuSurfObjectDestroy(static_cast<CUsurfObject>(surface)));
+}
+
+}  // namespace rgpu::server::cuda
