@@ -160,6 +160,10 @@ class Session {
   Status onGraphLaunch(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onGraphDestroy(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onConditionalHandleCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // What runs once memory (an allocation, an array) was given back: credits
+  // `charge` to the user's quota on `phys` and answers request `seq` (an
+  // asynchronous free: records its error instead).
+  Done freed(uint64_t seq, bool async, int phys, uint64_t charge);
   // session_arrays.cc: CUDA arrays, copies with them, texture and surface objects
   Status onArrayCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onArrayDestroy(const protocol::FrameHeader& h, wire::Request::Reader req);

@@ -98,16 +98,8 @@ Status Session::onArrayDestroy(const FrameHeader& h, wire::Request::Reader req) 
   const int phys = physical(a->spec.device);
   const uint64_t charge = chargedBytes(a->bytes);
   ++graph_epoch_;
-  Status s = backend_->afterDeviceDone(
-      a->spec.device, [this, handle] { return backend_->destroyArray(handle); },
-      [this, seq, async, phys, charge](Status r) {
-        if (r) pool_.release(phys, charge);
-        if (async) {
-          if (!r) recordAsyncError(r);
-        } else {
-          sendReply(seq, r, nullptr);
-        }
-      });
+  Status s = backend_->afterDeviceDone(a->spec.device, [this, handle] { return backend_->destroyArray(handle); },
+                                       freed(seq, async, phys, charge));
   if (!s) finish(h, s);
   return Status::ok();
 }

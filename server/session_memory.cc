@@ -92,18 +92,21 @@ Status Session::onFree(const FrameHeader& h, wire::Request::Reader req) {
   bool async = h.flags & protocol::kFlagAsync;
   int phys = physical(e->device);
   uint64_t charge = chargedBytes(e->size);
-  Status s = backend_->afterDeviceDone(
-      e->device, [this, ptr] { return backend_->release(ptr); },
-      [this, seq, async, phys, charge](Status r) {
-        if (r) pool_.release(phys, charge);  // credited the moment it is free
-        if (async) {
-          if (!r) recordAsyncError(r);
-        } else {
-          sendReply(seq, r, nullptr);
-        }
-      });
+  Status s = backend_->afterDeviceDone(e->device, [this, ptr] { return backend_->release(ptr); },
+                                       freed(seq, async, phys, charge));
   if (!s) finish(h, s);
   return Status::ok();
+}
+
+Done Session::freed(uint64_t seq, bool async, int phys, uint64_t charge) {
+  return [this, seq, async, phys, charge](Status r) {
+    if (r) pool_.release(phys, charge);  // credited the moment it is free
+    if (async) {
+      if (!r) recordAsyncError(r);
+    } else {
+      sendReply(seq, r, nullptr);
+    }
+  };
 }
 
 Status Session::onMemcpyHtoD(const FrameHeader& h, wire::Request::Reader req) {
