@@ -7,6 +7,7 @@
 #include "client/api_util.h"
 #include "client/arrays.h"
 #include "client/managed.h"
+#include "common/array_shape.h"
 #include "protocol/frame.h"
 
 namespace rgpu::client {
@@ -47,9 +48,8 @@ uint32_t elementBytes(const cudaChannelFormatDesc& d) {
 // Level `l` of an array of `extent` (elements; CUDA's zeros for missing dimensions).
 void levelShape(cudaExtent e, unsigned flags, uint32_t l, ArrayObject& a) {
   const bool layered = flags & (cudaArrayLayered | cudaArrayCubemap);
-  a.width = std::max<uint64_t>(e.width >> l, 1);
-  a.rows = e.height ? std::max<uint64_t>(e.height >> l, 1) : 1;
-  a.slices = layered ? std::max<uint64_t>(e.depth, 1) : e.depth ? std::max<uint64_t>(e.depth >> l, 1) : 1;
+  const common::ArrayLevelDims d = common::arrayLevel(e.width, e.height, e.depth, layered, l);
+  a.width = d.width, a.rows = d.height, a.slices = d.slices;
   a.extent = {a.width, e.height ? a.rows : 0, e.depth ? (layered ? e.depth : a.slices) : 0};
 }
 
@@ -118,6 +118,16 @@ char* hostAt(const CopyEnd& e, size_t y, size_t z) {
 }
 
 }  // namespace
+
+void forgetDeviceArrays(int device) {
+  std::lock_guard lock(registryMutex());
+  std::erase_if(arrays(), [&](const auto& a) { return a.second->device == device; });
+  std::erase_if(mipmapped(), [&](const auto& m) {
+    if (m.second->device != device) return false;
+    for (auto& l : m.second->level_arrays) levelArrays().erase(l.get());
+    return true;
+  });
+}
 
 Result<ArrayObject*> arrayOf(const void* handle) {
   std::lock_guard lock(registryMutex());

@@ -1,5 +1,6 @@
 // Streams, events, host functions, synchronisation.
 #include "client/api_util.h"
+#include "client/arrays.h"
 #include "client/graph.h"
 
 using namespace rgpu;
@@ -321,6 +322,8 @@ RGPU_EXPORT cudaError_t cudaDeviceReset(void) {
     auto r = rt().call(msg);
     rt().flushDeviceOutput();
     rt().forgetDevice(dev);
+    forgetDeviceArrays(dev);
+    forgetDeviceObjects(dev);
     return r ? Status::ok() : r.status();
   });
 }

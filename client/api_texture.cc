@@ -16,8 +16,13 @@ namespace err = rgpu::err;
 namespace {
 
 struct TextureInfo {
+  int device = 0;
   cudaResourceDesc res{};
   cudaTextureDesc tex{};
+};
+struct SurfaceInfo {
+  int device = 0;
+  cudaResourceDesc res{};
 };
 
 std::mutex& objectsMutex() {
@@ -28,8 +33,8 @@ std::unordered_map<uint64_t, TextureInfo>& textures() {
   static auto* m = new std::unordered_map<uint64_t, TextureInfo>;
   return *m;
 }
-std::unordered_map<uint64_t, cudaResourceDesc>& surfaces() {
-  static auto* m = new std::unordered_map<uint64_t, cudaResourceDesc>;
+std::unordered_map<uint64_t, SurfaceInfo>& surfaces() {
+  static auto* m = new std::unordered_map<uint64_t, SurfaceInfo>;
   return *m;
 }
 
@@ -108,7 +113,7 @@ Status createTexture(cudaTextureObject_t* out, const cudaResourceDesc* res, cons
   const uint64_t handle = static_cast<uint64_t>(r->reader().getValue());
   *out = handle;
   std::lock_guard lock(objectsMutex());
-  textures()[handle] = {*res, *td};
+  textures()[handle] = {device, *res, *td};
   return Status::ok();
 }
 
@@ -127,6 +132,12 @@ Status destroyObject(bool texture, uint64_t handle) {
 }
 
 }  // namespace
+
+void rgpu::client::forgetDeviceObjects(int device) {
+  std::lock_guard lock(objectsMutex());
+  std::erase_if(textures(), [&](const auto& t) { return t.second.device == device; });
+  std::erase_if(surfaces(), [&](const auto& s) { return s.second.device == device; });
+}
 
 RGPU_EXPORT cudaError_t cudaCreateTextureObject(cudaTextureObject_t* pTexObject, const struct cudaResourceDesc* pResDesc,
                                                 const struct cudaTextureDesc* pTexDesc,
@@ -189,7 +200,7 @@ RGPU_EXPORT cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t* pSurfObject
     const uint64_t handle = static_cast<uint64_t>(r->reader().getValue());
     *pSurfObject = handle;
     std::lock_guard lock(objectsMutex());
-    surfaces()[handle] = *pResDesc;
+    surfaces()[handle] = {(*a)->device, *pResDesc};
     return Status::ok();
   });
 }
@@ -204,7 +215,7 @@ RGPU_EXPORT cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDesc
     std::lock_guard lock(objectsMutex());
     auto it = surfaces().find(surf);
     if (it == surfaces().end()) return Status(err::kInvalidValue, "not a surface object of this process");
-    *pResDesc = it->second;
+    *pResDesc = it->second.res;
     return Status::ok();
   });
 }

@@ -46,6 +46,10 @@ struct CopyEnd {
 Result<ArrayObject*> arrayOf(const void* handle);
 // Level `level` of a mipmapped array (cudaGetMipmappedArrayLevel's answer).
 Result<ArrayObject*> mipmappedLevel(const void* mipmapped, uint32_t level);
+// cudaDeviceReset: the device's arrays, texture and surface objects are gone
+// (the server dropped them); their handles are refused from now on.
+void forgetDeviceArrays(int device);
+void forgetDeviceObjects(int device);
 // Copies width (bytes) x height x depth between two ends, as cudaMemcpy3D.
 Status copy3D(const CopyEnd& src, const CopyEnd& dst, size_t width, size_t height, size_t depth, cudaMemcpyKind kind,
               cudaStream_t stream, bool async, bool ptsz);

@@ -20,6 +20,10 @@ Result<ArrayFormat> checkFormat(int x, int y, int z, int w, int kind) {
                                                       ", " + std::to_string(z) + ", " + std::to_string(w) + ", kind " +
                                                       std::to_string(kind) + "}: " + why);
   };
+  // cudaChannelFormatKindNone (3) is no format; 4..31 are the NV12, normalised and block-compressed kinds.
+  if (kind >= 4 && kind <= 31)
+    return Status(err::kNotSupported, "channel format kind " + std::to_string(kind) +
+                                          " (NV12, normalised or block-compressed) is not supported by rgpu");
   if (kind < 0 || kind > 2) return bad("only signed, unsigned and float channels are supported");
   if (x != 8 && x != 16 && x != 32) return bad("channels are 8, 16 or 32 bits");
   if (kind == 2 && x == 8) return bad("float channels are 16 or 32 bits");
@@ -37,23 +41,13 @@ Result<ArrayFormat> checkFormat(int x, int y, int z, int w, int kind) {
 
 std::vector<ArrayLevelDims> arrayLevels(const ArraySpec& s) {
   const bool layered = s.flags & (kArrayLayered | kArrayCubemap);
-  const uint32_t n = std::max<uint32_t>(s.levels, 1);
   std::vector<ArrayLevelDims> out;
-  for (uint32_t l = 0; l < n; ++l) {
-    ArrayLevelDims d;
-    d.width = std::max<uint64_t>(s.width >> l, 1);
-    d.height = s.height ? std::max<uint64_t>(s.height >> l, 1) : 1;
-    d.slices = layered ? std::max<uint64_t>(s.depth, 1) : s.depth ? std::max<uint64_t>(s.depth >> l, 1) : 1;
-    out.push_back(d);
-  }
+  for (uint32_t l = 0; l < std::max<uint32_t>(s.levels, 1); ++l)
+    out.push_back(common::arrayLevel(s.width, s.height, s.depth, layered, l));
   return out;
 }
 
 Result<uint64_t> checkArray(const ArraySpec& s, const std::vector<int32_t>& a) {
-  RGPU_TRY(checkFormat(s.format.bits, s.format.channels > 1 ? s.format.bits : 0,
-                       s.format.channels > 2 ? s.format.bits : 0, s.format.channels > 3 ? s.format.bits : 0,
-                       s.format.kind)
-               .status());
   constexpr uint32_t kSparse = 0x40, kDeferred = 0x80, kColorAttachment = 0x20;
   if (s.flags & (kSparse | kDeferred))
     return Status(err::kNotSupported, "sparse and deferred-mapping arrays are not supported");
@@ -120,36 +114,48 @@ const ArrayTable::Array* ArrayTable::array(uint64_t handle) const {
   return it == arrays_.end() ? nullptr : &it->second;
 }
 
-Status ArrayTable::addTexture(uint64_t handle, Object o) {
-  if (textures_.size() >= kMaxTextureObjects)
-    return Status(err::kMemoryAllocation,
-                  "the session holds " + std::to_string(kMaxTextureObjects) + " texture objects, its limit");
-  textures_[handle] = o;
+namespace {
+const char* objectName(ArrayTable::Kind k) { return k == ArrayTable::kTexture ? "texture object" : "surface object"; }
+}  // namespace
+
+Status ArrayTable::addObject(Kind kind, uint64_t handle, Object o) {
+  const size_t limit = kind == kTexture ? kMaxTextureObjects : kMaxSurfaceObjects;
+  if (objects_[kind].size() >= limit)
+    return Status(err::kMemoryAllocation, "the session holds " + std::to_string(limit) + " " + objectName(kind) +
+                                              "s, its limit");
+  objects_[kind][handle] = o;
   return Status::ok();
 }
 
-Result<ArrayTable::Object> ArrayTable::removeTexture(uint64_t handle) {
-  auto it = textures_.find(handle);
-  if (it == textures_.end()) return invalid("texture object " + std::to_string(handle) + " is not one of this session's");
+Result<ArrayTable::Object> ArrayTable::removeObject(Kind kind, uint64_t handle) {
+  auto it = objects_[kind].find(handle);
+  if (it == objects_[kind].end())
+    return invalid(std::string(objectName(kind)) + " " + std::to_string(handle) + " is not one of this session's");
   Object o = it->second;
-  textures_.erase(it);
+  objects_[kind].erase(it);
   return o;
 }
 
-Status ArrayTable::addSurface(uint64_t handle, Object o) {
-  if (surfaces_.size() >= kMaxSurfaceObjects)
-    return Status(err::kMemoryAllocation,
-                  "the session holds " + std::to_string(kMaxSurfaceObjects) + " surface objects, its limit");
-  surfaces_[handle] = o;
-  return Status::ok();
-}
-
-Result<ArrayTable::Object> ArrayTable::removeSurface(uint64_t handle) {
-  auto it = surfaces_.find(handle);
-  if (it == surfaces_.end()) return invalid("surface object " + std::to_string(handle) + " is not one of this session's");
-  Object o = it->second;
-  surfaces_.erase(it);
-  return o;
+ArrayTable::Dropped ArrayTable::dropDevice(int device) {
+  Dropped d;
+  for (auto it = arrays_.begin(); it != arrays_.end();) {
+    if (it->second.spec.device != device) {
+      ++it;
+      continue;
+    }
+    d.arrays.emplace_back(it->first, it->second.bytes);
+    it = arrays_.erase(it);
+  }
+  for (Kind k : {kTexture, kSurface})
+    for (auto it = objects_[k].begin(); it != objects_[k].end();) {
+      if (it->second.device != device) {
+        ++it;
+        continue;
+      }
+      (k == kTexture ? d.textures : d.surfaces).push_back(it->first);
+      it = objects_[k].erase(it);
+    }
+  return d;
 }
 
 Status ArrayTable::checkSide(const CopySide& s, uint64_t width, uint64_t height, uint64_t depth,

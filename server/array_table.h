@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/array_shape.h"
 #include "common/status.h"
 #include "server/allocation_table.h"
 #include "server/backend.h"
@@ -29,9 +30,7 @@ inline constexpr size_t kMaxArrays = 65536;
 inline constexpr size_t kMaxTextureObjects = 65536;
 inline constexpr size_t kMaxSurfaceObjects = 65536;
 
-struct ArrayLevelDims {
-  uint64_t width = 1, height = 1, slices = 1;  // elements, rows, slices (depth, layers, faces)
-};
+using common::ArrayLevelDims;
 
 // A cudaChannelFormatDesc as an ArrayFormat, or cudaErrorInvalidChannelDescriptor.
 Result<ArrayFormat> checkFormat(int x, int y, int z, int w, int kind);
@@ -39,6 +38,7 @@ Result<ArrayFormat> checkFormat(int x, int y, int z, int w, int kind);
 std::vector<ArrayLevelDims> arrayLevels(const ArraySpec& spec);
 // Checks an array's shape, flags and extents against the device's
 // attributes (by cudaDeviceAttr); the bytes its levels hold, packed.
+// `spec.format` is checkFormat's answer.
 Result<uint64_t> checkArray(const ArraySpec& spec, const std::vector<int32_t>& attributes);
 
 class ArrayTable {
@@ -48,19 +48,23 @@ class ArrayTable {
     std::vector<ArrayLevelDims> levels;
     uint64_t bytes = 0;  // charged to the user's quota
   };
-  struct Object {
+  struct Object {  // a texture or surface object
     int device = 0;
-    uint64_t array = 0;  // the array it reads (0: device memory)
   };
 
   Status addArray(uint64_t handle, Array a);
   Result<Array> removeArray(uint64_t handle);
   const Array* array(uint64_t handle) const;
-  Status addTexture(uint64_t handle, Object o);
-  Result<Object> removeTexture(uint64_t handle);
-  Status addSurface(uint64_t handle, Object o);
-  Result<Object> removeSurface(uint64_t handle);
-  size_t arrays() const { return arrays_.size(); }
+  enum Kind { kTexture, kSurface };
+  Status addObject(Kind kind, uint64_t handle, Object o);
+  Result<Object> removeObject(Kind kind, uint64_t handle);
+
+  // cudaDeviceReset: everything of `device` leaves the table.
+  struct Dropped {
+    std::vector<std::pair<uint64_t, uint64_t>> arrays;  // handle, bytes
+    std::vector<uint64_t> textures, surfaces;
+  };
+  Dropped dropDevice(int device);
 
   // Checks one side of a copy of width x height x depth (bytes, rows,
   // slices) against the array it names or the allocations; reports its
@@ -70,7 +74,7 @@ class ArrayTable {
 
  private:
   std::unordered_map<uint64_t, Array> arrays_;
-  std::unordered_map<uint64_t, Object> textures_, surfaces_;
+  std::unordered_map<uint64_t, Object> objects_[2];  // by Kind
 };
 
 }  // namespace rgpu::server

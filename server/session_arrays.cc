@@ -5,6 +5,7 @@
 #include <driver_types.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/log.h"
 #include "protocol/frame.h"
@@ -34,6 +35,98 @@ CopySide sideOf(wire::CopySide::Reader r) {
   s.y = r.getY();
   s.z = r.getZ();
   return s;
+}
+
+// A reply carrying a new handle.
+auto valueReply(uint64_t v) {
+  return [v](auto& r) { r.setValue(static_cast<int64_t>(v)); };
+}
+
+// A texture's resource (cudaResourceDesc): an array of the session's, or
+// memory inside one of its allocations, on the texture's device, within the
+// device's limits (`attrs`, by cudaDeviceAttr).
+Status textureResource(wire::TextureCreate::Reader m, const std::vector<int32_t>& attrs, const ArrayTable& arrays,
+                       const AllocationTable& allocs, TextureSpec& t) {
+  auto bad = [](const std::string& why) { return Status(err::kInvalidValue, why); };
+  auto attr = [&](int i) {
+    return static_cast<uint64_t>(std::max(static_cast<size_t>(i) < attrs.size() ? attrs[static_cast<size_t>(i)] : 0, 0));
+  };
+  if (m.getResource() == wire::TextureResource::ARRAY || m.getResource() == wire::TextureResource::MIPMAPPED_ARRAY) {
+    t.resource = m.getResource() == wire::TextureResource::ARRAY ? TextureSpec::kArray : TextureSpec::kMipmapped;
+    t.array = m.getHandle();
+    t.level = m.getLevel();
+    const ArrayTable::Array* a = arrays.array(t.array);
+    if (!a) return bad("array " + std::to_string(t.array) + " is not one of this session's");
+    if (t.resource == TextureSpec::kMipmapped && a->spec.levels == 0)
+      return bad("a mipmapped-array resource names a plain array");
+    if (t.level >= a->levels.size()) return bad("the array has no level " + std::to_string(t.level));
+    if (a->spec.device != t.device) return bad("the array is on another device");
+    t.format = a->spec.format;
+    return Status::ok();
+  }
+  const bool linear = m.getResource() == wire::TextureResource::LINEAR;
+  t.resource = linear ? TextureSpec::kLinear : TextureSpec::kPitch2D;
+  t.ptr = m.getPtr();
+  auto f = formatOf(m.getFormat());
+  if (!f) return f.status();
+  t.format = *f;
+  const uint64_t align = std::max<uint64_t>(attr(cudaDevAttrTextureAlignment), 1);
+  if (t.ptr % align) return bad("texture memory must be aligned to " + std::to_string(align) + " bytes");
+  int dev = -1;
+  if (linear) {
+    t.size = m.getSize();
+    if (t.size == 0 || t.size % t.format.bytes()) return bad("a linear texture is whole elements");
+    if (t.size / t.format.bytes() > attr(cudaDevAttrMaxTexture1DLinearWidth))
+      return bad("a linear texture of " + std::to_string(t.size / t.format.bytes()) +
+                 " elements is larger than the device's limit");
+    RGPU_TRY(allocs.check(t.ptr, t.size, &dev));
+  } else {
+    t.width = m.getWidth(), t.height = m.getHeight(), t.pitch = m.getPitch();
+    if (t.width == 0 || t.height == 0) return bad("a pitch-2D texture has a width and a height");
+    if (t.width > attr(cudaDevAttrMaxTexture2DLinearWidth) || t.height > attr(cudaDevAttrMaxTexture2DLinearHeight) ||
+        t.pitch > attr(cudaDevAttrMaxTexture2DLinearPitch))
+      return bad("the pitch-2D texture is larger than the device's limits");
+    if (t.pitch % std::max<uint64_t>(attr(cudaDevAttrTexturePitchAlignment), 1) || t.pitch < t.width * t.format.bytes())
+      return bad("the pitch " + std::to_string(t.pitch) +
+                 " is not a multiple of the device's texture pitch alignment at least a row wide");
+    RGPU_TRY(allocs.check2D(t.ptr, t.pitch, t.width * t.format.bytes(), t.height, &dev));
+  }
+  if (dev != t.device) return bad("the memory is on another device");
+  return Status::ok();
+}
+
+// A texture's sampler (cudaTextureDesc), with NVIDIA's refusals.
+Status textureSampler(wire::TextureCreate::Reader m, TextureSpec& t) {
+  auto modes = m.getAddressMode();
+  for (unsigned i = 0; i < 3; ++i) {
+    const int v = i < modes.size() ? modes[i] : 0;
+    if (v < 0 || v > 3) return Status(err::kInvalidValue, "unknown address mode " + std::to_string(v));
+    t.address[i] = static_cast<uint8_t>(v);
+  }
+  if (m.getFilterMode() < 0 || m.getFilterMode() > 1 || m.getMipmapFilterMode() < 0 || m.getMipmapFilterMode() > 1)
+    return Status(err::kInvalidValue, "unknown filter mode");
+  if (m.getReadMode() < 0 || m.getReadMode() > 1) return Status(err::kInvalidValue, "unknown read mode");
+  t.linear_filter = m.getFilterMode() == 1;
+  t.normalized_read = m.getReadMode() == 1;
+  t.srgb = m.getSRGB();
+  auto border = m.getBorderColor();
+  for (unsigned i = 0; i < 4 && i < border.size(); ++i) t.border[i] = border[i];
+  t.normalized_coords = m.getNormalizedCoords();
+  t.max_anisotropy = m.getMaxAnisotropy();
+  t.mip_linear = m.getMipmapFilterMode() == 1;
+  t.mip_bias = m.getMipmapLevelBias();
+  t.min_lod = m.getMinMipmapLevelClamp();
+  t.max_lod = m.getMaxMipmapLevelClamp();
+  t.disable_trilinear = m.getDisableTrilinearOptimization();
+  t.seamless_cubemap = m.getSeamlessCubemap();
+  if (std::isnan(t.mip_bias) || std::isnan(t.min_lod) || std::isnan(t.max_lod))
+    return Status(err::kInvalidValue, "mipmap bias and clamps are numbers");
+  // Integers read as integers cannot be filtered; only 8- and 16-bit integers read as normalised floats.
+  if (t.format.kind != 2 && !t.normalized_read && t.linear_filter)
+    return Status(err::kInvalidFilterSetting, "linear filtering of integers read as integers");
+  if (t.format.kind != 2 && t.normalized_read && t.format.bits == 32)
+    return Status(err::kInvalidNormSetting, "32-bit integers cannot be read as normalised floats");
+  return Status::ok();
 }
 
 }  // namespace
@@ -80,8 +173,7 @@ Status Session::onArrayCreate(const FrameHeader& h, wire::Request::Reader req) {
     pool_.release(phys, charge);
     return finish(h, add), Status::ok();
   }
-  const uint64_t value = *handle;
-  finish(h, Status::ok(), [value](auto& r) { r.setValue(static_cast<int64_t>(value)); });
+  finish(h, Status::ok(), valueReply(*handle));
   return Status::ok();
 }
 
@@ -97,7 +189,6 @@ Status Session::onArrayDestroy(const FrameHeader& h, wire::Request::Reader req) 
   const bool async = h.flags & protocol::kFlagAsync;
   const int phys = physical(a->spec.device);
   const uint64_t charge = chargedBytes(a->bytes);
-  ++graph_epoch_;
   Status s = backend_->afterDeviceDone(a->spec.device, [this, handle] { return backend_->destroyArray(handle); },
                                        freed(seq, async, phys, charge));
   if (!s) finish(h, s);
@@ -116,23 +207,22 @@ Status Session::onCopy3D(const FrameHeader& h, wire::Request::Reader req) {
   c.height = m.getHeight();
   c.depth = m.getDepth();
   const bool from_host = c.src.kind == CopySide::kHost, to_host = c.dst.kind == CopySide::kHost;
+  const bool empty = c.width == 0 || c.height == 0 || c.depth == 0;  // succeeds, as NVIDIA's runtime
+  const unsigned __int128 total = static_cast<unsigned __int128>(c.width) * c.height * c.depth;
   if (s && from_host && to_host) s = Status(err::kInvalidMemcpyDirection, "a host-to-host copy is the client's own");
-  uint64_t bytes = 0;
-  if (s && (c.height == 0 || c.depth == 0 || c.width == 0)) {
-    // Nothing to copy (as NVIDIA's runtime, a zero extent succeeds).
-  } else if (s) {
-    using U = unsigned __int128;
-    U total = static_cast<U>(c.width) * c.height * c.depth;
-    if ((from_host || to_host) && total > protocol::kMaxBulkBytes)
-      s = Status(err::kInvalidValue, "copy larger than the frame limit");
-    bytes = from_host || to_host ? static_cast<uint64_t>(total) : 0;
-    int sd = -1, dd = -1;
-    if (s) s = arrays_.checkSide(c.src, c.width, c.height, c.depth, allocs_, &sd);
-    if (s) s = arrays_.checkSide(c.dst, c.width, c.height, c.depth, allocs_, &dd);
+  if (s && (from_host || to_host) && total > protocol::kMaxBulkBytes)
+    s = Status(err::kInvalidValue, "copy larger than the frame limit");
+  for (const CopySide* side : {&c.src, &c.dst}) {
+    int dev = -1;
+    if (s && !empty) s = arrays_.checkSide(*side, c.width, c.height, c.depth, allocs_, &dev);
+    // An array is its device's (another device's: cudaMemcpy3DPeer, not offered).
+    if (s && side->kind == CopySide::kArray && dev != key.device)
+      s = Status(err::kInvalidValue, "the array is on device " + std::to_string(dev) + ", the copy's stream on device " +
+                                         std::to_string(key.device));
   }
   if (!s) RGPU_LOG_WARN("session {}: array copy rejected: {}", session_id_, s.message());
-  const bool empty = c.height == 0 || c.depth == 0 || c.width == 0;
   if (from_host) {
+    const uint64_t bytes = static_cast<uint64_t>(total);
     if (!s || empty) {
       RGPU_TRY(consumeBulk(h, h.bulk_len, nullptr));
       return finish(h, s), Status::ok();
@@ -160,104 +250,19 @@ Status Session::onTextureCreate(const FrameHeader& h, wire::Request::Reader req)
   TextureSpec t;
   t.device = m.getDevice();
   Status s = checkDevice(t.device);
-  auto bad = [&](const std::string& why) {
-    if (s) s = Status(err::kInvalidValue, why);
-  };
-  const ArrayTable::Array* a = nullptr;
-  switch (m.getResource()) {
-    case wire::TextureResource::ARRAY:
-    case wire::TextureResource::MIPMAPPED_ARRAY:
-      t.resource = m.getResource() == wire::TextureResource::ARRAY ? TextureSpec::kArray : TextureSpec::kMipmapped;
-      t.array = m.getHandle();
-      t.level = m.getLevel();
-      a = arrays_.array(t.array);
-      if (!a) bad("array " + std::to_string(t.array) + " is not one of this session's");
-      else if (t.resource == TextureSpec::kMipmapped && a->spec.levels == 0)
-        bad("a mipmapped-array resource names a plain array");
-      else if (t.level >= a->levels.size()) bad("the array has no level " + std::to_string(t.level));
-      else if (a->spec.device != t.device) bad("the array is on another device");
-      if (a) t.format = a->spec.format;
-      break;
-    case wire::TextureResource::LINEAR:
-    case wire::TextureResource::PITCH2_D: {
-      const bool linear = m.getResource() == wire::TextureResource::LINEAR;
-      t.resource = linear ? TextureSpec::kLinear : TextureSpec::kPitch2D;
-      t.ptr = m.getPtr();
-      auto f = formatOf(m.getFormat());
-      if (!f) {
-        if (s) s = f.status();
-        break;
-      }
-      t.format = *f;
-      const auto& attrs = backend_->devices()[static_cast<size_t>(s ? t.device : 0)].attributes;
-      auto attr = [&](int i) { return static_cast<uint64_t>(std::max(attrs.size() > static_cast<size_t>(i) ? attrs[static_cast<size_t>(i)] : 0, 0)); };
-      const uint64_t align = std::max<uint64_t>(attr(cudaDevAttrTextureAlignment), 1);
-      if (t.ptr % align) bad("texture memory must be aligned to " + std::to_string(align) + " bytes");
-      int dev = -1;
-      if (linear) {
-        t.size = m.getSize();
-        if (t.size == 0 || t.size % t.format.bytes()) bad("a linear texture is whole elements");
-        else if (t.size / t.format.bytes() > attr(cudaDevAttrMaxTexture1DLinearWidth))
-          bad("a linear texture of " + std::to_string(t.size / t.format.bytes()) + " elements is larger than the device's limit");
-        if (s) s = allocs_.check(t.ptr, t.size, &dev);
-      } else {
-        t.width = m.getWidth(), t.height = m.getHeight(), t.pitch = m.getPitch();
-        if (t.width == 0 || t.height == 0) bad("a pitch-2D texture has a width and a height");
-        else if (t.width > attr(cudaDevAttrMaxTexture2DLinearWidth) || t.height > attr(cudaDevAttrMaxTexture2DLinearHeight) ||
-                 t.pitch > attr(cudaDevAttrMaxTexture2DLinearPitch))
-          bad("the pitch-2D texture is larger than the device's limits");
-        else if (t.pitch % std::max<uint64_t>(attr(cudaDevAttrTexturePitchAlignment), 1) || t.pitch < t.width * t.format.bytes())
-          bad("the pitch " + std::to_string(t.pitch) + " is not a multiple of the device's texture pitch alignment at least a row wide");
-        if (s) s = allocs_.check2D(t.ptr, t.pitch, t.width * t.format.bytes(), t.height, &dev);
-      }
-      if (s && dev != t.device) bad("the memory is on another device");
-      break;
-    }
-    default:
-      bad("unknown resource type");
-  }
-  auto modes = m.getAddressMode();
-  for (unsigned i = 0; i < 3; ++i) {
-    int v = i < modes.size() ? modes[i] : 0;
-    if (v < 0 || v > 3) bad("unknown address mode " + std::to_string(v));
-    t.address[i] = static_cast<uint8_t>(v);
-  }
-  if (m.getFilterMode() < 0 || m.getFilterMode() > 1 || m.getMipmapFilterMode() < 0 || m.getMipmapFilterMode() > 1)
-    bad("unknown filter mode");
-  if (m.getReadMode() < 0 || m.getReadMode() > 1) bad("unknown read mode");
-  t.linear_filter = m.getFilterMode() == 1;
-  t.normalized_read = m.getReadMode() == 1;
-  t.srgb = m.getSRGB();
-  auto border = m.getBorderColor();
-  for (unsigned i = 0; i < 4 && i < border.size(); ++i) t.border[i] = border[i];
-  t.normalized_coords = m.getNormalizedCoords();
-  t.max_anisotropy = m.getMaxAnisotropy();
-  t.mip_linear = m.getMipmapFilterMode() == 1;
-  t.mip_bias = m.getMipmapLevelBias();
-  t.min_lod = m.getMinMipmapLevelClamp();
-  t.max_lod = m.getMaxMipmapLevelClamp();
-  t.disable_trilinear = m.getDisableTrilinearOptimization();
-  t.seamless_cubemap = m.getSeamlessCubemap();
-  if (!(t.mip_bias == t.mip_bias) || !(t.min_lod == t.min_lod) || !(t.max_lod == t.max_lod))
-    bad("mipmap bias and clamps are numbers");
-  // As NVIDIA's runtime: integers read as integers cannot be filtered, and
-  // only 8- and 16-bit integers read as normalised floats.
-  if (s && t.format.kind != 2 && !t.normalized_read && t.linear_filter)
-    s = Status(err::kInvalidFilterSetting, "linear filtering of integers read as integers");
-  if (s && t.format.kind != 2 && t.normalized_read && t.format.bits == 32)
-    s = Status(err::kInvalidNormSetting, "32-bit integers cannot be read as normalised floats");
+  if (s) s = textureResource(m, backend_->devices()[static_cast<size_t>(t.device)].attributes, arrays_, allocs_, t);
+  if (s) s = textureSampler(m, t);
   if (!s) {
     RGPU_LOG_INFO("session {}: texture object refused: {}", session_id_, s.message());
     return finish(h, s), Status::ok();
   }
   auto handle = backend_->createTexture(t);
   if (!handle) return finish(h, handle.status()), Status::ok();
-  if (Status add = arrays_.addTexture(*handle, {t.device, a ? t.array : 0}); !add) {
+  if (Status add = arrays_.addObject(ArrayTable::kTexture, *handle, {t.device}); !add) {
     (void)backend_->destroyTexture(*handle);
     return finish(h, add), Status::ok();
   }
-  const uint64_t value = *handle;
-  finish(h, Status::ok(), [value](auto& r) { r.setValue(static_cast<int64_t>(value)); });
+  finish(h, Status::ok(), valueReply(*handle));
   return Status::ok();
 }
 
@@ -278,32 +283,27 @@ Status Session::onSurfaceCreate(const FrameHeader& h, wire::Request::Reader req)
   }
   auto handle = backend_->createSurface(a->spec.device, array, level);
   if (!handle) return finish(h, handle.status()), Status::ok();
-  if (Status add = arrays_.addSurface(*handle, {a->spec.device, array}); !add) {
+  if (Status add = arrays_.addObject(ArrayTable::kSurface, *handle, {a->spec.device}); !add) {
     (void)backend_->destroySurface(*handle);
     return finish(h, add), Status::ok();
   }
-  const uint64_t value = *handle;
-  finish(h, Status::ok(), [value](auto& r) { r.setValue(static_cast<int64_t>(value)); });
+  finish(h, Status::ok(), valueReply(*handle));
   return Status::ok();
 }
 
 Status Session::onTextureDestroy(const FrameHeader& h, wire::Request::Reader req) {
   RGPU_TRY(bulkNotExpected(h));
   const uint64_t handle = req.getTextureDestroy().getHandle();
-  auto o = arrays_.removeTexture(handle);
-  if (!o) return finish(h, o.status()), Status::ok();
-  ++graph_epoch_;
-  finish(h, backend_->destroyTexture(handle));
+  auto o = arrays_.removeObject(ArrayTable::kTexture, handle);
+  finish(h, o ? backend_->destroyTexture(handle) : o.status());
   return Status::ok();
 }
 
 Status Session::onSurfaceDestroy(const FrameHeader& h, wire::Request::Reader req) {
   RGPU_TRY(bulkNotExpected(h));
   const uint64_t handle = req.getSurfaceDestroy().getHandle();
-  auto o = arrays_.removeSurface(handle);
-  if (!o) return finish(h, o.status()), Status::ok();
-  ++graph_epoch_;
-  finish(h, backend_->destroySurface(handle));
+  auto o = arrays_.removeObject(ArrayTable::kSurface, handle);
+  finish(h, o ? backend_->destroySurface(handle) : o.status());
   return Status::ok();
 }
 

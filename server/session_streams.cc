@@ -218,6 +218,8 @@ Status Session::onDeviceReset(const FrameHeader& h, wire::Request::Reader req) {
     if (d == dev) mods.push_back(id);
   for (uint32_t id : mods) forgetModule(id);
   forgetGraphs(dev);
+  ArrayTable::Dropped objects = arrays_.dropDevice(dev);
+  for (auto& [handle, bytes] : objects.arrays) charge += chargedBytes(bytes);
   for (auto it = streams_.begin(); it != streams_.end();) {
     if (it->second != dev) {
       ++it;
@@ -237,7 +239,10 @@ Status Session::onDeviceReset(const FrameHeader& h, wire::Request::Reader req) {
   int phys = physical(dev);
   s = backend_->afterDeviceDone(
       dev,
-      [this, mine, mods] {
+      [this, mine, mods, objects = std::move(objects)] {
+        for (uint64_t t : objects.textures) (void)backend_->destroyTexture(t);
+        for (uint64_t t : objects.surfaces) (void)backend_->destroySurface(t);
+        for (auto& [handle, bytes] : objects.arrays) (void)backend_->destroyArray(handle);
         for (uint64_t b : mine) (void)backend_->release(b);
         for (uint32_t id : mods) (void)backend_->unloadModule(id);  // (one that never loaded: unknown, ignored)
         return Status::ok();

@@ -237,6 +237,14 @@ uint64_t element(const Operand& o, size_t e, const Warp& w, int lane) {
   return 0;
 }
 
+// The object `handle` names in `table` (the launch's textures or surfaces), or null.
+template <typename Map>
+const typename Map::mapped_type* lookup(const Textures* all, Map Textures::*table, uint64_t handle) {
+  if (!all) return nullptr;
+  auto it = (all->*table).find(handle);
+  return it == (all->*table).end() ? nullptr : &it->second;
+}
+
 void writeDest(const Operand& d, size_t e, Warp& w, int lane, uint64_t v) {
   const Operand& x = d.kind == Operand::kVec ? d.vec[e] : d;
   if (x.kind == Operand::kReg) w.regs[static_cast<size_t>(x.reg) * 32 + static_cast<size_t>(lane)] = v;
@@ -247,11 +255,7 @@ void writeDest(const Operand& d, size_t e, Warp& w, int lane, uint64_t v) {
 bool BlockRunner::execTexture(const Inst& in, Warp& w, uint32_t m) {
   LANES(m)
     const uint64_t handle = element(in.a, 0, w, l);
-    const TexObject* found = nullptr;
-    if (L_.textures) {
-      auto it = L_.textures->textures.find(handle);
-      if (it != L_.textures->textures.end()) found = &it->second;
-    }
+    const TexObject* found = lookup(L_.textures, &Textures::textures, handle);
     if (!found) {
       char buf[80];
       std::snprintf(buf, sizeof buf, "texture object %llu is not one of this session's",
@@ -398,11 +402,7 @@ bool BlockRunner::execTexture(const Inst& in, Warp& w, uint32_t m) {
 bool BlockRunner::execSurface(const Inst& in, Warp& w, uint32_t m) {
   LANES(m)
     const uint64_t handle = element(in.a, 0, w, l);
-    const TexImage* found = nullptr;
-    if (L_.textures) {
-      auto it = L_.textures->surfaces.find(handle);
-      if (it != L_.textures->surfaces.end()) found = &it->second;
-    }
+    const TexImage* found = lookup(L_.textures, &Textures::surfaces, handle);
     if (!found) {
       char buf[80];
       std::snprintf(buf, sizeof buf, "surface object %llu is not one of this session's",

@@ -115,6 +115,7 @@ static int roundTrip(cudaChannelFormatDesc desc, cudaExtent e, unsigned flags) {
 
 int main(int argc, char** argv) {
   const bool kernels = !(argc > 1 && std::strcmp(argv[1], "--no-kernels") == 0);
+  const bool native = argc > 1 && std::strcmp(argv[1], "--native") == 0;
 
   // Every channel format of 1, 2 and 4 channels, in 1D, 2D and 3D.
   const cudaChannelFormatKind kinds[] = {cudaChannelFormatKindSigned, cudaChannelFormatKindUnsigned,
@@ -207,6 +208,10 @@ int main(int argc, char** argv) {
   cudaChannelFormatDesc three = cudaCreateChannelDesc(8, 8, 8, 0, cudaChannelFormatKindUnsigned);
   cudaArray_t bad;
   EXPECT_ERR(cudaMallocArray(&bad, &three, 4, 4), cudaErrorInvalidChannelDescriptor);
+  if (!native) {  // rgpu does not offer the normalised kinds (NVIDIA's runtime does)
+    cudaChannelFormatDesc unorm = cudaCreateChannelDesc(8, 0, 0, 0, cudaChannelFormatKindUnsignedNormalized8X1);
+    EXPECT_ERR(cudaMallocArray(&bad, &unorm, 4, 4), cudaErrorNotSupported);
+  }
   EXPECT_ERR(cudaMalloc3DArray(&bad, &f32, make_cudaExtent(8, 4, 6), cudaArrayCubemap), cudaErrorInvalidValue);
   EXPECT_ERR(cudaMallocArray(&bad, &f32, 1u << 20, 1u << 20), cudaErrorInvalidValue);
   EXPECT_ERR(cudaMallocArray(&bad, &f32, 0, 4), cudaErrorInvalidValue);
@@ -279,6 +284,24 @@ int main(int argc, char** argv) {
   CHECK(cudaFreeMipmappedArray(mip));
   CHECK(cudaFreeArray(arr));
   CHECK(cudaFreeArray(arr2));
+
+  // cudaDeviceReset takes the device's arrays and objects with it: their memory is free again.
+  size_t before = 0, during = 0, after = 0, total = 0;
+  CHECK(cudaMemGetInfo(&before, &total));
+  cudaArray_t big;
+  CHECK(cudaMallocArray(&big, &f32, 4096, 4096, cudaArraySurfaceLoadStore));  // 64 MiB
+  cudaSurfaceObject_t bigsurf;
+  rd.res.array.array = big;
+  CHECK(cudaCreateSurfaceObject(&bigsurf, &rd));
+  CHECK(cudaMemGetInfo(&during, &total));
+  EXPECT(before - during >= (64u << 20));
+  CHECK(cudaDeviceReset());
+  CHECK(cudaMemGetInfo(&after, &total));
+  EXPECT(after == before);
+  if (!native) {  // rgpu refuses the stale handles (on NVIDIA's runtime using them is undefined)
+    EXPECT_ERR(cudaArrayGetInfo(nullptr, nullptr, nullptr, big), cudaErrorInvalidResourceHandle);
+    EXPECT_ERR(cudaDestroySurfaceObject(bigsurf), cudaErrorInvalidValue);
+  }
   std::printf("arrays: every format and shape round-tripped through every copy form, all checks passed\n");
   return 0;
 }

@@ -59,6 +59,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/array_shape.h"
 #include "common/fatbin.h"
 #include "common/launch_cluster.h"
 #include "server/device_arena.h"
@@ -1206,11 +1207,12 @@ CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, 
 }
 
 // ---- arrays, texture and surface objects ----
-// An array is host memory, its rows packed; a mipmapped array one array per
-// level. Texture and surface objects are numbers the fake remembers (its
+// An array is host memory, its rows packed, counted in its device's memory
+// use (cuMemGetInfo) as on a GPU; a mipmapped array one array per level. Texture and surface objects are numbers the fake remembers (its
 // interpreter runs no texture instructions: kernels that use them fault).
 
 struct FakeArray {
+  int device = 0;
   size_t width = 1, height = 1, slices = 1, elem = 1;
   std::vector<uint8_t> bytes;
 };
@@ -1241,13 +1243,21 @@ size_t formatBytes(CUarray_format f) {
 
 std::unique_ptr<FakeArray> makeArray(const CUDA_ARRAY3D_DESCRIPTOR* d, unsigned level) {
   auto a = std::make_unique<FakeArray>();
-  const bool layered = d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP);
-  a->width = std::max<size_t>(d->Width >> level, 1);
-  a->height = d->Height ? std::max<size_t>(d->Height >> level, 1) : 1;
-  a->slices = layered ? std::max<size_t>(d->Depth, 1) : d->Depth ? std::max<size_t>(d->Depth >> level, 1) : 1;
+  const auto dims = rgpu::common::arrayLevel(d->Width, d->Height, d->Depth,
+                                             d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP), level);
+  a->width = dims.width, a->height = dims.height, a->slices = dims.slices;
   a->elem = formatBytes(d->Format) * d->NumChannels;
+  a->device = t_ctx->device;
   a->bytes.resize(a->width * a->height * a->slices * a->elem);
   return a;
+}
+
+// Charges (or, negative, credits) `bytes` to the current device's memory use; false when it does not fit.
+bool chargeDevice(int device, int64_t bytes) {
+  Driver& d = drv();
+  if (bytes > 0 && d.used[device] + static_cast<uint64_t>(bytes) > d.memory) return false;
+  d.used[device] += static_cast<uint64_t>(bytes);
+  return true;
 }
 
 CUresult fakeArray3DCreate(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR* d) {
@@ -1255,6 +1265,7 @@ CUresult fakeArray3DCreate(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR* d) {
   if (!out || !d || d->Width == 0 || (d->NumChannels != 1 && d->NumChannels != 2 && d->NumChannels != 4))
     return CUDA_ERROR_INVALID_VALUE;
   auto a = makeArray(d, 0);
+  if (!chargeDevice(a->device, static_cast<int64_t>(a->bytes.size()))) return CUDA_ERROR_OUT_OF_MEMORY;
   record("cuArray3DCreate " + std::to_string(d->Width) + "x" + std::to_string(d->Height) + "x" + std::to_string(d->Depth) +
          " flags=" + std::to_string(d->Flags));
   *out = reinterpret_cast<CUarray>(a.get());
@@ -1268,6 +1279,7 @@ CUresult fakeArrayDestroy(CUarray a) {
   if (!fakeArrays().count(fa)) return CUDA_ERROR_INVALID_HANDLE;
   synchronizeAll(lock);  // work queued so far may use it
   fakeArrays().erase(fa);
+  chargeDevice(fa->device, -static_cast<int64_t>(fa->bytes.size()));
   delete fa;
   record("cuArrayDestroy");
   return CUDA_SUCCESS;
@@ -1277,7 +1289,12 @@ CUresult fakeMipmappedArrayCreate(CUmipmappedArray* out, const CUDA_ARRAY3D_DESC
   ENTER("cuMipmappedArrayCreate");
   if (!out || !d || d->Width == 0 || levels == 0) return CUDA_ERROR_INVALID_VALUE;
   auto m = std::make_unique<FakeMipmapped>();
-  for (unsigned l = 0; l < levels; ++l) m->levels.push_back(makeArray(d, l));
+  int64_t bytes = 0;
+  for (unsigned l = 0; l < levels; ++l) {
+    m->levels.push_back(makeArray(d, l));
+    bytes += static_cast<int64_t>(m->levels.back()->bytes.size());
+  }
+  if (!chargeDevice(t_ctx->device, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   record("cuMipmappedArrayCreate levels=" + std::to_string(levels));
   *out = reinterpret_cast<CUmipmappedArray>(m.get());
   fakeMipmapped().insert(m.release());
@@ -1298,6 +1315,7 @@ CUresult fakeMipmappedArrayDestroy(CUmipmappedArray m) {
   if (!fakeMipmapped().count(fm)) return CUDA_ERROR_INVALID_HANDLE;
   synchronizeAll(lock);
   fakeMipmapped().erase(fm);
+  for (auto& l : fm->levels) chargeDevice(l->device, -static_cast<int64_t>(l->bytes.size()));
   delete fm;
   record("cuMipmappedArrayDestroy");
   return CUDA_SUCCESS;
