@@ -407,6 +407,75 @@ std::string graphs() {
   return s;
 }
 
+// Arrays, copies with them in every direction, texture and surface objects,
+// and a device reset that drops them. Array and object handles are the sim's
+// counters (1, 2, ... in creation order within a session), stable from run to run.
+std::string arrays() {
+  std::string s;
+  malloc(s, 1 << 16);
+  auto array = [&](uint64_t w, uint64_t h, uint64_t d, uint32_t flags, uint32_t levels) {
+    add(s, false, [&](Request::Builder r) {
+      auto a = r.initArrayCreate();
+      auto f = a.initFormat();
+      f.setX(32), f.setKind(2);
+      a.setWidth(w), a.setHeight(h), a.setDepth(d), a.setFlags(flags), a.setLevels(levels);
+    });
+  };
+  array(16, 8, 0, 0x02, 0);  // 1: 2D, surface load/store
+  array(8, 8, 6, 0x04, 0);   // 2: cubemap
+  array(16, 16, 0, 0, 3);    // 3: mipmapped, 3 levels
+  auto copy = [&](bool async, auto src, auto dst, uint64_t w, uint64_t h, uint64_t d, const std::string& bulk) {
+    add(s, async, [&](Request::Builder r) {
+      auto c = r.initCopy3D();
+      src(c.initSrc());
+      dst(c.initDst());
+      c.setWidth(w), c.setHeight(h), c.setDepth(d);
+      c.initStream();
+    }, bulk);
+  };
+  using Side = rgpu::wire::CopySide::Builder;
+  auto host = [](Side x) { x.setHost(); };
+  auto arr1 = [](Side x) { x.setArray(1), x.setX(8), x.setY(1); };
+  auto level2 = [](Side x) { x.setArray(3), x.setLevel(2); };
+  auto dev = [](Side x) { x.setDevice(relocated(0, 0)), x.setPitch(64), x.setRows(8); };
+  copy(true, host, arr1, 32, 4, 1, std::string(128, '\x21'));
+  copy(false, arr1, host, 32, 4, 1, "");
+  copy(true, arr1, dev, 32, 4, 1, "");
+  copy(true, dev, level2, 16, 4, 1, "");
+  copy(true, host, [](Side x) { x.setArray(2), x.setZ(5); }, 32, 8, 1, std::string(256, '\x33'));
+  add(s, false, [](Request::Builder r) {  // 4: a bilinear texture of array 1
+    auto t = r.initTextureCreate();
+    t.setResource(rgpu::wire::TextureResource::ARRAY);
+    t.setHandle(1);
+    auto m = t.initAddressMode(3);
+    m.set(0, 3), m.set(1, 0), m.set(2, 1);
+    t.setFilterMode(1);
+    t.setNormalizedCoords(true);
+    t.initBorderColor(4).set(0, 1.5f);
+  });
+  add(s, false, [](Request::Builder r) {  // 5: a linear texture of the allocation
+    auto t = r.initTextureCreate();
+    t.setResource(rgpu::wire::TextureResource::LINEAR);
+    t.setPtr(relocated(0, 0));
+    t.initFormat().setX(32);
+    t.setSize(4096);
+  });
+  add(s, false, [](Request::Builder r) {  // 6: mipmapped, linear between levels
+    auto t = r.initTextureCreate();
+    t.setResource(rgpu::wire::TextureResource::MIPMAPPED_ARRAY);
+    t.setHandle(3);
+    t.setMipmapFilterMode(1);
+    t.setMaxMipmapLevelClamp(2);
+  });
+  add(s, false, [](Request::Builder r) { r.initSurfaceCreate().setArray(1); });  // 7
+  add(s, true, [](Request::Builder r) { r.initTextureDestroy().setHandle(5); });
+  add(s, true, [](Request::Builder r) { r.initSurfaceDestroy().setHandle(7); });
+  add(s, true, [](Request::Builder r) { r.initArrayDestroy().setHandle(2); });
+  sync(s);
+  add(s, false, [](Request::Builder r) { r.initDeviceReset().setDevice(0); });
+  return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -428,7 +497,8 @@ int main(int argc, char** argv) {
                               {"devices.bin", devices()},
                               {"lifetimes.bin", lifetimes(fatbin.str())},
                               {"compressed.bin", compressed()},
-                              {"graphs.bin", graphs()}}) {
+                              {"graphs.bin", graphs()},
+                              {"arrays.bin", arrays()}}) {
     std::ofstream out(dir + "/" + name, std::ios::binary);
     out << bytes;
     std::printf("%s: %zu bytes\n", name.c_str(), bytes.size());
