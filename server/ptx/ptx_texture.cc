@@ -257,10 +257,7 @@ bool BlockRunner::execTexture(const Inst& in, Warp& w, uint32_t m) {
     const uint64_t handle = element(in.a, 0, w, l);
     const TexObject* found = lookup(L_.textures, &Textures::textures, handle);
     if (!found) {
-      char buf[80];
-      std::snprintf(buf, sizeof buf, "texture object %llu is not one of this session's",
-                    static_cast<unsigned long long>(handle));
-      fault(kErrIllegalAddress, buf, in, w, l);
+      fault(kErrIllegalAddress, "texture object " + std::to_string(handle) + " is not one of this session's", in, w, l);
       return false;
     }
     const TexObject& t = *found;
@@ -404,10 +401,7 @@ bool BlockRunner::execSurface(const Inst& in, Warp& w, uint32_t m) {
     const uint64_t handle = element(in.a, 0, w, l);
     const TexImage* found = lookup(L_.textures, &Textures::surfaces, handle);
     if (!found) {
-      char buf[80];
-      std::snprintf(buf, sizeof buf, "surface object %llu is not one of this session's",
-                    static_cast<unsigned long long>(handle));
-      fault(kErrIllegalAddress, buf, in, w, l);
+      fault(kErrIllegalAddress, "surface object " + std::to_string(handle) + " is not one of this session's", in, w, l);
       return false;
     }
     const TexImage& img = *found;
