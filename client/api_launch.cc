@@ -50,14 +50,18 @@ RGPU_EXPORT char __cudaInitModule(void** fatCubinHandle) {
   const int dev = rt().currentDevice();
   for (const ManagedVar& v : vars) {
     if (*v.host_ptr) continue;
-    auto sym = rt().symbol(v.host_ptr, dev);  // loads the module; reserves the variable's range here
+    auto sym = rt().symbol(v.host_ptr, dev);  // loads the module
     Status s = sym ? Status::ok() : sym.status();
-    if (s && sym->first % kManagedPage)
-      s = Status(err::kNotSupported, "the server placed it off a page boundary (the CUDA backend places __managed__ "
-                                     "variables with the driver)");
-    if (s && rt().trackDevice(sym->first, v.size, dev) == DeviceRanges::Result::kCollides)
-      s = Status(err::kNotSupported, "it lies over this process's own memory");
-    if (s) s = ManagedMemory::get().add(sym->first, v.size, 0, 0, dev, false, /*initialised=*/true);
+    // The pages to track: the variable's own (sim), or the managed allocation
+    // the driver packed the module's managed variables in (all of them at once).
+    auto [base, span] = rt().managedRange(v.host_ptr, dev);
+    if (s && base % kManagedPage)
+      s = Status(err::kNotSupported, "the server placed it off a page boundary, in no managed allocation of its own");
+    if (s && !ManagedMemory::get().contains(reinterpret_cast<void*>(base))) {
+      if (rt().trackDevice(base, span, dev) == DeviceRanges::Result::kCollides)
+        s = Status(err::kNotSupported, "it lies over this process's own memory");
+      if (s) s = ManagedMemory::get().add(base, span, 0, 0, dev, false, /*initialised=*/true);
+    }
     if (!s) {
       common::logOnce("managed-var", "a __managed__ variable cannot be used through rgpu: " + s.message());
       return 0;

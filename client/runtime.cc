@@ -702,10 +702,22 @@ Result<std::pair<uint64_t, uint64_t>> Runtime::resolveVar(uint32_t vid, int devi
   msg.initRoot<wire::Request>().initSymbolAddress().setId((vid + 1) << 6 | static_cast<uint32_t>(device));
   auto r = call(msg);
   if (!r) return r.status();
-  uint64_t addr = r->reader().getSymbol().getAddress(), size = r->reader().getSymbol().getSize();
+  auto sym = r->reader().getSymbol();
+  uint64_t addr = sym.getAddress(), size = sym.getSize();
   std::unique_lock lock(reg_mu_);
   vars_[vid].address[device] = addr;
+  if (sym.getManagedSize()) vars_[vid].managed[device] = {sym.getManagedBase(), sym.getManagedSize()};
   return std::make_pair(addr, size);
+}
+
+std::pair<uint64_t, uint64_t> Runtime::managedRange(const void* host_var, int device) {
+  std::shared_lock lock(reg_mu_);
+  auto it = var_by_host_.find(host_var);
+  if (it == var_by_host_.end()) return {0, 0};
+  const VarRecord& v = vars_[it->second];
+  if (auto m = v.managed.find(device); m != v.managed.end()) return m->second;
+  auto a = v.address.find(device);
+  return a == v.address.end() ? std::make_pair(uint64_t{0}, uint64_t{0}) : std::make_pair(a->second, v.size);
 }
 
 Result<cudaFuncAttributes> Runtime::funcAttributes(const KernelRecord& k, int device) {

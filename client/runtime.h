@@ -49,6 +49,9 @@ struct VarRecord {
   uint64_t size = 0;
   bool constant = false;
   std::map<int, uint64_t> address;  // per device, resolved on first use
+  // A __managed__ variable the server packed with others: the managed
+  // allocation holding it, per device (absent: pages of its own).
+  std::map<int, std::pair<uint64_t, uint64_t>> managed;
 };
 
 struct ModuleRecord {
@@ -184,6 +187,9 @@ class Runtime {
   // Asks the server where variable `vid` of a shipped module is on `device`
   // (address, and size as the module has it) and remembers the address.
   Result<std::pair<uint64_t, uint64_t>> resolveVar(uint32_t vid, int device);
+  // Of a resolved __managed__ variable: the range to page for it (base, size):
+  // the managed allocation the server packed it in, or the variable itself.
+  std::pair<uint64_t, uint64_t> managedRange(const void* host_var, int device);
 
   // ---- libraries (cudaLibrary*: modules the program holds as data) ----------
   // Registers `image` (a fatbin, cubin or PTX, checked) as a module with all

@@ -498,7 +498,14 @@ struct PoolSession {
 }
 
 struct MemInfo { free @0 :UInt64; total @1 :UInt64; }
-struct Symbol { address @0 :UInt64; size @1 :UInt64; }
+struct Symbol {
+  address @0 :UInt64;
+  size @1 :UInt64;
+  # A __managed__ variable the backend packed with the module's others: the
+  # managed allocation holding them, which the client pages whole (0: none).
+  managedBase @2 :UInt64;
+  managedSize @3 :UInt64;
+}
 struct PointerInfo { device @0 :Int32; base @1 :UInt64; size @2 :UInt64; }
 
 # Server-initiated messages.

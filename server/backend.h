@@ -55,6 +55,18 @@ struct FunctionAttributes {
   int cluster_policy = 0;
 };
 
+// A module-scope variable. A __managed__ variable must be paged by the client
+// (client/managed.h) with all bytes of the pages it lies on: where the backend
+// gives it pages of its own (the sim), `managed_size` is 0; where it packs the
+// module's managed variables into one managed allocation (the driver), that
+// allocation is [managed_base, managed_base + managed_size), holding `addr`.
+struct GlobalVar {
+  DevPtr addr = 0;
+  uint64_t size = 0;
+  DevPtr managed_base = 0;
+  uint64_t managed_size = 0;
+};
+
 struct LaunchConfig {
   Dim3 grid, block;
   uint64_t shared_mem = 0;
@@ -362,8 +374,7 @@ class Backend {
   virtual Status setFunctionAttribute(uint32_t function, int attr, int value) = 0;
   virtual Result<int> occupancy(uint32_t function, int block_size, uint64_t dynamic_smem) = 0;
   // Address and size of a module-scope variable (allocated on first use).
-  virtual Result<std::pair<DevPtr, uint64_t>> globalAddress(uint32_t module, const std::string& name,
-                                                            uint64_t size_hint) = 0;
+  virtual Result<GlobalVar> globalAddress(uint32_t module, const std::string& name, uint64_t size_hint) = 0;
 
   // cuBLAS and cuBLASLt (server/blas.h): calls the session has checked, run
   // in stream order. `done`, when set, receives a reduction's result bytes

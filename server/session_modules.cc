@@ -123,16 +123,21 @@ Status Session::onSymbolAddress(const FrameHeader& h, wire::Request::Reader req)
     return finish(h, bad->second), Status::ok();
   auto g = backend_->globalAddress(it->second.module, it->second.name, it->second.size);
   if (!g) return finish(h, g.status()), Status::ok();
-  uint64_t addr = g->first, size = g->second;
-  if (!allocs_.find(addr)) {
-    Status a = allocs_.add(addr, size, modules_[it->second.module], true);
+  const GlobalVar v = *g;
+  // The range the program may reach through it: the variable, or the managed
+  // allocation it is packed in (the client pages all of it).
+  const uint64_t base = v.managed_size ? v.managed_base : v.addr, span = v.managed_size ? v.managed_size : v.size;
+  if (!allocs_.find(base)) {
+    Status a = allocs_.add(base, span, modules_[it->second.module], true);
     if (!a) return finish(h, a), Status::ok();
   }
-  it->second.addr = addr;
-  finish(h, Status::ok(), [addr, size](auto& r) {
+  it->second.addr = v.addr;
+  finish(h, Status::ok(), [v](auto& r) {
     auto sym = r.initSymbol();
-    sym.setAddress(addr);
-    sym.setSize(size);
+    sym.setAddress(v.addr);
+    sym.setSize(v.size);
+    sym.setManagedBase(v.managed_base);
+    sym.setManagedSize(v.managed_size);
   });
   return Status::ok();
 }

@@ -790,13 +790,12 @@ int SimBackend::occupancyLocked(const Function& f, int block_size, uint64_t dyna
   return std::min({a[cudaDevAttrMaxBlocksPerMultiprocessor], by_threads, by_smem});
 }
 
-Result<std::pair<DevPtr, uint64_t>> SimBackend::globalAddress(uint32_t module, const std::string& name,
-                                                              uint64_t size_hint) {
+Result<GlobalVar> SimBackend::globalAddress(uint32_t module, const std::string& name, uint64_t size_hint) {
   std::lock_guard lock(mu_);
   auto m = modules_.find(module);
   if (m == modules_.end()) return Status(err::kInvalidResourceHandle, "unknown module");
   auto g = m->second.globals.find(name);
-  if (g != m->second.globals.end()) return g->second;
+  if (g != m->second.globals.end()) return GlobalVar{g->second.first, g->second.second};
   if (size_hint == 0 || size_hint > kMaxSimGlobalBytes)
     return Status(err::kInvalidSymbol, "symbol " + name + " has size " + std::to_string(size_hint) +
                                            " (limit " + std::to_string(kMaxSimGlobalBytes) + ")");
@@ -804,7 +803,7 @@ Result<std::pair<DevPtr, uint64_t>> SimBackend::globalAddress(uint32_t module, c
   if (!p) return p.status();
   std::memset(reinterpret_cast<void*>(*p), 0, size_hint);
   m->second.globals[name] = {*p, size_hint};
-  return std::make_pair(*p, size_hint);
+  return GlobalVar{*p, size_hint};
 }
 
 Status SimBackend::launch(StreamKey key, uint32_t function, const LaunchConfig& requested, std::string params) {

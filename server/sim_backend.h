@@ -128,8 +128,7 @@ class SimBackend final : public Backend {
   Result<FunctionAttributes> functionAttributes(uint32_t function) override;
   Status setFunctionAttribute(uint32_t function, int attr, int value) override;
   Result<int> occupancy(uint32_t function, int block_size, uint64_t dynamic_smem) override;
-  Result<std::pair<DevPtr, uint64_t>> globalAddress(uint32_t module, const std::string& name,
-                                                    uint64_t size_hint) override;
+  Result<GlobalVar> globalAddress(uint32_t module, const std::string& name, uint64_t size_hint) override;
   Status blas(StreamKey s, const BlasArgs& call, ReadDone done) override;
   Status ltMatmul(StreamKey s, const LtArgs& call) override;
   Result<std::vector<LtAlgo>> ltHeuristic(int device, const LtArgs& call, uint32_t requested,

@@ -960,8 +960,7 @@ Result<int> CudaBackend::occupancy(uint32_t function, int block_size, uint64_t d
   return n;
 }
 
-Result<std::pair<DevPtr, uint64_t>> CudaBackend::globalAddress(uint32_t module, const std::string& name,
-                                                               uint64_t /*size_hint*/) {
+Result<GlobalVar> CudaBackend::globalAddress(uint32_t module, const std::string& name, uint64_t /*size_hint*/) {
   DriverApi& api = *api_;
   auto mod = moduleOf(module);
   if (!mod) return mod.status();
@@ -972,7 +971,20 @@ Result<std::pair<DevPtr, uint64_t>> CudaBackend::globalAddress(uint32_t module, 
   CUresult r = api.cuModuleGetGlobal(&p, &bytes, m, name.c_str());
   if (r == CUDA_ERROR_NOT_FOUND) return Status(err::kInvalidSymbol, "no variable " + name + " in the module");
   RGPU_TRY(api.check(r, "cuModuleGetGlobal", __FILE__, __LINE__));
-  return std::make_pair(static_cast<DevPtr>(p), static_cast<uint64_t>(bytes));
+  GlobalVar g{static_cast<DevPtr>(p), static_cast<uint64_t>(bytes)};
+  // A __managed__ variable: the driver packs the module's into one managed
+  // allocation, which the client pages whole (a driver without these entry
+  // points: the client finds the variable off a page boundary and says so).
+  unsigned managed = 0;
+  CUdeviceptr base = 0;
+  size_t span = 0;
+  if (api.cuPointerGetAttribute && api.cuMemGetAddressRange &&
+      api.cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p) == CUDA_SUCCESS && managed &&
+      api.cuMemGetAddressRange(&base, &span, p) == CUDA_SUCCESS && base <= p && p + bytes <= base + span) {
+    g.managed_base = base;
+    g.managed_size = span;
+  }
+  return g;
 }
 
 }  // namespace rgpu::server::cuda

@@ -161,8 +161,7 @@ class CudaBackend final : public Backend {
   Result<FunctionAttributes> functionAttributes(uint32_t function) override;
   Status setFunctionAttribute(uint32_t function, int attr, int value) override;
   Result<int> occupancy(uint32_t function, int block_size, uint64_t dynamic_smem) override;
-  Result<std::pair<DevPtr, uint64_t>> globalAddress(uint32_t module, const std::string& name,
-                                                    uint64_t size_hint) override;
+  Result<GlobalVar> globalAddress(uint32_t module, const std::string& name, uint64_t size_hint) override;
   // (cuda_graphs.cc)
   bool nativeGraphs() const override;
   Status beginNativeGraph(int device, uint64_t in_bytes = 0, uint64_t out_bytes = 0, uint64_t host_bytes = 0) override;

@@ -124,6 +124,8 @@ Result<std::unique_ptr<DriverApi>> DriverApi::load(const std::string& library) {
   RGPU_OPTIONAL(cuTexObjectDestroy)
   RGPU_OPTIONAL(cuSurfObjectCreate)
   RGPU_OPTIONAL(cuSurfObjectDestroy)
+  RGPU_OPTIONAL(cuPointerGetAttribute)
+  RGPU_OPTIONAL(cuMemGetAddressRange)
 #undef RGPU_OPTIONAL
   if (!missing.empty())
     return Status(err::kInsufficientDriver, library + " lacks driver entry points rgpu needs (" + missing +

@@ -111,6 +111,10 @@ class DriverApi {
   RGPU_CU_FN(cuTexObjectDestroy)
   RGPU_CU_FN(cuSurfObjectCreate)
   RGPU_CU_FN(cuSurfObjectDestroy)
+  // Optional: __managed__ variables (the driver packs a module's into one
+  // managed allocation; the client pages that allocation as a whole).
+  RGPU_CU_FN(cuPointerGetAttribute)
+  RGPU_CU_FN(cuMemGetAddressRange)
 #undef RGPU_CU_FN
 
  private:

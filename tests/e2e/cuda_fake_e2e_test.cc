@@ -148,13 +148,15 @@ TEST_F(CudaFakeE2E, ArraysTexturesAndSurfacesAreTheDriversOwn) {
   EXPECT_NE(log.find("cuArrayDestroy"), std::string::npos) << log;
 }
 
-TEST_F(CudaFakeE2E, ManagedVariablesAreRefusedWithTheReason) {
-  // The driver places __managed__ variables; the client cannot page them (docs/limits.md).
+TEST_F(CudaFakeE2E, ManagedVariablesArePagedInTheDriversManagedAllocation) {
+  // The driver packs a module's __managed__ variables into one managed
+  // allocation, off page boundaries; the client pages that allocation whole.
   RunResult r = program(testProgram("managed_var"));
-  EXPECT_NE(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("a __managed__ variable cannot be used through rgpu: the server placed it off a page boundary"),
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("managed_var: initial value, kernel, host and symbol updates, all checks passed"),
             std::string::npos)
       << r.output;
+  EXPECT_NE(r.output.find("managed_var: table at page offset 4\n"), std::string::npos) << r.output;  // after counter
 }
 
 TEST_F(CudaFakeE2E, ConditionalHandlesAreRefusedAsUnsupported) {

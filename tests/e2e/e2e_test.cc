@@ -332,6 +332,7 @@ TEST_F(E2E, ManagedVariablesAreOneNameForHostCodeAndKernels) {
   EXPECT_NE(r.output.find("managed_var: initial value, kernel, host and symbol updates, all checks passed"),
             std::string::npos)
       << r.output;
+  EXPECT_NE(r.output.find("managed_var: table at page offset 0\n"), std::string::npos) << r.output;  // pages of its own
 }
 
 TEST_F(E2E, MappedHostMemoryIsReachedByKernelsThroughItsDeviceAlias) {

@@ -1,8 +1,10 @@
 // __managed__ variables: one name for host code and kernels, with its initial
-// value, updated by kernels, by the host and by symbol copies. (On the sim;
-// the CUDA backend refuses them: docs/limits.md.)
+// value, updated by kernels, by the host and by symbol copies. The sim gives
+// each variable pages of its own; the driver (CUDA backend) packs them next to
+// each other in one managed allocation, which the client pages whole.
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdio>
 
 #include "check.h"
@@ -14,6 +16,8 @@ __global__ void bump(int n) {
   if (threadIdx.x == 0) counter += n;
   for (int i = threadIdx.x; i < 2048; i += blockDim.x) table[i] = float(i) * 0.5f;
 }
+
+__global__ void readBack(int i) { counter = int(table[i]); }
 
 int main() {
   EXPECT(counter == 5);  // the initial value, fetched from the device
@@ -32,6 +36,12 @@ int main() {
   cudaPointerAttributes pa;
   CHECK(cudaPointerGetAttributes(&pa, &counter));
   EXPECT(pa.type == cudaMemoryTypeManaged);
+  // Host writes on the last page of the table travel before the next kernel.
+  table[2040] = 77.0f;
+  readBack<<<1, 1>>>(2040);
+  CHECK(cudaDeviceSynchronize());
+  EXPECT(counter == 77);
+  std::printf("managed_var: table at page offset %u\n", unsigned(reinterpret_cast<uintptr_t>(&table[0]) % 4096));
   std::printf("managed_var: initial value, kernel, host and symbol updates, all checks passed\n");
   return 0;
 }

@@ -123,6 +123,9 @@ struct FakeModule {
   ptx::Module program;
   int ptx_arch = 0;
   std::map<std::string, std::pair<uint64_t, uint64_t>> globals;  // name -> (address, size)
+  // __managed__ variables, packed into one managed allocation of the module's
+  // (as the driver does: off page boundaries, next to each other).
+  uint64_t managed_alloc = 0, managed_at = 0;
 };
 
 struct FakeFunction {
@@ -145,6 +148,7 @@ struct Driver {
   std::map<uint64_t, std::pair<int, uint64_t>> allocations;  // address -> (device, size)
   std::map<uint64_t, uint64_t> pitches;                      // pitched allocation -> its pitch
   std::map<const void*, size_t> host_allocations;  // pinned host memory
+  std::set<uint64_t> managed;  // allocations (of `allocations`) that are managed memory
   std::vector<FakeStream*> legacy;                 // by device
   std::set<FakeStream*> streams;                   // live created streams
   std::vector<FakeStream*> all_streams;            // every stream ever made (for synchronising calls)
@@ -864,8 +868,35 @@ CUresult fakeModuleLoadData(CUmodule* out, const void* image) {
   m->ptx_arch = static_cast<int>(best->arch);
   m->image = std::move(*img);
   m->program = std::move(*program);
-  std::vector<uint64_t> addrs;
+  // The managed variables' segment: each at its alignment, from a page boundary.
+  uint64_t managed_bytes = 0;
+  std::vector<uint64_t> offsets;
   for (auto& g : m->program.globals) {
+    const uint64_t align = std::max<uint64_t>(g.align, 1);
+    offsets.push_back(g.managed ? (managed_bytes + align - 1) / align * align : 0);
+    if (g.managed) managed_bytes = offsets.back() + std::max<uint64_t>(g.size, 1);
+  }
+  constexpr uint64_t kPage = 4096;
+  if (managed_bytes) {
+    const uint64_t seg = (managed_bytes + kPage - 1) / kPage * kPage;
+    auto a = d.arena->allocate(seg + kPage);
+    if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
+    m->managed_alloc = *a;
+    m->managed_at = (*a + kPage - 1) / kPage * kPage;
+    std::memset(reinterpret_cast<void*>(m->managed_at), 0, seg);
+    d.allocations[m->managed_at] = {m->device, seg};
+    d.managed.insert(m->managed_at);
+  }
+  std::vector<uint64_t> addrs;
+  for (size_t i = 0; i < m->program.globals.size(); ++i) {
+    auto& g = m->program.globals[i];
+    if (g.managed) {
+      const uint64_t at = m->managed_at + offsets[i];
+      std::memcpy(reinterpret_cast<void*>(at), g.init.data(), g.init.size());
+      addrs.push_back(at);
+      m->globals[g.name] = {at, g.size};
+      continue;
+    }
     uint64_t size = std::max<uint64_t>(g.size, 1), rounded = (size + 255) / 256 * 256;
     auto a = d.arena->allocate(rounded);
     if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -888,9 +919,17 @@ CUresult fakeModuleUnload(CUmodule mod) {
   auto* m = reinterpret_cast<FakeModule*>(mod);
   if (!drv().modules.erase(m)) return CUDA_ERROR_INVALID_HANDLE;
   synchronizeAll(lock);
+  const auto seg = drv().allocations.find(m->managed_at);
+  const uint64_t seg_size = m->managed_alloc && seg != drv().allocations.end() ? seg->second.second : 0;
   for (auto& [name, g] : m->globals) {
+    if (g.first - m->managed_at < seg_size) continue;  // in the managed segment
     drv().allocations.erase(g.first);
     drv().arena->free(g.first);
+  }
+  if (m->managed_alloc) {
+    drv().allocations.erase(m->managed_at);
+    drv().managed.erase(m->managed_at);
+    drv().arena->free(m->managed_alloc);
   }
   for (auto it = drv().functions.begin(); it != drv().functions.end();) {
     if ((*it)->module != m) {
@@ -926,6 +965,30 @@ CUresult fakeModuleGetGlobal(CUdeviceptr* p, size_t* bytes, CUmodule mod, const 
   if (it == m->globals.end()) return CUDA_ERROR_NOT_FOUND;
   if (p) *p = it->second.first;
   if (bytes) *bytes = it->second.second;
+  return CUDA_SUCCESS;
+}
+
+// The allocation holding `p` (managed or not): its base and size.
+CUresult fakeMemGetAddressRange(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
+  ENTER("cuMemGetAddressRange");
+  auto it = drv().allocations.upper_bound(p);
+  if (it == drv().allocations.begin()) return CUDA_ERROR_NOT_FOUND;
+  --it;
+  if (p - it->first >= it->second.second) return CUDA_ERROR_NOT_FOUND;
+  if (base) *base = it->first;
+  if (size) *size = it->second.second;
+  return CUDA_SUCCESS;
+}
+
+// Of a device pointer: whether it is managed memory (the only attribute rgpu asks for).
+CUresult fakePointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr p) {
+  ENTER("cuPointerGetAttribute");
+  if (attr != CU_POINTER_ATTRIBUTE_IS_MANAGED) return CUDA_ERROR_INVALID_VALUE;
+  auto it = drv().allocations.upper_bound(p);
+  if (it == drv().allocations.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --it;
+  if (p - it->first >= it->second.second) return CUDA_ERROR_INVALID_VALUE;
+  *static_cast<unsigned*>(data) = drv().managed.count(it->first) ? 1 : 0;
   return CUDA_SUCCESS;
 }
 
@@ -1457,6 +1520,8 @@ const std::map<std::string, void*>& table() {
       {"cuModuleUnload", reinterpret_cast<void*>(&fakeModuleUnload)},
       {"cuModuleGetFunction", reinterpret_cast<void*>(&fakeModuleGetFunction)},
       {"cuModuleGetGlobal", reinterpret_cast<void*>(&fakeModuleGetGlobal)},
+      {"cuMemGetAddressRange", reinterpret_cast<void*>(&fakeMemGetAddressRange)},
+      {"cuPointerGetAttribute", reinterpret_cast<void*>(&fakePointerGetAttribute)},
       {"cuFuncGetAttribute", reinterpret_cast<void*>(&fakeFuncGetAttribute)},
       {"cuFuncSetAttribute", reinterpret_cast<void*>(&fakeFuncSetAttribute)},
       {"cuFuncGetParamInfo", reinterpret_cast<void*>(&fakeFuncGetParamInfo)},

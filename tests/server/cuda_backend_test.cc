@@ -539,6 +539,28 @@ TEST(CudaBackend, GlobalsResolveThroughTheDriver) {
   EXPECT_EQ(b->globalAddress(9, "x", 4).status().code(), err::kInvalidResourceHandle);
 }
 
+TEST(CudaBackend, ManagedVariablesComeWithTheManagedAllocationHoldingThem) {
+  auto b = makeBackend();
+  ASSERT_TRUE(b);
+  std::string ptx = ".version 9.0\n.target sm_80\n.address_size 64\n"
+                    ".global .attribute(.managed) .align 4 .u32 counter = 5;\n"
+                    ".global .attribute(.managed) .align 8 .f64 sum;\n"
+                    ".global .align 4 .u32 plain;\n";
+  ptx.push_back('\0');
+  ASSERT_TRUE(b->loadModule(1, 0, ptx));
+  auto c = b->globalAddress(1, "counter", 4), s = b->globalAddress(1, "sum", 8), p = b->globalAddress(1, "plain", 4);
+  ASSERT_TRUE(c && s && p);
+  // Packed by the driver: both in one managed allocation, which the client pages whole.
+  EXPECT_EQ(c->managed_base % 4096, 0u);
+  EXPECT_EQ(c->managed_size, 4096u);
+  EXPECT_EQ(c->addr, c->managed_base);
+  EXPECT_EQ(s->addr, c->managed_base + 8);
+  EXPECT_EQ(s->managed_base, c->managed_base);
+  EXPECT_EQ(s->managed_size, 4096u);
+  EXPECT_EQ(p->managed_size, 0u);  // an ordinary variable
+  EXPECT_EQ(p->size, 4u);
+}
+
 // Records what the backend tells a launch gate.
 struct RecordingGate final : LaunchGate {
   void queued(int) override { ++queued_n; }
