@@ -6,6 +6,7 @@
 
 #include "client/api_util.h"
 #include "client/arrays.h"
+#include "client/graph.h"
 #include "client/managed.h"
 #include "common/array_shape.h"
 #include "protocol/frame.h"
@@ -150,6 +151,23 @@ Status copy3D(const CopyEnd& src_in, const CopyEnd& dst_in, size_t width, size_t
       return Status(err::kInvalidPitchValue, "a pitch narrower than the copy's rows, or too few rows per slice");
   auto s = rt().stream(stream, ptsz);
   if (!s) return s.status();
+  if (Status c; async && capturesActive() && captureNodeOn(*s, [&]() -> Result<NodeParams> {
+        // The node's parameters as cudaMemcpy3DParms has them (extent in elements with an array).
+        const uint32_t unit = src.array ? src.array->elem : dst.array ? dst.array->elem : 1;
+        if (width % unit) return Status(err::kInvalidValue, "an array copy's width is not whole elements");
+        cudaMemcpy3DParms p{};
+        auto side = [&](const CopyEnd& e, cudaArray_t& a, cudaPitchedPtr& ptr, cudaPos& pos) {
+          if (e.array) a = reinterpret_cast<cudaArray_t>(const_cast<ArrayObject*>(e.array));
+          else ptr = cudaPitchedPtr{e.ptr, e.pitch, width, e.rows};
+          pos = e.array ? cudaPos{e.x / unit, e.y, e.z} : cudaPos{e.x, e.y, e.z};
+        };
+        side(src, p.srcArray, p.srcPtr, p.srcPos);
+        side(dst, p.dstArray, p.dstPtr, p.dstPos);
+        p.extent = cudaExtent{width / unit, height, depth};
+        p.kind = kind;
+        return memcpyParams(p);
+      }, &c, nullptr))
+    return c;  // a copy node of the graph being captured
   if (!sdev && !ddev) {  // host to host: the client's own
     if (async) RGPU_TRY(streamSyncImpl(stream, ptsz));
     for (size_t z = 0; z < depth; ++z)
@@ -178,11 +196,7 @@ Status copy3D(const CopyEnd& src_in, const CopyEnd& dst_in, size_t width, size_t
   }
   capnp::MallocMessageBuilder msg(64);
   auto m = msg.initRoot<wire::Request>().initCopy3D();
-  setSide(m.initSrc(), src, sdev);
-  setSide(m.initDst(), dst, ddev);
-  m.setWidth(width);
-  m.setHeight(height);
-  m.setDepth(depth);
+  fillCopy3D(m, src, sdev, dst, ddev, width, height, depth);
   setStream(m.initStream(), *s);
   const size_t packed = width * height * depth;
   if (!sdev) {
@@ -204,6 +218,51 @@ Status copy3D(const CopyEnd& src_in, const CopyEnd& dst_in, size_t width, size_t
     return Status::ok();
   }
   return rt().post(msg);
+}
+
+void fillCopy3D(wire::Copy3D::Builder m, const CopyEnd& src, bool src_dev, const CopyEnd& dst, bool dst_dev,
+                size_t width, size_t height, size_t depth) {
+  setSide(m.initSrc(), src, src_dev);
+  setSide(m.initDst(), dst, dst_dev);
+  m.setWidth(width);
+  m.setHeight(height);
+  m.setDepth(depth);
+}
+
+Status copyEnds(const cudaMemcpy3DParms& p, CopyEnd* src, CopyEnd* dst, size_t* width) {
+  if (p.srcArray && p.srcPtr.ptr) return Status(err::kInvalidValue, "both srcArray and srcPtr are set");
+  if (p.dstArray && p.dstPtr.ptr) return Status(err::kInvalidValue, "both dstArray and dstPtr are set");
+  const ArrayObject* sa = nullptr;
+  const ArrayObject* da = nullptr;
+  if (p.srcArray) {
+    auto a = arrayOf(p.srcArray);
+    if (!a) return a.status();
+    sa = *a;
+  }
+  if (p.dstArray) {
+    auto a = arrayOf(p.dstArray);
+    if (!a) return a.status();
+    da = *a;
+  }
+  if (sa && da && sa->elem != da->elem) return Status(err::kInvalidValue, "arrays of different element sizes");
+  const size_t unit = sa ? sa->elem : da ? da->elem : 1;
+  auto end = [](const ArrayObject* a, const cudaPitchedPtr& ptr, const cudaPos& pos) {
+    CopyEnd e;
+    if (a) {
+      e.array = a;
+      e.x = pos.x * a->elem;
+    } else {
+      e.ptr = ptr.ptr;
+      e.pitch = ptr.pitch, e.rows = ptr.ysize;
+      e.x = pos.x;
+    }
+    e.y = pos.y, e.z = pos.z;
+    return e;
+  };
+  *src = end(sa, p.srcPtr, p.srcPos);
+  *dst = end(da, p.dstPtr, p.dstPos);
+  *width = p.extent.width * unit;
+  return Status::ok();
 }
 
 }  // namespace rgpu::client
@@ -276,30 +335,10 @@ Status linearArrayCopy(const ArrayObject* a, size_t wOffset, size_t hOffset, voi
 
 Status memcpy3D(const cudaMemcpy3DParms* p, cudaStream_t stream, bool async, bool ptsz) {
   if (!p) return Status(err::kInvalidValue, "the copy parameters are NULL");
-  if (p->srcArray && p->srcPtr.ptr) return Status(err::kInvalidValue, "both srcArray and srcPtr are set");
-  if (p->dstArray && p->dstPtr.ptr) return Status(err::kInvalidValue, "both dstArray and dstPtr are set");
-  const ArrayObject* sa = nullptr;
-  const ArrayObject* da = nullptr;
-  if (p->srcArray) {
-    auto a = arrayOf(p->srcArray);
-    if (!a) return a.status();
-    sa = *a;
-  }
-  if (p->dstArray) {
-    auto a = arrayOf(p->dstArray);
-    if (!a) return a.status();
-    da = *a;
-  }
-  // With an array on either side the extent counts its elements; else bytes.
-  const size_t unit = sa ? sa->elem : da ? da->elem : 1;
-  if (sa && da && sa->elem != da->elem) return Status(err::kInvalidValue, "arrays of different element sizes");
-  CopyEnd src = sa ? arrayEnd(sa, p->srcPos.x * sa->elem, p->srcPos.y, p->srcPos.z)
-                   : memoryEnd(p->srcPtr.ptr, p->srcPtr.pitch, p->srcPtr.ysize);
-  CopyEnd dst = da ? arrayEnd(da, p->dstPos.x * da->elem, p->dstPos.y, p->dstPos.z)
-                   : memoryEnd(p->dstPtr.ptr, p->dstPtr.pitch, p->dstPtr.ysize);
-  if (!sa) src.x = p->srcPos.x, src.y = p->srcPos.y, src.z = p->srcPos.z;
-  if (!da) dst.x = p->dstPos.x, dst.y = p->dstPos.y, dst.z = p->dstPos.z;
-  return copy3D(src, dst, p->extent.width * unit, p->extent.height, p->extent.depth, p->kind, stream, async, ptsz);
+  CopyEnd src, dst;
+  size_t width = 0;
+  RGPU_TRY(copyEnds(*p, &src, &dst, &width));
+  return copy3D(src, dst, width, p->extent.height, p->extent.depth, p->kind, stream, async, ptsz);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "protocol/rgpu.capnp.h"
 
 namespace rgpu::client {
 
@@ -51,7 +52,15 @@ Result<ArrayObject*> mipmappedLevel(const void* mipmapped, uint32_t level);
 void forgetDeviceArrays(int device);
 void forgetDeviceObjects(int device);
 // Copies width (bytes) x height x depth between two ends, as cudaMemcpy3D.
+// On a capturing stream (async forms) it becomes a copy node.
 Status copy3D(const CopyEnd& src, const CopyEnd& dst, size_t width, size_t height, size_t depth, cudaMemcpyKind kind,
               cudaStream_t stream, bool async, bool ptsz);
+// The ends and the width in bytes a cudaMemcpy3DParms names (its arrays
+// looked up: a made-up handle is cudaErrorInvalidResourceHandle). With an
+// array on either side the extent and the array's position count elements.
+Status copyEnds(const cudaMemcpy3DParms& p, CopyEnd* src, CopyEnd* dst, size_t* width);
+// A copy3D request between two ends (`*dev`: the end is device memory, or an array).
+void fillCopy3D(wire::Copy3D::Builder m, const CopyEnd& src, bool src_dev, const CopyEnd& dst, bool dst_dev,
+                size_t width, size_t height, size_t depth);
 
 }  // namespace rgpu::client

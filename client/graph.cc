@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "client/api_util.h"
+#include "client/arrays.h"
 #include "client/managed.h"
 #include "protocol/rgpu.capnp.h"
 
@@ -328,12 +329,62 @@ void kernelOut(NodeParams& p, cudaKernelNodeParams* out) {
   out->extra = nullptr;
 }
 
+namespace {
+
+// A copy node with an array on one side or both (the extent counts elements).
+Result<NodeParams> arrayCopyParams(const cudaMemcpy3DParms& c) {
+  if (c.kind < cudaMemcpyHostToHost || c.kind > cudaMemcpyDefault)
+    return Status(err::kInvalidMemcpyDirection, "invalid cudaMemcpyKind");
+  CopyEnd ends[2];
+  size_t width = 0;
+  RGPU_TRY(copyEnds(c, &ends[0], &ends[1], &width));
+  NodeParams p;
+  p.type = cudaGraphNodeTypeMemcpy;
+  p.copy = c;
+  cudaPitchedPtr* ptrs[2] = {&p.copy.srcPtr, &p.copy.dstPtr};
+  bool dev[2], named_dev[2];  // each side is device memory; the kind says so
+  named_dev[0] = c.kind == cudaMemcpyDeviceToHost || c.kind == cudaMemcpyDeviceToDevice;
+  named_dev[1] = c.kind == cudaMemcpyHostToDevice || c.kind == cudaMemcpyDeviceToDevice;
+  int device = -1, memory_device = -1;
+  for (int i = 0; i < 2; ++i) {
+    const CopyEnd& e = ends[i];
+    if (e.array) {
+      dev[i] = true;
+      if (device >= 0 && device != e.array->device)
+        return Status(err::kInvalidValue, "arrays of two devices (cudaMemcpy3DPeer's copy, not offered)");
+      device = e.array->device;
+      if (e.x + width > e.array->width * e.array->elem || e.y + c.extent.height > e.array->rows ||
+          e.z + c.extent.depth > e.array->slices)
+        return Status(err::kInvalidValue, "a copy node reaches past its array's extent");
+      continue;
+    }
+    if (!e.ptr) return Status(err::kInvalidValue, "a copy node needs source and destination");
+    // Mapped host memory is copied on the device, through its alias; managed
+    // memory named as host memory is device memory (client/managed.h).
+    ptrs[i]->ptr = const_cast<void*>(ManagedMemory::get().deviceSide(e.ptr));
+    dev[i] = rt().classify(ptrs[i]->ptr, &memory_device) == MemKind::kDevice;
+    if (dev[i] && !named_dev[i] && ManagedMemory::get().contains(ptrs[i]->ptr)) named_dev[i] = true;
+    if (ptrs[i]->pitch == 0) ptrs[i]->pitch = width;
+    if (ptrs[i]->ysize == 0) ptrs[i]->ysize = c.extent.height;
+    if (e.x + width > ptrs[i]->pitch) return Status(err::kInvalidPitchValue, "a copy node's width exceeds its pitch");
+  }
+  if (c.kind != cudaMemcpyDefault && (named_dev[0] != dev[0] || named_dev[1] != dev[1]))
+    return Status(err::kInvalidValue, "the copy node's sides do not match its cudaMemcpyKind");
+  if (memory_device >= 0 && memory_device != device)
+    return Status(err::kInvalidValue, "the array is on device " + std::to_string(device) + ", the memory on device " +
+                                          std::to_string(memory_device));
+  p.device = device;
+  p.copy.kind = dev[0] ? (dev[1] ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost) : cudaMemcpyHostToDevice;
+  return p;
+}
+
+}  // namespace
+
 Result<NodeParams> memcpyParams(const cudaMemcpy3DParms& c) {
-  if (c.srcArray || c.dstArray)
-    return Status(err::kNotSupported, "CUDA arrays in graph copy nodes are not supported by rgpu yet");
-  if (!c.srcPtr.ptr || !c.dstPtr.ptr) return Status(err::kInvalidValue, "a copy node needs source and destination");
   if (c.extent.width == 0 || c.extent.height == 0 || c.extent.depth == 0)
     return Status(err::kInvalidValue, "a copy node's extent is empty");
+  if (c.srcArray || c.dstArray) return arrayCopyParams(c);
+  if (!c.srcPtr.ptr || !c.dstPtr.ptr) return Status(err::kInvalidValue, "a copy node needs source and destination");
   NodeParams p;
   p.type = cudaGraphNodeTypeMemcpy;
   p.copy = c;
@@ -411,7 +462,7 @@ GraphMemory& graphMemory() {
 }  // namespace
 
 GraphAllocation::~GraphAllocation() {
-  noteGraphMemory(device, -static_cast<int64_t>(size));
+  if (graph_memory) noteGraphMemory(device, -static_cast<int64_t>(size));
   if (!ptr) return;
   try {
     rt().untrackDevice(ptr);

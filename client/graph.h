@@ -53,9 +53,12 @@ struct Capture;
 // address is the node's for the graph's life, as CUDA's is — and counted
 // against the user's quota like cudaMalloc's; freed when the last graph or
 // executable graph holding the node goes. Free nodes free nothing early.
+// (Also an executable graph's staging buffer for an array copy with a host
+// side: then not graph memory, `graph_memory` false.)
 struct GraphAllocation {
   uint64_t ptr = 0, size = 0;
   int device = 0;
+  bool graph_memory = true;
   ~GraphAllocation();
 };
 
@@ -151,6 +154,8 @@ struct CUgraphExec_st {
   };
   std::vector<HostFn> host_fns;
   std::map<CUuserObject_st*, unsigned> user_refs;  // the graph's, taken at instantiation
+  // Device buffers its array copies with a host side go through (flattenArrayCopy).
+  std::vector<std::shared_ptr<rgpu::client::GraphAllocation>> staging;
 };
 
 namespace rgpu::client {

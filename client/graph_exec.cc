@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "client/api_util.h"
+#include "client/arrays.h"
 #include "client/graph.h"
 #include "client/managed.h"
 #include "common/frame_io.h"
@@ -35,6 +36,7 @@ std::unordered_map<const CUgraphExec_st*, std::unique_ptr<CUgraphExec_st>>& exec
   return *m;
 }
 std::atomic<uint32_t> g_next_exec{1};
+using Buffers = std::vector<std::shared_ptr<GraphAllocation>>;
 
 template <typename F>
 WireNode request(F&& fill) {
@@ -130,6 +132,57 @@ void flattenCopy(const NodeParams& p, std::vector<WireNode>& out) {
     }
 }
 
+// A copy node with an array on a side: one copy3D request between device
+// sides. A host side goes through a buffer of the executable graph's on the
+// device (the graph's host copies fill or read it at each launch, as a plain
+// host copy node's bytes travel), so the array copy itself is device-side.
+Status flattenArrayCopy(const NodeParams& p, std::vector<WireNode>& out, Buffers& staging) {
+  CopyEnd src, dst;
+  size_t width = 0;
+  RGPU_TRY(copyEnds(p.copy, &src, &dst, &width));  // an array freed since: refused here
+  const size_t h = p.copy.extent.height, d = p.copy.extent.depth;
+  auto copy3D = [&](const CopyEnd& a, const CopyEnd& b) {
+    out.push_back(request([&](wire::Request::Builder r) {
+      auto m = r.initCopy3D();
+      fillCopy3D(m, a, true, b, true, width, h, d);
+      streamOn(m.initStream(), p.device);
+    }));
+  };
+  if (p.copy.kind == cudaMemcpyDeviceToDevice) {
+    copy3D(src, dst);
+    return Status::ok();
+  }
+  auto buffer = std::make_shared<GraphAllocation>();
+  buffer->device = p.device;
+  buffer->graph_memory = false;
+  bool& internal = captureInternalCall();
+  const bool was = internal;
+  internal = true;
+  auto at = allocateDeviceMemory(p.device, uint64_t{width} * h * d);
+  internal = was;
+  if (!at) return at.status();
+  buffer->ptr = *at;
+  staging.push_back(buffer);
+  CopyEnd packed;
+  packed.ptr = reinterpret_cast<void*>(*at);
+  packed.pitch = width, packed.rows = h;
+  // The host side's rows to or from the packed buffer, as a host copy node's.
+  NodeParams host = p;
+  host.copy.srcArray = host.copy.dstArray = nullptr;
+  host.copy.extent = cudaExtent{width, h, d};
+  const cudaPitchedPtr dense{packed.ptr, width, width, h};
+  if (p.copy.kind == cudaMemcpyHostToDevice) {
+    host.copy.dstPtr = dense, host.copy.dstPos = cudaPos{0, 0, 0};
+    flattenCopy(host, out);
+    copy3D(packed, dst);
+  } else {
+    copy3D(src, packed);
+    host.copy.srcPtr = dense, host.copy.srcPos = cudaPos{0, 0, 0};
+    flattenCopy(host, out);
+  }
+  return Status::ok();
+}
+
 void flattenMemset(const NodeParams& p, std::vector<WireNode>& out) {
   const auto& m = p.memset;
   const unsigned es = m.elementSize;
@@ -181,7 +234,7 @@ const CUgraphNode_st* notInBody(const CUgraph_st& g) {
   return nullptr;
 }
 
-Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, cudaGraphNode_t* err_node);
+Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, Buffers& staging, cudaGraphNode_t* err_node);
 
 // Names the program's node behind `at` as the one instantiation failed at (the first only); returns `s`.
 Status failedAt(const Status& s, const CUgraphNode_st* at, cudaGraphNode_t* err_node) {
@@ -190,7 +243,8 @@ Status failedAt(const Status& s, const CUgraphNode_st* at, cudaGraphNode_t* err_
 }
 
 // A conditional node and then its bodies' nodes, body after body.
-Status flattenConditional(const CUgraphNode_st& n, int device, std::vector<WireNode>& out, cudaGraphNode_t* err_node) {
+Status flattenConditional(const CUgraphNode_st& n, int device, std::vector<WireNode>& out, Buffers& staging,
+                          cudaGraphNode_t* err_node) {
   const NodeParams& p = n.p;
   auto fault = [&](const Status& s, const CUgraphNode_st* at) { return failedAt(s, at, err_node); };
   const size_t at = out.size();
@@ -204,7 +258,7 @@ Status flattenConditional(const CUgraphNode_st& n, int device, std::vector<WireN
       return fault(Status(err::kInvalidValue, "a conditional node's body may hold kernel, memcpy, memset, empty, child "
                                               "graph and conditional nodes only"), bad);
     const size_t before = out.size();
-    RGPU_TRY(flatten(*b, device, out, err_node));
+    RGPU_TRY(flatten(*b, device, out, staging, err_node));
     for (size_t i = before; i < out.size(); ++i)
       if (out[i].kind == WireNode::kToDevice || out[i].kind == WireNode::kToHost || out[i].kind == WireNode::kHostFunc)
         return fault(Status(err::kInvalidValue, "a conditional node's body copies device memory only"), &n);
@@ -214,7 +268,7 @@ Status flattenConditional(const CUgraphNode_st& n, int device, std::vector<WireN
 }
 
 // Appends the wire nodes of `g` in an order that respects its edges.
-Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, cudaGraphNode_t* err_node) {
+Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, Buffers& staging, cudaGraphNode_t* err_node) {
   auto order = topoOrder(g);
   if (order.size() != g.nodes.size()) return Status(err::kInvalidValue, "the graph has a cycle");
   // Handles of this graph that take their default value whenever it starts.
@@ -274,7 +328,11 @@ Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, cuda
         break;
       }
       case cudaGraphNodeTypeMemcpy:
-        flattenCopy(p, out);
+        if (p.copy.srcArray || p.copy.dstArray) {
+          if (Status s = flattenArrayCopy(p, out, staging); !s) return fault(s);
+        } else {
+          flattenCopy(p, out);
+        }
         break;
       case cudaGraphNodeTypeMemset:
         flattenMemset(p, out);
@@ -287,10 +345,10 @@ Status flatten(const CUgraph_st& g, int device, std::vector<WireNode>& out, cuda
         break;
       }
       case cudaGraphNodeTypeGraph:
-        RGPU_TRY(flatten(*p.child, device, out, err_node));
+        RGPU_TRY(flatten(*p.child, device, out, staging, err_node));
         break;
       case cudaGraphNodeTypeConditional:
-        RGPU_TRY(flattenConditional(*n, device, out, err_node));
+        RGPU_TRY(flattenConditional(*n, device, out, staging, err_node));
         break;
       case cudaGraphNodeTypeEventRecord:
       case cudaGraphNodeTypeWaitEvent: {
@@ -342,7 +400,9 @@ int graphDevice(const CUgraph_st& g, int fallback) {
 // part waits for the answer, so a refusal is the caller's error.
 Status sendExec(CUgraphExec_st& e, bool sync, cudaGraphNode_t* err_node) {
   std::vector<WireNode> nodes;
-  RGPU_TRY(flatten(*e.shape, e.device, nodes, err_node));
+  Buffers staging;
+  RGPU_TRY(flatten(*e.shape, e.device, nodes, staging, err_node));
+  e.staging = std::move(staging);  // the last one's are freed after the work queued before (as cudaFree)
   e.host_in.clear(), e.host_out.clear(), e.host_fns.clear();
   for (auto& n : nodes) {
     if (n.kind == WireNode::kToDevice) e.host_in.emplace_back(n.host_src, n.size);

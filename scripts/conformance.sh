@@ -39,6 +39,7 @@ programs=(
   "$e2e/managed_var"
   "$e2e/arrays"
   "$e2e/textures"
+  "$e2e/array_graphs"
   "$e2e/recursion"
   "$e2e/library"
   "$e2e/cooperative"

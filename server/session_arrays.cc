@@ -189,6 +189,7 @@ Status Session::onArrayDestroy(const FrameHeader& h, wire::Request::Reader req) 
   const bool async = h.flags & protocol::kFlagAsync;
   const int phys = physical(a->spec.device);
   const uint64_t charge = chargedBytes(a->bytes);
+  ++graph_epoch_;  // native graphs may copy to or from it
   Status s = backend_->afterDeviceDone(a->spec.device, [this, handle] { return backend_->destroyArray(handle); },
                                        freed(seq, async, phys, charge));
   if (!s) finish(h, s);

@@ -118,6 +118,13 @@ Status nodeKindAllowed(wire::Request::Reader r) {
     case R::MEMCPY2_D:
       if (r.getMemcpy2D().getKind() == 3) return Status::ok();
       return Status(err::kInvalidValue, "a graph's 2D copy node with host memory must come as host copy nodes");
+    case R::COPY3_D: {
+      auto deviceSide = [](wire::CopySide::Reader s) {
+        return s.which() == wire::CopySide::DEVICE || s.which() == wire::CopySide::ARRAY;
+      };
+      if (deviceSide(r.getCopy3D().getSrc()) && deviceSide(r.getCopy3D().getDst())) return Status::ok();
+      return Status(err::kInvalidValue, "a graph's array copy with host memory must come as host copy nodes");
+    }
     case R::BLAS:
       if (r.getBlas().getResult() != 0) return Status::ok();
       switch (r.getBlas().getOp()) {
@@ -142,6 +149,7 @@ bool kernelCopyOrMemset(wire::Request::Which w) {
     case R::MEMSET:
     case R::MEMSET2_D:
     case R::MEMCPY2_D:  // device to device only (nodeKindAllowed)
+    case R::COPY3_D:    // arrays and device memory only (nodeKindAllowed)
       return true;
     default:
       return false;

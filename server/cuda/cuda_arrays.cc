@@ -78,7 +78,10 @@ Status CudaBackend::destroyArray(uint64_t array) {
 Status CudaBackend::copy3D(StreamKey key, const Copy3DSpec& c, Staging in, ReadDone out) {
   DriverApi& api = *api_;
   if (!api.cuMemcpy3DAsync) return unavailable("cudaMemcpy3D");
-  if (capture_.active) return notCapturable("a copy with an array");
+  // A native graph's node: between arrays and device memory only (a host
+  // side goes through the graph's buffers, client/graph_exec.cc).
+  if (capture_.active && (c.src.kind == CopySide::kHost || c.dst.kind == CopySide::kHost))
+    return notCapturable("an array copy with host memory");
   auto s = streamOf(key);
   if (!s) return s.status();
   const uint64_t packed = c.width * c.height * c.depth;

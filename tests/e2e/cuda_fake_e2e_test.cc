@@ -148,6 +148,19 @@ TEST_F(CudaFakeE2E, ArraysTexturesAndSurfacesAreTheDriversOwn) {
   EXPECT_NE(log.find("cuArrayDestroy"), std::string::npos) << log;
 }
 
+TEST_F(CudaFakeE2E, ArrayCopyNodesRunInTheDriversGraphs) {
+  std::string before = readFile(dir_->file("driver.log"));
+  RunResult r = program(testProgram("array_graphs"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("array_graphs: all checks passed"), std::string::npos) << r.output;
+  std::string log = readFile(dir_->file("driver.log")).substr(before.size());
+  EXPECT_EQ(log.find("(invalidated)"), std::string::npos) << log;
+  // Native graphs' nodes: the 24x10x3 float array copies, and the captured layer copies.
+  EXPECT_NE(log.find("cuMemcpy3DAsync 96x10x3 (captured)"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuMemcpy3DAsync 66x7x1 (captured)"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuGraphLaunch 65 nodes"), std::string::npos) << log;
+}
+
 TEST_F(CudaFakeE2E, ManagedVariablesArePagedInTheDriversManagedAllocation) {
   // The driver packs a module's __managed__ variables into one managed
   // allocation, off page boundaries; the client pages that allocation whole.

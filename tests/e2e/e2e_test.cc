@@ -353,6 +353,16 @@ TEST_F(E2E, ArraysOfEveryFormatAndShapeRoundTripThroughEveryCopyFormAndSurfaces)
       << r.output;
 }
 
+TEST_F(E2E, ArrayCopiesAreGraphNodesBuiltAndCaptured) {
+  RunResult r = program(testProgram("array_graphs"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("array_graphs: explicit copy nodes host -> array -> array -> pitched -> host, 3 launches"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("array_graphs: captured 2D, 3D and 1D array copies, 2 launches"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("array_graphs: all checks passed"), std::string::npos) << r.output;
+}
+
 TEST_F(E2E, TextureFetchesMatchAHostModelOfTheHardwareBitForBit) {
   RunResult r = program(testProgram("textures"));
   EXPECT_EQ(r.code, 0) << r.output;

@@ -1422,7 +1422,8 @@ CUresult fakeMemcpy3DAsync(const CUDA_MEMCPY3D* m, CUstream s) {
       !end(m->dstMemoryType, m->dstHost, m->dstDevice, m->dstArray, m->dstXInBytes, m->dstY, m->dstZ, m->dstPitch,
            m->dstHeight, dst))
     return CUDA_ERROR_INVALID_VALUE;
-  record("cuMemcpy3DAsync " + std::to_string(w) + "x" + std::to_string(h) + "x" + std::to_string(dd));
+  record("cuMemcpy3DAsync " + std::to_string(w) + "x" + std::to_string(h) + "x" + std::to_string(dd) +
+         (streamOf(s)->capturing ? " (captured)" : ""));
   enqueue(streamOf(s), [=] {
     for (size_t z = 0; z < dd; ++z)
       for (size_t y = 0; y < h; ++y) std::memmove(dst.base + z * dst.slice + y * dst.pitch, src.base + z * src.slice + y * src.pitch, w);

@@ -89,6 +89,7 @@ TEST_F(Gpu, ProgramsPassThroughRgpuAsTheyDoNatively) {
   programs.push_back({testProgram("mapped"), "all checks passed", " --native"});
   programs.push_back({testProgram("managed_var"), "all checks passed"});  // the driver's managed allocation, paged
   programs.push_back({testProgram("arrays"), "all checks passed", " --native"});
+  programs.push_back({testProgram("array_graphs"), "all checks passed", " --native"});
   // On a GPU the hardware filters: within its precision of the model, not bit for bit.
   programs.push_back({testProgram("textures"), "all checks passed", " --native", " --native"});
   for (const char* t : {"streams_ptds", "memory_ptds", "ptx_only_matmul", "launch_check"})
