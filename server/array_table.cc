@@ -20,10 +20,19 @@ Result<ArrayFormat> checkFormat(int x, int y, int z, int w, int kind) {
                                                       ", " + std::to_string(z) + ", " + std::to_string(w) + ", kind " +
                                                       std::to_string(kind) + "}: " + why);
   };
-  // cudaChannelFormatKindNone (3) is no format; 4..31 are the NV12, normalised and block-compressed kinds.
-  if (kind >= 4 && kind <= 31)
+  // The normalised kinds (5..16): unsigned 8X1, 8X2, 8X4, 16X1, 16X2, 16X4, then
+  // the signed ones; the descriptor is the one cudaCreateChannelDesc<kind>() makes.
+  if (kind >= 5 && kind <= 16) {
+    const int i = kind - 5, bits = i % 6 < 3 ? 8 : 16, channels = (i % 3 == 2) ? 4 : i % 3 + 1;
+    const int want[4] = {bits, channels > 1 ? bits : 0, channels > 2 ? bits : 0, channels > 2 ? bits : 0};
+    if (x != want[0] || y != want[1] || z != want[2] || w != want[3])
+      return bad("a normalised kind takes the descriptor cudaCreateChannelDesc<kind>() makes");
+    return ArrayFormat{i < 6 ? 1 : 0, channels, bits, true};
+  }
+  // cudaChannelFormatKindNone (3) is no format; 4 (NV12), 17..30 (block-compressed) and 31 (10-10-10-2) are not built.
+  if (kind == 4 || (kind >= 17 && kind <= 31))
     return Status(err::kNotSupported, "channel format kind " + std::to_string(kind) +
-                                          " (NV12, normalised or block-compressed) is not supported by rgpu");
+                                          " (NV12, block-compressed or 10-10-10-2) is not supported by rgpu");
   if (kind < 0 || kind > 2) return bad("only signed, unsigned and float channels are supported");
   if (x != 8 && x != 16 && x != 32) return bad("channels are 8, 16 or 32 bits");
   if (kind == 2 && x == 8) return bad("float channels are 16 or 32 bits");

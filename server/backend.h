@@ -84,10 +84,14 @@ struct LaunchConfig {
 // CUDA arrays, textures and surfaces (server/array_table.h checks every
 // field before a backend sees it). Array formats: `channels` of `bits` each
 // (cudaChannelFormatKind `kind`: 0 signed, 1 unsigned, 2 float).
+// A channel format: kind 0 signed, 1 unsigned, 2 float; `normalized`: the
+// format itself is normalised (cudaChannelFormatKind{Uns,S}ignedNormalized*):
+// texture fetches return floats whatever the read mode.
 struct ArrayFormat {
   int kind = 2;
   int channels = 1;
   int bits = 32;
+  bool normalized = false;
   uint32_t bytes() const { return static_cast<uint32_t>(channels * bits / 8); }
 };
 // cudaArray flags.

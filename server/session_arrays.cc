@@ -107,7 +107,7 @@ Status textureSampler(wire::TextureCreate::Reader m, TextureSpec& t) {
     return Status(err::kInvalidValue, "unknown filter mode");
   if (m.getReadMode() < 0 || m.getReadMode() > 1) return Status(err::kInvalidValue, "unknown read mode");
   t.linear_filter = m.getFilterMode() == 1;
-  t.normalized_read = m.getReadMode() == 1;
+  t.normalized_read = m.getReadMode() == 1 || t.format.normalized;  // a normalised format reads as floats
   t.srgb = m.getSRGB();
   auto border = m.getBorderColor();
   for (unsigned i = 0; i < 4 && i < border.size(); ++i) t.border[i] = border[i];

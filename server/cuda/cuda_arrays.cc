@@ -16,6 +16,16 @@ Status unavailable(const char* what) {
 }
 
 CUarray_format driverFormat(const ArrayFormat& f) {
+  if (f.normalized) {
+    static constexpr CUarray_format unorm[2][3] = {
+        {CU_AD_FORMAT_UNORM_INT8X1, CU_AD_FORMAT_UNORM_INT8X2, CU_AD_FORMAT_UNORM_INT8X4},
+        {CU_AD_FORMAT_UNORM_INT16X1, CU_AD_FORMAT_UNORM_INT16X2, CU_AD_FORMAT_UNORM_INT16X4}};
+    static constexpr CUarray_format snorm[2][3] = {
+        {CU_AD_FORMAT_SNORM_INT8X1, CU_AD_FORMAT_SNORM_INT8X2, CU_AD_FORMAT_SNORM_INT8X4},
+        {CU_AD_FORMAT_SNORM_INT16X1, CU_AD_FORMAT_SNORM_INT16X2, CU_AD_FORMAT_SNORM_INT16X4}};
+    const int b = f.bits == 8 ? 0 : 1, c = f.channels == 1 ? 0 : f.channels == 2 ? 1 : 2;
+    return f.kind == 0 ? snorm[b][c] : unorm[b][c];
+  }
   if (f.kind == 2) return f.bits == 16 ? CU_AD_FORMAT_HALF : CU_AD_FORMAT_FLOAT;
   if (f.kind == 0) return f.bits == 8 ? CU_AD_FORMAT_SIGNED_INT8 : f.bits == 16 ? CU_AD_FORMAT_SIGNED_INT16 : CU_AD_FORMAT_SIGNED_INT32;
   return f.bits == 8 ? CU_AD_FORMAT_UNSIGNED_INT8 : f.bits == 16 ? CU_AD_FORMAT_UNSIGNED_INT16 : CU_AD_FORMAT_UNSIGNED_INT32;

@@ -113,6 +113,85 @@ static int roundTrip(cudaChannelFormatDesc desc, cudaExtent e, unsigned flags) {
   return 0;
 }
 
+// cudaMemcpyBatchAsync and cudaMemcpy3DBatchAsync: pointer and array operands,
+// checked as a whole before anything is copied.
+static int batches() {
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  // 1D: host -> device, device -> device, device -> host, one set of attributes.
+  std::vector<int> h(256), back(256, 0);
+  for (int i = 0; i < 256; ++i) h[i] = i * 3 + 1;
+  int *d1, *d2;
+  CHECK(cudaMalloc(&d1, 1024));
+  CHECK(cudaMalloc(&d2, 1024));
+  void* dsts[3] = {d1, d2, back.data()};
+  const void* srcs[3] = {h.data(), d1, d2};
+  size_t sizes[3] = {1024, 1024, 1024};
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  size_t idx = 0;
+  CHECK(cudaMemcpyBatchAsync(dsts, srcs, sizes, 3, &attr, &idx, 1, s));
+  CHECK(cudaStreamSynchronize(s));
+  EXPECT(h == back);
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderInvalid;
+  EXPECT_ERR(cudaMemcpyBatchAsync(dsts, srcs, sizes, 3, &attr, &idx, 1, s), cudaErrorInvalidValue);
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderDuringApiCall;
+  EXPECT_ERR(cudaMemcpyBatchAsync(dsts, srcs, sizes, 3, &attr, &idx, 1, cudaStreamLegacy), cudaErrorInvalidValue);
+
+  // 3D: a host box (rows of 12 floats, 10 used) -> a 10x4x3 array -> a second
+  // array at an offset -> tightly packed host memory.
+  const cudaChannelFormatDesc f32 = cudaCreateChannelDesc<float>();
+  cudaArray_t a, b;
+  CHECK(cudaMalloc3DArray(&a, &f32, make_cudaExtent(10, 4, 3)));
+  CHECK(cudaMalloc3DArray(&b, &f32, make_cudaExtent(12, 5, 3)));
+  std::vector<float> in(12 * 4 * 3), out(10 * 4 * 3, -1.0f);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i) * 0.25f;
+  cudaMemcpy3DBatchOp ops[2] = {};
+  ops[0].src.type = cudaMemcpyOperandTypePointer;
+  ops[0].src.op.ptr.ptr = in.data();
+  ops[0].src.op.ptr.rowLength = 12;
+  ops[0].dst.type = cudaMemcpyOperandTypeArray;
+  ops[0].dst.op.array.array = a;
+  ops[0].extent = make_cudaExtent(10, 4, 3);
+  ops[0].srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  ops[1].src.type = cudaMemcpyOperandTypeArray;
+  ops[1].src.op.array.array = a;
+  ops[1].dst.type = cudaMemcpyOperandTypeArray;
+  ops[1].dst.op.array.array = b;
+  ops[1].dst.op.array.offset = {2, 1, 0};
+  ops[1].extent = make_cudaExtent(10, 4, 3);
+  ops[1].srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  CHECK(cudaMemcpy3DBatchAsync(2, ops, 0, s));
+  cudaMemcpy3DBatchOp down{};
+  down.src.type = cudaMemcpyOperandTypeArray;
+  down.src.op.array.array = b;
+  down.src.op.array.offset = {2, 1, 0};
+  down.dst.type = cudaMemcpyOperandTypePointer;
+  down.dst.op.ptr.ptr = out.data();
+  down.extent = make_cudaExtent(10, 4, 3);
+  down.srcAccessOrder = cudaMemcpySrcAccessOrderAny;
+  CHECK(cudaMemcpy3DBatchAsync(1, &down, 0, s));
+  CHECK(cudaStreamSynchronize(s));
+  for (int z = 0; z < 3; ++z)
+    for (int y = 0; y < 4; ++y)
+      for (int x = 0; x < 10; ++x) EXPECT(out[(z * 4 + y) * 10 + x] == in[(z * 4 + y) * 12 + x]);
+  // One bad operation (a row shorter than the copy): nothing of the batch is copied.
+  std::fill(out.begin(), out.end(), -1.0f);
+  cudaMemcpy3DBatchOp two[2] = {down, down};
+  two[1].dst.op.ptr.rowLength = 9;
+  EXPECT_ERR(cudaMemcpy3DBatchAsync(2, two, 0, s), cudaErrorInvalidValue);
+  CHECK(cudaStreamSynchronize(s));
+  EXPECT(out[0] == -1.0f);
+  EXPECT_ERR(cudaMemcpy3DBatchAsync(1, &down, 1, s), cudaErrorInvalidValue);  // flags are for the future
+  CHECK(cudaFreeArray(a));
+  CHECK(cudaFreeArray(b));
+  CHECK(cudaFree(d1));
+  CHECK(cudaFree(d2));
+  CHECK(cudaStreamDestroy(s));
+  std::printf("arrays: batches of 1D and 3D copies\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const bool kernels = !(argc > 1 && std::strcmp(argv[1], "--no-kernels") == 0);
   const bool native = argc > 1 && std::strcmp(argv[1], "--native") == 0;
@@ -129,6 +208,25 @@ int main(int argc, char** argv) {
         if (roundTrip(desc, make_cudaExtent(19, 11, 0), 0)) return 1;
         if (roundTrip(desc, make_cudaExtent(9, 7, 5), 0)) return 1;
       }
+  // The normalised kinds: 8- and 16-bit, 1, 2 and 4 channels, unsigned and signed.
+  const cudaChannelFormatDesc normalised[] = {
+      cudaCreateChannelDesc<cudaChannelFormatKindUnsignedNormalized8X1>(),
+      cudaCreateChannelDesc<cudaChannelFormatKindUnsignedNormalized8X2>(),
+      cudaCreateChannelDesc<cudaChannelFormatKindUnsignedNormalized8X4>(),
+      cudaCreateChannelDesc<cudaChannelFormatKindUnsignedNormalized16X1>(),
+      cudaCreateChannelDesc<cudaChannelFormatKindUnsignedNormalized16X2>(),
+      cudaCreateChannelDesc<cudaChannelFormatKindUnsignedNormalized16X4>(),
+      cudaCreateChannelDesc<cudaChannelFormatKindSignedNormalized8X1>(),
+      cudaCreateChannelDesc<cudaChannelFormatKindSignedNormalized8X2>(),
+      cudaCreateChannelDesc<cudaChannelFormatKindSignedNormalized8X4>(),
+      cudaCreateChannelDesc<cudaChannelFormatKindSignedNormalized16X1>(),
+      cudaCreateChannelDesc<cudaChannelFormatKindSignedNormalized16X2>(),
+      cudaCreateChannelDesc<cudaChannelFormatKindSignedNormalized16X4>()};
+  for (const cudaChannelFormatDesc& desc : normalised) {
+    if (roundTrip(desc, make_cudaExtent(19, 11, 0), 0)) return 1;
+    if (roundTrip(desc, make_cudaExtent(9, 7, 5), 0)) return 1;
+  }
+  if (batches()) return 1;
   cudaChannelFormatDesc f32 = cudaCreateChannelDesc<float>(), u8 = cudaCreateChannelDesc<unsigned char>();
   if (roundTrip(f32, make_cudaExtent(33, 0, 4), cudaArrayLayered)) return 1;        // 1D layered
   if (roundTrip(u8, make_cudaExtent(17, 9, 3), cudaArrayLayered)) return 1;         // 2D layered
@@ -208,10 +306,13 @@ int main(int argc, char** argv) {
   cudaChannelFormatDesc three = cudaCreateChannelDesc(8, 8, 8, 0, cudaChannelFormatKindUnsigned);
   cudaArray_t bad;
   EXPECT_ERR(cudaMallocArray(&bad, &three, 4, 4), cudaErrorInvalidChannelDescriptor);
-  if (!native) {  // rgpu does not offer the normalised kinds (NVIDIA's runtime does)
-    cudaChannelFormatDesc unorm = cudaCreateChannelDesc(8, 0, 0, 0, cudaChannelFormatKindUnsignedNormalized8X1);
-    EXPECT_ERR(cudaMallocArray(&bad, &unorm, 4, 4), cudaErrorNotSupported);
+  if (!native) {  // rgpu does not offer the block-compressed kinds (NVIDIA's runtime does)
+    cudaChannelFormatDesc bc1 = cudaCreateChannelDesc<cudaChannelFormatKindUnsignedBlockCompressed1>();
+    EXPECT_ERR(cudaMallocArray(&bad, &bc1, 4, 4), cudaErrorNotSupported);
   }
+  // A normalised kind with another descriptor than cudaCreateChannelDesc<kind>()'s.
+  cudaChannelFormatDesc odd = cudaCreateChannelDesc(16, 0, 0, 0, cudaChannelFormatKindUnsignedNormalized8X1);
+  EXPECT_ERR(cudaMallocArray(&bad, &odd, 4, 4), cudaErrorInvalidChannelDescriptor);
   EXPECT_ERR(cudaMalloc3DArray(&bad, &f32, make_cudaExtent(8, 4, 6), cudaArrayCubemap), cudaErrorInvalidValue);
   EXPECT_ERR(cudaMallocArray(&bad, &f32, 1u << 20, 1u << 20), cudaErrorInvalidValue);
   EXPECT_ERR(cudaMallocArray(&bad, &f32, 0, 4), cudaErrorInvalidValue);

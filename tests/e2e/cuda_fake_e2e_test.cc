@@ -141,6 +141,8 @@ TEST_F(CudaFakeE2E, ArraysTexturesAndSurfacesAreTheDriversOwn) {
   EXPECT_NE(t.output.find("textures: objects made, described and refused, all checks passed"), std::string::npos) << t.output;
   std::string log = readFile(dir_->file("driver.log"));
   EXPECT_NE(log.find("cuArray3DCreate 64x64x0 flags=2"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuArray3DCreate 16x1x0 flags=0 format=194x4"), std::string::npos) << log;  // CU_AD_FORMAT_UNORM_INT8X4
+  EXPECT_NE(log.find("cuArray3DCreate 9x7x5 flags=0 format=203x4"), std::string::npos) << log;   // CU_AD_FORMAT_SNORM_INT16X4
   EXPECT_NE(log.find("cuMipmappedArrayCreate levels=7"), std::string::npos) << log;
   EXPECT_NE(log.find("cuMemcpy3DAsync"), std::string::npos) << log;
   EXPECT_NE(log.find("cuTexObjectCreate resType=0 flags=1 filter=1"), std::string::npos) << log;  // array, read as integer, linear

@@ -152,6 +152,18 @@ int main(int argc, char** argv) {
   if (!kernels) {
     CHECK(cudaCreateTextureObject(&t, &lin, &td, nullptr));
     CHECK(cudaDestroyTextureObject(t));
+    // A normalised format, filtered and read as element type: the driver's unorm format.
+    cudaChannelFormatDesc un8x4 = cudaCreateChannelDesc<cudaChannelFormatKindUnsignedNormalized8X4>();
+    cudaArray_t un;
+    CHECK(cudaMallocArray(&un, &un8x4, 16, 1));
+    cudaResourceDesc ur{};
+    ur.resType = cudaResourceTypeArray;
+    ur.res.array.array = un;
+    cudaTextureDesc ud{};
+    ud.filterMode = cudaFilterModeLinear;
+    CHECK(cudaCreateTextureObject(&t, &ur, &ud, nullptr));
+    CHECK(cudaDestroyTextureObject(t));
+    CHECK(cudaFreeArray(un));
     CHECK(cudaFree(dints));
     CHECK(cudaFreeArray(arr));
     std::printf("textures: objects made, described and refused, all checks passed\n");
@@ -246,6 +258,53 @@ int main(int argc, char** argv) {
         EXPECT(close(g[c], static_cast<float>(v), exact));
       }
     }
+  }
+
+  // The same bytes in arrays of normalised formats: floats whatever the read
+  // mode (unsigned 8X4 read as element type, filtered), and signed 16X1.
+  {
+    cudaChannelFormatDesc un8x4 = cudaCreateChannelDesc<cudaChannelFormatKindUnsignedNormalized8X4>();
+    cudaArray_t un;
+    CHECK(cudaMallocArray(&un, &un8x4, 16, 1));
+    CHECK(cudaMemcpy2DToArray(un, 0, 0, rgba.data(), 64, 64, 1, cudaMemcpyHostToDevice));
+    cudaResourceDesc ur{};
+    ur.resType = cudaResourceTypeArray;
+    ur.res.array.array = un;
+    cudaTextureDesc ud{};
+    ud.readMode = cudaReadModeElementType;
+    ud.filterMode = cudaFilterModeLinear;  // allowed: the format is normalised
+    CHECK(cudaCreateTextureObject(&t, &ur, &ud, nullptr));
+    fetchRgba<<<1, 16>>>(t, d4);  // at texel centres: the texels themselves
+    CHECK(cudaMemcpy(got4.data(), d4, 16 * sizeof(float4), cudaMemcpyDeviceToHost));
+    CHECK(cudaDestroyTextureObject(t));
+    for (int i = 0; i < 16; ++i)
+      for (int c = 0; c < 4; ++c) EXPECT(close((&got4[i].x)[c], static_cast<float>(rgba[i * 4 + c] / 255.0), exact));
+    CHECK(cudaFreeArray(un));
+
+    cudaChannelFormatDesc sn16 = cudaCreateChannelDesc<cudaChannelFormatKindSignedNormalized16X1>();
+    cudaArray_t sn;
+    CHECK(cudaMallocArray(&sn, &sn16, 4, 2));
+    const short raw[8] = {-32768, -32767, -16384, -1, 0, 1, 16384, 32767};
+    CHECK(cudaMemcpy2DToArray(sn, 0, 0, raw, 8, 8, 2, cudaMemcpyHostToDevice));
+    ur.res.array.array = sn;
+    ud.filterMode = cudaFilterModePoint;
+    CHECK(cudaCreateTextureObject(&t, &ur, &ud, nullptr));
+    std::vector<float2> at(8);
+    for (int i = 0; i < 8; ++i) at[i] = make_float2(i % 4 + 0.5f, i / 4 + 0.5f);
+    float2* dat;
+    float* dv;
+    CHECK(cudaMalloc(&dat, 8 * sizeof(float2)));
+    CHECK(cudaMalloc(&dv, 8 * sizeof(float)));
+    CHECK(cudaMemcpy(dat, at.data(), 8 * sizeof(float2), cudaMemcpyHostToDevice));
+    fetch2D<<<1, 8>>>(t, dat, dv, 8);
+    float v[8];
+    CHECK(cudaMemcpy(v, dv, sizeof v, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 8; ++i) EXPECT(close(v[i], static_cast<float>(std::max(raw[i] / 32767.0, -1.0)), exact));
+    CHECK(cudaDestroyTextureObject(t));
+    CHECK(cudaFreeArray(sn));
+    CHECK(cudaFree(dat));
+    CHECK(cudaFree(dv));
+    std::printf("textures: normalised formats read as floats\n");
   }
 
   // 3D (point and linear), layered, cubemap.

@@ -1296,11 +1296,29 @@ std::set<unsigned long long>& fakeObjects() {
 }
 unsigned long long g_next_object = 1;
 
+// Bytes per channel.
 size_t formatBytes(CUarray_format f) {
   switch (f) {
     case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_UNORM_INT8X1: case CU_AD_FORMAT_UNORM_INT8X2: case CU_AD_FORMAT_UNORM_INT8X4: return 1;
+    case CU_AD_FORMAT_SNORM_INT8X1: case CU_AD_FORMAT_SNORM_INT8X2: case CU_AD_FORMAT_SNORM_INT8X4: return 1;
     case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF: return 2;
+    case CU_AD_FORMAT_UNORM_INT16X1: case CU_AD_FORMAT_UNORM_INT16X2: case CU_AD_FORMAT_UNORM_INT16X4: return 2;
+    case CU_AD_FORMAT_SNORM_INT16X1: case CU_AD_FORMAT_SNORM_INT16X2: case CU_AD_FORMAT_SNORM_INT16X4: return 2;
     default: return 4;
+  }
+}
+
+// The channels a normalised format names (0: any of 1, 2, 4).
+unsigned formatChannels(CUarray_format f) {
+  switch (f) {
+    case CU_AD_FORMAT_UNORM_INT8X1: case CU_AD_FORMAT_SNORM_INT8X1: case CU_AD_FORMAT_UNORM_INT16X1:
+    case CU_AD_FORMAT_SNORM_INT16X1: return 1;
+    case CU_AD_FORMAT_UNORM_INT8X2: case CU_AD_FORMAT_SNORM_INT8X2: case CU_AD_FORMAT_UNORM_INT16X2:
+    case CU_AD_FORMAT_SNORM_INT16X2: return 2;
+    case CU_AD_FORMAT_UNORM_INT8X4: case CU_AD_FORMAT_SNORM_INT8X4: case CU_AD_FORMAT_UNORM_INT16X4:
+    case CU_AD_FORMAT_SNORM_INT16X4: return 4;
+    default: return 0;
   }
 }
 
@@ -1325,12 +1343,14 @@ bool chargeDevice(int device, int64_t bytes) {
 
 CUresult fakeArray3DCreate(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR* d) {
   ENTER("cuArray3DCreate");
-  if (!out || !d || d->Width == 0 || (d->NumChannels != 1 && d->NumChannels != 2 && d->NumChannels != 4))
+  if (!out || !d || d->Width == 0 || (d->NumChannels != 1 && d->NumChannels != 2 && d->NumChannels != 4) ||
+      (formatChannels(d->Format) && formatChannels(d->Format) != d->NumChannels))
     return CUDA_ERROR_INVALID_VALUE;
   auto a = makeArray(d, 0);
   if (!chargeDevice(a->device, static_cast<int64_t>(a->bytes.size()))) return CUDA_ERROR_OUT_OF_MEMORY;
   record("cuArray3DCreate " + std::to_string(d->Width) + "x" + std::to_string(d->Height) + "x" + std::to_string(d->Depth) +
-         " flags=" + std::to_string(d->Flags));
+         " flags=" + std::to_string(d->Flags) + " format=" + std::to_string(d->Format) + "x" +
+         std::to_string(d->NumChannels));
   *out = reinterpret_cast<CUarray>(a.get());
   fakeArrays().insert(a.release());
   return CUDA_SUCCESS;
