@@ -6,6 +6,7 @@
 // The fatbin is build/tests/data/kernels_ptxonly.fatbin (tests/data/kernels.cu).
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -443,6 +444,37 @@ std::string arrays() {
   copy(true, arr1, dev, 32, 4, 1, "");
   copy(true, dev, level2, 16, 4, 1, "");
   copy(true, host, [](Side x) { x.setArray(2), x.setZ(5); }, 32, 8, 1, std::string(256, '\x33'));
+  // Graphs of array copies: between arrays and device memory (2), with a host
+  // side (3: refused, host sides come as host copy nodes), of an array that
+  // is destroyed before the launch (4: refused at the launch).
+  auto graph = [&](uint32_t id, std::initializer_list<std::pair<std::function<void(Side)>, std::function<void(Side)>>> cs) {
+    add(s, false, [&](Request::Builder r) {
+      auto g = r.initGraphCreate();
+      g.setId(id);
+      auto nodes = g.initNodes(static_cast<unsigned>(cs.size()));
+      unsigned i = 0;
+      for (auto& [src, dst] : cs) {
+        auto c = nodes[i++].initRequest().initCopy3D();
+        src(c.initSrc());
+        dst(c.initDst());
+        c.setWidth(32), c.setHeight(4), c.setDepth(1);
+        c.initStream();
+      }
+    });
+  };
+  auto arr2 = [](Side x) { x.setArray(2), x.setZ(3); };
+  graph(2, {{arr1, dev}, {dev, arr1}, {arr1, arr2}});
+  graph(3, {{host, arr1}});
+  graph(4, {{arr2, dev}});
+  auto launch = [&](uint32_t id) {
+    add(s, false, [&](Request::Builder r) {
+      auto l = r.initGraphLaunch();
+      l.setId(id);
+      l.initStream();
+    });
+  };
+  launch(2);
+  launch(2);
   add(s, false, [](Request::Builder r) {  // 4: a bilinear texture of array 1
     auto t = r.initTextureCreate();
     t.setResource(rgpu::wire::TextureResource::ARRAY);
@@ -471,6 +503,7 @@ std::string arrays() {
   add(s, true, [](Request::Builder r) { r.initTextureDestroy().setHandle(5); });
   add(s, true, [](Request::Builder r) { r.initSurfaceDestroy().setHandle(7); });
   add(s, true, [](Request::Builder r) { r.initArrayDestroy().setHandle(2); });
+  launch(4);
   sync(s);
   add(s, false, [](Request::Builder r) { r.initDeviceReset().setDevice(0); });
   return s;
