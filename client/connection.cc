@@ -37,7 +37,7 @@ constexpr size_t kMaxDeviceOutput = 64u << 20;
 // buffer can serve a replay meanwhile. Smaller ones are copied.
 constexpr uint64_t kHoldBulkBytes = 1 << 20;
 
-// Must match the daemon's (server/daemon.h): "rgpu-rs2" + the session's
+// Must match the daemon's (server/daemon/daemon.h): "rgpu-rs2" + the session's
 // 16-byte resume id from the Welcome.
 std::string resumePreamble(const std::string& resume_id) { return "rgpu-rs2" + resume_id; }
 

@@ -104,7 +104,7 @@ trap - EXIT
 refused=$(grep -o "the sandbox refused system call [0-9]*" "$work/server.log" | awk '{print $NF}' | sort -un | tr '\n' ' ')
 if [ -n "$refused" ]; then
   status=1
-  note "worker sandbox: libcuda made calls not on the allow list (server/worker_syscalls.cc): $refused"
+  note "worker sandbox: libcuda made calls not on the allow list (server/daemon/worker_syscalls.cc): $refused"
 else
   note "worker sandbox: no system call refused with libcuda"
 fi

@@ -11,7 +11,7 @@
 #include "common/fatbin.h"
 #include "common/log.h"
 #include "protocol/frame.h"
-#include "server/device_props.h"
+#include "server/backend/device_props.h"
 
 namespace rgpu::server::cuda {
 namespace {

@@ -66,10 +66,10 @@
 #include <thread>
 #include <unordered_map>
 
-#include "server/backend.h"
+#include "server/backend/backend.h"
 #include "server/cuda/blas_api.h"
 #include "server/cuda/driver_api.h"
-#include "server/launch_gate.h"
+#include "server/pool/launch_gate.h"
 
 namespace rgpu::server::cuda {
 

@@ -13,8 +13,8 @@
 #include <sstream>
 #include <vector>
 
-#include "server/ptx/ptx_interp.h"
-#include "server/ptx/ptx_parser.h"
+#include "server/sim/ptx/ptx_interp.h"
+#include "server/sim/ptx/ptx_parser.h"
 
 using namespace rgpu::server::ptx;
 using Clock = std::chrono::steady_clock;

@@ -3,7 +3,7 @@
 
 #include "client/client_config.h"
 #include "common/tls.h"
-#include "server/server_config.h"
+#include "server/config/server_config.h"
 #include "tests/support/test_env.h"
 
 namespace rgpu {

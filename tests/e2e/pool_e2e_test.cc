@@ -14,7 +14,7 @@
 #include <regex>
 #include <thread>
 
-#include "server/server_config.h"
+#include "server/config/server_config.h"
 #include "tests/e2e/pool_fixture.h"
 #include "tests/support/test_env.h"
 

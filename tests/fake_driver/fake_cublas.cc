@@ -22,7 +22,7 @@
 #include <map>
 #include <string>
 
-#include "server/sim_blas.h"
+#include "server/sim/sim_blas.h"
 
 using rgpu::server::BlasArgs;
 using rgpu::server::BlasOp;

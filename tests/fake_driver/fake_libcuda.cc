@@ -62,9 +62,9 @@
 #include "common/array_shape.h"
 #include "common/fatbin.h"
 #include "common/launch_cluster.h"
-#include "server/device_arena.h"
-#include "server/ptx/ptx_interp.h"
-#include "server/ptx/ptx_parser.h"
+#include "server/sim/device_arena.h"
+#include "server/sim/ptx/ptx_interp.h"
+#include "server/sim/ptx/ptx_parser.h"
 
 namespace {
 

@@ -33,10 +33,10 @@
 #include "common/log.h"
 #include "common/tls.h"
 #include "protocol/rgpu.capnp.h"
-#include "server/backend_factory.h"
-#include "server/pool_link.h"
-#include "server/pool_manager.h"
-#include "server/session.h"
+#include "server/daemon/backend_factory.h"
+#include "server/pool/pool_link.h"
+#include "server/pool/pool_manager.h"
+#include "server/session/session.h"
 #include "tests/fuzz/dispatch_input.h"
 
 namespace {

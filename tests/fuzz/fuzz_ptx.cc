@@ -2,7 +2,7 @@
 // every shipped module.
 #include <string>
 
-#include "server/ptx/ptx_parser.h"
+#include "server/sim/ptx/ptx_parser.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)rgpu::server::ptx::parsePtx(std::string(reinterpret_cast<const char*>(data), size));

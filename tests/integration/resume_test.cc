@@ -10,7 +10,7 @@
 
 #include <cstring>
 
-#include "server/daemon.h"
+#include "server/daemon/daemon.h"
 #include "tests/integration/raw_client.h"
 
 namespace rgpu::test {

@@ -21,7 +21,7 @@
 #include <sstream>
 #include <thread>
 
-#include "server/sandbox.h"
+#include "server/daemon/sandbox.h"
 #include "tests/integration/raw_client.h"
 
 namespace rgpu::test {

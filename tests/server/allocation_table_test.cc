@@ -1,4 +1,4 @@
-#include "server/allocation_table.h"
+#include "server/backend/allocation_table.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// The server's cuBLAS checks (server/blas.h) and the sim's CPU BLAS
-// (server/sim_blas.h) at their edges: what is refused and why, overflow, the
+// The server's cuBLAS checks (server/backend/blas.h) and the sim's CPU BLAS
+// (server/sim/sim_blas.h) at their edges: what is refused and why, overflow, the
 // pointers a gemmBatched array holds, GELU's derivative.
-#include "server/blas.h"
+#include "server/backend/blas.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/blas_types.h"
-#include "server/sim_blas.h"
+#include "server/sim/sim_blas.h"
 
 namespace rgpu::server {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/config_snapshot.h"
+#include "server/config/config_snapshot.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

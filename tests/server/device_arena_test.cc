@@ -1,5 +1,5 @@
 // DeviceArena: simulated device memory at addresses of its own.
-#include "server/device_arena.h"
+#include "server/sim/device_arena.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "server/launch_gate.h"
+#include "server/pool/launch_gate.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "server/pool_manager.h"
+#include "server/pool/pool_manager.h"
 
 #include <gtest/gtest.h>
 

@@ -2,14 +2,14 @@
 // the daemon itself finds for the client's credential: a worker (which a
 // tenant may have taken over) cannot be admitted as another user, nor see
 // the admin view of the pool, by naming one.
-#include "server/pool_service.h"
+#include "server/pool/pool_service.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
 #include <thread>
 
-#include "server/pool_link.h"
+#include "server/pool/pool_link.h"
 
 namespace rgpu::server {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/preauth_guard.h"
+#include "server/daemon/preauth_guard.h"
 
 #include <gtest/gtest.h>
 

@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <limits>
 
-#include "server/ptx/ptx_interp.h"
-#include "server/ptx/ptx_parser.h"
+#include "server/sim/ptx/ptx_interp.h"
+#include "server/sim/ptx/ptx_parser.h"
 
 namespace rgpu::server::ptx {
 namespace {

@@ -1,6 +1,6 @@
-#include "server/sandbox.h"
+#include "server/daemon/sandbox.h"
 
-#include "server/server_config.h"
+#include "server/config/server_config.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

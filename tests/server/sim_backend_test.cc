@@ -1,4 +1,4 @@
-#include "server/sim_backend.h"
+#include "server/sim/sim_backend.h"
 
 #include <driver_types.h>
 #include <gtest/gtest.h>

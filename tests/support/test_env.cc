@@ -19,8 +19,8 @@
 #include <stdexcept>
 
 #include "common/dev_pki.h"
-#include "server/backend_factory.h"
-#include "server/session.h"
+#include "server/daemon/backend_factory.h"
+#include "server/session/session.h"
 
 namespace rgpu::test {
 

@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "common/tls.h"
-#include "server/pool_manager.h"
-#include "server/server_config.h"
+#include "server/pool/pool_manager.h"
+#include "server/config/server_config.h"
 
 namespace rgpu::test {
 

@@ -1,0 +1,80 @@
+// A session's CUDA arrays, texture objects and surface objects: the
+// authority every handle and range a client names is checked against
+// before a backend sees it (as AllocationTable is for device pointers).
+//
+// Handles are the backend's; each session has its own table, in its own
+// worker, so a handle of another session is simply not here. An array's
+// levels have the shape every backend gives them (arrayLevels): a copy is
+// refused unless it lies inside one level, whole elements wide. Textures
+// and surfaces name the array they read; destroying the array first is
+// allowed (as on NVIDIA's runtime), and a kernel that then uses the object
+// faults instead of reading memory the session gave back.
+//
+// Named limits: kMaxArrays, kMaxTextureObjects, kMaxSurfaceObjects per
+// session; array extents by the device's cudaDevAttrMaxTexture*/Surface*
+// attributes. Not thread-safe: owned by the session's dispatch thread.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "common/array_shape.h"
+#include "common/status.h"
+#include "server/backend/allocation_table.h"
+#include "server/backend/backend.h"
+
+namespace rgpu::server {
+
+inline constexpr size_t kMaxArrays = 65536;
+inline constexpr size_t kMaxTextureObjects = 65536;
+inline constexpr size_t kMaxSurfaceObjects = 65536;
+
+using common::ArrayLevelDims;
+
+// A cudaChannelFormatDesc as an ArrayFormat, or cudaErrorInvalidChannelDescriptor.
+Result<ArrayFormat> checkFormat(int x, int y, int z, int w, int kind);
+// The levels of an array (one for a plain array).
+std::vector<ArrayLevelDims> arrayLevels(const ArraySpec& spec);
+// Checks an array's shape, flags and extents against the device's
+// attributes (by cudaDeviceAttr); the bytes its levels hold, packed.
+// `spec.format` is checkFormat's answer.
+Result<uint64_t> checkArray(const ArraySpec& spec, const std::vector<int32_t>& attributes);
+
+class ArrayTable {
+ public:
+  struct Array {
+    ArraySpec spec;
+    std::vector<ArrayLevelDims> levels;
+    uint64_t bytes = 0;  // charged to the user's quota
+  };
+  struct Object {  // a texture or surface object
+    int device = 0;
+  };
+
+  Status addArray(uint64_t handle, Array a);
+  Result<Array> removeArray(uint64_t handle);
+  const Array* array(uint64_t handle) const;
+  enum Kind { kTexture, kSurface };
+  Status addObject(Kind kind, uint64_t handle, Object o);
+  Result<Object> removeObject(Kind kind, uint64_t handle);
+
+  // cudaDeviceReset: everything of `device` leaves the table.
+  struct Dropped {
+    std::vector<std::pair<uint64_t, uint64_t>> arrays;  // handle, bytes
+    std::vector<uint64_t> textures, surfaces;
+  };
+  Dropped dropDevice(int device);
+
+  // Checks one side of a copy of width x height x depth (bytes, rows,
+  // slices) against the array it names or the allocations; reports its
+  // device (host sides: -1).
+  Status checkSide(const CopySide& side, uint64_t width, uint64_t height, uint64_t depth,
+                   const AllocationTable& allocs, int* device) const;
+
+ private:
+  std::unordered_map<uint64_t, Array> arrays_;
+  std::unordered_map<uint64_t, Object> objects_[2];  // by Kind
+};
+
+}  // namespace rgpu::server

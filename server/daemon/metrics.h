@@ -1,0 +1,45 @@
+// Prometheus metrics of the pool, served over plain HTTP by the daemon
+// ([pool] metrics_listen). Device metrics carry DCGM-exporter names where they
+// fit (DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_FB_USED, DCGM_FI_DEV_FB_FREE,
+// DCGM_FI_DEV_GPU_TEMP, DCGM_FI_DEV_POWER_USAGE); the rest are rgpu_* per
+// device, user and session. FB_USED/FB_FREE count what rgpu sessions have
+// allocated (exact), in MiB as DCGM does.
+#pragma once
+
+#include <asio.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "server/pool/pool_link.h"
+#include "server/pool/pool_manager.h"
+
+namespace rgpu::server {
+
+// The text exposition format (version 0.0.4). `per_session`: series per
+// session, labelled with its user, client host and pid; otherwise only per
+// device and pool-wide totals (no tenant names at all).
+std::string renderMetrics(const PoolSnapshot& s, const std::vector<DeviceHealth>& health, const std::string& host,
+                          bool per_session = true);
+
+// GET /metrics on `listen`; one short request per connection. With a
+// `token`, a request without "Authorization: Bearer <token>" gets 401.
+class MetricsServer {
+ public:
+  using Render = std::function<std::string()>;
+  static Result<std::unique_ptr<MetricsServer>> start(asio::io_context& io, const std::string& listen, Render render,
+                                                      std::string token = "");
+  uint16_t port() const { return port_; }
+
+ private:
+  MetricsServer(asio::io_context& io, Render render, std::string token)
+      : acceptor_(io), render_(std::move(render)), token_(std::move(token)) {}
+  void acceptNext();
+  bool authorized(std::istream& headers) const;
+  asio::ip::tcp::acceptor acceptor_;
+  Render render_;
+  std::string token_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace rgpu::server

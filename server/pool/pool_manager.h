@@ -1,0 +1,182 @@
+// The pool manager: which sessions use which devices, under which policy.
+//
+// Lives in the daemon (one thread: the daemon's event loop), fed by the
+// workers over their control sockets (server/pool/pool_link.h). It owns the device
+// inventory, each user's policy (server.toml [[users]]), the sessions with
+// their memory and usage, and the admission queue. Pure logic: no I/O, time
+// passed in, so it is unit-tested directly.
+//
+// Memory accounting is exact: a worker reports every allocation and free of
+// its session (synchronously when the user has a quota, so the check and the
+// accounting are one step), and a session that ends — cleanly or by a crash —
+// returns everything it held at once.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "server/config/server_config.h"
+
+namespace rgpu::server {
+
+struct PoolDeviceInfo {
+  std::string name;
+  std::string uuid;      // "GPU-xxxxxxxx-…"
+  uint64_t total = 0;    // bytes
+  uint32_t cc = 0;       // major * 10 + minor
+};
+
+struct ClientInfo {
+  std::string user, host, address;
+  uint32_t pid = 0;
+};
+
+struct DeviceRequest {
+  uint32_t count = 0;       // 0: every allowed device that matches
+  uint64_t min_memory = 0;  // free bytes on each
+  uint32_t min_cc = 0;
+  std::string model;        // glob on the device name; empty = any
+  uint32_t wait_ms = 0;     // 0: the server's admission_timeout_ms
+};
+
+struct Placement {
+  std::vector<int> devices;    // physical indices; the session's device i is devices[i]
+  uint64_t quota = 0;          // bytes per device (0: none)
+  Priority priority = Priority::kNormal;
+  double weight = 1.0;
+  int gate_slot = -1;          // the session's slot in the launch gate table (-1: none)
+  uint32_t mps_thread_percentage = 0;  // 0: not set
+};
+
+// Under NVIDIA MPS: the environment a CUDA worker sets before cuInit so the MPS
+// server enforces the policy too (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE from
+// mps_thread_percentage, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT from the memory
+// quota, per device as the worker sees them: "0=4096M,1=4096M").
+std::vector<std::pair<std::string, std::string>> mpsEnvironment(const Placement& p);
+
+struct SessionUsage {
+  uint64_t calls = 0, bytes_in = 0, bytes_out = 0, gpu_ns = 0, errors = 0;
+};
+
+struct PoolSnapshot {
+  struct Device {
+    PoolDeviceInfo info;
+    uint64_t used = 0;
+    uint32_t sessions = 0;
+  };
+  struct Session {
+    uint64_t id = 0;
+    ClientInfo client;
+    std::vector<int> devices;
+    uint64_t memory = 0;
+    Priority priority = Priority::kNormal;
+    SessionUsage usage;
+    bool queued = false;
+    double seconds = 0;  // since admission, or waiting
+  };
+  struct User {
+    std::vector<uint64_t> quota_used;  // per device
+    uint64_t quota = 0;
+    uint64_t admissions = 0, refusals = 0;
+    double admission_wait_s = 0;  // sum over admissions
+  };
+  std::vector<Device> devices;
+  std::vector<Session> sessions;
+  std::map<std::string, User> users;
+};
+
+class PoolManager {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  PoolManager(std::vector<PoolDeviceInfo> devices, std::vector<UserEntry> users, PoolConfig cfg);
+
+  // A policy reload (SIGHUP): running sessions keep their devices; quotas and
+  // limits apply from the next allocation or admission.
+  void setPolicy(std::vector<UserEntry> users, PoolConfig cfg);
+
+  // Decided at once (placed, or refused with why), or nullopt: queued, and
+  // decided later by retry().
+  std::optional<Result<Placement>> admit(uint64_t session, const ClientInfo& who, const DeviceRequest& req,
+                                         Clock::time_point now);
+  // Queued requests that now fit (placed) or whose wait ran out (refused), in
+  // queue order: priority class first, then arrival.
+  std::vector<std::pair<uint64_t, Result<Placement>>> retry(Clock::time_point now);
+  // When the earliest queued request times out (for the daemon's timer).
+  std::optional<Clock::time_point> nextDeadline() const;
+
+  // An allocation of `bytes` on physical `device` by `session`: refused when it
+  // would take the user past the quota on that device.
+  Status reserve(uint64_t session, int device, uint64_t bytes);
+  void release(uint64_t session, int device, uint64_t bytes);
+  // (quota, bytes the session's user has allocated on the device).
+  std::pair<uint64_t, uint64_t> quotaView(uint64_t session, int device) const;
+  void usage(uint64_t session, const SessionUsage& u);
+  // The session's worker exited (or crashed) or it left the queue: all it held returns.
+  void end(uint64_t session);
+
+  PoolSnapshot snapshot(Clock::time_point now) const;
+  bool isAdmin(const std::string& user) const { return policyOf(user).admin; }
+  // A running session's placement (its priority and weight follow policy reloads).
+  std::optional<Placement> placementOf(uint64_t session) const;
+  size_t queued() const { return queue_.size(); }
+  std::vector<uint64_t> queuedSessions() const {
+    std::vector<uint64_t> out;
+    for (auto& q : queue_) out.push_back(q.session);
+    return out;
+  }
+  const std::vector<PoolDeviceInfo>& devices() const { return devices_; }
+
+ private:
+  struct Pending {
+    uint64_t session;
+    ClientInfo who;
+    DeviceRequest req;
+    Clock::time_point since, deadline;
+    Priority priority;
+    uint64_t order;
+  };
+  struct Running {
+    ClientInfo who;
+    Placement placement;
+    std::map<int, uint64_t> memory;  // physical device -> bytes
+    SessionUsage usage;
+    Clock::time_point since;
+  };
+  struct UserState {
+    std::map<int, uint64_t> used;  // physical device -> bytes, all sessions
+    uint64_t admissions = 0, refusals = 0;
+    double admission_wait_s = 0;
+  };
+
+  const UserEntry& policyOf(const std::string& user) const;
+  bool allowed(const UserEntry& u, int device) const;
+  bool matchesStatically(const DeviceRequest& r, int device) const;
+  uint64_t freeBytes(int device) const;
+  uint32_t sessionsOn(int device) const;
+  uint32_t sessionsOf(const std::string& user) const;
+  // Placement if it fits now; else why not (and whether it can ever fit).
+  Result<Placement> tryPlace(const ClientInfo& who, const DeviceRequest& req, bool* never) const;
+  std::string describeFree(const DeviceRequest& req, const std::string& user) const;
+  void start(uint64_t session, const ClientInfo& who, const Placement& p, Clock::time_point now,
+             Clock::time_point asked);
+
+  std::vector<PoolDeviceInfo> devices_;
+  std::vector<UserEntry> users_;
+  UserEntry default_user_;
+  PoolConfig cfg_;
+  std::map<uint64_t, Running> running_;
+  std::deque<Pending> queue_;
+  std::map<std::string, UserState> user_state_;
+  uint64_t next_order_ = 0;
+};
+
+// "16.0 GiB", "512 B": sizes in messages.
+std::string formatBytes(uint64_t bytes);
+
+}  // namespace rgpu::server

@@ -1,0 +1,187 @@
+#include "server/pool/pool_service.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "server/pool/fd_passing.h"
+
+namespace rgpu::server {
+namespace {
+constexpr size_t kMaxControlBytes = 64 * 1024;  // worker -> daemon: small requests only
+
+std::string errorReply(const Status& s) { return joinFields({"err", std::to_string(s.code()), s.message()}); }
+}  // namespace
+
+PoolService::PoolService(asio::io_context& io, PoolManager& pool, HealthFn health, GateTableOwner* gates)
+    : io_(io), pool_(pool), health_(std::move(health)), gates_(gates), timer_(io) {}
+
+void PoolService::placed(uint64_t session, Placement p) {
+  if (gates_) {
+    p.gate_slot = gates_->assign(session, p.devices, static_cast<int>(p.priority), p.weight);
+    if (p.gate_slot < 0) RGPU_LOG_WARN("session {}: launch gate table full; no priorities or weights for it", session);
+    else slots_[session] = p.gate_slot;
+  }
+  auto fields = placementFields(p);
+  fields.insert(fields.begin(), "ok");
+  // The session's own launch gate page goes to its worker alone, with the placement.
+  reply(session, joinFields(fields), gates_ && p.gate_slot >= 0 ? gates_->activityFd(p.gate_slot) : -1);
+}
+
+void PoolService::shutdown() {
+  for (uint64_t session : pool_.queuedSessions()) {
+    pool_.end(session);
+    reply(session, errorReply(Status(err::kDevicesUnavailable, "rgpu-server is shutting down")));
+  }
+  timer_.cancel();
+}
+
+void PoolService::policyChanged() {
+  if (gates_)
+    for (auto& [session, slot] : slots_)
+      if (auto p = pool_.placementOf(session)) gates_->update(slot, static_cast<int>(p->priority), p->weight);
+  decideQueued();
+}
+
+void PoolService::attach(uint64_t session, int fd) {
+  Worker w;
+  w.sock = std::make_unique<asio::local::datagram_protocol::socket>(io_, asio::local::datagram_protocol(), fd);
+  w.buf.resize(kMaxControlBytes);
+  workers_[session] = std::move(w);
+  receive(session);
+}
+
+void PoolService::detach(uint64_t session) {
+  pool_.end(session);
+  identity_.erase(session);
+  if (auto it = slots_.find(session); it != slots_.end()) {
+    if (gates_) gates_->clear(it->second);
+    slots_.erase(it);
+  }
+  if (auto it = workers_.find(session); it != workers_.end()) {
+    asio::error_code ignored;
+    it->second.sock->close(ignored);
+    workers_.erase(it);
+  }
+  decideQueued();
+}
+
+void PoolService::receive(uint64_t session) {
+  auto it = workers_.find(session);
+  if (it == workers_.end()) return;
+  Worker& w = it->second;
+  w.sock->async_receive(asio::buffer(w.buf), [this, session](const asio::error_code& ec, size_t n) {
+    auto it = workers_.find(session);
+    if (ec || it == workers_.end()) return;  // closed: detach() follows the worker's exit
+    handle(session, std::string(it->second.buf.data(), n));
+    receive(session);
+  });
+}
+
+void PoolService::reply(uint64_t session, const std::string& msg, int fd) {
+  auto it = workers_.find(session);
+  if (it == workers_.end()) return;
+  if (fd >= 0) {
+    if (!sendWithFd(it->second.sock->native_handle(), msg, fd))
+      RGPU_LOG_DEBUG("session {}: control reply not sent: {}", session, std::strerror(errno));
+    return;
+  }
+  asio::error_code ec;
+  it->second.sock->send(asio::buffer(msg), 0, ec);
+  if (ec) RGPU_LOG_DEBUG("session {}: control reply not sent: {}", session, ec.message());
+}
+
+void PoolService::handle(uint64_t session, const std::string& msg) {
+  auto f = splitFields(msg, 16);
+  const std::string& verb = f[0];
+  auto num = [&](size_t i) { return i < f.size() ? std::strtoull(f[i].c_str(), nullptr, 10) : 0ull; };
+  if (verb == "auth" && f.size() >= 6) {
+    if (identity_.count(session)) return reply(session, errorReply(Status(err::kNotPermitted, "already bound")));
+    ClientCredential c{f[2], f[3], fromHex(f[4]), fromHex(f[5])};
+    Result<std::string> user = authenticate_ ? authenticate_(c)
+                                             : Result<std::string>(Status(err::kNotPermitted, "no authenticator"));
+    if (user && *user != f[1]) user = Status(err::kNotPermitted, "the credential belongs to user '" + *user + "'");
+    if (!user) {
+      RGPU_LOG_WARN("session {}: its worker's claim to serve user '{}' refused: {}", session, f[1], user.status().message());
+      return reply(session, errorReply(user.status()));
+    }
+    identity_[session] = *user;
+    if (on_authenticated_) on_authenticated_(session);
+    return reply(session, "ok");
+  }
+  // Everything else acts for the user the session is bound to.
+  auto bound = identity_.find(session);
+  if ((verb == "admit" || verb == "status") && bound == identity_.end()) {
+    RGPU_LOG_WARN("session {}: '{}' from a worker that proved no identity; refused", session, verb);
+    return reply(session, errorReply(Status(err::kNotPermitted, "no identity bound to this session")));
+  }
+  if (verb == "admit" && f.size() >= 10) {
+    ClientInfo who{bound->second, f[2], f[3], static_cast<uint32_t>(num(4))};
+    DeviceRequest req;
+    req.count = static_cast<uint32_t>(num(5));
+    req.min_memory = num(6);
+    req.min_cc = static_cast<uint32_t>(num(7));
+    req.model = f[8];
+    req.wait_ms = static_cast<uint32_t>(num(9));
+    auto d = pool_.admit(session, who, req, PoolManager::Clock::now());
+    if (!d) {
+      RGPU_LOG_INFO("session {}: user '{}' waits in the admission queue ({} waiting)", session, who.user, pool_.queued());
+      decideQueued();
+      return;
+    }
+    if (*d) {
+      placed(session, **d);
+    } else {
+      RGPU_LOG_WARN("session {}: user '{}' refused: {}", session, who.user, d->status().message());
+      reply(session, errorReply(d->status()));
+    }
+  } else if (verb == "peer" && f.size() >= 3) {
+    // Another session's gate page, read-only (only once its worker sealed it).
+    if (!gates_ || !slots_.count(session)) return reply(session, errorReply(Status(err::kNotPermitted, "no gate slot")));
+    auto fd = gates_->peerFd(static_cast<int>(num(1)), num(2));
+    if (!fd) return reply(session, errorReply(fd.status()));
+    reply(session, "ok", *fd);
+    ::close(*fd);
+  } else if (verb == "reserve" && f.size() >= 4) {
+    Status s = pool_.reserve(session, static_cast<int>(num(1)), num(2));
+    if (f[3] == "1") reply(session, s ? "ok" : errorReply(s));
+  } else if (verb == "release" && f.size() >= 3) {
+    pool_.release(session, static_cast<int>(num(1)), num(2));
+    decideQueued();
+  } else if (verb == "view" && f.size() >= 2) {
+    auto [quota, used] = pool_.quotaView(session, static_cast<int>(num(1)));
+    reply(session, joinFields({"ok", std::to_string(quota), std::to_string(used)}));
+  } else if (verb == "status" && f.size() >= 2) {
+    // Who may see everyone is the daemon's policy, not the worker's say.
+    const std::string& user = bound->second;
+    std::string body = encodePoolStatus(pool_.snapshot(PoolManager::Clock::now()), user, pool_.isAdmin(user),
+                                        health_ ? health_() : std::vector<DeviceHealth>{});
+    reply(session, std::string("ok") + kFieldSep + body);
+  } else if (verb == "usage" && f.size() >= 6) {
+    pool_.usage(session, {num(1), num(2), num(3), num(4), num(5)});
+  } else {
+    RGPU_LOG_WARN("session {}: malformed control message from its worker ({} bytes)", session, msg.size());
+  }
+}
+
+void PoolService::decideQueued() {
+  for (auto& [session, result] : pool_.retry(PoolManager::Clock::now())) {
+    if (result) {
+      placed(session, *result);
+    } else {
+      RGPU_LOG_WARN("session {}: admission refused: {}", session, result.status().message());
+      reply(session, errorReply(result.status()));
+    }
+  }
+  timer_.cancel();
+  if (auto at = pool_.nextDeadline()) {
+    timer_.expires_at(*at);
+    timer_.async_wait([this](const asio::error_code& ec) {
+      if (!ec) decideQueued();
+    });
+  }
+}
+
+}  // namespace rgpu::server

@@ -1,0 +1,66 @@
+// The daemon's side of the workers' control sockets: turns their datagrams
+// into PoolManager calls and answers them, including admissions decided later
+// (a queued request is answered when it fits or times out; a timer wakes the
+// queue at the earliest deadline). Runs on the daemon's io_context thread.
+#pragma once
+
+#include <asio.hpp>
+#include <functional>
+#include <map>
+#include <memory>
+
+#include "server/pool/launch_gate.h"
+#include "server/pool/pool_link.h"
+#include "server/pool/pool_manager.h"
+
+namespace rgpu::server {
+
+class PoolService {
+ public:
+  using HealthFn = std::function<std::vector<DeviceHealth>()>;
+  // `gates` (may be null) gets a slot per admitted session.
+  PoolService(asio::io_context& io, PoolManager& pool, HealthFn health, GateTableOwner* gates);
+
+  // Adopts the daemon's end of a new worker's socket pair.
+  void attach(uint64_t session, int fd);
+  // The worker exited (or was killed): everything its session held returns.
+  void detach(uint64_t session);
+  // Queued requests may fit after a policy reload.
+  void policyChanged();
+  // The daemon is stopping: queued requests are refused, saying so.
+  void shutdown();
+  // Runs once per session, when its worker proved who its client is: the
+  // client has authenticated (the daemon's pre-auth bound).
+  void onAuthenticated(std::function<void(uint64_t)> fn) { on_authenticated_ = std::move(fn); }
+  // The daemon's own check of a client's credential (bearer token, or a
+  // certificate in PEM): the user it finds, or an error. A worker's "auth"
+  // binds its session to that user; "admit" and "status" act for the bound
+  // user only, whatever user the worker names.
+  using Authenticator = std::function<Result<std::string>(const ClientCredential& credential)>;
+  void setAuthenticator(Authenticator fn) { authenticate_ = std::move(fn); }
+
+ private:
+  struct Worker {
+    std::unique_ptr<asio::local::datagram_protocol::socket> sock;
+    std::vector<char> buf;
+  };
+  void receive(uint64_t session);
+  void handle(uint64_t session, const std::string& msg);
+  void reply(uint64_t session, const std::string& msg, int fd = -1);
+  void decideQueued();
+  // Gives an admitted session its launch gate slot and answers its worker.
+  void placed(uint64_t session, Placement p);
+
+  asio::io_context& io_;
+  PoolManager& pool_;
+  HealthFn health_;
+  std::map<uint64_t, Worker> workers_;
+  GateTableOwner* gates_;
+  std::map<uint64_t, int> slots_;  // session -> gate slot
+  asio::steady_timer timer_;
+  std::function<void(uint64_t)> on_authenticated_;
+  Authenticator authenticate_;
+  std::map<uint64_t, std::string> identity_;  // session -> the user the daemon bound it to
+};
+
+}  // namespace rgpu::server

@@ -1,0 +1,148 @@
+#include "server/session/outbox.h"
+
+#include "protocol/frame.h"
+
+namespace rgpu::server {
+
+Outbox::Outbox(std::unique_ptr<common::TlsConnection> conn, common::Compression compression)
+    : compression_(compression), conn_(std::move(conn)) {}
+
+std::shared_ptr<common::TlsConnection> Outbox::connection() const {
+  std::lock_guard lock(mu_);
+  return conn_;
+}
+
+bool Outbox::lostFrames() const {
+  std::lock_guard lock(mu_);
+  return lost_;
+}
+
+Status Outbox::write(common::TlsConnection& conn, std::vector<uint8_t>& frame, const uint8_t* bulk,
+                     uint64_t bulk_len, const std::function<void()>& on_wire) {
+  std::lock_guard lock(wire_mu_);
+  if (on_wire) on_wire();
+  common::BulkSender sender;
+  return sender.send(conn, frame, 0, bulk, bulk_len, compression_);
+}
+
+void Outbox::keepLocked(std::map<uint64_t, Kept>& into, uint64_t seq, const std::vector<uint8_t>& frame,
+                        const uint8_t* bulk, uint64_t bulk_len) {
+  Kept& k = into[seq];
+  k.frame = frame;
+  if (bulk_len) k.bulk.assign(bulk, bulk + bulk_len);
+  kept_bytes_ += k.frame.size() + k.bulk.size();
+  while (kept_bytes_ > kMaxRetainedBytes && dropOldestLocked()) {
+  }
+}
+
+bool Outbox::dropOldestLocked() {
+  // Replies first: they are the larger kind (device-to-host data). A waiting
+  // sender's entry stays (it holds no copy, and its sender needs it).
+  for (auto* m : {&replies_, &notifications_})
+    for (auto it = m->begin(); it != m->end(); ++it) {
+      if (it->second.held) continue;
+      kept_bytes_ -= it->second.frame.size() + it->second.bulk.size();
+      m->erase(it);
+      lost_ = true;
+      return true;
+    }
+  return false;
+}
+
+void Outbox::reply(uint64_t seq, std::vector<uint8_t>& frame, const uint8_t* bulk, uint64_t bulk_len, bool may_wait,
+                   const std::function<void()>& on_wire) {
+  std::shared_ptr<common::TlsConnection> conn;
+  bool hold = false;
+  {
+    std::lock_guard lock(mu_);
+    hold = retain_ && !closed_ && may_wait && bulk_len >= kHoldBulkBytes;
+    if (hold) {
+      Kept& k = replies_[seq];
+      k.frame = frame;
+      k.held = bulk;
+      k.held_len = bulk_len;
+      kept_bytes_ += k.frame.size();
+    } else if (retain_ && !closed_) {
+      keepLocked(replies_, seq, frame, bulk, bulk_len);
+    }
+    conn = conn_;
+  }
+  // A failed write is not an error here: the dispatch thread notices the lost
+  // connection, and a resume resends what was kept.
+  (void)write(*conn, frame, bulk, bulk_len, on_wire);
+  if (hold) {
+    std::unique_lock lock(mu_);
+    acked_.wait(lock, [&] { return closed_ || !replies_.count(seq); });
+  }
+}
+
+void Outbox::close() {
+  {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    replies_.clear();
+    notifications_.clear();
+    kept_bytes_ = 0;
+  }
+  acked_.notify_all();
+}
+
+void Outbox::notify(capnp::MessageBuilder& message, const uint8_t* bulk, uint64_t bulk_len) {
+  std::vector<uint8_t> frame;
+  std::shared_ptr<common::TlsConnection> conn;
+  {
+    std::lock_guard lock(mu_);
+    uint64_t seq = next_notification_++;
+    common::appendFrame(frame, protocol::FrameType::kNotify, 0, seq, message, bulk_len);
+    if (retain_) keepLocked(notifications_, seq, frame, bulk, bulk_len);
+    conn = conn_;
+  }
+  (void)write(*conn, frame, bulk, bulk_len);
+}
+
+Status Outbox::sendOnce(const std::vector<uint8_t>& frame) {
+  auto conn = connection();
+  std::lock_guard lock(wire_mu_);
+  return conn->write(frame.data(), frame.size());
+}
+
+void Outbox::trimLocked(uint64_t replies, uint64_t notifications) {
+  auto trim = [&](std::map<uint64_t, Kept>& m, uint64_t upto) {
+    for (auto it = m.begin(); it != m.end() && it->first <= upto;) {
+      kept_bytes_ -= it->second.frame.size() + it->second.bulk.size();
+      it = m.erase(it);
+    }
+  };
+  trim(replies_, replies);
+  trim(notifications_, notifications);
+  acked_.notify_all();
+}
+
+void Outbox::acknowledged(uint64_t replies, uint64_t notifications) {
+  std::lock_guard lock(mu_);
+  trimLocked(replies, notifications);
+}
+
+Result<size_t> Outbox::resume(std::unique_ptr<common::TlsConnection> conn, const std::vector<uint8_t>& first,
+                              uint64_t replies, uint64_t notifications) {
+  // Held while resending: a reply made meanwhile waits, then goes to the new
+  // connection after the older ones.
+  std::lock_guard lock(mu_);
+  conn_ = std::move(conn);
+  trimLocked(replies, notifications);
+  {
+    std::lock_guard wire(wire_mu_);
+    RGPU_TRY(conn_->write(first.data(), first.size()));
+  }
+  size_t sent = 0;
+  for (auto* m : {&replies_, &notifications_}) {
+    for (auto& [seq, k] : *m) {
+      std::vector<uint8_t> frame = k.frame;
+      RGPU_TRY(k.held ? write(*conn_, frame, k.held, k.held_len) : write(*conn_, frame, k.bulk.data(), k.bulk.size()));
+      ++sent;
+    }
+  }
+  return sent;
+}
+
+}  // namespace rgpu::server

@@ -1,0 +1,337 @@
+// One client session, served by one worker process.
+//
+// Threads: the dispatch thread (run()) reads frames, validates every handle,
+// pointer and size against the session's tables, and calls the Backend. Replies
+// to calls that wait for stream work (synchronize, device-to-host copies) are
+// sent later from backend threads, so a blocking call from one client thread
+// never stalls the calls of its other threads. Replies may be written by any
+// thread (the Outbox serialises frames).
+//
+// Requests must arrive numbered 1, 2, 3, ...: any other sequence number (a
+// replayed or reordered frame) ends the session with a goodbye naming it.
+//
+// Resume: when client and server agree on it (Hello.resume, [session]
+// resume_grace_ms > 0, a worker started by the daemon), a dropped connection
+// does not end the session. The worker keeps its state for the grace period;
+// a resume thread takes the sockets the daemon hands over (ResumeSource),
+// checks TLS, the identity and the resume token, and the dispatch thread
+// carries on over the new connection after telling the client the last
+// request it dispatched (the client replays the rest; the Outbox resends the
+// replies and notifications the client lacks).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "common/frame_io.h"
+#include "common/tls.h"
+#include "protocol/rgpu.capnp.h"
+#include "server/backend/allocation_table.h"
+#include "server/backend/array_table.h"
+#include "server/backend/backend.h"
+#include "server/session/outbox.h"
+#include "server/pool/pool_link.h"
+#include "server/config/server_config.h"
+
+namespace rgpu::server {
+
+class StagingPool;
+
+// Builds the session's backend over the host devices the pool placed it on.
+using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(const Placement& placement)>;
+
+// Where a resumed client's new connection comes from: the daemon passes the
+// socket over `fd` (SCM_RIGHTS) and the session completes TLS with `tls`.
+struct ResumeSource {
+  int fd = -1;  // the session owns it; -1: this session cannot be resumed
+  common::TlsContext* tls = nullptr;  // outlives the session
+  std::string id;  // the random resume id the daemon routes by (kResumeIdBytes); "": no resume
+};
+
+// Resume handshakes (TLS and the Hello) one session runs at once; a socket
+// handed over past it is closed. Each is bounded by the handshake timeout.
+inline constexpr int kMaxResumeHandshakes = 4;
+
+// The server acknowledges dispatched requests this often (so the client can
+// drop its copies) when no reply has done so already.
+inline constexpr uint64_t kAckEveryRequests = 1024;
+// (1 MiB: a client waits for the acknowledgement of each large bulk payload it
+// did not copy, see client/connection.cc.)
+inline constexpr uint64_t kAckEveryBulkBytes = 1ull << 20;
+
+class Session {
+ public:
+  // `pool` outlives the session. The backend is built once the pool has
+  // admitted the client (monitor sessions — rgpu-smi — get none).
+  Session(std::unique_ptr<common::TlsConnection> conn, const ServerConfig& cfg, BackendFactory make_backend,
+          PoolLink& pool, uint64_t session_id, ResumeSource resume = {});
+  ~Session();
+
+  // Authenticates the client, then serves it until it leaves or the connection
+  // fails. Returns ok on a clean goodbye.
+  Status run();
+  // Ends the session from another thread (SIGTERM): the client is told `why`
+  // in a goodbye (so it does not try to resume) and run() returns.
+  // `code`: the error the client's later calls get (0: devices unavailable).
+  void stop(const std::string& why, int code = 0);
+  const std::string& identity() const { return identity_; }
+  // The backend cannot be torn down (a kernel past the watchdog that the GPU
+  // cannot stop): the worker must exit instead of destroying the session.
+  bool backendWedged() const { return wedged_.load(); }
+
+ private:
+  Status handshake();
+  Status serve();
+  // Reads and dispatches frames from `conn` until it fails or the client says
+  // goodbye (ok). A protocol violation sets fatal_.
+  Status serveConnection(common::TlsConnection& conn);
+  // After a lost connection: waits up to the grace period for a validated new
+  // one and takes it up.
+  Status awaitResume(const Status& why);
+  // The resume thread: takes sockets from the daemon and validates each on
+  // a thread of its own (resumeHandshake), kMaxResumeHandshakes at most.
+  void acceptResumes();
+  void resumeHandshake(int fd);
+  void stopResumeThread();
+  // The user a connection authenticates as (certificate CN or token), or "".
+  std::string authenticate(const common::TlsConnection& conn, const std::string& token) const;
+  // Handles one request through its handler (handlers()); returns non-ok
+  // only for errors that end the session (transport failure). Call errors go
+  // back to the client.
+  Status dispatch(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // The handler of each request kind, by its wire::Request union ordinal; null: unknown.
+  using Handler = Status (Session::*)(const protocol::FrameHeader& h, wire::Request::Reader req);
+  using Handlers = std::array<Handler, 64>;
+  static const Handlers& handlers();
+  // The handlers, one per request kind, in the file of their subsystem.
+  Status onPing(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // session_memory.cc
+  Status onMalloc(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onFree(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onMemcpyHtoD(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onMemcpyDtoH(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onMemcpyDtoD(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onMemcpyPeer(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onMemset(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onMemset2D(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onMemcpy2D(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onMemGetInfo(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onPointerAttributes(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // session_streams.cc: streams, events, devices, host functions
+  Status onStreamCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onStreamDestroy(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onStreamSynchronize(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onStreamQuery(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onStreamWaitEvent(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onEventCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onEventRecord(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onEventSynchronize(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onEventQuery(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onEventElapsedTime(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onEventDestroy(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onDeviceSynchronize(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onDeviceReset(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onHostFuncEnqueue(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onHostFuncDone(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onSetLimit(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status setMallocHeap(const protocol::FrameHeader& h, int dev, uint64_t bytes);
+  // session_modules.cc: modules, kernels, variables, launches
+  Status onModuleLoad(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onModuleUnload(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onFunctionRegister(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onVarRegister(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onSymbolAddress(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onLaunchKernel(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onFuncGetAttributes(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onFuncSetAttribute(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onOccupancy(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // session_graphs.cc: CUDA graphs, kept instantiated and launched in one message
+  Status onGraphCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onGraphLaunch(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onGraphDestroy(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onConditionalHandleCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // What runs once memory (an allocation, an array) was given back: credits
+  // `charge` to the user's quota on `phys` and answers request `seq` (an
+  // asynchronous free: records its error instead).
+  Done freed(uint64_t seq, bool async, int phys, uint64_t charge);
+  // session_arrays.cc: CUDA arrays, copies with them, texture and surface objects
+  Status onArrayCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onArrayDestroy(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onCopy3D(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onTextureCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onTextureDestroy(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onSurfaceCreate(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onSurfaceDestroy(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // Runs the nodes of a launched graph on `key`; `all` holds its host-to-device bytes.
+  void runGraph(const protocol::FrameHeader& h, const struct SessionGraph& g, StreamKey key,
+                capnp::List<uint64_t>::Reader host_funcs, const Staging& all);
+  // Launches `g` as the backend's native graph, (re)building it first where
+  // needed; false when it cannot be one (the caller runs it node by node).
+  // `host_funcs` and `all` as for runGraph (`all` is taken only when it returns true).
+  bool launchNative(const protocol::FrameHeader& h, struct SessionGraph& g, StreamKey key,
+                    capnp::List<uint64_t>::Reader host_funcs, Staging& all);
+  // Builds the backend's native graph of `g` (see session_graphs.cc).
+  void buildNative(const protocol::FrameHeader& h, struct SessionGraph& g);
+  // Drops the backend's native graph of `g`, if any.
+  void dropNative(struct SessionGraph& g);
+  // cudaDeviceReset: the device's graphs go.
+  void forgetGraphs(int device);
+  // Queues host function `id` (the client runs it) on `key`.
+  Status enqueueHostFunc(StreamKey key, uint64_t id);
+  // Host function `id` is pending (max_pending_host_funcs); runHostFunc asks
+  // the client to run it and returns once it has (or the session is closing).
+  Status reserveHostFunc(uint64_t id);
+  void runHostFunc(uint64_t id);
+  // (session_graphs.cc) The answer of graph launch `seq`: its device-to-host
+  // bytes when `replies` (a synchronous launch), else only its error, recorded.
+  ReadDone graphAnswer(uint64_t seq, bool replies);
+  // One device-to-host node's bytes of graph launch `seq`, ahead of its reply.
+  void sendGraphOutput(uint64_t seq, uint64_t offset, const uint8_t* data, uint64_t size);
+  // A staging buffer of `size` bytes from the session's budget; null past it.
+  Staging stage(uint64_t size);
+  // (session.cc)
+  Status onPoolStatus(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // session_blas.cc: cuBLAS and cuBLASLt calls.
+  Status dispatchBlas(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // A request that carries no bulk bytes must have none (else the stream position is lost).
+  Status bulkNotExpected(const protocol::FrameHeader& h) const;
+  // A kernel or a variable may be registered: its module exists and the session has room.
+  Status canRegister(uint64_t module) const;
+  // A copy to the device: a synchronous one (cudaMemcpy) is answered once the
+  // copy is done, with any error of the work before it, as NVIDIA's returns.
+  void finishCopyIn(const protocol::FrameHeader& h, StreamKey key, Status s);
+  // Device memory is accounted in cudaMalloc's 256-byte granules.
+  static uint64_t chargedBytes(uint64_t size) { return (size + 255) / 256 * 256; }
+  // Reads the request's bulk bytes into a staging buffer (`into`), or skips
+  // them (`into` null). Over the session's staging budget *into stays null
+  // (the bytes are skipped): the caller answers stagingRefused(). Non-ok
+  // only when the stream position is lost.
+  Status consumeBulk(const protocol::FrameHeader& h, uint64_t expected, Staging* into);
+  Status stagingRefused(uint64_t bytes) const;
+
+  using Fill = std::function<void(wire::Reply::Builder&)>;
+  // Sends a reply (sync request) or records the error (async request).
+  void finish(const protocol::FrameHeader& h, const Status& s, const Fill& fill = nullptr);
+  void sendReply(uint64_t seq, const Status& s, const Fill& fill, const uint8_t* bulk = nullptr,
+                 uint64_t bulk_len = 0, const OnWire& on_wire = nullptr);
+  // A ReadDone that sends the result as the reply to `seq`.
+  ReadDone replyWith(uint64_t seq) {
+    return [this, seq](Status st, const uint8_t* d, uint64_t n, const OnWire& w) { sendReply(seq, st, nullptr, d, n, w); };
+  }
+  void recordAsyncError(const Status& s);
+  void sendNotify(const std::function<void(wire::Notify::Builder&)>& fill, const uint8_t* bulk = nullptr,
+                  uint64_t bulk_len = 0);
+
+  // Connects the backend's callbacks to this session.
+  void attachBackend(std::unique_ptr<Backend> backend);
+  // Sends the session's usage to the pool at most every 250 ms (`force`: now).
+  void reportUsage(bool force);
+  // The pool's (physical) index of session device `device`.
+  int physical(int device) const { return placement_.devices[static_cast<size_t>(device)]; }
+  Status checkStream(wire::StreamRef::Reader s, StreamKey& key) const;
+  Status checkDevice(int device) const;
+  // Drops a module with its kernels and variables from the session's tables
+  // (the backend's copy goes separately).
+  void forgetModule(uint32_t id);
+  // ok for a registered kernel that can run; else why not.
+  Status usableFunction(uint32_t id) const;
+
+  Outbox outbox_;
+  common::FrameReader* reader_ = nullptr;  // the dispatch thread's reader, during serve()
+  const ServerConfig& cfg_;
+  BackendFactory make_backend_;
+  PoolLink& pool_;
+  Placement placement_;
+  bool monitor_ = false;  // rgpu-smi: pool status only, no backend
+  std::unique_ptr<LaunchGate> gate_;  // before backend_: outlives it
+  std::unique_ptr<Backend> backend_;
+  std::atomic<uint64_t> calls_{0}, bytes_in_{0}, bytes_out_{0}, errors_{0};
+  std::chrono::steady_clock::time_point last_usage_report_{};
+  uint64_t session_id_;
+  std::string identity_;
+  std::shared_ptr<StagingPool> staging_;  // shared: buffers in flight return to it after we are gone
+
+
+  AllocationTable allocs_;
+  ArrayTable arrays_;  // arrays, texture and surface objects
+  std::unordered_map<uint32_t, int> streams_;   // id -> device
+  std::unordered_map<uint32_t, int> events_;    // id -> device
+  std::unordered_map<uint32_t, int> modules_;   // id -> device
+  std::map<int, uint64_t> malloc_heap_charge_;    // device -> quota charged for its cudaLimitMallocHeapSize
+  std::unordered_map<uint32_t, Status> module_errors_;  // modules that failed to load, and why
+  struct Kernel {
+    uint32_t module;
+    uint32_t param_bytes;
+    Status unusable;  // why it cannot run (its module failed to load, ...): launches fail with it
+  };
+  std::unordered_map<uint32_t, Kernel> functions_;
+  struct Var {
+    uint32_t module;
+    std::string name;
+    uint64_t size;
+    uint64_t addr;  // 0 until resolved
+  };
+  std::unordered_map<uint32_t, Var> vars_;
+  // Instantiated graphs (session_graphs.cc) and their nodes over all of them.
+  std::unordered_map<uint32_t, std::shared_ptr<struct SessionGraph>> graphs_;
+  // Conditional node handles the backend made for the session (they live as
+  // long as it): the only ones its graphs may name.
+  std::unordered_set<uint64_t> cond_handles_;
+  uint64_t graph_nodes_ = 0;
+  // While a graph's node runs: the launch's stream, which every stream field
+  // of the node's request names (checkStream answers it).
+  const StreamKey* graph_stream_ = nullptr;
+  // While a native graph is being built (on the dispatch thread): where
+  // finish() puts the first error of a node, instead of reporting it.
+  Status* graph_build_ = nullptr;
+  std::thread::id graph_build_thread_;
+  // Native graphs are rebuilt when this changes: an allocation went, a module
+  // was unloaded or a kernel's attributes changed since they were made.
+  uint64_t graph_epoch_ = 0;
+  uint64_t graphEpoch() const { return allocs_.generation() + graph_epoch_; }
+
+  std::mutex async_mu_;
+  Status async_error_;  // first unreported error of an asynchronous call
+  Status sticky_;       // a kernel fault: every later call fails with it
+  std::atomic<bool> has_sticky_{false};
+  std::atomic<bool> fault_output_flushed_{false};  // flushOutput() ran before the first fault reply  // sticky_ is set: checked per request without the lock
+
+  // Host functions waiting for the client to run them.
+  std::mutex host_mu_;
+  std::condition_variable host_cv_;
+  std::unordered_set<uint64_t> host_pending_;
+  bool closing_ = false;
+
+  // Sequencing and resume (the dispatch thread's, but for the resume state).
+  uint64_t next_seq_ = 1;          // the sequence number the next request must carry
+  uint64_t unacked_requests_ = 0, unacked_bulk_ = 0;
+  bool fatal_ = false;             // a protocol violation: the session ends, no resume
+  bool bye_ = false;               // the client said goodbye: an orderly end
+  bool resume_ = false;            // agreed in the handshake
+  std::atomic<bool> stopped_{false};  // stop() was called
+  std::atomic<bool> wedged_{false};   // the backend's fatal sink fired
+  std::thread::id dispatch_thread_;    // replies it sends must never wait for the client
+  std::string resume_token_;
+  ResumeSource resume_source_;
+  int resume_stop_fd_ = -1;        // eventfd: ends the resume thread
+  std::thread resume_thread_;
+  std::mutex resume_mu_;
+  std::condition_variable resume_cv_;
+  bool resume_closed_ = false;      // resume_mu_: the daemon closed the handoff socket
+  struct Pending {
+    std::unique_ptr<common::TlsConnection> conn;
+    uint64_t replies = 0, notifications = 0;
+  } pending_;                       // a validated new connection, for the dispatch thread
+};
+
+}  // namespace rgpu::server

@@ -1,0 +1,353 @@
+#include "server/sim/sim_blas.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "common/blas_types.h"
+#include "common/half.h"
+
+namespace rgpu::server::simblas {
+
+using namespace common::blas;
+
+namespace {
+
+uint8_t* mem(uint64_t p) { return reinterpret_cast<uint8_t*>(p); }
+
+double loadAs(const uint8_t* base, int32_t type, uint64_t i) {
+  switch (type) {
+    case kR32F: {
+      float f;
+      std::memcpy(&f, base + 4 * i, 4);
+      return f;
+    }
+    case kR64F: {
+      double d;
+      std::memcpy(&d, base + 8 * i, 8);
+      return d;
+    }
+    default: {
+      uint16_t h;
+      std::memcpy(&h, base + 2 * i, 2);
+      return type == kR16F ? common::halfToFloat(h) : common::bf16ToFloat(h);
+    }
+  }
+}
+
+void storeAs(uint8_t* base, int32_t type, uint64_t i, double v) {
+  switch (type) {
+    case kR32F: {
+      float f = static_cast<float>(v);
+      std::memcpy(base + 4 * i, &f, 4);
+      break;
+    }
+    case kR64F: std::memcpy(base + 8 * i, &v, 8); break;
+    default: {
+      uint16_t h = type == kR16F ? common::floatToHalf(static_cast<float>(v)) : common::floatToBf16(static_cast<float>(v));
+      std::memcpy(base + 2 * i, &h, 2);
+    }
+  }
+}
+
+// alpha and beta: read when the call runs (device pointer mode reads device
+// memory in stream order, as on a GPU).
+double scalar(const BlasScalar& s, int32_t type) {
+  return loadAs(s.device ? reinterpret_cast<const uint8_t*>(s.ptr) : s.bytes, type, 0);
+}
+
+bool fits(int64_t v) { return v >= -kMaxSimBlasDim && v <= kMaxSimBlasDim; }
+Status tooLarge(const char* call) {
+  return Status(err::kNotSupported, std::string(call) + ": a size or increment beyond " + std::to_string(kMaxSimBlasDim) +
+                                        " (kMaxSimBlasDim, the sim backend's BLAS limit)");
+}
+CBLAS_TRANSPOSE trans(int32_t op) { return op == kOpN ? CblasNoTrans : CblasTrans; }
+blasint ld(int64_t v) { return static_cast<blasint>(std::max<int64_t>(v, 1)); }
+
+Status level1(const BlasArgs& a, std::string* result) {
+  if (!fits(a.n) || !fits(a.incx) || !fits(a.incy)) return tooLarge(blasOpName(a.op));
+  auto n = static_cast<blasint>(a.n), ix = static_cast<blasint>(a.incx), iy = static_cast<blasint>(a.incy);
+  bool f = a.a_type == kR32F;
+  auto* xs = reinterpret_cast<float*>(a.x);
+  auto* ys = reinterpret_cast<float*>(a.y);
+  auto* xd = reinterpret_cast<double*>(a.x);
+  auto* yd = reinterpret_cast<double*>(a.y);
+  double value = 0;
+  int64_t index = 0;
+  switch (a.op) {
+    case BlasOp::kAxpy:
+      if (f) cblas_saxpy(n, static_cast<float>(scalar(a.alpha, kR32F)), xs, ix, ys, iy);
+      else cblas_daxpy(n, scalar(a.alpha, kR64F), xd, ix, yd, iy);
+      break;
+    case BlasOp::kScal:
+      if (f) cblas_sscal(n, static_cast<float>(scalar(a.alpha, kR32F)), xs, ix);
+      else cblas_dscal(n, scalar(a.alpha, kR64F), xd, ix);
+      break;
+    case BlasOp::kCopy:
+      if (f) cblas_scopy(n, xs, ix, ys, iy);
+      else cblas_dcopy(n, xd, ix, yd, iy);
+      break;
+    case BlasOp::kSwap:
+      if (f) cblas_sswap(n, xs, ix, ys, iy);
+      else cblas_dswap(n, xd, ix, yd, iy);
+      break;
+    case BlasOp::kDot: value = f ? cblas_sdot(n, xs, ix, ys, iy) : cblas_ddot(n, xd, ix, yd, iy); break;
+    case BlasOp::kNrm2: value = n <= 0 || ix <= 0 ? 0 : f ? cblas_snrm2(n, xs, ix) : cblas_dnrm2(n, xd, ix); break;
+    case BlasOp::kAsum: value = n <= 0 || ix <= 0 ? 0 : f ? cblas_sasum(n, xs, ix) : cblas_dasum(n, xd, ix); break;
+    case BlasOp::kIamax:  // 1-based, 0 for an empty vector (BLAS)
+      index = n <= 0 || ix <= 0 ? 0 : 1 + static_cast<int64_t>(f ? cblas_isamax(n, xs, ix) : cblas_idamax(n, xd, ix));
+      break;
+    case BlasOp::kIamin:
+      index = n <= 0 || ix <= 0 ? 0 : 1 + static_cast<int64_t>(f ? cblas_isamin(n, xs, ix) : cblas_idamin(n, xd, ix));
+      break;
+    default: return Status(err::kUnknown, "not a level-1 call");
+  }
+  size_t bytes = blasResultBytes(a);
+  if (!bytes) return Status::ok();
+  uint8_t out[8];
+  if (a.op == BlasOp::kIamax || a.op == BlasOp::kIamin) {
+    if (a.result64) std::memcpy(out, &index, 8);
+    else {
+      auto i32 = static_cast<int32_t>(index);
+      std::memcpy(out, &i32, 4);
+    }
+  } else {
+    storeAs(out, a.a_type, 0, value);
+  }
+  if (a.result) std::memcpy(mem(a.result), out, bytes);
+  else if (result) result->assign(reinterpret_cast<const char*>(out), bytes);
+  return Status::ok();
+}
+
+Status level2(const BlasArgs& a) {
+  if (!fits(a.m) || !fits(a.n) || !fits(a.lda) || !fits(a.incx) || !fits(a.incy)) return tooLarge(blasOpName(a.op));
+  if (a.m == 0 || a.n == 0) return Status::ok();  // BLAS's quick return
+  auto m = static_cast<blasint>(a.m), n = static_cast<blasint>(a.n);
+  auto ix = static_cast<blasint>(a.incx), iy = static_cast<blasint>(a.incy);
+  bool f = a.a_type == kR32F;
+  if (a.op == BlasOp::kGemv) {
+    if (f)
+      cblas_sgemv(CblasColMajor, trans(a.trans_a), m, n, static_cast<float>(scalar(a.alpha, kR32F)),
+                  reinterpret_cast<float*>(a.a), ld(a.lda), reinterpret_cast<float*>(a.x), ix,
+                  static_cast<float>(scalar(a.beta, kR32F)), reinterpret_cast<float*>(a.y), iy);
+    else
+      cblas_dgemv(CblasColMajor, trans(a.trans_a), m, n, scalar(a.alpha, kR64F), reinterpret_cast<double*>(a.a),
+                  ld(a.lda), reinterpret_cast<double*>(a.x), ix, scalar(a.beta, kR64F), reinterpret_cast<double*>(a.y), iy);
+  } else {
+    if (f)
+      cblas_sger(CblasColMajor, m, n, static_cast<float>(scalar(a.alpha, kR32F)), reinterpret_cast<float*>(a.x), ix,
+                 reinterpret_cast<float*>(a.y), iy, reinterpret_cast<float*>(a.a), ld(a.lda));
+    else
+      cblas_dger(CblasColMajor, m, n, scalar(a.alpha, kR64F), reinterpret_cast<double*>(a.x), ix,
+                 reinterpret_cast<double*>(a.y), iy, reinterpret_cast<double*>(a.a), ld(a.lda));
+  }
+  return Status::ok();
+}
+
+// Converts a stored rows x cols column-major matrix (leading dimension ld) of
+// `type` into a dense float one.
+void toFloat(std::vector<float>& out, uint64_t p, int32_t type, int64_t rows, int64_t cols, int64_t ldp) {
+  out.resize(static_cast<size_t>(rows * cols));
+  for (int64_t j = 0; j < cols; ++j)
+    for (int64_t i = 0; i < rows; ++i)
+      out[static_cast<size_t>(i + j * rows)] = static_cast<float>(loadAs(mem(p), type, static_cast<uint64_t>(i + j * ldp)));
+}
+
+// C = alpha op(A) op(B) + beta C for one matrix of a (possibly batched) gemm.
+void gemmOne(const BlasArgs& a, uint64_t A, uint64_t B, uint64_t C, double alpha, double beta) {
+  auto m = static_cast<blasint>(a.m), n = static_cast<blasint>(a.n), k = static_cast<blasint>(a.k);
+  if (m == 0 || n == 0) return;
+  if (a.a_type == kR64F) {
+    cblas_dgemm(CblasColMajor, trans(a.trans_a), trans(a.trans_b), m, n, k, alpha, reinterpret_cast<double*>(A),
+                ld(a.lda), reinterpret_cast<double*>(B), ld(a.ldb), beta, reinterpret_cast<double*>(C), ld(a.ldc));
+    return;
+  }
+  if (a.a_type == kR32F && a.c_type == kR32F) {
+    cblas_sgemm(CblasColMajor, trans(a.trans_a), trans(a.trans_b), m, n, k, static_cast<float>(alpha),
+                reinterpret_cast<float*>(A), ld(a.lda), reinterpret_cast<float*>(B), ld(a.ldb), static_cast<float>(beta),
+                reinterpret_cast<float*>(C), ld(a.ldc));
+    return;
+  }
+  // f16 and bf16: in f32, rounded once when stored.
+  thread_local std::vector<float> af, bf, cf;
+  int64_t ra = a.trans_a == kOpN ? a.m : a.k, ca = a.trans_a == kOpN ? a.k : a.m;
+  int64_t rb = a.trans_b == kOpN ? a.k : a.n, cb = a.trans_b == kOpN ? a.n : a.k;
+  toFloat(af, A, a.a_type, ra, ca, a.lda);
+  toFloat(bf, B, a.b_type, rb, cb, a.ldb);
+  if (beta != 0) toFloat(cf, C, a.c_type, a.m, a.n, a.ldc);
+  else cf.assign(static_cast<size_t>(a.m * a.n), 0.0f);  // C is not read when beta is 0 (BLAS)
+  cblas_sgemm(CblasColMajor, trans(a.trans_a), trans(a.trans_b), m, n, k, static_cast<float>(alpha), af.data(), ld(ra),
+              bf.data(), ld(rb), static_cast<float>(beta), cf.data(), ld(a.m));
+  for (int64_t j = 0; j < a.n; ++j)
+    for (int64_t i = 0; i < a.m; ++i)
+      storeAs(mem(C), a.c_type, static_cast<uint64_t>(i + j * a.ldc), cf[static_cast<size_t>(i + j * a.m)]);
+}
+
+Status level3(const BlasArgs& a, const Valid& valid) {
+  for (int64_t v : {a.m, a.n, a.k, a.lda, a.ldb, a.ldc})
+    if (!fits(v)) return tooLarge(blasOpName(a.op));
+  int32_t st = scalarType(a.compute);
+  double alpha = scalar(a.alpha, st), beta = scalar(a.beta, st);
+  size_t ea = elementSize(a.a_type), ec = elementSize(a.c_type);
+  if (a.op == BlasOp::kGemm) {
+    gemmOne(a, a.a, a.b, a.c, alpha, beta);
+    return Status::ok();
+  }
+  if (a.op == BlasOp::kGemmStridedBatched) {
+    for (int64_t i = 0; i < a.batch; ++i)
+      gemmOne(a, a.a + static_cast<uint64_t>(i * a.stride_a) * ea, a.b + static_cast<uint64_t>(i * a.stride_b) * ea,
+              a.c + static_cast<uint64_t>(i * a.stride_c) * ec, alpha, beta);
+    return Status::ok();
+  }
+  // gemmBatched: the arrays hold device pointers, each checked before use.
+  int64_t ra = a.trans_a == kOpN ? a.m : a.k, ca = a.trans_a == kOpN ? a.k : a.m;
+  int64_t rb = a.trans_b == kOpN ? a.k : a.n, cb = a.trans_b == kOpN ? a.n : a.k;
+  uint64_t xa = 0, xb = 0, xc = 0;
+  matrixExtent(ra, ca, a.lda, xa);
+  matrixExtent(rb, cb, a.ldb, xb);
+  matrixExtent(a.m, a.n, a.ldc, xc);
+  for (int64_t i = 0; i < a.batch; ++i) {
+    uint64_t A, B, C;
+    std::memcpy(&A, mem(a.a) + 8 * i, 8);
+    std::memcpy(&B, mem(a.b) + 8 * i, 8);
+    std::memcpy(&C, mem(a.c) + 8 * i, 8);
+    for (auto [p, bytes, what] : {std::tuple{A, xa * ea, "A"}, {B, xb * ea, "B"}, {C, xc * ec, "C"}})
+      if (bytes && !valid(p, bytes))
+        return Status(err::kInvalidValue, std::string("gemmBatched: ") + what + "[" + std::to_string(i) +
+                                              "] does not point into an allocation of this session");
+  }
+  for (int64_t i = 0; i < a.batch; ++i) {
+    uint64_t A, B, C;
+    std::memcpy(&A, mem(a.a) + 8 * i, 8);
+    std::memcpy(&B, mem(a.b) + 8 * i, 8);
+    std::memcpy(&C, mem(a.c) + 8 * i, 8);
+    gemmOne(a, A, B, C, alpha, beta);
+  }
+  return Status::ok();
+}
+
+// ---- cuBLASLt ------------------------------------------------------------------
+
+// Element (r, c) of a matrix of batch b in its layout.
+uint64_t at(const LtMatrix& x, uint64_t r, uint64_t c) {
+  return x.order == 0 ? r + c * static_cast<uint64_t>(x.ld) : r * static_cast<uint64_t>(x.ld) + c;
+}
+uint64_t batchBase(const LtMatrix& x, int32_t b) {
+  return x.ptr + static_cast<uint64_t>(b) * static_cast<uint64_t>(x.batch_stride) * elementSize(x.type);
+}
+
+template <typename T>
+void gemmDense(uint64_t m, uint64_t n, uint64_t k, const T* A, const T* B, T* C);
+template <>
+void gemmDense<float>(uint64_t m, uint64_t n, uint64_t k, const float* A, const float* B, float* C) {
+  cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
+              static_cast<blasint>(k), 1.0f, A, ld(static_cast<int64_t>(m)), B, ld(static_cast<int64_t>(k)), 0.0f, C,
+              ld(static_cast<int64_t>(m)));
+}
+template <>
+void gemmDense<double>(uint64_t m, uint64_t n, uint64_t k, const double* A, const double* B, double* C) {
+  cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(m), static_cast<blasint>(n),
+              static_cast<blasint>(k), 1.0, A, ld(static_cast<int64_t>(m)), B, ld(static_cast<int64_t>(k)), 0.0, C,
+              ld(static_cast<int64_t>(m)));
+}
+
+template <typename T>
+Status ltRun(const LtArgs& a) {
+  const uint64_t m = a.m(), n = a.n(), k = a.k();
+  double alpha = scalar(a.alpha, a.scale_type), beta = scalar(a.beta, a.scale_type);
+  const uint32_t e = a.epilogue;
+  const bool relu = e & lt::kRelu, gelu_ = e & lt::kGelu, aux_out = (e & lt::kAux) && (relu || gelu_);
+  const bool drelu = (e & ~lt::kBgrad) == lt::kDrelu, dgelu = (e & ~lt::kBgrad) == lt::kDgelu;
+  const bool add_bias = (e & lt::kBias) != 0, bgrad = (e & lt::kBgrad) != 0;
+  std::vector<T> A(m * k), B(k * n), G(m * n);
+  for (int32_t b = 0; b < a.d.batch; ++b) {
+    uint64_t pa = batchBase(a.a, b), pb = batchBase(a.b, b), pc = batchBase(a.c, b), pd = batchBase(a.d, b);
+    for (uint64_t p = 0; p < k; ++p)
+      for (uint64_t i = 0; i < m; ++i)
+        A[i + p * m] = static_cast<T>(loadAs(mem(pa), a.a.type, a.trans_a == kOpN ? at(a.a, i, p) : at(a.a, p, i)));
+    for (uint64_t j = 0; j < n; ++j)
+      for (uint64_t p = 0; p < k; ++p)
+        B[p + j * k] = static_cast<T>(loadAs(mem(pb), a.b.type, a.trans_b == kOpN ? at(a.b, p, j) : at(a.b, j, p)));
+    if (k) gemmDense<T>(m, n, k, A.data(), B.data(), G.data());
+    else std::fill(G.begin(), G.end(), T(0));
+    uint8_t* bias = a.bias ? mem(a.bias + static_cast<uint64_t>(b) * a.bias_batch_stride * elementSize(a.bias_type)) : nullptr;
+    uint8_t* aux = nullptr;
+    if (a.aux) {
+      uint64_t stride = (relu || drelu) ? static_cast<uint64_t>(a.aux_batch_stride) / 8
+                                        : static_cast<uint64_t>(a.aux_batch_stride) * elementSize(a.aux_type);
+      aux = mem(a.aux + static_cast<uint64_t>(b) * stride);
+    }
+    std::vector<T> grad_sum(bgrad ? m : 0, T(0));
+    for (uint64_t j = 0; j < n; ++j) {
+      for (uint64_t i = 0; i < m; ++i) {
+        T x = static_cast<T>(alpha) * G[i + j * m];
+        if (beta != 0) x += static_cast<T>(beta) * static_cast<T>(loadAs(mem(pc), a.c.type, at(a.c, i, j)));
+        uint64_t bit = i + j * static_cast<uint64_t>(a.aux_ld);
+        if (add_bias) x += static_cast<T>(loadAs(bias, a.bias_type, i));
+        if (relu) {
+          if (aux_out) {
+            uint8_t mask = static_cast<uint8_t>(1u << (bit % 8));
+            aux[bit / 8] = x > 0 ? aux[bit / 8] | mask : aux[bit / 8] & static_cast<uint8_t>(~mask);
+          }
+          x = x > 0 ? x : T(0);
+        } else if (gelu_) {
+          if (aux_out) storeAs(aux, a.aux_type, bit, x);
+          x = static_cast<T>(gelu(x));
+        } else if (drelu) {
+          if (!((aux[bit / 8] >> (bit % 8)) & 1)) x = 0;
+        } else if (dgelu) {
+          x *= static_cast<T>(geluGrad(loadAs(aux, a.aux_type, bit)));
+        }
+        if (bgrad) grad_sum[i] += x;
+        storeAs(mem(pd), a.d.type, at(a.d, i, j), x);
+      }
+    }
+    if (bgrad)
+      for (uint64_t i = 0; i < m; ++i) storeAs(bias, a.bias_type, i, grad_sum[i]);
+    if (e == lt::kBgradA)  // sums over k of op(A): one per row of D
+      for (uint64_t i = 0; i < m; ++i) {
+        T s = 0;
+        for (uint64_t p = 0; p < k; ++p) s += A[i + p * m];
+        storeAs(bias, a.bias_type, i, s);
+      }
+    if (e == lt::kBgradB)  // sums over k of op(B): one per column of D
+      for (uint64_t j = 0; j < n; ++j) {
+        T s = 0;
+        for (uint64_t p = 0; p < k; ++p) s += B[p + j * k];
+        storeAs(bias, a.bias_type, j, s);
+      }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+double gelu(double x) {
+  constexpr double kC = 0.7978845608028654;  // sqrt(2 / pi)
+  return 0.5 * x * (1.0 + std::tanh(kC * (x + 0.044715 * x * x * x)));
+}
+
+double geluGrad(double x) {
+  constexpr double kC = 0.7978845608028654;
+  double t = std::tanh(kC * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kC * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+Status run(const BlasArgs& a, const Valid& valid, std::string* result) {
+  switch (a.op) {
+    case BlasOp::kGemv: case BlasOp::kGer: return level2(a);
+    case BlasOp::kGemm: case BlasOp::kGemmStridedBatched: case BlasOp::kGemmBatched: return level3(a, valid);
+    default: return level1(a, result);
+  }
+}
+
+Status runLt(const LtArgs& a) {
+  for (uint64_t v : {a.m(), a.n(), a.k()})
+    if (v > static_cast<uint64_t>(kMaxSimBlasDim)) return tooLarge("cublasLtMatmul");
+  return scalarType(a.compute) == kR64F ? ltRun<double>(a) : ltRun<float>(a);
+}
+
+}  // namespace rgpu::server::simblas

@@ -1,0 +1,32 @@
+// cuBLAS and cuBLASLt on the CPU for the sim backend: the same calls on host
+// memory (the sim's device memory), with OpenBLAS for f32 and f64 and f16/bf16
+// converted to f32 around it (computed in f32, rounded once on the way out).
+// Called from a stream's executor thread, in stream order; the session has
+// already checked every range the call names (server/backend/blas.h), except the
+// matrices a gemmBatched pointer array names, which `valid` checks here.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "server/backend/blas.h"
+
+namespace rgpu::server::simblas {
+
+// Whether [ptr, ptr + bytes) is memory of the session (the sim's allocations).
+using Valid = std::function<bool(uint64_t ptr, uint64_t bytes)>;
+
+// Runs one cuBLAS call. A reduction whose result goes back to the client
+// (a.result == 0) leaves its bytes in *result.
+Status run(const BlasArgs& a, const Valid& valid, std::string* result);
+
+// Runs one cublasLtMatmul: D = epilogue(alpha * op(A) op(B) + beta * C), with
+// the bias, auxiliary (ReLU mask, GELU input) and bias-gradient outputs the
+// epilogue names.
+Status runLt(const LtArgs& a);
+
+// GELU as cuBLASLt computes it (the tanh approximation) and its derivative.
+double gelu(double x);
+double geluGrad(double x);
+
+}  // namespace rgpu::server::simblas
