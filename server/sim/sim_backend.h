@@ -17,7 +17,7 @@
 // kernel of another device that took its snapshot of the memory ranges, can
 // therefore never reach memory reused by a later allocation.
 //
-// Kernels run on the PTX interpreter (server/ptx/), from the PTX the fatbin
+// Kernels run on the PTX interpreter (server/sim/ptx/), from the PTX the fatbin
 // carries. A launch that faults (illegal address, assert, trap) reports its
 // error at the next synchronising call; such errors are sticky, as on a GPU.
 #pragma once
