@@ -40,6 +40,14 @@ std::string restartOnlyChanges(const ServerConfig& a, const ServerConfig& b) {
   differs(a.pool.metrics_token != b.pool.metrics_token, "[pool] metrics_token");
   differs(a.worker_user != b.worker_user, "[security] worker_user");
   differs(a.pool.metrics_labels != b.pool.metrics_labels, "[pool] metrics_labels");
+  {
+    const auto &x = a.cluster, &y = b.cluster;
+    differs(x.endpoints != y.endpoints || x.prefix != y.prefix || x.name != y.name || x.advertise != y.advertise ||
+                x.lease_ttl_s != y.lease_ttl_s || x.load_interval_ms != y.load_interval_ms ||
+                x.etcd_timeout_ms != y.etcd_timeout_ms || x.tls_ca != y.tls_ca || x.tls_cert != y.tls_cert ||
+                x.tls_key != y.tls_key || x.insecure_plaintext != y.insecure_plaintext,
+            "[cluster]");
+  }
   bool devs = a.sim_devices.size() != b.sim_devices.size();
   for (size_t i = 0; !devs && i < a.sim_devices.size(); ++i) {
     const auto &x = a.sim_devices[i], &y = b.sim_devices[i];
@@ -284,6 +292,7 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
     }
   }
   if (c.sim_devices.empty()) c.sim_devices.push_back({});
+  RGPU_TRY(parseClusterConfig(tbl, path, c.listen, c.cluster));
   return c;
 }
 

@@ -90,6 +90,26 @@ struct SessionLimits {
   uint32_t max_unauthenticated_per_address = 32;
 };
 
+// [cluster]: this server as a member of a pool of servers whose registry is
+// etcd (docs/pool.md). Without endpoints the server works alone.
+struct ClusterConfig {
+  std::vector<std::string> endpoints;  // etcd's client URLs, tried in order: "http://127.0.0.1:2379", "https://..."
+  std::string prefix = "/rgpu/";       // every key of the pool starts with it
+  std::string name;                    // this member's name in the pool (default: the host name)
+  std::string advertise;               // host:port clients reach this server at (default: `listen`)
+  uint32_t lease_ttl_s = 10;           // a member that stops renewing leaves the pool after this (2..3600)
+  uint32_t load_interval_ms = 1000;    // live load is written at most this often (100..60000)
+  uint32_t etcd_timeout_ms = 2000;     // per etcd call and endpoint (100..60000)
+  std::string tls_ca, tls_cert, tls_key;  // for https endpoints (the client certificate: when etcd asks)
+  // http endpoints that are not loopback addresses: refused unless set (the
+  // pool's registry would travel in the clear).
+  bool insecure_plaintext = false;
+  bool enabled() const { return !endpoints.empty(); }
+};
+// Parses [cluster] of `tbl` into `out`; `listen` is the default advertised address.
+Status parseClusterConfig(const toml::table& tbl, const std::string& path, const std::string& listen,
+                          ClusterConfig& out);
+
 struct ServerConfig {
   std::string source;  // file it was read from ("" = defaults)
   std::string listen = "127.0.0.1:7443";
@@ -108,6 +128,7 @@ struct ServerConfig {
   uint32_t resume_grace_ms = 30000;
   std::vector<UserEntry> users;
   PoolConfig pool;
+  ClusterConfig cluster;
   std::vector<SimDeviceConfig> sim_devices;
   std::string sim_launch_log;  // [sim] launch_log: record every kernel launch (tests)
   // [cuda]: the driver library workers load (a path for tests' fake driver),

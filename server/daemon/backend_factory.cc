@@ -75,15 +75,16 @@ int runCudaProbe(const ServerConfig& cfg) {
     if (api.cuDeviceGet(&d, i) != CUDA_SUCCESS || api.cuDeviceGetName(name, sizeof name - 1, d) != CUDA_SUCCESS)
       std::snprintf(name, sizeof name, "device %d", i);
     size_t total = 0;
-    int major = 0, minor = 0;
+    int major = 0, minor = 0, sms = 0;
     CUuuid uuid{};
     (void)api.cuDeviceTotalMem(&total, d);
     (void)api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
     (void)api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+    (void)api.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
     (void)api.cuDeviceGetUuid(&uuid, d);
-    // One line per GPU: "device <bytes> <major*10+minor> <uuid> <name>" (tab-separated; the name may hold spaces).
-    std::printf("device\t%zu\t%d\t%s\t%s\n", total, major * 10 + minor, uuidText(std::string(uuid.bytes, 16)).c_str(),
-                name);
+    // One line per GPU: "device <bytes> <major*10+minor> <SMs> <uuid> <name>" (tab-separated; the name may hold spaces).
+    std::printf("device\t%zu\t%d\t%d\t%s\t%s\n", total, major * 10 + minor, sms,
+                uuidText(std::string(uuid.bytes, 16)).c_str(), name);
   }
   std::fflush(stdout);
   return 0;
@@ -148,13 +149,15 @@ CudaProbe probeCuda(const std::string& exe, const std::string& config_path, cons
     else if (line.rfind("device\t", 0) == 0) {
       std::istringstream f(line.substr(7));
       PoolDeviceInfo d;
-      std::string total, cc;
+      std::string total, cc, sms;
       std::getline(f, total, '\t');
       std::getline(f, cc, '\t');
+      std::getline(f, sms, '\t');
       std::getline(f, d.uuid, '\t');
       std::getline(f, d.name);
       d.total = std::strtoull(total.c_str(), nullptr, 10);
       d.cc = static_cast<uint32_t>(std::atoi(cc.c_str()));
+      d.sms = static_cast<uint32_t>(std::atoi(sms.c_str()));
       out.inventory.push_back(std::move(d));
     }
     else if (line.rfind("error ", 0) == 0) {
@@ -190,7 +193,8 @@ std::vector<PoolDeviceInfo> simInventory(const ServerConfig& cfg) {
   std::vector<PoolDeviceInfo> out;
   for (size_t i = 0; i < cfg.sim_devices.size(); ++i) {
     DeviceDescription d = describeSimDevice(cfg.sim_devices[i], static_cast<int>(i));
-    out.push_back({d.name, uuidText(d.uuid), d.total_mem, static_cast<uint32_t>(d.major * 10 + d.minor)});
+    out.push_back({d.name, uuidText(d.uuid), d.total_mem, static_cast<uint32_t>(d.major * 10 + d.minor),
+                   static_cast<uint32_t>(cfg.sim_devices[i].sm_count)});
   }
   return out;
 }

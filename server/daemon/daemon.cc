@@ -28,6 +28,7 @@
 #include "server/cuda/nvml.h"
 #include "server/pool/launch_gate.h"
 #include "server/daemon/metrics.h"
+#include "server/cluster/member.h"
 #include "server/pool/pool_service.h"
 #include "server/daemon/preauth_guard.h"
 #include "server/daemon/sandbox.h"
@@ -342,6 +343,47 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     RGPU_LOG_INFO("Prometheus metrics on http://{}:{}/metrics", common::parseHostPort(cfg.pool.metrics_listen)->first,
                   metrics->port());
   }
+  // A member of a pool on etcd ([cluster]): registered on its own thread; the
+  // live load goes to it every load_interval_ms (written only when it changed).
+  std::unique_ptr<cluster::ClusterMember> member;
+  asio::steady_timer load_timer(io);
+  std::function<void()> publishLoad;
+  std::vector<uint64_t> last_gpu_ns(choice.inventory.size(), 0);
+  if (cfg.cluster.enabled()) {
+    ClusterConfig cluster_cfg = cfg.cluster;
+    // Advertised as `listen` with port 0: the port the system picked.
+    if (auto a = common::parseHostPort(cluster_cfg.advertise); a && a->second == 0)
+      cluster_cfg.advertise = cluster_cfg.advertise.substr(0, cluster_cfg.advertise.rfind(':') + 1) + std::to_string(port);
+    auto m = cluster::ClusterMember::start(cluster_cfg, choice.inventory);
+    if (!m) {
+      RGPU_LOG_ERROR("[cluster]: {}", m.status().message());
+      return 1;
+    }
+    member = std::move(*m);
+    publishLoad = [&] {
+      auto snap = pool.snapshot(PoolManager::Clock::now());
+      // Busy: NVML's utilisation where there is NVML, else the device time
+      // sessions used since the last sample (a session's split over its devices).
+      std::vector<double> busy(snap.devices.size(), 0.0);
+      std::vector<uint64_t> gpu_ns(snap.devices.size(), 0);
+      for (const auto& s : snap.sessions)
+        for (int d : s.devices)
+          if (d >= 0 && static_cast<size_t>(d) < gpu_ns.size()) gpu_ns[static_cast<size_t>(d)] += s.usage.gpu_ns / s.devices.size();
+      const auto health_now = nvml ? health() : std::vector<DeviceHealth>();
+      const double interval_ns = cfg.cluster.load_interval_ms * 1e6;
+      for (size_t i = 0; i < busy.size(); ++i) {
+        if (i < health_now.size() && health_now[i].utilization >= 0) busy[i] = health_now[i].utilization / 100.0;
+        else if (gpu_ns[i] >= last_gpu_ns[i]) busy[i] = std::min(1.0, (gpu_ns[i] - last_gpu_ns[i]) / interval_ns);
+        last_gpu_ns[i] = gpu_ns[i];
+      }
+      member->setLoad(cluster::loadRecord(snap, busy));
+      load_timer.expires_after(std::chrono::milliseconds(cfg.cluster.load_interval_ms));
+      load_timer.async_wait([&](const asio::error_code& e) {
+        if (!e) publishLoad();
+      });
+    };
+    publishLoad();
+  }
   // Ready: tell whoever waits for the port (tests, scripts) only now.
   if (!opts.port_file.empty()) {
     std::string tmp = opts.port_file + ".tmp";
@@ -426,6 +468,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
           handoffs.clear();
           resume_ids.clear();
           service.shutdown();
+          if (member) member->setDraining();
           RGPU_LOG_INFO("signal {}: draining, no new sessions; {} session(s) running get {} ms to finish", sig,
                         workers.size(), cfg.pool.drain_timeout_ms);
           drain.expires_after(std::chrono::milliseconds(cfg.pool.drain_timeout_ms));

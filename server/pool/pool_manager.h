@@ -29,6 +29,7 @@ struct PoolDeviceInfo {
   std::string uuid;      // "GPU-xxxxxxxx-…"
   uint64_t total = 0;    // bytes
   uint32_t cc = 0;       // major * 10 + minor
+  uint32_t sms = 0;      // multiprocessors
 };
 
 struct ClientInfo {

@@ -1,0 +1,88 @@
+// This server as a member of the pool: its record in etcd (docs/pool.md).
+//
+// Keys, under the configured prefix (default "/rgpu/"), all attached to one
+// lease of [cluster] lease_ttl_s seconds that this member keeps alive:
+//
+//   <prefix>members/<name>  the member record (JSON): name, advertised
+//                           address, state ("ready" or "draining"), start
+//                           time, version, and every device's index, name,
+//                           UUID, memory, compute capability and SM count;
+//   <prefix>load/<name>     the live load (JSON): sessions, queued requests,
+//                           and per device the memory used and free, its
+//                           sessions and busy fraction.
+//
+// The record is written once (and again when the state changes); the load
+// at most once per load_interval_ms and only when it changed, so etcd's write
+// rate per member is bounded by configuration, never by the call rate. The
+// lease is renewed every third of its TTL. A member whose process dies
+// leaves the pool when its lease expires (at most lease_ttl_s); one that
+// stops cleanly revokes its lease, which deletes both keys at once.
+//
+// etcd failures never stop the server: the member retries (every second,
+// then every third of the TTL) and logs once per outage. A lease etcd no
+// longer has (it expired while etcd was unreachable, or etcd lost its data)
+// is replaced and the keys written again. A name another live member holds is
+// not taken: the member waits for that lease to go, logging why.
+//
+// Thread-safe: setLoad and setDraining may be called from any thread; the
+// member's own thread does all etcd I/O.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "server/config/server_config.h"
+#include "server/pool/pool_manager.h"
+
+namespace rgpu::server::cluster {
+
+class EtcdClient;
+
+// The keys of member `name` under `prefix`.
+std::string memberKey(const std::string& prefix, const std::string& name);
+std::string loadKey(const std::string& prefix, const std::string& name);
+// The member record (JSON) of this server.
+std::string memberRecord(const ClusterConfig& cfg, const std::vector<PoolDeviceInfo>& devices, bool draining,
+                         int64_t started_ms);
+// The live load (JSON) from a pool snapshot and each device's busy fraction.
+std::string loadRecord(const PoolSnapshot& pool, const std::vector<double>& busy);
+
+class ClusterMember {
+ public:
+  // Starts the member's thread; the first registration happens there.
+  static Result<std::unique_ptr<ClusterMember>> start(const ClusterConfig& cfg, std::vector<PoolDeviceInfo> devices);
+  // Revokes the lease (the member's keys go) and stops.
+  ~ClusterMember();
+  ClusterMember(const ClusterMember&) = delete;
+  ClusterMember& operator=(const ClusterMember&) = delete;
+
+  // The latest live load; written when due (and when it differs).
+  void setLoad(std::string json);
+  // SIGTERM: no new placements here. Written at once.
+  void setDraining();
+  // Whether the member's keys are in etcd now (for logs and tests).
+  bool registered() const;
+
+ private:
+  ClusterMember(const ClusterConfig& cfg, std::vector<PoolDeviceInfo> devices, std::unique_ptr<EtcdClient> etcd);
+  void run();
+
+  const ClusterConfig cfg_;
+  const std::vector<PoolDeviceInfo> devices_;
+  const int64_t started_ms_;
+  std::unique_ptr<EtcdClient> etcd_;  // the thread's
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool draining_ = false;
+  bool registered_ = false;
+  std::string load_;
+  std::thread thread_;
+};
+
+}  // namespace rgpu::server::cluster

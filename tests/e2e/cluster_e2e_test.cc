@@ -1,0 +1,174 @@
+// The pool's membership on a real etcd (Debian's etcd-server on loopback
+// ports of the test's): real rgpu-server processes registering, renewing,
+// draining, dying and coming back, with real CUDA programs running.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "server/cluster/etcd_client.h"
+#include "server/config/server_config.h"
+#include "tests/support/etcd_process.h"
+#include "tests/support/test_env.h"
+
+namespace rgpu {
+namespace {
+
+using json = nlohmann::json;
+using server::cluster::EtcdClient;
+using server::cluster::EtcdOp;
+using server::cluster::EtcdOptions;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+std::unique_ptr<EtcdClient> etcdClient(std::vector<std::string> endpoints, std::chrono::milliseconds timeout = 2000ms) {
+  EtcdOptions o;
+  o.endpoints = std::move(endpoints);
+  o.timeout = timeout;
+  auto c = EtcdClient::create(o);
+  if (!c) throw std::runtime_error(c.status().message());
+  return std::move(*c);
+}
+
+// Polls `cond` until it holds or `limit` passes; how long it took.
+std::optional<Clock::duration> waitFor(const std::function<bool()>& cond, Clock::duration limit) {
+  const auto start = Clock::now();
+  while (Clock::now() - start < limit) {
+    if (cond()) return Clock::now() - start;
+    std::this_thread::sleep_for(50ms);
+  }
+  return std::nullopt;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override { etcd_ = std::make_unique<test::EtcdProcess>(etcd_dir_.path()); }
+
+  // A server directory with certificates and a [cluster] section.
+  std::string memberToml(const std::string& dir, const std::string& name, uint32_t ttl = 2,
+                         const std::string& devices = "") {
+    test::makeCerts(dir);
+    return test::serverToml(dir, devices + "[cluster]\nendpoints = [\"" + etcd_->endpoint() + "\"]\nname = \"" + name +
+                                     "\"\nlease_ttl_s = " + std::to_string(ttl) + "\nload_interval_ms = 200\n");
+  }
+  std::optional<json> member(const std::string& name) {
+    auto r = etcdClient({etcd_->endpoint()}, 500ms)->range("/rgpu/members/" + name);
+    if (!r || r->empty()) return std::nullopt;
+    return json::parse((*r)[0].value);
+  }
+  std::optional<json> load(const std::string& name) {
+    auto r = etcdClient({etcd_->endpoint()}, 500ms)->range("/rgpu/load/" + name);
+    if (!r || r->empty()) return std::nullopt;
+    return json::parse((*r)[0].value);
+  }
+
+  test::TempDir etcd_dir_;
+  std::unique_ptr<test::EtcdProcess> etcd_;
+};
+
+TEST_F(ClusterTest, AMemberRegistersItsInventoryAndLoadAndLeavesWhenItStops) {
+  test::TempDir d;
+  test::ServerProcess s(d.path(), memberToml(d.path(), "gpu01", 2,
+                                             "[[sim.devices]]\nname = \"Sim L4\"\nmemory = \"24GiB\"\n"
+                                             "compute_capability = \"8.9\"\nsm_count = 58\n"));
+  ASSERT_TRUE(waitFor([&] { return member("gpu01").has_value() && load("gpu01").has_value(); }, 10s)) << s.log();
+  json m = *member("gpu01");
+  EXPECT_EQ(m["name"], "gpu01");
+  EXPECT_EQ(m["address"], "127.0.0.1:" + std::to_string(s.port()));  // listen's port 0: the bound one
+  EXPECT_EQ(m["state"], "ready");
+  ASSERT_EQ(m["devices"].size(), 2u);
+  EXPECT_EQ(m["devices"][0]["name"], "rgpu test device");
+  EXPECT_EQ(m["devices"][1]["name"], "Sim L4");
+  EXPECT_EQ(m["devices"][1]["memory"], 24ull << 30);
+  EXPECT_EQ(m["devices"][1]["cc"], "8.9");
+  EXPECT_EQ(m["devices"][1]["sms"], 58);
+  EXPECT_EQ(m["devices"][0]["uuid"].get<std::string>().rfind("GPU-", 0), 0u);
+  json l = *load("gpu01");
+  EXPECT_EQ(l["sessions"], 0);
+  EXPECT_EQ(l["devices"][1]["free"], 24ull << 30);
+  // A clean stop revokes the lease: both keys go at once.
+  s.stop();
+  EXPECT_FALSE(member("gpu01").has_value());
+  EXPECT_FALSE(load("gpu01").has_value());
+  EXPECT_NE(s.log().find("cluster: 'gpu01' left the pool"), std::string::npos) << s.log();
+}
+
+TEST_F(ClusterTest, ADrainingMemberSaysSoAtOnceAndAKilledOneLeavesWithinItsLease) {
+  test::TempDir d1, d2;
+  test::ServerProcess a(d1.path(), memberToml(d1.path(), "a"));
+  test::ServerProcess b(d2.path(), memberToml(d2.path(), "b"));
+  ASSERT_TRUE(waitFor([&] { return member("a") && member("b"); }, 10s)) << a.log() << b.log();
+  // Drain: a session keeps `a` running while it drains; its record says so.
+  test::writeFile(d1.file("client.toml"), test::clientToml(d1.path(), a.port()));
+  pid_t client = fork();
+  if (client == 0) {
+    setenv("RGPU_CONFIG", d1.file("client.toml").c_str(), 1);
+    setenv("LD_LIBRARY_PATH", RGPU_CLIENT_LIBDIR, 1);
+    const std::string prog = std::string(RGPU_TEST_PROGRAMS_DIR) + "/resume_client";
+    int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1), ::dup2(devnull, 2);
+    execl(prog.c_str(), "resume_client", "hold", (char*)nullptr);
+    _exit(127);
+  }
+  ASSERT_TRUE(waitFor([&] { auto l = load("a"); return l && (*l)["sessions"] == 1; }, 10s)) << a.log();
+  ::kill(a.pid(), SIGTERM);
+  ASSERT_TRUE(waitFor([&] { auto m = member("a"); return m && (*m)["state"] == "draining"; }, 5s)) << a.log();
+  ::kill(client, SIGKILL);
+  waitpid(client, nullptr, 0);
+  EXPECT_EQ(WEXITSTATUS(a.wait()), 0);
+  EXPECT_FALSE(member("a").has_value());
+  // SIGKILL: the record stays until the lease (2 s) expires, then goes.
+  ::kill(b.pid(), SIGKILL);
+  EXPECT_TRUE(member("b").has_value());
+  auto gone = waitFor([&] { return !member("b").has_value(); }, 8s);
+  ASSERT_TRUE(gone) << "the killed member's record outlived its lease";
+  EXPECT_LE(*gone, 4s);  // TTL 2 s, plus etcd's lease check interval
+  b.wait();
+}
+
+TEST_F(ClusterTest, MembersRegisterAgainWhenEtcdComesBackEvenWithoutItsData) {
+  test::TempDir d;
+  test::ServerProcess s(d.path(), memberToml(d.path(), "phoenix"));
+  ASSERT_TRUE(waitFor([&] { return member("phoenix").has_value(); }, 10s)) << s.log();
+  // etcd restarts with its data: the lease lives on, the record stays.
+  etcd_->stop();
+  etcd_->start();
+  EXPECT_TRUE(waitFor([&] { return member("phoenix").has_value(); }, 10s)) << s.log();
+  // etcd crashes and comes back empty: the member registers again.
+  etcd_->kill();
+  std::this_thread::sleep_for(1s);
+  etcd_->start(/*wipe=*/true);
+  EXPECT_TRUE(waitFor([&] { return member("phoenix").has_value(); }, 10s)) << s.log();
+  EXPECT_NE(s.log().find("registering again"), std::string::npos) << s.log();
+  // The server kept serving meanwhile: a program runs through it.
+  test::writeFile(d.file("client.toml"), test::clientToml(d.path(), s.port()));
+  test::RunResult r = test::run(std::string(RGPU_EXAMPLES_DIR) + "/vector_add", "RGPU_CONFIG=" + d.file("client.toml") +
+                                                                                   " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
+TEST_F(ClusterTest, ANameAnotherLiveMemberHoldsIsNotTaken) {
+  test::TempDir d1, d2;
+  test::ServerProcess first(d1.path(), memberToml(d1.path(), "same"));
+  ASSERT_TRUE(waitFor([&] { return member("same").has_value(); }, 10s)) << first.log();
+  test::ServerProcess second(d2.path(), memberToml(d2.path(), "same"));
+  ASSERT_TRUE(waitFor([&] { return second.log().find("is held by another live member") != std::string::npos; }, 10s))
+      << second.log();
+  EXPECT_EQ((*member("same"))["address"], "127.0.0.1:" + std::to_string(first.port()));
+  // When the first goes, the second takes the name.
+  first.stop();
+  ASSERT_TRUE(waitFor([&] { auto m = member("same"); return m && (*m)["address"] ==
+                                                                     "127.0.0.1:" + std::to_string(second.port()); },
+                      10s))
+      << second.log();
+}
+
+}  // namespace
+}  // namespace rgpu

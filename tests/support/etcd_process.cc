@@ -1,0 +1,92 @@
+#include "tests/support/etcd_process.h"
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "server/cluster/etcd_client.h"
+#include "tests/support/test_env.h"
+
+namespace rgpu::test {
+
+namespace {
+// A port nothing listens on now (bound, then released for etcd to take).
+uint16_t freePort() {
+  uint16_t port = 0;
+  int fd = listenLoopback(&port);
+  ::close(fd);
+  return port;
+}
+
+// Answers a read (through rgpu's own etcd client).
+bool healthy(uint16_t port) {
+  server::cluster::EtcdOptions o;
+  o.endpoints = {"http://127.0.0.1:" + std::to_string(port)};
+  o.timeout = std::chrono::milliseconds(500);
+  auto c = server::cluster::EtcdClient::create(o);
+  return c && (*c)->range("/health-probe");
+}
+}  // namespace
+
+EtcdProcess::EtcdProcess(const std::string& dir) : dir_(dir), client_port_(freePort()), peer_port_(freePort()) {
+  start();
+}
+
+EtcdProcess::~EtcdProcess() { kill(); }
+
+std::string EtcdProcess::endpoint() const { return "http://127.0.0.1:" + std::to_string(client_port_); }
+
+void EtcdProcess::start(bool wipe) {
+  const std::string data = dir_ + "/etcd-data";
+  if (wipe) std::filesystem::remove_all(data);
+  const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
+  const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
+  pid_ = fork();
+  if (pid_ == 0) {
+    std::string log = dir_ + "/etcd.log";
+    FILE* f = std::freopen(log.c_str(), "a", stderr);
+    (void)f;
+    ::dup2(2, 1);
+    execlp("etcd", "etcd", "--name", "test", "--data-dir", data.c_str(), "--listen-client-urls", client.c_str(),
+           "--advertise-client-urls", client.c_str(), "--listen-peer-urls", peer.c_str(),
+           "--initial-advertise-peer-urls", peer.c_str(), "--initial-cluster", ("test=" + peer).c_str(),
+           (char*)nullptr);
+    _exit(127);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (healthy(client_port_)) return;
+    int st;
+    if (waitpid(pid_, &st, WNOHANG) == pid_) {
+      pid_ = -1;
+      throw std::runtime_error("etcd exited at start (is etcd-server installed? scripts/setup.sh): " +
+                               readFile(dir_ + "/etcd.log"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  throw std::runtime_error("etcd did not become healthy: " + readFile(dir_ + "/etcd.log"));
+}
+
+void EtcdProcess::kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+void EtcdProcess::stop() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGTERM);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+}  // namespace rgpu::test
