@@ -285,6 +285,7 @@ Result<std::vector<EtcdKv>> EtcdClient::range(const std::string& key, bool prefi
     }
     e.lease = int64Of(kv, "lease");
     e.mod_revision = int64Of(kv, "mod_revision");
+    e.version = int64Of(kv, "version");
     out.push_back(std::move(e));
   }
   return out;

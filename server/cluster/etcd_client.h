@@ -37,6 +37,7 @@ struct EtcdKv {
   std::string key, value;
   int64_t lease = 0;
   int64_t mod_revision = 0;
+  int64_t version = 0;  // writes since the key was created
 };
 
 // One operation of a transaction's branch.

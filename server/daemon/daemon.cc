@@ -329,10 +329,11 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     ::gethostname(host, sizeof host - 1);
     std::string hostname = host;
     bool per_session = cfg.pool.metrics_labels == "sessions";
+    const std::string member_name = cfg.cluster.enabled() ? cfg.cluster.name : "";
     auto m = MetricsServer::start(
         io, cfg.pool.metrics_listen,
-        [&pool, &health, hostname, per_session] {
-          return renderMetrics(pool.snapshot(PoolManager::Clock::now()), health(), hostname, per_session);
+        [&pool, &health, hostname, per_session, member_name] {
+          return renderMetrics(pool.snapshot(PoolManager::Clock::now()), health(), hostname, per_session, member_name);
         },
         cfg.pool.metrics_token);
     if (!m) {

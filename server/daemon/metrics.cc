@@ -27,24 +27,27 @@ std::string esc(const std::string& v) {
 
 class Writer {
  public:
+  // `base`: labels every sample carries (the pool member's `server`), or "".
+  explicit Writer(std::string base) : base_(std::move(base)) {}
   void family(const char* name, const char* type, const char* help) {
     out_ << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
   }
   template <typename V>
   void sample(const char* name, const std::string& labels, V value) {
-    out_ << name << "{" << labels << "} " << value << "\n";
+    out_ << name << "{" << base_ << (base_.empty() || labels.empty() ? "" : ",") << labels << "} " << value << "\n";
   }
   std::string str() const { return out_.str(); }
 
  private:
+  std::string base_;
   std::ostringstream out_;
 };
 
 }  // namespace
 
 std::string renderMetrics(const PoolSnapshot& s, const std::vector<DeviceHealth>& health, const std::string& host,
-                          bool per_session) {
-  Writer w;
+                          bool per_session, const std::string& server) {
+  Writer w(server.empty() ? "" : "server=\"" + esc(server) + "\"");
   std::vector<std::string> dl;  // device labels
   for (size_t i = 0; i < s.devices.size(); ++i)
     dl.push_back("gpu=\"" + std::to_string(i) + "\",UUID=\"" + esc(s.devices[i].info.uuid) + "\",modelName=\"" +

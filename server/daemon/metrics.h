@@ -18,9 +18,10 @@ namespace rgpu::server {
 
 // The text exposition format (version 0.0.4). `per_session`: series per
 // session, labelled with its user, client host and pid; otherwise only per
-// device and pool-wide totals (no tenant names at all).
+// device and pool-wide totals (no tenant names at all). `server`: a pool
+// member's name, carried by every series as the label server="..." ("": none).
 std::string renderMetrics(const PoolSnapshot& s, const std::vector<DeviceHealth>& health, const std::string& host,
-                          bool per_session = true);
+                          bool per_session = true, const std::string& server = "");
 
 // GET /metrics on `listen`; one short request per connection. With a
 // `token`, a request without "Authorization: Bearer <token>" gets 401.

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <functional>
+#include <regex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -53,10 +54,10 @@ class ClusterTest : public ::testing::Test {
 
   // A server directory with certificates and a [cluster] section.
   std::string memberToml(const std::string& dir, const std::string& name, uint32_t ttl = 2,
-                         const std::string& devices = "") {
+                         const std::string& devices = "", const std::string& extra = "") {
     test::makeCerts(dir);
     return test::serverToml(dir, devices + "[cluster]\nendpoints = [\"" + etcd_->endpoint() + "\"]\nname = \"" + name +
-                                     "\"\nlease_ttl_s = " + std::to_string(ttl) + "\nload_interval_ms = 200\n");
+                                     "\"\nlease_ttl_s = " + std::to_string(ttl) + "\nload_interval_ms = 200\n" + extra);
   }
   std::optional<json> member(const std::string& name) {
     auto r = etcdClient({etcd_->endpoint()}, 500ms)->range("/rgpu/members/" + name);
@@ -77,7 +78,8 @@ TEST_F(ClusterTest, AMemberRegistersItsInventoryAndLoadAndLeavesWhenItStops) {
   test::TempDir d;
   test::ServerProcess s(d.path(), memberToml(d.path(), "gpu01", 2,
                                              "[[sim.devices]]\nname = \"Sim L4\"\nmemory = \"24GiB\"\n"
-                                             "compute_capability = \"8.9\"\nsm_count = 58\n"));
+                                             "compute_capability = \"8.9\"\nsm_count = 58\n",
+                                             "[pool]\nmetrics_listen = \"127.0.0.1:0\"\n"));
   ASSERT_TRUE(waitFor([&] { return member("gpu01").has_value() && load("gpu01").has_value(); }, 10s)) << s.log();
   json m = *member("gpu01");
   EXPECT_EQ(m["name"], "gpu01");
@@ -93,6 +95,13 @@ TEST_F(ClusterTest, AMemberRegistersItsInventoryAndLoadAndLeavesWhenItStops) {
   json l = *load("gpu01");
   EXPECT_EQ(l["sessions"], 0);
   EXPECT_EQ(l["devices"][1]["free"], 24ull << 30);
+  // Its /metrics name it: every series has server="gpu01".
+  std::smatch sm;
+  const std::string log = s.log();
+  ASSERT_TRUE(std::regex_search(log, sm, std::regex("Prometheus metrics on http://127.0.0.1:(\\d+)/metrics"))) << log;
+  std::string metrics = test::httpGet(static_cast<uint16_t>(std::stoi(sm[1].str())), "/metrics");
+  EXPECT_NE(metrics.find("rgpu_device_sessions{server=\"gpu01\",gpu=\"1\",UUID=\"GPU-"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("rgpu_admission_queue_length{server=\"gpu01\"} 0"), std::string::npos) << metrics;
   // A clean stop revokes the lease: both keys go at once.
   s.stop();
   EXPECT_FALSE(member("gpu01").has_value());
@@ -131,6 +140,32 @@ TEST_F(ClusterTest, ADrainingMemberSaysSoAtOnceAndAKilledOneLeavesWithinItsLease
   ASSERT_TRUE(gone) << "the killed member's record outlived its lease";
   EXPECT_LE(*gone, 4s);  // TTL 2 s, plus etcd's lease check interval
   b.wait();
+}
+
+TEST_F(ClusterTest, EtcdWritesAreBoundedByTheLoadIntervalNotByTheCallRate) {
+  test::TempDir d;
+  test::ServerProcess s(d.path(), memberToml(d.path(), "busy"));  // load_interval_ms = 200
+  ASSERT_TRUE(waitFor([&] { return load("busy").has_value(); }, 10s)) << s.log();
+  auto version = [&](const std::string& key) {
+    auto r = etcdClient({etcd_->endpoint()}, 500ms)->range(key);
+    return r && !r->empty() ? (*r)[0].version : -1;
+  };
+  const int64_t member_before = version("/rgpu/members/busy"), load_before = version("/rgpu/load/busy");
+  const auto t0 = Clock::now();
+  test::writeFile(d.file("client.toml"), test::clientToml(d.path(), s.port()));
+  test::RunResult r = test::run(std::string(RGPU_TEST_PROGRAMS_DIR) + "/soak_client 60000",
+                                "RGPU_CONFIG=" + d.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  ASSERT_EQ(r.code, 0) << r.output;
+  ASSERT_NE(r.output.find("0 errors, results ok"), std::string::npos) << r.output;
+  std::this_thread::sleep_for(500ms);  // the last change is written too
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const int64_t writes = version("/rgpu/load/busy") - load_before;
+  std::printf("cluster: 60000 calls in %.2f s: %lld load writes (at most one per 200 ms), member record writes %lld\n",
+              seconds, static_cast<long long>(writes),
+              static_cast<long long>(version("/rgpu/members/busy") - member_before));
+  EXPECT_GE(writes, 1);                          // the session's start and end were seen
+  EXPECT_LE(writes, seconds / 0.2 + 2);          // bounded by the interval, whatever the call rate
+  EXPECT_EQ(version("/rgpu/members/busy"), member_before);  // the record does not change with load
 }
 
 TEST_F(ClusterTest, MembersRegisterAgainWhenEtcdComesBackEvenWithoutItsData) {

@@ -183,26 +183,6 @@ TEST_F(Pool, RgpuSmiShowsDevicesAndSessionsAdminsSeeEveryone) {
 }
 
 // GET `path` from 127.0.0.1:port, with `headers` ("Name: value\r\n" each); the whole response.
-std::string httpGet(uint16_t port, const std::string& path, const std::string& headers = "") {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n" + headers + "\r\n";
-  (void)!::write(fd, req.data(), req.size());
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return out;
-}
-
 // Prometheus text format -> {"name{labels}": value}; checks every line parses.
 std::map<std::string, double> parseMetrics(const std::string& body, std::string* bad) {
   std::map<std::string, double> out;

@@ -69,6 +69,9 @@ struct RunResult {
 };
 // Runs `command` through sh with `env` (e.g. "A=1 B=2") in front.
 RunResult run(const std::string& command, const std::string& env = "");
+// GET `path` from 127.0.0.1:`port` (`headers`: extra lines, each ending in
+// CRLF): the whole response, or "" when nothing listens.
+std::string httpGet(uint16_t port, const std::string& path, const std::string& headers = "");
 
 // A connected TLS pair over loopback: server side uses the dev server
 // certificate; the client presents `client_cert` ("" for none) and trusts
