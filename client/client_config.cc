@@ -27,6 +27,9 @@ Result<ClientConfig> loadClientConfig() {
     toml::table& tbl = *t;
     c.source = path;
     c.server = tbl["server"].value_or(std::string());
+    if (const auto* list = tbl["server"].as_array())  // members of a pool, tried in order
+      for (const auto& s : *list)
+        if (auto v = s.value<std::string>()) c.server += (c.server.empty() ? "" : ",") + *v;
     c.server_name = tbl["server_name"].value_or(std::string());
     c.token = tbl["token"].value_or(std::string());
     c.compression = tbl["compression"].value_or(c.compression);

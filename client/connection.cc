@@ -64,10 +64,23 @@ Connection::Connection(std::unique_ptr<common::TlsConnection> conn, std::string 
   owned_.push_back(std::move(conn));
 }
 
-Result<std::unique_ptr<Connection>> Connection::open(const ClientConfig& cfg, HostFuncHandler on_host_func) {
-  if (cfg.server.empty())
-    return Status(err::kDevicesUnavailable, "no rgpu server configured: set `server` in client.toml or RGPU_SERVER (" +
-                                                describeSource(cfg) + ")");
+// "a:1, b:2" -> {"a:1", "b:2"}
+static std::vector<std::string> serverList(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at <= s.size();) {
+    size_t comma = s.find(',', at);
+    std::string one = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    while (!one.empty() && one.front() == ' ') one.erase(0, 1);
+    while (!one.empty() && one.back() == ' ') one.pop_back();
+    if (!one.empty()) out.push_back(one);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+Result<std::unique_ptr<Connection>> Connection::connectOne(const ClientConfig& cfg, bool redirected, bool* unreachable) {
+  *unreachable = false;
   auto hp = common::parseHostPort(cfg.server);
   if (!hp) return Status(err::kDevicesUnavailable, hp.status().message() + " (" + describeSource(cfg) + ")");
   auto compression = common::parseCompression(cfg.compression);
@@ -76,16 +89,64 @@ Result<std::unique_ptr<Connection>> Connection::open(const ClientConfig& cfg, Ho
   if (!ctx) return Status(err::kDevicesUnavailable, ctx.status().message() + " (" + describeSource(cfg) + ")");
   auto tc = common::TlsConnection::connect(**ctx, hp->first, hp->second, cfg.server_name,
                                            std::chrono::milliseconds(cfg.connect_timeout_ms));
-  if (!tc)
+  if (!tc) {
+    *unreachable = true;
     return Status(err::kDevicesUnavailable, "rgpu server " + cfg.server + " unreachable within " +
-                                                std::to_string(cfg.connect_timeout_ms) + " ms: " + tc.status().message() +
-                                                " (" + describeSource(cfg) + ")");
+                                                std::to_string(cfg.connect_timeout_ms) + " ms: " + tc.status().message());
+  }
   common::tuneSocket((*tc)->fd(), cfg.dead_after_s);
   std::unique_ptr<Connection> c(new Connection(std::move(*tc), cfg.server, *compression));
   c->cfg_ = cfg;
+  c->redirected_ = redirected;
+  RGPU_TRY(c->handshake(cfg));
+  return c;
+}
+
+Result<std::unique_ptr<Connection>> Connection::open(const ClientConfig& cfg, HostFuncHandler on_host_func) {
+  if (cfg.server.empty())
+    return Status(err::kDevicesUnavailable, "no rgpu server configured: set `server` in client.toml or RGPU_SERVER (" +
+                                                describeSource(cfg) + ")");
+  // Members of a pool, tried in order: one that cannot be reached is passed
+  // over; one that answers (accepts, redirects or refuses) decides.
+  const auto servers = serverList(cfg.server);
+  std::string unreachable_ones;
+  Result<std::unique_ptr<Connection>> got = Status(err::kDevicesUnavailable, "no server");
+  for (const auto& server : servers) {
+    ClientConfig one = cfg;
+    one.server = server;
+    bool unreachable = false;
+    got = connectOne(one, false, &unreachable);
+    if (got || !unreachable) break;
+    unreachable_ones += (unreachable_ones.empty() ? "" : "; ") + got.status().message();
+  }
+  if (!got && !unreachable_ones.empty())
+    return Status(err::kDevicesUnavailable, (servers.size() > 1 ? "no rgpu server of " + cfg.server + " could be reached: "
+                                                                : std::string()) +
+                                                unreachable_ones + " (" + describeSource(cfg) + ")");
+  if (!got) return got.status();
+  std::unique_ptr<Connection> c = std::move(*got);
+  if (!c->redirect_.empty()) {
+    // The pool places this program on another member: there, once.
+    ClientConfig there = c->cfg_;
+    there.server = c->redirect_;
+    there.server_name.clear();  // verified as its own address says
+    const std::string from = c->server_, member = c->redirect_member_;
+    c.reset();
+    bool unreachable = false;
+    auto r = connectOne(there, true, &unreachable);
+    if (!r)
+      return Status(r.status().code(), "the pool (asked at " + from + ") placed this program on member '" + member +
+                                           "' at " + there.server + ", which " +
+                                           (unreachable ? "cannot be reached: " : "failed: ") + r.status().message() +
+                                           " (" + describeSource(cfg) + ")");
+    if (!(*r)->redirect_.empty())
+      return Status(err::kDevicesUnavailable, "the pool redirected this program twice (" + from + " -> member '" + member +
+                                                  "' at " + there.server + " -> '" + (*r)->redirect_member_ + "' at " +
+                                                  (*r)->redirect_ + "): a member must take a client it was sent");
+    c = std::move(*r);
+  }
   c->conn_.load()->setBusyPollWhile(&c->sync_waiters_);
   c->on_host_func_ = std::move(on_host_func);
-  RGPU_TRY(c->handshake(cfg));
   c->flusher_ = std::thread([p = c.get()] { p->flusherLoop(); });
   c->receiver_ = std::thread([p = c.get()] { p->receiverLoop(); });
   c->callback_ = std::thread([p = c.get()] { p->callbackLoop(); });
@@ -131,6 +192,7 @@ void Connection::buildHello(capnp::MessageBuilder& msg, const ClientConfig& cfg,
   hello.setPid(static_cast<uint32_t>(getpid()));
   hello.setMonitor(cfg.monitor);
   hello.setResume(cfg.resume && !cfg.monitor);
+  hello.setRedirected(redirected_);
   auto req = hello.initRequest();
   req.setCount(cfg.request_devices);
   req.setMinMemory(cfg.request_min_memory);
@@ -172,6 +234,12 @@ Status Connection::handshake(const ClientConfig& cfg) {
     if (w.getError() != 0)
       return Status(w.getError(), "rgpu server " + server_ + " refused this client: " + std::string(w.getMessage()) +
                                       " (" + describeSource(cfg) + ")");
+    if (w.hasRedirect() && w.getRedirect().size() > 0) {
+      redirect_ = w.getRedirect();
+      redirect_member_ = w.getRedirectMember();
+      RGPU_LOG_DEBUG("{} places this program on member '{}' at {}", server_, redirect_member_, redirect_);
+      return Status::ok();
+    }
     welcome_.identity = w.getIdentity();
     welcome_.backend = w.getBackend();
     welcome_.driver_version = w.getDriverVersion();

@@ -146,6 +146,9 @@ class Connection {
   };
 
   Connection(std::unique_ptr<common::TlsConnection> conn, std::string server, common::Compression c);
+  // Connects to cfg.server and says Hello (`redirected`: the pool sent us);
+  // `unreachable`: it could not be reached at all.
+  static Result<std::unique_ptr<Connection>> connectOne(const ClientConfig& cfg, bool redirected, bool* unreachable);
   Status handshake(const ClientConfig& cfg);
   // Hello for a new session, or (with `resume`) for taking this one up again.
   void buildHello(capnp::MessageBuilder& msg, const ClientConfig& cfg, bool resume);
@@ -183,6 +186,8 @@ class Connection {
   std::vector<std::unique_ptr<common::TlsConnection>> owned_;  // every connection made; freed at destruction
   std::mutex owned_mu_;
   std::string server_;
+  bool redirected_ = false;  // the pool sent this client here (Hello.redirected)
+  std::string redirect_, redirect_member_;  // the Welcome sent us on (host:port, member name)
   ClientConfig cfg_;  // for reconnecting
   common::Compression compression_;
   Welcome welcome_;

@@ -25,6 +25,7 @@ struct Hello {
   resume @8 :Bool;           # a new session that wants resume after a dropped connection
   resumeSession @9 :UInt64;  # with resumeToken: the session to take up again
   received @10 :Ack;         # with resumeToken: the replies and notifications the client already has
+  redirected @12 :Bool;      # the pool sent this client here: take it or refuse it, never redirect again
   certProof @11 :Data;       # a client that presented a certificate: its signature over the connection's
                              # exporter value (common/tls.h proveClientKey); the daemon refuses it without
 }
@@ -79,6 +80,9 @@ struct Welcome {
   resumed @12 :Bool;         # this Welcome takes up an existing session (devices are not repeated)
   dispatched @13 :UInt64;    # resumed: the last request the server carried out; the client replays the rest
   resumeId @14 :Data;        # 16 random bytes: what a reconnecting client's resume preamble names (unguessable)
+  redirect @15 :Text;        # non-empty (error 0, no session): the pool places this client on the member at
+                             # this host:port; the client connects there (verifying it as usual), once
+  redirectMember @16 :Text;  # that member's name, for messages
 }
 
 struct Limits {

@@ -1,7 +1,10 @@
 #include "server/cluster/member.h"
 
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 
 #include "common/log.h"
 #include "server/cluster/etcd_client.h"
@@ -94,6 +97,12 @@ bool ClusterMember::registered() const {
   return registered_;
 }
 
+std::vector<MemberView> ClusterMember::view() const {
+  std::lock_guard lock(mu_);
+  if (Clock::now() - view_at_ > std::chrono::seconds(cfg_.lease_ttl_s)) return {};
+  return view_;
+}
+
 void ClusterMember::run() {
   const std::string member_key = memberKey(cfg_.prefix, cfg_.name), load_key = loadKey(cfg_.prefix, cfg_.name);
   const auto ttl = std::chrono::seconds(cfg_.lease_ttl_s);
@@ -102,7 +111,8 @@ void ClusterMember::run() {
   int64_t lease = 0;
   bool written_draining = false;
   std::string written_load;
-  Clock::time_point next_renew = Clock::now(), next_load = Clock::now();
+  Clock::time_point next_renew = Clock::now(), next_load = Clock::now(), next_view = Clock::now();
+  std::set<std::string> skipped_logged;  // malformed records already said
   std::string outage;  // the last failure logged (once per outage)
   auto failed = [&](const Status& s) {
     if (s.message() != outage) RGPU_LOG_WARN("cluster: {} (retrying)", s.message());
@@ -171,11 +181,25 @@ void ClusterMember::run() {
       if (!s) failed(s);
       else if (lease) outage.clear();
     }
+    // The pool, for placement.
+    std::optional<std::vector<MemberView>> fresh;
+    if (now >= next_view) {
+      auto members = etcd_->range(cfg_.prefix + "members/", true);
+      auto loads = members ? etcd_->range(cfg_.prefix + "load/", true) : members;
+      if (members && loads) {
+        std::vector<std::string> skipped;
+        fresh = parseView(cfg_.prefix, *members, *loads, &skipped);
+        for (const auto& why : skipped)
+          if (skipped_logged.insert(why).second) RGPU_LOG_WARN("cluster: a record in etcd is left out: {}", why);
+      }
+      next_view = now + load_every;
+    }
     lock.lock();
+    if (fresh) view_ = std::move(*fresh), view_at_ = Clock::now();
     registered_ = lease != 0;
     if (stop_) break;
     // Sleep until the next renewal, load write or retry; a change wakes it.
-    auto wake = lease ? std::min(next_renew, std::max(next_load, now)) : now + retry;
+    auto wake = lease ? std::min({next_renew, std::max(next_load, now), next_view}) : now + retry;
     if (lease && !outage.empty()) wake = std::min(wake, now + retry);
     cv_.wait_until(lock, wake, [&] {
       return stop_ || draining_ != written_draining || (lease && load_ != written_load && Clock::now() >= next_load);

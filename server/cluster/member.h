@@ -24,8 +24,12 @@
 // is replaced and the keys written again. A name another live member holds is
 // not taken: the member waits for that lease to go, logging why.
 //
-// Thread-safe: setLoad and setDraining may be called from any thread; the
-// member's own thread does all etcd I/O.
+// The member also reads the pool — every member's record and load — once per
+// load_interval_ms (two reads, whatever the pool's size) for placement
+// (placement.h); a view older than the lease TTL (etcd unreachable) is none.
+//
+// Thread-safe: setLoad, setDraining and view may be called from any thread;
+// the member's own thread does all etcd I/O.
 #pragma once
 
 #include <condition_variable>
@@ -36,6 +40,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "server/cluster/placement.h"
 #include "server/config/server_config.h"
 #include "server/pool/pool_manager.h"
 
@@ -67,6 +72,8 @@ class ClusterMember {
   void setDraining();
   // Whether the member's keys are in etcd now (for logs and tests).
   bool registered() const;
+  // The pool as last read (empty: not read within the lease TTL).
+  std::vector<MemberView> view() const;
 
  private:
   ClusterMember(const ClusterConfig& cfg, std::vector<PoolDeviceInfo> devices, std::unique_ptr<EtcdClient> etcd);
@@ -82,6 +89,8 @@ class ClusterMember {
   bool draining_ = false;
   bool registered_ = false;
   std::string load_;
+  std::vector<MemberView> view_;
+  std::chrono::steady_clock::time_point view_at_{};
   std::thread thread_;
 };
 

@@ -49,6 +49,8 @@ Status parseClusterConfig(const toml::table& tbl, const std::string& path, const
   RGPU_TRY(range("lease_ttl_s", c.lease_ttl_s, 2, 3600));
   RGPU_TRY(range("load_interval_ms", c.load_interval_ms, 100, 60000));
   RGPU_TRY(range("etcd_timeout_ms", c.etcd_timeout_ms, 100, 60000));
+  c.policy = (*t)["policy"].value_or(c.policy);
+  if (c.policy != "spread" && c.policy != "pack") return bad("policy", "must be \"spread\" or \"pack\"");
   auto file = [&](const char* key) {
     auto v = (*t)[key].value<std::string>();
     return v && !v->empty() ? common::resolveRelative(path, *v) : std::string();

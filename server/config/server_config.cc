@@ -45,7 +45,7 @@ std::string restartOnlyChanges(const ServerConfig& a, const ServerConfig& b) {
     differs(x.endpoints != y.endpoints || x.prefix != y.prefix || x.name != y.name || x.advertise != y.advertise ||
                 x.lease_ttl_s != y.lease_ttl_s || x.load_interval_ms != y.load_interval_ms ||
                 x.etcd_timeout_ms != y.etcd_timeout_ms || x.tls_ca != y.tls_ca || x.tls_cert != y.tls_cert ||
-                x.tls_key != y.tls_key || x.insecure_plaintext != y.insecure_plaintext,
+                x.tls_key != y.tls_key || x.insecure_plaintext != y.insecure_plaintext || x.policy != y.policy,
             "[cluster]");
   }
   bool devs = a.sim_devices.size() != b.sim_devices.size();

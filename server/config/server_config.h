@@ -100,6 +100,7 @@ struct ClusterConfig {
   uint32_t lease_ttl_s = 10;           // a member that stops renewing leaves the pool after this (2..3600)
   uint32_t load_interval_ms = 1000;    // live load is written at most this often (100..60000)
   uint32_t etcd_timeout_ms = 2000;     // per etcd call and endpoint (100..60000)
+  std::string policy = "spread";       // placement across members: "spread" (least loaded) or "pack" (fill a host first)
   std::string tls_ca, tls_cert, tls_key;  // for https endpoints (the client certificate: when etcd asks)
   // http endpoints that are not loopback addresses: refused unless set (the
   // pool's registry would travel in the clear).

@@ -361,6 +361,18 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
       return 1;
     }
     member = std::move(*m);
+    // Admissions ask the pool first: a member that fits better takes the client.
+    const auto policy = *cluster::parsePoolPolicy(cfg.cluster.policy);
+    service.setRedirector([&member, policy, self = cfg.cluster.name](const ClientInfo&, const DeviceRequest& req)
+                              -> std::optional<Placement> {
+      auto view = member->view();
+      auto i = cluster::choose(view, req, policy, self);
+      if (!i || view[*i].name == self) return std::nullopt;  // here (or nowhere: the local queue decides)
+      Placement p;
+      p.redirect = view[*i].address;
+      p.redirect_member = view[*i].name;
+      return p;
+    });
     publishLoad = [&] {
       auto snap = pool.snapshot(PoolManager::Clock::now());
       // Busy: NVML's utilisation where there is NVML, else the device time

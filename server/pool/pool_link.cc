@@ -78,7 +78,7 @@ std::vector<std::string> placementFields(const Placement& p) {
   std::string devs;
   for (int d : p.devices) devs += (devs.empty() ? "" : ",") + std::to_string(d);
   return {devs, std::to_string(p.quota), std::to_string(static_cast<int>(p.priority)), std::to_string(p.weight),
-          std::to_string(p.gate_slot), std::to_string(p.mps_thread_percentage)};
+          std::to_string(p.gate_slot), std::to_string(p.mps_thread_percentage), p.redirect, p.redirect_member};
 }
 
 Result<Placement> placementFromFields(const std::vector<std::string>& f) {
@@ -98,6 +98,7 @@ Result<Placement> placementFromFields(const std::vector<std::string>& f) {
   p.weight = std::atof(f[4].c_str());
   p.gate_slot = std::atoi(f[5].c_str());
   p.mps_thread_percentage = static_cast<uint32_t>(std::atoi(f[6].c_str()));
+  if (f.size() >= 9) p.redirect = f[7], p.redirect_member = f[8];
   return p;
 }
 
@@ -270,11 +271,11 @@ Result<Placement> ControlSocketLink::admit(const ClientInfo& who, const DeviceRe
   if (gate_page_fd_ >= 0) ::close(std::exchange(gate_page_fd_, -1));
   auto f = ask(joinFields({"admit", who.user, who.host, who.address, std::to_string(who.pid), std::to_string(req.count),
                            std::to_string(req.min_memory), std::to_string(req.min_cc), req.model,
-                           std::to_string(req.wait_ms)}),
+                           std::to_string(req.wait_ms), req.no_redirect ? "1" : "0"}),
                answer_timeout_ + std::chrono::milliseconds(req.wait_ms ? req.wait_ms : 24u * 3600 * 1000),
                &gate_page_fd_);
   if (!f) return f.status();
-  return placementFromFields(splitFields(*f, 7));
+  return placementFromFields(splitFields(*f, 9));
 }
 
 Status ControlSocketLink::reserve(int device, uint64_t bytes, bool checked) {

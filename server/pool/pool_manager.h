@@ -43,6 +43,7 @@ struct DeviceRequest {
   uint32_t min_cc = 0;
   std::string model;        // glob on the device name; empty = any
   uint32_t wait_ms = 0;     // 0: the server's admission_timeout_ms
+  bool no_redirect = false; // a pool of servers placed the client here already: take it or refuse it
 };
 
 struct Placement {
@@ -52,6 +53,9 @@ struct Placement {
   double weight = 1.0;
   int gate_slot = -1;          // the session's slot in the launch gate table (-1: none)
   uint32_t mps_thread_percentage = 0;  // 0: not set
+  // Set instead of devices: a pool of servers places the client on another
+  // member (its host:port, and name for messages); the client goes there.
+  std::string redirect, redirect_member;
 };
 
 // Under NVIDIA MPS: the environment a CUDA worker sets before cuInit so the MPS

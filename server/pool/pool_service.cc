@@ -125,6 +125,15 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
     req.min_cc = static_cast<uint32_t>(num(7));
     req.model = f[8];
     req.wait_ms = static_cast<uint32_t>(num(9));
+    req.no_redirect = f.size() > 10 && f[10] == "1";
+    if (!req.no_redirect && redirect_)
+      if (auto r = redirect_(who, req)) {
+        RGPU_LOG_INFO("session {}: user '{}' placed by the pool on member '{}' at {}", session, who.user,
+                      r->redirect_member, r->redirect);
+        auto fields = placementFields(*r);
+        fields.insert(fields.begin(), "ok");
+        return reply(session, joinFields(fields));
+      }
     auto d = pool_.admit(session, who, req, PoolManager::Clock::now());
     if (!d) {
       RGPU_LOG_INFO("session {}: user '{}' waits in the admission queue ({} waiting)", session, who.user, pool_.queued());

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "server/pool/launch_gate.h"
 #include "server/pool/pool_link.h"
@@ -38,6 +39,11 @@ class PoolService {
   // user only, whatever user the worker names.
   using Authenticator = std::function<Result<std::string>(const ClientCredential& credential)>;
   void setAuthenticator(Authenticator fn) { authenticate_ = std::move(fn); }
+  // A pool of servers (server/cluster/): asked first for each admission that
+  // may be redirected; a placement with `redirect` set sends the client to
+  // that member, nullopt admits it here (or queues it).
+  using Redirector = std::function<std::optional<Placement>(const ClientInfo& who, const DeviceRequest& req)>;
+  void setRedirector(Redirector fn) { redirect_ = std::move(fn); }
 
  private:
   struct Worker {
@@ -60,6 +66,7 @@ class PoolService {
   asio::steady_timer timer_;
   std::function<void(uint64_t)> on_authenticated_;
   Authenticator authenticate_;
+  Redirector redirect_;
   std::map<uint64_t, std::string> identity_;  // session -> the user the daemon bound it to
 };
 

@@ -187,6 +187,11 @@ Status Session::run() {
     RGPU_LOG_WARN("session {} from {}: {}", session_id_, outbox_.connection()->peerAddress(), s.message());
     return s;
   }
+  if (!redirected_.empty()) {
+    RGPU_LOG_INFO("session {}: user '{}' from {} sent to member {}", session_id_, identity_,
+                  outbox_.connection()->peerAddress(), redirected_);
+    return Status::ok();
+  }
   RGPU_LOG_INFO("session {} started: user '{}' from {}{}", session_id_, identity_, outbox_.connection()->peerAddress(),
                 resume_ ? " (resumable)" : "");
   if (resume_) {
@@ -285,8 +290,19 @@ Status Session::handshake() {
         want.model = r.getModel();
         want.wait_ms = r.getWaitMs();
       }
+      want.no_redirect = hello.getRedirected();
       auto placed = pool_.admit(who, want);
       if (!placed) return reject(placed.status().code(), placed.status().message());
+      if (!placed->redirect.empty()) {
+        // The pool places this client on another member: it goes there (no session here).
+        welcome.setRedirect(placed->redirect);
+        welcome.setRedirectMember(placed->redirect_member);
+        std::vector<uint8_t> frame;
+        common::appendFrame(frame, FrameType::kWelcome, 0, h.seq, out, 0);
+        (void)outbox_.sendOnce(frame);
+        redirected_ = placed->redirect_member + " at " + placed->redirect;
+        return Status::ok();
+      }
       auto backend = make_backend_(*placed);
       if (!backend) return reject(backend.status().code(), backend.status().message());
       placement_ = *placed;

@@ -253,6 +253,7 @@ class Session {
   PoolLink& pool_;
   Placement placement_;
   bool monitor_ = false;  // rgpu-smi: pool status only, no backend
+  std::string redirected_;  // the pool sent the client to this member ("name at host:port"): no session here
   std::unique_ptr<LaunchGate> gate_;  // before backend_: outlives it
   std::unique_ptr<Backend> backend_;
   std::atomic<uint64_t> calls_{0}, bytes_in_{0}, bytes_out_{0}, errors_{0};

@@ -50,15 +50,19 @@ std::optional<Clock::duration> waitFor(const std::function<bool()>& cond, Clock:
 
 class ClusterTest : public ::testing::Test {
  protected:
-  void SetUp() override { etcd_ = std::make_unique<test::EtcdProcess>(etcd_dir_.path()); }
-
-  // A server directory with certificates and a [cluster] section.
-  std::string memberToml(const std::string& dir, const std::string& name, uint32_t ttl = 2,
-                         const std::string& devices = "", const std::string& extra = "") {
-    test::makeCerts(dir);
-    return test::serverToml(dir, devices + "[cluster]\nendpoints = [\"" + etcd_->endpoint() + "\"]\nname = \"" + name +
-                                     "\"\nlease_ttl_s = " + std::to_string(ttl) + "\nload_interval_ms = 200\n" + extra);
+  void SetUp() override {
+    test::makeCerts(certs_.path());  // one CA for the whole pool, as in a real one
+    etcd_ = std::make_unique<test::EtcdProcess>(etcd_dir_.path());
   }
+
+  // server.toml of a member (certificates of the pool's CA) with a [cluster] section.
+  std::string memberToml(const std::string& /*dir*/, const std::string& name, uint32_t ttl = 2,
+                         const std::string& devices = "", const std::string& extra = "") {
+    return test::serverToml(certs_.path(), devices + "[cluster]\nendpoints = [\"" + etcd_->endpoint() +
+                                               "\"]\nname = \"" + name + "\"\nlease_ttl_s = " + std::to_string(ttl) +
+                                               "\nload_interval_ms = 200\n" + extra);
+  }
+  std::string clientToml(uint16_t port) const { return test::clientToml(certs_.path(), port); }
   std::optional<json> member(const std::string& name) {
     auto r = etcdClient({etcd_->endpoint()}, 500ms)->range("/rgpu/members/" + name);
     if (!r || r->empty()) return std::nullopt;
@@ -70,7 +74,7 @@ class ClusterTest : public ::testing::Test {
     return json::parse((*r)[0].value);
   }
 
-  test::TempDir etcd_dir_;
+  test::TempDir certs_, etcd_dir_;
   std::unique_ptr<test::EtcdProcess> etcd_;
 };
 
@@ -115,7 +119,7 @@ TEST_F(ClusterTest, ADrainingMemberSaysSoAtOnceAndAKilledOneLeavesWithinItsLease
   test::ServerProcess b(d2.path(), memberToml(d2.path(), "b"));
   ASSERT_TRUE(waitFor([&] { return member("a") && member("b"); }, 10s)) << a.log() << b.log();
   // Drain: a session keeps `a` running while it drains; its record says so.
-  test::writeFile(d1.file("client.toml"), test::clientToml(d1.path(), a.port()));
+  test::writeFile(d1.file("client.toml"), clientToml(a.port()));
   pid_t client = fork();
   if (client == 0) {
     setenv("RGPU_CONFIG", d1.file("client.toml").c_str(), 1);
@@ -152,7 +156,7 @@ TEST_F(ClusterTest, EtcdWritesAreBoundedByTheLoadIntervalNotByTheCallRate) {
   };
   const int64_t member_before = version("/rgpu/members/busy"), load_before = version("/rgpu/load/busy");
   const auto t0 = Clock::now();
-  test::writeFile(d.file("client.toml"), test::clientToml(d.path(), s.port()));
+  test::writeFile(d.file("client.toml"), clientToml(s.port()));
   test::RunResult r = test::run(std::string(RGPU_TEST_PROGRAMS_DIR) + "/soak_client 60000",
                                 "RGPU_CONFIG=" + d.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
   ASSERT_EQ(r.code, 0) << r.output;
@@ -183,7 +187,7 @@ TEST_F(ClusterTest, MembersRegisterAgainWhenEtcdComesBackEvenWithoutItsData) {
   EXPECT_TRUE(waitFor([&] { return member("phoenix").has_value(); }, 10s)) << s.log();
   EXPECT_NE(s.log().find("registering again"), std::string::npos) << s.log();
   // The server kept serving meanwhile: a program runs through it.
-  test::writeFile(d.file("client.toml"), test::clientToml(d.path(), s.port()));
+  test::writeFile(d.file("client.toml"), clientToml(s.port()));
   test::RunResult r = test::run(std::string(RGPU_EXAMPLES_DIR) + "/vector_add", "RGPU_CONFIG=" + d.file("client.toml") +
                                                                                    " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
   EXPECT_EQ(r.code, 0) << r.output;
@@ -203,6 +207,111 @@ TEST_F(ClusterTest, ANameAnotherLiveMemberHoldsIsNotTaken) {
                                                                      "127.0.0.1:" + std::to_string(second.port()); },
                       10s))
       << second.log();
+}
+
+// ---- placement across members ----------------------------------------------------
+
+std::string simDevice(const std::string& name, const std::string& memory, const std::string& cc) {
+  return "[[sim.devices]]\nname = \"" + name + "\"\nmemory = \"" + memory + "\"\ncompute_capability = \"" + cc +
+         "\"\nsm_count = 8\n";
+}
+
+// Runs pool_client `args` with client.toml `toml` (written to `dir`): its output.
+test::RunResult poolClient(const test::TempDir& dir, const std::string& toml, const std::string& args) {
+  test::writeFile(dir.file("client.toml"), toml);
+  return test::run(std::string(RGPU_TEST_PROGRAMS_DIR) + "/pool_client " + args,
+                   "RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+}
+
+TEST_F(ClusterTest, RequestsArePlacedByModelMemoryAndCapabilityAcrossThreeMembers) {
+  test::TempDir da, db, dc, client;
+  test::ServerProcess a(da.path(), memberToml(da.path(), "h100-host", 2, simDevice("Sim H100", "80GiB", "9.0")));
+  test::ServerProcess b(db.path(), memberToml(db.path(), "a100-host", 2, simDevice("Sim A100", "40GiB", "8.0")));
+  test::ServerProcess c(dc.path(), memberToml(dc.path(), "l4-host", 2, simDevice("Sim L4", "24GiB", "8.9")));
+  ASSERT_TRUE(waitFor([&] { return member("h100-host") && member("a100-host") && member("l4-host"); }, 10s));
+  std::this_thread::sleep_for(500ms);  // each member's view of the pool is read every 200 ms
+  struct Case {
+    std::string request;
+    uint16_t via;
+    std::string lands_on;
+  } cases[] = {
+      {"model = \"*L4*\"\n", a.port(), "Sim L4"},                                        // by model, asked at the H100 host
+      {"min_memory = \"60GiB\"\n", c.port(), "Sim H100"},                                // by memory, asked at the L4 host
+      {"model = \"Sim A*\"\nmin_compute_capability = \"8.0\"\n", a.port(), "Sim A100"},
+      {"min_compute_capability = \"8.9\"\nmin_memory = \"20GiB\"\nmodel = \"*L4\"\n", b.port(), "Sim L4"},
+  };
+  for (const auto& k : cases) {
+    auto r = poolClient(client, clientToml(k.via) + "[request]\ndevices = 1\n" + k.request, "info");
+    EXPECT_EQ(r.code, 0) << k.request << r.output;
+    EXPECT_NE(r.output.find(k.lands_on), std::string::npos) << k.request << " should land on " << k.lands_on << ":\n"
+                                                            << r.output;
+  }
+  // The member asked says where it sent the client; nothing fits: a clear refusal.
+  EXPECT_NE(a.log().find("placed by the pool on member 'l4-host' at 127.0.0.1:" + std::to_string(c.port())),
+            std::string::npos) << a.log();
+  auto none = poolClient(client, clientToml(a.port()) + "[request]\ndevices = 1\nmodel = \"*B200*\"\nwait_ms = 100\n", "info");
+  EXPECT_NE(none.code, 0);
+  EXPECT_NE(none.output.find("cudaErrorDevicesUnavailable"), std::string::npos) << none.output;
+}
+
+TEST_F(ClusterTest, SpreadSendsANewProgramToTheIdleMemberAndPackToTheBusyOne) {
+  for (const char* policy : {"spread", "pack"}) {
+    SCOPED_TRACE(policy);
+    test::TempDir dx, dy, client, holder_dir;
+    const std::string extra = std::string("policy = \"") + policy + "\"\n";
+    test::ServerProcess x(dx.path(), memberToml(dx.path(), "x", 2, "", extra));
+    test::ServerProcess y(dy.path(), memberToml(dy.path(), "y", 2, "", extra));
+    ASSERT_TRUE(waitFor([&] { return member("x") && member("y"); }, 10s));
+    // A program holds x's device.
+    test::writeFile(holder_dir.file("client.toml"), clientToml(x.port()) + "[request]\ndevices = 1\n");
+    pid_t holder = fork();
+    if (holder == 0) {
+      setenv("RGPU_CONFIG", holder_dir.file("client.toml").c_str(), 1);
+      setenv("LD_LIBRARY_PATH", RGPU_CLIENT_LIBDIR, 1);
+      int devnull = ::open("/dev/null", O_WRONLY);
+      ::dup2(devnull, 1), ::dup2(devnull, 2);
+      const std::string prog = std::string(RGPU_TEST_PROGRAMS_DIR) + "/pool_client";
+      execl(prog.c_str(), "pool_client", "hold", "1048576", "20000", (char*)nullptr);
+      _exit(127);
+    }
+    ASSERT_TRUE(waitFor([&] { auto l = load("x"); return l && (*l)["sessions"] == 1; }, 10s)) << x.log();
+    std::this_thread::sleep_for(500ms);  // both members' views have it
+    // Asked at the busy member (spread) / the idle one (pack): the other one takes it.
+    const uint16_t via = std::string(policy) == "spread" ? x.port() : y.port();
+    const std::string to = std::string(policy) == "spread" ? "y" : "x";
+    auto r = poolClient(client, clientToml(via) + "[request]\ndevices = 1\n", "info");
+    EXPECT_EQ(r.code, 0) << r.output;
+    const auto& asked = std::string(policy) == "spread" ? x : y;
+    EXPECT_NE(asked.log().find("placed by the pool on member '" + to + "'"), std::string::npos) << asked.log();
+    ::kill(holder, SIGKILL);
+    waitpid(holder, nullptr, 0);
+  }
+}
+
+TEST_F(ClusterTest, ADeadEntryInTheServerListOrABadAdvertisedAddressGivesAClearAnswer) {
+  test::TempDir da, db, client;
+  test::ServerProcess a(da.path(), memberToml(da.path(), "a", 2));
+  // `bad` advertises an address nothing listens on, and has the only "Sim X" device.
+  uint16_t dead = 0;
+  ::close(test::listenLoopback(&dead));
+  test::ServerProcess b(db.path(), memberToml(db.path(), "bad", 2, simDevice("Sim X", "8GiB", "9.0"),
+                                              "advertise = \"127.0.0.1:" + std::to_string(dead) + "\"\n"));
+  ASSERT_TRUE(waitFor([&] { return member("a") && member("bad"); }, 10s));
+  std::this_thread::sleep_for(500ms);
+  // A dead first entry of `server` does not stop the client.
+  std::string list = "server = \"127.0.0.1:" + std::to_string(dead) + ", 127.0.0.1:" + std::to_string(a.port()) + "\"\n";
+  std::string toml = clientToml(a.port()) + "[request]\ndevices = 1\nmodel = \"rgpu test device\"\n";  // a's or bad's: a tie stays
+  toml.replace(0, toml.find('\n') + 1, list);
+  auto ok = poolClient(client, toml, "info");
+  EXPECT_EQ(ok.code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("rgpu test device"), std::string::npos) << ok.output;
+  // Placed on the member whose address is wrong: the error names it, no hang.
+  auto r = poolClient(client, clientToml(a.port()) + "[request]\ndevices = 1\nmodel = \"Sim X\"\n", "info");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("placed this program on member 'bad' at 127.0.0.1:" + std::to_string(dead) +
+                          ", which cannot be reached"),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace
