@@ -97,10 +97,26 @@ bool ClusterMember::registered() const {
   return registered_;
 }
 
-std::vector<MemberView> ClusterMember::view() const {
-  std::lock_guard lock(mu_);
+std::vector<MemberView> ClusterMember::view() {
+  std::unique_lock lock(mu_);
+  const auto now = Clock::now();
+  const bool idle = now - wanted_at_ > idleAfter();
+  wanted_at_ = now;
+  if (idle) {
+    // The first admission after a quiet spell: wait (briefly) for a fresh read.
+    const uint64_t seen = view_reads_;
+    cv_.notify_all();
+    if (view_reachable_)
+      cv_.wait_for(lock, std::chrono::milliseconds(std::min<uint32_t>(cfg_.etcd_timeout_ms, 500)),
+                   [&] { return view_reads_ != seen || stop_; });
+  }
   if (Clock::now() - view_at_ > std::chrono::seconds(cfg_.lease_ttl_s)) return {};
   return view_;
+}
+
+std::chrono::steady_clock::duration ClusterMember::idleAfter() const {
+  return std::max<Clock::duration>(std::chrono::seconds(cfg_.lease_ttl_s),
+                                   10 * std::chrono::milliseconds(cfg_.load_interval_ms));
 }
 
 void ClusterMember::run() {
@@ -181,9 +197,14 @@ void ClusterMember::run() {
       if (!s) failed(s);
       else if (lease) outage.clear();
     }
-    // The pool, for placement.
+    // The pool, for placement: read while admissions ask for it (recently),
+    // so a quiet member reads nothing.
     std::optional<std::vector<MemberView>> fresh;
-    if (now >= next_view) {
+    bool read_failed = false;
+    lock.lock();
+    const bool wanted = now - wanted_at_ <= idleAfter();
+    lock.unlock();
+    if (wanted && now >= next_view) {
       auto members = etcd_->range(cfg_.prefix + "members/", true);
       auto loads = members ? etcd_->range(cfg_.prefix + "load/", true) : members;
       if (members && loads) {
@@ -191,19 +212,30 @@ void ClusterMember::run() {
         fresh = parseView(cfg_.prefix, *members, *loads, &skipped);
         for (const auto& why : skipped)
           if (skipped_logged.insert(why).second) RGPU_LOG_WARN("cluster: a record in etcd is left out: {}", why);
+      } else {
+        read_failed = true;
       }
       next_view = now + load_every;
     }
     lock.lock();
     if (fresh) view_ = std::move(*fresh), view_at_ = Clock::now();
+    if (fresh || read_failed) {
+      view_reachable_ = !read_failed;
+      ++view_reads_;
+      cv_.notify_all();
+    }
     registered_ = lease != 0;
     if (stop_) break;
     // Sleep until the next renewal, load write or retry; a change wakes it.
-    auto wake = lease ? std::min({next_renew, std::max(next_load, now), next_view}) : now + retry;
+    auto wake = lease ? std::min(next_renew, std::max(next_load, now)) : now + retry;
+    if (now - wanted_at_ <= idleAfter()) wake = std::min(wake, std::max(next_view, now));
     if (lease && !outage.empty()) wake = std::min(wake, now + retry);
+    const auto wanted_before = wanted_at_;
     cv_.wait_until(lock, wake, [&] {
-      return stop_ || draining_ != written_draining || (lease && load_ != written_load && Clock::now() >= next_load);
+      return stop_ || draining_ != written_draining || (lease && load_ != written_load && Clock::now() >= next_load) ||
+             wanted_at_ != wanted_before;
     });
+    if (wanted_at_ != wanted_before) next_view = std::min(next_view, Clock::now());
   }
   lock.unlock();
   if (lease) {

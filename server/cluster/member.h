@@ -24,9 +24,14 @@
 // is replaced and the keys written again. A name another live member holds is
 // not taken: the member waits for that lease to go, logging why.
 //
-// The member also reads the pool — every member's record and load — once per
-// load_interval_ms (two reads, whatever the pool's size) for placement
-// (placement.h); a view older than the lease TTL (etcd unreachable) is none.
+// For placement (placement.h) the member reads the pool — every member's
+// record and load, two reads whatever the pool's size — at most once per
+// load_interval_ms, and only while admissions ask for it: a member that
+// admitted nobody for max(lease TTL, 10 load intervals) reads nothing, and
+// the first admission after such a spell waits for a fresh read (at most
+// min(etcd_timeout_ms, 500 ms); not when etcd was unreachable last time). A
+// view older than the lease TTL (etcd unreachable) is none: admissions stay
+// here.
 //
 // Thread-safe: setLoad, setDraining and view may be called from any thread;
 // the member's own thread does all etcd I/O.
@@ -73,7 +78,7 @@ class ClusterMember {
   // Whether the member's keys are in etcd now (for logs and tests).
   bool registered() const;
   // The pool as last read (empty: not read within the lease TTL).
-  std::vector<MemberView> view() const;
+  std::vector<MemberView> view();
 
  private:
   ClusterMember(const ClusterConfig& cfg, std::vector<PoolDeviceInfo> devices, std::unique_ptr<EtcdClient> etcd);
@@ -90,7 +95,10 @@ class ClusterMember {
   bool registered_ = false;
   std::string load_;
   std::vector<MemberView> view_;
-  std::chrono::steady_clock::time_point view_at_{};
+  std::chrono::steady_clock::time_point view_at_{}, wanted_at_{};
+  uint64_t view_reads_ = 0;     // reads of the pool done (or failed)
+  bool view_reachable_ = true;  // the last read reached etcd
+  std::chrono::steady_clock::duration idleAfter() const;
   std::thread thread_;
 };
 
