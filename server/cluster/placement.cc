@@ -130,6 +130,12 @@ bool fits(const MemberView& m, const DeviceRequest& req) {
   return n >= std::max<uint32_t>(req.count, 1);
 }
 
+bool couldFit(const MemberView& m, const DeviceRequest& req) {
+  MemberView idle = m;
+  for (auto& d : idle.devices) d.free = d.memory;
+  return fits(idle, req);
+}
+
 std::optional<size_t> choose(const std::vector<MemberView>& view, const DeviceRequest& req, PoolPolicy policy,
                              const std::string& self) {
   std::optional<size_t> best;

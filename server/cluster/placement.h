@@ -52,6 +52,8 @@ std::vector<MemberView> parseView(const std::string& prefix, const std::vector<E
 
 // Whether `m`'s devices fit `req` now (count of them, at least one).
 bool fits(const MemberView& m, const DeviceRequest& req);
+// Whether they could once free (the same, with total memory for free memory; draining members never).
+bool couldFit(const MemberView& m, const DeviceRequest& req);
 // The member that should take `req` (an index into `view`), or none fits.
 std::optional<size_t> choose(const std::vector<MemberView>& view, const DeviceRequest& req, PoolPolicy policy,
                              const std::string& self);

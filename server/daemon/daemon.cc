@@ -363,15 +363,17 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     member = std::move(*m);
     // Admissions ask the pool first: a member that fits better takes the client.
     const auto policy = *cluster::parsePoolPolicy(cfg.cluster.policy);
-    service.setRedirector([&member, policy, self = cfg.cluster.name](const ClientInfo&, const DeviceRequest& req)
-                              -> std::optional<Placement> {
+    service.setRedirector([&member, policy, self = cfg.cluster.name](const ClientInfo&, const DeviceRequest& req) {
+      PoolService::PoolAnswer a;
       auto view = member->view();
+      for (const auto& m : view) a.elsewhere |= m.name != self && cluster::couldFit(m, req);
       auto i = cluster::choose(view, req, policy, self);
-      if (!i || view[*i].name == self) return std::nullopt;  // here (or nowhere: the local queue decides)
+      if (!i || view[*i].name == self) return a;  // here (or nowhere now: the local queue decides)
       Placement p;
       p.redirect = view[*i].address;
       p.redirect_member = view[*i].name;
-      return p;
+      a.redirect = p;
+      return a;
     });
     publishLoad = [&] {
       auto snap = pool.snapshot(PoolManager::Clock::now());
@@ -390,6 +392,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
         last_gpu_ns[i] = gpu_ns[i];
       }
       member->setLoad(cluster::loadRecord(snap, busy));
+      if (pool.queued()) service.poolChanged();  // capacity may have appeared elsewhere
       load_timer.expires_after(std::chrono::milliseconds(cfg.cluster.load_interval_ms));
       load_timer.async_wait([&](const asio::error_code& e) {
         if (!e) publishLoad();

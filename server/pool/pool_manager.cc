@@ -189,6 +189,7 @@ std::optional<Result<Placement>> PoolManager::admit(uint64_t session, const Clie
     return p;
   }
   uint32_t wait = req.wait_ms ? std::min(req.wait_ms, cfg_.admission_timeout_ms) : cfg_.admission_timeout_ms;
+  if (never && req.elsewhere && p.status().code() == err::kDevicesUnavailable) never = false;  // waits for that member
   if (never || wait == 0) {
     user_state_[who.user].refusals++;
     return p;
@@ -207,6 +208,7 @@ std::vector<std::pair<uint64_t, Result<Placement>>> PoolManager::retry(Clock::ti
   for (auto it = queue_.begin(); it != queue_.end();) {
     bool never = false;
     Result<Placement> p = tryPlace(it->who, it->req, &never);
+    if (never && it->req.elsewhere && p.status().code() == err::kDevicesUnavailable) never = false;
     if (p) {
       start(it->session, it->who, *p, now, it->since);
       out.emplace_back(it->session, std::move(p));

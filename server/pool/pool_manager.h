@@ -44,6 +44,9 @@ struct DeviceRequest {
   std::string model;        // glob on the device name; empty = any
   uint32_t wait_ms = 0;     // 0: the server's admission_timeout_ms
   bool no_redirect = false; // a pool of servers placed the client here already: take it or refuse it
+  // Another member of a pool could take it once it has room: what can never
+  // fit here waits in the queue (to be sent there) instead of being refused.
+  bool elsewhere = false;
 };
 
 struct Placement {
@@ -133,6 +136,17 @@ class PoolManager {
   std::vector<uint64_t> queuedSessions() const {
     std::vector<uint64_t> out;
     for (auto& q : queue_) out.push_back(q.session);
+    return out;
+  }
+  struct QueuedRequest {
+    uint64_t session;
+    ClientInfo who;
+    DeviceRequest req;
+  };
+  // The queue in its order (a pool of servers may send some elsewhere).
+  std::vector<QueuedRequest> queuedRequests() const {
+    std::vector<QueuedRequest> out;
+    for (auto& q : queue_) out.push_back({q.session, q.who, q.req});
     return out;
   }
   const std::vector<PoolDeviceInfo>& devices() const { return devices_; }

@@ -126,14 +126,11 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
     req.model = f[8];
     req.wait_ms = static_cast<uint32_t>(num(9));
     req.no_redirect = f.size() > 10 && f[10] == "1";
-    if (!req.no_redirect && redirect_)
-      if (auto r = redirect_(who, req)) {
-        RGPU_LOG_INFO("session {}: user '{}' placed by the pool on member '{}' at {}", session, who.user,
-                      r->redirect_member, r->redirect);
-        auto fields = placementFields(*r);
-        fields.insert(fields.begin(), "ok");
-        return reply(session, joinFields(fields));
-      }
+    if (!req.no_redirect && redirect_) {
+      PoolAnswer a = redirect_(who, req);
+      if (a.redirect) return sendElsewhere(session, who, *a.redirect);
+      req.elsewhere = a.elsewhere;
+    }
     auto d = pool_.admit(session, who, req, PoolManager::Clock::now());
     if (!d) {
       RGPU_LOG_INFO("session {}: user '{}' waits in the admission queue ({} waiting)", session, who.user, pool_.queued());
@@ -172,6 +169,25 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
     pool_.usage(session, {num(1), num(2), num(3), num(4), num(5)});
   } else {
     RGPU_LOG_WARN("session {}: malformed control message from its worker ({} bytes)", session, msg.size());
+  }
+}
+
+void PoolService::sendElsewhere(uint64_t session, const ClientInfo& who, const Placement& p) {
+  RGPU_LOG_INFO("session {}: user '{}' placed by the pool on member '{}' at {}", session, who.user, p.redirect_member,
+                p.redirect);
+  auto fields = placementFields(p);
+  fields.insert(fields.begin(), "ok");
+  reply(session, joinFields(fields));
+}
+
+void PoolService::poolChanged() {
+  if (!redirect_) return;
+  for (const auto& q : pool_.queuedRequests()) {
+    if (q.req.no_redirect) continue;
+    PoolAnswer a = redirect_(q.who, q.req);
+    if (!a.redirect) continue;
+    pool_.end(q.session);  // out of this queue
+    sendElsewhere(q.session, q.who, *a.redirect);
   }
 }
 

@@ -40,10 +40,18 @@ class PoolService {
   using Authenticator = std::function<Result<std::string>(const ClientCredential& credential)>;
   void setAuthenticator(Authenticator fn) { authenticate_ = std::move(fn); }
   // A pool of servers (server/cluster/): asked first for each admission that
-  // may be redirected; a placement with `redirect` set sends the client to
-  // that member, nullopt admits it here (or queues it).
-  using Redirector = std::function<std::optional<Placement>(const ClientInfo& who, const DeviceRequest& req)>;
+  // may be redirected. `redirect` set: the client goes to that member;
+  // else it is admitted here or queued — queued even when it can never fit
+  // here, if `elsewhere` (a member could take it once it has room).
+  struct PoolAnswer {
+    std::optional<Placement> redirect;
+    bool elsewhere = false;
+  };
+  using Redirector = std::function<PoolAnswer(const ClientInfo& who, const DeviceRequest& req)>;
   void setRedirector(Redirector fn) { redirect_ = std::move(fn); }
+  // The pool changed (its view was read again): queued requests another
+  // member can take now are sent there.
+  void poolChanged();
 
  private:
   struct Worker {
@@ -51,6 +59,7 @@ class PoolService {
     std::vector<char> buf;
   };
   void receive(uint64_t session);
+  void sendElsewhere(uint64_t session, const ClientInfo& who, const Placement& p);
   void handle(uint64_t session, const std::string& msg);
   void reply(uint64_t session, const std::string& msg, int fd = -1);
   void decideQueued();

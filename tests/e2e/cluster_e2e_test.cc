@@ -314,5 +314,42 @@ TEST_F(ClusterTest, ADeadEntryInTheServerListOrABadAdvertisedAddressGivesAClearA
       << r.output;
 }
 
+TEST_F(ClusterTest, AQueuedProgramIsServedWhenAnotherMemberHasRoom) {
+  test::TempDir da, db, client, holder_dir;
+  test::ServerProcess a(da.path(), memberToml(da.path(), "a", 2));
+  test::ServerProcess b(db.path(), memberToml(db.path(), "b", 2, simDevice("Sim Z", "2GiB", "9.0")));
+  ASSERT_TRUE(waitFor([&] { return member("a") && member("b"); }, 10s));
+  // A program holds 1.5 GiB of b's Z for 3 s.
+  test::writeFile(holder_dir.file("client.toml"), clientToml(b.port()) + "[request]\ndevices = 1\nmodel = \"Sim Z\"\n");
+  pid_t holder = fork();
+  if (holder == 0) {
+    setenv("RGPU_CONFIG", holder_dir.file("client.toml").c_str(), 1);
+    setenv("LD_LIBRARY_PATH", RGPU_CLIENT_LIBDIR, 1);
+    int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1), ::dup2(devnull, 2);
+    const std::string prog = std::string(RGPU_TEST_PROGRAMS_DIR) + "/pool_client";
+    execl(prog.c_str(), "pool_client", "hold", "1610612736", "3000", (char*)nullptr);
+    _exit(127);
+  }
+  ASSERT_TRUE(waitFor([&] { auto l = load("b"); return l && (*l)["devices"][1]["used"] > 0; }, 10s)) << b.log();
+  std::this_thread::sleep_for(500ms);
+  // Asked at a, which has no Z at all: it waits there (b could take it), and goes to b once b has room.
+  const auto t0 = Clock::now();
+  auto r = poolClient(client, clientToml(a.port()) + "[request]\ndevices = 1\nmodel = \"Sim Z\"\nmin_memory = \"1GiB\"\n"
+                                                     "wait_ms = 20000\n", "info");
+  const auto waited = Clock::now() - t0;
+  EXPECT_EQ(r.code, 0) << r.output << a.log();
+  EXPECT_NE(r.output.find("Sim Z"), std::string::npos) << r.output;
+  EXPECT_GE(waited, 1500ms);  // it did wait for the holder
+  EXPECT_NE(a.log().find("waits in the admission queue"), std::string::npos) << a.log();
+  EXPECT_NE(a.log().find("placed by the pool on member 'b'"), std::string::npos) << a.log();
+  waitpid(holder, nullptr, 0);
+  // Nothing in the pool could ever take it: refused at once, not queued.
+  auto never = poolClient(client, clientToml(a.port()) + "[request]\ndevices = 1\nmodel = \"Sim Q\"\nwait_ms = 20000\n",
+                          "info");
+  EXPECT_NE(never.code, 0);
+  EXPECT_NE(never.output.find("cudaErrorDevicesUnavailable"), std::string::npos) << never.output;
+}
+
 }  // namespace
 }  // namespace rgpu
