@@ -4,6 +4,9 @@
 //   rgpu-smi --query-gpu=index,name,memory.used --format=csv[,noheader][,nounits]
 //   rgpu-smi --query-sessions[=id,user,...] [--format=csv...]
 //   rgpu-smi -l 2                             repeat every 2 seconds
+//   rgpu-smi --pool                           every member of a pool of servers, its devices and load,
+//                                             and the sessions each member shows the caller
+//   rgpu-smi --pool --query-members=member,address,state,index,name,memory.used --format=csv
 //
 // It finds and authenticates to the server exactly as a CUDA program does
 // (client.toml, RGPU_SERVER, ...) and asks for the pool status over the same
@@ -138,12 +141,115 @@ bool printQuery(List items, const std::vector<std::string>& fields, FieldFn fiel
   return true;
 }
 
+// One row per device of each member: the member's fields, then the device's.
+std::string memberField(rgpu::wire::PoolMember::Reader m, const std::string& f) {
+  if (f == "member") return m.getName();
+  if (f == "address") return m.getAddress();
+  if (f == "state") return m.getState();
+  if (f == "member.sessions") return std::to_string(m.getSessions());
+  if (f == "queued") return std::to_string(m.getQueued());
+  return "";
+}
+
+// rgpu-smi --pool: the members as the server asked last read them, then each
+// member's sessions (a monitor connection to each; as its own policy shows them).
+int printPool(Connection& conn, const rgpu::client::ClientConfig& cfg, const Format& fmt,
+              const std::vector<std::string>& member_fields, bool sessions_mode,
+              const std::vector<std::string>& session_fields) {
+  capnp::MallocMessageBuilder msg;
+  msg.initRoot<rgpu::wire::Request>().setPoolMembers();
+  auto r = conn.call(msg);
+  if (!r.status) {
+    std::fprintf(stderr, "rgpu-smi: %s\n", r.status.message().c_str());
+    return 1;
+  }
+  auto members = r.reader().getPoolMembers().getMembers();
+  if (!sessions_mode) {
+    std::vector<std::string> fields = member_fields;
+    if (fields.empty()) fields = {"member", "address", "state", "index", "name", "memory.used", "memory.total", "sessions",
+                                  "compute_cap"};
+    std::vector<std::vector<std::string>> rows;
+    for (auto m : members)
+      for (auto d : m.getDevices()) {
+        std::vector<std::string> row;
+        for (const auto& f : fields) {
+          std::string v = memberField(m, f);
+          if (v.empty()) v = gpuField(d, f, fmt);
+          if (v.empty()) {
+            std::fprintf(stderr, "rgpu-smi: unknown --query-members field '%s'\n", f.c_str());
+            return 2;
+          }
+          row.push_back(std::move(v));
+        }
+        rows.push_back(std::move(row));
+      }
+    if (fmt.csv || !member_fields.empty()) {
+      if (fmt.csv) printCsv(fields, rows, fmt);
+      else printTable(fields, rows);
+      return 0;
+    }
+    std::cout << "rgpu-smi " << RGPU_VERSION << "  pool as seen by " << conn.server() << "  user "
+              << conn.welcome().identity << "  " << members.size() << " member(s)\n\n";
+    printTable({"MEMBER", "ADDRESS", "STATE", "GPU", "NAME", "MEMORY USED", "MEMORY", "SESSIONS", "CC"}, rows);
+    std::cout << "\n";
+  }
+  // Sessions, member by member.
+  std::vector<std::string> fields = session_fields;
+  if (fields.empty()) fields = {"id", "user", "host", "pid", "devices", "memory", "state", "seconds"};
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> notes;
+  for (auto m : members) {
+    rgpu::client::ClientConfig one = cfg;
+    one.server = m.getAddress();
+    one.server_name.clear();
+    one.monitor = true;
+    auto c = Connection::open(one, nullptr);
+    if (!c) {
+      notes.push_back("member " + std::string(m.getName()) + " at " + std::string(m.getAddress()) + ": " +
+                      c.status().message());
+      continue;
+    }
+    capnp::MallocMessageBuilder q;
+    q.initRoot<rgpu::wire::Request>().setPoolStatus();
+    auto st = (*c)->call(q);
+    if (!st.status) {
+      notes.push_back("member " + std::string(m.getName()) + ": " + st.status.message());
+      continue;
+    }
+    for (auto s : st.reader().getPoolStatus().getSessions()) {
+      std::vector<std::string> row = {m.getName()};
+      for (const auto& f : fields) {
+        std::string v = sessionField(s, f, fmt);
+        if (v.empty()) {
+          std::fprintf(stderr, "rgpu-smi: unknown --query-sessions field '%s'\n", f.c_str());
+          return 2;
+        }
+        row.push_back(std::move(v));
+      }
+      rows.push_back(std::move(row));
+    }
+    (*c)->close();
+  }
+  std::vector<std::string> head = {"member"};
+  head.insert(head.end(), fields.begin(), fields.end());
+  if (fmt.csv) {
+    printCsv(head, rows, fmt);
+  } else {
+    for (auto& h : head)
+      for (auto& ch : h) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    printTable(head, rows);
+  }
+  for (const auto& n : notes) std::fprintf(stderr, "rgpu-smi: %s\n", n.c_str());
+  return notes.empty() ? 0 : 3;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"rgpu-smi: devices and sessions of an rgpu-server pool"};
-  std::string server, config, query_gpu, query_sessions, format;
+  std::string server, config, query_gpu, query_sessions, query_members, format;
   int loop = 0;
+  bool pool = false;
   app.add_option("--server", server, "rgpu server as HOST:PORT (default: from client.toml)");
   app.add_option("--config", config, "client.toml to use (default: $RGPU_CONFIG, ~/.config/rgpu, /etc/rgpu)");
   app.add_option("--query-gpu", query_gpu,
@@ -155,6 +261,9 @@ int main(int argc, char** argv) {
   qs->expected(0, 1);
   app.add_option("--format", format, "csv[,noheader][,nounits]");
   app.add_option("-l,--loop", loop, "repeat every N seconds");
+  app.add_flag("--pool", pool, "every member of the pool of servers this server is one of, and their sessions");
+  app.add_option("--query-members", query_members,
+                 "with --pool, comma-separated: member,address,state,member.sessions,queued and the --query-gpu fields");
   CLI11_PARSE(app, argc, argv);
 
   if (!config.empty()) setenv("RGPU_CONFIG", config.c_str(), 1);
@@ -186,6 +295,19 @@ int main(int argc, char** argv) {
   std::vector<std::string> session_fields = split(query_sessions, ',');
   if (sessions_mode && session_fields.empty())
     session_fields = {"id", "user", "host", "pid", "devices", "memory", "priority", "gpu_time", "calls", "state", "seconds"};
+  if (pool) {
+    for (;;) {
+      int rc = printPool(**conn, *cfg, fmt, split(query_members, ','), sessions_mode,
+                         sessions_mode ? session_fields : std::vector<std::string>{});
+      std::cout.flush();
+      if (rc == 1 || rc == 2 || loop <= 0) {
+        (*conn)->close();
+        return rc;
+      }
+      std::this_thread::sleep_for(std::chrono::seconds(loop));
+      if (!fmt.csv) std::cout << "\n";
+    }
+  }
   for (;;) {
     capnp::MallocMessageBuilder msg;
     msg.initRoot<rgpu::wire::Request>().setPoolStatus();

@@ -154,6 +154,7 @@ struct Request {
     textureDestroy @50 :ObjectRef;
     surfaceCreate @51 :SurfaceCreate;  # cudaCreateSurfaceObject: reply value = the object kernels take
     surfaceDestroy @52 :ObjectRef;
+    poolMembers @53 :Void;           # rgpu-smi --pool: the members of the pool this server is one of
   }
 }
 
@@ -461,10 +462,24 @@ struct Reply {
     poolStatus @11 :PoolStatus;
     ltAlgos @12 :List(LtAlgo);
     pitched @13 :Pitched;
+    poolMembers @15 :PoolMembers;
   }
   # A cuBLAS call's failure: its cublasStatus_t (error is then a non-sticky
   # CUDA error standing for it, common/status.h); 0 otherwise.
   blasStatus @14 :Int32;
+}
+
+# A pool of servers (docs/pool.md), as the member asked last read it from etcd.
+struct PoolMembers {
+  members @0 :List(PoolMember);
+}
+struct PoolMember {
+  name @0 :Text;
+  address @1 :Text;            # host:port clients are sent to
+  state @2 :Text;              # ready | draining
+  devices @3 :List(PoolDevice);  # memoryUsed: total - free as the member last wrote it
+  sessions @4 :UInt32;
+  queued @5 :UInt32;
 }
 
 struct PoolStatus {

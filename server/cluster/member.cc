@@ -6,7 +6,11 @@
 #include <optional>
 #include <set>
 
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
 #include "common/log.h"
+#include "protocol/rgpu.capnp.h"
 #include "server/cluster/etcd_client.h"
 
 namespace rgpu::server::cluster {
@@ -50,6 +54,37 @@ std::string loadRecord(const PoolSnapshot& pool, const std::vector<double>& busy
                     {"busy", i < busy.size() ? busy[i] : 0.0}});
   }
   return json{{"sessions", sessions}, {"queued", queued}, {"devices", devs}}.dump();
+}
+
+std::string encodePoolMembers(const std::vector<MemberView>& view) {
+  capnp::MallocMessageBuilder msg;
+  auto list = msg.initRoot<wire::PoolMembers>().initMembers(static_cast<unsigned>(view.size()));
+  for (size_t i = 0; i < view.size(); ++i) {
+    const MemberView& m = view[i];
+    auto out = list[static_cast<unsigned>(i)];
+    out.setName(m.name);
+    out.setAddress(m.address);
+    out.setState(m.draining ? "draining" : "ready");
+    out.setSessions(m.sessions);
+    out.setQueued(m.queued);
+    auto devs = out.initDevices(static_cast<unsigned>(m.devices.size()));
+    for (size_t d = 0; d < m.devices.size(); ++d) {
+      auto o = devs[static_cast<unsigned>(d)];
+      const auto& dev = m.devices[d];
+      o.setIndex(static_cast<uint32_t>(d));
+      o.setName(dev.name);
+      o.setUuid(dev.uuid);
+      o.setMemoryTotal(dev.memory);
+      o.setMemoryUsed(dev.memory - std::min(dev.free, dev.memory));
+      o.setUtilization(-1);
+      o.setTemperature(-1);
+      o.setPowerMw(-1);
+      o.setSessions(dev.sessions);
+      o.setComputeCapability(dev.cc);
+    }
+  }
+  auto words = capnp::messageToFlatArray(msg);
+  return std::string(reinterpret_cast<const char*>(words.begin()), words.size() * sizeof(capnp::word));
 }
 
 Result<std::unique_ptr<ClusterMember>> ClusterMember::start(const ClusterConfig& cfg,

@@ -62,6 +62,9 @@ std::string memberRecord(const ClusterConfig& cfg, const std::vector<PoolDeviceI
 // The live load (JSON) from a pool snapshot and each device's busy fraction.
 std::string loadRecord(const PoolSnapshot& pool, const std::vector<double>& busy);
 
+// The view as rgpu-smi --pool gets it (wire::PoolMembers, flat message bytes).
+std::string encodePoolMembers(const std::vector<MemberView>& view);
+
 class ClusterMember {
  public:
   // Starts the member's thread; the first registration happens there.

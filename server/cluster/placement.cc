@@ -53,6 +53,7 @@ Result<MemberView> parseMember(const std::string& text) {
       return Status(err::kInvalidValue, "a device without a name");
     MemberView::Device dev;
     dev.name = d["name"].get<std::string>();
+    if (d.contains("uuid") && d["uuid"].is_string()) dev.uuid = d["uuid"].get<std::string>();
     dev.memory = u64(d, "memory");
     dev.free = dev.memory;
     dev.cc = ccOf(d);

@@ -34,7 +34,7 @@ Result<PoolPolicy> parsePoolPolicy(const std::string& s);
 
 struct MemberView {
   struct Device {
-    std::string name;
+    std::string name, uuid;
     uint64_t memory = 0, free = 0;
     uint32_t cc = 0;  // major * 10 + minor
     uint32_t sessions = 0;

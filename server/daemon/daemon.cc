@@ -375,6 +375,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
       a.redirect = p;
       return a;
     });
+    service.setMembers([&member] { return cluster::encodePoolMembers(member->view()); });
     publishLoad = [&] {
       auto snap = pool.snapshot(PoolManager::Clock::now());
       // Busy: NVML's utilisation where there is NVML, else the device time

@@ -308,6 +308,14 @@ Result<std::string> ControlSocketLink::status(const std::string& user) {
   return f[1];
 }
 
+Result<std::string> ControlSocketLink::members() {
+  auto r = ask("members", answer_timeout_);
+  if (!r) return r.status();
+  auto f = splitFields(*r, 2);
+  if (f.size() < 2) return Status(err::kUnknown, "malformed members answer from the pool manager");
+  return f[1];
+}
+
 void ControlSocketLink::usage(const SessionUsage& u) {
   send(joinFields({"usage", std::to_string(u.calls), std::to_string(u.bytes_in), std::to_string(u.bytes_out),
                    std::to_string(u.gpu_ns), std::to_string(u.errors)}));

@@ -51,6 +51,9 @@ class PoolLink {
   // wire::PoolStatus as a flat Cap'n Proto message: every session for admins
   // (the pool manager's policy says who is one), else the user's own.
   virtual Result<std::string> status(const std::string& user) = 0;
+  // The pool of servers this one is a member of (wire::PoolMembers, flat
+  // message bytes); kNotSupported when it is not one.
+  virtual Result<std::string> members() { return Status(err::kNotSupported, "this server is not a member of a pool"); }
   virtual void usage(const SessionUsage& u) = 0;
   // The launch gate of an admitted session (priorities, weights); nullptr: none.
   virtual std::unique_ptr<LaunchGate> gateFor(const Placement& p) { return nullptr; }
@@ -102,6 +105,7 @@ class ControlSocketLink final : public PoolLink {
   void release(int device, uint64_t bytes) override;
   std::pair<uint64_t, uint64_t> quotaView(int device) override;
   Result<std::string> status(const std::string& user) override;
+  Result<std::string> members() override;
   void usage(const SessionUsage& u) override;
   std::unique_ptr<LaunchGate> gateFor(const Placement& p) override;
 

@@ -165,6 +165,10 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
     std::string body = encodePoolStatus(pool_.snapshot(PoolManager::Clock::now()), user, pool_.isAdmin(user),
                                         health_ ? health_() : std::vector<DeviceHealth>{});
     reply(session, std::string("ok") + kFieldSep + body);
+  } else if (verb == "members") {
+    if (!members_) return reply(session, errorReply(Status(err::kNotSupported, "this server is not a member of a pool "
+                                                                               "([cluster] in server.toml)")));
+    reply(session, std::string("ok") + kFieldSep + members_());
   } else if (verb == "usage" && f.size() >= 6) {
     pool_.usage(session, {num(1), num(2), num(3), num(4), num(5)});
   } else {

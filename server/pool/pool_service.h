@@ -52,6 +52,9 @@ class PoolService {
   // The pool changed (its view was read again): queued requests another
   // member can take now are sent there.
   void poolChanged();
+  // The pool's members for rgpu-smi --pool (wire::PoolMembers, flat message bytes).
+  using MembersFn = std::function<std::string()>;
+  void setMembers(MembersFn fn) { members_ = std::move(fn); }
 
  private:
   struct Worker {
@@ -76,6 +79,7 @@ class PoolService {
   std::function<void(uint64_t)> on_authenticated_;
   Authenticator authenticate_;
   Redirector redirect_;
+  MembersFn members_;
   std::map<uint64_t, std::string> identity_;  // session -> the user the daemon bound it to
 };
 

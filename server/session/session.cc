@@ -800,6 +800,7 @@ const Session::Handlers& Session::handlers() {
     t[R::FUNC_SET_ATTRIBUTE] = &Session::onFuncSetAttribute;
     t[R::OCCUPANCY] = &Session::onOccupancy;
     t[R::POOL_STATUS] = &Session::onPoolStatus;
+    t[R::POOL_MEMBERS] = &Session::onPoolMembers;
     t[R::BLAS] = &Session::dispatchBlas;
     t[R::LT_MATMUL] = &Session::dispatchBlas;
     t[R::LT_HEURISTIC] = &Session::dispatchBlas;
@@ -824,7 +825,8 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
   uint64_t calls = calls_.fetch_add(1, std::memory_order_relaxed);
   bytes_in_.fetch_add(h.bulk_len, std::memory_order_relaxed);
   if (calls < 64 || (calls & 63) == 0) reportUsage(false);  // keeps the clock read off most calls
-  if (monitor_ && req.which() != R::POOL_STATUS && req.which() != R::PING && req.which() != R::NOOP) {
+  if (monitor_ && req.which() != R::POOL_STATUS && req.which() != R::POOL_MEMBERS && req.which() != R::PING &&
+      req.which() != R::NOOP) {
     if (h.bulk_len) RGPU_TRY(reader_->skipBulk(h));
     finish(h, Status(err::kNotPermitted, "a monitor session (rgpu-smi) only asks for the pool status"));
     return Status::ok();
@@ -868,6 +870,19 @@ Status Session::onPoolStatus(const FrameHeader& h, wire::Request::Reader req) {
   capnp::FlatArrayMessageReader pr(words, common::readerOptions());
   auto status = pr.getRoot<wire::PoolStatus>();
   finish(h, Status::ok(), [&](auto& r) { r.setPoolStatus(status); });
+  return Status::ok();
+}
+
+Status Session::onPoolMembers(const FrameHeader& h, wire::Request::Reader req) {
+  RGPU_TRY(bulkNotExpected(h));
+  auto m = pool_.members();
+  if (!m) return finish(h, m.status()), Status::ok();
+  if (m->size() % sizeof(capnp::word)) return finish(h, Status(err::kUnknown, "malformed members answer")), Status::ok();
+  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(m->size() / sizeof(capnp::word));
+  std::memcpy(words.begin(), m->data(), words.size() * sizeof(capnp::word));
+  capnp::FlatArrayMessageReader pr(words, common::readerOptions());
+  auto members = pr.getRoot<wire::PoolMembers>();
+  finish(h, Status::ok(), [&](auto& r) { r.setPoolMembers(members); });
   return Status::ok();
 }
 

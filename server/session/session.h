@@ -201,6 +201,7 @@ class Session {
   Staging stage(uint64_t size);
   // (session.cc)
   Status onPoolStatus(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onPoolMembers(const protocol::FrameHeader& h, wire::Request::Reader req);
   // session_blas.cc: cuBLAS and cuBLASLt calls.
   Status dispatchBlas(const protocol::FrameHeader& h, wire::Request::Reader req);
   // A request that carries no bulk bytes must have none (else the stream position is lost).

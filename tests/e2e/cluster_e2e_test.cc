@@ -351,5 +351,51 @@ TEST_F(ClusterTest, AQueuedProgramIsServedWhenAnotherMemberHasRoom) {
   EXPECT_NE(never.output.find("cudaErrorDevicesUnavailable"), std::string::npos) << never.output;
 }
 
+TEST_F(ClusterTest, RgpuSmiPoolListsEveryMemberItsDevicesAndTheCallersSessions) {
+  test::TempDir da, db, client, holder_dir;
+  test::ServerProcess a(da.path(), memberToml(da.path(), "a", 2));
+  test::ServerProcess b(db.path(), memberToml(db.path(), "b", 2, simDevice("Sim Z", "2GiB", "8.9")));
+  ASSERT_TRUE(waitFor([&] { return member("a") && member("b"); }, 10s));
+  test::writeFile(holder_dir.file("client.toml"), clientToml(b.port()) + "[request]\ndevices = 1\nmodel = \"Sim Z\"\n");
+  pid_t holder = fork();
+  if (holder == 0) {
+    setenv("RGPU_CONFIG", holder_dir.file("client.toml").c_str(), 1);
+    setenv("LD_LIBRARY_PATH", RGPU_CLIENT_LIBDIR, 1);
+    int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1), ::dup2(devnull, 2);
+    const std::string prog = std::string(RGPU_TEST_PROGRAMS_DIR) + "/pool_client";
+    execl(prog.c_str(), "pool_client", "hold", "1048576", "20000", (char*)nullptr);
+    _exit(127);
+  }
+  ASSERT_TRUE(waitFor([&] { auto l = load("b"); return l && (*l)["sessions"] == 1; }, 10s)) << b.log();
+  std::this_thread::sleep_for(500ms);
+  test::writeFile(client.file("client.toml"), clientToml(a.port()));
+  const std::string env = "RGPU_CONFIG=" + client.file("client.toml");
+  auto table = test::run(std::string(RGPU_SMI_BIN) + " --pool", env);
+  EXPECT_EQ(table.code, 0) << table.output;
+  EXPECT_NE(table.output.find("2 member(s)"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("Sim Z"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("MEMBER"), std::string::npos) << table.output;
+  auto csv = test::run(std::string(RGPU_SMI_BIN) + " --pool --query-members=member,state,name,sessions,compute_cap "
+                                                   "--format=csv,noheader",
+                       env);
+  EXPECT_EQ(csv.code, 0) << csv.output;
+  EXPECT_NE(csv.output.find("a, ready, rgpu test device, 0, 9.0\n"), std::string::npos) << csv.output;
+  EXPECT_NE(csv.output.find("b, ready, Sim Z, 1, 8.9\n"), std::string::npos) << csv.output;
+  // The holder's session, listed under member b (alice sees her own).
+  auto sessions = test::run(std::string(RGPU_SMI_BIN) + " --pool --query-sessions=user,state --format=csv,noheader", env);
+  EXPECT_EQ(sessions.code, 0) << sessions.output;
+  EXPECT_NE(sessions.output.find("b, alice, running"), std::string::npos) << sessions.output;
+  ::kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  // A server alone says it is in no pool.
+  test::TempDir alone;
+  test::ServerProcess s(alone.path(), test::serverToml(certs_.path()));
+  test::writeFile(client.file("alone.toml"), clientToml(s.port()));
+  auto no = test::run(std::string(RGPU_SMI_BIN) + " --pool", "RGPU_CONFIG=" + client.file("alone.toml"));
+  EXPECT_NE(no.code, 0);
+  EXPECT_NE(no.output.find("not a member of a pool"), std::string::npos) << no.output;
+}
+
 }  // namespace
 }  // namespace rgpu
