@@ -149,6 +149,45 @@ std::vector<MemberView> ClusterMember::view() {
   return view_;
 }
 
+void ClusterMember::acquireSlot(const std::string& user, uint32_t max, uint64_t session,
+                                std::function<void(Status, bool)> done) {
+  std::lock_guard lock(mu_);
+  slot_tasks_.push_back({user, max, session, std::move(done)});
+  cv_.notify_all();
+}
+
+void ClusterMember::releaseSlot(uint64_t session) {
+  std::lock_guard lock(mu_);
+  slot_tasks_.push_back({"", 0, session, nullptr});
+  cv_.notify_all();
+}
+
+void ClusterMember::runSlotTask(SlotTask& t, int64_t lease) {
+  if (!t.done) {  // a release: only the key this member's lease holds
+    auto it = slots_held_.find(t.session);
+    if (it == slots_held_.end()) return;
+    if (lease) (void)etcd_->putIfLease(it->second, lease, {{EtcdOp::kDelete, it->second, "", 0}});
+    slots_held_.erase(it);
+    return;
+  }
+  if (!lease) return t.done(Status::ok(), false);
+  const std::string base = cfg_.prefix + "sessions/" + t.user + "/";
+  const std::string value = cfg_.name + "/" + std::to_string(t.session);
+  for (uint32_t k = 0; k < t.max; ++k) {
+    const uint32_t i = static_cast<uint32_t>((t.session + k) % t.max);  // start apart: fewer collisions
+    const std::string key = base + std::to_string(i);
+    auto took = etcd_->putIfAbsent(key, {{EtcdOp::kPut, key, value, lease}});
+    if (!took) return t.done(Status::ok(), false);
+    if (*took) {
+      slots_held_[t.session] = key;
+      return t.done(Status::ok(), true);
+    }
+  }
+  t.done(Status(err::kDevicesUnavailable, "user '" + t.user + "' has " + std::to_string(t.max) +
+                                              " session(s) in the pool, max_sessions = " + std::to_string(t.max)),
+         true);
+}
+
 std::chrono::steady_clock::duration ClusterMember::idleAfter() const {
   return std::max<Clock::duration>(std::chrono::seconds(cfg_.lease_ttl_s),
                                    10 * std::chrono::milliseconds(cfg_.load_interval_ms));
@@ -232,6 +271,12 @@ void ClusterMember::run() {
       if (!s) failed(s);
       else if (lease) outage.clear();
     }
+    // Slots taken and given back (admissions wait for them).
+    lock.lock();
+    std::deque<SlotTask> tasks;
+    tasks.swap(slot_tasks_);
+    lock.unlock();
+    for (auto& t : tasks) runSlotTask(t, lease);
     // The pool, for placement: read while admissions ask for it (recently),
     // so a quiet member reads nothing.
     std::optional<std::vector<MemberView>> fresh;
@@ -268,10 +313,13 @@ void ClusterMember::run() {
     const auto wanted_before = wanted_at_;
     cv_.wait_until(lock, wake, [&] {
       return stop_ || draining_ != written_draining || (lease && load_ != written_load && Clock::now() >= next_load) ||
-             wanted_at_ != wanted_before;
+             wanted_at_ != wanted_before || !slot_tasks_.empty();
     });
     if (wanted_at_ != wanted_before) next_view = std::min(next_view, Clock::now());
   }
+  for (auto& t : slot_tasks_)  // never run: the member is going (its slots with it)
+    if (t.done) t.done(Status::ok(), false);
+  slot_tasks_.clear();
   lock.unlock();
   if (lease) {
     Status s = etcd_->revoke(lease);

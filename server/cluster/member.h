@@ -33,11 +33,22 @@
 // view older than the lease TTL (etcd unreachable) is none: admissions stay
 // here.
 //
-// Thread-safe: setLoad, setDraining and view may be called from any thread;
-// the member's own thread does all etcd I/O.
+// Pool-wide max_sessions: a session a member admits holds one of its user's
+// slots, the key <prefix>sessions/<user>/<i> (i < max_sessions), created
+// only if absent (one etcd transaction, so two members admitting at the same
+// instant cannot both take the last slot) and attached to the member's lease
+// (a member that dies gives its slots back when the lease expires). A slot
+// is given back when its session ends. While etcd is unreachable slots are
+// not checked (each member's own max_sessions still holds), and said so.
+//
+// Thread-safe: setLoad, setDraining, view and the slot calls may be called
+// from any thread; the member's own thread does all etcd I/O.
 #pragma once
 
 #include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -82,6 +93,13 @@ class ClusterMember {
   bool registered() const;
   // The pool as last read (empty: not read within the lease TTL).
   std::vector<MemberView> view();
+  // Takes one of `user`'s `max` slots for `session`; `done` (on the member's
+  // thread) gets ok, kDevicesUnavailable when all are taken, or ok with
+  // `checked` false when etcd could not be asked.
+  void acquireSlot(const std::string& user, uint32_t max, uint64_t session,
+                   std::function<void(Status, bool checked)> done);
+  // The session ended: its slot (if it has one) is given back.
+  void releaseSlot(uint64_t session);
 
  private:
   ClusterMember(const ClusterConfig& cfg, std::vector<PoolDeviceInfo> devices, std::unique_ptr<EtcdClient> etcd);
@@ -97,6 +115,15 @@ class ClusterMember {
   bool draining_ = false;
   bool registered_ = false;
   std::string load_;
+  struct SlotTask {
+    std::string user;
+    uint32_t max = 0;
+    uint64_t session = 0;
+    std::function<void(Status, bool)> done;  // null: a release
+  };
+  std::deque<SlotTask> slot_tasks_;
+  std::map<uint64_t, std::string> slots_held_;  // session -> its slot key (the member's thread)
+  void runSlotTask(SlotTask& t, int64_t lease);
   std::vector<MemberView> view_;
   std::chrono::steady_clock::time_point view_at_{}, wanted_at_{};
   uint64_t view_reads_ = 0;     // reads of the pool done (or failed)

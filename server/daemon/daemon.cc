@@ -376,6 +376,11 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
       return a;
     });
     service.setMembers([&member] { return cluster::encodePoolMembers(member->view()); });
+    service.setSlots([&member](const std::string& user, uint32_t max, uint64_t session,
+                               std::function<void(Status, bool)> done) {
+                       member->acquireSlot(user, max, session, std::move(done));
+                     },
+                     [&member](uint64_t session) { member->releaseSlot(session); });
     publishLoad = [&] {
       auto snap = pool.snapshot(PoolManager::Clock::now());
       // Busy: NVML's utilisation where there is NVML, else the device time
@@ -393,7 +398,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
         last_gpu_ns[i] = gpu_ns[i];
       }
       member->setLoad(cluster::loadRecord(snap, busy));
-      if (pool.queued()) service.poolChanged();  // capacity may have appeared elsewhere
+      service.poolChanged();  // capacity (or a session slot) may have appeared elsewhere
       load_timer.expires_after(std::chrono::milliseconds(cfg.cluster.load_interval_ms));
       load_timer.async_wait([&](const asio::error_code& e) {
         if (!e) publishLoad();

@@ -130,6 +130,7 @@ class PoolManager {
 
   PoolSnapshot snapshot(Clock::time_point now) const;
   bool isAdmin(const std::string& user) const { return policyOf(user).admin; }
+  uint32_t maxSessions(const std::string& user) const { return policyOf(user).max_sessions; }
   // A running session's placement (its priority and weight follow policy reloads).
   std::optional<Placement> placementOf(uint64_t session) const;
   size_t queued() const { return queue_.size(); }

@@ -55,6 +55,8 @@ void PoolService::attach(uint64_t session, int fd) {
 
 void PoolService::detach(uint64_t session) {
   pool_.end(session);
+  slot_waiting_.erase(session);
+  if (release_) release_(session);
   identity_.erase(session);
   if (auto it = slots_.find(session); it != slots_.end()) {
     if (gates_) gates_->clear(it->second);
@@ -131,18 +133,13 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
       if (a.redirect) return sendElsewhere(session, who, *a.redirect);
       req.elsewhere = a.elsewhere;
     }
-    auto d = pool_.admit(session, who, req, PoolManager::Clock::now());
-    if (!d) {
-      RGPU_LOG_INFO("session {}: user '{}' waits in the admission queue ({} waiting)", session, who.user, pool_.queued());
-      decideQueued();
-      return;
+    if (const uint32_t max = acquire_ ? pool_.maxSessions(who.user) : 0) {
+      // A pool-wide session slot first (decided on the cluster member's thread).
+      const auto deadline = PoolManager::Clock::now() + std::chrono::milliseconds(req.wait_ms ? req.wait_ms : 24u * 3600000);
+      slot_waiting_[session] = {who, req, PoolManager::Clock::now(), deadline, false};
+      return askSlot(session, max);
     }
-    if (*d) {
-      placed(session, **d);
-    } else {
-      RGPU_LOG_WARN("session {}: user '{}' refused: {}", session, who.user, d->status().message());
-      reply(session, errorReply(d->status()));
-    }
+    admitHere(session, who, req);
   } else if (verb == "peer" && f.size() >= 3) {
     // Another session's gate page, read-only (only once its worker sealed it).
     if (!gates_ || !slots_.count(session)) return reply(session, errorReply(Status(err::kNotPermitted, "no gate slot")));
@@ -176,6 +173,58 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
   }
 }
 
+void PoolService::admitHere(uint64_t session, const ClientInfo& who, const DeviceRequest& req) {
+  auto d = pool_.admit(session, who, req, PoolManager::Clock::now());
+  if (!d) {
+    RGPU_LOG_INFO("session {}: user '{}' waits in the admission queue ({} waiting)", session, who.user, pool_.queued());
+    decideQueued();
+    return;
+  }
+  if (*d) {
+    placed(session, **d);
+  } else {
+    RGPU_LOG_WARN("session {}: user '{}' refused: {}", session, who.user, d->status().message());
+    if (release_) release_(session);
+    reply(session, errorReply(d->status()));
+  }
+}
+
+void PoolService::askSlot(uint64_t session, uint32_t max) {
+  auto it = slot_waiting_.find(session);
+  if (it == slot_waiting_.end() || it->second.asking) return;
+  it->second.asking = true;
+  acquire_(it->second.who.user, max, session, [this, session](Status s, bool checked) {
+    asio::post(io_, [this, session, s, checked] { slotDecided(session, s, checked); });
+  });
+}
+
+void PoolService::slotDecided(uint64_t session, const Status& s, bool checked) {
+  auto it = slot_waiting_.find(session);
+  if (it == slot_waiting_.end()) {  // the worker went meanwhile
+    if (s && release_) release_(session);
+    return;
+  }
+  SlotWait w = it->second;
+  it->second.asking = false;
+  if (s) {
+    if (!checked) common::logOnce("pool-slots", "pool-wide max_sessions not checked: the pool's etcd is unreachable "
+                                                "(each member's own max_sessions still holds)");
+    slot_waiting_.erase(it);
+    return admitHere(session, w.who, w.req);
+  }
+  const auto now = PoolManager::Clock::now();
+  const uint32_t limit = w.req.wait_ms ? w.req.wait_ms : 30000;
+  if (now >= w.deadline || now - w.since >= std::chrono::milliseconds(limit)) {
+    slot_waiting_.erase(it);
+    RGPU_LOG_WARN("session {}: user '{}' refused: {}", session, w.who.user, s.message());
+    return reply(session, errorReply(Status(s.code(), s.message() + " (waited " +
+                                                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                             now - w.since).count()) +
+                                                          " ms for a session of the pool to end)")));
+  }
+  // Asked again when the pool is read next (poolChanged).
+}
+
 void PoolService::sendElsewhere(uint64_t session, const ClientInfo& who, const Placement& p) {
   RGPU_LOG_INFO("session {}: user '{}' placed by the pool on member '{}' at {}", session, who.user, p.redirect_member,
                 p.redirect);
@@ -185,6 +234,8 @@ void PoolService::sendElsewhere(uint64_t session, const ClientInfo& who, const P
 }
 
 void PoolService::poolChanged() {
+  for (auto& [session, w] : slot_waiting_)
+    if (!w.asking) askSlot(session, pool_.maxSessions(w.who.user));
   if (!redirect_) return;
   for (const auto& q : pool_.queuedRequests()) {
     if (q.req.no_redirect) continue;

@@ -52,6 +52,16 @@ class PoolService {
   // The pool changed (its view was read again): queued requests another
   // member can take now are sent there.
   void poolChanged();
+  // Pool-wide session slots: taken (asynchronously: `done` may run on any
+  // thread) before a user with max_sessions is admitted here, given back when
+  // the session ends. `checked` false: the pool could not be asked.
+  using SlotAcquire = std::function<void(const std::string& user, uint32_t max, uint64_t session,
+                                         std::function<void(Status, bool checked)> done)>;
+  using SlotRelease = std::function<void(uint64_t session)>;
+  void setSlots(SlotAcquire acquire, SlotRelease release) {
+    acquire_ = std::move(acquire);
+    release_ = std::move(release);
+  }
   // The pool's members for rgpu-smi --pool (wire::PoolMembers, flat message bytes).
   using MembersFn = std::function<std::string()>;
   void setMembers(MembersFn fn) { members_ = std::move(fn); }
@@ -80,6 +90,19 @@ class PoolService {
   Authenticator authenticate_;
   Redirector redirect_;
   MembersFn members_;
+  SlotAcquire acquire_;
+  SlotRelease release_;
+  // Admissions waiting for a pool-wide session slot (asked again as the pool changes).
+  struct SlotWait {
+    ClientInfo who;
+    DeviceRequest req;
+    PoolManager::Clock::time_point since, deadline;
+    bool asking = false;
+  };
+  std::map<uint64_t, SlotWait> slot_waiting_;
+  void admitHere(uint64_t session, const ClientInfo& who, const DeviceRequest& req);
+  void askSlot(uint64_t session, uint32_t max);
+  void slotDecided(uint64_t session, const Status& s, bool checked);
   std::map<uint64_t, std::string> identity_;  // session -> the user the daemon bound it to
 };
 

@@ -397,5 +397,56 @@ TEST_F(ClusterTest, RgpuSmiPoolListsEveryMemberItsDevicesAndTheCallersSessions) 
   EXPECT_NE(no.output.find("not a member of a pool"), std::string::npos) << no.output;
 }
 
+TEST_F(ClusterTest, MaxSessionsHoldsAcrossThePoolEvenWhenTwoMembersAdmitAtOnce) {
+  // alice may have 2 sessions in the whole pool (each member's own policy alone would allow 2 each).
+  auto limited = [&](const std::string& dir, const std::string& name) {
+    std::string t = memberToml(dir, name, 2);
+    t.replace(t.find("cert_cn = \"alice\"\n"), std::strlen("cert_cn = \"alice\"\n"), "cert_cn = \"alice\"\nmax_sessions = 2\n");
+    return t;
+  };
+  test::TempDir da, db;
+  test::ServerProcess a(da.path(), limited(da.path(), "a"));
+  test::ServerProcess b(db.path(), limited(db.path(), "b"));
+  ASSERT_TRUE(waitFor([&] { return member("a") && member("b"); }, 10s));
+  // Four programs at the same instant, two asking each member; each holds its session 4 s.
+  std::vector<std::unique_ptr<test::TempDir>> dirs;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 4; ++i) {
+    dirs.push_back(std::make_unique<test::TempDir>());
+    test::writeFile(dirs.back()->file("client.toml"),
+                    clientToml(i % 2 ? b.port() : a.port()) + "[request]\ndevices = 1\nwait_ms = 1000\n");
+  }
+  for (int i = 0; i < 4; ++i) {
+    pid_t p = fork();
+    if (p == 0) {
+      setenv("RGPU_CONFIG", dirs[i]->file("client.toml").c_str(), 1);
+      setenv("LD_LIBRARY_PATH", RGPU_CLIENT_LIBDIR, 1);
+      int out = ::open(dirs[i]->file("out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(out, 1), ::dup2(out, 2);
+      const std::string prog = std::string(RGPU_TEST_PROGRAMS_DIR) + "/pool_client";
+      execl(prog.c_str(), "pool_client", "hold", "1048576", "4000", (char*)nullptr);
+      _exit(127);
+    }
+    pids.push_back(p);
+  }
+  int held = 0, refused = 0;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    waitpid(pids[i], nullptr, 0);
+    std::string out = test::readFile(dirs[i]->file("out"));
+    if (out.find("holding") != std::string::npos) ++held;
+    if (out.find("max_sessions = 2") != std::string::npos) ++refused;
+  }
+  EXPECT_EQ(held, 2) << a.log() << b.log();
+  EXPECT_EQ(refused, 2) << a.log() << b.log();
+  // The slots came back with the sessions: two more fit.
+  EXPECT_TRUE(waitFor([&] {
+    auto slots = etcdClient({etcd_->endpoint()}, 500ms)->range("/rgpu/sessions/alice/", true);
+    return slots && slots->empty();
+  }, 5s));
+  test::TempDir c;
+  auto r = poolClient(c, clientToml(b.port()) + "[request]\ndevices = 1\n", "info");
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
 }  // namespace
 }  // namespace rgpu
