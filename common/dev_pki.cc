@@ -33,8 +33,9 @@ void addExt(X509* cert, X509* issuer, int nid, const char* value) {
   }
 }
 
+// `eku`: the extended key usage (default: serverAuth with a SAN, else clientAuth).
 Cert makeCert(const std::string& cn, EVP_PKEY* key, X509* issuer, EVP_PKEY* issuer_key, bool ca,
-              const char* san, const DevPkiOptions& o, long serial) {
+              const char* san, const DevPkiOptions& o, long serial, const char* eku = nullptr) {
   Cert cert(X509_new());
   X509_set_version(cert.get(), 2);
   ASN1_INTEGER_set(X509_get_serialNumber(cert.get()), serial);
@@ -52,7 +53,7 @@ Cert makeCert(const std::string& cn, EVP_PKEY* key, X509* issuer, EVP_PKEY* issu
   } else {
     addExt(cert.get(), iss, NID_basic_constraints, "critical,CA:FALSE");
     addExt(cert.get(), iss, NID_key_usage, "critical,digitalSignature");
-    addExt(cert.get(), iss, NID_ext_key_usage, san ? "serverAuth" : "clientAuth");
+    addExt(cert.get(), iss, NID_ext_key_usage, eku ? eku : san ? "serverAuth" : "clientAuth");
     if (san) addExt(cert.get(), iss, NID_subject_alt_name, san);
   }
   X509_sign(cert.get(), issuer_key, EVP_sha256());
@@ -89,6 +90,14 @@ Status makeDevPki(const DevPkiOptions& o) {
   RGPU_TRY(writePem(o.dir + "/server.pem", srv.get(), nullptr));
   RGPU_TRY(writePem(o.dir + "/server.key", nullptr, srv_key.get()));
   long serial = 3;
+  if (o.etcd) {
+    // etcd's own gateway dials etcd with its server certificate: both usages.
+    Key k = newKey();
+    Cert c = makeCert("localhost", k.get(), ca.get(), ca_key.get(), false, "DNS:localhost,IP:127.0.0.1,IP:::1", o,
+                      serial++, "serverAuth,clientAuth");
+    RGPU_TRY(writePem(o.dir + "/etcd.pem", c.get(), nullptr));
+    RGPU_TRY(writePem(o.dir + "/etcd.key", nullptr, k.get()));
+  }
   for (auto& cn : o.clients) {
     Key k = newKey();
     Cert c = makeCert(cn, k.get(), ca.get(), ca_key.get(), false, nullptr, o, serial++);

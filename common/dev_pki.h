@@ -16,10 +16,12 @@ struct DevPkiOptions {
   int valid_days = 30;
   // Validity window offsets, for tests of expired / not-yet-valid certificates.
   long not_before_offset_s = -60;
+  // Also etcd.pem/etcd.key: an etcd member's certificate on loopback (tests).
+  bool etcd = false;
 };
 
 // Writes ca.pem, ca.key, server.pem, server.key and <cn>.pem/<cn>.key for each
-// client. Keys are written 0600.
+// client (and etcd.pem/etcd.key when asked). Keys are written 0600.
 Status makeDevPki(const DevPkiOptions& opts);
 
 }  // namespace rgpu::common

@@ -448,5 +448,21 @@ TEST_F(ClusterTest, MaxSessionsHoldsAcrossThePoolEvenWhenTwoMembersAdmitAtOnce) 
   EXPECT_EQ(r.code, 0) << r.output;
 }
 
+TEST_F(ClusterTest, AMemberReachesEtcdOverTlsWithItsClientCertificate) {
+  test::TempDir tls_etcd_dir, d;
+  test::EtcdProcess tls_etcd(tls_etcd_dir.path(), certs_.path());
+  const std::string c = certs_.path();
+  test::ServerProcess s(d.path(), test::serverToml(c, "[cluster]\nendpoints = [\"" + tls_etcd.endpoint() +
+                                                           "\"]\nname = \"secure\"\nlease_ttl_s = 2\ntls_ca = \"" + c +
+                                                           "/ca.pem\"\ntls_cert = \"" + c + "/alice.pem\"\ntls_key = \"" + c +
+                                                           "/alice.key\"\n"));
+  EtcdOptions o;
+  o.endpoints = {tls_etcd.endpoint()};
+  o.ca_file = c + "/ca.pem", o.cert_file = c + "/bob.pem", o.key_file = c + "/bob.key";
+  auto reader = std::move(*EtcdClient::create(o));
+  EXPECT_TRUE(waitFor([&] { auto r = reader->range("/rgpu/members/secure"); return r && r->size() == 1; }, 10s)) << s.log();
+  EXPECT_NE(s.log().find("registered as 'secure'"), std::string::npos) << s.log();
+}
+
 }  // namespace
 }  // namespace rgpu

@@ -117,6 +117,36 @@ TEST_F(EtcdClientTest, ADeadOrSilentEndpointFailsOverAndNeverHangs) {
   EXPECT_FALSE(EtcdClient::create(bad));
 }
 
+TEST(EtcdClientTls, HttpsWithClientCertificatesWorksAndWithoutThemIsRefused) {
+  test::TempDir certs, dir, other;
+  test::makeCerts(certs.path());
+  test::makeCerts(other.path());  // another CA
+  test::EtcdProcess etcd(dir.path(), certs.path());
+  ASSERT_EQ(etcd.endpoint().rfind("https://", 0), 0u);
+  auto with = [&](const std::string& ca, const std::string& cert) {
+    EtcdOptions o;
+    o.endpoints = {etcd.endpoint()};
+    o.timeout = 2000ms;
+    o.ca_file = ca + "/ca.pem";
+    if (!cert.empty()) o.cert_file = cert + "/alice.pem", o.key_file = cert + "/alice.key";
+    return std::move(*EtcdClient::create(o));
+  };
+  auto good = with(certs.path(), certs.path());
+  ASSERT_TRUE(good->put("/tls/k", "v"));
+  EXPECT_EQ((*good->range("/tls/k"))[0].value, "v");
+  // No client certificate: etcd refuses the handshake.
+  EXPECT_FALSE(with(certs.path(), "")->put("/tls/k", "w"));
+  // etcd's certificate from a CA we do not trust: we refuse it.
+  Status s = with(other.path(), other.path())->put("/tls/k", "w");
+  EXPECT_FALSE(s);
+  EXPECT_NE(s.message().find("certificate verify failed"), std::string::npos) << s.message();
+  EXPECT_EQ((*good->range("/tls/k"))[0].value, "v");
+  // An https endpoint without a CA to check it with is refused up front.
+  EtcdOptions none;
+  none.endpoints = {etcd.endpoint()};
+  EXPECT_FALSE((*EtcdClient::create(none))->put("/tls/k", "x"));
+}
+
 TEST_F(EtcdClientTest, AMalformedAnswerIsAnErrorNotACrash) {
   // A server that answers every request with HTTP that is not etcd's JSON.
   uint16_t port = 0;

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "server/cluster/etcd_client.h"
 #include "tests/support/test_env.h"
@@ -27,27 +28,31 @@ uint16_t freePort() {
 }
 
 // Answers a read (through rgpu's own etcd client).
-bool healthy(uint16_t port) {
+bool healthy(const std::string& endpoint, const std::string& tls_dir) {
   server::cluster::EtcdOptions o;
-  o.endpoints = {"http://127.0.0.1:" + std::to_string(port)};
+  o.endpoints = {endpoint};
   o.timeout = std::chrono::milliseconds(500);
+  if (!tls_dir.empty()) o.ca_file = tls_dir + "/ca.pem", o.cert_file = tls_dir + "/alice.pem", o.key_file = tls_dir + "/alice.key";
   auto c = server::cluster::EtcdClient::create(o);
   return c && (*c)->range("/health-probe");
 }
 }  // namespace
 
-EtcdProcess::EtcdProcess(const std::string& dir) : dir_(dir), client_port_(freePort()), peer_port_(freePort()) {
+EtcdProcess::EtcdProcess(const std::string& dir, const std::string& tls_dir)
+    : dir_(dir), tls_dir_(tls_dir), client_port_(freePort()), peer_port_(freePort()) {
   start();
 }
 
 EtcdProcess::~EtcdProcess() { kill(); }
 
-std::string EtcdProcess::endpoint() const { return "http://127.0.0.1:" + std::to_string(client_port_); }
+std::string EtcdProcess::endpoint() const {
+  return (tls_dir_.empty() ? "http://127.0.0.1:" : "https://127.0.0.1:") + std::to_string(client_port_);
+}
 
 void EtcdProcess::start(bool wipe) {
   const std::string data = dir_ + "/etcd-data";
   if (wipe) std::filesystem::remove_all(data);
-  const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
+  const std::string client = endpoint();
   const std::string peer = "http://127.0.0.1:" + std::to_string(peer_port_);
   pid_ = fork();
   if (pid_ == 0) {
@@ -55,15 +60,21 @@ void EtcdProcess::start(bool wipe) {
     FILE* f = std::freopen(log.c_str(), "a", stderr);
     (void)f;
     ::dup2(2, 1);
-    execlp("etcd", "etcd", "--name", "test", "--data-dir", data.c_str(), "--listen-client-urls", client.c_str(),
-           "--advertise-client-urls", client.c_str(), "--listen-peer-urls", peer.c_str(),
-           "--initial-advertise-peer-urls", peer.c_str(), "--initial-cluster", ("test=" + peer).c_str(),
-           (char*)nullptr);
+    std::vector<std::string> args = {"etcd", "--name", "test", "--data-dir", data, "--listen-client-urls", client,
+                                     "--advertise-client-urls", client, "--listen-peer-urls", peer,
+                                     "--initial-advertise-peer-urls", peer, "--initial-cluster", "test=" + peer};
+    if (!tls_dir_.empty())
+      args.insert(args.end(), {"--cert-file", tls_dir_ + "/etcd.pem", "--key-file", tls_dir_ + "/etcd.key",
+                               "--client-cert-auth", "--trusted-ca-file", tls_dir_ + "/ca.pem"});
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execvp("etcd", argv.data());
     _exit(127);
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (healthy(client_port_)) return;
+    if (healthy(endpoint(), tls_dir_)) return;
     int st;
     if (waitpid(pid_, &st, WNOHANG) == pid_) {
       pid_ = -1;

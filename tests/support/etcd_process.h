@@ -14,12 +14,14 @@ namespace rgpu::test {
 class EtcdProcess {
  public:
   // Starts etcd with its data in `dir`/etcd-data; throws when it does not come up.
-  explicit EtcdProcess(const std::string& dir);
+  // `tls_dir` (makeCerts'): https with the dev server certificate, and client
+  // certificates of the dev CA required.
+  explicit EtcdProcess(const std::string& dir, const std::string& tls_dir = "");
   ~EtcdProcess();
   EtcdProcess(const EtcdProcess&) = delete;
   EtcdProcess& operator=(const EtcdProcess&) = delete;
 
-  // "http://127.0.0.1:<port>"
+  // "http://127.0.0.1:<port>" (https with TLS)
   std::string endpoint() const;
   uint16_t port() const { return client_port_; }
   void kill();  // SIGKILL, as a crash
@@ -28,7 +30,7 @@ class EtcdProcess {
   void start(bool wipe = false);
 
  private:
-  std::string dir_;
+  std::string dir_, tls_dir_;
   uint16_t client_port_ = 0, peer_port_ = 0;
   pid_t pid_ = -1;
 };

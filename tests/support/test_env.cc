@@ -56,6 +56,7 @@ void makeCerts(const std::string& dir) {
   common::DevPkiOptions o;
   o.dir = dir;
   o.clients = {"alice", "bob"};
+  o.etcd = true;
   if (auto s = common::makeDevPki(o); !s) throw std::runtime_error(s.message());
 }
 
