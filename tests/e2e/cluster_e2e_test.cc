@@ -464,5 +464,43 @@ TEST_F(ClusterTest, AMemberReachesEtcdOverTlsWithItsClientCertificate) {
   EXPECT_NE(s.log().find("registered as 'secure'"), std::string::npos) << s.log();
 }
 
+TEST_F(ClusterTest, ADeadMembersClientGetsAnErrorNamingItAndTheNextProgramGoesElsewhere) {
+  test::TempDir da, db, client, holder_dir;
+  test::ServerProcess a(da.path(), memberToml(da.path(), "a", 2));
+  test::ServerProcess b(db.path(), memberToml(db.path(), "b", 2));
+  ASSERT_TRUE(waitFor([&] { return member("a") && member("b"); }, 10s));
+  // A program runs on b; b dies under it.
+  test::writeFile(holder_dir.file("client.toml"), clientToml(b.port()) + "resume = false\n[request]\ndevices = 1\n");
+  pid_t holder = fork();
+  if (holder == 0) {
+    setenv("RGPU_CONFIG", holder_dir.file("client.toml").c_str(), 1);
+    setenv("LD_LIBRARY_PATH", RGPU_CLIENT_LIBDIR, 1);
+    int out = ::open(holder_dir.file("out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(out, 1), ::dup2(out, 2);
+    const std::string prog = std::string(RGPU_TEST_PROGRAMS_DIR) + "/resume_client";
+    execl(prog.c_str(), "resume_client", "hold", (char*)nullptr);
+    _exit(127);
+  }
+  ASSERT_TRUE(waitFor([&] { return test::readFile(holder_dir.file("out")).find("holding") != std::string::npos; }, 10s));
+  ::kill(b.pid(), SIGKILL);
+  // Its calls fail, naming the server, within seconds: never a hang.
+  const auto t0 = Clock::now();
+  int st = 0;
+  ASSERT_TRUE(waitFor([&] { return waitpid(holder, &st, WNOHANG) == holder; }, 20s)) << "the client hung";
+  std::string out = test::readFile(holder_dir.file("out"));
+  EXPECT_NE(out.find("127.0.0.1:" + std::to_string(b.port())), std::string::npos) << out;
+  std::printf("cluster: the dead member's client saw the error after %.2f s\n",
+              std::chrono::duration<double>(Clock::now() - t0).count());
+  b.wait();
+  // b leaves the pool within its lease; the next program asking for any device lands on a,
+  // even with b first in its server list.
+  ASSERT_TRUE(waitFor([&] { return !member("b").has_value(); }, 8s));
+  std::string toml = clientToml(a.port()) + "[request]\ndevices = 1\n";
+  toml.replace(0, toml.find('\n') + 1, "server = \"127.0.0.1:" + std::to_string(b.port()) + ", 127.0.0.1:" +
+                                            std::to_string(a.port()) + "\"\n");
+  auto r = poolClient(client, toml, "info");
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
 }  // namespace
 }  // namespace rgpu
