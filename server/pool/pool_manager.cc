@@ -188,7 +188,7 @@ std::optional<Result<Placement>> PoolManager::admit(uint64_t session, const Clie
     start(session, who, *p, now, now);
     return p;
   }
-  uint32_t wait = req.wait_ms ? std::min(req.wait_ms, cfg_.admission_timeout_ms) : cfg_.admission_timeout_ms;
+  const uint32_t wait = static_cast<uint32_t>(admissionWait(req.wait_ms).count());
   if (never && req.elsewhere && p.status().code() == err::kDevicesUnavailable) never = false;  // waits for that member
   if (never || wait == 0) {
     user_state_[who.user].refusals++;

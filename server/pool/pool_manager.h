@@ -131,6 +131,10 @@ class PoolManager {
   PoolSnapshot snapshot(Clock::time_point now) const;
   bool isAdmin(const std::string& user) const { return policyOf(user).admin; }
   uint32_t maxSessions(const std::string& user) const { return policyOf(user).max_sessions; }
+  // How long a request asking `wait_ms` may wait (0: the server's admission_timeout_ms; never more).
+  std::chrono::milliseconds admissionWait(uint32_t wait_ms) const {
+    return std::chrono::milliseconds(wait_ms ? std::min(wait_ms, cfg_.admission_timeout_ms) : cfg_.admission_timeout_ms);
+  }
   // A running session's placement (its priority and weight follow policy reloads).
   std::optional<Placement> placementOf(uint64_t session) const;
   size_t queued() const { return queue_.size(); }

@@ -135,8 +135,8 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
     }
     if (const uint32_t max = acquire_ ? pool_.maxSessions(who.user) : 0) {
       // A pool-wide session slot first (decided on the cluster member's thread).
-      const auto deadline = PoolManager::Clock::now() + std::chrono::milliseconds(req.wait_ms ? req.wait_ms : 24u * 3600000);
-      slot_waiting_[session] = {who, req, PoolManager::Clock::now(), deadline, false};
+      const auto now = PoolManager::Clock::now();
+      slot_waiting_[session] = {who, req, now, now + pool_.admissionWait(req.wait_ms), false};
       return askSlot(session, max);
     }
     admitHere(session, who, req);
@@ -213,8 +213,7 @@ void PoolService::slotDecided(uint64_t session, const Status& s, bool checked) {
     return admitHere(session, w.who, w.req);
   }
   const auto now = PoolManager::Clock::now();
-  const uint32_t limit = w.req.wait_ms ? w.req.wait_ms : 30000;
-  if (now >= w.deadline || now - w.since >= std::chrono::milliseconds(limit)) {
+  if (now >= w.deadline) {
     slot_waiting_.erase(it);
     RGPU_LOG_WARN("session {}: user '{}' refused: {}", session, w.who.user, s.message());
     return reply(session, errorReply(Status(s.code(), s.message() + " (waited " +
