@@ -29,24 +29,9 @@ using server::cluster::EtcdOptions;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-std::unique_ptr<EtcdClient> etcdClient(std::vector<std::string> endpoints, std::chrono::milliseconds timeout = 2000ms) {
-  EtcdOptions o;
-  o.endpoints = std::move(endpoints);
-  o.timeout = timeout;
-  auto c = EtcdClient::create(o);
-  if (!c) throw std::runtime_error(c.status().message());
-  return std::move(*c);
-}
-
-// Polls `cond` until it holds or `limit` passes; how long it took.
-std::optional<Clock::duration> waitFor(const std::function<bool()>& cond, Clock::duration limit) {
-  const auto start = Clock::now();
-  while (Clock::now() - start < limit) {
-    if (cond()) return Clock::now() - start;
-    std::this_thread::sleep_for(50ms);
-  }
-  return std::nullopt;
-}
+using test::etcdClient;
+using test::spawnClient;
+using test::waitFor;
 
 class ClusterTest : public ::testing::Test {
  protected:
@@ -120,16 +105,7 @@ TEST_F(ClusterTest, ADrainingMemberSaysSoAtOnceAndAKilledOneLeavesWithinItsLease
   ASSERT_TRUE(waitFor([&] { return member("a") && member("b"); }, 10s)) << a.log() << b.log();
   // Drain: a session keeps `a` running while it drains; its record says so.
   test::writeFile(d1.file("client.toml"), clientToml(a.port()));
-  pid_t client = fork();
-  if (client == 0) {
-    setenv("RGPU_CONFIG", d1.file("client.toml").c_str(), 1);
-    setenv("LD_LIBRARY_PATH", RGPU_CLIENT_LIBDIR, 1);
-    const std::string prog = std::string(RGPU_TEST_PROGRAMS_DIR) + "/resume_client";
-    int devnull = ::open("/dev/null", O_WRONLY);
-    ::dup2(devnull, 1), ::dup2(devnull, 2);
-    execl(prog.c_str(), "resume_client", "hold", (char*)nullptr);
-    _exit(127);
-  }
+  pid_t client = spawnClient(d1.file("client.toml"), "", "resume_client", {"hold"});
   ASSERT_TRUE(waitFor([&] { auto l = load("a"); return l && (*l)["sessions"] == 1; }, 10s)) << a.log();
   ::kill(a.pid(), SIGTERM);
   ASSERT_TRUE(waitFor([&] { auto m = member("a"); return m && (*m)["state"] == "draining"; }, 5s)) << a.log();
@@ -264,16 +240,7 @@ TEST_F(ClusterTest, SpreadSendsANewProgramToTheIdleMemberAndPackToTheBusyOne) {
     ASSERT_TRUE(waitFor([&] { return member("x") && member("y"); }, 10s));
     // A program holds x's device.
     test::writeFile(holder_dir.file("client.toml"), clientToml(x.port()) + "[request]\ndevices = 1\n");
-    pid_t holder = fork();
-    if (holder == 0) {
-      setenv("RGPU_CONFIG", holder_dir.file("client.toml").c_str(), 1);
-      setenv("LD_LIBRARY_PATH", RGPU_CLIENT_LIBDIR, 1);
-      int devnull = ::open("/dev/null", O_WRONLY);
-      ::dup2(devnull, 1), ::dup2(devnull, 2);
-      const std::string prog = std::string(RGPU_TEST_PROGRAMS_DIR) + "/pool_client";
-      execl(prog.c_str(), "pool_client", "hold", "1048576", "20000", (char*)nullptr);
-      _exit(127);
-    }
+    pid_t holder = spawnClient(holder_dir.file("client.toml"), "", "pool_client", {"hold", "1048576", "20000"});
     ASSERT_TRUE(waitFor([&] { auto l = load("x"); return l && (*l)["sessions"] == 1; }, 10s)) << x.log();
     std::this_thread::sleep_for(500ms);  // both members' views have it
     // Asked at the busy member (spread) / the idle one (pack): the other one takes it.
@@ -321,16 +288,7 @@ TEST_F(ClusterTest, AQueuedProgramIsServedWhenAnotherMemberHasRoom) {
   ASSERT_TRUE(waitFor([&] { return member("a") && member("b"); }, 10s));
   // A program holds 1.5 GiB of b's Z for 3 s.
   test::writeFile(holder_dir.file("client.toml"), clientToml(b.port()) + "[request]\ndevices = 1\nmodel = \"Sim Z\"\n");
-  pid_t holder = fork();
-  if (holder == 0) {
-    setenv("RGPU_CONFIG", holder_dir.file("client.toml").c_str(), 1);
-    setenv("LD_LIBRARY_PATH", RGPU_CLIENT_LIBDIR, 1);
-    int devnull = ::open("/dev/null", O_WRONLY);
-    ::dup2(devnull, 1), ::dup2(devnull, 2);
-    const std::string prog = std::string(RGPU_TEST_PROGRAMS_DIR) + "/pool_client";
-    execl(prog.c_str(), "pool_client", "hold", "1610612736", "3000", (char*)nullptr);
-    _exit(127);
-  }
+  pid_t holder = spawnClient(holder_dir.file("client.toml"), "", "pool_client", {"hold", "1610612736", "3000"});
   ASSERT_TRUE(waitFor([&] { auto l = load("b"); return l && (*l)["devices"][1]["used"] > 0; }, 10s)) << b.log();
   std::this_thread::sleep_for(500ms);
   // Asked at a, which has no Z at all: it waits there (b could take it), and goes to b once b has room.
@@ -357,16 +315,7 @@ TEST_F(ClusterTest, RgpuSmiPoolListsEveryMemberItsDevicesAndTheCallersSessions) 
   test::ServerProcess b(db.path(), memberToml(db.path(), "b", 2, simDevice("Sim Z", "2GiB", "8.9")));
   ASSERT_TRUE(waitFor([&] { return member("a") && member("b"); }, 10s));
   test::writeFile(holder_dir.file("client.toml"), clientToml(b.port()) + "[request]\ndevices = 1\nmodel = \"Sim Z\"\n");
-  pid_t holder = fork();
-  if (holder == 0) {
-    setenv("RGPU_CONFIG", holder_dir.file("client.toml").c_str(), 1);
-    setenv("LD_LIBRARY_PATH", RGPU_CLIENT_LIBDIR, 1);
-    int devnull = ::open("/dev/null", O_WRONLY);
-    ::dup2(devnull, 1), ::dup2(devnull, 2);
-    const std::string prog = std::string(RGPU_TEST_PROGRAMS_DIR) + "/pool_client";
-    execl(prog.c_str(), "pool_client", "hold", "1048576", "20000", (char*)nullptr);
-    _exit(127);
-  }
+  pid_t holder = spawnClient(holder_dir.file("client.toml"), "", "pool_client", {"hold", "1048576", "20000"});
   ASSERT_TRUE(waitFor([&] { auto l = load("b"); return l && (*l)["sessions"] == 1; }, 10s)) << b.log();
   std::this_thread::sleep_for(500ms);
   test::writeFile(client.file("client.toml"), clientToml(a.port()));
@@ -417,16 +366,7 @@ TEST_F(ClusterTest, MaxSessionsHoldsAcrossThePoolEvenWhenTwoMembersAdmitAtOnce) 
                     clientToml(i % 2 ? b.port() : a.port()) + "[request]\ndevices = 1\nwait_ms = 1000\n");
   }
   for (int i = 0; i < 4; ++i) {
-    pid_t p = fork();
-    if (p == 0) {
-      setenv("RGPU_CONFIG", dirs[i]->file("client.toml").c_str(), 1);
-      setenv("LD_LIBRARY_PATH", RGPU_CLIENT_LIBDIR, 1);
-      int out = ::open(dirs[i]->file("out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      ::dup2(out, 1), ::dup2(out, 2);
-      const std::string prog = std::string(RGPU_TEST_PROGRAMS_DIR) + "/pool_client";
-      execl(prog.c_str(), "pool_client", "hold", "1048576", "4000", (char*)nullptr);
-      _exit(127);
-    }
+    pid_t p = spawnClient(dirs[i]->file("client.toml"), dirs[i]->file("out"), "pool_client", {"hold", "1048576", "4000"});
     pids.push_back(p);
   }
   int held = 0, refused = 0;
@@ -471,16 +411,7 @@ TEST_F(ClusterTest, ADeadMembersClientGetsAnErrorNamingItAndTheNextProgramGoesEl
   ASSERT_TRUE(waitFor([&] { return member("a") && member("b"); }, 10s));
   // A program runs on b; b dies under it.
   test::writeFile(holder_dir.file("client.toml"), clientToml(b.port()) + "resume = false\n[request]\ndevices = 1\n");
-  pid_t holder = fork();
-  if (holder == 0) {
-    setenv("RGPU_CONFIG", holder_dir.file("client.toml").c_str(), 1);
-    setenv("LD_LIBRARY_PATH", RGPU_CLIENT_LIBDIR, 1);
-    int out = ::open(holder_dir.file("out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ::dup2(out, 1), ::dup2(out, 2);
-    const std::string prog = std::string(RGPU_TEST_PROGRAMS_DIR) + "/resume_client";
-    execl(prog.c_str(), "resume_client", "hold", (char*)nullptr);
-    _exit(127);
-  }
+  pid_t holder = spawnClient(holder_dir.file("client.toml"), holder_dir.file("out"), "resume_client", {"hold"});
   ASSERT_TRUE(waitFor([&] { return test::readFile(holder_dir.file("out")).find("holding") != std::string::npos; }, 10s));
   ::kill(b.pid(), SIGKILL);
   // Its calls fail, naming the server, within seconds: never a hang.

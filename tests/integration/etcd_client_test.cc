@@ -26,24 +26,7 @@ using server::cluster::EtcdOptions;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-std::unique_ptr<EtcdClient> etcdClient(std::vector<std::string> endpoints, std::chrono::milliseconds timeout = 2000ms) {
-  EtcdOptions o;
-  o.endpoints = std::move(endpoints);
-  o.timeout = timeout;
-  auto c = EtcdClient::create(o);
-  if (!c) throw std::runtime_error(c.status().message());
-  return std::move(*c);
-}
-
-// Polls `cond` until it holds or `limit` passes; how long it took.
-std::optional<Clock::duration> waitFor(const std::function<bool()>& cond, Clock::duration limit) {
-  const auto start = Clock::now();
-  while (Clock::now() - start < limit) {
-    if (cond()) return Clock::now() - start;
-    std::this_thread::sleep_for(50ms);
-  }
-  return std::nullopt;
-}
+using test::etcdClient;
 
 class EtcdClientTest : public ::testing::Test {
  protected:

@@ -1,5 +1,6 @@
 #include "tests/support/etcd_process.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -84,6 +85,44 @@ void EtcdProcess::start(bool wipe) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   throw std::runtime_error("etcd did not become healthy: " + readFile(dir_ + "/etcd.log"));
+}
+
+std::unique_ptr<server::cluster::EtcdClient> etcdClient(std::vector<std::string> endpoints,
+                                                        std::chrono::milliseconds timeout) {
+  server::cluster::EtcdOptions o;
+  o.endpoints = std::move(endpoints);
+  o.timeout = timeout;
+  auto c = server::cluster::EtcdClient::create(o);
+  if (!c) throw std::runtime_error(c.status().message());
+  return std::move(*c);
+}
+
+std::optional<std::chrono::steady_clock::duration> waitFor(const std::function<bool()>& cond,
+                                                           std::chrono::steady_clock::duration limit) {
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < limit) {
+    if (cond()) return std::chrono::steady_clock::now() - start;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return std::nullopt;
+}
+
+pid_t spawnClient(const std::string& config, const std::string& out, const std::string& program,
+                  const std::vector<std::string>& args) {
+  const std::string prog = std::string(RGPU_TEST_PROGRAMS_DIR) + "/" + program;
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("RGPU_CONFIG", config.c_str(), 1);
+    setenv("LD_LIBRARY_PATH", RGPU_CLIENT_LIBDIR, 1);
+    int fd = out.empty() ? ::open("/dev/null", O_WRONLY) : ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 1), ::dup2(fd, 2);
+    std::vector<char*> argv = {const_cast<char*>(program.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(prog.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
 }
 
 void EtcdProcess::kill() {

@@ -6,8 +6,15 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
+
+#include "server/cluster/etcd_client.h"
 
 namespace rgpu::test {
 
@@ -34,5 +41,19 @@ class EtcdProcess {
   uint16_t client_port_ = 0, peer_port_ = 0;
   pid_t pid_ = -1;
 };
+
+// rgpu's etcd client for `endpoints` (plaintext); throws when it cannot be made.
+std::unique_ptr<server::cluster::EtcdClient> etcdClient(std::vector<std::string> endpoints,
+                                                        std::chrono::milliseconds timeout = std::chrono::milliseconds(2000));
+
+// Polls `cond` every 50 ms until it holds or `limit` passes; how long it took.
+std::optional<std::chrono::steady_clock::duration> waitFor(const std::function<bool()>& cond,
+                                                           std::chrono::steady_clock::duration limit);
+
+// Starts `program args...` (a path under the test programs) in the background
+// with client.toml `config` and rgpu's runtime; its output goes to `out`
+// ("" : nowhere). The pid, to kill or wait for.
+pid_t spawnClient(const std::string& config, const std::string& out, const std::string& program,
+                  const std::vector<std::string>& args);
 
 }  // namespace rgpu::test
