@@ -137,8 +137,9 @@ Result<std::unique_ptr<Connection>> Connection::open(const ClientConfig& cfg, Ho
     if (!r)
       return Status(r.status().code(), "the pool (asked at " + from + ") placed this program on member '" + member +
                                            "' at " + there.server + ", which " +
-                                           (unreachable ? "cannot be reached: " : "failed: ") + r.status().message() +
-                                           " (" + describeSource(cfg) + ")");
+                                           (unreachable ? "cannot be reached: " + r.status().message() + " (" +
+                                                              describeSource(cfg) + ")"
+                                                        : "failed: " + r.status().message()));  // (names its config)
     if (!(*r)->redirect_.empty())
       return Status(err::kDevicesUnavailable, "the pool redirected this program twice (" + from + " -> member '" + member +
                                                   "' at " + there.server + " -> '" + (*r)->redirect_member_ + "' at " +
