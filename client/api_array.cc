@@ -152,20 +152,9 @@ Status copy3D(const CopyEnd& src_in, const CopyEnd& dst_in, size_t width, size_t
   auto s = rt().stream(stream, ptsz);
   if (!s) return s.status();
   if (Status c; async && capturesActive() && captureNodeOn(*s, [&]() -> Result<NodeParams> {
-        // The node's parameters as cudaMemcpy3DParms has them (extent in elements with an array).
-        const uint32_t unit = src.array ? src.array->elem : dst.array ? dst.array->elem : 1;
-        if (width % unit) return Status(err::kInvalidValue, "an array copy's width is not whole elements");
-        cudaMemcpy3DParms p{};
-        auto side = [&](const CopyEnd& e, cudaArray_t& a, cudaPitchedPtr& ptr, cudaPos& pos) {
-          if (e.array) a = reinterpret_cast<cudaArray_t>(const_cast<ArrayObject*>(e.array));
-          else ptr = cudaPitchedPtr{e.ptr, e.pitch, width, e.rows};
-          pos = e.array ? cudaPos{e.x / unit, e.y, e.z} : cudaPos{e.x, e.y, e.z};
-        };
-        side(src, p.srcArray, p.srcPtr, p.srcPos);
-        side(dst, p.dstArray, p.dstPtr, p.dstPos);
-        p.extent = cudaExtent{width / unit, height, depth};
-        p.kind = kind;
-        return memcpyParams(p);
+        auto p = copyParams(src, dst, width, height, depth, kind);
+        if (!p) return p.status();
+        return memcpyParams(*p);
       }, &c, nullptr))
     return c;  // a copy node of the graph being captured
   if (!sdev && !ddev) {  // host to host: the client's own
@@ -227,6 +216,23 @@ void fillCopy3D(wire::Copy3D::Builder m, const CopyEnd& src, bool src_dev, const
   m.setWidth(width);
   m.setHeight(height);
   m.setDepth(depth);
+}
+
+Result<cudaMemcpy3DParms> copyParams(const CopyEnd& src, const CopyEnd& dst, size_t width, size_t height, size_t depth,
+                                     cudaMemcpyKind kind) {
+  const uint32_t unit = src.array ? src.array->elem : dst.array ? dst.array->elem : 1;
+  if (width % unit) return Status(err::kInvalidValue, "an array copy's width is not whole elements");
+  cudaMemcpy3DParms p{};
+  auto side = [&](const CopyEnd& e, cudaArray_t& a, cudaPitchedPtr& ptr, cudaPos& pos) {
+    if (e.array) a = reinterpret_cast<cudaArray_t>(const_cast<ArrayObject*>(e.array));
+    else ptr = cudaPitchedPtr{e.ptr, e.pitch, width, e.rows};
+    pos = e.array ? cudaPos{e.x / unit, e.y, e.z} : cudaPos{e.x, e.y, e.z};
+  };
+  side(src, p.srcArray, p.srcPtr, p.srcPos);
+  side(dst, p.dstArray, p.dstPtr, p.dstPos);
+  p.extent = cudaExtent{width / unit, height, depth};
+  p.kind = kind;
+  return p;
 }
 
 Status copyEnds(const cudaMemcpy3DParms& p, CopyEnd* src, CopyEnd* dst, size_t* width) {

@@ -59,6 +59,9 @@ Status copy3D(const CopyEnd& src, const CopyEnd& dst, size_t width, size_t heigh
 // looked up: a made-up handle is cudaErrorInvalidResourceHandle). With an
 // array on either side the extent and the array's position count elements.
 Status copyEnds(const cudaMemcpy3DParms& p, CopyEnd* src, CopyEnd* dst, size_t* width);
+// Its inverse: the cudaMemcpy3DParms of a copy between two ends (a graph node's parameters).
+Result<cudaMemcpy3DParms> copyParams(const CopyEnd& src, const CopyEnd& dst, size_t width, size_t height, size_t depth,
+                                     cudaMemcpyKind kind);
 // A copy3D request between two ends (`*dev`: the end is device memory, or an array).
 void fillCopy3D(wire::Copy3D::Builder m, const CopyEnd& src, bool src_dev, const CopyEnd& dst, bool dst_dev,
                 size_t width, size_t height, size_t depth);

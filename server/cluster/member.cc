@@ -193,136 +193,139 @@ std::chrono::steady_clock::duration ClusterMember::idleAfter() const {
                                    10 * std::chrono::milliseconds(cfg_.load_interval_ms));
 }
 
-void ClusterMember::run() {
-  const std::string member_key = memberKey(cfg_.prefix, cfg_.name), load_key = loadKey(cfg_.prefix, cfg_.name);
-  const auto ttl = std::chrono::seconds(cfg_.lease_ttl_s);
-  const auto renew_every = std::chrono::duration_cast<Clock::duration>(ttl) / 3;
-  const auto load_every = std::chrono::milliseconds(cfg_.load_interval_ms);
+// The member thread's own state.
+struct ClusterMember::Loop {
+  std::string member_key, load_key;
+  Clock::duration renew_every{}, load_every{};
   int64_t lease = 0;
   bool written_draining = false;
   std::string written_load;
-  Clock::time_point next_renew = Clock::now(), next_load = Clock::now(), next_view = Clock::now();
+  Clock::time_point next_renew{}, next_load{}, next_view{};
+  Clock::duration retry = std::chrono::seconds(1);
   std::set<std::string> skipped_logged;  // malformed records already said
-  std::string outage;  // the last failure logged (once per outage)
-  auto failed = [&](const Status& s) {
+  std::string outage;                    // the last failure logged (once per outage)
+  void failed(const Status& s) {
     if (s.message() != outage) RGPU_LOG_WARN("cluster: {} (retrying)", s.message());
     outage = s.message();
-  };
+  }
+};
+
+// A fresh lease, and both keys in one transaction that succeeds only if no
+// live member holds the name.
+void ClusterMember::registerOnce(Loop& l, bool draining, const std::string& load, Clock::time_point now) {
+  auto lease = etcd_->grantLease(cfg_.lease_ttl_s);
+  if (!lease) return l.failed(lease.status());
+  std::vector<EtcdOp> ops = {{EtcdOp::kPut, l.member_key, memberRecord(cfg_, devices_, draining, started_ms_), *lease}};
+  if (!load.empty()) ops.push_back({EtcdOp::kPut, l.load_key, load, *lease});
+  auto put = etcd_->putIfAbsent(l.member_key, ops);
+  if (!put || !*put) {
+    (void)etcd_->revoke(*lease);
+    l.failed(put ? Status(err::kNotPermitted, "the name '" + cfg_.name + "' is held by another live member (its lease "
+                                              "must expire first, at most " + std::to_string(cfg_.lease_ttl_s) + " s)")
+                 : put.status());
+    l.retry = std::max<Clock::duration>(l.retry, l.renew_every);
+    return;
+  }
+  l.lease = *lease;
+  l.written_draining = draining;
+  l.written_load = load;
+  l.next_renew = now + l.renew_every;
+  l.next_load = now + l.load_every;
+  RGPU_LOG_INFO("cluster: registered as '{}' ({}) in etcd at {}, lease {} s, {} device(s)", cfg_.name, cfg_.advertise,
+                etcd_->endpoint(), cfg_.lease_ttl_s, devices_.size());
+  l.outage.clear();
+}
+
+// Renews the lease when due, and writes what changed: the state, the load.
+void ClusterMember::keepUp(Loop& l, bool draining, const std::string& load, Clock::time_point now) {
+  Status s;
+  if (now >= l.next_renew) {
+    auto left = etcd_->keepAlive(l.lease);
+    if (left && *left <= 0) {
+      RGPU_LOG_WARN("cluster: etcd no longer has lease {} of '{}': registering again", l.lease, cfg_.name);
+      l.lease = 0;
+      l.retry = Clock::duration::zero();
+      return;
+    }
+    if (!left) s = left.status();
+    else l.next_renew = now + l.renew_every;
+  }
+  if (s && draining != l.written_draining) {
+    s = etcd_->put(l.member_key, memberRecord(cfg_, devices_, draining, started_ms_), l.lease);
+    if (s) {
+      l.written_draining = draining;
+      RGPU_LOG_INFO("cluster: '{}' is draining: no new placements", cfg_.name);
+    }
+  }
+  if (s && !load.empty() && load != l.written_load && now >= l.next_load) {
+    s = etcd_->put(l.load_key, load, l.lease);
+    if (s) l.written_load = load, l.next_load = now + l.load_every;
+  }
+  if (!s) l.failed(s);
+  else l.outage.clear();
+}
+
+// Reads the pool (while admissions ask for it) and publishes the view. `lock` held on entry and exit.
+void ClusterMember::readPool(Loop& l, Clock::time_point now, std::unique_lock<std::mutex>& lock) {
+  if (now - wanted_at_ > idleAfter() || now < l.next_view) return;
+  lock.unlock();
+  auto members = etcd_->range(cfg_.prefix + "members/", true);
+  auto loads = members ? etcd_->range(cfg_.prefix + "load/", true) : members;
+  std::optional<std::vector<MemberView>> fresh;
+  if (members && loads) {
+    std::vector<std::string> skipped;
+    fresh = parseView(cfg_.prefix, *members, *loads, &skipped);
+    for (const auto& why : skipped)
+      if (l.skipped_logged.insert(why).second) RGPU_LOG_WARN("cluster: a record in etcd is left out: {}", why);
+  }
+  l.next_view = now + l.load_every;
+  lock.lock();
+  if (fresh) view_ = std::move(*fresh), view_at_ = Clock::now();
+  view_reachable_ = fresh.has_value();
+  ++view_reads_;
+  cv_.notify_all();
+}
+
+void ClusterMember::run() {
+  Loop l;
+  l.member_key = memberKey(cfg_.prefix, cfg_.name);
+  l.load_key = loadKey(cfg_.prefix, cfg_.name);
+  l.renew_every = std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(cfg_.lease_ttl_s)) / 3;
+  l.load_every = std::chrono::milliseconds(cfg_.load_interval_ms);
   std::unique_lock lock(mu_);
   while (!stop_) {
     const bool draining = draining_;
     const std::string load = load_;
-    lock.unlock();
-    const auto now = Clock::now();
-    Clock::duration retry = std::chrono::seconds(1);
-    if (!lease) {
-      // Register: a fresh lease, and both keys in one transaction that
-      // succeeds only if no live member holds the name.
-      auto l = etcd_->grantLease(cfg_.lease_ttl_s);
-      if (!l) {
-        failed(l.status());
-      } else {
-        std::vector<EtcdOp> ops = {{EtcdOp::kPut, member_key, memberRecord(cfg_, devices_, draining, started_ms_), *l}};
-        if (!load.empty()) ops.push_back({EtcdOp::kPut, load_key, load, *l});
-        auto put = etcd_->putIfAbsent(member_key, ops);
-        if (put && *put) {
-          lease = *l;
-          written_draining = draining;
-          written_load = load;
-          next_renew = now + renew_every;
-          next_load = now + load_every;
-          RGPU_LOG_INFO("cluster: registered as '{}' ({}) in etcd at {}, lease {} s, {} device(s)", cfg_.name,
-                        cfg_.advertise, etcd_->endpoint(), cfg_.lease_ttl_s, devices_.size());
-          outage.clear();
-        } else {
-          (void)etcd_->revoke(*l);
-          failed(put ? Status(err::kNotPermitted, "the name '" + cfg_.name + "' is held by another live member ("
-                                                      "its lease must expire first, at most " +
-                                                      std::to_string(cfg_.lease_ttl_s) + " s)")
-                     : put.status());
-          retry = std::max<Clock::duration>(retry, renew_every);
-        }
-      }
-    } else {
-      Status s;
-      if (now >= next_renew) {
-        auto left = etcd_->keepAlive(lease);
-        if (left && *left <= 0) {
-          RGPU_LOG_WARN("cluster: etcd no longer has lease {} of '{}': registering again", lease, cfg_.name);
-          lease = 0;
-          retry = Clock::duration::zero();
-        } else if (!left) {
-          s = left.status();
-        } else {
-          next_renew = now + renew_every;
-        }
-      }
-      if (lease && s && draining != written_draining) {
-        s = etcd_->put(member_key, memberRecord(cfg_, devices_, draining, started_ms_), lease);
-        if (s) {
-          written_draining = draining;
-          RGPU_LOG_INFO("cluster: '{}' is draining: no new placements", cfg_.name);
-        }
-      }
-      if (lease && s && !load.empty() && load != written_load && now >= next_load) {
-        s = etcd_->put(load_key, load, lease);
-        if (s) written_load = load, next_load = now + load_every;
-      }
-      if (!s) failed(s);
-      else if (lease) outage.clear();
-    }
-    // Slots taken and given back (admissions wait for them).
-    lock.lock();
     std::deque<SlotTask> tasks;
     tasks.swap(slot_tasks_);
     lock.unlock();
-    for (auto& t : tasks) runSlotTask(t, lease);
-    // The pool, for placement: read while admissions ask for it (recently),
-    // so a quiet member reads nothing.
-    std::optional<std::vector<MemberView>> fresh;
-    bool read_failed = false;
+    const auto now = Clock::now();
+    l.retry = std::chrono::seconds(1);
+    if (!l.lease) registerOnce(l, draining, load, now);
+    else keepUp(l, draining, load, now);
+    for (auto& t : tasks) runSlotTask(t, l.lease);  // admissions wait for these
     lock.lock();
-    const bool wanted = now - wanted_at_ <= idleAfter();
-    lock.unlock();
-    if (wanted && now >= next_view) {
-      auto members = etcd_->range(cfg_.prefix + "members/", true);
-      auto loads = members ? etcd_->range(cfg_.prefix + "load/", true) : members;
-      if (members && loads) {
-        std::vector<std::string> skipped;
-        fresh = parseView(cfg_.prefix, *members, *loads, &skipped);
-        for (const auto& why : skipped)
-          if (skipped_logged.insert(why).second) RGPU_LOG_WARN("cluster: a record in etcd is left out: {}", why);
-      } else {
-        read_failed = true;
-      }
-      next_view = now + load_every;
-    }
-    lock.lock();
-    if (fresh) view_ = std::move(*fresh), view_at_ = Clock::now();
-    if (fresh || read_failed) {
-      view_reachable_ = !read_failed;
-      ++view_reads_;
-      cv_.notify_all();
-    }
-    registered_ = lease != 0;
+    readPool(l, now, lock);
+    registered_ = l.lease != 0;
     if (stop_) break;
-    // Sleep until the next renewal, load write or retry; a change wakes it.
-    auto wake = lease ? std::min(next_renew, std::max(next_load, now)) : now + retry;
-    if (now - wanted_at_ <= idleAfter()) wake = std::min(wake, std::max(next_view, now));
-    if (lease && !outage.empty()) wake = std::min(wake, now + retry);
+    // Sleep until the next renewal, load write, pool read or retry; a change wakes it.
+    auto wake = l.lease ? std::min(l.next_renew, std::max(l.next_load, now)) : now + l.retry;
+    if (now - wanted_at_ <= idleAfter()) wake = std::min(wake, std::max(l.next_view, now));
+    if (l.lease && !l.outage.empty()) wake = std::min(wake, now + l.retry);
     const auto wanted_before = wanted_at_;
     cv_.wait_until(lock, wake, [&] {
-      return stop_ || draining_ != written_draining || (lease && load_ != written_load && Clock::now() >= next_load) ||
-             wanted_at_ != wanted_before || !slot_tasks_.empty();
+      return stop_ || draining_ != l.written_draining ||
+             (l.lease && load_ != l.written_load && Clock::now() >= l.next_load) || wanted_at_ != wanted_before ||
+             !slot_tasks_.empty();
     });
-    if (wanted_at_ != wanted_before) next_view = std::min(next_view, Clock::now());
+    if (wanted_at_ != wanted_before) l.next_view = std::min(l.next_view, Clock::now());
   }
   for (auto& t : slot_tasks_)  // never run: the member is going (its slots with it)
     if (t.done) t.done(Status::ok(), false);
   slot_tasks_.clear();
   lock.unlock();
-  if (lease) {
-    Status s = etcd_->revoke(lease);
+  if (l.lease) {
+    Status s = etcd_->revoke(l.lease);
     if (s) RGPU_LOG_INFO("cluster: '{}' left the pool", cfg_.name);
     else RGPU_LOG_WARN("cluster: leaving the pool: {} (the keys go when the lease expires, within {} s)", s.message(),
                        cfg_.lease_ttl_s);

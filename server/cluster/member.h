@@ -103,7 +103,12 @@ class ClusterMember {
 
  private:
   ClusterMember(const ClusterConfig& cfg, std::vector<PoolDeviceInfo> devices, std::unique_ptr<EtcdClient> etcd);
+  struct Loop;
+  using Clock = std::chrono::steady_clock;
   void run();
+  void registerOnce(Loop& l, bool draining, const std::string& load, Clock::time_point now);
+  void keepUp(Loop& l, bool draining, const std::string& load, Clock::time_point now);
+  void readPool(Loop& l, Clock::time_point now, std::unique_lock<std::mutex>& lock);
 
   const ClusterConfig cfg_;
   const std::vector<PoolDeviceInfo> devices_;

@@ -28,7 +28,7 @@
 #include "server/cuda/nvml.h"
 #include "server/pool/launch_gate.h"
 #include "server/daemon/metrics.h"
-#include "server/cluster/member.h"
+#include "server/daemon/pool_membership.h"
 #include "server/pool/pool_service.h"
 #include "server/daemon/preauth_guard.h"
 #include "server/daemon/sandbox.h"
@@ -344,67 +344,15 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     RGPU_LOG_INFO("Prometheus metrics on http://{}:{}/metrics", common::parseHostPort(cfg.pool.metrics_listen)->first,
                   metrics->port());
   }
-  // A member of a pool on etcd ([cluster]): registered on its own thread; the
-  // live load goes to it every load_interval_ms (written only when it changed).
-  std::unique_ptr<cluster::ClusterMember> member;
-  asio::steady_timer load_timer(io);
-  std::function<void()> publishLoad;
-  std::vector<uint64_t> last_gpu_ns(choice.inventory.size(), 0);
+  // A member of a pool on etcd ([cluster]): registered on its own thread.
+  std::unique_ptr<PoolMembership> membership;
   if (cfg.cluster.enabled()) {
-    ClusterConfig cluster_cfg = cfg.cluster;
-    // Advertised as `listen` with port 0: the port the system picked.
-    if (auto a = common::parseHostPort(cluster_cfg.advertise); a && a->second == 0)
-      cluster_cfg.advertise = cluster_cfg.advertise.substr(0, cluster_cfg.advertise.rfind(':') + 1) + std::to_string(port);
-    auto m = cluster::ClusterMember::start(cluster_cfg, choice.inventory);
+    auto m = PoolMembership::join(cfg, port, choice.inventory, io, pool, service, health);
     if (!m) {
       RGPU_LOG_ERROR("[cluster]: {}", m.status().message());
       return 1;
     }
-    member = std::move(*m);
-    // Admissions ask the pool first: a member that fits better takes the client.
-    const auto policy = *cluster::parsePoolPolicy(cfg.cluster.policy);
-    service.setRedirector([&member, policy, self = cfg.cluster.name](const ClientInfo&, const DeviceRequest& req) {
-      PoolService::PoolAnswer a;
-      auto view = member->view();
-      for (const auto& m : view) a.elsewhere |= m.name != self && cluster::couldFit(m, req);
-      auto i = cluster::choose(view, req, policy, self);
-      if (!i || view[*i].name == self) return a;  // here (or nowhere now: the local queue decides)
-      Placement p;
-      p.redirect = view[*i].address;
-      p.redirect_member = view[*i].name;
-      a.redirect = p;
-      return a;
-    });
-    service.setMembers([&member] { return cluster::encodePoolMembers(member->view()); });
-    service.setSlots([&member](const std::string& user, uint32_t max, uint64_t session,
-                               std::function<void(Status, bool)> done) {
-                       member->acquireSlot(user, max, session, std::move(done));
-                     },
-                     [&member](uint64_t session) { member->releaseSlot(session); });
-    publishLoad = [&] {
-      auto snap = pool.snapshot(PoolManager::Clock::now());
-      // Busy: NVML's utilisation where there is NVML, else the device time
-      // sessions used since the last sample (a session's split over its devices).
-      std::vector<double> busy(snap.devices.size(), 0.0);
-      std::vector<uint64_t> gpu_ns(snap.devices.size(), 0);
-      for (const auto& s : snap.sessions)
-        for (int d : s.devices)
-          if (d >= 0 && static_cast<size_t>(d) < gpu_ns.size()) gpu_ns[static_cast<size_t>(d)] += s.usage.gpu_ns / s.devices.size();
-      const auto health_now = nvml ? health() : std::vector<DeviceHealth>();
-      const double interval_ns = cfg.cluster.load_interval_ms * 1e6;
-      for (size_t i = 0; i < busy.size(); ++i) {
-        if (i < health_now.size() && health_now[i].utilization >= 0) busy[i] = health_now[i].utilization / 100.0;
-        else if (gpu_ns[i] >= last_gpu_ns[i]) busy[i] = std::min(1.0, (gpu_ns[i] - last_gpu_ns[i]) / interval_ns);
-        last_gpu_ns[i] = gpu_ns[i];
-      }
-      member->setLoad(cluster::loadRecord(snap, busy));
-      service.poolChanged();  // capacity (or a session slot) may have appeared elsewhere
-      load_timer.expires_after(std::chrono::milliseconds(cfg.cluster.load_interval_ms));
-      load_timer.async_wait([&](const asio::error_code& e) {
-        if (!e) publishLoad();
-      });
-    };
-    publishLoad();
+    membership = std::move(*m);
   }
   // Ready: tell whoever waits for the port (tests, scripts) only now.
   if (!opts.port_file.empty()) {
@@ -490,7 +438,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
           handoffs.clear();
           resume_ids.clear();
           service.shutdown();
-          if (member) member->setDraining();
+          if (membership) membership->draining();
           RGPU_LOG_INFO("signal {}: draining, no new sessions; {} session(s) running get {} ms to finish", sig,
                         workers.size(), cfg.pool.drain_timeout_ms);
           drain.expires_after(std::chrono::milliseconds(cfg.pool.drain_timeout_ms));

@@ -24,10 +24,8 @@ void PoolService::placed(uint64_t session, Placement p) {
     if (p.gate_slot < 0) RGPU_LOG_WARN("session {}: launch gate table full; no priorities or weights for it", session);
     else slots_[session] = p.gate_slot;
   }
-  auto fields = placementFields(p);
-  fields.insert(fields.begin(), "ok");
   // The session's own launch gate page goes to its worker alone, with the placement.
-  reply(session, joinFields(fields), gates_ && p.gate_slot >= 0 ? gates_->activityFd(p.gate_slot) : -1);
+  replyPlacement(session, p, gates_ && p.gate_slot >= 0 ? gates_->activityFd(p.gate_slot) : -1);
 }
 
 void PoolService::shutdown() {
@@ -227,9 +225,13 @@ void PoolService::slotDecided(uint64_t session, const Status& s, bool checked) {
 void PoolService::sendElsewhere(uint64_t session, const ClientInfo& who, const Placement& p) {
   RGPU_LOG_INFO("session {}: user '{}' placed by the pool on member '{}' at {}", session, who.user, p.redirect_member,
                 p.redirect);
+  replyPlacement(session, p);
+}
+
+void PoolService::replyPlacement(uint64_t session, const Placement& p, int fd) {
   auto fields = placementFields(p);
   fields.insert(fields.begin(), "ok");
-  reply(session, joinFields(fields));
+  reply(session, joinFields(fields), fd);
 }
 
 void PoolService::poolChanged() {

@@ -73,6 +73,7 @@ class PoolService {
   };
   void receive(uint64_t session);
   void sendElsewhere(uint64_t session, const ClientInfo& who, const Placement& p);
+  void replyPlacement(uint64_t session, const Placement& p, int fd = -1);
   void handle(uint64_t session, const std::string& msg);
   void reply(uint64_t session, const std::string& msg, int fd = -1);
   void decideQueued();
