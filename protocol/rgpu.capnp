@@ -28,6 +28,8 @@ struct Hello {
   redirected @12 :Bool;      # the pool sent this client here: take it or refuse it, never redirect again
   certProof @11 :Data;       # a client that presented a certificate: its signature over the connection's
                              # exporter value (common/tls.h proveClientKey); the daemon refuses it without
+  spanIndex @13 :UInt32;     # with redirected: this session is part `spanIndex` of a program whose devices
+                             # the pool spread over several members (Welcome.span); 0 otherwise
 }
 
 # Session resume. Each side keeps what the other may not have received: the
@@ -83,6 +85,15 @@ struct Welcome {
   redirect @15 :Text;        # non-empty (error 0, no session): the pool places this client on the member at
                              # this host:port; the client connects there (verifying it as usual), once
   redirectMember @16 :Text;  # that member's name, for messages
+  span @17 :List(SpanPart);  # non-empty (error 0, no session): no one member has the devices asked for; the
+                             # program takes `count` of them at each of these members, its devices in this
+                             # order (one session per member, each Hello redirected with its spanIndex)
+}
+
+struct SpanPart {
+  member @0 :Text;
+  address @1 :Text;          # host:port
+  count @2 :UInt32;
 }
 
 struct Limits {

@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -44,6 +45,10 @@ Result<MemberView> parseMember(const std::string& text) {
     return Status(err::kInvalidValue, "no name or address");
   m.name = j["name"].get<std::string>();
   m.address = j["address"].get<std::string>();
+  // Names and addresses travel in control datagrams and messages: no control characters.
+  for (const std::string* t : {&m.name, &m.address})
+    for (unsigned char c : *t)
+      if (c < 0x20 || c == 0x7f) return Status(err::kInvalidValue, "a name or address with control characters");
   if (auto hp = common::parseHostPort(m.address); !hp || hp->second == 0)
     return Status(err::kInvalidValue, "address '" + m.address + "' is not host:port");
   m.draining = j.value("state", std::string()) != "ready";
@@ -157,6 +162,49 @@ std::optional<size_t> choose(const std::vector<MemberView>& view, const DeviceRe
     if (better) best = i, best_load = load;
   }
   return best;
+}
+
+namespace {
+uint32_t fittingDevices(const MemberView& m, const DeviceRequest& req) {
+  if (m.draining) return 0;
+  uint32_t n = 0;
+  for (const auto& d : m.devices) n += deviceFits(d, req) ? 1 : 0;
+  return n;
+}
+}  // namespace
+
+std::vector<SpanPart> chooseSpan(const std::vector<MemberView>& view, const DeviceRequest& req, PoolPolicy policy,
+                                 const std::string& self) {
+  if (req.count < 2) return {};
+  std::vector<size_t> order;
+  uint64_t total = 0;
+  for (size_t i = 0; i < view.size(); ++i)
+    if (uint32_t n = fittingDevices(view[i], req)) order.push_back(i), total += n;
+  if (total < req.count) return {};
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const uint32_t na = fittingDevices(view[a], req), nb = fittingDevices(view[b], req);
+    if (na != nb) return na > nb;  // few members
+    const auto la = loadOf(view[a], req), lb = loadOf(view[b], req);
+    if (la.first != lb.first) return policy == PoolPolicy::kSpread ? la.first < lb.first : la.first > lb.first;
+    if (la.second != lb.second) return policy == PoolPolicy::kSpread ? la.second > lb.second : la.second < lb.second;
+    return view[a].name == self && view[b].name != self;
+  });
+  std::vector<SpanPart> parts;
+  uint32_t left = req.count;
+  for (size_t i : order) {
+    if (!left) break;
+    const uint32_t take = std::min(left, fittingDevices(view[i], req));
+    parts.push_back({view[i].name, view[i].address, take});
+    left -= take;
+  }
+  return parts;
+}
+
+bool couldSpan(const std::vector<MemberView>& view, const DeviceRequest& req) {
+  std::vector<MemberView> idle = view;
+  for (auto& m : idle)
+    for (auto& d : m.devices) d.free = d.memory;
+  return !chooseSpan(idle, req, PoolPolicy::kSpread, "").empty();
 }
 
 }  // namespace rgpu::server::cluster

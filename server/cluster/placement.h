@@ -13,8 +13,15 @@
 //           whole hosts stay free for jobs that need all of one.
 //
 // Ties go to `self` (no needless redirect), then to the name's order.
-// What etcd holds is untrusted input: a record that does not parse, or names
-// an address that is not host:port, is left out (and said so once).
+//
+// A request for several devices that no one member can take may be spread
+// over several (a span): as few members as the fitting devices allow — those
+// with the most fitting devices first, ties by the policy's order — each
+// contributing what fits there; the program's devices are the parts' in that
+// order. Requests for one device, or for "all" (count 0), never span.
+// What etcd holds is untrusted input: a record that does not parse, names
+// an address that is not host:port, or a name with control characters, is
+// left out (and said so once).
 #pragma once
 
 #include <cstdint>
@@ -57,5 +64,11 @@ bool couldFit(const MemberView& m, const DeviceRequest& req);
 // The member that should take `req` (an index into `view`), or none fits.
 std::optional<size_t> choose(const std::vector<MemberView>& view, const DeviceRequest& req, PoolPolicy policy,
                              const std::string& self);
+// The parts of a span for `req` (see above), or empty when the fitting
+// devices of all members together are too few (or req.count < 2).
+std::vector<SpanPart> chooseSpan(const std::vector<MemberView>& view, const DeviceRequest& req, PoolPolicy policy,
+                                 const std::string& self);
+// Whether a span could take `req` once its devices are free.
+bool couldSpan(const std::vector<MemberView>& view, const DeviceRequest& req);
 
 }  // namespace rgpu::server::cluster

@@ -21,8 +21,10 @@ namespace {
 // cuInit on a large GPU host can take seconds; a driver that hangs must not hang the daemon.
 constexpr auto kProbeTimeout = std::chrono::seconds(60);
 
-Result<std::unique_ptr<Backend>> makeSim(const ServerConfig& cfg, const std::vector<int>& physical) {
+Result<std::unique_ptr<Backend>> makeSim(const ServerConfig& cfg, const std::vector<int>& physical,
+                                         uint32_t address_window) {
   SimOptions opts;
+  opts.address_window = address_window;
   opts.launch_log = cfg.sim_launch_log;
   opts.kernel_timeout_ms = cfg.limits.kernel_timeout_ms;
   opts.max_interpreter_bytes = cfg.limits.max_interpreter_bytes;
@@ -215,14 +217,15 @@ Result<BackendChoice> chooseBackend(const ServerConfig& cfg, const std::string& 
   return BackendChoice{"sim", simInventory(cfg)};
 }
 
-Result<std::unique_ptr<Backend>> makeBackend(const ServerConfig& cfg, const std::vector<int>& physical) {
+Result<std::unique_ptr<Backend>> makeBackend(const ServerConfig& cfg, const std::vector<int>& physical,
+                                             uint32_t address_window) {
   if (cfg.backend == "cuda") return makeCuda(cfg, physical);
   if (cfg.backend == "auto") {
     auto b = makeCuda(cfg, physical);
     if (b) return b;
     common::logOnce("backend-auto", "backend = \"auto\": using the sim backend, because " + b.status().message());
   }
-  return makeSim(cfg, physical);
+  return makeSim(cfg, physical, address_window);
 }
 
 }  // namespace rgpu::server

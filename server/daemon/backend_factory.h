@@ -47,6 +47,11 @@ bool mpsDaemonRunning();
 
 // Builds the backend named by cfg.backend ("auto": CUDA when it starts, else
 // sim) over the host's devices `physical` (in the session's order; empty: all).
-Result<std::unique_ptr<Backend>> makeBackend(const ServerConfig& cfg, const std::vector<int>& physical = {});
+// `address_window`: the session is that part of a program the pool spread
+// over several members (Placement::span_index); sim memory goes in the
+// part's own window (DeviceArena::spanWindow). The CUDA backend's addresses
+// are the driver's.
+Result<std::unique_ptr<Backend>> makeBackend(const ServerConfig& cfg, const std::vector<int>& physical = {},
+                                             uint32_t address_window = 0);
 
 }  // namespace rgpu::server

@@ -137,7 +137,7 @@ int runWorker(const ServerConfig& cfg, common::TlsOptions& tls, int fd, uint64_t
             ::setenv(key.c_str(), value.c_str(), 1);
             RGPU_LOG_INFO("session {}: MPS {}={}", session_id, key, value);
           }
-        return makeBackend(cfg, p.devices);
+        return makeBackend(cfg, p.devices, p.span_index);
       },
       *pool, session_id, ResumeSource{handoff_fd, ctx.get(), readResumeId(handoff_fd)});
   std::atomic<bool> done{false};

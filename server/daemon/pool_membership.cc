@@ -50,7 +50,15 @@ Result<std::unique_ptr<PoolMembership>> PoolMembership::join(const ServerConfig&
     auto view = member->view();
     for (const auto& v : view) a.elsewhere |= v.name != name && cluster::couldFit(v, req);
     auto i = cluster::choose(view, req, policy, name);
-    if (!i || view[*i].name == name) return a;  // here (or nowhere now: the local queue decides)
+    if (!i) {
+      // No one member has them: several together may (the client takes a part at each).
+      Placement p;
+      p.span = cluster::chooseSpan(view, req, policy, name);
+      if (!p.span.empty()) a.redirect = p;
+      else a.elsewhere |= cluster::couldSpan(view, req);
+      return a;
+    }
+    if (view[*i].name == name) return a;  // here
     Placement p;
     p.redirect = view[*i].address;
     p.redirect_member = view[*i].name;

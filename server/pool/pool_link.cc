@@ -77,8 +77,13 @@ std::vector<std::string> splitFields(const std::string& msg, size_t max_fields) 
 std::vector<std::string> placementFields(const Placement& p) {
   std::string devs;
   for (int d : p.devices) devs += (devs.empty() ? "" : ",") + std::to_string(d);
+  // A span's parts: "count\x1daddress\x1dmember", separated by 0x1e (member
+  // names and addresses with control characters never get this far: placement.cc).
+  std::string span;
+  for (const auto& part : p.span)
+    span += (span.empty() ? "" : "\x1e") + std::to_string(part.count) + "\x1d" + part.address + "\x1d" + part.member;
   return {devs, std::to_string(p.quota), std::to_string(static_cast<int>(p.priority)), std::to_string(p.weight),
-          std::to_string(p.gate_slot), std::to_string(p.mps_thread_percentage), p.redirect, p.redirect_member};
+          std::to_string(p.gate_slot), std::to_string(p.mps_thread_percentage), p.redirect, p.redirect_member, span};
 }
 
 Result<Placement> placementFromFields(const std::vector<std::string>& f) {
@@ -99,6 +104,17 @@ Result<Placement> placementFromFields(const std::vector<std::string>& f) {
   p.gate_slot = std::atoi(f[5].c_str());
   p.mps_thread_percentage = static_cast<uint32_t>(std::atoi(f[6].c_str()));
   if (f.size() >= 9) p.redirect = f[7], p.redirect_member = f[8];
+  if (f.size() >= 10 && !f[9].empty()) {
+    for (size_t at = 0; at <= f[9].size();) {
+      size_t end = f[9].find('\x1e', at);
+      std::string one = f[9].substr(at, end == std::string::npos ? std::string::npos : end - at);
+      size_t a = one.find('\x1d'), b = a == std::string::npos ? a : one.find('\x1d', a + 1);
+      if (b == std::string::npos) return Status(err::kUnknown, "malformed span from the pool manager");
+      p.span.push_back({one.substr(b + 1), one.substr(a + 1, b - a - 1), static_cast<uint32_t>(toU64(one.substr(0, a)))});
+      if (end == std::string::npos) break;
+      at = end + 1;
+    }
+  }
   return p;
 }
 
@@ -275,7 +291,7 @@ Result<Placement> ControlSocketLink::admit(const ClientInfo& who, const DeviceRe
                answer_timeout_ + std::chrono::milliseconds(req.wait_ms ? req.wait_ms : 24u * 3600 * 1000),
                &gate_page_fd_);
   if (!f) return f.status();
-  return placementFromFields(splitFields(*f, 9));
+  return placementFromFields(splitFields(*f, 10));
 }
 
 Status ControlSocketLink::reserve(int device, uint64_t bytes, bool checked) {

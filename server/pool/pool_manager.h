@@ -49,6 +49,13 @@ struct DeviceRequest {
   bool elsewhere = false;
 };
 
+// One member's part of a program whose devices a pool of servers spread over
+// several members (docs/pool.md, "One program, several members").
+struct SpanPart {
+  std::string member, address;  // name, host:port
+  uint32_t count = 0;           // devices the program takes there
+};
+
 struct Placement {
   std::vector<int> devices;    // physical indices; the session's device i is devices[i]
   uint64_t quota = 0;          // bytes per device (0: none)
@@ -59,6 +66,13 @@ struct Placement {
   // Set instead of devices: a pool of servers places the client on another
   // member (its host:port, and name for messages); the client goes there.
   std::string redirect, redirect_member;
+  // Set instead of devices: no one member has the devices asked for; the
+  // client takes part.count devices at each part's member, in this order.
+  std::vector<SpanPart> span;
+  // The session is part `span_index` of such a program (Hello.spanIndex):
+  // sim devices place their memory in an address window of their own for it,
+  // so the program's devices on different members never share addresses.
+  uint32_t span_index = 0;
 };
 
 // Under NVIDIA MPS: the environment a CUDA worker sets before cuInit so the MPS

@@ -223,8 +223,15 @@ void PoolService::slotDecided(uint64_t session, const Status& s, bool checked) {
 }
 
 void PoolService::sendElsewhere(uint64_t session, const ClientInfo& who, const Placement& p) {
-  RGPU_LOG_INFO("session {}: user '{}' placed by the pool on member '{}' at {}", session, who.user, p.redirect_member,
-                p.redirect);
+  if (!p.span.empty()) {
+    std::string parts;
+    for (const auto& part : p.span)
+      parts += (parts.empty() ? "" : ", ") + std::to_string(part.count) + " on '" + part.member + "' at " + part.address;
+    RGPU_LOG_INFO("session {}: user '{}' placed by the pool on several members: {}", session, who.user, parts);
+  } else {
+    RGPU_LOG_INFO("session {}: user '{}' placed by the pool on member '{}' at {}", session, who.user, p.redirect_member,
+                  p.redirect);
+  }
   replyPlacement(session, p);
 }
 

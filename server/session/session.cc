@@ -293,16 +293,30 @@ Status Session::handshake() {
       want.no_redirect = hello.getRedirected();
       auto placed = pool_.admit(who, want);
       if (!placed) return reject(placed.status().code(), placed.status().message());
-      if (!placed->redirect.empty()) {
-        // The pool places this client on another member: it goes there (no session here).
+      if (!placed->redirect.empty() || !placed->span.empty()) {
+        // The pool places this client on another member, or on several: it
+        // goes there (no session here).
         welcome.setRedirect(placed->redirect);
         welcome.setRedirectMember(placed->redirect_member);
+        redirected_ = placed->redirect_member + " at " + placed->redirect;
+        if (!placed->span.empty()) {
+          auto parts = welcome.initSpan(static_cast<unsigned>(placed->span.size()));
+          redirected_.clear();
+          for (size_t i = 0; i < placed->span.size(); ++i) {
+            const SpanPart& p = placed->span[i];
+            parts[static_cast<unsigned>(i)].setMember(p.member);
+            parts[static_cast<unsigned>(i)].setAddress(p.address);
+            parts[static_cast<unsigned>(i)].setCount(p.count);
+            redirected_ += (redirected_.empty() ? "" : ", ") + p.member + " at " + p.address;
+          }
+        }
         std::vector<uint8_t> frame;
         common::appendFrame(frame, FrameType::kWelcome, 0, h.seq, out, 0);
         (void)outbox_.sendOnce(frame);
-        redirected_ = placed->redirect_member + " at " + placed->redirect;
         return Status::ok();
       }
+      // Part of a program spread over several members: its own address window.
+      if (hello.getRedirected()) placed->span_index = hello.getSpanIndex();
       auto backend = make_backend_(*placed);
       if (!backend) return reject(backend.status().code(), backend.status().message());
       placement_ = *placed;

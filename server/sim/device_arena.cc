@@ -32,7 +32,13 @@ void* mapAt(uint64_t want, uint64_t bytes, bool fixed) {
 
 }  // namespace
 
-Result<std::unique_ptr<DeviceArena>> DeviceArena::create(uint64_t bytes, uint64_t preferred) {
+std::pair<uint64_t, uint64_t> DeviceArena::spanWindow(uint32_t window) {
+  if (window == 0) return {kSimDeviceWindow, 16};
+  if (window >= kSpanWindows) return {0, 0};
+  return {kSimDeviceWindow + window * kSpanWindowSlots * kDeviceWindowSlot, kSpanWindowSlots};
+}
+
+Result<std::unique_ptr<DeviceArena>> DeviceArena::create(uint64_t bytes, uint64_t preferred, uint64_t slots) {
   const uint64_t page = pageSize();
   bytes = (bytes + page - 1) / page * page;
   if (bytes == 0) bytes = page;
@@ -43,7 +49,7 @@ Result<std::unique_ptr<DeviceArena>> DeviceArena::create(uint64_t bytes, uint64_
   preferred = 0;
 #endif
   void* p = nullptr;
-  for (int slot = 0; slot < 16 && !p && preferred; ++slot) p = mapAt(preferred + slot * stride, bytes, true);
+  for (uint64_t slot = 0; slot < slots && !p && preferred; ++slot) p = mapAt(preferred + slot * stride, bytes, true);
   if (!p) {
     common::logOnce("device-window", "simulated device memory is not in its usual address window (" +
                                          std::string(std::strerror(errno)) + "): placed by the system instead");

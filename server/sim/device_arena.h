@@ -29,12 +29,21 @@ namespace rgpu::server {
 // Where sim devices' memory goes (first choice): 32 TiB, in 1 TiB slots.
 inline constexpr uint64_t kSimDeviceWindow = 0x2000'0000'0000ull;
 inline constexpr uint64_t kDeviceWindowSlot = 1ull << 40;
+// A program whose devices are on several servers (a span, docs/pool.md) has
+// one session on each: part k > 0 places its memory 4 slots further per part
+// (4 slots tried), so the program's devices never share addresses; parts
+// past kSpanWindows go where the system puts them (the client still detects
+// an overlap: client/device_ranges.h).
+inline constexpr uint32_t kSpanWindows = 16;
+inline constexpr uint64_t kSpanWindowSlots = 4;
 
 class DeviceArena {
  public:
   // Reserves `bytes` of address space, at the first free slot of
-  // [preferred, preferred + 16 slots) if it can, else anywhere.
-  static Result<std::unique_ptr<DeviceArena>> create(uint64_t bytes, uint64_t preferred);
+  // [preferred, preferred + `slots` slots) if it can, else anywhere.
+  static Result<std::unique_ptr<DeviceArena>> create(uint64_t bytes, uint64_t preferred, uint64_t slots = 16);
+  // Where the memory of span part `window` goes first, and how many slots are tried there.
+  static std::pair<uint64_t, uint64_t> spanWindow(uint32_t window);
   ~DeviceArena();
   DeviceArena(const DeviceArena&) = delete;
   DeviceArena& operator=(const DeviceArena&) = delete;

@@ -36,7 +36,11 @@ SimBackend::SimBackend(const std::vector<SimDeviceConfig>& devices, SimOptions o
   // Room for every device's memory twice over (fragmentation); committed only as used.
   uint64_t total = 64ull << 20;
   for (auto& d : devices_) total += 2 * d.total_mem;
-  auto arena = DeviceArena::create(total, kSimDeviceWindow);
+  const auto [window, slots] = DeviceArena::spanWindow(opts_.address_window);
+  auto arena = DeviceArena::create(total, window, slots);
+  // Array, texture and surface values too are the part's own, so the parts
+  // of one program never hand it the same one.
+  next_object_ = 1 + (uint64_t{opts_.address_window} << 40);
   if (arena) arena_ = std::move(*arena);
   else RGPU_LOG_WARN("sim: {}", arena.status().message());
   if (!opts_.launch_log.empty()) launch_log_.open(opts_.launch_log, std::ios::app);

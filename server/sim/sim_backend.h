@@ -61,6 +61,9 @@ struct SimOptions {
   // [limits] max_interpreter_bytes: registers, .local and .shared of the
   // blocks the session's launches run at once (ptx::MemoryBudget).
   uint64_t max_interpreter_bytes = 1ull << 30;
+  // The session is part `address_window` of a program spread over several
+  // servers: its memory goes in that part's window (DeviceArena::spanWindow).
+  uint32_t address_window = 0;
 };
 
 // Largest module-scope variable the sim allocates.
