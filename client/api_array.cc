@@ -72,10 +72,10 @@ Result<uint64_t> createArray(const cudaChannelFormatDesc* desc, cudaExtent exten
   return static_cast<uint64_t>(r->reader().getValue());
 }
 
-Status destroyArray(uint64_t handle) {
+Status destroyArray(uint64_t handle, int device) {
   capnp::MallocMessageBuilder msg(32);
   msg.initRoot<wire::Request>().initArrayDestroy().setHandle(handle);
-  auto r = rt().call(msg);  // as cudaFreeArray: after the work that may use it
+  auto r = rt().callOn(device, msg);  // as cudaFreeArray: after the work that may use it
   return r ? Status::ok() : r.status();
 }
 
@@ -431,7 +431,7 @@ RGPU_EXPORT cudaError_t cudaFreeArray(cudaArray_t array) {
       a = std::move(it->second);
       arrays().erase(it);
     }
-    return destroyArray(a->handle);
+    return destroyArray(a->handle, a->device);
   });
 }
 
@@ -447,7 +447,7 @@ RGPU_EXPORT cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mip) {
       mipmapped().erase(it);
       for (auto& l : m->level_arrays) levelArrays().erase(l.get());
     }
-    return destroyArray(m->handle);
+    return destroyArray(m->handle, m->device);
   });
 }
 

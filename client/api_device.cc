@@ -37,9 +37,9 @@ RGPU_EXPORT cudaError_t cudaGetDeviceCount(int* count) {
   return guarded([&]() -> Status {
     RGPU_TRY(needPtr(count, "count"));
     *count = 0;
-    auto c = rt().conn();
+    auto c = rt().servers();
     if (!c) return c.status();
-    *count = static_cast<int>((*c)->welcome().devices.size());
+    *count = static_cast<int>((*c)->devices().size());
     return *count ? Status::ok() : Status(err::kNoDevice, "the rgpu server offers no devices");
   });
 }

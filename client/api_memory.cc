@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "client/api_util.h"
+#include "client/cross_server.h"
 #include "client/graph.h"
 #include "client/managed.h"
 #include "protocol/frame.h"
@@ -33,6 +34,22 @@ void trackSymbol(uint64_t addr, uint64_t size, int device) {
                         " bytes) overlaps this process's own memory: host memory there would be taken for it");
 }
 
+// Pitched copies are not relayed between servers (docs/pool.md).
+Status sameServerAs(StreamRef s, const void* dst, const void* src, const char* what) {
+  auto set = rt().servers();
+  if (!set) return set.status();
+  for (const void* p : {dst, src}) {
+    int d = -1;
+    if (rt().classify(p, &d) == MemKind::kDevice && !(*set)->sameServer(d, s.device)) {
+      common::logOnce(std::string("cross-server:") + what,
+                      std::string(what) + " between devices of two pool members (or on another member's stream) is "
+                      "not supported by rgpu (returns cudaErrorNotSupported); cudaMemcpy and cudaMemcpyPeer are relayed");
+      return Status(err::kNotSupported, std::string(what) + " across servers of the pool is not supported");
+    }
+  }
+  return Status::ok();
+}
+
 Result<cudaMemcpyKind> resolveKind(void* dst, const void* src, cudaMemcpyKind kind) {
   bool dd = rt().classify(dst) == MemKind::kDevice, sd = rt().classify(src) == MemKind::kDevice;
   if (kind == cudaMemcpyDefault)
@@ -58,6 +75,11 @@ Status peerImpl(void* dst, int dstDevice, const void* src, int srcDevice, size_t
     return Status(err::kInvalidValue, "peer copy pointers are not device memory of the devices named");
   auto s = rt().stream(stream, ptsz);
   if (!s) return s.status();
+  if (rt().spread()) {
+    auto set = rt().servers();
+    if (set && (!(*set)->sameServer(dstDevice, srcDevice) || !(*set)->sameServer(dstDevice, s->device)))
+      return relayPeer(dst, dstDevice, src, srcDevice, count, *s);
+  }
   capnp::MallocMessageBuilder msg(64);
   auto m = msg.initRoot<wire::Request>().initMemcpyPeer();
   m.setDst(reinterpret_cast<uint64_t>(dst));
@@ -101,6 +123,8 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
   if (!k) return k.status();
   auto s = rt().stream(stream, ptsz);
   if (!s) return s.status();
+  // Devices of two servers of the pool: relayed by this process.
+  if (Status st; relayCopy(dst, src, count, *k, *s, &st)) return st;
   const uint64_t chunk = protocol::kMaxBulkBytes;
   switch (*k) {
     case cudaMemcpyHostToDevice: {
@@ -147,10 +171,7 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
         setStream(m.initStream(), *s);
         char* into = static_cast<char*>(dst) + off;
         if (deferred) {
-          RGPU_TRY(ManagedMemory::get().beforeDeviceWork());  // (the connection is used directly)
-          auto c = rt().conn();
-          if (!c) return c.status();
-          RGPU_TRY((*c)->postExpectingData(msg, into, n));
+          RGPU_TRY(rt().postExpectingData(msg, into, n));
         } else {
           auto r = rt().call(msg, nullptr, 0, into, n);
           if (!r) return r.status();
@@ -206,6 +227,7 @@ Status memsetImpl(void* dst, int value, size_t count, cudaStream_t stream, bool 
   RGPU_TRY(needDevice(dst, count, "destination"));
   auto s = rt().stream(stream, ptsz);
   if (!s) return s.status();
+  if (Status st; relayMemset(dst, value, count, *s, &st)) return st;  // on another server than the stream's
   capnp::MallocMessageBuilder msg(64);
   auto m = msg.initRoot<wire::Request>().initMemset();
   m.setDst(reinterpret_cast<uint64_t>(dst));
@@ -228,6 +250,7 @@ Status memcpy2DCore(void* dst, size_t dpitch, const void* src, size_t spitch, si
   if (!k) return k.status();
   auto s = rt().stream(stream, ptsz);
   if (!s) return s.status();
+  if (rt().spread()) RGPU_TRY(sameServerAs(*s, dst, src, "cudaMemcpy2D"));
   uint64_t packed = uint64_t{width} * height;
   if (*k == cudaMemcpyHostToHost) {
     if (Status c; async && capturesActive() && captureNodeOn(*s, [&] {
@@ -342,10 +365,10 @@ Status symbolCopyImpl(const void* symbol, void* host, size_t count, size_t offse
 
 namespace {
 // Gives back device memory the program never saw (asynchronously).
-void freeQuietly(uint64_t p) {
+void freeQuietly(uint64_t p, int device) {
   capnp::MallocMessageBuilder msg(32);
   msg.initRoot<wire::Request>().initFree().setPtr(p);
-  (void)rt().post(msg);
+  (void)rt().postOn(device, msg);  // (not tracked: its device says where)
 }
 
 // Device memory whose range this process can keep its own memory out of:
@@ -381,12 +404,12 @@ Result<uint64_t> deviceMemory(int dev, uint64_t size, uint64_t pitch_width = 0, 
       out = p;
       break;
     }
-    rt().untrackDevice(p);
+    rt().untrackDevice(p, dev);
     collided.push_back(p);
-    out = Status(err::kMemoryAllocation, "the server's device memory kept landing on this process's own memory (" +
+    out = Status(err::kMemoryAllocation, "the server's device memory kept landing on this process's own memory or another pool member's (" +
                                              std::to_string(kAttempts) + " tries)");
   }
-  for (uint64_t p : collided) freeQuietly(p);
+  for (uint64_t p : collided) freeQuietly(p, dev);
   return out;
 }
 }  // namespace

@@ -42,6 +42,30 @@ void setFormat(rgpu::wire::ChannelFormat::Builder f, const cudaChannelFormatDesc
   f.setX(d.x), f.setY(d.y), f.setZ(d.z), f.setW(d.w), f.setKind(static_cast<int32_t>(d.f));
 }
 
+Status destroyOnServer(bool texture, uint64_t handle, int device) {
+  capnp::MallocMessageBuilder msg(32);
+  auto req = msg.initRoot<rgpu::wire::Request>();
+  if (texture) req.initTextureDestroy().setHandle(handle);
+  else req.initSurfaceDestroy().setHandle(handle);
+  return rt().postOn(device, msg);
+}
+
+// Object values are each server's own: two servers of a program the pool
+// spread may give the same one (sim members never do: docs/pool.md). A
+// kernel could not tell them apart, so the second is refused.
+Status checkFresh(bool texture, uint64_t handle, int device) {
+  {
+    std::lock_guard lock(objectsMutex());
+    if (texture ? !textures().count(handle) : !surfaces().count(handle)) return Status::ok();
+  }
+  (void)destroyOnServer(texture, handle, device);
+  rgpu::common::logOnce("object-collides", std::string("a ") + (texture ? "texture" : "surface") +
+                                               " object of device " + std::to_string(device) +
+                                               " has the value of one of another pool member's: not supported by rgpu "
+                                               "(returns cudaErrorNotSupported)");
+  return Status(err::kNotSupported, "texture and surface object values of two pool members coincide");
+}
+
 Status createTexture(cudaTextureObject_t* out, const cudaResourceDesc* res, const cudaTextureDesc* td,
                      const cudaResourceViewDesc* view) {
   RGPU_TRY(needPtr(out, "pTexObject"));
@@ -111,6 +135,7 @@ Status createTexture(cudaTextureObject_t* out, const cudaResourceDesc* res, cons
   auto r = rt().call(msg);
   if (!r) return r.status();
   const uint64_t handle = static_cast<uint64_t>(r->reader().getValue());
+  RGPU_TRY(checkFresh(true, handle, device));
   *out = handle;
   std::lock_guard lock(objectsMutex());
   textures()[handle] = {device, *res, *td};
@@ -118,17 +143,21 @@ Status createTexture(cudaTextureObject_t* out, const cudaResourceDesc* res, cons
 }
 
 Status destroyObject(bool texture, uint64_t handle) {
+  int device = -1;
   {
     std::lock_guard lock(objectsMutex());
-    if (texture ? !textures().erase(handle) : !surfaces().erase(handle))
+    if (texture) {
+      auto it = textures().find(handle);
+      if (it != textures().end()) device = it->second.device, textures().erase(it);
+    } else {
+      auto it = surfaces().find(handle);
+      if (it != surfaces().end()) device = it->second.device, surfaces().erase(it);
+    }
+    if (device < 0)
       return Status(err::kInvalidValue, std::string(texture ? "texture" : "surface") + " object " +
                                             std::to_string(handle) + " is not one of this process's");
   }
-  capnp::MallocMessageBuilder msg(32);
-  auto req = msg.initRoot<rgpu::wire::Request>();
-  if (texture) req.initTextureDestroy().setHandle(handle);
-  else req.initSurfaceDestroy().setHandle(handle);
-  return rt().post(msg);
+  return destroyOnServer(texture, handle, device);
 }
 
 }  // namespace
@@ -195,9 +224,10 @@ RGPU_EXPORT cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t* pSurfObject
     auto m = msg.initRoot<rgpu::wire::Request>().initSurfaceCreate();
     m.setArray((*a)->handle);
     m.setLevel((*a)->level);
-    auto r = rt().call(msg);
+    auto r = rt().callOn((*a)->device, msg);
     if (!r) return r.status();
     const uint64_t handle = static_cast<uint64_t>(r->reader().getValue());
+    RGPU_TRY(checkFresh(false, handle, (*a)->device));
     *pSurfObject = handle;
     std::lock_guard lock(objectsMutex());
     surfaces()[handle] = {(*a)->device, *pResDesc};

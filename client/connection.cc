@@ -79,7 +79,8 @@ static std::vector<std::string> serverList(const std::string& s) {
   return out;
 }
 
-Result<std::unique_ptr<Connection>> Connection::connectOne(const ClientConfig& cfg, bool redirected, bool* unreachable) {
+Result<std::unique_ptr<Connection>> Connection::connectOne(const ClientConfig& cfg, bool redirected, bool* unreachable,
+                                                          uint32_t span_index) {
   *unreachable = false;
   auto hp = common::parseHostPort(cfg.server);
   if (!hp) return Status(err::kDevicesUnavailable, hp.status().message() + " (" + describeSource(cfg) + ")");
@@ -98,11 +99,13 @@ Result<std::unique_ptr<Connection>> Connection::connectOne(const ClientConfig& c
   std::unique_ptr<Connection> c(new Connection(std::move(*tc), cfg.server, *compression));
   c->cfg_ = cfg;
   c->redirected_ = redirected;
+  c->span_index_ = span_index;
   RGPU_TRY(c->handshake(cfg));
   return c;
 }
 
-Result<std::unique_ptr<Connection>> Connection::open(const ClientConfig& cfg, HostFuncHandler on_host_func) {
+Result<std::unique_ptr<Connection>> Connection::open(const ClientConfig& cfg, HostFuncHandler on_host_func,
+                                                    std::vector<SpanPart>* span, std::string* span_from) {
   if (cfg.server.empty())
     return Status(err::kDevicesUnavailable, "no rgpu server configured: set `server` in client.toml or RGPU_SERVER (" +
                                                 describeSource(cfg) + ")");
@@ -125,6 +128,15 @@ Result<std::unique_ptr<Connection>> Connection::open(const ClientConfig& cfg, Ho
                                                 unreachable_ones + " (" + describeSource(cfg) + ")");
   if (!got) return got.status();
   std::unique_ptr<Connection> c = std::move(*got);
+  if (!c->span_.empty()) {
+    // The pool spread the program over several members: the caller opens a part at each.
+    if (!span)
+      return Status(err::kDevicesUnavailable, "the pool (asked at " + c->server_ + ") spread this program over " +
+                                                  std::to_string(c->span_.size()) + " members; this client takes one");
+    *span = std::move(c->span_);
+    if (span_from) *span_from = c->server_;
+    return std::unique_ptr<Connection>();
+  }
   if (!c->redirect_.empty()) {
     // The pool places this program on another member: there, once.
     ClientConfig there = c->cfg_;
@@ -140,18 +152,36 @@ Result<std::unique_ptr<Connection>> Connection::open(const ClientConfig& cfg, Ho
                                            (unreachable ? "cannot be reached: " + r.status().message() + " (" +
                                                               describeSource(cfg) + ")"
                                                         : "failed: " + r.status().message()));  // (names its config)
-    if (!(*r)->redirect_.empty())
+    if (!(*r)->redirect_.empty() || !(*r)->span_.empty())
       return Status(err::kDevicesUnavailable, "the pool redirected this program twice (" + from + " -> member '" + member +
-                                                  "' at " + there.server + " -> '" + (*r)->redirect_member_ + "' at " +
-                                                  (*r)->redirect_ + "): a member must take a client it was sent");
+                                                  "' at " + there.server + " -> '" +
+                                                  ((*r)->span_.empty() ? (*r)->redirect_member_ + "' at " + (*r)->redirect_
+                                                                       : std::string("several members'")) +
+                                                  "): a member must take a client it was sent");
     c = std::move(*r);
   }
-  c->conn_.load()->setBusyPollWhile(&c->sync_waiters_);
-  c->on_host_func_ = std::move(on_host_func);
-  c->flusher_ = std::thread([p = c.get()] { p->flusherLoop(); });
-  c->receiver_ = std::thread([p = c.get()] { p->receiverLoop(); });
-  c->callback_ = std::thread([p = c.get()] { p->callbackLoop(); });
+  c->start(std::move(on_host_func));
   return c;
+}
+
+Result<std::unique_ptr<Connection>> Connection::openPart(const ClientConfig& cfg, HostFuncHandler on_host_func,
+                                                        uint32_t index) {
+  bool unreachable = false;
+  auto r = connectOne(cfg, true, &unreachable, index);
+  if (!r) return r.status();
+  if (!(*r)->redirect_.empty() || !(*r)->span_.empty())
+    return Status(err::kDevicesUnavailable, "member at " + cfg.server + " sent this program on again: a member must "
+                                            "take a client the pool sent it");
+  (*r)->start(std::move(on_host_func));
+  return std::move(*r);
+}
+
+void Connection::start(HostFuncHandler on_host_func) {
+  conn_.load()->setBusyPollWhile(&sync_waiters_);
+  on_host_func_ = std::move(on_host_func);
+  flusher_ = std::thread([this] { flusherLoop(); });
+  receiver_ = std::thread([this] { receiverLoop(); });
+  callback_ = std::thread([this] { callbackLoop(); });
 }
 
 Connection::~Connection() { close(); }
@@ -194,6 +224,7 @@ void Connection::buildHello(capnp::MessageBuilder& msg, const ClientConfig& cfg,
   hello.setMonitor(cfg.monitor);
   hello.setResume(cfg.resume && !cfg.monitor);
   hello.setRedirected(redirected_);
+  hello.setSpanIndex(span_index_);
   auto req = hello.initRequest();
   req.setCount(cfg.request_devices);
   req.setMinMemory(cfg.request_min_memory);
@@ -235,6 +266,11 @@ Status Connection::handshake(const ClientConfig& cfg) {
     if (w.getError() != 0)
       return Status(w.getError(), "rgpu server " + server_ + " refused this client: " + std::string(w.getMessage()) +
                                       " (" + describeSource(cfg) + ")");
+    if (w.hasSpan() && w.getSpan().size() > 0) {
+      for (auto part : w.getSpan()) span_.push_back({part.getMember(), part.getAddress(), part.getCount()});
+      RGPU_LOG_DEBUG("{} spreads this program over {} members", server_, span_.size());
+      return Status::ok();
+    }
     if (w.hasRedirect() && w.getRedirect().size() > 0) {
       redirect_ = w.getRedirect();
       redirect_member_ = w.getRedirectMember();

@@ -74,12 +74,30 @@ struct Welcome {
   std::vector<Device> devices;
 };
 
+// A member's part of a program the pool spread over several members
+// (Welcome.span; docs/pool.md).
+struct SpanPart {
+  std::string member, address;
+  uint32_t count = 0;
+};
+
 class Connection {
  public:
   using HostFuncHandler = std::function<void(uint64_t id)>;
 
-  // Connects, authenticates, and starts the I/O threads.
-  static Result<std::unique_ptr<Connection>> open(const ClientConfig& cfg, HostFuncHandler on_host_func);
+  // Connects to the first server of cfg.server that can be reached (a list:
+  // "a:1, b:2"), authenticates, follows a pool's redirect once, and starts
+  // the I/O threads. When the pool spreads the program's devices over
+  // several members instead, it returns null and fills `*span` with them
+  // (and `*span_from` with the member that said so); without `span` that is
+  // an error.
+  static Result<std::unique_ptr<Connection>> open(const ClientConfig& cfg, HostFuncHandler on_host_func,
+                                                  std::vector<SpanPart>* span = nullptr,
+                                                  std::string* span_from = nullptr);
+  // Part `index` of such a span: a session at the member cfg.server names,
+  // which takes the client or refuses it (never sends it on).
+  static Result<std::unique_ptr<Connection>> openPart(const ClientConfig& cfg, HostFuncHandler on_host_func,
+                                                      uint32_t index);
   ~Connection();
 
   const Welcome& welcome() const { return welcome_; }
@@ -148,7 +166,10 @@ class Connection {
   Connection(std::unique_ptr<common::TlsConnection> conn, std::string server, common::Compression c);
   // Connects to cfg.server and says Hello (`redirected`: the pool sent us);
   // `unreachable`: it could not be reached at all.
-  static Result<std::unique_ptr<Connection>> connectOne(const ClientConfig& cfg, bool redirected, bool* unreachable);
+  static Result<std::unique_ptr<Connection>> connectOne(const ClientConfig& cfg, bool redirected, bool* unreachable,
+                                                        uint32_t span_index = 0);
+  // Starts the I/O threads of a connection that has a session.
+  void start(HostFuncHandler on_host_func);
   Status handshake(const ClientConfig& cfg);
   // Hello for a new session, or (with `resume`) for taking this one up again.
   void buildHello(capnp::MessageBuilder& msg, const ClientConfig& cfg, bool resume);
@@ -188,6 +209,8 @@ class Connection {
   std::string server_;
   bool redirected_ = false;  // the pool sent this client here (Hello.redirected)
   std::string redirect_, redirect_member_;  // the Welcome sent us on (host:port, member name)
+  std::vector<SpanPart> span_;  // the Welcome spread the program over several members
+  uint32_t span_index_ = 0;     // this connection is that part of a span (Hello.spanIndex)
   ClientConfig cfg_;  // for reconnecting
   common::Compression compression_;
   Welcome welcome_;

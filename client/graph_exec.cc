@@ -546,7 +546,7 @@ void destroyExec(cudaGraphExec_t e) {
   if (e->mem_source && checkGraph(e->mem_source)) --e->mem_source->mem_execs;
   capnp::MallocMessageBuilder msg(16);
   msg.initRoot<wire::Request>().initGraphDestroy().setId(e->id);
-  (void)rt().post(msg);  // launches already queued keep running on the server
+  (void)rt().postOn(e->device, msg);  // launches already queued keep running on the server
   execs().erase(e);
 }
 
@@ -590,10 +590,7 @@ Status launchExec(cudaGraphExec_t e, cudaStream_t stream, bool ptsz) {
     off += n;
   }
   if (e->host_out.empty()) return rt().post(msg, bulk.data(), bulk.size());
-  RGPU_TRY(ManagedMemory::get().beforeDeviceWork());  // (the connection is used directly)
-  auto c = rt().conn();
-  if (!c) return c.status();
-  return (*c)->postScatter(msg, std::move(bulk), e->host_out);
+  return rt().postScatter(msg, std::move(bulk), e->host_out);
 }
 
 Status updateExec(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecUpdateResultInfo* info) {

@@ -48,7 +48,7 @@ void Runtime::atForkChild() {
   Runtime& rt = get();
   if (rt.conn_attempted_.load()) {
     rt.forked_.store(true);
-    rt.conn_ptr_.store(nullptr);
+    rt.servers_ptr_.store(nullptr);
   }
 }
 
@@ -67,11 +67,18 @@ Status Runtime::forkedError() {
 // ---- connection and errors ----------------------------------------------------
 
 Result<Connection*> Runtime::conn() {
-  if (Connection* c = conn_ptr_.load(std::memory_order_acquire)) return c;
+  if (ServerSet* s = servers_ptr_.load(std::memory_order_acquire)) return &s->primary();
+  auto s = servers();
+  if (!s) return s.status();
+  return &(*s)->primary();
+}
+
+Result<ServerSet*> Runtime::servers() {
+  if (ServerSet* s = servers_ptr_.load(std::memory_order_acquire)) return s;
   if (forked()) return forkedError();
   conn_attempted_.store(true);
   std::lock_guard lock(conn_mu_);
-  if (conn_ && !exiting_) return conn_.get();
+  if (servers_ && !exiting_) return servers_.get();
   if (conn_tried_) return conn_error_;
   conn_tried_ = true;
   auto cfg = loadClientConfig();
@@ -83,17 +90,19 @@ Result<Connection*> Runtime::conn() {
   }
   cfg_ = *cfg;
   common::initLogging("rgpu-client", cfg_.log_level);
-  auto c = Connection::open(cfg_, [this](uint64_t id) { runHostFunc(id); });
+  auto c = ServerSet::open(cfg_, [this](size_t part) -> Connection::HostFuncHandler {
+    return [this, part](uint64_t id) { runHostFunc(id, part); };
+  });
   if (!c) {
     conn_error_ = c.status();
     RGPU_LOG_ERROR("{}", conn_error_.message());
     return conn_error_;
   }
-  conn_ = std::move(*c);
-  conn_ptr_.store(conn_.get(), std::memory_order_release);
+  servers_ = std::move(*c);
+  servers_ptr_.store(servers_.get(), std::memory_order_release);
   // Registered after OpenSSL's own handler, so it runs before it.
   std::atexit(&Runtime::shutdownAtExit);
-  return conn_.get();
+  return servers_.get();
 }
 
 void Runtime::shutdownAtExit() {
@@ -103,13 +112,13 @@ void Runtime::shutdownAtExit() {
   rt.exiting_ = true;
   rt.conn_tried_ = true;
   rt.conn_error_ = Status(err::kCudartUnloading, "the program is exiting: the rgpu connection is closed");
-  rt.conn_ptr_.store(nullptr, std::memory_order_release);
-  // The Connection object stays (a thread of the program may still hold a
-  // pointer to it); closing makes its calls fail instead of touching freed state.
-  if (rt.conn_) {
-    rt.conn_->close();
+  rt.servers_ptr_.store(nullptr, std::memory_order_release);
+  // The Connection objects stay (a thread of the program may still hold a
+  // pointer to one); closing makes their calls fail instead of touching freed state.
+  if (rt.servers_) {
+    rt.servers_->close();
     // The context's destruction flushes the device's printf buffer on a GPU.
-    std::string rest = rt.conn_->takeDeviceOutput();
+    std::string rest = rt.servers_->takeDeviceOutput();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::fflush(stdout);
   }
@@ -130,71 +139,13 @@ cudaError_t Runtime::lastError(bool reset) {
   return e;
 }
 
-namespace {
-// Requests that run device work which may read or write managed memory:
-// the host's dirty managed pages go to the server first (client/managed.h).
-bool isDeviceWork(wire::Request::Which w) {
-  using R = wire::Request;
-  switch (w) {
-    case R::MEMCPY_HTO_D: case R::MEMCPY_DTO_H: case R::MEMCPY_DTO_D: case R::MEMSET: case R::MEMCPY2_D:
-    case R::MEMSET2_D: case R::LAUNCH_KERNEL: case R::MEMCPY_PEER: case R::BLAS: case R::LT_MATMUL: case R::COPY3_D:
-    case R::GRAPH_LAUNCH:
-      return true;
-    default:
-      return false;
-  }
-}
-}  // namespace
-
-Result<Reply> Runtime::call(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len, void* in,
-                            uint64_t in_len) {
-  if (int s = sticky_.load(std::memory_order_relaxed)) return Status(s, "a kernel fault made the context unusable");
-  const bool own = ManagedMemory::transferring();  // managed bytes on the runtime's own stream
-  if (capturesActive() && !own) RGPU_TRY(captureAllowsCall(msg.getRoot<wire::Request>().asReader()));
-  if (!own && isDeviceWork(msg.getRoot<wire::Request>().which())) RGPU_TRY(ManagedMemory::get().beforeDeviceWork());
-  auto c = conn();
-  if (!c) return c.status();
-  Reply r = (*c)->call(msg, bulk, bulk_len, in, in_len);
-  if (err::isSticky(r.status.code())) sticky_.store(r.status.code());
-  if (err::isSticky(r.async_error.code())) sticky_.store(r.async_error.code());
-  if (!r.status) {
-    if (err::isSticky(r.status.code())) common::logOnce("sticky:" + r.status.message(), "rgpu server " + (*c)->server() + ": " + r.status.message());
-    return r.status;
-  }
-  if (!r.async_error.isOk()) {
-    // The generic cudaGetErrorString text rarely says enough ("no kernel
-    // image is available"); the server's reason does. Say it once.
-    common::logOnce("async:" + r.async_error.message(),
-                    "rgpu server " + (*c)->server() + ": " + r.async_error.message());
-    return r.async_error;
-  }
-  if (Status d = (*c)->takeDeferredError(); !d) return d;
-  return r;
-}
-
 void Runtime::flushDeviceOutput() {
-  Connection* c = conn_ptr_.load(std::memory_order_acquire);
+  ServerSet* c = servers_ptr_.load(std::memory_order_acquire);
   if (!c) return;
   std::string text = c->takeDeviceOutput();
   if (text.empty()) return;
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
-}
-
-Status Runtime::post(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len) {
-  if (int s = sticky_.load(std::memory_order_relaxed)) return Status(s, "a kernel fault made the context unusable");
-  if (capturesActive() && !ManagedMemory::transferring()) {
-    // A capturing stream's work becomes a graph node instead of a message.
-    auto r = msg.getRoot<wire::Request>().asReader();
-    if (auto s = requestStream(r)) {
-      Status st;
-      if (captureRequest(*s, r, &st)) return st;
-    }
-  }
-  if (isDeviceWork(msg.getRoot<wire::Request>().which())) RGPU_TRY(ManagedMemory::get().beforeDeviceWork());
-  auto c = conn();
-  if (!c) return c.status();
-  return (*c)->post(msg, bulk, bulk_len);
 }
 
 // ---- devices ---------------------------------------------------------------------
@@ -209,9 +160,9 @@ Status Runtime::setCurrentDevice(int device) {
 }
 
 Result<const Welcome::Device*> Runtime::device(int index) {
-  auto c = conn();
+  auto c = servers();
   if (!c) return c.status();
-  const auto& devs = (*c)->welcome().devices;
+  const auto& devs = (*c)->devices();
   if (devs.empty()) return Status(err::kNoDevice, "the rgpu server offers no devices");
   if (index < 0 || static_cast<size_t>(index) >= devs.size())
     return Status(err::kInvalidDevice, "device " + std::to_string(index) + " does not exist");
@@ -219,8 +170,8 @@ Result<const Welcome::Device*> Runtime::device(int index) {
 }
 
 int Runtime::deviceCount() {
-  auto c = conn();
-  return c ? static_cast<int>((*c)->welcome().devices.size()) : 0;
+  auto c = servers();
+  return c ? static_cast<int>((*c)->devices().size()) : 0;
 }
 
 namespace {
@@ -378,14 +329,27 @@ Result<uint32_t> Runtime::event(cudaEvent_t e) {
   return static_cast<uint32_t>(v);
 }
 
-Status Runtime::dropEvent(cudaEvent_t e, uint32_t* id) {
+int Runtime::eventDevice(uint32_t id) {
+  std::shared_lock lock(handle_mu_);
+  auto it = events_.find(id);
+  return it == events_.end() ? -1 : it->second;
+}
+
+Status Runtime::dropEvent(cudaEvent_t e, uint32_t* id, int* device) {
   auto v = reinterpret_cast<uint64_t>(e);
   if ((v & kTagMask) != kEventTag) return Status(err::kInvalidResourceHandle, "not an event handle");
   std::unique_lock lock(handle_mu_);
-  if (!events_.erase(static_cast<uint32_t>(v)))
-    return Status(err::kInvalidResourceHandle, "event was destroyed or never created");
+  auto it = events_.find(static_cast<uint32_t>(v));
+  if (it == events_.end()) return Status(err::kInvalidResourceHandle, "event was destroyed or never created");
+  if (device) *device = it->second;
+  events_.erase(it);
   *id = static_cast<uint32_t>(v);
   return Status::ok();
+}
+
+uint64_t Runtime::newHostFuncId() {
+  std::lock_guard lock(host_fn_mu_);
+  return next_host_fn_++;
 }
 
 uint64_t Runtime::addHostFunc(void (*fn)(void*), void* user) {
@@ -395,10 +359,27 @@ uint64_t Runtime::addHostFunc(void (*fn)(void*), void* user) {
   return id;
 }
 
-void Runtime::runHostFunc(uint64_t id) {
+void Runtime::runHostFunc(uint64_t id, size_t part) {
   std::pair<void (*)(void*), void*> f{nullptr, nullptr};
   {
-    std::lock_guard lock(host_fn_mu_);
+    std::unique_lock lock(host_fn_mu_);
+    if (auto g = gates_.find(id); g != gates_.end()) {
+      // A cross-server wait's gate: no code of the program's.
+      std::shared_ptr<Gate> gate = g->second;
+      gates_.erase(g);
+      bool open_now = false;
+      if (id == gate->waiter) {
+        gate->arrived = true;
+        open_now = gate->opened;
+      } else {
+        gate->opened = true;
+        open_now = gate->arrived;
+      }
+      lock.unlock();
+      if (id != gate->waiter) hostFuncDone(id, part);  // the event's side goes on at once
+      if (open_now) hostFuncDone(gate->waiter, gate->waiter_part);
+      return;
+    }
     auto it = host_fns_.find(id);
     if (it != host_fns_.end()) {
       f = it->second;
@@ -409,15 +390,24 @@ void Runtime::runHostFunc(uint64_t id) {
   if (f.first) f.first(f.second);
   else RGPU_LOG_WARN("server asked for unknown host function {}", id);
   // The stream on the server waits for this before it proceeds.
-  capnp::MallocMessageBuilder msg(32);
-  msg.initRoot<wire::Request>().initHostFuncDone().setId(id);
-  (void)post(msg);
+  hostFuncDone(id, part);
 }
 
 // ---- memory tracking ------------------------------------------------------------
 
 DeviceRanges::Result Runtime::trackDevice(uint64_t ptr, uint64_t size, int device) {
+  ServerSet* set = servers_ptr_.load(std::memory_order_acquire);
   std::unique_lock lock(mem_mu_);
+  if (set && !set->single()) {
+    // Two members' drivers may hand out the same addresses: a pointer must
+    // name one allocation, so one that overlaps another member's is refused.
+    auto after = device_allocs_.lower_bound(ptr + size);
+    if (after != device_allocs_.begin()) {
+      auto before = std::prev(after);
+      if (before->first + before->second.size > ptr && !set->sameServer(before->second.device, device))
+        return DeviceRanges::Result::kCollides;
+    }
+  }
   auto it = device_allocs_.find(ptr);
   if (it != device_allocs_.end() && it->second.size == size && it->second.device == device)
     return DeviceRanges::Result::kReserved;  // known already (a symbol used again)
@@ -427,10 +417,10 @@ DeviceRanges::Result Runtime::trackDevice(uint64_t ptr, uint64_t size, int devic
   return r;
 }
 
-void Runtime::untrackDevice(uint64_t ptr) {
+void Runtime::untrackDevice(uint64_t ptr, int device) {
   std::unique_lock lock(mem_mu_);
   auto it = device_allocs_.find(ptr);
-  if (it == device_allocs_.end()) return;
+  if (it == device_allocs_.end() || (device >= 0 && it->second.device != device)) return;
   if (it->second.reserved) device_ranges_.release(ptr, it->second.size);
   device_allocs_.erase(it);
 }
@@ -513,7 +503,8 @@ void Runtime::untrackPinned(const void* p) {
 }
 
 void Runtime::waitForWritesInto(const void* p, uint64_t len) {
-  if (Connection* c = conn_ptr_.load(std::memory_order_acquire)) c->waitForWritesInto(p, len);
+  if (ServerSet* c = servers_ptr_.load(std::memory_order_acquire))
+    for (size_t i = 0; i < c->size(); ++i) c->part(i).waitForWritesInto(p, len);
 }
 
 // ---- registration --------------------------------------------------------------------

@@ -23,6 +23,7 @@
 #include "client/client_config.h"
 #include "client/connection.h"
 #include "client/device_ranges.h"
+#include "client/servers.h"
 #include "common/fatbin.h"
 
 namespace rgpu::client {
@@ -91,7 +92,17 @@ class Runtime {
   static Runtime& get();
 
   // ---- connection and errors --------------------------------------------
-  Result<Connection*> conn();  // connects on first use; a failure is sticky
+  // The servers of the program's devices (one, or one per member the pool
+  // spread it over: client/servers.h); connects on first use, and a failure
+  // is sticky.
+  Result<ServerSet*> servers();
+  // The first of them (the only one unless the pool spread the program).
+  Result<Connection*> conn();
+  // The program's devices are on several servers.
+  bool spread() const {
+    ServerSet* s = servers_ptr_.load(std::memory_order_acquire);
+    return s && !s->single();
+  }
   // fork(): a child of a process that had connected gets a runtime that
   // refuses every call (cudaErrorInitializationError, as NVIDIA's does after
   // fork) and never touches the parent's connection, not even at exit.
@@ -108,9 +119,25 @@ class Runtime {
   int sticky() const { return sticky_.load(std::memory_order_relaxed); }
   // Sends a synchronous call; an earlier asynchronous error is returned if the
   // call itself succeeded (CUDA's reporting rule).
+  // Each request goes to the server of the device it names (ServerSet::localize);
+  // one naming none to that of the pointer, event or object it names, found
+  // here (route()), or to the first server.
   Result<Reply> call(capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0,
-                     void* in = nullptr, uint64_t in_len = 0);
-  Status post(capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0);
+                     void* in = nullptr, uint64_t in_len = 0) {
+    return callOn(-1, msg, bulk, bulk_len, in, in_len);
+  }
+  Status post(capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0) {
+    return postOn(-1, msg, bulk, bulk_len);
+  }
+  // The same, for a request about program device `device` that names none
+  // (an array's, a graph's, a texture's: objects only the caller knows).
+  Result<Reply> callOn(int device, capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0,
+                       void* in = nullptr, uint64_t in_len = 0);
+  Status postOn(int device, capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0);
+  // Connection::postExpectingData and postScatter, routed as post().
+  Status postExpectingData(capnp::MessageBuilder& msg, void* in, uint64_t in_len);
+  Status postScatter(capnp::MessageBuilder& msg, std::vector<uint8_t> bulk,
+                     std::vector<std::pair<void*, uint64_t>> parts);
   // Prints the device printf output received so far: called where NVIDIA's
   // driver flushes its printf buffer (synchronisation, blocking copies,
   // launches, module loads, host callbacks, cudaDeviceReset, exit).
@@ -139,16 +166,29 @@ class Runtime {
   Status setStreamPriority(cudaStream_t s, int priority);
   cudaEvent_t newEvent(int device, unsigned flags, uint32_t* id);
   Result<uint32_t> event(cudaEvent_t e);
-  Status dropEvent(cudaEvent_t e, uint32_t* id);
+  // The device of event `id` (-1: none such).
+  int eventDevice(uint32_t id);
+  Status dropEvent(cudaEvent_t e, uint32_t* id, int* device = nullptr);
   uint64_t addHostFunc(void (*fn)(void*), void* user);
-  void runHostFunc(uint64_t id);
+  // Runs host function `id` for the server of part `part`, then tells that
+  // server it is done (a gate: when its other side has come too).
+  void runHostFunc(uint64_t id, size_t part);
+  // A cross-server cudaStreamWaitEvent (client/cross_server.h): host
+  // functions `opener` (queued where the event is) and `waiter` (queued on
+  // the waiting stream, part `waiter_part`): the waiter's server is told it
+  // is done once both have run.
+  void addGate(uint64_t opener, size_t opener_part, uint64_t waiter, size_t waiter_part);
+  uint64_t newHostFuncId();
 
   // ---- memory tracking -----------------------------------------------------
   // Records device memory and reserves its range in this process (see
   // client/device_ranges.h). kCollides: the range overlaps this process's
-  // own memory; it is tracked anyway (the caller decides what to do).
+  // own memory; it is tracked anyway (the caller decides what to do). Also
+  // kCollides, and not tracked: it overlaps memory of a device on another
+  // server of the program (client/servers.h).
   DeviceRanges::Result trackDevice(uint64_t ptr, uint64_t size, int device);
-  void untrackDevice(uint64_t ptr);
+  // (`device` >= 0: only if the allocation at `ptr` is that device's.)
+  void untrackDevice(uint64_t ptr, int device = -1);
   void untrackDeviceAll(int device);
   // cudaDeviceReset: the server dropped the device's allocations, modules,
   // streams and events; forget them here too (modules are shipped again, so
@@ -238,9 +278,17 @@ class Runtime {
   static void shutdownAtExit();
   static void atForkChild();
 
+  // Finds the server `msg` goes to and puts its device fields in that
+  // server's numbering.
+  Result<Connection*> route(capnp::MessageBuilder& msg, int device);
+  // The device of the pointer, event or object a request names, or -1.
+  int deviceNamed(wire::Request::Reader r);
+  // Tells part `part`'s server host function `id` is done.
+  void hostFuncDone(uint64_t id, size_t part);
+
   std::mutex conn_mu_;
-  std::unique_ptr<Connection> conn_;
-  std::atomic<Connection*> conn_ptr_{nullptr};
+  std::unique_ptr<ServerSet> servers_;
+  std::atomic<ServerSet*> servers_ptr_{nullptr};
   Status conn_error_;
   bool conn_tried_ = false;
   std::atomic<bool> exiting_{false};
@@ -278,6 +326,15 @@ class Runtime {
   std::mutex host_fn_mu_;
   std::unordered_map<uint64_t, std::pair<void (*)(void*), void*>> host_fns_;
   uint64_t next_host_fn_ = 1;
+  struct Gate {
+    uint64_t opener = 0, waiter = 0;
+    size_t opener_part = 0, waiter_part = 0;
+    bool opened = false, arrived = false;
+  };
+  // While gates are pending: opens those whose opener's server is lost.
+  void watchGates();
+  bool gate_watch_ = false;  // host_fn_mu_
+  std::unordered_map<uint64_t, std::shared_ptr<Gate>> gates_;  // by both host function ids; host_fn_mu_
 
   std::shared_mutex mem_mu_;
   struct Range {

@@ -255,6 +255,53 @@ TEST_F(ClusterTest, SpreadSendsANewProgramToTheIdleMemberAndPackToTheBusyOne) {
   }
 }
 
+// ---- one program, devices of several members ----------------------------------------
+
+TEST_F(ClusterTest, OneProgramUsesTheDevicesOfSeveralMembers) {
+  test::TempDir da, db, client;
+  test::ServerProcess a(da.path(), memberToml(da.path(), "a", 2, simDevice("Sim A", "4GiB", "9.0")));
+  test::ServerProcess b(db.path(), memberToml(db.path(), "b", 2,
+                                              simDevice("Sim B", "4GiB", "9.0") + simDevice("Sim B", "4GiB", "9.0")));
+  ASSERT_TRUE(waitFor([&] { return member("a") && member("b"); }, 10s));
+  std::this_thread::sleep_for(500ms);  // each member's view of the pool is read every 200 ms
+  // Three "Sim" devices: no member has them (each also has the test configuration's
+  // own device), the pool has. Asked at a, which has one.
+  const std::string sim = "[request]\nmodel = \"Sim *\"\n";
+  test::writeFile(client.file("client.toml"), clientToml(a.port()) + sim + "devices = 3\n");
+  auto r = test::run(std::string(RGPU_TEST_PROGRAMS_DIR) + "/multi_device",
+                     "RGPU_CONFIG=" + client.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  EXPECT_EQ(r.code, 0) << r.output << a.log() << b.log();
+  EXPECT_NE(r.output.find("devices: 3"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("multi_device: ok"), std::string::npos) << r.output;
+  // The member with the most fitting devices first: 0 and 1 are b's (peers of each other), 2 is a's.
+  EXPECT_NE(r.output.find("device 0: Sim B"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("device 2: Sim A"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("peer 0: 1 1 0\npeer 1: 1 1 0\npeer 2: 0 0 1\n"), std::string::npos) << r.output;
+  if (auto at = r.output.find("figures:"); at != std::string::npos)
+    std::printf("cluster: %s\n", r.output.substr(at, r.output.find('\n', at) - at).c_str());
+  // What cannot cross servers is refused as CUDA refuses it between contexts.
+  EXPECT_NE(r.output.find("elapsed between devices 0 and 2: cudaErrorInvalidResourceHandle"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("record device 0's event on device 2's stream: cudaErrorInvalidResourceHandle"),
+            std::string::npos) << r.output;
+  EXPECT_NE(a.log().find("placed by the pool on several members: 2 on 'b' at 127.0.0.1:" + std::to_string(b.port()) +
+                         ", 1 on 'a' at 127.0.0.1:" + std::to_string(a.port())),
+            std::string::npos) << a.log();
+  // A session on each; the same program on one member's two devices gives the same answers.
+  test::writeFile(client.file("client.toml"), clientToml(b.port()) + sim + "devices = 2\n");
+  auto one = test::run(std::string(RGPU_TEST_PROGRAMS_DIR) + "/multi_device",
+                       "RGPU_CONFIG=" + client.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  EXPECT_EQ(one.code, 0) << one.output;
+  EXPECT_NE(one.output.find("multi_device: ok"), std::string::npos) << one.output;
+  // More than the whole pool has: refused, naming the request.
+  test::writeFile(client.file("client.toml"), clientToml(a.port()) + sim + "devices = 4\nwait_ms = 100\n");
+  auto none = test::run(std::string(RGPU_TEST_PROGRAMS_DIR) + "/multi_device",
+                        "RGPU_CONFIG=" + client.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  EXPECT_NE(none.code, 0);
+  EXPECT_NE(none.output.find("cudaErrorDevicesUnavailable"), std::string::npos) << none.output;
+}
+
 TEST_F(ClusterTest, ADeadEntryInTheServerListOrABadAdvertisedAddressGivesAClearAnswer) {
   test::TempDir da, db, client;
   test::ServerProcess a(da.path(), memberToml(da.path(), "a", 2));

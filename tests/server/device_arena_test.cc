@@ -23,6 +23,28 @@ TEST(DeviceArena, LivesInItsWindowApartFromTheHeap) {
   EXPECT_NE((*a)->base(), (*b)->base());
 }
 
+TEST(DeviceArena, EachPartOfASpreadProgramHasAWindowOfItsOwn) {
+  auto [w0, n0] = DeviceArena::spanWindow(0);
+  EXPECT_EQ(w0, kSimDeviceWindow);  // a program on one server: as always
+  EXPECT_EQ(n0, 16u);
+  uint64_t last_end = kSimDeviceWindow + kSpanWindowSlots * kDeviceWindowSlot;
+  for (uint32_t k = 1; k < kSpanWindows; ++k) {
+    auto [w, n] = DeviceArena::spanWindow(k);
+    EXPECT_EQ(n, kSpanWindowSlots);
+    EXPECT_EQ(w, last_end) << "part " << k << "'s window starts where part " << k - 1 << "'s ends";
+    last_end = w + n * kDeviceWindowSlot;
+  }
+  EXPECT_LE(last_end, 1ull << 47) << "every window is user address space";
+  EXPECT_EQ(DeviceArena::spanWindow(kSpanWindows).second, 0u);  // beyond: where the system puts it
+#if !defined(__SANITIZE_THREAD__)
+  auto [w3, n3] = DeviceArena::spanWindow(3);
+  auto a = DeviceArena::create(64 << 20, w3, n3);
+  ASSERT_TRUE(a) << a.status().message();
+  EXPECT_GE((*a)->base(), w3);
+  EXPECT_LT((*a)->base(), w3 + n3 * kDeviceWindowSlot);
+#endif
+}
+
 TEST(DeviceArena, AllocationsAreAlignedDisjointAndWritable) {
   auto a = DeviceArena::create(1 << 20, kSimDeviceWindow);
   ASSERT_TRUE(a);

@@ -99,5 +99,52 @@ TEST(Placement, RequestsGoWhereTheyFitByPolicy) {
   EXPECT_FALSE(parsePoolPolicy("random"));
 }
 
+std::string spanOf(const std::vector<MemberView>& v, DeviceRequest r, PoolPolicy p, const std::string& self = "") {
+  std::string out;
+  for (const auto& part : chooseSpan(v, r, p, self))
+    out += (out.empty() ? "" : " ") + part.member + ":" + std::to_string(part.count) + "@" + part.address;
+  return out.empty() ? "none" : out;
+}
+
+TEST(Placement, AProgramNoMemberHoldsIsSpreadOverTheFewestMembers) {
+  auto v = pool();
+  DeviceRequest r;
+  r.count = 4;
+  // Members with the most fitting devices first (big and mid have two each; spread: mid is idler).
+  EXPECT_EQ(spanOf(v, r, PoolPolicy::kSpread), "mid:2@mid.example:7443 big:2@big.example:7443");
+  EXPECT_EQ(spanOf(v, r, PoolPolicy::kPack), "big:2@big.example:7443 mid:2@mid.example:7443");
+  r.count = 5;
+  EXPECT_EQ(spanOf(v, r, PoolPolicy::kSpread), "mid:2@mid.example:7443 big:2@big.example:7443 small:1@small.example:7443");
+  r.count = 3;  // the last part takes what is left
+  EXPECT_EQ(spanOf(v, r, PoolPolicy::kPack), "big:2@big.example:7443 mid:1@mid.example:7443");
+  // Only fitting devices count: 30 GiB free leaves small out, and 6 are more than the pool has.
+  r.min_memory = 30ull << 30;
+  r.count = 4;
+  EXPECT_EQ(spanOf(v, r, PoolPolicy::kSpread), "mid:2@mid.example:7443 big:2@big.example:7443");
+  r.count = 5;
+  EXPECT_EQ(spanOf(v, r, PoolPolicy::kSpread), "none");
+  EXPECT_TRUE(couldSpan(v, DeviceRequest{.count = 5}));
+  EXPECT_FALSE(couldSpan(v, DeviceRequest{.count = 6}));
+  // One device is never a span; a draining member gives none.
+  EXPECT_EQ(spanOf(v, DeviceRequest{.count = 1}, PoolPolicy::kSpread), "none");
+  v[0].draining = true;
+  r = DeviceRequest{};
+  r.count = 4;
+  EXPECT_EQ(spanOf(v, r, PoolPolicy::kSpread), "none");
+}
+
+TEST(Placement, NamesAndAddressesWithControlCharactersAreRefused) {
+  std::vector<EtcdKv> members = {
+      kv("/p/members/a\x1e" "b", "{\"name\":\"a\\u001eb\",\"address\":\"h:1\",\"devices\":[]}"),
+      kv("/p/members/y", "{\"name\":\"y\",\"address\":\"h:1\\u001d\",\"devices\":[]}"),
+      kv("/p/members/z", "{\"name\":\"z\",\"address\":\"h:1\",\"devices\":[]}"),
+  };
+  std::vector<std::string> skipped;
+  auto view = parseView("/p/", members, {}, &skipped);
+  ASSERT_EQ(view.size(), 1u);
+  EXPECT_EQ(view[0].name, "z");
+  EXPECT_EQ(skipped.size(), 2u);
+}
+
 }  // namespace
 }  // namespace rgpu::server::cluster

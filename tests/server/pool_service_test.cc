@@ -78,5 +78,28 @@ TEST_F(PoolServiceIdentity, OnceBoundTheSessionActsAsItsUserWhateverTheWorkerNam
   EXPECT_EQ(snap.sessions[0].client.user, "alice");
 }
 
+TEST(PoolLink, APlacementWithASpanCrossesTheControlSocketIntact) {
+  Placement p;
+  p.devices = {0};
+  p.quota = 7;
+  p.span = {{"b", "10.0.0.2:7443", 2}, {"a", "[::1]:7443", 1}};
+  std::vector<std::string> fields = placementFields(p);
+  fields.insert(fields.begin(), "ok");  // as the pool manager's answer starts
+  auto back = placementFromFields(fields);
+  ASSERT_TRUE(back) << back.status().message();
+  ASSERT_EQ(back->span.size(), 2u);
+  EXPECT_EQ(back->span[0].member, "b");
+  EXPECT_EQ(back->span[0].address, "10.0.0.2:7443");
+  EXPECT_EQ(back->span[0].count, 2u);
+  EXPECT_EQ(back->span[1].address, "[::1]:7443");
+  EXPECT_EQ(back->quota, 7u);
+  // Without a span, none comes back; a malformed one is an error, not a guess.
+  std::vector<std::string> plain = placementFields(Placement{});
+  plain.insert(plain.begin(), "ok");
+  EXPECT_TRUE(placementFromFields(plain)->span.empty());
+  fields.back() = "2\x1dno-member-field";
+  EXPECT_FALSE(placementFromFields(fields));
+}
+
 }  // namespace
 }  // namespace rgpu::server
