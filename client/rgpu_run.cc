@@ -118,6 +118,8 @@ int main(int argc, char** argv) {
   } else if (!server.empty()) {
     setenv("RGPU_SERVER", server.c_str(), 1);
   }
+  // -n N: [request] devices for the program (RGPU_DEVICES, over client.toml's).
+  if (parsed->devices) setenv("RGPU_DEVICES", std::to_string(parsed->devices).c_str(), 1);
   std::string ld = libdir;
   if (const char* old = getenv("LD_LIBRARY_PATH"); old && *old) ld += std::string(":") + old;
   setenv("LD_LIBRARY_PATH", ld.c_str(), 1);

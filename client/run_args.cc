@@ -1,14 +1,16 @@
 #include "client/run_args.h"
 
+#include <cstdlib>
 #include <cstring>
 
 namespace rgpu::client {
 
 std::string runUsage() {
   return "rgpu-run: run a CUDA program (built with -cudart shared) on an rgpu server\n"
-         "Usage: rgpu-run [--server HOST:PORT | --local] [--] PROGRAM [ARGS...]\n"
+         "Usage: rgpu-run [--server HOST:PORT | --local] [-n N] [--] PROGRAM [ARGS...]\n"
          "  --server HOST:PORT  the rgpu server (default: from client.toml or $RGPU_SERVER)\n"
          "  --local             start a private sim-backend server on loopback for this program\n"
+         "  -n, --devices N     ask for N devices ([request] devices; a pool may give them on several members)\n"
          "  --                  ends rgpu-run's options (needed when PROGRAM starts with '-')\n"
          "  -h, --help          this text\n"
          "  --version           rgpu-run's version\n"
@@ -39,6 +41,15 @@ Result<RunArgs> parseRunArgs(int argc, const char* const* argv) {
     } else if (a.rfind("--server=", 0) == 0) {
       out.server = a.substr(std::strlen("--server="));
       if (out.server.empty()) return Status(err::kInvalidValue, "--server needs HOST:PORT");
+    } else if (a == "-n" || a == "--devices" || a.rfind("--devices=", 0) == 0) {
+      std::string v;
+      if (a.rfind("--devices=", 0) == 0) v = a.substr(std::strlen("--devices="));
+      else if (i + 1 < argc) v = argv[++i];
+      char* end = nullptr;
+      const unsigned long n = v.empty() ? 0 : std::strtoul(v.c_str(), &end, 10);
+      if (v.empty() || *end || n == 0 || n > 64 || v[0] == '-')
+        return Status(err::kInvalidValue, a + " needs a device count from 1 to 64");
+      out.devices = static_cast<uint32_t>(n);
     } else {
       return Status(err::kInvalidValue, "unknown option '" + a + "' (put -- before a program whose name starts with '-')");
     }

@@ -2,7 +2,7 @@
 // program's arguments, passed on exactly as given.
 //
 // rgpu-run's options come first (--server HOST:PORT or --server=HOST:PORT,
-// --local, --help, --version). The first word that is not one of them is the
+// --local, -n N or --devices N or --devices=N, --help, --version). The first word that is not one of them is the
 // program; it and every word after it — whatever they look like: "--", "-",
 // "--n=5", empty, with spaces or bytes that are not UTF-8 — are the program's
 // argv, in order. A "--" before the program ends rgpu-run's options (and is
@@ -20,6 +20,7 @@ namespace rgpu::client {
 struct RunArgs {
   std::string server;  // --server; "" when not given
   bool local = false;  // --local
+  uint32_t devices = 0;  // -n / --devices (1-64); 0 when not given
   bool help = false;
   bool version = false;
   std::vector<std::string> command;  // the program, then its arguments

@@ -41,6 +41,19 @@ TEST(RunArgs, OwnOptionsComeBeforeTheProgram) {
   EXPECT_TRUE(parse({"--version"})->version);
 }
 
+TEST(RunArgs, DevicesAreAskedForWithDashN) {
+  auto a = parse({"-n", "3", "prog", "-n", "7"});
+  ASSERT_TRUE(a) << a.status().message();
+  EXPECT_EQ(a->devices, 3u);
+  EXPECT_EQ(a->command, (Words{"prog", "-n", "7"}));  // the program's own -n is its own
+  EXPECT_EQ(parse({"--devices=64", "prog"})->devices, 64u);
+  EXPECT_EQ(parse({"--devices", "2", "prog"})->devices, 2u);
+  EXPECT_EQ(parse({"prog"})->devices, 0u);
+  for (const Words& bad : {Words{"-n", "0", "prog"}, Words{"-n", "65", "prog"}, Words{"-n", "x", "prog"},
+                           Words{"-n", "-1", "prog"}, Words{"--devices=", "prog"}, Words{"-n"}, Words{"-n", "2x", "p"}})
+    EXPECT_FALSE(parse(bad)) << bad[0] << " " << (bad.size() > 1 ? bad[1] : "");
+}
+
 TEST(RunArgs, MistakesAreRefusedNotGuessedAt) {
   auto unknown = parse({"--lcoal", "prog"});
   ASSERT_FALSE(unknown);

@@ -267,9 +267,9 @@ TEST_F(ClusterTest, OneProgramUsesTheDevicesOfSeveralMembers) {
   // Three "Sim" devices: no member has them (each also has the test configuration's
   // own device), the pool has. Asked at a, which has one.
   const std::string sim = "[request]\nmodel = \"Sim *\"\n";
-  test::writeFile(client.file("client.toml"), clientToml(a.port()) + sim + "devices = 3\n");
-  auto r = test::run(std::string(RGPU_TEST_PROGRAMS_DIR) + "/multi_device",
-                     "RGPU_CONFIG=" + client.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  test::writeFile(client.file("client.toml"), clientToml(a.port()) + sim);
+  auto r = test::run(std::string(RGPU_RUN_BIN) + " -n 3 " + RGPU_TEST_PROGRAMS_DIR + "/multi_device",
+                     "RGPU_CONFIG=" + client.file("client.toml"));  // -n 3: [request] devices = 3
   EXPECT_EQ(r.code, 0) << r.output << a.log() << b.log();
   EXPECT_NE(r.output.find("devices: 3"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << r.output;
