@@ -4,10 +4,7 @@
 
 namespace rgpu::client {
 
-namespace {
-
-// Checks a span the pool sent before anything is opened: it is untrusted.
-Status checkSpan(const std::vector<SpanPart>& span, const std::string& from) {
+Status ServerSet::checkSpan(const std::vector<SpanPart>& span, const std::string& from) {
   uint64_t total = 0;
   if (span.size() > static_cast<size_t>(kMaxProgramDevices))
     return Status(err::kDevicesUnavailable, "the pool (asked at " + from + ") spread this program over " +
@@ -25,6 +22,8 @@ Status checkSpan(const std::vector<SpanPart>& span, const std::string& from) {
                                                 std::to_string(kMaxProgramDevices));
   return Status::ok();
 }
+
+namespace {
 
 // Rewrites device fields to one server's numbering and finds which server
 // the request goes to (see ServerSet::localize).

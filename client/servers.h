@@ -44,6 +44,9 @@ class ServerSet {
   // opens a session at each part's member (all of them, or none: a part
   // that fails closes the others and the error names it).
   static Result<std::unique_ptr<ServerSet>> open(const ClientConfig& cfg, const HandlerFor& handler);
+  // A span the pool sent (untrusted), checked before anything is opened:
+  // at most kMaxProgramDevices devices, each part with devices and an address.
+  static Status checkSpan(const std::vector<SpanPart>& span, const std::string& from);
   ~ServerSet();
   ServerSet(const ServerSet&) = delete;
   ServerSet& operator=(const ServerSet&) = delete;

@@ -315,8 +315,12 @@ json opsJson(const std::vector<EtcdOp>& ops) {
 }  // namespace
 
 Result<bool> EtcdClient::putIfAbsent(const std::string& key, const std::vector<EtcdOp>& ops) {
+  return putIfVersion(key, 0, ops);
+}
+
+Result<bool> EtcdClient::putIfVersion(const std::string& key, int64_t version, const std::vector<EtcdOp>& ops) {
   json body = {{"compare", json::array({{{"key", base64(key)}, {"target", "VERSION"}, {"result", "EQUAL"},
-                                          {"version", "0"}}})},
+                                          {"version", std::to_string(version)}}})},
                {"success", opsJson(ops)}};
   auto j = impl_->call("/v3/kv/txn", body);
   if (!j) return j.status();

@@ -66,6 +66,9 @@ class EtcdClient {
   Status erase(const std::string& key, bool prefix = false);
   // If `key` does not exist, runs `ops` (true); else nothing (false).
   Result<bool> putIfAbsent(const std::string& key, const std::vector<EtcdOp>& ops);
+  // If `key` has been written `version` times since it was created (0: it
+  // does not exist), runs `ops` (true); else nothing (false).
+  Result<bool> putIfVersion(const std::string& key, int64_t version, const std::vector<EtcdOp>& ops);
   // If `key` is held by `lease`, runs `ops` (true); else nothing (false).
   Result<bool> putIfLease(const std::string& key, int64_t lease, const std::vector<EtcdOp>& ops);
 

@@ -298,12 +298,16 @@ void ClusterMember::run() {
     const std::string load = load_;
     std::deque<SlotTask> tasks;
     tasks.swap(slot_tasks_);
+    std::deque<std::function<void(int64_t)>> jobs;
+    jobs.swap(quota_jobs_);
     lock.unlock();
     const auto now = Clock::now();
     l.retry = std::chrono::seconds(1);
     if (!l.lease) registerOnce(l, draining, load, now);
     else keepUp(l, draining, load, now);
+    if (l.lease && l.lease != quota_lease_) rewriteQuotas(l.lease);  // a new lease: the shares again
     for (auto& t : tasks) runSlotTask(t, l.lease);  // admissions wait for these
+    for (auto& j : jobs) j(l.lease);                // and allocations for these
     lock.lock();
     readPool(l, now, lock);
     registered_ = l.lease != 0;
@@ -316,14 +320,17 @@ void ClusterMember::run() {
     cv_.wait_until(lock, wake, [&] {
       return stop_ || draining_ != l.written_draining ||
              (l.lease && load_ != l.written_load && Clock::now() >= l.next_load) || wanted_at_ != wanted_before ||
-             !slot_tasks_.empty();
+             !slot_tasks_.empty() || !quota_jobs_.empty();
     });
     if (wanted_at_ != wanted_before) l.next_view = std::min(l.next_view, Clock::now());
   }
   for (auto& t : slot_tasks_)  // never run: the member is going (its slots with it)
     if (t.done) t.done(Status::ok(), false);
   slot_tasks_.clear();
+  std::deque<std::function<void(int64_t)>> left;
+  left.swap(quota_jobs_);
   lock.unlock();
+  for (auto& j : left) j(0);  // unchecked: the member is going (its shares with its lease)
   if (l.lease) {
     Status s = etcd_->revoke(l.lease);
     if (s) RGPU_LOG_INFO("cluster: '{}' left the pool", cfg_.name);

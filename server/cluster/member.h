@@ -41,6 +41,17 @@
 // is given back when its session ends. While etcd is unreachable slots are
 // not checked (each member's own max_sessions still holds), and said so.
 //
+// Pool-wide pool_memory_quota: each member holds a share of a user's quota,
+// the key <prefix>quota/<user>/m/<member> (bytes, decimal) under its lease,
+// and the shares never add up to more than the quota: a member takes more
+// in one transaction that reads every share of the user, and succeeds only
+// if the user's anchor key <prefix>quota/<user>/anchor was not written since
+// (the transaction writes it too), so two members growing their shares at
+// once cannot both take the last bytes. Shares only shrink without the
+// anchor (a smaller share, or a dead member's lease expiring, never lets
+// the sum pass the quota). A lease etcd lost takes the shares with it; they
+// are written again with the new lease, unchecked (the bytes are in use).
+//
 // Thread-safe: setLoad, setDraining, view and the slot calls may be called
 // from any thread; the member's own thread does all etcd I/O.
 #pragma once
@@ -100,6 +111,14 @@ class ClusterMember {
                    std::function<void(Status, bool checked)> done);
   // The session ended: its slot (if it has one) is given back.
   void releaseSlot(uint64_t session);
+  // Grows this member's share of `user`'s pool quota `quota` by at least
+  // `min` and at most `want` bytes; `done` (on the member's thread) gets the
+  // bytes added, or kMemoryAllocation when the pool has fewer than `min`
+  // left, or ok with `checked` false when etcd could not be asked.
+  void acquireQuota(const std::string& user, uint64_t quota, uint64_t min, uint64_t want,
+                    std::function<void(Status, uint64_t granted, bool checked)> done);
+  // Sets this member's share of `user`'s quota (smaller: given back; 0: the key goes).
+  void holdQuota(const std::string& user, uint64_t bytes);
 
  private:
   ClusterMember(const ClusterConfig& cfg, std::vector<PoolDeviceInfo> devices, std::unique_ptr<EtcdClient> etcd);
@@ -129,6 +148,15 @@ class ClusterMember {
   std::deque<SlotTask> slot_tasks_;
   std::map<uint64_t, std::string> slots_held_;  // session -> its slot key (the member's thread)
   void runSlotTask(SlotTask& t, int64_t lease);
+  // Pool quota work, run in order on the member's thread with the lease (0: none).
+  std::deque<std::function<void(int64_t lease)>> quota_jobs_;
+  std::map<std::string, uint64_t> quota_held_;  // user -> this member's share (the member's thread)
+  int64_t quota_lease_ = 0;                     // the lease quota_held_ is written under
+  std::string quotaPrefix(const std::string& user) const;
+  void growQuota(const std::string& user, uint64_t quota, uint64_t min, uint64_t want, int64_t lease,
+                 const std::function<void(Status, uint64_t, bool)>& done);
+  void writeQuota(const std::string& user, int64_t lease);
+  void rewriteQuotas(int64_t lease);
   std::vector<MemberView> view_;
   std::chrono::steady_clock::time_point view_at_{}, wanted_at_{};
   uint64_t view_reads_ = 0;     // reads of the pool done (or failed)

@@ -162,6 +162,11 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
         if (!bytes) return Status(err::kInvalidValue, who + "memory_quota: " + bytes.status().message());
         e.memory_quota = *bytes;
       }
+      if (auto q = (*ut)["pool_memory_quota"].value<std::string>()) {
+        auto bytes = parseSize(*q);
+        if (!bytes) return Status(err::kInvalidValue, who + "pool_memory_quota: " + bytes.status().message());
+        e.pool_memory_quota = *bytes;
+      }
       if (auto m = (*ut)["max_sessions"].value<int64_t>()) {
         if (*m < 0 || *m > 1000000) return Status(err::kInvalidValue, who + "max_sessions must be 0..1000000");
         e.max_sessions = static_cast<uint32_t>(*m);

@@ -26,6 +26,9 @@ struct UserEntry {
   // Policy (the pool manager enforces it).
   std::vector<std::string> devices;  // allowed: index ("0"), UUID ("GPU-…", a prefix), model glob ("*H200*"); empty = all
   uint64_t memory_quota = 0;         // bytes per device, over all of the user's sessions; 0 = no quota
+  // Bytes over every device of the pool (a server alone: of this server),
+  // over all of the user's sessions; 0 = none (docs/pool.md).
+  uint64_t pool_memory_quota = 0;
   // Concurrent sessions (0 = no limit). Bounded by default: one tenant's
   // sessions each hold a worker process.
   uint32_t max_sessions = kDefaultMaxSessionsPerUser;

@@ -71,6 +71,11 @@ Result<std::unique_ptr<PoolMembership>> PoolMembership::join(const ServerConfig&
                      member->acquireSlot(user, max, session, std::move(done));
                    },
                    [member](uint64_t session) { member->releaseSlot(session); });
+  service.setGrants([member](const std::string& user, uint64_t quota, uint64_t min, uint64_t want,
+                             std::function<void(Status, uint64_t, bool)> done) {
+                      member->acquireQuota(user, quota, min, want, std::move(done));
+                    },
+                    [member](const std::string& user, uint64_t bytes) { member->holdQuota(user, bytes); });
   self->publishLoad();
   return self;
 }

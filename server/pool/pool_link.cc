@@ -83,7 +83,8 @@ std::vector<std::string> placementFields(const Placement& p) {
   for (const auto& part : p.span)
     span += (span.empty() ? "" : "\x1e") + std::to_string(part.count) + "\x1d" + part.address + "\x1d" + part.member;
   return {devs, std::to_string(p.quota), std::to_string(static_cast<int>(p.priority)), std::to_string(p.weight),
-          std::to_string(p.gate_slot), std::to_string(p.mps_thread_percentage), p.redirect, p.redirect_member, span};
+          std::to_string(p.gate_slot), std::to_string(p.mps_thread_percentage), p.redirect, p.redirect_member, span,
+          std::to_string(p.pool_quota)};
 }
 
 Result<Placement> placementFromFields(const std::vector<std::string>& f) {
@@ -115,6 +116,7 @@ Result<Placement> placementFromFields(const std::vector<std::string>& f) {
       at = end + 1;
     }
   }
+  if (f.size() >= 11) p.pool_quota = toU64(f[10]);
   return p;
 }
 
@@ -291,7 +293,7 @@ Result<Placement> ControlSocketLink::admit(const ClientInfo& who, const DeviceRe
                answer_timeout_ + std::chrono::milliseconds(req.wait_ms ? req.wait_ms : 24u * 3600 * 1000),
                &gate_page_fd_);
   if (!f) return f.status();
-  return placementFromFields(splitFields(*f, 10));
+  return placementFromFields(splitFields(*f, 11));
 }
 
 Status ControlSocketLink::reserve(int device, uint64_t bytes, bool checked) {

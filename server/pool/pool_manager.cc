@@ -42,6 +42,7 @@ void PoolManager::setPolicy(std::vector<UserEntry> users, PoolConfig cfg) {
     r.placement.priority = u.priority;
     r.placement.weight = u.weight;
     r.placement.quota = u.memory_quota;
+    r.placement.pool_quota = u.pool_memory_quota;
   }
 }
 
@@ -148,6 +149,7 @@ Result<Placement> PoolManager::tryPlace(const ClientInfo& who, const DeviceReque
   Placement p;
   p.devices = fit;
   p.quota = u.memory_quota;
+  p.pool_quota = u.pool_memory_quota;
   p.priority = u.priority;
   p.weight = u.weight;
   p.mps_thread_percentage = u.mps_thread_percentage;
@@ -234,6 +236,10 @@ std::optional<PoolManager::Clock::time_point> PoolManager::nextDeadline() const 
 }
 
 Status PoolManager::reserve(uint64_t session, int device, uint64_t bytes) {
+  return reserve(session, device, bytes, false);
+}
+
+Status PoolManager::reserve(uint64_t session, int device, uint64_t bytes, bool pool_unchecked) {
   auto it = running_.find(session);
   if (it == running_.end()) return Status(err::kNotPermitted, "session " + std::to_string(session) + " is not admitted");
   Running& r = it->second;
@@ -245,9 +251,63 @@ Status PoolManager::reserve(uint64_t session, int device, uint64_t bytes) {
     return Status(err::kMemoryAllocation, "memory quota of user '" + r.who.user + "' on device " +
                                               std::to_string(device) + " exceeded: " + formatBytes(used) + " of " +
                                               formatBytes(quota) + " in use, asked " + formatBytes(bytes));
+  if (const uint64_t pq = policyOf(r.who.user).pool_memory_quota) {
+    const uint64_t total = poolUsed(r.who.user);
+    const bool share = pool_grants_ && !pool_unchecked;
+    const uint64_t limit = share ? std::min(pq, user_state_[r.who.user].granted) : pq;
+    if (bytes > limit || total > limit - bytes)
+      return Status(err::kMemoryAllocation,
+                    "pool memory quota of user '" + r.who.user + "' exceeded: " + formatBytes(total) + " in use on " +
+                        (share ? "this member, which holds " + formatBytes(limit) + " of the pool's " + formatBytes(pq)
+                               : "this server, of " + formatBytes(pq)) +
+                        ", asked " + formatBytes(bytes));
+  }
   used += bytes;
   r.memory[device] += bytes;
   return Status::ok();
+}
+
+std::pair<std::string, uint64_t> PoolManager::poolQuotaOf(uint64_t session) const {
+  auto it = running_.find(session);
+  if (it == running_.end()) return {"", 0};
+  return {it->second.who.user, policyOf(it->second.who.user).pool_memory_quota};
+}
+
+uint64_t PoolManager::poolUsed(const std::string& user) const {
+  auto us = user_state_.find(user);
+  if (us == user_state_.end()) return 0;
+  uint64_t total = 0;
+  for (auto& [d, b] : us->second.used) total += b;
+  return total;
+}
+
+uint64_t PoolManager::granted(const std::string& user) const {
+  auto us = user_state_.find(user);
+  return us == user_state_.end() ? 0 : us->second.granted;
+}
+
+uint64_t PoolManager::grantShortfall(uint64_t session, uint64_t bytes) const {
+  if (!pool_grants_) return 0;
+  auto [user, pq] = poolQuotaOf(session);
+  if (!pq) return 0;
+  const uint64_t need = poolUsed(user) + bytes, have = granted(user);
+  return need > have ? need - have : 0;
+}
+
+void PoolManager::addGrant(const std::string& user, uint64_t bytes) { user_state_[user].granted += bytes; }
+
+std::vector<std::pair<std::string, uint64_t>> PoolManager::trimGrants(const std::set<std::string>& busy) {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (auto& [user, st] : user_state_) {
+    if (!st.granted || busy.count(user)) continue;
+    const uint64_t pq = policyOf(user).pool_memory_quota;
+    const uint64_t used = poolUsed(user), keep = pq ? used + poolQuotaSlice(pq) : used;
+    if (st.granted > keep) {
+      st.granted = used && pq ? keep : 0;  // a user with nothing here keeps no share
+      out.emplace_back(user, st.granted);
+    }
+  }
+  return out;
 }
 
 void PoolManager::release(uint64_t session, int device, uint64_t bytes) {

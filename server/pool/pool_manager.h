@@ -12,10 +12,12 @@
 // returns everything it held at once.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,6 +61,7 @@ struct SpanPart {
 struct Placement {
   std::vector<int> devices;    // physical indices; the session's device i is devices[i]
   uint64_t quota = 0;          // bytes per device (0: none)
+  uint64_t pool_quota = 0;     // bytes over the pool, [[users]] pool_memory_quota (0: none)
   Priority priority = Priority::kNormal;
   double weight = 1.0;
   int gate_slot = -1;          // the session's slot in the launch gate table (-1: none)
@@ -136,8 +139,32 @@ class PoolManager {
   // would take the user past the quota on that device.
   Status reserve(uint64_t session, int device, uint64_t bytes);
   void release(uint64_t session, int device, uint64_t bytes);
+  // `pool_unchecked`: a member of a pool whose etcd cannot be asked checks
+  // the pool-wide quota against this member's own use only.
+  Status reserve(uint64_t session, int device, uint64_t bytes, bool pool_unchecked);
   // (quota, bytes the session's user has allocated on the device).
   std::pair<uint64_t, uint64_t> quotaView(uint64_t session, int device) const;
+
+  // ---- the pool-wide memory quota ([[users]] pool_memory_quota) --------------
+  // A server alone checks it against the user's bytes on this server. A
+  // member of a pool (setPoolGrants) checks it against the share of the
+  // quota it holds in etcd for the user — granted in slices (poolQuotaSlice)
+  // by the cluster member — so an allocation reads etcd only when the share
+  // runs out: PoolService asks for the shortfall first, then reserves.
+  void setPoolGrants(bool on) { pool_grants_ = on; }
+  bool poolGrants() const { return pool_grants_; }
+  // The session's user and their pool quota ("" and 0: none such).
+  std::pair<std::string, uint64_t> poolQuotaOf(uint64_t session) const;
+  // Bytes beyond this member's share an allocation of `bytes` by `session`
+  // needs (0: it fits the share, or the user has no pool quota).
+  uint64_t grantShortfall(uint64_t session, uint64_t bytes) const;
+  void addGrant(const std::string& user, uint64_t bytes);
+  uint64_t granted(const std::string& user) const;
+  uint64_t poolUsed(const std::string& user) const;  // bytes on this member, all devices
+  // Users whose share is more than one slice beyond their use: the share each
+  // keeps (use plus one spare slice); their grants are lowered to it.
+  // Users in `busy` (asking for more now) are left as they are.
+  std::vector<std::pair<std::string, uint64_t>> trimGrants(const std::set<std::string>& busy = {});
   void usage(uint64_t session, const SessionUsage& u);
   // The session's worker exited (or crashed) or it left the queue: all it held returns.
   void end(uint64_t session);
@@ -188,6 +215,7 @@ class PoolManager {
   };
   struct UserState {
     std::map<int, uint64_t> used;  // physical device -> bytes, all sessions
+    uint64_t granted = 0;          // this member's share of the pool quota (setPoolGrants)
     uint64_t admissions = 0, refusals = 0;
     double admission_wait_s = 0;
   };
@@ -212,7 +240,16 @@ class PoolManager {
   std::deque<Pending> queue_;
   std::map<std::string, UserState> user_state_;
   uint64_t next_order_ = 0;
+  bool pool_grants_ = false;
 };
+
+// The slice a member of a pool takes of a user's pool quota at a time:
+// 1/32 of it, from 1 MiB to 1 GiB. At most 32 etcd transactions fill a
+// member's use up to the quota, and a member keeps at most one spare slice,
+// so a refusal comes at most one slice per other member early.
+inline uint64_t poolQuotaSlice(uint64_t quota) {
+  return std::clamp<uint64_t>(quota / 32, 1ull << 20, 1ull << 30);
+}
 
 // "16.0 GiB", "512 B": sizes in messages.
 std::string formatBytes(uint64_t bytes);

@@ -65,7 +65,65 @@ void PoolService::detach(uint64_t session) {
     it->second.sock->close(ignored);
     workers_.erase(it);
   }
+  trimGrants();
   decideQueued();
+}
+
+void PoolService::reserveChecked(uint64_t session, int device, uint64_t bytes) {
+  const std::string user = pool_.poolQuotaOf(session).first;
+  if (grant_acquire_ && !user.empty() && (grant_waiting_.count(user) || pool_.grantShortfall(session, bytes))) {
+    grant_waiting_[user].push_back({session, device, bytes});
+    return askGrant(user);
+  }
+  Status s = pool_.reserve(session, device, bytes);
+  reply(session, s ? "ok" : errorReply(s));
+}
+
+void PoolService::askGrant(const std::string& user) {
+  auto q = grant_waiting_.find(user);
+  if (q == grant_waiting_.end() || q->second.empty() || grant_asking_.count(user)) return;
+  const GrantWait& w = q->second.front();
+  const uint64_t quota = pool_.poolQuotaOf(w.session).second;
+  const uint64_t shortfall = pool_.grantShortfall(w.session, w.bytes);
+  if (!quota || !shortfall) return grantDecided(user, Status::ok(), 0, true);  // fits now (or is gone)
+  const uint64_t slice = poolQuotaSlice(quota);
+  const uint64_t want = shortfall > UINT64_MAX - slice ? shortfall : (shortfall + slice - 1) / slice * slice;
+  grant_asking_.insert(user);
+  grant_acquire_(user, quota, shortfall, want, [this, user](Status s, uint64_t granted, bool checked) {
+    asio::post(io_, [this, user, s, granted, checked] {
+      grant_asking_.erase(user);
+      grantDecided(user, s, granted, checked);
+    });
+  });
+}
+
+void PoolService::grantDecided(const std::string& user, const Status& s, uint64_t granted, bool checked) {
+  if (checked && s) pool_.addGrant(user, granted);
+  if (!checked)
+    common::logOnce("pool-quota", "pool-wide pool_memory_quota checked on this member alone: the pool's etcd is "
+                                  "unreachable");
+  auto q = grant_waiting_.find(user);
+  bool first = true;
+  while (q != grant_waiting_.end() && !q->second.empty()) {
+    const GrantWait w = q->second.front();
+    Status r;
+    if (!checked) r = pool_.reserve(w.session, w.device, w.bytes, true);
+    else if (!pool_.grantShortfall(w.session, w.bytes)) r = pool_.reserve(w.session, w.device, w.bytes);
+    else if (first && !s) r = s;  // the pool had too little left for it
+    else break;                   // needs more: ask again
+    first = false;
+    q->second.pop_front();
+    if (!r) RGPU_LOG_INFO("session {}: {}", w.session, r.message());
+    reply(w.session, r ? "ok" : errorReply(r));
+  }
+  if (q != grant_waiting_.end() && q->second.empty()) grant_waiting_.erase(q);
+  askGrant(user);
+  trimGrants();
+}
+
+void PoolService::trimGrants() {
+  if (!grant_hold_) return;
+  for (auto& [user, keep] : pool_.trimGrants(grant_asking_)) grant_hold_(user, keep);
 }
 
 void PoolService::receive(uint64_t session) {
@@ -146,10 +204,11 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
     reply(session, "ok", *fd);
     ::close(*fd);
   } else if (verb == "reserve" && f.size() >= 4) {
-    Status s = pool_.reserve(session, static_cast<int>(num(1)), num(2));
-    if (f[3] == "1") reply(session, s ? "ok" : errorReply(s));
+    if (f[3] == "1") return reserveChecked(session, static_cast<int>(num(1)), num(2));
+    (void)pool_.reserve(session, static_cast<int>(num(1)), num(2));
   } else if (verb == "release" && f.size() >= 3) {
     pool_.release(session, static_cast<int>(num(1)), num(2));
+    trimGrants();
     decideQueued();
   } else if (verb == "view" && f.size() >= 2) {
     auto [quota, used] = pool_.quotaView(session, static_cast<int>(num(1)));

@@ -9,6 +9,9 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <deque>
+#include <set>
+#include <string>
 
 #include "server/pool/launch_gate.h"
 #include "server/pool/pool_link.h"
@@ -62,6 +65,20 @@ class PoolService {
     acquire_ = std::move(acquire);
     release_ = std::move(release);
   }
+  // Pool-wide memory quota shares (PoolManager::setPoolGrants): `acquire`
+  // asks for at least `min`, at most `want` more bytes of `user`'s `quota`
+  // (`done` may run on any thread: the bytes granted, or why none; `checked`
+  // false: the pool could not be asked); `hold` sets the share this member
+  // keeps. An allocation past the share waits for the answer; the user's
+  // later allocations wait behind it, in order.
+  using GrantAcquire = std::function<void(const std::string& user, uint64_t quota, uint64_t min, uint64_t want,
+                                          std::function<void(Status, uint64_t granted, bool checked)> done)>;
+  using GrantHold = std::function<void(const std::string& user, uint64_t bytes)>;
+  void setGrants(GrantAcquire acquire, GrantHold hold) {
+    grant_acquire_ = std::move(acquire);
+    grant_hold_ = std::move(hold);
+    pool_.setPoolGrants(true);
+  }
   // The pool's members for rgpu-smi --pool (wire::PoolMembers, flat message bytes).
   using MembersFn = std::function<std::string()>;
   void setMembers(MembersFn fn) { members_ = std::move(fn); }
@@ -105,6 +122,21 @@ class PoolService {
   void askSlot(uint64_t session, uint32_t max);
   void slotDecided(uint64_t session, const Status& s, bool checked);
   std::map<uint64_t, std::string> identity_;  // session -> the user the daemon bound it to
+  GrantAcquire grant_acquire_;
+  GrantHold grant_hold_;
+  struct GrantWait {
+    uint64_t session;
+    int device;
+    uint64_t bytes;
+  };
+  std::map<std::string, std::deque<GrantWait>> grant_waiting_;  // by user, in arrival order
+  std::set<std::string> grant_asking_;
+  // A checked allocation: at once when it fits this member's share, else after asking for more.
+  void reserveChecked(uint64_t session, int device, uint64_t bytes);
+  void askGrant(const std::string& user);
+  void grantDecided(const std::string& user, const Status& s, uint64_t granted, bool checked);
+  // Gives back what shares hold beyond their use and one spare slice.
+  void trimGrants();
 };
 
 }  // namespace rgpu::server

@@ -158,7 +158,7 @@ Status Session::onArrayCreate(const FrameHeader& h, wire::Request::Reader req) {
   }
   const uint64_t charge = chargedBytes(*bytes);
   const int phys = physical(spec.device);
-  if (Status q = pool_.reserve(phys, charge, placement_.quota > 0); !q) {
+  if (Status q = pool_.reserve(phys, charge, placement_.quota > 0 || placement_.pool_quota > 0); !q) {
     RGPU_LOG_INFO("session {}: array of {} bytes refused: {}", session_id_, *bytes, q.message());
     return finish(h, q), Status::ok();
   }

@@ -36,7 +36,7 @@ Status Session::onMalloc(const FrameHeader& h, wire::Request::Reader req) {
   // The pool accounts (and, under a quota, first allows) every byte.
   uint64_t charge = chargedBytes(bytes);
   int phys = physical(m.getDevice());
-  if (Status q = pool_.reserve(phys, charge, placement_.quota > 0); !q) {
+  if (Status q = pool_.reserve(phys, charge, placement_.quota > 0 || placement_.pool_quota > 0); !q) {
     RGPU_LOG_INFO("session {}: cudaMalloc of {} bytes refused: {}", session_id_, bytes, q.message());
     return finish(h, q), Status::ok();
   }

@@ -179,7 +179,7 @@ Status Session::setMallocHeap(const FrameHeader& h, int dev, uint64_t bytes) {
   // allocation (the previous size's charge returns once the new one holds).
   int phys = physical(dev);
   uint64_t charge = chargedBytes(bytes);
-  Status s = pool_.reserve(phys, charge, placement_.quota > 0);
+  Status s = pool_.reserve(phys, charge, placement_.quota > 0 || placement_.pool_quota > 0);
   if (s) {
     s = backend_->setMallocHeap(dev, bytes);
     if (!s) pool_.release(phys, charge);

@@ -302,6 +302,90 @@ TEST_F(ClusterTest, OneProgramUsesTheDevicesOfSeveralMembers) {
   EXPECT_NE(none.output.find("cudaErrorDevicesUnavailable"), std::string::npos) << none.output;
 }
 
+// ---- the pool-wide memory quota ----------------------------------------------------------
+
+// alice may use 1 GiB over the whole pool (slices of 32 MiB).
+std::string withPoolQuota(std::string toml) {
+  const std::string at = "cert_cn = \"alice\"\n";
+  toml.replace(toml.find(at), at.size(), at + "pool_memory_quota = \"1GiB\"\n");
+  return toml;
+}
+constexpr uint64_t kMiB = 1 << 20;
+std::string mib(uint64_t n) { return std::to_string(n * kMiB); }
+
+TEST_F(ClusterTest, APoolMemoryQuotaHoldsOverTheMembersAndComesBackWhenAMemberDies) {
+  test::TempDir da, db, client, holder_dir;
+  test::ServerProcess a(da.path(), withPoolQuota(memberToml(da.path(), "a")));
+  test::ServerProcess b(db.path(), withPoolQuota(memberToml(db.path(), "b")));
+  ASSERT_TRUE(waitFor([&] { return member("a") && member("b"); }, 10s));
+  auto share = [&](const std::string& m) -> uint64_t {
+    auto r = etcdClient({etcd_->endpoint()}, 500ms)->range("/rgpu/quota/alice/m/" + m);
+    return r && !r->empty() ? std::stoull((*r)[0].value) : 0;
+  };
+  // 600 MiB on a, held.
+  test::writeFile(holder_dir.file("client.toml"), clientToml(a.port()) + "[request]\ndevices = 1\n");
+  pid_t holder = spawnClient(holder_dir.file("client.toml"), holder_dir.file("out"), "pool_client",
+                             {"steps", "60000", mib(600)});
+  ASSERT_TRUE(waitFor([&] { return test::readFile(holder_dir.file("out")).find("holding") != std::string::npos; }, 10s));
+  EXPECT_NE(test::readFile(holder_dir.file("out")).find("allocate " + mib(600) + ": cudaSuccess"), std::string::npos);
+  EXPECT_EQ(share("a"), 608 * kMiB) << "600 MiB in slices of 32";
+  // On b: 384 MiB fit what a leaves (1024 - 608); 64 more would pass the quota and are refused.
+  auto r = poolClient(client, clientToml(b.port()) + "[request]\ndevices = 1\n", "steps 0 " + mib(384) + " " + mib(64));
+  EXPECT_NE(r.output.find("allocate " + mib(384) + ": cudaSuccess"), std::string::npos) << r.output << b.log();
+  EXPECT_NE(r.output.find("allocate " + mib(64) + ": cudaErrorMemoryAllocation"), std::string::npos) << r.output;
+  EXPECT_NE(b.log().find("pool memory quota of user 'alice' exceeded: 992.0 MiB of 1.0 GiB held by the pool's "
+                         "members, 64.0 MiB more asked here"), std::string::npos) << b.log();
+  EXPECT_TRUE(waitFor([&] { return share("b") == 0; }, 5s)) << "b's program ended: its share goes back";
+  // a dies holding its share: the bytes come back when its lease expires, not before.
+  ::kill(a.pid(), SIGKILL);
+  const auto t0 = Clock::now();
+  auto early = poolClient(client, clientToml(b.port()) + "[request]\ndevices = 1\n", "steps 0 " + mib(600));
+  EXPECT_NE(early.output.find("cudaErrorMemoryAllocation"), std::string::npos) << early.output;
+  bool got = false;
+  while (!got && Clock::now() - t0 < 15s) {
+    auto again = poolClient(client, clientToml(b.port()) + "[request]\ndevices = 1\n", "steps 0 " + mib(600));
+    got = again.output.find("allocate " + mib(600) + ": cudaSuccess") != std::string::npos;
+    if (!got) std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_TRUE(got) << "a dead member's share never came back";
+  std::printf("cluster: a killed member's pool quota share came back after %.2f s (lease 2 s)\n",
+              std::chrono::duration<double>(Clock::now() - t0).count());
+  ::kill(holder, SIGKILL);  // its server is gone
+  int st = 0;
+  waitpid(holder, &st, 0);
+  a.wait();
+}
+
+TEST_F(ClusterTest, TwoMembersAllocatingAtOnceNeverPassThePoolQuota) {
+  test::TempDir da, db, ca, cb;
+  test::ServerProcess a(da.path(), withPoolQuota(memberToml(da.path(), "a")));
+  test::ServerProcess b(db.path(), withPoolQuota(memberToml(db.path(), "b")));
+  ASSERT_TRUE(waitFor([&] { return member("a") && member("b"); }, 10s));
+  auto shares = [&] {
+    auto r = etcdClient({etcd_->endpoint()}, 500ms)->range("/rgpu/quota/alice/m/", true);
+    return r ? r->size() : 99;
+  };
+  int both = 0, one = 0;
+  for (int round = 0; round < 4; ++round) {
+    ASSERT_TRUE(waitFor([&] { return shares() == 0; }, 5s)) << "the last round's shares were not given back";
+    // 600 MiB on each at the same instant: the pool has room for one.
+    test::writeFile(ca.file("client.toml"), clientToml(a.port()) + "[request]\ndevices = 1\n");
+    test::writeFile(cb.file("client.toml"), clientToml(b.port()) + "[request]\ndevices = 1\n");
+    pid_t pa = spawnClient(ca.file("client.toml"), ca.file("out"), "pool_client", {"steps", "1500", mib(600)});
+    pid_t pb = spawnClient(cb.file("client.toml"), cb.file("out"), "pool_client", {"steps", "1500", mib(600)});
+    int st = 0;
+    waitpid(pa, &st, 0);
+    waitpid(pb, &st, 0);
+    const std::string ok = "allocate " + mib(600) + ": cudaSuccess";
+    const int won = (test::readFile(ca.file("out")).find(ok) != std::string::npos) +
+                    (test::readFile(cb.file("out")).find(ok) != std::string::npos);
+    both += won == 2;
+    one += won == 1;
+  }
+  EXPECT_EQ(both, 0) << "the quota was passed";
+  EXPECT_EQ(one, 4) << a.log() << b.log();
+}
+
 TEST_F(ClusterTest, ADeadEntryInTheServerListOrABadAdvertisedAddressGivesAClearAnswer) {
   test::TempDir da, db, client;
   test::ServerProcess a(da.path(), memberToml(da.path(), "a", 2));

@@ -5,6 +5,8 @@
 //   pool_client hold BYTES MS     allocate BYTES, print "holding", sleep MS, free
 //   pool_client info              device count, names and cudaMemGetInfo
 //   pool_client heap BYTES ALLOC  set cudaLimitMallocHeapSize to BYTES, then cudaMalloc ALLOC
+//   pool_client steps MS BYTES... allocate each size in turn (saying how each went), print
+//                                 "holding", sleep MS, free them
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -69,6 +71,24 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     say("free", cudaFree(a));
+    return 0;
+  }
+  if (std::strcmp(mode, "steps") == 0 && argc >= 4) {
+    int ms = std::atoi(argv[2]);
+    void* held[64];
+    int n = 0;
+    for (int i = 3; i < argc && n < 64; ++i) {
+      size_t bytes = std::strtoull(argv[i], nullptr, 10);
+      void* p = nullptr;
+      cudaError_t e = cudaMalloc(&p, bytes);
+      std::printf("allocate %zu: %s\n", bytes, cudaGetErrorName(e));
+      if (e == cudaSuccess) held[n++] = p;
+      cudaGetLastError();
+    }
+    std::printf("holding\n");
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    for (int i = 0; i < n; ++i) cudaFree(held[i]);
     return 0;
   }
   return 2;

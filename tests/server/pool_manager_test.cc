@@ -99,6 +99,66 @@ TEST(PoolManager, QuotaIsExactToTheByteAcrossTheUsersSessions) {
   EXPECT_EQ(pool.reserve(9, 0, 1).code(), err::kNotPermitted);
 }
 
+TEST(PoolManager, APoolQuotaCountsEveryDeviceAndSessionOfTheUser) {
+  UserEntry alice = user("alice");
+  alice.pool_memory_quota = 3ull << 30;
+  PoolManager pool(twoDevices(), {alice, user("bob")}, {});
+  auto t = Clock::now();
+  DeviceRequest all;
+  auto a = pool.admit(1, client("alice"), all, t);
+  auto b = pool.admit(2, client("alice"), all, t);
+  ASSERT_TRUE(a && *a && b && *b);
+  EXPECT_EQ((*a)->pool_quota, 3ull << 30);  // the worker checks every allocation with the daemon
+  EXPECT_TRUE(pool.reserve(1, 0, 2ull << 30));
+  EXPECT_TRUE(pool.reserve(2, 1, (1ull << 30) - 256));
+  Status over = pool.reserve(2, 0, 512);  // another device, another session: the same quota
+  EXPECT_EQ(over.code(), err::kMemoryAllocation);
+  EXPECT_NE(over.message().find("pool memory quota of user 'alice' exceeded"), std::string::npos) << over.message();
+  EXPECT_TRUE(pool.reserve(2, 0, 256));  // to the byte
+  pool.release(1, 0, 1ull << 30);
+  EXPECT_TRUE(pool.reserve(2, 1, 1ull << 30));
+  auto c = pool.admit(3, client("bob"), all, t);
+  ASSERT_TRUE(c && *c);
+  EXPECT_EQ((*c)->pool_quota, 0u);
+  EXPECT_TRUE(pool.reserve(3, 0, 8ull << 30));  // bob has none
+  pool.end(2);
+  EXPECT_EQ(pool.poolUsed("alice"), 1ull << 30);
+}
+
+TEST(PoolManager, AMemberOfAPoolAllocatesWithinItsShareAndGivesBackAllButOneSlice) {
+  UserEntry alice = user("alice");
+  alice.pool_memory_quota = 32ull << 30;  // slices of 1 GiB
+  EXPECT_EQ(poolQuotaSlice(alice.pool_memory_quota), 1ull << 30);
+  EXPECT_EQ(poolQuotaSlice(1ull << 20), 1ull << 20);   // at least 1 MiB
+  EXPECT_EQ(poolQuotaSlice(1ull << 40), 1ull << 30);   // at most 1 GiB
+  PoolManager pool(twoDevices(), {alice}, {});
+  pool.setPoolGrants(true);
+  auto t = Clock::now();
+  auto a = pool.admit(1, client("alice"), DeviceRequest{}, t);
+  ASSERT_TRUE(a && *a);
+  // No share yet: everything is a shortfall, and an allocation past the share is refused.
+  EXPECT_EQ(pool.grantShortfall(1, 100 << 20), 100ull << 20);
+  EXPECT_EQ(pool.reserve(1, 0, 100 << 20).code(), err::kMemoryAllocation);
+  pool.addGrant("alice", 1ull << 30);
+  EXPECT_EQ(pool.grantShortfall(1, 100 << 20), 0u);
+  EXPECT_TRUE(pool.reserve(1, 0, 100 << 20));
+  EXPECT_EQ(pool.grantShortfall(1, 1ull << 30), 100ull << 20);
+  // etcd could not be asked: the whole quota, against this member's own use.
+  EXPECT_TRUE(pool.reserve(1, 1, 5ull << 30, true));
+  pool.addGrant("alice", 5ull << 30);  // (the share grows by what it took)
+  EXPECT_TRUE(pool.trimGrants().empty()) << "within use plus one slice";
+  pool.release(1, 1, 5ull << 30);
+  EXPECT_TRUE(pool.trimGrants({"alice"}).empty()) << "a user asking for more now is left alone";
+  auto trimmed = pool.trimGrants();
+  ASSERT_EQ(trimmed.size(), 1u);
+  EXPECT_EQ(trimmed[0].second, (100ull << 20) + (1ull << 30));  // use plus one spare slice
+  EXPECT_EQ(pool.granted("alice"), trimmed[0].second);
+  pool.end(1);
+  trimmed = pool.trimGrants();
+  ASSERT_EQ(trimmed.size(), 1u);
+  EXPECT_EQ(trimmed[0].second, 0u);  // nothing here: no share kept
+}
+
 TEST(PoolManager, QueuesUntilItFitsThenPlacesByPriorityThenArrival) {
   UserEntry low = user("low");
   low.priority = Priority::kLow;

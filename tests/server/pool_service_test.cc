@@ -83,6 +83,7 @@ TEST(PoolLink, APlacementWithASpanCrossesTheControlSocketIntact) {
   p.devices = {0};
   p.quota = 7;
   p.span = {{"b", "10.0.0.2:7443", 2}, {"a", "[::1]:7443", 1}};
+  p.pool_quota = 3ull << 30;
   std::vector<std::string> fields = placementFields(p);
   fields.insert(fields.begin(), "ok");  // as the pool manager's answer starts
   auto back = placementFromFields(fields);
@@ -93,11 +94,12 @@ TEST(PoolLink, APlacementWithASpanCrossesTheControlSocketIntact) {
   EXPECT_EQ(back->span[0].count, 2u);
   EXPECT_EQ(back->span[1].address, "[::1]:7443");
   EXPECT_EQ(back->quota, 7u);
+  EXPECT_EQ(back->pool_quota, 3ull << 30);
   // Without a span, none comes back; a malformed one is an error, not a guess.
   std::vector<std::string> plain = placementFields(Placement{});
   plain.insert(plain.begin(), "ok");
   EXPECT_TRUE(placementFromFields(plain)->span.empty());
-  fields.back() = "2\x1dno-member-field";
+  fields[9] = "2\x1dno-member-field";
   EXPECT_FALSE(placementFromFields(fields));
 }
 
