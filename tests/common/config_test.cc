@@ -36,6 +36,7 @@ key = "server.key"
 [[users]]
 name = "alice"
 cert_cn = "alice"
+pool_memory_quota = "48GiB"
 [[users]]
 name = "bob"
 token = "t"
@@ -56,6 +57,8 @@ name = "B"
   EXPECT_EQ(c->tls_cert, dir.file("server.pem"));  // relative to the config file
   ASSERT_EQ(c->users.size(), 2u);
   EXPECT_EQ(c->users[1].token, "t");
+  EXPECT_EQ(c->users[0].pool_memory_quota, 48ull << 30);
+  EXPECT_EQ(c->users[1].pool_memory_quota, 0u);
   EXPECT_EQ(c->limits.max_streams, 7u);
   ASSERT_EQ(c->sim_devices.size(), 2u);
   EXPECT_EQ(c->sim_devices[0].memory, 2ull << 30);
@@ -73,6 +76,10 @@ TEST(ServerConfig, RejectsBadValuesWithTheFileAndKey) {
   EXPECT_NE(c.status().message().find(dir.file("s.toml")), std::string::npos);
   test::writeFile(dir.file("u.toml"), "[[users]]\nname = \"x\"\n");
   EXPECT_FALSE(server::loadServerConfig(dir.file("u.toml")));  // neither token nor cert
+  test::writeFile(dir.file("q.toml"), "[[users]]\nname = \"x\"\ntoken = \"t\"\npool_memory_quota = \"lots\"\n");
+  auto q = server::loadServerConfig(dir.file("q.toml"));
+  ASSERT_FALSE(q);
+  EXPECT_NE(q.status().message().find("pool_memory_quota"), std::string::npos) << q.status().message();
   test::writeFile(dir.file("bad.toml"), "listen = \n");
   EXPECT_FALSE(server::loadServerConfig(dir.file("bad.toml")));
   EXPECT_FALSE(server::loadServerConfig(dir.file("missing.toml")));
