@@ -188,6 +188,14 @@ void ClusterMember::runSlotTask(SlotTask& t, int64_t lease) {
          true);
 }
 
+void ClusterMember::rewriteSlots(int64_t lease) {
+  for (auto& [session, key] : slots_held_) {
+    auto took = etcd_->putIfAbsent(key, {{EtcdOp::kPut, key, cfg_.name + "/" + std::to_string(session), lease}});
+    if (took && !*took)  // another member took it meanwhile: the user has one session more than max_sessions
+      RGPU_LOG_WARN("cluster: session {}'s slot {} was taken while etcd had lost it", session, key);
+  }
+}
+
 std::chrono::steady_clock::duration ClusterMember::idleAfter() const {
   return std::max<Clock::duration>(std::chrono::seconds(cfg_.lease_ttl_s),
                                    10 * std::chrono::milliseconds(cfg_.load_interval_ms));
@@ -305,7 +313,11 @@ void ClusterMember::run() {
     l.retry = std::chrono::seconds(1);
     if (!l.lease) registerOnce(l, draining, load, now);
     else keepUp(l, draining, load, now);
-    if (l.lease && l.lease != quota_lease_) rewriteQuotas(l.lease);  // a new lease: the shares again
+    if (l.lease && l.lease != quota_lease_) {
+      // A new lease (etcd lost the old one): the slots and shares it held, again.
+      rewriteSlots(l.lease);
+      rewriteQuotas(l.lease);
+    }
     for (auto& t : tasks) runSlotTask(t, l.lease);  // admissions wait for these
     for (auto& j : jobs) j(l.lease);                // and allocations for these
     lock.lock();

@@ -40,6 +40,8 @@
 // (a member that dies gives its slots back when the lease expires). A slot
 // is given back when its session ends. While etcd is unreachable slots are
 // not checked (each member's own max_sessions still holds), and said so.
+// A lease etcd lost takes the slots with it: they are taken again with the
+// new lease (one another member took meanwhile is logged).
 //
 // Pool-wide pool_memory_quota: each member holds a share of a user's quota,
 // the key <prefix>quota/<user>/m/<member> (bytes, decimal) under its lease,
@@ -157,6 +159,7 @@ class ClusterMember {
                  const std::function<void(Status, uint64_t, bool)>& done);
   void writeQuota(const std::string& user, int64_t lease);
   void rewriteQuotas(int64_t lease);
+  void rewriteSlots(int64_t lease);
   std::vector<MemberView> view_;
   std::chrono::steady_clock::time_point view_at_{}, wanted_at_{};
   uint64_t view_reads_ = 0;     // reads of the pool done (or failed)

@@ -150,18 +150,35 @@ TEST_F(ClusterTest, EtcdWritesAreBoundedByTheLoadIntervalNotByTheCallRate) {
 
 TEST_F(ClusterTest, MembersRegisterAgainWhenEtcdComesBackEvenWithoutItsData) {
   test::TempDir d;
-  test::ServerProcess s(d.path(), memberToml(d.path(), "phoenix"));
+  std::string toml = memberToml(d.path(), "phoenix");
+  const std::string at = "cert_cn = \"alice\"\n";
+  toml.replace(toml.find(at), at.size(), at + "pool_memory_quota = \"1GiB\"\n");  // a share to keep too
+  test::ServerProcess s(d.path(), toml);
   ASSERT_TRUE(waitFor([&] { return member("phoenix").has_value(); }, 10s)) << s.log();
   // etcd restarts with its data: the lease lives on, the record stays.
   etcd_->stop();
   etcd_->start();
   EXPECT_TRUE(waitFor([&] { return member("phoenix").has_value(); }, 10s)) << s.log();
-  // etcd crashes and comes back empty: the member registers again.
+  // A program holds a session slot and a pool quota share through what follows.
+  test::writeFile(d.file("holder.toml"), clientToml(s.port()));
+  pid_t holder = spawnClient(d.file("holder.toml"), d.file("out"), "pool_client", {"steps", "30000", "1048576"});
+  ASSERT_TRUE(waitFor([&] { return test::readFile(d.file("out")).find("holding") != std::string::npos; }, 10s));
+  auto keys = [&](const std::string& prefix) {
+    auto r = etcdClient({etcd_->endpoint()}, 500ms)->range(prefix, true);
+    return r ? r->size() : 0;
+  };
+  ASSERT_TRUE(waitFor([&] { return keys("/rgpu/sessions/alice/") == 1 && keys("/rgpu/quota/alice/m/") == 1; }, 5s));
+  // etcd crashes and comes back empty: the member registers again, with the slot and share it held.
   etcd_->kill();
   std::this_thread::sleep_for(1s);
   etcd_->start(/*wipe=*/true);
   EXPECT_TRUE(waitFor([&] { return member("phoenix").has_value(); }, 10s)) << s.log();
   EXPECT_NE(s.log().find("registering again"), std::string::npos) << s.log();
+  EXPECT_TRUE(waitFor([&] { return keys("/rgpu/sessions/alice/") == 1 && keys("/rgpu/quota/alice/m/") == 1; }, 5s))
+      << "the slot and the share came back with the new lease";
+  ::kill(holder, SIGKILL);
+  int st = 0;
+  waitpid(holder, &st, 0);
   // The server kept serving meanwhile: a program runs through it.
   test::writeFile(d.file("client.toml"), clientToml(s.port()));
   test::RunResult r = test::run(std::string(RGPU_EXAMPLES_DIR) + "/vector_add", "RGPU_CONFIG=" + d.file("client.toml") +
