@@ -36,11 +36,9 @@ void trackSymbol(uint64_t addr, uint64_t size, int device) {
 
 // Pitched copies are not relayed between servers (docs/pool.md).
 Status sameServerAs(StreamRef s, const void* dst, const void* src, const char* what) {
-  auto set = rt().servers();
-  if (!set) return set.status();
   for (const void* p : {dst, src}) {
     int d = -1;
-    if (rt().classify(p, &d) == MemKind::kDevice && !(*set)->sameServer(d, s.device)) {
+    if (rt().classify(p, &d) == MemKind::kDevice && rt().acrossServers(d, s.device)) {
       common::logOnce(std::string("cross-server:") + what,
                       std::string(what) + " between devices of two pool members (or on another member's stream) is "
                       "not supported by rgpu (returns cudaErrorNotSupported); cudaMemcpy and cudaMemcpyPeer are relayed");
@@ -61,6 +59,19 @@ Result<cudaMemcpyKind> resolveKind(void* dst, const void* src, cudaMemcpyKind ki
 }
 }  // namespace
 
+Status peerOn(void* dst, int dst_device, const void* src, int src_device, size_t count, StreamRef s, bool serialize) {
+  capnp::MallocMessageBuilder msg(64);
+  auto m = msg.initRoot<wire::Request>().initMemcpyPeer();
+  m.setDst(reinterpret_cast<uint64_t>(dst));
+  m.setDstDevice(dst_device);
+  m.setSrc(reinterpret_cast<uint64_t>(src));
+  m.setSrcDevice(src_device);
+  m.setSize(count);
+  m.setSerialize(serialize);
+  setStream(m.initStream(), s);
+  return rt().post(msg);
+}
+
 namespace {
 Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream, bool async,
                   bool ptsz);
@@ -75,21 +86,9 @@ Status peerImpl(void* dst, int dstDevice, const void* src, int srcDevice, size_t
     return Status(err::kInvalidValue, "peer copy pointers are not device memory of the devices named");
   auto s = rt().stream(stream, ptsz);
   if (!s) return s.status();
-  if (rt().spread()) {
-    auto set = rt().servers();
-    if (set && (!(*set)->sameServer(dstDevice, srcDevice) || !(*set)->sameServer(dstDevice, s->device)))
-      return relayPeer(dst, dstDevice, src, srcDevice, count, *s);
-  }
-  capnp::MallocMessageBuilder msg(64);
-  auto m = msg.initRoot<wire::Request>().initMemcpyPeer();
-  m.setDst(reinterpret_cast<uint64_t>(dst));
-  m.setDstDevice(dstDevice);
-  m.setSrc(reinterpret_cast<uint64_t>(src));
-  m.setSrcDevice(srcDevice);
-  m.setSize(count);
-  m.setSerialize(serialize);
-  setStream(m.initStream(), *s);
-  return rt().post(msg);
+  if (rt().acrossServers(dstDevice, srcDevice) || rt().acrossServers(dstDevice, s->device))
+    return relayPeer(dst, dstDevice, src, srcDevice, count, *s);
+  return peerOn(dst, dstDevice, src, srcDevice, count, *s, serialize);
 }
 Status memcpy2DCore(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                     cudaMemcpyKind kind, cudaStream_t stream, bool async, bool ptsz);
@@ -123,8 +122,13 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
   if (!k) return k.status();
   auto s = rt().stream(stream, ptsz);
   if (!s) return s.status();
-  // Devices of two servers of the pool: relayed by this process.
-  if (Status st; relayCopy(dst, src, count, *k, *s, &st)) return st;
+  if (*k == cudaMemcpyHostToDevice || *k == cudaMemcpyDeviceToHost) {
+    // Device memory on another server of the pool than the stream's: the
+    // copy runs there once the stream's work is done, and is done on return.
+    auto there = streamOfServerHolding(*k == cudaMemcpyHostToDevice ? dst : src, *s);
+    if (!there) return there.status();
+    if (*there) *s = **there, async = false;
+  }
   const uint64_t chunk = protocol::kMaxBulkBytes;
   switch (*k) {
     case cudaMemcpyHostToDevice: {
@@ -227,14 +231,17 @@ Status memsetImpl(void* dst, int value, size_t count, cudaStream_t stream, bool 
   RGPU_TRY(needDevice(dst, count, "destination"));
   auto s = rt().stream(stream, ptsz);
   if (!s) return s.status();
-  if (Status st; relayMemset(dst, value, count, *s, &st)) return st;  // on another server than the stream's
+  auto there = streamOfServerHolding(dst, *s);  // memory on another server than the stream's: done there
+  if (!there) return there.status();
+  if (*there) *s = **there;
   capnp::MallocMessageBuilder msg(64);
   auto m = msg.initRoot<wire::Request>().initMemset();
   m.setDst(reinterpret_cast<uint64_t>(dst));
   m.setValue(static_cast<uint8_t>(value));
   m.setSize(count);
   setStream(m.initStream(), *s);
-  return rt().post(msg);
+  RGPU_TRY(rt().post(msg));
+  return *there ? synchronize(*s) : Status::ok();
 }
 
 namespace {

@@ -34,11 +34,7 @@ Status streamWaitEventImpl(cudaStream_t stream, cudaEvent_t event, unsigned flag
   auto e = rt().event(event);
   if (!e) return e.status();
   if (Status c; capturesActive() && captureEventWait(*s, event, *e, flags, &c)) return c;
-  if (rt().spread()) {
-    auto set = rt().servers();
-    const int ed = rt().eventDevice(*e);
-    if (set && ed >= 0 && !(*set)->sameServer(ed, s->device)) return waitAcrossServers(*s, *e, ed);
-  }
+  if (const int ed = rt().eventDevice(*e); rt().acrossServers(ed, s->device)) return waitAcrossServers(*s, *e, ed);
   capnp::MallocMessageBuilder msg(32);
   auto m = msg.initRoot<wire::Request>().initStreamWaitEvent();
   setStream(m.initStream(), *s);
@@ -53,12 +49,8 @@ Status eventRecordImpl(cudaEvent_t event, cudaStream_t stream, bool ptsz, unsign
   auto e = rt().event(event);
   if (!e) return e.status();
   if (Status c; capturesActive() && captureEventRecord(*s, event, *e, flags, &c)) return c;
-  if (rt().spread()) {
-    auto set = rt().servers();
-    const int ed = rt().eventDevice(*e);
-    if (set && ed >= 0 && !(*set)->sameServer(ed, s->device))
-      return Status(err::kInvalidResourceHandle, "the event and the stream are on devices of two servers");
-  }
+  if (rt().acrossServers(rt().eventDevice(*e), s->device))
+    return Status(err::kInvalidResourceHandle, "the event and the stream are on devices of two servers");
   capnp::MallocMessageBuilder msg(32);
   auto m = msg.initRoot<wire::Request>().initEventRecord();
   m.setId(*e);
@@ -294,12 +286,8 @@ RGPU_EXPORT cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaE
     if (!a) return a.status();
     auto b = rt().event(end);
     if (!b) return b.status();
-    if (rt().spread()) {
-      auto set = rt().servers();
-      const int da = rt().eventDevice(*a), db = rt().eventDevice(*b);
-      if (set && da >= 0 && db >= 0 && !(*set)->sameServer(da, db))
-        return Status(err::kInvalidResourceHandle, "the events are on devices of two servers: no common clock");
-    }
+    if (rt().acrossServers(rt().eventDevice(*a), rt().eventDevice(*b)))
+      return Status(err::kInvalidResourceHandle, "the events are on devices of two servers: no common clock");
     capnp::MallocMessageBuilder msg(32);
     auto m = msg.initRoot<wire::Request>().initEventElapsedTime();
     m.setStart(*a);

@@ -51,6 +51,8 @@ inline Status needPtr(const void* p, const char* what) {
 Status memcpyImpl(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream, bool async,
                   bool ptsz);
 Status memsetImpl(void* dst, int value, size_t count, cudaStream_t stream, bool ptsz);
+// Posts a peer copy on stream `s` (cudaMemcpyPeer's message; `serialize`: ordered with all three devices' work).
+Status peerOn(void* dst, int dst_device, const void* src, int src_device, size_t count, StreamRef s, bool serialize);
 Status memcpy2DImpl(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
                     cudaMemcpyKind kind, cudaStream_t stream, bool async, bool ptsz);
 Status memset2DImpl(void* dst, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream, bool ptsz);

@@ -2,11 +2,12 @@
 // over several members (docs/pool.md "One program, several members").
 //
 // The servers never talk to each other: the client carries what crosses.
-//  - Copies whose two sides are on two servers, or whose device side is on
-//    another server than the stream's, are relayed through this process in
-//    pieces of one frame: the stream's earlier work is waited for first, the
-//    pieces travel on the legacy streams of the devices that hold the bytes,
-//    and the copy is complete when the call returns (an Async form too).
+//  - Copies and memsets whose device memory is on another server than the
+//    stream's run there: the stream's earlier work is waited for first, the
+//    operation runs on the legacy stream of the device holding the bytes,
+//    and it is complete when the call returns (an Async form too). Between
+//    devices of two servers the bytes are relayed through this process, in
+//    pieces of kRelayPiece.
 //  - cudaStreamWaitEvent on another server's event: a private stream there
 //    waits for the event and then runs a host function; the waiting stream
 //    runs a host function that the client lets finish only once the other
@@ -17,18 +18,23 @@
 
 #include <cuda_runtime_api.h>
 
+#include <optional>
+
 #include "client/runtime.h"
 
 namespace rgpu::client {
 
-// Whether a copy of kind `kind` (resolved) between `dst` and `src` on stream
-// `s` crosses servers; if so it is done here and *st says how it went.
-bool relayCopy(void* dst, const void* src, size_t count, cudaMemcpyKind kind, StreamRef s, Status* st);
-// A peer copy between devices of two servers (`serialize`: cudaMemcpyPeer,
-// ordered with the work on both devices).
+// Stream `s`'s work is done (cudaStreamSynchronize on a reference).
+Status synchronize(StreamRef s);
+// For a copy or memset whose device memory at `p` is on another server than
+// stream `s`'s: waits for `s`'s work and answers the legacy stream of the
+// device holding `p`, where the operation then runs (complete on return:
+// the caller synchronises). None when `p` is not there.
+Result<std::optional<StreamRef>> streamOfServerHolding(const void* p, StreamRef s);
+// A peer copy between devices of which one is on another server than the
+// other or than stream `s` (cudaMemcpyPeer and device-to-device copies):
+// after `s`'s work, on the devices' legacy streams, complete on return.
 Status relayPeer(void* dst, int dst_device, const void* src, int src_device, size_t count, StreamRef s);
-// A memset of memory on another server than stream `s`'s: false when it is not.
-bool relayMemset(void* dst, int value, size_t count, StreamRef s, Status* st);
 // Stream `s` waits for event `event` of device `event_device` on another server.
 Status waitAcrossServers(StreamRef s, uint32_t event, int event_device);
 

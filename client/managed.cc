@@ -65,15 +65,10 @@ void ManagedMemory::installHandler() {
 
 Result<uint32_t> ManagedMemory::ownStreamLocked(int device) {
   if (auto it = own_streams_.find(device); it != own_streams_.end()) return it->second;
-  uint32_t id = 0;
-  (void)rt().newStream(device, cudaStreamNonBlocking, 0, &id);
-  capnp::MallocMessageBuilder msg(32);
-  auto m = msg.initRoot<wire::Request>().initStreamCreate();
-  setStream(m.initStream(), {id, device});
-  m.setFlags(cudaStreamNonBlocking);
-  RGPU_TRY(rt().post(msg));
-  own_streams_[device] = id;
-  return id;
+  auto id = rt().newOwnStream(device);
+  if (!id) return id.status();
+  own_streams_[device] = *id;
+  return *id;
 }
 
 bool ManagedMemory::transferring() { return t_flushing != 0; }

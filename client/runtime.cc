@@ -232,6 +232,18 @@ cudaStream_t Runtime::newStream(int device, unsigned flags, int priority, uint32
   return reinterpret_cast<cudaStream_t>(kStreamTag | *id);
 }
 
+Result<uint32_t> Runtime::newOwnStream(int device) {
+  uint32_t id = 0;
+  (void)newStream(device, cudaStreamNonBlocking, 0, &id);
+  capnp::MallocMessageBuilder msg(32);
+  auto m = msg.initRoot<wire::Request>().initStreamCreate();
+  m.initStream().setId(id);
+  m.getStream().setDevice(device);
+  m.setFlags(cudaStreamNonBlocking);
+  RGPU_TRY(post(msg));
+  return id;
+}
+
 Result<StreamRef> Runtime::stream(cudaStream_t s, bool per_thread_default) {
   auto v = reinterpret_cast<uint64_t>(s);
   if (v == 0 && per_thread_default) s = cudaStreamPerThread, v = 2;

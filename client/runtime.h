@@ -103,6 +103,11 @@ class Runtime {
     ServerSet* s = servers_ptr_.load(std::memory_order_acquire);
     return s && !s->single();
   }
+  // Program devices `a` and `b` are on two servers (never with one server).
+  bool acrossServers(int a, int b) const {
+    ServerSet* s = servers_ptr_.load(std::memory_order_acquire);
+    return s && !s->single() && !s->sameServer(a, b);
+  }
   // fork(): a child of a process that had connected gets a runtime that
   // refuses every call (cudaErrorInitializationError, as NVIDIA's does after
   // fork) and never touches the parent's connection, not even at exit.
@@ -157,6 +162,8 @@ class Runtime {
   Result<StreamRef> stream(cudaStream_t s, bool per_thread_default = false);
   cudaStream_t newStream(int device, unsigned flags, int priority, uint32_t* id);
   Status dropStream(cudaStream_t s, StreamRef* ref);
+  // A non-blocking stream of the runtime's own on `device`, created on its server: its id.
+  Result<uint32_t> newOwnStream(int device);
   // Destroys a stream the runtime made itself (a thread's default stream).
   void releaseStream(cudaStream_t s) noexcept;
   Result<std::pair<unsigned, int>> streamInfo(cudaStream_t s);  // flags, priority

@@ -172,36 +172,28 @@ Result<std::unique_ptr<ServerSet>> ServerSet::open(const ClientConfig& cfg, cons
 ServerSet::~ServerSet() { close(); }
 
 Status ServerSet::add(std::unique_ptr<Connection> conn, const std::string& member) {
-  Part p;
-  p.base = static_cast<int>(devices_.size());
-  p.count = static_cast<int>(conn->welcome().devices.size());
-  p.member = member;
-  if (p.base + p.count > kMaxProgramDevices)
+  const int base = static_cast<int>(devices_.size());
+  const int count = static_cast<int>(conn->welcome().devices.size());
+  if (base + count > kMaxProgramDevices)
     return Status(err::kDevicesUnavailable, "more than " + std::to_string(kMaxProgramDevices) + " devices");
   const auto part = static_cast<uint8_t>(parts_.size());
   for (const auto& d : conn->welcome().devices) {
     Welcome::Device g = d;
     // Peer access stays within a server; in program ordinals.
     g.peer_access = 0;
-    for (int i = 0; i < p.count; ++i)
-      if (d.peer_access >> i & 1) g.peer_access |= uint64_t{1} << (p.base + i);
+    for (int i = 0; i < count; ++i)
+      if (d.peer_access >> i & 1) g.peer_access |= uint64_t{1} << (base + i);
     devices_.push_back(std::move(g));
     part_of_.push_back(part);
   }
-  base_.push_back(p.base);
-  p.conn = std::move(conn);
-  parts_.push_back(std::move(p));
+  base_.push_back(base);
+  parts_.push_back({std::move(conn), member});
   return Status::ok();
 }
 
 size_t ServerSet::partOf(int device) const {
   if (device < 0 || static_cast<size_t>(device) >= part_of_.size()) return 0;
   return part_of_[static_cast<size_t>(device)];
-}
-
-int ServerSet::localOf(int device) const {
-  if (device < 0 || static_cast<size_t>(device) >= part_of_.size()) return device;
-  return device - parts_[part_of_[static_cast<size_t>(device)]].base;
 }
 
 Status ServerSet::localize(wire::Request::Builder req, int hint, size_t* part) const {
@@ -231,8 +223,9 @@ std::string ServerSet::describe() const {
   std::string s;
   for (const auto& p : parts_) {
     if (!s.empty()) s += ", ";
+    const size_t n = p.conn->welcome().devices.size();
     s += (p.member.empty() ? std::string() : "'" + p.member + "' at ") + p.conn->server() + " (" +
-         std::to_string(p.count) + (p.count == 1 ? " device)" : " devices)");
+         std::to_string(n) + (n == 1 ? " device)" : " devices)");
   }
   return s;
 }

@@ -61,10 +61,6 @@ class ServerSet {
   size_t partOf(int device) const;
   // Whether two program devices are on the same server.
   bool sameServer(int a, int b) const { return partOf(a) == partOf(b); }
-  // A program device's index on its own server.
-  int localOf(int device) const;
-  // A server's device `local` of part `part` as the program numbers it.
-  int globalOf(size_t part, int local) const { return parts_[part].base + local; }
 
   // Rewrites the device fields of `req` to the numbering of the server of
   // the device they name, and says which part that is. `hint`: the device
@@ -81,9 +77,8 @@ class ServerSet {
 
  private:
   struct Part {
-    std::unique_ptr<Connection> conn;
-    int base = 0, count = 0;  // program devices [base, base + count)
-    std::string member;       // the pool's name for it ("" alone)
+    std::unique_ptr<Connection> conn;  // its devices: the program's [base_[i], + welcome().devices.size())
+    std::string member;                // the pool's name for it ("" alone)
   };
   ServerSet() = default;
   // Adds a connected part and its devices.

@@ -177,13 +177,13 @@ std::vector<SpanPart> chooseSpan(const std::vector<MemberView>& view, const Devi
                                  const std::string& self) {
   if (req.count < 2) return {};
   std::vector<size_t> order;
+  std::vector<uint32_t> fits(view.size());  // fitting devices per member, counted once
   uint64_t total = 0;
   for (size_t i = 0; i < view.size(); ++i)
-    if (uint32_t n = fittingDevices(view[i], req)) order.push_back(i), total += n;
+    if ((fits[i] = fittingDevices(view[i], req))) order.push_back(i), total += fits[i];
   if (total < req.count) return {};
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const uint32_t na = fittingDevices(view[a], req), nb = fittingDevices(view[b], req);
-    if (na != nb) return na > nb;  // few members
+    if (fits[a] != fits[b]) return fits[a] > fits[b];  // few members
     const auto la = loadOf(view[a], req), lb = loadOf(view[b], req);
     if (la.first != lb.first) return policy == PoolPolicy::kSpread ? la.first < lb.first : la.first > lb.first;
     if (la.second != lb.second) return policy == PoolPolicy::kSpread ? la.second > lb.second : la.second < lb.second;
@@ -193,7 +193,7 @@ std::vector<SpanPart> chooseSpan(const std::vector<MemberView>& view, const Devi
   uint32_t left = req.count;
   for (size_t i : order) {
     if (!left) break;
-    const uint32_t take = std::min(left, fittingDevices(view[i], req));
+    const uint32_t take = std::min(left, fits[i]);
     parts.push_back({view[i].name, view[i].address, take});
     left -= take;
   }

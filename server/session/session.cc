@@ -298,10 +298,9 @@ Status Session::handshake() {
         // goes there (no session here).
         welcome.setRedirect(placed->redirect);
         welcome.setRedirectMember(placed->redirect_member);
-        redirected_ = placed->redirect_member + " at " + placed->redirect;
+        if (placed->span.empty()) redirected_ = placed->redirect_member + " at " + placed->redirect;
         if (!placed->span.empty()) {
           auto parts = welcome.initSpan(static_cast<unsigned>(placed->span.size()));
-          redirected_.clear();
           for (size_t i = 0; i < placed->span.size(); ++i) {
             const SpanPart& p = placed->span[i];
             parts[static_cast<unsigned>(i)].setMember(p.member);

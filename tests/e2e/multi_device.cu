@@ -142,16 +142,21 @@ int main() {
     expect(ok, "peer exchange (cudaMemcpyPeer, cudaMemcpyDefault, cudaMemcpyPeerAsync)");
 
     // ---- a stream waits for another device's event ------------------------------------
-    ok = true;
-    for (int d = 0; d < n; ++d) {
-      const int next = (d + 1) % n;
+    // Device d's stream waits for a slow fill of `next`'s memory with `v` on next's stream.
+    auto waitForFill = [&](int d, int next, float v) {
       cudaEvent_t done;
       CHECK(cudaSetDevice(next));
       CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-      slowFill<<<(slice + 255) / 256, 256, 0, st[next]>>>(dc[next], slice, 7.0f + d, 3000);
+      slowFill<<<(slice + 255) / 256, 256, 0, st[next]>>>(dc[next], slice, v, 3000);
       CHECK(cudaEventRecord(done, st[next]));
       CHECK(cudaSetDevice(d));
       CHECK(cudaStreamWaitEvent(st[d], done, 0));
+      return done;
+    };
+    ok = true;
+    for (int d = 0; d < n; ++d) {
+      const int next = (d + 1) % n;
+      cudaEvent_t done = waitForFill(d, next, 7.0f + d);
       // In the waiting stream's order: the next device's fresh values come here.
       CHECK(cudaMemcpyPeerAsync(dc[d], d, dc[next], next, slice * sizeof(float), st[d]));
       CHECK(cudaMemcpyAsync(h.data(), dc[d], slice * sizeof(float), cudaMemcpyDeviceToHost, st[d]));
@@ -161,17 +166,11 @@ int main() {
     }
     expect(ok, "cudaStreamWaitEvent on another device's event");
 
-    // The same wait, but only through streams: the copy is on device d's own memory.
+    // The same wait, then a read of the other device's memory on the waiting stream.
     ok = true;
     for (int d = 0; d < n; ++d) {
       const int next = (d + 1) % n;
-      cudaEvent_t done;
-      CHECK(cudaSetDevice(next));
-      CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-      slowFill<<<(slice + 255) / 256, 256, 0, st[next]>>>(dc[next], slice, 40.0f + d, 3000);
-      CHECK(cudaEventRecord(done, st[next]));
-      CHECK(cudaSetDevice(d));
-      CHECK(cudaStreamWaitEvent(st[d], done, 0));
+      cudaEvent_t done = waitForFill(d, next, 40.0f + d);
       float mark = -1;
       CHECK(cudaMemcpyAsync(&mark, dc[next] + slice - 1, sizeof mark, cudaMemcpyDefault, st[d]));
       CHECK(cudaStreamSynchronize(st[d]));
