@@ -32,12 +32,6 @@ void* mapAt(uint64_t want, uint64_t bytes, bool fixed) {
 
 }  // namespace
 
-std::pair<uint64_t, uint64_t> DeviceArena::spanWindow(uint32_t window) {
-  if (window == 0) return {kSimDeviceWindow, 16};
-  if (window >= kSpanWindows) return {0, 0};
-  return {kSimDeviceWindow + window * kSpanWindowSlots * kDeviceWindowSlot, kSpanWindowSlots};
-}
-
 Result<std::unique_ptr<DeviceArena>> DeviceArena::create(uint64_t bytes, uint64_t preferred, uint64_t slots) {
   const uint64_t page = pageSize();
   bytes = (bytes + page - 1) / page * page;
@@ -62,66 +56,29 @@ Result<std::unique_ptr<DeviceArena>> DeviceArena::create(uint64_t bytes, uint64_
   return std::unique_ptr<DeviceArena>(new DeviceArena(reinterpret_cast<uint64_t>(p), bytes));
 }
 
-DeviceArena::DeviceArena(uint64_t base, uint64_t size) : base_(base), size_(size) { addFreeLocked(base, size); }
+DeviceArena::DeviceArena(uint64_t base, uint64_t size) : base_(base), size_(size), ranges_(base, size) {}
 
 DeviceArena::~DeviceArena() { munmap(reinterpret_cast<void*>(base_), size_); }
-
-void DeviceArena::addFreeLocked(uint64_t p, uint64_t size) {
-  free_by_addr_[p] = size;
-  free_by_size_.emplace(size, p);
-}
-
-void DeviceArena::removeFreeLocked(std::map<uint64_t, uint64_t>::iterator it) {
-  auto [b, e] = free_by_size_.equal_range(it->second);
-  for (auto s = b; s != e; ++s)
-    if (s->second == it->first) {
-      free_by_size_.erase(s);
-      break;
-    }
-  free_by_addr_.erase(it);
-}
 
 Result<uint64_t> DeviceArena::allocate(uint64_t size) {
   uint64_t rounded = (size + kAlign - 1) / kAlign * kAlign;
   if (rounded < size || rounded == 0) rounded = kAlign;
   std::lock_guard lock(mu_);
-  auto fit = free_by_size_.lower_bound(rounded);  // the smallest block that fits
-  if (fit == free_by_size_.end())
+  auto p = ranges_.allocate(rounded, kAlign);
+  if (!p)
     return Status(err::kMemoryAllocation, "no free block of " + std::to_string(rounded) + " bytes in the " +
                                               std::to_string(size_) + "-byte device address range");
-  uint64_t p = fit->second, block = fit->first;
-  removeFreeLocked(free_by_addr_.find(p));
-  if (block > rounded) addFreeLocked(p + rounded, block - rounded);
-  used_[p] = rounded;
-  return p;
+  return *p;
 }
 
 bool DeviceArena::free(uint64_t p) {
   std::lock_guard lock(mu_);
-  auto it = used_.find(p);
-  if (it == used_.end()) return false;
-  uint64_t start = p, size = it->second;
-  used_.erase(it);
+  const uint64_t size = ranges_.free(p);
+  if (size == 0) return false;
   // Pages wholly inside the freed range hold no other allocation: back to the system.
   const uint64_t page = pageSize();
-  uint64_t first = (start + page - 1) / page * page, last = (start + size) / page * page;
+  uint64_t first = (p + page - 1) / page * page, last = (p + size) / page * page;
   if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
-  // Merge with the free neighbours.
-  auto next = free_by_addr_.lower_bound(start);
-  if (next != free_by_addr_.end() && next->first == start + size) {
-    size += next->second;
-    removeFreeLocked(next);
-  }
-  auto prev = free_by_addr_.lower_bound(start);
-  if (prev != free_by_addr_.begin()) {
-    --prev;
-    if (prev->first + prev->second == start) {
-      start = prev->first;
-      size += prev->second;
-      removeFreeLocked(prev);
-    }
-  }
-  addFreeLocked(start, size);
   return true;
 }
 

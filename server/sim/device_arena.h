@@ -9,6 +9,7 @@
 // allocator regions go). Device pointers then look like device pointers, and
 // a client — which reserves every device range it learns of in its own
 // address space (client/device_ranges.h) — never finds one on its own memory.
+// The windows, and a span part's own, are in server/backend/address_space.h.
 // Where the window cannot be had (a sanitizer that forbids it, a strict
 // overcommit policy refusing the size), the arena lives wherever the kernel
 // puts it.
@@ -18,37 +19,24 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 
 #include "common/status.h"
+#include "server/backend/address_space.h"
 
 namespace rgpu::server {
-
-// Where sim devices' memory goes (first choice): 32 TiB, in 1 TiB slots.
-inline constexpr uint64_t kSimDeviceWindow = 0x2000'0000'0000ull;
-inline constexpr uint64_t kDeviceWindowSlot = 1ull << 40;
-// A program whose devices are on several servers (a span, docs/pool.md) has
-// one session on each: part k > 0 places its memory 4 slots further per part
-// (4 slots tried), so the program's devices never share addresses; parts
-// past kSpanWindows go where the system puts them (the client still detects
-// an overlap: client/device_ranges.h).
-inline constexpr uint32_t kSpanWindows = 16;
-inline constexpr uint64_t kSpanWindowSlots = 4;
 
 class DeviceArena {
  public:
   // Reserves `bytes` of address space, at the first free slot of
   // [preferred, preferred + `slots` slots) if it can, else anywhere.
   static Result<std::unique_ptr<DeviceArena>> create(uint64_t bytes, uint64_t preferred, uint64_t slots = 16);
-  // Where the memory of span part `window` goes first, and how many slots are tried there.
-  static std::pair<uint64_t, uint64_t> spanWindow(uint32_t window);
   ~DeviceArena();
   DeviceArena(const DeviceArena&) = delete;
   DeviceArena& operator=(const DeviceArena&) = delete;
 
-  // `size` bytes (rounded up to 256), or kMemoryAllocation when no free block fits.
+  // `size` bytes (rounded up to 512), or kMemoryAllocation when no free block fits.
   Result<uint64_t> allocate(uint64_t size);
   // Frees an allocation of this arena (its size is remembered); false if `p` is not one.
   bool free(uint64_t p);
@@ -57,14 +45,10 @@ class DeviceArena {
 
  private:
   DeviceArena(uint64_t base, uint64_t size);
-  void addFreeLocked(uint64_t p, uint64_t size);
-  void removeFreeLocked(std::map<uint64_t, uint64_t>::iterator it);
 
   const uint64_t base_, size_;
   std::mutex mu_;
-  std::map<uint64_t, uint64_t> used_;          // allocation -> size
-  std::map<uint64_t, uint64_t> free_by_addr_;  // free block -> size
-  std::multimap<uint64_t, uint64_t> free_by_size_;  // size -> free block
+  RangeAllocator ranges_;  // under mu_
 };
 
 }  // namespace rgpu::server

@@ -36,7 +36,7 @@ SimBackend::SimBackend(const std::vector<SimDeviceConfig>& devices, SimOptions o
   // Room for every device's memory twice over (fragmentation); committed only as used.
   uint64_t total = 64ull << 20;
   for (auto& d : devices_) total += 2 * d.total_mem;
-  const auto [window, slots] = DeviceArena::spanWindow(opts_.address_window);
+  const auto [window, slots] = spanWindow(opts_.address_window);
   auto arena = DeviceArena::create(total, window, slots);
   // Array, texture and surface values too are the part's own, so the parts
   // of one program never hand it the same one.

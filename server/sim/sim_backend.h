@@ -62,7 +62,7 @@ struct SimOptions {
   // blocks the session's launches run at once (ptx::MemoryBudget).
   uint64_t max_interpreter_bytes = 1ull << 30;
   // The session is part `address_window` of a program spread over several
-  // servers: its memory goes in that part's window (DeviceArena::spanWindow).
+  // servers: its memory goes in that part's window (spanWindow, server/backend/address_space.h).
   uint32_t address_window = 0;
 };
 
