@@ -75,6 +75,11 @@ Status CudaBackend::init() {
     RGPU_LOG_INFO("cuda: device {} (host GPU {}): {}, compute capability {}.{}, {} SMs, {} MiB", i, ordinals[i], name,
                   descriptions_.back().major, descriptions_.back().minor, descriptions_.back().sm_count, total >> 20);
   }
+  if (opts_.address_window) {
+    std::vector<WindowedMemory::DeviceInfo> infos;
+    for (size_t i = 0; i < devices_.size(); ++i) infos.push_back({devices_[i].dev, descriptions_[i].total_mem});
+    windows_ = WindowedMemory::create(api, infos, opts_.address_window, [this](int i) { return use(i); });
+  }
   return Status::ok();
 }
 
@@ -152,7 +157,8 @@ CudaBackend::~CudaBackend() {
   for (auto& [id, m] : modules_)
     if (use(m.device)) (void)api.cuModuleUnload(m.handle);
   for (auto& [ptr, dev] : allocations_)
-    if (use(dev)) (void)api.cuMemFree(ptr);
+    if (!(windows_ && windows_->owns(ptr)) && use(dev)) (void)api.cuMemFree(ptr);
+  windows_.reset();  // unmaps what is left, while the contexts live
   for (size_t d = 0; d < devices_.size(); ++d) {
     if (!use(static_cast<int>(d))) continue;
     for (CUevent e : devices_[d].spare_events) (void)api.cuEventDestroy(e);

@@ -69,6 +69,7 @@
 #include "server/backend/backend.h"
 #include "server/cuda/blas_api.h"
 #include "server/cuda/driver_api.h"
+#include "server/cuda/windowed_memory.h"
 #include "server/pool/launch_gate.h"
 
 namespace rgpu::server::cuda {
@@ -89,6 +90,10 @@ struct CudaOptions {
   // NVIDIA's cuBLAS and cuBLASLt, loaded on the session's first BLAS call.
   std::string cublas_library = "libcublas.so.13";
   std::string cublaslt_library = "libcublasLt.so.13";
+  // The session is part `address_window` of a program spread over several
+  // members (> 0): its device memory goes in that part's address window
+  // (windowed_memory.h). 0: where cuMemAlloc puts it.
+  uint32_t address_window = 0;
 };
 
 class CudaBackend final : public Backend {
@@ -249,6 +254,8 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(std::unique_ptr<DriverApi> api, const CudaOptions& opts);
   Status init();
   Status use(int device);  // makes the device's primary context current on this thread
+  // An allocation in the device's address window (windows_), recorded.
+  Result<DevPtr> windowed(int device, uint64_t size);
   Result<std::pair<int, CUstream>> streamOf(StreamKey key);
   // Copies of table entries, looked up under mu_.
   Result<Function> functionOf(uint32_t id);
@@ -334,6 +341,8 @@ class CudaBackend final : public Backend {
   std::unordered_map<uint32_t, Module> modules_;
   std::unordered_map<uint32_t, Function> functions_;
   std::unordered_map<DevPtr, int> allocations_;  // pointer -> device
+  // A span part's memory, in its address window (null: cuMemAlloc for all devices).
+  std::unique_ptr<WindowedMemory> windows_;
   std::function<void(Status)> async_sink_;
   std::function<void(Status)> fatal_sink_;
 

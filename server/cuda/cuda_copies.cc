@@ -51,6 +51,7 @@ void CudaBackend::givePinned(Pinned p) {
 Result<DevPtr> CudaBackend::allocate(int device, uint64_t size) {
   DriverApi& api = *api_;
   RGPU_TRY(use(device));
+  if (windows_ && windows_->has(device)) return windowed(device, size);
   CUdeviceptr p = 0;
   CUresult r = api.cuMemAlloc(&p, std::max<uint64_t>(size, 1));
   if (r == CUDA_ERROR_OUT_OF_MEMORY)
@@ -62,9 +63,27 @@ Result<DevPtr> CudaBackend::allocate(int device, uint64_t size) {
   return static_cast<DevPtr>(p);
 }
 
+Result<DevPtr> CudaBackend::windowed(int device, uint64_t size) {
+  auto p = windows_->allocate(device, size);
+  if (!p) return p.status();
+  std::lock_guard lock(mu_);
+  allocations_[*p] = device;
+  return static_cast<DevPtr>(*p);
+}
+
 Result<std::pair<DevPtr, uint64_t>> CudaBackend::allocatePitch(int device, uint64_t width, uint64_t height) {
   DriverApi& api = *api_;
   RGPU_TRY(use(device));
+  if (windows_ && windows_->has(device)) {
+    // Rows 512-byte aligned, as cuMemAllocPitch's on current GPUs.
+    const uint64_t pitch = (width + 511) / 512 * 512;
+    if (width == 0 || height == 0 || pitch < width || pitch > UINT64_MAX / height)
+      return Status(err::kInvalidValue, "cannot allocate " + std::to_string(width) + " x " + std::to_string(height) +
+                                            " bytes");
+    auto p = windowed(device, pitch * height);
+    if (!p) return p.status();
+    return std::make_pair(*p, pitch);
+  }
   CUdeviceptr p = 0;
   size_t pitch = 0;
   // 16-byte elements: rows suit the widest loads a kernel may make.
@@ -94,6 +113,7 @@ Status CudaBackend::release(DevPtr ptr) {
     allocations_.erase(it);
   }
   RGPU_TRY(use(device));
+  if (windows_ && windows_->release(ptr)) return Status::ok();
   return RGPU_CU(cuMemFree(ptr));
 }
 

@@ -126,6 +126,15 @@ Result<std::unique_ptr<DriverApi>> DriverApi::load(const std::string& library) {
   RGPU_OPTIONAL(cuSurfObjectDestroy)
   RGPU_OPTIONAL(cuPointerGetAttribute)
   RGPU_OPTIONAL(cuMemGetAddressRange)
+  RGPU_OPTIONAL(cuMemAddressReserve)
+  RGPU_OPTIONAL(cuMemAddressFree)
+  RGPU_OPTIONAL(cuMemCreate)
+  RGPU_OPTIONAL(cuMemRelease)
+  RGPU_OPTIONAL(cuMemMap)
+  RGPU_OPTIONAL(cuMemUnmap)
+  RGPU_OPTIONAL(cuMemSetAccess)
+  RGPU_OPTIONAL(cuMemGetAllocationGranularity)
+  RGPU_OPTIONAL(cuDeviceCanAccessPeer)
 #undef RGPU_OPTIONAL
   if (!missing.empty())
     return Status(err::kInsufficientDriver, library + " lacks driver entry points rgpu needs (" + missing +

@@ -115,6 +115,18 @@ class DriverApi {
   // managed allocation; the client pages that allocation as a whole).
   RGPU_CU_FN(cuPointerGetAttribute)
   RGPU_CU_FN(cuMemGetAddressRange)
+  // Optional: virtual memory management, which places a span part's memory
+  // in its address window (windowed_memory.h); without them a part's memory
+  // is where cuMemAlloc puts it.
+  RGPU_CU_FN(cuMemAddressReserve)
+  RGPU_CU_FN(cuMemAddressFree)
+  RGPU_CU_FN(cuMemCreate)
+  RGPU_CU_FN(cuMemRelease)
+  RGPU_CU_FN(cuMemMap)
+  RGPU_CU_FN(cuMemUnmap)
+  RGPU_CU_FN(cuMemSetAccess)
+  RGPU_CU_FN(cuMemGetAllocationGranularity)
+  RGPU_CU_FN(cuDeviceCanAccessPeer)
 #undef RGPU_CU_FN
 
  private:

@@ -39,9 +39,11 @@ Result<std::unique_ptr<Backend>> makeSim(const ServerConfig& cfg, const std::vec
   return std::unique_ptr<Backend>(std::make_unique<SimBackend>(devices, opts));
 }
 
-Result<std::unique_ptr<Backend>> makeCuda(const ServerConfig& cfg, const std::vector<int>& physical) {
+Result<std::unique_ptr<Backend>> makeCuda(const ServerConfig& cfg, const std::vector<int>& physical,
+                                          uint32_t address_window) {
   cuda::CudaOptions o;
   o.devices = physical;
+  o.address_window = address_window;
   o.driver_library = cfg.cuda_driver_library;
   o.staging_pool_bytes = cfg.cuda_staging_pool;
   o.kernel_timeout_ms = cfg.limits.kernel_timeout_ms;
@@ -219,9 +221,9 @@ Result<BackendChoice> chooseBackend(const ServerConfig& cfg, const std::string& 
 
 Result<std::unique_ptr<Backend>> makeBackend(const ServerConfig& cfg, const std::vector<int>& physical,
                                              uint32_t address_window) {
-  if (cfg.backend == "cuda") return makeCuda(cfg, physical);
+  if (cfg.backend == "cuda") return makeCuda(cfg, physical, address_window);
   if (cfg.backend == "auto") {
-    auto b = makeCuda(cfg, physical);
+    auto b = makeCuda(cfg, physical, address_window);
     if (b) return b;
     common::logOnce("backend-auto", "backend = \"auto\": using the sim backend, because " + b.status().message());
   }

@@ -48,9 +48,9 @@ bool mpsDaemonRunning();
 // Builds the backend named by cfg.backend ("auto": CUDA when it starts, else
 // sim) over the host's devices `physical` (in the session's order; empty: all).
 // `address_window`: the session is that part of a program the pool spread
-// over several members (Placement::span_index); sim memory goes in the
-// part's own window (DeviceArena::spanWindow). The CUDA backend's addresses
-// are the driver's.
+// over several members (Placement::span_index); its memory goes in the
+// part's own address window (server/backend/address_space.h): the sim's
+// arena, the CUDA backend's virtual memory reservations (windowed_memory.h).
 Result<std::unique_ptr<Backend>> makeBackend(const ServerConfig& cfg, const std::vector<int>& physical = {},
                                              uint32_t address_window = 0);
 

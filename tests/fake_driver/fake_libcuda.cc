@@ -35,10 +35,17 @@
 // a test can make the next call of a name fail with a chosen CUresult
 // (rgpu_fake_cuda_fail).
 //
+// Virtual memory management (cuMemAddressReserve, cuMemCreate, cuMemMap,
+// cuMemSetAccess, ...) maps each physical allocation's memfd at the mapped
+// address, so kernels and copies see the same bytes there; a mapping is
+// device memory only once its access is set.
+//
 // Environment: RGPU_FAKE_CUDA_DEVICES (count, default 1; 0 = no device),
 // RGPU_FAKE_CUDA_MEMORY (bytes per device, default 1 GiB), RGPU_FAKE_CUDA_LOG,
 // RGPU_FAKE_CUDA_JITTER_US.
 #include <cuda.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -149,6 +156,22 @@ struct Driver {
   std::map<uint64_t, uint64_t> pitches;                      // pitched allocation -> its pitch
   std::map<const void*, size_t> host_allocations;  // pinned host memory
   std::set<uint64_t> managed;  // allocations (of `allocations`) that are managed memory
+  // Virtual memory management: address reservations (base -> size), physical
+  // allocations (each a memfd, so that a mapping shows its bytes at the
+  // mapped address), and mappings (address -> handle, size). A mapping whose
+  // access is set is in `allocations` too (and in `vmm`, which cuMemFree refuses).
+  struct Physical {
+    int fd = -1;
+    uint64_t size = 0;
+    int device = 0;
+    int mappings = 0;
+    bool released = false;
+  };
+  std::map<uint64_t, uint64_t> reservations;
+  std::map<CUmemGenericAllocationHandle, Physical> physical;
+  CUmemGenericAllocationHandle next_physical = 1;
+  std::map<uint64_t, std::pair<CUmemGenericAllocationHandle, uint64_t>> mappings;
+  std::set<uint64_t> vmm;
   std::vector<FakeStream*> legacy;                 // by device
   std::set<FakeStream*> streams;                   // live created streams
   std::vector<FakeStream*> all_streams;            // every stream ever made (for synchronising calls)
@@ -436,6 +459,7 @@ CUresult fakeDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice dev) {
       {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 232448},
       {CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 32},
       {CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, 1},
+      {CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 1},
       {CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, 512},
       {CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, 32},
       {CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH, 131072},
@@ -527,7 +551,7 @@ CUresult fakeMemFree(CUdeviceptr p) {
   ENTER("cuMemFree");
   Driver& d = drv();
   auto it = d.allocations.find(p);
-  if (it == d.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (it == d.allocations.end() || d.vmm.count(p)) return CUDA_ERROR_INVALID_VALUE;
   // cuMemFree synchronises: wait for queued work (it may use the memory).
   synchronizeAll(lock);
   it = d.allocations.find(p);
@@ -544,6 +568,171 @@ CUresult fakeMemGetInfo(size_t* free, size_t* total) {
   ENTER("cuMemGetInfo");
   *total = drv().memory;
   *free = drv().memory - drv().used[t_ctx->device];
+  return CUDA_SUCCESS;
+}
+
+// ---- virtual memory management ----
+// Granularity 2 MiB (as current GPUs'); reservations honour the address asked
+// for when it is free, else go where the system puts them (the driver's
+// addr is a hint). cuMemUnmap waits for queued work, as cuMemFree does.
+
+constexpr uint64_t kVmmGranularity = 2ull << 20;
+
+bool deviceProp(const CUmemAllocationProp* prop) {
+  return prop && prop->type == CU_MEM_ALLOCATION_TYPE_PINNED && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+         prop->location.id >= 0 && prop->location.id < drv().device_count;
+}
+
+CUresult fakeMemGetAllocationGranularity(size_t* g, const CUmemAllocationProp* prop, CUmemAllocationGranularity_flags) {
+  ENTER("cuMemGetAllocationGranularity", false);
+  if (!g || !deviceProp(prop)) return CUDA_ERROR_INVALID_VALUE;
+  *g = kVmmGranularity;
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMemAddressReserve(CUdeviceptr* p, size_t size, size_t align, CUdeviceptr addr, unsigned long long) {
+  ENTER("cuMemAddressReserve");
+  if (!p || size == 0 || size % kVmmGranularity || (align && (align & (align - 1)))) return CUDA_ERROR_INVALID_VALUE;
+  const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+  void* m = MAP_FAILED;
+  if (addr) {
+    m = mmap(reinterpret_cast<void*>(addr), size, PROT_NONE, flags | MAP_FIXED_NOREPLACE, -1, 0);
+    if (m != MAP_FAILED && m != reinterpret_cast<void*>(addr)) {
+      munmap(m, size);
+      m = MAP_FAILED;
+    }
+  }
+  if (m == MAP_FAILED) m = mmap(nullptr, size, PROT_NONE, flags, -1, 0);
+  if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  *p = reinterpret_cast<CUdeviceptr>(m);
+  drv().reservations[*p] = size;
+  record("cuMemAddressReserve " + std::to_string(size) + (*p == addr ? " at the address asked" : " elsewhere"));
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMemAddressFree(CUdeviceptr p, size_t size) {
+  ENTER("cuMemAddressFree");
+  Driver& d = drv();
+  auto it = d.reservations.find(p);
+  if (it == d.reservations.end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
+  auto m = d.mappings.lower_bound(p);
+  if (m != d.mappings.end() && m->first < p + size) return CUDA_ERROR_INVALID_VALUE;  // still mapped
+  munmap(reinterpret_cast<void*>(p), size);
+  d.reservations.erase(it);
+  record("cuMemAddressFree");
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMemCreate(CUmemGenericAllocationHandle* h, size_t size, const CUmemAllocationProp* prop,
+                       unsigned long long) {
+  ENTER("cuMemCreate");
+  Driver& d = drv();
+  if (!h || size == 0 || size % kVmmGranularity || !deviceProp(prop)) return CUDA_ERROR_INVALID_VALUE;
+  const int dev = prop->location.id;
+  if (d.used[dev] + size > d.memory) return CUDA_ERROR_OUT_OF_MEMORY;
+  int fd = memfd_create("rgpu-fake-vmm", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    if (fd >= 0) close(fd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  d.used[dev] += size;
+  *h = d.next_physical++;
+  d.physical[*h] = {fd, size, dev, 0, false};
+  record("cuMemCreate " + std::to_string(size) + " device=" + std::to_string(dev));
+  return CUDA_SUCCESS;
+}
+
+// Frees a physical allocation once it is released and mapped nowhere (lock held).
+void dropPhysical(CUmemGenericAllocationHandle h) {
+  Driver& d = drv();
+  auto it = d.physical.find(h);
+  if (it == d.physical.end() || !it->second.released || it->second.mappings) return;
+  close(it->second.fd);
+  d.used[it->second.device] -= it->second.size;
+  d.physical.erase(it);
+}
+
+CUresult fakeMemRelease(CUmemGenericAllocationHandle h) {
+  ENTER("cuMemRelease", false);
+  auto it = drv().physical.find(h);
+  if (it == drv().physical.end() || it->second.released) return CUDA_ERROR_INVALID_VALUE;
+  it->second.released = true;
+  dropPhysical(h);
+  record("cuMemRelease");
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long) {
+  ENTER("cuMemMap");
+  Driver& d = drv();
+  auto ph = d.physical.find(h);
+  if (ph == d.physical.end() || ph->second.released || size == 0 || size % kVmmGranularity ||
+      offset % kVmmGranularity || offset + size > ph->second.size)
+    return CUDA_ERROR_INVALID_VALUE;
+  auto r = d.reservations.upper_bound(p);
+  if (r == d.reservations.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --r;
+  if (p < r->first || p + size > r->first + r->second) return CUDA_ERROR_INVALID_VALUE;  // not reserved
+  auto after = d.mappings.lower_bound(p);
+  if (after != d.mappings.end() && after->first < p + size) return CUDA_ERROR_INVALID_VALUE;  // mapped already
+  if (after != d.mappings.begin() && std::prev(after)->first + std::prev(after)->second.second > p)
+    return CUDA_ERROR_INVALID_VALUE;
+  // No access until cuMemSetAccess, as the driver's mappings start.
+  void* m = mmap(reinterpret_cast<void*>(p), size, PROT_NONE, MAP_SHARED | MAP_FIXED, ph->second.fd,
+                 static_cast<off_t>(offset));
+  if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  d.mappings[p] = {h, size};
+  ++ph->second.mappings;
+  record("cuMemMap " + std::to_string(size));
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  ENTER("cuMemSetAccess");
+  Driver& d = drv();
+  auto m = d.mappings.find(p);
+  if (m == d.mappings.end() || m->second.second != size || !desc || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  bool owner = false;
+  const int dev = d.physical[m->second.first].device;
+  for (size_t i = 0; i < count; ++i) {
+    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id < 0 ||
+        desc[i].location.id >= d.device_count)
+      return CUDA_ERROR_INVALID_VALUE;
+    if (desc[i].location.id == dev && desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE) owner = true;
+  }
+  if (!owner) return CUDA_ERROR_INVALID_VALUE;  // rgpu always grants its own device read-write
+  if (mprotect(reinterpret_cast<void*>(p), size, PROT_READ | PROT_WRITE) != 0) return CUDA_ERROR_UNKNOWN;
+  d.allocations[p] = {dev, size};
+  d.vmm.insert(p);
+  record("cuMemSetAccess " + std::to_string(size) + " devices=" + std::to_string(count));
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeMemUnmap(CUdeviceptr p, size_t size) {
+  ENTER("cuMemUnmap");
+  Driver& d = drv();
+  auto m = d.mappings.find(p);
+  if (m == d.mappings.end() || m->second.second != size) return CUDA_ERROR_INVALID_VALUE;
+  synchronizeAll(lock);
+  m = d.mappings.find(p);
+  if (m == d.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
+  const CUmemGenericAllocationHandle h = m->second.first;
+  // Back to a bare reservation.
+  mmap(reinterpret_cast<void*>(p), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  d.mappings.erase(m);
+  d.allocations.erase(p);
+  d.vmm.erase(p);
+  --d.physical[h].mappings;
+  dropPhysical(h);
+  record("cuMemUnmap " + std::to_string(size));
+  return CUDA_SUCCESS;
+}
+
+CUresult fakeDeviceCanAccessPeer(int* can, CUdevice dev, CUdevice peer) {
+  ENTER("cuDeviceCanAccessPeer", false);
+  const int n = drv().device_count;
+  if (!can || dev < 0 || dev >= n || peer < 0 || peer >= n) return CUDA_ERROR_INVALID_DEVICE;
+  *can = dev != peer;
   return CUDA_SUCCESS;
 }
 
@@ -1513,6 +1702,15 @@ const std::map<std::string, void*>& table() {
       {"cuMemAllocPitch", reinterpret_cast<void*>(&fakeMemAllocPitch)},
       {"cuMemFree", reinterpret_cast<void*>(&fakeMemFree)},
       {"cuMemGetInfo", reinterpret_cast<void*>(&fakeMemGetInfo)},
+      {"cuMemGetAllocationGranularity", reinterpret_cast<void*>(&fakeMemGetAllocationGranularity)},
+      {"cuMemAddressReserve", reinterpret_cast<void*>(&fakeMemAddressReserve)},
+      {"cuMemAddressFree", reinterpret_cast<void*>(&fakeMemAddressFree)},
+      {"cuMemCreate", reinterpret_cast<void*>(&fakeMemCreate)},
+      {"cuMemRelease", reinterpret_cast<void*>(&fakeMemRelease)},
+      {"cuMemMap", reinterpret_cast<void*>(&fakeMemMap)},
+      {"cuMemSetAccess", reinterpret_cast<void*>(&fakeMemSetAccess)},
+      {"cuMemUnmap", reinterpret_cast<void*>(&fakeMemUnmap)},
+      {"cuDeviceCanAccessPeer", reinterpret_cast<void*>(&fakeDeviceCanAccessPeer)},
       {"cuMemHostAlloc", reinterpret_cast<void*>(&fakeMemHostAlloc)},
       {"cuMemFreeHost", reinterpret_cast<void*>(&fakeMemFreeHost)},
       {"cuMemcpyHtoDAsync", reinterpret_cast<void*>(&fakeMemcpyHtoDAsync)},
