@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <regex>
 #include <nlohmann/json.hpp>
@@ -317,6 +318,43 @@ TEST_F(ClusterTest, OneProgramUsesTheDevicesOfSeveralMembers) {
                         "RGPU_CONFIG=" + client.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
   EXPECT_NE(none.code, 0);
   EXPECT_NE(none.output.find("cudaErrorDevicesUnavailable"), std::string::npos) << none.output;
+}
+
+// Members on the CUDA backend (the fake driver: every member's driver hands out
+// the same addresses, as two hosts' drivers tend to): the second part's memory
+// goes in its own address window through the driver's virtual memory calls,
+// so the program's pointers never coincide.
+TEST_F(ClusterTest, OneProgramUsesTheCudaDevicesOfSeveralMembers) {
+  test::TempDir da, db, client;
+  auto cudaMember = [&](const test::TempDir& d, const std::string& name, const char* gpus) {
+    std::string toml = memberToml(d.path(), name);
+    toml.replace(toml.find("backend = \"sim\""), std::strlen("backend = \"sim\""), "backend = \"cuda\"");
+    toml += std::string("[cuda]\ndriver_library = \"") + RGPU_FAKE_CUDA_LIB + "\"\ncublas_library = \"" +
+            RGPU_FAKE_CUBLAS_LIB + "\"\ncublaslt_library = \"" + RGPU_FAKE_CUBLAS_LIB + "\"\n";
+    ::setenv("RGPU_FAKE_CUDA_DEVICES", gpus, 1);  // the member's processes inherit it
+    auto s = std::make_unique<test::ServerProcess>(d.path(), toml);
+    ::unsetenv("RGPU_FAKE_CUDA_DEVICES");
+    return s;
+  };
+  auto a = cudaMember(da, "a", "1");
+  auto b = cudaMember(db, "b", "2");
+  ASSERT_TRUE(waitFor([&] { return member("a") && member("b"); }, 10s)) << a->log() << b->log();
+  std::this_thread::sleep_for(500ms);  // each member's view of the pool is read every 200 ms
+  test::writeFile(client.file("client.toml"), clientToml(a->port()));
+  auto r = test::run(std::string(RGPU_RUN_BIN) + " -n 3 " + RGPU_TEST_PROGRAMS_DIR + "/multi_device",
+                     "RGPU_CONFIG=" + client.file("client.toml"));
+  EXPECT_EQ(r.code, 0) << r.output << a->log() << b->log();
+  EXPECT_NE(r.output.find("devices: 3"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("multi_device: ok"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("device 2: rgpu fake GPU 0"), std::string::npos) << r.output;
+  // The CUDA backend offers no peer access, within a member or across.
+  EXPECT_NE(r.output.find("peer 0: 1 0 0\npeer 1: 0 1 0\npeer 2: 0 0 1\n"), std::string::npos) << r.output;
+  EXPECT_NE(a->log().find("placed by the pool on several members: 2 on 'b'"), std::string::npos) << a->log();
+  // Part 1 (a's device) in its window; part 0 where its driver puts it.
+  EXPECT_NE(a->log().find("cuda: span part 1: device memory in the part's address window from 0x240000000000"),
+            std::string::npos) << a->log();
+  EXPECT_EQ(b->log().find("cuda: span part"), std::string::npos) << b->log();
 }
 
 // ---- the pool-wide memory quota ----------------------------------------------------------

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <thread>
 
+#include "tests/support/etcd_process.h"
 #include "tests/support/test_env.h"
 
 namespace rgpu::test {
@@ -185,6 +187,49 @@ TEST_F(Gpu, BenchmarkRunsNativelyAndThroughRgpu) {
   RunResult r = viaRgpu(testProgram("gpu_bench") + " --quick");
   EXPECT_NE(n.output.find("gpu_bench: done"), std::string::npos) << n.output;
   EXPECT_NE(r.output.find("gpu_bench: done"), std::string::npos) << r.output;
+}
+
+// A program spread over two pool members, the GPU's (part 1: its memory in
+// the part's address window through the driver's virtual memory management
+// calls) and a sim member with two devices of the same model name (part 0).
+TEST_F(Gpu, OneProgramSpansTheGpuMemberAndASimMember) {
+  TempDir etcd_dir, gpu_dir, sim_dir, client_dir;
+  makeCerts(gpu_dir.path());
+  EtcdProcess etcd(etcd_dir.path());
+  auto member = [&](const std::string& dir, const std::string& name, const std::string& body) {
+    return serverToml(dir, body + "[cluster]\nendpoints = [\"" + etcd.endpoint() + "\"]\nname = \"" + name +
+                               "\"\nlease_ttl_s = 2\nload_interval_ms = 200\n");
+  };
+  // The GPU's model name, for the sim devices (the pool places by model).
+  RunResult probe = run(std::string(RGPU_SERVER_BIN) + " --probe-cuda");
+  const size_t at = probe.output.find("device\t");
+  ASSERT_NE(at, std::string::npos) << probe.output;
+  std::string line = probe.output.substr(at, probe.output.find('\n', at) - at);
+  const std::string model = line.substr(line.rfind('\t') + 1);
+  std::string gpu = member(gpu_dir.path(), "gpu", "");
+  gpu.replace(gpu.find("backend = \"sim\""), std::strlen("backend = \"sim\""), "backend = \"cuda\"");
+  for (const char* f : {"/ca.pem", "/server.pem", "/server.key", "/alice.pem", "/alice.key"})
+    writeFile(sim_dir.path() + f, readFile(gpu_dir.path() + f));
+  const std::string sim_device = "[[sim.devices]]\nname = \"" + model + "\"\nmemory = \"4GiB\"\n"
+                                 "compute_capability = \"9.0\"\nsm_count = 8\n";
+  ServerProcess g(gpu_dir.path(), gpu);
+  ServerProcess s(sim_dir.path(), member(sim_dir.path(), "sim", sim_device + sim_device));
+  ASSERT_TRUE(waitFor([&] { return g.log().find("cluster: registered as") != std::string::npos &&
+                                   s.log().find("cluster: registered as") != std::string::npos; },
+                      std::chrono::seconds(20)))
+      << g.log() << s.log();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // each member reads the pool every 200 ms
+  writeFile(client_dir.file("client.toml"), clientToml(gpu_dir.path(), g.port()) + "[request]\nmodel = \"" + model +
+                                                "\"\ndevices = 3\n");
+  RunResult r = run(testProgram("multi_device"), "RGPU_CONFIG=" + client_dir.file("client.toml") +
+                                                     " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  EXPECT_EQ(r.code, 0) << r.output << g.log() << s.log();
+  EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("multi_device: ok"), std::string::npos) << r.output;
+  EXPECT_NE(g.log().find("cuda: span part 1: device memory in the part's address window"), std::string::npos)
+      << g.log();
+  if (auto f = r.output.find("figures:"); f != std::string::npos)
+    std::printf("gpu span: %s\n", r.output.substr(f, r.output.find('\n', f) - f).c_str());
 }
 
 }  // namespace
