@@ -178,6 +178,7 @@ double fromFp8(uint8_t b, bool e5m2) {
 }
 
 bool BlockRunner::execArith(const Inst& in, Warp& w, uint32_t m) {
+  if (fastArith(in, w, m)) return true;
   uint64_t ta[32], tb[32], tc[32];
   uint64_t* D = in.d.kind == Operand::kReg ? &w.regs[static_cast<size_t>(in.d.reg) * 32] : nullptr;
   const Type t = in.type;
@@ -366,9 +367,9 @@ bool BlockRunner::execArith(const Inst& in, Warp& w, uint32_t m) {
             if (in.ftz) x = ftz32(x), y = ftz32(y);
             switch (in.op) {
               // Products and sums of two floats are exact (or nearly) in double.
-              case Op::kAdd: z = directed(rm) ? toFloat(static_cast<double>(x) + y, rm) : x + y; break;
-              case Op::kSub: z = directed(rm) ? toFloat(static_cast<double>(x) - y, rm) : x - y; break;
-              case Op::kMul: z = directed(rm) ? toFloat(static_cast<double>(x) * y, rm) : x * y; break;
+              case Op::kAdd: z = directed(rm) ? toFloat(static_cast<double>(x) + y, rm) : nanFirst(x + y, x, y); break;
+              case Op::kSub: z = directed(rm) ? toFloat(static_cast<double>(x) - y, rm) : nanFirst(x - y, x, y); break;
+              case Op::kMul: z = directed(rm) ? toFloat(static_cast<double>(x) * y, rm) : nanFirst(x * y, x, y); break;
               case Op::kDiv: z = directed(rm) ? toFloat(static_cast<double>(x) / y, rm) : x / y; break;
               case Op::kMin: z = std::fmin(x, y); break;
               case Op::kMax: z = std::fmax(x, y); break;
@@ -512,7 +513,8 @@ bool BlockRunner::execArith(const Inst& in, Warp& w, uint32_t m) {
           if (in.ftz) x = ftz32(x), y = ftz32(y), z = ftz32(z);
           // x*y is exact in double; one more rounding to double then float is
           // what a single fused rounding gives in all but vanishing cases.
-          float r = directed(rm) ? toFloat(std::fma(static_cast<double>(x), y, static_cast<double>(z)), rm) : std::fma(x, y, z);
+          float r = directed(rm) ? toFloat(std::fma(static_cast<double>(x), y, static_cast<double>(z)), rm)
+                                 : nanFirst(std::fma(x, y, z), x, y, z);
           if (in.sat) r = std::isnan(r) ? 0.0f : std::fmin(1.0f, std::fmax(0.0f, r));
           if (in.ftz) r = ftz32(r);
           D[l] = b32(r);

@@ -43,6 +43,21 @@ inline int64_t sext(uint64_t v, Type t) {
 inline float f32(uint64_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v)); }
 inline uint64_t b32(float f) { return std::bit_cast<uint32_t>(f); }
 inline double f64(uint64_t v) { return std::bit_cast<double>(v); }
+
+// The NaN an f32 add, sub, mul or fma gives when an operand is NaN: the
+// first NaN operand, quieted, as x86 gives it in source order. Spelled out
+// so that neither the compiler's operand order (which it may swap: the
+// operations commute but for the payload) nor vectorisation changes which
+// one — the general code and the hot path (ptx_fast.cc) agree bit for bit.
+inline float quietF32(float x) { return std::bit_cast<float>(std::bit_cast<uint32_t>(x) | 0x00400000u); }
+inline float nanFirst(float r, float x, float y) {
+  if (r == r) return r;
+  return x != x ? quietF32(x) : y != y ? quietF32(y) : r;
+}
+inline float nanFirst(float r, float x, float y, float z) {
+  if (r == r) return r;
+  return x != x ? quietF32(x) : y != y ? quietF32(y) : z != z ? quietF32(z) : r;
+}
 inline uint64_t b64(double d) { return std::bit_cast<uint64_t>(d); }
 
 using common::bf16ToFloat;
@@ -119,6 +134,17 @@ inline uint64_t loadBytes(const uint8_t* p, int n) {
   return v;
 }
 
+// Calls f(lane) for every lane of m, in order; a converged warp (all 32
+// lanes) takes a plain loop the compiler can vectorise.
+template <typename F>
+inline void forLanes(uint32_t m, F&& f) {
+  if (m == 0xffffffffu) {
+    for (int l = 0; l < 32; ++l) f(l);
+  } else {
+    for (uint32_t mm = m; mm; mm &= mm - 1) f(__builtin_ctz(mm));
+  }
+}
+
 #define LANES(mask)                                       \
   for (uint32_t mm_ = (mask); mm_; mm_ &= mm_ - 1) {      \
     const int l = __builtin_ctz(mm_);
@@ -145,6 +171,7 @@ struct Warp {
   int32_t bar_dest = -1;       // bar.red destination register
   bool done = false;
   uint32_t lane_pc[32];
+  uint32_t tid[3][32] = {};  // per lane: %tid.x, .y, .z (set when the block is made)
   uint32_t carry = 0;  // per lane: the carry (borrow) flag add.cc/sub.cc set
   // Per-lane call stacks: (return pc, call instruction). Deeper lanes run
   // first, so lanes that diverged around a call meet again at its return.
@@ -162,7 +189,31 @@ struct Warp {
   // took part). Lanes wait at the meeting point until all live ones are there.
   std::vector<std::pair<uint32_t, uint32_t>> meet;
   std::vector<uint64_t> regs;
+
+  // A fresh warp's state again, keeping the memory of its vectors (a block
+  // reused for the next one). Every member is reset here (the size check
+  // below fails when one is added: reset it too).
+  void reset() {
+    id = valid = exited = active = waiting = pc = 0;
+    at_barrier = cluster_wait = done = false;
+    cluster_phase = 0;
+    barrier = bar_mask = 0;
+    bar_dest = -1;
+    carry = 0;
+    std::memset(lane_pc, 0, sizeof lane_pc);
+    std::memset(tid, 0, sizeof tid);
+    std::memset(depth, 0, sizeof depth);
+    std::memset(sp, 0, sizeof sp);
+    for (auto& f : frames) f.clear();
+    for (auto& s : saved) s.clear();
+    meet.clear();
+    regs.clear();
+  }
 };
+
+#if __SIZEOF_POINTER__ == 8 && !defined(_GLIBCXX_DEBUG)
+static_assert(sizeof(Warp) == 2320, "a member was added to Warp: reset it in Warp::reset() and update this size");
+#endif
 
 struct Cluster;
 
@@ -183,6 +234,16 @@ struct Block {
   std::string output;
   uint64_t printf_dropped = 0;
   uint64_t insts = 0;
+
+  // A fresh block's state again, keeping the memory of its buffers and warps.
+  void reset() {
+    std::vector<uint8_t> s = std::move(shared), lo = std::move(local);
+    std::vector<Warp> ws = std::move(warps);
+    *this = Block();
+    shared = std::move(s);
+    local = std::move(lo);
+    warps = std::move(ws);
+  }
 };
 
 // The blocks of one cluster, in rank order, and its split barrier
@@ -202,6 +263,9 @@ struct Cluster {
 // even (`satfinite`: the largest finite past it), and back (exactly).
 uint8_t toFp8(double x, bool e5m2, bool satfinite);
 double fromFp8(uint8_t b, bool e5m2);
+
+// Whether the hot paths (fastMemory, fastArith) are on (setFastPaths).
+bool fastPathsOn();
 
 class BlockRunner {
  public:
@@ -234,6 +298,13 @@ class BlockRunner {
   // Arithmetic, logic, comparison, conversion and moves (ptx_arith.cc).
   bool execArith(const Inst& in, Warp& w, uint32_t m);
   bool execMemory(const Inst& in, Warp& w, uint32_t m);
+  // ld/st of one scalar per lane, every lane's address in one range and
+  // aligned, done for the whole warp at once; false (nothing done): the
+  // general path's case, which also reports any fault.
+  bool fastMemory(const Inst& in, Warp& w, uint32_t m);
+  // The hot arithmetic forms for the whole warp (ptx_fast.cc); false
+  // (nothing done): execArith's general code.
+  bool fastArith(const Inst& in, Warp& w, uint32_t m);
   bool execAtomic(const Inst& in, Warp& w, uint32_t m);
   bool execCall(const Inst& in, Warp& w, uint32_t m);
   // cp.async and mbarrier (see ptx_ir.h's modes).

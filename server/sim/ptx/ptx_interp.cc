@@ -32,10 +32,9 @@ uint64_t nowNs() {
 }
 
 void BlockRunner::tid(const Warp& w, int lane, uint32_t& x, uint32_t& y, uint32_t& z) const {
-  uint32_t t = w.id * 32 + static_cast<uint32_t>(lane);
-  x = t % L_.block.x;
-  y = (t / L_.block.x) % L_.block.y;
-  z = t / (L_.block.x * L_.block.y);
+  x = w.tid[0][lane];
+  y = w.tid[1][lane];
+  z = w.tid[2][lane];
 }
 
 uint64_t BlockRunner::specialValue(Special s, const Warp& w, int lane) const {
@@ -126,9 +125,22 @@ const uint64_t* BlockRunner::src(const Operand& o, Warp& w, uint64_t* tmp) {
       for (int l = 0; l < 32; ++l) tmp[l] = o.imm;
       return tmp;
     case Operand::kSpecial:
-      LANES(w.active) tmp[l] = specialValue(o.special, w, l);
-      END_LANES
-      return tmp;
+      switch (o.special) {
+        case Special::kTidX: return std::copy_n(w.tid[0], 32, tmp) - 32;
+        case Special::kTidY: return std::copy_n(w.tid[1], 32, tmp) - 32;
+        case Special::kTidZ: return std::copy_n(w.tid[2], 32, tmp) - 32;
+        case Special::kNtidX: case Special::kNtidY: case Special::kNtidZ: case Special::kCtaidX:
+        case Special::kCtaidY: case Special::kCtaidZ: case Special::kNctaidX: case Special::kNctaidY:
+        case Special::kNctaidZ: {  // the same for every lane
+          const uint64_t v = specialValue(o.special, w, 0);
+          for (int l = 0; l < 32; ++l) tmp[l] = v;
+          return tmp;
+        }
+        default:
+          LANES(w.active) tmp[l] = specialValue(o.special, w, l);
+          END_LANES
+          return tmp;
+      }
     default:
       for (int l = 0; l < 32; ++l) tmp[l] = 0;
       return tmp;
@@ -254,7 +266,107 @@ void storeWide(uint8_t* p, uint32_t total, const uint8_t* in) {
 #endif
 }
 
+namespace {
+template <typename T, bool Signed>
+void loadLanes(uint64_t* D, uint8_t* const* ptr, uint32_t m, Type t) {
+  forLanes(m, [&](int l) {
+    const uint64_t v = loadAs<T>(ptr[l]);
+    D[l] = Signed ? static_cast<uint64_t>(sext(v, t)) : v;
+  });
+}
+template <typename T>
+void storeLanes(const uint64_t* V, uint8_t* const* ptr, uint32_t m) {
+  forLanes(m, [&](int l) { storeAs<T>(ptr[l], V[l]); });
+}
+template <typename T>
+void accessLanes(bool load, uint64_t* R, uint8_t* const* ptr, uint32_t m, Type t) {
+  if (!load) storeLanes<T>(R, ptr, m);
+  else if (isSigned(t)) loadLanes<T, true>(R, ptr, m, t);
+  else loadLanes<T, false>(R, ptr, m, t);
+}
+}  // namespace
+
+bool BlockRunner::fastMemory(const Inst& in, Warp& w, uint32_t m) {
+  const bool load = in.op == Op::kLd;
+  const Operand& addr_op = load ? in.a : in.d;
+  const Operand& val_op = load ? in.d : in.a;
+  if (val_op.kind != Operand::kReg || addr_op.kind != Operand::kAddr || !fastPathsOn()) return false;
+  const int n = typeBytes(in.type);
+  if (n == 0) return false;
+  Space space = in.space;
+  if (!addr_op.has_base && addr_op.sym_space != Space::kGeneric) space = addr_op.sym_space;
+  uint64_t* R = &w.regs[static_cast<size_t>(val_op.reg) * 32];
+  if (space == Space::kParam) {
+    // A kernel parameter: one value for every lane.
+    if (!load || addr_op.has_base || addr_op.imm > fn_.param_bytes || static_cast<uint64_t>(n) > fn_.param_bytes - addr_op.imm)
+      return false;
+    uint64_t v = loadBytes(L_.params + addr_op.imm, n);
+    if (isSigned(in.type)) v = static_cast<uint64_t>(sext(v, in.type));
+    forLanes(m, [&](int l) { R[l] = v; });
+    return true;
+  }
+  static const uint64_t kZeros[32] = {};
+  const uint64_t* base = addr_op.has_base ? &w.regs[static_cast<size_t>(addr_op.reg) * 32] : kZeros;
+  const uint64_t imm = addr_op.imm;
+  uint8_t* ptr[32];
+  uintptr_t bits = 0;
+  if (space == Space::kGlobal || space == Space::kConst || space == Space::kGeneric) {
+    uint64_t lo = UINT64_MAX, hi = 0, windows = 0;
+    forLanes(m, [&](int l) {
+      const uint64_t a = base[l] + imm;
+      lo = std::min(lo, a);
+      hi = std::max(hi, a);
+      bits |= a;
+      windows |= a >= kParamWindow ? 1 : 0;  // the shared, local and param windows lie above it
+      ptr[l] = reinterpret_cast<uint8_t*>(a);
+    });
+    if ((windows && space == Space::kGeneric) || hi + n < hi) return false;
+    if (lo < cache_lo_ || hi + n > cache_hi_) {
+      const auto* range = findRange(*L_.memory, lo, hi + n - lo);
+      if (!range) return false;
+      cache_lo_ = range->first;
+      cache_hi_ = range->second;
+    }
+  } else if (space == Space::kShared || space == Space::kLocal) {
+    // 32-bit addresses (a window's bits, 56..63, go with the upper half).
+    const bool shared = space == Space::kShared;
+    const uint64_t limit = shared ? b_.shared.size() : fn_.local_bytes;
+    uint8_t* const origin = shared ? b_.shared.data() : b_.local.data();
+    uint64_t hi = 0;
+    if (shared) {
+      forLanes(m, [&](int l) {
+        const uint32_t a = static_cast<uint32_t>(base[l] + imm);
+        hi = std::max<uint64_t>(hi, a);
+        ptr[l] = origin + a;
+        bits |= a;
+      });
+      bits |= reinterpret_cast<uintptr_t>(origin);
+    } else {
+      forLanes(m, [&](int l) {
+        const uint32_t a = static_cast<uint32_t>(base[l] + imm);
+        hi = std::max<uint64_t>(hi, a);
+        uint8_t* p = origin + static_cast<size_t>(w.id * 32 + static_cast<uint32_t>(l)) * fn_.local_bytes + a;
+        ptr[l] = p;
+        bits |= reinterpret_cast<uintptr_t>(p);
+      });
+    }
+    // Shared addresses naming another block of the cluster (bits 24..31): the general path.
+    if ((shared && hi >> 24) || hi + n > limit) return false;
+  } else {
+    return false;
+  }
+  if (bits & static_cast<uintptr_t>(n - 1)) return false;  // misaligned somewhere: the general path faults
+  switch (n) {
+    case 1: accessLanes<uint8_t>(load, R, ptr, m, in.type); break;
+    case 2: accessLanes<uint16_t>(load, R, ptr, m, in.type); break;
+    case 4: accessLanes<uint32_t>(load, R, ptr, m, in.type); break;
+    default: accessLanes<uint64_t>(load, R, ptr, m, in.type); break;
+  }
+  return true;
+}
+
 bool BlockRunner::execMemory(const Inst& in, Warp& w, uint32_t m) {
+  if (fastMemory(in, w, m)) return true;
   const Operand& addr_op = in.op == Op::kLd ? in.a : in.d;
   const Operand& val_op = in.op == Op::kLd ? in.d : in.a;
   int n = typeBytes(in.type);
@@ -675,11 +787,10 @@ bool BlockRunner::step(Warp& w, int budget) {
     if (in.guard >= 0) {
       const uint64_t* P = &w.regs[static_cast<size_t>(in.guard) * 32];
       uint32_t pm = 0;
-      LANES(m) if (P[l] & 1) pm |= 1u << l;
-      END_LANES
+      for (int l = 0; l < 32; ++l) pm |= static_cast<uint32_t>(P[l] & 1) << l;  // (inactive lanes: masked below)
       m = in.guard_neg ? (m & ~pm) : (m & pm);
     }
-    b_.insts += static_cast<uint64_t>(__builtin_popcount(m));
+    b_.insts += m == 0xffffffffu ? 32 : static_cast<uint64_t>(__builtin_popcount(m));
     uint64_t* D = in.d.kind == Operand::kReg ? &w.regs[static_cast<size_t>(in.d.reg) * 32] : nullptr;
     const Type t = in.type;
     bool advance = true;

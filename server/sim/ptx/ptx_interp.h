@@ -169,6 +169,11 @@ class ThreadPool {
   std::vector<std::thread> workers_;
 };
 
+// The interpreter's hot paths (ptx_fast.cc) on or off, for every launch of
+// the process: off runs every instruction through the general code, which
+// gives the same bits (tests compare the two).
+void setFastPaths(bool on);
+
 class Interpreter {
  public:
   explicit Interpreter(unsigned threads = 0);  // 0: one per hardware thread

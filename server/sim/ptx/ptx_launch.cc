@@ -21,6 +21,11 @@
 #include "server/sim/ptx/ptx_parser.h"
 
 namespace rgpu::server::ptx {
+namespace {
+// A pool thread keeps the memory of the last block it ran (registers,
+// .local, .shared) for the next, up to this much.
+constexpr uint64_t kKeptBlockBytes = 8ull << 20;
+}  // namespace
 
 // ---- thread pool ------------------------------------------------------------------
 
@@ -132,7 +137,9 @@ LaunchResult Interpreter::run(const Launch& L) {
   std::mutex mu;
   Fault first;
   std::atomic<uint64_t> insts{0};
+  // Makes `b` (new, or one that ran an earlier block) block bi.
   auto makeBlock = [&](uint64_t bi, Block& b) {
+    b.reset();
     b.cx = static_cast<uint32_t>(bi % L.grid.x);
     b.cy = static_cast<uint32_t>((bi / L.grid.x) % L.grid.y);
     b.cz = static_cast<uint32_t>(bi / (uint64_t{L.grid.x} * L.grid.y));
@@ -141,11 +148,23 @@ LaunchResult Interpreter::run(const Launch& L) {
     b.warps.resize(nwarps);
     for (uint32_t k = 0; k < nwarps; ++k) {
       Warp& w = b.warps[k];
+      w.reset();
       w.id = k;
       uint64_t first_tid = uint64_t{k} * 32;
       uint64_t n = std::min<uint64_t>(32, threads - first_tid);
       w.valid = n == 32 ? 0xffffffffu : (1u << n) - 1;
       w.active = w.valid;
+      const uint32_t t0 = k * 32;
+      uint32_t x = t0 % L.block.x, y = (t0 / L.block.x) % L.block.y, z = t0 / (L.block.x * L.block.y);
+      for (uint32_t lane = 0; lane < 32; ++lane) {  // thread t0 + lane, counted on from t0
+        w.tid[0][lane] = x;
+        w.tid[1][lane] = y;
+        w.tid[2][lane] = z;
+        if (++x == L.block.x) {
+          x = 0;
+          if (++y == L.block.y) y = 0, ++z;
+        }
+      }
       w.regs.assign(static_cast<size_t>(fn.num_regs) * 32, 0);
       for (uint32_t& top : w.sp) top = fn.stack_base;
     }
@@ -291,8 +310,19 @@ LaunchResult Interpreter::run(const Launch& L) {
         if (budget) budget->give(bytes);
       }
     } give{L.budget, block_bytes};
-    Block b;
+    // Each pool thread reuses one block's memory from block to block; one
+    // that held more than kKeptBlockBytes gives it back after.
+    thread_local std::unique_ptr<Block> kept;
+    if (!kept) kept = std::make_unique<Block>();
+    Block& b = *kept;
     makeBlock(bi, b);
+    struct Trim {
+      std::unique_ptr<Block>& kept;
+      uint64_t bytes;
+      ~Trim() {
+        if (bytes > kKeptBlockBytes) kept.reset();
+      }
+    } trim{kept, block_bytes};
     Cluster solo;  // a cluster of its own (barrier.cluster, %cluster_* as on a GPU without clusters)
     solo.blocks = {&b};
     b.cluster = &solo;

@@ -1,0 +1,239 @@
+// The interpreter's hot path: the instruction forms that dominate real
+// kernels (integer and f32 arithmetic in round-to-nearest, moves, shifts,
+// comparisons, selects, address conversions), run for the lanes of a warp
+// with loops the compiler can vectorise — a converged warp (all 32 lanes)
+// takes a plain loop. Any other form, or a flag these do not handle (.sat,
+// .ftz, directed rounding, carries, packed halves), returns false before
+// touching anything and goes to execArith's general code (ptx_arith.cc).
+//
+// Each form computes exactly what the general code computes, bit for bit:
+// the PTX tests check both (PtxFastPath.* runs kernels with the hot path on
+// and off and compares every bit of their results).
+#include <atomic>
+#include <cmath>
+
+#include "server/sim/ptx/ptx_block.h"
+
+namespace rgpu::server::ptx::detail {
+namespace {
+
+std::atomic<bool> g_fast{true};
+
+// fma.rn.f32 over the lanes: one rounding, which the FMA instruction gives
+// where the CPU has it (the same bits as libm's fmaf elsewhere).
+__attribute__((target_clones("fma", "default"))) void fmaLanes(uint64_t* D, const uint64_t* A, const uint64_t* B,
+                                                               const uint64_t* C, uint32_t m) {
+  forLanes(m, [&](int l) {
+    const float x = f32(A[l]), y = f32(B[l]), z = f32(C[l]);
+    D[l] = b32(nanFirst(__builtin_fmaf(x, y, z), x, y, z));
+  });
+}
+
+template <typename Read, typename Cmp>
+void setpLanes(uint64_t* D, uint64_t* D2, const uint64_t* A, const uint64_t* B, uint32_t m, Read read, Cmp cmp) {
+  forLanes(m, [&](int l) {
+    const bool r = cmp(read(A[l]), read(B[l]));
+    D[l] = r;
+    if (D2) D2[l] = !r;
+  });
+}
+
+// setp with the comparison `c` on values read by `read` (ordered for floats:
+// false when either is NaN, as the general code's compare()).
+template <typename Read>
+bool setpTyped(Cmp c, uint64_t* D, uint64_t* D2, const uint64_t* A, const uint64_t* B, uint32_t m, Read read) {
+  switch (c) {
+    case Cmp::kEq: setpLanes(D, D2, A, B, m, read, [](auto x, auto y) { return x == y; }); return true;
+    case Cmp::kNe: setpLanes(D, D2, A, B, m, read, [](auto x, auto y) { return x != y && x == x && y == y; }); return true;
+    case Cmp::kLt: case Cmp::kLo: setpLanes(D, D2, A, B, m, read, [](auto x, auto y) { return x < y; }); return true;
+    case Cmp::kLe: case Cmp::kLs: setpLanes(D, D2, A, B, m, read, [](auto x, auto y) { return x <= y; }); return true;
+    case Cmp::kGt: case Cmp::kHi: setpLanes(D, D2, A, B, m, read, [](auto x, auto y) { return x > y; }); return true;
+    case Cmp::kGe: case Cmp::kHs: setpLanes(D, D2, A, B, m, read, [](auto x, auto y) { return x >= y; }); return true;
+    default: return false;
+  }
+}
+
+template <Type t>
+struct ReadU {
+  uint64_t operator()(uint64_t v) const { return trunc(v, t); }
+};
+template <Type t>
+struct ReadS {
+  int64_t operator()(uint64_t v) const { return sext(v, t); }
+};
+struct ReadF32 {
+  float operator()(uint64_t v) const { return f32(v); }
+};
+
+bool setpInt(Cmp c, Type t, uint64_t* D, uint64_t* D2, const uint64_t* A, const uint64_t* B, uint32_t m) {
+  switch (t) {
+    case Type::kS32: return setpTyped(c, D, D2, A, B, m, ReadS<Type::kS32>());
+    case Type::kS64: return setpTyped(c, D, D2, A, B, m, ReadS<Type::kS64>());
+    case Type::kU32: case Type::kB32: return setpTyped(c, D, D2, A, B, m, ReadU<Type::kU32>());
+    case Type::kU64: case Type::kB64: return setpTyped(c, D, D2, A, B, m, ReadU<Type::kU64>());
+    case Type::kS16: return setpTyped(c, D, D2, A, B, m, ReadS<Type::kS16>());
+    case Type::kU16: case Type::kB16: return setpTyped(c, D, D2, A, B, m, ReadU<Type::kU16>());
+    default: return false;
+  }
+}
+
+bool isInt(Type t) { return t != Type::kPred && typeBytes(t) > 0 && !isFloat(t) && t != Type::kE4M3 && t != Type::kE5M2; }
+
+}  // namespace
+
+bool fastPathsOn() { return g_fast.load(std::memory_order_relaxed); }
+
+}  // namespace rgpu::server::ptx::detail
+
+namespace rgpu::server::ptx {
+void setFastPaths(bool on) { detail::g_fast.store(on, std::memory_order_relaxed); }
+}  // namespace rgpu::server::ptx
+
+namespace rgpu::server::ptx::detail {
+
+bool BlockRunner::fastArith(const Inst& in, Warp& w, uint32_t m) {
+  if (in.d.kind != Operand::kReg || !fastPathsOn()) return false;
+  uint64_t* D = &w.regs[static_cast<size_t>(in.d.reg) * 32];
+  const Type t = in.type;
+  const uint64_t mask = widthMask(t);
+  uint64_t ta[32], tb[32], tc[32];
+  const bool plain_f32 = t == Type::kF32 && !in.ftz && !in.sat && (in.round == Round::kDefault || in.round == Round::kRn);
+  switch (in.op) {
+    case Op::kMov: {
+      if (in.a.kind == Operand::kVec) return false;
+      const uint64_t* A = src(in.a, w, ta);
+      forLanes(m, [&](int l) { D[l] = A[l]; });
+      return true;
+    }
+    case Op::kAdd:
+    case Op::kSub:
+    case Op::kMul: {
+      if (t == Type::kF32) {
+        if (!plain_f32) return false;
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        auto each = [&](auto op) {
+          forLanes(m, [&](int l) {
+            const float x = f32(A[l]), y = f32(B[l]);
+            D[l] = b32(nanFirst(op(x, y), x, y));
+          });
+        };
+        if (in.op == Op::kAdd) each([](float x, float y) { return x + y; });
+        else if (in.op == Op::kSub) each([](float x, float y) { return x - y; });
+        else each([](float x, float y) { return x * y; });
+        return true;
+      }
+      if (!isInt(t) || (in.sat && t == Type::kS32)) return false;
+      const uint64_t* A = src(in.a, w, ta);
+      const uint64_t* B = src(in.b, w, tb);
+      if (in.op == Op::kAdd) {
+        forLanes(m, [&](int l) { D[l] = (A[l] + B[l]) & mask; });
+      } else if (in.op == Op::kSub) {
+        forLanes(m, [&](int l) { D[l] = (A[l] - B[l]) & mask; });
+      } else if (in.mode == kModeLo) {
+        forLanes(m, [&](int l) { D[l] = (A[l] * B[l]) & mask; });
+      } else if (in.mode == kModeWide) {
+        if (isSigned(t)) forLanes(m, [&](int l) { D[l] = static_cast<uint64_t>(sext(A[l], t) * sext(B[l], t)); });
+        else forLanes(m, [&](int l) { D[l] = (A[l] & mask) * (B[l] & mask); });
+      } else {
+        return false;
+      }
+      return true;
+    }
+    case Op::kAnd:
+    case Op::kOr:
+    case Op::kXor: {
+      if (!isInt(t)) return false;
+      const uint64_t* A = src(in.a, w, ta);
+      const uint64_t* B = src(in.b, w, tb);
+      if (in.op == Op::kAnd) forLanes(m, [&](int l) { D[l] = (A[l] & B[l]) & mask; });
+      else if (in.op == Op::kOr) forLanes(m, [&](int l) { D[l] = (A[l] | B[l]) & mask; });
+      else forLanes(m, [&](int l) { D[l] = (A[l] ^ B[l]) & mask; });
+      return true;
+    }
+    case Op::kMad:
+    case Op::kFma: {
+      if (t == Type::kF32) {
+        if (!plain_f32) return false;
+        fmaLanes(D, src(in.a, w, ta), src(in.b, w, tb), src(in.c, w, tc), m);
+        return true;
+      }
+      if (in.op != Op::kMad || !isInt(t) || in.carry) return false;
+      const uint64_t* A = src(in.a, w, ta);
+      const uint64_t* B = src(in.b, w, tb);
+      const uint64_t* C = src(in.c, w, tc);
+      if (in.mode == kModeLo) {
+        forLanes(m, [&](int l) { D[l] = (A[l] * B[l] + C[l]) & mask; });
+      } else if (in.mode == kModeWide) {
+        if (isSigned(t)) forLanes(m, [&](int l) { D[l] = static_cast<uint64_t>(sext(A[l], t) * sext(B[l], t)) + C[l]; });
+        else forLanes(m, [&](int l) { D[l] = (A[l] & mask) * (B[l] & mask) + C[l]; });
+      } else {
+        return false;
+      }
+      return true;
+    }
+    case Op::kShl:
+    case Op::kShr: {
+      if (!isInt(t)) return false;
+      const uint64_t* A = src(in.a, w, ta);
+      const uint64_t* B = src(in.b, w, tb);
+      const uint64_t bits = static_cast<uint64_t>(typeBytes(t)) * 8;
+      if (in.op == Op::kShl) {
+        forLanes(m, [&](int l) {
+          const uint64_t s = static_cast<uint32_t>(B[l]);
+          D[l] = (s >= bits ? 0 : A[l] << s) & mask;
+        });
+      } else if (isSigned(t)) {
+        forLanes(m, [&](int l) {
+          const uint64_t s = static_cast<uint32_t>(B[l]);
+          const int64_t x = sext(A[l], t);
+          D[l] = static_cast<uint64_t>(s >= bits ? (x < 0 ? -1 : 0) : x >> s) & mask;
+        });
+      } else {
+        forLanes(m, [&](int l) {
+          const uint64_t s = static_cast<uint32_t>(B[l]);
+          D[l] = s >= bits ? 0 : (A[l] & mask) >> s;
+        });
+      }
+      return true;
+    }
+    case Op::kSelp: {
+      const uint64_t* A = src(in.a, w, ta);
+      const uint64_t* B = src(in.b, w, tb);
+      const uint64_t* C = src(in.c, w, tc);
+      forLanes(m, [&](int l) { D[l] = (C[l] & 1) ? A[l] : B[l]; });
+      return true;
+    }
+    case Op::kSetp: {
+      if (in.bool_op != BoolOp::kNone || (in.d2.kind != Operand::kReg && in.d2.kind != Operand::kNone &&
+                                          in.d2.kind != Operand::kSink))
+        return false;
+      uint64_t* D2 = in.d2.kind == Operand::kReg ? &w.regs[static_cast<size_t>(in.d2.reg) * 32] : nullptr;
+      if (t == Type::kF32) {
+        const uint64_t* A = src(in.a, w, ta);
+        const uint64_t* B = src(in.b, w, tb);
+        return setpTyped(in.cmp, D, D2, A, B, m, ReadF32());
+      }
+      if (!isInt(t) || typeBytes(t) < 2) return false;
+      const uint64_t* A = src(in.a, w, ta);
+      const uint64_t* B = src(in.b, w, tb);
+      return setpInt(in.cmp, t, D, D2, A, B, m);
+    }
+    case Op::kCvta: {
+      const uint64_t* A = src(in.a, w, ta);
+      const uint64_t window = in.space == Space::kShared  ? kSharedWindow
+                              : in.space == Space::kLocal ? kLocalWindow
+                              : in.space == Space::kParam ? kParamWindow
+                                                          : 0;
+      const uint64_t keep = t == Type::kU32 ? 0xffffffffu : ~0ull;
+      if (!window) forLanes(m, [&](int l) { D[l] = A[l] & keep; });
+      else if (in.mode == kCvtaTo) forLanes(m, [&](int l) { D[l] = (A[l] & ~kWindowMask) & keep; });
+      else forLanes(m, [&](int l) { D[l] = ((A[l] & ~kWindowMask) | window) & keep; });
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+}  // namespace rgpu::server::ptx::detail
