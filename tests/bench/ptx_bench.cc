@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "server/sim/ptx/ptx_interp.h"
@@ -71,11 +73,40 @@ int main(int argc, char** argv) {
     return 1;
   }
   Interpreter interp(1);  // one core: the per-core figure
+  Interpreter interp2(2);  // two worker threads
   const int reps = quick ? 1 : 3;
   std::printf("rgpu-ptx-bench: PTX interpreter on 1 thread vs native C++ (-O2) on 1 thread, best of %d%s\n", reps,
               quick ? " (--quick: smoke test)" : "");
-  std::printf("%-28s %14s %16s %12s %10s\n", "kernel", "interp time", "thread-instr/s", "native time", "slowdown");
+  std::printf("  2 threads: the same launch on two interpreter threads (scaling: against 1 thread)\n"
+              "  general: 1 thread with the hot paths off (every instruction through the general code)\n");
+  std::printf("%-28s %12s %15s %15s %8s %15s %8s %11s %9s\n", "kernel", "interp time", "thread-instr/s", "2 threads",
+              "scaling", "general", "hot/gen", "native", "slowdown");
   bool ok = true;
+  // The interpreter's figures for one launch: 1 thread, 2 threads, 1 thread without the hot paths.
+  struct Figures {
+    double t1 = 0, t2 = 0, tg = 0;
+    uint64_t insts = 0;
+  };
+  auto measure = [&](const Launch& L, const std::function<void()>& before) {
+    Figures f;
+    auto timed = [&](Interpreter& in) {
+      return best(reps, [&] {
+        before();
+        f.insts = in.run(L).thread_instructions;
+      });
+    };
+    setFastPaths(false);
+    f.tg = timed(interp);
+    setFastPaths(true);
+    f.t2 = timed(interp2);
+    f.t1 = timed(interp);  // last: the results checked below are the hot paths'
+    return f;
+  };
+  auto line = [](const std::string& name, const Figures& f, double tn) {
+    std::printf("%-28s %9.1f ms %13.1f M %13.1f M %7.2fx %13.1f M %7.2fx %8.2f ms %8.0fx\n", name.c_str(), f.t1 * 1e3,
+                f.insts / f.t1 / 1e6, f.insts / f.t2 / 1e6, f.t1 / f.t2, f.insts / f.tg / 1e6, f.tg / f.t1, tn * 1e3,
+                f.t1 / tn);
+  };
 
   {  // vector add
     int n = quick ? (1 << 16) : (1 << 22);
@@ -90,15 +121,14 @@ int main(int argc, char** argv) {
     L.block = {256, 1, 1};
     L.params = p.bytes.data();
     L.memory = &mem;
-    uint64_t insts = 0;
-    double ti = best(reps, [&] { insts = interp.run(L).thread_instructions; });
+    Figures fi = measure(L, [] {});
     volatile float sink = 0;
     double tn = best(reps, [&] {
       for (int i = 0; i < n; ++i) ref[i] = a[i] + b[i];
       sink = ref[n - 1];
     });
     ok &= c == ref;
-    std::printf("%-28s %11.1f ms %13.1f M %9.2f ms %9.0fx\n", "vector add (4M floats)", ti * 1e3, insts / ti / 1e6, tn * 1e3, ti / tn);
+    line("vector add (4M floats)", fi, tn);
   }
   long rss_before = peakRssKiB();
   {  // tiled matmul
@@ -114,8 +144,7 @@ int main(int argc, char** argv) {
     L.block = {16, 16, 1};
     L.params = p.bytes.data();
     L.memory = &mem;
-    uint64_t insts = 0;
-    double ti = best(reps, [&] { insts = interp.run(L).thread_instructions; });
+    Figures fi = measure(L, [] {});
     double tn = best(reps, [&] {
       for (int i = 0; i < n; ++i)
         for (int j = 0; j < n; ++j) {
@@ -127,8 +156,7 @@ int main(int argc, char** argv) {
     double worst = 0;
     for (int i = 0; i < n * n; ++i) worst = std::max(worst, std::fabs(static_cast<double>(C[i] - R[i])) / std::max(1.0f, std::fabs(R[i])));
     ok &= worst < 1e-4;
-    std::printf("%-28s %11.1f ms %13.1f M %9.2f ms %9.0fx\n", ("tiled matmul " + std::to_string(n) + "^2").c_str(), ti * 1e3,
-                insts / ti / 1e6, tn * 1e3, ti / tn);
+    line("tiled matmul " + std::to_string(n) + "^2", fi, tn);
   }
   long rss_after = peakRssKiB();
   {  // reduction with shuffles and atomics
@@ -146,11 +174,7 @@ int main(int argc, char** argv) {
     L.block = {256, 1, 1};
     L.params = p.bytes.data();
     L.memory = &mem;
-    uint64_t insts = 0;
-    double ti = best(reps, [&] {
-      out = 0;
-      insts = interp.run(L).thread_instructions;
-    });
+    Figures fi = measure(L, [&] { out = 0; });
     volatile long long sink = 0;
     double tn = best(reps, [&] {
       long long s = 0;
@@ -158,7 +182,7 @@ int main(int argc, char** argv) {
       sink = s;
     });
     ok &= static_cast<long long>(out) == ref;
-    std::printf("%-28s %11.1f ms %13.1f M %9.2f ms %9.0fx\n", "reduction (shfl + atomics)", ti * 1e3, insts / ti / 1e6, tn * 1e3, ti / tn);
+    line("reduction (shfl + atomics)", fi, tn);
   }
   const Function& mm = mod->functions.at("matmul");
   std::printf("peak RSS: %ld MiB before the matmul, %ld MiB after; decoded matmul: %zu instructions x %zu bytes; "

@@ -305,6 +305,8 @@ class BlockRunner {
   // The hot arithmetic forms for the whole warp (ptx_fast.cc); false
   // (nothing done): execArith's general code.
   bool fastArith(const Inst& in, Warp& w, uint32_t m);
+  template <typename Body>
+  void withB(const Operand& o, Warp& w, uint64_t* tmp, Body&& body);
   bool execAtomic(const Inst& in, Warp& w, uint32_t m);
   bool execCall(const Inst& in, Warp& w, uint32_t m);
   // cp.async and mbarrier (see ptx_ir.h's modes).

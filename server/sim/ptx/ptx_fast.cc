@@ -81,6 +81,19 @@ bool isInt(Type t) { return t != Type::kPred && typeBytes(t) > 0 && !isFloat(t) 
 
 }  // namespace
 
+// Calls body(b) with b(lane) = operand `o`'s value in that lane: one
+// immediate for every lane (no per-lane copy), or src()'s lanes.
+template <typename Body>
+void BlockRunner::withB(const Operand& o, Warp& w, uint64_t* tmp, Body&& body) {
+  if (o.kind == Operand::kImm) {
+    const uint64_t v = o.imm;
+    body([v](int) { return v; });
+  } else {
+    const uint64_t* B = src(o, w, tmp);
+    body([B](int l) { return B[l]; });
+  }
+}
+
 bool fastPathsOn() { return g_fast.load(std::memory_order_relaxed); }
 
 }  // namespace rgpu::server::ptx::detail
@@ -123,21 +136,25 @@ bool BlockRunner::fastArith(const Inst& in, Warp& w, uint32_t m) {
         else each([](float x, float y) { return x * y; });
         return true;
       }
-      if (!isInt(t) || (in.sat && t == Type::kS32)) return false;
+      if (!isInt(t) || (in.sat && t == Type::kS32) || (in.op == Op::kMul && in.mode == kModeHi)) return false;
       const uint64_t* A = src(in.a, w, ta);
-      const uint64_t* B = src(in.b, w, tb);
-      if (in.op == Op::kAdd) {
-        forLanes(m, [&](int l) { D[l] = (A[l] + B[l]) & mask; });
-      } else if (in.op == Op::kSub) {
-        forLanes(m, [&](int l) { D[l] = (A[l] - B[l]) & mask; });
-      } else if (in.mode == kModeLo) {
-        forLanes(m, [&](int l) { D[l] = (A[l] * B[l]) & mask; });
-      } else if (in.mode == kModeWide) {
-        if (isSigned(t)) forLanes(m, [&](int l) { D[l] = static_cast<uint64_t>(sext(A[l], t) * sext(B[l], t)); });
-        else forLanes(m, [&](int l) { D[l] = (A[l] & mask) * (B[l] & mask); });
-      } else {
-        return false;
-      }
+      withB(in.b, w, tb, [&](auto b) {
+        if (in.op == Op::kAdd) {
+          forLanes(m, [&](int l) { D[l] = (A[l] + b(l)) & mask; });
+        } else if (in.op == Op::kSub) {
+          forLanes(m, [&](int l) { D[l] = (A[l] - b(l)) & mask; });
+        } else if (in.mode == kModeLo) {
+          forLanes(m, [&](int l) { D[l] = (A[l] * b(l)) & mask; });
+        } else if (t == Type::kS32) {  // mul.wide.s32: the commonest address arithmetic
+          forLanes(m, [&](int l) {
+            D[l] = static_cast<uint64_t>(int64_t{static_cast<int32_t>(A[l])} * static_cast<int32_t>(b(l)));
+          });
+        } else if (isSigned(t)) {
+          forLanes(m, [&](int l) { D[l] = static_cast<uint64_t>(sext(A[l], t) * sext(b(l), t)); });
+        } else {
+          forLanes(m, [&](int l) { D[l] = (A[l] & mask) * (b(l) & mask); });
+        }
+      });
       return true;
     }
     case Op::kAnd:
@@ -145,10 +162,11 @@ bool BlockRunner::fastArith(const Inst& in, Warp& w, uint32_t m) {
     case Op::kXor: {
       if (!isInt(t)) return false;
       const uint64_t* A = src(in.a, w, ta);
-      const uint64_t* B = src(in.b, w, tb);
-      if (in.op == Op::kAnd) forLanes(m, [&](int l) { D[l] = (A[l] & B[l]) & mask; });
-      else if (in.op == Op::kOr) forLanes(m, [&](int l) { D[l] = (A[l] | B[l]) & mask; });
-      else forLanes(m, [&](int l) { D[l] = (A[l] ^ B[l]) & mask; });
+      withB(in.b, w, tb, [&](auto b) {
+        if (in.op == Op::kAnd) forLanes(m, [&](int l) { D[l] = (A[l] & b(l)) & mask; });
+        else if (in.op == Op::kOr) forLanes(m, [&](int l) { D[l] = (A[l] | b(l)) & mask; });
+        else forLanes(m, [&](int l) { D[l] = (A[l] ^ b(l)) & mask; });
+      });
       return true;
     }
     case Op::kMad:
@@ -176,25 +194,26 @@ bool BlockRunner::fastArith(const Inst& in, Warp& w, uint32_t m) {
     case Op::kShr: {
       if (!isInt(t)) return false;
       const uint64_t* A = src(in.a, w, ta);
-      const uint64_t* B = src(in.b, w, tb);
       const uint64_t bits = static_cast<uint64_t>(typeBytes(t)) * 8;
-      if (in.op == Op::kShl) {
-        forLanes(m, [&](int l) {
-          const uint64_t s = static_cast<uint32_t>(B[l]);
-          D[l] = (s >= bits ? 0 : A[l] << s) & mask;
-        });
-      } else if (isSigned(t)) {
-        forLanes(m, [&](int l) {
-          const uint64_t s = static_cast<uint32_t>(B[l]);
-          const int64_t x = sext(A[l], t);
-          D[l] = static_cast<uint64_t>(s >= bits ? (x < 0 ? -1 : 0) : x >> s) & mask;
-        });
-      } else {
-        forLanes(m, [&](int l) {
-          const uint64_t s = static_cast<uint32_t>(B[l]);
-          D[l] = s >= bits ? 0 : (A[l] & mask) >> s;
-        });
-      }
+      withB(in.b, w, tb, [&](auto b) {
+        if (in.op == Op::kShl) {
+          forLanes(m, [&](int l) {
+            const uint64_t s = static_cast<uint32_t>(b(l));
+            D[l] = (s >= bits ? 0 : A[l] << s) & mask;
+          });
+        } else if (isSigned(t)) {
+          forLanes(m, [&](int l) {
+            const uint64_t s = static_cast<uint32_t>(b(l));
+            const int64_t x = sext(A[l], t);
+            D[l] = static_cast<uint64_t>(s >= bits ? (x < 0 ? -1 : 0) : x >> s) & mask;
+          });
+        } else {
+          forLanes(m, [&](int l) {
+            const uint64_t s = static_cast<uint32_t>(b(l));
+            D[l] = s >= bits ? 0 : (A[l] & mask) >> s;
+          });
+        }
+      });
       return true;
     }
     case Op::kSelp: {
