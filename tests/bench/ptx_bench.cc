@@ -63,7 +63,15 @@ long peakRssKiB() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  // --quick: small sizes, one repetition (a smoke test); --only NAME: one
+  // kernel (vecadd, matmul, reduce), for profiling it alone.
+  bool quick = false;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--quick") quick = true;
+    else if (std::string(argv[i]) == "--only" && i + 1 < argc) only = argv[++i];
+  }
+  auto want = [&](const char* name) { return only.empty() || only == name; };
   std::ifstream in(RGPU_PTX_BENCH_PTX);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -108,7 +116,7 @@ int main(int argc, char** argv) {
                 f.t1 / tn);
   };
 
-  {  // vector add
+  if (want("vecadd")) {  // vector add
     int n = quick ? (1 << 16) : (1 << 22);
     std::vector<float> a(n), b(n), c(n), ref(n);
     for (int i = 0; i < n; ++i) a[i] = i * 0.5f, b[i] = i * 0.25f;
@@ -131,7 +139,7 @@ int main(int argc, char** argv) {
     line("vector add (4M floats)", fi, tn);
   }
   long rss_before = peakRssKiB();
-  {  // tiled matmul
+  if (want("matmul")) {  // tiled matmul
     int n = quick ? 64 : 256;
     std::vector<float> A(n * n), B(n * n), C(n * n), R(n * n);
     for (int i = 0; i < n * n; ++i) A[i] = (i % 7) * 0.5f, B[i] = (i % 5) * 0.25f;
@@ -159,7 +167,7 @@ int main(int argc, char** argv) {
     line("tiled matmul " + std::to_string(n) + "^2", fi, tn);
   }
   long rss_after = peakRssKiB();
-  {  // reduction with shuffles and atomics
+  if (want("reduce")) {  // reduction with shuffles and atomics
     int n = quick ? (1 << 16) : (1 << 22);
     std::vector<int> v(n);
     long long ref = 0;

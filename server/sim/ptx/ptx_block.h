@@ -191,8 +191,8 @@ struct Warp {
   std::vector<uint64_t> regs;
 
   // A fresh warp's state again, keeping the memory of its vectors (a block
-  // reused for the next one). Every member is reset here (the size check
-  // below fails when one is added: reset it too).
+  // reused for the next one). Every member but tid and sp is reset here (the
+  // size check below fails when one is added: reset it too).
   void reset() {
     id = valid = exited = active = waiting = pc = 0;
     at_barrier = cluster_wait = done = false;
@@ -201,9 +201,8 @@ struct Warp {
     bar_dest = -1;
     carry = 0;
     std::memset(lane_pc, 0, sizeof lane_pc);
-    std::memset(tid, 0, sizeof tid);
     std::memset(depth, 0, sizeof depth);
-    std::memset(sp, 0, sizeof sp);
+    // tid and sp: set by whoever makes the block (ptx_launch.cc's makeBlock).
     for (auto& f : frames) f.clear();
     for (auto& s : saved) s.clear();
     meet.clear();

@@ -267,22 +267,42 @@ void storeWide(uint8_t* p, uint32_t total, const uint8_t* in) {
 }
 
 namespace {
-template <typename T, bool Signed>
-void loadLanes(uint64_t* D, uint8_t* const* ptr, uint32_t m, Type t) {
+// The accesses of fastMemory once checked: lane l's bytes are at at(l).
+template <typename T, bool Signed, typename At>
+void loadLanes(uint64_t* D, At at, uint32_t m, Type t) {
   forLanes(m, [&](int l) {
-    const uint64_t v = loadAs<T>(ptr[l]);
+    const uint64_t v = loadAs<T>(at(l));
     D[l] = Signed ? static_cast<uint64_t>(sext(v, t)) : v;
   });
 }
-template <typename T>
-void storeLanes(const uint64_t* V, uint8_t* const* ptr, uint32_t m) {
-  forLanes(m, [&](int l) { storeAs<T>(ptr[l], V[l]); });
+template <typename T, typename At>
+void storeLanes(const uint64_t* V, At at, uint32_t m) {
+  forLanes(m, [&](int l) { storeAs<T>(at(l), V[l]); });
 }
-template <typename T>
-void accessLanes(bool load, uint64_t* R, uint8_t* const* ptr, uint32_t m, Type t) {
-  if (!load) storeLanes<T>(R, ptr, m);
-  else if (isSigned(t)) loadLanes<T, true>(R, ptr, m, t);
-  else loadLanes<T, false>(R, ptr, m, t);
+template <typename At>
+void accessLanes(int n, bool load, uint64_t* R, At at, uint32_t m, Type t) {
+  const bool sgn = isSigned(t);
+  switch (n) {
+    case 1:
+      if (!load) storeLanes<uint8_t>(R, at, m);
+      else if (sgn) loadLanes<uint8_t, true>(R, at, m, t);
+      else loadLanes<uint8_t, false>(R, at, m, t);
+      break;
+    case 2:
+      if (!load) storeLanes<uint16_t>(R, at, m);
+      else if (sgn) loadLanes<uint16_t, true>(R, at, m, t);
+      else loadLanes<uint16_t, false>(R, at, m, t);
+      break;
+    case 4:
+      if (!load) storeLanes<uint32_t>(R, at, m);
+      else if (sgn) loadLanes<uint32_t, true>(R, at, m, t);
+      else loadLanes<uint32_t, false>(R, at, m, t);
+      break;
+    default:
+      if (!load) storeLanes<uint64_t>(R, at, m);
+      else loadLanes<uint64_t, false>(R, at, m, t);
+      break;
+  }
 }
 }  // namespace
 
@@ -308,8 +328,9 @@ bool BlockRunner::fastMemory(const Inst& in, Warp& w, uint32_t m) {
   static const uint64_t kZeros[32] = {};
   const uint64_t* base = addr_op.has_base ? &w.regs[static_cast<size_t>(addr_op.reg) * 32] : kZeros;
   const uint64_t imm = addr_op.imm;
-  uint8_t* ptr[32];
-  uintptr_t bits = 0;
+  // First every lane's address is checked (nothing is touched), then the
+  // accesses run, each lane's address computed again.
+  uint64_t bits = 0;
   if (space == Space::kGlobal || space == Space::kConst || space == Space::kGeneric) {
     uint64_t lo = UINT64_MAX, hi = 0, windows = 0;
     forLanes(m, [&](int l) {
@@ -318,50 +339,41 @@ bool BlockRunner::fastMemory(const Inst& in, Warp& w, uint32_t m) {
       hi = std::max(hi, a);
       bits |= a;
       windows |= a >= kParamWindow ? 1 : 0;  // the shared, local and param windows lie above it
-      ptr[l] = reinterpret_cast<uint8_t*>(a);
     });
-    if ((windows && space == Space::kGeneric) || hi + n < hi) return false;
+    if ((windows && space == Space::kGeneric) || hi + n < hi || (bits & static_cast<uint64_t>(n - 1))) return false;
     if (lo < cache_lo_ || hi + n > cache_hi_) {
       const auto* range = findRange(*L_.memory, lo, hi + n - lo);
       if (!range) return false;
       cache_lo_ = range->first;
       cache_hi_ = range->second;
     }
-  } else if (space == Space::kShared || space == Space::kLocal) {
-    // 32-bit addresses (a window's bits, 56..63, go with the upper half).
-    const bool shared = space == Space::kShared;
-    const uint64_t limit = shared ? b_.shared.size() : fn_.local_bytes;
-    uint8_t* const origin = shared ? b_.shared.data() : b_.local.data();
-    uint64_t hi = 0;
-    if (shared) {
-      forLanes(m, [&](int l) {
-        const uint32_t a = static_cast<uint32_t>(base[l] + imm);
-        hi = std::max<uint64_t>(hi, a);
-        ptr[l] = origin + a;
-        bits |= a;
-      });
-      bits |= reinterpret_cast<uintptr_t>(origin);
-    } else {
-      forLanes(m, [&](int l) {
-        const uint32_t a = static_cast<uint32_t>(base[l] + imm);
-        hi = std::max<uint64_t>(hi, a);
-        uint8_t* p = origin + static_cast<size_t>(w.id * 32 + static_cast<uint32_t>(l)) * fn_.local_bytes + a;
-        ptr[l] = p;
-        bits |= reinterpret_cast<uintptr_t>(p);
-      });
-    }
-    // Shared addresses naming another block of the cluster (bits 24..31): the general path.
-    if ((shared && hi >> 24) || hi + n > limit) return false;
-  } else {
+    accessLanes(n, load, R, [&](int l) { return reinterpret_cast<uint8_t*>(base[l] + imm); }, m, in.type);
+    return true;
+  }
+  if (space != Space::kShared && space != Space::kLocal) return false;
+  // 32-bit addresses (a window's bits, 56..63, go with the upper half).
+  const bool shared = space == Space::kShared;
+  uint32_t hi = 0;
+  forLanes(m, [&](int l) {
+    const uint32_t a = static_cast<uint32_t>(base[l] + imm);
+    hi = std::max(hi, a);
+    bits |= a;
+  });
+  // Shared addresses naming another block of the cluster (bits 24..31): the general path.
+  if (shared) {
+    uint8_t* const origin = b_.shared.data();
+    if (hi >> 24 || uint64_t{hi} + n > b_.shared.size() ||
+        ((bits | reinterpret_cast<uintptr_t>(origin)) & static_cast<uint64_t>(n - 1)))
+      return false;
+    accessLanes(n, load, R, [&](int l) { return origin + static_cast<uint32_t>(base[l] + imm); }, m, in.type);
+    return true;
+  }
+  const uint64_t frame = fn_.local_bytes;
+  uint8_t* const origin = b_.local.data() + static_cast<size_t>(w.id) * 32 * frame;
+  if (uint64_t{hi} + n > frame || ((bits | reinterpret_cast<uintptr_t>(origin) | frame) & static_cast<uint64_t>(n - 1)))
     return false;
-  }
-  if (bits & static_cast<uintptr_t>(n - 1)) return false;  // misaligned somewhere: the general path faults
-  switch (n) {
-    case 1: accessLanes<uint8_t>(load, R, ptr, m, in.type); break;
-    case 2: accessLanes<uint16_t>(load, R, ptr, m, in.type); break;
-    case 4: accessLanes<uint32_t>(load, R, ptr, m, in.type); break;
-    default: accessLanes<uint64_t>(load, R, ptr, m, in.type); break;
-  }
+  accessLanes(n, load, R, [&](int l) { return origin + static_cast<size_t>(l) * frame + static_cast<uint32_t>(base[l] + imm); },
+              m, in.type);
   return true;
 }
 
