@@ -19,7 +19,7 @@ namespace rgpu::server::ptx {
 namespace {
 
 constexpr int kValues = 23;   // edge values in the input table
-constexpr int kSlots = 224;   // results per thread (at most)
+constexpr int kSlots = 272;   // results per thread (at most)
 
 std::vector<uint64_t> edgeValues() {
   auto f = [](float x) {
@@ -122,6 +122,20 @@ std::string crossCheckKernel() {
     for (const char* op : {"add", "sub", "mul"}) {
       s += std::string(op) + ".f32 %f3, %f1, %f2;\n"; out("%f3");
       s += std::string(op) + ".rn.f32 %f4, %f2, %f1;\n"; out("%f4");
+    }
+    s += "div.rn.f32 %f7, %f1, %f2;\n"; out("%f7");
+    s += "div.full.f32 %f7, %f2, %f1;\n"; out("%f7");
+    for (const char* u : {"abs.f32", "neg.f32", "sqrt.rn.f32", "sqrt.approx.f32", "rsqrt.approx.f32", "rcp.rn.f32",
+                          "ex2.approx.f32"}) {
+      s += std::string(u) + " %f8, %f1;\n"; out("%f8");
+    }
+    for (const char* c : {"cvt.u64.u32 %rd40, %r10;", "cvt.s64.s32 %rd40, %r10;", "cvt.u32.u64 %r37, %rd10;",
+                          "cvt.s32.s64 %r37, %rd11;", "cvt.u16.u32 %h2, %r11;", "cvt.s32.s16 %r37, %h1;",
+                          "cvt.s64.s8 %rd40, %r12;", "cvt.rn.f32.s32 %f9, %r10;", "cvt.rn.f32.u32 %f9, %r11;",
+                          "cvt.rn.f32.u16 %f9, %h1;"}) {
+      s += std::string(c) + "\n";
+      const std::string d = c;
+      out(d.substr(d.find(' ') + 1, d.find(',') - d.find(' ') - 1));
     }
     s += "fma.rn.f32 %f5, %f1, %f2, %f1;\n"; out("%f5");
     s += "mad.f32 %f6, %f2, %f2, %f1;\n"; out("%f6");

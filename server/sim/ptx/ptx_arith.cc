@@ -370,7 +370,7 @@ bool BlockRunner::execArith(const Inst& in, Warp& w, uint32_t m) {
               case Op::kAdd: z = directed(rm) ? toFloat(static_cast<double>(x) + y, rm) : nanFirst(x + y, x, y); break;
               case Op::kSub: z = directed(rm) ? toFloat(static_cast<double>(x) - y, rm) : nanFirst(x - y, x, y); break;
               case Op::kMul: z = directed(rm) ? toFloat(static_cast<double>(x) * y, rm) : nanFirst(x * y, x, y); break;
-              case Op::kDiv: z = directed(rm) ? toFloat(static_cast<double>(x) / y, rm) : x / y; break;
+              case Op::kDiv: z = directed(rm) ? toFloat(static_cast<double>(x) / y, rm) : nanFirst(x / y, x, y); break;
               case Op::kMin: z = std::fmin(x, y); break;
               case Op::kMax: z = std::fmax(x, y); break;
               default: z = std::copysign(y, x); break;  // copysign.f32 d, a, b: |b| with a's sign

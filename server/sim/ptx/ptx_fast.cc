@@ -118,6 +118,9 @@ bool BlockRunner::fastArith(const Inst& in, Warp& w, uint32_t m) {
       forLanes(m, [&](int l) { D[l] = A[l]; });
       return true;
     }
+    case Op::kDiv:
+      if (t != Type::kF32) return false;
+      [[fallthrough]];
     case Op::kAdd:
     case Op::kSub:
     case Op::kMul: {
@@ -133,7 +136,8 @@ bool BlockRunner::fastArith(const Inst& in, Warp& w, uint32_t m) {
         };
         if (in.op == Op::kAdd) each([](float x, float y) { return x + y; });
         else if (in.op == Op::kSub) each([](float x, float y) { return x - y; });
-        else each([](float x, float y) { return x * y; });
+        else if (in.op == Op::kMul) each([](float x, float y) { return x * y; });
+        else each([](float x, float y) { return x / y; });
         return true;
       }
       if (!isInt(t) || (in.sat && t == Type::kS32) || (in.op == Op::kMul && in.mode == kModeHi)) return false;
@@ -237,6 +241,47 @@ bool BlockRunner::fastArith(const Inst& in, Warp& w, uint32_t m) {
       const uint64_t* A = src(in.a, w, ta);
       const uint64_t* B = src(in.b, w, tb);
       return setpInt(in.cmp, t, D, D2, A, B, m);
+    }
+    case Op::kAbs:
+    case Op::kNeg:
+    case Op::kSqrt:
+    case Op::kRsqrt:
+    case Op::kRcp:
+    case Op::kEx2: {
+      // f32, computed in double and rounded once, as the general code does.
+      if (t != Type::kF32 || in.ftz) return false;
+      const bool directed = in.round == Round::kRz || in.round == Round::kRm || in.round == Round::kRp;
+      if ((in.op == Op::kSqrt || in.op == Op::kRcp) && directed) return false;
+      const uint64_t* A = src(in.a, w, ta);
+      auto each = [&](auto op) { forLanes(m, [&](int l) { D[l] = b32(static_cast<float>(op(double{f32(A[l])}))); }); };
+      switch (in.op) {
+        case Op::kAbs: each([](double x) { return std::fabs(x); }); break;
+        case Op::kNeg: each([](double x) { return -x; }); break;
+        case Op::kSqrt: each([](double x) { return std::sqrt(x); }); break;
+        case Op::kRsqrt: each([](double x) { return 1.0 / std::sqrt(x); }); break;
+        case Op::kRcp: each([](double x) { return 1.0 / x; }); break;
+        default: each([](double x) { return std::exp2(x); }); break;
+      }
+      return true;
+    }
+    case Op::kCvt: {
+      // Integer widening and narrowing, and 32-bit-or-narrower integers to f32.
+      const Type dt = in.dtype;
+      if (in.mode || in.sat || in.relu || !isInt(t) || (dt != Type::kF32 && !isInt(dt)) ||
+          (dt == Type::kF32 && typeBytes(t) == 8))
+        return false;
+      const uint64_t* A = src(in.a, w, ta);
+      const bool ss = isSigned(t), ds = isSigned(dt);
+      if (dt == Type::kF32) {
+        if (ss) forLanes(m, [&](int l) { D[l] = b32(static_cast<float>(static_cast<double>(sext(A[l], t)))); });
+        else forLanes(m, [&](int l) { D[l] = b32(static_cast<float>(static_cast<double>(trunc(A[l], t)))); });
+        return true;
+      }
+      forLanes(m, [&](int l) {
+        const uint64_t v = ss ? static_cast<uint64_t>(sext(A[l], t)) : trunc(A[l], t);
+        D[l] = ds ? static_cast<uint64_t>(sext(v, dt)) : trunc(v, dt);
+      });
+      return true;
     }
     case Op::kCvta: {
       const uint64_t* A = src(in.a, w, ta);
