@@ -273,6 +273,10 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
   }
   if (auto* sim = tbl["sim"].as_table()) {
     if (auto log = (*sim)["launch_log"].value<std::string>()) c.sim_launch_log = common::resolveRelative(path, *log);
+    if (auto hot = (*sim)["hot_paths"]; hot) {
+      if (!hot.is_boolean()) return Status(err::kInvalidValue, where("sim.hot_paths") + " must be true or false");
+      c.sim_hot_paths = *hot.value<bool>();
+    }
     if (auto* devs = (*sim)["devices"].as_array()) {
       for (auto& d : *devs) {
         auto* dt = d.as_table();

@@ -135,6 +135,7 @@ struct ServerConfig {
   ClusterConfig cluster;
   std::vector<SimDeviceConfig> sim_devices;
   std::string sim_launch_log;  // [sim] launch_log: record every kernel launch (tests)
+  bool sim_hot_paths = true;   // [sim] hot_paths: the interpreter's hot paths (off: its general code only)
   // [cuda]: the driver library workers load (a path for tests' fake driver),
   // NVML for inventory and health, and the idle pinned staging memory kept.
   // [security] worker_user: the user every worker runs as (the daemon starts

@@ -26,6 +26,7 @@ Result<std::unique_ptr<Backend>> makeSim(const ServerConfig& cfg, const std::vec
   SimOptions opts;
   opts.address_window = address_window;
   opts.launch_log = cfg.sim_launch_log;
+  opts.hot_paths = cfg.sim_hot_paths;
   opts.kernel_timeout_ms = cfg.limits.kernel_timeout_ms;
   opts.max_interpreter_bytes = cfg.limits.max_interpreter_bytes;
   std::vector<SimDeviceConfig> devices;

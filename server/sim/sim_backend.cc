@@ -26,6 +26,7 @@ Status noStream(StreamKey k) {
 
 SimBackend::SimBackend(const std::vector<SimDeviceConfig>& devices, SimOptions opts)
     : opts_(std::move(opts)), interp_budget_(opts_.max_interpreter_bytes) {
+  ptx::setFastPaths(opts_.hot_paths);
   for (size_t i = 0; i < devices.size(); ++i)
     devices_.push_back(describeSimDevice(devices[i], i < opts_.physical.size() ? opts_.physical[i] : static_cast<int>(i)));
   used_.assign(devices_.size(), 0);

@@ -64,6 +64,10 @@ struct SimOptions {
   // The session is part `address_window` of a program spread over several
   // servers: its memory goes in that part's window (spanWindow, server/backend/address_space.h).
   uint32_t address_window = 0;
+  // [sim] hot_paths: the interpreter's whole-warp hot paths (ptx_fast.cc);
+  // off, every instruction goes through its general code (the reference the
+  // hot paths are checked against). For the whole worker process.
+  bool hot_paths = true;
 };
 
 // Largest module-scope variable the sim allocates.

@@ -80,6 +80,14 @@ TEST(ServerConfig, RejectsBadValuesWithTheFileAndKey) {
   auto q = server::loadServerConfig(dir.file("q.toml"));
   ASSERT_FALSE(q);
   EXPECT_NE(q.status().message().find("pool_memory_quota"), std::string::npos) << q.status().message();
+  test::writeFile(dir.file("h.toml"), "[sim]\nhot_paths = \"fast\"\n");
+  auto h = server::loadServerConfig(dir.file("h.toml"));
+  ASSERT_FALSE(h);
+  EXPECT_NE(h.status().message().find("sim.hot_paths"), std::string::npos) << h.status().message();
+  test::writeFile(dir.file("h2.toml"), "[sim]\nhot_paths = false\n");
+  auto h2 = server::loadServerConfig(dir.file("h2.toml"));
+  ASSERT_TRUE(h2) << h2.status().message();
+  EXPECT_FALSE(h2->sim_hot_paths);
   test::writeFile(dir.file("bad.toml"), "listen = \n");
   EXPECT_FALSE(server::loadServerConfig(dir.file("bad.toml")));
   EXPECT_FALSE(server::loadServerConfig(dir.file("missing.toml")));
