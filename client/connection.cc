@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/spin.h"
 #include "protocol/frame.h"
 
 namespace rgpu::client {
@@ -594,7 +595,9 @@ Reply Connection::call(capnp::MessageBuilder& msg, const void* bulk, uint64_t bu
     reply.status = s;
     return reply;
   }
-  for (int i = 0; i < kSpinPolls && slot.state.load(std::memory_order_acquire) == 0; ++i) std::this_thread::yield();
+  // Spin a little while a core is free (common/spin.h: never on a busy machine).
+  for (int i = 0; i < kSpinPolls && common::spinningPays() && slot.state.load(std::memory_order_acquire) == 0; ++i)
+    if (!common::yieldWhileIdle()) break;
   while (slot.state.load(std::memory_order_acquire) == 0) slot.state.wait(0, std::memory_order_acquire);
   sync_waiters_.fetch_sub(1, std::memory_order_relaxed);
   reply.status = slot.status;

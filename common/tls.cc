@@ -1,5 +1,7 @@
 #include "common/tls.h"
 
+#include "common/spin.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -677,9 +679,9 @@ Result<size_t> TlsConnection::readSome(void* dst, size_t len) {
     short want = 0;
     auto n = readOnce(dst, len, want);
     if (!n || *n > 0) return n;
-    if (want == POLLIN && busy_poll_ && busy_poll_->load(std::memory_order_relaxed) > 0 && spins++ < kMaxSpins) {
-      std::this_thread::yield();
-      continue;
+    if (want == POLLIN && busy_poll_ && busy_poll_->load(std::memory_order_relaxed) > 0 && spins++ < kMaxSpins &&
+        spinningPays()) {
+      if (yieldWhileIdle()) continue;  // (common/spin.h: a busy machine blocks at once)
     }
     if (!waitFor(want, -1)) return Status(err::kDevicesUnavailable, "connection to " + peer_ + " is closed");
   }

@@ -10,6 +10,7 @@
 
 #include "common/fatbin.h"
 #include "common/log.h"
+#include "common/spin.h"
 #include "protocol/frame.h"
 #include "server/backend/device_props.h"
 
@@ -449,7 +450,8 @@ void CudaBackend::completerLoop() {
       }
     }
     if (progressed) idle_rounds = 0;
-    else if (++idle_rounds <= 64) std::this_thread::yield();
+    else if (++idle_rounds <= 64 && !(common::spinningPays() && common::yieldWhileIdle()))
+      idle_rounds = 65;  // the cores are busy: back off to sleeps at once (common/spin.h)
   }
 }
 
