@@ -1,5 +1,6 @@
 // The interpreter's block runner, shared by its translation units
 // (ptx_interp.cc: the scheduler, scalar, memory and control instructions;
+// ptx_fast.cc: the whole-warp hot paths;
 // ptx_matrix.cc: asynchronous copies, mbarriers and warp-matrix
 // instructions). Internal: not part of the interpreter's interface.
 //

@@ -1,14 +1,20 @@
-// The interpreter's hot path: the instruction forms that dominate real
-// kernels (integer and f32 arithmetic in round-to-nearest, moves, shifts,
-// comparisons, selects, address conversions), run for the lanes of a warp
-// with loops the compiler can vectorise — a converged warp (all 32 lanes)
-// takes a plain loop. Any other form, or a flag these do not handle (.sat,
-// .ftz, directed rounding, carries, packed halves), returns false before
-// touching anything and goes to execArith's general code (ptx_arith.cc).
+// The interpreter's hot paths: the instruction forms that dominate real
+// kernels, run for the lanes of a warp with loops the compiler can vectorise
+// (a converged warp, all 32 lanes, takes a plain loop):
+// - fastArith: integer and f32 arithmetic in round-to-nearest, moves, shifts,
+//   comparisons, selects, conversions, address conversions;
+// - fastMemory: ld/st of one scalar per lane in global, shared, local or
+//   kernel-parameter memory; every lane's address is checked first (one
+//   range for all of them), and only then is memory touched.
+// Any other form, or a flag these do not handle (.sat, .ftz, directed
+// rounding, carries, packed halves, vectors, an address they cannot vouch
+// for), returns false before touching anything and goes to the general code
+// (ptx_arith.cc, execMemory in ptx_interp.cc), which also reports any fault.
 //
 // Each form computes exactly what the general code computes, bit for bit:
-// the PTX tests check both (PtxFastPath.* runs kernels with the hot path on
-// and off and compares every bit of their results).
+// PtxFastPath.* runs kernels with the hot paths on and off and compares every
+// bit of their results.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 
@@ -298,6 +304,119 @@ bool BlockRunner::fastArith(const Inst& in, Warp& w, uint32_t m) {
     default:
       return false;
   }
+}
+
+// ---- memory ----------------------------------------------------------------------------
+
+namespace {
+// The accesses of fastMemory once checked: lane l's bytes are at at(l).
+template <typename T, bool Signed, typename At>
+void loadLanes(uint64_t* D, At at, uint32_t m, Type t) {
+  forLanes(m, [&](int l) {
+    const uint64_t v = loadAs<T>(at(l));
+    D[l] = Signed ? static_cast<uint64_t>(sext(v, t)) : v;
+  });
+}
+template <typename T, typename At>
+void storeLanes(const uint64_t* V, At at, uint32_t m) {
+  forLanes(m, [&](int l) { storeAs<T>(at(l), V[l]); });
+}
+template <typename At>
+void accessLanes(int n, bool load, uint64_t* R, At at, uint32_t m, Type t) {
+  const bool sgn = isSigned(t);
+  switch (n) {
+    case 1:
+      if (!load) storeLanes<uint8_t>(R, at, m);
+      else if (sgn) loadLanes<uint8_t, true>(R, at, m, t);
+      else loadLanes<uint8_t, false>(R, at, m, t);
+      break;
+    case 2:
+      if (!load) storeLanes<uint16_t>(R, at, m);
+      else if (sgn) loadLanes<uint16_t, true>(R, at, m, t);
+      else loadLanes<uint16_t, false>(R, at, m, t);
+      break;
+    case 4:
+      if (!load) storeLanes<uint32_t>(R, at, m);
+      else if (sgn) loadLanes<uint32_t, true>(R, at, m, t);
+      else loadLanes<uint32_t, false>(R, at, m, t);
+      break;
+    default:
+      if (!load) storeLanes<uint64_t>(R, at, m);
+      else loadLanes<uint64_t, false>(R, at, m, t);
+      break;
+  }
+}
+}  // namespace
+
+bool BlockRunner::fastMemory(const Inst& in, Warp& w, uint32_t m) {
+  const bool load = in.op == Op::kLd;
+  const Operand& addr_op = load ? in.a : in.d;
+  const Operand& val_op = load ? in.d : in.a;
+  if (val_op.kind != Operand::kReg || addr_op.kind != Operand::kAddr || !fastPathsOn()) return false;
+  const int n = typeBytes(in.type);
+  if (n == 0) return false;
+  Space space = in.space;
+  if (!addr_op.has_base && addr_op.sym_space != Space::kGeneric) space = addr_op.sym_space;
+  uint64_t* R = &w.regs[static_cast<size_t>(val_op.reg) * 32];
+  if (space == Space::kParam) {
+    // A kernel parameter: one value for every lane.
+    if (!load || addr_op.has_base || addr_op.imm > fn_.param_bytes || static_cast<uint64_t>(n) > fn_.param_bytes - addr_op.imm)
+      return false;
+    uint64_t v = loadBytes(L_.params + addr_op.imm, n);
+    if (isSigned(in.type)) v = static_cast<uint64_t>(sext(v, in.type));
+    forLanes(m, [&](int l) { R[l] = v; });
+    return true;
+  }
+  static const uint64_t kZeros[32] = {};
+  const uint64_t* base = addr_op.has_base ? &w.regs[static_cast<size_t>(addr_op.reg) * 32] : kZeros;
+  const uint64_t imm = addr_op.imm;
+  // First every lane's address is checked (nothing is touched), then the
+  // accesses run, each lane's address computed again.
+  uint64_t bits = 0;
+  if (space == Space::kGlobal || space == Space::kConst || space == Space::kGeneric) {
+    uint64_t lo = UINT64_MAX, hi = 0, windows = 0;
+    forLanes(m, [&](int l) {
+      const uint64_t a = base[l] + imm;
+      lo = std::min(lo, a);
+      hi = std::max(hi, a);
+      bits |= a;
+      windows |= a >= kParamWindow ? 1 : 0;  // the shared, local and param windows lie above it
+    });
+    if ((windows && space == Space::kGeneric) || hi + n < hi || (bits & static_cast<uint64_t>(n - 1))) return false;
+    if (lo < cache_lo_ || hi + n > cache_hi_) {
+      const auto* range = findRange(*L_.memory, lo, hi + n - lo);
+      if (!range) return false;
+      cache_lo_ = range->first;
+      cache_hi_ = range->second;
+    }
+    accessLanes(n, load, R, [&](int l) { return reinterpret_cast<uint8_t*>(base[l] + imm); }, m, in.type);
+    return true;
+  }
+  if (space != Space::kShared && space != Space::kLocal) return false;
+  // 32-bit addresses (a window's bits, 56..63, go with the upper half).
+  const bool shared = space == Space::kShared;
+  uint32_t hi = 0;
+  forLanes(m, [&](int l) {
+    const uint32_t a = static_cast<uint32_t>(base[l] + imm);
+    hi = std::max(hi, a);
+    bits |= a;
+  });
+  // Shared addresses naming another block of the cluster (bits 24..31): the general path.
+  if (shared) {
+    uint8_t* const origin = b_.shared.data();
+    if (hi >> 24 || uint64_t{hi} + n > b_.shared.size() ||
+        ((bits | reinterpret_cast<uintptr_t>(origin)) & static_cast<uint64_t>(n - 1)))
+      return false;
+    accessLanes(n, load, R, [&](int l) { return origin + static_cast<uint32_t>(base[l] + imm); }, m, in.type);
+    return true;
+  }
+  const uint64_t frame = fn_.local_bytes;
+  uint8_t* const origin = b_.local.data() + static_cast<size_t>(w.id) * 32 * frame;
+  if (uint64_t{hi} + n > frame || ((bits | reinterpret_cast<uintptr_t>(origin) | frame) & static_cast<uint64_t>(n - 1)))
+    return false;
+  accessLanes(n, load, R, [&](int l) { return origin + static_cast<size_t>(l) * frame + static_cast<uint32_t>(base[l] + imm); },
+              m, in.type);
+  return true;
 }
 
 }  // namespace rgpu::server::ptx::detail
