@@ -596,8 +596,8 @@ Reply Connection::call(capnp::MessageBuilder& msg, const void* bulk, uint64_t bu
     return reply;
   }
   // Spin a little while a core is free (common/spin.h: never on a busy machine).
-  for (int i = 0; i < kSpinPolls && common::spinningPays() && slot.state.load(std::memory_order_acquire) == 0; ++i)
-    if (!common::yieldWhileIdle()) break;
+  for (int i = 0; i < kSpinPolls && slot.state.load(std::memory_order_acquire) == 0 && common::spinYield(); ++i) {
+  }
   while (slot.state.load(std::memory_order_acquire) == 0) slot.state.wait(0, std::memory_order_acquire);
   sync_waiters_.fetch_sub(1, std::memory_order_relaxed);
   reply.status = slot.status;

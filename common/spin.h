@@ -31,8 +31,11 @@ inline bool spinningPays() {
   return detail::nowTicks() >= detail::g_busy_until.load(std::memory_order_relaxed);
 }
 
-// Yields once; false (and spinning paused process-wide) when it came back late.
-inline bool yieldWhileIdle() {
+// One round of a spin-wait: yields once if spinning pays now. False: block
+// instead (the cores are busy, or this yield came back late, which pauses
+// spinning process-wide).
+inline bool spinYield() {
+  if (!spinningPays()) return false;
   const int64_t t = detail::nowTicks();
   std::this_thread::yield();
   const int64_t now = detail::nowTicks();

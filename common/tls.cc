@@ -680,9 +680,8 @@ Result<size_t> TlsConnection::readSome(void* dst, size_t len) {
     auto n = readOnce(dst, len, want);
     if (!n || *n > 0) return n;
     if (want == POLLIN && busy_poll_ && busy_poll_->load(std::memory_order_relaxed) > 0 && spins++ < kMaxSpins &&
-        spinningPays()) {
-      if (yieldWhileIdle()) continue;  // (common/spin.h: a busy machine blocks at once)
-    }
+        spinYield())  // (common/spin.h: a busy machine blocks at once)
+      continue;
     if (!waitFor(want, -1)) return Status(err::kDevicesUnavailable, "connection to " + peer_ + " is closed");
   }
 }

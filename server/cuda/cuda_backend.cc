@@ -450,7 +450,7 @@ void CudaBackend::completerLoop() {
       }
     }
     if (progressed) idle_rounds = 0;
-    else if (++idle_rounds <= 64 && !(common::spinningPays() && common::yieldWhileIdle()))
+    else if (++idle_rounds <= 64 && !common::spinYield())
       idle_rounds = 65;  // the cores are busy: back off to sleeps at once (common/spin.h)
   }
 }

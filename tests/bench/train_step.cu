@@ -61,13 +61,10 @@ __global__ void scatterAdd(const float* dx, const int* tok, float* demb) {
   for (int i = threadIdx.x; i < kDim; i += blockDim.x) atomicAdd(&demb[tok[t] * kDim + i], dx[t * kDim + i]);
 }
 
-// One block per token (column): mean and variance over d, y = xhat * gamma + beta.
-__global__ void layernorm(const float* x, const float* gamma, const float* beta, float* xhat, float* rstd, float* y) {
+// The sums of a and of b over the block's (at most 256, a power of two)
+// threads, in a fixed order, given to every thread.
+__device__ void blockSum2(float& a, float& b) {
   __shared__ float s1[256], s2[256];
-  int t = blockIdx.x;
-  const float* xc = x + t * kDim;
-  float a = 0, b = 0;
-  for (int i = threadIdx.x; i < kDim; i += blockDim.x) a += xc[i], b += xc[i] * xc[i];
   s1[threadIdx.x] = a;
   s2[threadIdx.x] = b;
   __syncthreads();
@@ -75,7 +72,19 @@ __global__ void layernorm(const float* x, const float* gamma, const float* beta,
     if (threadIdx.x < k) s1[threadIdx.x] += s1[threadIdx.x + k], s2[threadIdx.x] += s2[threadIdx.x + k];
     __syncthreads();
   }
-  float mean = s1[0] / kDim, var = s2[0] / kDim - mean * mean;
+  a = s1[0];
+  b = s2[0];
+  __syncthreads();  // (the next call may overwrite s1, s2)
+}
+
+// One block per token (column): mean and variance over d, y = xhat * gamma + beta.
+__global__ void layernorm(const float* x, const float* gamma, const float* beta, float* xhat, float* rstd, float* y) {
+  int t = blockIdx.x;
+  const float* xc = x + t * kDim;
+  float a = 0, b = 0;
+  for (int i = threadIdx.x; i < kDim; i += blockDim.x) a += xc[i], b += xc[i] * xc[i];
+  blockSum2(a, b);
+  float mean = a / kDim, var = b / kDim - mean * mean;
   float r = rsqrtf(var + kEps);
   if (threadIdx.x == 0) rstd[t] = r;
   for (int i = threadIdx.x; i < kDim; i += blockDim.x) {
@@ -90,7 +99,6 @@ __global__ void layernorm(const float* x, const float* gamma, const float* beta,
 // step is deterministic (the same bits on every run, whatever order the blocks run in).
 __global__ void layernormBack(const float* dy, const float* xhat, const float* rstd, const float* gamma, float* dx,
                               float* pg, float* pb) {
-  __shared__ float s1[256], s2[256];
   int t = blockIdx.x;
   float a = 0, b = 0;
   for (int i = threadIdx.x; i < kDim; i += blockDim.x) {
@@ -100,14 +108,8 @@ __global__ void layernormBack(const float* dy, const float* xhat, const float* r
     pg[t * kDim + i] = dy[t * kDim + i] * xhat[t * kDim + i];
     pb[t * kDim + i] = dy[t * kDim + i];
   }
-  s1[threadIdx.x] = a;
-  s2[threadIdx.x] = b;
-  __syncthreads();
-  for (int k = blockDim.x / 2; k > 0; k /= 2) {
-    if (threadIdx.x < k) s1[threadIdx.x] += s1[threadIdx.x + k], s2[threadIdx.x] += s2[threadIdx.x + k];
-    __syncthreads();
-  }
-  float mg = s1[0] / kDim, mgx = s2[0] / kDim;
+  blockSum2(a, b);
+  float mg = a / kDim, mgx = b / kDim;
   for (int i = threadIdx.x; i < kDim; i += blockDim.x) {
     float g = dy[t * kDim + i] * gamma[i];
     dx[t * kDim + i] += rstd[t] * (g - mg - xhat[t * kDim + i] * mgx);

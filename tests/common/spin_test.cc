@@ -29,12 +29,13 @@ TEST(Spin, AYieldThatLosesTheCoreToAHogPausesSpinningThenItResumes) {
     }
   });
   bool late = false;
-  for (int i = 0; i < 200 && !late; ++i) late = !yieldWhileIdle();
+  for (int i = 0; i < 200 && !late; ++i) late = !spinYield();
   stop = true;
   hog.join();
   pthread_setaffinity_np(pthread_self(), sizeof before, &before);
   ASSERT_TRUE(late) << "no yield came back after " << kLateYield.count() << " us with a hog on the core";
   EXPECT_FALSE(spinningPays()) << "the process blocks instead of spinning for kBusyPause";
+  EXPECT_FALSE(spinYield()) << "and does not yield meanwhile";
   std::this_thread::sleep_for(kBusyPause + std::chrono::milliseconds(5));
   EXPECT_TRUE(spinningPays()) << "spinning is tried again after kBusyPause";
 }

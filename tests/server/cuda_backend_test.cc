@@ -4,6 +4,7 @@
 // exercised without a GPU. The real-device run is the `gpu` label.
 #include "server/cuda/cuda_backend.h"
 #include "server/cuda/nvml.h"
+#include "tests/server/fake_cuda_hooks.h"
 
 #include <dlfcn.h>
 #include <driver_types.h>
@@ -22,26 +23,6 @@
 namespace rgpu::server::cuda {
 namespace {
 
-// The fake driver's test hooks, from the same library CudaBackend dlopens.
-struct FakeHooks {
-  FakeHooks() {
-    void* h = ::dlopen(RGPU_FAKE_CUDA_LIB, RTLD_NOW | RTLD_LOCAL);
-    log = reinterpret_cast<const char* (*)()>(::dlsym(h, "rgpu_fake_cuda_log"));
-    clear = reinterpret_cast<void (*)()>(::dlsym(h, "rgpu_fake_cuda_clear_log"));
-    fail = reinterpret_cast<void (*)(const char*, int)>(::dlsym(h, "rgpu_fake_cuda_fail"));
-    reset_sticky = reinterpret_cast<void (*)()>(::dlsym(h, "rgpu_fake_cuda_reset_sticky"));
-  }
-  const char* (*log)() = nullptr;
-  void (*clear)() = nullptr;
-  void (*fail)(const char*, int) = nullptr;
-  void (*reset_sticky)() = nullptr;
-};
-
-FakeHooks& hooks() {
-  static FakeHooks h;
-  return h;
-}
-
 std::unique_ptr<CudaBackend> makeBackend() {
   CudaOptions o;
   o.driver_library = RGPU_FAKE_CUDA_LIB;
@@ -54,16 +35,6 @@ Status waitStream(Backend& b, StreamKey s) {
   std::promise<Status> p;
   Status e = b.whenStreamDone(s, [&](Status st) { p.set_value(st); });
   if (!e) return e;
-  return p.get_future().get();
-}
-
-std::vector<uint8_t> readBack(Backend& b, StreamKey s, DevPtr src, uint64_t n, Status* st = nullptr) {
-  std::promise<std::vector<uint8_t>> p;
-  Status e = b.copyFromDevice(s, src, n, [&](Status r, const uint8_t* d, uint64_t size, const server::OnWire&) {
-    if (st) *st = r;
-    p.set_value(std::vector<uint8_t>(d, d + (r ? size : 0)));
-  });
-  EXPECT_TRUE(e) << e.message();
   return p.get_future().get();
 }
 

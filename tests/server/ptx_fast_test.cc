@@ -162,6 +162,22 @@ std::string crossCheckKernel() {
   return s + "ret;\n}\n";
 }
 
+// Kernel k of `m` on `block` threads x `grid` blocks, hot paths on or off.
+LaunchResult launchK(const Module& m, uint32_t block, uint32_t grid, const void* params, const MemoryRanges& mem,
+                     bool fast) {
+  Launch L;
+  L.fn = &m.functions.at("k");
+  L.grid = {grid, 1, 1};
+  L.block = {block, 1, 1};
+  L.params = static_cast<const uint8_t*>(params);
+  L.memory = &mem;
+  setFastPaths(fast);
+  Interpreter interp(2);
+  auto r = interp.run(L);
+  setFastPaths(true);
+  return r;
+}
+
 std::vector<uint64_t> runOnce(const Module& m, uint32_t block, uint32_t grid, bool fast) {
   std::vector<uint64_t> in = edgeValues();
   std::vector<uint64_t> out(static_cast<size_t>(block) * grid * kSlots, 0xa5a5a5a5a5a5a5a5ull);
@@ -170,16 +186,7 @@ std::vector<uint64_t> runOnce(const Module& m, uint32_t block, uint32_t grid, bo
   } params{reinterpret_cast<uint64_t>(in.data()), reinterpret_cast<uint64_t>(out.data())};
   MemoryRanges mem = {{params.in, params.in + in.size() * 8}, {params.out, params.out + out.size() * 8}};
   std::sort(mem.begin(), mem.end());
-  Launch L;
-  L.fn = &m.functions.at("k");
-  L.grid = {grid, 1, 1};
-  L.block = {block, 1, 1};
-  L.params = reinterpret_cast<const uint8_t*>(&params);
-  L.memory = &mem;
-  setFastPaths(fast);
-  Interpreter interp(2);
-  auto r = interp.run(L);
-  setFastPaths(true);
+  auto r = launchK(m, block, grid, &params, mem, fast);
   EXPECT_TRUE(r.status) << r.status.message();
   return out;
 }
@@ -220,16 +227,7 @@ TEST(PtxFastPath, FaultsAreTheGeneralCodesToo) {
     MemoryRanges mem = {{params.out, params.out + out.size() * 8}};
     std::string messages[2];
     for (bool fast : {false, true}) {
-      Launch L;
-      L.fn = &m->functions.at("k");
-      L.grid = {1, 1, 1};
-      L.block = {32, 1, 1};
-      L.params = reinterpret_cast<const uint8_t*>(&params);
-      L.memory = &mem;
-      setFastPaths(fast);
-      Interpreter interp(1);
-      auto r = interp.run(L);
-      setFastPaths(true);
+      auto r = launchK(*m, 32, 1, &params, mem, fast);
       ASSERT_FALSE(r.status) << access;
       messages[fast] = r.status.message();
     }

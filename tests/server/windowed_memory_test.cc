@@ -3,7 +3,6 @@
 // memory management calls.
 #include "server/cuda/windowed_memory.h"
 
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,26 +11,11 @@
 #include <vector>
 
 #include "server/cuda/cuda_backend.h"
+#include "tests/server/fake_cuda_hooks.h"
 #include "tests/support/test_env.h"
 
 namespace rgpu::server::cuda {
 namespace {
-
-struct Hooks {
-  Hooks() {
-    void* h = ::dlopen(RGPU_FAKE_CUDA_LIB, RTLD_NOW | RTLD_LOCAL);
-    log = reinterpret_cast<const char* (*)()>(::dlsym(h, "rgpu_fake_cuda_log"));
-    clear = reinterpret_cast<void (*)()>(::dlsym(h, "rgpu_fake_cuda_clear_log"));
-    fail = reinterpret_cast<void (*)(const char*, int)>(::dlsym(h, "rgpu_fake_cuda_fail"));
-  }
-  const char* (*log)() = nullptr;
-  void (*clear)() = nullptr;
-  void (*fail)(const char*, int) = nullptr;
-};
-Hooks& hooks() {
-  static Hooks h;
-  return h;
-}
 
 std::unique_ptr<CudaBackend> spanPart(uint32_t window) {
   CudaOptions o;
@@ -45,15 +29,6 @@ std::unique_ptr<CudaBackend> spanPart(uint32_t window) {
 bool inWindow(uint64_t p, uint32_t window) {
   auto [base, slots] = spanWindow(window);
   return p >= base && p < base + slots * kDeviceWindowSlot;
-}
-
-std::vector<uint8_t> readBack(Backend& b, DevPtr src, uint64_t n) {
-  std::promise<std::vector<uint8_t>> p;
-  Status e = b.copyFromDevice({0, 0}, src, n, [&](Status r, const uint8_t* d, uint64_t size, const server::OnWire&) {
-    p.set_value(r ? std::vector<uint8_t>(d, d + size) : std::vector<uint8_t>{});
-  });
-  EXPECT_TRUE(e) << e.message();
-  return p.get_future().get();
 }
 
 uint64_t freeMemory(Backend& b) {
@@ -91,12 +66,12 @@ TEST(WindowedMemory, ASpanPartsMemoryLiesInItsAddressWindowAndWorksAsAnyOther) {
   std::vector<uint8_t> data(5 << 20);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 13 + 1);
   ASSERT_TRUE(b->copyToDevice({0, 0}, *big, std::make_shared<std::vector<uint8_t>>(data), data.size()));
-  EXPECT_EQ(readBack(*b, *big, data.size()), data);
+  EXPECT_EQ(readBack(*b, {0, 0}, *big, data.size()), data);
   ASSERT_TRUE(b->copyOnDevice({0, 0}, *small, *big + 4096, 1000));
   ASSERT_TRUE(b->fill({0, 0}, *small2, 0x5a, 3000));
-  auto s = readBack(*b, *small, 1000);
+  auto s = readBack(*b, {0, 0}, *small, 1000);
   EXPECT_TRUE(std::equal(s.begin(), s.end(), data.begin() + 4096));
-  auto s2 = readBack(*b, *small2, 3000);
+  auto s2 = readBack(*b, {0, 0}, *small2, 3000);
   EXPECT_EQ(s2.front(), 0x5a);
   EXPECT_EQ(s2.back(), 0x5a);
   std::vector<uint8_t> rows(400, 7);
@@ -123,7 +98,7 @@ TEST(WindowedMemory, ASpanPartsMemoryLiesInItsAddressWindowAndWorksAsAnyOther) {
   cfg.grid = {8, 1, 1};
   cfg.block = {128, 1, 1};
   ASSERT_TRUE(b->launch({0, 0}, 10, cfg, params));
-  auto out = readBack(*b, *big, 1024 * sizeof(float));
+  auto out = readBack(*b, {0, 0}, *big, 1024 * sizeof(float));
   float f[1024];
   std::memcpy(f, out.data(), sizeof f);
   EXPECT_EQ(f[0], 2.5f);

@@ -44,6 +44,7 @@ inline int64_t sext(uint64_t v, Type t) {
 inline float f32(uint64_t v) { return std::bit_cast<float>(static_cast<uint32_t>(v)); }
 inline uint64_t b32(float f) { return std::bit_cast<uint32_t>(f); }
 inline double f64(uint64_t v) { return std::bit_cast<double>(v); }
+inline uint64_t b64(double d) { return std::bit_cast<uint64_t>(d); }
 
 // The NaN an f32 add, sub, mul or fma gives when an operand is NaN: the
 // first NaN operand, quieted, as x86 gives it in source order. Spelled out
@@ -59,7 +60,6 @@ inline float nanFirst(float r, float x, float y, float z) {
   if (r == r) return r;
   return x != x ? quietF32(x) : y != y ? quietF32(y) : z != z ? quietF32(z) : r;
 }
-inline uint64_t b64(double d) { return std::bit_cast<uint64_t>(d); }
 
 using common::bf16ToFloat;
 using common::floatToBf16;
