@@ -34,3 +34,14 @@ find_path(CUDA_RUNTIME_INCLUDE_DIR cuda_runtime_api.h
 find_program(RGPU_NVCC nvcc HINTS "${RGPU_CUDA_HOME}/bin")
 add_library(rgpu_cuda_headers INTERFACE)
 target_include_directories(rgpu_cuda_headers SYSTEM INTERFACE ${CUDA_RUNTIME_INCLUDE_DIR})
+
+# The PTX JIT's plugin (server/CMakeLists.txt): LLVM 14's shared library
+# (llvm-14-dev). Without it kernels are interpreted only.
+find_package(LLVM 14 CONFIG QUIET)
+if(LLVM_FOUND AND TARGET LLVM)
+  set(RGPU_LLVM_FOUND ON)
+  message(STATUS "PTX JIT: LLVM ${LLVM_PACKAGE_VERSION}")
+else()
+  set(RGPU_LLVM_FOUND OFF)
+  message(WARNING "LLVM 14 (llvm-14-dev) not found: the sim backend's PTX JIT is not built")
+endif()

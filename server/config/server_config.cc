@@ -277,6 +277,18 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
       if (!hot.is_boolean()) return Status(err::kInvalidValue, where("sim.hot_paths") + " must be true or false");
       c.sim_hot_paths = *hot.value<bool>();
     }
+    if (auto jit = (*sim)["jit"]; jit) {
+      auto mode = jit.value<std::string>();
+      if (!mode || (*mode != "auto" && *mode != "eager" && *mode != "off"))
+        return Status(err::kInvalidValue, where("sim.jit") + " must be \"auto\", \"eager\" or \"off\"");
+      c.sim_jit = *mode;
+    }
+    if (auto th = (*sim)["jit_threshold"]; th) {
+      auto n = th.value<int64_t>();
+      if (!n || *n < 0) return Status(err::kInvalidValue, where("sim.jit_threshold") + " must be a count of thread-instructions (>= 0)");
+      c.sim_jit_threshold = static_cast<uint64_t>(*n);
+    }
+    if (auto lib = (*sim)["jit_library"].value<std::string>()) c.sim_jit_library = common::resolveRelative(path, *lib);
     if (auto* devs = (*sim)["devices"].as_array()) {
       for (auto& d : *devs) {
         auto* dt = d.as_table();

@@ -27,6 +27,9 @@ Result<std::unique_ptr<Backend>> makeSim(const ServerConfig& cfg, const std::vec
   opts.address_window = address_window;
   opts.launch_log = cfg.sim_launch_log;
   opts.hot_paths = cfg.sim_hot_paths;
+  opts.jit = cfg.sim_jit;
+  opts.jit_threshold = cfg.sim_jit_threshold;
+  opts.jit_library = cfg.sim_jit_library;
   opts.kernel_timeout_ms = cfg.limits.kernel_timeout_ms;
   opts.max_interpreter_bytes = cfg.limits.max_interpreter_bytes;
   std::vector<SimDeviceConfig> devices;

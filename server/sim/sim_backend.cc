@@ -10,6 +10,7 @@
 #include "common/launch_cluster.h"
 #include "common/log.h"
 #include "server/backend/device_props.h"
+#include "server/sim/ptx/ptx_jit.h"
 #include "server/sim/ptx/ptx_parser.h"
 #include "server/sim/sim_blas.h"
 
@@ -27,6 +28,10 @@ Status noStream(StreamKey k) {
 SimBackend::SimBackend(const std::vector<SimDeviceConfig>& devices, SimOptions opts)
     : opts_(std::move(opts)), interp_budget_(opts_.max_interpreter_bytes) {
   ptx::setFastPaths(opts_.hot_paths);
+  ptx::jit::configure(opts_.jit == "eager" ? ptx::jit::Mode::kEager
+                      : opts_.jit == "off" ? ptx::jit::Mode::kOff
+                                           : ptx::jit::Mode::kAuto,
+                      opts_.jit_threshold, opts_.jit_library);
   for (size_t i = 0; i < devices.size(); ++i)
     devices_.push_back(describeSimDevice(devices[i], i < opts_.physical.size() ? opts_.physical[i] : static_cast<int>(i)));
   used_.assign(devices_.size(), 0);

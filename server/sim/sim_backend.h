@@ -68,6 +68,10 @@ struct SimOptions {
   // off, every instruction goes through its general code (the reference the
   // hot paths are checked against). For the whole worker process.
   bool hot_paths = true;
+  // [sim] jit, jit_threshold, jit_library (server/sim/ptx/ptx_jit.h): for the whole worker process.
+  std::string jit = "auto";
+  uint64_t jit_threshold = 1ull << 26;
+  std::string jit_library;
 };
 
 // Largest module-scope variable the sim allocates.

@@ -1,7 +1,8 @@
-// rgpu-ptx-bench: the sim backend's PTX interpreter against the same kernels
-// written as native C++ loops, measured side by side in one run. Prints
-// thread-instructions per second per core (the interpreter runs on one thread
-// here) and the slowdown against native code, plus peak RSS after the matmul.
+// rgpu-ptx-bench: the sim backend's kernels (compiled by the PTX JIT, and
+// interpreted with and without the interpreter's hot paths) against the same
+// kernels written as native C++ loops, measured side by side in one run.
+// Prints thread-instructions per second per core (one thread here, and two)
+// and the slowdown against native code, plus peak RSS after the matmul.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "server/sim/ptx/ptx_interp.h"
+#include "server/sim/ptx/ptx_jit.h"
 #include "server/sim/ptx/ptx_parser.h"
 
 using namespace rgpu::server::ptx;
@@ -64,11 +66,13 @@ long peakRssKiB() {
 
 int main(int argc, char** argv) {
   // --quick: small sizes, one repetition (a smoke test); --only NAME: one
-  // kernel (vecadd, matmul, reduce), for profiling it alone.
-  bool quick = false;
+  // kernel (vecadd, matmul, reduce), for profiling it alone; --jit-only: the
+  // compiled code only (for profiling it).
+  bool quick = false, jit_only = false;
   std::string only;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--quick") quick = true;
+    else if (std::string(argv[i]) == "--jit-only") jit_only = true;
     else if (std::string(argv[i]) == "--only" && i + 1 < argc) only = argv[++i];
   }
   auto want = [&](const char* name) { return only.empty() || only == name; };
@@ -83,16 +87,17 @@ int main(int argc, char** argv) {
   Interpreter interp(1);  // one core: the per-core figure
   Interpreter interp2(2);  // two worker threads
   const int reps = quick ? 1 : 3;
-  std::printf("rgpu-ptx-bench: PTX interpreter on 1 thread vs native C++ (-O2) on 1 thread, best of %d%s\n", reps,
-              quick ? " (--quick: smoke test)" : "");
-  std::printf("  2 threads: the same launch on two interpreter threads (scaling: against 1 thread)\n"
-              "  general: 1 thread with the hot paths off (every instruction through the general code)\n");
-  std::printf("%-28s %12s %15s %15s %8s %15s %8s %11s %9s\n", "kernel", "interp time", "thread-instr/s", "2 threads",
-              "scaling", "general", "hot/gen", "native", "slowdown");
+  std::printf("rgpu-ptx-bench: the sim backend's kernels on 1 thread vs native C++ (-O2) on 1 thread, best of %d%s\n",
+              reps, quick ? " (--quick: smoke test)" : "");
+  std::printf("  jit: compiled by the PTX JIT ([sim] jit; the per-core figure), then on 2 threads (scaling: against 1)\n"
+              "  interp: the interpreter with its hot paths (jit = \"off\"); general: its general code only (hot_paths = false)\n"
+              "  compile: what compiling the kernel took (once per kernel and session)\n");
+  std::printf("%-28s %10s %13s %13s %7s %13s %13s %8s %10s %9s %9s\n", "kernel", "jit time", "jit", "jit 2 thr",
+              "scaling", "interp", "general", "jit/int", "compile", "native", "slowdown");
   bool ok = true;
-  // The interpreter's figures for one launch: 1 thread, 2 threads, 1 thread without the hot paths.
+  // Figures for one launch: compiled on 1 and 2 threads, interpreted with and without the hot paths.
   struct Figures {
-    double t1 = 0, t2 = 0, tg = 0;
+    double t1 = 0, t2 = 0, ti = 0, tg = 0, compile_ms = 0;
     uint64_t insts = 0;
   };
   auto measure = [&](const Launch& L, const std::function<void()>& before) {
@@ -103,17 +108,28 @@ int main(int argc, char** argv) {
         f.insts = in.run(L).thread_instructions;
       });
     };
-    setFastPaths(false);
-    f.tg = timed(interp);
-    setFastPaths(true);
+    jit::configure(jit::Mode::kOff, jit::kDefaultThreshold);
+    if (!jit_only) {
+      setFastPaths(false);
+      f.tg = timed(interp);
+      setFastPaths(true);
+      f.ti = timed(interp);
+    }
+    jit::configure(jit::Mode::kEager, jit::kDefaultThreshold);
+    before();
+    interp.run(L);  // compiles it
+    {
+      std::lock_guard lock(L.fn->jit.mu);
+      f.compile_ms = L.fn->jit.code ? L.fn->jit.code->compile_ms : -1;
+    }
     f.t2 = timed(interp2);
-    f.t1 = timed(interp);  // last: the results checked below are the hot paths'
+    f.t1 = timed(interp);  // last: the results checked below are the compiled code's
     return f;
   };
   auto line = [](const std::string& name, const Figures& f, double tn) {
-    std::printf("%-28s %9.1f ms %13.1f M %13.1f M %7.2fx %13.1f M %7.2fx %8.2f ms %8.0fx\n", name.c_str(), f.t1 * 1e3,
-                f.insts / f.t1 / 1e6, f.insts / f.t2 / 1e6, f.t1 / f.t2, f.insts / f.tg / 1e6, f.tg / f.t1, tn * 1e3,
-                f.t1 / tn);
+    std::printf("%-28s %7.1f ms %11.1f M %11.1f M %6.2fx %11.1f M %11.1f M %7.2fx %7.0f ms %6.2f ms %8.1fx\n", name.c_str(),
+                f.t1 * 1e3, f.insts / f.t1 / 1e6, f.insts / f.t2 / 1e6, f.t1 / f.t2, f.insts / f.ti / 1e6,
+                f.insts / f.tg / 1e6, f.ti / f.t1, f.compile_ms, tn * 1e3, f.t1 / tn);
   };
 
   if (want("vecadd")) {  // vector add

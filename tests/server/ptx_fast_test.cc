@@ -1,203 +1,26 @@
 // The interpreter's hot paths (server/sim/ptx/ptx_fast.cc, fastMemory)
 // against its general code: the same kernels run with the hot paths on and
-// off must leave every bit of memory the same. The kernel runs every form the
-// hot paths take over edge values (0, ±1, extremes, NaN, infinity, shift
-// amounts past the width), in converged warps, a partial warp and divergent
-// lanes, through global, shared and local memory.
+// off must leave every bit of memory the same (the kernel:
+// ptx_cross_check.h).
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cstring>
-#include <limits>
-#include <string>
-#include <vector>
-
-#include "server/sim/ptx/ptx_interp.h"
-#include "server/sim/ptx/ptx_parser.h"
+#include "tests/server/ptx_cross_check.h"
 
 namespace rgpu::server::ptx {
 namespace {
 
-constexpr int kValues = 23;   // edge values in the input table
-constexpr int kSlots = 272;   // results per thread (at most)
-
-std::vector<uint64_t> edgeValues() {
-  auto f = [](float x) {
-    uint32_t b;
-    std::memcpy(&b, &x, 4);
-    return uint64_t{b};
-  };
-  return {0,
-          1,
-          2,
-          31,
-          32,
-          33,
-          63,
-          64,
-          0x7fffffffull,
-          0x80000000ull,
-          0xffffffffull,
-          0xffffffffffffffffull,
-          0x8000000000000000ull,
-          0x7fffffffffffffffull,
-          0x123456789abcdef0ull,
-          0xfffffffffffffff0ull,
-          f(1.5f),
-          f(-2.25f),
-          f(std::numeric_limits<float>::quiet_NaN()),
-          f(std::numeric_limits<float>::infinity()),
-          f(-0.0f),
-          f(3.0e38f),
-          f(1e-40f)};  // a subnormal
-}
-
-// Every hot form, the results stored at out[(global thread) * kSlots + k].
-std::string crossCheckKernel() {
-  std::string s =
-      ".version 9.0\n.target sm_75\n.address_size 64\n"
-      ".visible .entry k(.param .u64 in, .param .u64 out)\n{\n"
-      ".reg .pred %p<8>;\n.reg .b16 %h<8>;\n.reg .b32 %r<64>;\n.reg .b64 %rd<64>;\n.reg .f32 %f<16>;\n"
-      ".shared .align 8 .b8 sh[4096];\n.local .align 8 .b8 loc[64];\n"
-      "ld.param.u64 %rd60, [in];\nld.param.u64 %rd61, [out];\n"
-      "cvta.to.global.u64 %rd60, %rd60;\ncvta.to.global.u64 %rd61, %rd61;\n"
-      "mov.u32 %r1, %tid.x;\nmov.u32 %r2, %ntid.x;\nmov.u32 %r3, %ctaid.x;\n"
-      "mad.lo.s32 %r4, %r3, %r2, %r1;\n"            // g
-      "rem.u32 %r5, %r4, " + std::to_string(kValues) + ";\n"
-      "mad.lo.u32 %r6, %r4, 7, 3;\nrem.u32 %r6, %r6, " + std::to_string(kValues) + ";\n"
-      "mul.wide.u32 %rd1, %r5, 8;\nadd.s64 %rd2, %rd60, %rd1;\n"
-      "mul.wide.u32 %rd3, %r6, 8;\nadd.s64 %rd4, %rd60, %rd3;\n"
-      "ld.global.u64 %rd10, [%rd2];\nld.global.u64 %rd11, [%rd4];\n"    // A, B (64-bit)
-      "ld.global.u32 %r10, [%rd2];\nld.global.u32 %r11, [%rd4];\n"      // A, B (32-bit)
-      "ld.global.s32 %rd12, [%rd2];\nld.global.s16 %rd13, [%rd4];\nld.global.u8 %rd14, [%rd2+1];\n"
-      "ld.global.u16 %h1, [%rd4+2];\nld.global.s8 %r12, [%rd2+3];\n"
-      "mov.b32 %f1, %r10;\nmov.b32 %f2, %r11;\n"
-      "mul.lo.u32 %r7, %r4, " + std::to_string(kSlots * 8) + ";\ncvt.u64.u32 %rd5, %r7;\nadd.s64 %rd62, %rd61, %rd5;\n"
-      "setp.ne.u32 %p7, %r4, %r4;\n";  // false: the divergent part's guard below
-  int slot = 0;
-  auto out = [&](const std::string& reg) {
-    s += "st.global.b64 [%rd62+" + std::to_string(8 * slot++) + "], " + reg + ";\n";
-  };
-  // Divergence: odd lanes skip the first half (partial masks), all rejoin.
-  s += "and.b32 %r13, %r1, 1;\nsetp.eq.u32 %p6, %r13, 1;\n@%p6 bra SKIP;\n";
-  const char* int32[] = {"s32", "u32", "b32"};
-  const char* int64[] = {"s64", "u64", "b64"};
-  for (int half = 0; half < 2; ++half) {
-    if (half == 1) s += "SKIP:\n";
-    for (const char* t : int32) {
-      s += std::string("add.") + t + " %r20, %r10, %r11;\n"; out("%r20");
-      s += std::string("sub.") + t + " %r21, %r10, %r11;\n"; out("%r21");
-      if (t[0] != 'b') {
-        s += std::string("mul.lo.") + t + " %r22, %r10, %r11;\n"; out("%r22");
-        s += std::string("mul.wide.") + t + " %rd20, %r10, %r11;\n"; out("%rd20");
-        s += std::string("mad.lo.") + t + " %r23, %r10, %r11, %r4;\n"; out("%r23");
-        s += std::string("mad.wide.") + t + " %rd21, %r10, %r11, %rd10;\n"; out("%rd21");
-        s += std::string("shr.") + t + " %r24, %r10, %r11;\n"; out("%r24");
-        for (const char* c : {"eq", "ne", "lt", "le", "gt", "ge"}) {
-          s += std::string("setp.") + c + "." + t + " %p1|%p2, %r10, %r11;\nselp.u32 %r25, 1, 0, %p1;\n"; out("%r25");
-          s += "selp.u32 %r26, 1, 0, %p2;\n"; out("%r26");
-        }
-      }
-      s += std::string("and.") + t + " %r27, %r10, %r11;\n"; out("%r27");
-      s += std::string("or.") + t + " %r28, %r10, 5;\n"; out("%r28");
-      s += std::string("xor.") + t + " %r29, %r10, %r11;\n"; out("%r29");
-      s += std::string("shl.") + t + " %r30, %r10, %r11;\n"; out("%r30");
-    }
-    for (const char* t : int64) {
-      s += std::string("add.") + t + " %rd22, %rd10, %rd11;\n"; out("%rd22");
-      s += std::string("sub.") + t + " %rd23, %rd10, %rd12;\n"; out("%rd23");
-      if (t[0] != 'b') {
-        s += std::string("mul.lo.") + t + " %rd24, %rd10, %rd11;\n"; out("%rd24");
-        s += std::string("mad.lo.") + t + " %rd25, %rd10, %rd11, %rd13;\n"; out("%rd25");
-        s += std::string("shr.") + t + " %rd26, %rd10, %r11;\n"; out("%rd26");
-        for (const char* c : {"lt", "ne", "ge"}) {
-          s += std::string("setp.") + c + "." + t + " %p1, %rd10, %rd11;\nselp.u64 %rd27, %rd10, %rd11, %p1;\n"; out("%rd27");
-        }
-      }
-      s += std::string("shl.") + t + " %rd28, %rd10, %r11;\n"; out("%rd28");
-      s += std::string("xor.") + t + " %rd29, %rd10, %rd14;\n"; out("%rd29");
-    }
-    s += "setp.lo.u16 %p3, %h1, 7;\nselp.u32 %r31, 1, 0, %p3;\n"; out("%r31");
-    s += "setp.gt.s16 %p3, %h1, 7;\nselp.u32 %r31, 1, 0, %p3;\n"; out("%r31");
-    for (const char* op : {"add", "sub", "mul"}) {
-      s += std::string(op) + ".f32 %f3, %f1, %f2;\n"; out("%f3");
-      s += std::string(op) + ".rn.f32 %f4, %f2, %f1;\n"; out("%f4");
-    }
-    s += "div.rn.f32 %f7, %f1, %f2;\n"; out("%f7");
-    s += "div.full.f32 %f7, %f2, %f1;\n"; out("%f7");
-    for (const char* u : {"abs.f32", "neg.f32", "sqrt.rn.f32", "sqrt.approx.f32", "rsqrt.approx.f32", "rcp.rn.f32",
-                          "ex2.approx.f32"}) {
-      s += std::string(u) + " %f8, %f1;\n"; out("%f8");
-    }
-    for (const char* c : {"cvt.u64.u32 %rd40, %r10;", "cvt.s64.s32 %rd40, %r10;", "cvt.u32.u64 %r37, %rd10;",
-                          "cvt.s32.s64 %r37, %rd11;", "cvt.u16.u32 %h2, %r11;", "cvt.s32.s16 %r37, %h1;",
-                          "cvt.s64.s8 %rd40, %r12;", "cvt.rn.f32.s32 %f9, %r10;", "cvt.rn.f32.u32 %f9, %r11;",
-                          "cvt.rn.f32.u16 %f9, %h1;"}) {
-      s += std::string(c) + "\n";
-      const std::string d = c;
-      out(d.substr(d.find(' ') + 1, d.find(',') - d.find(' ') - 1));
-    }
-    s += "fma.rn.f32 %f5, %f1, %f2, %f1;\n"; out("%f5");
-    s += "mad.f32 %f6, %f2, %f2, %f1;\n"; out("%f6");
-    for (const char* c : {"eq", "ne", "lt", "le", "gt", "ge"}) {
-      s += std::string("setp.") + c + ".f32 %p4, %f1, %f2;\nselp.u32 %r32, 1, 0, %p4;\n"; out("%r32");
-    }
-    s += "mov.u32 %r33, %tid.x;\n"; out("%r33");
-    s += "mov.u32 %r34, %ctaid.x;\n"; out("%r34");
-    s += "mov.u64 %rd30, 0x8000000000000001;\n"; out("%rd30");
-    s += "cvta.shared.u64 %rd31, %rd10;\n"; out("%rd31");
-    s += "cvta.to.shared.u64 %rd32, %rd31;\n"; out("%rd32");
-    // Shared and local memory round trips, every width, and sign extension.
-    s += "shl.b32 %r35, %r1, 3;\nst.shared.u64 [%r35], %rd10;\nst.shared.u32 [%r35+2048], %r11;\n"
-         "bar.sync 0;\nxor.b32 %r36, %r35, 8;\nld.shared.u64 %rd33, [%r36];\nld.shared.s32 %rd34, [%r36+2048];\n"
-         "ld.shared.s8 %rd35, [%r36+1];\nld.shared.u16 %rd36, [%r36+2];\nbar.sync 0;\n";
-    out("%rd33"); out("%rd34"); out("%rd35"); out("%rd36");
-    s += "mov.u64 %rd37, loc;\nst.local.u64 [loc+8], %rd11;\nst.local.u16 [loc+16], %h1;\n"
-         "ld.local.u64 %rd38, [loc+8];\nld.local.s16 %rd39, [loc+16];\n";
-    out("%rd38"); out("%rd39");
-    s += "st.global.u8 [%rd62+" + std::to_string(8 * slot) + "], %r12;\n"; ++slot;
-    s += "st.global.u16 [%rd62+" + std::to_string(8 * slot) + "], %h1;\n"; ++slot;
-  }
-  if (slot > kSlots) return "too many slots: " + std::to_string(slot);
-  return s + "ret;\n}\n";
-}
-
-// Kernel k of `m` on `block` threads x `grid` blocks, hot paths on or off.
-LaunchResult launchK(const Module& m, uint32_t block, uint32_t grid, const void* params, const MemoryRanges& mem,
-                     bool fast) {
-  Launch L;
-  L.fn = &m.functions.at("k");
-  L.grid = {grid, 1, 1};
-  L.block = {block, 1, 1};
-  L.params = static_cast<const uint8_t*>(params);
-  L.memory = &mem;
-  setFastPaths(fast);
-  Interpreter interp(2);
-  auto r = interp.run(L);
-  setFastPaths(true);
-  return r;
-}
-
-std::vector<uint64_t> runOnce(const Module& m, uint32_t block, uint32_t grid, bool fast) {
-  std::vector<uint64_t> in = edgeValues();
-  std::vector<uint64_t> out(static_cast<size_t>(block) * grid * kSlots, 0xa5a5a5a5a5a5a5a5ull);
-  struct {
-    uint64_t in, out;
-  } params{reinterpret_cast<uint64_t>(in.data()), reinterpret_cast<uint64_t>(out.data())};
-  MemoryRanges mem = {{params.in, params.in + in.size() * 8}, {params.out, params.out + out.size() * 8}};
-  std::sort(mem.begin(), mem.end());
-  auto r = launchK(m, block, grid, &params, mem, fast);
-  EXPECT_TRUE(r.status) << r.status.message();
-  return out;
-}
+using test::Engine;
+using test::kSlots;
+using test::launchK;
+using test::runOnce;
 
 TEST(PtxFastPath, GivesTheGeneralCodesBitsForEveryFormItTakes) {
-  const std::string ptx = crossCheckKernel();
+  const std::string ptx = test::crossCheckKernel();
   auto m = parsePtx(ptx);
   ASSERT_TRUE(m) << m.status().message() << "\n" << ptx;
   for (auto [block, grid] : {std::pair<uint32_t, uint32_t>{64, 2}, {48, 1}, {1, 3}}) {
-    const auto general = runOnce(*m, block, grid, false);
-    const auto fast = runOnce(*m, block, grid, true);
+    const auto general = runOnce(*m, block, grid, Engine::kGeneral);
+    const auto fast = runOnce(*m, block, grid, Engine::kFast);
     ASSERT_EQ(general.size(), fast.size());
     size_t differ = 0;
     for (size_t i = 0; i < general.size(); ++i)
@@ -227,7 +50,7 @@ TEST(PtxFastPath, FaultsAreTheGeneralCodesToo) {
     MemoryRanges mem = {{params.out, params.out + out.size() * 8}};
     std::string messages[2];
     for (bool fast : {false, true}) {
-      auto r = launchK(*m, 32, 1, &params, mem, fast);
+      auto r = launchK(*m, 32, 1, &params, mem, fast ? Engine::kFast : Engine::kGeneral);
       ASSERT_FALSE(r.status) << access;
       messages[fast] = r.status.message();
     }

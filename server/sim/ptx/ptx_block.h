@@ -24,6 +24,7 @@
 #include "common/half.h"
 #include "server/sim/ptx/ptx_interp.h"
 #include "server/sim/ptx/ptx_ir.h"
+#include "server/sim/ptx/ptx_jit.h"
 
 namespace rgpu::server::ptx::detail {
 
@@ -192,8 +193,10 @@ struct Warp {
   std::vector<uint64_t> regs;
 
   // A fresh warp's state again, keeping the memory of its vectors (a block
-  // reused for the next one). Every member but tid and sp is reset here (the
-  // size check below fails when one is added: reset it too).
+  // reused for the next one). Every member but tid, sp and regs is reset here
+  // (the size check below fails when one is added: reset it too); regs keeps
+  // its values, and makeBlock zeroes the registers a thread may read before
+  // writing them (Function::live_in).
   void reset() {
     id = valid = exited = active = waiting = pc = 0;
     at_barrier = cluster_wait = done = false;
@@ -207,7 +210,6 @@ struct Warp {
     for (auto& f : frames) f.clear();
     for (auto& s : saved) s.clear();
     meet.clear();
-    regs.clear();
   }
 };
 
@@ -269,7 +271,7 @@ bool fastPathsOn();
 
 class BlockRunner {
  public:
-  BlockRunner(const Launch& L, Block& b, std::atomic<bool>& abort) : L_(L), fn_(*L.fn), b_(b), abort_(abort) {}
+  BlockRunner(const Launch& L, Block& b, std::atomic<bool>& abort);
   // Runs the block to its end; the fault that ended it, if any.
   Fault run() {
     while (slice()) {
@@ -331,13 +333,20 @@ class BlockRunner {
   Fault watchdog() const;
   std::string formatPrintf(const std::string& fmt, const uint8_t* args, uint32_t args_len);
 
+  // Runs the compiled unit u for w's active lanes (ptx_jit.h): how many of
+  // its instructions ran.
+  uint32_t runUnit(const jit::Unit& u, Warp& w);
+
   const Launch& L_;
   const Function& fn_;
   Block& b_;
   std::atomic<bool>& abort_;
   Fault fault_;
   bool stalled_ = false;
-  uint64_t cache_lo_ = 1, cache_hi_ = 0;  // last global range hit
+  // What compiled units see of the block (filled once; the warp's fields
+  // before each unit). Its cache_lo/cache_hi is the global range the last
+  // access fell in, for the interpreter's accesses too.
+  jit::Frame frame_;
 };
 
 

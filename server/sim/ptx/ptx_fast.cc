@@ -383,11 +383,11 @@ bool BlockRunner::fastMemory(const Inst& in, Warp& w, uint32_t m) {
       windows |= a >= kParamWindow ? 1 : 0;  // the shared, local and param windows lie above it
     });
     if ((windows && space == Space::kGeneric) || hi + n < hi || (bits & static_cast<uint64_t>(n - 1))) return false;
-    if (lo < cache_lo_ || hi + n > cache_hi_) {
+    if (lo < frame_.cache_lo || hi + n > frame_.cache_hi) {
       const auto* range = findRange(*L_.memory, lo, hi + n - lo);
       if (!range) return false;
-      cache_lo_ = range->first;
-      cache_hi_ = range->second;
+      frame_.cache_lo = range->first;
+      frame_.cache_hi = range->second;
     }
     accessLanes(n, load, R, [&](int l) { return reinterpret_cast<uint8_t*>(base[l] + imm); }, m, in.type);
     return true;

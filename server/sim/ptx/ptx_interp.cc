@@ -105,6 +105,41 @@ void Cluster::settle() {
   }
 }
 
+namespace {
+// jit::Frame::lookup: the launch's memory range holding [lo, lo + bytes).
+bool lookupRange(jit::Frame* f, uint64_t lo, uint64_t bytes) {
+  const auto* range = findRange(*static_cast<const MemoryRanges*>(f->memory), lo, bytes);
+  if (!range) return false;
+  f->cache_lo = range->first;
+  f->cache_hi = range->second;
+  return true;
+}
+}  // namespace
+
+BlockRunner::BlockRunner(const Launch& L, Block& b, std::atomic<bool>& abort)
+    : L_(L), fn_(*L.fn), b_(b), abort_(abort) {
+  frame_.params = L.params;
+  frame_.shared = b.shared.data();
+  frame_.shared_size = b.shared.size();
+  frame_.local_frame = fn_.local_bytes;
+  frame_.ntid[0] = L.block.x, frame_.ntid[1] = L.block.y, frame_.ntid[2] = L.block.z;
+  frame_.ctaid[0] = b.cx, frame_.ctaid[1] = b.cy, frame_.ctaid[2] = b.cz;
+  frame_.nctaid[0] = L.grid.x, frame_.nctaid[1] = L.grid.y, frame_.nctaid[2] = L.grid.z;
+  frame_.lookup = lookupRange;
+  frame_.memory = L.memory;
+}
+
+uint32_t BlockRunner::runUnit(const jit::Unit& u, Warp& w) {
+  frame_.regs = w.regs.data();
+  frame_.local = b_.local.data() + static_cast<size_t>(w.id) * 32 * fn_.local_bytes;
+  frame_.tid[0] = w.tid[0], frame_.tid[1] = w.tid[1], frame_.tid[2] = w.tid[2];
+  frame_.warpid = w.id;
+  frame_.insts = 0;
+  const uint32_t done = u.fn(&frame_, w.active);
+  b_.insts += frame_.insts;
+  return done;
+}
+
 void BlockRunner::fail(int code, const std::string& what) {
   if (fault_.code) return;
   fault_ = {code, what};
@@ -209,14 +244,14 @@ bool BlockRunner::resolve(Space space, uint64_t addr, uint32_t size, const Warp&
       out = const_cast<uint8_t*>(L_.params) + addr;
       return true;
     default: {  // global, const
-      if (addr >= cache_lo_ && addr + size <= cache_hi_ && addr + size >= addr) {
+      if (addr >= frame_.cache_lo && addr + size <= frame_.cache_hi && addr + size >= addr) {
         out = reinterpret_cast<uint8_t*>(addr);
         return true;
       }
       const auto* range = findRange(*L_.memory, addr, size);
       if (!range) return false;
-      cache_lo_ = range->first;
-      cache_hi_ = range->second;
+      frame_.cache_lo = range->first;
+      frame_.cache_hi = range->second;
       out = reinterpret_cast<uint8_t*>(addr);
       return true;
     }
@@ -682,6 +717,20 @@ bool BlockRunner::step(Warp& w, int budget) {
     if (w.pc >= code.size()) {
       fault(kErrLaunchFailure, "ran past the end of the kernel", code.back(), w, 0);
       return false;
+    }
+    if (const jit::Unit* u = L_.jit ? L_.jit->unitAt(w.pc) : nullptr) {
+      // A compiled unit: its instructions at once (ptx_jit.h: no lane can be
+      // parked inside it, so rescheduling waits until its end). Where it
+      // stopped early, the general code runs that instruction below.
+      const uint32_t done = runUnit(*u, w);
+      w.pc += done;
+      budget -= static_cast<int>(done);
+      if (done == u->count) {
+        ++budget;  // (the loop counted one)
+        if (w.waiting) reschedule(w);
+        if (w.done) return true;
+        continue;
+      }
     }
     const Inst& in = code[w.pc];
     uint32_t m = w.active;

@@ -49,6 +49,9 @@ struct Dim3 {
 };
 
 struct Textures;  // ptx_texture.h
+namespace jit {
+class Code;  // ptx_jit.h
+}
 
 // Readable/writable global memory: sorted, non-overlapping [base, end).
 using MemoryRanges = std::vector<std::pair<uint64_t, uint64_t>>;
@@ -125,6 +128,9 @@ struct Launch {
   bool explicit_cluster = false;
   // The session's texture and surface objects (ptx_texture.h); null: none.
   const Textures* textures = nullptr;
+  // The kernel's compiled units (ptx_jit.h): set by Interpreter::run from
+  // the JIT's policy, whatever the caller put here.
+  const jit::Code* jit = nullptr;
 };
 
 struct LaunchResult {

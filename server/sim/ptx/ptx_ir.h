@@ -7,12 +7,32 @@
 // low 32 bits); an instruction's types say how to read them.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 namespace rgpu::server::ptx {
+
+namespace jit {
+class Code;  // ptx_jit.h
+}
+
+// A Function's compiled code (ptx_jit.h), made on demand. Not part of the
+// decoded form: a copy of a Function starts with none (compiled code holds the
+// addresses the original's globals were bound to).
+struct JitSlot {
+  JitSlot() = default;
+  JitSlot(const JitSlot&) {}
+  JitSlot& operator=(const JitSlot&) { return *this; }
+  mutable std::mutex mu;
+  mutable std::shared_ptr<const jit::Code> code;  // guarded by mu
+  mutable bool tried = false;                     // compiled, or failed to (guarded by mu)
+  mutable std::atomic<uint64_t> interpreted{0};   // thread-instructions run without code
+};
 
 enum class Type : uint8_t {
   kNone, kPred,
@@ -201,6 +221,10 @@ struct Function {
   std::vector<uint32_t> param_regs;
   int32_t ret_reg = -1;
   bool has_calls = false;
+  // Registers a thread may read before writing them (ptx_liveness.h): the
+  // only ones a warp's reused register file needs zeroed.
+  std::vector<uint32_t> live_in;
+  JitSlot jit;
 };
 
 struct Module {

@@ -102,8 +102,13 @@ void ThreadPool::parallelFor(uint64_t n, const std::function<void(uint64_t)>& fn
 Interpreter::Interpreter(unsigned threads)
     : pool_(threads ? threads : std::max(1u, std::thread::hardware_concurrency())) {}
 
-LaunchResult Interpreter::run(const Launch& L) {
+LaunchResult Interpreter::run(const Launch& launch) {
   using namespace detail;
+  // The kernel's compiled units, when the JIT's policy gives some (only with
+  // the hot paths on: off, everything runs through the general code).
+  const std::shared_ptr<const jit::Code> compiled = fastPathsOn() ? jit::codeFor(*launch.fn) : nullptr;
+  Launch L = launch;
+  L.jit = compiled.get();
   LaunchResult result;
   const Function& fn = *L.fn;
   uint64_t threads = uint64_t{L.block.x} * L.block.y * L.block.z;
@@ -156,7 +161,13 @@ LaunchResult Interpreter::run(const Launch& L) {
       w.active = w.valid;
       const uint32_t t0 = k * 32;
       uint32_t x = t0 % L.block.x, y = (t0 / L.block.x) % L.block.y, z = t0 / (L.block.x * L.block.y);
-      for (uint32_t lane = 0; lane < 32; ++lane) {  // thread t0 + lane, counted on from t0
+      if (x + 32 <= L.block.x) {  // the warp's lanes on one row: the commonest case, in a loop that vectorises
+        for (uint32_t lane = 0; lane < 32; ++lane) {
+          w.tid[0][lane] = x + lane;
+          w.tid[1][lane] = y;
+          w.tid[2][lane] = z;
+        }
+      } else for (uint32_t lane = 0; lane < 32; ++lane) {  // thread t0 + lane, counted on from t0
         w.tid[0][lane] = x;
         w.tid[1][lane] = y;
         w.tid[2][lane] = z;
@@ -165,7 +176,14 @@ LaunchResult Interpreter::run(const Launch& L) {
           if (++y == L.block.y) y = 0, ++z;
         }
       }
-      w.regs.assign(static_cast<size_t>(fn.num_regs) * 32, 0);
+      // A reused file keeps what the last block left in the registers every
+      // path writes before reading (ptx_liveness.h); the others read as 0.
+      const size_t slots = static_cast<size_t>(fn.num_regs) * 32;
+      if (w.regs.size() != slots) {
+        w.regs.assign(slots, 0);
+      } else {
+        for (uint32_t r : fn.live_in) std::fill_n(w.regs.begin() + static_cast<ptrdiff_t>(r) * 32, 32, 0);
+      }
       for (uint32_t& top : w.sp) top = fn.stack_base;
     }
   };
@@ -214,6 +232,7 @@ LaunchResult Interpreter::run(const Launch& L) {
   };
   auto finish = [&] {
     result.thread_instructions = insts.load();
+    if (!compiled) jit::noteInterpreted(fn, result.thread_instructions);
     boundOutput(result.output, L.printf_fifo, result.printf_dropped, true);
     if (first.code) result.status = Status(first.code, first.message);
     return result;

@@ -1,5 +1,6 @@
 #include "server/sim/ptx/ptx_parser.h"
 
+#include "server/sim/ptx/ptx_liveness.h"
 #include "server/sim/ptx/ptx_reconverge.h"
 #include "server/sim/ptx/ptx_texture.h"
 
@@ -1677,6 +1678,7 @@ Result<Module> Parser::run() {
   for (auto& kv : m_.functions) {
     Function& fn = kv.second;
     fn.reconverge = reconvergencePoints(fn.code);
+    fn.live_in = liveInRegisters(fn);
     for (const Inst& in : fn.code) fn.uses_malloc |= in.op == Op::kCallMalloc || in.op == Op::kCallFree;
   }
   return std::move(m_);
