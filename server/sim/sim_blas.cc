@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "common/blas_types.h"
@@ -254,6 +255,16 @@ void gemmDense<double>(uint64_t m, uint64_t n, uint64_t k, const double* A, cons
               ld(static_cast<int64_t>(m)));
 }
 
+// G (m x n, column-major) = op(A) op(B) of f32 matrices in device memory: a
+// row-major matrix is the column-major view of its transpose.
+void gemmInPlace(uint64_t m, uint64_t n, uint64_t k, const LtMatrix& xa, int32_t trans_a, uint64_t pa,
+                 const LtMatrix& xb, int32_t trans_b, uint64_t pb, float* G) {
+  const bool ta = (trans_a != kOpN) != (xa.order == 1), tb = (trans_b != kOpN) != (xb.order == 1);
+  cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, reinterpret_cast<const float*>(mem(pa)),
+              ld(xa.ld), reinterpret_cast<const float*>(mem(pb)), ld(xb.ld), 0.0f, G, ld(static_cast<int64_t>(m)));
+}
+
 template <typename T>
 Status ltRun(const LtArgs& a) {
   const uint64_t m = a.m(), n = a.n(), k = a.k();
@@ -262,17 +273,31 @@ Status ltRun(const LtArgs& a) {
   const bool relu = e & lt::kRelu, gelu_ = e & lt::kGelu, aux_out = (e & lt::kAux) && (relu || gelu_);
   const bool drelu = (e & ~lt::kBgrad) == lt::kDrelu, dgelu = (e & ~lt::kBgrad) == lt::kDgelu;
   const bool add_bias = (e & lt::kBias) != 0, bgrad = (e & lt::kBgrad) != 0;
-  std::vector<T> A(m * k), B(k * n), G(m * n);
+  // f32 operands are read where they lie (sgemm takes their layouts as
+  // transposes and leading dimensions); other types, and the epilogues that
+  // sum op(A) or op(B), work on copies in the compute type.
+  const bool direct = std::is_same_v<T, float> && a.a.type == kR32F && a.b.type == kR32F && e != lt::kBgradA &&
+                      e != lt::kBgradB;
+  std::vector<T> A(direct ? 0 : m * k), B(direct ? 0 : k * n);
+  // The product, written whole by the gemm before it is read (kept by the
+  // thread: zeroing and faulting in a fresh one per call cost as much as the copies).
+  thread_local std::vector<T> G;
+  if (G.size() < m * n) G.resize(m * n);
   for (int32_t b = 0; b < a.d.batch; ++b) {
     uint64_t pa = batchBase(a.a, b), pb = batchBase(a.b, b), pc = batchBase(a.c, b), pd = batchBase(a.d, b);
-    for (uint64_t p = 0; p < k; ++p)
-      for (uint64_t i = 0; i < m; ++i)
-        A[i + p * m] = static_cast<T>(loadAs(mem(pa), a.a.type, a.trans_a == kOpN ? at(a.a, i, p) : at(a.a, p, i)));
-    for (uint64_t j = 0; j < n; ++j)
+    if (direct) {
+      if (k) gemmInPlace(m, n, k, a.a, a.trans_a, pa, a.b, a.trans_b, pb, reinterpret_cast<float*>(G.data()));
+      else std::fill_n(G.begin(), m * n, T(0));
+    } else {
       for (uint64_t p = 0; p < k; ++p)
-        B[p + j * k] = static_cast<T>(loadAs(mem(pb), a.b.type, a.trans_b == kOpN ? at(a.b, p, j) : at(a.b, j, p)));
-    if (k) gemmDense<T>(m, n, k, A.data(), B.data(), G.data());
-    else std::fill(G.begin(), G.end(), T(0));
+        for (uint64_t i = 0; i < m; ++i)
+          A[i + p * m] = static_cast<T>(loadAs(mem(pa), a.a.type, a.trans_a == kOpN ? at(a.a, i, p) : at(a.a, p, i)));
+      for (uint64_t j = 0; j < n; ++j)
+        for (uint64_t p = 0; p < k; ++p)
+          B[p + j * k] = static_cast<T>(loadAs(mem(pb), a.b.type, a.trans_b == kOpN ? at(a.b, p, j) : at(a.b, j, p)));
+      if (k) gemmDense<T>(m, n, k, A.data(), B.data(), G.data());
+      else std::fill_n(G.begin(), m * n, T(0));
+    }
     uint8_t* bias = a.bias ? mem(a.bias + static_cast<uint64_t>(b) * a.bias_batch_stride * elementSize(a.bias_type)) : nullptr;
     uint8_t* aux = nullptr;
     if (a.aux) {

@@ -1,10 +1,11 @@
 // rgpu-train-bench: a training step of a 29 M-parameter model
 // (tests/bench/train_step.cu: cuBLASLt matmuls, layernorm, GELU, softmax
-// cross-entropy, AdamW) through rgpu on the sim backend, timed on a server
-// with the interpreter's hot paths and on one without them ([sim] hot_paths =
-// false: its general code, what every instruction ran through before the hot
-// paths), side by side in one run. Both runs must print the same losses to
-// the last digit: the hot paths change the speed, never a bit.
+// cross-entropy, AdamW) through rgpu on the sim backend, timed side by side in
+// one run on servers with the PTX JIT (by default and compiling every kernel
+// first), with the interpreter alone, and with its general code alone
+// ([sim] hot_paths = false: what every instruction ran through before the hot
+// paths and the JIT). Every run must print the same losses to the last
+// digit: the JIT and the hot paths change the speed, never a bit.
 //
 //   rgpu-train-bench [--quick] [steps]   (default 4 steps, the first a warm-up)
 #include <sys/wait.h>
@@ -68,21 +69,36 @@ int main(int argc, char** argv) {
   const std::string program = fs::exists(self / "train_step") ? (self / "train_step").string() : RGPU_TRAIN_STEP_BIN;
   std::printf("rgpu-train-bench: %s %d through rgpu (sim backend, loopback TLS), median step after the first\n",
               program.c_str(), steps);
-  Run hot = trainOn("", program, steps);
-  Run general = quick ? Run{} : trainOn("[sim]\nhot_paths = false\n", program, steps);
-  std::printf("%-34s %12s\n", "interpreter", "step");
-  std::printf("%-34s %9.0f ms\n", "hot paths (default)", hot.step_ms);
-  bool ok = hot.code == 0;
-  if (!quick) {
-    std::printf("%-34s %9.0f ms\n", "general code only (hot_paths=false)", general.step_ms);
-    if (hot.step_ms > 0) std::printf("speed-up: %.2fx\n", general.step_ms / hot.step_ms);
-    ok = ok && general.code == 0;
-    if (hot.losses != general.losses) {
-      std::printf("LOSSES DIFFER between the two runs\n");
+  // The same program on four servers: the default (the JIT compiles a kernel
+  // once it has run enough interpreted), every kernel compiled before its
+  // first launch, the interpreter alone, and its general code alone.
+  struct Config {
+    const char* name;
+    const char* toml;
+  };
+  const std::vector<Config> configs = {
+      {"default ([sim] jit = \"auto\")", ""},
+      {"jit = \"eager\"", "[sim]\njit = \"eager\"\n"},
+      {"interpreter (jit = \"off\")", "[sim]\njit = \"off\"\n"},
+      {"general code (hot_paths = false)", "[sim]\nhot_paths = false\n"},
+  };
+  std::vector<Run> runs;
+  for (size_t i = 0; i < (quick ? 1 : configs.size()); ++i) runs.push_back(trainOn(configs[i].toml, program, steps));
+  const double general_ms = quick ? 0 : runs.back().step_ms;
+  std::printf("%-36s %10s %16s\n", "server", "step", "vs general code");
+  bool ok = true;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    std::printf("%-36s %7.0f ms", configs[i].name, runs[i].step_ms);
+    if (general_ms > 0 && runs[i].step_ms > 0) std::printf(" %15.2fx", general_ms / runs[i].step_ms);
+    std::printf("\n");
+    ok = ok && runs[i].code == 0;
+    if (runs[i].losses != runs[0].losses) {
+      std::printf("LOSSES DIFFER: %s against %s\n", configs[i].name, configs[0].name);
       ok = false;
     }
   }
-  if (!ok) std::printf("%s\n%s\n", hot.output.c_str(), general.output.c_str());
+  if (!ok)
+    for (const Run& r : runs) std::printf("%s\n", r.output.c_str());
   std::printf("%s\n", ok ? "losses identical; the loss fell" : "FAILED");
   return ok ? 0 : 1;
 }

@@ -532,14 +532,48 @@ class Emitter {
       ptrs = b_.CreateGEP(i8_, origin, offsets);
       ptrs = b_.CreateBitCast(ptrs, vec(llvm::PointerType::getUnqual(vn->getElementType())));
     }
+    // Consecutive lanes at consecutive elements, all of them active (what
+    // coalesced accesses are): one vector access instead of 32.
+    Value* addrs = b_.CreatePtrToInt(ptrs, v64_);
+    Value* first = b_.CreateExtractElement(addrs, uint64_t{0});
+    std::vector<llvm::Constant*> steps;
+    for (unsigned l = 0; l < kLanes; ++l) steps.push_back(b_.getInt64(uint64_t{l} * static_cast<uint64_t>(n)));
+    Value* expected = b_.CreateAdd(splat(first), llvm::ConstantVector::get(steps));
+    Value* contiguous = b_.CreateAnd(b_.CreateICmpEQ(active, b_.getInt32(-1)),
+                                     b_.CreateAndReduce(b_.CreateICmpEQ(addrs, expected)));
+    Value* stored = load ? nullptr : low(operand(val), n);  // (read here: it must dominate both ways)
+    auto* whole = llvm::BasicBlock::Create(c_, "whole", f_);
+    auto* lanes = llvm::BasicBlock::Create(c_, "lanes", f_);
+    auto* done = llvm::BasicBlock::Create(c_, "done", f_);
+    b_.CreateCondBr(contiguous, whole, lanes);
+    b_.SetInsertPoint(whole);
+    Value* at = b_.CreateIntToPtr(first, llvm::PointerType::getUnqual(vn));
+    Value* whole_value = nullptr;
+    if (load) {
+      auto* l = b_.CreateAlignedLoad(vn, at, llvm::Align(static_cast<uint64_t>(n)));
+      deviceAccess(l);
+      whole_value = l;
+    } else {
+      deviceAccess(b_.CreateAlignedStore(stored, at, llvm::Align(static_cast<uint64_t>(n))));
+    }
+    b_.CreateBr(done);
+    b_.SetInsertPoint(lanes);
+    Value* lanes_value = nullptr;
     if (load) {
       auto* g = b_.CreateMaskedGather(vn, ptrs, llvm::Align(static_cast<uint64_t>(n)), em);
       deviceAccess(g);
-      Value* v = n == 8 ? static_cast<Value*>(g) : isSigned(in.type) ? b_.CreateSExt(g, v64_) : b_.CreateZExt(g, v64_);
-      setReg(val.reg, v, em);
+      lanes_value = g;
     } else {
-      auto* s = b_.CreateMaskedScatter(low(operand(val), n), ptrs, llvm::Align(static_cast<uint64_t>(n)), em);
-      deviceAccess(s);
+      deviceAccess(b_.CreateMaskedScatter(stored, ptrs, llvm::Align(static_cast<uint64_t>(n)), em));
+    }
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    if (load) {
+      auto* phi = b_.CreatePHI(vn, 2);
+      phi->addIncoming(whole_value, whole);
+      phi->addIncoming(lanes_value, lanes);
+      Value* v = n == 8 ? static_cast<Value*>(phi) : isSigned(in.type) ? b_.CreateSExt(phi, v64_) : b_.CreateZExt(phi, v64_);
+      setReg(val.reg, v, em);
     }
     b_.CreateBr(after);
     b_.SetInsertPoint(after);

@@ -80,10 +80,13 @@ class MemoryBudget {
   uint64_t used();
 
  private:
+  // Takes `bytes` if they fit now (blocks take and give all the time: no lock).
+  bool tryTake(uint64_t bytes);
   const uint64_t limit_;
-  std::mutex mu_;
+  std::atomic<uint64_t> used_{0};
+  std::atomic<uint32_t> waiting_{0};  // threads in take()'s slow path
+  std::mutex mu_;                     // for cv_ only
   std::condition_variable cv_;
-  uint64_t used_ = 0;
 };
 
 // CUDA's default cudaLimitPrintfFifoSize.
@@ -152,22 +155,28 @@ class ThreadPool {
  public:
   explicit ThreadPool(unsigned threads);
   ~ThreadPool();
-  // Runs fn(i) for i in [0, n) on the pool and the calling thread; returns when all are done.
-  // Once *stop turns true the indices not yet started are skipped (a grid of
-  // 2^31 blocks must not take seconds to abandon).
-  void parallelFor(uint64_t n, const std::function<void(uint64_t)>& fn, const std::atomic<bool>* stop = nullptr);
+  // Runs fn(i, slot) for i in [0, n) on the pool and the calling thread;
+  // returns when all are done. `slot` (below size()) is the thread's: no two
+  // calls at once have the same. Threads take indices in chunks (a block of
+  // a short kernel takes a microsecond or two: claiming each one alone made
+  // the threads contend for the counters). Once *stop turns true the indices
+  // not yet started are skipped (a grid of 2^31 blocks must not take seconds
+  // to abandon).
+  void parallelFor(uint64_t n, const std::function<void(uint64_t, unsigned)>& fn,
+                   const std::atomic<bool>* stop = nullptr);
   unsigned size() const { return static_cast<unsigned>(workers_.size()) + 1; }
 
  private:
   struct Job {
-    const std::function<void(uint64_t)>* fn;
+    const std::function<void(uint64_t, unsigned)>* fn;
     const std::atomic<bool>* stop;
     uint64_t n;
+    uint64_t grain = 1;  // indices claimed at a time
     std::atomic<uint64_t> next{0};
     std::atomic<uint64_t> done{0};
     int active = 0;  // workers inside work(); guarded by mu_
   };
-  void work(Job& job);
+  void work(Job& job, unsigned slot);
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   std::vector<Job*> jobs_;

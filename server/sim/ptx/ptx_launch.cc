@@ -31,7 +31,7 @@ constexpr uint64_t kKeptBlockBytes = 8ull << 20;
 
 ThreadPool::ThreadPool(unsigned threads) {
   for (unsigned i = 1; i < threads; ++i) {
-    workers_.emplace_back([this] {
+    workers_.emplace_back([this, i] {
       std::unique_lock lock(mu_);
       for (;;) {
         cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
@@ -41,7 +41,7 @@ ThreadPool::ThreadPool(unsigned threads) {
         // a worker still holds it (checked under mu_).
         ++job->active;
         lock.unlock();
-        work(*job);
+        work(*job, i);
         lock.lock();
         if (--job->active == 0) done_cv_.notify_all();
       }
@@ -58,21 +58,27 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::work(Job& job) {
+void ThreadPool::work(Job& job, unsigned slot) {
   for (;;) {
-    uint64_t i = job.next.fetch_add(1);
+    const uint64_t i = job.next.fetch_add(job.grain);
     if (i >= job.n) {
       std::lock_guard lock(mu_);
       auto it = std::find(jobs_.begin(), jobs_.end(), &job);
       if (it != jobs_.end()) jobs_.erase(it);  // exhausted: no new takers
       return;
     }
-    (*job.fn)(i);
-    uint64_t finished = 1;
-    if (job.stop && job.stop->load(std::memory_order_relaxed)) {
-      // Claim what nobody has started and count it as done.
-      uint64_t from = job.next.exchange(job.n);
-      if (from < job.n) finished += job.n - from;
+    const uint64_t end = std::min(job.n, i + job.grain);
+    uint64_t finished = 0;
+    for (uint64_t k = i; k < end; ++k) {
+      (*job.fn)(k, slot);
+      ++finished;
+      if (job.stop && job.stop->load(std::memory_order_relaxed)) {
+        // The rest of this chunk, and what nobody has claimed, count as done.
+        finished += end - k - 1;
+        uint64_t from = job.next.exchange(job.n);
+        if (from < job.n) finished += job.n - from;
+        break;
+      }
     }
     if (job.done.fetch_add(finished) + finished == job.n) {
       std::lock_guard lock(mu_);
@@ -81,18 +87,21 @@ void ThreadPool::work(Job& job) {
   }
 }
 
-void ThreadPool::parallelFor(uint64_t n, const std::function<void(uint64_t)>& fn, const std::atomic<bool>* stop) {
+void ThreadPool::parallelFor(uint64_t n, const std::function<void(uint64_t, unsigned)>& fn,
+                             const std::atomic<bool>* stop) {
   if (n == 0) return;
   Job job;
   job.fn = &fn;
   job.stop = stop;
   job.n = n;
+  // Chunks small enough that the threads still share the work evenly.
+  job.grain = size() > 1 ? std::clamp<uint64_t>(n / (16ull * size()), 1, 64) : 1;
   if (n > 1 && !workers_.empty()) {
     std::lock_guard lock(mu_);
     jobs_.push_back(&job);
     cv_.notify_all();
   }
-  work(job);
+  work(job, 0);
   std::unique_lock lock(mu_);
   done_cv_.wait(lock, [&] { return job.done.load() == job.n && job.active == 0; });
   auto it = std::find(jobs_.begin(), jobs_.end(), &job);
@@ -142,6 +151,11 @@ LaunchResult Interpreter::run(const Launch& launch) {
   std::mutex mu;
   Fault first;
   std::atomic<uint64_t> insts{0};
+  // Thread-instructions of blocks that ended with nothing else to collect, per pool thread.
+  struct alignas(64) Slot {
+    uint64_t insts = 0;
+  };
+  std::vector<Slot> per_slot(pool_.size());
   // Makes `b` (new, or one that ran an earlier block) block bi.
   auto makeBlock = [&](uint64_t bi, Block& b) {
     b.reset();
@@ -232,6 +246,7 @@ LaunchResult Interpreter::run(const Launch& launch) {
   };
   auto finish = [&] {
     result.thread_instructions = insts.load();
+    for (const Slot& s : per_slot) result.thread_instructions += s.insts;
     if (!compiled) jit::noteInterpreted(fn, result.thread_instructions);
     boundOutput(result.output, L.printf_fifo, result.printf_dropped, true);
     if (first.code) result.status = Status(first.code, first.message);
@@ -269,7 +284,7 @@ LaunchResult Interpreter::run(const Launch& launch) {
     // Clusters in parallel, the blocks of each together on one thread.
     const uint64_t cluster_bytes = block_bytes * cluster_size;
     if (overBudget(cluster_bytes, "one cluster of this launch")) return result;
-    pool_.parallelFor(nclusters, [&](uint64_t ci) {
+    pool_.parallelFor(nclusters, [&](uint64_t ci, unsigned) {
       if (abort.load(std::memory_order_relaxed)) return;
       if (L.budget && !L.budget->take(cluster_bytes, [&] {
             return abort.load(std::memory_order_relaxed) || (L.cancel && L.cancel->load(std::memory_order_relaxed)) ||
@@ -304,7 +319,7 @@ LaunchResult Interpreter::run(const Launch& launch) {
     }, &abort);
     return finish();
   }
-  pool_.parallelFor(nblocks, [&](uint64_t bi) {
+  pool_.parallelFor(nblocks, [&](uint64_t bi, unsigned slot) {
     if (abort.load(std::memory_order_relaxed)) return;
     if (L.budget) {
       bool got = L.budget->take(block_bytes, [&] {
@@ -347,34 +362,46 @@ LaunchResult Interpreter::run(const Launch& launch) {
     b.cluster = &solo;
     BlockRunner runner(L, b, abort);
     Fault f = runner.run();
-    std::lock_guard lock(mu);
-    collect(b, f);
+    if (f.code || !b.output.empty() || b.printf_dropped) {
+      std::lock_guard lock(mu);
+      collect(b, f);
+    } else {
+      per_slot[slot].insts += b.insts;  // (all collect does with nothing else to gather: no lock, no shared line)
+    }
   }, &abort);
   return finish();
 }
 
+bool MemoryBudget::tryTake(uint64_t bytes) {
+  uint64_t used = used_.load(std::memory_order_relaxed);
+  while (used + bytes <= limit_ && used + bytes >= used) {
+    if (used_.compare_exchange_weak(used, used + bytes, std::memory_order_acquire, std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
 bool MemoryBudget::take(uint64_t bytes, const std::function<bool()>& stop) {
+  if (tryTake(bytes)) return true;
+  waiting_.fetch_add(1);
   std::unique_lock lock(mu_);
-  while (used_ + bytes > limit_) {
-    if (stop()) return false;
+  bool got;
+  while (!(got = tryTake(bytes))) {
+    if (stop()) break;
     cv_.wait_for(lock, std::chrono::milliseconds(5));
   }
-  used_ += bytes;
-  return true;
+  waiting_.fetch_sub(1);
+  return got;
 }
 
 void MemoryBudget::give(uint64_t bytes) {
-  {
-    std::lock_guard lock(mu_);
-    used_ -= bytes;
+  used_.fetch_sub(bytes, std::memory_order_release);
+  if (waiting_.load() != 0) {
+    std::lock_guard lock(mu_);  // (a waiter between its check and its wait sees the bytes in 5 ms anyway)
+    cv_.notify_all();
   }
-  cv_.notify_all();
 }
 
-uint64_t MemoryBudget::used() {
-  std::lock_guard lock(mu_);
-  return used_;
-}
+uint64_t MemoryBudget::used() { return used_.load(); }
 
 bool usesPrintf(const Module& m) {
   for (auto& [name, fn] : m.functions)
