@@ -299,6 +299,26 @@ Status ltRun(const LtArgs& a) {
       else std::fill_n(G.begin(), m * n, T(0));
     }
     uint8_t* bias = a.bias ? mem(a.bias + static_cast<uint64_t>(b) * a.bias_batch_stride * elementSize(a.bias_type)) : nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      // f32 in and out, column-major, no epilogue but a bias: the loop below
+      // without its per-element type dispatch (the same operations in the same order).
+      if (a.d.type == kR32F && a.d.order == 0 && (beta == 0 || (a.c.type == kR32F && a.c.order == 0)) &&
+          (e == lt::kDefault || (e == lt::kBias && a.bias_type == kR32F))) {
+        float* D = reinterpret_cast<float*>(mem(pd));
+        const float* C = reinterpret_cast<const float*>(mem(pc));
+        const float* bias_f = reinterpret_cast<const float*>(bias);
+        const float al = static_cast<float>(alpha), be = static_cast<float>(beta);
+        const uint64_t ldd = static_cast<uint64_t>(a.d.ld), ldc = static_cast<uint64_t>(a.c.ld);
+        for (uint64_t j = 0; j < n; ++j)
+          for (uint64_t i = 0; i < m; ++i) {
+            float x = al * G[i + j * m];
+            if (beta != 0) x += be * C[i + j * ldc];
+            if (add_bias) x += bias_f[i];
+            D[i + j * ldd] = x;
+          }
+        continue;
+      }
+    }
     uint8_t* aux = nullptr;
     if (a.aux) {
       uint64_t stride = (relu || drelu) ? static_cast<uint64_t>(a.aux_batch_stride) / 8

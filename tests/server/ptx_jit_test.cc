@@ -200,6 +200,50 @@ ret;
   expectSame(*m, 48, 3, 1000);
 }
 
+TEST(PtxJit, KeepsValuesTheRegisterFileNeverSeesRight) {
+  // Temporaries a unit keeps to itself (their stores left out: nothing reads
+  // them from memory), guarded loads whose other lanes keep the value before,
+  // and a value that lives past a place the unit may stop (a generic access).
+  auto m = parsePtx(kHeader + R"(
+.visible .entry k(.param .u64 buf, .param .u64 n)
+{
+.reg .pred %p<4>;
+.reg .b32 %r<16>;
+.reg .b64 %rd<16>;
+.shared .align 8 .b8 sh[512];
+ld.param.u64 %rd1, [buf];
+mov.u32 %r1, %tid.x;
+mul.wide.u32 %rd2, %r1, 8;
+add.s64 %rd3, %rd1, %rd2;
+ld.global.u32 %r2, [%rd3];
+add.u32 %r3, %r2, 5;
+mul.lo.u32 %r4, %r3, %r3;
+mov.u32 %r5, 7;
+and.b32 %r6, %r1, 1;
+setp.eq.u32 %p1, %r6, 1;
+@%p1 ld.global.u32 %r5, [%rd3+4];
+add.u32 %r7, %r5, %r4;
+mov.u64 %rd4, sh;
+cvta.shared.u64 %rd5, %rd4;
+add.s64 %rd6, %rd5, %rd2;
+st.u32 [%rd6], %r7;
+ld.u32 %r8, [%rd6];
+add.u32 %r9, %r8, %r3;
+st.global.u32 [%rd3], %r9;
+st.global.u32 [%rd3+4], %r7;
+ret;
+}
+)");
+  ASSERT_TRUE(m) << m.status().message();
+  expectSame(*m, 64, 2, 128);
+  BufferRun compiled = runBuffer(*m, 64, 1, 64, Engine::kJit);
+  for (uint64_t t : {4u, 5u}) {
+    const uint64_t word = t * 3 + 1, lo = word & 0xffffffffu, hi = word >> 32;
+    const uint64_t r3 = lo + 5, r5 = t % 2 ? hi : 7, r7 = (r5 + r3 * r3) & 0xffffffffu;
+    EXPECT_EQ(compiled.out[t], (r7 << 32) | ((r7 + r3) & 0xffffffffu)) << "thread " << t;
+  }
+}
+
 TEST(PtxJit, CompilesTheKernelsOfSeveralThreadsAtOnce) {
   // Each thread its own module (as each device of a session has): their
   // kernels compile at the same time, and each runs right.

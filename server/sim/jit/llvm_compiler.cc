@@ -7,19 +7,27 @@
 // a resource tracker of its own, which the Code removes when it is destroyed
 // (the Function's module unloaded).
 #include <llvm/ExecutionEngine/Orc/CompileUtils.h>
+#include <llvm/ExecutionEngine/JITEventListener.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/RTDyldObjectLinkingLayer.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
+#include <llvm/Object/SymbolSize.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/FileSystem.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <mutex>
 
@@ -40,11 +48,46 @@ std::string message(llvm::Error e) {
   return os.str();
 }
 
+// RGPU_JIT_PERF_MAP=1: each compiled unit's address, size and name appended
+// to /tmp/perf-<pid>.map, where `perf report` finds names for JIT code (the
+// unit's kernel and first instruction: kernel@pc#compile).
+class PerfMap final : public llvm::JITEventListener {
+ public:
+  void notifyObjectLoaded(ObjectKey, const llvm::object::ObjectFile& obj,
+                          const llvm::RuntimeDyld::LoadedObjectInfo& info) override {
+    std::lock_guard lock(mu_);
+    std::FILE* f = std::fopen(("/tmp/perf-" + std::to_string(::getpid()) + ".map").c_str(), "a");
+    if (!f) return;
+    for (const auto& [sym, size] : llvm::object::computeSymbolSizes(obj)) {
+      auto type = sym.getType();
+      auto name = sym.getName();
+      auto section = sym.getSection();
+      auto address = sym.getAddress();
+      if (!type || *type != llvm::object::SymbolRef::ST_Function || !name || !section || !address) {
+        if (!type) llvm::consumeError(type.takeError());
+        if (!name) llvm::consumeError(name.takeError());
+        if (!section) llvm::consumeError(section.takeError());
+        if (!address) llvm::consumeError(address.takeError());
+        continue;
+      }
+      const uint64_t load = info.getSectionLoadAddress(**section);
+      if (!load) continue;
+      std::fprintf(f, "%llx %llx %s\n", static_cast<unsigned long long>(load + *address - (*section)->getAddress()),
+                   static_cast<unsigned long long>(size), name->str().c_str());
+    }
+    std::fclose(f);
+  }
+
+ private:
+  std::mutex mu_;
+};
+
 class LlvmCode final : public Code {
  public:
-  LlvmCode(llvm::orc::ResourceTrackerSP tracker, std::vector<Unit> units, size_t code_size)
+  LlvmCode(llvm::orc::ResourceTrackerSP tracker, std::vector<Unit> units, size_t code_size, uint32_t slots)
       : tracker_(std::move(tracker)) {
     units_ = std::move(units);
+    range_slots_ = slots;
     starts_.assign(code_size, -1);
     for (size_t i = 0; i < units_.size(); ++i) starts_[units_[i].start] = static_cast<int32_t>(i);
   }
@@ -64,7 +107,8 @@ class LlvmCompiler final : public Compiler {
       error = message(host.takeError());
       return nullptr;
     }
-    host->setCodeGenOptLevel(llvm::CodeGenOpt::Default);
+    const char* cg = getenv("RGPU_JIT_CG");
+    host->setCodeGenOptLevel(cg ? static_cast<llvm::CodeGenOpt::Level>(atoi(cg)) : llvm::CodeGenOpt::Default);
     auto tm = host->createTargetMachine();
     if (!tm) {
       error = message(tm.takeError());
@@ -92,6 +136,12 @@ class LlvmCompiler final : public Compiler {
       return nullptr;
     }
     (*jit)->getMainJITDylib().addGenerator(std::move(*process));
+    if (const char* map = std::getenv("RGPU_JIT_PERF_MAP"); map && *map == '1') {
+      if (auto* rtdyld = llvm::dyn_cast<llvm::orc::RTDyldObjectLinkingLayer>(&(*jit)->getObjLinkingLayer())) {
+        static PerfMap* perf_map = new PerfMap;  // for the life of the process, as the JIT
+        rtdyld->registerJITEventListener(*perf_map);
+      }
+    }
     return std::unique_ptr<LlvmCompiler>(new LlvmCompiler(std::move(*jit), std::move(*tm)));
   }
 
@@ -108,9 +158,11 @@ class LlvmCompiler final : public Compiler {
       module->setTargetTriple(tm_->getTargetTriple().str());
     }
     std::vector<std::string> names;
+    uint32_t slots = 0;
+    const Liveness live(fn);
     for (const Span& s : spans) {
-      names.push_back("u" + std::to_string(serial) + "_" + std::to_string(s.start));
-      emitUnit(*module, fn, s, names.back());
+      names.push_back(fn.name + "@" + std::to_string(s.start) + "#" + std::to_string(serial));
+      emitUnit(*module, fn, live, s, names.back(), slots);
     }
     std::string broken;
     llvm::raw_string_ostream broken_os(broken);
@@ -119,6 +171,11 @@ class LlvmCompiler final : public Compiler {
       return nullptr;
     }
     optimise(*module);
+    if (const char* dump = getenv("RGPU_JIT_DUMP")) {
+      std::error_code ec;
+      llvm::raw_fd_ostream os(std::string(dump) + "/" + fn.name + ".ll", ec);
+      module->print(os, nullptr);
+    }
     std::vector<Unit> units;
     auto tracker = jit_->getMainJITDylib().createResourceTracker();
     if (!spans.empty()) {
@@ -136,7 +193,7 @@ class LlvmCompiler final : public Compiler {
         units.push_back({spans[i].start, spans[i].count, reinterpret_cast<UnitFn>(sym->getAddress())});
       }
     }
-    auto code = std::make_unique<LlvmCode>(std::move(tracker), std::move(units), fn.code.size());
+    auto code = std::make_unique<LlvmCode>(std::move(tracker), std::move(units), fn.code.size(), slots);
     code->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
     return code;
   }
@@ -159,7 +216,21 @@ class LlvmCompiler final : public Compiler {
     pb.registerFunctionAnalyses(fam);
     pb.registerLoopAnalyses(lam);
     pb.crossRegisterProxies(lam, fam, cgam, mam);
-    llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
+    const char* lv = getenv("RGPU_JIT_OPT");
+    int level = lv ? atoi(lv) : 2;
+    llvm::ModulePassManager mpm = level == 0 ? pb.buildO0DefaultPipeline(llvm::OptimizationLevel::O0)
+                                  : level == 1 ? pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O1)
+                                  : level == 3 ? pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3)
+                                               : pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
+    if (const char* pipe = getenv("RGPU_JIT_PIPE")) {
+      llvm::ModulePassManager custom;
+      if (auto e = pb.parsePassPipeline(custom, pipe)) {
+        llvm::errs() << "bad pipeline: " << e << "\n";
+        return;
+      }
+      custom.run(module, mam);
+      return;
+    }
     mpm.run(module, mam);
   }
 

@@ -20,7 +20,8 @@ constexpr unsigned kLanes = 32;
 
 class Emitter {
  public:
-  Emitter(llvm::Module& m, const Function& fn) : m_(m), fn_(fn), c_(m.getContext()), b_(c_) {
+  Emitter(llvm::Module& m, const Function& fn, const Liveness& live, uint32_t first_slot)
+      : m_(m), fn_(fn), live_(live), c_(m.getContext()), b_(c_), slots_(first_slot) {
     i1_ = b_.getInt1Ty();
     i8_ = b_.getInt8Ty();
     i32_ = b_.getInt32Ty();
@@ -38,6 +39,8 @@ class Emitter {
     regs_scope_ = llvm::MDNode::get(c_, {regs});
   }
 
+  uint32_t slots() const { return slots_; }
+
   llvm::Function* emit(const Span& span, const std::string& name) {
     auto* i8p = llvm::PointerType::getUnqual(i8_);
     auto* type = llvm::FunctionType::get(i32_, {i8p, i32_}, false);
@@ -52,6 +55,7 @@ class Emitter {
     b_.CreateStore(b_.getInt64(0), count_);
     regs_ = frameField(offsetof(Frame, regs), llvm::PointerType::getUnqual(i64_));
     maskv_ = b_.CreateBitCast(mask_, vm_);
+    planStores(span);
     for (uint32_t k = 0; k < span.count; ++k) {
       index_ = k;
       instruction(fn_.code[span.start + k]);
@@ -62,6 +66,33 @@ class Emitter {
 
  private:
   llvm::VectorType* vec(llvm::Type* t) { return llvm::FixedVectorType::get(t, kLanes); }
+
+  // Whether the unit may stop before `in` (an access it may not vouch for).
+  static bool mayStop(const Inst& in) {
+    if (in.op != Op::kLd && in.op != Op::kSt) return false;
+    const Operand& addr = in.op == Op::kLd ? in.a : in.d;
+    return (!addr.has_base && addr.sym_space == Space::kParam ? Space::kParam : in.space) != Space::kParam;
+  }
+
+  // Which writes must reach the register file: a write is read from memory
+  // only by the interpreter, where the unit ends (the registers live after
+  // it) or where it may stop (those live before that instruction), and only
+  // when no unguarded write of the unit replaces it first. Backwards over
+  // the unit: `needed` holds the registers some later exit reads.
+  void planStores(const Span& span) {
+    const std::vector<Liveness::Bits> after = live_.liveAfter(span.start, span.count);
+    store_.assign(span.count, Liveness::Bits(fn_.num_regs));
+    Liveness::Bits needed = after[span.count - 1];
+    for (uint32_t k = span.count; k-- > 0;) {
+      const Inst& in = fn_.code[span.start + k];
+      for (const Operand* d : {&in.d, &in.d2}) {
+        if ((d->kind != Operand::kReg || (d == &in.d && in.op == Op::kSt)) || d->reg >= fn_.num_regs) continue;
+        if (needed.has(d->reg)) store_[k].set(d->reg);
+        if (in.guard < 0) needed.clear(d->reg);
+      }
+      if (k > 0 && mayStop(in)) needed.orWith(after[k - 1]);
+    }
+  }
 
   // ---- the frame and the registers -----------------------------------------------------
 
@@ -83,12 +114,18 @@ class Emitter {
     cur_[r] = load;
     return load;
   }
-  // Writes v into register r for the lanes of em (the others keep theirs).
+  // Writes v into register r for the lanes of em: in memory those lanes only
+  // (the others keep what they hold, for the interpreter). The value later
+  // instructions of the unit read: they read only lanes of the unit's mask,
+  // for which an unguarded write's value is the register's; a guarded write
+  // keeps the old value of the lanes its guard left out.
   void setReg(uint32_t r, Value* v, Value* em) {
-    Value* merged = b_.CreateSelect(em, v, reg(r));
-    auto* store = b_.CreateAlignedStore(merged, regAddress(r), llvm::Align(8));
-    store->setMetadata(llvm::LLVMContext::MD_alias_scope, regs_scope_);
-    cur_[r] = merged;
+    Value* value = guarded_ ? b_.CreateSelect(em, v, reg(r)) : v;
+    if (store_[index_].has(r)) {  // (else nothing reads it from memory before it is written again)
+      auto* store = b_.CreateMaskedStore(v, regAddress(r), llvm::Align(8), em);
+      store->setMetadata(llvm::LLVMContext::MD_alias_scope, regs_scope_);
+    }
+    cur_[r] = value;
   }
   // Device memory is never the registers.
   void deviceAccess(llvm::Instruction* i) { i->setMetadata(llvm::LLVMContext::MD_noalias, regs_scope_); }
@@ -182,6 +219,7 @@ class Emitter {
 
   void instruction(const Inst& in) {
     Value* em = maskv_;
+    guarded_ = in.guard >= 0;
     if (in.guard >= 0) {
       Value* p = b_.CreateTrunc(reg(static_cast<uint32_t>(in.guard)), vm_);
       em = in.guard_neg ? b_.CreateAnd(em, b_.CreateNot(p)) : b_.CreateAnd(em, p);
@@ -443,143 +481,194 @@ class Emitter {
     }
   }
 
+  // Memory of the global kind (global, const, generic): the addresses
+  // themselves. Shared and local: 32-bit offsets into the block's or the
+  // lane's memory (a window's bits go with the upper half).
   void memoryAccess(const Inst& in, Value* em, Value* active) {
     const bool load = in.op == Op::kLd;
     const Operand& addr = load ? in.a : in.d;
     const Operand& val = load ? in.d : in.a;
     const int n = typeBytes(in.type);
+    const uint64_t bytes = static_cast<uint64_t>(n), align = bytes - 1;
     Space space = in.space;
     if (!addr.has_base && addr.sym_space != Space::kGeneric) space = addr.sym_space;
     auto* vn = vec(b_.getIntNTy(8 * n));
+    auto* element_ptr = llvm::PointerType::getUnqual(vn->getElementType());
+    auto* i8p = llvm::PointerType::getUnqual(i8_);
     if (space == Space::kParam) {  // a kernel parameter: one value for every lane
-      Value* p = b_.CreateConstInBoundsGEP1_64(
-          i8_, frameField(offsetof(Frame, params), llvm::PointerType::getUnqual(i8_)), addr.imm);
+      Value* p = b_.CreateConstInBoundsGEP1_64(i8_, frameField(offsetof(Frame, params), i8p), addr.imm);
       auto* scalar = b_.getIntNTy(8 * n);
       Value* v =
           b_.CreateAlignedLoad(scalar, b_.CreateBitCast(p, llvm::PointerType::getUnqual(scalar)), llvm::Align(1));
       v = isSigned(in.type) ? b_.CreateSExt(v, i64_) : b_.CreateZExt(v, i64_);
       return setReg(val.reg, splat(v), em);
     }
+    const bool global = space == Space::kGlobal || space == Space::kConst || space == Space::kGeneric;
+    // This instruction's range slot (Frame::ranges): the allocation its last access fell in.
+    Value* slot = nullptr;
+    if (global) {
+      Value* ranges = frameField(offsetof(Frame, ranges), llvm::PointerType::getUnqual(i64_));
+      slot = b_.CreateConstInBoundsGEP1_64(i64_, ranges, 2 * uint64_t{slots_++});
+    }
     // No active lane: nothing happens (not even the checks), as in the interpreter.
     auto* access = llvm::BasicBlock::Create(c_, "access", f_);
     auto* after = llvm::BasicBlock::Create(c_, "after", f_);
+    // A guarded load's register keeps its lanes outside the guard: its value before.
+    Value* before = load && guarded_ ? reg(val.reg) : nullptr;
     // Register values first read inside the access block do not dominate
     // what follows it: from `after` on, only those known before it.
     const auto known = cur_;
+    auto* entry = b_.GetInsertBlock();
     b_.CreateCondBr(b_.CreateICmpNE(active, b_.getInt32(0)), access, after);
     b_.SetInsertPoint(access);
     Value* base = addr.has_base ? reg(addr.reg) : splat64(0);
     Value* a = b_.CreateAdd(base, splat64(addr.imm));
+    Value* stored = load ? nullptr : low(operand(val), n);
+    Value* origin = nullptr;  // shared and local: where offset 0 is
+    Value* size = nullptr;    // shared: its bytes; local: a lane's
+    if (space == Space::kShared) {
+      origin = frameField(offsetof(Frame, shared), i8p);
+      size = frameField(offsetof(Frame, shared_size), i64_);
+    } else if (space == Space::kLocal) {
+      origin = frameField(offsetof(Frame, local), i8p);
+      size = frameField(offsetof(Frame, local_frame), i64_);
+    }
+    auto* whole = llvm::BasicBlock::Create(c_, "whole", f_);
+    auto* lanes = llvm::BasicBlock::Create(c_, "lanes", f_);
+    auto* done = llvm::BasicBlock::Create(c_, "done", f_);
+    // Coalesced: every lane active, lane l at element l from the first lane's
+    // address; once that range is known good, one vector access. (Never for
+    // local memory: each lane has its own.)
+    Value* first = nullptr;
+    if (space == Space::kLocal) {
+      b_.CreateBr(lanes);
+    } else {
+      std::vector<llvm::Constant*> steps;
+      for (unsigned l = 0; l < kLanes; ++l) steps.push_back(b_.getInt64(uint64_t{l} * bytes));
+      Value* addrs = global ? a : b_.CreateZExt(b_.CreateTrunc(a, v32_), v64_);
+      Value* a0 = b_.CreateExtractElement(addrs, uint64_t{0});
+      Value* contiguous = b_.CreateAnd(b_.CreateICmpEQ(active, b_.getInt32(-1)),
+                                       b_.CreateAndReduce(b_.CreateICmpEQ(addrs, b_.CreateAdd(splat(a0), llvm::ConstantVector::get(steps)))));
+      Value* end = b_.CreateAdd(a0, b_.getInt64(kLanes * bytes));
+      Value* ok;
+      if (global) {
+        // In the slot's range, aligned, not wrapping, no lane in a window.
+        Value* lo = b_.CreateLoad(i64_, slot);
+        Value* hi = b_.CreateLoad(i64_, b_.CreateConstInBoundsGEP1_64(i64_, slot, 1));
+        ok = b_.CreateAnd(b_.CreateICmpUGE(a0, lo), b_.CreateICmpULE(end, hi));
+        ok = b_.CreateAnd(ok, b_.CreateICmpUGT(end, a0));
+        ok = b_.CreateAnd(ok, b_.CreateICmpEQ(b_.CreateAnd(a0, b_.getInt64(align)), b_.getInt64(0)));
+        if (space == Space::kGeneric) ok = b_.CreateAnd(ok, b_.CreateICmpULE(end, b_.getInt64(kParamWindow)));
+        first = a0;
+      } else {
+        // Shared: within the block's (not another block of the cluster's), aligned.
+        Value* at = b_.CreateAdd(b_.CreatePtrToInt(origin, i64_), a0);
+        ok = b_.CreateAnd(b_.CreateICmpULE(end, size), b_.CreateICmpULT(end, b_.getInt64(1u << 24)));
+        ok = b_.CreateAnd(ok, b_.CreateICmpEQ(b_.CreateAnd(at, b_.getInt64(align)), b_.getInt64(0)));
+        first = at;
+      }
+      b_.CreateCondBr(b_.CreateAnd(contiguous, ok), whole, lanes);
+    }
+    // One vector access.
+    b_.SetInsertPoint(whole);
+    Value* whole_value = nullptr;
+    if (first) {
+      Value* at = b_.CreateIntToPtr(first, llvm::PointerType::getUnqual(vn));
+      if (load) {
+        auto* l = b_.CreateAlignedLoad(vn, at, llvm::Align(bytes));
+        deviceAccess(l);
+        whole_value = l;
+      } else {
+        deviceAccess(b_.CreateAlignedStore(stored, at, llvm::Align(bytes)));
+      }
+      b_.CreateBr(done);
+    } else {
+      b_.CreateUnreachable();
+    }
+    // Lane by lane: the checks of BlockRunner::fastMemory over the active lanes.
+    b_.SetInsertPoint(lanes);
     Value* ptrs;
-    if (space == Space::kGlobal || space == Space::kConst || space == Space::kGeneric) {
+    if (global) {
       Value* lo = b_.CreateIntMinReduce(b_.CreateSelect(em, a, splat64(~0ull)));
       Value* hi = b_.CreateIntMaxReduce(b_.CreateSelect(em, a, splat64(0)));
       Value* bits = b_.CreateOrReduce(b_.CreateSelect(em, a, splat64(0)));
-      Value* end = b_.CreateAdd(hi, b_.getInt64(static_cast<uint64_t>(n)));
-      Value* ok =
-          b_.CreateAnd(b_.CreateICmpUGE(end, hi),
-                       b_.CreateICmpEQ(b_.CreateAnd(bits, b_.getInt64(static_cast<uint64_t>(n - 1))), b_.getInt64(0)));
+      Value* end = b_.CreateAdd(hi, b_.getInt64(bytes));
+      Value* ok = b_.CreateAnd(b_.CreateICmpUGE(end, hi),
+                               b_.CreateICmpEQ(b_.CreateAnd(bits, b_.getInt64(align)), b_.getInt64(0)));
       if (space == Space::kGeneric) {  // the shared, local and param windows lie above kParamWindow
         Value* windows = b_.CreateOrReduce(b_.CreateAnd(em, b_.CreateICmpUGE(a, splat64(kParamWindow))));
         ok = b_.CreateAnd(ok, b_.CreateNot(windows));
       }
       orStop(ok);
-      Value* cache_lo = frameField(offsetof(Frame, cache_lo), i64_);
-      Value* cache_hi = frameField(offsetof(Frame, cache_hi), i64_);
-      Value* cached = b_.CreateAnd(b_.CreateICmpUGE(lo, cache_lo), b_.CreateICmpULE(end, cache_hi));
+      Value* slot_lo = b_.CreateLoad(i64_, slot);
+      Value* slot_hi = b_.CreateLoad(i64_, b_.CreateConstInBoundsGEP1_64(i64_, slot, 1));
+      Value* cached = b_.CreateAnd(b_.CreateICmpUGE(lo, slot_lo), b_.CreateICmpULE(end, slot_hi));
       auto* miss = llvm::BasicBlock::Create(c_, "miss", f_);
       auto* found = llvm::BasicBlock::Create(c_, "found", f_);
       b_.CreateCondBr(cached, found, miss);
       b_.SetInsertPoint(miss);
-      auto* i8p = llvm::PointerType::getUnqual(i8_);
       // (A C++ bool comes back in the low byte.)
-      auto* lookup_type = llvm::FunctionType::get(i8_, {i8p, i64_, i64_}, false);
+      auto* lookup_type = llvm::FunctionType::get(i8_, {i8p, i64_, i64_, llvm::PointerType::getUnqual(i64_)}, false);
       Value* lookup = frameField(offsetof(Frame, lookup), llvm::PointerType::getUnqual(lookup_type));
-      Value* hit =
-          b_.CreateICmpNE(b_.CreateCall(lookup_type, lookup, {frame_, lo, b_.CreateSub(end, lo)}), b_.getInt8(0));
+      Value* hit = b_.CreateICmpNE(b_.CreateCall(lookup_type, lookup, {frame_, lo, b_.CreateSub(end, lo), slot}),
+                                   b_.getInt8(0));
       b_.CreateCondBr(hit, found, stopBlock(index_));
       b_.SetInsertPoint(found);
-      ptrs = b_.CreateIntToPtr(a, vec(llvm::PointerType::getUnqual(vn->getElementType())));
+      ptrs = b_.CreateIntToPtr(a, vec(element_ptr));
     } else {
-      // Shared and local addresses are 32 bits (a window's bits go with the upper half).
       Value* a32 = b_.CreateTrunc(a, v32_);
       Value* hi = b_.CreateZExt(b_.CreateIntMaxReduce(b_.CreateSelect(em, a32, splat32(0))), i64_);
       Value* bits = b_.CreateZExt(b_.CreateOrReduce(b_.CreateSelect(em, a32, splat32(0))), i64_);
-      Value* end = b_.CreateAdd(hi, b_.getInt64(static_cast<uint64_t>(n)));
-      const uint64_t align = static_cast<uint64_t>(n - 1);
-      auto* i8p = llvm::PointerType::getUnqual(i8_);
+      Value* end = b_.CreateAdd(hi, b_.getInt64(bytes));
       Value* offsets = b_.CreateZExt(a32, v64_);
-      Value* origin;
-      Value* ok;
+      Value* misaligned = b_.CreateOr(bits, b_.CreatePtrToInt(origin, i64_));
+      Value* ok = b_.CreateICmpULE(end, size);
       if (space == Space::kShared) {
-        origin = frameField(offsetof(Frame, shared), i8p);
-        Value* size = frameField(offsetof(Frame, shared_size), i64_);
-        Value* misaligned = b_.CreateAnd(b_.CreateOr(bits, b_.CreatePtrToInt(origin, i64_)), b_.getInt64(align));
         // Bits 24..31 name another block of the cluster: the general path's.
-        ok = b_.CreateAnd(b_.CreateICmpULT(hi, b_.getInt64(1u << 24)), b_.CreateICmpULE(end, size));
-        ok = b_.CreateAnd(ok, b_.CreateICmpEQ(misaligned, b_.getInt64(0)));
+        ok = b_.CreateAnd(ok, b_.CreateICmpULT(hi, b_.getInt64(1u << 24)));
       } else {
-        origin = frameField(offsetof(Frame, local), i8p);
-        Value* frame = frameField(offsetof(Frame, local_frame), i64_);
-        Value* misaligned =
-            b_.CreateAnd(b_.CreateOr(b_.CreateOr(bits, b_.CreatePtrToInt(origin, i64_)), frame), b_.getInt64(align));
-        ok = b_.CreateAnd(b_.CreateICmpULE(end, frame), b_.CreateICmpEQ(misaligned, b_.getInt64(0)));
-        std::vector<llvm::Constant*> lanes;
-        for (unsigned l = 0; l < kLanes; ++l) lanes.push_back(b_.getInt64(l));
-        offsets = b_.CreateAdd(offsets, b_.CreateMul(llvm::ConstantVector::get(lanes), splat(frame)));
+        misaligned = b_.CreateOr(misaligned, size);
+        std::vector<llvm::Constant*> lane_index;
+        for (unsigned l = 0; l < kLanes; ++l) lane_index.push_back(b_.getInt64(l));
+        offsets = b_.CreateAdd(offsets, b_.CreateMul(llvm::ConstantVector::get(lane_index), splat(size)));
       }
+      ok = b_.CreateAnd(ok, b_.CreateICmpEQ(b_.CreateAnd(misaligned, b_.getInt64(align)), b_.getInt64(0)));
       orStop(ok);
-      ptrs = b_.CreateGEP(i8_, origin, offsets);
-      ptrs = b_.CreateBitCast(ptrs, vec(llvm::PointerType::getUnqual(vn->getElementType())));
+      ptrs = b_.CreateBitCast(b_.CreateGEP(i8_, origin, offsets), vec(element_ptr));
     }
-    // Consecutive lanes at consecutive elements, all of them active (what
-    // coalesced accesses are): one vector access instead of 32.
-    Value* addrs = b_.CreatePtrToInt(ptrs, v64_);
-    Value* first = b_.CreateExtractElement(addrs, uint64_t{0});
-    std::vector<llvm::Constant*> steps;
-    for (unsigned l = 0; l < kLanes; ++l) steps.push_back(b_.getInt64(uint64_t{l} * static_cast<uint64_t>(n)));
-    Value* expected = b_.CreateAdd(splat(first), llvm::ConstantVector::get(steps));
-    Value* contiguous = b_.CreateAnd(b_.CreateICmpEQ(active, b_.getInt32(-1)),
-                                     b_.CreateAndReduce(b_.CreateICmpEQ(addrs, expected)));
-    Value* stored = load ? nullptr : low(operand(val), n);  // (read here: it must dominate both ways)
-    auto* whole = llvm::BasicBlock::Create(c_, "whole", f_);
-    auto* lanes = llvm::BasicBlock::Create(c_, "lanes", f_);
-    auto* done = llvm::BasicBlock::Create(c_, "done", f_);
-    b_.CreateCondBr(contiguous, whole, lanes);
-    b_.SetInsertPoint(whole);
-    Value* at = b_.CreateIntToPtr(first, llvm::PointerType::getUnqual(vn));
-    Value* whole_value = nullptr;
-    if (load) {
-      auto* l = b_.CreateAlignedLoad(vn, at, llvm::Align(static_cast<uint64_t>(n)));
-      deviceAccess(l);
-      whole_value = l;
-    } else {
-      deviceAccess(b_.CreateAlignedStore(stored, at, llvm::Align(static_cast<uint64_t>(n))));
-    }
-    b_.CreateBr(done);
-    b_.SetInsertPoint(lanes);
+    auto* lanes_end = b_.GetInsertBlock();
     Value* lanes_value = nullptr;
     if (load) {
-      auto* g = b_.CreateMaskedGather(vn, ptrs, llvm::Align(static_cast<uint64_t>(n)), em);
+      auto* g = b_.CreateMaskedGather(vn, ptrs, llvm::Align(bytes), em);
       deviceAccess(g);
       lanes_value = g;
     } else {
-      deviceAccess(b_.CreateMaskedScatter(stored, ptrs, llvm::Align(static_cast<uint64_t>(n)), em));
+      deviceAccess(b_.CreateMaskedScatter(stored, ptrs, llvm::Align(bytes), em));
     }
     b_.CreateBr(done);
     b_.SetInsertPoint(done);
     if (load) {
       auto* phi = b_.CreatePHI(vn, 2);
-      phi->addIncoming(whole_value, whole);
-      phi->addIncoming(lanes_value, lanes);
+      if (first) phi->addIncoming(whole_value, whole);
+      phi->addIncoming(lanes_value, lanes_end);
       Value* v = n == 8 ? static_cast<Value*>(phi) : isSigned(in.type) ? b_.CreateSExt(phi, v64_) : b_.CreateZExt(phi, v64_);
       setReg(val.reg, v, em);
     }
+    Value* loaded = load ? cur_[val.reg] : nullptr;
+    auto* loaded_in = b_.GetInsertBlock();
     b_.CreateBr(after);
     b_.SetInsertPoint(after);
-    // A load's register is read again from memory (it changed only when a lane ran).
     cur_ = known;
-    if (load) cur_.erase(val.reg);
+    if (load) {
+      // What the loaded register holds from here on (its store may have been
+      // left out: planStores). Where no lane ran, the old value, which only
+      // a guarded load's later readers can see (an unguarded one's readers
+      // read no lane then: the unit's mask is empty).
+      auto* phi = b_.CreatePHI(v64_, 2);
+      phi->addIncoming(loaded, loaded_in);
+      phi->addIncoming(before ? before : llvm::PoisonValue::get(v64_), entry);
+      cur_[val.reg] = phi;
+    }
   }
 
   struct Stop {
@@ -590,6 +679,7 @@ class Emitter {
 
   llvm::Module& m_;
   const Function& fn_;
+  const Liveness& live_;
   llvm::LLVMContext& c_;
   llvm::IRBuilder<> b_;
   llvm::Type *i1_, *i8_, *i32_, *i64_, *f32_, *f64_;
@@ -603,14 +693,21 @@ class Emitter {
   llvm::AllocaInst* count_ = nullptr;
   uint32_t index_ = 0;
   Value* before_ = nullptr;  // thread-instructions counted before the current instruction
+  uint32_t slots_ = 0;       // range slots given out (Frame::ranges)
+  bool guarded_ = false;     // the current instruction has a guard predicate
   std::unordered_map<uint32_t, Value*> cur_;
+  std::vector<Liveness::Bits> store_;  // per instruction of the unit: the registers it writes that must be stored
   std::vector<Stop> stops_;
 };
 
 }  // namespace
 
-llvm::Function* emitUnit(llvm::Module& module, const Function& fn, const Span& span, const std::string& name) {
-  return Emitter(module, fn).emit(span, name);
+llvm::Function* emitUnit(llvm::Module& module, const Function& fn, const Liveness& live, const Span& span,
+                         const std::string& name, uint32_t& slots) {
+  Emitter e(module, fn, live, slots);
+  llvm::Function* f = e.emit(span, name);
+  slots = e.slots();
+  return f;
 }
 
 }  // namespace rgpu::server::ptx::jit

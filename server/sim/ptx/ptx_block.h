@@ -347,6 +347,7 @@ class BlockRunner {
   // before each unit). Its cache_lo/cache_hi is the global range the last
   // access fell in, for the interpreter's accesses too.
   jit::Frame frame_;
+  std::vector<uint64_t> jit_ranges_;  // frame_.ranges
 };
 
 

@@ -107,11 +107,11 @@ void Cluster::settle() {
 
 namespace {
 // jit::Frame::lookup: the launch's memory range holding [lo, lo + bytes).
-bool lookupRange(jit::Frame* f, uint64_t lo, uint64_t bytes) {
+bool lookupRange(jit::Frame* f, uint64_t lo, uint64_t bytes, uint64_t* slot) {
   const auto* range = findRange(*static_cast<const MemoryRanges*>(f->memory), lo, bytes);
   if (!range) return false;
-  f->cache_lo = range->first;
-  f->cache_hi = range->second;
+  slot[0] = range->first;
+  slot[1] = range->second;
   return true;
 }
 }  // namespace
@@ -127,6 +127,10 @@ BlockRunner::BlockRunner(const Launch& L, Block& b, std::atomic<bool>& abort)
   frame_.nctaid[0] = L.grid.x, frame_.nctaid[1] = L.grid.y, frame_.nctaid[2] = L.grid.z;
   frame_.lookup = lookupRange;
   frame_.memory = L.memory;
+  if (L.jit) {
+    jit_ranges_.assign(2 * static_cast<size_t>(L.jit->rangeSlots()), 0);
+    frame_.ranges = jit_ranges_.data();
+  }
 }
 
 uint32_t BlockRunner::runUnit(const jit::Unit& u, Warp& w) {

@@ -44,7 +44,7 @@
 
 namespace rgpu::server::ptx::jit {
 
-inline constexpr int kJitAbi = 1;
+inline constexpr int kJitAbi = 2;
 
 // What a unit sees of the warp it runs for. Filled by the interpreter before
 // each call (the block's fields once per block); the code reads fields at
@@ -59,11 +59,15 @@ struct Frame {
   const uint32_t* tid[3] = {};  // per lane: %tid.x, .y, .z
   uint64_t ntid[3] = {}, ctaid[3] = {}, nctaid[3] = {};
   uint64_t warpid = 0;
-  // The global memory range [cache_lo, cache_hi) the last access fell in;
-  // lookup() finds the range holding [lo, lo + bytes), makes it the cached
-  // one and says true, or says false (the unit stops there).
+  // The global memory range [cache_lo, cache_hi) the interpreter's last
+  // access fell in (fastMemory, resolve).
   uint64_t cache_lo = 1, cache_hi = 0;
-  bool (*lookup)(Frame* frame, uint64_t lo, uint64_t bytes) = nullptr;
+  // Per global access of the compiled code (Code::rangeSlots()): the range
+  // [ranges[2k], ranges[2k + 1]) its last access fell in, {0, 0} at first.
+  // lookup() finds the range holding [lo, lo + bytes) and puts it in `slot`
+  // (true), or says false (the unit stops there).
+  uint64_t* ranges = nullptr;
+  bool (*lookup)(Frame* frame, uint64_t lo, uint64_t bytes, uint64_t* slot) = nullptr;
   const void* memory = nullptr;  // lookup's: the launch's MemoryRanges
   uint64_t insts = 0;            // out: thread-instructions run (added to)
 };
@@ -94,9 +98,12 @@ class Code {
     for (const Unit& u : units_) n += u.count;
     return n;
   }
+  // How many range slots the code uses (Frame::ranges holds twice as many words).
+  uint32_t rangeSlots() const { return range_slots_; }
   double compile_ms = 0;  // what compiling took
 
  protected:
+  uint32_t range_slots_ = 0;
   std::vector<Unit> units_;
   std::vector<int32_t> starts_;  // by pc: index into units_, or -1
 };

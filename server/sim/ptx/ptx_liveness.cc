@@ -90,35 +90,6 @@ bool outsideTheAnalysis(Op op) {
   }
 }
 
-class Bits {
- public:
-  explicit Bits(uint32_t n = 0) : w_((n + 63) / 64, 0) {}
-  void set(uint32_t r) { w_[r / 64] |= 1ull << (r % 64); }
-  bool has(uint32_t r) const { return w_[r / 64] >> (r % 64) & 1; }
-  // this |= a & ~b; whether anything changed.
-  bool orAndNot(const Bits& a, const Bits& b) {
-    bool changed = false;
-    for (size_t i = 0; i < w_.size(); ++i) {
-      uint64_t v = w_[i] | (a.w_[i] & ~b.w_[i]);
-      changed |= v != w_[i];
-      w_[i] = v;
-    }
-    return changed;
-  }
-  bool orWith(const Bits& a) {
-    bool changed = false;
-    for (size_t i = 0; i < w_.size(); ++i) {
-      uint64_t v = w_[i] | a.w_[i];
-      changed |= v != w_[i];
-      w_[i] = v;
-    }
-    return changed;
-  }
-
- private:
-  std::vector<uint64_t> w_;
-};
-
 template <typename F>
 void eachRegister(const Operand& o, F&& f) {
   switch (o.kind) {
@@ -137,21 +108,49 @@ void eachRegister(const Operand& o, F&& f) {
   }
 }
 
-std::vector<uint32_t> all(uint32_t n) {
-  std::vector<uint32_t> r(n);
-  for (uint32_t i = 0; i < n; ++i) r[i] = i;
-  return r;
-}
-
 }  // namespace
 
-std::vector<uint32_t> liveInRegisters(const Function& fn) {
+bool Liveness::Bits::orAndNot(const Bits& a, const Bits& b) {
+  bool changed = false;
+  for (size_t i = 0; i < w_.size(); ++i) {
+    uint64_t v = w_[i] | (a.w_[i] & ~b.w_[i]);
+    changed |= v != w_[i];
+    w_[i] = v;
+  }
+  return changed;
+}
+
+bool Liveness::Bits::orWith(const Bits& a) {
+  bool changed = false;
+  for (size_t i = 0; i < w_.size(); ++i) {
+    uint64_t v = w_[i] | a.w_[i];
+    changed |= v != w_[i];
+    w_[i] = v;
+  }
+  return changed;
+}
+
+// What instruction `in` reads (registers it may read before writing), and
+// what it writes outright.
+template <typename Read, typename Def>
+void Liveness::effects(const Inst& in, Read&& read, Def&& def) const {
+  const bool defines = definesDestination(in.op);
+  if (in.guard >= 0) read(static_cast<uint32_t>(in.guard));
+  for (const Operand* o : {&in.a, &in.b, &in.c, &in.e}) eachRegister(*o, read);
+  if (!defines || in.d.kind == Operand::kAddr) eachRegister(in.d, read);
+  if (!defines) eachRegister(in.d2, read);
+  if (defines && in.guard < 0) {
+    if (in.d.kind != Operand::kAddr) eachRegister(in.d, def);
+    eachRegister(in.d2, def);
+  }
+}
+
+Liveness::Liveness(const Function& fn) : fn_(fn), nregs_(fn.num_regs) {
   const auto& code = fn.code;
-  const uint32_t nregs = fn.num_regs;
   const size_t n = code.size();
-  if (n == 0 || fn.has_calls) return all(nregs);
-  for (const Inst& in : code)
-    if (outsideTheAnalysis(in.op)) return all(nregs);
+  exact_ = n > 0 && !fn.has_calls;
+  for (const Inst& in : code) exact_ = exact_ && !outsideTheAnalysis(in.op);
+  if (!exact_) return;
   // Basic blocks: a leader at 0, at branch targets and after a branch, return, exit or trap.
   auto ends = [](const Inst& in) {
     return in.op == Op::kBra || in.op == Op::kRet || in.op == Op::kExit || in.op == Op::kTrap;
@@ -162,55 +161,72 @@ std::vector<uint32_t> liveInRegisters(const Function& fn) {
     if (code[i].op == Op::kBra && code[i].target < n) leader[code[i].target] = true;
     if (ends(code[i])) leader[i + 1] = true;
   }
-  std::vector<size_t> start;  // block b is [start[b], start[b + 1])
-  std::vector<int32_t> block_of(n, 0);
+  block_of_.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
-    if (leader[i]) start.push_back(i);
-    block_of[i] = static_cast<int32_t>(start.size() - 1);
+    if (leader[i]) start_.push_back(static_cast<uint32_t>(i));
+    block_of_[i] = static_cast<uint32_t>(start_.size() - 1);
   }
-  const size_t nb = start.size();
-  start.push_back(n);
-  std::vector<Bits> gen(nb, Bits(nregs)), kill(nb, Bits(nregs)), live_in(nb, Bits(nregs));
+  const size_t nb = start_.size();
+  start_.push_back(static_cast<uint32_t>(n));
+  std::vector<Bits> gen(nb, Bits(nregs_)), kill(nb, Bits(nregs_));
+  live_in_.assign(nb, Bits(nregs_));
+  live_out_.assign(nb, Bits(nregs_));
   std::vector<std::vector<size_t>> succ(nb);
   for (size_t b = 0; b < nb; ++b) {
-    for (size_t i = start[b]; i < start[b + 1]; ++i) {
-      const Inst& in = code[i];
-      const bool defines = definesDestination(in.op);
-      auto read = [&](uint32_t r) {
-        if (r < nregs && !kill[b].has(r)) gen[b].set(r);
-      };
-      if (in.guard >= 0) read(static_cast<uint32_t>(in.guard));
-      for (const Operand* o : {&in.a, &in.b, &in.c, &in.e}) eachRegister(*o, read);
-      if (!defines || in.d.kind == Operand::kAddr) eachRegister(in.d, read);
-      if (!defines) eachRegister(in.d2, read);
-      if (defines && in.guard < 0) {
-        auto def = [&](uint32_t r) {
-          if (r < nregs) kill[b].set(r);
-        };
-        if (in.d.kind != Operand::kAddr) eachRegister(in.d, def);
-        eachRegister(in.d2, def);
-      }
+    for (size_t i = start_[b]; i < start_[b + 1]; ++i) {
+      effects(
+          code[i],
+          [&](uint32_t r) {
+            if (r < nregs_ && !kill[b].has(r)) gen[b].set(r);
+          },
+          [&](uint32_t r) {
+            if (r < nregs_) kill[b].set(r);
+          });
     }
-    const size_t last = start[b + 1] - 1;
+    const size_t last = start_[b + 1] - 1;
     const Inst& end = code[last];
     const bool falls = !ends(end) || end.guard >= 0;
-    if (end.op == Op::kBra && end.target < n) succ[b].push_back(static_cast<size_t>(block_of[end.target]));
-    if (falls && last + 1 < n) succ[b].push_back(static_cast<size_t>(block_of[last + 1]));
+    if (end.op == Op::kBra && end.target < n) succ[b].push_back(block_of_[end.target]);
+    if (falls && last + 1 < n) succ[b].push_back(block_of_[last + 1]);
   }
   // live_in = gen | (union of the successors' live_in) & ~kill, to a fixed point.
   for (bool changed = true; changed;) {
     changed = false;
     for (size_t b = nb; b-- > 0;) {
-      Bits out(nregs);
-      for (size_t s : succ[b]) out.orWith(live_in[s]);
-      changed |= live_in[b].orWith(gen[b]);
-      changed |= live_in[b].orAndNot(out, kill[b]);
+      for (size_t s : succ[b]) live_out_[b].orWith(live_in_[s]);
+      changed |= live_in_[b].orWith(gen[b]);
+      changed |= live_in_[b].orAndNot(live_out_[b], kill[b]);
     }
   }
+}
+
+std::vector<uint32_t> Liveness::liveIn() const {
   std::vector<uint32_t> live;
-  for (uint32_t r = 0; r < nregs; ++r)
-    if (live_in[0].has(r)) live.push_back(r);
+  for (uint32_t r = 0; r < nregs_; ++r)
+    if (!exact_ || live_in_[0].has(r)) live.push_back(r);
   return live;
 }
+
+std::vector<Liveness::Bits> Liveness::liveAfter(uint32_t start, uint32_t count) const {
+  std::vector<Bits> after(count, Bits(nregs_));
+  if (!exact_) {
+    for (Bits& b : after) b.setAll();
+    return after;
+  }
+  // Backwards from the end of the block that holds the span.
+  const uint32_t b = block_of_[start];
+  Bits live = live_out_[b];
+  for (uint32_t i = start_[b + 1]; i-- > start;) {
+    if (i < start + count) after[i - start] = live;
+    effects(
+        fn_.code[i], [&](uint32_t r) { if (r < nregs_) live.set(r); },
+        [&](uint32_t r) {
+          if (r < nregs_) live.clear(r);
+        });
+  }
+  return after;
+}
+
+std::vector<uint32_t> liveInRegisters(const Function& fn) { return Liveness(fn).liveIn(); }
 
 }  // namespace rgpu::server::ptx
