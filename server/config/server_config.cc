@@ -285,7 +285,7 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
     }
     if (auto th = (*sim)["jit_threshold"]; th) {
       auto n = th.value<int64_t>();
-      if (!n || *n < 0) return Status(err::kInvalidValue, where("sim.jit_threshold") + " must be a count of thread-instructions (>= 0)");
+      if (!n || *n < 0) return Status(err::kInvalidValue, where("sim.jit_threshold") + " must be a count of thread-instructions per instruction of a kernel (>= 0)");
       c.sim_jit_threshold = static_cast<uint64_t>(*n);
     }
     if (auto lib = (*sim)["jit_library"].value<std::string>()) c.sim_jit_library = common::resolveRelative(path, *lib);

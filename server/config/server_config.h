@@ -137,11 +137,12 @@ struct ServerConfig {
   std::string sim_launch_log;  // [sim] launch_log: record every kernel launch (tests)
   bool sim_hot_paths = true;   // [sim] hot_paths: the interpreter's hot paths (off: its general code only)
   // [sim] jit: "auto" (compile a kernel once the interpreter ran jit_threshold
-  // of its thread-instructions), "eager" (before its first launch) or "off";
+  // thread-instructions per instruction of it), "eager" (before its first
+  // launch) or "off";
   // jit_library: the JIT plugin, where it is not beside rgpu-server or in
   // <prefix>/lib/rgpu (server/sim/ptx/ptx_jit.h).
   std::string sim_jit = "auto";
-  uint64_t sim_jit_threshold = 1ull << 26;
+  uint64_t sim_jit_threshold = 1ull << 20;
   std::string sim_jit_library;
   // [cuda]: the driver library workers load (a path for tests' fake driver),
   // NVML for inventory and health, and the idle pinned staging memory kept.

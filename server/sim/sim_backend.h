@@ -70,7 +70,7 @@ struct SimOptions {
   bool hot_paths = true;
   // [sim] jit, jit_threshold, jit_library (server/sim/ptx/ptx_jit.h): for the whole worker process.
   std::string jit = "auto";
-  uint64_t jit_threshold = 1ull << 26;
+  uint64_t jit_threshold = 1ull << 20;
   std::string jit_library;
 };
 

@@ -354,8 +354,9 @@ ret;
   L.params = reinterpret_cast<const uint8_t*>(&params);
   L.memory = &mem;
   Interpreter interp(1);
-  // 64 threads x 8 instructions = 512 per launch; compiled once 2,000 have run.
-  jit::configure(jit::Mode::kAuto, 2000);
+  // 64 threads x 8 instructions = 512 per launch; compiled once about 2,000
+  // have run (the threshold is per instruction of the kernel's code).
+  jit::configure(jit::Mode::kAuto, 2000 / L.fn->code.size());
   int interpreted_only = 0;  // launches after which the kernel still had no code
   for (int i = 0; i < 10; ++i) {
     auto r = interp.run(L);

@@ -6,8 +6,8 @@
 // optimises it for this host's CPU (its vector width, FMA), and adds it under
 // a resource tracker of its own, which the Code removes when it is destroyed
 // (the Function's module unloaded).
-#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/JITEventListener.h>
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -19,16 +19,14 @@
 #include <llvm/Object/SymbolSize.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
-#include <llvm/Support/FileSystem.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
-
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <chrono>
 #include <mutex>
 
 #include "server/sim/jit/unit_emitter.h"
@@ -107,8 +105,7 @@ class LlvmCompiler final : public Compiler {
       error = message(host.takeError());
       return nullptr;
     }
-    const char* cg = getenv("RGPU_JIT_CG");
-    host->setCodeGenOptLevel(cg ? static_cast<llvm::CodeGenOpt::Level>(atoi(cg)) : llvm::CodeGenOpt::Default);
+    host->setCodeGenOptLevel(llvm::CodeGenOpt::Default);
     auto tm = host->createTargetMachine();
     if (!tm) {
       error = message(tm.takeError());
@@ -171,11 +168,6 @@ class LlvmCompiler final : public Compiler {
       return nullptr;
     }
     optimise(*module);
-    if (const char* dump = getenv("RGPU_JIT_DUMP")) {
-      std::error_code ec;
-      llvm::raw_fd_ostream os(std::string(dump) + "/" + fn.name + ".ll", ec);
-      module->print(os, nullptr);
-    }
     std::vector<Unit> units;
     auto tracker = jit_->getMainJITDylib().createResourceTracker();
     if (!spans.empty()) {
@@ -216,21 +208,7 @@ class LlvmCompiler final : public Compiler {
     pb.registerFunctionAnalyses(fam);
     pb.registerLoopAnalyses(lam);
     pb.crossRegisterProxies(lam, fam, cgam, mam);
-    const char* lv = getenv("RGPU_JIT_OPT");
-    int level = lv ? atoi(lv) : 2;
-    llvm::ModulePassManager mpm = level == 0 ? pb.buildO0DefaultPipeline(llvm::OptimizationLevel::O0)
-                                  : level == 1 ? pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O1)
-                                  : level == 3 ? pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3)
-                                               : pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
-    if (const char* pipe = getenv("RGPU_JIT_PIPE")) {
-      llvm::ModulePassManager custom;
-      if (auto e = pb.parsePassPipeline(custom, pipe)) {
-        llvm::errs() << "bad pipeline: " << e << "\n";
-        return;
-      }
-      custom.run(module, mam);
-      return;
-    }
+    llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
     mpm.run(module, mam);
   }
 

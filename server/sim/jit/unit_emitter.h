@@ -22,8 +22,8 @@
 #include <string>
 
 #include "server/sim/jit/unit_plan.h"
-#include "server/sim/ptx/ptx_liveness.h"
 #include "server/sim/ptx/ptx_ir.h"
+#include "server/sim/ptx/ptx_liveness.h"
 
 namespace llvm {
 class Function;

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <mutex>
@@ -117,9 +118,10 @@ std::shared_ptr<const Code> codeFor(const Function& fn) {
   const JitSlot& slot = fn.jit;
   std::lock_guard lock(slot.mu);
   if (slot.code || slot.tried) return slot.code;
-  if (m == Mode::kAuto &&
-      slot.interpreted.load(std::memory_order_relaxed) < g_threshold.load(std::memory_order_relaxed))
-    return nullptr;
+  const uint64_t size = std::max<uint64_t>(1, fn.code.size());
+  const uint64_t threshold = g_threshold.load(std::memory_order_relaxed);
+  const uint64_t due = threshold > UINT64_MAX / size ? UINT64_MAX : threshold * size;
+  if (m == Mode::kAuto && slot.interpreted.load(std::memory_order_relaxed) < due) return nullptr;
   slot.tried = true;
   Compiler* c = compiler();
   if (!c) return nullptr;
