@@ -4,6 +4,9 @@
 // ptx_cross_check.h).
 #include <gtest/gtest.h>
 
+#include <bit>
+
+#include "server/sim/ptx/ptx_block.h"
 #include "tests/server/ptx_cross_check.h"
 
 namespace rgpu::server::ptx {
@@ -56,6 +59,30 @@ TEST(PtxFastPath, FaultsAreTheGeneralCodesToo) {
     }
     EXPECT_EQ(messages[0], messages[1]);
   }
+}
+
+TEST(PtxFloat, MinMaxAndSaturationAreSpelledOut) {
+  // (detail::minNum, maxNum, saturate: what min, max and .sat give in the
+  // general code and the JIT, whatever libm and the compiler do with fmin.)
+  using detail::maxNum;
+  using detail::minNum;
+  using detail::saturate;
+  auto bits = [](float f) { return std::bit_cast<uint32_t>(f); };
+  const float qnan = std::bit_cast<float>(0x7fc00001u), snan = std::bit_cast<float>(0x7fa00001u);
+  EXPECT_EQ(bits(minNum(-0.0f, 0.0f)), 0x80000000u);
+  EXPECT_EQ(bits(minNum(0.0f, -0.0f)), 0x80000000u);
+  EXPECT_EQ(bits(maxNum(-0.0f, 0.0f)), 0u);
+  EXPECT_EQ(bits(maxNum(0.0f, -0.0f)), 0u);
+  EXPECT_EQ(minNum(qnan, 2.0f), 2.0f);
+  EXPECT_EQ(maxNum(-3.0f, snan), -3.0f);
+  EXPECT_EQ(bits(minNum(snan, qnan)), 0x7fe00001u);  // the first, quieted
+  EXPECT_EQ(bits(maxNum(qnan, snan)), 0x7fc00001u);
+  EXPECT_EQ(minNum(1.5f, -2.0f), -2.0f);
+  EXPECT_EQ(maxNum(1.5, -2.0), 1.5);
+  EXPECT_EQ(bits(saturate(-0.0f)), 0u);
+  EXPECT_EQ(bits(saturate(qnan)), 0u);
+  EXPECT_EQ(saturate(1.5f), 1.0f);
+  EXPECT_EQ(saturate(0.25), 0.25);
 }
 
 }  // namespace

@@ -61,6 +61,27 @@ TEST(PtxJit, GivesTheGeneralCodesBitsForEveryFormItCompiles) {
               static_cast<unsigned long long>(code->covered()), total, code->compile_ms);
 }
 
+TEST(PtxJit, GivesTheGeneralCodesBitsForItsOtherForms) {
+  const std::string ptx = test::crossCheckKernel2();
+  auto m = parsePtx(ptx);
+  ASSERT_TRUE(m) << m.status().message() << "\n" << ptx;
+  for (auto [block, grid] : {std::pair<uint32_t, uint32_t>{64, 1}, {40, 1}}) {
+    const auto general = runOnce(*m, block, grid, Engine::kGeneral, test::kSlots2, test::edgeValues2());
+    const auto compiled = runOnce(*m, block, grid, Engine::kJit, test::kSlots2, test::edgeValues2());
+    size_t differ = 0;
+    for (size_t i = 0; i < general.size(); ++i)
+      if (general[i] != compiled[i] && differ++ < 12)
+        ADD_FAILURE() << "block " << block << ": thread " << i / test::kSlots2 << " result " << i % test::kSlots2
+                      << ": general " << std::hex << general[i] << ", compiled " << compiled[i];
+    EXPECT_EQ(differ, 0u) << "block " << block;
+    EXPECT_NE(general[1], 0xa5a5a5a5a5a5a5a5ull);
+  }
+  auto code = codeOf(*m);
+  ASSERT_TRUE(code);
+  const size_t total = m->functions.at("k").code.size();
+  EXPECT_GT(code->covered() * 10, total * 9) << code->covered() << " of " << total << " instructions compiled";
+}
+
 // Runs kernel k of `ptx` over a buffer of `words` u64 (initialised to
 // i * 3 + 1), returning the buffer and the launch's result.
 struct BufferRun {

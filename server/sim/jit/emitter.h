@@ -88,8 +88,23 @@ class Emitter {
   // ---- arithmetic (unit_arith.cc) ----------------------------------------------------------
   void arithmetic(const Inst& in, Value* em);
   void setp(const Inst& in, Value* em);
+  Value* intBinary(const Inst& in);
+  Value* f32Binary(const Inst& in);
+  Value* f32Fma(const Inst& in);
+  Value* f32Unary(const Inst& in);
+  Value* convert(const Inst& in);
+  Value* floatToInt(Value* v, Type t, Round r);
+  // f32 (or f64) lanes of an operand.
+  Value* readFloat(const Operand& o, Type t);
+  // libm's double function `name` of one argument; f(x) lane by lane.
   llvm::FunctionCallee libm(const char* name);
   Value* perLane(Value* x, llvm::FunctionCallee f);
+  Value* libmCall(llvm::FunctionCallee f, llvm::ArrayRef<Value*> args);
+  Value* ftz(Value* f);                     // f32 subnormals to zeros of their sign
+  Value* minMax(Value* x, Value* y, bool max);  // minNum / maxNum of ptx_block.h
+  Value* saturate(Value* z);                    // .sat: NaN to 0, clamped to [0, 1]
+  Value* nextAfter(Value* r, Value* toward);  // std::nextafter for finite f32 r
+  Value* toFloat(Value* exact, Round mode);    // a double to f32 under `mode`
 
   // ---- memory --------------------------------------------------------------------------
   // Continues in a new block when `ok`, else the unit stops before this instruction.

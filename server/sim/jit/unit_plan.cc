@@ -42,90 +42,85 @@ bool readable(const Operand& o) {
   }
 }
 
-bool plainF32(const Inst& in) {
-  return in.type == Type::kF32 && !in.ftz && !in.sat && (in.round == Round::kDefault || in.round == Round::kRn);
+bool roundable(Round r) {  // an f32 result's rounding: to nearest or directed
+  return r == Round::kDefault || r == Round::kRn || r == Round::kRz || r == Round::kRm || r == Round::kRp;
 }
 
-bool setpCmp(Cmp c) {
-  switch (c) {
-    case Cmp::kEq:
-    case Cmp::kNe:
-    case Cmp::kLt:
-    case Cmp::kLo:
-    case Cmp::kLe:
-    case Cmp::kLs:
-    case Cmp::kGt:
-    case Cmp::kHi:
-    case Cmp::kGe:
-    case Cmp::kHs:
-      return true;
-    default:
-      return false;
-  }
-}
+bool floatType(Type t) { return t == Type::kF32 || t == Type::kF64; }
 
-// The arithmetic forms of BlockRunner::fastArith, operand kinds included.
+// The arithmetic forms unit_arith.cc emits: those of BlockRunner::fastArith,
+// and of the general code (ptx_arith.cc) for integer division, minimum and
+// maximum, predicate logic, f32 arithmetic with .ftz, .sat and directed
+// rounding, f32 min, max, copysign and math functions, comparisons of every
+// kind, conversions among integers, f32 and f64.
 bool arithmetic(const Inst& in) {
   if (in.d.kind != Operand::kReg) return false;
   const Type t = in.type;
+  auto operands = [&](std::initializer_list<const Operand*> ops) {
+    for (const Operand* o : ops)
+      if (!readable(*o)) return false;
+    return true;
+  };
   switch (in.op) {
     case Op::kMov:
       return readable(in.a);
-    case Op::kDiv:
-      return plainF32(in) && readable(in.a) && readable(in.b);
     case Op::kAdd:
     case Op::kSub:
     case Op::kMul:
-      if (!readable(in.a) || !readable(in.b)) return false;
-      if (t == Type::kF32) return plainF32(in);
-      return isInt(t) && !(in.sat && t == Type::kS32) && !(in.op == Op::kMul && in.mode == kModeHi);
+    case Op::kDiv:
+      if (!operands({&in.a, &in.b})) return false;
+      if (t == Type::kF32) return roundable(in.round);
+      if (!isInt(t) || in.sat || (in.op == Op::kMul && in.mode == kModeHi)) return false;
+      return in.op != Op::kMul || in.mode == kModeLo || in.mode == kModeWide;
+    case Op::kRem:
+      return isInt(t) && operands({&in.a, &in.b});
+    case Op::kMin:
+    case Op::kMax:
+      return (isInt(t) || t == Type::kF32) && operands({&in.a, &in.b});
+    case Op::kCopysign:
+      return t == Type::kF32 && operands({&in.a, &in.b});
     case Op::kAnd:
     case Op::kOr:
     case Op::kXor:
+      return (isInt(t) || t == Type::kPred) && operands({&in.a, &in.b});
+    case Op::kNot:
+    case Op::kCnot:
+      return (isInt(t) || t == Type::kPred) && readable(in.a);
     case Op::kShl:
     case Op::kShr:
-      return isInt(t) && readable(in.a) && readable(in.b);
+      return isInt(t) && operands({&in.a, &in.b});
     case Op::kMad:
     case Op::kFma:
-      if (!readable(in.a) || !readable(in.b) || !readable(in.c)) return false;
-      if (t == Type::kF32) return plainF32(in);
-      return in.op == Op::kMad && isInt(t) && !in.carry && (in.mode == kModeLo || in.mode == kModeWide);
+      if (!operands({&in.a, &in.b, &in.c})) return false;
+      if (t == Type::kF32) return roundable(in.round);
+      return in.op == Op::kMad && isInt(t) && !in.carry && !in.sat && (in.mode == kModeLo || in.mode == kModeWide);
     case Op::kSelp:
-      return readable(in.a) && readable(in.b) && readable(in.c);
+      return operands({&in.a, &in.b, &in.c});
     case Op::kSetp:
-      if (in.bool_op != BoolOp::kNone || !readable(in.a) || !readable(in.b) || !setpCmp(in.cmp)) return false;
+      if (!operands({&in.a, &in.b}) || (in.bool_op != BoolOp::kNone && !readable(in.c))) return false;
       if (in.d2.kind != Operand::kReg && in.d2.kind != Operand::kNone && in.d2.kind != Operand::kSink) return false;
-      if (t == Type::kF32) return true;
-      switch (t) {
-        case Type::kS16:
-        case Type::kU16:
-        case Type::kB16:
-        case Type::kS32:
-        case Type::kU32:
-        case Type::kB32:
-        case Type::kS64:
-        case Type::kU64:
-        case Type::kB64:
-          return true;
-        default:
-          return false;
-      }
+      return floatType(t) || isInt(t);
     case Op::kAbs:
     case Op::kNeg:
+      return t == Type::kF32 && readable(in.a);
     case Op::kSqrt:
-    case Op::kRsqrt:
     case Op::kRcp:
-    case Op::kEx2: {
-      if (t != Type::kF32 || in.ftz || !readable(in.a)) return false;
-      const bool directed = in.round == Round::kRz || in.round == Round::kRm || in.round == Round::kRp;
-      return !((in.op == Op::kSqrt || in.op == Op::kRcp) && directed);
-    }
+      return t == Type::kF32 && roundable(in.round) && readable(in.a);
+    case Op::kRsqrt:
+    case Op::kEx2:
+    case Op::kLg2:
+    case Op::kSin:
+    case Op::kCos:
+    case Op::kTanh:
+      return t == Type::kF32 && readable(in.a);
     case Op::kCvt: {
       const Type dt = in.dtype;
-      if (in.mode || in.sat || in.relu || !isInt(t) || (dt != Type::kF32 && !isInt(dt)) ||
-          (dt == Type::kF32 && typeBytes(t) == 8))
-        return false;
-      return readable(in.a);
+      if (in.mode || in.relu || !readable(in.a)) return false;
+      if (isInt(t) && isInt(dt)) return !in.sat;                // int -> int (without .sat)
+      if (isInt(t) && floatType(dt)) return !in.sat;            // int -> f32, f64
+      if (floatType(t) && isInt(dt)) return !in.sat;            // f32, f64 -> int (saturating anyway)
+      if (floatType(t) && floatType(dt)) return in.round != Round::kRna;  // f32, f64 -> f32, f64
+      return false;
     }
     case Op::kCvta:
       return readable(in.a);

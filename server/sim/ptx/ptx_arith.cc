@@ -346,8 +346,8 @@ bool BlockRunner::execArith(const Inst& in, Warp& w, uint32_t m) {
                 case Op::kAdd: z = x + y; break;
                 case Op::kSub: z = x - y; break;
                 case Op::kMul: z = x * y; break;
-                case Op::kMin: z = std::fmin(x, y); break;
-                case Op::kMax: z = std::fmax(x, y); break;
+                case Op::kMin: z = minNum(x, y); break;
+                case Op::kMax: z = maxNum(x, y); break;
                 default: z = x / y; break;
               }
               r |= (writeF(z, h) & 0xffff) << (16 * k);
@@ -367,15 +367,17 @@ bool BlockRunner::execArith(const Inst& in, Warp& w, uint32_t m) {
             if (in.ftz) x = ftz32(x), y = ftz32(y);
             switch (in.op) {
               // Products and sums of two floats are exact (or nearly) in double.
-              case Op::kAdd: z = directed(rm) ? toFloat(static_cast<double>(x) + y, rm) : nanFirst(x + y, x, y); break;
-              case Op::kSub: z = directed(rm) ? toFloat(static_cast<double>(x) - y, rm) : nanFirst(x - y, x, y); break;
-              case Op::kMul: z = directed(rm) ? toFloat(static_cast<double>(x) * y, rm) : nanFirst(x * y, x, y); break;
-              case Op::kDiv: z = directed(rm) ? toFloat(static_cast<double>(x) / y, rm) : nanFirst(x / y, x, y); break;
-              case Op::kMin: z = std::fmin(x, y); break;
-              case Op::kMax: z = std::fmax(x, y); break;
+              // (A NaN result is the first NaN operand, quieted, in every mode: the
+              // compiler may order a double sum's operands either way.)
+              case Op::kAdd: z = nanFirst(directed(rm) ? toFloat(static_cast<double>(x) + y, rm) : x + y, x, y); break;
+              case Op::kSub: z = nanFirst(directed(rm) ? toFloat(static_cast<double>(x) - y, rm) : x - y, x, y); break;
+              case Op::kMul: z = nanFirst(directed(rm) ? toFloat(static_cast<double>(x) * y, rm) : x * y, x, y); break;
+              case Op::kDiv: z = nanFirst(directed(rm) ? toFloat(static_cast<double>(x) / y, rm) : x / y, x, y); break;
+              case Op::kMin: z = minNum(x, y); break;
+              case Op::kMax: z = maxNum(x, y); break;
               default: z = std::copysign(y, x); break;  // copysign.f32 d, a, b: |b| with a's sign
             }
-            if (in.sat) z = std::isnan(z) ? 0.0f : std::fmin(1.0f, std::fmax(0.0f, z));
+            if (in.sat) z = saturate(z);
             if (in.ftz) z = ftz32(z);
             D[l] = b32(z);
           END_LANES
@@ -387,11 +389,11 @@ bool BlockRunner::execArith(const Inst& in, Warp& w, uint32_t m) {
                 z = t == Type::kF64 ? f64Op(in.op, x, y, rm)
                                     : (in.op == Op::kAdd ? x + y : in.op == Op::kSub ? x - y : in.op == Op::kMul ? x * y : x / y);
                 break;
-              case Op::kMin: z = std::fmin(x, y); break;
-              case Op::kMax: z = std::fmax(x, y); break;
+              case Op::kMin: z = minNum(x, y); break;
+              case Op::kMax: z = maxNum(x, y); break;
               default: z = std::copysign(y, x); break;
             }
-            if (in.sat) z = std::isnan(z) ? 0.0 : std::fmin(1.0, std::fmax(0.0, z));
+            if (in.sat) z = saturate(z);
             D[l] = writeF(z, t);
           END_LANES
         }
@@ -513,9 +515,10 @@ bool BlockRunner::execArith(const Inst& in, Warp& w, uint32_t m) {
           if (in.ftz) x = ftz32(x), y = ftz32(y), z = ftz32(z);
           // x*y is exact in double; one more rounding to double then float is
           // what a single fused rounding gives in all but vanishing cases.
-          float r = directed(rm) ? toFloat(std::fma(static_cast<double>(x), y, static_cast<double>(z)), rm)
-                                 : nanFirst(std::fma(x, y, z), x, y, z);
-          if (in.sat) r = std::isnan(r) ? 0.0f : std::fmin(1.0f, std::fmax(0.0f, r));
+          float r = nanFirst(directed(rm) ? toFloat(std::fma(static_cast<double>(x), y, static_cast<double>(z)), rm)
+                                          : std::fma(x, y, z),
+                             x, y, z);
+          if (in.sat) r = saturate(r);
           if (in.ftz) r = ftz32(r);
           D[l] = b32(r);
         END_LANES
@@ -942,7 +945,7 @@ bool BlockRunner::execArith(const Inst& in, Warp& w, uint32_t m) {
           double v = readF(x, st);
           if (in.round >= Round::kRni) v = roundInt(v, in.round);
           if (dt == Type::kF32 && in.ftz) v = ftz32(static_cast<float>(v));
-          if (in.sat) v = std::isnan(v) ? 0.0 : std::fmin(1.0, std::fmax(0.0, v));
+          if (in.sat) v = saturate(v);
           if (dt == Type::kF32 && directed(in.round)) {
             r = b32(toFloat(v, in.round));
           } else {

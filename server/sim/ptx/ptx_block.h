@@ -62,6 +62,34 @@ inline float nanFirst(float r, float x, float y, float z) {
   return x != x ? quietF32(x) : y != y ? quietF32(y) : z != z ? quietF32(z) : r;
 }
 
+// min and max of PTX floats, spelled out (libm's fmin/fmax leave the sign of
+// equal zeros and which of two NaNs to the implementation, and the compiler
+// swaps their operands as it likes): a NaN gives way to the other operand,
+// two NaNs give the first, quieted; -0 is below +0. The JIT computes the same.
+template <typename T, typename Bits>
+T minMaxNum(T x, T y, bool max) {
+  const bool xn = x != x, yn = y != y;
+  if (xn || yn) {
+    if (!yn) return y;
+    if (!xn) return x;
+    Bits b = std::bit_cast<Bits>(x);
+    b |= Bits{1} << (sizeof(T) == 4 ? 22 : 51);
+    return std::bit_cast<T>(b);
+  }
+  if (x < y) return max ? y : x;
+  if (y < x) return max ? x : y;
+  // Equal: the same bits, or zeros of both signs (min takes -0, max +0).
+  const Bits bx = std::bit_cast<Bits>(x), by = std::bit_cast<Bits>(y);
+  return std::bit_cast<T>(max ? (bx & by) : (bx | by));
+}
+inline float minNum(float x, float y) { return minMaxNum<float, uint32_t>(x, y, false); }
+inline float maxNum(float x, float y) { return minMaxNum<float, uint32_t>(x, y, true); }
+inline double minNum(double x, double y) { return minMaxNum<double, uint64_t>(x, y, false); }
+inline double maxNum(double x, double y) { return minMaxNum<double, uint64_t>(x, y, true); }
+// .sat: NaN to +0, else clamped to [+0, 1].
+inline float saturate(float z) { return z != z ? 0.0f : minNum(1.0f, maxNum(0.0f, z)); }
+inline double saturate(double z) { return z != z ? 0.0 : minNum(1.0, maxNum(0.0, z)); }
+
 using common::bf16ToFloat;
 using common::floatToBf16;
 using common::floatToHalf;
