@@ -439,6 +439,17 @@ void Connection::acknowledgeLocked(bool bye) {
 
 // ---- sending ---------------------------------------------------------------------
 
+namespace {
+uint64_t monotonicNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+// The calling thread's timed call in progress (enqueue stamps it), and its last.
+thread_local CallTiming* tl_timing = nullptr;
+thread_local CallTiming tl_last_timing;
+thread_local bool tl_has_timing = false;
+}  // namespace
+
 Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void* bulk, uint64_t bulk_len, bool now,
                            Slot* slot, uint64_t* seq_out) {
   if (Status b = broken(); !b) return b;
@@ -490,8 +501,10 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
       if (resume_) keepLocked(seq, out.data() + last, out.size() - last, bulk, bulk_len, copy_bulk);
     }
   }
+  if (tl_timing) tl_timing->built = monotonicNs();
   common::TlsConnection& conn = *conn_.load();
   Status s = bulk_sender_.send(conn, out, last, bulk, now ? bulk_len : 0, compression_);
+  if (tl_timing) tl_timing->written = monotonicNs();
   if (!s) RGPU_TRY(lost(conn, s));
   if (hold_bulk) {
     // Through a resume too: the replay writes from the caller's buffer (and
@@ -580,14 +593,27 @@ void Connection::waitForWritesInto(const void* p, uint64_t len) {
   });
 }
 
+bool Connection::lastTiming(CallTiming* out) {
+  if (!tl_has_timing) return false;
+  *out = tl_last_timing;
+  return true;
+}
+
 Reply Connection::call(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len, void* in, uint64_t in_len) {
   Reply reply;
   Slot slot;
   slot.in = in;
   slot.in_len = in_len;
   uint64_t seq = 0;
+  CallTiming timing;
+  slot.timed = timed_.load(std::memory_order_relaxed);
+  if (slot.timed) {
+    timing.entered = monotonicNs();
+    tl_timing = &timing;
+  }
   sync_waiters_.fetch_add(1, std::memory_order_relaxed);
-  Status s = enqueue(msg, 0, bulk, bulk_len, true, &slot, &seq);
+  Status s = enqueue(msg, slot.timed ? protocol::kFlagTimed : 0, bulk, bulk_len, true, &slot, &seq);
+  tl_timing = nullptr;
   if (!s) {
     sync_waiters_.fetch_sub(1, std::memory_order_relaxed);
     std::lock_guard lock(slots_mu_);
@@ -599,9 +625,24 @@ Reply Connection::call(capnp::MessageBuilder& msg, const void* bulk, uint64_t bu
   for (int i = 0; i < kSpinPolls && slot.state.load(std::memory_order_acquire) == 0 && common::spinYield(); ++i) {
   }
   while (slot.state.load(std::memory_order_acquire) == 0) slot.state.wait(0, std::memory_order_acquire);
+  if (slot.timed) timing.returned = monotonicNs();
   sync_waiters_.fetch_sub(1, std::memory_order_relaxed);
   reply.status = slot.status;
   reply.words = std::move(slot.words);
+  if (slot.timed && !reply.words.empty()) {
+    try {
+      auto times = reply.reader().getServerTimes();
+      if (times.size() >= 3) {
+        timing.received = slot.received;
+        timing.server_read = times[0];
+        timing.server_dispatch = times[1];
+        timing.server_replied = times[2];
+        tl_last_timing = timing;
+        tl_has_timing = true;
+      }
+    } catch (const kj::Exception&) {
+    }
+  }
   if (reply.status && !reply.words.empty()) {
     try {
       auto r = reply.reader();
@@ -810,6 +851,7 @@ Status Connection::receive(common::TlsConnection& conn) {
       endDeferred(slot);
       continue;
     }
+    if (slot->timed) slot->received = monotonicNs();
     slot->state.store(1, std::memory_order_release);
     slot->state.notify_one();
   }

@@ -81,6 +81,19 @@ struct SpanPart {
   uint32_t count = 0;
 };
 
+// Where a timed synchronous call's time went (Connection::setTimed;
+// rgpu-bench --breakdown): steady_clock ns (CLOCK_MONOTONIC, one clock for
+// the client and a server on the same host).
+struct CallTiming {
+  uint64_t entered = 0;   // call() began
+  uint64_t built = 0;     // its frame was encoded
+  uint64_t written = 0;   // the frame was written to the connection
+  uint64_t received = 0;  // the receiver thread had the reply
+  uint64_t returned = 0;  // the caller was awake with it
+  // The server's: the request read whole, its handler started, the reply built.
+  uint64_t server_read = 0, server_dispatch = 0, server_replied = 0;
+};
+
 class Connection {
  public:
   using HostFuncHandler = std::function<void(uint64_t id)>;
@@ -138,6 +151,10 @@ class Connection {
   const std::string& server() const { return server_; }
   // How often this connection was resumed (tests, diagnostics).
   int resumes() const { return resumes_.load(); }
+  // Times every synchronous call from now on (the server stamps it too);
+  // lastTiming() is the calling thread's last timed call, if any.
+  void setTimed(bool on) { timed_.store(on, std::memory_order_relaxed); }
+  static bool lastTiming(CallTiming* out);
 
  private:
   struct Slot {
@@ -151,6 +168,8 @@ class Connection {
     std::vector<uint8_t> own_bulk, scratch;
     std::vector<std::pair<void*, uint64_t>> parts;
     std::vector<bool> delivered;  // parts that came ahead in a graphOutput notification
+    bool timed = false;           // stamp `received` (setTimed)
+    uint64_t received = 0;
   };
 
   // A request kept for replay until the server has dispatched it. Its frame
@@ -226,6 +245,7 @@ class Connection {
   common::BulkSender bulk_sender_;  // guarded by write_mu_
 
   std::atomic<int> sync_waiters_{0};  // callers waiting for a reply: the receiver busy-polls
+  std::atomic<bool> timed_{false};    // setTimed
   mutable std::mutex slots_mu_;
   std::unordered_map<uint64_t, Slot*> slots_;
   Status broken_;

@@ -1,5 +1,5 @@
-// cudaGetExportTable: rgpu's own table for its cuBLAS libraries
-// (client/export_table.h). NVIDIA's private tables are not available through
+// cudaGetExportTable: rgpu's own table for its cuBLAS libraries and
+// benchmarks (client/export_table.h). NVIDIA's private tables are not available through
 // rgpu: asking for one is refused like any unsupported call.
 #include "client/export_table.h"
 
@@ -31,7 +31,17 @@ int currentDevice() { return rt().currentDevice(); }
 
 std::string logLevel() { return rt().config().log_level; }
 
-const ExportTable kTable = {sizeof(ExportTable), ready, call, post, stream, currentDevice, logLevel};
+Status setCallTiming(bool on) {
+  auto c = rt().conn();
+  if (!c) return c.status();
+  (*c)->setTimed(on);
+  return Status::ok();
+}
+
+bool lastCallTiming(CallTiming* out) { return Connection::lastTiming(out); }
+
+const ExportTable kTable = {sizeof(ExportTable), ready, call, post, stream, currentDevice, logLevel,
+                            setCallTiming, lastCallTiming};
 
 }  // namespace
 }  // namespace rgpu::client

@@ -1,5 +1,6 @@
 // rgpu's private interface between its CUDA runtime (libcudart.so.13) and its
-// other client libraries (libcublas.so.13, libcublasLt.so.13), obtained the way
+// other client libraries (libcublas.so.13, libcublasLt.so.13) and benchmarks
+// (rgpu-bench --breakdown), obtained the way
 // NVIDIA's own libraries obtain theirs: cudaGetExportTable with rgpu's UUID.
 // Through it those libraries use the runtime's one session — its connection,
 // its streams, its ordering — so a cuBLAS call and a kernel launch on one
@@ -40,6 +41,10 @@ struct ExportTable {
   int (*currentDevice)();
   // client.toml's log_level (RGPU_LOG_LEVEL overrides it), for the libraries' own logs.
   std::string (*logLevel)();
+  // Times every synchronous call from now on (Connection::setTimed), and the
+  // calling thread's last timed call (rgpu-bench --breakdown).
+  Status (*setCallTiming)(bool on);
+  bool (*lastCallTiming)(CallTiming* out);
 };
 
 }  // namespace rgpu::client

@@ -64,7 +64,7 @@ bool decodeHeader(const uint8_t in[kFrameHeaderBytes], FrameHeader& h, std::stri
     why = "bulk length " + std::to_string(h.bulk_len) + " exceeds limit " + std::to_string(max_bulk);
     return false;
   }
-  if ((h.flags & ~(kFlagBulkLz4 | kFlagAsync)) != 0) {
+  if ((h.flags & ~(kFlagBulkLz4 | kFlagAsync | kFlagTimed)) != 0) {
     why = "unknown frame flags";
     return false;
   }

@@ -41,6 +41,9 @@ enum class FrameType : uint8_t {
 enum FrameFlags : uint8_t {
   kFlagBulkLz4 = 1u << 0,  // bulk payload is a sequence of lz4 blocks
   kFlagAsync = 1u << 1,    // request expects no reply (fire and forget)
+  // Request: the reply carries the server's timestamps of it (Reply.serverTimes;
+  // rgpu-bench --breakdown). Costs a few clock reads; asked for by benchmarks only.
+  kFlagTimed = 1u << 2,
 };
 
 struct FrameHeader {

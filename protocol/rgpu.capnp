@@ -478,6 +478,10 @@ struct Reply {
   # A cuBLAS call's failure: its cublasStatus_t (error is then a non-sticky
   # CUDA error standing for it, common/status.h); 0 otherwise.
   blasStatus @14 :Int32;
+  # A request with the timed flag (protocol/frame.h kFlagTimed): when the
+  # server had read it whole, started its handler, and built this reply
+  # (CLOCK_MONOTONIC ns, comparable with the client's on one host).
+  serverTimes @16 :List(UInt64);
 }
 
 # A pool of servers (docs/pool.md), as the member asked last read it from etcd.

@@ -430,6 +430,7 @@ Status Session::serveConnection(common::TlsConnection& conn) {
     kj::ArrayPtr<const capnp::word> msg;
     Status s = reader.next(h, msg);
     if (!s) return s.code() == err::kDevicesUnavailable ? ended(s) : violation(s);
+    if (h.flags & protocol::kFlagTimed) timed_read_ns_ = monotonicNs();
     if (h.type == FrameType::kAck) {
       if (h.bulk_len) return violation(Status(err::kInvalidValue, "acknowledgement with a bulk payload"));
       try {
@@ -689,6 +690,11 @@ void Session::recordAsyncError(const Status& s) {
   }
 }
 
+uint64_t Session::monotonicNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
 void Session::finish(const FrameHeader& h, const Status& s, const Fill& fill) {
   if (graph_build_ && std::this_thread::get_id() == graph_build_thread_) {
     if (!s && graph_build_->isOk()) *graph_build_ = s;
@@ -728,6 +734,12 @@ void Session::sendReply(uint64_t seq, const Status& status, const Fill& fill, co
   }
   if (fault && backend_ && !fault_output_flushed_.exchange(true)) backend_->flushOutput();
   if (fill && s) fill(r);
+  if (seq == timed_seq_.load(std::memory_order_acquire)) {
+    auto times = r.initServerTimes(3);
+    times.set(0, timed_read_ns_);
+    times.set(1, timed_dispatch_ns_);
+    times.set(2, monotonicNs());
+  }
   if (!s) {
     bulk_len = 0;
     errors_.fetch_add(1, std::memory_order_relaxed);
@@ -852,6 +864,10 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
     return Status::ok();
   }
   auto which = static_cast<size_t>(req.which());
+  if (h.flags & protocol::kFlagTimed) {
+    timed_dispatch_ns_ = monotonicNs();
+    timed_seq_.store(h.seq, std::memory_order_release);
+  }
   if (which < handlers().size() && handlers()[which]) return (this->*handlers()[which])(h, req);
   // A call this server does not know (a newer client): refuse it, keep serving.
   RGPU_LOG_WARN("session {}: unknown call {} from client", session_id_, static_cast<int>(req.which()));

@@ -223,6 +223,8 @@ class Session {
   using Fill = std::function<void(wire::Reply::Builder&)>;
   // Sends a reply (sync request) or records the error (async request).
   void finish(const protocol::FrameHeader& h, const Status& s, const Fill& fill = nullptr);
+  // steady_clock (CLOCK_MONOTONIC: one clock for every process of the host) in ns.
+  static uint64_t monotonicNs();
   void sendReply(uint64_t seq, const Status& s, const Fill& fill, const uint8_t* bulk = nullptr,
                  uint64_t bulk_len = 0, const OnWire& on_wire = nullptr);
   // A ReadDone that sends the result as the reply to `seq`.
@@ -316,6 +318,11 @@ class Session {
 
   // Sequencing and resume (the dispatch thread's, but for the resume state).
   uint64_t next_seq_ = 1;          // the sequence number the next request must carry
+  // The last timed request (kFlagTimed; rgpu-bench --breakdown): its sequence
+  // number, and when it was read whole and its handler started (monotonic
+  // ns), written by the dispatch thread before it publishes the number.
+  std::atomic<uint64_t> timed_seq_{0};
+  uint64_t timed_read_ns_ = 0, timed_dispatch_ns_ = 0;
   uint64_t unacked_requests_ = 0, unacked_bulk_ = 0;
   bool fatal_ = false;             // a protocol violation: the session ends, no resume
   bool bye_ = false;               // the client said goodbye: an orderly end

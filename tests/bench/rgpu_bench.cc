@@ -14,10 +14,12 @@
 // It starts its own rgpu-server (sim backend) and raw TLS peer on loopback,
 // with throwaway certificates. Links rgpu's libcudart.so.13 like any program.
 //
-//   rgpu-bench [--quick] [--load]
+//   rgpu-bench [--quick] [--load] [--breakdown]
 // --load: a CPU hog on every core (a busy loop per core, at normal priority)
 // for the whole measurement, as a compiler or a training job beside it would be.
 // Round trips are timed one by one: median and 99th percentile of all of them.
+// --breakdown: where a synchronous call's time goes, stage by stage (the
+// client and the server stamp each call: client/export_table.h CallTiming).
 #include <cuda_runtime_api.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -30,6 +32,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -37,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/export_table.h"
 #include "common/tls.h"
 #include "tests/bench/bench_server.h"
 #include "tests/support/test_env.h"
@@ -156,11 +160,75 @@ double percentile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
 }
 
+// --breakdown: `calls` timed cudaStreamQuery calls, the median of each stage.
+int breakdown(cudaStream_t s, int calls) {
+  const void* table = nullptr;
+  if (cudaGetExportTable(&table, &rgpu::client::kExportTableId) != cudaSuccess || !table) {
+    std::fprintf(stderr, "rgpu-bench: the runtime is not rgpu's (no export table)\n");
+    return 1;
+  }
+  const auto* t = static_cast<const rgpu::client::ExportTable*>(table);
+  if (t->size < offsetof(rgpu::client::ExportTable, lastCallTiming) + sizeof t->lastCallTiming) {
+    std::fprintf(stderr, "rgpu-bench: this runtime does not time calls\n");
+    return 1;
+  }
+  if (auto on = t->setCallTiming(true); !on) {
+    std::fprintf(stderr, "rgpu-bench: %s\n", on.message().c_str());
+    return 1;
+  }
+  struct Stage {
+    const char* name;
+    const char* what;
+    std::vector<double> us;
+  };
+  // One timeline, stage after stage; the client's write() call is shown on
+  // its own: it often returns after the server has read the frame (the write
+  // wakes the worker, which may run first on its core).
+  std::vector<Stage> stages = {
+      {"client encode", "the call's message and frame built", {}},
+      {"to the server", "TLS write, loopback, the worker waking, TLS read of the frame", {}},
+      {"server dispatch", "the request decoded and its handler found", {}},
+      {"backend", "the handler: checks, the backend's answer", {}},
+      {"reply", "the reply encoded, written, read by the client's receiver thread", {}},
+      {"client wake-up", "the waiting caller running again", {}},
+  };
+  std::vector<double> total, write_call;
+  for (int i = 0; i < calls; ++i) {
+    check(cudaStreamQuery(s), "cudaStreamQuery");
+    rgpu::client::CallTiming c;
+    if (!t->lastCallTiming(&c)) {
+      std::fprintf(stderr, "rgpu-bench: the call was not timed\n");
+      return 1;
+    }
+    const uint64_t at[] = {c.entered, c.built, c.server_read, c.server_dispatch, c.server_replied, c.received,
+                           c.returned};
+    for (size_t k = 0; k < stages.size(); ++k)
+      stages[k].us.push_back(static_cast<double>(static_cast<int64_t>(at[k + 1] - at[k])) / 1e3);
+    total.push_back(static_cast<double>(c.returned - c.entered) / 1e3);
+    write_call.push_back(static_cast<double>(c.written - c.built) / 1e3);
+  }
+  (void)t->setCallTiming(false);
+  const double sum = median(total);
+  std::printf("(a) a synchronous call (cudaStreamQuery), stage by stage: median of %d calls (and p99)\n", calls);
+  std::printf("%-18s %10s %10s %7s   %s\n", "stage", "median", "p99", "share", "what it holds");
+  for (const Stage& st : stages) {
+    const double m = median(st.us);
+    std::printf("%-18s %7.1f us %7.1f us %6.0f%%   %s\n", st.name, m, percentile(st.us, 0.99), 100.0 * m / sum, st.what);
+  }
+  std::printf("%-18s %7.1f us %7.1f us %6s   (the medians of the stages need not add up to it)\n", "total", sum,
+              percentile(total, 0.99), "100%");
+  std::printf("%-18s %7.1f us %7.1f us %7s   the client's write() call alone (it may return after the server\n"
+              "%-18s %10s %10s %7s   has read the frame: the write wakes the worker, which can run first)\n",
+              "  (client write)", median(write_call), percentile(write_call, 0.99), "", "", "", "", "");
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  bool quick = false, load = false;  // --quick: smoke test, tiny counts
+  bool quick = false, load = false, split = false;  // --quick: smoke test, tiny counts
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--quick") quick = true;
     if (std::string(argv[i]) == "--load") load = true;
+    if (std::string(argv[i]) == "--breakdown") split = true;
   }
   const int rounds = quick ? 1 : 7;
   const int pings = quick ? 50 : 2000;
@@ -207,6 +275,15 @@ int main(int argc, char** argv) {
   // (a) queries an idle stream: nothing of the set-up (the legacy stream's
   // memset, which a blocking stream waits for) may still be queued.
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  if (split) {
+    const int rc = breakdown(s, quick ? 50 : 5000);
+    for (pid_t h : hogs) kill(h, SIGKILL);
+    for (pid_t h : hogs) waitpid(h, nullptr, 0);
+    cudaFree(dev);
+    raw.conn.reset();
+    waitpid(raw.pid, nullptr, 0);
+    return rc;
+  }
   for (int round = 0; round < rounds; ++round) {
     // (a) round trips, raw then rgpu.
     raw.command('p', ping_bytes, pings);
