@@ -670,6 +670,23 @@ Result<size_t> TlsConnection::readOnce(void* dst, size_t len, short& want) {
 }
 
 Result<size_t> TlsConnection::readSome(void* dst, size_t len) {
+  if (ahead_at_ == ahead_end_ && len < kReadAhead) {
+    if (ahead_.empty()) ahead_.resize(kReadAhead);
+    auto n = readWaiting(ahead_.data(), ahead_.size());
+    if (!n) return n.status();
+    ahead_at_ = 0;
+    ahead_end_ = *n;
+  }
+  if (ahead_at_ < ahead_end_) {
+    const size_t n = std::min(len, ahead_end_ - ahead_at_);
+    std::memcpy(dst, ahead_.data() + ahead_at_, n);
+    ahead_at_ += n;
+    return n;
+  }
+  return readWaiting(dst, len);
+}
+
+Result<size_t> TlsConnection::readWaiting(void* dst, size_t len) {
   // Busy-polling is bounded: a caller waiting for a long kernel must not cost
   // a core for the whole wait.
   constexpr int kMaxSpins = 2000;

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -137,8 +138,13 @@ class TlsConnection {
   // Reads exactly `len` bytes. Only one thread may read. Fails with
   // kDevicesUnavailable when the peer closed or the connection was shut down.
   Status readExact(void* dst, size_t len);
-  // Reads whatever is available, at least one byte, at most `len`.
+  // Reads whatever is available, at least one byte, at most `len`. Reads
+  // shorter than kReadAhead are served from one TLS read of up to that much
+  // (a batch of small frames then costs one SSL_read, not two per frame);
+  // longer ones (bulk payloads) go straight into `dst` once what was read
+  // ahead is used up.
   Result<size_t> readSome(void* dst, size_t len);
+  static constexpr size_t kReadAhead = 16 * 1024;  // one TLS record's plaintext at most
 
   // While *counter > 0 the reader polls the socket with yields instead of
   // sleeping in poll(): a caller waiting for a reply is then not delayed by the
@@ -189,6 +195,12 @@ class TlsConnection {
   std::atomic<bool> closed_{false};
   std::atomic<bool> clean_close_{false};
   const std::atomic<int>* busy_poll_ = nullptr;
+  // Read ahead (readSome): bytes [ahead_at_, ahead_end_) of ahead_ were read
+  // and not yet taken. The reader's alone.
+  std::vector<uint8_t> ahead_;
+  size_t ahead_at_ = 0, ahead_end_ = 0;
+  // readSome's wait-and-read loop, straight into `dst`.
+  Result<size_t> readWaiting(void* dst, size_t len);
 };
 
 // Applies TCP_NODELAY and keepalive settings so a dead peer is noticed
