@@ -120,13 +120,17 @@ TEST(PtxJit, StopsBeforeGenericAccessesToSharedMemoryAndTheInterpreterGoesOn) {
   auto m = parsePtx(kHeader + R"(
 .visible .entry k(.param .u64 buf, .param .u64 n)
 {
-.reg .b32 %r<8>;
+.reg .b32 %r<16>;
 .reg .b64 %rd<16>;
 .shared .align 8 .b8 sh[512];
 ld.param.u64 %rd1, [buf];
 mov.u32 %r1, %tid.x;
 mul.wide.u32 %rd2, %r1, 8;
-add.s64 %rd3, %rd1, %rd2;
+mov.u32 %r14, %ctaid.x;
+mov.u32 %r15, %ntid.x;
+mad.lo.s32 %r13, %r14, %r15, %r1;
+mul.wide.u32 %rd15, %r13, 8;
+add.s64 %rd3, %rd1, %rd15;
 ld.global.u64 %rd4, [%rd3];
 mov.u64 %rd5, sh;
 cvta.shared.u64 %rd6, %rd5;
@@ -141,7 +145,7 @@ ret;
 }
 )");
   ASSERT_TRUE(m) << m.status().message();
-  expectSame(*m, 64, 2, 64);
+  expectSame(*m, 64, 2, 128);  // each block its own words (and shared memory)
   BufferRun compiled = runBuffer(*m, 64, 1, 64, Engine::kJit);
   EXPECT_EQ(compiled.out[5], ((5 * 3 + 1) + 100) * 3 + (5 * 3 + 1));
 }
@@ -235,7 +239,11 @@ TEST(PtxJit, KeepsValuesTheRegisterFileNeverSeesRight) {
 ld.param.u64 %rd1, [buf];
 mov.u32 %r1, %tid.x;
 mul.wide.u32 %rd2, %r1, 8;
-add.s64 %rd3, %rd1, %rd2;
+mov.u32 %r14, %ctaid.x;
+mov.u32 %r15, %ntid.x;
+mad.lo.s32 %r13, %r14, %r15, %r1;
+mul.wide.u32 %rd15, %r13, 8;
+add.s64 %rd3, %rd1, %rd15;
 ld.global.u32 %r2, [%rd3];
 add.u32 %r3, %r2, 5;
 mul.lo.u32 %r4, %r3, %r3;
@@ -256,7 +264,7 @@ ret;
 }
 )");
   ASSERT_TRUE(m) << m.status().message();
-  expectSame(*m, 64, 2, 128);
+  expectSame(*m, 64, 2, 128);  // each block its own words (and shared memory)
   BufferRun compiled = runBuffer(*m, 64, 1, 64, Engine::kJit);
   for (uint64_t t : {4u, 5u}) {
     const uint64_t word = t * 3 + 1, lo = word & 0xffffffffu, hi = word >> 32;
