@@ -139,7 +139,12 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
       // Sent now (the caller may reuse its buffer on return). cudaMemcpyAsync
       // reports errors at the next synchronising call; cudaMemcpy returns
       // once the copy is done, with any error of earlier work, as NVIDIA's
-      // does: its last piece waits for the server's answer.
+      // does: its last piece waits for the server's answer. From pinned
+      // memory an async copy is sent from the program's buffer as it is, and
+      // neither copied nor waited for (Connection::post).
+      uint64_t pbase = 0, psize = 0;
+      const bool pinned = async && rt().classify(src, nullptr, &pbase, &psize) == MemKind::kPinned &&
+                          reinterpret_cast<uint64_t>(src) + count <= pbase + psize;
       for (uint64_t off = 0; off < count; off += chunk) {
         uint64_t n = std::min<uint64_t>(chunk, count - off);
         capnp::MallocMessageBuilder msg(64);
@@ -149,7 +154,7 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
         setStream(m.initStream(), *s);
         const char* piece = static_cast<const char*>(src) + off;
         if (async || off + n < count) {
-          RGPU_TRY(rt().post(msg, piece, n));
+          RGPU_TRY(rt().postOn(-1, msg, piece, n, pinned));
         } else {
           auto r = rt().call(msg, piece, n);
           if (!r) return r.status();

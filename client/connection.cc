@@ -346,6 +346,8 @@ void Connection::fail(const Status& s) {
     }
     for (auto& [seq, slot] : slots_) waiting.push_back(slot);
     slots_.clear();
+    for (const Kept& k : kept_)
+      if (k.bulk_pinned) forgetPinnedLocked(k);
     kept_.clear();
     kept_buf_.clear();
     kept_bytes_ = 0;
@@ -381,8 +383,14 @@ Status Connection::lost(common::TlsConnection& conn, const Status& s) {
 // ---- kept requests (resume) ------------------------------------------------
 
 void Connection::keepLocked(uint64_t seq, const uint8_t* frame, size_t len, const void* bulk, uint64_t bulk_len,
-                            bool copy) {
-  Kept k{seq, kept_base_ + kept_buf_.size(), 0, copy ? nullptr : bulk, bulk_len, copy && bulk_len > 0};
+                            bool copy, bool pinned) {
+  Kept k{seq, kept_base_ + kept_buf_.size(), 0, copy ? nullptr : bulk, bulk_len, copy && bulk_len > 0,
+         pinned && bulk_len > 0};
+  if (k.bulk_pinned) {
+    std::lock_guard lock(deferred_mu_);
+    auto start = reinterpret_cast<uint64_t>(bulk);
+    pinned_ranges_.emplace(start, start + bulk_len);
+  }
   kept_buf_.insert(kept_buf_.end(), frame, frame + len);
   k.end = kept_base_ + kept_buf_.size();
   if (k.bulk_copied) {
@@ -398,6 +406,7 @@ void Connection::dropKeptLocked(uint64_t upto) {
   while (!kept_.empty() && kept_.front().seq <= upto) {
     const Kept& k = kept_.front();
     kept_bytes_ -= (k.end - k.begin) + (k.bulk_copied ? k.bulk_len : 0);
+    if (k.bulk_pinned) forgetPinnedLocked(k);
     kept_.pop_front();
   }
   if (kept_.empty()) {
@@ -408,6 +417,20 @@ void Connection::dropKeptLocked(uint64_t upto) {
     kept_base_ += dead;
   }
   room_cv_.notify_all();
+}
+
+void Connection::forgetPinnedLocked(const Kept& k) {
+  {
+    std::lock_guard lock(deferred_mu_);
+    auto start = reinterpret_cast<uint64_t>(k.bulk);
+    auto [b, e] = pinned_ranges_.equal_range(start);
+    for (auto it = b; it != e; ++it)
+      if (it->second == start + k.bulk_len) {
+        pinned_ranges_.erase(it);
+        break;
+      }
+  }
+  deferred_cv_.notify_all();
 }
 
 Status Connection::waitForRoomLocked(std::unique_lock<std::mutex>& lock, uint64_t bytes) {
@@ -451,7 +474,7 @@ thread_local bool tl_has_timing = false;
 }  // namespace
 
 Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void* bulk, uint64_t bulk_len, bool now,
-                           Slot* slot, uint64_t* seq_out) {
+                           Slot* slot, uint64_t* seq_out, bool pinned) {
   if (Status b = broken(); !b) return b;
   if (!now) {
     bool wake = false, self_flush = false;
@@ -472,9 +495,10 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
   }
   // An asynchronous bulk is copied for replay, or (large) held until
   // dispatched; a synchronous call's buffer stays valid until its reply,
-  // which also ends the need to replay it.
-  bool copy_bulk = slot == nullptr && bulk_len < kHoldBulkBytes;
-  bool hold_bulk = resume_ && now && slot == nullptr && bulk_len >= kHoldBulkBytes;
+  // which also ends the need to replay it, and pinned memory until the
+  // stream has copied it (post()).
+  bool copy_bulk = slot == nullptr && !pinned && bulk_len < kHoldBulkBytes;
+  bool hold_bulk = resume_ && now && slot == nullptr && !pinned && bulk_len >= kHoldBulkBytes;
   uint64_t seq = 0;
   if (resume_ && now) {
     // Before write_mu_: room comes from replies, and a resume needs write_mu_
@@ -498,7 +522,7 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
       if (seq_out) *seq_out = seq;
       last = out.size();
       common::appendFrame(out, FrameType::kRequest, flags, seq, msg, bulk_len);
-      if (resume_) keepLocked(seq, out.data() + last, out.size() - last, bulk, bulk_len, copy_bulk);
+      if (resume_) keepLocked(seq, out.data() + last, out.size() - last, bulk, bulk_len, copy_bulk, pinned);
     }
   }
   if (tl_timing) tl_timing->built = monotonicNs();
@@ -519,8 +543,8 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
   return Status::ok();
 }
 
-Status Connection::post(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len) {
-  return enqueue(msg, protocol::kFlagAsync, bulk, bulk_len, bulk_len > 0, nullptr, nullptr);
+Status Connection::post(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len, bool pinned) {
+  return enqueue(msg, protocol::kFlagAsync, bulk, bulk_len, bulk_len > 0, nullptr, nullptr, pinned);
 }
 
 Status Connection::postExpectingData(capnp::MessageBuilder& msg, void* in, uint64_t in_len) {
@@ -585,12 +609,26 @@ void Connection::endDeferred(Slot* slot) {
 
 void Connection::waitForWritesInto(const void* p, uint64_t len) {
   auto start = reinterpret_cast<uint64_t>(p), end = start + len;
+  auto overlaps = [&](const std::multimap<uint64_t, uint64_t>& ranges) {
+    for (auto it = ranges.begin(); it != ranges.end() && it->first < end; ++it)
+      if (it->second > start) return true;
+    return false;
+  };
+  bool reads_pending;
+  {
+    std::lock_guard lock(deferred_mu_);
+    reads_pending = overlaps(pinned_ranges_);
+  }
+  if (reads_pending) {
+    // The server acknowledges kept requests only now and then: a ping's reply
+    // acknowledges every request before it (or the connection is gone, and
+    // fail() forgot them).
+    capnp::MallocMessageBuilder msg(64);
+    msg.initRoot<wire::Request>().setPing();
+    (void)call(msg);
+  }
   std::unique_lock lock(deferred_mu_);
-  deferred_cv_.wait(lock, [&] {
-    for (auto it = deferred_ranges_.begin(); it != deferred_ranges_.end() && it->first < end; ++it)
-      if (it->second > start) return false;
-    return true;
-  });
+  deferred_cv_.wait(lock, [&] { return !overlaps(deferred_ranges_) && !overlaps(pinned_ranges_); });
 }
 
 bool Connection::lastTiming(CallTiming* out) {

@@ -117,7 +117,12 @@ class Connection {
 
   // Asynchronous call: returns once queued (or, with bulk, once the bulk bytes
   // are written: the caller's buffer may be reused afterwards).
-  Status post(capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0);
+  // `pinned`: the bulk is the program's pinned memory (cudaMallocHost,
+  // cudaHostRegister) and is neither copied for a replay nor waited on:
+  // CUDA's contract is that the program leaves it alone until the stream has
+  // done the copy, which the server has then dispatched and no replay needs.
+  // A kept request points into it until acknowledged (waitForWritesInto).
+  Status post(capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0, bool pinned = false);
   // Synchronous call: sends, waits for the reply. Reply bulk data (exactly
   // `in_len` bytes) is written to `in`.
   Reply call(capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0, void* in = nullptr,
@@ -131,8 +136,10 @@ class Connection {
   Status postScatter(capnp::MessageBuilder& msg, std::vector<uint8_t> bulk,
                      std::vector<std::pair<void*, uint64_t>> parts);
   // Waits until no reply of postExpectingData still has to be written into
-  // [p, p + len): before that memory goes back to the program's allocator
-  // (cudaFreeHost, cudaHostUnregister), as NVIDIA's runtime synchronises there.
+  // [p, p + len), and no kept pinned request still reads from it (a ping makes
+  // the server acknowledge them): before that memory goes back to the
+  // program's allocator (cudaFreeHost, cudaHostUnregister), as NVIDIA's
+  // runtime synchronises there.
   void waitForWritesInto(const void* p, uint64_t len);
 
   // Flushes queued calls, closes the connection and stops the I/O threads,
@@ -180,6 +187,7 @@ class Connection {
     const void* bulk;          // a synchronous call's own buffer (valid until its reply), or null
     uint64_t bulk_len;
     bool bulk_copied;          // the bulk follows the message in kept_buf_
+    bool bulk_pinned;          // `bulk` is the program's pinned memory (in pinned_ranges_)
   };
 
   Connection(std::unique_ptr<common::TlsConnection> conn, std::string server, common::Compression c);
@@ -195,7 +203,7 @@ class Connection {
   // Queues a frame; returns its sequence number. With `now`, writes the batch
   // (and `bulk`) before returning.
   Status enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void* bulk, uint64_t bulk_len, bool now,
-                 Slot* slot, uint64_t* seq_out);
+                 Slot* slot, uint64_t* seq_out, bool pinned = false);
   void flusherLoop();
   void receiverLoop();
   // Reads frames from `conn` until it fails; returns why.
@@ -213,7 +221,11 @@ class Connection {
   Result<common::TlsConnection*> reconnect(const Status& why);
 
   // With batch_mu_ held.
-  void keepLocked(uint64_t seq, const uint8_t* frame, size_t len, const void* bulk, uint64_t bulk_len, bool copy);
+  // `copy`: the bulk is copied; `pinned`: pointed to (the program's pinned memory).
+  void keepLocked(uint64_t seq, const uint8_t* frame, size_t len, const void* bulk, uint64_t bulk_len, bool copy,
+                  bool pinned = false);
+  // A kept pinned request is acknowledged or dropped: its range is free (deferred_mu_).
+  void forgetPinnedLocked(const Kept& k);
   void dropKeptLocked(uint64_t upto);
   Status waitForRoomLocked(std::unique_lock<std::mutex>& lock, uint64_t bytes);
   uint64_t repliesFloorLocked();  // batch_mu_, takes slots_mu_
@@ -251,10 +263,12 @@ class Connection {
   Status broken_;
   Status deferred_error_;
 
-  // Target ranges of deferred slots whose data has not landed (start -> end).
+  // Target ranges of deferred slots whose data has not landed (start -> end),
+  // and source ranges of kept pinned requests not yet acknowledged. Taken
+  // after batch_mu_ where both are held.
   std::mutex deferred_mu_;
   std::condition_variable deferred_cv_;
-  std::multimap<uint64_t, uint64_t> deferred_ranges_;
+  std::multimap<uint64_t, uint64_t> deferred_ranges_, pinned_ranges_;
 
   // Device printf output not yet printed (bounded by kMaxDeviceOutput).
   std::mutex output_mu_;

@@ -138,7 +138,9 @@ class Runtime {
   // (an array's, a graph's, a texture's: objects only the caller knows).
   Result<Reply> callOn(int device, capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0,
                        void* in = nullptr, uint64_t in_len = 0);
-  Status postOn(int device, capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0);
+  // `pinned`: the bulk is the program's pinned memory (Connection::post).
+  Status postOn(int device, capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0,
+                bool pinned = false);
   // Connection::postExpectingData and postScatter, routed as post().
   Status postExpectingData(capnp::MessageBuilder& msg, void* in, uint64_t in_len);
   Status postScatter(capnp::MessageBuilder& msg, std::vector<uint8_t> bulk,

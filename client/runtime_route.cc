@@ -79,7 +79,7 @@ Result<Reply> Runtime::callOn(int device, capnp::MessageBuilder& msg, const void
   return r;
 }
 
-Status Runtime::postOn(int device, capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len) {
+Status Runtime::postOn(int device, capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len, bool pinned) {
   if (int s = sticky_.load(std::memory_order_relaxed)) return Status(s, "a kernel fault made the context unusable");
   if (capturesActive() && !ManagedMemory::transferring()) {
     // A capturing stream's work becomes a graph node instead of a message.
@@ -92,7 +92,7 @@ Status Runtime::postOn(int device, capnp::MessageBuilder& msg, const void* bulk,
   if (isDeviceWork(msg.getRoot<wire::Request>().which())) RGPU_TRY(ManagedMemory::get().beforeDeviceWork());
   auto c = route(msg, device);
   if (!c) return c.status();
-  return (*c)->post(msg, bulk, bulk_len);
+  return (*c)->post(msg, bulk, bulk_len, pinned);
 }
 
 Status Runtime::postExpectingData(capnp::MessageBuilder& msg, void* in, uint64_t in_len) {

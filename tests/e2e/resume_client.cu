@@ -123,8 +123,20 @@ int main(int argc, char** argv) {
     std::printf("resume_client: %llu launches counted, %llu made\n", counted, launches);
     return 1;
   }
-  CHECK(cudaStreamDestroy(s));
+  // Pinned memory freed right after an asynchronous copy from it: the copy is
+  // sent from the buffer itself (and replayed from it), so cudaFreeHost waits
+  // until the server has it.
+  for (size_t i = 0; i < n; ++i) pinned[i] = pattern(iters + 11, i);
+  CHECK(cudaMemcpyAsync(d_b, pinned, bytes, cudaMemcpyHostToDevice, s));
   CHECK(cudaFreeHost(pinned));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaMemcpy(out.data(), d_b, bytes, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; ++i)
+    if (out[i] != pattern(iters + 11, i)) {
+      std::printf("resume_client: the copy from freed pinned memory: element %zu is wrong\n", i);
+      return 1;
+    }
+  CHECK(cudaStreamDestroy(s));
   CHECK(cudaFree(d_a));
   CHECK(cudaFree(d_b));
   CHECK(cudaFree(d_count));
