@@ -2,6 +2,7 @@
 
 #include <lz4.h>
 
+#include <chrono>
 #include <cstring>
 
 namespace rgpu::common {
@@ -45,19 +46,29 @@ void appendFrame(std::vector<uint8_t>& out, protocol::FrameType type, uint8_t fl
   }
 }
 
-bool shouldCompress(Compression mode, const void* data, size_t len) {
+bool worthCompressing(double ratio, double compress, double link) {
+  if (!(ratio > 1.0) || !(compress > 0)) return false;
+  if (!(link > 0)) return false;  // the first large payload times the link
+  return 1.0 / compress + 1.0 / (ratio * link) <= 0.9 / link;
+}
+
+bool shouldCompress(Compression mode, const void* data, size_t len, double link) {
   if (mode == Compression::kOff || len < 4096) return false;
   if (mode == Compression::kOn) return true;
   size_t sample = std::min<size_t>(len, 64 * 1024);
-  std::vector<char> out(static_cast<size_t>(LZ4_compressBound(static_cast<int>(sample))));
+  thread_local std::vector<char> out;
+  out.resize(static_cast<size_t>(LZ4_compressBound(static_cast<int>(sample))));
+  const auto start = std::chrono::steady_clock::now();
   int n = LZ4_compress_default(static_cast<const char*>(data), out.data(), static_cast<int>(sample),
                                static_cast<int>(out.size()));
-  return n > 0 && static_cast<double>(sample) / n > 1.5;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (n <= 0) return false;
+  return worthCompressing(static_cast<double>(sample) / n, static_cast<double>(sample) / std::max(secs, 1e-9), link);
 }
 
 Status BulkSender::send(TlsConnection& conn, std::vector<uint8_t>& frames, size_t last_frame_offset,
                         const void* bulk, size_t len, Compression mode) {
-  if (len == 0 || !shouldCompress(mode, bulk, len)) {
+  if (len == 0 || !shouldCompress(mode, bulk, len, conn.writeRate())) {
     struct iovec v[2] = {{frames.data(), frames.size()}, {const_cast<void*>(bulk), len}};
     return conn.writeAll(v, len ? 2 : 1);
   }

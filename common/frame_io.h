@@ -30,10 +30,19 @@ Result<Compression> parseCompression(const std::string& s);
 void appendFrame(std::vector<uint8_t>& out, protocol::FrameType type, uint8_t flags, uint64_t seq,
                  capnp::MessageBuilder& message, uint64_t bulk_len);
 
-// Whether `data` should travel lz4-compressed under `mode`: kAuto trial-compresses
-// a 64 KiB sample and says yes only when it shrinks by more than 1.5x (dense
-// float data does not, and compressing it would slow the link down).
-bool shouldCompress(Compression mode, const void* data, size_t len);
+// Whether lz4 pays on a link: sending `ratio` times fewer bytes at `link`
+// bytes/s after compressing at `compress` bytes/s must take at most 0.9 of
+// sending them all. Over an unknown link (0: nothing timed yet) nothing is
+// compressed, so `auto` is never slower than `off`. The receiver decompresses while the sender goes on
+// (several GB/s: lz4 decodes 3x as fast as it encodes), so it is not counted.
+bool worthCompressing(double ratio, double compress, double link);
+
+// Whether `data` should travel lz4-compressed under `mode` over a link of
+// `link` bytes/s (TlsConnection::writeRate; 0: unknown): kAuto trial-compresses
+// a 64 KiB sample, times it, and asks worthCompressing. Dense float data does
+// not shrink; sparse data shrinks but lz4 takes it at about 1 GB/s, slower than
+// loopback and faster than most networks.
+bool shouldCompress(Compression mode, const void* data, size_t len, double link = 0);
 
 // Sends one frame whose message bytes are already in `frame` (from appendFrame,
 // possibly preceded by other queued frames) followed by `len` bulk bytes.

@@ -610,6 +610,10 @@ Result<size_t> TlsConnection::writeOnce(const void* src, size_t len, short& want
 
 Status TlsConnection::writeAll(const struct iovec* iov, int count) {
   std::lock_guard wlock(write_mu_);
+  size_t total = 0;
+  for (int i = 0; i < count; ++i) total += iov[i].iov_len;
+  const bool timed = total >= kRateSampleBytes;
+  const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   for (int i = 0; i < count; ++i) {
     auto* p = static_cast<const char*>(iov[i].iov_base);
     size_t left = iov[i].iov_len;
@@ -627,6 +631,11 @@ Status TlsConnection::writeAll(const struct iovec* iov, int count) {
       // both sides blocked in write with full buffers would deadlock otherwise.
       if (!waitFor(want, -1)) return Status(err::kDevicesUnavailable, "connection to " + peer_ + " is closed");
     }
+  }
+  if (timed) {
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double rate = static_cast<double>(total) / std::max(secs, 1e-9), old = write_rate_.load();
+    write_rate_.store(old > 0 ? 0.75 * old + 0.25 * rate : rate, std::memory_order_relaxed);
   }
   return Status::ok();
 }

@@ -131,6 +131,12 @@ class TlsConnection {
 
   // Writes all buffers, contiguously with respect to other writers. Thread-safe.
   Status writeAll(const struct iovec* iov, int count);
+  // The rate (bytes/s) at which the peer has taken this connection's large
+  // writes (at least kRateSampleBytes each; an average weighted to the recent
+  // ones), 0 before the first: the link's speed as a sender sees it, with the
+  // peer's reading included. lz4 `auto` weighs compressing against it.
+  double writeRate() const { return write_rate_.load(std::memory_order_relaxed); }
+  static constexpr size_t kRateSampleBytes = 64 * 1024;
   Status write(const void* data, size_t len) {
     struct iovec v{const_cast<void*>(data), len};
     return writeAll(&v, 1);
@@ -195,6 +201,7 @@ class TlsConnection {
   std::atomic<bool> closed_{false};
   std::atomic<bool> clean_close_{false};
   const std::atomic<int>* busy_poll_ = nullptr;
+  std::atomic<double> write_rate_{0};  // writeRate(); written under write_mu_
   // Read ahead (readSome): bytes [ahead_at_, ahead_end_) of ahead_ were read
   // and not yet taken. The reader's alone.
   std::vector<uint8_t> ahead_;

@@ -27,7 +27,7 @@ BenchServer* g_server = nullptr;  // the process's one server, stopped at exit
 
 }  // namespace
 
-BenchServer launchServer(const std::string& tag, const std::string& extra) {
+BenchServer launchServer(const std::string& tag, const std::string& extra, const std::string& top) {
   BenchServer s;
   std::string templ = "/tmp/" + tag + "-XXXXXX";
   if (!mkdtemp(templ.data())) fail(tag, "cannot make a temporary directory");
@@ -36,7 +36,7 @@ BenchServer launchServer(const std::string& tag, const std::string& extra) {
   pki.dir = s.dir;
   pki.clients = {"bench"};
   if (!common::makeDevPki(pki)) fail(tag, "cannot make certificates");
-  std::ofstream(s.dir + "/server.toml") << "listen = \"127.0.0.1:0\"\nlog_level = \"warn\"\nbackend = \"sim\"\n"
+  std::ofstream(s.dir + "/server.toml") << "listen = \"127.0.0.1:0\"\nlog_level = \"warn\"\nbackend = \"sim\"\n" << top
                                         << "[tls]\ncert = \"server.pem\"\nkey = \"server.key\"\nca = \"ca.pem\"\n"
                                         << "[[users]]\nname = \"bench\"\ncert_cn = \"bench\"\n"
                                         << "[[sim.devices]]\nname = \"bench device\"\nmemory = \"4GiB\"\n"

@@ -22,9 +22,9 @@ struct BenchServer {
 const BenchServer& startBenchServer(const std::string& tag);
 
 // A server of the caller's, beside the process's: `extra` is appended to its
-// server.toml; its client.toml is dir + "/client.toml". Stopped (and its
-// directory removed) by stopServer.
-BenchServer launchServer(const std::string& tag, const std::string& extra = "");
+// server.toml, `top` goes among its top-level keys; its client.toml is dir +
+// "/client.toml". Stopped (and its directory removed) by stopServer.
+BenchServer launchServer(const std::string& tag, const std::string& extra = "", const std::string& top = "");
 void stopServer(const BenchServer& s);
 
 }  // namespace rgpu::bench

@@ -9,17 +9,30 @@
 //   (c) cudaMemcpy host-to-device and device-to-host bandwidth for 64 MiB vs a
 //       raw TLS bulk stream in the same direction;
 //   (d) a CUDA graph of 20 kernel launches against the same 20 launches issued
-//       one by one, both run to completion: kernels per second each way.
+//       one by one, both run to completion: kernels per second each way;
+//   (e) cudaMemcpyAsync host-to-device of 64 MiB in 256 KiB and in 4 MiB
+//       pieces, from pinned memory (sent from the program's buffer as it is)
+//       and from pageable memory (copied, or waited for, so that a resume can
+//       replay it).
+//
+// --compression measures (f) alone: 64 MiB copies each way with lz4 `auto`
+// against `off`, on data lz4 takes at many GB/s (one-hot rows of 1024
+// floats), on data it shrinks 5x but takes at about 1 GB/s (a float tensor
+// nine-tenths zeros, as after a ReLU: on loopback `auto` sends it as it is),
+// and on incompressible data (random bytes). Each setting is a
+// child process of its own against a server of its own setting (a server's
+// setting governs what it sends), interleaved round by round.
 //
 // It starts its own rgpu-server (sim backend) and raw TLS peer on loopback,
 // with throwaway certificates. Links rgpu's libcudart.so.13 like any program.
 //
-//   rgpu-bench [--quick] [--load] [--breakdown]
+//   rgpu-bench [--quick] [--load] [--breakdown] [--only a|b|c|d|e] [--compression]
 // --load: a CPU hog on every core (a busy loop per core, at normal priority)
 // for the whole measurement, as a compiler or a training job beside it would be.
 // Round trips are timed one by one: median and 99th percentile of all of them.
 // --breakdown: where a synchronous call's time goes, stage by stage (the
 // client and the server stamp each call: client/export_table.h CallTiming).
+// --only X: measurement X alone (for profiling it); the others print 0.
 #include <cuda_runtime_api.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -57,6 +70,7 @@ extern "C" cudaError_t rgpuBenchStep(int* p, cudaStream_t s);  // graph_kernels.
 namespace {
 
 double median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
@@ -223,13 +237,122 @@ int breakdown(cudaStream_t s, int calls) {
   return 0;
 }
 
+// ---- (f) compression --------------------------------------------------------
+
+std::vector<char> makeData(const std::string& kind, uint64_t bytes) {
+  std::vector<char> v(bytes, 0);
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  auto next = [&] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  if (kind == "random") {
+    for (uint64_t i = 0; i + 8 <= bytes; i += 8) {
+      uint64_t r = next();
+      std::memcpy(v.data() + i, &r, 8);
+    }
+  } else if (kind == "onehot") {  // one-hot rows of 1024 floats (labels, masks)
+    auto* f = reinterpret_cast<float*>(v.data());
+    for (uint64_t row = 0; row < bytes / 4096; ++row) f[row * 1024 + next() % 1024] = 1.0f;
+  } else {  // "sparse": one float in ten nonzero, at random places, of random value
+    auto* f = reinterpret_cast<float*>(v.data());
+    for (uint64_t i = 0; i < bytes / 4; ++i) {
+      uint64_t r = next();
+      if (r % 10 == 0) f[i] = static_cast<float>(r >> 40) / 1048576.0f;
+    }
+  }
+  return v;
+}
+
+// A child of --compression: copies of `kind` data each way with the
+// compression its environment says; prints "H2D D2H" in GB/s.
+int copyChild(const std::string& kind, bool quick) {
+  const uint64_t bytes = quick ? (4ull << 20) : (64ull << 20);
+  const int copies = quick ? 1 : 3;
+  std::vector<char> host = makeData(kind, bytes), back(bytes);
+  void* dev = nullptr;
+  check(cudaMalloc(&dev, bytes), "cudaMalloc");
+  // Warm-up both ways: a session's first large payload goes as it is and
+  // times the link (common/frame_io.h: worthCompressing).
+  check(cudaMemcpy(dev, host.data(), bytes, cudaMemcpyHostToDevice), "warm-up copy");
+  check(cudaMemcpy(back.data(), dev, bytes, cudaMemcpyDeviceToHost), "warm-up copy");
+  // (A copy into a stream whose last reply the server still holds goes
+  // through a staging buffer: the session's first one is allocated here.)
+  check(cudaMemcpy(dev, host.data(), bytes, cudaMemcpyHostToDevice), "warm-up copy");
+  auto t0 = Clock::now();
+  for (int i = 0; i < copies; ++i) check(cudaMemcpy(dev, host.data(), bytes, cudaMemcpyHostToDevice), "H2D");
+  auto t1 = Clock::now();
+  for (int i = 0; i < copies; ++i) check(cudaMemcpy(back.data(), dev, bytes, cudaMemcpyDeviceToHost), "D2H");
+  auto t2 = Clock::now();
+  if (std::memcmp(host.data(), back.data(), bytes) != 0) {
+    std::fprintf(stderr, "rgpu-bench: data came back wrong\n");
+    return 1;
+  }
+  cudaFree(dev);
+  std::printf("%.4f %.4f\n", bytes * copies / seconds(t0, t1) / 1e9, bytes * copies / seconds(t1, t2) / 1e9);
+  return 0;
+}
+
+int compressionBench(bool quick) {
+  const int rounds = quick ? 1 : 6;
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  const char* modes[] = {"off", "auto"};
+  const char* kinds[] = {"onehot", "sparse", "random"};
+  const char* kind_names[] = {"one-hot rows", "90% zeros", "random"};
+  rgpu::bench::BenchServer servers[2];
+  for (int m = 0; m < 2; ++m)
+    servers[m] = rgpu::bench::launchServer(std::string("rgpu-bench-lz4-") + modes[m], "",
+                                           std::string("compression = \"") + modes[m] + "\"\n");
+  std::vector<double> up[3][2], down[3][2];  // [kind][mode]
+  int rc = 0;
+  for (int r = 0; r < rounds && rc == 0; ++r)
+    for (int k = 0; k < 3 && rc == 0; ++k)
+      for (int i = 0; i < 2 && rc == 0; ++i) {
+        const int m = (r + i) % 2;  // off first in even rounds, auto first in odd ones
+        std::string cmd = "RGPU_CONFIG=" + servers[m].dir + "/client.toml RGPU_COMPRESSION=" + modes[m] + " " + self +
+                          " --copy-child " + kinds[k] + (quick ? " --quick" : "");
+        FILE* f = popen(cmd.c_str(), "r");
+        double a = 0, b = 0;
+        if (!f || std::fscanf(f, "%lf %lf", &a, &b) != 2) rc = 1;
+        if (f && pclose(f) != 0) rc = 1;
+        up[k][m].push_back(a);
+        down[k][m].push_back(b);
+      }
+  for (auto& s : servers) rgpu::bench::stopServer(s);
+  if (rc != 0) {
+    std::fprintf(stderr, "rgpu-bench: a copy child failed\n");
+    return 1;
+  }
+  std::printf("rgpu-bench: lz4 compression, loopback, TLS 1.3, sim backend, %u cores, %d interleaved rounds%s\n",
+              std::thread::hardware_concurrency(), rounds, quick ? " (--quick: smoke test, figures meaningless)" : "");
+  std::printf("%-34s %12s %12s %8s   %s\n", "(f) cudaMemcpy 64 MiB", "auto", "off", "ratio", "target");
+  for (int k = 0; k < 3; ++k)
+    for (int d = 0; d < 2; ++d) {
+      auto& v = d == 0 ? up[k] : down[k];
+      const double a = median(v[1]), o = median(v[0]);
+      std::string what = std::string(d == 0 ? "H2D, " : "D2H, ") + kind_names[k];
+      std::printf("%-34s %7.2f GB/s %7.2f GB/s %8.2f   %s\n", what.c_str(), a, o, a / o,
+                  k == 2 ? ">= 1.00" : ">= 3.00 where lz4 outruns the link, else >= 1.00");
+    }
+  return 0;
+}
+
 int main(int argc, char** argv) {
-  bool quick = false, load = false, split = false;  // --quick: smoke test, tiny counts
+  bool quick = false, load = false, split = false, compression = false;  // --quick: smoke test, tiny counts
+  std::string only, child;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--quick") quick = true;
     if (std::string(argv[i]) == "--load") load = true;
     if (std::string(argv[i]) == "--breakdown") split = true;
+    if (std::string(argv[i]) == "--only" && i + 1 < argc) only = argv[++i];
+    if (std::string(argv[i]) == "--compression") compression = true;
+    if (std::string(argv[i]) == "--copy-child" && i + 1 < argc) child = argv[++i];
   }
+  if (!child.empty()) return copyChild(child, quick);
+  if (compression) return compressionBench(quick);
+  auto want = [&](const char* m) { return only.empty() || only == m; };
   const int rounds = quick ? 1 : 7;
   const int pings = quick ? 50 : 2000;
   const int async_calls = quick ? 1000 : 200000;
@@ -254,6 +377,11 @@ int main(int argc, char** argv) {
   check(cudaMemcpy(dev, host.data(), bulk, cudaMemcpyHostToDevice), "warm-up copy");
   check(cudaMemcpy(back.data(), dev, bulk, cudaMemcpyDeviceToHost), "warm-up copy");
   std::vector<char> pbuf(ping_bytes);
+  char* pinned = nullptr;
+  check(cudaMallocHost(reinterpret_cast<void**>(&pinned), bulk), "cudaMallocHost");
+  std::memcpy(pinned, host.data(), bulk);
+  const uint64_t pieces[2] = {256 << 10, 4 << 20};
+  std::vector<double> async_up[2][2];  // [piece size][pageable, pinned]
   const std::vector<pid_t> hogs = load ? startHogs() : std::vector<pid_t>{};
 
 #ifdef RGPU_BENCH_GRAPHS
@@ -286,14 +414,14 @@ int main(int argc, char** argv) {
   }
   for (int round = 0; round < rounds; ++round) {
     // (a) round trips, raw then rgpu.
-    raw.command('p', ping_bytes, pings);
-    for (int i = 0; i < pings; ++i) {
+    raw.command('p', ping_bytes, want("a") ? pings : 0);
+    for (int i = 0; i < (want("a") ? pings : 0); ++i) {
       auto t = Clock::now();
       (void)raw.conn->write(pbuf.data(), ping_bytes);
       (void)raw.conn->readExact(pbuf.data(), ping_bytes);
       rt_raw.push_back(seconds(t, Clock::now()) * 1e6);
     }
-    for (int i = 0; i < pings; ++i) {
+    for (int i = 0; i < (want("a") ? pings : 0); ++i) {
       auto t = Clock::now();
       check(cudaStreamQuery(s), "cudaStreamQuery");
       rt_rgpu.push_back(seconds(t, Clock::now()) * 1e6);
@@ -302,52 +430,71 @@ int main(int argc, char** argv) {
 
     // (b) asynchronous calls, drained by one synchronising call.
     t0 = Clock::now();
-    for (int i = 0; i < async_calls; ++i) check(cudaStreamWaitEvent(s, never, 0), "cudaStreamWaitEvent");
+    for (int i = 0; i < (want("b") ? async_calls : 0); ++i) check(cudaStreamWaitEvent(s, never, 0), "cudaStreamWaitEvent");
     check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
     t1 = Clock::now();
-    async_rate.push_back(async_calls / seconds(t0, t1));
+    async_rate.push_back((want("b") ? async_calls : 0) / seconds(t0, t1));
 
     // (c) bulk, each direction: raw then rgpu.
-    raw.command('s', bulk * copies, 0);
+    const int copies_now = want("c") ? copies : 0;
+    raw.command('s', bulk * copies_now, 0);
     t0 = Clock::now();
-    for (int i = 0; i < copies; ++i) (void)raw.conn->write(host.data(), bulk);
+    for (int i = 0; i < copies_now; ++i) (void)raw.conn->write(host.data(), bulk);
     char ack;
     (void)raw.conn->readExact(&ack, 1);
     t1 = Clock::now();
-    raw_up.push_back(bulk * copies / seconds(t0, t1) / 1e9);
+    raw_up.push_back(bulk * copies_now / seconds(t0, t1) / 1e9);
     t0 = Clock::now();
-    for (int i = 0; i < copies; ++i) check(cudaMemcpy(dev, host.data(), bulk, cudaMemcpyHostToDevice), "H2D");
+    for (int i = 0; i < copies_now; ++i) check(cudaMemcpy(dev, host.data(), bulk, cudaMemcpyHostToDevice), "H2D");
     check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     t1 = Clock::now();
-    h2d.push_back(bulk * copies / seconds(t0, t1) / 1e9);
+    h2d.push_back(bulk * copies_now / seconds(t0, t1) / 1e9);
 
-    raw.command('r', bulk * copies, 0);
+    raw.command('r', bulk * copies_now, 0);
     t0 = Clock::now();
-    for (int i = 0; i < copies; ++i) (void)raw.conn->readExact(back.data(), bulk);
+    for (int i = 0; i < copies_now; ++i) (void)raw.conn->readExact(back.data(), bulk);
     t1 = Clock::now();
-    raw_down.push_back(bulk * copies / seconds(t0, t1) / 1e9);
+    raw_down.push_back(bulk * copies_now / seconds(t0, t1) / 1e9);
     t0 = Clock::now();
-    for (int i = 0; i < copies; ++i) check(cudaMemcpy(back.data(), dev, bulk, cudaMemcpyDeviceToHost), "D2H");
+    for (int i = 0; i < copies_now; ++i) check(cudaMemcpy(back.data(), dev, bulk, cudaMemcpyDeviceToHost), "D2H");
     t1 = Clock::now();
-    d2h.push_back(bulk * copies / seconds(t0, t1) / 1e9);
+    d2h.push_back(bulk * copies_now / seconds(t0, t1) / 1e9);
+
+    // (e) asynchronous copies in pieces, from pageable then pinned memory.
+    for (int p = 0; p < 2; ++p)
+      for (int from = 0; from < 2; ++from) {
+        const char* src = from ? pinned : host.data();
+        const uint64_t piece = std::min(pieces[p], bulk);
+        t0 = Clock::now();
+        for (int i = 0; i < (want("e") ? copies : 0); ++i)
+          for (uint64_t off = 0; off < bulk; off += piece)
+            check(cudaMemcpyAsync(static_cast<char*>(dev) + off, src + off, std::min(piece, bulk - off),
+                                  cudaMemcpyHostToDevice, s),
+                  "cudaMemcpyAsync");
+        check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+        t1 = Clock::now();
+        async_up[p][from].push_back(bulk * (want("e") ? copies : 0) / seconds(t0, t1) / 1e9);
+      }
 
 #ifdef RGPU_BENCH_GRAPHS
     // (d) 20 launches one by one, then the graph of them, each run to completion.
     t0 = Clock::now();
-    for (int i = 0; i < graph_iters; ++i)
+    const int graph_iters_now = want("d") ? graph_iters : 0;
+    for (int i = 0; i < graph_iters_now; ++i)
       for (int k = 0; k < kGraphKernels; ++k) check(rgpuBenchStep(counter, s), "launch");
     check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
     t1 = Clock::now();
-    one_by_one.push_back(graph_iters * kGraphKernels / seconds(t0, t1));
+    one_by_one.push_back(graph_iters_now * kGraphKernels / seconds(t0, t1));
     t0 = Clock::now();
-    for (int i = 0; i < graph_iters; ++i) check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+    for (int i = 0; i < graph_iters_now; ++i) check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
     check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
     t1 = Clock::now();
-    graphed.push_back(graph_iters * kGraphKernels / seconds(t0, t1));
-    graph_launches.push_back(graph_iters / seconds(t0, t1));
+    graphed.push_back(graph_iters_now * kGraphKernels / seconds(t0, t1));
+    graph_launches.push_back(graph_iters_now / seconds(t0, t1));
 #endif
   }
-  if (std::memcmp(host.data(), back.data(), bulk) != 0) {
+  if (want("e")) check(cudaMemcpy(back.data(), dev, bulk, cudaMemcpyDeviceToHost), "D2H");
+  if ((want("c") || want("e")) && std::memcmp(host.data(), back.data(), bulk) != 0) {
     std::fprintf(stderr, "rgpu-bench: data came back wrong\n");
     return 1;
   }
@@ -368,11 +515,18 @@ int main(int argc, char** argv) {
   std::printf("%-34s %10.0f/s %12s %8s   >= 1500000/s\n", "(b) async calls (no-op on server)", b, "-", "-");
   std::printf("%-34s %8.2f GB/s %7.2f GB/s %8.2f   >= 1.60\n", "(c) H2D cudaMemcpy 64 MiB", up, up_raw, up / up_raw);
   std::printf("%-34s %8.2f GB/s %7.2f GB/s %8.2f   >= 1.60\n", "(c) D2H cudaMemcpy 64 MiB", down, down_raw, down / down_raw);
+  std::printf("%-34s %12s %12s %8s\n", "", "pinned", "pageable", "ratio");
+  for (int p = 0; p < 2; ++p) {
+    const double pin = median(async_up[p][1]), page = median(async_up[p][0]);
+    std::string what = "(e) H2D async, " + std::to_string(pieces[p] >> 10) + " KiB pieces";
+    std::printf("%-34s %7.2f GB/s %7.2f GB/s %8.2f   (64 MiB; pinned: no copy kept)\n", what.c_str(), pin, page,
+                pin / page);
+  }
 
 #ifdef RGPU_BENCH_GRAPHS
   int ran = 0;
   check(cudaMemcpy(&ran, counter, sizeof ran, cudaMemcpyDeviceToHost), "counter");
-  if (ran != 2 * rounds * graph_iters * kGraphKernels) {
+  if (want("d") && ran != 2 * rounds * graph_iters * kGraphKernels) {
     std::fprintf(stderr, "rgpu-bench: %d kernels ran, %d launched\n", ran, 2 * rounds * graph_iters * kGraphKernels);
     return 1;
   }
@@ -385,6 +539,7 @@ int main(int argc, char** argv) {
   cudaFree(counter);
 #endif
   cudaFree(dev);
+  cudaFreeHost(pinned);
   raw.conn.reset();
   int st;
   waitpid(raw.pid, &st, 0);

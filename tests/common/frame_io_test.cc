@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "protocol/rgpu.capnp.h"
 #include "tests/support/test_env.h"
@@ -56,20 +57,65 @@ TEST_F(FrameIo, MessageAndRawBulkArriveIntact) {
   EXPECT_EQ(got, bulk);
 }
 
-TEST_F(FrameIo, CompressibleBulkTravelsAsLz4BlocksUnderAuto) {
+TEST_F(FrameIo, CompressibleBulkGoesAsItIsOverAnUntimedLinkAndAsLz4BlocksWhenCompressed) {
   std::vector<uint8_t> bulk(3 * protocol::kBulkBlockBytes + 12345, 0);
   for (size_t i = 0; i < bulk.size(); i += 4096) bulk[i] = static_cast<uint8_t>(i / 4096);
-  auto f = frame(1, bulk.size());
   BulkSender sender;
-  ASSERT_TRUE(sender.send(*a_, f, 0, bulk.data(), bulk.size(), Compression::kAuto));
   FrameReader reader(*b_);
   FrameHeader h;
   kj::ArrayPtr<const capnp::word> words;
+  std::vector<uint8_t> got(bulk.size());
+  // `auto` over a link nothing has timed yet: as it is (the write times it).
+  auto f = frame(1, bulk.size());
+  std::thread first([&] { ASSERT_TRUE(sender.send(*a_, f, 0, bulk.data(), bulk.size(), Compression::kAuto)); });
+  ASSERT_TRUE(reader.next(h, words));
+  EXPECT_EQ(h.flags & protocol::kFlagBulkLz4, 0);
+  ASSERT_TRUE(reader.readBulk(h, got.data()));
+  first.join();
+  EXPECT_EQ(got, bulk);
+  EXPECT_GT(a_->writeRate(), 0.0);
+  // Compressed (what `auto` then decides by the timings: Lz4Auto), block by block.
+  f = frame(2, bulk.size());
+  ASSERT_TRUE(sender.send(*a_, f, 0, bulk.data(), bulk.size(), Compression::kOn));
   ASSERT_TRUE(reader.next(h, words));
   EXPECT_NE(h.flags & protocol::kFlagBulkLz4, 0);
-  std::vector<uint8_t> got(h.bulk_len);
+  std::fill(got.begin(), got.end(), 0xff);
   ASSERT_TRUE(reader.readBulk(h, got.data()));
   EXPECT_EQ(got, bulk);
+}
+
+TEST(Lz4Auto, CompressesOnlyWhereCompressingAndSendingLessBeatsSendingAll) {
+  // Nothing timed on the link yet: sent as it is (the write times the link).
+  EXPECT_FALSE(worthCompressing(100.0, 10e9, 0));
+  // Loopback (1 GB/s): sparse floats shrink 5x but lz4 takes them at 0.9 GB/s.
+  EXPECT_FALSE(worthCompressing(5.0, 0.9e9, 1e9));
+  // ... zeros shrink 100x at 10 GB/s: they pay there too.
+  EXPECT_TRUE(worthCompressing(100.0, 10e9, 1e9));
+  // 1 Gb Ethernet (125 MB/s): the sparse floats pay.
+  EXPECT_TRUE(worthCompressing(5.0, 0.9e9, 125e6));
+  // Nothing shrinks, or no speed measured: never.
+  EXPECT_FALSE(worthCompressing(1.0, 10e9, 125e6));
+  EXPECT_FALSE(worthCompressing(0.0, 10e9, 125e6));
+  EXPECT_FALSE(worthCompressing(5.0, 0, 125e6));
+}
+
+TEST_F(FrameIo, LargeWritesTimeTheLinkAndAutoWeighsIt) {
+  EXPECT_EQ(a_->writeRate(), 0.0);
+  std::vector<uint8_t> bulk(TlsConnection::kRateSampleBytes * 2, 0);
+  for (size_t i = 0; i < bulk.size(); i += 4096) bulk[i] = static_cast<uint8_t>(i / 4096);
+  std::thread drain([&] {
+    std::vector<uint8_t> sink(bulk.size());
+    (void)b_->readExact(sink.data(), sink.size());
+  });
+  ASSERT_TRUE(a_->write(bulk.data(), bulk.size()));
+  drain.join();
+  EXPECT_GT(a_->writeRate(), 0.0);
+  // Zeros with a byte in 4096 pay on a 1 MB/s link (unless taking 64 KiB
+  // took lz4 60 ms), and on no link of 1e18 bytes/s.
+  EXPECT_TRUE(shouldCompress(Compression::kAuto, bulk.data(), bulk.size(), 1e6));
+  EXPECT_FALSE(shouldCompress(Compression::kAuto, bulk.data(), bulk.size(), 1e18));
+  EXPECT_FALSE(shouldCompress(Compression::kOff, bulk.data(), bulk.size(), 1.0));
+  EXPECT_TRUE(shouldCompress(Compression::kOn, bulk.data(), bulk.size(), 1e18));
 }
 
 TEST_F(FrameIo, SkipBulkLeavesTheStreamAtTheNextFrame) {
