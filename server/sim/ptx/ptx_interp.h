@@ -180,6 +180,7 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   std::vector<Job*> jobs_;
+  std::atomic<uint64_t> posted_{0};  // jobs ever posted: what an idle thread spins on
   bool stop_ = false;
   std::vector<std::thread> workers_;
 };

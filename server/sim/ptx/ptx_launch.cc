@@ -5,6 +5,7 @@
 // share. How a block's warps execute is ptx_interp.cc.
 #include "server/sim/ptx/ptx_interp.h"
 #include "common/sanitizers.h"
+#include "common/spin.h"
 #include "server/sim/ptx/ptx_reconverge.h"
 #include <emmintrin.h>
 #include <algorithm>
@@ -25,6 +26,8 @@ namespace {
 // A pool thread keeps the memory of the last block it ran (registers,
 // .local, .shared) for the next, up to this much.
 constexpr uint64_t kKeptBlockBytes = 8ull << 20;
+// How long an idle pool thread looks for the next job before it sleeps.
+constexpr std::chrono::microseconds kPoolSpin{2000};
 }  // namespace
 
 // ---- thread pool ------------------------------------------------------------------
@@ -34,6 +37,19 @@ ThreadPool::ThreadPool(unsigned threads) {
     workers_.emplace_back([this, i] {
       std::unique_lock lock(mu_);
       for (;;) {
+        if (!stop_ && jobs_.empty()) {
+          // A program's launches come back to back, and a thread asleep on
+          // an idle core can take a millisecond to wake (a virtual machine's
+          // halted vCPU): look for the next job for a while first, yielding
+          // (common/spin.h: not at all while the cores are busy).
+          const uint64_t seen = posted_.load(std::memory_order_relaxed);
+          lock.unlock();
+          const auto until = std::chrono::steady_clock::now() + kPoolSpin;
+          while (posted_.load(std::memory_order_relaxed) == seen && std::chrono::steady_clock::now() < until &&
+                 common::spinYield()) {
+          }
+          lock.lock();
+        }
         cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
         if (stop_) return;
         Job* job = jobs_.front();
@@ -99,6 +115,7 @@ void ThreadPool::parallelFor(uint64_t n, const std::function<void(uint64_t, unsi
   if (n > 1 && !workers_.empty()) {
     std::lock_guard lock(mu_);
     jobs_.push_back(&job);
+    posted_.fetch_add(1, std::memory_order_relaxed);
     cv_.notify_all();
   }
   work(job, 0);
