@@ -223,6 +223,8 @@ class Backend {
   // waits for) is still pending; nullptr when the copy must be staged.
   // Saves a full extra copy of bulk data in the worker.
   virtual uint8_t* directWriteTarget(StreamKey s, DevPtr dst) { return nullptr; }
+  // Whether directWriteTarget ever answers (worth waiting for a stream to go idle).
+  virtual bool writesDirectly() const { return false; }
 
   // Stream-ordered work.
   virtual Status copyToDevice(StreamKey s, DevPtr dst, Staging data, uint64_t size) = 0;

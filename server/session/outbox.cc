@@ -73,13 +73,20 @@ void Outbox::reply(uint64_t seq, std::vector<uint8_t>& frame, const uint8_t* bul
   if (hold) {
     std::unique_lock lock(mu_);
     acked_.wait(lock, [&] { return closed_ || !replies_.count(seq); });
+    ending_.erase(seq);
   }
+}
+
+bool Outbox::holdEnding() const {
+  std::lock_guard lock(mu_);
+  return !ending_.empty();
 }
 
 void Outbox::close() {
   {
     std::lock_guard lock(mu_);
     closed_ = true;
+    ending_.clear();
     replies_.clear();
     notifications_.clear();
     kept_bytes_ = 0;
@@ -109,6 +116,7 @@ Status Outbox::sendOnce(const std::vector<uint8_t>& frame) {
 void Outbox::trimLocked(uint64_t replies, uint64_t notifications) {
   auto trim = [&](std::map<uint64_t, Kept>& m, uint64_t upto) {
     for (auto it = m.begin(); it != m.end() && it->first <= upto;) {
+      if (it->second.held && &m == &replies_) ending_.insert(it->first);
       kept_bytes_ -= it->second.frame.size() + it->second.bulk.size();
       it = m.erase(it);
     }

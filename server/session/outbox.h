@@ -27,6 +27,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "common/frame_io.h"
@@ -71,6 +72,10 @@ class Outbox {
   Result<size_t> resume(std::unique_ptr<common::TlsConnection> conn, const std::vector<uint8_t>& first,
                         uint64_t replies, uint64_t notifications);
 
+  // A sender held by a large reply (reply(), may_wait) was acknowledged and
+  // has not returned yet: the stream it holds is about to go idle.
+  bool holdEnding() const;
+
   // Frames were dropped past kMaxRetainedBytes: a resume would lose them.
   bool lostFrames() const;
   // The current connection (kept alive by the caller's copy).
@@ -99,6 +104,7 @@ class Outbox {
   std::mutex wire_mu_;
   std::shared_ptr<common::TlsConnection> conn_;  // shared: writers hold it across a swap
   std::map<uint64_t, Kept> replies_, notifications_;
+  std::set<uint64_t> ending_;  // held replies acknowledged whose senders have not returned (holdEnding)
   uint64_t next_notification_ = 1;
   uint64_t kept_bytes_ = 0;
   bool lost_ = false;

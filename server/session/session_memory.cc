@@ -1,13 +1,23 @@
 // The session's memory requests: allocation and free, copies of every kind,
 // memset, memory information, pointer attributes. Every pointer and size is
 // checked against the session's allocation table before the backend sees it.
+#include <chrono>
+
 #include "common/log.h"
+#include "common/spin.h"
 #include "protocol/frame.h"
 #include "server/session/session.h"
 
 namespace rgpu::server {
 
 using protocol::FrameHeader;
+
+namespace {
+// A host-to-device copy at least this large waits up to kDirectWait for its
+// stream to go idle when a reply that held the stream was just acknowledged.
+constexpr uint64_t kDirectWaitBytes = 1ull << 20;
+constexpr std::chrono::microseconds kDirectWait{2000};
+}  // namespace
 
 void Session::finishCopyIn(const FrameHeader& h, StreamKey key, Status s) {
   if (s && !(h.flags & protocol::kFlagAsync)) {
@@ -121,7 +131,17 @@ Status Session::onMemcpyHtoD(const FrameHeader& h, wire::Request::Reader req) {
     RGPU_TRY(consumeBulk(h, m.getSize(), nullptr));
     return finish(h, s), Status::ok();
   }
-  if (uint8_t* direct = backend_->directWriteTarget(key, m.getDst()); direct && h.bulk_len == m.getSize()) {
+  uint8_t* direct = backend_->directWriteTarget(key, m.getDst());
+  if (!direct && h.bulk_len >= kDirectWaitBytes && backend_->writesDirectly() && outbox_.holdEnding()) {
+    // The stream's last work was a device-to-host copy whose reply waited for
+    // the client's acknowledgement, which came just before this request (a
+    // program that copies down, then up): it is idle within microseconds.
+    // Wait for it a little rather than stage the bytes.
+    const auto until = std::chrono::steady_clock::now() + kDirectWait;
+    while (!direct && std::chrono::steady_clock::now() < until && common::spinYield())
+      direct = backend_->directWriteTarget(key, m.getDst());
+  }
+  if (direct && h.bulk_len == m.getSize()) {
     RGPU_TRY(reader_->readBulk(h, direct));
     finish(h, Status::ok());
     return Status::ok();
