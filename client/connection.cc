@@ -419,6 +419,11 @@ void Connection::dropKeptLocked(uint64_t upto) {
   room_cv_.notify_all();
 }
 
+uint64_t Connection::keptBytes() {
+  std::lock_guard lock(batch_mu_);
+  return kept_bytes_;
+}
+
 void Connection::forgetPinnedLocked(const Kept& k) {
   {
     std::lock_guard lock(deferred_mu_);

@@ -158,6 +158,9 @@ class Connection {
   const std::string& server() const { return server_; }
   // How often this connection was resumed (tests, diagnostics).
   int resumes() const { return resumes_.load(); }
+  // Bytes of requests (and copied bulk) kept for a replay and not yet
+  // acknowledged (tests, diagnostics).
+  uint64_t keptBytes();
   // Times every synchronous call from now on (the server stamps it too);
   // lastTiming() is the calling thread's last timed call, if any.
   void setTimed(bool on) { timed_.store(on, std::memory_order_relaxed); }
