@@ -200,6 +200,7 @@ struct Warp {
   uint32_t bar_mask = 0;       // lanes that reached the barrier (for bar.red results)
   int32_t bar_dest = -1;       // bar.red destination register
   bool done = false;
+  bool called = false;  // a call ran: frames or saved may hold entries (reset() clears them only then)
   uint32_t lane_pc[32];
   uint32_t tid[3][32] = {};  // per lane: %tid.x, .y, .z (set when the block is made)
   uint32_t carry = 0;  // per lane: the carry (borrow) flag add.cc/sub.cc set
@@ -235,8 +236,11 @@ struct Warp {
     std::memset(lane_pc, 0, sizeof lane_pc);
     std::memset(depth, 0, sizeof depth);
     // tid and sp: set by whoever makes the block (ptx_launch.cc's makeBlock).
-    for (auto& f : frames) f.clear();
-    for (auto& s : saved) s.clear();
+    if (called) {  // 64 vectors: most kernels never call, and a block's warps are reset each time it is reused
+      for (auto& f : frames) f.clear();
+      for (auto& s : saved) s.clear();
+      called = false;
+    }
     meet.clear();
   }
 };

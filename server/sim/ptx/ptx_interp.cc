@@ -855,6 +855,7 @@ bool BlockRunner::step(Warp& w, int budget) {
           LANES(m) args[k * 32 + static_cast<size_t>(l)] = S[l];
           END_LANES
         }
+        w.called = true;  // frames and saved registers to clear when the warp is reused
         if (in.save_count) {
           LANES(m)
             for (uint32_t r = 0; r < in.save_count; ++r)
