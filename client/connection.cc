@@ -346,8 +346,6 @@ void Connection::fail(const Status& s) {
     }
     for (auto& [seq, slot] : slots_) waiting.push_back(slot);
     slots_.clear();
-    for (const Kept& k : kept_)
-      if (k.bulk_pinned) forgetPinnedLocked(k);
     kept_.clear();
     kept_buf_.clear();
     kept_bytes_ = 0;
@@ -386,11 +384,6 @@ void Connection::keepLocked(uint64_t seq, const uint8_t* frame, size_t len, cons
                             bool copy, bool pinned) {
   Kept k{seq, kept_base_ + kept_buf_.size(), 0, copy ? nullptr : bulk, bulk_len, copy && bulk_len > 0,
          pinned && bulk_len > 0};
-  if (k.bulk_pinned) {
-    std::lock_guard lock(deferred_mu_);
-    auto start = reinterpret_cast<uint64_t>(bulk);
-    pinned_ranges_.emplace(start, start + bulk_len);
-  }
   kept_buf_.insert(kept_buf_.end(), frame, frame + len);
   k.end = kept_base_ + kept_buf_.size();
   if (k.bulk_copied) {
@@ -406,7 +399,6 @@ void Connection::dropKeptLocked(uint64_t upto) {
   while (!kept_.empty() && kept_.front().seq <= upto) {
     const Kept& k = kept_.front();
     kept_bytes_ -= (k.end - k.begin) + (k.bulk_copied ? k.bulk_len : 0);
-    if (k.bulk_pinned) forgetPinnedLocked(k);
     kept_.pop_front();
   }
   if (kept_.empty()) {
@@ -422,20 +414,6 @@ void Connection::dropKeptLocked(uint64_t upto) {
 uint64_t Connection::keptBytes() {
   std::lock_guard lock(batch_mu_);
   return kept_bytes_;
-}
-
-void Connection::forgetPinnedLocked(const Kept& k) {
-  {
-    std::lock_guard lock(deferred_mu_);
-    auto start = reinterpret_cast<uint64_t>(k.bulk);
-    auto [b, e] = pinned_ranges_.equal_range(start);
-    for (auto it = b; it != e; ++it)
-      if (it->second == start + k.bulk_len) {
-        pinned_ranges_.erase(it);
-        break;
-      }
-  }
-  deferred_cv_.notify_all();
 }
 
 Status Connection::waitForRoomLocked(std::unique_lock<std::mutex>& lock, uint64_t bytes) {
@@ -468,10 +446,7 @@ void Connection::acknowledgeLocked(bool bye) {
 // ---- sending ---------------------------------------------------------------------
 
 namespace {
-uint64_t monotonicNs() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
+using common::monotonicNs;
 // The calling thread's timed call in progress (enqueue stamps it), and its last.
 thread_local CallTiming* tl_timing = nullptr;
 thread_local CallTiming tl_last_timing;
@@ -614,26 +589,35 @@ void Connection::endDeferred(Slot* slot) {
 
 void Connection::waitForWritesInto(const void* p, uint64_t len) {
   auto start = reinterpret_cast<uint64_t>(p), end = start + len;
-  auto overlaps = [&](const std::multimap<uint64_t, uint64_t>& ranges) {
-    for (auto it = ranges.begin(); it != ranges.end() && it->first < end; ++it)
-      if (it->second > start) return true;
+  // Kept requests that send from [p, p + len) (pinned memory, kept by pointer).
+  auto readsPending = [&] {
+    for (const Kept& k : kept_)
+      if (k.bulk_pinned && reinterpret_cast<uint64_t>(k.bulk) < end &&
+          reinterpret_cast<uint64_t>(k.bulk) + k.bulk_len > start)
+        return true;
     return false;
   };
-  bool reads_pending;
+  bool pending;
   {
-    std::lock_guard lock(deferred_mu_);
-    reads_pending = overlaps(pinned_ranges_);
+    std::lock_guard lock(batch_mu_);
+    pending = readsPending();
   }
-  if (reads_pending) {
+  if (pending) {
     // The server acknowledges kept requests only now and then: a ping's reply
     // acknowledges every request before it (or the connection is gone, and
-    // fail() forgot them).
+    // fail() dropped them).
     capnp::MallocMessageBuilder msg(64);
     msg.initRoot<wire::Request>().setPing();
     (void)call(msg);
+    std::unique_lock lock(batch_mu_);
+    room_cv_.wait(lock, [&] { return !readsPending(); });
   }
   std::unique_lock lock(deferred_mu_);
-  deferred_cv_.wait(lock, [&] { return !overlaps(deferred_ranges_) && !overlaps(pinned_ranges_); });
+  deferred_cv_.wait(lock, [&] {
+    for (auto it = deferred_ranges_.begin(); it != deferred_ranges_.end() && it->first < end; ++it)
+      if (it->second > start) return false;
+    return true;
+  });
 }
 
 bool Connection::lastTiming(CallTiming* out) {

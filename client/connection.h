@@ -190,7 +190,7 @@ class Connection {
     const void* bulk;          // a synchronous call's own buffer (valid until its reply), or null
     uint64_t bulk_len;
     bool bulk_copied;          // the bulk follows the message in kept_buf_
-    bool bulk_pinned;          // `bulk` is the program's pinned memory (in pinned_ranges_)
+    bool bulk_pinned;          // `bulk` is the program's pinned memory (waitForWritesInto)
   };
 
   Connection(std::unique_ptr<common::TlsConnection> conn, std::string server, common::Compression c);
@@ -227,8 +227,6 @@ class Connection {
   // `copy`: the bulk is copied; `pinned`: pointed to (the program's pinned memory).
   void keepLocked(uint64_t seq, const uint8_t* frame, size_t len, const void* bulk, uint64_t bulk_len, bool copy,
                   bool pinned = false);
-  // A kept pinned request is acknowledged or dropped: its range is free (deferred_mu_).
-  void forgetPinnedLocked(const Kept& k);
   void dropKeptLocked(uint64_t upto);
   Status waitForRoomLocked(std::unique_lock<std::mutex>& lock, uint64_t bytes);
   uint64_t repliesFloorLocked();  // batch_mu_, takes slots_mu_
@@ -266,12 +264,10 @@ class Connection {
   Status broken_;
   Status deferred_error_;
 
-  // Target ranges of deferred slots whose data has not landed (start -> end),
-  // and source ranges of kept pinned requests not yet acknowledged. Taken
-  // after batch_mu_ where both are held.
+  // Target ranges of deferred slots whose data has not landed (start -> end).
   std::mutex deferred_mu_;
   std::condition_variable deferred_cv_;
-  std::multimap<uint64_t, uint64_t> deferred_ranges_, pinned_ranges_;
+  std::multimap<uint64_t, uint64_t> deferred_ranges_;
 
   // Device printf output not yet printed (bounded by kMaxDeviceOutput).
   std::mutex output_mu_;

@@ -45,4 +45,22 @@ inline bool spinYield() {
   return false;
 }
 
+// Spins (spinYield) until done() or `limit` has passed or spinning stops
+// paying; returns done(). For waits that are usually over within a wake-up.
+template <typename Done>
+bool spinFor(std::chrono::microseconds limit, Done&& done) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= until || !spinYield()) return done();
+  }
+  return true;
+}
+
+// Nanoseconds of steady_clock (CLOCK_MONOTONIC: one clock for every process of
+// the host, so a client's and a server's stamps on loopback compare).
+inline uint64_t monotonicNs() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
 }  // namespace rgpu::common

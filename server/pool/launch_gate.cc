@@ -11,6 +11,8 @@
 #include <memory>
 #include <thread>
 
+#include "common/spin.h"
+
 namespace rgpu::server {
 namespace {
 bool onDevice(const GatePolicy& s, int d) { return d >= 0 && d < kMaxGateDevices && (s.devices.load() >> d) & 1; }
@@ -38,10 +40,7 @@ Result<std::pair<int, T*>> makeShared(const char* name) {
   }
   return std::make_pair(fd, new (*p) T());
 }
-uint64_t nowNs() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
+using common::monotonicNs;
 }  // namespace
 
 uint64_t virtualTime(const GatePolicy& p, const GateActivity& a) {
@@ -212,7 +211,7 @@ const GateActivity* SharedLaunchGate::peer(uint32_t i, uint64_t session) {
     ::munmap(const_cast<GateActivity*>(p.map), sizeof(GateActivity));
     p = Peer{};
   }
-  uint64_t now = nowNs();
+  uint64_t now = monotonicNs();
   if (p.session == session && now < p.retry_ns) return nullptr;
   p.session = session;
   p.retry_ns = now + kPeerRetryNs;
@@ -256,7 +255,7 @@ void SharedLaunchGate::queued(int device) {
 
 bool SharedLaunchGate::heldBack(int host) {
   int prio = my_policy_->priority.load();
-  uint64_t vt = virtualTime(*my_policy_, *mine_), now = nowNs();
+  uint64_t vt = virtualTime(*my_policy_, *mine_), now = monotonicNs();
   return forEachPeer(host, [&](uint32_t, const GatePolicy& p, const GateActivity& s) {
     int pr = p.priority.load();
     bool busy = s.pending.load() > 0;
@@ -267,7 +266,7 @@ bool SharedLaunchGate::heldBack(int host) {
 
 void SharedLaunchGate::contenders(int host, uint64_t mine_since, bool& older, bool& younger) {
   older = younger = false;
-  uint64_t now = nowNs();
+  uint64_t now = monotonicNs();
   forEachPeer(host, [&](uint32_t i, const GatePolicy&, const GateActivity& s) {
     uint64_t since = s.holding_since[host].load();  // seq_cst: after our own flag went up
     if (since == 0 || now - std::min(now, since) > kStuckNs) return false;  // free, or a kernel that never ends
@@ -281,7 +280,7 @@ bool SharedLaunchGate::acquire(int device) {
   int host = physical_[static_cast<size_t>(device)];
   if (host < 0 || host >= kMaxGateDevices) return false;
   std::atomic<uint64_t>& flag = mine_->holding_since[host];
-  uint64_t join_deadline = nowNs() + kMaxJoinWaitNs;
+  uint64_t join_deadline = monotonicNs() + kMaxJoinWaitNs;
   // Waiting costs the running session nothing but our wake-ups: back off from
   // 50 us to 1 ms (well inside kHoldoverNs, so a higher class's gaps stay covered).
   auto pause = std::chrono::microseconds(50);
@@ -291,14 +290,14 @@ bool SharedLaunchGate::acquire(int device) {
       bool held_back = heldBack(host);
       if (holding_[host] > 0) {
         // We hold it: join, unless someone is owed the device (then let ours drain, within a bound).
-        if (!held_back || nowNs() > join_deadline) {
+        if (!held_back || monotonicNs() > join_deadline) {
           ++holding_[host];
           return true;
         }
       } else if (!held_back) {
         // Raise our flag, then look at the others' (Dekker: of two that do
         // this at once, at least one sees the other).
-        uint64_t since = nowNs();
+        uint64_t since = monotonicNs();
         flag.store(since);
         bool older = false, younger = false;
         contenders(host, since, older, younger);
@@ -327,7 +326,7 @@ void SharedLaunchGate::done(int device, uint64_t gpu_ns, bool held) {
     if (holding_[host] > 0 && --holding_[host] == 0) mine_->holding_since[host] = 0;
   }
   mine_->gpu_ns += gpu_ns;
-  if (mine_->pending.fetch_sub(1) == 1) mine_->idle_since_ns = nowNs();
+  if (mine_->pending.fetch_sub(1) == 1) mine_->idle_since_ns = monotonicNs();
 }
 
 }  // namespace rgpu::server

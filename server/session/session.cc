@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/spin.h"
 #include "protocol/frame.h"
 #include "server/pool/fd_passing.h"
 
@@ -430,7 +431,7 @@ Status Session::serveConnection(common::TlsConnection& conn) {
     kj::ArrayPtr<const capnp::word> msg;
     Status s = reader.next(h, msg);
     if (!s) return s.code() == err::kDevicesUnavailable ? ended(s) : violation(s);
-    if (h.flags & protocol::kFlagTimed) timed_read_ns_ = monotonicNs();
+    if (h.flags & protocol::kFlagTimed) timed_read_ns_ = common::monotonicNs();
     if (h.type == FrameType::kAck) {
       if (h.bulk_len) return violation(Status(err::kInvalidValue, "acknowledgement with a bulk payload"));
       try {
@@ -690,11 +691,6 @@ void Session::recordAsyncError(const Status& s) {
   }
 }
 
-uint64_t Session::monotonicNs() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
-
 void Session::finish(const FrameHeader& h, const Status& s, const Fill& fill) {
   if (graph_build_ && std::this_thread::get_id() == graph_build_thread_) {
     if (!s && graph_build_->isOk()) *graph_build_ = s;
@@ -738,7 +734,7 @@ void Session::sendReply(uint64_t seq, const Status& status, const Fill& fill, co
     auto times = r.initServerTimes(3);
     times.set(0, timed_read_ns_);
     times.set(1, timed_dispatch_ns_);
-    times.set(2, monotonicNs());
+    times.set(2, common::monotonicNs());
   }
   if (!s) {
     bulk_len = 0;
@@ -865,7 +861,7 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
   }
   auto which = static_cast<size_t>(req.which());
   if (h.flags & protocol::kFlagTimed) {
-    timed_dispatch_ns_ = monotonicNs();
+    timed_dispatch_ns_ = common::monotonicNs();
     timed_seq_.store(h.seq, std::memory_order_release);
   }
   if (which < handlers().size() && handlers()[which]) return (this->*handlers()[which])(h, req);

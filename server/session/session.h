@@ -223,8 +223,6 @@ class Session {
   using Fill = std::function<void(wire::Reply::Builder&)>;
   // Sends a reply (sync request) or records the error (async request).
   void finish(const protocol::FrameHeader& h, const Status& s, const Fill& fill = nullptr);
-  // steady_clock (CLOCK_MONOTONIC: one clock for every process of the host) in ns.
-  static uint64_t monotonicNs();
   void sendReply(uint64_t seq, const Status& s, const Fill& fill, const uint8_t* bulk = nullptr,
                  uint64_t bulk_len = 0, const OnWire& on_wire = nullptr);
   // A ReadDone that sends the result as the reply to `seq`.

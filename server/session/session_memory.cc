@@ -137,9 +137,7 @@ Status Session::onMemcpyHtoD(const FrameHeader& h, wire::Request::Reader req) {
     // the client's acknowledgement, which came just before this request (a
     // program that copies down, then up): it is idle within microseconds.
     // Wait for it a little rather than stage the bytes.
-    const auto until = std::chrono::steady_clock::now() + kDirectWait;
-    while (!direct && std::chrono::steady_clock::now() < until && common::spinYield())
-      direct = backend_->directWriteTarget(key, m.getDst());
+    common::spinFor(kDirectWait, [&] { return (direct = backend_->directWriteTarget(key, m.getDst())) != nullptr; });
   }
   if (direct && h.bulk_len == m.getSize()) {
     RGPU_TRY(reader_->readBulk(h, direct));

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -18,26 +19,40 @@
 namespace rgpu::server {
 namespace {
 
-TEST(Outbox, ALargeReplyHoldsItsSenderUntilAcknowledgedAndNoHoldIsEndingOnceItReturned) {
-  test::TempDir dir;
-  test::makeCerts(dir.path());
-  auto pair = test::makeTlsPair(dir.path());
-  ASSERT_TRUE(pair.client && pair.server);
-  std::unique_ptr<common::TlsConnection> client = std::move(*pair.client);
-  Outbox out(std::move(*pair.server), common::Compression::kOff);
-  out.retainUntilAcknowledged();
+// An Outbox that keeps what it sends, on one end of a loopback TLS pair.
+class OutboxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    test::makeCerts(dir_.path());
+    auto pair = test::makeTlsPair(dir_.path());
+    ASSERT_TRUE(pair.client && pair.server);
+    client_ = std::move(*pair.client);
+    out_ = std::make_unique<Outbox>(std::move(*pair.server), common::Compression::kOff);
+    out_->retainUntilAcknowledged();
+  }
+  // A reply frame to request `seq` with `bulk_len` bulk bytes.
+  static std::vector<uint8_t> replyFrame(uint64_t seq, uint64_t bulk_len) {
+    capnp::MallocMessageBuilder msg;
+    msg.initRoot<wire::Reply>();
+    std::vector<uint8_t> frame;
+    common::appendFrame(frame, protocol::FrameType::kReply, 0, seq, msg, bulk_len);
+    return frame;
+  }
+  test::TempDir dir_;
+  std::unique_ptr<common::TlsConnection> client_;
+  std::unique_ptr<Outbox> out_;
+};
 
+TEST_F(OutboxTest, ALargeReplyHoldsItsSenderUntilAcknowledgedAndNoHoldIsEndingOnceItReturned) {
+  Outbox& out = *out_;
   std::vector<uint8_t> bulk(kHoldBulkBytes * 2, 7);
-  capnp::MallocMessageBuilder msg;
-  msg.initRoot<wire::Reply>();
-  std::vector<uint8_t> frame;
-  common::appendFrame(frame, protocol::FrameType::kReply, 0, 5, msg, bulk.size());
+  std::vector<uint8_t> frame = replyFrame(5, bulk.size());
   std::atomic<bool> returned{false};
   std::thread sender([&] {
     out.reply(5, frame, bulk.data(), bulk.size(), /*may_wait=*/true);
     returned.store(true);
   });
-  common::FrameReader reader(*client);
+  common::FrameReader reader(*client_);
   protocol::FrameHeader h;
   kj::ArrayPtr<const capnp::word> words;
   ASSERT_TRUE(reader.next(h, words));
@@ -60,22 +75,13 @@ TEST(Outbox, ALargeReplyHoldsItsSenderUntilAcknowledgedAndNoHoldIsEndingOnceItRe
   out.close();
 }
 
-TEST(Outbox, CloseReleasesAHeldSender) {
-  test::TempDir dir;
-  test::makeCerts(dir.path());
-  auto pair = test::makeTlsPair(dir.path());
-  ASSERT_TRUE(pair.client && pair.server);
-  std::unique_ptr<common::TlsConnection> client = std::move(*pair.client);
-  Outbox out(std::move(*pair.server), common::Compression::kOff);
-  out.retainUntilAcknowledged();
+TEST_F(OutboxTest, CloseReleasesAHeldSender) {
+  Outbox& out = *out_;
   std::vector<uint8_t> bulk(kHoldBulkBytes, 1);
-  capnp::MallocMessageBuilder msg;
-  msg.initRoot<wire::Reply>();
-  std::vector<uint8_t> frame;
-  common::appendFrame(frame, protocol::FrameType::kReply, 0, 9, msg, bulk.size());
+  std::vector<uint8_t> frame = replyFrame(9, bulk.size());
   std::thread drain([&] {
     std::vector<uint8_t> sink(frame.size() + bulk.size());
-    (void)client->readExact(sink.data(), sink.size());
+    (void)client_->readExact(sink.data(), sink.size());
   });
   std::thread sender([&] { out.reply(9, frame, bulk.data(), bulk.size(), true); });
   drain.join();

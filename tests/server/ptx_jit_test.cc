@@ -22,6 +22,18 @@ using test::launchK;
 using test::runOnce;
 
 const std::string kHeader = ".version 9.0\n.target sm_75\n.address_size 64\n";
+// %rd3: the address of the thread's own word of `buf` (by block and thread);
+// %rd2: its thread index in bytes (a per-block offset, for shared memory).
+// Uses %r1, %r13-%r15, %rd1-%rd3, %rd15.
+const std::string kThreadWord = R"(ld.param.u64 %rd1, [buf];
+mov.u32 %r1, %tid.x;
+mul.wide.u32 %rd2, %r1, 8;
+mov.u32 %r14, %ctaid.x;
+mov.u32 %r15, %ntid.x;
+mad.lo.s32 %r13, %r14, %r15, %r1;
+mul.wide.u32 %rd15, %r13, 8;
+add.s64 %rd3, %rd1, %rd15;
+)";
 
 // The compiled code of m's kernel k (after an Engine::kJit launch).
 std::shared_ptr<const jit::Code> codeOf(const Module& m) {
@@ -123,15 +135,7 @@ TEST(PtxJit, StopsBeforeGenericAccessesToSharedMemoryAndTheInterpreterGoesOn) {
 .reg .b32 %r<16>;
 .reg .b64 %rd<16>;
 .shared .align 8 .b8 sh[512];
-ld.param.u64 %rd1, [buf];
-mov.u32 %r1, %tid.x;
-mul.wide.u32 %rd2, %r1, 8;
-mov.u32 %r14, %ctaid.x;
-mov.u32 %r15, %ntid.x;
-mad.lo.s32 %r13, %r14, %r15, %r1;
-mul.wide.u32 %rd15, %r13, 8;
-add.s64 %rd3, %rd1, %rd15;
-ld.global.u64 %rd4, [%rd3];
+)" + kThreadWord + R"(ld.global.u64 %rd4, [%rd3];
 mov.u64 %rd5, sh;
 cvta.shared.u64 %rd6, %rd5;
 add.s64 %rd7, %rd6, %rd2;
@@ -236,15 +240,7 @@ TEST(PtxJit, KeepsValuesTheRegisterFileNeverSeesRight) {
 .reg .b32 %r<16>;
 .reg .b64 %rd<16>;
 .shared .align 8 .b8 sh[512];
-ld.param.u64 %rd1, [buf];
-mov.u32 %r1, %tid.x;
-mul.wide.u32 %rd2, %r1, 8;
-mov.u32 %r14, %ctaid.x;
-mov.u32 %r15, %ntid.x;
-mad.lo.s32 %r13, %r14, %r15, %r1;
-mul.wide.u32 %rd15, %r13, 8;
-add.s64 %rd3, %rd1, %rd15;
-ld.global.u32 %r2, [%rd3];
+)" + kThreadWord + R"(ld.global.u32 %r2, [%rd3];
 add.u32 %r3, %r2, 5;
 mul.lo.u32 %r4, %r3, %r3;
 mov.u32 %r5, 7;

@@ -44,10 +44,7 @@ ThreadPool::ThreadPool(unsigned threads) {
           // (common/spin.h: not at all while the cores are busy).
           const uint64_t seen = posted_.load(std::memory_order_relaxed);
           lock.unlock();
-          const auto until = std::chrono::steady_clock::now() + kPoolSpin;
-          while (posted_.load(std::memory_order_relaxed) == seen && std::chrono::steady_clock::now() < until &&
-                 common::spinYield()) {
-          }
+          common::spinFor(kPoolSpin, [&] { return posted_.load(std::memory_order_relaxed) != seen; });
           lock.lock();
         }
         cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
