@@ -904,9 +904,16 @@ Result<common::TlsConnection*> Connection::reconnect(const Status& why) {
                     "lost the connection to rgpu server " + server_ + " and could not resume session " +
                         std::to_string(session) + " within the server's grace period of " + std::to_string(grace) +
                         " ms (after which it frees the session): " + last + " (" + describeSource(cfg_) + ")");
+    bool refused = false;
     auto tc = common::TlsConnection::connect(**ctx, hp->first, hp->second, cfg_.server_name,
                                              std::min(left, std::chrono::milliseconds(cfg_.connect_timeout_ms)),
-                                             resumePreamble(resume_id_), resume_token_);
+                                             resumePreamble(resume_id_), resume_token_, &refused);
+    // Nothing listens there: the daemon that holds every resumable session
+    // (and outlives none of its workers) is gone, and the session with it.
+    if (refused)
+      return Status(err::kDevicesUnavailable, "lost the connection to rgpu server " + server_ +
+                                                  ", which is no longer running (connection refused): session " +
+                                                  std::to_string(session) + " is gone (" + describeSource(cfg_) + ")");
     Result<common::TlsConnection*> taken = Status(err::kDevicesUnavailable, "");
     if (tc) {
       common::tuneSocket((*tc)->fd(), cfg_.dead_after_s);

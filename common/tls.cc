@@ -459,8 +459,11 @@ Result<std::unique_ptr<TlsConnection>> TlsConnection::connect(TlsContext& ctx, c
                                                               const std::string& server_name,
                                                               std::chrono::milliseconds timeout,
                                                               const std::string& preamble,
-                                                              const std::string& resume_secret) {
+                                                              const std::string& resume_secret,
+                                                              bool* refused) {
   auto deadline = Clock::now() + timeout;
+  if (refused) *refused = false;
+  bool tried = false, all_refused = true;
   std::string where = host + ":" + std::to_string(port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -473,6 +476,7 @@ Result<std::unique_ptr<TlsConnection>> TlsConnection::connect(TlsContext& ctx, c
   for (addrinfo* ai = res; ai && fd < 0; ai = ai->ai_next) {
     int s = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (s < 0) continue;
+    tried = true;
     if (::connect(s, ai->ai_addr, ai->ai_addrlen) == 0 || errno == EINPROGRESS) {
       pollfd p{s, POLLOUT, 0};
       int rc = ::poll(&p, 1, remainingMs(deadline));
@@ -482,14 +486,20 @@ Result<std::unique_ptr<TlsConnection>> TlsConnection::connect(TlsContext& ctx, c
         fd = s;
         break;
       }
-      last_error = rc == 0 ? "timed out" : std::strerror(soerr ? soerr : errno);
+      const int e = rc == 0 ? ETIMEDOUT : soerr ? soerr : errno;
+      last_error = rc == 0 ? "timed out" : std::strerror(e);
+      all_refused = all_refused && e == ECONNREFUSED;
     } else {
+      all_refused = all_refused && errno == ECONNREFUSED;
       last_error = std::strerror(errno);
     }
     ::close(s);
   }
   freeaddrinfo(res);
-  if (fd < 0) return Status(err::kDevicesUnavailable, "cannot connect to " + where + ": " + last_error);
+  if (fd < 0) {
+    if (refused) *refused = tried && all_refused;
+    return Status(err::kDevicesUnavailable, "cannot connect to " + where + ": " + last_error);
+  }
   tuneSocket(fd, 30);
   if (!preamble.empty() &&
       ::send(fd, preamble.data(), preamble.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(preamble.size())) {

@@ -118,12 +118,15 @@ class TlsConnection {
   // (session resume tells the daemon which worker it wants, see daemon.h);
   // `resume_secret`, when set, is offered as the session's resume PSK (the
   // worker that holds the session has no certificate key any more).
+  // `refused`, when given, is set when every address of `host` refused the
+  // TCP connection: nothing listens on that port (the host itself answered).
   static Result<std::unique_ptr<TlsConnection>> connect(TlsContext& ctx, const std::string& host,
                                                         uint16_t port,
                                                         const std::string& server_name,
                                                         std::chrono::milliseconds timeout,
                                                         const std::string& preamble = "",
-                                                        const std::string& resume_secret = "");
+                                                        const std::string& resume_secret = "",
+                                                        bool* refused = nullptr);
   // Takes ownership of an accepted socket and runs the server handshake.
   static Result<std::unique_ptr<TlsConnection>> accept(TlsContext& ctx, int fd,
                                                        std::chrono::milliseconds timeout);

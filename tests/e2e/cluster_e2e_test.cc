@@ -595,15 +595,16 @@ TEST_F(ClusterTest, ADeadMembersClientGetsAnErrorNamingItAndTheNextProgramGoesEl
   test::ServerProcess a(da.path(), memberToml(da.path(), "a", 2));
   test::ServerProcess b(db.path(), memberToml(db.path(), "b", 2));
   ASSERT_TRUE(waitFor([&] { return member("a") && member("b"); }, 10s));
-  // A program runs on b; b dies under it.
-  test::writeFile(holder_dir.file("client.toml"), clientToml(b.port()) + "resume = false\n[request]\ndevices = 1\n");
+  // A program runs on b (resumable, the default); b dies under it.
+  test::writeFile(holder_dir.file("client.toml"), clientToml(b.port()) + "[request]\ndevices = 1\n");
   pid_t holder = spawnClient(holder_dir.file("client.toml"), holder_dir.file("out"), "resume_client", {"hold"});
   ASSERT_TRUE(waitFor([&] { return test::readFile(holder_dir.file("out")).find("holding") != std::string::npos; }, 10s));
   ::kill(b.pid(), SIGKILL);
   // Its calls fail, naming the server, within seconds: never a hang.
   const auto t0 = Clock::now();
   int st = 0;
-  ASSERT_TRUE(waitFor([&] { return waitpid(holder, &st, WNOHANG) == holder; }, 20s)) << "the client hung";
+  ASSERT_TRUE(waitFor([&] { return waitpid(holder, &st, WNOHANG) == holder; }, 20s))
+      << "the client hung; it printed:\n" << test::readFile(holder_dir.file("out")) << "\nb's log:\n" << b.log();
   std::string out = test::readFile(holder_dir.file("out"));
   EXPECT_NE(out.find("127.0.0.1:" + std::to_string(b.port())), std::string::npos) << out;
   std::printf("cluster: the dead member's client saw the error after %.2f s\n",

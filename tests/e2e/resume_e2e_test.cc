@@ -4,10 +4,14 @@
 // program's every check passes. After the grace period the session is freed and
 // the program gets a clear error.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <regex>
+#include <sstream>
 #include <thread>
 
 #include "tests/support/cut_proxy.h"
@@ -22,6 +26,24 @@ size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
+}
+
+// The processes whose parent is `parent` (a daemon's workers).
+std::vector<pid_t> childrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: comm may hold spaces, so read after its ')'.
+    auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    char state;
+    long ppid = 0;
+    if (rest >> state >> ppid && ppid == parent) out.push_back(static_cast<pid_t>(std::stol(line)));
+  }
+  return out;
 }
 
 class Resume : public ::testing::Test {
@@ -108,6 +130,41 @@ TEST_F(Resume, PastTheGracePeriodTheSessionIsFreedAndTheProgramFailsClearly) {
             std::string::npos)
       << log;
   EXPECT_NE(log.find("session 1 ended (1 allocations released"), std::string::npos) << log;
+}
+
+// A server that is gone entirely — the daemon and the worker, neither able to
+// say goodbye (as when its host's rgpu-server is killed): a reconnection is
+// refused, and nothing there can resume the session, so the program fails at
+// once rather than retrying for the 30 s grace period.
+TEST_F(Resume, AServerThatIsNoLongerRunningEndsTheProgramAtOnce) {
+  start("");
+  // Straight to the server: the proxy would accept the reconnections.
+  writeFile(dir_.file("client.toml"), clientToml(dir_.path(), server_->port()) + "log_level = \"warn\"\n");
+  std::string out = dir_.file("hold.out");
+  RunResult r;
+  std::thread program([&] { r = run(resumeClient() + " hold >" + out + " 2>&1", env()); });
+  ASSERT_TRUE(waitFor([&] { return readFile(out).find("holding") != std::string::npos; }, 10000)) << readFile(out);
+  std::vector<pid_t> workers = childrenOf(server_->pid());
+  ASSERT_EQ(workers.size(), 1u);
+  // The daemon frozen first, so that it neither answers a reconnection nor
+  // makes the worker say goodbye as it dies; then both killed.
+  auto t0 = std::chrono::steady_clock::now();
+  ::kill(server_->pid(), SIGSTOP);
+  ::kill(workers[0], SIGKILL);
+  ::kill(server_->pid(), SIGKILL);
+  server_->wait();
+  program.join();
+  auto waited = std::chrono::steady_clock::now() - t0;
+  std::string text = readFile(out);
+  EXPECT_EQ(r.code, 3) << text;
+  EXPECT_NE(text.find("a call failed: cudaErrorDevicesUnavailable"), std::string::npos) << text;
+  EXPECT_NE(text.find("127.0.0.1:" + std::to_string(server_->port()) +
+                      ", which is no longer running (connection refused): session 1 is gone"),
+            std::string::npos)
+      << text;
+  EXPECT_LT(waited, std::chrono::seconds(10));
+  std::printf("resume: the program failed %.2f s after its server was gone\n",
+              std::chrono::duration<double>(waited).count());
 }
 
 }  // namespace
