@@ -159,7 +159,9 @@ class ThreadPool {
   // returns when all are done. `slot` (below size()) is the thread's: no two
   // calls at once have the same. Threads take indices in chunks (a block of
   // a short kernel takes a microsecond or two: claiming each one alone made
-  // the threads contend for the counters). Once *stop turns true the indices
+  // the threads contend for the counters) that shrink to one index as the
+  // rest runs out (a chunk of 8 matmul blocks, 0.7 ms, left one thread
+  // working alone at the end of every launch). Once *stop turns true the indices
   // not yet started are skipped (a grid of 2^31 blocks must not take seconds
   // to abandon).
   void parallelFor(uint64_t n, const std::function<void(uint64_t, unsigned)>& fn,

@@ -72,15 +72,23 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::work(Job& job, unsigned slot) {
+  const uint64_t share = 4ull * size();
   for (;;) {
-    const uint64_t i = job.next.fetch_add(job.grain);
+    // Guided: a claim is a quarter of each thread's fair share of what is
+    // left, at most `grain` — a launch ends with single blocks, so the
+    // threads finish within a block of each other, not within a chunk.
+    uint64_t i = job.next.load(std::memory_order_relaxed), g = 1;
+    do {
+      if (i >= job.n) break;
+      g = std::clamp<uint64_t>((job.n - i) / share, 1, job.grain);
+    } while (!job.next.compare_exchange_weak(i, i + g, std::memory_order_relaxed));
     if (i >= job.n) {
       std::lock_guard lock(mu_);
       auto it = std::find(jobs_.begin(), jobs_.end(), &job);
       if (it != jobs_.end()) jobs_.erase(it);  // exhausted: no new takers
       return;
     }
-    const uint64_t end = std::min(job.n, i + job.grain);
+    const uint64_t end = std::min(job.n, i + g);
     uint64_t finished = 0;
     for (uint64_t k = i; k < end; ++k) {
       (*job.fn)(k, slot);
