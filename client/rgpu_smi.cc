@@ -7,6 +7,8 @@
 //   rgpu-smi --pool                           every member of a pool of servers, its devices and load,
 //                                             and the sessions each member shows the caller
 //   rgpu-smi --pool --query-members=member,address,state,index,name,memory.used --format=csv
+//   rgpu-smi --accounting FILE...             an accounting log (server.toml [accounting], with its
+//                                             rotated files) summed per user and UTC day; no server
 //
 // It finds and authenticates to the server exactly as a CUDA program does
 // (client.toml, RGPU_SERVER, ...) and asks for the pool status over the same
@@ -14,8 +16,11 @@
 // server's [[users]]) see every session; others see their own.
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -23,6 +28,7 @@
 
 #include "client/client_config.h"
 #include "client/connection.h"
+#include "common/accounting.h"
 #include "common/log.h"
 
 namespace {
@@ -245,6 +251,23 @@ int printPool(Connection& conn, const rgpu::client::ClientConfig& cfg, const For
 
 }  // namespace
 
+// rgpu-smi --accounting: the files' lines per user and day (common/accounting.h).
+int printAccounting(const std::vector<std::string>& files, const std::string& format) {
+  std::vector<rgpu::common::AccountingDay> days;
+  size_t skipped = 0;
+  for (const auto& f : files) {
+    std::ifstream in(f);
+    if (!in) {
+      std::fprintf(stderr, "rgpu-smi: cannot read accounting log %s: %s\n", f.c_str(), std::strerror(errno));
+      return 1;
+    }
+    skipped += rgpu::common::summariseAccounting(in, days);
+  }
+  std::fputs(rgpu::common::formatAccountingDays(days, format.rfind("csv", 0) == 0).c_str(), stdout);
+  if (skipped) std::fprintf(stderr, "rgpu-smi: %zu malformed line(s) skipped\n", skipped);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"rgpu-smi: devices and sessions of an rgpu-server pool"};
   std::string server, config, query_gpu, query_sessions, query_members, format;
@@ -264,7 +287,12 @@ int main(int argc, char** argv) {
   app.add_flag("--pool", pool, "every member of the pool of servers this server is one of, and their sessions");
   app.add_option("--query-members", query_members,
                  "with --pool, comma-separated: member,address,state,member.sessions,queued and the --query-gpu fields");
+  std::vector<std::string> accounting;
+  app.add_option("--accounting", accounting,
+                 "summarise accounting log files (server.toml [accounting] path and its rotated .1, .2, ...) per "
+                 "user and UTC day; reads the files, asks no server");
   CLI11_PARSE(app, argc, argv);
+  if (!accounting.empty()) return printAccounting(accounting, format);
 
   if (!config.empty()) setenv("RGPU_CONFIG", config.c_str(), 1);
   if (!server.empty()) setenv("RGPU_SERVER", server.c_str(), 1);

@@ -21,7 +21,7 @@ pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas>=0.3)
 find_package(CLI11 2.1 CONFIG REQUIRED)
 find_package(tomlplusplus 3.3 CONFIG REQUIRED)
 find_package(spdlog 1.10 CONFIG REQUIRED)
-find_package(nlohmann_json 3.10 CONFIG REQUIRED)  # etcd's JSON gateway (server/cluster/)
+find_package(nlohmann_json 3.10 CONFIG REQUIRED)  # etcd's JSON gateway (server/cluster/), the accounting log (common/accounting.h)
 
 # CUDA toolkit: headers for the client library (prototype checking) and the
 # device-property layout; nvcc for end-to-end tests.

@@ -40,6 +40,9 @@ std::string restartOnlyChanges(const ServerConfig& a, const ServerConfig& b) {
   differs(a.pool.metrics_token != b.pool.metrics_token, "[pool] metrics_token");
   differs(a.worker_user != b.worker_user, "[security] worker_user");
   differs(a.pool.metrics_labels != b.pool.metrics_labels, "[pool] metrics_labels");
+  differs(a.accounting.path != b.accounting.path || a.accounting.max_bytes != b.accounting.max_bytes ||
+              a.accounting.keep != b.accounting.keep,
+          "[accounting]");
   {
     const auto &x = a.cluster, &y = b.cluster;
     differs(x.endpoints != y.endpoints || x.prefix != y.prefix || x.name != y.name || x.advertise != y.advertise ||
@@ -210,6 +213,22 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
         return Status(err::kInvalidValue, where("pool.metrics_listen") + ": metrics on a non-loopback address ('" +
                                               c.pool.metrics_listen +
                                               "') need [pool] metrics_token: they name every tenant's sessions");
+    }
+  }
+  if (auto* acc = tbl["accounting"].as_table()) {
+    c.accounting.path = (*acc)["path"].value_or(std::string());
+    if (auto v = (*acc)["max_bytes"].value<std::string>()) {
+      auto bytes = parseSize(*v);
+      if (!bytes) return Status(err::kInvalidValue, where("accounting.max_bytes") + ": " + bytes.status().message());
+      c.accounting.max_bytes = *bytes;
+    } else if (auto n = (*acc)["max_bytes"].value<int64_t>()) {
+      c.accounting.max_bytes = *n > 0 ? static_cast<uint64_t>(*n) : 0;
+    }
+    if (c.accounting.max_bytes < 4096)
+      return Status(err::kInvalidValue, where("accounting.max_bytes") + " must be at least 4 KiB");
+    if (auto k = (*acc)["keep"].value<int64_t>()) {
+      if (*k < 0 || *k > 1000) return Status(err::kInvalidValue, where("accounting.keep") + " must be 0..1000");
+      c.accounting.keep = static_cast<uint32_t>(*k);
     }
   }
   if (auto* lim = tbl["limits"].as_table()) {

@@ -51,6 +51,14 @@ struct PoolConfig {
   uint32_t drain_timeout_ms = 30000;      // SIGTERM: how long running sessions may go on
 };
 
+// [accounting]: one JSON line per ended session (server/accounting/), for
+// billing and charge-back. Empty path: none written.
+struct AccountingConfig {
+  std::string path;
+  uint64_t max_bytes = 64ull << 20;  // the file is rotated (path.1, path.2, ...) past this
+  uint32_t keep = 8;                 // rotated files kept; older ones are deleted
+};
+
 struct SimDeviceConfig {
   std::string name = "rgpu sim device";
   uint64_t memory = 16ull << 30;
@@ -132,6 +140,7 @@ struct ServerConfig {
   uint32_t resume_grace_ms = 30000;
   std::vector<UserEntry> users;
   PoolConfig pool;
+  AccountingConfig accounting;
   ClusterConfig cluster;
   std::vector<SimDeviceConfig> sim_devices;
   std::string sim_launch_log;  // [sim] launch_log: record every kernel launch (tests)

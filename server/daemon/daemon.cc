@@ -22,6 +22,7 @@
 
 #include "common/log.h"
 #include "common/tls.h"
+#include "server/accounting/accounting_log.h"
 #include "server/daemon/backend_factory.h"
 #include "server/config/config_snapshot.h"
 #include "server/pool/fd_passing.h"
@@ -66,6 +67,12 @@ void onWorkerTerm(int) {
   if (!g_session_running && g_worker_fd >= 0) ::shutdown(g_worker_fd, SHUT_RDWR);
 }
 }  // namespace
+
+// How a worker ended, as waitpid told (the accounting log's reason when it said none).
+static std::string describeExit(int status) {
+  return WIFSIGNALED(status) ? "worker killed by signal " + std::to_string(WTERMSIG(status))
+                             : "worker exited with " + std::to_string(WEXITSTATUS(status));
+}
 
 int runWorker(const ServerConfig& cfg, common::TlsOptions& tls, int fd, uint64_t session_id, int control_fd,
               int handoff_fd, int gate_policy_fd, int uid, int gid) {
@@ -317,6 +324,19 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     if (user.empty()) return Status(err::kNotPermitted, "the credential matches no user");
     return user;
   });
+  // [accounting]: a line per admitted session, once its worker has exited.
+  std::unique_ptr<AccountingLog> accounting;
+  if (!cfg.accounting.path.empty()) {
+    accounting = std::make_unique<AccountingLog>(cfg.accounting);
+    RGPU_LOG_INFO("accounting: a line per ended session in {} (rotated past {}, {} kept)", cfg.accounting.path,
+                  formatBytes(cfg.accounting.max_bytes), cfg.accounting.keep);
+    service.onEnded([&](const SessionRecord& rec, const std::string& reason) {
+      const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count();
+      accounting->append(
+          common::accountingLine(accountingRecord(rec, pool.devices(), cfg.cluster.name, reason, now)));
+    });
+  }
   service.onAuthenticated([&](uint64_t sid) {
     if (auto it = preauth_of.find(sid); it != preauth_of.end()) {
       preauth.forget(it->second);
@@ -390,7 +410,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
           }
           std::erase_if(resume_ids, [sid](const auto& r) { return r.second == sid; });
           // Its memory and quota return to the pool now, even after a crash.
-          if (sid) service.detach(sid);
+          if (sid) service.detach(sid, describeExit(status));
         }
         if (stopping && workers.empty()) io.stop();
       } else if (sig == SIGHUP) {
@@ -630,13 +650,24 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   io.run();
   // Bounded drain: give workers a moment to finish, then stop them hard.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  // Each session still gets its accounting line.
+  auto reaped = [&](pid_t pid, int status) {
+    auto it = workers.find(pid);
+    if (it == workers.end()) return;
+    service.detach(it->second, describeExit(status));
+    workers.erase(it);
+  };
   while (!workers.empty() && std::chrono::steady_clock::now() < deadline) {
     int status;
     pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid > 0) workers.erase(pid);
+    if (pid > 0) reaped(pid, status);
     else std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (auto& [pid, sid] : workers) ::kill(pid, SIGKILL);
+  for (auto [pid, sid] : std::map<pid_t, uint64_t>(workers)) {
+    int status = 0;
+    if (::waitpid(pid, &status, 0) == pid) reaped(pid, status);
+  }
   RGPU_LOG_INFO("rgpu-server stopped");
   return 0;
 }

@@ -334,6 +334,8 @@ Result<std::string> ControlSocketLink::members() {
   return f[1];
 }
 
+void ControlSocketLink::ended(const std::string& reason) { send(joinFields({"ended", reason})); }
+
 void ControlSocketLink::usage(const SessionUsage& u) {
   send(joinFields({"usage", std::to_string(u.calls), std::to_string(u.bytes_in), std::to_string(u.bytes_out),
                    std::to_string(u.gpu_ns), std::to_string(u.errors)}));

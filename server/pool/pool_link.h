@@ -55,6 +55,9 @@ class PoolLink {
   // message bytes); kNotSupported when it is not one.
   virtual Result<std::string> members() { return Status(err::kNotSupported, "this server is not a member of a pool"); }
   virtual void usage(const SessionUsage& u) = 0;
+  // Why the session ended, told once as it ends (the accounting log's
+  // reason; the daemon bounds it and names a crash itself).
+  virtual void ended(const std::string& reason) {}
   // The launch gate of an admitted session (priorities, weights); nullptr: none.
   virtual std::unique_ptr<LaunchGate> gateFor(const Placement& p) { return nullptr; }
 };
@@ -107,6 +110,7 @@ class ControlSocketLink final : public PoolLink {
   Result<std::string> status(const std::string& user) override;
   Result<std::string> members() override;
   void usage(const SessionUsage& u) override;
+  void ended(const std::string& reason) override;
   std::unique_ptr<LaunchGate> gateFor(const Placement& p) override;
 
  private:

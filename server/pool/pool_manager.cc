@@ -176,6 +176,7 @@ void PoolManager::start(uint64_t session, const ClientInfo& who, const Placement
   r.who = who;
   r.placement = p;
   r.since = now;
+  r.held_at = r.started = clock_();
   running_[session] = std::move(r);
   auto& us = user_state_[who.user];
   us.admissions++;
@@ -264,7 +265,16 @@ Status PoolManager::reserve(uint64_t session, int device, uint64_t bytes, bool p
   }
   used += bytes;
   r.memory[device] += bytes;
+  accountMemory(r, static_cast<int64_t>(bytes));
   return Status::ok();
+}
+
+void PoolManager::accountMemory(Running& r, int64_t delta) {
+  const Clock::time_point now = clock_();
+  if (now > r.held_at) r.byte_seconds += static_cast<double>(r.held) * seconds(now - r.held_at);
+  r.held_at = std::max(now, r.held_at);
+  r.held = delta < 0 ? r.held - std::min<uint64_t>(r.held, static_cast<uint64_t>(-delta)) : r.held + static_cast<uint64_t>(delta);
+  r.peak = std::max(r.peak, r.held);
 }
 
 std::pair<std::string, uint64_t> PoolManager::poolQuotaOf(uint64_t session) const {
@@ -318,6 +328,7 @@ void PoolManager::release(uint64_t session, int device, uint64_t bytes) {
   mine -= bytes;
   uint64_t& used = user_state_[it->second.who.user].used[device];
   used -= std::min(bytes, used);
+  accountMemory(it->second, -static_cast<int64_t>(bytes));
 }
 
 std::pair<uint64_t, uint64_t> PoolManager::quotaView(uint64_t session, int device) const {
@@ -334,16 +345,27 @@ void PoolManager::usage(uint64_t session, const SessionUsage& u) {
   if (auto it = running_.find(session); it != running_.end()) it->second.usage = u;
 }
 
-void PoolManager::end(uint64_t session) {
+std::optional<SessionRecord> PoolManager::end(uint64_t session) {
   queue_.erase(std::remove_if(queue_.begin(), queue_.end(), [&](const Pending& p) { return p.session == session; }),
                queue_.end());
   auto it = running_.find(session);
-  if (it == running_.end()) return;
-  for (auto& [device, bytes] : it->second.memory) {
-    uint64_t& used = user_state_[it->second.who.user].used[device];
+  if (it == running_.end()) return std::nullopt;
+  Running& r = it->second;
+  for (auto& [device, bytes] : r.memory) {
+    uint64_t& used = user_state_[r.who.user].used[device];
     used -= std::min(bytes, used);
   }
+  accountMemory(r, 0);
+  SessionRecord rec;
+  rec.session = session;
+  rec.client = r.who;
+  rec.devices = r.placement.devices;
+  rec.seconds = seconds(r.held_at - r.started);
+  rec.usage = r.usage;
+  rec.peak_memory = r.peak;
+  rec.byte_seconds = r.byte_seconds;
   running_.erase(it);
+  return rec;
 }
 
 PoolSnapshot PoolManager::snapshot(Clock::time_point now) const {

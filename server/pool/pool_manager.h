@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -86,6 +87,17 @@ std::vector<std::pair<std::string, std::string>> mpsEnvironment(const Placement&
 
 struct SessionUsage {
   uint64_t calls = 0, bytes_in = 0, bytes_out = 0, gpu_ns = 0, errors = 0;
+};
+
+// What a session that ran used, over its whole life (server/accounting/).
+struct SessionRecord {
+  uint64_t session = 0;
+  ClientInfo client;
+  std::vector<int> devices;  // physical indices
+  double seconds = 0;        // from admission to its end
+  SessionUsage usage;        // the worker's last report
+  uint64_t peak_memory = 0;  // bytes, all its devices together
+  double byte_seconds = 0;   // device memory held, integrated over time
 };
 
 struct PoolSnapshot {
@@ -166,8 +178,12 @@ class PoolManager {
   // Users in `busy` (asking for more now) are left as they are.
   std::vector<std::pair<std::string, uint64_t>> trimGrants(const std::set<std::string>& busy = {});
   void usage(uint64_t session, const SessionUsage& u);
-  // The session's worker exited (or crashed) or it left the queue: all it held returns.
-  void end(uint64_t session);
+  // The session's worker exited (or crashed) or it left the queue: all it
+  // held returns. A session that was admitted leaves its record.
+  std::optional<SessionRecord> end(uint64_t session);
+  // Where memory-time (byte_seconds) reads the time: reserve and release
+  // take none (tests set a clock of their own).
+  void setClock(std::function<Clock::time_point()> clock) { clock_ = std::move(clock); }
 
   PoolSnapshot snapshot(Clock::time_point now) const;
   bool isAdmin(const std::string& user) const { return policyOf(user).admin; }
@@ -212,7 +228,13 @@ class PoolManager {
     std::map<int, uint64_t> memory;  // physical device -> bytes
     SessionUsage usage;
     Clock::time_point since;
+    // Accounting: the most it held at once, and bytes held x seconds up to `held_at`.
+    uint64_t held = 0, peak = 0;
+    double byte_seconds = 0;
+    Clock::time_point held_at, started;  // (clock_'s)
   };
+  // Adds the memory-time since the last change, then moves `held` by `delta`.
+  void accountMemory(Running& r, int64_t delta);
   struct UserState {
     std::map<int, uint64_t> used;  // physical device -> bytes, all sessions
     uint64_t granted = 0;          // this member's share of the pool quota (setPoolGrants)
@@ -241,6 +263,7 @@ class PoolManager {
   std::map<std::string, UserState> user_state_;
   uint64_t next_order_ = 0;
   bool pool_grants_ = false;
+  std::function<Clock::time_point()> clock_ = [] { return Clock::now(); };
 };
 
 // The slice a member of a pool takes of a user's pool quota at a time:

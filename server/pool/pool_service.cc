@@ -51,8 +51,14 @@ void PoolService::attach(uint64_t session, int fd) {
   receive(session);
 }
 
-void PoolService::detach(uint64_t session) {
-  pool_.end(session);
+void PoolService::detach(uint64_t session, const std::string& exit) {
+  auto record = pool_.end(session);
+  std::string reason = exit;
+  if (auto it = end_reasons_.find(session); it != end_reasons_.end()) {
+    reason = it->second;
+    end_reasons_.erase(it);
+  }
+  if (record && on_ended_) on_ended_(*record, reason);
   slot_waiting_.erase(session);
   if (release_) release_(session);
   identity_.erase(session);
@@ -225,6 +231,12 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
     reply(session, std::string("ok") + kFieldSep + members_());
   } else if (verb == "usage" && f.size() >= 6) {
     pool_.usage(session, {num(1), num(2), num(3), num(4), num(5)});
+  } else if (verb == "ended" && f.size() >= 2) {
+    // The worker's word, kept short and printable: it goes into the accounting log.
+    std::string why = f[1].substr(0, kMaxEndReason);
+    for (char& c : why)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+    end_reasons_[session] = why;
   } else {
     RGPU_LOG_WARN("session {}: malformed control message from its worker ({} bytes)", session, msg.size());
   }

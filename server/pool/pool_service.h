@@ -19,6 +19,9 @@
 
 namespace rgpu::server {
 
+// The longest reason a worker may give for its session's end (longer is cut).
+inline constexpr size_t kMaxEndReason = 256;
+
 class PoolService {
  public:
   using HealthFn = std::function<std::vector<DeviceHealth>()>;
@@ -28,7 +31,12 @@ class PoolService {
   // Adopts the daemon's end of a new worker's socket pair.
   void attach(uint64_t session, int fd);
   // The worker exited (or was killed): everything its session held returns.
-  void detach(uint64_t session);
+  // `exit`: how, as the daemon saw it ("exited with 0", "killed by signal 9").
+  void detach(uint64_t session, const std::string& exit = "");
+  // Runs once per admitted session that ended, with its record and why it
+  // ended: what its worker said, else `exit` (a worker that crashed says nothing).
+  using EndedFn = std::function<void(const SessionRecord& record, const std::string& reason)>;
+  void onEnded(EndedFn fn) { on_ended_ = std::move(fn); }
   // Queued requests may fit after a policy reload.
   void policyChanged();
   // The daemon is stopping: queued requests are refused, saying so.
@@ -105,6 +113,8 @@ class PoolService {
   std::map<uint64_t, int> slots_;  // session -> gate slot
   asio::steady_timer timer_;
   std::function<void(uint64_t)> on_authenticated_;
+  EndedFn on_ended_;
+  std::map<uint64_t, std::string> end_reasons_;  // what workers said as they ended
   Authenticator authenticate_;
   Redirector redirect_;
   MembersFn members_;

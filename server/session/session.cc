@@ -210,8 +210,13 @@ Status Session::run() {
   host_cv_.notify_all();
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
+  const std::string why = s ? "client left" : s.message();
+  {
+    std::lock_guard lock(resume_mu_);
+    pool_.ended(stop_reason_.empty() ? why : "stopped: " + stop_reason_);
+  }
   RGPU_LOG_INFO("session {} ended ({} allocations released, worker peak RSS {} MiB): {}", session_id_, allocs_.count(),
-                usage.ru_maxrss / 1024, s ? "client left" : s.message());
+                usage.ru_maxrss / 1024, why);
   return s;
 }
 
@@ -375,10 +380,11 @@ Status Session::handshake() {
 }
 
 void Session::stop(const std::string& why, int code) {
-  stopped_.store(true);
   {
     std::lock_guard lock(resume_mu_);
+    if (stop_reason_.empty()) stop_reason_ = why;
   }
+  stopped_.store(true);
   resume_cv_.notify_all();
   RGPU_LOG_INFO("session {}: stopping: {}", session_id_, why);
   sendNotify([&](wire::Notify::Builder& n) {

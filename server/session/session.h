@@ -333,6 +333,7 @@ class Session {
   int resume_stop_fd_ = -1;        // eventfd: ends the resume thread
   std::thread resume_thread_;
   std::mutex resume_mu_;
+  std::string stop_reason_;  // the first stop()'s why (resume_mu_)
   std::condition_variable resume_cv_;
   bool resume_closed_ = false;      // resume_mu_: the daemon closed the handoff socket
   struct Pending {

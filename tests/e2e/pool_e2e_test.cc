@@ -14,12 +14,16 @@
 #include <regex>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "server/config/server_config.h"
 #include "tests/e2e/pool_fixture.h"
 #include "tests/support/test_env.h"
 
 namespace rgpu::test {
 namespace {
+
+using json = nlohmann::json;
 
 TEST_F(Pool, QuotaIsExactToTheByteAndCudaMemGetInfoShowsIt) {
   start("memory_quota = \"1MiB\"\n");
@@ -180,6 +184,61 @@ TEST_F(Pool, RgpuSmiShowsDevicesAndSessionsAdminsSeeEveryone) {
   RunResult bad = smi(dir_.file("alice.toml"), "--query-gpu=index,bogus --format=csv");
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.output.find("unknown --query-gpu field 'bogus'"), std::string::npos) << bad.output;
+}
+
+TEST_F(Pool, EveryEndedSessionLeavesAnAccountingLineAndRgpuSmiSumsThem) {
+  const std::string path = dir_.file("accounting.jsonl");
+  start("", "", "[accounting]\npath = \"" + path + "\"\n");
+  // alice copies both ways and runs a kernel.
+  RunResult a = run(std::string(RGPU_EXAMPLES_DIR) + "/vector_add",
+                    "RGPU_CONFIG=" + dir_.file("alice.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  ASSERT_EQ(a.code, 0) << a.output;
+  // bob's worker dies as a crash would: the daemon accounts for the session anyway.
+  std::thread t = holder("bob", 1 << 20, 2000, dir_.file("holder.out"));
+  std::smatch m;
+  std::string log = server_->log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("session 2: worker (\\d+)"))) << log;
+  ::kill(std::stoi(m[1].str()), SIGKILL);
+  t.join();
+  std::vector<json> lines;
+  waitFor([&] {
+    lines.clear();
+    std::istringstream in(readFile(path));
+    for (std::string l; std::getline(in, l);) lines.push_back(json::parse(l, nullptr, false));
+    return lines.size() == 2;
+  }, "two accounting lines in " + path);
+  std::map<std::string, json> by_user;
+  for (auto& j : lines) {
+    ASSERT_TRUE(j.is_object());
+    by_user[j.value("user", "")] = j;
+  }
+  const json& al = by_user["alice"];
+  EXPECT_EQ(al["session"], 1);
+  EXPECT_EQ(al["reason"], "client left") << al.dump();
+  EXPECT_GE(al["peak_memory"].get<uint64_t>(), 1u << 20) << al.dump();
+  EXPECT_GT(al["gib_hours"].get<double>(), 0) << al.dump();
+  EXPECT_GT(al["wall_s"].get<double>(), 0) << al.dump();
+  EXPECT_GT(al["calls"].get<uint64_t>(), 3u) << al.dump();
+  EXPECT_GT(al["gpu_s"].get<double>(), 0) << al.dump();
+  EXPECT_GE(al["bytes_in"].get<uint64_t>(), al["bytes_out"].get<uint64_t>()) << al.dump();  // two inputs, one output
+  EXPECT_GT(al["bytes_out"].get<uint64_t>(), 0u) << al.dump();
+  EXPECT_EQ(al["devices"].size(), 2u) << al.dump();  // asked for no count: every device
+  EXPECT_EQ(al["devices"][0]["name"], "rgpu sim H100") << al.dump();
+  EXPECT_EQ(al["migrations"], 0);
+  EXPECT_EQ(al["ended"].get<std::string>().size(), 20u) << al.dump();  // 2026-12-05T15:20:56Z
+  const json& bl = by_user["bob"];
+  EXPECT_EQ(bl["reason"], "worker killed by signal 9") << bl.dump();
+  EXPECT_EQ(bl["peak_memory"].get<uint64_t>(), 1u << 20) << bl.dump();
+  // Per user and day, from the file alone.
+  RunResult sum = run(std::string(RGPU_SMI_BIN) + " --accounting " + path + " --format=csv", "");
+  EXPECT_EQ(sum.code, 0) << sum.output;
+  const std::string day = al["ended"].get<std::string>().substr(0, 10);
+  EXPECT_NE(sum.output.find(day + ", alice, 1, "), std::string::npos) << sum.output;
+  EXPECT_NE(sum.output.find(day + ", bob, 1, "), std::string::npos) << sum.output;
+  RunResult missing = run(std::string(RGPU_SMI_BIN) + " --accounting " + dir_.file("nothing.jsonl"), "");
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_NE(missing.output.find("cannot read accounting log"), std::string::npos) << missing.output;
+  std::printf("accounting:\n%s%s", readFile(path).c_str(), sum.output.c_str());
 }
 
 // GET `path` from 127.0.0.1:port, with `headers` ("Name: value\r\n" each); the whole response.
