@@ -3,11 +3,14 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 
 #include "common/dev_pki.h"
 #include "common/log.h"
+#include "common/config.h"
 #include "server/daemon/backend_factory.h"
+#include "server/daemon/config_check.h"
 #include "server/config/config_snapshot.h"
 #include "server/cuda/nvml.h"
 #include "server/daemon/daemon.h"
@@ -29,6 +32,10 @@ int main(int argc, char** argv) {
   app.add_option("--client-cert", cert_clients, "client certificate names for --make-dev-certs (default: dev)");
   app.add_option("--log-level", log_level, "override `log_level` (trace | debug | info | warn | error | off)");
   app.add_option("--cuda-driver", cuda_driver, "override [cuda] driver_library (default libcuda.so.1)");
+  std::string check_config;
+  app.add_option("--check-config", check_config,
+                 "check a server.toml (every key, TLS files, users' devices, ...), list every problem found, print "
+                 "what it would serve, and exit: 0 without errors, 1 with");
   app.add_flag("--probe-cuda", probe_cuda, "load the CUDA driver, list its GPUs and exit (what backend = \"auto\" runs)");
   app.add_flag("--list-gpus", list_gpus, "show this host's GPUs from NVML (name, UUID, memory, utilisation, temperature, power) and exit");
   app.add_flag("--worker", worker, "internal: serve one session on --fd")->group("");
@@ -53,6 +60,13 @@ int main(int argc, char** argv) {
     }
     std::printf("wrote development certificates to %s\n", certs_dir.c_str());
     return 0;
+  }
+
+  if (!check_config.empty()) {
+    rgpu::common::initLogging("rgpu-server", "off");
+    auto c = rgpu::server::checkServerConfig(check_config, std::chrono::system_clock::now());
+    std::fputs(rgpu::server::formatConfigCheck(check_config, c).c_str(), stdout);
+    return c.errors() ? 1 : 0;
   }
 
   rgpu::server::ServerConfig cfg;
@@ -89,6 +103,11 @@ int main(int argc, char** argv) {
   };
   overrides(cfg);
   rgpu::common::initLogging(worker ? "rgpu-worker" : "rgpu-server", cfg.log_level);
+  if (!worker && !config_path.empty())
+    if (auto text = rgpu::common::readTextFile(config_path))
+      for (const auto& key : rgpu::server::unknownKeys(*text, config_path))
+        RGPU_LOG_WARN("config {}: unknown key '{}' is ignored (rgpu-server --check-config lists every problem)",
+                      config_path, key);
   if (probe_cuda) return rgpu::server::runCudaProbe(cfg);
   if (list_gpus) {
     auto nvml = rgpu::server::cuda::Nvml::load(cfg.nvml_library);

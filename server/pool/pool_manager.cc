@@ -58,18 +58,16 @@ const UserEntry& PoolManager::policyOf(const std::string& user) const {
   return default_user_;
 }
 
+bool deviceEntryMatches(const std::string& e, int index, const PoolDeviceInfo& d) {
+  if (allDigits(e)) return e.size() < 10 && std::stoul(e) == static_cast<unsigned long>(index);
+  if (e.rfind("GPU-", 0) == 0) return d.uuid.rfind(e, 0) == 0;
+  return glob(e, d.name);
+}
+
 bool PoolManager::allowed(const UserEntry& u, int device) const {
   if (u.devices.empty()) return true;
-  const PoolDeviceInfo& d = devices_[device];
-  for (auto& e : u.devices) {
-    if (allDigits(e)) {
-      if (std::stoul(e) == static_cast<unsigned long>(device)) return true;
-    } else if (e.rfind("GPU-", 0) == 0) {
-      if (d.uuid.rfind(e, 0) == 0) return true;
-    } else if (glob(e, d.name)) {
-      return true;
-    }
-  }
+  for (auto& e : u.devices)
+    if (deviceEntryMatches(e, device, devices_[device])) return true;
   return false;
 }
 

@@ -274,6 +274,10 @@ inline uint64_t poolQuotaSlice(uint64_t quota) {
   return std::clamp<uint64_t>(quota / 32, 1ull << 20, 1ull << 30);
 }
 
+// Whether one entry of a user's `devices` ("0", a UUID prefix "GPU-3f2a",
+// or a glob on the name "*H100*") names physical device `index`.
+bool deviceEntryMatches(const std::string& entry, int index, const PoolDeviceInfo& d);
+
 // "16.0 GiB", "512 B": sizes in messages.
 std::string formatBytes(uint64_t bytes);
 

@@ -88,6 +88,29 @@ TEST(Daemon, RefusesToStartWithBadTlsMaterial) {
   EXPECT_NE(r.output.find("key does not match " + dir.file("server.pem")), std::string::npos) << r.output;
 }
 
+TEST(Daemon, CheckConfigListsEveryProblemAndTheDaemonWarnsOfUnknownKeys) {
+  TempDir dir;
+  makeCerts(dir.path());
+  writeFile(dir.file("good.toml"), serverToml(dir.path()));
+  RunResult good = run(std::string(RGPU_SERVER_BIN) + " --check-config " + dir.file("good.toml"));
+  EXPECT_EQ(good.code, 0) << good.output;
+  EXPECT_NE(good.output.find("would serve:\nlisten 127.0.0.1:0 over TLS 1.3"), std::string::npos) << good.output;
+  EXPECT_NE(good.output.find(": 0 error(s)"), std::string::npos) << good.output;
+  // A misplaced key (resume belongs to client.toml) and a misspelt one.
+  std::string toml = serverToml(dir.path(), "[session]\nresume_grace = 5\n");
+  toml.replace(toml.find("[tls]\n"), 6, "[tls]\nresume = false\n");
+  writeFile(dir.file("bad.toml"), toml);
+  RunResult bad = run(std::string(RGPU_SERVER_BIN) + " --check-config " + dir.file("bad.toml"));
+  EXPECT_EQ(bad.code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("error: unknown key 'tls.resume'"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("error: unknown key 'session.resume_grace'"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find(": 2 error(s)"), std::string::npos) << bad.output;
+  // Started with it anyway, the server says so and serves.
+  ServerProcess server(dir.path(), toml);
+  EXPECT_NE(server.log().find("unknown key 'tls.resume' is ignored"), std::string::npos) << server.log();
+  EXPECT_NE(server.log().find("unknown key 'session.resume_grace' is ignored"), std::string::npos) << server.log();
+}
+
 TEST(Daemon, RefusesACudaBackendItDoesNotHave) {
   TempDir dir;
   makeCerts(dir.path());
