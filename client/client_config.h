@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -14,6 +15,9 @@ namespace rgpu::client {
 
 struct ClientConfig {
   std::string source;  // the file read, or "" when none was found
+  // Keys of that file the client does not read ("tls.resume"): the program
+  // warns of each once it has its log (a misplaced key is otherwise ignored).
+  std::vector<std::string> unknown_keys;
   std::string server;  // host:port
   std::string server_name;  // name to verify in the server certificate (default: host)
   std::string ca, cert, key, token;

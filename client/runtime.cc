@@ -90,6 +90,8 @@ Result<ServerSet*> Runtime::servers() {
   }
   cfg_ = *cfg;
   common::initLogging("rgpu-client", cfg_.log_level);
+  for (const auto& key : cfg_.unknown_keys)
+    RGPU_LOG_WARN("config {}: unknown key '{}' is ignored (docs/configuration.md lists the keys)", cfg_.source, key);
   auto c = ServerSet::open(cfg_, [this](size_t part) -> Connection::HostFuncHandler {
     return [this, part](uint64_t id) { runHostFunc(id, part); };
   });

@@ -115,6 +115,25 @@ TEST(ClientConfig, EnvironmentOverridesTheFile) {
   EXPECT_EQ(c->source, dir.file("client.toml"));
 }
 
+TEST(ClientConfig, KeysTheClientDoesNotReadAreNamed) {
+  test::TempDir dir;
+  // `resume` belongs at the top, not under [tls]; `timeout_ms` is no key.
+  test::writeFile(dir.file("client.toml"), "server = \"a:1\"\ntimeout_ms = 5\nresume = false\n"
+                                           "[tls]\nca = \"ca.pem\"\nresume = false\n[request]\ndevices = 1\ncount = 2\n");
+  setenv("RGPU_CONFIG", dir.file("client.toml").c_str(), 1);
+  auto c = client::loadClientConfig();
+  unsetenv("RGPU_CONFIG");
+  ASSERT_TRUE(c) << c.status().message();
+  EXPECT_EQ(c->unknown_keys, (std::vector<std::string>{"request.count", "timeout_ms", "tls.resume"}));
+  EXPECT_FALSE(c->resume);
+  // The sample knows only keys the client reads.
+  setenv("RGPU_CONFIG", (std::string(RGPU_SOURCE_DIR) + "/examples/client.toml").c_str(), 1);
+  auto sample = client::loadClientConfig();
+  unsetenv("RGPU_CONFIG");
+  ASSERT_TRUE(sample) << sample.status().message();
+  EXPECT_TRUE(sample->unknown_keys.empty()) << sample->unknown_keys.front();
+}
+
 TEST(ClientConfig, MissingConfigNamedByRgpuConfigIsAnError) {
   setenv("RGPU_CONFIG", "/nonexistent/rgpu/client.toml", 1);
   auto c = client::loadClientConfig();
