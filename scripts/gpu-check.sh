@@ -100,6 +100,9 @@ grep -q "gpu_bench: done" "$work/bench-rgpu.out" || { status=1; cat "$work/bench
 
 kill $server 2>/dev/null; wait $server 2>/dev/null
 trap - EXIT
+# What zeroing fresh device memory ([cuda] scrub) cost the workers (docs/security.md).
+scrub=$(grep -o "scrub: .*" "$work/server.log" | tail -3 | tr "\n" ";")
+note "scrub ([cuda] scrub = true), the last workers' figures: ${scrub:-none logged}"
 # 6. The worker's system call allow list (docs/security.md) with NVIDIA's driver.
 refused=$(grep -o "the sandbox refused system call [0-9]*" "$work/server.log" | awk '{print $NF}' | sort -un | tr '\n' ' ')
 if [ -n "$refused" ]; then

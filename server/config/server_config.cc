@@ -284,6 +284,10 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
       c.cublas_library = lib->find('/') == std::string::npos ? *lib : common::resolveRelative(path, *lib);
     if (auto lib = (*cu)["cublaslt_library"].value<std::string>())
       c.cublaslt_library = lib->find('/') == std::string::npos ? *lib : common::resolveRelative(path, *lib);
+    if (auto sc = (*cu)["scrub"]; sc) {
+      if (!sc.is_boolean()) return Status(err::kInvalidValue, where("cuda.scrub") + " must be true or false");
+      c.cuda_scrub = *sc.value<bool>();
+    }
     if (auto pool = (*cu)["staging_pool"].value<std::string>()) {
       auto bytes = parseSize(*pool);
       if (!bytes) return Status(err::kInvalidValue, where("cuda.staging_pool") + ": " + bytes.status().message());

@@ -157,6 +157,9 @@ CudaBackend::~CudaBackend() {
     if (use(e.device)) (void)api.cuEventDestroy(e.handle);
   for (auto& [id, m] : modules_)
     if (use(m.device)) (void)api.cuModuleUnload(m.handle);
+  if (const uint64_t b = scrubbed_bytes_.load())
+    RGPU_LOG_INFO("scrub: {} MiB of fresh device memory zeroed before the session got it, in {:.1f} ms ({:.1f} GB/s)",
+                  b >> 20, scrub_ns_.load() / 1e6, static_cast<double>(b) / std::max<uint64_t>(scrub_ns_.load(), 1));
   for (auto& [ptr, dev] : allocations_)
     if (!(windows_ && windows_->owns(ptr)) && use(dev)) (void)api.cuMemFree(ptr);
   windows_.reset();  // unmaps what is left, while the contexts live
@@ -164,6 +167,8 @@ CudaBackend::~CudaBackend() {
     if (!use(static_cast<int>(d))) continue;
     for (CUevent e : devices_[d].spare_events) (void)api.cuEventDestroy(e);
     for (CUevent e : devices_[d].spare_timed) (void)api.cuEventDestroy(e);
+    if (devices_[d].scrub_done) (void)api.cuEventDestroy(devices_[d].scrub_done);
+    if (devices_[d].scrub_stream) (void)api.cuStreamDestroy(devices_[d].scrub_stream);
   }
   if (!devices_.empty() && use(0))
     for (auto& [cap, p] : idle_pinned_) (void)api.cuMemFreeHost(p.data);

@@ -94,6 +94,10 @@ struct CudaOptions {
   // members (> 0): its device memory goes in that part's address window
   // (windowed_memory.h). 0: where cuMemAlloc puts it.
   uint32_t address_window = 0;
+  // [cuda] scrub: device memory is zeroed before the session is given it, so
+  // no session reads what another left in the GPU's memory — whether it
+  // freed it, ended, or its worker died (the driver does not promise zeroes).
+  bool scrub = true;
 };
 
 class CudaBackend final : public Backend {
@@ -110,6 +114,7 @@ class CudaBackend final : public Backend {
   void setAsyncErrorSink(std::function<void(Status)> sink) override;
   void setLaunchGate(LaunchGate* gate) override { gate_ = gate; }
   uint64_t gpuTimeNs() const override { return gpu_ns_.load(std::memory_order_relaxed); }
+  uint64_t scrubbedBytes() const { return scrubbed_bytes_.load(std::memory_order_relaxed); }
   void setOutputSink(std::function<void(std::string)> sink) override;
   Status setPrintfFifo(int device, uint64_t bytes) override;
   Status setMallocHeap(int device, uint64_t bytes) override;
@@ -204,6 +209,10 @@ class CudaBackend final : public Backend {
     // call is queued, given back once its copy to the client is done.
     std::vector<CUdeviceptr> scratch_chunks;  // kScratchChunk bytes each
     std::vector<CUdeviceptr> scratch_free;
+    // Where fresh allocations are zeroed (CudaOptions::scrub): a stream of
+    // its own, so a scrub waits for nothing of the session's.
+    CUstream scrub_stream = nullptr;
+    CUevent scrub_done = nullptr;
   };
   struct Stream {
     int device = 0;
@@ -254,6 +263,9 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(std::unique_ptr<DriverApi> api, const CudaOptions& opts);
   Status init();
   Status use(int device);  // makes the device's primary context current on this thread
+  // Zeroes [p, p + bytes) of a fresh allocation on `device` and waits for it
+  // (CudaOptions::scrub; nothing when off). The device's context is current.
+  Status scrub(int device, CUdeviceptr p, uint64_t bytes);
   // An allocation in the device's address window (windows_), recorded.
   Result<DevPtr> windowed(int device, uint64_t size);
   Result<std::pair<int, CUstream>> streamOf(StreamKey key);
@@ -348,6 +360,8 @@ class CudaBackend final : public Backend {
 
   LaunchGate* gate_ = nullptr;        // priorities and weights (daemon mode); set before launches
   std::atomic<uint64_t> gpu_ns_{0};  // kernel GPU time, measured when a gate is set
+  std::atomic<uint64_t> scrubbed_bytes_{0};  // zeroed before the session got them (scrub())
+  std::atomic<uint64_t> scrub_ns_{0};        // and the time that took, waits included
   std::atomic<bool> printf_possible_{false};  // a loaded module calls vprintf or __assertfail
   std::mutex out_mu_;  // guards out_buf_, reads of out_fd_ and output_sink_
   std::function<void(std::string)> output_sink_;

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 
+#include "common/spin.h"
 #include "server/cuda/cuda_backend.h"
 
 namespace rgpu::server::cuda {
@@ -48,6 +49,21 @@ void CudaBackend::givePinned(Pinned p) {
   });
 }
 
+Status CudaBackend::scrub(int device, CUdeviceptr p, uint64_t bytes) {
+  if (!opts_.scrub || bytes == 0) return Status::ok();
+  DriverApi& api = *api_;
+  Device& d = devices_[static_cast<size_t>(device)];
+  if (!d.scrub_stream) RGPU_TRY(RGPU_CU(cuStreamCreateWithPriority(&d.scrub_stream, CU_STREAM_NON_BLOCKING, 0)));
+  if (!d.scrub_done) RGPU_TRY(RGPU_CU(cuEventCreate(&d.scrub_done, CU_EVENT_DISABLE_TIMING)));
+  const uint64_t t0 = common::monotonicNs();
+  RGPU_TRY(RGPU_CU(cuMemsetD8Async(p, 0, bytes, d.scrub_stream)));
+  RGPU_TRY(RGPU_CU(cuEventRecord(d.scrub_done, d.scrub_stream)));
+  RGPU_TRY(RGPU_CU(cuEventSynchronize(d.scrub_done)));
+  scrubbed_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  scrub_ns_.fetch_add(common::monotonicNs() - t0, std::memory_order_relaxed);
+  return Status::ok();
+}
+
 Result<DevPtr> CudaBackend::allocate(int device, uint64_t size) {
   DriverApi& api = *api_;
   RGPU_TRY(use(device));
@@ -58,6 +74,10 @@ Result<DevPtr> CudaBackend::allocate(int device, uint64_t size) {
     return Status(err::kMemoryAllocation,
                   "out of memory on device " + std::to_string(device) + ": asked " + std::to_string(size) + " bytes");
   RGPU_TRY(api.check(r, "cuMemAlloc", __FILE__, __LINE__));
+  if (Status s = scrub(device, p, size); !s) {
+    (void)api.cuMemFree(p);
+    return s;
+  }
   std::lock_guard lock(mu_);
   allocations_[p] = device;
   return static_cast<DevPtr>(p);
@@ -66,6 +86,10 @@ Result<DevPtr> CudaBackend::allocate(int device, uint64_t size) {
 Result<DevPtr> CudaBackend::windowed(int device, uint64_t size) {
   auto p = windows_->allocate(device, size);
   if (!p) return p.status();
+  if (Status s = scrub(device, *p, size); !s) {
+    (void)windows_->release(*p);
+    return s;
+  }
   std::lock_guard lock(mu_);
   allocations_[*p] = device;
   return static_cast<DevPtr>(*p);
@@ -96,6 +120,10 @@ Result<std::pair<DevPtr, uint64_t>> CudaBackend::allocatePitch(int device, uint6
     (void)api.cuMemFree(p);
     return Status(err::kUnknown, "cuMemAllocPitch chose pitch " + std::to_string(pitch) + " for rows of " +
                                      std::to_string(width) + " bytes");
+  }
+  if (Status s = scrub(device, p, static_cast<uint64_t>(pitch) * height); !s) {
+    (void)api.cuMemFree(p);
+    return s;
   }
   std::lock_guard lock(mu_);
   allocations_[p] = device;

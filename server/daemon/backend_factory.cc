@@ -50,6 +50,7 @@ Result<std::unique_ptr<Backend>> makeCuda(const ServerConfig& cfg, const std::ve
   o.address_window = address_window;
   o.driver_library = cfg.cuda_driver_library;
   o.staging_pool_bytes = cfg.cuda_staging_pool;
+  o.scrub = cfg.cuda_scrub;
   o.kernel_timeout_ms = cfg.limits.kernel_timeout_ms;
   o.cublas_library = cfg.cublas_library;
   o.cublaslt_library = cfg.cublaslt_library;

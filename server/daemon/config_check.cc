@@ -34,7 +34,7 @@ const std::map<std::string, std::set<std::string>>& schema() {
                   "max_printf_fifo_bytes", "max_staging_bytes", "max_interpreter_bytes", "max_unauthenticated",
                   "max_unauthenticated_per_address", "kernel_timeout_ms"}},
       {"security", {"worker_user"}},
-      {"cuda", {"driver_library", "nvml_library", "cublas_library", "cublaslt_library", "staging_pool"}},
+      {"cuda", {"driver_library", "nvml_library", "cublas_library", "cublaslt_library", "staging_pool", "scrub"}},
       {"sim", {"launch_log", "hot_paths", "jit", "jit_threshold", "jit_library", "devices"}},
       {"sim.devices", {"name", "memory", "compute_capability", "sm_count"}},
       {"cluster", {"endpoints", "prefix", "name", "advertise", "lease_ttl_s", "load_interval_ms", "etcd_timeout_ms",

@@ -2,8 +2,12 @@
 // fake driver (tests/fake_driver), unchanged CUDA programs on the client. The
 // same programs run on a real GPU under the `gpu` label (tests/gpu/).
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <thread>
 #include <cstring>
 #include <regex>
 #include <sstream>
@@ -368,6 +372,69 @@ TEST(BackendChoice, CudaWithoutAGpuFailsAtStartWithAClearMessage) {
   ::unsetenv("RGPU_FAKE_CUDA_DEVICES");
   EXPECT_NE(why.find("backend = \"cuda\", but no GPU is usable: the CUDA driver sees no GPU"), std::string::npos)
       << why;
+}
+
+}  // namespace
+}  // namespace rgpu::test
+
+namespace rgpu::test {
+namespace {
+
+// Device memory one session leaves — freed, left allocated at exit, or held
+// by a worker that was killed — is never what the next session's allocation
+// shows. The fake driver keeps device memory in a file across processes
+// (RGPU_FAKE_CUDA_VRAM) and hands it out unzeroed, as a GPU may; with
+// [cuda] scrub off the leftovers show, which is what the check would catch.
+TEST(CudaScrub, NoSessionSeesWhatAnotherLeftInDeviceMemory) {
+  TempDir dir;
+  makeCerts(dir.path());
+  const std::string program = testProgram("scrub_client");
+  const std::string bytes = std::to_string(4u << 20);
+  auto server = [&](bool scrub) {
+    std::string toml = cudaServerToml(dir.path(), "cuda", RGPU_FAKE_CUDA_LIB);
+    toml.replace(toml.find("[cuda]\n"), 7, std::string("[cuda]\nscrub = ") + (scrub ? "true" : "false") + "\n");
+    ::setenv("RGPU_FAKE_CUDA_VRAM", dir.file("vram").c_str(), 1);
+    auto s = std::make_unique<ServerProcess>(dir.path(), toml);
+    ::unsetenv("RGPU_FAKE_CUDA_VRAM");
+    writeFile(dir.file("client.toml"), clientToml(dir.path(), s->port()));
+    return s;
+  };
+  auto as = [&](const std::string& args) {
+    return run(program + " " + args, "RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  };
+  const std::string none = "scan: 0 of " + bytes + " bytes hold another session's pattern";
+  {
+    auto s = server(false);
+    ASSERT_EQ(as("fill " + bytes + " free").code, 0);
+    RunResult scan = as("scan " + bytes);
+    EXPECT_NE(scan.output.find("scan: " + bytes + " of " + bytes), std::string::npos)
+        << "without scrubbing the next session sees the bytes:\n" << scan.output;
+  }
+  auto s = server(true);
+  ASSERT_EQ(as("fill " + bytes + " free").code, 0);
+  RunResult after_free = as("scan " + bytes);
+  EXPECT_NE(after_free.output.find(none), std::string::npos) << after_free.output;
+  ASSERT_EQ(as("fill " + bytes + " leave").code, 0);
+  RunResult after_exit = as("scan " + bytes);
+  EXPECT_NE(after_exit.output.find(none), std::string::npos) << after_exit.output;
+  // A worker killed while its session holds the memory: nothing of it can scrub.
+  std::string out = dir.file("holder.out");
+  std::thread holder([&] { as("fill " + bytes + " hold >" + out + " 2>&1"); });
+  for (int i = 0; i < 2000 && readFile(out).find("holding") == std::string::npos; ++i) usleep(5000);
+  std::ifstream children("/proc/" + std::to_string(s->pid()) + "/task/" + std::to_string(s->pid()) + "/children");
+  std::vector<pid_t> workers;
+  for (pid_t p; children >> p;) workers.push_back(p);
+  ASSERT_EQ(workers.size(), 1u) << s->log();
+  ::kill(workers[0], SIGKILL);
+  holder.join();
+  for (int i = 0; i < 2000 && s->log().find("killed by signal 9") == std::string::npos; ++i) usleep(5000);
+  RunResult after_kill = as("scan " + bytes);
+  EXPECT_NE(after_kill.output.find(none), std::string::npos) << after_kill.output;
+  // Each worker says what scrubbing cost it (here the fake driver's memset of host memory).
+  std::smatch m;
+  const std::string log = s->log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("scrub: 4 MiB of fresh device memory zeroed [^\n]*"))) << log;
+  std::printf("%s\n", m[0].str().c_str());
 }
 
 }  // namespace

@@ -42,8 +42,13 @@
 //
 // Environment: RGPU_FAKE_CUDA_DEVICES (count, default 1; 0 = no device),
 // RGPU_FAKE_CUDA_MEMORY (bytes per device, default 1 GiB), RGPU_FAKE_CUDA_LOG,
-// RGPU_FAKE_CUDA_JITTER_US.
+// RGPU_FAKE_CUDA_JITTER_US. RGPU_FAKE_CUDA_VRAM=FILE makes device memory
+// outlive the process, as a GPU's does: the arena's first bytes are FILE,
+// cuMemAlloc hands memory out as the last process left it (not zeroed; a
+// driver does not promise zeroes), lowest address first. It models one
+// process at a time on the GPU (a test's sessions one after the other).
 #include <cuda.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -188,6 +193,7 @@ struct Driver {
   std::unique_ptr<ptx::Interpreter> interp;
   // Device memory, at addresses of its own as a driver's unified address range is.
   std::unique_ptr<DeviceArena> arena;
+  bool vram = false;  // RGPU_FAKE_CUDA_VRAM: device memory outlives the process
 
   Driver() {
     if (const char* n = std::getenv("RGPU_FAKE_CUDA_DEVICES")) device_count = std::atoi(n);
@@ -360,6 +366,18 @@ CUresult fakeInit(unsigned flags) {
                                      kFakeGpuWindow);
     if (!arena) return CUDA_ERROR_OUT_OF_MEMORY;
     d.arena = std::move(*arena);
+    if (const char* vram = std::getenv("RGPU_FAKE_CUDA_VRAM")) {
+      // The first memory * devices bytes of the arena are this file, shared
+      // by every process: what one context leaves there, the next finds.
+      const uint64_t bytes = d.memory * static_cast<uint64_t>(d.device_count);
+      int fd = ::open(vram, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+      if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+          ::mmap(reinterpret_cast<void*>(d.arena->base()), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+                 0) == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+      ::close(fd);
+      d.vram = true;
+    }
     for (int dev = 0; dev < d.device_count; ++dev) d.legacy.push_back(newStream(dev, true, false));
   }
   return CUDA_SUCCESS;
@@ -523,7 +541,7 @@ CUresult fakeMemAlloc(CUdeviceptr* p, size_t size) {
   auto a = d.arena->allocate(rounded);
   if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
   void* m = reinterpret_cast<void*>(*a);
-  std::memset(m, 0, rounded);
+  if (!d.vram) std::memset(m, 0, rounded);  // as a GPU's: what was there before
   d.used[dev] += rounded;
   d.allocations[reinterpret_cast<uint64_t>(m)] = {dev, rounded};
   *p = reinterpret_cast<CUdeviceptr>(m);
