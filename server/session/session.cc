@@ -211,10 +211,12 @@ Status Session::run() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   const std::string why = s ? "client left" : s.message();
+  std::string stopped;
   {
     std::lock_guard lock(resume_mu_);
-    pool_.ended(stop_reason_.empty() ? why : "stopped: " + stop_reason_);
+    stopped = stop_reason_;
   }
+  pool_.ended(stopped.empty() ? why : "stopped: " + stopped);  // (a datagram to the daemon: not under the lock)
   RGPU_LOG_INFO("session {} ended ({} allocations released, worker peak RSS {} MiB): {}", session_id_, allocs_.count(),
                 usage.ru_maxrss / 1024, why);
   return s;
