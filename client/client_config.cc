@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <map>
-#include <set>
 
 #include "common/config.h"
 
@@ -29,20 +27,12 @@ Result<ClientConfig> loadClientConfig() {
     toml::table& tbl = *t;
     c.source = path;
     // Every key read below, by table.
-    static const std::map<std::string, std::set<std::string>> known = {
+    static const common::KeySchema known = {
         {"", {"server", "server_name", "token", "compression", "log_level", "connect_timeout_ms", "dead_after_s",
               "resume", "insecure_plaintext", "resume_buffer", "request", "tls"}},
         {"request", {"devices", "min_memory", "min_compute_capability", "model", "wait_ms"}},
         {"tls", {"ca", "cert", "key"}}};
-    for (const auto& [k, v] : tbl) {
-      const std::string key(k.str());
-      if (!known.at("").count(key)) {
-        c.unknown_keys.push_back(key);
-      } else if (const auto* sub = v.as_table(); sub && known.count(key)) {
-        for (const auto& [k2, v2] : *sub)
-          if (!known.at(key).count(std::string(k2.str()))) c.unknown_keys.push_back(key + "." + std::string(k2.str()));
-      }
-    }
+    c.unknown_keys = common::unknownKeys(tbl, known);
     c.server = tbl["server"].value_or(std::string());
     if (const auto* list = tbl["server"].as_array())  // members of a pool, tried in order
       for (const auto& s : *list)

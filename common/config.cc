@@ -74,4 +74,31 @@ Result<uint64_t> parseSize(const std::string& s) {
   return static_cast<uint64_t>(v * static_cast<double>(mul));
 }
 
+namespace {
+void walkKeys(const toml::table& t, const KeySchema& schema, const std::string& section, const std::string& shown,
+              std::vector<std::string>& out) {
+  const auto& known = schema.at(section);
+  for (const auto& [k, v] : t) {
+    const std::string key(k.str());
+    const std::string name = shown.empty() ? key : shown + "." + key;
+    if (!known.count(key)) {
+      out.push_back(name);
+      continue;
+    }
+    const std::string sub = section.empty() ? key : section + "." + key;
+    if (!schema.count(sub)) continue;
+    if (const auto* tt = v.as_table()) walkKeys(*tt, schema, sub, name, out);
+    if (const auto* arr = v.as_array())
+      for (size_t i = 0; i < arr->size(); ++i)
+        if (const auto* et = (*arr)[i].as_table()) walkKeys(*et, schema, sub, name + "[" + std::to_string(i) + "]", out);
+  }
+}
+}  // namespace
+
+std::vector<std::string> unknownKeys(const toml::table& t, const KeySchema& schema) {
+  std::vector<std::string> out;
+  walkKeys(t, schema, "", "", out);
+  return out;
+}
+
 }  // namespace rgpu::common

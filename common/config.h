@@ -4,8 +4,11 @@
 
 #include <toml++/toml.h>
 
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -22,5 +25,11 @@ std::optional<std::string> envString(const char* name);
 bool fileExists(const std::string& path);
 // "16GiB", "512MiB", "1048576" -> bytes.
 Result<uint64_t> parseSize(const std::string& s);
+
+// The keys a program reads, by table: "" the top level, "a.b" a table (or an
+// array of tables) under "a". A key naming a table listed here is walked into.
+using KeySchema = std::map<std::string, std::set<std::string>>;
+// The keys of `t` the schema lacks, as "tls.resume", "users[1].quota".
+std::vector<std::string> unknownKeys(const toml::table& t, const KeySchema& schema);
 
 }  // namespace rgpu::common

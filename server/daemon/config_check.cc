@@ -10,6 +10,7 @@
 #include <set>
 
 #include "common/config.h"
+#include "common/tls.h"
 #include "server/daemon/backend_factory.h"
 #include "server/pool/pool_manager.h"
 
@@ -19,8 +20,8 @@ namespace {
 // Every key the server reads, by table ("" the top level; "users" and
 // "sim.devices" are arrays of tables). server_config.cc and cluster_config.cc
 // read them; ConfigCheck.TheSampleAndEveryDocumentedKeyAreKnown keeps the two in step.
-const std::map<std::string, std::set<std::string>>& schema() {
-  static const std::map<std::string, std::set<std::string>> s = {
+const common::KeySchema& schema() {
+  static const common::KeySchema s = {
       {"", {"listen", "log_level", "backend", "compression", "allow_anonymous", "insecure_plaintext", "tls",
             "session", "users", "pool", "accounting", "limits", "security", "cuda", "sim", "cluster"}},
       {"tls", {"cert", "key", "ca", "require_client_cert", "handshake_timeout_ms"}},
@@ -43,49 +44,12 @@ const std::map<std::string, std::set<std::string>>& schema() {
   return s;
 }
 
-// Walks `t` (the table `section` names) and adds what the schema lacks.
-void walk(const toml::table& t, const std::string& section, const std::string& shown, std::vector<std::string>& out) {
-  const auto& known = schema().at(section);
-  for (const auto& [k, v] : t) {
-    const std::string key(k.str());
-    const std::string name = shown.empty() ? key : shown + "." + key;
-    if (!known.count(key)) {
-      out.push_back(name);
-      continue;
-    }
-    const std::string sub = section.empty() ? key : section + "." + key;
-    if (schema().count(sub)) {
-      if (const auto* tt = v.as_table()) {
-        walk(*tt, sub, name, out);
-      } else if (const auto* arr = v.as_array()) {
-        for (size_t i = 0; i < arr->size(); ++i)
-          if (const auto* et = (*arr)[i].as_table()) walk(*et, sub, name + "[" + std::to_string(i) + "]", out);
-      }
-    }
-  }
-}
-
-struct X509Deleter {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct KeyDeleter {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-
-std::unique_ptr<X509, X509Deleter> readCert(const std::string& path) {
+// The first certificate in a PEM file (for its dates), or null.
+std::unique_ptr<X509, decltype(&X509_free)> readCert(const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "r");
-  if (!f) return nullptr;
-  X509* x = PEM_read_X509(f, nullptr, nullptr, nullptr);
-  std::fclose(f);
-  return std::unique_ptr<X509, X509Deleter>(x);
-}
-
-std::unique_ptr<EVP_PKEY, KeyDeleter> readKey(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "r");
-  if (!f) return nullptr;
-  EVP_PKEY* k = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
-  std::fclose(f);
-  return std::unique_ptr<EVP_PKEY, KeyDeleter>(k);
+  X509* x = f ? PEM_read_X509(f, nullptr, nullptr, nullptr) : nullptr;
+  if (f) std::fclose(f);
+  return {x, &X509_free};
 }
 
 class Checker {
@@ -110,11 +74,9 @@ class Checker {
       error(what + ": " + cert_path + " is not valid yet");
     ASN1_TIME_free(at);
     if (key_path.empty()) return;
-    if (::access(key_path.c_str(), R_OK) != 0) return error(what + ": cannot read the key " + key_path);
-    auto key = readKey(key_path);
-    if (!key) return error(what + ": " + key_path + " holds no PEM private key");
-    if (X509_check_private_key(cert.get(), key.get()) != 1)
-      error(what + ": the key " + key_path + " does not match the certificate " + cert_path);
+    // The pair as the server itself loads it: readable, PEM, matching.
+    auto ctx = common::TlsContext::makeServer(common::TlsOptions::files("", cert_path, key_path));
+    if (!ctx) error(what + ": " + ctx.status().message());
   }
 
   ConfigCheck out;
@@ -160,10 +122,8 @@ int ConfigCheck::errors() const {
 }
 
 std::vector<std::string> unknownKeys(const std::string& text, const std::string& path) {
-  std::vector<std::string> out;
   auto t = common::parseToml(text, path);
-  if (t) walk(*t, "", "", out);
-  return out;
+  return t ? common::unknownKeys(*t, schema()) : std::vector<std::string>{};
 }
 
 ConfigCheck checkServerConfig(const std::string& path, std::chrono::system_clock::time_point now) {

@@ -382,36 +382,38 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   }
   asio::signal_set signals(io, SIGINT, SIGTERM, SIGCHLD);
   signals.add(SIGHUP);
+  // A worker exited (or was killed): what the daemon kept for it goes, and
+  // its memory and quota return to the pool now, even after a crash.
+  auto reapWorker = [&](pid_t pid, int status) {
+    auto it = workers.find(pid);
+    uint64_t sid = it == workers.end() ? 0 : it->second;
+    if (auto it = preauth_of.find(sid); it != preauth_of.end()) {
+      preauth.forget(it->second);
+      preauth_of.erase(it);
+    }
+    if (evicted_workers.erase(pid))
+      RGPU_LOG_DEBUG("worker {} (session {}) closed before its client authenticated", pid, sid);
+    else if (WIFEXITED(status) && WEXITSTATUS(status) == 126)
+      RGPU_LOG_ERROR("worker {} (session {}) could not be confined (user, rlimits, seccomp) and did not start", pid, sid);
+    else if (WIFSIGNALED(status) && !(stopping && WTERMSIG(status) == SIGTERM))
+      RGPU_LOG_WARN("worker {} (session {}) killed by signal {}", pid, sid, WTERMSIG(status));
+    else
+      RGPU_LOG_DEBUG("worker {} (session {}) exited with {}", pid, sid, WEXITSTATUS(status));
+    workers.erase(pid);
+    if (auto h = handoffs.find(sid); h != handoffs.end()) {
+      ::close(h->second);
+      handoffs.erase(h);
+    }
+    std::erase_if(resume_ids, [sid](const auto& r) { return r.second == sid; });
+    if (sid) service.detach(sid, describeExit(status));
+  };
   std::function<void()> waitSignal = [&] {
     signals.async_wait([&](const asio::error_code& ec, int sig) {
       if (ec) return;
       if (sig == SIGCHLD) {
         int status = 0;
         pid_t pid;
-        while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
-          auto it = workers.find(pid);
-          uint64_t sid = it == workers.end() ? 0 : it->second;
-          if (auto it = preauth_of.find(sid); it != preauth_of.end()) {
-            preauth.forget(it->second);
-            preauth_of.erase(it);
-          }
-          if (evicted_workers.erase(pid))
-            RGPU_LOG_DEBUG("worker {} (session {}) closed before its client authenticated", pid, sid);
-          else if (WIFEXITED(status) && WEXITSTATUS(status) == 126)
-            RGPU_LOG_ERROR("worker {} (session {}) could not be confined (user, rlimits, seccomp) and did not start", pid, sid);
-          else if (WIFSIGNALED(status) && !(stopping && WTERMSIG(status) == SIGTERM))
-            RGPU_LOG_WARN("worker {} (session {}) killed by signal {}", pid, sid, WTERMSIG(status));
-          else
-            RGPU_LOG_DEBUG("worker {} (session {}) exited with {}", pid, sid, WEXITSTATUS(status));
-          workers.erase(pid);
-          if (auto h = handoffs.find(sid); h != handoffs.end()) {
-            ::close(h->second);
-            handoffs.erase(h);
-          }
-          std::erase_if(resume_ids, [sid](const auto& r) { return r.second == sid; });
-          // Its memory and quota return to the pool now, even after a crash.
-          if (sid) service.detach(sid, describeExit(status));
-        }
+        while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) reapWorker(pid, status);
         if (stopping && workers.empty()) io.stop();
       } else if (sig == SIGHUP) {
         // Reload: users and policy, [pool], limits, TLS certificates and keys.
@@ -650,23 +652,17 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   io.run();
   // Bounded drain: give workers a moment to finish, then stop them hard.
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  // Each session still gets its accounting line.
-  auto reaped = [&](pid_t pid, int status) {
-    auto it = workers.find(pid);
-    if (it == workers.end()) return;
-    service.detach(it->second, describeExit(status));
-    workers.erase(it);
-  };
+  // (Reaped as from SIGCHLD: each session still gets its accounting line.)
   while (!workers.empty() && std::chrono::steady_clock::now() < deadline) {
     int status;
     pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid > 0) reaped(pid, status);
+    if (pid > 0) reapWorker(pid, status);
     else std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (auto& [pid, sid] : workers) ::kill(pid, SIGKILL);
   for (auto [pid, sid] : std::map<pid_t, uint64_t>(workers)) {
     int status = 0;
-    if (::waitpid(pid, &status, 0) == pid) reaped(pid, status);
+    if (::waitpid(pid, &status, 0) == pid) reapWorker(pid, status);
   }
   RGPU_LOG_INFO("rgpu-server stopped");
   return 0;

@@ -66,7 +66,7 @@ TEST(ConfigCheck, ListsEveryProblemAtOnce) {
   EXPECT_TRUE(has(c, true, "unknown key 'listne'")) << listed(c);
   EXPECT_TRUE(has(c, true, "unknown key 'tls.resume'")) << listed(c);
   EXPECT_TRUE(has(c, true, "unknown key 'users[1].quota'")) << listed(c);
-  EXPECT_TRUE(has(c, true, "does not match the certificate")) << listed(c);
+  EXPECT_TRUE(has(c, true, "[tls] cert: key does not match " + d + "/server.pem")) << listed(c);
   EXPECT_TRUE(has(c, true, "devices entry '*V100*' names none of the server's devices")) << listed(c);
   EXPECT_FALSE(has(c, true, "devices entry '0'")) << listed(c);
   EXPECT_TRUE(has(c, true, "[[users]] 'alice' appears twice")) << listed(c);
