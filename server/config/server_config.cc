@@ -40,6 +40,7 @@ std::string restartOnlyChanges(const ServerConfig& a, const ServerConfig& b) {
   differs(a.pool.metrics_token != b.pool.metrics_token, "[pool] metrics_token");
   differs(a.worker_user != b.worker_user, "[security] worker_user");
   differs(a.pool.metrics_labels != b.pool.metrics_labels, "[pool] metrics_labels");
+  differs(a.pool.status_page != b.pool.status_page, "[pool] status_page");
   differs(a.accounting.path != b.accounting.path || a.accounting.max_bytes != b.accounting.max_bytes ||
               a.accounting.keep != b.accounting.keep,
           "[accounting]");
@@ -213,6 +214,16 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
         return Status(err::kInvalidValue, where("pool.metrics_listen") + ": metrics on a non-loopback address ('" +
                                               c.pool.metrics_listen +
                                               "') need [pool] metrics_token: they name every tenant's sessions");
+    }
+    c.pool.status_page = (*pool)["status_page"].value_or(c.pool.status_page);
+    if (c.pool.status_page != "users" && c.pool.status_page != "open" && c.pool.status_page != "off")
+      return Status(err::kInvalidValue, where("pool.status_page") + " must be \"users\", \"open\" or \"off\"");
+    if (c.pool.status_page == "open" && !c.pool.metrics_listen.empty()) {
+      auto hp = common::parseHostPort(c.pool.metrics_listen);
+      if (!hp || !common::isLoopbackHost(hp->first))
+        return Status(err::kInvalidValue, where("pool.status_page") + " = \"open\" shows every tenant's sessions "
+                                              "to anyone: only on a loopback metrics_listen, not '" +
+                                              c.pool.metrics_listen + "'");
     }
   }
   if (auto* acc = tbl["accounting"].as_table()) {

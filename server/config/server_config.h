@@ -48,6 +48,9 @@ struct PoolConfig {
   // "sessions": series per session (user, client host and pid as labels);
   // "aggregate": per device and in total only, no tenant names.
   std::string metrics_labels = "sessions";
+  // The status page on the metrics listener (server/daemon/status_page.h):
+  // "users" (a user's token or the metrics token), "open" (loopback only), "off".
+  std::string status_page = "users";
   uint32_t drain_timeout_ms = 30000;      // SIGTERM: how long running sessions may go on
 };
 

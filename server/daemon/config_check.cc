@@ -28,7 +28,7 @@ const common::KeySchema& schema() {
       {"session", {"resume_grace_ms"}},
       {"users", {"name", "token", "cert_cn", "devices", "memory_quota", "pool_memory_quota", "max_sessions",
                  "priority", "weight", "admin", "mps_thread_percentage"}},
-      {"pool", {"admission_timeout_ms", "drain_timeout_ms", "metrics_listen", "metrics_token", "metrics_labels"}},
+      {"pool", {"admission_timeout_ms", "drain_timeout_ms", "metrics_listen", "metrics_token", "metrics_labels", "status_page"}},
       {"accounting", {"path", "max_bytes", "keep"}},
       {"limits", {"max_allocations", "max_streams", "max_events", "max_modules", "max_functions",
                   "max_pending_host_funcs", "max_graphs", "max_graph_nodes", "max_conditional_handles",
@@ -107,7 +107,9 @@ std::string describe(const ServerConfig& c, const std::vector<PoolDeviceInfo>& d
   s += "admission timeout " + std::to_string(c.pool.admission_timeout_ms) + " ms, drain " +
        std::to_string(c.pool.drain_timeout_ms) + " ms, session resume grace " + std::to_string(c.resume_grace_ms) +
        " ms\n";
-  if (!c.pool.metrics_listen.empty()) s += "metrics on " + c.pool.metrics_listen + "\n";
+  if (!c.pool.metrics_listen.empty())
+    s += "metrics on " + c.pool.metrics_listen +
+         (c.pool.status_page == "off" ? "" : ", status page (" + c.pool.status_page + ") at /") + "\n";
   if (!c.cluster.endpoints.empty()) s += "member '" + c.cluster.name + "' of the pool in etcd at " + c.cluster.endpoints[0] + "\n";
   if (!c.accounting.path.empty()) s += "accounting log " + c.accounting.path + "\n";
   return s;

@@ -33,6 +33,7 @@
 #include "server/pool/pool_service.h"
 #include "server/daemon/preauth_guard.h"
 #include "server/daemon/sandbox.h"
+#include "server/daemon/status_page.h"
 #include "server/session/session.h"
 
 namespace rgpu::server {
@@ -355,7 +356,19 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
         [&pool, &health, hostname, per_session, member_name] {
           return renderMetrics(pool.snapshot(PoolManager::Clock::now()), health(), hostname, per_session, member_name);
         },
-        cfg.pool.metrics_token);
+        cfg.pool.metrics_token,
+        cfg.pool.status_page == "off"
+            ? MetricsServer::StatusJson()
+            : [&pool, &health, &snapshot, hostname, member_name, backend](const std::string& bearer) -> Result<std::string> {
+                // The users and their tokens as last reloaded; who is an admin as the pool's policy says.
+                auto viewer = statusViewer(snapshot.config, bearer, [&pool](const std::string& u) { return pool.isAdmin(u); });
+                if (!viewer) {
+                  common::logLimited("status-401", "status page: " + viewer.status().message());
+                  return viewer.status();
+                }
+                return statusJson(pool.snapshot(PoolManager::Clock::now()), health(), *viewer,
+                                  {RGPU_VERSION, hostname, member_name, backend});
+              });
     if (!m) {
       RGPU_LOG_ERROR("{}", m.status().message());
       return 1;
@@ -363,6 +376,11 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     metrics = std::move(*m);
     RGPU_LOG_INFO("Prometheus metrics on http://{}:{}/metrics", common::parseHostPort(cfg.pool.metrics_listen)->first,
                   metrics->port());
+    if (cfg.pool.status_page != "off")
+      RGPU_LOG_INFO("status page on http://{}:{}/ ({})", common::parseHostPort(cfg.pool.metrics_listen)->first,
+                    metrics->port(),
+                    cfg.pool.status_page == "open" ? "open to anyone who reaches it"
+                                                   : "for a user's token, or the metrics token");
   }
   // A member of a pool on etcd ([cluster]): registered on its own thread.
   std::unique_ptr<PoolMembership> membership;

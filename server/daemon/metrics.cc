@@ -8,6 +8,7 @@
 
 #include "common/tls.h"
 #include "common/log.h"
+#include "server/daemon/status_page.h"
 
 namespace rgpu::server {
 namespace {
@@ -148,10 +149,10 @@ std::string renderMetrics(const PoolSnapshot& s, const std::vector<DeviceHealth>
 }
 
 Result<std::unique_ptr<MetricsServer>> MetricsServer::start(asio::io_context& io, const std::string& listen,
-                                                           Render render, std::string token) {
+                                                           Render render, std::string token, StatusJson status) {
   auto hp = common::parseHostPort(listen);
   if (!hp) return Status(err::kInvalidValue, "[pool] metrics_listen: " + hp.status().message());
-  std::unique_ptr<MetricsServer> m(new MetricsServer(io, std::move(render), std::move(token)));
+  std::unique_ptr<MetricsServer> m(new MetricsServer(io, std::move(render), std::move(token), std::move(status)));
   try {
     asio::ip::tcp::resolver resolver(io);
     auto ep = *resolver.resolve(hp->first, std::to_string(hp->second)).begin();
@@ -167,12 +168,14 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::start(asio::io_context& io
   return m;
 }
 
-bool MetricsServer::authorized(std::istream& headers) const {
-  if (token_.empty()) return true;
+namespace {
+
+// The token of the request's "Authorization: Bearer <token>" header, or "".
+std::string bearerOf(std::istream& headers) {
   std::string line;
   std::getline(headers, line);  // the rest of the request line
   while (std::getline(headers, line) && line != "\r" && !line.empty()) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.back() == '\r') line.pop_back();
     auto colon = line.find(':');
     if (colon == std::string::npos) continue;
     std::string name = line.substr(0, colon);
@@ -180,16 +183,63 @@ bool MetricsServer::authorized(std::istream& headers) const {
     if (name != "authorization") continue;
     std::string value = line.substr(colon + 1);
     value.erase(0, value.find_first_not_of(' '));
-    const std::string want = "Bearer " + token_;
-    return value.size() == want.size() && CRYPTO_memcmp(value.data(), want.data(), want.size()) == 0;
+    return value.rfind("Bearer ", 0) == 0 ? value.substr(7) : "";
   }
-  return false;
+  return "";
+}
+
+bool sameSecret(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+}  // namespace
+
+MetricsServer::Response MetricsServer::respond(const std::string& method, const std::string& path,
+                                               const std::string& bearer) const {
+  Response r;
+  const std::string route = path.substr(0, path.find('?'));
+  if (method != "GET" && method != "HEAD") {
+    r.status = "405 Method Not Allowed";
+    r.body = "rgpu-server answers GET only\n";
+  } else if (route == "/metrics") {
+    if (!token_.empty() && !sameSecret(bearer, token_)) {
+      r.status = "401 Unauthorized";
+      r.headers = "WWW-Authenticate: Bearer realm=\"rgpu\"\r\n";
+      r.body = "rgpu-server: /metrics needs Authorization: Bearer <[pool] metrics_token>\n";
+    } else {
+      r.type = "text/plain; version=0.0.4; charset=utf-8";
+      r.body = render_();
+    }
+  } else if (status_ && (route == "/" || route == "/index.html")) {
+    r.type = "text/html; charset=utf-8";
+    r.headers = std::string("Content-Security-Policy: ") + kStatusPagePolicy +
+                "\r\nX-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\n";
+    r.body = statusPageHtml();
+  } else if (status_ && route == "/status.json") {
+    auto json = status_(bearer);
+    r.headers = "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n";
+    if (json) {
+      r.type = "application/json";
+      r.body = std::move(*json);
+    } else if (json.status().code() == err::kNotPermitted) {
+      r.status = "401 Unauthorized";
+      r.headers += "WWW-Authenticate: Bearer realm=\"rgpu\"\r\n";
+      r.body = "rgpu-server: " + json.status().message() + "\n";
+    } else {
+      r.status = "404 Not Found";
+      r.body = "rgpu-server: " + json.status().message() + "\n";
+    }
+  } else {
+    r.status = "404 Not Found";
+    r.body = status_ ? "rgpu-server serves /metrics, / and /status.json\n" : "rgpu-server serves /metrics\n";
+  }
+  return r;
 }
 
 void MetricsServer::acceptNext() {
   acceptor_.async_accept([this](const asio::error_code& ec, asio::ip::tcp::socket sock) {
     if (ec) return;
-    // One request, read with a bound: a scraper that sends nothing or too much is dropped.
+    // One request, read with a bound: a client that sends nothing or too much is dropped.
     auto s = std::make_shared<asio::ip::tcp::socket>(std::move(sock));
     auto buf = std::make_shared<asio::streambuf>(8192);
     auto timer = std::make_shared<asio::steady_timer>(acceptor_.get_executor(), std::chrono::seconds(5));
@@ -205,22 +255,10 @@ void MetricsServer::acceptNext() {
       std::istream in(buf.get());
       std::string method, path;
       in >> method >> path;
-      std::string body, status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", extra;
-      if (!authorized(in)) {
-        status = "401 Unauthorized";
-        type = "text/plain";
-        extra = "WWW-Authenticate: Bearer realm=\"rgpu\"\r\n";
-        body = "rgpu-server: /metrics needs Authorization: Bearer <[pool] metrics_token>\n";
-      } else if (method == "GET" && (path == "/metrics" || path.rfind("/metrics?", 0) == 0)) {
-        body = render_();
-      } else {
-        status = "404 Not Found";
-        type = "text/plain";
-        body = "rgpu-server serves /metrics\n";
-      }
-      auto out = std::make_shared<std::string>("HTTP/1.0 " + status + "\r\n" + extra + "Content-Type: " + type +
-                                               "\r\nContent-Length: " + std::to_string(body.size()) +
-                                               "\r\nConnection: close\r\n\r\n" + body);
+      Response r = respond(method, path, bearerOf(in));
+      auto out = std::make_shared<std::string>("HTTP/1.0 " + r.status + "\r\n" + r.headers + "Content-Type: " + r.type +
+                                               "\r\nContent-Length: " + std::to_string(r.body.size()) +
+                                               "\r\nConnection: close\r\n\r\n" + (method == "HEAD" ? "" : r.body));
       asio::async_write(*s, asio::buffer(*out), [s, out](const asio::error_code&, size_t) {
         asio::error_code ignored;
         s->close(ignored);

@@ -25,21 +25,30 @@ std::string renderMetrics(const PoolSnapshot& s, const std::vector<DeviceHealth>
 
 // GET /metrics on `listen`; one short request per connection. With a
 // `token`, a request without "Authorization: Bearer <token>" gets 401.
+// With a `status` function it also serves the status page (status_page.h):
+// `/` and `/status.json`.
 class MetricsServer {
  public:
   using Render = std::function<std::string()>;
+  // /status.json for a request's bearer token ("" when it sent none): the
+  // JSON, or an error — kNotPermitted answers 401, anything else 404.
+  using StatusJson = std::function<Result<std::string>(const std::string& bearer)>;
   static Result<std::unique_ptr<MetricsServer>> start(asio::io_context& io, const std::string& listen, Render render,
-                                                      std::string token = "");
+                                                      std::string token = "", StatusJson status = nullptr);
   uint16_t port() const { return port_; }
 
  private:
-  MetricsServer(asio::io_context& io, Render render, std::string token)
-      : acceptor_(io), render_(std::move(render)), token_(std::move(token)) {}
+  MetricsServer(asio::io_context& io, Render render, std::string token, StatusJson status)
+      : acceptor_(io), render_(std::move(render)), token_(std::move(token)), status_(std::move(status)) {}
   void acceptNext();
-  bool authorized(std::istream& headers) const;
+  struct Response {
+    std::string status = "200 OK", type = "text/plain", headers, body;
+  };
+  Response respond(const std::string& method, const std::string& path, const std::string& bearer) const;
   asio::ip::tcp::acceptor acceptor_;
   Render render_;
   std::string token_;
+  StatusJson status_;
   uint16_t port_ = 0;
 };
 
