@@ -18,6 +18,8 @@ pkg_check_modules(LZ4 REQUIRED IMPORTED_TARGET liblz4>=1.9)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd>=1.4)
 # The sim backend's cuBLAS (libopenblas-dev: cblas.h and the pthread build).
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas>=0.3)
+# sd_notify and the journal (server only: the client libraries never link it).
+pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd>=246)
 find_package(CLI11 2.1 CONFIG REQUIRED)
 find_package(tomlplusplus 3.3 CONFIG REQUIRED)
 find_package(spdlog 1.10 CONFIG REQUIRED)

@@ -34,6 +34,7 @@
 #include "server/daemon/preauth_guard.h"
 #include "server/daemon/sandbox.h"
 #include "server/daemon/status_page.h"
+#include "server/daemon/systemd.h"
 #include "server/session/session.h"
 
 namespace rgpu::server {
@@ -398,6 +399,8 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     std::ofstream(tmp) << port << "\n";
     std::rename(tmp.c_str(), opts.port_file.c_str());
   }
+  notifySystemd("READY=1\nSTATUS=listening on " + hp->first + ":" + std::to_string(port) + ", backend " + backend +
+                ", " + std::to_string(choice.inventory.size()) + " device(s)");
   asio::signal_set signals(io, SIGINT, SIGTERM, SIGCHLD);
   signals.add(SIGHUP);
   // A worker exited (or was killed): what the daemon kept for it goes, and
@@ -436,6 +439,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
       } else if (sig == SIGHUP) {
         // Reload: users and policy, [pool], limits, TLS certificates and keys.
         // Running sessions keep their devices and their TLS connection.
+        notifySystemd("RELOADING=1\nSTATUS=reloading " + opts.config_path);
         if (opts.config_path.empty()) {
           RGPU_LOG_WARN("SIGHUP: no config file to reload");
         } else if (auto next = ConfigSnapshot::take(opts.config_path, cfg); !next) {
@@ -463,6 +467,8 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
                           workers.size());
           }
         }
+        notifySystemd("READY=1\nSTATUS=listening on " + hp->first + ":" + std::to_string(port) + ", " +
+                      std::to_string(workers.size()) + " session(s)");
       } else {
         if (stopping) {
           // A second signal: no more grace.
@@ -479,6 +485,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
           resume_ids.clear();
           service.shutdown();
           if (membership) membership->draining();
+          notifySystemd("STOPPING=1\nSTATUS=draining " + std::to_string(workers.size()) + " session(s)");
           RGPU_LOG_INFO("signal {}: draining, no new sessions; {} session(s) running get {} ms to finish", sig,
                         workers.size(), cfg.pool.drain_timeout_ms);
           drain.expires_after(std::chrono::milliseconds(cfg.pool.drain_timeout_ms));

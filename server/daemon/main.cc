@@ -11,6 +11,7 @@
 #include "common/config.h"
 #include "server/daemon/backend_factory.h"
 #include "server/daemon/config_check.h"
+#include "server/daemon/systemd.h"
 #include "server/config/config_snapshot.h"
 #include "server/cuda/nvml.h"
 #include "server/daemon/daemon.h"
@@ -103,6 +104,9 @@ int main(int argc, char** argv) {
   };
   overrides(cfg);
   rgpu::common::initLogging(worker ? "rgpu-worker" : "rgpu-server", cfg.log_level);
+  // Under systemd: journal entries with the component and the session as fields.
+  if (rgpu::server::stderrIsJournal())
+    rgpu::server::logToJournal(worker ? "rgpu-worker" : "rgpu-server", worker ? session_id : 0);
   if (!worker && !config_path.empty())
     if (auto text = rgpu::common::readTextFile(config_path))
       for (const auto& key : rgpu::server::unknownKeys(*text, config_path))
