@@ -20,6 +20,8 @@ pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd>=1.4)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas>=0.3)
 # sd_notify and the journal (server only: the client libraries never link it).
 pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd>=246)
+# The Kubernetes manifests' test reads YAML (tests only).
+pkg_check_modules(YAML_CPP REQUIRED IMPORTED_TARGET yaml-cpp>=0.6)
 find_package(CLI11 2.1 CONFIG REQUIRED)
 find_package(tomlplusplus 3.3 CONFIG REQUIRED)
 find_package(spdlog 1.10 CONFIG REQUIRED)

@@ -96,7 +96,7 @@ Result<std::string> withTokensDigested(const std::string& text, const std::strin
         if (auto tok = (*ut)["token"].value<std::string>(); tok && !tok->empty() && tok->rfind("sha256:", 0) != 0)
           ut->insert_or_assign("token", tokenDigest(*tok));
   if (auto* pool = (*t)["pool"].as_table())
-    if (auto tok = (*pool)["metrics_token"].value<std::string>(); tok && !tok->empty())
+    if (auto tok = (*pool)["metrics_token"].value<std::string>(); tok && !tok->empty() && tok->rfind("sha256:", 0) != 0)
       pool->insert_or_assign("metrics_token", tokenDigest(*tok));
   std::ostringstream out;
   out << *t;

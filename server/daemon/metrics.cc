@@ -187,11 +187,6 @@ std::string bearerOf(std::istream& headers) {
   }
   return "";
 }
-
-bool sameSecret(const std::string& a, const std::string& b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
-
 }  // namespace
 
 MetricsServer::Response MetricsServer::respond(const std::string& method, const std::string& path,
@@ -202,7 +197,7 @@ MetricsServer::Response MetricsServer::respond(const std::string& method, const 
     r.status = "405 Method Not Allowed";
     r.body = "rgpu-server answers GET only\n";
   } else if (route == "/metrics") {
-    if (!token_.empty() && !sameSecret(bearer, token_)) {
+    if (!token_.empty() && !tokenMatches(token_, bearer)) {  // the token, or its sha256: digest
       r.status = "401 Unauthorized";
       r.headers = "WWW-Authenticate: Bearer realm=\"rgpu\"\r\n";
       r.body = "rgpu-server: /metrics needs Authorization: Bearer <[pool] metrics_token>\n";

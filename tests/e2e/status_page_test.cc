@@ -137,5 +137,23 @@ TEST_F(Pool, TheStatusPageCanBeTurnedOff) {
   EXPECT_NE(httpGet(port, "/metrics").find("HTTP/1.0 200 OK"), std::string::npos);
 }
 
+TEST_F(Pool, AMetricsTokenGivenAsItsDigestIsAcceptedForMetricsAndStatus) {
+  start("", "", "[pool]\nmetrics_listen = \"127.0.0.1:0\"\nmetrics_token = \"" + server::tokenDigest("scrape-secret") +
+                    "\"\n");
+  std::smatch m;
+  std::string log = server_->log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("Prometheus metrics on http://127.0.0.1:(\\d+)/metrics"))) << log;
+  uint16_t port = static_cast<uint16_t>(std::stoi(m[1].str()));
+  EXPECT_NE(httpGet(port, "/metrics").find("401 Unauthorized"), std::string::npos);
+  EXPECT_NE(httpGet(port, "/metrics", "Authorization: Bearer " + server::tokenDigest("scrape-secret") + "\r\n")
+                .find("401 Unauthorized"),
+            std::string::npos)
+      << "the digest itself must not be a token";
+  EXPECT_NE(httpGet(port, "/metrics", "Authorization: Bearer scrape-secret\r\n").find("HTTP/1.0 200 OK"),
+            std::string::npos);
+  EXPECT_NE(httpGet(port, "/status.json", "Authorization: Bearer scrape-secret\r\n").find("HTTP/1.0 200 OK"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace rgpu::test
