@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "common/config.h"
 #include "common/tls.h"
@@ -123,6 +124,80 @@ int ConfigCheck::errors() const {
   return n;
 }
 
+namespace {
+
+// Every value of `t` by path: {"pool", "metrics_labels"}, {"users", "1", "weight"}.
+using KeyPath = std::vector<std::string>;
+void leaves(const toml::node& n, KeyPath& at, std::vector<KeyPath>& out) {
+  if (const auto* tbl = n.as_table()) {
+    for (const auto& [k, v] : *tbl) {
+      at.emplace_back(k.str());
+      leaves(v, at, out);
+      at.pop_back();
+    }
+  } else if (const auto* arr = n.as_array(); arr && !arr->empty() && arr->is_array_of_tables()) {
+    for (size_t i = 0; i < arr->size(); ++i) {
+      at.push_back(std::to_string(i));
+      leaves(*arr->get(i), at, out);
+      at.pop_back();
+    }
+  } else {
+    out.push_back(at);
+  }
+}
+
+bool erase(toml::table& t, const KeyPath& p, size_t i = 0) {
+  if (i + 1 == p.size()) return t.erase(p[i]) > 0;
+  toml::node* n = t.get(p[i]);
+  if (!n) return false;
+  if (auto* sub = n->as_table()) return erase(*sub, p, i + 1);
+  auto* arr = n->as_array();
+  if (!arr || i + 2 >= p.size()) return false;  // {"users", "1", "weight"}: element 1's key
+  toml::node* elem = arr->get(std::stoul(p[i + 1]));
+  return elem && elem->as_table() && erase(*elem->as_table(), p, i + 2);
+}
+
+Status parseTable(const toml::table& t, const std::string& path) {
+  std::ostringstream text;
+  text << t;
+  auto c = parseServerConfig(text.str(), path);
+  return c ? Status::ok() : c.status();
+}
+
+}  // namespace
+
+std::vector<std::string> valueErrors(const std::string& text, const std::string& path) {
+  std::vector<std::string> errors;
+  auto parsed = common::parseToml(text, path);
+  if (!parsed) return {parsed.status().message()};
+  toml::table t = std::move(*parsed);
+  for (Status s = parseTable(t, path); !s && errors.size() < kMaxValueErrors; s = parseTable(t, path)) {
+    errors.push_back(s.message());
+    // The value the parser stopped at: removing it makes this error go.
+    // Keys the message names are tried first (removing another key could
+    // change the message by making the file wrong in a new way).
+    std::vector<KeyPath> all;
+    KeyPath at;
+    leaves(t, at, all);
+    std::stable_partition(all.begin(), all.end(), [&](const KeyPath& p) {
+      return s.message().find(p.back()) != std::string::npos;
+    });
+    bool found = false;
+    for (const auto& p : all) {
+      toml::table without = t;
+      if (!erase(without, p)) continue;
+      Status after = parseTable(without, path);
+      if (after.ok() || after.message() != s.message()) {
+        t = std::move(without);
+        found = true;
+        break;
+      }
+    }
+    if (!found) break;  // not one value: what follows it cannot be listed
+  }
+  return errors;
+}
+
 std::vector<std::string> unknownKeys(const std::string& text, const std::string& path) {
   auto t = common::parseToml(text, path);
   return t ? common::unknownKeys(*t, schema()) : std::vector<std::string>{};
@@ -142,7 +217,7 @@ ConfigCheck checkServerConfig(const std::string& path, std::chrono::system_clock
   for (const auto& k : unknownKeys(*text, path)) c.error("unknown key '" + k + "' (the server would ignore it)");
   auto cfg = parseServerConfig(*text, path);
   if (!cfg) {
-    c.error(cfg.status().message());
+    for (const auto& e : valueErrors(*text, path)) c.error(e);
     return c.out;
   }
   if (!cfg->insecure_plaintext) {

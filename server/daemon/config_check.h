@@ -1,8 +1,9 @@
 // rgpu-server --check-config FILE: everything wrong with a server.toml, at
 // once, before the server is (re)started with it (docs/configuration.md).
 //
-// Beyond what loading checks (the first invalid value stops the parser, so a
-// value error is listed alone with whatever the steps below still find):
+// Beyond what loading checks — every invalid value, not only the first: the
+// parser stops at one, so the check removes it and parses again, until the
+// rest loads (valueErrors) —
 //   - every key is one the server reads: a misspelt or misplaced key (say
 //     `resume` under [tls]) would otherwise be silently ignored;
 //   - the TLS files are readable, each key matches its certificate, and no
@@ -35,6 +36,12 @@ struct ConfigCheck {
 };
 
 ConfigCheck checkServerConfig(const std::string& path, std::chrono::system_clock::time_point now);
+
+// The most value errors one check lists.
+inline constexpr size_t kMaxValueErrors = 64;
+// Every invalid value of `text` (a server.toml), each as the server would say
+// it, in the order the parser meets them; empty when it loads.
+std::vector<std::string> valueErrors(const std::string& text, const std::string& path);
 
 // "tls.resume", "users[1].quota": the keys of `text` the server does not read.
 std::vector<std::string> unknownKeys(const std::string& text, const std::string& path);

@@ -88,6 +88,28 @@ TEST(ConfigCheck, ABadValueIsNamedAndUnknownKeysStillListed) {
   EXPECT_EQ(broken.errors(), 1) << listed(broken);
 }
 
+TEST(ConfigCheck, EveryBadValueIsListedNotOnlyTheFirst) {
+  test::TempDir dir;
+  test::writeFile(dir.file("server.toml"),
+                  "backend = \"gpu\"\ninsecure_plaintext = true\nlisten = \"127.0.0.1:0\"\n"
+                  "[pool]\nmetrics_labels = \"all\"\nstatus_page = \"everyone\"\n"
+                  "[[users]]\nname = \"a\"\ntoken = \"t\"\n"
+                  "[[users]]\nname = \"b\"\ntoken = \"u\"\nweight = -1\npriority = \"urgent\"\n"
+                  "[limits]\nmax_staging_bytes = \"lots\"\n");
+  ConfigCheck c = checkServerConfig(dir.file("server.toml"), std::chrono::system_clock::now());
+  for (const char* e : {"backend must be sim, cuda or auto", "metrics_labels", "status_page", "weight must be in",
+                        "priority must be high, normal or low", "max_staging_bytes"})
+    EXPECT_TRUE(has(c, true, e)) << e << " not listed:\n" << listed(c);
+  EXPECT_EQ(c.errors(), 6) << listed(c);
+  // A file with one bad value: that one, once.
+  EXPECT_EQ(valueErrors("backend = \"gpu\"\n", "s.toml").size(), 1u);
+  EXPECT_TRUE(valueErrors("backend = \"sim\"\n", "s.toml").empty());
+  // Bounded: a file of a thousand bad values lists kMaxValueErrors.
+  std::string many;
+  for (int i = 0; i < 1000; ++i) many += "[[users]]\nname = \"u" + std::to_string(i) + "\"\ntoken = \"t" + std::to_string(i) + "\"\nweight = -1\n";
+  EXPECT_EQ(valueErrors(many, "s.toml").size(), kMaxValueErrors);
+}
+
 TEST(ConfigCheck, CertificatesNearTheirEndWarnAndExpiredOnesFail) {
   test::TempDir dir;
   test::makeCerts(dir.path());  // valid for 30 days
