@@ -7,6 +7,9 @@
 
 #include "server/cuda/cuda_backend.h"
 
+#include "common/array_shape.h"
+#include "common/spin.h"
+
 namespace rgpu::server::cuda {
 
 namespace {
@@ -65,10 +68,57 @@ Result<uint64_t> CudaBackend::createArray(const ArraySpec& spec) {
   CUresult r = spec.levels ? api.cuMipmappedArrayCreate(&a.mipmapped, &d, spec.levels) : api.cuArray3DCreate(&a.array, &d);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) return Status(err::kMemoryAllocation, "out of memory for an array");
   RGPU_TRY(api.check(r, spec.levels ? "cuMipmappedArrayCreate" : "cuArray3DCreate", __FILE__, __LINE__));
+  if (Status s = scrubArray(a, spec); !s) {
+    (void)(a.array ? api.cuArrayDestroy(a.array) : api.cuMipmappedArrayDestroy(a.mipmapped));
+    return s;
+  }
   std::lock_guard lock(mu_);
   const uint64_t id = next_array_++;
   arrays_[id] = a;
   return id;
+}
+
+// Arrays have no memset: each level's rows are copied from a zeroed buffer,
+// a block of rows at a time, on the scrub stream (as scrub() does for memory).
+Status CudaBackend::scrubArray(const CudaArray& a, const ArraySpec& spec) {
+  if (!opts_.scrub) return Status::ok();
+  DriverApi& api = *api_;
+  const bool layered = spec.flags & (kArrayLayered | kArrayCubemap);
+  const uint32_t levels = spec.levels ? spec.levels : 1;
+  const uint64_t t0 = common::monotonicNs();
+  uint64_t zeroed = 0;
+  for (uint32_t level = 0; level < levels; ++level) {
+    const auto dims = common::arrayLevel(spec.width, spec.height, spec.depth, layered, level);
+    const uint64_t row = dims.width * spec.format.bytes();
+    RGPU_TRY(scrubReady(spec.device, row));
+    Device& d = devices_[static_cast<size_t>(spec.device)];
+    CUarray arr = a.array;
+    if (!arr) RGPU_TRY(RGPU_CU(cuMipmappedArrayGetLevel(&arr, a.mipmapped, level)));
+    const uint64_t rows = std::max<uint64_t>(d.scrub_zero_bytes / row, 1);
+    for (uint64_t z = 0; z < dims.slices; ++z)
+      for (uint64_t y = 0; y < dims.height; y += rows) {
+        CUDA_MEMCPY3D m{};
+        m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        m.srcDevice = d.scrub_zero;
+        m.srcPitch = row;
+        m.srcHeight = rows;
+        m.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+        m.dstArray = arr;
+        m.dstY = y;
+        m.dstZ = z;
+        m.WidthInBytes = row;
+        m.Height = std::min(rows, dims.height - y);
+        m.Depth = 1;
+        RGPU_TRY(RGPU_CU(cuMemcpy3DAsync(&m, d.scrub_stream)));
+      }
+    zeroed += row * dims.height * dims.slices;
+  }
+  Device& d = devices_[static_cast<size_t>(spec.device)];
+  RGPU_TRY(RGPU_CU(cuEventRecord(d.scrub_done, d.scrub_stream)));
+  RGPU_TRY(RGPU_CU(cuEventSynchronize(d.scrub_done)));
+  scrubbed_bytes_.fetch_add(zeroed, std::memory_order_relaxed);
+  scrub_ns_.fetch_add(common::monotonicNs() - t0, std::memory_order_relaxed);
+  return Status::ok();
 }
 
 Status CudaBackend::destroyArray(uint64_t array) {

@@ -167,6 +167,7 @@ CudaBackend::~CudaBackend() {
     if (!use(static_cast<int>(d))) continue;
     for (CUevent e : devices_[d].spare_events) (void)api.cuEventDestroy(e);
     for (CUevent e : devices_[d].spare_timed) (void)api.cuEventDestroy(e);
+    if (devices_[d].scrub_zero) (void)api.cuMemFree(devices_[d].scrub_zero);
     if (devices_[d].scrub_done) (void)api.cuEventDestroy(devices_[d].scrub_done);
     if (devices_[d].scrub_stream) (void)api.cuStreamDestroy(devices_[d].scrub_stream);
   }

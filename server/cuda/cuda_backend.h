@@ -100,6 +100,9 @@ struct CudaOptions {
   bool scrub = true;
 };
 
+// The zeroed buffer arrays are scrubbed from (grown for a wider row).
+inline constexpr uint64_t kScrubZeroBytes = 4ull << 20;
+
 class CudaBackend final : public Backend {
  public:
   // Loads the driver, initialises it and retains each device's primary context.
@@ -213,6 +216,10 @@ class CudaBackend final : public Backend {
     // its own, so a scrub waits for nothing of the session's.
     CUstream scrub_stream = nullptr;
     CUevent scrub_done = nullptr;
+    // Zeroes that arrays are scrubbed from (they have no memset): made at
+    // the first array, grown for a wider row, freed with the backend.
+    CUdeviceptr scrub_zero = 0;
+    uint64_t scrub_zero_bytes = 0;
   };
   struct Stream {
     int device = 0;
@@ -266,6 +273,9 @@ class CudaBackend final : public Backend {
   // Zeroes [p, p + bytes) of a fresh allocation on `device` and waits for it
   // (CudaOptions::scrub; nothing when off). The device's context is current.
   Status scrub(int device, CUdeviceptr p, uint64_t bytes);
+  // The scrub stream and event of `device`, and (zero_bytes > 0) a zeroed
+  // buffer of at least that many bytes. The device's context is current.
+  Status scrubReady(int device, uint64_t zero_bytes);
   // An allocation in the device's address window (windows_), recorded.
   Result<DevPtr> windowed(int device, uint64_t size);
   Result<std::pair<int, CUstream>> streamOf(StreamKey key);
@@ -332,6 +342,8 @@ class CudaBackend final : public Backend {
   // The CUarray of an array's level (under mu_ for the table).
   Result<std::pair<int, CUarray>> arrayLevel(uint64_t array, uint32_t level);
   std::unordered_map<uint64_t, CudaArray> arrays_;  // under mu_
+  // A new array's every level zeroed, as scrub() zeroes memory (nothing when off).
+  Status scrubArray(const CudaArray& a, const ArraySpec& spec);
   uint64_t next_array_ = 1;
 
   std::unique_ptr<DriverApi> api_;

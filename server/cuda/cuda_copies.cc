@@ -53,8 +53,7 @@ Status CudaBackend::scrub(int device, CUdeviceptr p, uint64_t bytes) {
   if (!opts_.scrub || bytes == 0) return Status::ok();
   DriverApi& api = *api_;
   Device& d = devices_[static_cast<size_t>(device)];
-  if (!d.scrub_stream) RGPU_TRY(RGPU_CU(cuStreamCreateWithPriority(&d.scrub_stream, CU_STREAM_NON_BLOCKING, 0)));
-  if (!d.scrub_done) RGPU_TRY(RGPU_CU(cuEventCreate(&d.scrub_done, CU_EVENT_DISABLE_TIMING)));
+  RGPU_TRY(scrubReady(device, 0));
   const uint64_t t0 = common::monotonicNs();
   RGPU_TRY(RGPU_CU(cuMemsetD8Async(p, 0, bytes, d.scrub_stream)));
   RGPU_TRY(RGPU_CU(cuEventRecord(d.scrub_done, d.scrub_stream)));
@@ -62,6 +61,26 @@ Status CudaBackend::scrub(int device, CUdeviceptr p, uint64_t bytes) {
   scrubbed_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   scrub_ns_.fetch_add(common::monotonicNs() - t0, std::memory_order_relaxed);
   return Status::ok();
+}
+
+Status CudaBackend::scrubReady(int device, uint64_t zero_bytes) {
+  DriverApi& api = *api_;
+  Device& d = devices_[static_cast<size_t>(device)];
+  if (!d.scrub_stream) RGPU_TRY(RGPU_CU(cuStreamCreateWithPriority(&d.scrub_stream, CU_STREAM_NON_BLOCKING, 0)));
+  if (!d.scrub_done) RGPU_TRY(RGPU_CU(cuEventCreate(&d.scrub_done, CU_EVENT_DISABLE_TIMING)));
+  if (zero_bytes <= d.scrub_zero_bytes) return Status::ok();
+  if (d.scrub_zero) {
+    // Copies from it may be queued: wait for them.
+    RGPU_TRY(RGPU_CU(cuEventRecord(d.scrub_done, d.scrub_stream)));
+    RGPU_TRY(RGPU_CU(cuEventSynchronize(d.scrub_done)));
+    (void)api.cuMemFree(d.scrub_zero);
+    d.scrub_zero = 0;
+    d.scrub_zero_bytes = 0;
+  }
+  const uint64_t bytes = std::max<uint64_t>(zero_bytes, kScrubZeroBytes);
+  RGPU_TRY(RGPU_CU(cuMemAlloc(&d.scrub_zero, bytes)));
+  d.scrub_zero_bytes = bytes;
+  return RGPU_CU(cuMemsetD8Async(d.scrub_zero, 0, bytes, d.scrub_stream));  // before any copy from it, in stream order
 }
 
 Result<DevPtr> CudaBackend::allocate(int device, uint64_t size) {

@@ -409,6 +409,10 @@ TEST(CudaScrub, NoSessionSeesWhatAnotherLeftInDeviceMemory) {
     RunResult scan = as("scan " + bytes);
     EXPECT_NE(scan.output.find("scan: " + bytes + " of " + bytes), std::string::npos)
         << "without scrubbing the next session sees the bytes:\n" << scan.output;
+    // An array's memory too (the fake keeps arrays in its device memory, as a GPU does).
+    ASSERT_EQ(as("fillarray 1024 1024 free").code, 0);
+    RunResult array = as("scanarray 1024 1024");
+    EXPECT_NE(array.output.find("scan: 1048576 of 1048576 array bytes"), std::string::npos) << array.output;
   }
   auto s = server(true);
   ASSERT_EQ(as("fill " + bytes + " free").code, 0);
@@ -430,6 +434,15 @@ TEST(CudaScrub, NoSessionSeesWhatAnotherLeftInDeviceMemory) {
   for (int i = 0; i < 2000 && s->log().find("killed by signal 9") == std::string::npos; ++i) usleep(5000);
   RunResult after_kill = as("scan " + bytes);
   EXPECT_NE(after_kill.output.find(none), std::string::npos) << after_kill.output;
+  // Arrays are zeroed as well (the killed holder left its pattern where they go).
+  const std::string no_array = "scan: 0 of 1048576 array bytes hold another session's pattern";
+  RunResult before = as("scanarray 1024 1024");
+  EXPECT_NE(before.output.find(no_array), std::string::npos) << before.output;
+  for (const char* end : {"free", "leave"}) {
+    ASSERT_EQ(as(std::string("fillarray 1024 1024 ") + end).code, 0);
+    RunResult array = as("scanarray 1024 1024");
+    EXPECT_NE(array.output.find(no_array), std::string::npos) << end << ": " << array.output;
+  }
   // Each worker says what scrubbing cost it (here the fake driver's memset of host memory).
   std::smatch m;
   const std::string log = s->log();

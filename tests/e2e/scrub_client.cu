@@ -4,10 +4,13 @@
 //                                             without freeing, or print "holding" and wait
 //                                             until a call fails
 //   scrub_client scan BYTES                   allocate BYTES and count the bytes that are 0xA5
+//   scrub_client fillarray W H free|leave     a W x H array of bytes filled with 0xA5; then free it or exit
+//   scrub_client scanarray W H                a W x H array: count the bytes that are 0xA5
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <unistd.h>
 #include <vector>
@@ -21,8 +24,32 @@
     }                                                                                               \
   } while (0)
 
+// The array forms: the same, with a CUDA array (its memory is the GPU's too).
+int arrays(int argc, char** argv) {
+  if (argc < 4) return 2;
+  const size_t w = std::strtoull(argv[2], nullptr, 10), h = std::strtoull(argv[3], nullptr, 10);
+  cudaChannelFormatDesc desc = cudaCreateChannelDesc(8, 0, 0, 0, cudaChannelFormatKindUnsigned);
+  cudaArray_t a = nullptr;
+  CHECK(cudaMallocArray(&a, &desc, w, h));
+  std::vector<unsigned char> host(w * h, 0xA5);
+  if (std::strcmp(argv[1], "fillarray") == 0 && argc >= 5) {
+    CHECK(cudaMemcpy2DToArray(a, 0, 0, host.data(), w, w, h, cudaMemcpyHostToDevice));
+    CHECK(cudaDeviceSynchronize());
+    std::printf("filled an array of %zu bytes\n", w * h);
+    if (std::strcmp(argv[4], "free") == 0) CHECK(cudaFreeArray(a));
+    return 0;
+  }
+  std::fill(host.begin(), host.end(), 0);
+  CHECK(cudaMemcpy2DFromArray(host.data(), w, a, 0, 0, w, h, cudaMemcpyDeviceToHost));
+  size_t found = 0;
+  for (unsigned char c : host) found += c == 0xA5;
+  std::printf("scan: %zu of %zu array bytes hold another session's pattern\n", found, w * h);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) return 2;
+  if (std::strstr(argv[1], "array")) return arrays(argc, argv);
   const size_t bytes = std::strtoull(argv[2], nullptr, 10);
   unsigned char* d = nullptr;
   CHECK(cudaMalloc(&d, bytes));

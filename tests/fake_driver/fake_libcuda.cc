@@ -1481,10 +1481,15 @@ CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, 
 // use (cuMemGetInfo) as on a GPU; a mipmapped array one array per level. Texture and surface objects are numbers the fake remembers (its
 // interpreter runs no texture instructions: kernels that use them fault).
 
+// An array's elements live in the fake's device memory (its arena), as a
+// GPU's do: with RGPU_FAKE_CUDA_VRAM, what one process left in an array's
+// memory is what the next one's array there starts with.
 struct FakeArray {
   int device = 0;
   size_t width = 1, height = 1, slices = 1, elem = 1;
-  std::vector<uint8_t> bytes;
+  uint8_t* data = nullptr;
+  size_t size = 0;
+  ~FakeArray();
 };
 struct FakeMipmapped {
   std::vector<std::unique_ptr<FakeArray>> levels;
@@ -1536,8 +1541,17 @@ std::unique_ptr<FakeArray> makeArray(const CUDA_ARRAY3D_DESCRIPTOR* d, unsigned 
   a->width = dims.width, a->height = dims.height, a->slices = dims.slices;
   a->elem = formatBytes(d->Format) * d->NumChannels;
   a->device = t_ctx->device;
-  a->bytes.resize(a->width * a->height * a->slices * a->elem);
+  a->size = a->width * a->height * a->slices * a->elem;
+  Driver& drv_ = drv();
+  auto at = drv_.arena->allocate(std::max<size_t>(a->size, 1));
+  if (!at) return nullptr;
+  a->data = reinterpret_cast<uint8_t*>(*at);
+  if (!drv_.vram) std::memset(a->data, 0, a->size);  // as a GPU's: what was there before
   return a;
+}
+
+FakeArray::~FakeArray() {
+  if (data) drv().arena->free(reinterpret_cast<uint64_t>(data));
 }
 
 // Charges (or, negative, credits) `bytes` to the current device's memory use; false when it does not fit.
@@ -1554,7 +1568,7 @@ CUresult fakeArray3DCreate(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR* d) {
       (formatChannels(d->Format) && formatChannels(d->Format) != d->NumChannels))
     return CUDA_ERROR_INVALID_VALUE;
   auto a = makeArray(d, 0);
-  if (!chargeDevice(a->device, static_cast<int64_t>(a->bytes.size()))) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!a || !chargeDevice(a->device, static_cast<int64_t>(a->size))) return CUDA_ERROR_OUT_OF_MEMORY;
   record("cuArray3DCreate " + std::to_string(d->Width) + "x" + std::to_string(d->Height) + "x" + std::to_string(d->Depth) +
          " flags=" + std::to_string(d->Flags) + " format=" + std::to_string(d->Format) + "x" +
          std::to_string(d->NumChannels));
@@ -1569,7 +1583,7 @@ CUresult fakeArrayDestroy(CUarray a) {
   if (!fakeArrays().count(fa)) return CUDA_ERROR_INVALID_HANDLE;
   synchronizeAll(lock);  // work queued so far may use it
   fakeArrays().erase(fa);
-  chargeDevice(fa->device, -static_cast<int64_t>(fa->bytes.size()));
+  chargeDevice(fa->device, -static_cast<int64_t>(fa->size));
   delete fa;
   record("cuArrayDestroy");
   return CUDA_SUCCESS;
@@ -1582,7 +1596,8 @@ CUresult fakeMipmappedArrayCreate(CUmipmappedArray* out, const CUDA_ARRAY3D_DESC
   int64_t bytes = 0;
   for (unsigned l = 0; l < levels; ++l) {
     m->levels.push_back(makeArray(d, l));
-    bytes += static_cast<int64_t>(m->levels.back()->bytes.size());
+    if (!m->levels.back()) return CUDA_ERROR_OUT_OF_MEMORY;
+    bytes += static_cast<int64_t>(m->levels.back()->size);
   }
   if (!chargeDevice(t_ctx->device, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   record("cuMipmappedArrayCreate levels=" + std::to_string(levels));
@@ -1605,7 +1620,7 @@ CUresult fakeMipmappedArrayDestroy(CUmipmappedArray m) {
   if (!fakeMipmapped().count(fm)) return CUDA_ERROR_INVALID_HANDLE;
   synchronizeAll(lock);
   fakeMipmapped().erase(fm);
-  for (auto& l : fm->levels) chargeDevice(l->device, -static_cast<int64_t>(l->bytes.size()));
+  for (auto& l : fm->levels) chargeDevice(l->device, -static_cast<int64_t>(l->size));
   delete fm;
   record("cuMipmappedArrayDestroy");
   return CUDA_SUCCESS;
@@ -1634,7 +1649,7 @@ CUresult fakeMemcpy3DAsync(const CUDA_MEMCPY3D* m, CUstream s) {
     if (type == CU_MEMORYTYPE_ARRAY) {
       FakeArray* a = knownArray(arr);
       if (!a || x % a->elem || x + w > a->width * a->elem || y + h > a->height || z + dd > a->slices) return false;
-      e = {a->bytes.data() + (z * a->height + y) * a->width * a->elem + x, a->width * a->elem, a->width * a->elem * a->height};
+      e = {a->data + (z * a->height + y) * a->width * a->elem + x, a->width * a->elem, a->width * a->elem * a->height};
       return true;
     }
     uint8_t* b = type == CU_MEMORYTYPE_HOST ? static_cast<uint8_t*>(const_cast<void*>(host)) : reinterpret_cast<uint8_t*>(dev);
