@@ -79,19 +79,23 @@ Result<uint64_t> CudaBackend::createArray(const ArraySpec& spec) {
 }
 
 // Arrays have no memset: each level's rows are copied from a zeroed buffer,
-// a block of rows at a time, on the scrub stream (as scrub() does for memory).
+// a block of rows at a time, on the scrub stream, ordered before the
+// session's work as scrub() is.
 Status CudaBackend::scrubArray(const CudaArray& a, const ArraySpec& spec) {
   if (!opts_.scrub) return Status::ok();
   DriverApi& api = *api_;
   const bool layered = spec.flags & (kArrayLayered | kArrayCubemap);
   const uint32_t levels = spec.levels ? spec.levels : 1;
-  const uint64_t t0 = common::monotonicNs();
   uint64_t zeroed = 0;
   for (uint32_t level = 0; level < levels; ++level) {
     const auto dims = common::arrayLevel(spec.width, spec.height, spec.depth, layered, level);
     const uint64_t row = dims.width * spec.format.bytes();
     RGPU_TRY(scrubReady(spec.device, row));
     Device& d = devices_[static_cast<size_t>(spec.device)];
+    if (level == 0) {
+      harvestScrubTime(spec.device, false);
+      if (d.timed_pending == 0) RGPU_TRY(RGPU_CU(cuEventRecord(d.scrub_start, d.scrub_stream)));
+    }
     CUarray arr = a.array;
     if (!arr) RGPU_TRY(RGPU_CU(cuMipmappedArrayGetLevel(&arr, a.mipmapped, level)));
     const uint64_t rows = std::max<uint64_t>(d.scrub_zero_bytes / row, 1);
@@ -113,12 +117,7 @@ Status CudaBackend::scrubArray(const CudaArray& a, const ArraySpec& spec) {
       }
     zeroed += row * dims.height * dims.slices;
   }
-  Device& d = devices_[static_cast<size_t>(spec.device)];
-  RGPU_TRY(RGPU_CU(cuEventRecord(d.scrub_done, d.scrub_stream)));
-  RGPU_TRY(RGPU_CU(cuEventSynchronize(d.scrub_done)));
-  scrubbed_bytes_.fetch_add(zeroed, std::memory_order_relaxed);
-  scrub_ns_.fetch_add(common::monotonicNs() - t0, std::memory_order_relaxed);
-  return Status::ok();
+  return scrubQueued(spec.device, zeroed);  // not waited for: streams wait for it (scrub())
 }
 
 Status CudaBackend::destroyArray(uint64_t array) {
@@ -132,6 +131,7 @@ Status CudaBackend::destroyArray(uint64_t array) {
     arrays_.erase(it);
   }
   RGPU_TRY(use(a.device));
+  RGPU_TRY(scrubsDone(a.device));
   return a.array ? RGPU_CU(cuArrayDestroy(a.array)) : RGPU_CU(cuMipmappedArrayDestroy(a.mipmapped));
 }
 

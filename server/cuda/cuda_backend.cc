@@ -157,9 +157,13 @@ CudaBackend::~CudaBackend() {
     if (use(e.device)) (void)api.cuEventDestroy(e.handle);
   for (auto& [id, m] : modules_)
     if (use(m.device)) (void)api.cuModuleUnload(m.handle);
+  for (size_t d = 0; d < devices_.size(); ++d)
+    if (use(static_cast<int>(d))) harvestScrubTime(static_cast<int>(d), true);
   if (const uint64_t b = scrubbed_bytes_.load())
-    RGPU_LOG_INFO("scrub: {} MiB of fresh device memory zeroed before the session got it, in {:.1f} ms ({:.1f} GB/s)",
-                  b >> 20, scrub_ns_.load() / 1e6, static_cast<double>(b) / std::max<uint64_t>(scrub_ns_.load(), 1));
+    RGPU_LOG_INFO("scrub: {} MiB of fresh device memory zeroed before the session used it; the device took {:.1f} ms "
+                  "for {} MiB of it ({:.1f} GB/s)",
+                  b >> 20, scrub_ns_.load() / 1e6, scrub_timed_bytes_.load() >> 20,
+                  static_cast<double>(scrub_timed_bytes_.load()) / std::max<uint64_t>(scrub_ns_.load(), 1));
   for (auto& [ptr, dev] : allocations_)
     if (!(windows_ && windows_->owns(ptr)) && use(dev)) (void)api.cuMemFree(ptr);
   windows_.reset();  // unmaps what is left, while the contexts live
@@ -169,6 +173,7 @@ CudaBackend::~CudaBackend() {
     for (CUevent e : devices_[d].spare_timed) (void)api.cuEventDestroy(e);
     if (devices_[d].scrub_zero) (void)api.cuMemFree(devices_[d].scrub_zero);
     if (devices_[d].scrub_done) (void)api.cuEventDestroy(devices_[d].scrub_done);
+    if (devices_[d].scrub_start) (void)api.cuEventDestroy(devices_[d].scrub_start);
     if (devices_[d].scrub_stream) (void)api.cuStreamDestroy(devices_[d].scrub_stream);
   }
   if (!devices_.empty() && use(0))
@@ -323,8 +328,12 @@ Result<std::pair<int, CUstream>> CudaBackend::streamOf(StreamKey key) {
     RGPU_TRY(use(capture_.device));
     return std::make_pair(capture_.device, capture_.stream);
   }
+  // Work on a stream comes after every scrub queued before it (scrub()).
   if (key.id == 0) {
     RGPU_TRY(use(key.device));
+    std::lock_guard lock(mu_);
+    if (key.device >= 0 && static_cast<size_t>(key.device) < devices_.size())
+      RGPU_TRY(afterScrubsLocked(CU_STREAM_LEGACY, &devices_[static_cast<size_t>(key.device)].legacy_scrub_seen));
     return std::make_pair(key.device, CU_STREAM_LEGACY);
   }
   int device;
@@ -335,8 +344,9 @@ Result<std::pair<int, CUstream>> CudaBackend::streamOf(StreamKey key) {
     if (it == streams_.end()) return unknownStream(key);
     device = it->second.device;
     handle = it->second.handle;
+    RGPU_TRY(use(device));
+    RGPU_TRY(afterScrubsLocked(handle, &it->second.scrub_seen));
   }
-  RGPU_TRY(use(device));
   return std::make_pair(device, handle);
 }
 
@@ -784,6 +794,8 @@ Status CudaBackend::whenDeviceDone(int device, Done done) {
       if (s.device == device && s.non_blocking) streams.push_back(s.handle);
     for (auto& s : retired_)
       if (s.device == device) streams.push_back(s.handle);
+    // Scrubs too: memory is released only once nothing zeroes it any more.
+    if (devices_[static_cast<size_t>(device)].scrubbed) streams.push_back(devices_[static_cast<size_t>(device)].scrub_stream);
   }
   return whenDone(device, streams, std::move(done));
 }

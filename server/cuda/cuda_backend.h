@@ -215,7 +215,13 @@ class CudaBackend final : public Backend {
     // Where fresh allocations are zeroed (CudaOptions::scrub): a stream of
     // its own, so a scrub waits for nothing of the session's.
     CUstream scrub_stream = nullptr;
-    CUevent scrub_done = nullptr;
+    CUevent scrub_done = nullptr;  // recorded after each scrub; every stream waits for it before its next work
+    bool scrubbed = false;         // scrub_done has been recorded (under mu_)
+    uint64_t legacy_scrub_seen = 0;  // scrub_epoch_ the legacy stream last waited for (under mu_)
+    // What the device's scrubs cost (CudaOptions::scrub): the time between
+    // scrub_start and scrub_done covers `timed_pending` bytes not yet counted.
+    CUevent scrub_start = nullptr;
+    uint64_t timed_pending = 0;
     // Zeroes that arrays are scrubbed from (they have no memset): made at
     // the first array, grown for a wider row, freed with the backend.
     CUdeviceptr scrub_zero = 0;
@@ -225,6 +231,7 @@ class CudaBackend final : public Backend {
     int device = 0;
     CUstream handle = nullptr;
     bool non_blocking = false;
+    uint64_t scrub_seen = 0;  // scrub_epoch_ it last waited for (under mu_)
     std::shared_ptr<Replies> replies = std::make_shared<Replies>();
   };
   struct Event {
@@ -273,6 +280,16 @@ class CudaBackend final : public Backend {
   // Zeroes [p, p + bytes) of a fresh allocation on `device` and waits for it
   // (CudaOptions::scrub; nothing when off). The device's context is current.
   Status scrub(int device, CUdeviceptr p, uint64_t bytes);
+  // After a scrub was queued (the device's context current): records its
+  // end for the streams to wait for, and times it when it can.
+  Status scrubQueued(int device, uint64_t bytes);
+  // `handle` (on a stream that last waited for epoch *seen) waits for every
+  // scrub queued since. Under mu_.
+  Status afterScrubsLocked(CUstream handle, uint64_t* seen);
+  // Waits until no scrub of `device` runs (before memory or an array goes).
+  Status scrubsDone(int device);
+  // Adds what finished scrubs of `device` took to the figures; `wait`: wait for the last first.
+  void harvestScrubTime(int device, bool wait);
   // The scrub stream and event of `device`, and (zero_bytes > 0) a zeroed
   // buffer of at least that many bytes. The device's context is current.
   Status scrubReady(int device, uint64_t zero_bytes);
@@ -373,7 +390,9 @@ class CudaBackend final : public Backend {
   LaunchGate* gate_ = nullptr;        // priorities and weights (daemon mode); set before launches
   std::atomic<uint64_t> gpu_ns_{0};  // kernel GPU time, measured when a gate is set
   std::atomic<uint64_t> scrubbed_bytes_{0};  // zeroed before the session got them (scrub())
-  std::atomic<uint64_t> scrub_ns_{0};        // and the time that took, waits included
+  // Device time of the scrubs that could be timed, and their bytes.
+  std::atomic<uint64_t> scrub_ns_{0}, scrub_timed_bytes_{0};
+  uint64_t scrub_epoch_ = 0;  // scrubs queued so far, all devices (under mu_)
   std::atomic<bool> printf_possible_{false};  // a loaded module calls vprintf or __assertfail
   std::mutex out_mu_;  // guards out_buf_, reads of out_fd_ and output_sink_
   std::function<void(std::string)> output_sink_;

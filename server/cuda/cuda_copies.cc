@@ -49,17 +49,68 @@ void CudaBackend::givePinned(Pinned p) {
   });
 }
 
+// The memset is queued on the scrub stream and not waited for: every stream
+// of the session waits for the scrubs queued before its next work
+// (afterScrubsLocked, from streamOf), so nothing the session queues can run
+// before its memory is zeroed, and nothing it wrote can be zeroed after.
 Status CudaBackend::scrub(int device, CUdeviceptr p, uint64_t bytes) {
   if (!opts_.scrub || bytes == 0) return Status::ok();
   DriverApi& api = *api_;
   Device& d = devices_[static_cast<size_t>(device)];
   RGPU_TRY(scrubReady(device, 0));
-  const uint64_t t0 = common::monotonicNs();
+  harvestScrubTime(device, false);
+  const bool timed = d.timed_pending == 0;
+  if (timed) RGPU_TRY(RGPU_CU(cuEventRecord(d.scrub_start, d.scrub_stream)));
   RGPU_TRY(RGPU_CU(cuMemsetD8Async(p, 0, bytes, d.scrub_stream)));
+  return scrubQueued(device, bytes);
+}
+
+Status CudaBackend::scrubQueued(int device, uint64_t bytes) {
+  DriverApi& api = *api_;
+  Device& d = devices_[static_cast<size_t>(device)];
   RGPU_TRY(RGPU_CU(cuEventRecord(d.scrub_done, d.scrub_stream)));
-  RGPU_TRY(RGPU_CU(cuEventSynchronize(d.scrub_done)));
+  // Still running when the next is queued behind it: timed together (the
+  // stream is busy in between, so the span is all scrubbing).
+  d.timed_pending += bytes;
   scrubbed_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-  scrub_ns_.fetch_add(common::monotonicNs() - t0, std::memory_order_relaxed);
+  std::lock_guard lock(mu_);
+  d.scrubbed = true;
+  ++scrub_epoch_;
+  return Status::ok();
+}
+
+void CudaBackend::harvestScrubTime(int device, bool wait) {
+  DriverApi& api = *api_;
+  Device& d = devices_[static_cast<size_t>(device)];
+  if (!d.timed_pending || !d.scrub_done || !d.scrub_start) return;
+  CUresult r = wait ? api.cuEventSynchronize(d.scrub_done) : api.cuEventQuery(d.scrub_done);
+  if (r != CUDA_SUCCESS) return;  // still running (or failed: not timed)
+  float ms = 0;
+  if (api.cuEventElapsedTime && api.cuEventElapsedTime(&ms, d.scrub_start, d.scrub_done) == CUDA_SUCCESS) {
+    scrub_ns_.fetch_add(static_cast<uint64_t>(static_cast<double>(ms) * 1e6), std::memory_order_relaxed);
+    scrub_timed_bytes_.fetch_add(d.timed_pending, std::memory_order_relaxed);
+  }
+  d.timed_pending = 0;
+}
+
+Status CudaBackend::scrubsDone(int device) {
+  DriverApi& api = *api_;
+  CUevent e = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    const Device& d = devices_[static_cast<size_t>(device)];
+    if (d.scrubbed) e = d.scrub_done;
+  }
+  return e ? RGPU_CU(cuEventSynchronize(e)) : Status::ok();
+}
+
+Status CudaBackend::afterScrubsLocked(CUstream handle, uint64_t* seen) {
+  if (*seen == scrub_epoch_) return Status::ok();
+  DriverApi& api = *api_;
+  // Every device's: a stream's work may read memory of its peers too.
+  for (const Device& d : devices_)
+    if (d.scrubbed) RGPU_TRY(RGPU_CU(cuStreamWaitEvent(handle, d.scrub_done, 0)));
+  *seen = scrub_epoch_;
   return Status::ok();
 }
 
@@ -67,7 +118,8 @@ Status CudaBackend::scrubReady(int device, uint64_t zero_bytes) {
   DriverApi& api = *api_;
   Device& d = devices_[static_cast<size_t>(device)];
   if (!d.scrub_stream) RGPU_TRY(RGPU_CU(cuStreamCreateWithPriority(&d.scrub_stream, CU_STREAM_NON_BLOCKING, 0)));
-  if (!d.scrub_done) RGPU_TRY(RGPU_CU(cuEventCreate(&d.scrub_done, CU_EVENT_DISABLE_TIMING)));
+  if (!d.scrub_done) RGPU_TRY(RGPU_CU(cuEventCreate(&d.scrub_done, CU_EVENT_DEFAULT)));  // timed: see harvestScrubTime
+  if (!d.scrub_start) RGPU_TRY(RGPU_CU(cuEventCreate(&d.scrub_start, CU_EVENT_DEFAULT)));
   if (zero_bytes <= d.scrub_zero_bytes) return Status::ok();
   if (d.scrub_zero) {
     // Copies from it may be queued: wait for them.
@@ -160,6 +212,7 @@ Status CudaBackend::release(DevPtr ptr) {
     allocations_.erase(it);
   }
   RGPU_TRY(use(device));
+  RGPU_TRY(scrubsDone(device));
   if (windows_ && windows_->release(ptr)) return Status::ok();
   return RGPU_CU(cuMemFree(ptr));
 }

@@ -385,6 +385,27 @@ namespace {
 // shows. The fake driver keeps device memory in a file across processes
 // (RGPU_FAKE_CUDA_VRAM) and hands it out unzeroed, as a GPU may; with
 // [cuda] scrub off the leftovers show, which is what the check would catch.
+// The scrub is not waited for: the session's streams wait for it instead.
+// With the fake driver running each operation after a random delay, a copy
+// into fresh memory on a stream of the program's own must still land after
+// the zeroing (else the program reads back zeroes).
+TEST(CudaScrub, AScrubAlwaysRunsBeforeTheProgramsFirstUseOfTheMemory) {
+  TempDir dir;
+  makeCerts(dir.path());
+  ::setenv("RGPU_FAKE_CUDA_JITTER_US", "3000", 1);
+  ServerProcess server(dir.path(), cudaServerToml(dir.path(), "cuda", RGPU_FAKE_CUDA_LIB));
+  ::unsetenv("RGPU_FAKE_CUDA_JITTER_US");
+  writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
+  RunResult r = run(testProgram("scrub_client") + " race 65536 40",
+                    "RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("race: 0 of 40 rounds lost bytes"), std::string::npos) << r.output;
+  server.stop();
+  std::smatch m;
+  const std::string log = server.log();
+  EXPECT_TRUE(std::regex_search(log, m, std::regex("scrub: 2 MiB of fresh device memory zeroed before the session used it"))) << log;
+}
+
 TEST(CudaScrub, NoSessionSeesWhatAnotherLeftInDeviceMemory) {
   TempDir dir;
   makeCerts(dir.path());

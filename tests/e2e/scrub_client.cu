@@ -4,6 +4,8 @@
 //                                             without freeing, or print "holding" and wait
 //                                             until a call fails
 //   scrub_client scan BYTES                   allocate BYTES and count the bytes that are 0xA5
+//   scrub_client race BYTES N                 N times: allocate BYTES, copy a pattern in on a stream
+//                                             at once, read it back; count the rounds that lost bytes
 //   scrub_client fillarray W H free|leave     a W x H array of bytes filled with 0xA5; then free it or exit
 //   scrub_client scanarray W H                a W x H array: count the bytes that are 0xA5
 #include <cuda_runtime.h>
@@ -47,9 +49,34 @@ int arrays(int argc, char** argv) {
   return 0;
 }
 
+// The scrub of fresh memory must come before the program's first use of it,
+// whichever stream that is on (and never after, zeroing what it wrote).
+int race(int argc, char** argv) {
+  if (argc < 4) return 2;
+  const size_t bytes = std::strtoull(argv[2], nullptr, 10);
+  const int rounds = std::atoi(argv[3]);
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::vector<unsigned char> in(bytes), out(bytes);
+  int lost = 0;
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t i = 0; i < bytes; ++i) in[i] = static_cast<unsigned char>(1 + (i + r) % 251);
+    unsigned char* d = nullptr;
+    CHECK(cudaMalloc(&d, bytes));
+    CHECK(cudaMemcpyAsync(d, in.data(), bytes, cudaMemcpyHostToDevice, s));
+    CHECK(cudaMemcpyAsync(out.data(), d, bytes, cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    lost += std::memcmp(in.data(), out.data(), bytes) != 0;
+    CHECK(cudaFree(d));
+  }
+  std::printf("race: %d of %d rounds lost bytes\n", lost, rounds);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) return 2;
   if (std::strstr(argv[1], "array")) return arrays(argc, argv);
+  if (std::strcmp(argv[1], "race") == 0) return race(argc, argv);
   const size_t bytes = std::strtoull(argv[2], nullptr, 10);
   unsigned char* d = nullptr;
   CHECK(cudaMalloc(&d, bytes));
