@@ -36,9 +36,11 @@ class StatusPage : public Pool {
     return json::parse(body(resp), nullptr, false);
   }
   // Headless Chromium on the page with `token` in its fragment; `flags` say
-  // what it does (--dump-dom, --screenshot=...). Returns its stdout.
+  // what it does (--dump-dom, --screenshot=...). Returns its stdout. The
+  // browser gets none of the sanitizer runtime a --sanitize run preloads
+  // into rgpu's processes, and at most 60 s.
   RunResult browse(const std::string& token, const std::string& flags) {
-    return run("chromium --headless --no-sandbox --disable-gpu --no-first-run --user-data-dir=" + dir_.file("chromium") +
+    return run("env -u LD_PRELOAD -u ASAN_OPTIONS -u UBSAN_OPTIONS timeout 60 chromium --headless --no-sandbox --disable-gpu --no-first-run --user-data-dir=" + dir_.file("chromium") +
                " --virtual-time-budget=4000 " + flags + " 'http://127.0.0.1:" + std::to_string(port_) +
                "/#token=" + token + "' 2>" + dir_.file("chromium.err"));
   }
