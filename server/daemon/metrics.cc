@@ -1,6 +1,5 @@
 #include "server/daemon/metrics.h"
 
-#include <openssl/crypto.h>
 
 #include <algorithm>
 #include <cctype>

@@ -86,10 +86,9 @@ TEST_F(ClusterTest, AMemberRegistersItsInventoryAndLoadAndLeavesWhenItStops) {
   EXPECT_EQ(l["sessions"], 0);
   EXPECT_EQ(l["devices"][1]["free"], 24ull << 30);
   // Its /metrics name it: every series has server="gpu01".
-  std::smatch sm;
   const std::string log = s.log();
-  ASSERT_TRUE(std::regex_search(log, sm, std::regex("Prometheus metrics on http://127.0.0.1:(\\d+)/metrics"))) << log;
-  std::string metrics = test::httpGet(static_cast<uint16_t>(std::stoi(sm[1].str())), "/metrics");
+  ASSERT_NE(test::metricsPort(log), 0) << log;
+  std::string metrics = test::httpGet(test::metricsPort(log), "/metrics");
   EXPECT_NE(metrics.find("rgpu_device_sessions{server=\"gpu01\",gpu=\"1\",UUID=\"GPU-"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("rgpu_admission_queue_length{server=\"gpu01\"} 0"), std::string::npos) << metrics;
   // A clean stop revokes the lease: both keys go at once.

@@ -137,8 +137,8 @@ TEST_F(Pool, TheGrafanaDashboardQueriesOnlyWhatTheServerExports) {
   start("memory_quota = \"64MiB\"\n", "", "[pool]\nmetrics_listen = \"127.0.0.1:0\"\n");
   std::smatch m;
   std::string log = server_->log();
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("Prometheus metrics on http://127.0.0.1:(\\d+)/metrics"))) << log;
-  uint16_t port = static_cast<uint16_t>(std::stoi(m[1].str()));
+  uint16_t port = test::metricsPort(log);
+  ASSERT_NE(port, 0) << log;
   // A running session, so that per-session and per-user series have samples.
   std::thread t = holder("alice", 3 << 20, 2000, dir_.file("holder.out"));
   std::string resp = httpGet(port, "/metrics");

@@ -119,12 +119,7 @@ TEST(Packages, InstallIntoACleanRootAndServeAnExampleFromTheInstalledFiles) {
           "--listen", "127.0.0.1:0", "--port-file", port_file.c_str(), (char*)nullptr);
     _exit(127);
   }
-  int port = 0;
-  for (int i = 0; i < 4000 && port == 0; ++i) {
-    std::ifstream in(port_file);
-    if (!(in >> port)) port = 0;
-    if (port == 0) usleep(5000);  // a file the server writes once; no event to wait on
-  }
+  int port = waitForPortFile(port_file, pid);
   ASSERT_GT(port, 0) << readFile(dir.file("server.log"));
   // The installed client: rgpu-run puts the installed libraries first, the shipped client.toml says how to connect.
   const std::string env = "RGPU_CONFIG=" + etc + "/client.toml RGPU_SERVER=127.0.0.1:" + std::to_string(port) +

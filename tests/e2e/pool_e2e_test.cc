@@ -261,10 +261,9 @@ std::map<std::string, double> parseMetrics(const std::string& body, std::string*
 
 TEST_F(Pool, PrometheusEndpointReportsDevicesUsersAndSessions) {
   start("memory_quota = \"4MiB\"\n", "", "[pool]\nmetrics_listen = \"127.0.0.1:0\"\n");
-  std::smatch m;
   std::string log = server_->log();
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("Prometheus metrics on http://127.0.0.1:(\\d+)/metrics"))) << log;
-  uint16_t port = static_cast<uint16_t>(std::stoi(m[1].str()));
+  uint16_t port = test::metricsPort(log);
+  ASSERT_NE(port, 0) << log;
   std::thread t = holder("alice", 3 << 20, 3000, dir_.file("holder.out"));
   std::string resp = httpGet(port, "/metrics");
   ASSERT_NE(resp.find("HTTP/1.0 200 OK"), std::string::npos) << resp;
@@ -294,10 +293,9 @@ TEST_F(Pool, PrometheusEndpointReportsDevicesUsersAndSessions) {
 
 TEST_F(Pool, MetricsNeedTheBearerTokenAndCanLeaveTenantsOut) {
   start("", "", "[pool]\nmetrics_listen = \"127.0.0.1:0\"\nmetrics_token = \"scrape-secret\"\nmetrics_labels = \"aggregate\"\n");
-  std::smatch m;
   std::string log = server_->log();
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("Prometheus metrics on http://127.0.0.1:(\\d+)/metrics"))) << log;
-  uint16_t port = static_cast<uint16_t>(std::stoi(m[1].str()));
+  uint16_t port = test::metricsPort(log);
+  ASSERT_NE(port, 0) << log;
   std::thread t = holder("alice", 1 << 20, 2000, dir_.file("holder.out"));
   EXPECT_NE(httpGet(port, "/metrics").find("401 Unauthorized"), std::string::npos);
   EXPECT_NE(httpGet(port, "/metrics", "Authorization: Bearer wrong\r\n").find("401 Unauthorized"), std::string::npos);

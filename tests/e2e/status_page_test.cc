@@ -128,11 +128,10 @@ TEST_F(StatusPage, TheBrowserShowsBothSessionsToAnAdminAndTheJsonFollowsRgpuSmis
 
 TEST_F(Pool, TheStatusPageCanBeTurnedOff) {
   start("", "", "[pool]\nmetrics_listen = \"127.0.0.1:0\"\nstatus_page = \"off\"\n");
-  std::smatch m;
   std::string log = server_->log();
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("Prometheus metrics on http://127.0.0.1:(\\d+)/metrics"))) << log;
+  uint16_t port = test::metricsPort(log);
+  ASSERT_NE(port, 0) << log;
   EXPECT_EQ(log.find("status page on"), std::string::npos) << log;
-  uint16_t port = static_cast<uint16_t>(std::stoi(m[1].str()));
   EXPECT_NE(httpGet(port, "/").find("404 Not Found"), std::string::npos);
   EXPECT_NE(httpGet(port, "/status.json", "Authorization: Bearer bob-token\r\n").find("404 Not Found"),
             std::string::npos);
@@ -142,10 +141,9 @@ TEST_F(Pool, TheStatusPageCanBeTurnedOff) {
 TEST_F(Pool, AMetricsTokenGivenAsItsDigestIsAcceptedForMetricsAndStatus) {
   start("", "", "[pool]\nmetrics_listen = \"127.0.0.1:0\"\nmetrics_token = \"" + server::tokenDigest("scrape-secret") +
                     "\"\n");
-  std::smatch m;
   std::string log = server_->log();
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("Prometheus metrics on http://127.0.0.1:(\\d+)/metrics"))) << log;
-  uint16_t port = static_cast<uint16_t>(std::stoi(m[1].str()));
+  uint16_t port = test::metricsPort(log);
+  ASSERT_NE(port, 0) << log;
   EXPECT_NE(httpGet(port, "/metrics").find("401 Unauthorized"), std::string::npos);
   EXPECT_NE(httpGet(port, "/metrics", "Authorization: Bearer " + server::tokenDigest("scrape-secret") + "\r\n")
                 .find("401 Unauthorized"),

@@ -136,13 +136,7 @@ TEST(Systemd, UnderTheJournalEveryLineIsAnEntryAndAWorkersCarryItsSession) {
     }
   }
   ASSERT_GT(journal, 0);
-  uint16_t port = 0;
-  for (int i = 0; i < 4000 && !port; ++i) {
-    std::ifstream in(port_file);
-    int p = 0;
-    if (in >> p && p > 0) port = static_cast<uint16_t>(p);
-    else usleep(5000);  // a file the server writes once; there is no event to wait on
-  }
+  uint16_t port = waitForPortFile(port_file);
   ASSERT_NE(port, 0) << readFile(err);
   writeFile(dir.file("client.toml"), clientToml(dir.path(), port));
   RunResult r = run(std::string(RGPU_EXAMPLES_DIR) + "/vector_add",

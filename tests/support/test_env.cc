@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 
@@ -97,23 +98,31 @@ ServerProcess::ServerProcess(const std::string& dir, const std::string& toml) : 
           (char*)nullptr);
     _exit(127);
   }
+  bool exited = false;
+  port_ = waitForPortFile(port_file, pid_, &exited);
+  if (port_) return;
+  if (exited) {
+    pid_ = -1;
+    throw std::runtime_error("rgpu-server exited at start: " + log());
+  }
+  throw std::runtime_error("rgpu-server did not start: " + log());
+}
+
+uint16_t waitForPortFile(const std::string& port_file, pid_t pid, bool* exited) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {
     std::ifstream in(port_file);
     int p = 0;
-    if (in >> p && p > 0) {
-      port_ = static_cast<uint16_t>(p);
-      return;
-    }
+    if (in >> p && p > 0 && p < 65536) return static_cast<uint16_t>(p);
     int st;
-    if (waitpid(pid_, &st, WNOHANG) == pid_) {
-      pid_ = -1;
-      throw std::runtime_error("rgpu-server exited at start: " + log());
+    if (pid > 0 && waitpid(pid, &st, WNOHANG) == pid) {
+      if (exited) *exited = true;
+      return 0;
     }
     // Polling a file the server writes once; there is no event to wait on.
     usleep(5000);
   }
-  throw std::runtime_error("rgpu-server did not start: " + log());
+  return 0;
 }
 
 int ServerProcess::stop() {
@@ -249,6 +258,12 @@ std::unique_ptr<common::TlsConnection> InProcessServer::connect(const std::strin
   auto c = common::TlsConnection::connect(**ctx, "127.0.0.1", port_, "", std::chrono::milliseconds(5000));
   if (!c) throw std::runtime_error(c.status().message());
   return std::move(*c);
+}
+
+uint16_t metricsPort(const std::string& log) {
+  std::smatch m;
+  if (!std::regex_search(log, m, std::regex("Prometheus metrics on http://127.0.0.1:(\\d+)/metrics"))) return 0;
+  return static_cast<uint16_t>(std::stoi(m[1].str()));
 }
 
 std::string httpGet(uint16_t port, const std::string& path, const std::string& headers) {

@@ -72,6 +72,12 @@ RunResult run(const std::string& command, const std::string& env = "");
 // GET `path` from 127.0.0.1:`port` (`headers`: extra lines, each ending in
 // CRLF): the whole response, or "" when nothing listens.
 std::string httpGet(uint16_t port, const std::string& path, const std::string& headers = "");
+// The port of the Prometheus listener a server's `log` announces ("Prometheus
+// metrics on http://127.0.0.1:PORT/metrics"); 0 when it announces none.
+uint16_t metricsPort(const std::string& log);
+// The port a server started with --port-file writes there, waited for up to
+// 20 s; 0 when it did not come (or `pid`, when given, exited first: *exited).
+uint16_t waitForPortFile(const std::string& port_file, pid_t pid = -1, bool* exited = nullptr);
 
 // A connected TLS pair over loopback: server side uses the dev server
 // certificate; the client presents `client_cert` ("" for none) and trusts
