@@ -45,6 +45,21 @@ std::optional<uint64_t> RangeAllocator::allocate(uint64_t size, uint64_t align) 
   return std::nullopt;
 }
 
+bool RangeAllocator::allocateAt(uint64_t at, uint64_t size) {
+  if (size == 0 || at + size < at) return false;
+  // The free block that starts at or before `at` must hold all of it.
+  auto it = free_by_addr_.upper_bound(at);
+  if (it == free_by_addr_.begin()) return false;
+  --it;
+  const uint64_t block = it->first, block_size = it->second;
+  if (at + size > block + block_size) return false;
+  removeFree(it);
+  if (at > block) addFree(block, at - block);
+  if (block + block_size > at + size) addFree(at + size, block + block_size - (at + size));
+  used_[at] = size;
+  return true;
+}
+
 uint64_t RangeAllocator::free(uint64_t p) {
   auto it = used_.find(p);
   if (it == used_.end()) return 0;

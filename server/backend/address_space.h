@@ -41,6 +41,9 @@ class RangeAllocator {
   // `size` bytes (> 0) at a multiple of `align` (a power of two), taken from
   // the smallest free block that holds them; nullopt when none does.
   std::optional<uint64_t> allocate(uint64_t size, uint64_t align);
+  // Exactly [at, at + size) (a restored allocation); false when any of it is
+  // taken or outside the range.
+  bool allocateAt(uint64_t at, uint64_t size);
   // Frees an allocation; returns its size, 0 when `p` is not one.
   uint64_t free(uint64_t p);
   bool empty() const { return used_.empty(); }

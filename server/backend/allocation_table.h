@@ -41,7 +41,9 @@ class AllocationTable {
   Status check2D(uint64_t ptr, uint64_t pitch, uint64_t width, uint64_t height, int* device = nullptr) const;
   // The allocation containing ptr, if any, with its base.
   const Entry* find(uint64_t ptr, uint64_t* base = nullptr) const;
-  std::vector<uint64_t> bases() const;
+  std::vector<uint64_t> bases() const;  // of allocations (module variables left out)
+  // Every entry, module variables included (a checkpoint's copy of the table).
+  std::vector<std::pair<uint64_t, Entry>> entries() const { return {entries_.begin(), entries_.end()}; }
   size_t count() const { return entries_.size(); }
   uint64_t bytesOn(int device) const;
 

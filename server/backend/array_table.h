@@ -65,6 +65,8 @@ class ArrayTable {
     std::vector<uint64_t> textures, surfaces;
   };
   Dropped dropDevice(int device);
+  // No array, texture or surface object.
+  bool empty() const { return arrays_.empty() && objects_[0].empty() && objects_[1].empty(); }
 
   // Checks one side of a copy of width x height x depth (bytes, rows,
   // slices) against the array it names or the allocations; reports its

@@ -382,6 +382,34 @@ class Backend {
   // Address and size of a module-scope variable (allocated on first use).
   virtual Result<GlobalVar> globalAddress(uint32_t module, const std::string& name, uint64_t size_hint) = 0;
 
+  // Checkpoint and restore (server/checkpoint/device_image.h): a restored
+  // session's memory must be where the program's pointers say it is. A
+  // backend that cannot place memory at a given address says so with
+  // kNotSupported, and the session cannot be checkpointed (or moved) there.
+  //
+  // Why this session's backend state cannot be checkpointed now ("": it can).
+  virtual std::string notCheckpointable() const { return name() + " backend sessions cannot be checkpointed yet"; }
+  // Allocates exactly [at, at + size) on `device` (as allocate() does, at a
+  // chosen address): kMemoryAllocation when any of it is taken.
+  virtual Status allocateAt(int device, DevPtr at, uint64_t size) {
+    return Status(err::kNotSupported, "the " + name() + " backend cannot place memory at an address");
+  }
+  // A loaded module's variables: where each lives and the allocation that
+  // holds it (`base`, `alloc_size`; a __managed__ variable's is page-aligned).
+  struct ModuleGlobal {
+    std::string name;
+    DevPtr addr = 0, base = 0;
+    uint64_t size = 0, alloc_size = 0;
+  };
+  virtual Result<std::vector<ModuleGlobal>> moduleGlobals(uint32_t module) const {
+    return Status(err::kNotSupported, "the " + name() + " backend cannot list a module's variables");
+  }
+  // loadModule, with the module's variables placed as `at` says (every one
+  // of them; their initial values are written over by the restore).
+  virtual Status loadModuleAt(uint32_t id, int device, const std::string& fatbin, const std::vector<ModuleGlobal>& at) {
+    return Status(err::kNotSupported, "the " + name() + " backend cannot place a module's variables");
+  }
+
   // cuBLAS and cuBLASLt (server/backend/blas.h): calls the session has checked, run
   // in stream order. `done`, when set, receives a reduction's result bytes
   // (its result goes back to the client); otherwise errors are asynchronous.

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "common/log.h"
@@ -61,6 +62,12 @@ Result<std::unique_ptr<DeviceArena>> DeviceArena::create(uint64_t bytes, uint64_
   return std::unique_ptr<DeviceArena>(new DeviceArena(reinterpret_cast<uint64_t>(p), bytes));
 }
 
+static std::string hexOf(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 DeviceArena::DeviceArena(uint64_t base, uint64_t size) : base_(base), size_(size), ranges_(base, size) {}
 
 DeviceArena::~DeviceArena() { munmap(reinterpret_cast<void*>(base_), size_); }
@@ -74,6 +81,18 @@ Result<uint64_t> DeviceArena::allocate(uint64_t size) {
     return Status(err::kMemoryAllocation, "no free block of " + std::to_string(rounded) + " bytes in the " +
                                               std::to_string(size_) + "-byte device address range");
   return *p;
+}
+
+Status DeviceArena::allocateAt(uint64_t p, uint64_t size) {
+  if (p % kAlign) return Status(err::kInvalidValue, "device address " + std::to_string(p) + " is not 512-byte aligned");
+  uint64_t rounded = (size + kAlign - 1) / kAlign * kAlign;
+  if (rounded < size || rounded == 0) rounded = kAlign;
+  std::lock_guard lock(mu_);
+  if (!ranges_.allocateAt(p, rounded))
+    return Status(err::kMemoryAllocation, "device range [0x" + hexOf(p) + ", +" + std::to_string(rounded) +
+                                              ") is taken or outside this arena [0x" + hexOf(base_) + ", +" +
+                                              std::to_string(size_) + ")");
+  return Status::ok();
 }
 
 bool DeviceArena::free(uint64_t p) {

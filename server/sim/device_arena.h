@@ -38,6 +38,10 @@ class DeviceArena {
 
   // `size` bytes (rounded up to 512), or kMemoryAllocation when no free block fits.
   Result<uint64_t> allocate(uint64_t size);
+  // Exactly [p, p + size rounded up to 512) (a restored session's
+  // allocation, server/checkpoint/device_image.h): kMemoryAllocation when any
+  // of it is taken or outside the arena, kInvalidValue when `p` is not aligned.
+  Status allocateAt(uint64_t p, uint64_t size);
   // Frees an allocation of this arena (its size is remembered); false if `p` is not one.
   bool free(uint64_t p);
   uint64_t base() const { return base_; }

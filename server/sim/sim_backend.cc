@@ -191,6 +191,55 @@ void SimBackend::reclaimLocked() {
   });
 }
 
+Status SimBackend::allocateAtLocked(int device, DevPtr at, uint64_t size) {
+  if (device < 0 || static_cast<size_t>(device) >= devices_.size())
+    return Status(err::kInvalidDevice, "invalid device " + std::to_string(device));
+  if (!arena_) return Status(err::kNotSupported, "this sim backend's memory is not in an arena of its own");
+  uint64_t rounded = (size + kAlign - 1) / kAlign * kAlign;
+  if (rounded < size || used_[device] + rounded > devices_[device].total_mem || used_[device] + rounded < rounded)
+    return Status(err::kMemoryAllocation, "out of memory on device " + std::to_string(device) + " placing " +
+                                              std::to_string(size) + " bytes");
+  if (auto s = arena_->allocateAt(at, rounded); !s) return s;
+  used_[device] += rounded;
+  allocations_[at] = {device, rounded};
+  return Status::ok();
+}
+
+Status SimBackend::allocateAt(int device, DevPtr at, uint64_t size) {
+  std::lock_guard lock(mu_);
+  return allocateAtLocked(device, at, size);
+}
+
+std::string SimBackend::notCheckpointable() const {
+  std::lock_guard lock(mu_);
+  if (!arena_) return "the sim backend's memory is not in an arena of its own";
+  if (!arrays_.empty()) return "the session holds CUDA arrays";
+  for (auto& h : heaps_)
+    if (h) return "a kernel used the device malloc heap";
+  if (!recording_.empty()) return "a graph body is being recorded";
+  return "";
+}
+
+Result<std::vector<Backend::ModuleGlobal>> SimBackend::moduleGlobals(uint32_t module) const {
+  std::lock_guard lock(mu_);
+  auto m = modules_.find(module);
+  if (m == modules_.end()) return Status(err::kInvalidResourceHandle, "unknown module");
+  std::vector<ModuleGlobal> out;
+  for (auto& [name, g] : m->second.globals) {
+    ModuleGlobal mg;
+    mg.name = name;
+    mg.addr = g.first;
+    mg.size = g.second;
+    auto b = m->second.global_bases.find(g.first);
+    mg.base = b == m->second.global_bases.end() ? g.first : b->second;
+    // What loadModule (or globalAddress) asked for, as loadModuleAt checks it.
+    const uint64_t size = std::max<uint64_t>(g.second, 1);
+    mg.alloc_size = b == m->second.global_bases.end() ? size : (size + 2 * 4096 - 1) / 4096 * 4096;
+    out.push_back(std::move(mg));
+  }
+  return out;
+}
+
 Result<DevPtr> SimBackend::allocate(int device, uint64_t size) {
   std::lock_guard lock(mu_);
   return allocateLocked(device, size);
@@ -612,6 +661,16 @@ Status SimBackend::fillPattern2D(StreamKey s, DevPtr dst, uint64_t pitch, uint32
 // ---- modules and launches ------------------------------------------------------
 
 Status SimBackend::loadModule(uint32_t id, int device, const std::string& fatbin) {
+  return loadModuleImpl(id, device, fatbin, nullptr);
+}
+
+Status SimBackend::loadModuleAt(uint32_t id, int device, const std::string& fatbin,
+                                const std::vector<ModuleGlobal>& at) {
+  return loadModuleImpl(id, device, fatbin, &at);
+}
+
+Status SimBackend::loadModuleImpl(uint32_t id, int device, const std::string& fatbin,
+                                  const std::vector<ModuleGlobal>* at) {
   auto image = common::parseImage(fatbin.data(), fatbin.size());  // a fatbin, or a library's PTX or cubin
   if (!image) return image.status();
   if (device < 0 || static_cast<size_t>(device) >= devices_.size()) return Status(err::kInvalidDevice, "invalid device");
@@ -643,23 +702,55 @@ Status SimBackend::loadModule(uint32_t id, int device, const std::string& fatbin
   // Module variables live in device memory, initialised from the PTX.
   std::vector<DevPtr> addrs;
   std::vector<DevPtr> bases;  // what each allocation is released by
+  auto placed = [&](const std::string& name) -> const ModuleGlobal* {
+    if (!at) return nullptr;
+    for (auto& g : *at)
+      if (g.name == name) return &g;
+    return nullptr;
+  };
+  auto undo = [&](Status why) {
+    for (DevPtr a : bases) releaseLocked(a);
+    return why;
+  };
   for (auto& g : program->globals) {
     // A __managed__ variable has pages of its own, from a page boundary: the
     // client pages it as managed memory (client/managed.h).
     constexpr uint64_t kPage = 4096;
     const uint64_t size = std::max<uint64_t>(g.size, 1);
-    auto p = allocateLocked(device, g.managed ? (size + 2 * kPage - 1) / kPage * kPage : size);
-    if (!p) {
-      for (DevPtr a : bases) releaseLocked(a);
-      return p.status();
+    const uint64_t alloc_size = g.managed ? (size + 2 * kPage - 1) / kPage * kPage : size;
+    DevPtr base = 0, addr = 0;
+    if (at) {  // a restore: where the checkpointed module had it
+      const ModuleGlobal* want = placed(g.name);
+      if (!want || want->size != g.size || want->alloc_size != alloc_size || want->addr < want->base ||
+          want->addr + size > want->base + alloc_size)
+        return undo(Status(err::kInvalidValue, "restoring module " + std::to_string(id) + ": variable " + g.name +
+                                                   " does not match the checkpoint"));
+      if (auto s = allocateAtLocked(device, want->base, alloc_size); !s) return undo(s);
+      base = want->base;
+      addr = want->addr;
+    } else {
+      auto p = allocateLocked(device, alloc_size);
+      if (!p) return undo(p.status());
+      base = *p;
+      addr = g.managed ? (*p + kPage - 1) / kPage * kPage : *p;
     }
-    const DevPtr at = g.managed ? (*p + kPage - 1) / kPage * kPage : *p;
-    std::memcpy(reinterpret_cast<void*>(at), g.init.data(), g.init.size());
-    addrs.push_back(at);
-    bases.push_back(*p);
-    m.globals[g.name] = {at, g.size};
-    if (at != *p) m.global_bases[at] = *p;
+    std::memcpy(reinterpret_cast<void*>(addr), g.init.data(), g.init.size());
+    addrs.push_back(addr);
+    bases.push_back(base);
+    m.globals[g.name] = {addr, g.size};
+    if (addr != base) m.global_bases[addr] = base;
   }
+  // Variables globalAddress() allocated later (not in the PTX), where they were.
+  if (at)
+    for (auto& g : *at) {
+      if (m.globals.count(g.name)) continue;
+      if (g.addr != g.base || g.size != g.alloc_size || g.size == 0 || g.size > kMaxSimGlobalBytes)
+        return undo(Status(err::kInvalidValue, "restoring module " + std::to_string(id) + ": variable " + g.name +
+                                                   " does not match the checkpoint"));
+      if (auto s = allocateAtLocked(device, g.base, g.size); !s) return undo(s);
+      bases.push_back(g.base);
+      m.globals[g.name] = {g.base, g.size};
+    }
   ptx::bindGlobals(*program, addrs);
   m.program = std::make_shared<const ptx::Module>(std::move(*program));
   m.image = std::move(*image);

@@ -135,6 +135,10 @@ class SimBackend final : public Backend {
   Result<bool> eventDone(uint32_t event) override;
   Result<float> elapsedMs(uint32_t start, uint32_t end) override;
   Status loadModule(uint32_t id, int device, const std::string& fatbin) override;
+  std::string notCheckpointable() const override;
+  Status allocateAt(int device, DevPtr at, uint64_t size) override;
+  Result<std::vector<ModuleGlobal>> moduleGlobals(uint32_t module) const override;
+  Status loadModuleAt(uint32_t id, int device, const std::string& fatbin, const std::vector<ModuleGlobal>& at) override;
   Status unloadModule(uint32_t id) override;
   Result<uint32_t> registerFunction(uint32_t id, uint32_t module, const std::string& name) override;
   Result<FunctionAttributes> functionAttributes(uint32_t function) override;
@@ -261,6 +265,9 @@ class SimBackend final : public Backend {
   // charged to the session. On a stream's thread.
   void runAsKernel(int device, const std::function<void()>& work);
   Result<DevPtr> allocateLocked(int device, uint64_t size);
+  Status allocateAtLocked(int device, DevPtr at, uint64_t size);
+  // loadModule; `at`: a restore's placement of the variables (loadModuleAt).
+  Status loadModuleImpl(uint32_t id, int device, const std::string& fatbin, const std::vector<ModuleGlobal>* at);
   // Retires what allocateLocked returned: gone for operations queued from
   // now on, its bytes freed once the operations queued before have run.
   void releaseLocked(DevPtr ptr);
@@ -277,7 +284,7 @@ class SimBackend final : public Backend {
 
   std::vector<DeviceDescription> devices_;
   SimOptions opts_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable progress_;
   std::vector<std::unique_ptr<Stream>> legacy_;  // by device
   std::unordered_map<uint32_t, std::unique_ptr<Stream>> streams_;

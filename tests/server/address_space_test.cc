@@ -49,6 +49,27 @@ TEST(RangeAllocator, FreedBlocksMergeAndExhaustionIsNoAllocation) {
   EXPECT_EQ(*whole, 0u);
 }
 
+TEST(RangeAllocator, PlacesAnAllocationExactlyWhereAskedOrNotAtAll) {
+  RangeAllocator r(0x10000, 0x10000);
+  EXPECT_TRUE(r.allocateAt(0x18000, 0x1000));
+  EXPECT_FALSE(r.allocateAt(0x18800, 0x100)) << "inside the first";
+  EXPECT_FALSE(r.allocateAt(0x17f00, 0x200)) << "overlaps its start";
+  EXPECT_FALSE(r.allocateAt(0x1ff00, 0x200)) << "past the range";
+  EXPECT_FALSE(r.allocateAt(0xff00, 0x200)) << "before the range";
+  EXPECT_FALSE(r.allocateAt(0x10000, 0));
+  EXPECT_TRUE(r.allocateAt(0x10000, 0x100)) << "at the very start";
+  EXPECT_TRUE(r.allocateAt(0x19000, 0x7000)) << "up to the very end";
+  // What is left around them is still free, and best fit still works there.
+  auto a = r.allocate(0x7f00, 0x100);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(*a, 0x10100u);
+  EXPECT_FALSE(r.allocate(0x100, 0x100));
+  // Freed like any other, and the space merges back.
+  EXPECT_EQ(r.free(0x18000), 0x1000u);
+  EXPECT_EQ(r.free(0x19000), 0x7000u);
+  EXPECT_TRUE(r.allocateAt(0x18000, 0x8000));
+}
+
 TEST(SpanWindows, EachPartOfASpreadProgramHasAWindowOfItsOwn) {
   auto [w0, n0] = spanWindow(0);
   EXPECT_EQ(w0, kSimDeviceWindow);  // a program on one server: as always

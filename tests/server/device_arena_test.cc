@@ -67,5 +67,22 @@ TEST(DeviceArena, FreedBlocksAreReusedAndMergedAndExhaustionIsAnError) {
   EXPECT_FALSE((*a)->free(*whole + 256)) << "not an allocation";
 }
 
+TEST(DeviceArena, PlacesARestoredAllocationAtItsAddress) {
+  auto a = DeviceArena::create(1 << 20, kSimDeviceWindow);
+  ASSERT_TRUE(a);
+  const uint64_t at = (*a)->base() + 4096;
+  EXPECT_TRUE((*a)->allocateAt(at, 1000));  // rounded up to 1024
+  Status taken = (*a)->allocateAt(at + 512, 512);
+  EXPECT_EQ(taken.code(), err::kMemoryAllocation);
+  EXPECT_NE(taken.message().find("is taken or outside this arena"), std::string::npos) << taken.message();
+  EXPECT_EQ((*a)->allocateAt(at + 1024 + 8, 512).code(), err::kInvalidValue) << "not 512-byte aligned";
+  EXPECT_EQ((*a)->allocateAt((*a)->base() + (*a)->size(), 512).code(), err::kMemoryAllocation);
+  EXPECT_TRUE((*a)->allocateAt(at + 1024, 512)) << "right after the first, which took 1024 bytes";
+  auto next = (*a)->allocate(512);
+  ASSERT_TRUE(next);
+  EXPECT_TRUE(*next + 512 <= at || *next >= at + 1536);
+  EXPECT_TRUE((*a)->free(at));
+}
+
 }  // namespace
 }  // namespace rgpu::server

@@ -1,0 +1,264 @@
+#include "server/checkpoint/device_image.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+namespace rgpu::server {
+namespace {
+
+constexpr uint32_t kImageMagic = 0x47444b43;  // "CKDG"
+
+// Waits on a backend callback from the calling thread.
+class Completion {
+ public:
+  void set(Status s) {
+    std::lock_guard lock(mu_);
+    status_ = std::move(s);
+    done_ = true;
+    cv_.notify_all();
+  }
+  Status wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    done_ = false;
+    return status_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+};
+
+// The device memory ranges the image's bytes come from, in the order written.
+struct Range {
+  int32_t device;
+  DevPtr at;
+  uint64_t size;
+};
+std::vector<Range> rangesOf(const DeviceImage& image) {
+  std::vector<Range> out;
+  for (auto& a : image.allocations) out.push_back({a.device, a.base, a.size});
+  for (auto& m : image.modules)
+    for (auto& g : m.globals)
+      if (g.size) out.push_back({m.device, g.addr, g.size});
+  return out;
+}
+
+Status writeBytes(Backend& backend, const Range& r, CheckpointWriter& out) {
+  Completion c;
+  for (uint64_t off = 0; off < r.size; off += kDeviceImagePieceBytes) {
+    uint64_t n = std::min(kDeviceImagePieceBytes, r.size - off);
+    // The bytes go into the stream from the backend's thread while this one
+    // waits: the writer is never used by two threads at once.
+    Status s = backend.copyFromDevice(StreamKey{0, r.device}, r.at + off, n,
+                                      [&](Status st, const uint8_t* data, uint64_t size, const OnWire& on_wire) {
+                                        if (st && size != n) st = Status(err::kUnknown, "short device read");
+                                        if (st) st = out.put(data, size);
+                                        if (on_wire) on_wire();
+                                        c.set(st);
+                                      });
+    if (!s) return s;
+    if (s = c.wait(); !s) return s;
+  }
+  return Status::ok();
+}
+
+Status readBytes(Backend& backend, const Range& r, CheckpointReader& in) {
+  StreamKey key{0, r.device};
+  for (uint64_t off = 0; off < r.size; off += kDeviceImagePieceBytes) {
+    uint64_t n = std::min(kDeviceImagePieceBytes, r.size - off);
+    if (uint8_t* direct = backend.writesDirectly() ? backend.directWriteTarget(key, r.at + off) : nullptr) {
+      if (auto s = in.get(direct, n); !s) return s;
+      continue;
+    }
+    auto staging = std::make_shared<std::vector<uint8_t>>(n);
+    if (auto s = in.get(staging->data(), n); !s) return s;
+    if (auto s = backend.copyToDevice(key, r.at + off, staging, n); !s) return s;
+  }
+  return Status::ok();
+}
+
+Status checkCount(uint64_t n, uint64_t max, const char* what) {
+  if (n > max)
+    return Status(err::kInvalidValue, "checkpoint holds " + std::to_string(n) + " " + what + ", past the limit of " +
+                                          std::to_string(max));
+  return Status::ok();
+}
+
+#define RGPU_CK(expr)              \
+  do {                             \
+    if (auto _s = (expr); !_s) return _s; \
+  } while (0)
+#define RGPU_CK_GET(var, expr)                   \
+  auto var##_r = (expr);                         \
+  if (!var##_r) return var##_r.status();         \
+  auto var = *var##_r
+
+}  // namespace
+
+Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWriter& out) {
+  DeviceImage image = given;
+  for (auto& m : image.modules) {
+    auto g = backend.moduleGlobals(m.id);
+    if (!g) return g.status();
+    m.globals = std::move(*g);
+  }
+  RGPU_CK(out.putU32(kImageMagic));
+  RGPU_CK(out.putU64(image.allocations.size()));
+  for (auto& a : image.allocations) {
+    RGPU_CK(out.putI32(a.device));
+    RGPU_CK(out.putU64(a.base));
+    RGPU_CK(out.putU64(a.size));
+  }
+  RGPU_CK(out.putU64(image.modules.size()));
+  for (auto& m : image.modules) {
+    RGPU_CK(out.putU32(m.id));
+    RGPU_CK(out.putI32(m.device));
+    RGPU_CK(out.putString(m.fatbin));
+    RGPU_CK(out.putU64(m.globals.size()));
+    for (auto& g : m.globals) {
+      RGPU_CK(out.putString(g.name));
+      RGPU_CK(out.putU64(g.addr));
+      RGPU_CK(out.putU64(g.base));
+      RGPU_CK(out.putU64(g.size));
+      RGPU_CK(out.putU64(g.alloc_size));
+    }
+  }
+  RGPU_CK(out.putU64(image.functions.size()));
+  for (auto& f : image.functions) {
+    RGPU_CK(out.putU32(f.id));
+    RGPU_CK(out.putU32(f.module));
+    RGPU_CK(out.putString(f.name));
+    RGPU_CK(out.putU64(f.attributes.size()));
+    for (auto& [attr, value] : f.attributes) {
+      RGPU_CK(out.putI32(attr));
+      RGPU_CK(out.putI32(value));
+    }
+  }
+  RGPU_CK(out.putU64(image.streams.size()));
+  for (auto& s : image.streams) {
+    RGPU_CK(out.putU32(s.id));
+    RGPU_CK(out.putI32(s.device));
+    RGPU_CK(out.putU32(s.flags));
+    RGPU_CK(out.putI32(s.priority));
+  }
+  RGPU_CK(out.putU64(image.events.size()));
+  for (auto& e : image.events) {
+    RGPU_CK(out.putU32(e.id));
+    RGPU_CK(out.putI32(e.device));
+    RGPU_CK(out.putU32(e.flags));
+  }
+  for (auto& r : rangesOf(image)) RGPU_CK(writeBytes(backend, r, out));
+  return Status::ok();
+}
+
+Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, const DeviceImageLimits& limits) {
+  DeviceImage image;
+  const int32_t devices = static_cast<int32_t>(backend.devices().size());
+  auto checkDevice = [&](int32_t d) {
+    return d >= 0 && d < devices ? Status::ok()
+                                 : Status(err::kInvalidDevice, "checkpoint names device " + std::to_string(d) +
+                                                                   " of a placement of " + std::to_string(devices));
+  };
+  RGPU_CK_GET(magic, in.getU32());
+  if (magic != kImageMagic) return Status(err::kInvalidValue, "checkpoint: no device image where one belongs");
+
+  RGPU_CK_GET(n_alloc, in.getU64());
+  RGPU_CK(checkCount(n_alloc, limits.max_allocations, "allocations"));
+  image.allocations.resize(n_alloc);
+  for (auto& a : image.allocations) {
+    RGPU_CK_GET(d, in.getI32());
+    RGPU_CK_GET(base, in.getU64());
+    RGPU_CK_GET(size, in.getU64());
+    RGPU_CK(checkDevice(d));
+    a = {d, base, size};
+    // At the address the program holds, or not at all.
+    RGPU_CK(backend.allocateAt(d, base, size));
+  }
+  RGPU_CK_GET(n_mod, in.getU64());
+  RGPU_CK(checkCount(n_mod, limits.max_modules, "modules"));
+  image.modules.resize(n_mod);
+  std::set<uint32_t> module_ids;
+  for (auto& m : image.modules) {
+    RGPU_CK_GET(id, in.getU32());
+    RGPU_CK_GET(d, in.getI32());
+    RGPU_CK(checkDevice(d));
+    RGPU_CK_GET(fatbin, in.getString(limits.max_fatbin_bytes));
+    RGPU_CK_GET(n_glob, in.getU64());
+    RGPU_CK(checkCount(n_glob, limits.max_globals_per_module, "variables in a module"));
+    m.id = id;
+    m.device = d;
+    m.fatbin = std::move(fatbin);
+    m.globals.resize(n_glob);
+    for (auto& g : m.globals) {
+      RGPU_CK_GET(name, in.getString(kMaxCheckpointNameBytes));
+      RGPU_CK_GET(addr, in.getU64());
+      RGPU_CK_GET(base, in.getU64());
+      RGPU_CK_GET(size, in.getU64());
+      RGPU_CK_GET(alloc_size, in.getU64());
+      g = {std::move(name), addr, base, size, alloc_size};
+    }
+    if (!module_ids.insert(id).second) return Status(err::kInvalidValue, "checkpoint names module " + std::to_string(id) + " twice");
+    RGPU_CK(backend.loadModuleAt(m.id, m.device, m.fatbin, m.globals));
+  }
+  RGPU_CK_GET(n_fn, in.getU64());
+  RGPU_CK(checkCount(n_fn, limits.max_functions, "kernels"));
+  image.functions.resize(n_fn);
+  for (auto& f : image.functions) {
+    RGPU_CK_GET(id, in.getU32());
+    RGPU_CK_GET(module, in.getU32());
+    RGPU_CK_GET(name, in.getString(kMaxCheckpointNameBytes));
+    RGPU_CK_GET(n_attr, in.getU64());
+    RGPU_CK(checkCount(n_attr, 64, "attributes of a kernel"));
+    f.id = id;
+    f.module = module;
+    f.name = std::move(name);
+    for (uint64_t i = 0; i < n_attr; ++i) {
+      RGPU_CK_GET(attr, in.getI32());
+      RGPU_CK_GET(value, in.getI32());
+      f.attributes.emplace_back(attr, value);
+    }
+    auto r = backend.registerFunction(f.id, f.module, f.name);
+    if (!r) return r.status();
+    for (auto& [attr, value] : f.attributes) RGPU_CK(backend.setFunctionAttribute(f.id, attr, value));
+  }
+  RGPU_CK_GET(n_stream, in.getU64());
+  RGPU_CK(checkCount(n_stream, limits.max_streams, "streams"));
+  image.streams.resize(n_stream);
+  for (auto& s : image.streams) {
+    RGPU_CK_GET(id, in.getU32());
+    RGPU_CK_GET(d, in.getI32());
+    RGPU_CK_GET(flags, in.getU32());
+    RGPU_CK_GET(priority, in.getI32());
+    RGPU_CK(checkDevice(d));
+    if (id == 0) return Status(err::kInvalidValue, "checkpoint names stream 0 (the legacy stream) as created");
+    s = {id, d, flags, priority};
+    RGPU_CK(backend.createStream(StreamKey{id, d}, flags, priority));
+  }
+  RGPU_CK_GET(n_event, in.getU64());
+  RGPU_CK(checkCount(n_event, limits.max_events, "events"));
+  image.events.resize(n_event);
+  for (auto& e : image.events) {
+    RGPU_CK_GET(id, in.getU32());
+    RGPU_CK_GET(d, in.getI32());
+    RGPU_CK_GET(flags, in.getU32());
+    RGPU_CK(checkDevice(d));
+    e = {id, d, flags};
+    RGPU_CK(backend.createEvent(id, d, flags));
+  }
+  // The bytes, into memory placed above (a range outside it was refused there).
+  for (auto& r : rangesOf(image)) RGPU_CK(readBytes(backend, r, in));
+  // Copies queued on the legacy streams have landed before anyone runs.
+  for (int32_t d = 0; d < devices; ++d) {
+    Completion c;
+    RGPU_CK(backend.whenDeviceDone(d, [&](Status s) { c.set(std::move(s)); }));
+    RGPU_CK(c.wait());
+  }
+  return image;
+}
+
+}  // namespace rgpu::server

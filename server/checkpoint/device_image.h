@@ -1,0 +1,93 @@
+// A session's device state as a checkpoint records it, and how it is written
+// from one backend and rebuilt in another (docs/migration.md).
+//
+// What it covers: device allocations (cudaMalloc, cudaMallocPitch) with
+// their bytes, loaded modules (their fatbin, and each module variable at its
+// address with its bytes), registered kernels with the attributes the
+// program set, streams with their flags and priorities, and events with
+// their flags. The session describes what it holds (DeviceImage); the
+// backend supplies the bytes and the variables' places.
+//
+// Invariants:
+//  - write: the session's work has drained (no stream has work queued):
+//    the bytes read are the bytes the program would read.
+//  - restore: into a fresh backend over the same placement (same devices,
+//    same address window). Every allocation and variable lands at the
+//    address it had (Backend::allocateAt, loadModuleAt) or the restore fails;
+//    a failed restore leaves the backend to be destroyed, not used.
+//  - every count and size read is checked against DeviceImageLimits before
+//    anything is allocated for it: a checkpoint is input like any other.
+//
+// Restored events are created unrecorded: cudaEventQuery and
+// cudaEventSynchronize on them succeed, cudaEventElapsedTime needs them
+// recorded again (what NVIDIA's runtime answers for an unrecorded event).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/backend/backend.h"
+#include "server/checkpoint/checkpoint_stream.h"
+
+namespace rgpu::server {
+
+struct DeviceImage {
+  struct Allocation {
+    int32_t device = 0;
+    DevPtr base = 0;
+    uint64_t size = 0;  // as the program asked (the bytes saved)
+  };
+  struct Module {
+    uint32_t id = 0;
+    int32_t device = 0;
+    std::string fatbin;
+    std::vector<Backend::ModuleGlobal> globals;  // filled by writeDeviceImage from the backend
+  };
+  struct Function {
+    uint32_t id = 0, module = 0;
+    std::string name;
+    std::vector<std::pair<int32_t, int32_t>> attributes;  // cudaFuncSetAttribute calls, in order
+  };
+  struct Stream {
+    uint32_t id = 0;
+    int32_t device = 0;
+    uint32_t flags = 0;
+    int32_t priority = 0;
+  };
+  struct Event {
+    uint32_t id = 0;
+    int32_t device = 0;
+    uint32_t flags = 0;
+  };
+  std::vector<Allocation> allocations;
+  std::vector<Module> modules;
+  std::vector<Function> functions;
+  std::vector<Stream> streams;
+  std::vector<Event> events;
+};
+
+// What a restore accepts (the session's own limits).
+struct DeviceImageLimits {
+  uint64_t max_allocations = 1 << 20;
+  uint64_t max_modules = 4096;
+  uint64_t max_functions = 1 << 16;
+  uint64_t max_streams = 4096;
+  uint64_t max_events = 1 << 16;
+  uint64_t max_fatbin_bytes = 256ull << 20;
+  uint64_t max_globals_per_module = 1 << 16;
+};
+inline constexpr size_t kMaxCheckpointNameBytes = 4096;
+
+// Pieces device memory moves in between the backend and the stream.
+inline constexpr uint64_t kDeviceImagePieceBytes = 4ull << 20;
+
+// Writes `image` (its modules' variables taken from `backend`) and then the
+// bytes of every allocation and variable.
+Status writeDeviceImage(const DeviceImage& image, Backend& backend, CheckpointWriter& out);
+// Reads what writeDeviceImage wrote and rebuilds it in `backend`; returns
+// the image (with the variables) for the session's own tables.
+Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, const DeviceImageLimits& limits);
+
+}  // namespace rgpu::server

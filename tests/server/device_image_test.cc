@@ -1,0 +1,243 @@
+#include "server/checkpoint/device_image.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+#include "server/sim/sim_backend.h"
+
+namespace rgpu::server {
+namespace {
+
+// A module with two variables (one initialised) and a kernel that counts in
+// one and writes the count to its argument.
+constexpr char kPtx[] = R"(
+.version 8.0
+.target sm_75
+.address_size 64
+.visible .global .align 4 .u32 counter = 5;
+.visible .global .align 8 .b8 table[64];
+.visible .entry bump(.param .u64 out) {
+  .reg .u64 %rd<3>;
+  .reg .b32 %r<3>;
+  ld.param.u64 %rd1, [out];
+  ld.global.u32 %r1, [counter];
+  add.u32 %r1, %r1, 1;
+  st.global.u32 [counter], %r1;
+  cvta.to.global.u64 %rd2, %rd1;
+  st.global.u32 [%rd2], %r1;
+  ret;
+}
+)";
+
+CheckpointKey testKey() {
+  CheckpointKey k;
+  k.bytes.fill(0x5a);
+  return k;
+}
+
+std::unique_ptr<SimBackend> makeSim() {
+  return std::make_unique<SimBackend>(std::vector<SimDeviceConfig>{SimDeviceConfig{"a", 64 << 20, 8, 0, 4}},
+                                      SimOptions{});
+}
+
+Status syncDevice(Backend& b) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status out;
+  Status s = b.whenDeviceDone(0, [&](Status st) {
+    std::lock_guard lock(mu);
+    out = st;
+    done = true;
+    cv.notify_all();
+  });
+  if (!s) return s;
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return done; });
+  return out;
+}
+
+Status launchBump(Backend& b, StreamKey s, DevPtr out) {
+  std::string params(8, '\0');
+  std::memcpy(params.data(), &out, 8);
+  LaunchConfig cfg;
+  if (auto st = b.launch(s, 3, cfg, params); !st) return st;
+  return syncDevice(b);
+}
+
+uint32_t u32At(DevPtr p) {
+  uint32_t v;
+  std::memcpy(&v, reinterpret_cast<const void*>(p), 4);
+  return v;
+}
+
+struct Written {
+  std::vector<uint8_t> bytes;
+  DeviceImage image;
+  std::vector<std::vector<uint8_t>> contents;  // of each allocation
+  DevPtr counter = 0, table = 0;
+};
+
+// Builds state in a sim backend, writes its checkpoint, and destroys it (so
+// that the next backend gets the same address window).
+Written writeSample() {
+  Written w;
+  auto sim = makeSim();
+  DeviceImage& img = w.image;
+  std::vector<DevPtr> ptrs;
+  for (uint64_t size : {1000ull, 5ull << 20, 513ull, 70000ull}) {
+    auto p = sim->allocate(0, size);
+    EXPECT_TRUE(p);
+    ptrs.push_back(*p);
+    img.allocations.push_back({0, *p, size});
+  }
+  // A hole: the restore must place what follows where it was, not next to what precedes.
+  EXPECT_TRUE(sim->release(ptrs[2]));
+  img.allocations.erase(img.allocations.begin() + 2);
+  for (auto& a : img.allocations) {
+    std::vector<uint8_t> c(a.size);
+    for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<uint8_t>(i * 31 + a.size);
+    std::memcpy(reinterpret_cast<void*>(a.base), c.data(), c.size());
+    w.contents.push_back(std::move(c));
+  }
+  EXPECT_TRUE(sim->loadModule(7, 0, kPtx));
+  img.modules.push_back({7, 0, kPtx, {}});
+  EXPECT_TRUE(sim->registerFunction(3, 7, "bump"));
+  EXPECT_TRUE(sim->setFunctionAttribute(3, 8, 10000));  // cudaFuncAttributeMaxDynamicSharedMemorySize
+  img.functions.push_back({3, 7, "bump", {{8, 10000}}});
+  EXPECT_TRUE(sim->createStream({5, 0}, 1, -1));
+  img.streams.push_back({5, 0, 1, -1});
+  EXPECT_TRUE(sim->createEvent(9, 0, 2));
+  img.events.push_back({9, 0, 2});
+  // The kernel ran once: counter 6, written to the first allocation too.
+  EXPECT_TRUE(launchBump(*sim, {5, 0}, ptrs[0]));
+  w.contents[0][0] = 6, w.contents[0][1] = w.contents[0][2] = w.contents[0][3] = 0;
+  auto counter = sim->globalAddress(7, "counter", 0);
+  auto table = sim->globalAddress(7, "table", 0);
+  EXPECT_TRUE(counter && table);
+  w.counter = counter->addr;
+  w.table = table->addr;
+  EXPECT_EQ(u32At(w.counter), 6u);
+  std::memset(reinterpret_cast<void*>(w.table), 0x77, 64);
+
+  auto writer = CheckpointWriter::start(testKey(), [&](const uint8_t* d, size_t n) {
+    w.bytes.insert(w.bytes.end(), d, d + n);
+    return Status::ok();
+  });
+  EXPECT_TRUE(writer);
+  Status s = writeDeviceImage(img, *sim, **writer);
+  EXPECT_TRUE(s) << s.message();
+  EXPECT_TRUE((*writer)->finish());
+  sim->stopThreads();
+  return w;
+}
+
+Result<DeviceImage> restore(Backend& b, const std::vector<uint8_t>& bytes, DeviceImageLimits limits = {}) {
+  size_t pos = 0;
+  auto reader = CheckpointReader::open(testKey(), [&](uint8_t* d, size_t n) -> Result<size_t> {
+    size_t k = std::min(n, bytes.size() - pos);
+    std::memcpy(d, bytes.data() + pos, k);
+    pos += k;
+    return k;
+  });
+  if (!reader) return reader.status();
+  auto img = restoreDeviceImage(b, **reader, limits);
+  if (!img) return img;
+  if (auto s = (*reader)->finish(); !s) return s;
+  return img;
+}
+
+TEST(DeviceImage, ASimSessionsStateComesBackAtTheSameAddressesWithItsBytes) {
+  Written w = writeSample();
+  auto sim = makeSim();
+  auto img = restore(*sim, w.bytes);
+  ASSERT_TRUE(img) << img.status().message();
+  ASSERT_EQ(img->allocations.size(), 3u);
+  for (size_t i = 0; i < img->allocations.size(); ++i) {
+    auto& a = img->allocations[i];
+    EXPECT_EQ(a.base, w.image.allocations[i].base);
+    EXPECT_EQ(std::memcmp(reinterpret_cast<const void*>(a.base), w.contents[i].data(), a.size), 0) << i;
+  }
+  // The module's variables where they were, with the values they had (not their initial ones).
+  auto counter = sim->globalAddress(7, "counter", 0);
+  ASSERT_TRUE(counter);
+  EXPECT_EQ(counter->addr, w.counter);
+  EXPECT_EQ(u32At(w.counter), 6u);
+  auto table = sim->globalAddress(7, "table", 0);
+  ASSERT_TRUE(table);
+  EXPECT_EQ(table->addr, w.table);
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(w.table)[63], 0x77);
+  // The kernel, its attribute, the stream and the event work as before.
+  auto attrs = sim->functionAttributes(3);
+  ASSERT_TRUE(attrs);
+  EXPECT_EQ(attrs->max_dynamic_shared, 10000);
+  ASSERT_TRUE(launchBump(*sim, {5, 0}, w.image.allocations[1].base));
+  EXPECT_EQ(u32At(w.counter), 7u);
+  EXPECT_EQ(u32At(w.image.allocations[1].base), 7u);
+  auto done = sim->eventDone(9);
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(*done);
+  EXPECT_TRUE(sim->recordEvent(9, {5, 0}));
+  // New memory never lands on restored memory.
+  auto fresh = sim->allocate(0, 1 << 20);
+  ASSERT_TRUE(fresh);
+  for (auto& a : img->allocations) EXPECT_TRUE(*fresh >= a.base + a.size || *fresh + (1 << 20) <= a.base);
+  sim->stopThreads();
+}
+
+TEST(DeviceImage, ARestoreWhereTheMemoryIsTakenFailsNamingTheRange) {
+  Written w = writeSample();
+  auto sim = makeSim();
+  // Whatever the backend hands out first sits where the first allocation was.
+  auto taken = sim->allocate(0, 4096);
+  ASSERT_TRUE(taken);
+  auto img = restore(*sim, w.bytes);
+  ASSERT_FALSE(img);
+  EXPECT_EQ(img.status().code(), err::kMemoryAllocation);
+  EXPECT_NE(img.status().message().find("is taken"), std::string::npos) << img.status().message();
+  sim->stopThreads();
+}
+
+TEST(DeviceImage, ARestoreRefusesCountsPastItsLimitsBeforeAllocating) {
+  Written w = writeSample();
+  auto sim = makeSim();
+  DeviceImageLimits limits;
+  limits.max_allocations = 2;
+  auto img = restore(*sim, w.bytes, limits);
+  ASSERT_FALSE(img);
+  EXPECT_NE(img.status().message().find("3 allocations, past the limit of 2"), std::string::npos)
+      << img.status().message();
+  uint64_t free = 0, total = 0;
+  ASSERT_TRUE(sim->memInfo(0, free, total));
+  EXPECT_EQ(free, total);
+  sim->stopThreads();
+}
+
+TEST(DeviceImage, ARestoreIntoFewerDevicesIsRefused) {
+  Written w;
+  {
+    SimBackend two({SimDeviceConfig{"a", 64 << 20, 8, 0, 4}, SimDeviceConfig{"b", 64 << 20, 8, 0, 4}}, {});
+    auto p = two.allocate(1, 4096);
+    ASSERT_TRUE(p);
+    w.image.allocations.push_back({1, *p, 4096});
+    auto writer = CheckpointWriter::start(testKey(), [&](const uint8_t* d, size_t n) {
+      w.bytes.insert(w.bytes.end(), d, d + n);
+      return Status::ok();
+    });
+    ASSERT_TRUE(writer);
+    ASSERT_TRUE(writeDeviceImage(w.image, two, **writer));
+    ASSERT_TRUE((*writer)->finish());
+    two.stopThreads();
+  }
+  auto one = makeSim();
+  auto img = restore(*one, w.bytes);
+  ASSERT_FALSE(img);
+  EXPECT_EQ(img.status().code(), err::kInvalidDevice);
+  one->stopThreads();
+}
+
+}  // namespace
+}  // namespace rgpu::server
