@@ -287,6 +287,12 @@ int main(int argc, char** argv) {
   app.add_flag("--pool", pool, "every member of the pool of servers this server is one of, and their sessions");
   app.add_option("--query-members", query_members,
                  "with --pool, comma-separated: member,address,state,member.sessions,queued and the --query-gpu fields");
+  uint64_t migrate = 0;
+  std::string migrate_to;
+  app.add_option("--migrate", migrate,
+                 "move session ID to a new worker, which restores it from a checkpoint while the program pauses "
+                 "(admins; docs/migration.md)");
+  app.add_option("--to", migrate_to, "with --migrate: the member to move to (this server's own name only, for now)");
   std::vector<std::string> accounting;
   app.add_option("--accounting", accounting,
                  "summarise accounting log files (server.toml [accounting] path and its rotated .1, .2, ...) per "
@@ -317,6 +323,20 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "rgpu-smi: unknown --format option '%s'\n", opt.c_str());
       return 2;
     }
+  }
+  if (migrate) {
+    capnp::MallocMessageBuilder msg;
+    auto m = msg.initRoot<rgpu::wire::Request>().initSessionMove();
+    m.setSession(migrate);
+    m.setMember(migrate_to);
+    auto r = (*conn)->call(msg);
+    (*conn)->close();
+    if (!r.status) {
+      std::fprintf(stderr, "rgpu-smi: %s\n", r.status.message().c_str());
+      return 1;
+    }
+    std::printf("%s\n", std::string(r.reader().getMessage()).c_str());
+    return 0;
   }
   bool sessions_mode = qs->count() > 0;
   std::vector<std::string> gpu_fields = split(query_gpu, ',');

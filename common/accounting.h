@@ -17,8 +17,8 @@
 //   gib_hours    device memory held over time, GiB x hours
 //   bytes_in, bytes_out   bulk bytes from and to the client
 //   calls, errors         requests served, and how many failed
-//   migrations   times the session moved between members (always 0 until
-//                migration exists)
+//   migrations   times the session moved to another worker (rgpu-smi
+//                --migrate, docs/migration.md)
 //   reason       why it ended: "client left", "stopped: ...", an error, or
 //                the daemon's "killed by signal 9" for a worker that crashed
 //

@@ -166,6 +166,7 @@ struct Request {
     surfaceCreate @51 :SurfaceCreate;  # cudaCreateSurfaceObject: reply value = the object kernels take
     surfaceDestroy @52 :ObjectRef;
     poolMembers @53 :Void;           # rgpu-smi --pool: the members of the pool this server is one of
+    sessionMove @54 :SessionMove;    # rgpu-smi --migrate (admins): reply message = what the move took
   }
 }
 
@@ -427,6 +428,9 @@ struct LaunchKernel {
 struct HostFuncEnqueue { id @0 :UInt64; stream @1 :StreamRef; }
 struct HostFuncDone { id @0 :UInt64; }
 struct SetLimit { device @0 :Int32; limit @1 :Int32; value @2 :UInt64; }  # limit: a cudaLimit
+# Moves a running session to a new worker (docs/migration.md); `member`: ""
+# or this server's own [cluster] name (moving between members is not built).
+struct SessionMove { session @0 :UInt64; member @1 :Text; }
 struct MemcpyPeer {
   dst @0 :UInt64; dstDevice @1 :Int32; src @2 :UInt64; srcDevice @3 :Int32; size @4 :UInt64; stream @5 :StreamRef;
   # cudaMemcpyPeer (not ...Async): ordered with all earlier and later work of

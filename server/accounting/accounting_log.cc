@@ -78,6 +78,7 @@ common::AccountingRecord accountingRecord(const SessionRecord& rec, const std::v
   r.bytes_out = rec.usage.bytes_out;
   r.calls = rec.usage.calls;
   r.errors = rec.usage.errors;
+  r.migrations = rec.migrations;
   r.reason = reason;
   return r;
 }

@@ -85,6 +85,45 @@ Result<CheckpointKey> loadCheckpointKey(const std::string& path) {
   return key;
 }
 
+Result<CheckpointFileKey> newFileKey(const CheckpointKey& key) {
+  CheckpointFileKey k;
+  if (RAND_bytes(k.salt.data(), static_cast<int>(k.salt.size())) != 1 || !deriveKey(key, k.salt.data(), k.key.data()))
+    return Status(err::kUnknown, "checkpoint: no randomness or key derivation failed");
+  return k;
+}
+
+Result<CheckpointFileKey> fileKeyOf(const CheckpointKey& key, const uint8_t* header, size_t len) {
+  if (len < kCheckpointHeaderBytes || std::memcmp(header, kMagic, 8) != 0)
+    return Status(err::kInvalidValue, "not an rgpu checkpoint (bad magic)");
+  CheckpointFileKey k;
+  std::memcpy(k.salt.data(), header + 16, 32);
+  if (!deriveKey(key, k.salt.data(), k.key.data())) return Status(err::kUnknown, "checkpoint: key derivation failed");
+  return k;
+}
+
+std::string fileKeyHex(const CheckpointFileKey& k) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (auto* part : {&k.salt, &k.key})
+    for (uint8_t b : *part) {
+      out.push_back(kDigits[b >> 4]);
+      out.push_back(kDigits[b & 15]);
+    }
+  return out;
+}
+
+Result<CheckpointFileKey> fileKeyFromHex(const std::string& hex) {
+  if (hex.size() != 128) return Status(err::kInvalidValue, "a checkpoint file key is 128 hex digits");
+  CheckpointFileKey k;
+  auto nib = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  for (size_t i = 0; i < 64; ++i) {
+    int hi = nib(hex[2 * i]), lo = nib(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return Status(err::kInvalidValue, "a checkpoint file key is 128 hex digits");
+    (i < 32 ? k.salt[i] : k.key[i - 32]) = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return k;
+}
+
 // ---------------------------------------------------------------------------
 // Writer
 
@@ -106,14 +145,21 @@ CheckpointWriter::~CheckpointWriter() = default;
 
 Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::start(const CheckpointKey& key, Sink sink,
                                                                   bool compress) {
+  auto k = newFileKey(key);
+  if (!k) return k.status();
+  return start(*k, std::move(sink), compress);
+}
+
+Result<std::unique_ptr<CheckpointWriter>> CheckpointWriter::start(const CheckpointFileKey& key, Sink sink,
+                                                                  bool compress) {
   auto impl = std::make_unique<Impl>();
   impl->sink = std::move(sink);
   impl->compress = compress;
   std::memcpy(impl->header, kMagic, 8);
   storeU32(impl->header + 8, kCheckpointVersion);
   storeU32(impl->header + 12, 0);
-  if (RAND_bytes(impl->header + 16, 32) != 1 || !deriveKey(key, impl->header + 16, impl->file_key))
-    return Status(err::kUnknown, "checkpoint: no randomness or key derivation failed");
+  std::memcpy(impl->header + 16, key.salt.data(), 32);
+  std::memcpy(impl->file_key, key.key.data(), 32);
   impl->ctx = EVP_CIPHER_CTX_new();
   if (!impl->ctx) return Status(err::kMemoryAllocation, "checkpoint: EVP_CIPHER_CTX_new failed");
   if (auto s = impl->sink(impl->header, sizeof impl->header); !s) return s;
@@ -236,6 +282,15 @@ Status CheckpointReader::readExactly(uint8_t* data, size_t len, const char* what
 }
 
 Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const CheckpointKey& key, Source source) {
+  return open(&key, nullptr, std::move(source));
+}
+
+Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const CheckpointFileKey& key, Source source) {
+  return open(nullptr, &key, std::move(source));
+}
+
+Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const CheckpointKey* key, const CheckpointFileKey* file,
+                                                                 Source source) {
   auto impl = std::make_unique<Impl>();
   impl->source = std::move(source);
   impl->ctx = EVP_CIPHER_CTX_new();
@@ -247,7 +302,13 @@ Result<std::unique_ptr<CheckpointReader>> CheckpointReader::open(const Checkpoin
   if (uint32_t v = loadU32(m.header + 8); v != kCheckpointVersion)
     return Status(err::kInvalidValue, "checkpoint version " + std::to_string(v) + " (this server reads version " +
                                           std::to_string(kCheckpointVersion) + ")");
-  if (!deriveKey(key, m.header + 16, m.file_key)) return Status(err::kUnknown, "checkpoint: key derivation failed");
+  if (file) {
+    if (std::memcmp(file->salt.data(), m.header + 16, 32) != 0)
+      return Status(err::kInvalidValue, "the checkpoint is not the one its key was made for");
+    std::memcpy(m.file_key, file->key.data(), 32);
+  } else if (!deriveKey(*key, m.header + 16, m.file_key)) {
+    return Status(err::kUnknown, "checkpoint: key derivation failed");
+  }
   return r;
 }
 

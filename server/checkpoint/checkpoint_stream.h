@@ -50,12 +50,28 @@ struct CheckpointKey {
 };
 Result<CheckpointKey> loadCheckpointKey(const std::string& path);
 
+// The key of one checkpoint file, derived from the operator's key and the
+// file's salt. The daemon, which alone holds the operator's key, hands a
+// worker the key of the one file it writes or reads: a tenant who broke its
+// worker learns no other checkpoint's key.
+struct CheckpointFileKey {
+  std::array<uint8_t, 32> salt{}, key{};
+};
+// A fresh salt and its key (a new checkpoint).
+Result<CheckpointFileKey> newFileKey(const CheckpointKey& key);
+// The key of the checkpoint whose first kCheckpointHeaderBytes are `header`.
+Result<CheckpointFileKey> fileKeyOf(const CheckpointKey& key, const uint8_t* header, size_t len);
+// As hex (salt then key, 128 digits) for the daemon's message to a worker, and back.
+std::string fileKeyHex(const CheckpointFileKey& k);
+Result<CheckpointFileKey> fileKeyFromHex(const std::string& hex);
+
 class CheckpointWriter {
  public:
   // Receives the stream's bytes in order; non-ok aborts the checkpoint.
   using Sink = std::function<Status(const uint8_t* data, size_t len)>;
   // Writes the header at once. `compress`: lz4 data chunks where it pays.
   static Result<std::unique_ptr<CheckpointWriter>> start(const CheckpointKey& key, Sink sink, bool compress = true);
+  static Result<std::unique_ptr<CheckpointWriter>> start(const CheckpointFileKey& key, Sink sink, bool compress = true);
   ~CheckpointWriter();
 
   Status put(const void* data, size_t len);
@@ -88,6 +104,8 @@ class CheckpointReader {
   using Source = std::function<Result<size_t>(uint8_t* data, size_t len)>;
   // Reads and checks the header.
   static Result<std::unique_ptr<CheckpointReader>> open(const CheckpointKey& key, Source source);
+  // With a file's own key: the header's salt must be the key's.
+  static Result<std::unique_ptr<CheckpointReader>> open(const CheckpointFileKey& key, Source source);
   ~CheckpointReader();
 
   // Exactly `len` bytes, or an error (the stream ended, a chunk failed authentication).
@@ -106,6 +124,8 @@ class CheckpointReader {
  private:
   struct Impl;
   explicit CheckpointReader(std::unique_ptr<Impl> impl);
+  static Result<std::unique_ptr<CheckpointReader>> open(const CheckpointKey* key, const CheckpointFileKey* file,
+                                                        Source source);
   // Reads, authenticates and decompresses the next chunk into chunk_.
   Status nextChunk(uint32_t* kind);
   Status readExactly(uint8_t* data, size_t len, const char* what);

@@ -41,6 +41,9 @@ std::string restartOnlyChanges(const ServerConfig& a, const ServerConfig& b) {
   differs(a.worker_user != b.worker_user, "[security] worker_user");
   differs(a.pool.metrics_labels != b.pool.metrics_labels, "[pool] metrics_labels");
   differs(a.pool.status_page != b.pool.status_page, "[pool] status_page");
+  // (drain_timeout_ms reaches workers in their snapshot: a reload applies to sessions started after it.)
+  differs(a.checkpoint_dir != b.checkpoint_dir || a.checkpoint_key_file != b.checkpoint_key_file,
+          "[checkpoint] dir, key_file");
   differs(a.accounting.path != b.accounting.path || a.accounting.max_bytes != b.accounting.max_bytes ||
               a.accounting.keep != b.accounting.keep,
           "[accounting]");
@@ -304,6 +307,17 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
       if (!bytes) return Status(err::kInvalidValue, where("cuda.staging_pool") + ": " + bytes.status().message());
       c.cuda_staging_pool = *bytes;
     }
+  }
+  if (auto* ck = tbl["checkpoint"].as_table()) {
+    if (auto d = (*ck)["dir"].value<std::string>()) c.checkpoint_dir = common::resolveRelative(path, *d);
+    if (auto k = (*ck)["key_file"].value<std::string>()) c.checkpoint_key_file = common::resolveRelative(path, *k);
+    if (auto t = (*ck)["drain_timeout_ms"].value<int64_t>()) {
+      if (*t < 1 || *t > 3600000)
+        return Status(err::kInvalidValue, where("checkpoint.drain_timeout_ms") + " must be 1..3600000");
+      c.checkpoint_drain_timeout_ms = static_cast<uint32_t>(*t);
+    }
+    if (c.checkpoint_dir.empty() != c.checkpoint_key_file.empty())
+      return Status(err::kInvalidValue, where("checkpoint") + ": dir and key_file go together");
   }
   if (auto* sim = tbl["sim"].as_table()) {
     if (auto log = (*sim)["launch_log"].value<std::string>()) c.sim_launch_log = common::resolveRelative(path, *log);

@@ -169,6 +169,13 @@ struct ServerConfig {
   std::string cublaslt_library = "libcublasLt.so.13";
   uint64_t cuda_staging_pool = 256ull << 20;
   bool cuda_scrub = true;  // [cuda] scrub: zero device memory before a session gets it (docs/security.md)
+  // [checkpoint] (docs/migration.md): where the daemon writes the checkpoints
+  // of sessions it moves, and the key they are encrypted with (64 hex
+  // digits, readable by the daemon's user alone); both unset: sessions are
+  // not moved. drain_timeout_ms: how long a checkpoint waits for the
+  // session's queued work to finish before the move is abandoned.
+  std::string checkpoint_dir, checkpoint_key_file;
+  uint32_t checkpoint_drain_timeout_ms = 10000;
   SessionLimits limits;
 };
 

@@ -1,10 +1,13 @@
 #include "server/daemon/config_check.h"
 
+#include "server/checkpoint/checkpoint_stream.h"
+
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <pwd.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -12,6 +15,7 @@
 
 #include "common/config.h"
 #include "common/tls.h"
+#include "server/checkpoint/checkpoint_stream.h"
 #include "server/daemon/backend_factory.h"
 #include "server/pool/pool_manager.h"
 
@@ -24,7 +28,7 @@ namespace {
 const common::KeySchema& schema() {
   static const common::KeySchema s = {
       {"", {"listen", "log_level", "backend", "compression", "allow_anonymous", "insecure_plaintext", "tls",
-            "session", "users", "pool", "accounting", "limits", "security", "cuda", "sim", "cluster"}},
+            "session", "users", "pool", "accounting", "limits", "security", "cuda", "sim", "cluster", "checkpoint"}},
       {"tls", {"cert", "key", "ca", "require_client_cert", "handshake_timeout_ms"}},
       {"session", {"resume_grace_ms"}},
       {"users", {"name", "token", "cert_cn", "devices", "memory_quota", "pool_memory_quota", "max_sessions",
@@ -36,6 +40,7 @@ const common::KeySchema& schema() {
                   "max_printf_fifo_bytes", "max_staging_bytes", "max_interpreter_bytes", "max_unauthenticated",
                   "max_unauthenticated_per_address", "kernel_timeout_ms"}},
       {"security", {"worker_user"}},
+      {"checkpoint", {"dir", "key_file", "drain_timeout_ms"}},
       {"cuda", {"driver_library", "nvml_library", "cublas_library", "cublaslt_library", "staging_pool", "scrub"}},
       {"sim", {"launch_log", "hot_paths", "jit", "jit_threshold", "jit_library", "devices"}},
       {"sim.devices", {"name", "memory", "compute_capability", "sm_count"}},
@@ -113,6 +118,7 @@ std::string describe(const ServerConfig& c, const std::vector<PoolDeviceInfo>& d
          (c.pool.status_page == "off" ? "" : ", status page (" + c.pool.status_page + ") at /") + "\n";
   if (!c.cluster.endpoints.empty()) s += "member '" + c.cluster.name + "' of the pool in etcd at " + c.cluster.endpoints[0] + "\n";
   if (!c.accounting.path.empty()) s += "accounting log " + c.accounting.path + "\n";
+  if (!c.checkpoint_dir.empty()) s += "sessions can be moved (rgpu-smi --migrate), checkpoints in " + c.checkpoint_dir + "\n";
   return s;
 }
 
@@ -248,6 +254,11 @@ ConfigCheck checkServerConfig(const std::string& path, std::chrono::system_clock
     const auto slash = cfg->accounting.path.rfind('/');
     const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : cfg->accounting.path.substr(0, slash);
     if (::access(dir.c_str(), W_OK) != 0) c.error("[accounting] path: cannot write in " + dir);
+  }
+  if (!cfg->checkpoint_key_file.empty()) {
+    if (auto k = loadCheckpointKey(cfg->checkpoint_key_file); !k) c.error(k.status().message());
+    if (::access(cfg->checkpoint_dir.c_str(), W_OK) != 0 && errno != ENOENT)
+      c.error("[checkpoint] dir: cannot write in " + cfg->checkpoint_dir);
   }
   if (cfg->backend == "sim" && devices.empty()) c.warn("backend sim with no [[sim.devices]]: clients get no device");
   c.out.summary = describe(*cfg, devices);

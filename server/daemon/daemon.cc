@@ -9,6 +9,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,6 +34,7 @@
 #include "server/pool/pool_service.h"
 #include "server/daemon/preauth_guard.h"
 #include "server/daemon/sandbox.h"
+#include "server/daemon/session_move.h"
 #include "server/daemon/status_page.h"
 #include "server/daemon/systemd.h"
 #include "server/session/session.h"
@@ -42,144 +44,11 @@ std::string resumePreamble(const std::string& resume_id) {
   return std::string(kResumeMagic, sizeof kResumeMagic) + resume_id;
 }
 
-namespace {
-// The worker's resume id: the first message the daemon sent on the handoff
-// socket (it is there before the worker starts). "" when none: no resume.
-std::string readResumeId(int handoff_fd) {
-  if (handoff_fd < 0) return "";
-  pollfd p{handoff_fd, POLLIN, 0};
-  if (::poll(&p, 1, 5000) != 1) return "";
-  std::string id(kResumeIdBytes, '\0');
-  ssize_t n = ::recv(handoff_fd, id.data(), id.size(), MSG_DONTWAIT);
-  return n == static_cast<ssize_t>(id.size()) ? id : "";
-}
-
-// SIGTERM in a worker: until its session runs, shutting the client socket
-// down ends the handshake; then a thread tells the session to stop (the client
-// gets a goodbye, so it does not try to resume), and the worker tears down in
-// order and exits 0.
-// Longest a worker's teardown may take once its session ended.
-constexpr auto kTeardownLimit = std::chrono::seconds(10);
-volatile sig_atomic_t g_worker_fd = -1;
-volatile sig_atomic_t g_session_running = 0;
-int g_term_fd = -1;  // eventfd the handler writes
-void onWorkerTerm(int) {
-  uint64_t one = 1;
-  [[maybe_unused]] auto r = ::write(g_term_fd, &one, sizeof one);
-  if (!g_session_running && g_worker_fd >= 0) ::shutdown(g_worker_fd, SHUT_RDWR);
-}
-}  // namespace
 
 // How a worker ended, as waitpid told (the accounting log's reason when it said none).
 static std::string describeExit(int status) {
   return WIFSIGNALED(status) ? "worker killed by signal " + std::to_string(WTERMSIG(status))
                              : "worker exited with " + std::to_string(WEXITSTATUS(status));
-}
-
-int runWorker(const ServerConfig& cfg, common::TlsOptions& tls, int fd, uint64_t session_id, int control_fd,
-              int handoff_fd, int gate_policy_fd, int uid, int gid) {
-  // The daemon confined us before exec (sandbox.h); the user comes before
-  // the first byte from the client.
-  if (uid >= 0 && !dropPrivileges(static_cast<uid_t>(uid), static_cast<gid_t>(gid))) {
-    RGPU_LOG_ERROR("session {}: cannot switch to uid {}: {}", session_id, uid, std::strerror(errno));
-    ::close(fd);
-    return 126;
-  }
-  markNotDumpable();
-  std::vector<uint64_t> device_memory;
-  for (const auto& d : cfg.sim_devices) device_memory.push_back(d.memory);
-  if (uint64_t as = workerAddressLimit(cfg.backend, device_memory, cfg.limits.max_interpreter_bytes,
-                                       cfg.limits.max_staging_bytes)) {
-    rlimit limit{as, as};
-    if (::setrlimit(RLIMIT_AS, &limit) != 0)
-      RGPU_LOG_WARN("session {}: cannot bound the worker's address space: {}", session_id, std::strerror(errno));
-  }
-  if (!restrictWorkerSyscalls()) {
-    RGPU_LOG_ERROR("session {}: cannot install the worker's system call filter: {}", session_id, std::strerror(errno));
-    ::close(fd);
-    return 126;
-  }
-  g_worker_fd = fd;
-  g_term_fd = eventfd(0, EFD_CLOEXEC);
-  struct sigaction sa {};
-  sa.sa_handler = onWorkerTerm;
-  sigaction(SIGTERM, &sa, nullptr);
-  // A worker outlives no daemon: its death is a SIGTERM here, which also ends
-  // a wait for admission (a daemon gone before that fails the first request).
-  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-  std::unique_ptr<common::TlsContext> ctx;
-  if (cfg.insecure_plaintext) {
-    ctx = common::TlsContext::makePlaintext(true);
-  } else {
-    auto c = common::TlsContext::makeServer(tls);
-    if (!c) {
-      RGPU_LOG_ERROR("worker: {}", c.status().message());
-      ::close(fd);
-      return 1;
-    }
-    ctx = std::move(*c);
-  }
-  common::wipeSecret(tls.key_pem);
-  auto conn = common::TlsConnection::accept(*ctx, fd, std::chrono::milliseconds(cfg.handshake_timeout_ms));
-  // The one full handshake is over: the server's private key leaves this
-  // process before any rgpu code reads a byte of the client's (tls.h). A
-  // resuming client proves itself by the session's PSK instead.
-  ctx->forgetPrivateKey();
-  if (!conn) {
-    RGPU_LOG_WARN("session {}: {}", session_id, conn.status().message());
-    return 1;
-  }
-  // The pool manager lives in the daemon; a worker started by hand gets a private one.
-  std::unique_ptr<PoolLink> pool;
-  if (control_fd >= 0) {
-    pool = std::make_unique<ControlSocketLink>(control_fd, gate_policy_fd, std::chrono::seconds(30), g_term_fd);
-  } else {
-    pool = std::make_unique<LocalPool>(std::make_shared<PoolManager>(simInventory(cfg), cfg.users, cfg.pool),
-                                       std::make_shared<std::mutex>(), session_id);
-  }
-  Session session(
-      std::move(*conn), cfg,
-      [&cfg, session_id](const Placement& p) {
-        // Under MPS the MPS server enforces the policy too; it reads these at cuInit.
-        if (cfg.backend != "sim" && mpsDaemonRunning())
-          for (auto& [key, value] : mpsEnvironment(p)) {
-            ::setenv(key.c_str(), value.c_str(), 1);
-            RGPU_LOG_INFO("session {}: MPS {}={}", session_id, key, value);
-          }
-        return makeBackend(cfg, p.devices, p.span_index);
-      },
-      *pool, session_id, ResumeSource{handoff_fd, ctx.get(), readResumeId(handoff_fd)});
-  std::atomic<bool> done{false};
-  std::thread terminator([&] {
-    pollfd p{g_term_fd, POLLIN, 0};
-    while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
-    }
-    if (!done.load()) session.stop("rgpu-server is shutting down");
-  });
-  g_session_running = 1;
-  Status s = session.run();
-  done.store(true);
-  uint64_t one = 1;
-  [[maybe_unused]] auto w = ::write(g_term_fd, &one, sizeof one);
-  terminator.join();
-  if (session.backendWedged()) {
-    // A kernel the GPU cannot stop: tearing the backend down would wait for
-    // it. Exiting ends it (the driver frees the context); the daemon reaps us
-    // and returns the session's memory and quota to the pool.
-    RGPU_LOG_WARN("session {}: exiting without teardown to end a kernel that does not finish", session_id);
-    common::logger().flush();
-    std::_Exit(3);
-  }
-  // Teardown stops the backend's threads; should anything still hang there,
-  // the worker exits anyway rather than hold its memory and quota for ever.
-  std::thread([session_id] {
-    std::this_thread::sleep_for(kTeardownLimit);
-    RGPU_LOG_ERROR("session {}: teardown did not finish within {} s: exiting", session_id,
-                   std::chrono::duration_cast<std::chrono::seconds>(kTeardownLimit).count());
-    common::logger().flush();
-    std::_Exit(4);
-  }).detach();
-  return s ? 0 : 2;
 }
 
 static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const BackendChoice& choice);
@@ -296,6 +165,11 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   std::map<pid_t, uint64_t> workers;  // pid -> session id
   std::map<uint64_t, int> handoffs;   // session id -> the daemon's end of its worker's resume socket
   std::map<std::string, uint64_t> resume_ids;  // a worker's random resume id -> its session id
+  // Moves (session_move.h): workers whose session moved to another (they
+  // exit on their own), workers started to restore one, and the client
+  // connections held while a session moves.
+  std::set<pid_t> superseded, restorers;
+  std::map<uint64_t, std::vector<int>> held;
   uint64_t next_session = 1;
   bool stopping = false;
   asio::steady_timer drain(io);  // the SIGTERM drain deadline
@@ -406,6 +280,13 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   // A worker exited (or was killed): what the daemon kept for it goes, and
   // its memory and quota return to the pool now, even after a crash.
   auto reapWorker = [&](pid_t pid, int status) {
+    // A worker whose session moved on, or one started to take a session up
+    // that did not: the session is not its to end.
+    if (superseded.erase(pid) || restorers.erase(pid)) {
+      RGPU_LOG_DEBUG("worker {} ({}) exited", pid, describeExit(status));
+      workers.erase(pid);
+      return;
+    }
     auto it = workers.find(pid);
     uint64_t sid = it == workers.end() ? 0 : it->second;
     if (auto it = preauth_of.find(sid); it != preauth_of.end()) {
@@ -508,23 +389,20 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   };
   waitSignal();
 
-  // Starts a worker for the accepted socket `fd` (taking it). `guard_id`: its
-  // PreAuthGuard entry, which from now on evicts by killing the worker.
-  auto startWorker = [&](int fd, uint64_t guard_id) {
-    uint64_t sid = next_session++;
-    // The worker's line to the pool manager, and where resumed clients reach it.
+  // Forks and execs a worker for session `sid`: on the client socket `fd`
+  // (taken; -1 for a worker that restores a moved session, --restore). The
+  // daemon's ends of its control and handoff sockets come back.
+  auto spawnWorker = [&](int fd, uint64_t sid, bool restore) -> Result<SessionMover::Restorer> {
     int ctl[2], hand[2];
     if (::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, ctl) != 0) {
-      RGPU_LOG_ERROR("cannot start a worker: socketpair: {}", std::strerror(errno));
-      ::close(fd);
-      return;
+      if (fd >= 0) ::close(fd);
+      return Status(err::kUnknown, std::string("socketpair: ") + std::strerror(errno));
     }
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, hand) != 0) {
-      RGPU_LOG_ERROR("cannot start a worker: socketpair: {}", std::strerror(errno));
-      ::close(fd);
+      if (fd >= 0) ::close(fd);
       ::close(ctl[0]);
       ::close(ctl[1]);
-      return;
+      return Status(err::kUnknown, std::string("socketpair: ") + std::strerror(errno));
     }
     pid_t pid = ::fork();
     if (pid == 0) {
@@ -532,7 +410,8 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
       // config snapshot and the gate policy (read-only); everything else of
       // ours closes on exec (its own gate page comes at admission). Move them
       // out of the way first, so no dup2 overwrites another.
-      int from[5] = {::fcntl(fd, F_DUPFD_CLOEXEC, 10), ::fcntl(ctl[1], F_DUPFD_CLOEXEC, 10),
+      int client = fd >= 0 ? fd : ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+      int from[5] = {::fcntl(client, F_DUPFD_CLOEXEC, 10), ::fcntl(ctl[1], F_DUPFD_CLOEXEC, 10),
                      ::fcntl(hand[1], F_DUPFD_CLOEXEC, 10), ::fcntl(snapshot_fd, F_DUPFD_CLOEXEC, 10),
                      ::fcntl(gates->policyFd(), F_DUPFD_CLOEXEC, 10)};
       for (int i = 0; i < 5; ++i) ::dup2(from[i], 3 + i);
@@ -541,6 +420,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
       std::vector<std::string> args = {"rgpu-server", "--worker", "--fd", "3", "--control-fd", "4",
                                        "--handoff-fd", "5", "--snapshot-fd", "6", "--gate-policy-fd", "7",
                                        "--session-id", std::to_string(sid)};
+      if (restore) args.push_back("--restore");
       if (worker_identity->change)
         args.insert(args.end(), {"--worker-uid", std::to_string(worker_identity->uid), "--worker-gid",
                                  std::to_string(worker_identity->gid)});
@@ -551,17 +431,30 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
       ::execv("/proc/self/exe", argv.data());
       _exit(127);
     }
-    ::close(fd);
+    if (fd >= 0) ::close(fd);
     ::close(ctl[1]);
     ::close(hand[1]);
     if (pid < 0) {
-      RGPU_LOG_ERROR("cannot start a worker: {}", std::strerror(errno));
       ::close(ctl[0]);
       ::close(hand[0]);
+      return Status(err::kUnknown, std::strerror(errno));
+    }
+    return SessionMover::Restorer{pid, hand[0], ctl[0]};
+  };
+
+  // Starts a worker for the accepted socket `fd` (taking it). `guard_id`: its
+  // PreAuthGuard entry, which from now on evicts by killing the worker.
+  auto startWorker = [&](int fd, uint64_t guard_id) {
+    uint64_t sid = next_session++;
+    auto w = spawnWorker(fd, sid, false);
+    if (!w) {
+      RGPU_LOG_ERROR("cannot start a worker: {}", w.status().message());
       preauth.forget(guard_id);
       return;
     }
-    service.attach(sid, ctl[0]);
+    const pid_t pid = w->pid;
+    // The worker's line to the pool manager, and where resumed clients reach it.
+    service.attach(sid, w->control);
     workers[pid] = sid;
     preauth_of[sid] = guard_id;
     preauth.rebind(guard_id, [pid, sid, &evicted_workers] {
@@ -571,13 +464,81 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
       evicted_workers.insert(pid);
       ::kill(pid, SIGKILL);
     });
-    handoffs[sid] = hand[0];
+    handoffs[sid] = w->handoff;
     // The session's resume id: the worker's first message on its handoff socket.
     std::string id(kResumeIdBytes, '\0');
     RAND_bytes(reinterpret_cast<unsigned char*>(id.data()), static_cast<int>(id.size()));
-    if (::send(hand[0], id.data(), id.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(id.size())) resume_ids[id] = sid;
+    if (::send(w->handoff, id.data(), id.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(id.size())) resume_ids[id] = sid;
     RGPU_LOG_DEBUG("session {}: worker {}", sid, pid);
   };
+
+  // Moving sessions between workers ([checkpoint], session_move.h).
+  std::unique_ptr<CheckpointKey> checkpoint_key;
+  if (!cfg.checkpoint_key_file.empty()) {
+    auto k = loadCheckpointKey(cfg.checkpoint_key_file);
+    if (!k) {
+      RGPU_LOG_ERROR("{}", k.status().message());
+      return 1;
+    }
+    struct stat st {};
+    if (::stat(cfg.checkpoint_dir.c_str(), &st) != 0 && ::mkdir(cfg.checkpoint_dir.c_str(), 0700) != 0) {
+      RGPU_LOG_ERROR("[checkpoint] dir {}: {}", cfg.checkpoint_dir, std::strerror(errno));
+      return 1;
+    }
+    checkpoint_key = std::make_unique<CheckpointKey>(*k);
+    RGPU_LOG_INFO("sessions can be moved between workers (checkpoints in {})", cfg.checkpoint_dir);
+  }
+  SessionMover::Hooks move_hooks;
+  move_hooks.current = [&](uint64_t sid, pid_t* pid, int* handoff) {
+    auto h = handoffs.find(sid);
+    if (h == handoffs.end()) return false;
+    for (auto& [p, s] : workers)
+      if (s == sid && !superseded.count(p)) {
+        *pid = p;
+        *handoff = h->second;
+        return true;
+      }
+    return false;
+  };
+  move_hooks.start_restorer = [&](uint64_t sid) -> Result<SessionMover::Restorer> {
+    std::string id;
+    for (auto& [rid, s] : resume_ids)
+      if (s == sid) id = rid;
+    if (id.empty()) return Status(err::kInvalidValue, "the session cannot be resumed, so it cannot move");
+    auto w = spawnWorker(-1, sid, true);
+    if (!w) return w;
+    restorers.insert(w->pid);
+    (void)::send(w->handoff, id.data(), id.size(), MSG_NOSIGNAL);
+    RGPU_LOG_INFO("session {}: worker {} restores it", sid, w->pid);
+    return w;
+  };
+  move_hooks.commit = [&](uint64_t sid, const SessionMover::Restorer& r, pid_t old_pid) {
+    superseded.insert(old_pid);
+    restorers.erase(r.pid);
+    workers[r.pid] = sid;
+    if (auto h = handoffs.find(sid); h != handoffs.end()) ::close(h->second);
+    handoffs[sid] = r.handoff;
+    service.replaceWorker(sid, r.control);
+  };
+  move_hooks.discard = [&](uint64_t, const SessionMover::Restorer& r) {
+    ::kill(r.pid, SIGKILL);
+    ::close(r.handoff);
+    ::close(r.control);
+  };
+  move_hooks.release = [&](uint64_t sid) {
+    auto it = held.find(sid);
+    if (it == held.end()) return;
+    auto h = handoffs.find(sid);
+    for (int fd : it->second) {
+      if (h == handoffs.end() || !sendFd(h->second, fd))
+        RGPU_LOG_WARN("session {}: a client connection held during the move could not be handed on", sid);
+      ::close(fd);
+    }
+    held.erase(it);
+  };
+  SessionMover mover(io, cfg, std::move(checkpoint_key), move_hooks);
+  service.setMover([&](uint64_t sid, std::function<void(Result<std::string>)> done) { mover.move(sid, std::move(done)); },
+                   cfg.cluster.name);
 
   // A new connection either starts a session (TLS or, insecure, a frame) or
   // resumes one: only the first bytes are looked at, within the handshake
@@ -614,6 +575,12 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
       (void)::recv(fd, head, sizeof head, 0);
       auto id = resume_ids.find(std::string(head + sizeof kResumeMagic, kResumeIdBytes));
       uint64_t sid = id == resume_ids.end() ? 0 : id->second;
+      if (sid && mover.holding(sid)) {
+        // Moving: the connection waits for whichever worker has the session in the end.
+        RGPU_LOG_INFO("session {}: client reconnects from {} while the session moves; held", sid, a->peer);
+        held[sid].push_back(a->sock.release());
+        return preauth.forget(a->guard_id);
+      }
       auto h = handoffs.find(sid);
       if (h != handoffs.end() && sendFd(h->second, fd)) {
         RGPU_LOG_INFO("session {}: client reconnects from {}; handed to its worker", sid, a->peer);

@@ -48,8 +48,10 @@ int runDaemon(const ServerConfig& cfg, const DaemonOptions& opts);
 // `handoff_fd`: where the daemon passes a resuming client's socket (-1: no resume).
 // `tls`: the server's certificate and key; the key is wiped (here and in the
 // TLS context) as soon as the client's handshake ran.
+// `restore`: the session comes from a checkpoint the daemon hands over on
+// `handoff_fd` (docs/migration.md), not from a client on `fd`.
 int runWorker(const ServerConfig& cfg, common::TlsOptions& tls, int fd, uint64_t session_id,
               int control_fd = -1, int handoff_fd = -1, int gate_policy_fd = -1, int uid = -1,
-              int gid = -1);
+              int gid = -1, bool restore = false);
 
 }  // namespace rgpu::server

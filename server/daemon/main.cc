@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   std::string config_path, listen, backend, port_file, certs_dir;
   std::vector<std::string> cert_clients{"dev"};
   std::string log_level, cuda_driver;
-  bool worker = false, probe_cuda = false, list_gpus = false;
+  bool worker = false, probe_cuda = false, list_gpus = false, restore = false;
   int fd = -1, control_fd = -1, handoff_fd = -1, snapshot_fd = -1, gate_policy_fd = -1;
   int worker_uid = -1, worker_gid = -1;
   uint64_t session_id = 0;
@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   app.add_flag("--list-gpus", list_gpus, "show this host's GPUs from NVML (name, UUID, memory, utilisation, temperature, power) and exit");
   app.add_flag("--worker", worker, "internal: serve one session on --fd")->group("");
   app.add_option("--fd", fd, "internal: socket of the session")->group("");
+  app.add_flag("--restore", restore, "internal: the session comes from a checkpoint on --handoff-fd")->group("");
   app.add_option("--control-fd", control_fd, "internal: socket to the daemon's pool manager")->group("");
   app.add_option("--gate-policy-fd", gate_policy_fd, "internal: the launch gate's policy table (read-only)")->group("");
   app.add_option("--worker-uid", worker_uid, "internal: the user the worker runs as")->group("");
@@ -127,7 +128,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   if (worker)
     return rgpu::server::runWorker(cfg, worker_tls, fd, session_id, control_fd, handoff_fd, gate_policy_fd,
-                                   worker_uid, worker_gid);
+                                   worker_uid, worker_gid, restore);
   rgpu::server::DaemonOptions opts;
   opts.config_path = config_path;
   opts.port_file = port_file;

@@ -296,6 +296,22 @@ Result<Placement> ControlSocketLink::admit(const ClientInfo& who, const DeviceRe
   return placementFromFields(splitFields(*f, 11));
 }
 
+Result<Placement> ControlSocketLink::rejoin() {
+  if (gate_page_fd_ >= 0) ::close(std::exchange(gate_page_fd_, -1));
+  auto f = ask("rejoin", answer_timeout_, &gate_page_fd_);
+  if (!f) return f.status();
+  return placementFromFields(splitFields(*f, 11));
+}
+
+Result<std::string> ControlSocketLink::moveSession(uint64_t session, const std::string& member) {
+  // A move takes as long as its checkpoint and restore, bounded by the
+  // daemon (session_move.h): wait well past that.
+  auto r = ask(joinFields({"move", std::to_string(session), member}), answer_timeout_ + std::chrono::minutes(30));
+  if (!r) return r.status();
+  auto f = splitFields(*r, 2);
+  return f.size() > 1 ? f[1] : std::string();
+}
+
 Status ControlSocketLink::reserve(int device, uint64_t bytes, bool checked) {
   std::string msg = joinFields({"reserve", std::to_string(device), std::to_string(bytes), checked ? "1" : "0"});
   if (!checked) {

@@ -60,6 +60,16 @@ class PoolLink {
   virtual void ended(const std::string& reason) {}
   // The launch gate of an admitted session (priorities, weights); nullptr: none.
   virtual std::unique_ptr<LaunchGate> gateFor(const Placement& p) { return nullptr; }
+  // A session moved to this worker (docs/migration.md) takes up the pool's
+  // record of it, which its old worker held: its placement (with its launch
+  // gate slot, whose page comes with it for gateFor). The daemon allows it
+  // only to the worker it started for that.
+  virtual Result<Placement> rejoin() { return Status(err::kNotSupported, "sessions move only between workers of a daemon"); }
+  // Moves `session` to a new worker (admins; the daemon checks): what it
+  // took, or why not. `member`: "" or this server's own name.
+  virtual Result<std::string> moveSession(uint64_t session, const std::string& member) {
+    return Status(err::kNotSupported, "sessions move only between workers of a daemon");
+  }
 };
 
 // Live device health the daemon adds to the status (NVML), by physical index.
@@ -112,6 +122,8 @@ class ControlSocketLink final : public PoolLink {
   void usage(const SessionUsage& u) override;
   void ended(const std::string& reason) override;
   std::unique_ptr<LaunchGate> gateFor(const Placement& p) override;
+  Result<Placement> rejoin() override;
+  Result<std::string> moveSession(uint64_t session, const std::string& member) override;
 
  private:
   void send(const std::string& msg);

@@ -46,6 +46,10 @@ void PoolManager::setPolicy(std::vector<UserEntry> users, PoolConfig cfg) {
   }
 }
 
+void PoolManager::moved(uint64_t session) {
+  if (auto it = running_.find(session); it != running_.end()) ++it->second.migrations;
+}
+
 std::optional<Placement> PoolManager::placementOf(uint64_t session) const {
   auto it = running_.find(session);
   if (it == running_.end()) return std::nullopt;
@@ -362,6 +366,7 @@ std::optional<SessionRecord> PoolManager::end(uint64_t session) {
   rec.usage = r.usage;
   rec.peak_memory = r.peak;
   rec.byte_seconds = r.byte_seconds;
+  rec.migrations = r.migrations;
   running_.erase(it);
   return rec;
 }

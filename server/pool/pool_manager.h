@@ -98,6 +98,7 @@ struct SessionRecord {
   SessionUsage usage;        // the worker's last report
   uint64_t peak_memory = 0;  // bytes, all its devices together
   double byte_seconds = 0;   // device memory held, integrated over time
+  uint32_t migrations = 0;   // times it moved to another worker or member
 };
 
 struct PoolSnapshot {
@@ -194,6 +195,8 @@ class PoolManager {
   }
   // A running session's placement (its priority and weight follow policy reloads).
   std::optional<Placement> placementOf(uint64_t session) const;
+  // The session moved to another worker (its record, memory and quota go with it).
+  void moved(uint64_t session);
   size_t queued() const { return queue_.size(); }
   std::vector<uint64_t> queuedSessions() const {
     std::vector<uint64_t> out;
@@ -231,6 +234,7 @@ class PoolManager {
     // Accounting: the most it held at once, and bytes held x seconds up to `held_at`.
     uint64_t held = 0, peak = 0;
     double byte_seconds = 0;
+    uint32_t migrations = 0;
     Clock::time_point held_at, started;  // (clock_'s)
   };
   // Adds the memory-time since the last change, then moves `held` by `delta`.

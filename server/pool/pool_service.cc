@@ -51,6 +51,17 @@ void PoolService::attach(uint64_t session, int fd) {
   receive(session);
 }
 
+void PoolService::replaceWorker(uint64_t session, int fd) {
+  if (auto it = workers_.find(session); it != workers_.end()) {
+    asio::error_code ignored;
+    it->second.sock->close(ignored);
+    workers_.erase(it);
+  }
+  pool_.moved(session);
+  rejoining_.insert(session);
+  attach(session, fd);
+}
+
 void PoolService::detach(uint64_t session, const std::string& exit) {
   auto record = pool_.end(session);
   std::string reason = exit;
@@ -62,6 +73,7 @@ void PoolService::detach(uint64_t session, const std::string& exit) {
   slot_waiting_.erase(session);
   if (release_) release_(session);
   identity_.erase(session);
+  rejoining_.erase(session);
   if (auto it = slots_.find(session); it != slots_.end()) {
     if (gates_) gates_->clear(it->second);
     slots_.erase(it);
@@ -177,7 +189,7 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
   }
   // Everything else acts for the user the session is bound to.
   auto bound = identity_.find(session);
-  if ((verb == "admit" || verb == "status") && bound == identity_.end()) {
+  if ((verb == "admit" || verb == "status" || verb == "move") && bound == identity_.end()) {
     RGPU_LOG_WARN("session {}: '{}' from a worker that proved no identity; refused", session, verb);
     return reply(session, errorReply(Status(err::kNotPermitted, "no identity bound to this session")));
   }
@@ -202,6 +214,30 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
       return askSlot(session, max);
     }
     admitHere(session, who, req);
+  } else if (verb == "move" && f.size() >= 3) {
+    // Who may move sessions is the daemon's policy: admins.
+    if (!pool_.isAdmin(bound->second)) {
+      RGPU_LOG_WARN("session {}: user '{}' asked to move session {}; only admins may", session, bound->second, f[1]);
+      return reply(session, errorReply(Status(err::kNotPermitted, "only admins move sessions")));
+    }
+    if (!f[2].empty() && f[2] != member_name_)
+      return reply(session, errorReply(Status(err::kNotSupported, "moving a session to another member ('" + f[2] +
+                                                                      "') is not built yet: it moves to a new "
+                                                                      "worker of this server only")));
+    if (!mover_) return reply(session, errorReply(Status(err::kNotSupported, "this server does not move sessions")));
+    mover_(num(1), [this, session](Result<std::string> r) {
+      reply(session, r ? joinFields({"ok", *r}) : errorReply(r.status()));
+    });
+  } else if (verb == "rejoin") {
+    auto p = rejoining_.erase(session) ? pool_.placementOf(session) : std::nullopt;
+    if (!p) return reply(session, errorReply(Status(err::kNotPermitted, "no moved session to rejoin")));
+    // A slot of its own: the old worker sealed its page for itself alone.
+    if (auto slot = slots_.find(session); slot != slots_.end()) {
+      if (gates_) gates_->clear(slot->second);
+      slots_.erase(slot);
+    }
+    p->gate_slot = -1;
+    placed(session, *p);
   } else if (verb == "peer" && f.size() >= 3) {
     // Another session's gate page, read-only (only once its worker sealed it).
     if (!gates_ || !slots_.count(session)) return reply(session, errorReply(Status(err::kNotPermitted, "no gate slot")));

@@ -30,6 +30,12 @@ class PoolService {
 
   // Adopts the daemon's end of a new worker's socket pair.
   void attach(uint64_t session, int fd);
+  // The session moved to a new worker (docs/migration.md): its control
+  // socket is `fd` from now on (the old worker's is closed: what it says as
+  // it ends reaches no one), and everything the pool holds for it stays —
+  // record, memory, quota, launch gate slot — for the new worker, which
+  // takes it up with "rejoin".
+  void replaceWorker(uint64_t session, int fd);
   // The worker exited (or was killed): everything its session held returns.
   // `exit`: how, as the daemon saw it ("exited with 0", "killed by signal 9").
   void detach(uint64_t session, const std::string& exit = "");
@@ -87,6 +93,14 @@ class PoolService {
     grant_hold_ = std::move(hold);
     pool_.setPoolGrants(true);
   }
+  // Moves a session to a new worker (rgpu-smi --migrate, admins only;
+  // session_move.h): `done` gets what the move took, or why it did not.
+  // `member`: this server's [cluster] name, which a move may name as its target.
+  using MoveFn = std::function<void(uint64_t session, std::function<void(Result<std::string>)> done)>;
+  void setMover(MoveFn fn, std::string member) {
+    mover_ = std::move(fn);
+    member_name_ = std::move(member);
+  }
   // The pool's members for rgpu-smi --pool (wire::PoolMembers, flat message bytes).
   using MembersFn = std::function<std::string()>;
   void setMembers(MembersFn fn) { members_ = std::move(fn); }
@@ -118,6 +132,8 @@ class PoolService {
   Authenticator authenticate_;
   Redirector redirect_;
   MembersFn members_;
+  MoveFn mover_;
+  std::string member_name_;
   SlotAcquire acquire_;
   SlotRelease release_;
   // Admissions waiting for a pool-wide session slot (asked again as the pool changes).
@@ -132,6 +148,7 @@ class PoolService {
   void askSlot(uint64_t session, uint32_t max);
   void slotDecided(uint64_t session, const Status& s, bool checked);
   std::map<uint64_t, std::string> identity_;  // session -> the user the daemon bound it to
+  std::set<uint64_t> rejoining_;  // sessions whose new worker may ask "rejoin" (once)
   GrantAcquire grant_acquire_;
   GrantHold grant_hold_;
   struct GrantWait {

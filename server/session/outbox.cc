@@ -1,6 +1,7 @@
 #include "server/session/outbox.h"
 
 #include "protocol/frame.h"
+#include "server/checkpoint/checkpoint_stream.h"
 
 namespace rgpu::server {
 
@@ -72,7 +73,11 @@ void Outbox::reply(uint64_t seq, std::vector<uint8_t>& frame, const uint8_t* bul
   (void)write(*conn, frame, bulk, bulk_len, on_wire);
   if (hold) {
     std::unique_lock lock(mu_);
-    acked_.wait(lock, [&] { return closed_ || !replies_.count(seq); });
+    // Acknowledged, or copied for a checkpoint (copyHeld).
+    acked_.wait(lock, [&] {
+      auto it = replies_.find(seq);
+      return closed_ || it == replies_.end() || !it->second.held;
+    });
     ending_.erase(seq);
   }
 }
@@ -151,6 +156,61 @@ Result<size_t> Outbox::resume(std::unique_ptr<common::TlsConnection> conn, const
     }
   }
   return sent;
+}
+
+void Outbox::copyHeld() {
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [seq, k] : replies_)
+      if (k.held) {
+        k.bulk.assign(k.held, k.held + k.held_len);
+        kept_bytes_ += k.held_len;
+        k.held = nullptr;
+        k.held_len = 0;
+      }
+  }
+  acked_.notify_all();
+}
+
+Status Outbox::save(CheckpointWriter& out) const {
+  std::lock_guard lock(mu_);
+  RGPU_TRY(out.putU64(next_notification_));
+  for (auto* m : {&replies_, &notifications_}) {
+    RGPU_TRY(out.putU64(m->size()));
+    for (auto& [seq, k] : *m) {
+      if (k.held) return Status(err::kUnknown, "a held reply was not copied before the checkpoint");
+      RGPU_TRY(out.putU64(seq));
+      RGPU_TRY(out.putString(std::string(k.frame.begin(), k.frame.end())));
+      RGPU_TRY(out.putString(std::string(k.bulk.begin(), k.bulk.end())));
+    }
+  }
+  return Status::ok();
+}
+
+Status Outbox::load(CheckpointReader& in) {
+  std::lock_guard lock(mu_);
+  auto next = in.getU64();
+  if (!next) return next.status();
+  next_notification_ = *next;
+  retain_ = true;
+  for (auto* m : {&replies_, &notifications_}) {
+    auto n = in.getU64();
+    if (!n) return n.status();
+    for (uint64_t i = 0; i < *n; ++i) {
+      auto seq = in.getU64();
+      if (!seq) return seq.status();
+      // Never more than a resume may keep.
+      auto frame = in.getString(kMaxRetainedBytes - kept_bytes_);
+      if (!frame) return frame.status();
+      auto bulk = in.getString(kMaxRetainedBytes - kept_bytes_ - frame->size());
+      if (!bulk) return bulk.status();
+      Kept& k = (*m)[*seq];
+      k.frame.assign(frame->begin(), frame->end());
+      k.bulk.assign(bulk->begin(), bulk->end());
+      kept_bytes_ += k.frame.size() + k.bulk.size();
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace rgpu::server

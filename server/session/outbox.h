@@ -78,6 +78,16 @@ class Outbox {
 
   // Frames were dropped past kMaxRetainedBytes: a resume would lose them.
   bool lostFrames() const;
+
+  // Checkpoint (server/session/session_checkpoint.cc), with the connection
+  // lost: copies the bulk of every held reply, so that its sender returns
+  // (its stream can drain) and the frame can be saved.
+  void copyHeld();
+  // Writes what a resume would resend (after copyHeld), and the next
+  // notification's number; load() takes it up in a restored session, whose
+  // Outbox retains from then on.
+  Status save(class CheckpointWriter& out) const;
+  Status load(class CheckpointReader& in);
   // The current connection (kept alive by the caller's copy).
   std::shared_ptr<common::TlsConnection> connection() const;
 

@@ -200,8 +200,18 @@ Status Session::run() {
     resume_thread_ = std::thread([this] { acceptResumes(); });
   }
   s = serve();
+  return endRun(s);
+}
+
+Status Session::endRun(Status s) {
   stopResumeThread();
   outbox_.close();  // backend threads waiting for the client's acknowledgement return
+  if (moved_) {
+    // The pool's record and the client are the new worker's now.
+    std::lock_guard lock(host_mu_);
+    closing_ = true;
+    return Status::ok();
+  }
   reportUsage(true);
   {
     std::lock_guard lock(host_mu_);
@@ -409,6 +419,7 @@ Status Session::serve() {
       return s;
     }
     RGPU_TRY(awaitResume(s));
+    if (moved_) return Status::ok();
   }
 }
 
@@ -489,10 +500,25 @@ Status Session::awaitResume(const Status& why) {
   RGPU_LOG_WARN("session {}: connection lost ({}); keeping the session {} ms for the client to resume", session_id_,
                 why.message(), cfg_.resume_grace_ms);
   Pending p;
+  auto deadline = lost_at + std::chrono::milliseconds(cfg_.resume_grace_ms);
   {
     std::unique_lock lock(resume_mu_);
-    bool woken = resume_cv_.wait_for(lock, std::chrono::milliseconds(cfg_.resume_grace_ms),
-                                     [&] { return pending_.conn != nullptr || stopped_.load() || resume_closed_; });
+    bool woken = false;
+    for (;;) {
+      woken = resume_cv_.wait_until(lock, deadline, [&] {
+        return pending_.conn != nullptr || stopped_.load() || resume_closed_ || move_request_.has_value();
+      });
+      if (!woken || !move_request_ || pending_.conn || stopped_.load()) break;
+      // The daemon moves the session: checkpoint it here, between two requests.
+      MoveRequest req = std::move(*move_request_);
+      move_request_.reset();
+      lock.unlock();
+      bool moved = checkpointForMove(std::move(req));
+      lock.lock();
+      if (moved) return Status::ok();
+      // Called off: the client (held by the daemon meanwhile) gets a full grace period.
+      deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(cfg_.resume_grace_ms);
+    }
     if (stopped_.load()) return Status::ok();
     if (!pending_.conn && resume_closed_) {
       RGPU_LOG_INFO("session {}: rgpu-server is shutting down: no resume; ending the session", session_id_);
@@ -566,11 +592,47 @@ void Session::acceptResumes() {
     int rc = ::poll(p, 2, -1);
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0 || p[1].revents) break;
-    int fd = receiveFd(resume_source_.fd);
-    if (fd < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
+    std::string msg(512, '\0');
+    int fd = -1;
+    ssize_t n = receiveWithFd(resume_source_.fd, msg, fd);
+    if (n <= 0) {
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
       daemonGone();
       break;
+    }
+    msg.resize(std::min<size_t>(static_cast<size_t>(n), msg.size()));
+    // The daemon's word on moving the session (session_checkpoint.cc).
+    auto f = splitFields(msg, 4);
+    if (f[0] == "checkpoint" && f.size() >= 2 && fd >= 0) {
+      {
+        std::lock_guard lock(resume_mu_);
+        if (move_request_ && move_request_->fd >= 0) ::close(move_request_->fd);
+        move_request_ = MoveRequest{fd, f[1]};
+        verdict_ = Verdict::kNone;
+      }
+      resume_cv_.notify_all();
+      // The dispatch thread leaves the connection between two requests.
+      outbox_.connection()->shutdown();
+      continue;
+    }
+    if (f[0] == "commit" || f[0] == "abort") {
+      if (fd >= 0) ::close(fd);
+      {
+        std::lock_guard lock(resume_mu_);
+        verdict_ = f[0] == "commit" ? Verdict::kCommit : Verdict::kAbort;
+        // A request the dispatch thread has not taken up yet is void too.
+        if (verdict_ == Verdict::kAbort && move_request_) {
+          if (move_request_->fd >= 0) ::close(move_request_->fd);
+          move_request_.reset();
+        }
+      }
+      resume_cv_.notify_all();
+      continue;
+    }
+    if (f[0] != "F" || fd < 0) {
+      if (fd >= 0) ::close(fd);
+      RGPU_LOG_WARN("session {}: unknown message from the daemon on the handoff socket", session_id_);
+      continue;
     }
     reap(false);
     if (running.size() >= static_cast<size_t>(kMaxResumeHandshakes)) {
@@ -682,7 +744,7 @@ void Session::reportUsage(bool force) {
   u.bytes_in = bytes_in_.load(std::memory_order_relaxed);
   u.bytes_out = bytes_out_.load(std::memory_order_relaxed);
   u.errors = errors_.load(std::memory_order_relaxed);
-  u.gpu_ns = backend_ ? backend_->gpuTimeNs() : 0;
+  u.gpu_ns = gpu_ns_base_ + (backend_ ? backend_->gpuTimeNs() : 0);
   pool_.usage(u);
 }
 
@@ -830,6 +892,7 @@ const Session::Handlers& Session::handlers() {
     t[R::OCCUPANCY] = &Session::onOccupancy;
     t[R::POOL_STATUS] = &Session::onPoolStatus;
     t[R::POOL_MEMBERS] = &Session::onPoolMembers;
+    t[R::SESSION_MOVE] = &Session::onSessionMove;
     t[R::BLAS] = &Session::dispatchBlas;
     t[R::LT_MATMUL] = &Session::dispatchBlas;
     t[R::LT_HEURISTIC] = &Session::dispatchBlas;
@@ -855,7 +918,7 @@ Status Session::dispatch(const FrameHeader& h, wire::Request::Reader req) {
   bytes_in_.fetch_add(h.bulk_len, std::memory_order_relaxed);
   if (calls < 64 || (calls & 63) == 0) reportUsage(false);  // keeps the clock read off most calls
   if (monitor_ && req.which() != R::POOL_STATUS && req.which() != R::POOL_MEMBERS && req.which() != R::PING &&
-      req.which() != R::NOOP) {
+      req.which() != R::NOOP && req.which() != R::SESSION_MOVE) {
     if (h.bulk_len) RGPU_TRY(reader_->skipBulk(h));
     finish(h, Status(err::kNotPermitted, "a monitor session (rgpu-smi) only asks for the pool status"));
     return Status::ok();
@@ -916,6 +979,17 @@ Status Session::onPoolMembers(const FrameHeader& h, wire::Request::Reader req) {
   capnp::FlatArrayMessageReader pr(words, common::readerOptions());
   auto members = pr.getRoot<wire::PoolMembers>();
   finish(h, Status::ok(), [&](auto& r) { r.setPoolMembers(members); });
+  return Status::ok();
+}
+
+Status Session::onSessionMove(const FrameHeader& h, wire::Request::Reader req) {
+  RGPU_TRY(bulkNotExpected(h));
+  auto m = req.getSessionMove();
+  if (!monitor_) return finish(h, Status(err::kNotPermitted, "sessions are moved from rgpu-smi")), Status::ok();
+  // (Blocks this monitor session while the daemon moves the other.)
+  auto r = pool_.moveSession(m.getSession(), m.getMember());
+  if (!r) return finish(h, r.status()), Status::ok();
+  finish(h, Status::ok(), [&](auto& reply) { reply.setMessage(*r); });
   return Status::ok();
 }
 

@@ -27,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <map>
@@ -39,6 +40,7 @@
 #include "server/backend/allocation_table.h"
 #include "server/backend/array_table.h"
 #include "server/backend/backend.h"
+#include "server/checkpoint/checkpoint_stream.h"
 #include "server/session/outbox.h"
 #include "server/pool/pool_link.h"
 #include "server/config/server_config.h"
@@ -46,6 +48,7 @@
 namespace rgpu::server {
 
 class StagingPool;
+struct DeviceImage;
 
 // Builds the session's backend over the host devices the pool placed it on.
 using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(const Placement& placement)>;
@@ -89,9 +92,21 @@ class Session {
   // cannot stop): the worker must exit instead of destroying the session.
   bool backendWedged() const { return wedged_.load(); }
 
+  // A session moved to this worker from another (session_checkpoint.cc,
+  // docs/migration.md): restore() takes its state from a checkpoint (in
+  // place of run()'s handshake; the client is away meanwhile), and
+  // runRestored() serves it from the client's resume on.
+  Status restore(CheckpointReader& in);
+  Status runRestored();
+  // The session lives on in another worker: this one ended without a word
+  // to the client or the pool.
+  bool moved() const { return moved_; }
+
  private:
   Status handshake();
   Status serve();
+  // What run() and runRestored() do once the session is over.
+  Status endRun(Status s);
   // Reads and dispatches frames from `conn` until it fails or the client says
   // goodbye (ok). A protocol violation sets fatal_.
   Status serveConnection(common::TlsConnection& conn);
@@ -103,6 +118,24 @@ class Session {
   void acceptResumes();
   void resumeHandshake(int fd);
   void stopResumeThread();
+  // session_checkpoint.cc: moving the session to another worker.
+  struct MoveRequest {
+    int fd = -1;          // the checkpoint file, ours to close
+    std::string key_hex;  // its key (fileKeyHex)
+  };
+  enum class Verdict { kNone, kCommit, kAbort };
+  // Why the session cannot be checkpointed now; "" when it can.
+  std::string notCheckpointable();
+  // Waits until the work queued on every device of the session has run.
+  Status drainForCheckpoint();
+  DeviceImage deviceImage() const;
+  Status writeCheckpoint(CheckpointWriter& out);
+  // In awaitResume: writes the checkpoint and waits for the daemon's
+  // verdict; true when the session moved (this worker ends).
+  bool checkpointForMove(MoveRequest req);
+  Verdict awaitVerdict();
+  // A message to the daemon on the handoff socket.
+  void tellDaemon(const std::string& msg);
   // The user a connection authenticates as (certificate CN or token), or "".
   std::string authenticate(const common::TlsConnection& conn, const std::string& token) const;
   // Handles one request through its handler (handlers()); returns non-ok
@@ -202,6 +235,7 @@ class Session {
   // (session.cc)
   Status onPoolStatus(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onPoolMembers(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onSessionMove(const protocol::FrameHeader& h, wire::Request::Reader req);
   // session_blas.cc: cuBLAS and cuBLASLt calls.
   Status dispatchBlas(const protocol::FrameHeader& h, wire::Request::Reader req);
   // A request that carries no bulk bytes must have none (else the stream position is lost).
@@ -269,12 +303,20 @@ class Session {
   std::unordered_map<uint32_t, int> streams_;   // id -> device
   std::unordered_map<uint32_t, int> events_;    // id -> device
   std::unordered_map<uint32_t, int> modules_;   // id -> device
+  // What a checkpoint needs to make them again (session_checkpoint.cc):
+  // each stream's flags and priority, each event's flags, each loaded
+  // module's image. Entries go with their object.
+  std::unordered_map<uint32_t, std::pair<uint32_t, int32_t>> stream_options_;
+  std::unordered_map<uint32_t, uint32_t> event_flags_;
+  std::unordered_map<uint32_t, std::string> module_images_;
   std::map<int, uint64_t> malloc_heap_charge_;    // device -> quota charged for its cudaLimitMallocHeapSize
   std::unordered_map<uint32_t, Status> module_errors_;  // modules that failed to load, and why
   struct Kernel {
     uint32_t module;
     uint32_t param_bytes;
     Status unusable;  // why it cannot run (its module failed to load, ...): launches fail with it
+    std::string name;  // as registered (a checkpoint registers it again)
+    std::vector<std::pair<int32_t, int32_t>> attributes;  // cudaFuncSetAttribute calls that took, in order
   };
   std::unordered_map<uint32_t, Kernel> functions_;
   struct Var {
@@ -340,6 +382,10 @@ class Session {
     std::unique_ptr<common::TlsConnection> conn;
     uint64_t replies = 0, notifications = 0;
   } pending_;                       // a validated new connection, for the dispatch thread
+  std::optional<MoveRequest> move_request_;  // resume_mu_: the daemon asked for a checkpoint
+  Verdict verdict_ = Verdict::kNone;          // resume_mu_: the daemon's word on a move
+  bool moved_ = false;                        // the dispatch thread's: the move was committed
+  uint64_t gpu_ns_base_ = 0;  // kernel time before the session moved to this worker
 };
 
 }  // namespace rgpu::server

@@ -23,6 +23,7 @@ void Session::forgetModule(uint32_t id) {
   std::erase_if(functions_, [id](const auto& f) { return f.second.module == id; });
   modules_.erase(id);
   module_errors_.erase(id);
+  module_images_.erase(id);
 }
 
 Status Session::usableFunction(uint32_t id) const {
@@ -54,8 +55,10 @@ Status Session::onModuleLoad(const FrameHeader& h, wire::Request::Reader req) {
   Staging data;
   RGPU_TRY(consumeBulk(h, h.bulk_len, &data));
   if (!data) return finish(h, stagingRefused(h.bulk_len)), Status::ok();
-  s = backend_->loadModule(m.getId(), m.getDevice(), std::string(data->begin(), data->end()));
+  std::string image(data->begin(), data->end());
+  s = backend_->loadModule(m.getId(), m.getDevice(), image);
   modules_[m.getId()] = m.getDevice();
+  if (s) module_images_[m.getId()] = std::move(image);
   if (!s) {
     // As NVIDIA's lazy loading: the error belongs to the module's kernels
     // and variables, and is the answer of whatever first uses them (a
@@ -100,7 +103,7 @@ Status Session::onFunctionRegister(const FrameHeader& h, wire::Request::Reader r
     Result<uint32_t> bytes = bad != module_errors_.end()
                                  ? Result<uint32_t>(bad->second)
                                  : backend_->registerFunction(m.getId(), m.getModule(), m.getName());
-    functions_[m.getId()] = {m.getModule(), bytes ? *bytes : 0, bytes.status()};
+    functions_[m.getId()] = {m.getModule(), bytes ? *bytes : 0, bytes.status(), m.getName(), {}};
   }
   finish(h, s);
   return Status::ok();
@@ -199,7 +202,13 @@ Status Session::onFuncSetAttribute(const FrameHeader& h, wire::Request::Reader r
   auto m = req.getFuncSetAttribute();
   Status s = usableFunction(m.getId());
   if (s) s = backend_->setFunctionAttribute(m.getId(), m.getAttr(), m.getValue());
-  if (s) ++graph_epoch_;  // native graphs launch with the attributes they were made with
+  if (s) {
+    ++graph_epoch_;  // native graphs launch with the attributes they were made with
+    // The last value of each attribute is what a restore sets again.
+    auto& attrs = functions_[m.getId()].attributes;
+    std::erase_if(attrs, [&](const auto& a) { return a.first == m.getAttr(); });
+    attrs.emplace_back(m.getAttr(), m.getValue());
+  }
   finish(h, s);
   return Status::ok();
 }

@@ -23,7 +23,10 @@ Status Session::onStreamCreate(const FrameHeader& h, wire::Request::Reader req) 
   if (s && streams_.size() >= L.max_streams)
     s = Status(err::kLaunchOutOfResources, "session stream limit reached (max_streams = " + std::to_string(L.max_streams) + ")");
   if (s) s = backend_->createStream({id, dev}, m.getFlags(), m.getPriority());
-  if (s) streams_[id] = dev;
+  if (s) {
+    streams_[id] = dev;
+    stream_options_[id] = {m.getFlags(), m.getPriority()};
+  }
   finish(h, s);
   return Status::ok();
 }
@@ -34,7 +37,10 @@ Status Session::onStreamDestroy(const FrameHeader& h, wire::Request::Reader req)
   Status s = checkStream(req.getStreamDestroy(), key);
   if (s && key.id == 0) s = Status(err::kInvalidResourceHandle, "cannot destroy the default stream");
   if (s) s = backend_->destroyStream(key);
-  if (s) streams_.erase(key.id);
+  if (s) {
+    streams_.erase(key.id);
+    stream_options_.erase(key.id);
+  }
   finish(h, s);
   return Status::ok();
 }
@@ -81,7 +87,10 @@ Status Session::onEventCreate(const FrameHeader& h, wire::Request::Reader req) {
   if (s && events_.size() >= L.max_events)
     s = Status(err::kLaunchOutOfResources, "session event limit reached (max_events = " + std::to_string(L.max_events) + ")");
   if (s) s = backend_->createEvent(m.getId(), m.getDevice(), m.getFlags());
-  if (s) events_[m.getId()] = m.getDevice();
+  if (s) {
+    events_[m.getId()] = m.getDevice();
+    event_flags_[m.getId()] = m.getFlags();
+  }
   finish(h, s);
   return Status::ok();
 }
@@ -139,7 +148,10 @@ Status Session::onEventDestroy(const FrameHeader& h, wire::Request::Reader req) 
   RGPU_TRY(bulkNotExpected(h));
   uint32_t id = req.getEventDestroy().getId();
   Status s = events_.count(id) ? backend_->destroyEvent(id) : Status(err::kInvalidResourceHandle, "unknown event");
-  if (s) events_.erase(id);
+  if (s) {
+    events_.erase(id);
+    event_flags_.erase(id);
+  }
   if (s) ++graph_epoch_;  // native graphs may record or wait for it
   finish(h, s);
   return Status::ok();
@@ -226,6 +238,7 @@ Status Session::onDeviceReset(const FrameHeader& h, wire::Request::Reader req) {
       continue;
     }
     (void)backend_->destroyStream({it->first, dev});
+    stream_options_.erase(it->first);
     it = streams_.erase(it);
   }
   for (auto it = events_.begin(); it != events_.end();) {
@@ -234,6 +247,7 @@ Status Session::onDeviceReset(const FrameHeader& h, wire::Request::Reader req) {
       continue;
     }
     (void)backend_->destroyEvent(it->first);
+    event_flags_.erase(it->first);
     it = events_.erase(it);
   }
   int phys = physical(dev);

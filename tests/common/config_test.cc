@@ -93,6 +93,25 @@ TEST(ServerConfig, RejectsBadValuesWithTheFileAndKey) {
   EXPECT_FALSE(server::loadServerConfig(dir.file("missing.toml")));
 }
 
+TEST(ServerConfig, CheckpointsNeedADirAndAKeyTogether) {
+  test::TempDir dir;
+  test::writeFile(dir.file("c.toml"), "[checkpoint]\ndir = \"ck\"\nkey_file = \"ck.key\"\ndrain_timeout_ms = 2500\n");
+  auto c = server::loadServerConfig(dir.file("c.toml"));
+  ASSERT_TRUE(c) << c.status().message();
+  EXPECT_EQ(c->checkpoint_dir, dir.file("ck"));  // relative to the file
+  EXPECT_EQ(c->checkpoint_key_file, dir.file("ck.key"));
+  EXPECT_EQ(c->checkpoint_drain_timeout_ms, 2500u);
+  test::writeFile(dir.file("d.toml"), "[checkpoint]\ndir = \"ck\"\n");
+  auto d = server::loadServerConfig(dir.file("d.toml"));
+  ASSERT_FALSE(d);
+  EXPECT_NE(d.status().message().find("dir and key_file go together"), std::string::npos) << d.status().message();
+  test::writeFile(dir.file("t.toml"), "[checkpoint]\ndrain_timeout_ms = 0\n");
+  auto t = server::loadServerConfig(dir.file("t.toml"));
+  ASSERT_FALSE(t);
+  EXPECT_NE(t.status().message().find("checkpoint.drain_timeout_ms"), std::string::npos) << t.status().message();
+  EXPECT_TRUE(server::ServerConfig{}.checkpoint_dir.empty()) << "no checkpoints unless configured";
+}
+
 TEST(ParseSize, UnderstandsBinaryUnits) {
   EXPECT_EQ(*server::parseSize("16GiB"), 16ull << 30);
   EXPECT_EQ(*server::parseSize("512MiB"), 512ull << 20);

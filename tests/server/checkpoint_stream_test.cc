@@ -200,6 +200,47 @@ TEST(CheckpointStream, AFailingSinkAbortsTheWriter) {
   EXPECT_FALSE((*w)->finish());
 }
 
+TEST(CheckpointStream, AFileKeyFromTheDaemonOpensItsOwnFileOnly) {
+  auto k1 = newFileKey(keyOf(11)), k2 = newFileKey(keyOf(11));
+  ASSERT_TRUE(k1 && k2);
+  EXPECT_NE(k1->salt, k2->salt);
+  EXPECT_NE(k1->key, k2->key);
+  auto hex = fileKeyHex(*k1);
+  EXPECT_EQ(hex.size(), 128u);
+  auto back = fileKeyFromHex(hex);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->key, k1->key);
+  EXPECT_FALSE(fileKeyFromHex(hex.substr(1)));
+  EXPECT_FALSE(fileKeyFromHex(std::string(128, 'g')));
+  std::vector<uint8_t> file;
+  auto w = CheckpointWriter::start(*k1, [&](const uint8_t* d, size_t n) {
+    file.insert(file.end(), d, d + n);
+    return Status::ok();
+  });
+  ASSERT_TRUE(w);
+  ASSERT_TRUE((*w)->putString("state"));
+  ASSERT_TRUE((*w)->finish());
+  // The daemon finds the file's key again from its header and the operator's key.
+  auto again = fileKeyOf(keyOf(11), file.data(), file.size());
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->key, k1->key);
+  size_t pos = 0;
+  auto r = CheckpointReader::open(*k1, memorySource(file, &pos));
+  ASSERT_TRUE(r);
+  auto text = (*r)->getString(16);
+  ASSERT_TRUE(text);
+  EXPECT_EQ(*text, "state");
+  EXPECT_TRUE((*r)->finish());
+  // Another file's key is refused before anything is decrypted.
+  pos = 0;
+  auto other = CheckpointReader::open(*k2, memorySource(file, &pos));
+  ASSERT_FALSE(other);
+  EXPECT_NE(other.status().message().find("not the one its key was made for"), std::string::npos);
+  // And the operator's key opens it too (the file's salt derives its key).
+  pos = 0;
+  EXPECT_TRUE(CheckpointReader::open(keyOf(11), memorySource(file, &pos)));
+}
+
 TEST(CheckpointKeyFile, NeedsSixtyFourHexDigitsReadableByItsOwnerAlone) {
   test::TempDir dir;
   std::string path = dir.path() + "/key";

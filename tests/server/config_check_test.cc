@@ -3,6 +3,7 @@
 #include "server/daemon/config_check.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <regex>
 #include <sstream>
@@ -74,6 +75,21 @@ TEST(ConfigCheck, ListsEveryProblemAtOnce) {
   EXPECT_EQ(c.errors(), 7) << listed(c);
   // (Warnings: the test certificates expire in 30 days, "29 day(s)" once a second has passed.)
   EXPECT_NE(listed(c).find("server.toml: 7 error(s), "), std::string::npos) << listed(c);
+}
+
+TEST(ConfigCheck, ACheckpointKeyOthersCanReadIsAnError) {
+  test::TempDir dir;
+  test::writeFile(dir.file("ck.key"), std::string(64, 'a') + "\n");
+  ::chmod(dir.file("ck.key").c_str(), 0644);
+  test::writeFile(dir.file("server.toml"), "insecure_plaintext = true\n[checkpoint]\ndir = \"ck\"\nkey_file = \"ck.key\"\n");
+  ConfigCheck c = checkServerConfig(dir.file("server.toml"), std::chrono::system_clock::now());
+  EXPECT_TRUE(has(c, true, "is readable by others than its owner (chmod 0600 it)")) << listed(c);
+  ::chmod(dir.file("ck.key").c_str(), 0600);
+  c = checkServerConfig(dir.file("server.toml"), std::chrono::system_clock::now());
+  EXPECT_EQ(c.errors(), 0) << listed(c);
+  EXPECT_NE(c.summary.find("sessions can be moved (rgpu-smi --migrate), checkpoints in " + dir.file("ck")),
+            std::string::npos)
+      << c.summary;
 }
 
 TEST(ConfigCheck, ABadValueIsNamedAndUnknownKeysStillListed) {

@@ -1,0 +1,187 @@
+#include "server/daemon/session_move.h"
+
+#include <fcntl.h>
+#include <openssl/rand.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "server/pool/fd_passing.h"
+#include "server/pool/pool_link.h"
+
+namespace rgpu::server {
+
+struct SessionMover::Move {
+  uint64_t session = 0;
+  pid_t old_pid = -1;
+  int old_handoff = -1;  // our own copy of the daemon's end (the worker may be reaped meanwhile)
+  std::string path;      // the checkpoint file
+  CheckpointFileKey key;
+  Restorer restorer;
+  std::function<void(Result<std::string>)> done;
+  std::chrono::steady_clock::time_point started, deadline, checkpointed_at;
+  std::string sizes;  // "N MiB of state, M MiB stored"
+  std::string drain_ms = "?";  // of the checkpoint's time, waiting for the session's queued work
+  std::unique_ptr<asio::posix::stream_descriptor> waiting;  // the socket a step waits on
+  std::unique_ptr<asio::steady_timer> timer;
+  bool over = false;
+  ~Move() {
+    if (old_handoff >= 0) ::close(old_handoff);
+  }
+};
+
+SessionMover::SessionMover(asio::io_context& io, const ServerConfig& cfg, std::unique_ptr<CheckpointKey> key,
+                           Hooks hooks)
+    : io_(io), cfg_(cfg), key_(std::move(key)), hooks_(std::move(hooks)) {}
+
+SessionMover::~SessionMover() = default;
+
+namespace {
+
+std::string mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+int64_t msSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+void SessionMover::move(uint64_t session, std::function<void(Result<std::string>)> done) {
+  const std::string who = "session " + std::to_string(session);
+  if (!key_)
+    return done(Status(err::kNotSupported, "sessions are not moved: this server has no [checkpoint] dir and key_file"));
+  if (moves_.count(session)) return done(Status(err::kNotReady, who + " is being moved already"));
+  auto m = std::make_shared<Move>();
+  m->session = session;
+  int handoff = -1;
+  if (!hooks_.current(session, &m->old_pid, &handoff))
+    return done(Status(err::kInvalidValue, who + " is not running on this server"));
+  m->old_handoff = ::fcntl(handoff, F_DUPFD_CLOEXEC, 3);
+  if (m->old_handoff < 0) return done(Status(err::kUnknown, std::string("dup: ") + std::strerror(errno)));
+  auto key = newFileKey(*key_);
+  if (!key) return done(key.status());
+  m->key = *key;
+  uint8_t rnd[8];
+  RAND_bytes(rnd, sizeof rnd);
+  char name[96];
+  std::snprintf(name, sizeof name, "/session-%llu-%02x%02x%02x%02x%02x%02x%02x%02x.ckpt",
+                static_cast<unsigned long long>(session), rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6],
+                rnd[7]);
+  m->path = cfg_.checkpoint_dir + name;
+  int fd = ::open(m->path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return done(Status(err::kUnknown, "cannot make the checkpoint file " + m->path + ": " + std::strerror(errno)));
+  m->done = std::move(done);
+  m->started = std::chrono::steady_clock::now();
+  // The client reconnects while the move runs: it must find the session in
+  // the end, so the whole move stays well within its grace period.
+  m->deadline = m->started + std::chrono::milliseconds(cfg_.resume_grace_ms * 3 / 4);
+  m->timer = std::make_unique<asio::steady_timer>(io_);
+  moves_[session] = m;
+  RGPU_LOG_INFO("{}: moving it to a new worker (checkpoint {})", who, m->path);
+  bool sent = sendWithFd(m->old_handoff, joinFields({"checkpoint", fileKeyHex(m->key)}), fd);
+  ::close(fd);
+  if (!sent) return fail(m, std::string("cannot ask its worker for a checkpoint: ") + std::strerror(errno));
+  expect(m, m->old_handoff, [this, m](Result<std::string> a) { checkpointed(m, std::move(a)); });
+}
+
+void SessionMover::expect(const std::shared_ptr<Move>& m, int fd, std::function<void(Result<std::string>)> then) {
+  int mine = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  if (mine < 0) return then(Status(err::kUnknown, std::string("dup: ") + std::strerror(errno)));
+  m->waiting = std::make_unique<asio::posix::stream_descriptor>(io_, mine);
+  auto step_deadline = std::min(m->deadline, std::chrono::steady_clock::now() + kMoveStepTimeout +
+                                                 std::chrono::milliseconds(cfg_.checkpoint_drain_timeout_ms));
+  m->timer->expires_at(step_deadline);
+  auto fired = std::make_shared<bool>(false);
+  m->timer->async_wait([m, fired](const asio::error_code& ec) {
+    if (ec || *fired) return;
+    *fired = true;
+    asio::error_code ignored;
+    if (m->waiting) m->waiting->cancel(ignored);
+  });
+  m->waiting->async_wait(asio::posix::descriptor_base::wait_read,
+                         [m, fd, fired, then = std::move(then)](const asio::error_code& ec) {
+                           bool timed_out = *fired;
+                           *fired = true;
+                           m->timer->cancel();
+                           if (m->over) return;
+                           if (ec || timed_out)
+                             return then(Status(err::kNotReady, timed_out ? "no answer in time" : ec.message()));
+                           std::string msg(1024, '\0');
+                           ssize_t n = ::recv(fd, msg.data(), msg.size(), MSG_DONTWAIT);
+                           if (n <= 0) return then(Status(err::kUnknown, "the worker is gone"));
+                           msg.resize(static_cast<size_t>(n));
+                           then(msg);
+                         });
+}
+
+void SessionMover::checkpointed(const std::shared_ptr<Move>& m, Result<std::string> answer) {
+  if (!answer) return fail(m, "checkpoint: " + answer.status().message());
+  auto f = splitFields(*answer, 4);
+  if (f[0] == "refused") return fail(m, f.size() > 1 ? f[1] : "refused");
+  if (f[0] != "checkpointed" || f.size() < 3) return fail(m, "checkpoint: an answer the daemon does not know");
+  m->checkpointed_at = std::chrono::steady_clock::now();
+  m->sizes = mib(std::strtoull(f[1].c_str(), nullptr, 10)) + " of state, " +
+             mib(std::strtoull(f[2].c_str(), nullptr, 10)) + " written";
+  if (f.size() > 3) m->drain_ms = f[3];
+  auto r = hooks_.start_restorer(m->session);
+  if (!r) return fail(m, "cannot start a worker to restore it: " + r.status().message());
+  m->restorer = *r;
+  int fd = ::open(m->path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail(m, "cannot reopen the checkpoint: " + std::string(std::strerror(errno)));
+  bool sent = sendWithFd(m->restorer.handoff, joinFields({"restore", fileKeyHex(m->key)}), fd);
+  ::close(fd);
+  if (!sent) return fail(m, std::string("cannot hand the checkpoint to the new worker: ") + std::strerror(errno));
+  expect(m, m->restorer.handoff, [this, m](Result<std::string> a) { restored(m, std::move(a)); });
+}
+
+void SessionMover::restored(const std::shared_ptr<Move>& m, Result<std::string> answer) {
+  if (!answer) return fail(m, "restore: " + answer.status().message());
+  auto f = splitFields(*answer, 3);
+  if (f[0] != "restored") return fail(m, "restore: " + (f.size() > 1 ? f[1] : *answer));
+  const std::string who = "session " + std::to_string(m->session);
+  pid_t pid = -1;
+  int handoff = -1;
+  if (!hooks_.current(m->session, &pid, &handoff) || pid != m->old_pid)
+    return fail(m, "its worker ended during the move");
+  // Commit: from here on the new worker is the session's.
+  m->over = true;
+  moves_.erase(m->session);
+  const std::string commit = "commit", go = "go";
+  if (::send(m->old_handoff, commit.data(), commit.size(), MSG_NOSIGNAL) < 0)
+    RGPU_LOG_WARN("{}: the old worker did not take 'commit' ({}); it ends with the daemon's SIGKILL", who,
+                  std::strerror(errno));
+  hooks_.commit(m->session, m->restorer, m->old_pid);
+  (void)::send(m->restorer.handoff, go.data(), go.size(), MSG_NOSIGNAL);
+  ::unlink(m->path.c_str());
+  hooks_.release(m->session);
+  int64_t total = msSince(m->started), restore = msSince(m->checkpointed_at);
+  std::string line = who + " moved to a new worker in " + std::to_string(total) + " ms (checkpoint " +
+                     std::to_string(total - restore) + " ms of which " + m->drain_ms +
+                     " ms waiting for its queued work, restore " + std::to_string(restore) + " ms; " + m->sizes + ")";
+  RGPU_LOG_INFO("{}", line);
+  m->done(line);
+}
+
+void SessionMover::fail(const std::shared_ptr<Move>& m, const std::string& why) {
+  m->over = true;
+  m->timer->cancel();
+  moves_.erase(m->session);
+  const std::string who = "session " + std::to_string(m->session);
+  RGPU_LOG_WARN("{}: not moved, it carries on in its worker: {}", who, why);
+  const std::string abort = "abort";
+  (void)::send(m->old_handoff, abort.data(), abort.size(), MSG_NOSIGNAL);
+  if (m->restorer.pid > 0) hooks_.discard(m->session, m->restorer);
+  ::unlink(m->path.c_str());
+  hooks_.release(m->session);
+  m->done(Status(err::kUnknown, who + " not moved: " + why));
+}
+
+}  // namespace rgpu::server

@@ -1,0 +1,91 @@
+// Moving a running session to a fresh worker of this daemon: the daemon's
+// side (docs/migration.md; the worker's is server/session/session_checkpoint.cc).
+//
+// One move, step by step, on the daemon's io thread:
+//   1. the checkpoint file is made in [checkpoint] dir (0600, a name of its
+//      own) with a key of its own derived from the operator's key; the
+//      session's client connections are held from now on (hold());
+//   2. the session's worker is asked for a checkpoint into it ("checkpoint",
+//      the file and its key on the handoff socket) and answers
+//      "checkpointed" or "refused";
+//   3. a new worker is started to restore it ("restore", the file reopened
+//      read-only, the key) and answers "restored" or "failed";
+//   4. commit: the old worker is told "commit" and ends without a word to
+//      the client or the pool; the pool's record, memory and quota go to the
+//      new worker (PoolService::replaceWorker), which is told "go"; the file
+//      is deleted; held connections go to the new worker.
+//   Any failure — a refusal, a timeout, a worker that dies, a file that
+//   cannot be written — ends in "abort" to the old worker (which carries on),
+//   the new one killed, the file deleted and held connections given back to
+//   the old worker. The session is never in two places or none.
+//
+// Every step is bounded by kMoveStepTimeout past the drain timeout, and the
+// whole move by three quarters of [session] resume_grace_ms: the client is
+// reconnecting meanwhile and gives up after the grace period.
+#pragma once
+
+#include <sys/types.h>
+
+#include <asio.hpp>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "server/checkpoint/checkpoint_stream.h"
+#include "server/config/server_config.h"
+
+namespace rgpu::server {
+
+inline constexpr auto kMoveStepTimeout = std::chrono::seconds(60);
+
+class SessionMover {
+ public:
+  // A worker the daemon started to restore a session: its pid and the
+  // daemon's ends of its handoff and control sockets.
+  struct Restorer {
+    pid_t pid = -1;
+    int handoff = -1, control = -1;
+  };
+  struct Hooks {
+    // The session's worker: its pid and the daemon's end of its handoff
+    // socket; false when the session has none (it ended, or is a monitor).
+    std::function<bool(uint64_t session, pid_t* pid, int* handoff)> current;
+    // Starts a worker with --restore for `session` (its resume id sent first).
+    std::function<Result<Restorer>(uint64_t session)> start_restorer;
+    // The move took: `r` serves the session from now on; `old_pid` exits on its own.
+    std::function<void(uint64_t session, const Restorer& r, pid_t old_pid)> commit;
+    // The move failed after `r` was started: it must go (killed, its sockets closed).
+    std::function<void(uint64_t session, const Restorer& r)> discard;
+    // Client connections held during the move go to the session's worker now.
+    std::function<void(uint64_t session)> release;
+  };
+  // `key`: the operator's key, or null when [checkpoint] is not configured
+  // (every move is refused, saying so).
+  SessionMover(asio::io_context& io, const ServerConfig& cfg, std::unique_ptr<CheckpointKey> key, Hooks hooks);
+  ~SessionMover();
+
+  // Whether `session` is being moved: its clients' connections are held.
+  bool holding(uint64_t session) const { return moves_.count(session) != 0; }
+  // Moves `session`; `done` gets what it took (a line for rgpu-smi), or why not.
+  void move(uint64_t session, std::function<void(Result<std::string>)> done);
+
+ private:
+  struct Move;
+  // Waits (on the io thread) for the next message on `fd`, within `deadline`.
+  void expect(const std::shared_ptr<Move>& m, int fd,
+              std::function<void(Result<std::string>)> then);
+  void checkpointed(const std::shared_ptr<Move>& m, Result<std::string> answer);
+  void restored(const std::shared_ptr<Move>& m, Result<std::string> answer);
+  void fail(const std::shared_ptr<Move>& m, const std::string& why);
+
+  asio::io_context& io_;
+  const ServerConfig& cfg_;
+  std::unique_ptr<CheckpointKey> key_;
+  Hooks hooks_;
+  std::map<uint64_t, std::shared_ptr<Move>> moves_;
+};
+
+}  // namespace rgpu::server

@@ -1,0 +1,159 @@
+// A small training loop for the migration tests (docs/migration.md): the
+// test moves its session to other workers while it runs, and every line it
+// prints must be exactly what an unmoved run prints.
+//
+// A one-layer network: weights W (N x N) and a bias in a module variable,
+// trained on fixed inputs X with cuBLAS (H = W X), a kernel that turns H into
+// an update of W and of the bias, on a stream of its own with an event per
+// step. Each step prints a checksum of W's and the bias's bits.
+//
+//   migrate_client STEPS PAUSE_MS [BIG_MIB] [array]
+//     BIG_MIB: also holds that many MiB of pseudo-random device memory
+//              (checked at the end: a moved session keeps every byte)
+//     array:   also holds a CUDA array (a session that cannot be checkpointed)
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CHECK(call)                                                                                        \
+  do {                                                                                                     \
+    cudaError_t e_ = (call);                                                                               \
+    if (e_ != cudaSuccess) {                                                                               \
+      std::printf("migrate_client: %s failed: %s (%s)\n", #call, cudaGetErrorName(e_), cudaGetErrorString(e_)); \
+      std::exit(2);                                                                                        \
+    }                                                                                                      \
+  } while (0)
+#define CHECK_BLAS(call)                                                   \
+  do {                                                                     \
+    cublasStatus_t s_ = (call);                                            \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                     \
+      std::printf("migrate_client: %s failed: %d\n", #call, int(s_));      \
+      std::exit(2);                                                        \
+    }                                                                      \
+  } while (0)
+
+constexpr int N = 64, B = 32;
+__device__ float bias[N];
+__device__ unsigned long long steps_done;
+
+__global__ void init(float* w, float* x) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < N * N) w[i] = ((i * 37) % 101 - 50) * 0.001f;
+  if (i < N * B) x[i] = ((i * 53) % 97 - 48) * 0.01f;
+  if (i < N) bias[i] = 0.01f * (i % 7);
+}
+
+// One step: W -= lr * tanh(H + bias) x^T-ish (a cheap, deterministic update).
+__global__ void update(float* w, const float* h, const float* x, float lr) {
+  int r = blockIdx.x, c = threadIdx.x;  // row r of W, column c
+  float g = 0.f;
+  for (int b = 0; b < B; ++b) g += tanhf(h[r + b * N] + bias[r]) * x[c + b * N];
+  w[r + c * N] -= lr * g / B;
+  __syncthreads();
+  if (c == 0) bias[r] -= lr * 0.01f * g;
+  if (r == 0 && c == 0) ++steps_done;
+}
+
+__global__ void fillRandom(uint32_t* p, size_t n, uint32_t seed) {
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  for (; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t v = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    v ^= v >> 13;
+    v *= 0x5bd1e995u;
+    p[i] = v ^ (v >> 15);
+  }
+}
+
+static uint64_t checksum(const std::vector<float>& v) {
+  uint64_t s = 1469598103934665603ull;
+  for (float f : v) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    s = (s ^ b) * 1099511628211ull;
+  }
+  return s;
+}
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  int steps = argc > 1 ? std::atoi(argv[1]) : 10;
+  int pause_ms = argc > 2 ? std::atoi(argv[2]) : 100;
+  size_t big_mib = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 0;
+  bool with_array = argc > 4 && std::strcmp(argv[4], "array") == 0;
+
+  float *w, *x, *h;
+  CHECK(cudaMalloc(&w, N * N * sizeof(float)));
+  CHECK(cudaMalloc(&x, N * B * sizeof(float)));
+  CHECK(cudaMalloc(&h, N * B * sizeof(float)));
+  uint32_t* big = nullptr;
+  size_t big_n = big_mib << 18;
+  if (big_n) {
+    CHECK(cudaMalloc(&big, big_n * 4));
+    fillRandom<<<256, 256>>>(big, big_n, 12345u);
+    CHECK(cudaGetLastError());
+  }
+  cudaArray_t array = nullptr;
+  if (with_array) {
+    cudaChannelFormatDesc d = cudaCreateChannelDesc<float>();
+    CHECK(cudaMallocArray(&array, &d, 64, 64));
+  }
+  int lo = 0, hi = 0;
+  CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, hi));
+  cudaEvent_t done;
+  CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  cublasHandle_t blas;
+  CHECK_BLAS(cublasCreate(&blas));
+  CHECK_BLAS(cublasSetStream(blas, stream));
+  init<<<(N * N + 255) / 256, 256, 0, stream>>>(w, x);
+  CHECK(cudaGetLastError());
+  std::printf("ready\n");
+
+  std::vector<float> wh(N * N), bh(N);
+  const float one = 1.f, zero = 0.f;
+  for (int s = 1; s <= steps; ++s) {
+    CHECK_BLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, N, B, N, &one, w, N, x, N, &zero, h, N));
+    update<<<N, N, 0, stream>>>(w, h, x, 0.05f);
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventRecord(done, stream));
+    CHECK(cudaEventSynchronize(done));
+    CHECK(cudaMemcpyAsync(wh.data(), w, wh.size() * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CHECK(cudaMemcpyFromSymbolAsync(bh.data(), bias, bh.size() * sizeof(float), 0, cudaMemcpyDeviceToHost, stream));
+    CHECK(cudaStreamSynchronize(stream));
+    std::printf("step %d checksum %016llx %016llx\n", s, static_cast<unsigned long long>(checksum(wh)),
+                static_cast<unsigned long long>(checksum(bh)));
+    if (pause_ms) usleep(pause_ms * 1000);
+  }
+  unsigned long long counted = 0;
+  CHECK(cudaMemcpyFromSymbol(&counted, steps_done, sizeof counted));
+  std::printf("steps counted on the device: %llu\n", counted);
+  if (big_n) {
+    std::vector<uint32_t> back(big_n);
+    CHECK(cudaMemcpy(back.data(), big, big_n * 4, cudaMemcpyDeviceToHost));
+    size_t wrong = 0;
+    for (size_t i = 0; i < big_n; ++i) {
+      uint32_t v = static_cast<uint32_t>(i) * 2654435761u ^ 12345u;
+      v ^= v >> 13;
+      v *= 0x5bd1e995u;
+      if (back[i] != (v ^ (v >> 15))) ++wrong;
+    }
+    std::printf("big: %zu MiB, %zu words wrong\n", big_mib, wrong);
+  }
+  if (array) CHECK(cudaFreeArray(array));
+  CHECK_BLAS(cublasDestroy(blas));
+  CHECK(cudaStreamDestroy(stream));
+  CHECK(cudaEventDestroy(done));
+  CHECK(cudaFree(w));
+  CHECK(cudaFree(x));
+  CHECK(cudaFree(h));
+  if (big) CHECK(cudaFree(big));
+  std::printf("done\n");
+  return 0;
+}

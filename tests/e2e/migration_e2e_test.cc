@@ -1,0 +1,176 @@
+// Moving running sessions to new workers (docs/migration.md), end to end: a
+// real server with [checkpoint], a training loop (migrate_client) moved
+// while it runs by rgpu-smi --migrate, and what must hold whatever happens —
+// every line the program prints is what an unmoved run prints.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "tests/e2e/pool_fixture.h"
+
+namespace rgpu::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string migrateClient() { return std::string(RGPU_TEST_PROGRAMS_DIR) + "/migrate_client"; }
+
+class Migration : public Pool {
+ protected:
+  void startWithCheckpoints() {
+    const std::string key = dir_.file("checkpoint.key");
+    writeFile(key, "6d5f0e8a7c4b3a2918f7e6d5c4b3a29180f1e2d3c4b5a69788796a5b4c3d2e1f\n");
+    ::chmod(key.c_str(), 0600);
+    start("admin = true\n", "",
+          "[checkpoint]\ndir = \"" + dir_.file("checkpoints") + "\"\nkey_file = \"" + key + "\"\n"
+          "[accounting]\npath = \"" + dir_.file("accounting.jsonl") + "\"\n");
+  }
+  // Runs migrate_client as alice in the background, its output in `out`.
+  std::thread launch(const std::string& args, const std::string& out) {
+    return std::thread([this, args, out] {
+      run(migrateClient() + " " + args + " >" + out + " 2>&1",
+          "RGPU_CONFIG=" + dir_.file("alice.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+    });
+  }
+  // The id of the session that last started (the server's log).
+  std::string lastSession() {
+    std::string log = server_->log(), id;
+    std::smatch m;
+    for (std::string rest = log; std::regex_search(rest, m, std::regex("session (\\d+): user 'alice' placed"));
+         rest = m.suffix())
+      id = m[1];
+    return id;
+  }
+  RunResult smi(const std::string& user, const std::string& args) {
+    return run(std::string(RGPU_SMI_BIN) + " " + args, "RGPU_CONFIG=" + dir_.file(user + ".toml"));
+  }
+  // The lines that say how training went (no timing, no log lines).
+  static std::string steps(const std::string& out) {
+    std::string kept;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("step", 0) == 0 || line.rfind("big:", 0) == 0 || line == "done") kept += line + "\n";
+    return kept;
+  }
+  size_t checkpointsLeft() {
+    size_t n = 0;
+    for (auto& e : fs::directory_iterator(dir_.file("checkpoints"))) (void)e, ++n;
+    return n;
+  }
+};
+
+TEST_F(Migration, ATrainingLoopMovedTwiceMidRunPrintsExactlyWhatAnUnmovedRunPrints) {
+  startWithCheckpoints();
+  RunResult alone = run(migrateClient() + " 12 0", "RGPU_CONFIG=" + dir_.file("alice.toml") +
+                                                      " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  ASSERT_EQ(alone.code, 0) << alone.output;
+  ASSERT_NE(alone.output.find("step 12 checksum"), std::string::npos) << alone.output;
+
+  const std::string out = dir_.file("moved.out");
+  std::thread t = launch("12 150", out);
+  waitFor([&] { return readFile(out).find("step 3 ") != std::string::npos; }, out);
+  const std::string sid = lastSession();
+  ASSERT_FALSE(sid.empty()) << server_->log();
+  RunResult first = smi("alice", "--migrate " + sid);
+  EXPECT_EQ(first.code, 0) << first.output << server_->log();
+  EXPECT_NE(first.output.find("session " + sid + " moved to a new worker in "), std::string::npos) << first.output;
+  waitFor([&] { return readFile(out).find("step 8 ") != std::string::npos; }, out);
+  RunResult second = smi("alice", "--migrate " + sid);
+  EXPECT_EQ(second.code, 0) << second.output << server_->log();
+  t.join();
+  std::string moved = readFile(out);
+  EXPECT_EQ(steps(moved), steps(alone.output)) << moved << "\nserver log:\n" << server_->log();
+  EXPECT_NE(moved.find("steps counted on the device: 12"), std::string::npos) << moved;
+  // The checkpoints are gone once restored; the session ended once, having moved twice.
+  EXPECT_EQ(checkpointsLeft(), 0u);
+  std::string log = server_->log();
+  EXPECT_NE(log.find("session " + sid + ": restored for user 'alice'"), std::string::npos) << log;
+  waitFor([&] { return readFile(dir_.file("accounting.jsonl")).find("\"session\":" + sid + ",") != std::string::npos; },
+          "the accounting line");
+  std::string acct = readFile(dir_.file("accounting.jsonl"));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(acct, m, std::regex("\\{[^\n]*\"session\":" + sid + ",[^\n]*\\}"))) << acct;
+  EXPECT_NE(m.str().find("\"migrations\":2"), std::string::npos) << m.str();
+  EXPECT_NE(m.str().find("\"reason\":\"client left\""), std::string::npos) << m.str();
+}
+
+TEST_F(Migration, ASessionThatCannotBeCheckpointedStaysWhereItIsAndFinishes) {
+  startWithCheckpoints();
+  const std::string out = dir_.file("array.out");
+  std::thread t = launch("6 150 0 array", out);
+  waitFor([&] { return readFile(out).find("step 2 ") != std::string::npos; }, out);
+  RunResult r = smi("alice", "--migrate " + lastSession());
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("not moved: cannot be checkpointed: it holds CUDA arrays"), std::string::npos) << r.output;
+  t.join();
+  EXPECT_NE(readFile(out).find("step 6 checksum"), std::string::npos) << readFile(out);
+  EXPECT_NE(readFile(out).find("done"), std::string::npos);
+  EXPECT_EQ(checkpointsLeft(), 0u);
+}
+
+TEST_F(Migration, OnlyAdminsMoveSessionsAndOnlyRunningOnes) {
+  startWithCheckpoints();
+  const std::string out = dir_.file("bob.out");
+  std::thread t = launch("4 150", out);
+  waitFor([&] { return readFile(out).find("step 1 ") != std::string::npos; }, out);
+  RunResult bob = smi("bob", "--migrate " + lastSession());
+  EXPECT_NE(bob.code, 0);
+  EXPECT_NE(bob.output.find("only admins move sessions"), std::string::npos) << bob.output;
+  RunResult none = smi("alice", "--migrate 999");
+  EXPECT_NE(none.code, 0);
+  EXPECT_NE(none.output.find("session 999 is not running on this server"), std::string::npos) << none.output;
+  RunResult elsewhere = smi("alice", "--migrate " + lastSession() + " --to gpu07");
+  EXPECT_NE(elsewhere.output.find("moving a session to another member ('gpu07') is not built yet"), std::string::npos)
+      << elsewhere.output;
+  t.join();
+  EXPECT_NE(readFile(out).find("done"), std::string::npos) << readFile(out);
+}
+
+TEST_F(Migration, WithoutACheckpointKeySessionsAreNotMoved) {
+  start("admin = true\n");
+  const std::string out = dir_.file("nokey.out");
+  std::thread t = launch("3 150", out);
+  waitFor([&] { return readFile(out).find("step 1 ") != std::string::npos; }, out);
+  RunResult r = smi("alice", "--migrate " + lastSession());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("no [checkpoint] dir and key_file"), std::string::npos) << r.output;
+  t.join();
+  EXPECT_NE(readFile(out).find("done"), std::string::npos);
+}
+
+TEST_F(Migration, AWorkerKilledWhileRestoringLeavesTheSessionRunningWhereItWas) {
+  startWithCheckpoints();
+  // 768 MiB of pseudo-random memory: the restore takes long enough to be killed in.
+  const std::string out = dir_.file("kill.out");
+  std::thread t = launch("6 150 768", out);
+  waitFor([&] { return readFile(out).find("step 2 ") != std::string::npos; }, out);
+  const std::string sid = lastSession();
+  std::thread move([&] {
+    RunResult r = smi("alice", "--migrate " + sid);
+    EXPECT_NE(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("not moved: restore: the worker is gone"), std::string::npos) << r.output;
+  });
+  std::smatch m;
+  waitFor(
+      [&] {
+        std::string log = server_->log();
+        return std::regex_search(log, m, std::regex("session " + sid + ": worker (\\d+) restores it"));
+      },
+      "the restoring worker");
+  ::kill(std::stoi(m[1].str()), SIGKILL);
+  move.join();
+  t.join();
+  std::string got = readFile(out);
+  EXPECT_NE(got.find("step 6 checksum"), std::string::npos) << got << server_->log();
+  EXPECT_NE(got.find("big: 768 MiB, 0 words wrong"), std::string::npos) << got;
+  EXPECT_NE(got.find("done"), std::string::npos);
+  EXPECT_EQ(checkpointsLeft(), 0u);
+}
+
+}  // namespace
+}  // namespace rgpu::test
