@@ -123,7 +123,10 @@ void SessionMover::expect(const std::shared_ptr<Move>& m, int fd, std::function<
 }
 
 void SessionMover::checkpointed(const std::shared_ptr<Move>& m, Result<std::string> answer) {
-  if (!answer) return fail(m, "checkpoint: " + answer.status().message());
+  if (!answer)
+    return fail(m, "checkpoint: " + answer.status().message() +
+                       " (a session whose client does not resume — client resume off, or [session] "
+                       "resume_grace_ms = 0 — cannot move)");
   auto f = splitFields(*answer, 4);
   if (f[0] == "refused") return fail(m, f.size() > 1 ? f[1] : "refused");
   if (f[0] != "checkpointed" || f.size() < 3) return fail(m, "checkpoint: an answer the daemon does not know");

@@ -56,7 +56,7 @@ void Outbox::reply(uint64_t seq, std::vector<uint8_t>& frame, const uint8_t* bul
   bool hold = false;
   {
     std::lock_guard lock(mu_);
-    hold = retain_ && !closed_ && may_wait && bulk_len >= kHoldBulkBytes;
+    hold = retain_ && !closed_ && !no_hold_ && may_wait && bulk_len >= kHoldBulkBytes;
     if (hold) {
       Kept& k = replies_[seq];
       k.frame = frame;
@@ -142,6 +142,7 @@ Result<size_t> Outbox::resume(std::unique_ptr<common::TlsConnection> conn, const
   // connection after the older ones.
   std::lock_guard lock(mu_);
   conn_ = std::move(conn);
+  no_hold_ = false;
   trimLocked(replies, notifications);
   {
     std::lock_guard wire(wire_mu_);
@@ -161,6 +162,7 @@ Result<size_t> Outbox::resume(std::unique_ptr<common::TlsConnection> conn, const
 void Outbox::copyHeld() {
   {
     std::lock_guard lock(mu_);
+    no_hold_ = true;
     for (auto& [seq, k] : replies_)
       if (k.held) {
         k.bulk.assign(k.held, k.held + k.held_len);

@@ -81,7 +81,8 @@ class Outbox {
 
   // Checkpoint (server/session/session_checkpoint.cc), with the connection
   // lost: copies the bulk of every held reply, so that its sender returns
-  // (its stream can drain) and the frame can be saved.
+  // (its stream can drain) and the frame can be saved; until the next
+  // resume, large replies are copied rather than held.
   void copyHeld();
   // Writes what a resume would resend (after copyHeld), and the next
   // notification's number; load() takes it up in a restored session, whose
@@ -109,6 +110,7 @@ class Outbox {
 
   common::Compression compression_;
   bool retain_ = false;  // set before the first frame is sent, never cleared
+  bool no_hold_ = false;  // copyHeld() ran: copy large replies until resume()
   mutable std::mutex mu_;
   // One frame at a time on the wire, bulk included (taken after mu_, never before).
   std::mutex wire_mu_;
