@@ -404,6 +404,22 @@ class Backend {
   virtual Result<std::vector<ModuleGlobal>> moduleGlobals(uint32_t module) const {
     return Status(err::kNotSupported, "the " + name() + " backend cannot list a module's variables");
   }
+  // A completed event's state: recorded or not, and when it completed
+  // (CLOCK_MONOTONIC ns, which every process of the host shares: a restored
+  // event times against one recorded after the move). Called with the
+  // session's work drained.
+  struct EventState {
+    bool recorded = false;
+    int64_t completed_ns = 0;
+  };
+  virtual Result<EventState> eventState(uint32_t event) const {
+    return Status(err::kNotSupported, "the " + name() + " backend cannot report an event's state");
+  }
+  // createEvent, in the state a checkpoint recorded.
+  virtual Status restoreEvent(uint32_t event, int device, uint32_t flags, const EventState& state) {
+    if (state.recorded) return Status(err::kNotSupported, "the " + name() + " backend cannot restore a recorded event");
+    return createEvent(event, device, flags);
+  }
   // loadModule, with the module's variables placed as `at` says (every one
   // of them; their initial values are written over by the restore).
   virtual Status loadModuleAt(uint32_t id, int device, const std::string& fatbin, const std::vector<ModuleGlobal>& at) {

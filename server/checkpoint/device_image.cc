@@ -107,6 +107,11 @@ Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWr
     if (!g) return g.status();
     m.globals = std::move(*g);
   }
+  for (auto& e : image.events) {
+    auto s = backend.eventState(e.id);
+    if (!s) return s.status();
+    e.state = *s;
+  }
   RGPU_CK(out.putU32(kImageMagic));
   RGPU_CK(out.putU64(image.allocations.size()));
   for (auto& a : image.allocations) {
@@ -151,6 +156,8 @@ Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWr
     RGPU_CK(out.putU32(e.id));
     RGPU_CK(out.putI32(e.device));
     RGPU_CK(out.putU32(e.flags));
+    RGPU_CK(out.putU32(e.state.recorded ? 1 : 0));
+    RGPU_CK(out.putU64(static_cast<uint64_t>(e.state.completed_ns)));
   }
   for (auto& r : rangesOf(image)) RGPU_CK(writeBytes(backend, r, out));
   return Status::ok();
@@ -246,9 +253,11 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
     RGPU_CK_GET(id, in.getU32());
     RGPU_CK_GET(d, in.getI32());
     RGPU_CK_GET(flags, in.getU32());
+    RGPU_CK_GET(recorded, in.getU32());
+    RGPU_CK_GET(completed_ns, in.getU64());
     RGPU_CK(checkDevice(d));
-    e = {id, d, flags};
-    RGPU_CK(backend.createEvent(id, d, flags));
+    e = {id, d, flags, {recorded != 0, static_cast<int64_t>(completed_ns)}};
+    RGPU_CK(backend.restoreEvent(id, d, flags, e.state));
   }
   // The bytes, into memory placed above (a range outside it was refused there).
   for (auto& r : rangesOf(image)) RGPU_CK(readBytes(backend, r, in));

@@ -18,9 +18,9 @@
 //  - every count and size read is checked against DeviceImageLimits before
 //    anything is allocated for it: a checkpoint is input like any other.
 //
-// Restored events are created unrecorded: cudaEventQuery and
-// cudaEventSynchronize on them succeed, cudaEventElapsedTime needs them
-// recorded again (what NVIDIA's runtime answers for an unrecorded event).
+// Events come back as they were: unrecorded, or recorded and complete with
+// their completion time (CLOCK_MONOTONIC, shared by the host's processes),
+// so cudaEventElapsedTime spans a move.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +60,7 @@ struct DeviceImage {
     uint32_t id = 0;
     int32_t device = 0;
     uint32_t flags = 0;
+    Backend::EventState state;  // filled by writeDeviceImage from the backend
   };
   std::vector<Allocation> allocations;
   std::vector<Module> modules;

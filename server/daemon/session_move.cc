@@ -63,6 +63,10 @@ void SessionMover::move(uint64_t session, std::function<void(Result<std::string>
   int handoff = -1;
   if (!hooks_.current(session, &m->old_pid, &handoff))
     return done(Status(err::kInvalidValue, who + " is not running on this server"));
+  if (!hooks_.resumable(session))
+    return done(Status(err::kNotSupported, who + " cannot move: its client does not resume after a dropped connection "
+                                                 "(client resume = false, [session] resume_grace_ms = 0, or a "
+                                                 "monitor session)"));
   m->old_handoff = ::fcntl(handoff, F_DUPFD_CLOEXEC, 3);
   if (m->old_handoff < 0) return done(Status(err::kUnknown, std::string("dup: ") + std::strerror(errno)));
   auto key = newFileKey(*key_);
@@ -124,9 +128,7 @@ void SessionMover::expect(const std::shared_ptr<Move>& m, int fd, std::function<
 
 void SessionMover::checkpointed(const std::shared_ptr<Move>& m, Result<std::string> answer) {
   if (!answer)
-    return fail(m, "checkpoint: " + answer.status().message() +
-                       " (a session whose client does not resume — client resume off, or [session] "
-                       "resume_grace_ms = 0 — cannot move)");
+    return fail(m, "checkpoint: " + answer.status().message());
   auto f = splitFields(*answer, 4);
   if (f[0] == "refused") return fail(m, f.size() > 1 ? f[1] : "refused");
   if (f[0] != "checkpointed" || f.size() < 3) return fail(m, "checkpoint: an answer the daemon does not know");

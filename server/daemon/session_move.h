@@ -53,6 +53,9 @@ class SessionMover {
     // The session's worker: its pid and the daemon's end of its handoff
     // socket; false when the session has none (it ended, or is a monitor).
     std::function<bool(uint64_t session, pid_t* pid, int* handoff)> current;
+    // Whether the session's client resumes after a dropped connection (a
+    // move is one, to the client).
+    std::function<bool(uint64_t session)> resumable;
     // Starts a worker with --restore for `session` (its resume id sent first).
     std::function<Result<Restorer>(uint64_t session)> start_restorer;
     // The move took: `r` serves the session from now on; `old_pid` exits on its own.

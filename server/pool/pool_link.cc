@@ -296,6 +296,8 @@ Result<Placement> ControlSocketLink::admit(const ClientInfo& who, const DeviceRe
   return placementFromFields(splitFields(*f, 11));
 }
 
+void ControlSocketLink::resumable() { send("resumable"); }
+
 Result<Placement> ControlSocketLink::rejoin() {
   if (gate_page_fd_ >= 0) ::close(std::exchange(gate_page_fd_, -1));
   auto f = ask("rejoin", answer_timeout_, &gate_page_fd_);

@@ -60,6 +60,9 @@ class PoolLink {
   virtual void ended(const std::string& reason) {}
   // The launch gate of an admitted session (priorities, weights); nullptr: none.
   virtual std::unique_ptr<LaunchGate> gateFor(const Placement& p) { return nullptr; }
+  // The session's client resumes after a dropped connection (one-way): only
+  // such a session can move to another worker (docs/migration.md).
+  virtual void resumable() {}
   // A session moved to this worker (docs/migration.md) takes up the pool's
   // record of it, which its old worker held: its placement (with its launch
   // gate slot, whose page comes with it for gateFor). The daemon allows it
@@ -123,6 +126,7 @@ class ControlSocketLink final : public PoolLink {
   void ended(const std::string& reason) override;
   std::unique_ptr<LaunchGate> gateFor(const Placement& p) override;
   Result<Placement> rejoin() override;
+  void resumable() override;
   Result<std::string> moveSession(uint64_t session, const std::string& member) override;
 
  private:

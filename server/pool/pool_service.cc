@@ -74,6 +74,7 @@ void PoolService::detach(uint64_t session, const std::string& exit) {
   if (release_) release_(session);
   identity_.erase(session);
   rejoining_.erase(session);
+  resumable_.erase(session);
   if (auto it = slots_.find(session); it != slots_.end()) {
     if (gates_) gates_->clear(it->second);
     slots_.erase(it);
@@ -228,6 +229,8 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
     mover_(num(1), [this, session](Result<std::string> r) {
       reply(session, r ? joinFields({"ok", *r}) : errorReply(r.status()));
     });
+  } else if (verb == "resumable") {
+    resumable_.insert(session);
   } else if (verb == "rejoin") {
     auto p = rejoining_.erase(session) ? pool_.placementOf(session) : std::nullopt;
     if (!p) return reply(session, errorReply(Status(err::kNotPermitted, "no moved session to rejoin")));

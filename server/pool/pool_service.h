@@ -36,6 +36,8 @@ class PoolService {
   // record, memory, quota, launch gate slot — for the new worker, which
   // takes it up with "rejoin".
   void replaceWorker(uint64_t session, int fd);
+  // Its worker said the session's client resumes after a dropped connection.
+  bool resumable(uint64_t session) const { return resumable_.count(session) != 0; }
   // The worker exited (or was killed): everything its session held returns.
   // `exit`: how, as the daemon saw it ("exited with 0", "killed by signal 9").
   void detach(uint64_t session, const std::string& exit = "");
@@ -149,6 +151,7 @@ class PoolService {
   void slotDecided(uint64_t session, const Status& s, bool checked);
   std::map<uint64_t, std::string> identity_;  // session -> the user the daemon bound it to
   std::set<uint64_t> rejoining_;  // sessions whose new worker may ask "rejoin" (once)
+  std::set<uint64_t> resumable_;  // sessions whose worker said "resumable"
   GrantAcquire grant_acquire_;
   GrantHold grant_hold_;
   struct GrantWait {

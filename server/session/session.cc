@@ -348,6 +348,7 @@ Status Session::handshake() {
     }
     resume_ = !monitor_ && hello.getResume() && cfg_.resume_grace_ms > 0 && resume_source_.fd >= 0 &&
               resume_source_.tls && !resume_source_.id.empty();
+    if (resume_) pool_.resumable();
     if (resume_)
       welcome.setResumeId(kj::arrayPtr(reinterpret_cast<const kj::byte*>(resume_source_.id.data()), resume_source_.id.size()));
     uint8_t token_bytes[16];

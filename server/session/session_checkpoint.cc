@@ -108,7 +108,7 @@ DeviceImage Session::deviceImage() const {
   }
   for (auto& [id, dev] : events_) {
     auto f = event_flags_.find(id);
-    img.events.push_back({id, dev, f == event_flags_.end() ? 0u : f->second});
+    img.events.push_back({id, dev, f == event_flags_.end() ? 0u : f->second, {}});
   }
   return img;
 }

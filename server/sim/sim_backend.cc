@@ -346,6 +346,35 @@ Status SimBackend::createEvent(uint32_t id, int device, uint32_t flags) {
   return Status::ok();
 }
 
+Result<Backend::EventState> SimBackend::eventState(uint32_t id) const {
+  std::lock_guard lock(mu_);
+  auto it = events_.find(id);
+  if (it == events_.end()) return Status(err::kInvalidResourceHandle, "unknown event");
+  const Event& e = it->second;
+  EventState s;
+  s.recorded = e.recorded;
+  // (A drained session's recorded events have all completed.)
+  if (e.recorded && !e.stamped) return Status(err::kNotReady, "event not completed");
+  if (e.recorded)
+    s.completed_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(e.when.time_since_epoch()).count();
+  return s;
+}
+
+Status SimBackend::restoreEvent(uint32_t id, int device, uint32_t flags, const EventState& state) {
+  std::lock_guard lock(mu_);
+  if (events_.count(id)) return Status(err::kInvalidValue, "event id in use");
+  Event e;
+  e.device = device;
+  e.flags = flags;
+  if (state.recorded) {
+    // Recorded and complete: no stream to wait for, its completion time kept.
+    e.recorded = e.stamped = true;
+    e.when = std::chrono::steady_clock::time_point(std::chrono::nanoseconds(state.completed_ns));
+  }
+  events_.emplace(id, e);
+  return Status::ok();
+}
+
 Status SimBackend::destroyEvent(uint32_t id) {
   std::lock_guard lock(mu_);
   return events_.erase(id) ? Status::ok() : Status(err::kInvalidResourceHandle, "unknown event");

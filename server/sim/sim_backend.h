@@ -138,6 +138,8 @@ class SimBackend final : public Backend {
   std::string notCheckpointable() const override;
   Status allocateAt(int device, DevPtr at, uint64_t size) override;
   Result<std::vector<ModuleGlobal>> moduleGlobals(uint32_t module) const override;
+  Result<EventState> eventState(uint32_t event) const override;
+  Status restoreEvent(uint32_t event, int device, uint32_t flags, const EventState& state) override;
   Status loadModuleAt(uint32_t id, int device, const std::string& fatbin, const std::vector<ModuleGlobal>& at) override;
   Status unloadModule(uint32_t id) override;
   Result<uint32_t> registerFunction(uint32_t id, uint32_t module, const std::string& name) override;

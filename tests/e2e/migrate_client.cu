@@ -107,13 +107,16 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, hi));
-  cudaEvent_t done;
+  cudaEvent_t done, t0, t1;
   CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  CHECK(cudaEventCreate(&t0));
+  CHECK(cudaEventCreate(&t1));
   cublasHandle_t blas;
   CHECK_BLAS(cublasCreate(&blas));
   CHECK_BLAS(cublasSetStream(blas, stream));
   init<<<(N * N + 255) / 256, 256, 0, stream>>>(w, x);
   CHECK(cudaGetLastError());
+  CHECK(cudaEventRecord(t0, stream));
   std::printf("ready\n");
 
   std::vector<float> wh(N * N), bh(N);
@@ -131,6 +134,12 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(checksum(bh)));
     if (pause_ms) usleep(pause_ms * 1000);
   }
+  // Timed across the whole run, moves included.
+  CHECK(cudaEventRecord(t1, stream));
+  CHECK(cudaEventSynchronize(t1));
+  float ms = -1.f;
+  CHECK(cudaEventElapsedTime(&ms, t0, t1));
+  std::printf("timing: %s\n", ms > 0.f ? "ok" : "not positive");
   unsigned long long counted = 0;
   CHECK(cudaMemcpyFromSymbol(&counted, steps_done, sizeof counted));
   std::printf("steps counted on the device: %llu\n", counted);
@@ -150,6 +159,8 @@ int main(int argc, char** argv) {
   CHECK_BLAS(cublasDestroy(blas));
   CHECK(cudaStreamDestroy(stream));
   CHECK(cudaEventDestroy(done));
+  CHECK(cudaEventDestroy(t0));
+  CHECK(cudaEventDestroy(t1));
   CHECK(cudaFree(w));
   CHECK(cudaFree(x));
   CHECK(cudaFree(h));

@@ -54,7 +54,9 @@ class Migration : public Pool {
     std::string kept;
     std::istringstream in(out);
     for (std::string line; std::getline(in, line);)
-      if (line.rfind("step", 0) == 0 || line.rfind("big:", 0) == 0 || line == "done") kept += line + "\n";
+      if (line.rfind("step", 0) == 0 || line.rfind("big:", 0) == 0 || line.rfind("timing:", 0) == 0 ||
+          line == "done")
+        kept += line + "\n";
     return kept;
   }
   size_t checkpointsLeft() {
@@ -86,6 +88,7 @@ TEST_F(Migration, ATrainingLoopMovedTwiceMidRunPrintsExactlyWhatAnUnmovedRunPrin
   std::string moved = readFile(out);
   EXPECT_EQ(steps(moved), steps(alone.output)) << moved << "\nserver log:\n" << server_->log();
   EXPECT_NE(moved.find("steps counted on the device: 12"), std::string::npos) << moved;
+  EXPECT_NE(moved.find("timing: ok"), std::string::npos) << moved;  // an event recorded before the moves
   // The checkpoints are gone once restored; the session ended once, having moved twice.
   EXPECT_EQ(checkpointsLeft(), 0u);
   std::string log = server_->log();
@@ -129,6 +132,19 @@ TEST_F(Migration, OnlyAdminsMoveSessionsAndOnlyRunningOnes) {
       << elsewhere.output;
   t.join();
   EXPECT_NE(readFile(out).find("done"), std::string::npos) << readFile(out);
+  // A client that does not resume cannot be moved: refused at once.
+  writeFile(dir_.file("noresume.toml"), "resume = false\n" + readFile(dir_.file("alice.toml")));
+  const std::string out2 = dir_.file("noresume.out");
+  std::thread t2([&] {
+    run(migrateClient() + " 4 150 >" + out2 + " 2>&1",
+        "RGPU_CONFIG=" + dir_.file("noresume.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  });
+  waitFor([&] { return readFile(out2).find("step 1 ") != std::string::npos; }, out2);
+  RunResult fixed = smi("alice", "--migrate " + lastSession());
+  EXPECT_NE(fixed.code, 0);
+  EXPECT_NE(fixed.output.find("cannot move: its client does not resume"), std::string::npos) << fixed.output;
+  t2.join();
+  EXPECT_NE(readFile(out2).find("done"), std::string::npos) << readFile(out2);
 }
 
 TEST_F(Migration, WithoutACheckpointKeySessionsAreNotMoved) {

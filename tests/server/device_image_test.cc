@@ -111,7 +111,12 @@ Written writeSample() {
   EXPECT_TRUE(sim->createStream({5, 0}, 1, -1));
   img.streams.push_back({5, 0, 1, -1});
   EXPECT_TRUE(sim->createEvent(9, 0, 2));
-  img.events.push_back({9, 0, 2});
+  img.events.push_back({9, 0, 2, {}});
+  // A timing event recorded (and complete) before the checkpoint.
+  EXPECT_TRUE(sim->createEvent(10, 0, 0));
+  EXPECT_TRUE(sim->recordEvent(10, {5, 0}));
+  EXPECT_TRUE(syncDevice(*sim));
+  img.events.push_back({10, 0, 0, {}});
   // The kernel ran once: counter 6, written to the first allocation too.
   EXPECT_TRUE(launchBump(*sim, {5, 0}, ptrs[0]));
   w.contents[0][0] = 6, w.contents[0][1] = w.contents[0][2] = w.contents[0][3] = 0;
@@ -181,6 +186,14 @@ TEST(DeviceImage, ASimSessionsStateComesBackAtTheSameAddressesWithItsBytes) {
   ASSERT_TRUE(done);
   EXPECT_TRUE(*done);
   EXPECT_TRUE(sim->recordEvent(9, {5, 0}));
+  // The recorded event times against one recorded after the restore.
+  ASSERT_TRUE(sim->createEvent(11, 0, 0));
+  ASSERT_TRUE(sim->recordEvent(11, {5, 0}));
+  ASSERT_TRUE(syncDevice(*sim));
+  auto ms = sim->elapsedMs(10, 11);
+  ASSERT_TRUE(ms) << ms.status().message();
+  EXPECT_GT(*ms, 0.f);
+  EXPECT_LT(*ms, 60000.f);
   // New memory never lands on restored memory.
   auto fresh = sim->allocate(0, 1 << 20);
   ASSERT_TRUE(fresh);
