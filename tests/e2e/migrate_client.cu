@@ -5,7 +5,9 @@
 // A one-layer network: weights W (N x N) and a bias in a module variable,
 // trained on fixed inputs X with cuBLAS (H = W X), a kernel that turns H into
 // an update of W and of the bias, on a stream of its own with an event per
-// step. Each step prints a checksum of W's and the bias's bits.
+// step; each step also adds W's diagonal into managed memory the host reads,
+// through a buffer from the stream-ordered pool (cudaMallocAsync). Each step
+// prints a checksum of W's, the bias's and the managed buffer's bits.
 //
 //   migrate_client STEPS PAUSE_MS [BIG_MIB] [array]
 //     BIG_MIB: also holds that many MiB of pseudo-random device memory
@@ -58,6 +60,14 @@ __global__ void update(float* w, const float* h, const float* x, float lr) {
   __syncthreads();
   if (c == 0) bias[r] -= lr * 0.01f * g;
   if (r == 0 && c == 0) ++steps_done;
+}
+
+// Managed memory the host reads every step, and a stream-ordered allocation
+// from the default pool made and freed every step.
+__global__ void accumulate(float* managed, float* scratch, const float* w) {
+  int i = threadIdx.x;
+  scratch[i] = w[i * N + i];
+  managed[i] += scratch[i];
 }
 
 __global__ void fillRandom(uint32_t* p, size_t n, uint32_t seed) {
@@ -119,19 +129,27 @@ int main(int argc, char** argv) {
   CHECK(cudaEventRecord(t0, stream));
   std::printf("ready\n");
 
+  float* managed = nullptr;
+  CHECK(cudaMallocManaged(&managed, N * sizeof(float)));
+  for (int i = 0; i < N; ++i) managed[i] = static_cast<float>(i);
   std::vector<float> wh(N * N), bh(N);
   const float one = 1.f, zero = 0.f;
   for (int s = 1; s <= steps; ++s) {
     CHECK_BLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, N, B, N, &one, w, N, x, N, &zero, h, N));
     update<<<N, N, 0, stream>>>(w, h, x, 0.05f);
     CHECK(cudaGetLastError());
+    float* scratch = nullptr;
+    CHECK(cudaMallocAsync(&scratch, N * sizeof(float), stream));
+    accumulate<<<1, N, 0, stream>>>(managed, scratch, w);
+    CHECK(cudaFreeAsync(scratch, stream));
     CHECK(cudaEventRecord(done, stream));
     CHECK(cudaEventSynchronize(done));
     CHECK(cudaMemcpyAsync(wh.data(), w, wh.size() * sizeof(float), cudaMemcpyDeviceToHost, stream));
     CHECK(cudaMemcpyFromSymbolAsync(bh.data(), bias, bh.size() * sizeof(float), 0, cudaMemcpyDeviceToHost, stream));
     CHECK(cudaStreamSynchronize(stream));
-    std::printf("step %d checksum %016llx %016llx\n", s, static_cast<unsigned long long>(checksum(wh)),
-                static_cast<unsigned long long>(checksum(bh)));
+    std::vector<float> mh(managed, managed + N);  // read by the host, through managed memory
+    std::printf("step %d checksum %016llx %016llx %016llx\n", s, static_cast<unsigned long long>(checksum(wh)),
+                static_cast<unsigned long long>(checksum(bh)), static_cast<unsigned long long>(checksum(mh)));
     if (pause_ms) usleep(pause_ms * 1000);
   }
   // Timed across the whole run, moves included.
@@ -156,6 +174,7 @@ int main(int argc, char** argv) {
     std::printf("big: %zu MiB, %zu words wrong\n", big_mib, wrong);
   }
   if (array) CHECK(cudaFreeArray(array));
+  CHECK(cudaFree(managed));
   CHECK_BLAS(cublasDestroy(blas));
   CHECK(cudaStreamDestroy(stream));
   CHECK(cudaEventDestroy(done));
