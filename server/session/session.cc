@@ -208,8 +208,11 @@ Status Session::endRun(Status s) {
   outbox_.close();  // backend threads waiting for the client's acknowledgement return
   if (moved_) {
     // The pool's record and the client are the new worker's now.
-    std::lock_guard lock(host_mu_);
-    closing_ = true;
+    {
+      std::lock_guard lock(host_mu_);
+      closing_ = true;
+    }
+    host_cv_.notify_all();
     return Status::ok();
   }
   reportUsage(true);
