@@ -50,6 +50,9 @@ class ArrayTable {
   };
   struct Object {  // a texture or surface object
     int device = 0;
+    TextureSpec texture;   // a texture: how it was made (a checkpoint makes it again)
+    uint64_t array = 0;    // a surface: its array and level
+    uint32_t level = 0;
   };
 
   Status addArray(uint64_t handle, Array a);
@@ -67,6 +70,9 @@ class ArrayTable {
   Dropped dropDevice(int device);
   // No array, texture or surface object.
   bool empty() const { return arrays_.empty() && objects_[0].empty() && objects_[1].empty(); }
+  // Everything, for a checkpoint.
+  const std::unordered_map<uint64_t, Array>& arrays() const { return arrays_; }
+  const std::unordered_map<uint64_t, Object>& objects(Kind kind) const { return objects_[kind]; }
 
   // Checks one side of a copy of width x height x depth (bytes, rows,
   // slices) against the array it names or the allocations; reports its

@@ -420,6 +420,21 @@ class Backend {
     if (state.recorded) return Status(err::kNotSupported, "the " + name() + " backend cannot restore a recorded event");
     return createEvent(event, device, flags);
   }
+  // A CUDA array's memory (its levels, as one allocation); createArrayAt,
+  // createTextureAt and createSurfaceAt make the objects again under the
+  // handles the program holds, the array's memory at `base`.
+  virtual Result<std::pair<DevPtr, uint64_t>> arrayMemory(uint64_t array) const {
+    return Status(err::kNotSupported, "the " + name() + " backend cannot checkpoint arrays");
+  }
+  virtual Status createArrayAt(uint64_t handle, const ArraySpec& spec, DevPtr base) {
+    return Status(err::kNotSupported, "the " + name() + " backend cannot restore arrays");
+  }
+  virtual Status createTextureAt(uint64_t handle, const TextureSpec& spec) {
+    return Status(err::kNotSupported, "the " + name() + " backend cannot restore texture objects");
+  }
+  virtual Status createSurfaceAt(uint64_t handle, int device, uint64_t array, uint32_t level) {
+    return Status(err::kNotSupported, "the " + name() + " backend cannot restore surface objects");
+  }
   // loadModule, with the module's variables placed as `at` says (every one
   // of them; their initial values are written over by the restore).
   virtual Status loadModuleAt(uint32_t id, int device, const std::string& fatbin, const std::vector<ModuleGlobal>& at) {

@@ -1,5 +1,7 @@
 #include "server/checkpoint/device_image.h"
 
+#include "server/backend/array_table.h"
+
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -42,6 +44,7 @@ struct Range {
 std::vector<Range> rangesOf(const DeviceImage& image) {
   std::vector<Range> out;
   for (auto& a : image.allocations) out.push_back({a.device, a.base, a.size});
+  for (auto& a : image.arrays) out.push_back({a.spec.device, a.base, a.size});
   for (auto& m : image.modules)
     for (auto& g : m.globals)
       if (g.size) out.push_back({m.device, g.addr, g.size});
@@ -98,6 +101,96 @@ Status checkCount(uint64_t n, uint64_t max, const char* what) {
   if (!var##_r) return var##_r.status();         \
   auto var = *var##_r
 
+Status putFormat(CheckpointWriter& out, const ArrayFormat& f) {
+  RGPU_CK(out.putI32(f.kind));
+  RGPU_CK(out.putI32(f.channels));
+  RGPU_CK(out.putI32(f.bits));
+  return out.putU32(f.normalized ? 1 : 0);
+}
+
+Status getFormat(CheckpointReader& in, ArrayFormat* f) {
+  RGPU_CK_GET(kind, in.getI32());
+  RGPU_CK_GET(channels, in.getI32());
+  RGPU_CK_GET(bits, in.getI32());
+  RGPU_CK_GET(normalized, in.getU32());
+  *f = {kind, channels, bits, normalized != 0};
+  return Status::ok();
+}
+
+Status putFloat(CheckpointWriter& out, float v) { return out.put(&v, sizeof v); }
+Status getFloat(CheckpointReader& in, float* v) { return in.get(v, sizeof *v); }
+
+Status putArraySpec(CheckpointWriter& out, const ArraySpec& s) {
+  RGPU_CK(out.putI32(s.device));
+  RGPU_CK(putFormat(out, s.format));
+  RGPU_CK(out.putU64(s.width));
+  RGPU_CK(out.putU64(s.height));
+  RGPU_CK(out.putU64(s.depth));
+  RGPU_CK(out.putU32(s.flags));
+  return out.putU32(s.levels);
+}
+
+Status getArraySpec(CheckpointReader& in, ArraySpec* s) {
+  RGPU_CK_GET(device, in.getI32());
+  s->device = device;
+  RGPU_CK(getFormat(in, &s->format));
+  RGPU_CK_GET(width, in.getU64());
+  RGPU_CK_GET(height, in.getU64());
+  RGPU_CK_GET(depth, in.getU64());
+  RGPU_CK_GET(flags, in.getU32());
+  RGPU_CK_GET(levels, in.getU32());
+  s->width = width, s->height = height, s->depth = depth, s->flags = flags, s->levels = levels;
+  return Status::ok();
+}
+
+Status putTextureSpec(CheckpointWriter& out, const TextureSpec& t) {
+  RGPU_CK(out.putI32(t.device));
+  RGPU_CK(out.putU32(t.resource));
+  RGPU_CK(out.putU64(t.array));
+  RGPU_CK(out.putU32(t.level));
+  RGPU_CK(out.putU64(t.ptr));
+  RGPU_CK(putFormat(out, t.format));
+  for (uint64_t v : {t.size, t.width, t.height, t.pitch}) RGPU_CK(out.putU64(v));
+  for (uint8_t a : t.address) RGPU_CK(out.putU32(a));
+  uint32_t bits = (t.linear_filter ? 1u : 0u) | (t.normalized_read ? 2u : 0u) | (t.srgb ? 4u : 0u) |
+                  (t.normalized_coords ? 8u : 0u) | (t.mip_linear ? 16u : 0u) | (t.disable_trilinear ? 32u : 0u) |
+                  (t.seamless_cubemap ? 64u : 0u);
+  RGPU_CK(out.putU32(bits));
+  for (float b : t.border) RGPU_CK(putFloat(out, b));
+  RGPU_CK(out.putU32(t.max_anisotropy));
+  for (float v : {t.mip_bias, t.min_lod, t.max_lod}) RGPU_CK(putFloat(out, v));
+  return Status::ok();
+}
+
+Status getTextureSpec(CheckpointReader& in, TextureSpec* t) {
+  RGPU_CK_GET(device, in.getI32());
+  RGPU_CK_GET(resource, in.getU32());
+  if (resource > TextureSpec::kPitch2D) return Status(err::kInvalidValue, "checkpoint: a texture of no known kind");
+  t->device = device;
+  t->resource = static_cast<TextureSpec::Resource>(resource);
+  RGPU_CK_GET(array, in.getU64());
+  RGPU_CK_GET(level, in.getU32());
+  RGPU_CK_GET(ptr, in.getU64());
+  t->array = array, t->level = level, t->ptr = ptr;
+  RGPU_CK(getFormat(in, &t->format));
+  for (uint64_t* v : {&t->size, &t->width, &t->height, &t->pitch}) {
+    RGPU_CK_GET(x, in.getU64());
+    *v = x;
+  }
+  for (uint8_t& a : t->address) {
+    RGPU_CK_GET(x, in.getU32());
+    a = static_cast<uint8_t>(x);
+  }
+  RGPU_CK_GET(bits, in.getU32());
+  t->linear_filter = bits & 1, t->normalized_read = bits & 2, t->srgb = bits & 4, t->normalized_coords = bits & 8;
+  t->mip_linear = bits & 16, t->disable_trilinear = bits & 32, t->seamless_cubemap = bits & 64;
+  for (float& b : t->border) RGPU_CK(getFloat(in, &b));
+  RGPU_CK_GET(aniso, in.getU32());
+  t->max_anisotropy = aniso;
+  for (float* v : {&t->mip_bias, &t->min_lod, &t->max_lod}) RGPU_CK(getFloat(in, v));
+  return Status::ok();
+}
+
 }  // namespace
 
 Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWriter& out) {
@@ -112,10 +205,23 @@ Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWr
     if (!s) return s.status();
     e.state = *s;
   }
+  for (auto& a : image.arrays) {
+    auto m = backend.arrayMemory(a.handle);
+    if (!m) return m.status();
+    a.base = m->first;
+    a.size = m->second;
+  }
   RGPU_CK(out.putU32(kImageMagic));
   RGPU_CK(out.putU64(image.allocations.size()));
   for (auto& a : image.allocations) {
     RGPU_CK(out.putI32(a.device));
+    RGPU_CK(out.putU64(a.base));
+    RGPU_CK(out.putU64(a.size));
+  }
+  RGPU_CK(out.putU64(image.arrays.size()));
+  for (auto& a : image.arrays) {
+    RGPU_CK(out.putU64(a.handle));
+    RGPU_CK(putArraySpec(out, a.spec));
     RGPU_CK(out.putU64(a.base));
     RGPU_CK(out.putU64(a.size));
   }
@@ -159,6 +265,19 @@ Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWr
     RGPU_CK(out.putU32(e.state.recorded ? 1 : 0));
     RGPU_CK(out.putU64(static_cast<uint64_t>(e.state.completed_ns)));
   }
+  // Objects on the arrays (and on allocations) come after both.
+  RGPU_CK(out.putU64(image.textures.size()));
+  for (auto& t : image.textures) {
+    RGPU_CK(out.putU64(t.handle));
+    RGPU_CK(putTextureSpec(out, t.spec));
+  }
+  RGPU_CK(out.putU64(image.surfaces.size()));
+  for (auto& s : image.surfaces) {
+    RGPU_CK(out.putU64(s.handle));
+    RGPU_CK(out.putI32(s.device));
+    RGPU_CK(out.putU64(s.array));
+    RGPU_CK(out.putU32(s.level));
+  }
   for (auto& r : rangesOf(image)) RGPU_CK(writeBytes(backend, r, out));
   return Status::ok();
 }
@@ -185,6 +304,32 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
     a = {d, base, size};
     // At the address the program holds, or not at all.
     RGPU_CK(backend.allocateAt(d, base, size));
+  }
+  RGPU_CK_GET(n_arrays, in.getU64());
+  RGPU_CK(checkCount(n_arrays, limits.max_arrays, "arrays"));
+  image.arrays.resize(n_arrays);
+  for (auto& a : image.arrays) {
+    RGPU_CK_GET(handle, in.getU64());
+    a.handle = handle;
+    RGPU_CK(getArraySpec(in, &a.spec));
+    RGPU_CK_GET(base, in.getU64());
+    RGPU_CK_GET(size, in.getU64());
+    RGPU_CK(checkDevice(a.spec.device));
+    // The shape and format checks its creation passed, before anything is made of it.
+    const ArrayFormat& f = a.spec.format;
+    if (f.kind < 0 || f.kind > 2 || (f.channels != 1 && f.channels != 2 && f.channels != 4) ||
+        (f.bits != 8 && f.bits != 16 && f.bits != 32))
+      return Status(err::kInvalidValue, "checkpoint: array " + std::to_string(handle) + " has a format no array has");
+    auto bytes = checkArray(a.spec, backend.devices()[static_cast<size_t>(a.spec.device)].attributes);
+    if (!bytes) return bytes.status();
+    a.base = base;
+    a.size = size;
+    RGPU_CK(backend.createArrayAt(handle, a.spec, base));
+    // The array the backend made is the size the checkpoint's bytes are.
+    auto m = backend.arrayMemory(handle);
+    if (!m) return m.status();
+    if (m->first != base || m->second != size)
+      return Status(err::kInvalidValue, "checkpoint: array " + std::to_string(handle) + " does not match its memory");
   }
   RGPU_CK_GET(n_mod, in.getU64());
   RGPU_CK(checkCount(n_mod, limits.max_modules, "modules"));
@@ -258,6 +403,28 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
     RGPU_CK(checkDevice(d));
     e = {id, d, flags, {recorded != 0, static_cast<int64_t>(completed_ns)}};
     RGPU_CK(backend.restoreEvent(id, d, flags, e.state));
+  }
+  RGPU_CK_GET(n_tex, in.getU64());
+  RGPU_CK(checkCount(n_tex, limits.max_textures, "texture objects"));
+  image.textures.resize(n_tex);
+  for (auto& t : image.textures) {
+    RGPU_CK_GET(handle, in.getU64());
+    t.handle = handle;
+    RGPU_CK(getTextureSpec(in, &t.spec));
+    RGPU_CK(checkDevice(t.spec.device));
+    RGPU_CK(backend.createTextureAt(handle, t.spec));
+  }
+  RGPU_CK_GET(n_surf, in.getU64());
+  RGPU_CK(checkCount(n_surf, limits.max_surfaces, "surface objects"));
+  image.surfaces.resize(n_surf);
+  for (auto& s : image.surfaces) {
+    RGPU_CK_GET(handle, in.getU64());
+    RGPU_CK_GET(d, in.getI32());
+    RGPU_CK_GET(array, in.getU64());
+    RGPU_CK_GET(level, in.getU32());
+    RGPU_CK(checkDevice(d));
+    s = {handle, d, array, level};
+    RGPU_CK(backend.createSurfaceAt(handle, d, array, level));
   }
   // The bytes, into memory placed above (a range outside it was refused there).
   for (auto& r : rangesOf(image)) RGPU_CK(readBytes(backend, r, in));

@@ -2,7 +2,8 @@
 // from one backend and rebuilt in another (docs/migration.md).
 //
 // What it covers: device allocations (cudaMalloc, cudaMallocPitch) with
-// their bytes, loaded modules (their fatbin, and each module variable at its
+// their bytes, CUDA arrays (with their bytes) and texture and surface
+// objects under the handles the program holds, loaded modules (their fatbin, and each module variable at its
 // address with its bytes), registered kernels with the attributes the
 // program set, streams with their flags and priorities, and events with
 // their flags. The session describes what it holds (DeviceImage); the
@@ -62,7 +63,26 @@ struct DeviceImage {
     uint32_t flags = 0;
     Backend::EventState state;  // filled by writeDeviceImage from the backend
   };
+  struct Array {
+    uint64_t handle = 0;
+    ArraySpec spec;
+    DevPtr base = 0;    // filled by writeDeviceImage from the backend
+    uint64_t size = 0;  // (its levels, as one allocation)
+  };
+  struct Texture {
+    uint64_t handle = 0;
+    TextureSpec spec;
+  };
+  struct Surface {
+    uint64_t handle = 0;
+    int32_t device = 0;
+    uint64_t array = 0;
+    uint32_t level = 0;
+  };
   std::vector<Allocation> allocations;
+  std::vector<Array> arrays;
+  std::vector<Texture> textures;
+  std::vector<Surface> surfaces;
   std::vector<Module> modules;
   std::vector<Function> functions;
   std::vector<Stream> streams;
@@ -78,6 +98,7 @@ struct DeviceImageLimits {
   uint64_t max_events = 1 << 16;
   uint64_t max_fatbin_bytes = 256ull << 20;
   uint64_t max_globals_per_module = 1 << 16;
+  uint64_t max_arrays = 65536, max_textures = 65536, max_surfaces = 65536;
 };
 inline constexpr size_t kMaxCheckpointNameBytes = 4096;
 

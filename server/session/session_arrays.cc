@@ -259,7 +259,7 @@ Status Session::onTextureCreate(const FrameHeader& h, wire::Request::Reader req)
   }
   auto handle = backend_->createTexture(t);
   if (!handle) return finish(h, handle.status()), Status::ok();
-  if (Status add = arrays_.addObject(ArrayTable::kTexture, *handle, {t.device}); !add) {
+  if (Status add = arrays_.addObject(ArrayTable::kTexture, *handle, {t.device, t, 0, 0}); !add) {
     (void)backend_->destroyTexture(*handle);
     return finish(h, add), Status::ok();
   }
@@ -284,7 +284,7 @@ Status Session::onSurfaceCreate(const FrameHeader& h, wire::Request::Reader req)
   }
   auto handle = backend_->createSurface(a->spec.device, array, level);
   if (!handle) return finish(h, handle.status()), Status::ok();
-  if (Status add = arrays_.addObject(ArrayTable::kSurface, *handle, {a->spec.device}); !add) {
+  if (Status add = arrays_.addObject(ArrayTable::kSurface, *handle, {a->spec.device, {}, array, level}); !add) {
     (void)backend_->destroySurface(*handle);
     return finish(h, add), Status::ok();
   }

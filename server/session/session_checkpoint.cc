@@ -55,7 +55,6 @@ Status getStatus(CheckpointReader& in, Status* out) {
 
 std::string Session::notCheckpointable() {
   if (monitor_ || !backend_) return "it is a monitor session";
-  if (!arrays_.empty()) return "it holds CUDA arrays, textures or surfaces";
   if (!graphs_.empty() || !cond_handles_.empty()) return "it holds CUDA graphs";
   if (!malloc_heap_charge_.empty()) return "it set cudaLimitMallocHeapSize";
   {
@@ -97,6 +96,10 @@ DeviceImage Session::deviceImage() const {
     const AllocationTable::Entry* e = allocs_.find(base);
     if (e && !e->is_symbol) img.allocations.push_back({e->device, base, e->size});
   }
+  for (auto& [handle, a] : arrays_.arrays()) img.arrays.push_back({handle, a.spec, 0, 0});
+  for (auto& [handle, o] : arrays_.objects(ArrayTable::kTexture)) img.textures.push_back({handle, o.texture});
+  for (auto& [handle, o] : arrays_.objects(ArrayTable::kSurface))
+    img.surfaces.push_back({handle, o.device, o.array, o.level});
   for (auto& [id, dev] : modules_)
     if (auto it = module_images_.find(id); it != module_images_.end()) img.modules.push_back({id, dev, it->second, {}});
   for (auto& [id, k] : functions_)
@@ -265,6 +268,14 @@ Status Session::restore(CheckpointReader& in) {
     if (!e || e->size != a.size || e->device != a.device || e->is_symbol)
       return Status(err::kInvalidValue, "checkpoint: the allocation table and the device image disagree");
   }
+  for (auto& a : img.arrays) {
+    auto bytes = checkArray(a.spec, backend_->devices()[static_cast<size_t>(a.spec.device)].attributes);
+    if (!bytes) return bytes.status();
+    RGPU_TRY(arrays_.addArray(a.handle, {a.spec, arrayLevels(a.spec), *bytes}));
+  }
+  for (auto& t : img.textures) RGPU_TRY(arrays_.addObject(ArrayTable::kTexture, t.handle, {t.spec.device, t.spec, 0, 0}));
+  for (auto& s : img.surfaces)
+    RGPU_TRY(arrays_.addObject(ArrayTable::kSurface, s.handle, {s.device, {}, s.array, s.level}));
   for (auto& m : img.modules) module_images_[m.id] = m.fatbin;
   for (auto& f : img.functions) functions_[f.id].attributes = f.attributes;
   for (auto& s : img.streams) {

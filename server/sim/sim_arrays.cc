@@ -33,7 +33,32 @@ std::shared_ptr<const ptx::Textures> SimBackend::texturesLocked() {
   return objects_snapshot_;
 }
 
-Result<uint64_t> SimBackend::createArray(const ArraySpec& spec) {
+Result<uint64_t> SimBackend::objectIdLocked(uint64_t want) {
+  if (!want) return next_object_++;
+  if (arrays_.count(want) || objects_.textures.count(want) || objects_.surfaces.count(want))
+    return Status(err::kInvalidValue, "object handle " + std::to_string(want) + " in use");
+  next_object_ = std::max(next_object_, want + 1);
+  return want;
+}
+
+Result<uint64_t> SimBackend::createArray(const ArraySpec& spec) { return createArrayImpl(spec, 0, 0); }
+
+Status SimBackend::createArrayAt(uint64_t handle, const ArraySpec& spec, DevPtr base) {
+  if (!handle || !base) return Status(err::kInvalidValue, "an array is restored under a handle, at an address");
+  auto r = createArrayImpl(spec, handle, base);
+  return r ? Status::ok() : r.status();
+}
+
+Result<std::pair<DevPtr, uint64_t>> SimBackend::arrayMemory(uint64_t array) const {
+  std::lock_guard lock(mu_);
+  auto it = arrays_.find(array);
+  if (it == arrays_.end()) return Status(err::kInvalidValue, "no such array");
+  auto a = allocations_.find(it->second.base);
+  if (a == allocations_.end()) return Status(err::kInvalidValue, "the array's memory is gone");
+  return std::make_pair(it->second.base, a->second.size);
+}
+
+Result<uint64_t> SimBackend::createArrayImpl(const ArraySpec& spec, uint64_t want, DevPtr base) {
   ptx::TexImage img;
   img.shape = shapeOf(spec);
   img.format = texFormat(spec.format);
@@ -54,12 +79,18 @@ Result<uint64_t> SimBackend::createArray(const ArraySpec& spec) {
     img.levels.push_back(l);
   }
   std::lock_guard lock(mu_);
-  auto p = allocateLocked(spec.device, total);
-  if (!p) return p.status();
+  auto id = objectIdLocked(want);
+  if (!id) return id.status();
+  Result<DevPtr> p = base;
+  if (base) {
+    if (Status s = allocateAtLocked(spec.device, base, total); !s) return s;
+  } else {
+    p = allocateLocked(spec.device, total);
+    if (!p) return p.status();
+  }
   for (size_t i = 0; i < img.levels.size(); ++i) img.levels[i].base = *p + offsets[i];
-  const uint64_t id = next_object_++;
-  arrays_[id] = {spec.device, *p, std::move(img)};
-  return id;
+  arrays_[*id] = {spec.device, *p, std::move(img)};
+  return *id;
 }
 
 Status SimBackend::destroyArray(uint64_t array) {
@@ -117,7 +148,17 @@ Status SimBackend::copy3D(StreamKey s, const Copy3DSpec& c, Staging in, ReadDone
   });
 }
 
-Result<uint64_t> SimBackend::createTexture(const TextureSpec& t) {
+Result<uint64_t> SimBackend::createTexture(const TextureSpec& t) { return createTextureImpl(t, 0); }
+
+Status SimBackend::createTextureAt(uint64_t handle, const TextureSpec& t) {
+  if (!handle) return Status(err::kInvalidValue, "a texture object is restored under a handle");
+  if ((t.resource == TextureSpec::kLinear || t.resource == TextureSpec::kPitch2D) && t.format.bytes() == 0)
+    return Status(err::kInvalidValue, "a texture object's format has no bytes");
+  auto r = createTextureImpl(t, handle);
+  return r ? Status::ok() : r.status();
+}
+
+Result<uint64_t> SimBackend::createTextureImpl(const TextureSpec& t, uint64_t want) {
   ptx::TexObject o;
   ptx::TexSampler& s = o.sampler;
   for (int i = 0; i < 3; ++i) s.address[i] = t.address[i];
@@ -138,6 +179,8 @@ Result<uint64_t> SimBackend::createTexture(const TextureSpec& t) {
       auto it = arrays_.find(t.array);
       if (it == arrays_.end()) return Status(err::kInvalidValue, "no such array");
       o.image = it->second.image;
+      if (t.resource == TextureSpec::kArray && t.level >= o.image.levels.size())
+        return Status(err::kInvalidValue, "the array has no level " + std::to_string(t.level));
       if (t.resource == TextureSpec::kArray) {  // one level (of a mipmapped array, cudaGetMipmappedArrayLevel's)
         ptx::TexLevel l = o.image.levels[t.level];
         o.image.levels = {l};
@@ -156,10 +199,11 @@ Result<uint64_t> SimBackend::createTexture(const TextureSpec& t) {
                          t.pitch * t.height}};
       break;
   }
-  const uint64_t id = next_object_++;
-  objects_.textures[id] = std::move(o);
+  auto id = objectIdLocked(want);
+  if (!id) return id.status();
+  objects_.textures[*id] = std::move(o);
   objects_snapshot_.reset();
-  return id;
+  return *id;
 }
 
 Status SimBackend::destroyTexture(uint64_t texture) {
@@ -170,16 +214,27 @@ Status SimBackend::destroyTexture(uint64_t texture) {
 }
 
 Result<uint64_t> SimBackend::createSurface(int device, uint64_t array, uint32_t level) {
+  return createSurfaceImpl(array, level, 0);
+}
+
+Status SimBackend::createSurfaceAt(uint64_t handle, int device, uint64_t array, uint32_t level) {
+  if (!handle) return Status(err::kInvalidValue, "a surface object is restored under a handle");
+  auto r = createSurfaceImpl(array, level, handle);
+  return r ? Status::ok() : r.status();
+}
+
+Result<uint64_t> SimBackend::createSurfaceImpl(uint64_t array, uint32_t level, uint64_t want) {
   std::lock_guard lock(mu_);
   auto it = arrays_.find(array);
   if (it == arrays_.end() || level >= it->second.image.levels.size()) return Status(err::kInvalidValue, "no such array");
   ptx::TexImage img = it->second.image;
   ptx::TexLevel l = img.levels[level];
   img.levels = {l};
-  const uint64_t id = next_object_++;
-  objects_.surfaces[id] = std::move(img);
+  auto id = objectIdLocked(want);
+  if (!id) return id.status();
+  objects_.surfaces[*id] = std::move(img);
   objects_snapshot_.reset();
-  return id;
+  return *id;
 }
 
 Status SimBackend::destroySurface(uint64_t surface) {

@@ -213,7 +213,6 @@ Status SimBackend::allocateAt(int device, DevPtr at, uint64_t size) {
 std::string SimBackend::notCheckpointable() const {
   std::lock_guard lock(mu_);
   if (!arena_) return "the sim backend's memory is not in an arena of its own";
-  if (!arrays_.empty()) return "the session holds CUDA arrays";
   for (auto& h : heaps_)
     if (h) return "a kernel used the device malloc heap";
   if (!recording_.empty()) return "a graph body is being recorded";

@@ -168,6 +168,10 @@ class SimBackend final : public Backend {
   Result<uint64_t> createTexture(const TextureSpec& spec) override;
   Status destroyTexture(uint64_t texture) override;
   Result<uint64_t> createSurface(int device, uint64_t array, uint32_t level) override;
+  Result<std::pair<DevPtr, uint64_t>> arrayMemory(uint64_t array) const override;
+  Status createArrayAt(uint64_t handle, const ArraySpec& spec, DevPtr base) override;
+  Status createTextureAt(uint64_t handle, const TextureSpec& spec) override;
+  Status createSurfaceAt(uint64_t handle, int device, uint64_t array, uint32_t level) override;
   Status destroySurface(uint64_t surface) override;
 
  private:
@@ -331,6 +335,13 @@ class SimBackend final : public Backend {
   std::shared_ptr<const ptx::Textures> objects_snapshot_;
   uint64_t next_object_ = 1;
   std::shared_ptr<const ptx::Textures> texturesLocked();
+  // The create* calls, under handle `id` (0: the next one) and, for an
+  // array, at `base` (0: wherever the arena has room).
+  Result<uint64_t> createArrayImpl(const ArraySpec& spec, uint64_t id, DevPtr base);
+  Result<uint64_t> createTextureImpl(const TextureSpec& spec, uint64_t id);
+  Result<uint64_t> createSurfaceImpl(uint64_t array, uint32_t level, uint64_t id);
+  // An id for a new object: `want`, or the next free one when 0; an id in use is refused.
+  Result<uint64_t> objectIdLocked(uint64_t want);
   LaunchGate* gate_ = nullptr;       // set before the first launch
   std::mutex log_mu_;
   std::ofstream launch_log_;

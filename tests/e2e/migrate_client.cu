@@ -12,7 +12,10 @@
 //   migrate_client STEPS PAUSE_MS [BIG_MIB] [array]
 //     BIG_MIB: also holds that many MiB of pseudo-random device memory
 //              (checked at the end: a moved session keeps every byte)
-//     array:   also holds a CUDA array (a session that cannot be checkpointed)
+//     array:   also holds a CUDA array with a texture and a surface object
+//              on it (checked through both at the end)
+//     graph:   also holds an instantiated CUDA graph (a session that cannot
+//              be checkpointed)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <unistd.h>
@@ -70,6 +73,15 @@ __global__ void accumulate(float* managed, float* scratch, const float* w) {
   managed[i] += scratch[i];
 }
 
+__global__ void readTexture(cudaTextureObject_t tex, float* out) {
+  int x = threadIdx.x, y = blockIdx.x;
+  out[y * 64 + x] = tex2D<float>(tex, x + 0.5f, y + 0.5f);
+}
+
+__global__ void writeSurface(cudaSurfaceObject_t surf, float v) { surf2Dwrite(v, surf, 1 * sizeof(float), 1); }
+
+__global__ void noop() {}
+
 __global__ void fillRandom(uint32_t* p, size_t n, uint32_t seed) {
   size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   for (; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -96,6 +108,7 @@ int main(int argc, char** argv) {
   int pause_ms = argc > 2 ? std::atoi(argv[2]) : 100;
   size_t big_mib = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 0;
   bool with_array = argc > 4 && std::strcmp(argv[4], "array") == 0;
+  bool with_graph = argc > 4 && std::strcmp(argv[4], "graph") == 0;
 
   float *w, *x, *h;
   CHECK(cudaMalloc(&w, N * N * sizeof(float)));
@@ -109,9 +122,24 @@ int main(int argc, char** argv) {
     CHECK(cudaGetLastError());
   }
   cudaArray_t array = nullptr;
+  cudaTextureObject_t tex = 0;
+  cudaSurfaceObject_t surf = 0;
+  std::vector<float> pattern(64 * 64);
+  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<float>(i) * 0.25f;
   if (with_array) {
     cudaChannelFormatDesc d = cudaCreateChannelDesc<float>();
-    CHECK(cudaMallocArray(&array, &d, 64, 64));
+    CHECK(cudaMallocArray(&array, &d, 64, 64, cudaArraySurfaceLoadStore));
+    CHECK(cudaMemcpy2DToArray(array, 0, 0, pattern.data(), 64 * sizeof(float), 64 * sizeof(float), 64,
+                              cudaMemcpyHostToDevice));
+    cudaResourceDesc res{};
+    res.resType = cudaResourceTypeArray;
+    res.res.array.array = array;
+    cudaTextureDesc td{};
+    td.addressMode[0] = td.addressMode[1] = cudaAddressModeClamp;
+    td.filterMode = cudaFilterModePoint;
+    td.readMode = cudaReadModeElementType;
+    CHECK(cudaCreateTextureObject(&tex, &res, &td, nullptr));
+    CHECK(cudaCreateSurfaceObject(&surf, &res));
   }
   int lo = 0, hi = 0;
   CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
@@ -127,6 +155,15 @@ int main(int argc, char** argv) {
   init<<<(N * N + 255) / 256, 256, 0, stream>>>(w, x);
   CHECK(cudaGetLastError());
   CHECK(cudaEventRecord(t0, stream));
+  cudaGraphExec_t graph_exec = nullptr;
+  if (with_graph) {
+    cudaGraph_t graph;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    noop<<<1, 1, 0, stream>>>();
+    CHECK(cudaStreamEndCapture(stream, &graph));
+    CHECK(cudaGraphInstantiate(&graph_exec, graph, 0));
+    CHECK(cudaGraphDestroy(graph));
+  }
   std::printf("ready\n");
 
   float* managed = nullptr;
@@ -173,7 +210,27 @@ int main(int argc, char** argv) {
     }
     std::printf("big: %zu MiB, %zu words wrong\n", big_mib, wrong);
   }
-  if (array) CHECK(cudaFreeArray(array));
+  if (array) {
+    // The array's bytes through the texture, and a write through the surface.
+    float* seen = nullptr;
+    CHECK(cudaMalloc(&seen, pattern.size() * sizeof(float)));
+    readTexture<<<64, 64>>>(tex, seen);
+    writeSurface<<<1, 1>>>(surf, -1.f);
+    CHECK(cudaDeviceSynchronize());
+    std::vector<float> back(pattern.size()), after(pattern.size());
+    CHECK(cudaMemcpy(back.data(), seen, back.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy2DFromArray(after.data(), 64 * sizeof(float), array, 0, 0, 64 * sizeof(float), 64,
+                                cudaMemcpyDeviceToHost));
+    size_t wrong = 0;
+    for (size_t i = 0; i < back.size(); ++i) wrong += back[i] != pattern[i];
+    std::printf("array: %zu wrong through the texture, surface write %s\n", wrong,
+                after[65] == -1.f && after[64] == pattern[64] ? "landed" : "lost");
+    CHECK(cudaFree(seen));
+    CHECK(cudaDestroyTextureObject(tex));
+    CHECK(cudaDestroySurfaceObject(surf));
+    CHECK(cudaFreeArray(array));
+  }
+  if (graph_exec) CHECK(cudaGraphExecDestroy(graph_exec));
   CHECK(cudaFree(managed));
   CHECK_BLAS(cublasDestroy(blas));
   CHECK(cudaStreamDestroy(stream));

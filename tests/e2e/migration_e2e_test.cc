@@ -55,6 +55,7 @@ class Migration : public Pool {
     std::istringstream in(out);
     for (std::string line; std::getline(in, line);)
       if (line.rfind("step", 0) == 0 || line.rfind("big:", 0) == 0 || line.rfind("timing:", 0) == 0 ||
+          line.rfind("array:", 0) == 0 ||
           line == "done")
         kept += line + "\n";
     return kept;
@@ -102,14 +103,28 @@ TEST_F(Migration, ATrainingLoopMovedTwiceMidRunPrintsExactlyWhatAnUnmovedRunPrin
   EXPECT_NE(m.str().find("\"reason\":\"client left\""), std::string::npos) << m.str();
 }
 
-TEST_F(Migration, ASessionThatCannotBeCheckpointedStaysWhereItIsAndFinishes) {
+TEST_F(Migration, AnArrayWithItsTextureAndSurfaceObjectsMovesWithTheSession) {
   startWithCheckpoints();
   const std::string out = dir_.file("array.out");
   std::thread t = launch("6 150 0 array", out);
   waitFor([&] { return readFile(out).find("step 2 ") != std::string::npos; }, out);
   RunResult r = smi("alice", "--migrate " + lastSession());
+  EXPECT_EQ(r.code, 0) << r.output << server_->log();
+  t.join();
+  std::string got = readFile(out);
+  EXPECT_NE(got.find("array: 0 wrong through the texture, surface write landed"), std::string::npos) << got;
+  EXPECT_NE(got.find("done"), std::string::npos) << got;
+  EXPECT_NE(got.find("resumed session"), std::string::npos) << got;
+}
+
+TEST_F(Migration, ASessionThatCannotBeCheckpointedStaysWhereItIsAndFinishes) {
+  startWithCheckpoints();
+  const std::string out = dir_.file("graph.out");
+  std::thread t = launch("6 150 0 graph", out);
+  waitFor([&] { return readFile(out).find("step 2 ") != std::string::npos; }, out);
+  RunResult r = smi("alice", "--migrate " + lastSession());
   EXPECT_NE(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("not moved: cannot be checkpointed: it holds CUDA arrays"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("not moved: cannot be checkpointed: it holds CUDA graphs"), std::string::npos) << r.output;
   t.join();
   EXPECT_NE(readFile(out).find("step 6 checksum"), std::string::npos) << readFile(out);
   EXPECT_NE(readFile(out).find("done"), std::string::npos);

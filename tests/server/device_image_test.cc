@@ -79,6 +79,8 @@ struct Written {
   DeviceImage image;
   std::vector<std::vector<uint8_t>> contents;  // of each allocation
   DevPtr counter = 0, table = 0;
+  uint64_t array = 0, texture = 0, surface = 0;
+  DevPtr array_base = 0;
 };
 
 // Builds state in a sim backend, writes its checkpoint, and destroys it (so
@@ -110,6 +112,30 @@ Written writeSample() {
   img.functions.push_back({3, 7, "bump", {{8, 10000}}});
   EXPECT_TRUE(sim->createStream({5, 0}, 1, -1));
   img.streams.push_back({5, 0, 1, -1});
+  // A 2D float array with a pattern, and a texture and a surface object on it.
+  ArraySpec spec;
+  spec.format = {2, 1, 32, false};
+  spec.width = 32;
+  spec.height = 16;
+  spec.flags = kArraySurfaceLoadStore;
+  auto array = sim->createArray(spec);
+  EXPECT_TRUE(array);
+  w.array = *array;
+  auto mem = sim->arrayMemory(w.array);
+  EXPECT_TRUE(mem);
+  w.array_base = mem->first;
+  for (uint64_t i = 0; i < mem->second; ++i) reinterpret_cast<uint8_t*>(mem->first)[i] = static_cast<uint8_t>(i * 7);
+  img.arrays.push_back({w.array, spec, 0, 0});
+  TextureSpec tex;
+  tex.array = w.array;
+  auto texture = sim->createTexture(tex);
+  EXPECT_TRUE(texture);
+  w.texture = *texture;
+  img.textures.push_back({w.texture, tex});
+  auto surface = sim->createSurface(0, w.array, 0);
+  EXPECT_TRUE(surface);
+  w.surface = *surface;
+  img.surfaces.push_back({w.surface, 0, w.array, 0});
   EXPECT_TRUE(sim->createEvent(9, 0, 2));
   img.events.push_back({9, 0, 2, {}});
   // A timing event recorded (and complete) before the checkpoint.
@@ -194,6 +220,19 @@ TEST(DeviceImage, ASimSessionsStateComesBackAtTheSameAddressesWithItsBytes) {
   ASSERT_TRUE(ms) << ms.status().message();
   EXPECT_GT(*ms, 0.f);
   EXPECT_LT(*ms, 60000.f);
+  // The array at its address with its bytes, its objects under their handles.
+  auto mem = sim->arrayMemory(w.array);
+  ASSERT_TRUE(mem);
+  EXPECT_EQ(mem->first, w.array_base);
+  for (uint64_t i = 0; i < mem->second; ++i)
+    ASSERT_EQ(reinterpret_cast<const uint8_t*>(mem->first)[i], static_cast<uint8_t>(i * 7)) << i;
+  EXPECT_FALSE(sim->createTextureAt(w.texture, TextureSpec{})) << "the handle is taken";
+  EXPECT_FALSE(sim->createSurfaceAt(w.surface, 0, w.array, 0)) << "the handle is taken";
+  EXPECT_TRUE(sim->destroyTexture(w.texture));
+  EXPECT_TRUE(sim->destroySurface(w.surface));
+  auto next = sim->createArray(ArraySpec{});
+  ASSERT_TRUE(next);
+  EXPECT_GT(*next, std::max({w.array, w.texture, w.surface})) << "new handles follow the restored ones";
   // New memory never lands on restored memory.
   auto fresh = sim->allocate(0, 1 << 20);
   ASSERT_TRUE(fresh);
