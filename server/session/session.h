@@ -217,6 +217,10 @@ class Session {
   void buildNative(const protocol::FrameHeader& h, struct SessionGraph& g);
   // Drops the backend's native graph of `g`, if any.
   void dropNative(struct SessionGraph& g);
+  // A checkpoint's copy of the graphs (their messages as sent; native graphs
+  // are made again at their next launch), and taking it up (session_graphs.cc).
+  Status saveGraphs(CheckpointWriter& out) const;
+  Status loadGraphs(CheckpointReader& in);
   // cudaDeviceReset: the device's graphs go.
   void forgetGraphs(int device);
   // Queues host function `id` (the client runs it) on `key`.

@@ -55,7 +55,7 @@ Status getStatus(CheckpointReader& in, Status* out) {
 
 std::string Session::notCheckpointable() {
   if (monitor_ || !backend_) return "it is a monitor session";
-  if (!graphs_.empty() || !cond_handles_.empty()) return "it holds CUDA graphs";
+  if (!cond_handles_.empty()) return "it holds conditional graph nodes' handles";
   if (!malloc_heap_charge_.empty()) return "it set cudaLimitMallocHeapSize";
   {
     std::lock_guard lock(host_mu_);
@@ -166,8 +166,10 @@ Status Session::writeCheckpoint(CheckpointWriter& out) {
     RGPU_TRY(out.putI32(e.device));
     RGPU_TRY(out.putU32(e.is_symbol ? 1 : 0));
   }
-  // The device state and the bytes, then what a resume resends.
+  // The device state and the bytes, the graphs (whose launches name its
+  // streams), then what a resume resends.
   RGPU_TRY(writeDeviceImage(deviceImage(), *backend_, out));
+  RGPU_TRY(saveGraphs(out));
   return outbox_.save(out);
 }
 
@@ -286,6 +288,7 @@ Status Session::restore(CheckpointReader& in) {
     events_[e.id] = e.device;
     event_flags_[e.id] = e.flags;
   }
+  RGPU_TRY(loadGraphs(in));
   RGPU_TRY(outbox_.load(in));
   RGPU_TRY(in.finish());
   // The client comes back by the PSK of the token it holds.

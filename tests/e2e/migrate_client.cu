@@ -14,8 +14,10 @@
 //              (checked at the end: a moved session keeps every byte)
 //     array:   also holds a CUDA array with a texture and a surface object
 //              on it (checked through both at the end)
-//     graph:   also holds an instantiated CUDA graph (a session that cannot
-//              be checkpointed)
+//     graph:   also launches a captured CUDA graph every step (counting its
+//              launches in a module variable)
+//     heap:    also sets cudaLimitMallocHeapSize (a session that cannot be
+//              checkpointed)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <unistd.h>
@@ -80,7 +82,8 @@ __global__ void readTexture(cudaTextureObject_t tex, float* out) {
 
 __global__ void writeSurface(cudaSurfaceObject_t surf, float v) { surf2Dwrite(v, surf, 1 * sizeof(float), 1); }
 
-__global__ void noop() {}
+__device__ unsigned long long graph_launches;
+__global__ void countGraphLaunch() { ++graph_launches; }
 
 __global__ void fillRandom(uint32_t* p, size_t n, uint32_t seed) {
   size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
@@ -109,6 +112,7 @@ int main(int argc, char** argv) {
   size_t big_mib = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 0;
   bool with_array = argc > 4 && std::strcmp(argv[4], "array") == 0;
   bool with_graph = argc > 4 && std::strcmp(argv[4], "graph") == 0;
+  if (argc > 4 && std::strcmp(argv[4], "heap") == 0) CHECK(cudaDeviceSetLimit(cudaLimitMallocHeapSize, 16 << 20));
 
   float *w, *x, *h;
   CHECK(cudaMalloc(&w, N * N * sizeof(float)));
@@ -159,7 +163,7 @@ int main(int argc, char** argv) {
   if (with_graph) {
     cudaGraph_t graph;
     CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    noop<<<1, 1, 0, stream>>>();
+    countGraphLaunch<<<1, 1, 0, stream>>>();
     CHECK(cudaStreamEndCapture(stream, &graph));
     CHECK(cudaGraphInstantiate(&graph_exec, graph, 0));
     CHECK(cudaGraphDestroy(graph));
@@ -175,6 +179,7 @@ int main(int argc, char** argv) {
     CHECK_BLAS(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, N, B, N, &one, w, N, x, N, &zero, h, N));
     update<<<N, N, 0, stream>>>(w, h, x, 0.05f);
     CHECK(cudaGetLastError());
+    if (graph_exec) CHECK(cudaGraphLaunch(graph_exec, stream));
     float* scratch = nullptr;
     CHECK(cudaMallocAsync(&scratch, N * sizeof(float), stream));
     accumulate<<<1, N, 0, stream>>>(managed, scratch, w);
@@ -230,7 +235,12 @@ int main(int argc, char** argv) {
     CHECK(cudaDestroySurfaceObject(surf));
     CHECK(cudaFreeArray(array));
   }
-  if (graph_exec) CHECK(cudaGraphExecDestroy(graph_exec));
+  if (graph_exec) {
+    unsigned long long launched = 0;
+    CHECK(cudaMemcpyFromSymbol(&launched, graph_launches, sizeof launched));
+    std::printf("graph: launched %llu times\n", launched);
+    CHECK(cudaGraphExecDestroy(graph_exec));
+  }
   CHECK(cudaFree(managed));
   CHECK_BLAS(cublasDestroy(blas));
   CHECK(cudaStreamDestroy(stream));

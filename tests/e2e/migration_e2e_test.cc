@@ -117,14 +117,28 @@ TEST_F(Migration, AnArrayWithItsTextureAndSurfaceObjectsMovesWithTheSession) {
   EXPECT_NE(got.find("resumed session"), std::string::npos) << got;
 }
 
-TEST_F(Migration, ASessionThatCannotBeCheckpointedStaysWhereItIsAndFinishes) {
+TEST_F(Migration, AGraphLaunchedEveryStepMovesWithTheSession) {
   startWithCheckpoints();
   const std::string out = dir_.file("graph.out");
   std::thread t = launch("6 150 0 graph", out);
   waitFor([&] { return readFile(out).find("step 2 ") != std::string::npos; }, out);
   RunResult r = smi("alice", "--migrate " + lastSession());
+  EXPECT_EQ(r.code, 0) << r.output << server_->log();
+  t.join();
+  std::string got = readFile(out);
+  EXPECT_NE(got.find("graph: launched 6 times"), std::string::npos) << got;
+  EXPECT_NE(got.find("resumed session"), std::string::npos) << got;
+}
+
+TEST_F(Migration, ASessionThatCannotBeCheckpointedStaysWhereItIsAndFinishes) {
+  startWithCheckpoints();
+  const std::string out = dir_.file("heap.out");
+  std::thread t = launch("6 150 0 heap", out);
+  waitFor([&] { return readFile(out).find("step 2 ") != std::string::npos; }, out);
+  RunResult r = smi("alice", "--migrate " + lastSession());
   EXPECT_NE(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("not moved: cannot be checkpointed: it holds CUDA graphs"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("not moved: cannot be checkpointed: it set cudaLimitMallocHeapSize"), std::string::npos)
+      << r.output;
   t.join();
   EXPECT_NE(readFile(out).find("step 6 checksum"), std::string::npos) << readFile(out);
   EXPECT_NE(readFile(out).find("done"), std::string::npos);
