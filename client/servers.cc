@@ -127,7 +127,7 @@ void Localizer::request(wire::Request::Builder r) {
     case R::NOOP: case R::PING: case R::FREE: case R::EVENT_SYNCHRONIZE: case R::EVENT_QUERY:
     case R::EVENT_ELAPSED_TIME: case R::EVENT_DESTROY: case R::HOST_FUNC_DONE: case R::POINTER_ATTRIBUTES:
     case R::POOL_STATUS: case R::GRAPH_DESTROY: case R::ARRAY_DESTROY: case R::TEXTURE_DESTROY:
-    case R::SURFACE_CREATE: case R::SURFACE_DESTROY: case R::POOL_MEMBERS:
+    case R::SURFACE_CREATE: case R::SURFACE_DESTROY: case R::POOL_MEMBERS: case R::SESSION_MOVE:
       break;
   }
 }

@@ -129,3 +129,10 @@ class [[nodiscard]] Result {
     ::rgpu::Status rgpu_s_ = (expr);    \
     if (!rgpu_s_.isOk()) return rgpu_s_; \
   } while (0)
+
+// `auto var = *(expr)` for an expression returning Result<T>, propagating
+// its non-ok Status.
+#define RGPU_TRY_ASSIGN(var, expr)               \
+  auto var##_result_ = (expr);                   \
+  if (!var##_result_) return var##_result_.status(); \
+  auto var = std::move(*var##_result_)

@@ -49,6 +49,21 @@ void nonceOf(uint64_t index, uint8_t nonce[12]) {
   for (int i = 0; i < 8; ++i) nonce[4 + i] = static_cast<uint8_t>(index >> (8 * i));
 }
 
+// Exactly 2n hex digits (either case) into n bytes; false otherwise.
+bool fromHexDigits(const std::string& hex, uint8_t* out, size_t n) {
+  if (hex.size() != 2 * n) return false;
+  auto nib = [](char c) -> int {
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    int hi = nib(hex[2 * i]), lo = nib(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return true;
+}
+
 uint64_t storedBound() { return static_cast<uint64_t>(LZ4_compressBound(static_cast<int>(kCheckpointChunkBytes))); }
 
 }  // namespace
@@ -67,17 +82,7 @@ Result<CheckpointKey> loadCheckpointKey(const std::string& path) {
     if (!std::isspace(static_cast<unsigned char>(c))) hex.push_back(c);
   std::fill(text->begin(), text->end(), '\0');
   CheckpointKey key;
-  bool good = hex.size() == 64;
-  for (size_t i = 0; good && i < 32; ++i) {
-    auto nib = [&](char c) -> int {
-      if (c >= '0' && c <= '9') return c - '0';
-      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    };
-    int hi = nib(hex[2 * i]), lo = nib(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) good = false;
-    else key.bytes[i] = static_cast<uint8_t>(hi << 4 | lo);
-  }
+  const bool good = fromHexDigits(hex, key.bytes.data(), key.bytes.size());
   OPENSSL_cleanse(hex.data(), hex.size());
   if (!good)
     return Status(err::kInvalidValue, "[checkpoint] key_file " + path +
@@ -113,14 +118,10 @@ std::string fileKeyHex(const CheckpointFileKey& k) {
 }
 
 Result<CheckpointFileKey> fileKeyFromHex(const std::string& hex) {
-  if (hex.size() != 128) return Status(err::kInvalidValue, "a checkpoint file key is 128 hex digits");
   CheckpointFileKey k;
-  auto nib = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
-  for (size_t i = 0; i < 64; ++i) {
-    int hi = nib(hex[2 * i]), lo = nib(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return Status(err::kInvalidValue, "a checkpoint file key is 128 hex digits");
-    (i < 32 ? k.salt[i] : k.key[i - 32]) = static_cast<uint8_t>(hi << 4 | lo);
-  }
+  if (hex.size() != 128 || !fromHexDigits(hex.substr(0, 64), k.salt.data(), 32) ||
+      !fromHexDigits(hex.substr(64), k.key.data(), 32))
+    return Status(err::kInvalidValue, "a checkpoint file key is 128 hex digits");
   return k;
 }
 
@@ -236,6 +237,11 @@ Status CheckpointWriter::put(const void* data, size_t len) {
 Status CheckpointWriter::putString(const std::string& s) {
   if (auto st = putU64(s.size()); !st) return st;
   return put(s.data(), s.size());
+}
+
+Status CheckpointWriter::putStatus(const Status& s) {
+  RGPU_TRY(putI32(s.code()));
+  return putString(s.message());
 }
 
 Status CheckpointWriter::finish() {
@@ -407,6 +413,21 @@ Result<std::string> CheckpointReader::getString(size_t max) {
   std::string s(*n, '\0');
   if (auto st = get(s.data(), s.size()); !st) return st;
   return s;
+}
+
+Result<uint64_t> CheckpointReader::getCount(uint64_t max, const char* what) {
+  RGPU_TRY_ASSIGN(n, getU64());
+  if (n > max)
+    return failed_ = Status(err::kInvalidValue, "checkpoint holds " + std::to_string(n) + " " + what +
+                                                    ", past the limit of " + std::to_string(max));
+  return n;
+}
+
+Status CheckpointReader::getStatus(Status* out) {
+  RGPU_TRY_ASSIGN(code, getI32());
+  RGPU_TRY_ASSIGN(message, getString(4096));
+  *out = Status(code, message);
+  return Status::ok();
 }
 
 Status CheckpointReader::finish() {

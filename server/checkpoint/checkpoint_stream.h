@@ -79,6 +79,7 @@ class CheckpointWriter {
   Status putU64(uint64_t v) { return put(&v, sizeof v); }
   Status putI32(int32_t v) { return put(&v, sizeof v); }
   Status putString(const std::string& s);
+  Status putStatus(const Status& s);  // its code and message
   // Seals the last data chunk and the end chunk. Nothing may be put after.
   Status finish();
 
@@ -115,6 +116,10 @@ class CheckpointReader {
   Result<int32_t> getI32();
   // A string written by putString, refused past `max` bytes.
   Result<std::string> getString(size_t max);
+  // A count of `what` (a u64), refused past `max` before anything is made for it.
+  Result<uint64_t> getCount(uint64_t max, const char* what);
+  // A Status written by putStatus (its message at most 4 KiB).
+  Status getStatus(Status* out);
   // The end chunk must come next (all data read), agree with what was read,
   // and nothing may follow it.
   Status finish();

@@ -85,34 +85,20 @@ Status readBytes(Backend& backend, const Range& r, CheckpointReader& in) {
   return Status::ok();
 }
 
-Status checkCount(uint64_t n, uint64_t max, const char* what) {
-  if (n > max)
-    return Status(err::kInvalidValue, "checkpoint holds " + std::to_string(n) + " " + what + ", past the limit of " +
-                                          std::to_string(max));
-  return Status::ok();
-}
 
-#define RGPU_CK(expr)              \
-  do {                             \
-    if (auto _s = (expr); !_s) return _s; \
-  } while (0)
-#define RGPU_CK_GET(var, expr)                   \
-  auto var##_r = (expr);                         \
-  if (!var##_r) return var##_r.status();         \
-  auto var = *var##_r
 
 Status putFormat(CheckpointWriter& out, const ArrayFormat& f) {
-  RGPU_CK(out.putI32(f.kind));
-  RGPU_CK(out.putI32(f.channels));
-  RGPU_CK(out.putI32(f.bits));
+  RGPU_TRY(out.putI32(f.kind));
+  RGPU_TRY(out.putI32(f.channels));
+  RGPU_TRY(out.putI32(f.bits));
   return out.putU32(f.normalized ? 1 : 0);
 }
 
 Status getFormat(CheckpointReader& in, ArrayFormat* f) {
-  RGPU_CK_GET(kind, in.getI32());
-  RGPU_CK_GET(channels, in.getI32());
-  RGPU_CK_GET(bits, in.getI32());
-  RGPU_CK_GET(normalized, in.getU32());
+  RGPU_TRY_ASSIGN(kind, in.getI32());
+  RGPU_TRY_ASSIGN(channels, in.getI32());
+  RGPU_TRY_ASSIGN(bits, in.getI32());
+  RGPU_TRY_ASSIGN(normalized, in.getU32());
   *f = {kind, channels, bits, normalized != 0};
   return Status::ok();
 }
@@ -121,73 +107,73 @@ Status putFloat(CheckpointWriter& out, float v) { return out.put(&v, sizeof v); 
 Status getFloat(CheckpointReader& in, float* v) { return in.get(v, sizeof *v); }
 
 Status putArraySpec(CheckpointWriter& out, const ArraySpec& s) {
-  RGPU_CK(out.putI32(s.device));
-  RGPU_CK(putFormat(out, s.format));
-  RGPU_CK(out.putU64(s.width));
-  RGPU_CK(out.putU64(s.height));
-  RGPU_CK(out.putU64(s.depth));
-  RGPU_CK(out.putU32(s.flags));
+  RGPU_TRY(out.putI32(s.device));
+  RGPU_TRY(putFormat(out, s.format));
+  RGPU_TRY(out.putU64(s.width));
+  RGPU_TRY(out.putU64(s.height));
+  RGPU_TRY(out.putU64(s.depth));
+  RGPU_TRY(out.putU32(s.flags));
   return out.putU32(s.levels);
 }
 
 Status getArraySpec(CheckpointReader& in, ArraySpec* s) {
-  RGPU_CK_GET(device, in.getI32());
+  RGPU_TRY_ASSIGN(device, in.getI32());
   s->device = device;
-  RGPU_CK(getFormat(in, &s->format));
-  RGPU_CK_GET(width, in.getU64());
-  RGPU_CK_GET(height, in.getU64());
-  RGPU_CK_GET(depth, in.getU64());
-  RGPU_CK_GET(flags, in.getU32());
-  RGPU_CK_GET(levels, in.getU32());
+  RGPU_TRY(getFormat(in, &s->format));
+  RGPU_TRY_ASSIGN(width, in.getU64());
+  RGPU_TRY_ASSIGN(height, in.getU64());
+  RGPU_TRY_ASSIGN(depth, in.getU64());
+  RGPU_TRY_ASSIGN(flags, in.getU32());
+  RGPU_TRY_ASSIGN(levels, in.getU32());
   s->width = width, s->height = height, s->depth = depth, s->flags = flags, s->levels = levels;
   return Status::ok();
 }
 
 Status putTextureSpec(CheckpointWriter& out, const TextureSpec& t) {
-  RGPU_CK(out.putI32(t.device));
-  RGPU_CK(out.putU32(t.resource));
-  RGPU_CK(out.putU64(t.array));
-  RGPU_CK(out.putU32(t.level));
-  RGPU_CK(out.putU64(t.ptr));
-  RGPU_CK(putFormat(out, t.format));
-  for (uint64_t v : {t.size, t.width, t.height, t.pitch}) RGPU_CK(out.putU64(v));
-  for (uint8_t a : t.address) RGPU_CK(out.putU32(a));
+  RGPU_TRY(out.putI32(t.device));
+  RGPU_TRY(out.putU32(t.resource));
+  RGPU_TRY(out.putU64(t.array));
+  RGPU_TRY(out.putU32(t.level));
+  RGPU_TRY(out.putU64(t.ptr));
+  RGPU_TRY(putFormat(out, t.format));
+  for (uint64_t v : {t.size, t.width, t.height, t.pitch}) RGPU_TRY(out.putU64(v));
+  for (uint8_t a : t.address) RGPU_TRY(out.putU32(a));
   uint32_t bits = (t.linear_filter ? 1u : 0u) | (t.normalized_read ? 2u : 0u) | (t.srgb ? 4u : 0u) |
                   (t.normalized_coords ? 8u : 0u) | (t.mip_linear ? 16u : 0u) | (t.disable_trilinear ? 32u : 0u) |
                   (t.seamless_cubemap ? 64u : 0u);
-  RGPU_CK(out.putU32(bits));
-  for (float b : t.border) RGPU_CK(putFloat(out, b));
-  RGPU_CK(out.putU32(t.max_anisotropy));
-  for (float v : {t.mip_bias, t.min_lod, t.max_lod}) RGPU_CK(putFloat(out, v));
+  RGPU_TRY(out.putU32(bits));
+  for (float b : t.border) RGPU_TRY(putFloat(out, b));
+  RGPU_TRY(out.putU32(t.max_anisotropy));
+  for (float v : {t.mip_bias, t.min_lod, t.max_lod}) RGPU_TRY(putFloat(out, v));
   return Status::ok();
 }
 
 Status getTextureSpec(CheckpointReader& in, TextureSpec* t) {
-  RGPU_CK_GET(device, in.getI32());
-  RGPU_CK_GET(resource, in.getU32());
+  RGPU_TRY_ASSIGN(device, in.getI32());
+  RGPU_TRY_ASSIGN(resource, in.getU32());
   if (resource > TextureSpec::kPitch2D) return Status(err::kInvalidValue, "checkpoint: a texture of no known kind");
   t->device = device;
   t->resource = static_cast<TextureSpec::Resource>(resource);
-  RGPU_CK_GET(array, in.getU64());
-  RGPU_CK_GET(level, in.getU32());
-  RGPU_CK_GET(ptr, in.getU64());
+  RGPU_TRY_ASSIGN(array, in.getU64());
+  RGPU_TRY_ASSIGN(level, in.getU32());
+  RGPU_TRY_ASSIGN(ptr, in.getU64());
   t->array = array, t->level = level, t->ptr = ptr;
-  RGPU_CK(getFormat(in, &t->format));
+  RGPU_TRY(getFormat(in, &t->format));
   for (uint64_t* v : {&t->size, &t->width, &t->height, &t->pitch}) {
-    RGPU_CK_GET(x, in.getU64());
+    RGPU_TRY_ASSIGN(x, in.getU64());
     *v = x;
   }
   for (uint8_t& a : t->address) {
-    RGPU_CK_GET(x, in.getU32());
+    RGPU_TRY_ASSIGN(x, in.getU32());
     a = static_cast<uint8_t>(x);
   }
-  RGPU_CK_GET(bits, in.getU32());
+  RGPU_TRY_ASSIGN(bits, in.getU32());
   t->linear_filter = bits & 1, t->normalized_read = bits & 2, t->srgb = bits & 4, t->normalized_coords = bits & 8;
   t->mip_linear = bits & 16, t->disable_trilinear = bits & 32, t->seamless_cubemap = bits & 64;
-  for (float& b : t->border) RGPU_CK(getFloat(in, &b));
-  RGPU_CK_GET(aniso, in.getU32());
+  for (float& b : t->border) RGPU_TRY(getFloat(in, &b));
+  RGPU_TRY_ASSIGN(aniso, in.getU32());
   t->max_anisotropy = aniso;
-  for (float* v : {&t->mip_bias, &t->min_lod, &t->max_lod}) RGPU_CK(getFloat(in, v));
+  for (float* v : {&t->mip_bias, &t->min_lod, &t->max_lod}) RGPU_TRY(getFloat(in, v));
   return Status::ok();
 }
 
@@ -211,74 +197,74 @@ Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWr
     a.base = m->first;
     a.size = m->second;
   }
-  RGPU_CK(out.putU32(kImageMagic));
-  RGPU_CK(out.putU64(image.allocations.size()));
+  RGPU_TRY(out.putU32(kImageMagic));
+  RGPU_TRY(out.putU64(image.allocations.size()));
   for (auto& a : image.allocations) {
-    RGPU_CK(out.putI32(a.device));
-    RGPU_CK(out.putU64(a.base));
-    RGPU_CK(out.putU64(a.size));
+    RGPU_TRY(out.putI32(a.device));
+    RGPU_TRY(out.putU64(a.base));
+    RGPU_TRY(out.putU64(a.size));
   }
-  RGPU_CK(out.putU64(image.arrays.size()));
+  RGPU_TRY(out.putU64(image.arrays.size()));
   for (auto& a : image.arrays) {
-    RGPU_CK(out.putU64(a.handle));
-    RGPU_CK(putArraySpec(out, a.spec));
-    RGPU_CK(out.putU64(a.base));
-    RGPU_CK(out.putU64(a.size));
+    RGPU_TRY(out.putU64(a.handle));
+    RGPU_TRY(putArraySpec(out, a.spec));
+    RGPU_TRY(out.putU64(a.base));
+    RGPU_TRY(out.putU64(a.size));
   }
-  RGPU_CK(out.putU64(image.modules.size()));
+  RGPU_TRY(out.putU64(image.modules.size()));
   for (auto& m : image.modules) {
-    RGPU_CK(out.putU32(m.id));
-    RGPU_CK(out.putI32(m.device));
-    RGPU_CK(out.putString(m.fatbin));
-    RGPU_CK(out.putU64(m.globals.size()));
+    RGPU_TRY(out.putU32(m.id));
+    RGPU_TRY(out.putI32(m.device));
+    RGPU_TRY(out.putString(m.fatbin));
+    RGPU_TRY(out.putU64(m.globals.size()));
     for (auto& g : m.globals) {
-      RGPU_CK(out.putString(g.name));
-      RGPU_CK(out.putU64(g.addr));
-      RGPU_CK(out.putU64(g.base));
-      RGPU_CK(out.putU64(g.size));
-      RGPU_CK(out.putU64(g.alloc_size));
+      RGPU_TRY(out.putString(g.name));
+      RGPU_TRY(out.putU64(g.addr));
+      RGPU_TRY(out.putU64(g.base));
+      RGPU_TRY(out.putU64(g.size));
+      RGPU_TRY(out.putU64(g.alloc_size));
     }
   }
-  RGPU_CK(out.putU64(image.functions.size()));
+  RGPU_TRY(out.putU64(image.functions.size()));
   for (auto& f : image.functions) {
-    RGPU_CK(out.putU32(f.id));
-    RGPU_CK(out.putU32(f.module));
-    RGPU_CK(out.putString(f.name));
-    RGPU_CK(out.putU64(f.attributes.size()));
+    RGPU_TRY(out.putU32(f.id));
+    RGPU_TRY(out.putU32(f.module));
+    RGPU_TRY(out.putString(f.name));
+    RGPU_TRY(out.putU64(f.attributes.size()));
     for (auto& [attr, value] : f.attributes) {
-      RGPU_CK(out.putI32(attr));
-      RGPU_CK(out.putI32(value));
+      RGPU_TRY(out.putI32(attr));
+      RGPU_TRY(out.putI32(value));
     }
   }
-  RGPU_CK(out.putU64(image.streams.size()));
+  RGPU_TRY(out.putU64(image.streams.size()));
   for (auto& s : image.streams) {
-    RGPU_CK(out.putU32(s.id));
-    RGPU_CK(out.putI32(s.device));
-    RGPU_CK(out.putU32(s.flags));
-    RGPU_CK(out.putI32(s.priority));
+    RGPU_TRY(out.putU32(s.id));
+    RGPU_TRY(out.putI32(s.device));
+    RGPU_TRY(out.putU32(s.flags));
+    RGPU_TRY(out.putI32(s.priority));
   }
-  RGPU_CK(out.putU64(image.events.size()));
+  RGPU_TRY(out.putU64(image.events.size()));
   for (auto& e : image.events) {
-    RGPU_CK(out.putU32(e.id));
-    RGPU_CK(out.putI32(e.device));
-    RGPU_CK(out.putU32(e.flags));
-    RGPU_CK(out.putU32(e.state.recorded ? 1 : 0));
-    RGPU_CK(out.putU64(static_cast<uint64_t>(e.state.completed_ns)));
+    RGPU_TRY(out.putU32(e.id));
+    RGPU_TRY(out.putI32(e.device));
+    RGPU_TRY(out.putU32(e.flags));
+    RGPU_TRY(out.putU32(e.state.recorded ? 1 : 0));
+    RGPU_TRY(out.putU64(static_cast<uint64_t>(e.state.completed_ns)));
   }
   // Objects on the arrays (and on allocations) come after both.
-  RGPU_CK(out.putU64(image.textures.size()));
+  RGPU_TRY(out.putU64(image.textures.size()));
   for (auto& t : image.textures) {
-    RGPU_CK(out.putU64(t.handle));
-    RGPU_CK(putTextureSpec(out, t.spec));
+    RGPU_TRY(out.putU64(t.handle));
+    RGPU_TRY(putTextureSpec(out, t.spec));
   }
-  RGPU_CK(out.putU64(image.surfaces.size()));
+  RGPU_TRY(out.putU64(image.surfaces.size()));
   for (auto& s : image.surfaces) {
-    RGPU_CK(out.putU64(s.handle));
-    RGPU_CK(out.putI32(s.device));
-    RGPU_CK(out.putU64(s.array));
-    RGPU_CK(out.putU32(s.level));
+    RGPU_TRY(out.putU64(s.handle));
+    RGPU_TRY(out.putI32(s.device));
+    RGPU_TRY(out.putU64(s.array));
+    RGPU_TRY(out.putU32(s.level));
   }
-  for (auto& r : rangesOf(image)) RGPU_CK(writeBytes(backend, r, out));
+  for (auto& r : rangesOf(image)) RGPU_TRY(writeBytes(backend, r, out));
   return Status::ok();
 }
 
@@ -290,31 +276,29 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
                                  : Status(err::kInvalidDevice, "checkpoint names device " + std::to_string(d) +
                                                                    " of a placement of " + std::to_string(devices));
   };
-  RGPU_CK_GET(magic, in.getU32());
+  RGPU_TRY_ASSIGN(magic, in.getU32());
   if (magic != kImageMagic) return Status(err::kInvalidValue, "checkpoint: no device image where one belongs");
 
-  RGPU_CK_GET(n_alloc, in.getU64());
-  RGPU_CK(checkCount(n_alloc, limits.max_allocations, "allocations"));
+  RGPU_TRY_ASSIGN(n_alloc, in.getCount(limits.max_allocations, "allocations"));
   image.allocations.resize(n_alloc);
   for (auto& a : image.allocations) {
-    RGPU_CK_GET(d, in.getI32());
-    RGPU_CK_GET(base, in.getU64());
-    RGPU_CK_GET(size, in.getU64());
-    RGPU_CK(checkDevice(d));
+    RGPU_TRY_ASSIGN(d, in.getI32());
+    RGPU_TRY_ASSIGN(base, in.getU64());
+    RGPU_TRY_ASSIGN(size, in.getU64());
+    RGPU_TRY(checkDevice(d));
     a = {d, base, size};
     // At the address the program holds, or not at all.
-    RGPU_CK(backend.allocateAt(d, base, size));
+    RGPU_TRY(backend.allocateAt(d, base, size));
   }
-  RGPU_CK_GET(n_arrays, in.getU64());
-  RGPU_CK(checkCount(n_arrays, limits.max_arrays, "arrays"));
+  RGPU_TRY_ASSIGN(n_arrays, in.getCount(limits.max_arrays, "arrays"));
   image.arrays.resize(n_arrays);
   for (auto& a : image.arrays) {
-    RGPU_CK_GET(handle, in.getU64());
+    RGPU_TRY_ASSIGN(handle, in.getU64());
     a.handle = handle;
-    RGPU_CK(getArraySpec(in, &a.spec));
-    RGPU_CK_GET(base, in.getU64());
-    RGPU_CK_GET(size, in.getU64());
-    RGPU_CK(checkDevice(a.spec.device));
+    RGPU_TRY(getArraySpec(in, &a.spec));
+    RGPU_TRY_ASSIGN(base, in.getU64());
+    RGPU_TRY_ASSIGN(size, in.getU64());
+    RGPU_TRY(checkDevice(a.spec.device));
     // The shape and format checks its creation passed, before anything is made of it.
     const ArrayFormat& f = a.spec.format;
     if (f.kind < 0 || f.kind > 2 || (f.channels != 1 && f.channels != 2 && f.channels != 4) ||
@@ -324,115 +308,107 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
     if (!bytes) return bytes.status();
     a.base = base;
     a.size = size;
-    RGPU_CK(backend.createArrayAt(handle, a.spec, base));
+    RGPU_TRY(backend.createArrayAt(handle, a.spec, base));
     // The array the backend made is the size the checkpoint's bytes are.
     auto m = backend.arrayMemory(handle);
     if (!m) return m.status();
     if (m->first != base || m->second != size)
       return Status(err::kInvalidValue, "checkpoint: array " + std::to_string(handle) + " does not match its memory");
   }
-  RGPU_CK_GET(n_mod, in.getU64());
-  RGPU_CK(checkCount(n_mod, limits.max_modules, "modules"));
+  RGPU_TRY_ASSIGN(n_mod, in.getCount(limits.max_modules, "modules"));
   image.modules.resize(n_mod);
   std::set<uint32_t> module_ids;
   for (auto& m : image.modules) {
-    RGPU_CK_GET(id, in.getU32());
-    RGPU_CK_GET(d, in.getI32());
-    RGPU_CK(checkDevice(d));
-    RGPU_CK_GET(fatbin, in.getString(limits.max_fatbin_bytes));
-    RGPU_CK_GET(n_glob, in.getU64());
-    RGPU_CK(checkCount(n_glob, limits.max_globals_per_module, "variables in a module"));
+    RGPU_TRY_ASSIGN(id, in.getU32());
+    RGPU_TRY_ASSIGN(d, in.getI32());
+    RGPU_TRY(checkDevice(d));
+    RGPU_TRY_ASSIGN(fatbin, in.getString(limits.max_fatbin_bytes));
+    RGPU_TRY_ASSIGN(n_glob, in.getCount(limits.max_globals_per_module, "variables in a module"));
     m.id = id;
     m.device = d;
     m.fatbin = std::move(fatbin);
     m.globals.resize(n_glob);
     for (auto& g : m.globals) {
-      RGPU_CK_GET(name, in.getString(kMaxCheckpointNameBytes));
-      RGPU_CK_GET(addr, in.getU64());
-      RGPU_CK_GET(base, in.getU64());
-      RGPU_CK_GET(size, in.getU64());
-      RGPU_CK_GET(alloc_size, in.getU64());
+      RGPU_TRY_ASSIGN(name, in.getString(kMaxCheckpointNameBytes));
+      RGPU_TRY_ASSIGN(addr, in.getU64());
+      RGPU_TRY_ASSIGN(base, in.getU64());
+      RGPU_TRY_ASSIGN(size, in.getU64());
+      RGPU_TRY_ASSIGN(alloc_size, in.getU64());
       g = {std::move(name), addr, base, size, alloc_size};
     }
     if (!module_ids.insert(id).second) return Status(err::kInvalidValue, "checkpoint names module " + std::to_string(id) + " twice");
-    RGPU_CK(backend.loadModuleAt(m.id, m.device, m.fatbin, m.globals));
+    RGPU_TRY(backend.loadModuleAt(m.id, m.device, m.fatbin, m.globals));
   }
-  RGPU_CK_GET(n_fn, in.getU64());
-  RGPU_CK(checkCount(n_fn, limits.max_functions, "kernels"));
+  RGPU_TRY_ASSIGN(n_fn, in.getCount(limits.max_functions, "kernels"));
   image.functions.resize(n_fn);
   for (auto& f : image.functions) {
-    RGPU_CK_GET(id, in.getU32());
-    RGPU_CK_GET(module, in.getU32());
-    RGPU_CK_GET(name, in.getString(kMaxCheckpointNameBytes));
-    RGPU_CK_GET(n_attr, in.getU64());
-    RGPU_CK(checkCount(n_attr, 64, "attributes of a kernel"));
+    RGPU_TRY_ASSIGN(id, in.getU32());
+    RGPU_TRY_ASSIGN(module, in.getU32());
+    RGPU_TRY_ASSIGN(name, in.getString(kMaxCheckpointNameBytes));
+    RGPU_TRY_ASSIGN(n_attr, in.getCount(64, "attributes of a kernel"));
     f.id = id;
     f.module = module;
     f.name = std::move(name);
     for (uint64_t i = 0; i < n_attr; ++i) {
-      RGPU_CK_GET(attr, in.getI32());
-      RGPU_CK_GET(value, in.getI32());
+      RGPU_TRY_ASSIGN(attr, in.getI32());
+      RGPU_TRY_ASSIGN(value, in.getI32());
       f.attributes.emplace_back(attr, value);
     }
     auto r = backend.registerFunction(f.id, f.module, f.name);
     if (!r) return r.status();
-    for (auto& [attr, value] : f.attributes) RGPU_CK(backend.setFunctionAttribute(f.id, attr, value));
+    for (auto& [attr, value] : f.attributes) RGPU_TRY(backend.setFunctionAttribute(f.id, attr, value));
   }
-  RGPU_CK_GET(n_stream, in.getU64());
-  RGPU_CK(checkCount(n_stream, limits.max_streams, "streams"));
+  RGPU_TRY_ASSIGN(n_stream, in.getCount(limits.max_streams, "streams"));
   image.streams.resize(n_stream);
   for (auto& s : image.streams) {
-    RGPU_CK_GET(id, in.getU32());
-    RGPU_CK_GET(d, in.getI32());
-    RGPU_CK_GET(flags, in.getU32());
-    RGPU_CK_GET(priority, in.getI32());
-    RGPU_CK(checkDevice(d));
+    RGPU_TRY_ASSIGN(id, in.getU32());
+    RGPU_TRY_ASSIGN(d, in.getI32());
+    RGPU_TRY_ASSIGN(flags, in.getU32());
+    RGPU_TRY_ASSIGN(priority, in.getI32());
+    RGPU_TRY(checkDevice(d));
     if (id == 0) return Status(err::kInvalidValue, "checkpoint names stream 0 (the legacy stream) as created");
     s = {id, d, flags, priority};
-    RGPU_CK(backend.createStream(StreamKey{id, d}, flags, priority));
+    RGPU_TRY(backend.createStream(StreamKey{id, d}, flags, priority));
   }
-  RGPU_CK_GET(n_event, in.getU64());
-  RGPU_CK(checkCount(n_event, limits.max_events, "events"));
+  RGPU_TRY_ASSIGN(n_event, in.getCount(limits.max_events, "events"));
   image.events.resize(n_event);
   for (auto& e : image.events) {
-    RGPU_CK_GET(id, in.getU32());
-    RGPU_CK_GET(d, in.getI32());
-    RGPU_CK_GET(flags, in.getU32());
-    RGPU_CK_GET(recorded, in.getU32());
-    RGPU_CK_GET(completed_ns, in.getU64());
-    RGPU_CK(checkDevice(d));
+    RGPU_TRY_ASSIGN(id, in.getU32());
+    RGPU_TRY_ASSIGN(d, in.getI32());
+    RGPU_TRY_ASSIGN(flags, in.getU32());
+    RGPU_TRY_ASSIGN(recorded, in.getU32());
+    RGPU_TRY_ASSIGN(completed_ns, in.getU64());
+    RGPU_TRY(checkDevice(d));
     e = {id, d, flags, {recorded != 0, static_cast<int64_t>(completed_ns)}};
-    RGPU_CK(backend.restoreEvent(id, d, flags, e.state));
+    RGPU_TRY(backend.restoreEvent(id, d, flags, e.state));
   }
-  RGPU_CK_GET(n_tex, in.getU64());
-  RGPU_CK(checkCount(n_tex, limits.max_textures, "texture objects"));
+  RGPU_TRY_ASSIGN(n_tex, in.getCount(limits.max_textures, "texture objects"));
   image.textures.resize(n_tex);
   for (auto& t : image.textures) {
-    RGPU_CK_GET(handle, in.getU64());
+    RGPU_TRY_ASSIGN(handle, in.getU64());
     t.handle = handle;
-    RGPU_CK(getTextureSpec(in, &t.spec));
-    RGPU_CK(checkDevice(t.spec.device));
-    RGPU_CK(backend.createTextureAt(handle, t.spec));
+    RGPU_TRY(getTextureSpec(in, &t.spec));
+    RGPU_TRY(checkDevice(t.spec.device));
+    RGPU_TRY(backend.createTextureAt(handle, t.spec));
   }
-  RGPU_CK_GET(n_surf, in.getU64());
-  RGPU_CK(checkCount(n_surf, limits.max_surfaces, "surface objects"));
+  RGPU_TRY_ASSIGN(n_surf, in.getCount(limits.max_surfaces, "surface objects"));
   image.surfaces.resize(n_surf);
   for (auto& s : image.surfaces) {
-    RGPU_CK_GET(handle, in.getU64());
-    RGPU_CK_GET(d, in.getI32());
-    RGPU_CK_GET(array, in.getU64());
-    RGPU_CK_GET(level, in.getU32());
-    RGPU_CK(checkDevice(d));
+    RGPU_TRY_ASSIGN(handle, in.getU64());
+    RGPU_TRY_ASSIGN(d, in.getI32());
+    RGPU_TRY_ASSIGN(array, in.getU64());
+    RGPU_TRY_ASSIGN(level, in.getU32());
+    RGPU_TRY(checkDevice(d));
     s = {handle, d, array, level};
-    RGPU_CK(backend.createSurfaceAt(handle, d, array, level));
+    RGPU_TRY(backend.createSurfaceAt(handle, d, array, level));
   }
   // The bytes, into memory placed above (a range outside it was refused there).
-  for (auto& r : rangesOf(image)) RGPU_CK(readBytes(backend, r, in));
+  for (auto& r : rangesOf(image)) RGPU_TRY(readBytes(backend, r, in));
   // Copies queued on the legacy streams have landed before anyone runs.
   for (int32_t d = 0; d < devices; ++d) {
     Completion c;
-    RGPU_CK(backend.whenDeviceDone(d, [&](Status s) { c.set(std::move(s)); }));
-    RGPU_CK(c.wait());
+    RGPU_TRY(backend.whenDeviceDone(d, [&](Status s) { c.set(std::move(s)); }));
+    RGPU_TRY(c.wait());
   }
   return image;
 }

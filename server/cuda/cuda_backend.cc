@@ -54,6 +54,7 @@ Status CudaBackend::init() {
   if (ordinals.empty())
     for (int i = 0; i < count; ++i) ordinals.push_back(i);
   devices_.resize(ordinals.size());
+  legacy_scrub_seen_ = std::vector<std::atomic<uint64_t>>(ordinals.size());
   for (size_t i = 0; i < ordinals.size(); ++i) {
     Device& d = devices_[i];
     if (ordinals[i] < 0 || ordinals[i] >= count)
@@ -331,9 +332,15 @@ Result<std::pair<int, CUstream>> CudaBackend::streamOf(StreamKey key) {
   // Work on a stream comes after every scrub queued before it (scrub()).
   if (key.id == 0) {
     RGPU_TRY(use(key.device));
-    std::lock_guard lock(mu_);
-    if (key.device >= 0 && static_cast<size_t>(key.device) < devices_.size())
-      RGPU_TRY(afterScrubsLocked(CU_STREAM_LEGACY, &devices_[static_cast<size_t>(key.device)].legacy_scrub_seen));
+    if (key.device >= 0 && static_cast<size_t>(key.device) < legacy_scrub_seen_.size()) {
+      std::atomic<uint64_t>& seen = legacy_scrub_seen_[static_cast<size_t>(key.device)];
+      if (seen.load(std::memory_order_acquire) != scrub_epoch_.load(std::memory_order_acquire)) {
+        std::lock_guard lock(mu_);
+        uint64_t s = seen.load(std::memory_order_relaxed);
+        RGPU_TRY(afterScrubsLocked(CU_STREAM_LEGACY, &s));
+        seen.store(s, std::memory_order_release);
+      }
+    }
     return std::make_pair(key.device, CU_STREAM_LEGACY);
   }
   int device;

@@ -217,7 +217,6 @@ class CudaBackend final : public Backend {
     CUstream scrub_stream = nullptr;
     CUevent scrub_done = nullptr;  // recorded after each scrub; every stream waits for it before its next work
     bool scrubbed = false;         // scrub_done has been recorded (under mu_)
-    uint64_t legacy_scrub_seen = 0;  // scrub_epoch_ the legacy stream last waited for (under mu_)
     // What the device's scrubs cost (CudaOptions::scrub): the time between
     // scrub_start and scrub_done covers `timed_pending` bytes not yet counted.
     CUevent scrub_start = nullptr;
@@ -392,7 +391,11 @@ class CudaBackend final : public Backend {
   std::atomic<uint64_t> scrubbed_bytes_{0};  // zeroed before the session got them (scrub())
   // Device time of the scrubs that could be timed, and their bytes.
   std::atomic<uint64_t> scrub_ns_{0}, scrub_timed_bytes_{0};
-  uint64_t scrub_epoch_ = 0;  // scrubs queued so far, all devices (under mu_)
+  // Scrubs queued so far, all devices (changed under mu_; read without it
+  // on the per-call path, streamOf), and by device the epoch its legacy
+  // stream last waited for: a call finds nothing to wait for without a lock.
+  std::atomic<uint64_t> scrub_epoch_{0};
+  std::vector<std::atomic<uint64_t>> legacy_scrub_seen_;
   std::atomic<bool> printf_possible_{false};  // a loaded module calls vprintf or __assertfail
   std::mutex out_mu_;  // guards out_buf_, reads of out_fd_ and output_sink_
   std::function<void(std::string)> output_sink_;

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "server/pool/fd_passing.h"
 #include "server/pool/pool_link.h"
+#include "server/pool/pool_manager.h"
 
 namespace rgpu::server {
 
@@ -41,11 +42,6 @@ SessionMover::~SessionMover() = default;
 
 namespace {
 
-std::string mib(uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  return buf;
-}
 
 int64_t msSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t).count();
@@ -133,8 +129,8 @@ void SessionMover::checkpointed(const std::shared_ptr<Move>& m, Result<std::stri
   if (f[0] == "refused") return fail(m, f.size() > 1 ? f[1] : "refused");
   if (f[0] != "checkpointed" || f.size() < 3) return fail(m, "checkpoint: an answer the daemon does not know");
   m->checkpointed_at = std::chrono::steady_clock::now();
-  m->sizes = mib(std::strtoull(f[1].c_str(), nullptr, 10)) + " of state, " +
-             mib(std::strtoull(f[2].c_str(), nullptr, 10)) + " written";
+  m->sizes = formatBytes(std::strtoull(f[1].c_str(), nullptr, 10)) + " of state, " +
+             formatBytes(std::strtoull(f[2].c_str(), nullptr, 10)) + " written";
   if (f.size() > 3) m->drain_ms = f[3];
   auto r = hooks_.start_restorer(m->session);
   if (!r) return fail(m, "cannot start a worker to restore it: " + r.status().message());

@@ -191,24 +191,19 @@ Status Outbox::save(CheckpointWriter& out) const {
 
 Status Outbox::load(CheckpointReader& in) {
   std::lock_guard lock(mu_);
-  auto next = in.getU64();
-  if (!next) return next.status();
-  next_notification_ = *next;
+  RGPU_TRY_ASSIGN(next, in.getU64());
+  next_notification_ = next;
   retain_ = true;
   for (auto* m : {&replies_, &notifications_}) {
-    auto n = in.getU64();
-    if (!n) return n.status();
-    for (uint64_t i = 0; i < *n; ++i) {
-      auto seq = in.getU64();
-      if (!seq) return seq.status();
+    RGPU_TRY_ASSIGN(n, in.getU64());
+    for (uint64_t i = 0; i < n; ++i) {
+      RGPU_TRY_ASSIGN(seq, in.getU64());
       // Never more than a resume may keep.
-      auto frame = in.getString(kMaxRetainedBytes - kept_bytes_);
-      if (!frame) return frame.status();
-      auto bulk = in.getString(kMaxRetainedBytes - kept_bytes_ - frame->size());
-      if (!bulk) return bulk.status();
-      Kept& k = (*m)[*seq];
-      k.frame.assign(frame->begin(), frame->end());
-      k.bulk.assign(bulk->begin(), bulk->end());
+      RGPU_TRY_ASSIGN(frame, in.getString(kMaxRetainedBytes - kept_bytes_));
+      RGPU_TRY_ASSIGN(bulk, in.getString(kMaxRetainedBytes - kept_bytes_ - frame.size()));
+      Kept& k = (*m)[seq];
+      k.frame.assign(frame.begin(), frame.end());
+      k.bulk.assign(bulk.begin(), bulk.end());
       kept_bytes_ += k.frame.size() + k.bulk.size();
     }
   }

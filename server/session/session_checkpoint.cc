@@ -13,14 +13,12 @@
 // where it was.
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 
 #include "common/log.h"
 #include "server/checkpoint/device_image.h"
-#include "server/pool/fd_passing.h"
 #include "server/session/session.h"
 
 namespace rgpu::server {
@@ -28,28 +26,6 @@ namespace rgpu::server {
 namespace {
 
 constexpr uint32_t kSessionMagic = 0x53534b43;  // "CKSS"
-// What a restore accepts of the session's own tables, beyond the configured limits.
-constexpr size_t kMaxErrorMessage = 4096;
-
-Status putStatus(CheckpointWriter& out, const Status& s) {
-  RGPU_TRY(out.putI32(s.code()));
-  return out.putString(s.message());
-}
-
-// A Status the checkpoint holds, into `out`; non-ok when it cannot be read.
-Status getStatus(CheckpointReader& in, Status* out) {
-  auto code = in.getI32();
-  if (!code) return code.status();
-  auto msg = in.getString(kMaxErrorMessage);
-  if (!msg) return msg.status();
-  *out = Status(*code, *msg);
-  return Status::ok();
-}
-
-#define RGPU_GET(var, expr)              \
-  auto var##_r = (expr);                 \
-  if (!var##_r) return var##_r.status(); \
-  auto var = std::move(*var##_r)
 
 }  // namespace
 
@@ -126,8 +102,8 @@ Status Session::writeCheckpoint(CheckpointWriter& out) {
   RGPU_TRY(out.putU64(next_seq_));
   {
     std::lock_guard lock(async_mu_);
-    RGPU_TRY(putStatus(out, async_error_));
-    RGPU_TRY(putStatus(out, sticky_));
+    RGPU_TRY(out.putStatus(async_error_));
+    RGPU_TRY(out.putStatus(sticky_));
   }
   RGPU_TRY(out.putU64(calls_.load()));
   RGPU_TRY(out.putU64(bytes_in_.load()));
@@ -140,14 +116,14 @@ Status Session::writeCheckpoint(CheckpointWriter& out) {
     RGPU_TRY(out.putU32(id));
     RGPU_TRY(out.putI32(dev));
     auto bad = module_errors_.find(id);
-    RGPU_TRY(putStatus(out, bad == module_errors_.end() ? Status::ok() : bad->second));
+    RGPU_TRY(out.putStatus(bad == module_errors_.end() ? Status::ok() : bad->second));
   }
   RGPU_TRY(out.putU64(functions_.size()));
   for (auto& [id, k] : functions_) {
     RGPU_TRY(out.putU32(id));
     RGPU_TRY(out.putU32(k.module));
     RGPU_TRY(out.putU32(k.param_bytes));
-    RGPU_TRY(putStatus(out, k.unusable));
+    RGPU_TRY(out.putStatus(k.unusable));
     RGPU_TRY(out.putString(k.name));
   }
   RGPU_TRY(out.putU64(vars_.size()));
@@ -175,81 +151,73 @@ Status Session::writeCheckpoint(CheckpointWriter& out) {
 
 Status Session::restore(CheckpointReader& in) {
   const auto& L = cfg_.limits;
-  RGPU_GET(magic, in.getU32());
+  RGPU_TRY_ASSIGN(magic, in.getU32());
   if (magic != kSessionMagic) return Status(err::kInvalidValue, "checkpoint: no session where one belongs");
-  RGPU_GET(identity, in.getString(kMaxCheckpointNameBytes));
-  RGPU_GET(id, in.getU64());
+  RGPU_TRY_ASSIGN(identity, in.getString(kMaxCheckpointNameBytes));
+  RGPU_TRY_ASSIGN(id, in.getU64());
   if (id != session_id_)
     return Status(err::kInvalidValue, "the checkpoint is of session " + std::to_string(id) + ", not " +
                                           std::to_string(session_id_));
   identity_ = identity;
-  RGPU_GET(token, in.getString(64));
+  RGPU_TRY_ASSIGN(token, in.getString(64));
   resume_token_ = token;
-  RGPU_GET(placement, in.getString(kMaxCheckpointNameBytes));
+  RGPU_TRY_ASSIGN(placement, in.getString(kMaxCheckpointNameBytes));
   auto fields = splitFields(placement, 16);
   fields.insert(fields.begin(), "ok");
-  RGPU_GET(p, placementFromFields(fields));
-  RGPU_GET(span_index, in.getU32());
+  RGPU_TRY_ASSIGN(p, placementFromFields(fields));
+  RGPU_TRY_ASSIGN(span_index, in.getU32());
   p.span_index = span_index;
   placement_ = p;
-  RGPU_GET(next_seq, in.getU64());
+  RGPU_TRY_ASSIGN(next_seq, in.getU64());
   next_seq_ = next_seq;
-  RGPU_TRY(getStatus(in, &async_error_));
-  RGPU_TRY(getStatus(in, &sticky_));
+  RGPU_TRY(in.getStatus(&async_error_));
+  RGPU_TRY(in.getStatus(&sticky_));
   has_sticky_.store(!sticky_.isOk());
   for (auto* counter : {&calls_, &bytes_in_, &bytes_out_, &errors_}) {
-    RGPU_GET(v, in.getU64());
+    RGPU_TRY_ASSIGN(v, in.getU64());
     counter->store(v);
   }
-  RGPU_GET(gpu_ns, in.getU64());
+  RGPU_TRY_ASSIGN(gpu_ns, in.getU64());
   gpu_ns_base_ = gpu_ns;
   auto backend = make_backend_(placement_);
   if (!backend) return backend.status();
   attachBackend(std::move(*backend));
 
-  auto count = [&](uint64_t max, const char* what) -> Result<uint64_t> {
-    auto n = in.getU64();
-    if (!n) return n.status();
-    if (*n > max)
-      return Status(err::kInvalidValue, std::string("checkpoint holds ") + std::to_string(*n) + " " + what +
-                                            ", past the limit of " + std::to_string(max));
-    return *n;
-  };
-  RGPU_GET(n_modules, count(L.max_modules, "modules"));
+  RGPU_TRY_ASSIGN(n_modules, in.getCount(L.max_modules, "modules"));
   for (uint64_t i = 0; i < n_modules; ++i) {
-    RGPU_GET(mid, in.getU32());
-    RGPU_GET(dev, in.getI32());
+    RGPU_TRY_ASSIGN(mid, in.getU32());
+    RGPU_TRY_ASSIGN(dev, in.getI32());
     Status why;
-    RGPU_TRY(getStatus(in, &why));
+    RGPU_TRY(in.getStatus(&why));
     RGPU_TRY(checkDevice(dev));
     modules_[mid] = dev;
     if (!why.isOk()) module_errors_[mid] = why;
   }
-  RGPU_GET(n_functions, count(L.max_functions, "kernels"));
+  RGPU_TRY_ASSIGN(n_functions, in.getCount(L.max_functions, "kernels"));
   for (uint64_t i = 0; i < n_functions; ++i) {
-    RGPU_GET(fid, in.getU32());
-    RGPU_GET(module, in.getU32());
-    RGPU_GET(param_bytes, in.getU32());
+    RGPU_TRY_ASSIGN(fid, in.getU32());
+    RGPU_TRY_ASSIGN(module, in.getU32());
+    RGPU_TRY_ASSIGN(param_bytes, in.getU32());
     Status unusable;
-    RGPU_TRY(getStatus(in, &unusable));
-    RGPU_GET(name, in.getString(kMaxCheckpointNameBytes));
+    RGPU_TRY(in.getStatus(&unusable));
+    RGPU_TRY_ASSIGN(name, in.getString(kMaxCheckpointNameBytes));
     functions_[fid] = {module, param_bytes, unusable, name, {}};
   }
-  RGPU_GET(n_vars, count(L.max_functions, "variables"));
+  RGPU_TRY_ASSIGN(n_vars, in.getCount(L.max_functions, "variables"));
   for (uint64_t i = 0; i < n_vars; ++i) {
-    RGPU_GET(vid, in.getU32());
-    RGPU_GET(module, in.getU32());
-    RGPU_GET(name, in.getString(kMaxCheckpointNameBytes));
-    RGPU_GET(size, in.getU64());
-    RGPU_GET(addr, in.getU64());
+    RGPU_TRY_ASSIGN(vid, in.getU32());
+    RGPU_TRY_ASSIGN(module, in.getU32());
+    RGPU_TRY_ASSIGN(name, in.getString(kMaxCheckpointNameBytes));
+    RGPU_TRY_ASSIGN(size, in.getU64());
+    RGPU_TRY_ASSIGN(addr, in.getU64());
     vars_[vid] = {module, name, size, addr};
   }
-  RGPU_GET(n_allocs, count(L.max_allocations, "allocations"));
+  RGPU_TRY_ASSIGN(n_allocs, in.getCount(L.max_allocations, "allocations"));
   for (uint64_t i = 0; i < n_allocs; ++i) {
-    RGPU_GET(base, in.getU64());
-    RGPU_GET(size, in.getU64());
-    RGPU_GET(dev, in.getI32());
-    RGPU_GET(symbol, in.getU32());
+    RGPU_TRY_ASSIGN(base, in.getU64());
+    RGPU_TRY_ASSIGN(size, in.getU64());
+    RGPU_TRY_ASSIGN(dev, in.getI32());
+    RGPU_TRY_ASSIGN(symbol, in.getU32());
     RGPU_TRY(checkDevice(dev));
     RGPU_TRY(allocs_.add(base, size, dev, symbol != 0));
   }
@@ -260,7 +228,7 @@ Status Session::restore(CheckpointReader& in) {
   limits.max_streams = L.max_streams;
   limits.max_events = L.max_events;
   limits.max_fatbin_bytes = protocol::kMaxFatbinBytes;
-  RGPU_GET(img, restoreDeviceImage(*backend_, in, limits));
+  RGPU_TRY_ASSIGN(img, restoreDeviceImage(*backend_, in, limits));
   // The device image must be the tables' own: every allocation the table
   // names is one the backend placed (a symbol lies in a module's variables).
   if (img.allocations.size() != allocs_.bases().size())

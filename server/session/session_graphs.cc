@@ -778,8 +778,7 @@ Status Session::saveGraphs(CheckpointWriter& out) const {
     for (uint64_t v : {g->nodes, g->h2d_bytes, g->d2h_bytes, g->first_d2h_node, g->last_host_node}) RGPU_TRY(out.putU64(v));
     RGPU_TRY(out.putU32(g->host_funcs));
     RGPU_TRY(out.putU32(g->device_only ? 1 : 0));
-    RGPU_TRY(out.putI32(g->broken.code()));
-    RGPU_TRY(out.putString(g->broken.message()));
+    RGPU_TRY(out.putStatus(g->broken));
     RGPU_TRY(out.putU32(g->last_stream ? 1 : 0));
     RGPU_TRY(out.putU32(g->last_stream ? g->last_stream->id : 0));
     RGPU_TRY(out.putI32(g->last_stream ? g->last_stream->device : 0));
@@ -789,51 +788,42 @@ Status Session::saveGraphs(CheckpointWriter& out) const {
 
 Status Session::loadGraphs(CheckpointReader& in) {
   const auto& L = cfg_.limits;
-  auto n = in.getU64();
-  if (!n) return n.status();
-  if (*n > L.max_graphs) return Status(err::kInvalidValue, "checkpoint holds more graphs than max_graphs");
-  for (uint64_t i = 0; i < *n; ++i) {
+  RGPU_TRY_ASSIGN(n, in.getU64());
+  if (n > L.max_graphs) return Status(err::kInvalidValue, "checkpoint holds more graphs than max_graphs");
+  for (uint64_t i = 0; i < n; ++i) {
     auto g = std::make_shared<SessionGraph>();
-    auto id = in.getU32();
-    auto dev = id ? in.getI32() : Result<int32_t>(id.status());
-    if (!dev) return dev.status();
-    RGPU_TRY(checkDevice(*dev));
-    g->device = *dev;
-    auto chunks = in.getU64();
-    if (!chunks) return chunks.status();
-    if (*chunks > L.max_graph_nodes) return Status(err::kInvalidValue, "checkpoint: a graph of too many parts");
-    for (uint64_t c = 0; c < *chunks; ++c) {
-      auto bytes = in.getString(protocol::kMaxMessageBytes);
-      if (!bytes) return bytes.status();
-      if (bytes->size() % 8) return Status(err::kInvalidValue, "checkpoint: a graph part is not whole words");
-      auto words = kj::heapArray<capnp::word>(bytes->size() / 8);
-      std::memcpy(words.begin(), bytes->data(), bytes->size());
+    RGPU_TRY_ASSIGN(id, in.getU32());
+    RGPU_TRY_ASSIGN(dev, in.getI32());
+    RGPU_TRY(checkDevice(dev));
+    g->device = dev;
+    RGPU_TRY_ASSIGN(chunks, in.getU64());
+    if (chunks > L.max_graph_nodes) return Status(err::kInvalidValue, "checkpoint: a graph of too many parts");
+    for (uint64_t c = 0; c < chunks; ++c) {
+      RGPU_TRY_ASSIGN(bytes, in.getString(protocol::kMaxMessageBytes));
+      if (bytes.size() % 8) return Status(err::kInvalidValue, "checkpoint: a graph part is not whole words");
+      auto words = kj::heapArray<capnp::word>(bytes.size() / 8);
+      std::memcpy(words.begin(), bytes.data(), bytes.size());
       g->chunks.push_back(std::move(words));
     }
-    uint64_t* fields[] = {&g->nodes, &g->h2d_bytes, &g->d2h_bytes, &g->first_d2h_node, &g->last_host_node};
-    for (uint64_t* f : fields) {
-      auto v = in.getU64();
-      if (!v) return v.status();
-      *f = *v;
+    for (uint64_t* f : {&g->nodes, &g->h2d_bytes, &g->d2h_bytes, &g->first_d2h_node, &g->last_host_node}) {
+      RGPU_TRY_ASSIGN(v, in.getU64());
+      *f = v;
     }
-    auto host_funcs = in.getU32();
-    auto device_only = host_funcs ? in.getU32() : Result<uint32_t>(host_funcs.status());
-    auto code = device_only ? in.getI32() : Result<int32_t>(device_only.status());
-    auto why = code ? in.getString(4096) : Result<std::string>(code.status());
-    auto has_last = why ? in.getU32() : Result<uint32_t>(why.status());
-    auto last_id = has_last ? in.getU32() : Result<uint32_t>(has_last.status());
-    auto last_dev = last_id ? in.getI32() : Result<int32_t>(last_id.status());
-    if (!last_dev) return last_dev.status();
-    g->host_funcs = *host_funcs;
-    g->device_only = *device_only != 0;
-    g->broken = Status(*code, *why);
+    RGPU_TRY_ASSIGN(host_funcs, in.getU32());
+    RGPU_TRY_ASSIGN(device_only, in.getU32());
+    RGPU_TRY(in.getStatus(&g->broken));
+    RGPU_TRY_ASSIGN(has_last, in.getU32());
+    RGPU_TRY_ASSIGN(last_id, in.getU32());
+    RGPU_TRY_ASSIGN(last_dev, in.getI32());
+    g->host_funcs = host_funcs;
+    g->device_only = device_only != 0;
     // The stream of its last launch, if the session still has it.
-    if (*has_last && (*last_id == 0 ? checkDevice(*last_dev).isOk() : streams_.count(*last_id) != 0))
-      g->last_stream = StreamKey{*last_id, *last_dev};
+    if (has_last && (last_id == 0 ? checkDevice(last_dev).isOk() : streams_.count(last_id) != 0))
+      g->last_stream = StreamKey{last_id, last_dev};
     if (graph_nodes_ + g->nodes > L.max_graph_nodes)
       return Status(err::kInvalidValue, "checkpoint holds more graph nodes than max_graph_nodes");
     graph_nodes_ += g->nodes;
-    graphs_[*id] = std::move(g);
+    graphs_[id] = std::move(g);
   }
   return Status::ok();
 }

@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 
 #include "common/log.h"
+#include "server/backend/allocation_table.h"
 #include "common/sanitizers.h"
 
 namespace rgpu::server {
@@ -62,12 +62,6 @@ Result<std::unique_ptr<DeviceArena>> DeviceArena::create(uint64_t bytes, uint64_
   return std::unique_ptr<DeviceArena>(new DeviceArena(reinterpret_cast<uint64_t>(p), bytes));
 }
 
-static std::string hexOf(uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 DeviceArena::DeviceArena(uint64_t base, uint64_t size) : base_(base), size_(size), ranges_(base, size) {}
 
 DeviceArena::~DeviceArena() { munmap(reinterpret_cast<void*>(base_), size_); }
@@ -89,8 +83,8 @@ Status DeviceArena::allocateAt(uint64_t p, uint64_t size) {
   if (rounded < size || rounded == 0) rounded = kAlign;
   std::lock_guard lock(mu_);
   if (!ranges_.allocateAt(p, rounded))
-    return Status(err::kMemoryAllocation, "device range [0x" + hexOf(p) + ", +" + std::to_string(rounded) +
-                                              ") is taken or outside this arena [0x" + hexOf(base_) + ", +" +
+    return Status(err::kMemoryAllocation, "device range [" + hexAddress(p) + ", +" + std::to_string(rounded) +
+                                              ") is taken or outside this arena [" + hexAddress(base_) + ", +" +
                                               std::to_string(size_) + ")");
   return Status::ok();
 }

@@ -231,9 +231,7 @@ Result<std::vector<Backend::ModuleGlobal>> SimBackend::moduleGlobals(uint32_t mo
     mg.size = g.second;
     auto b = m->second.global_bases.find(g.first);
     mg.base = b == m->second.global_bases.end() ? g.first : b->second;
-    // What loadModule (or globalAddress) asked for, as loadModuleAt checks it.
-    const uint64_t size = std::max<uint64_t>(g.second, 1);
-    mg.alloc_size = b == m->second.global_bases.end() ? size : (size + 2 * 4096 - 1) / 4096 * 4096;
+    mg.alloc_size = m->second.global_alloc.at(name);
     out.push_back(std::move(mg));
   }
   return out;
@@ -766,6 +764,7 @@ Status SimBackend::loadModuleImpl(uint32_t id, int device, const std::string& fa
     addrs.push_back(addr);
     bases.push_back(base);
     m.globals[g.name] = {addr, g.size};
+    m.global_alloc[g.name] = alloc_size;
     if (addr != base) m.global_bases[addr] = base;
   }
   // Variables globalAddress() allocated later (not in the PTX), where they were.
@@ -778,6 +777,7 @@ Status SimBackend::loadModuleImpl(uint32_t id, int device, const std::string& fa
       if (auto s = allocateAtLocked(device, g.base, g.size); !s) return undo(s);
       bases.push_back(g.base);
       m.globals[g.name] = {g.base, g.size};
+      m.global_alloc[g.name] = g.size;
     }
   ptx::bindGlobals(*program, addrs);
   m.program = std::make_shared<const ptx::Module>(std::move(*program));
@@ -932,6 +932,7 @@ Result<GlobalVar> SimBackend::globalAddress(uint32_t module, const std::string& 
   if (!p) return p.status();
   std::memset(reinterpret_cast<void*>(*p), 0, size_hint);
   m->second.globals[name] = {*p, size_hint};
+  m->second.global_alloc[name] = size_hint;
   return GlobalVar{*p, size_hint};
 }
 

@@ -221,6 +221,8 @@ class SimBackend final : public Backend {
     int ptx_arch = 0;
     std::map<std::string, std::pair<DevPtr, uint64_t>> globals;
     std::map<DevPtr, DevPtr> global_bases;  // __managed__ variables: address -> their allocation
+    // Each variable's allocation, as asked for (a checkpoint places it again: moduleGlobals).
+    std::map<std::string, uint64_t> global_alloc;
     bool uses_printf = false;
   };
   struct Function {
