@@ -267,6 +267,10 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     }
     membership = std::move(*m);
   }
+  // Signals are caught before anyone is told the daemon is ready: a SIGHUP
+  // sent on READY=1 must reload, not kill it with the default action.
+  asio::signal_set signals(io, SIGINT, SIGTERM, SIGCHLD);
+  signals.add(SIGHUP);
   // Ready: tell whoever waits for the port (tests, scripts) only now.
   if (!opts.port_file.empty()) {
     std::string tmp = opts.port_file + ".tmp";
@@ -275,8 +279,6 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   }
   notifySystemd("READY=1\nSTATUS=listening on " + hp->first + ":" + std::to_string(port) + ", backend " + backend +
                 ", " + std::to_string(choice.inventory.size()) + " device(s)");
-  asio::signal_set signals(io, SIGINT, SIGTERM, SIGCHLD);
-  signals.add(SIGHUP);
   // A worker exited (or was killed): what the daemon kept for it goes, and
   // its memory and quota return to the pool now, even after a crash.
   auto reapWorker = [&](pid_t pid, int status) {
