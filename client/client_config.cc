@@ -2,10 +2,24 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <thread>
 
 #include "common/config.h"
+#include "protocol/frame.h"
 
 namespace rgpu::client {
+
+namespace {
+// "auto" (-1) or 0..kMaxStripes.
+Result<int> parseStripes(const std::string& v) {
+  if (v == "auto") return -1;
+  char* end = nullptr;
+  long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < 0 || n > static_cast<long>(protocol::kMaxStripes))
+    return Status(err::kInvalidValue, "'" + v + "' is not \"auto\" or 0.." + std::to_string(protocol::kMaxStripes));
+  return static_cast<int>(n);
+}
+}  // namespace
 
 Result<ClientConfig> loadClientConfig() {
   ClientConfig c;
@@ -29,7 +43,7 @@ Result<ClientConfig> loadClientConfig() {
     // Every key read below, by table.
     static const common::KeySchema known = {
         {"", {"server", "server_name", "token", "compression", "log_level", "connect_timeout_ms", "dead_after_s",
-              "resume", "insecure_plaintext", "resume_buffer", "request", "tls"}},
+              "resume", "insecure_plaintext", "resume_buffer", "stripes", "stripe_min_bytes", "request", "tls"}},
         {"request", {"devices", "min_memory", "min_compute_capability", "model", "wait_ms"}},
         {"tls", {"ca", "cert", "key"}}};
     c.unknown_keys = common::unknownKeys(tbl, known);
@@ -49,6 +63,19 @@ Result<ClientConfig> loadClientConfig() {
       auto bytes = common::parseSize(*b);
       if (!bytes) return Status(err::kInvalidValue, "config " + path + ": resume_buffer: " + bytes.status().message());
       c.resume_buffer = *bytes;
+    }
+    if (tbl.contains("stripes")) {
+      auto n = parseStripes(tbl["stripes"].value<std::string>().value_or(
+          std::to_string(tbl["stripes"].value<int64_t>().value_or(-2))));
+      if (!n) return Status(err::kInvalidValue, "config " + path + ": stripes: " + n.status().message());
+      c.stripes = *n;
+    }
+    if (auto b = tbl["stripe_min_bytes"].value<std::string>()) {
+      auto bytes = common::parseSize(*b);
+      if (!bytes || *bytes < (64u << 10))
+        return Status(err::kInvalidValue, "config " + path + ": stripe_min_bytes: " +
+                                              (bytes ? std::string("at least 64K") : bytes.status().message()));
+      c.stripe_min_bytes = *bytes;
     }
     if (auto req = tbl["request"].as_table()) {
       auto where = "config " + path + ": request.";
@@ -94,6 +121,12 @@ Result<ClientConfig> loadClientConfig() {
   if (auto v = common::envString("RGPU_WAIT_MS")) c.request_wait_ms = static_cast<uint32_t>(std::atoi(v->c_str()));
   if (auto v = common::envString("RGPU_RESUME")) c.resume = *v != "0";
   if (auto v = common::envString("RGPU_INSECURE_PLAINTEXT")) c.insecure_plaintext = *v != "0";
+  if (auto v = common::envString("RGPU_STRIPES")) {
+    auto n = parseStripes(*v);
+    if (!n) return Status(err::kInvalidValue, "RGPU_STRIPES: " + n.status().message());
+    c.stripes = *n;
+  }
+  if (c.stripes < 0) c.stripes = static_cast<int>(std::min(std::max(std::thread::hardware_concurrency(), 1u), 8u)) - 1;
   // Below two of the largest frames the client could not make progress.
   c.resume_buffer = std::max<uint64_t>(c.resume_buffer, 128ull << 20);
   return c;

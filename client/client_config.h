@@ -1,7 +1,7 @@
 // client.toml: where the server is and how to authenticate.
 // Lookup order: $RGPU_CONFIG, ~/.config/rgpu/client.toml, /etc/rgpu/client.toml.
 // Environment overrides: RGPU_SERVER (host:port), RGPU_TOKEN, RGPU_CA, RGPU_CERT,
-// RGPU_KEY, RGPU_SERVER_NAME, RGPU_CONNECT_TIMEOUT_MS, RGPU_COMPRESSION,
+// RGPU_KEY, RGPU_SERVER_NAME, RGPU_CONNECT_TIMEOUT_MS, RGPU_COMPRESSION, RGPU_STRIPES,
 // RGPU_DEVICES (request_devices), RGPU_WAIT_MS (request_wait_ms), RGPU_RESUME
 // (0/1), RGPU_INSECURE_PLAINTEXT (0/1).
 #pragma once
@@ -30,6 +30,11 @@ struct ClientConfig {
   // server allows it) instead of failing every later call.
   bool resume = true;
   uint64_t resume_buffer = 256ull << 20;  // requests kept for replay before callers wait
+  // Extra TLS connections bulk payloads of at least stripe_min_bytes are
+  // striped over (common/stripes.h), so that several cores encrypt a large
+  // copy; -1 ("auto"): one fewer than the cores, at most 7. Needs resume.
+  int stripes = -1;
+  uint64_t stripe_min_bytes = 4ull << 20;
   // No TLS (a server with insecure_plaintext on loopback): tokens only.
   bool insecure_plaintext = false;
   // [request]: the devices this program needs; the server's pool places it.

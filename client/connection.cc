@@ -37,6 +37,7 @@ constexpr size_t kMaxDeviceOutput = 64u << 20;
 // waits (one round trip) until the server has dispatched it, so the caller's
 // buffer can serve a replay meanwhile. Smaller ones are copied.
 constexpr uint64_t kHoldBulkBytes = 1 << 20;
+}  // namespace
 
 // Must match the daemon's (server/daemon/daemon.h): "rgpu-rs2" + the session's
 // 16-byte resume id from the Welcome.
@@ -57,7 +58,6 @@ Result<std::unique_ptr<common::TlsContext>> clientContext(const ClientConfig& cf
   tls.key_file = cfg.key;
   return common::TlsContext::makeClient(tls);
 }
-}  // namespace
 
 Connection::Connection(std::unique_ptr<common::TlsConnection> conn, std::string server, common::Compression c)
     : server_(std::move(server)), compression_(c) {
@@ -180,9 +180,12 @@ Result<std::unique_ptr<Connection>> Connection::openPart(const ClientConfig& cfg
 void Connection::start(HostFuncHandler on_host_func) {
   conn_.load()->setBusyPollWhile(&sync_waiters_);
   on_host_func_ = std::move(on_host_func);
+  stripes_.setMinBytes(cfg_.stripe_min_bytes);
+  stripes_.bind(conn_.load());
   flusher_ = std::thread([this] { flusherLoop(); });
   receiver_ = std::thread([this] { receiverLoop(); });
   callback_ = std::thread([this] { callbackLoop(); });
+  startStripes(welcome_.generation);
 }
 
 Connection::~Connection() { close(); }
@@ -198,12 +201,14 @@ void Connection::close() {
   batch_cv_.notify_all();
   retry_cv_.notify_all();
   if (flusher_.joinable()) flusher_.join();
+  dropStripes();
   {
     std::lock_guard wlock(write_mu_);
     conn_.load()->close();
   }
   if (receiver_.joinable()) receiver_.join();
   if (replay_.joinable()) replay_.join();
+  if (stripe_joiner_.joinable()) stripe_joiner_.join();  // (the receiver starts joiners)
   {
     std::lock_guard lock(cb_mu_);
     callbacks_.clear();
@@ -288,6 +293,8 @@ Status Connection::handshake(const ClientConfig& cfg) {
     auto id = w.getResumeId();
     resume_id_.assign(reinterpret_cast<const char*>(id.begin()), id.size());
     resume_ = welcome_.resume_grace_ms > 0 && !resume_token_.empty() && resume_id_.size() == 16;
+    welcome_.max_stripes = resume_ ? w.getMaxStripes() : 0;
+    welcome_.generation = w.getGeneration();
     resume_buffer_ = cfg.resume_buffer;
     for (auto d : w.getDevices()) {
       Welcome::Device dev;
@@ -361,6 +368,7 @@ void Connection::fail(const Status& s) {
     slot->state.notify_one();
   }
   conn_.load()->shutdown();
+  dropStripes();
   {
     std::lock_guard lock(cb_mu_);
     cb_stop_ = true;
@@ -432,12 +440,13 @@ uint64_t Connection::repliesFloorLocked() {
   return floor;
 }
 
-void Connection::acknowledgeLocked(bool bye) {
+void Connection::acknowledgeLocked(bool bye, uint32_t stripe_ready) {
   capnp::MallocMessageBuilder msg(64);
   auto a = msg.initRoot<wire::Ack>();
   a.setReplies(repliesFloorLocked());
   a.setNotifications(notify_floor_.load());
   a.setBye(bye);
+  a.setStripeReady(stripe_ready);
   bool wake = batch_.empty();
   common::appendFrame(batch_, FrameType::kAck, 0, 0, msg, 0);
   if (wake) batch_cv_.notify_one();
@@ -507,7 +516,7 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
   }
   if (tl_timing) tl_timing->built = monotonicNs();
   common::TlsConnection& conn = *conn_.load();
-  Status s = bulk_sender_.send(conn, out, last, bulk, now ? bulk_len : 0, compression_);
+  Status s = bulk_sender_.send(conn, out, last, bulk, now ? bulk_len : 0, compression_, &stripes_);
   if (tl_timing) tl_timing->written = monotonicNs();
   if (!s) RGPU_TRY(lost(conn, s));
   if (hold_bulk) {
@@ -725,7 +734,7 @@ void Connection::receiverLoop() {
 }
 
 Status Connection::receive(common::TlsConnection& conn) {
-  common::FrameReader reader(conn);
+  common::FrameReader reader(conn, protocol::kMaxBulkBytes, &stripes_);
   for (;;) {
     FrameHeader h;
     kj::ArrayPtr<const capnp::word> words;
@@ -886,6 +895,7 @@ Status Connection::receive(common::TlsConnection& conn) {
 
 Result<common::TlsConnection*> Connection::reconnect(const Status& why) {
   if (replay_.joinable()) replay_.join();
+  dropStripes();
   const uint32_t grace = welcome_.resume_grace_ms;
   const uint64_t session = welcome_.session_id;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace);
@@ -922,31 +932,17 @@ Result<common::TlsConnection*> Connection::reconnect(const Status& why) {
       std::vector<uint8_t> frame;
       common::appendFrame(frame, FrameType::kHello, 0, 0, msg, 0);
       Status s = (*tc)->write(frame.data(), frame.size());
-      // The Welcome must come within what is left: a watchdog shuts a silent connection.
+      // The Welcome must come within what is left.
       common::TlsConnection* raw = tc->get();
-      std::mutex mu;
-      std::condition_variable cv;
-      bool done = false;
-      std::thread watchdog([&] {
-        std::unique_lock lock(mu);
-        if (!cv.wait_for(lock, std::min(left, std::chrono::milliseconds(cfg_.connect_timeout_ms)), [&] { return done; }))
-          raw->shutdown();
-      });
       FrameHeader h;
-      kj::ArrayPtr<const capnp::word> words;
-      common::FrameReader reader(*raw, 0);
-      if (s) s = reader.next(h, words);
-      {
-        std::lock_guard lock(mu);
-        done = true;
-      }
-      cv.notify_all();
-      watchdog.join();
+      std::vector<uint64_t> words;
+      if (s) s = readFrameWithin(*raw, std::min(left, std::chrono::milliseconds(cfg_.connect_timeout_ms)), h, words);
       if (s && h.type != FrameType::kWelcome) s = Status(err::kDevicesUnavailable, "no Welcome");
       if (s) {
         uint64_t dispatched = 0;
+        uint32_t generation = 0;
         try {
-          capnp::FlatArrayMessageReader r(words, common::readerOptions());
+          capnp::FlatArrayMessageReader r(common::asWords(words), common::readerOptions());
           auto w = r.getRoot<wire::Welcome>();
           if (w.getError() != 0)
             return Status(err::kDevicesUnavailable, "lost the connection to rgpu server " + server_ +
@@ -954,6 +950,7 @@ Result<common::TlsConnection*> Connection::reconnect(const Status& why) {
                                                         ": " + std::string(w.getMessage()) + " (" + describeSource(cfg_) + ")");
           if (!w.getResumed()) return Status(err::kDevicesUnavailable, "rgpu server " + server_ + " did not resume the session");
           dispatched = w.getDispatched();
+          generation = w.getGeneration();
         } catch (const kj::Exception& e) {
           return Status(err::kDevicesUnavailable, std::string("malformed Welcome: ") + e.getDescription().cStr());
         }
@@ -1012,6 +1009,10 @@ Result<common::TlsConnection*> Connection::reconnect(const Status& why) {
         });
         std::unique_lock lock(latch_mu);
         latch.wait(lock, [&] { return holding; });
+        // New stripes for the new connection (a replay goes unstriped: it
+        // was kept whole).
+        stripes_.bind(raw);
+        startStripes(generation);
         return raw;
       }
       last = s.message();

@@ -39,6 +39,7 @@
 
 #include "client/client_config.h"
 #include "common/frame_io.h"
+#include "common/stripes.h"
 #include "common/tls.h"
 #include "protocol/rgpu.capnp.h"
 
@@ -72,6 +73,8 @@ struct Welcome {
     uint64_t peer_access = 0;  // bit i: kernels here can use device i's memory
   };
   std::vector<Device> devices;
+  uint32_t max_stripes = 0;  // stripe connections the server takes (common/stripes.h)
+  uint32_t generation = 0;   // which of the session's main connections this is
 };
 
 // A member's part of a program the pool spread over several members
@@ -93,6 +96,12 @@ struct CallTiming {
   // The server's: the request read whole, its handler started, the reply built.
   uint64_t server_read = 0, server_dispatch = 0, server_replied = 0;
 };
+
+// The resume preamble naming a session's 16-byte resume id (the daemon's
+// routing, server/daemon/daemon.h), and the TLS settings for a connection to
+// `host` (plaintext only to loopback).
+std::string resumePreamble(const std::string& resume_id);
+Result<std::unique_ptr<common::TlsContext>> clientContext(const ClientConfig& cfg, const std::string& host);
 
 class Connection {
  public:
@@ -231,7 +240,19 @@ class Connection {
   Status waitForRoomLocked(std::unique_lock<std::mutex>& lock, uint64_t bytes);
   uint64_t repliesFloorLocked();  // batch_mu_, takes slots_mu_
   // Tells the server what arrived (batch_mu_ held), so it can drop its copies.
-  void acknowledgeLocked(bool bye = false);
+  // `stripe_ready`: the client reads that stripe connection from now on.
+  void acknowledgeLocked(bool bye = false, uint32_t stripe_ready = 0);
+
+  // connection_stripes.cc. Reads one frame from `conn` within `limit` (a
+  // watchdog shuts a silent connection); its message is copied to `words`.
+  static Status readFrameWithin(common::TlsConnection& conn, std::chrono::milliseconds limit,
+                                protocol::FrameHeader& h, std::vector<uint64_t>& words);
+  // Joins up to cfg_.stripes stripe connections to main connection
+  // `generation` on a thread of its own (after the previous joiner ends).
+  void startStripes(uint32_t generation);
+  void joinStripes(uint64_t epoch, uint32_t generation, uint32_t count);
+  // The main connection is gone (or the program is exiting): joins for it stop, its stripes close.
+  void dropStripes();
 
   // The current connection. Writers use it under write_mu_; the receiver and
   // replay thread replace it (holding write_mu_); fail() only shuts it down.
@@ -300,6 +321,14 @@ class Connection {
   std::atomic<int> resumes_{0};
 
   std::thread flusher_, receiver_, callback_;
+
+  // Stripe connections of the current main connection (common/stripes.h).
+  // stripe_mu_ orders a join against a lost connection: a joiner adds its
+  // stripe only while stripe_epoch_ is still the one it started in.
+  common::Stripes stripes_;
+  std::mutex stripe_mu_;
+  uint64_t stripe_epoch_ = 0;
+  std::thread stripe_joiner_;  // started by start() and the receiver's reconnect(), joined by close()
 };
 
 }  // namespace rgpu::client

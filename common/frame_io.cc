@@ -67,8 +67,10 @@ bool shouldCompress(Compression mode, const void* data, size_t len, double link)
 }
 
 Status BulkSender::send(TlsConnection& conn, std::vector<uint8_t>& frames, size_t last_frame_offset,
-                        const void* bulk, size_t len, Compression mode) {
-  if (len == 0 || !shouldCompress(mode, bulk, len, conn.writeRate())) {
+                        const void* bulk, size_t len, Compression mode, Stripes* stripes) {
+  bool compress = len > 0 && shouldCompress(mode, bulk, len, conn.writeRate());
+  if (!compress && stripes && stripes->shouldStripe(len, conn)) return stripes->send(conn, frames, last_frame_offset, bulk, len);
+  if (!compress) {
     struct iovec v[2] = {{frames.data(), frames.size()}, {const_cast<void*>(bulk), len}};
     return conn.writeAll(v, len ? 2 : 1);
   }
@@ -122,6 +124,7 @@ Status validateSegmentTable(kj::ArrayPtr<const capnp::word> message) {
 
 Status FrameReader::readBulk(const FrameHeader& header, void* dst) {
   auto* out = static_cast<char*>(dst);
+  if (header.flags & protocol::kFlagStriped) return striped(header, dst);
   if (!(header.flags & protocol::kFlagBulkLz4)) return conn_.readExact(out, header.bulk_len);
   uint64_t left = header.bulk_len;
   while (left > 0) {
@@ -148,7 +151,14 @@ Status FrameReader::readBulk(const FrameHeader& header, void* dst) {
   return Status::ok();
 }
 
+Status FrameReader::striped(const FrameHeader& header, void* dst) {
+  if (stripes_) return stripes_->read(conn_, header, dst);
+  Stripes none;  // every piece must then be this connection's
+  return none.read(conn_, header, dst);
+}
+
 Status FrameReader::skipBulk(const FrameHeader& header) {
+  if (header.flags & protocol::kFlagStriped) return striped(header, nullptr);
   // Decode through a bounded buffer: skipping must not allocate bulk_len bytes.
   if (!(header.flags & protocol::kFlagBulkLz4)) {
     std::vector<uint8_t> sink(std::min<uint64_t>(header.bulk_len, 1 << 16));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/stripes.h"
 #include "common/tls.h"
 #include "protocol/frame.h"
 
@@ -47,10 +48,12 @@ bool shouldCompress(Compression mode, const void* data, size_t len, double link 
 // Sends one frame whose message bytes are already in `frame` (from appendFrame,
 // possibly preceded by other queued frames) followed by `len` bulk bytes.
 // Patches the bulk flag of the last frame's header when compressing.
+// With `stripes`, a payload they take (Stripes::shouldStripe) and that is not
+// to be compressed is striped over them.
 class BulkSender {
  public:
   Status send(TlsConnection& conn, std::vector<uint8_t>& frames, size_t last_frame_offset,
-              const void* bulk, size_t len, Compression mode);
+              const void* bulk, size_t len, Compression mode, Stripes* stripes = nullptr);
 
  private:
   std::vector<uint8_t> scratch_;
@@ -58,18 +61,23 @@ class BulkSender {
 
 class FrameReader {
  public:
-  explicit FrameReader(TlsConnection& conn, uint64_t max_bulk = protocol::kMaxBulkBytes)
-      : conn_(conn), max_bulk_(max_bulk) {}
+  // `stripes`: where the pieces of a striped payload come from (none: such a
+  // payload may name only this connection).
+  explicit FrameReader(TlsConnection& conn, uint64_t max_bulk = protocol::kMaxBulkBytes, Stripes* stripes = nullptr)
+      : conn_(conn), max_bulk_(max_bulk), stripes_(stripes) {}
   // Reads the next header and message. The message stays valid until the next call.
   Status next(protocol::FrameHeader& header, kj::ArrayPtr<const capnp::word>& message);
   // Consumes the bulk payload of the current frame into dst (header.bulk_len bytes).
   Status readBulk(const protocol::FrameHeader& header, void* dst);
   // Consumes and drops the bulk payload of the current frame.
   Status skipBulk(const protocol::FrameHeader& header);
+  void setStripes(Stripes* stripes) { stripes_ = stripes; }
 
  private:
+  Status striped(const protocol::FrameHeader& header, void* dst);
   TlsConnection& conn_;
   uint64_t max_bulk_;
+  Stripes* stripes_;
   std::vector<uint64_t> buf_;  // message words (capnp::word is not copyable under clang)
   std::vector<uint8_t> block_;
 };

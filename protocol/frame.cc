@@ -64,8 +64,12 @@ bool decodeHeader(const uint8_t in[kFrameHeaderBytes], FrameHeader& h, std::stri
     why = "bulk length " + std::to_string(h.bulk_len) + " exceeds limit " + std::to_string(max_bulk);
     return false;
   }
-  if ((h.flags & ~(kFlagBulkLz4 | kFlagAsync | kFlagTimed)) != 0) {
+  if ((h.flags & ~(kFlagBulkLz4 | kFlagAsync | kFlagTimed | kFlagStriped)) != 0) {
     why = "unknown frame flags";
+    return false;
+  }
+  if ((h.flags & kFlagBulkLz4) && (h.flags & kFlagStriped)) {
+    why = "a bulk payload both compressed and striped";
     return false;
   }
   return true;

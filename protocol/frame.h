@@ -26,6 +26,8 @@ inline constexpr uint32_t kMaxParamBytes = 32764;            // kernel parameter
 inline constexpr uint64_t kMaxFatbinBytes = kMaxBulkBytes;   // one shipped fatbin
 inline constexpr uint64_t kBulkBlockBytes = 1ull << 20;      // lz4 block size on the wire
 inline constexpr uint64_t kMaxTraversalWords = kMaxMessageBytes / 8;
+// Extra connections one session may stripe bulk payloads over (common/stripes.h).
+inline constexpr uint32_t kMaxStripes = 16;
 
 enum class FrameType : uint8_t {
   kHello = 1,
@@ -44,6 +46,9 @@ enum FrameFlags : uint8_t {
   // Request: the reply carries the server's timestamps of it (Reply.serverTimes;
   // rgpu-bench --breakdown). Costs a few clock reads; asked for by benchmarks only.
   kFlagTimed = 1u << 2,
+  // The bulk payload is striped over the session's stripe connections: a
+  // stripe table comes first (common/stripes.h). Never with kFlagBulkLz4.
+  kFlagStriped = 1u << 3,
 };
 
 struct FrameHeader {

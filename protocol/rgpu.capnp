@@ -30,6 +30,9 @@ struct Hello {
                              # exporter value (common/tls.h proveClientKey); the daemon refuses it without
   spanIndex @13 :UInt32;     # with redirected: this session is part `spanIndex` of a program whose devices
                              # the pool spread over several members (Welcome.span); 0 otherwise
+  stripe @14 :Bool;          # with resumeToken: not a resume but one more connection of the running session,
+                             # to stripe bulk payloads over (common/stripes.h)
+  generation @15 :UInt32;    # with stripe: the Welcome.generation of the main connection it joins
 }
 
 # Session resume. Each side keeps what the other may not have received: the
@@ -43,6 +46,7 @@ struct Ack {
   notifications @1 :UInt64;  # client: it holds every notification <= this
   dispatched @2 :UInt64;     # server: every request <= this has been carried out
   bye @3 :Bool;              # client: an orderly end of the session (no resume)
+  stripeReady @4 :UInt32;    # client: it reads stripe connection N now; the server may put pieces on it
 }
 
 # A client's device request (client.toml [request]); zeros mean "any".
@@ -88,6 +92,9 @@ struct Welcome {
   span @17 :List(SpanPart);  # non-empty (error 0, no session): no one member has the devices asked for; the
                              # program takes `count` of them at each of these members, its devices in this
                              # order (one session per member, each Hello redirected with its spanIndex)
+  maxStripes @18 :UInt32;    # stripe connections the session may join (0: none; needs resume)
+  generation @19 :UInt32;    # which of the session's main connections this is (1, then +1 each resume)
+  stripe @20 :UInt32;        # a Welcome on a stripe connection: the index it has from now on (1..16)
 }
 
 struct SpanPart {

@@ -138,6 +138,12 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
         return Status(err::kInvalidValue, where("session.resume_grace_ms") + " must be 0..86400000");
       c.resume_grace_ms = static_cast<uint32_t>(*g);
     }
+    if (auto m = (*session)["max_stripes"].value<int64_t>()) {
+      if (*m < 0 || *m > protocol::kMaxStripes)
+        return Status(err::kInvalidValue, where("session.max_stripes") + " must be 0.." +
+                                              std::to_string(protocol::kMaxStripes));
+      c.max_stripes = static_cast<uint32_t>(*m);
+    }
   }
   if (c.insecure_plaintext) {
     auto hp = common::parseHostPort(c.listen);

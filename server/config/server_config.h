@@ -141,6 +141,9 @@ struct ServerConfig {
   // [session]: how long a worker keeps a session whose connection dropped,
   // waiting for the client to resume it; 0: no resume.
   uint32_t resume_grace_ms = 30000;
+  // [session] max_stripes: extra connections a resumable session may stripe
+  // bulk payloads over (common/stripes.h); 0: none.
+  uint32_t max_stripes = 8;
   std::vector<UserEntry> users;
   PoolConfig pool;
   AccountingConfig accounting;

@@ -30,7 +30,7 @@ const common::KeySchema& schema() {
       {"", {"listen", "log_level", "backend", "compression", "allow_anonymous", "insecure_plaintext", "tls",
             "session", "users", "pool", "accounting", "limits", "security", "cuda", "sim", "cluster", "checkpoint"}},
       {"tls", {"cert", "key", "ca", "require_client_cert", "handshake_timeout_ms"}},
-      {"session", {"resume_grace_ms"}},
+      {"session", {"resume_grace_ms", "max_stripes"}},
       {"users", {"name", "token", "cert_cn", "devices", "memory_quota", "pool_memory_quota", "max_sessions",
                  "priority", "weight", "admin", "mps_thread_percentage"}},
       {"pool", {"admission_timeout_ms", "drain_timeout_ms", "metrics_listen", "metrics_token", "metrics_labels", "status_page"}},

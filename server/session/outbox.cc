@@ -23,7 +23,7 @@ Status Outbox::write(common::TlsConnection& conn, std::vector<uint8_t>& frame, c
   std::lock_guard lock(wire_mu_);
   if (on_wire) on_wire();
   common::BulkSender sender;
-  return sender.send(conn, frame, 0, bulk, bulk_len, compression_);
+  return sender.send(conn, frame, 0, bulk, bulk_len, compression_, stripes_);
 }
 
 void Outbox::keepLocked(std::map<uint64_t, Kept>& into, uint64_t seq, const std::vector<uint8_t>& frame,

@@ -47,6 +47,9 @@ class Outbox {
 
   // From now on, keep what is sent until acknowledged.
   void retainUntilAcknowledged() { retain_ = true; }
+  // Large bulk payloads go striped over these (the session's; they outlive
+  // the Outbox). Set before the first frame is sent.
+  void stripeOver(common::Stripes* stripes) { stripes_ = stripes; }
 
   // A reply to request `seq`: header and message already in `frame`, then
   // `bulk_len` bulk bytes (which the caller keeps valid during the call).
@@ -109,6 +112,7 @@ class Outbox {
                const std::function<void()>& on_wire = nullptr);
 
   common::Compression compression_;
+  common::Stripes* stripes_ = nullptr;
   bool retain_ = false;  // set before the first frame is sent, never cleared
   bool no_hold_ = false;  // copyHeld() ran: copy large replies until resume()
   mutable std::mutex mu_;

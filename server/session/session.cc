@@ -135,7 +135,10 @@ Session::Session(std::unique_ptr<common::TlsConnection> conn, const ServerConfig
       session_id_(session_id),
       staging_(std::make_shared<StagingPool>(cfg.limits.max_staging_bytes)),
       allocs_(cfg.limits.max_allocations),
-      resume_source_(resume) {}
+      resume_source_(resume) {
+  stripes_.setMinBytes(kStripeReplyMinBytes);
+  outbox_.stripeOver(&stripes_);
+}
 
 void Session::attachBackend(std::unique_ptr<Backend> backend) {
   backend_ = std::move(backend);
@@ -230,8 +233,12 @@ Status Session::endRun(Status s) {
     stopped = stop_reason_;
   }
   pool_.ended(stopped.empty() ? why : "stopped: " + stopped);  // (a datagram to the daemon: not under the lock)
-  RGPU_LOG_INFO("session {} ended ({} allocations released, worker peak RSS {} MiB): {}", session_id_, allocs_.count(),
-                usage.ru_maxrss / 1024, why);
+  std::string striped;
+  if (stripes_.bytesReceived() || stripes_.bytesSent())
+    striped = ", stripe connections carried " + formatBytes(stripes_.bytesReceived()) + " in and " +
+              formatBytes(stripes_.bytesSent()) + " out";
+  RGPU_LOG_INFO("session {} ended ({} allocations released, worker peak RSS {} MiB{}): {}", session_id_,
+                allocs_.count(), usage.ru_maxrss / 1024, striped, why);
   return s;
 }
 
@@ -390,6 +397,9 @@ Status Session::handshake() {
   }
   // Retention starts before the first reply can be sent.
   if (resume_) outbox_.retainUntilAcknowledged();
+  // Stripes may join once the client has this Welcome.
+  welcome.setMaxStripes(resume_ ? cfg_.max_stripes : 0);
+  welcome.setGeneration(takeUpConnection(*outbox_.connection()));
   std::vector<uint8_t> frame;
   common::appendFrame(frame, FrameType::kWelcome, 0, h.seq, out, 0);
   return outbox_.sendOnce(frame);
@@ -414,6 +424,14 @@ Status Session::serve() {
   for (;;) {
     auto conn = outbox_.connection();
     Status s = serveConnection(*conn);
+    {
+      // Its stripes go with it, and joins for it are refused from now on.
+      std::lock_guard lock(resume_mu_);
+      live_ = false;
+      ++generation_;
+      next_stripe_ = 1;
+    }
+    stripes_.bind(nullptr);
     if (stopped_.load()) return Status::ok();
     if (s || fatal_ || !resume_) return s;
     if (outbox_.lostFrames()) {
@@ -429,7 +447,7 @@ Status Session::serve() {
 
 Status Session::serveConnection(common::TlsConnection& conn) {
   dispatch_thread_ = std::this_thread::get_id();
-  common::FrameReader reader(conn);
+  common::FrameReader reader(conn, protocol::kMaxBulkBytes, &stripes_);
   // A transport failure, a goodbye, or (without resume) the client leaving.
   auto ended = [&](const Status& s) -> Status {
     if (bye_ || conn.closedCleanly()) return Status::ok();
@@ -461,6 +479,7 @@ Status Session::serveConnection(common::TlsConnection& conn) {
         capnp::FlatArrayMessageReader r(msg, common::readerOptions());
         auto a = r.getRoot<wire::Ack>();
         if (a.getBye()) bye_ = true;
+        if (a.getStripeReady()) stripes_.setWritable(a.getStripeReady());
         outbox_.acknowledged(a.getReplies(), a.getNotifications());
       } catch (const kj::Exception& e) {
         return violation(Status(err::kInvalidValue, std::string("malformed acknowledgement: ") + e.getDescription().cStr()));
@@ -552,6 +571,8 @@ Status Session::awaitResume(const Status& why) {
     w.setBackend(backend_->name());
     w.setDriverVersion(backend_->driverVersion());
   }
+  w.setMaxStripes(cfg_.max_stripes);
+  w.setGeneration(takeUpConnection(*p.conn));
   std::vector<uint8_t> frame;
   common::appendFrame(frame, FrameType::kWelcome, 0, 0, out, 0);
   std::string peer = p.conn->peerAddress();
@@ -669,9 +690,13 @@ void Session::resumeHandshake(int fd) {
   }
   std::string why;
   uint64_t replies = 0, notifications = 0;
+  bool stripe = false;
+  uint32_t generation = 0;
   try {
     capnp::FlatArrayMessageReader r(msg, common::readerOptions());
     auto hello = r.getRoot<wire::Hello>();
+    stripe = hello.getStripe();
+    generation = hello.getGeneration();
     auto token = hello.getResumeToken();
     std::string given(reinterpret_cast<const char*>(token.begin()), token.size());
     std::string user = authenticate(**conn, hello.getToken());
@@ -700,6 +725,7 @@ void Session::resumeHandshake(int fd) {
     (void)(*conn)->write(frame.data(), frame.size());
     return;
   }
+  if (stripe) return joinStripe(std::move(*conn), generation, h.seq);
   // The old connection may still look open (a half-dead link): shut it, so
   // the dispatch thread moves to the new one.
   auto old = outbox_.connection();

@@ -35,6 +35,7 @@
 #include <unordered_set>
 
 #include "common/frame_io.h"
+#include "common/stripes.h"
 #include "common/tls.h"
 #include "protocol/rgpu.capnp.h"
 #include "server/backend/allocation_table.h"
@@ -71,6 +72,9 @@ inline constexpr uint64_t kAckEveryRequests = 1024;
 // (1 MiB: a client waits for the acknowledgement of each large bulk payload it
 // did not copy, see client/connection.cc.)
 inline constexpr uint64_t kAckEveryBulkBytes = 1ull << 20;
+// Replies whose bulk payload is at least this large go striped over the
+// session's stripe connections, when it has any (common/stripes.h).
+inline constexpr uint64_t kStripeReplyMinBytes = 4ull << 20;
 
 class Session {
  public:
@@ -117,6 +121,12 @@ class Session {
   // a thread of its own (resumeHandshake), kMaxResumeHandshakes at most.
   void acceptResumes();
   void resumeHandshake(int fd);
+  // session_stripes.cc. A validated Hello that asks to join as a stripe: its
+  // Welcome, or a refusal.
+  void joinStripe(std::unique_ptr<common::TlsConnection> conn, uint32_t generation, uint64_t hello_seq);
+  // `conn` is the session's main connection from now on (its Welcome is
+  // about to go out): stripes may join it. Returns its generation.
+  uint32_t takeUpConnection(const common::TlsConnection& conn);
   void stopResumeThread();
   // session_checkpoint.cc: moving the session to another worker.
   struct MoveRequest {
@@ -285,6 +295,11 @@ class Session {
   // ok for a registered kernel that can run; else why not.
   Status usableFunction(uint32_t id) const;
 
+  // Stripe connections of the current main connection (common/stripes.h):
+  // joined through the resume thread (joinStripe), bound to the connection
+  // serveConnection reads, cleared when it is lost. Declared before the
+  // Outbox, which writes over them, so that they outlive it.
+  common::Stripes stripes_;
   Outbox outbox_;
   common::FrameReader* reader_ = nullptr;  // the dispatch thread's reader, during serve()
   const ServerConfig& cfg_;
@@ -390,6 +405,12 @@ class Session {
   Verdict verdict_ = Verdict::kNone;          // resume_mu_: the daemon's word on a move
   bool moved_ = false;                        // the dispatch thread's: the move was committed
   uint64_t gpu_ns_base_ = 0;  // kernel time before the session moved to this worker
+  // A join names the generation of the main connection it belongs to
+  // (stripes_); resume_mu_ guards the generation, whether a main connection
+  // is live, and the next stripe index.
+  uint32_t generation_ = 1;
+  bool live_ = false;
+  uint32_t next_stripe_ = 1;
 };
 
 }  // namespace rgpu::server

@@ -23,10 +23,14 @@
 // child process of its own against a server of its own setting (a server's
 // setting governs what it sends), interleaved round by round.
 //
+// --stripes N,M,... measures (g) alone: 256 MiB copies each way (random
+// bytes) with client.toml `stripes` = N, M, ... (a child process each),
+// against one raw TLS stream of 256 MiB, interleaved round by round.
+//
 // It starts its own rgpu-server (sim backend) and raw TLS peer on loopback,
 // with throwaway certificates. Links rgpu's libcudart.so.13 like any program.
 //
-//   rgpu-bench [--quick] [--load] [--breakdown] [--only a|b|c|d|e] [--compression]
+//   rgpu-bench [--quick] [--load] [--breakdown] [--only a|b|c|d|e] [--compression] [--stripes 0,1,3]
 // --load: a CPU hog on every core (a busy loop per core, at normal priority)
 // for the whole measurement, as a compiler or a training job beside it would be.
 // Round trips are timed one by one: median and 99th percentile of all of them.
@@ -268,8 +272,8 @@ std::vector<char> makeData(const std::string& kind, uint64_t bytes) {
 
 // A child of --compression: copies of `kind` data each way with the
 // compression its environment says; prints "H2D D2H" in GB/s.
-int copyChild(const std::string& kind, bool quick) {
-  const uint64_t bytes = quick ? (4ull << 20) : (64ull << 20);
+int copyChild(const std::string& kind, bool quick, uint64_t mib) {
+  const uint64_t bytes = quick ? (4ull << 20) : (mib << 20);
   const int copies = quick ? 1 : 3;
   std::vector<char> host = makeData(kind, bytes), back(bytes);
   void* dev = nullptr;
@@ -339,9 +343,76 @@ int compressionBench(bool quick) {
   return 0;
 }
 
+// ---- (g) striped bulk ---------------------------------------------------------
+
+// 256 MiB copies each way (random bytes: nothing to compress) by a child
+// process per setting of `stripes` (client.toml; "0,1,3": each in turn),
+// against one raw TLS stream of the same size in the same round, interleaved.
+int stripesBench(bool quick, const std::string& counts) {
+  const int rounds = quick ? 1 : 5;
+  const uint64_t mib = quick ? 4 : 256;
+  std::vector<std::string> settings;
+  for (size_t at = 0; at <= counts.size();) {
+    size_t comma = counts.find(',', at);
+    settings.push_back(counts.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  rgpu::bench::BenchServer server = rgpu::bench::launchServer("rgpu-bench-stripes");
+  Raw raw = startRaw(server.dir);
+  std::vector<char> buf(mib << 20, 7);
+  std::vector<std::vector<double>> up(settings.size()), down(settings.size());
+  std::vector<double> raw_up, raw_down;
+  int rc = 0;
+  for (int r = 0; r < rounds && rc == 0; ++r) {
+    raw.command('s', buf.size(), 0);
+    auto t0 = Clock::now();
+    (void)raw.conn->write(buf.data(), buf.size());
+    char ack;
+    (void)raw.conn->readExact(&ack, 1);
+    raw_up.push_back(buf.size() / seconds(t0, Clock::now()) / 1e9);
+    raw.command('r', buf.size(), 0);
+    t0 = Clock::now();
+    (void)raw.conn->readExact(buf.data(), buf.size());
+    raw_down.push_back(buf.size() / seconds(t0, Clock::now()) / 1e9);
+    for (size_t i = 0; i < settings.size() && rc == 0; ++i) {
+      const size_t k = (i + static_cast<size_t>(r)) % settings.size();  // a different one first each round
+      std::string cmd = "RGPU_CONFIG=" + server.dir + "/client.toml RGPU_STRIPES=" + settings[k] + " " + self +
+                        " --copy-child random --copy-mib " + std::to_string(mib) + (quick ? " --quick" : "");
+      FILE* f = popen(cmd.c_str(), "r");
+      double a = 0, b = 0;
+      if (!f || std::fscanf(f, "%lf %lf", &a, &b) != 2) rc = 1;
+      if (f && pclose(f) != 0) rc = 1;
+      up[k].push_back(a);
+      down[k].push_back(b);
+    }
+  }
+  raw.conn.reset();
+  waitpid(raw.pid, nullptr, 0);
+  rgpu::bench::stopServer(server);
+  if (rc != 0) {
+    std::fprintf(stderr, "rgpu-bench: a copy child failed\n");
+    return 1;
+  }
+  const double ru = median(raw_up), rd = median(raw_down);
+  std::printf("rgpu-bench: striped bulk, loopback, TLS 1.3, sim backend, %u cores, %d interleaved rounds%s\n",
+              std::thread::hardware_concurrency(), rounds, quick ? " (--quick: smoke test, figures meaningless)" : "");
+  std::printf("%-34s %12s %12s %8s   %s\n", "(g) cudaMemcpy, random bytes", "rgpu", "raw TLS", "ratio", "target");
+  std::printf("%-34s %12s %7.2f GB/s\n", "one raw TLS stream, up / down", "", ru);
+  for (size_t k = 0; k < settings.size(); ++k)
+    for (int d = 0; d < 2; ++d) {
+      const double v = median(d == 0 ? up[k] : down[k]), base = d == 0 ? ru : rd;
+      std::string what = std::string(d == 0 ? "H2D " : "D2H ") + std::to_string(mib) + " MiB, stripes = " + settings[k];
+      std::printf("%-34s %7.2f GB/s %7.2f GB/s %8.2f   >= 1.60 (striped)\n", what.c_str(), v, base, v / base);
+    }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   bool quick = false, load = false, split = false, compression = false;  // --quick: smoke test, tiny counts
-  std::string only, child;
+  std::string only, child, stripe_counts;
+  uint64_t copy_mib = 64;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--quick") quick = true;
     if (std::string(argv[i]) == "--load") load = true;
@@ -349,9 +420,12 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--only" && i + 1 < argc) only = argv[++i];
     if (std::string(argv[i]) == "--compression") compression = true;
     if (std::string(argv[i]) == "--copy-child" && i + 1 < argc) child = argv[++i];
+    if (std::string(argv[i]) == "--copy-mib" && i + 1 < argc) copy_mib = std::strtoull(argv[++i], nullptr, 10);
+    if (std::string(argv[i]) == "--stripes" && i + 1 < argc) stripe_counts = argv[++i];
   }
-  if (!child.empty()) return copyChild(child, quick);
+  if (!child.empty()) return copyChild(child, quick, copy_mib);
   if (compression) return compressionBench(quick);
+  if (!stripe_counts.empty()) return stripesBench(quick, stripe_counts);
   auto want = [&](const char* m) { return only.empty() || only == m; };
   const int rounds = quick ? 1 : 7;
   const int pings = quick ? 50 : 2000;

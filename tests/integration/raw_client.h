@@ -22,6 +22,7 @@ struct RawReply {
   int64_t value = 0;    // occupancy, query results, conditional handles
   std::vector<uint8_t> bulk;
   bool goodbye = false;
+  uint8_t flags = 0;  // the frame header's (protocol/frame.h)
 };
 
 struct RawWelcome {
@@ -33,6 +34,7 @@ struct RawWelcome {
   uint32_t grace_ms = 0;
   bool resumed = false;
   uint64_t dispatched = 0;
+  uint32_t max_stripes = 0, generation = 0, stripe = 0;
 };
 
 class RawClient {
@@ -94,6 +96,9 @@ class RawClient {
     out.grace_ms = w.getResumeGraceMs();
     out.resumed = w.getResumed();
     out.dispatched = w.getDispatched();
+    out.max_stripes = w.getMaxStripes();
+    out.generation = w.getGeneration();
+    out.stripe = w.getStripe();
     return out;
   }
   void setNextSeq(uint64_t seq) { next_seq_ = seq; }
@@ -121,6 +126,7 @@ class RawClient {
       return out;
     }
     out.type = h.type;
+    out.flags = h.flags;
     capnp::FlatArrayMessageReader r(words, common::readerOptions());
     if (h.type == protocol::FrameType::kAck) return out;
     if (h.type == protocol::FrameType::kNotify) {
@@ -186,6 +192,21 @@ class RawClient {
     return next();
   }
   common::TlsConnection& conn() { return *conn_; }
+  // The connection, for use without this client (which must not read again).
+  std::unique_ptr<common::TlsConnection> release() { return std::move(conn_); }
+  // Striped payloads' pieces come from `stripes` (common/stripes.h).
+  void setStripes(common::Stripes* stripes) { reader_.setStripes(stripes); }
+  // Tells the server this client reads stripe `index` (Ack.stripeReady) and
+  // holds the replies to requests <= `replies`.
+  void stripeReady(uint32_t index, uint64_t replies) {
+    capnp::MallocMessageBuilder msg(64);
+    auto a = msg.initRoot<wire::Ack>();
+    a.setStripeReady(index);
+    a.setReplies(replies);
+    std::vector<uint8_t> f;
+    common::appendFrame(f, protocol::FrameType::kAck, 0, 0, msg, 0);
+    EXPECT_TRUE(conn_->write(f.data(), f.size()));
+  }
 
  private:
   std::unique_ptr<common::TlsConnection> conn_;

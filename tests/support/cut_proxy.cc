@@ -73,6 +73,10 @@ void CutProxy::cutNow() {
   cut_now_.store(true);
   wake();
 }
+void CutProxy::cutNewest() {
+  cut_newest_.store(true);
+  wake();
+}
 void CutProxy::cutAtUpstream(uint64_t mark) {
   up_mark_.store(mark);
   wake();
@@ -96,6 +100,13 @@ void CutProxy::cutAllLocked() {
 void CutProxy::loop() {
   while (!stop_.load()) {
     if (cut_now_.exchange(false)) cutAllLocked();
+    if (cut_newest_.exchange(false) && !pairs_.empty()) {
+      resetClose(pairs_.back().fd[0]);
+      resetClose(pairs_.back().fd[1]);
+      pairs_.pop_back();
+      cuts_.fetch_add(1);
+    }
+    open_.store(static_cast<int>(pairs_.size()));
     std::vector<pollfd> fds = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     for (auto& p : pairs_)
       for (int i = 0; i < 2; ++i) {

@@ -22,6 +22,11 @@ class CutProxy {
   uint16_t port() const { return port_; }
 
   void cutNow();
+  // Resets only the connection accepted last that is still open (a client's
+  // stripe connection, which joins after its main one); counts as a cut.
+  void cutNewest();
+  // Connections carried now.
+  int open() const { return open_.load(); }
   // Cuts every connection when the bytes from clients (up) or from the server
   // (down), counted over all connections, reach `mark`.
   void cutAtUpstream(uint64_t mark);
@@ -49,7 +54,8 @@ class CutProxy {
   uint16_t port_ = 0;
   int listen_fd_ = -1;
   int wake_fd_ = -1;
-  std::atomic<bool> stop_{false}, refuse_{false}, cut_now_{false};
+  std::atomic<bool> stop_{false}, refuse_{false}, cut_now_{false}, cut_newest_{false};
+  std::atomic<int> open_{0};
   std::atomic<uint64_t> up_{0}, down_{0};
   std::atomic<uint64_t> up_mark_{UINT64_MAX}, down_mark_{UINT64_MAX};
   std::atomic<int> cuts_{0}, accepted_{0}, refused_{0};
