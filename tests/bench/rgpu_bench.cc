@@ -360,10 +360,15 @@ int stripesBench(bool quick, const std::string& counts) {
   }
   const std::string self = fs::read_symlink("/proc/self/exe").string();
   rgpu::bench::BenchServer server = rgpu::bench::launchServer("rgpu-bench-stripes");
-  Raw raw = startRaw(server.dir);
+  // One raw TLS stream, and as many as the host has cores side by side (each
+  // a peer process of its own): what this host's cores can move at all.
+  const unsigned cores = std::max(2u, std::thread::hardware_concurrency());
+  std::vector<Raw> raws;
+  for (unsigned i = 0; i < cores; ++i) raws.push_back(startRaw(server.dir));
+  Raw& raw = raws[0];
   std::vector<char> buf(mib << 20, 7);
   std::vector<std::vector<double>> up(settings.size()), down(settings.size());
-  std::vector<double> raw_up, raw_down;
+  std::vector<double> raw_up, raw_down, par_up, par_down;
   int rc = 0;
   for (int r = 0; r < rounds && rc == 0; ++r) {
     raw.command('s', buf.size(), 0);
@@ -376,6 +381,25 @@ int stripesBench(bool quick, const std::string& counts) {
     t0 = Clock::now();
     (void)raw.conn->readExact(buf.data(), buf.size());
     raw_down.push_back(buf.size() / seconds(t0, Clock::now()) / 1e9);
+    for (int d = 0; d < 2; ++d) {
+      const uint64_t share = buf.size() / raws.size();
+      t0 = Clock::now();
+      std::vector<std::thread> ts;
+      for (size_t i = 0; i < raws.size(); ++i)
+        ts.emplace_back([&, i] {
+          char* at = buf.data() + i * share;
+          raws[i].command(d == 0 ? 's' : 'r', share, 0);
+          if (d == 0) {
+            (void)raws[i].conn->write(at, share);
+            char a;
+            (void)raws[i].conn->readExact(&a, 1);
+          } else {
+            (void)raws[i].conn->readExact(at, share);
+          }
+        });
+      for (auto& t : ts) t.join();
+      (d == 0 ? par_up : par_down).push_back(share * raws.size() / seconds(t0, Clock::now()) / 1e9);
+    }
     for (size_t i = 0; i < settings.size() && rc == 0; ++i) {
       const size_t k = (i + static_cast<size_t>(r)) % settings.size();  // a different one first each round
       std::string cmd = "RGPU_CONFIG=" + server.dir + "/client.toml RGPU_STRIPES=" + settings[k] + " " + self +
@@ -388,8 +412,10 @@ int stripesBench(bool quick, const std::string& counts) {
       down[k].push_back(b);
     }
   }
-  raw.conn.reset();
-  waitpid(raw.pid, nullptr, 0);
+  for (Raw& x : raws) {
+    x.conn.reset();
+    waitpid(x.pid, nullptr, 0);
+  }
   rgpu::bench::stopServer(server);
   if (rc != 0) {
     std::fprintf(stderr, "rgpu-bench: a copy child failed\n");
@@ -399,7 +425,11 @@ int stripesBench(bool quick, const std::string& counts) {
   std::printf("rgpu-bench: striped bulk, loopback, TLS 1.3, sim backend, %u cores, %d interleaved rounds%s\n",
               std::thread::hardware_concurrency(), rounds, quick ? " (--quick: smoke test, figures meaningless)" : "");
   std::printf("%-34s %12s %12s %8s   %s\n", "(g) cudaMemcpy, random bytes", "rgpu", "raw TLS", "ratio", "target");
-  std::printf("%-34s %12s %7.2f GB/s\n", "one raw TLS stream, up / down", "", ru);
+  std::printf("%-34s %7.2f GB/s %7.2f GB/s %8.2f   (this host's ceiling: %u raw streams at once)\n",
+              ("raw TLS, " + std::to_string(raws.size()) + " streams, up").c_str(), median(par_up), ru,
+              median(par_up) / ru, static_cast<unsigned>(raws.size()));
+  std::printf("%-34s %7.2f GB/s %7.2f GB/s %8.2f\n", ("raw TLS, " + std::to_string(raws.size()) + " streams, down").c_str(),
+              median(par_down), rd, median(par_down) / rd);
   for (size_t k = 0; k < settings.size(); ++k)
     for (int d = 0; d < 2; ++d) {
       const double v = median(d == 0 ? up[k] : down[k]), base = d == 0 ? ru : rd;
