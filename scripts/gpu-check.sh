@@ -8,7 +8,9 @@
 #   4. a loopback rgpu-server with backend = "cuda" and development
 #      certificates; the examples through it;
 #   5. gpu_bench natively and through rgpu: round-trip latency, launch rate,
-#      H2D/D2H bandwidth, and the ratios.
+#      H2D/D2H bandwidth, and the ratios;
+#   6. the worker sandbox's refusals with NVIDIA's driver;
+#   7. striped bulk transfer (rgpu-bench --stripes) on a host with many cores.
 # Finishes within 8 minutes on a 16-core host with one GPU. Exit status 0 only
 # when every step passed.
 set -uo pipefail
@@ -100,6 +102,16 @@ grep -q "gpu_bench: done" "$work/bench-rgpu.out" || { status=1; cat "$work/bench
 
 kill $server 2>/dev/null; wait $server 2>/dev/null
 trap - EXIT
+# 7. Striped bulk on a host with more cores than stripes (README, issue 18):
+# 256 MiB copies with 0, 3 and 7 stripes against one raw TLS stream (sim backend).
+if timeout 300 "$build/tests/bench/rgpu-bench" --stripes 0,3,7 >"$work/stripes.out" 2>&1; then
+  while read -r line; do summary+=("$line"); done < <(grep -E "^(raw TLS|H2D|D2H)" "$work/stripes.out")
+  note "striped bulk: rgpu-bench --stripes 0,3,7 ran"
+else
+  status=1
+  tail -20 "$work/stripes.out"
+  note "striped bulk: rgpu-bench --stripes FAILED"
+fi
 # What zeroing fresh device memory ([cuda] scrub) cost the workers (docs/security.md).
 scrub=$(grep -o "scrub: .*" "$work/server.log" | tail -3 | tr "\n" ";")
 note "scrub ([cuda] scrub = true), the last workers' figures: ${scrub:-none logged}"
