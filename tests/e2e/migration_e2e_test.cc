@@ -4,7 +4,11 @@
 // every line the program prints is what an unmoved run prints.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -214,6 +218,58 @@ TEST_F(Migration, AWorkerKilledWhileRestoringLeavesTheSessionRunningWhereItWas) 
   EXPECT_NE(got.find("step 6 checksum"), std::string::npos) << got << server_->log();
   EXPECT_NE(got.find("big: 768 MiB, 0 words wrong"), std::string::npos) << got;
   EXPECT_NE(got.find("done"), std::string::npos);
+  EXPECT_EQ(checkpointsLeft(), 0u);
+}
+
+TEST_F(Migration, ACheckpointThatDoesNotFitOnItsDiskIsCalledOffAndTheSessionCarriesOn) {
+  // The checkpoint directory is a 1 MiB file system of this test's own (a
+  // mount namespace: root, as CI is), and the session holds 32 MiB.
+  ASSERT_EQ(::unshare(CLONE_NEWNS), 0) << std::strerror(errno);
+  ASSERT_EQ(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0) << std::strerror(errno);
+  fs::create_directories(dir_.file("checkpoints"));
+  ASSERT_EQ(::mount("tmpfs", dir_.file("checkpoints").c_str(), "tmpfs", 0, "size=1m,mode=0700"), 0)
+      << std::strerror(errno);
+  startWithCheckpoints();
+  const std::string out = dir_.file("full.out");
+  std::thread t = launch("6 150 32", out);
+  waitFor([&] { return readFile(out).find("step 2 ") != std::string::npos; }, out);
+  const std::string sid = lastSession();
+  RunResult r = smi("alice", "--migrate " + sid);
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("not moved: writing the checkpoint: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("No space left on device"), std::string::npos) << r.output;
+  t.join();
+  std::string got = readFile(out);
+  EXPECT_NE(got.find("step 6 checksum"), std::string::npos) << got << server_->log();
+  EXPECT_NE(got.find("big: 32 MiB, 0 words wrong"), std::string::npos) << got;
+  EXPECT_NE(got.find("done"), std::string::npos);
+  EXPECT_EQ(checkpointsLeft(), 0u) << "the partial checkpoint is deleted";
+  EXPECT_NE(server_->log().find("session " + sid + ": not moved, it carries on in this worker"), std::string::npos)
+      << server_->log();
+  server_.reset();
+  ::umount2(dir_.file("checkpoints").c_str(), MNT_DETACH);
+}
+
+TEST_F(Migration, ARestoreTheNewWorkerRefusesIsCalledOffAndTheSessionCarriesOn) {
+  // Sessions started after a reload get [limits] max_allocations = 2: the new
+  // worker refuses the checkpoint of a session that holds more.
+  startWithCheckpoints();
+  const std::string out = dir_.file("refused.out");
+  std::thread t = launch("6 150 8", out);
+  waitFor([&] { return readFile(out).find("step 2 ") != std::string::npos; }, out);
+  const std::string sid = lastSession();
+  std::string toml = readFile(dir_.file("server.toml"));
+  writeFile(dir_.file("server.toml"), toml + "[limits]\nmax_allocations = 2\n");
+  ::kill(server_->pid(), SIGHUP);
+  waitFor([&] { return server_->log().find("SIGHUP: configuration reloaded") != std::string::npos; }, "the reload");
+  RunResult r = smi("alice", "--migrate " + sid);
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("not moved: restore: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("past the limit of 2"), std::string::npos) << r.output;
+  t.join();
+  std::string got = readFile(out);
+  EXPECT_NE(got.find("step 6 checksum"), std::string::npos) << got << server_->log();
+  EXPECT_NE(got.find("big: 8 MiB, 0 words wrong"), std::string::npos) << got;
   EXPECT_EQ(checkpointsLeft(), 0u);
 }
 
