@@ -394,6 +394,21 @@ class Backend {
   virtual Status allocateAt(int device, DevPtr at, uint64_t size) {
     return Status(err::kNotSupported, "the " + name() + " backend cannot place memory at an address");
   }
+  // Each device's malloc heap (cudaLimitMallocHeapSize, and once a kernel
+  // called malloc, the heap's memory and the blocks in use in it), and the
+  // same put back in a fresh backend, the heap's memory at `base`.
+  struct MallocHeap {
+    int32_t device = 0;
+    uint64_t limit = 0;
+    DevPtr base = 0;  // 0: not made yet
+    std::vector<std::pair<uint64_t, uint64_t>> blocks;  // offset from base, length
+  };
+  virtual Result<std::vector<MallocHeap>> mallocHeaps() const {
+    return Status(err::kNotSupported, "the " + name() + " backend cannot report its malloc heaps");
+  }
+  virtual Status restoreMallocHeap(const MallocHeap& heap) {
+    return Status(err::kNotSupported, "the " + name() + " backend cannot restore a malloc heap");
+  }
   // A loaded module's variables: where each lives and the allocation that
   // holds it (`base`, `alloc_size`; a __managed__ variable's is page-aligned).
   struct ModuleGlobal {

@@ -48,6 +48,8 @@ std::vector<Range> rangesOf(const DeviceImage& image) {
   for (auto& m : image.modules)
     for (auto& g : m.globals)
       if (g.size) out.push_back({m.device, g.addr, g.size});
+  for (auto& h : image.heaps)
+    if (h.base) out.push_back({h.device, h.base, h.limit});
   return out;
 }
 
@@ -181,6 +183,8 @@ Status getTextureSpec(CheckpointReader& in, TextureSpec* t) {
 
 Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWriter& out) {
   DeviceImage image = given;
+  RGPU_TRY_ASSIGN(heaps, backend.mallocHeaps());
+  image.heaps = std::move(heaps);
   for (auto& m : image.modules) {
     auto g = backend.moduleGlobals(m.id);
     if (!g) return g.status();
@@ -203,6 +207,17 @@ Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWr
     RGPU_TRY(out.putI32(a.device));
     RGPU_TRY(out.putU64(a.base));
     RGPU_TRY(out.putU64(a.size));
+  }
+  RGPU_TRY(out.putU64(image.heaps.size()));
+  for (auto& h : image.heaps) {
+    RGPU_TRY(out.putI32(h.device));
+    RGPU_TRY(out.putU64(h.limit));
+    RGPU_TRY(out.putU64(h.base));
+    RGPU_TRY(out.putU64(h.blocks.size()));
+    for (auto [at, len] : h.blocks) {
+      RGPU_TRY(out.putU64(at));
+      RGPU_TRY(out.putU64(len));
+    }
   }
   RGPU_TRY(out.putU64(image.arrays.size()));
   for (auto& a : image.arrays) {
@@ -289,6 +304,25 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
     a = {d, base, size};
     // At the address the program holds, or not at all.
     RGPU_TRY(backend.allocateAt(d, base, size));
+  }
+  RGPU_TRY_ASSIGN(n_heaps, in.getCount(static_cast<uint64_t>(devices), "malloc heaps"));
+  image.heaps.resize(n_heaps);
+  for (auto& h : image.heaps) {
+    RGPU_TRY_ASSIGN(d, in.getI32());
+    RGPU_TRY(checkDevice(d));
+    RGPU_TRY_ASSIGN(limit, in.getU64());
+    RGPU_TRY_ASSIGN(base, in.getU64());
+    // A block is 16 bytes at least: no more of them than fit.
+    RGPU_TRY_ASSIGN(n_blocks, in.getCount(base ? limit / 16 : 0, "malloc heap blocks"));
+    h = {d, limit, base, {}};
+    h.blocks.resize(n_blocks);
+    for (auto& [at, len] : h.blocks) {
+      RGPU_TRY_ASSIGN(a, in.getU64());
+      RGPU_TRY_ASSIGN(l, in.getU64());
+      at = a;
+      len = l;
+    }
+    RGPU_TRY(backend.restoreMallocHeap(h));
   }
   RGPU_TRY_ASSIGN(n_arrays, in.getCount(limits.max_arrays, "arrays"));
   image.arrays.resize(n_arrays);

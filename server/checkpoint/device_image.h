@@ -2,7 +2,8 @@
 // from one backend and rebuilt in another (docs/migration.md).
 //
 // What it covers: device allocations (cudaMalloc, cudaMallocPitch) with
-// their bytes, CUDA arrays (with their bytes) and texture and surface
+// their bytes, each device's malloc heap (its size, and once made its memory
+// and the blocks in use), CUDA arrays (with their bytes) and texture and surface
 // objects under the handles the program holds, loaded modules (their fatbin, and each module variable at its
 // address with its bytes), registered kernels with the attributes the
 // program set, streams with their flags and priorities, and events with
@@ -80,6 +81,7 @@ struct DeviceImage {
     uint32_t level = 0;
   };
   std::vector<Allocation> allocations;
+  std::vector<Backend::MallocHeap> heaps;  // filled by writeDeviceImage from the backend
   std::vector<Array> arrays;
   std::vector<Texture> textures;
   std::vector<Surface> surfaces;

@@ -32,7 +32,6 @@ constexpr uint32_t kSessionMagic = 0x53534b43;  // "CKSS"
 std::string Session::notCheckpointable() {
   if (monitor_ || !backend_) return "it is a monitor session";
   if (!cond_handles_.empty()) return "it holds conditional graph nodes' handles";
-  if (!malloc_heap_charge_.empty()) return "it set cudaLimitMallocHeapSize";
   {
     std::lock_guard lock(host_mu_);
     if (!host_pending_.empty()) return "a host function waits for the client";
@@ -134,6 +133,11 @@ Status Session::writeCheckpoint(CheckpointWriter& out) {
     RGPU_TRY(out.putU64(v.size));
     RGPU_TRY(out.putU64(v.addr));
   }
+  RGPU_TRY(out.putU64(malloc_heap_charge_.size()));
+  for (auto& [dev, charge] : malloc_heap_charge_) {
+    RGPU_TRY(out.putI32(dev));
+    RGPU_TRY(out.putU64(charge));
+  }
   auto entries = allocs_.entries();
   RGPU_TRY(out.putU64(entries.size()));
   for (auto& [base, e] : entries) {
@@ -211,6 +215,15 @@ Status Session::restore(CheckpointReader& in) {
     RGPU_TRY_ASSIGN(size, in.getU64());
     RGPU_TRY_ASSIGN(addr, in.getU64());
     vars_[vid] = {module, name, size, addr};
+  }
+  // What the session's cudaLimitMallocHeapSize calls charged the pool (whose
+  // record of it moved with the session): released by the next such call.
+  RGPU_TRY_ASSIGN(n_heaps, in.getCount(placement_.devices.size(), "malloc heap charges"));
+  for (uint64_t i = 0; i < n_heaps; ++i) {
+    RGPU_TRY_ASSIGN(dev, in.getI32());
+    RGPU_TRY_ASSIGN(charge, in.getU64());
+    RGPU_TRY(checkDevice(dev));
+    malloc_heap_charge_[dev] = charge;
   }
   RGPU_TRY_ASSIGN(n_allocs, in.getCount(L.max_allocations, "allocations"));
   for (uint64_t i = 0; i < n_allocs; ++i) {

@@ -213,10 +213,42 @@ Status SimBackend::allocateAt(int device, DevPtr at, uint64_t size) {
 std::string SimBackend::notCheckpointable() const {
   std::lock_guard lock(mu_);
   if (!arena_) return "the sim backend's memory is not in an arena of its own";
-  for (auto& h : heaps_)
-    if (h) return "a kernel used the device malloc heap";
   if (!recording_.empty()) return "a graph body is being recorded";
   return "";
+}
+
+Result<std::vector<Backend::MallocHeap>> SimBackend::mallocHeaps() const {
+  std::lock_guard lock(mu_);
+  std::vector<MallocHeap> out;
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    MallocHeap h;
+    h.device = static_cast<int32_t>(d);
+    h.limit = malloc_heap_bytes_[d];
+    if (heaps_[d]) {
+      h.base = heaps_[d]->base();
+      h.blocks = heaps_[d]->blocks();
+    }
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+Status SimBackend::restoreMallocHeap(const MallocHeap& heap) {
+  std::lock_guard lock(mu_);
+  if (heap.device < 0 || static_cast<size_t>(heap.device) >= devices_.size())
+    return Status(err::kInvalidDevice, "checkpoint: a malloc heap on device " + std::to_string(heap.device));
+  const auto d = static_cast<size_t>(heap.device);
+  if (heap.limit == 0 || heap.limit > devices_[d].total_mem)
+    return Status(err::kInvalidValue, "checkpoint: a malloc heap of " + std::to_string(heap.limit) + " bytes");
+  malloc_heap_bytes_[d] = heap.limit;
+  if (!heap.base) return Status::ok();
+  RGPU_TRY(allocateAtLocked(heap.device, heap.base, heap.limit));
+  auto h = std::make_unique<ptx::DeviceHeap>(heap.base, heap.limit);
+  if (!h->restore(heap.blocks))
+    return Status(err::kInvalidValue, "checkpoint: device " + std::to_string(d) +
+                                          "'s malloc heap has a block out of place");
+  heaps_[d] = std::move(h);
+  return Status::ok();
 }
 
 Result<std::vector<Backend::ModuleGlobal>> SimBackend::moduleGlobals(uint32_t module) const {

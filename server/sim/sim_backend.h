@@ -98,6 +98,8 @@ class SimBackend final : public Backend {
   void setOutputSink(std::function<void(std::string)> sink) override;
   Status setPrintfFifo(int device, uint64_t bytes) override;
   Status setMallocHeap(int device, uint64_t bytes) override;
+  Result<std::vector<MallocHeap>> mallocHeaps() const override;
+  Status restoreMallocHeap(const MallocHeap& heap) override;
   Result<DevPtr> allocate(int device, uint64_t size) override;
   Result<std::pair<DevPtr, uint64_t>> allocatePitch(int device, uint64_t width, uint64_t height) override;
   Status release(DevPtr ptr) override;

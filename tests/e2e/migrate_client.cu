@@ -16,8 +16,11 @@
 //              on it (checked through both at the end)
 //     graph:   also launches a captured CUDA graph every step (counting its
 //              launches in a module variable)
-//     heap:    also sets cudaLimitMallocHeapSize (a session that cannot be
-//              checkpointed)
+//     heap:    also sets cudaLimitMallocHeapSize and, every step, keeps 32
+//              blocks from device malloc, freeing the previous step's (checked
+//              at the end: each kept block holds what its step wrote)
+//     cond:    also holds a conditional graph node's handle (a session that
+//              cannot be checkpointed)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <unistd.h>
@@ -54,6 +57,32 @@ __global__ void init(float* w, float* x) {
   if (i < N * N) w[i] = ((i * 37) % 101 - 50) * 0.001f;
   if (i < N * B) x[i] = ((i * 53) % 97 - 48) * 0.01f;
   if (i < N) bias[i] = 0.01f * (i % 7);
+}
+
+// heap: step `step`'s 32 blocks of device malloc, each filled with its own
+// pattern; the previous step's odd-numbered blocks are freed (so the heap
+// holds a mix of live blocks and holes across a move).
+constexpr int kHeapBlocks = 32, kHeapWords = 256;
+__device__ unsigned* heap_slots[64 * kHeapBlocks];
+__global__ void heapStep(int step) {
+  int t = threadIdx.x;
+  unsigned* p = static_cast<unsigned*>(malloc(kHeapWords * sizeof(unsigned)));
+  heap_slots[step * kHeapBlocks + t] = p;
+  if (p)
+    for (int i = 0; i < kHeapWords; ++i) p[i] = step * 100003u + t * 7919u + i;
+  if (step > 0 && (t & 1)) {
+    free(heap_slots[(step - 1) * kHeapBlocks + t]);
+    heap_slots[(step - 1) * kHeapBlocks + t] = nullptr;
+  }
+}
+// Counts the words of kept blocks that differ from what their step wrote.
+__global__ void heapCheck(int steps, unsigned long long* wrong) {
+  for (int s = 0; s < steps; ++s) {
+    unsigned* p = heap_slots[s * kHeapBlocks + threadIdx.x];
+    if (!p) continue;
+    for (int i = 0; i < kHeapWords; ++i)
+      if (p[i] != s * 100003u + threadIdx.x * 7919u + i) atomicAdd(wrong, 1ull);
+  }
 }
 
 // One step: W -= lr * tanh(H + bias) x^T-ish (a cheap, deterministic update).
@@ -112,7 +141,16 @@ int main(int argc, char** argv) {
   size_t big_mib = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 0;
   bool with_array = argc > 4 && std::strcmp(argv[4], "array") == 0;
   bool with_graph = argc > 4 && std::strcmp(argv[4], "graph") == 0;
-  if (argc > 4 && std::strcmp(argv[4], "heap") == 0) CHECK(cudaDeviceSetLimit(cudaLimitMallocHeapSize, 16 << 20));
+  bool with_heap = argc > 4 && std::strcmp(argv[4], "heap") == 0;
+  cudaGraph_t cond_graph = nullptr;
+  if (argc > 4 && std::strcmp(argv[4], "cond") == 0) {
+    // A conditional node's handle: a session holding one is not checkpointed.
+    cudaGraphConditionalHandle handle;
+    CHECK(cudaGraphCreate(&cond_graph, 0));
+    CHECK(cudaGraphConditionalHandleCreate(&handle, cond_graph, 1, cudaGraphCondAssignDefault));
+  }
+  if (with_heap) CHECK(cudaDeviceSetLimit(cudaLimitMallocHeapSize, 16 << 20));
+  if (with_heap && steps > 64) steps = 64;
 
   float *w, *x, *h;
   CHECK(cudaMalloc(&w, N * N * sizeof(float)));
@@ -180,6 +218,7 @@ int main(int argc, char** argv) {
     update<<<N, N, 0, stream>>>(w, h, x, 0.05f);
     CHECK(cudaGetLastError());
     if (graph_exec) CHECK(cudaGraphLaunch(graph_exec, stream));
+    if (with_heap) heapStep<<<1, kHeapBlocks, 0, stream>>>(s - 1);
     float* scratch = nullptr;
     CHECK(cudaMallocAsync(&scratch, N * sizeof(float), stream));
     accumulate<<<1, N, 0, stream>>>(managed, scratch, w);
@@ -235,12 +274,24 @@ int main(int argc, char** argv) {
     CHECK(cudaDestroySurfaceObject(surf));
     CHECK(cudaFreeArray(array));
   }
+  if (with_heap) {
+    unsigned long long* wrong = nullptr;
+    CHECK(cudaMallocManaged(&wrong, sizeof *wrong));
+    *wrong = 0;
+    heapCheck<<<1, kHeapBlocks>>>(steps, wrong);
+    CHECK(cudaDeviceSynchronize());
+    size_t limit = 0;
+    CHECK(cudaDeviceGetLimit(&limit, cudaLimitMallocHeapSize));
+    std::printf("heap: %llu words wrong in the kept blocks, limit %zu MiB\n", *wrong, limit >> 20);
+    CHECK(cudaFree(wrong));
+  }
   if (graph_exec) {
     unsigned long long launched = 0;
     CHECK(cudaMemcpyFromSymbol(&launched, graph_launches, sizeof launched));
     std::printf("graph: launched %llu times\n", launched);
     CHECK(cudaGraphExecDestroy(graph_exec));
   }
+  if (cond_graph) CHECK(cudaGraphDestroy(cond_graph));
   CHECK(cudaFree(managed));
   CHECK_BLAS(cublasDestroy(blas));
   CHECK(cudaStreamDestroy(stream));

@@ -1355,6 +1355,31 @@ TEST(DeviceHeap, FirstFitCoalescesAndRefusesWhatDoesNotFit) {
   EXPECT_EQ(h.allocate(256), 0x10000u);  // coalesced back into one
 }
 
+TEST(DeviceHeap, RestoresItsBlocksFromACheckpointAndRefusesOnesOutOfPlace) {
+  DeviceHeap a(0x10000, 1024);
+  uint64_t x = a.allocate(100), y = a.allocate(48), z = a.allocate(200);
+  ASSERT_TRUE(x && y && z);
+  EXPECT_TRUE(a.release(y));  // a hole between two live blocks
+  DeviceHeap b(0x10000, 1024);
+  ASSERT_TRUE(b.restore(a.blocks()));
+  EXPECT_EQ(b.blocks(), a.blocks());
+  EXPECT_EQ(b.inUse(), a.inUse());
+  EXPECT_EQ(b.allocate(48), y);  // the hole, first fit, as in the original
+  EXPECT_TRUE(b.release(x));
+  EXPECT_FALSE(b.release(y + 16));
+  for (const auto& bad : std::vector<std::vector<std::pair<uint64_t, uint64_t>>>{
+           {{8, 16}},               // misaligned
+           {{0, 24}},               // a length not a multiple of 16
+           {{0, 32}, {16, 32}},     // overlapping
+           {{32, 16}, {0, 16}},     // out of order
+           {{1008, 32}},            // past the end
+           {{0, 0}}}) {             // empty
+    DeviceHeap c(0x10000, 1024);
+    EXPECT_FALSE(c.restore(bad)) << bad[0].first << "+" << bad[0].second;
+    EXPECT_EQ(c.allocate(1024), 0x10000u) << "a refused restore leaves the heap as it was";
+  }
+}
+
 TEST(PtxCalls, TrapAndAssertFailTheLaunch) {
   PtxRun t = run(kernel("trap;\n"));
   EXPECT_EQ(t.status.code(), kErrLaunchFailure);

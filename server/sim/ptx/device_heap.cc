@@ -48,4 +48,25 @@ uint64_t DeviceHeap::inUse() const {
   return n;
 }
 
+std::vector<std::pair<uint64_t, uint64_t>> DeviceHeap::blocks() const {
+  std::lock_guard lock(mu_);
+  return {used_.begin(), used_.end()};
+}
+
+bool DeviceHeap::restore(const std::vector<std::pair<uint64_t, uint64_t>>& blocks) {
+  std::map<uint64_t, uint64_t> used, free;
+  uint64_t end = 0;  // of the previous block
+  for (auto [at, len] : blocks) {
+    if (len == 0 || at % kAlign || len % kAlign || at < end || at > size_ || len > size_ - at) return false;
+    if (at > end) free[end] = at - end;
+    used[at] = len;
+    end = at + len;
+  }
+  if (end < size_) free[end] = size_ - end;
+  std::lock_guard lock(mu_);
+  used_.swap(used);
+  free_.swap(free);
+  return true;
+}
+
 }  // namespace rgpu::server::ptx

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <map>
+#include <utility>
+#include <vector>
 #include <mutex>
 
 namespace rgpu::server::ptx {
@@ -23,6 +25,11 @@ class DeviceHeap {
   uint64_t allocate(uint64_t bytes);
   bool release(uint64_t address);
   uint64_t inUse() const;
+  // The blocks in use (offset from base, length), for a checkpoint; restore()
+  // takes them up in a fresh heap: false (and the heap unchanged) when one is
+  // misaligned, past the heap or overlaps another.
+  std::vector<std::pair<uint64_t, uint64_t>> blocks() const;
+  bool restore(const std::vector<std::pair<uint64_t, uint64_t>>& blocks);
 
  private:
   static constexpr uint64_t kAlign = 16;
