@@ -409,6 +409,11 @@ class Backend {
   virtual Status restoreMallocHeap(const MallocHeap& heap) {
     return Status(err::kNotSupported, "the " + name() + " backend cannot restore a malloc heap");
   }
+  // conditionalHandle() in a fresh backend, at the address (the handle) a
+  // checkpoint recorded; its value comes back with the checkpoint's bytes.
+  virtual Status restoreConditionalHandle(int device, uint64_t handle) {
+    return Status(err::kNotSupported, "the " + name() + " backend cannot restore a conditional node's handle");
+  }
   // A loaded module's variables: where each lives and the allocation that
   // holds it (`base`, `alloc_size`; a __managed__ variable's is page-aligned).
   struct ModuleGlobal {

@@ -50,6 +50,7 @@ std::vector<Range> rangesOf(const DeviceImage& image) {
       if (g.size) out.push_back({m.device, g.addr, g.size});
   for (auto& h : image.heaps)
     if (h.base) out.push_back({h.device, h.base, h.limit});
+  for (auto& c : image.cond_handles) out.push_back({c.device, c.handle, sizeof(uint32_t)});
   return out;
 }
 
@@ -219,6 +220,11 @@ Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWr
       RGPU_TRY(out.putU64(len));
     }
   }
+  RGPU_TRY(out.putU64(image.cond_handles.size()));
+  for (auto& c : image.cond_handles) {
+    RGPU_TRY(out.putI32(c.device));
+    RGPU_TRY(out.putU64(c.handle));
+  }
   RGPU_TRY(out.putU64(image.arrays.size()));
   for (auto& a : image.arrays) {
     RGPU_TRY(out.putU64(a.handle));
@@ -323,6 +329,15 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
       len = l;
     }
     RGPU_TRY(backend.restoreMallocHeap(h));
+  }
+  RGPU_TRY_ASSIGN(n_cond, in.getCount(limits.max_conditional_handles, "conditional node handles"));
+  image.cond_handles.resize(n_cond);
+  for (auto& c : image.cond_handles) {
+    RGPU_TRY_ASSIGN(d, in.getI32());
+    RGPU_TRY(checkDevice(d));
+    RGPU_TRY_ASSIGN(handle, in.getU64());
+    c = {d, handle};
+    RGPU_TRY(backend.restoreConditionalHandle(d, handle));
   }
   RGPU_TRY_ASSIGN(n_arrays, in.getCount(limits.max_arrays, "arrays"));
   image.arrays.resize(n_arrays);

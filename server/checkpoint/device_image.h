@@ -3,7 +3,7 @@
 //
 // What it covers: device allocations (cudaMalloc, cudaMallocPitch) with
 // their bytes, each device's malloc heap (its size, and once made its memory
-// and the blocks in use), CUDA arrays (with their bytes) and texture and surface
+// and the blocks in use), conditional graph nodes' handles with their values, CUDA arrays (with their bytes) and texture and surface
 // objects under the handles the program holds, loaded modules (their fatbin, and each module variable at its
 // address with its bytes), registered kernels with the attributes the
 // program set, streams with their flags and priorities, and events with
@@ -82,6 +82,11 @@ struct DeviceImage {
   };
   std::vector<Allocation> allocations;
   std::vector<Backend::MallocHeap> heaps;  // filled by writeDeviceImage from the backend
+  struct CondHandle {
+    int32_t device = 0;
+    uint64_t handle = 0;  // the address of its device word
+  };
+  std::vector<CondHandle> cond_handles;
   std::vector<Array> arrays;
   std::vector<Texture> textures;
   std::vector<Surface> surfaces;
@@ -101,6 +106,7 @@ struct DeviceImageLimits {
   uint64_t max_fatbin_bytes = 256ull << 20;
   uint64_t max_globals_per_module = 1 << 16;
   uint64_t max_arrays = 65536, max_textures = 65536, max_surfaces = 65536;
+  uint64_t max_conditional_handles = 65536;
 };
 inline constexpr size_t kMaxCheckpointNameBytes = 4096;
 

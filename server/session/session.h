@@ -350,6 +350,7 @@ class Session {
   // Conditional node handles the backend made for the session (they live as
   // long as it): the only ones its graphs may name.
   std::unordered_set<uint64_t> cond_handles_;
+  std::unordered_map<uint64_t, int> cond_handle_device_;  // each one's device (a checkpoint records it)
   uint64_t graph_nodes_ = 0;
   // While a graph's node runs: the launch's stream, which every stream field
   // of the node's request names (checkStream answers it).

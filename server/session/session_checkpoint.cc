@@ -31,7 +31,6 @@ constexpr uint32_t kSessionMagic = 0x53534b43;  // "CKSS"
 
 std::string Session::notCheckpointable() {
   if (monitor_ || !backend_) return "it is a monitor session";
-  if (!cond_handles_.empty()) return "it holds conditional graph nodes' handles";
   {
     std::lock_guard lock(host_mu_);
     if (!host_pending_.empty()) return "a host function waits for the client";
@@ -88,6 +87,7 @@ DeviceImage Session::deviceImage() const {
     auto f = event_flags_.find(id);
     img.events.push_back({id, dev, f == event_flags_.end() ? 0u : f->second, {}});
   }
+  for (auto& [handle, dev] : cond_handle_device_) img.cond_handles.push_back({dev, handle});
   return img;
 }
 
@@ -241,6 +241,7 @@ Status Session::restore(CheckpointReader& in) {
   limits.max_streams = L.max_streams;
   limits.max_events = L.max_events;
   limits.max_fatbin_bytes = protocol::kMaxFatbinBytes;
+  limits.max_conditional_handles = L.max_conditional_handles;
   RGPU_TRY_ASSIGN(img, restoreDeviceImage(*backend_, in, limits));
   // The device image must be the tables' own: every allocation the table
   // names is one the backend placed (a symbol lies in a module's variables).
@@ -259,6 +260,10 @@ Status Session::restore(CheckpointReader& in) {
   for (auto& t : img.textures) RGPU_TRY(arrays_.addObject(ArrayTable::kTexture, t.handle, {t.spec.device, t.spec, 0, 0}));
   for (auto& s : img.surfaces)
     RGPU_TRY(arrays_.addObject(ArrayTable::kSurface, s.handle, {s.device, {}, s.array, s.level}));
+  for (auto& c : img.cond_handles) {
+    cond_handles_.insert(c.handle);
+    cond_handle_device_[c.handle] = c.device;
+  }
   for (auto& m : img.modules) module_images_[m.id] = m.fatbin;
   for (auto& f : img.functions) functions_[f.id].attributes = f.attributes;
   for (auto& s : img.streams) {

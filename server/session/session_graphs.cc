@@ -372,6 +372,7 @@ Status Session::onConditionalHandleCreate(const FrameHeader& h, wire::Request::R
     return finish(h, made.status()), Status::ok();
   }
   cond_handles_.insert(*made);
+  cond_handle_device_[*made] = device;
   const uint64_t v = *made;
   finish(h, Status::ok(), [v](auto& r) { r.setValue(static_cast<int64_t>(v)); });
   return Status::ok();

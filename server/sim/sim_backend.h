@@ -158,6 +158,7 @@ class SimBackend final : public Backend {
   // to it); a body is the recorded operations, run in order inside the
   // conditional node's one operation.
   Result<uint64_t> conditionalHandle(int device) override;
+  Status restoreConditionalHandle(int device, uint64_t handle) override;
   Status beginBody() override;
   Result<std::shared_ptr<Body>> endBody() override;
   Status conditional(StreamKey s, uint64_t handle, int type, std::vector<std::shared_ptr<Body>> bodies) override;

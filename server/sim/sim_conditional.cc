@@ -22,6 +22,11 @@ Result<uint64_t> SimBackend::conditionalHandle(int device) {
   return *p;
 }
 
+Status SimBackend::restoreConditionalHandle(int device, uint64_t handle) {
+  std::lock_guard lock(mu_);
+  return allocateAtLocked(device, handle, sizeof(uint32_t));
+}
+
 Status SimBackend::beginBody() {
   std::lock_guard lock(mu_);
   recording_.emplace_back();

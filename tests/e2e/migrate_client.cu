@@ -19,8 +19,10 @@
 //     heap:    also sets cudaLimitMallocHeapSize and, every step, keeps 32
 //              blocks from device malloc, freeing the previous step's (checked
 //              at the end: each kept block holds what its step wrote)
-//     cond:    also holds a conditional graph node's handle (a session that
-//              cannot be checkpointed)
+//     cond:    also launches a graph with a conditional (if) node every step,
+//              whose handle keeps its value between launches
+//     hostfn:  also runs a host function of one second every step (a session
+//              whose stream waits for one cannot be checkpointed then)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <unistd.h>
@@ -85,6 +87,17 @@ __global__ void heapCheck(int steps, unsigned long long* wrong) {
   }
 }
 
+// cond: a graph whose conditional (if) node runs its body on odd launches.
+__device__ int cond_step, cond_taken;
+__global__ void condBump(int* step) { ++*step; }
+__global__ void condSetOdd(cudaGraphConditionalHandle h, const int* step) { cudaGraphSetConditional(h, *step & 1); }
+__global__ void condCount() { ++cond_taken; }
+// hostfn: a host function that holds its stream for a second.
+static void CUDART_CB slowHostFunction(void* step) {
+  std::printf("hostfn %d running\n", static_cast<int>(reinterpret_cast<intptr_t>(step)));
+  usleep(1000 * 1000);
+}
+
 // One step: W -= lr * tanh(H + bias) x^T-ish (a cheap, deterministic update).
 __global__ void update(float* w, const float* h, const float* x, float lr) {
   int r = blockIdx.x, c = threadIdx.x;  // row r of W, column c
@@ -142,12 +155,42 @@ int main(int argc, char** argv) {
   bool with_array = argc > 4 && std::strcmp(argv[4], "array") == 0;
   bool with_graph = argc > 4 && std::strcmp(argv[4], "graph") == 0;
   bool with_heap = argc > 4 && std::strcmp(argv[4], "heap") == 0;
-  cudaGraph_t cond_graph = nullptr;
+  bool with_hostfn = argc > 4 && std::strcmp(argv[4], "hostfn") == 0;
+  cudaGraphExec_t cond_exec = nullptr;
   if (argc > 4 && std::strcmp(argv[4], "cond") == 0) {
-    // A conditional node's handle: a session holding one is not checkpointed.
+    // if (handle) { count } -> bump -> setOdd(handle): each launch's branch
+    // reads the value the launch before it left in the handle (0 at first),
+    // so it runs on even launches, and only if that value outlived a move.
+    cudaGraph_t g;
+    CHECK(cudaGraphCreate(&g, 0));
     cudaGraphConditionalHandle handle;
-    CHECK(cudaGraphCreate(&cond_graph, 0));
-    CHECK(cudaGraphConditionalHandleCreate(&handle, cond_graph, 1, cudaGraphCondAssignDefault));
+    CHECK(cudaGraphConditionalHandleCreate(&handle, g, 0, 0));
+    int* step_ptr = nullptr;
+    CHECK(cudaGetSymbolAddress(reinterpret_cast<void**>(&step_ptr), cond_step));
+    cudaKernelNodeParams k = {};
+    k.gridDim = dim3(1);
+    k.blockDim = dim3(1);
+    void* bump_args[] = {&step_ptr};
+    cudaGraphNodeParams p = {};
+    p.type = cudaGraphNodeTypeConditional;
+    p.conditional.handle = handle;
+    p.conditional.type = cudaGraphCondTypeIf;
+    p.conditional.size = 1;
+    cudaGraphNode_t cond;
+    CHECK(cudaGraphAddNode(&cond, g, nullptr, nullptr, 0, &p));
+    k.func = reinterpret_cast<void*>(condCount);
+    cudaGraphNode_t count;
+    CHECK(cudaGraphAddKernelNode(&count, p.conditional.phGraph_out[0], nullptr, 0, &k));
+    cudaGraphNode_t bump, set;
+    k.func = reinterpret_cast<void*>(condBump);
+    k.kernelParams = bump_args;
+    CHECK(cudaGraphAddKernelNode(&bump, g, &cond, 1, &k));
+    void* set_args[] = {&handle, &step_ptr};
+    k.func = reinterpret_cast<void*>(condSetOdd);
+    k.kernelParams = set_args;
+    CHECK(cudaGraphAddKernelNode(&set, g, &bump, 1, &k));
+    CHECK(cudaGraphInstantiate(&cond_exec, g, 0));
+    CHECK(cudaGraphDestroy(g));
   }
   if (with_heap) CHECK(cudaDeviceSetLimit(cudaLimitMallocHeapSize, 16 << 20));
   if (with_heap && steps > 64) steps = 64;
@@ -219,6 +262,17 @@ int main(int argc, char** argv) {
     CHECK(cudaGetLastError());
     if (graph_exec) CHECK(cudaGraphLaunch(graph_exec, stream));
     if (with_heap) heapStep<<<1, kHeapBlocks, 0, stream>>>(s - 1);
+    if (cond_exec) {
+      CHECK(cudaGraphLaunch(cond_exec, stream));
+      // Fresh memory, all ones, made and freed every step: it must never be
+      // the handle's word (a restored session's allocator must know it is taken).
+      void* probe = nullptr;
+      CHECK(cudaMalloc(&probe, 256));
+      CHECK(cudaMemsetAsync(probe, 0xff, 256, stream));
+      CHECK(cudaStreamSynchronize(stream));
+      CHECK(cudaFree(probe));
+    }
+    if (with_hostfn) CHECK(cudaLaunchHostFunc(stream, slowHostFunction, reinterpret_cast<void*>(static_cast<intptr_t>(s))));
     float* scratch = nullptr;
     CHECK(cudaMallocAsync(&scratch, N * sizeof(float), stream));
     accumulate<<<1, N, 0, stream>>>(managed, scratch, w);
@@ -291,7 +345,12 @@ int main(int argc, char** argv) {
     std::printf("graph: launched %llu times\n", launched);
     CHECK(cudaGraphExecDestroy(graph_exec));
   }
-  if (cond_graph) CHECK(cudaGraphDestroy(cond_graph));
+  if (cond_exec) {
+    int taken = 0;
+    CHECK(cudaMemcpyFromSymbol(&taken, cond_taken, sizeof taken));
+    std::printf("cond: the branch ran on %d of %d launches\n", taken, steps);
+    CHECK(cudaGraphExecDestroy(cond_exec));
+  }
   CHECK(cudaFree(managed));
   CHECK_BLAS(cublasDestroy(blas));
   CHECK(cudaStreamDestroy(stream));

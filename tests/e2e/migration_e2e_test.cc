@@ -156,18 +156,31 @@ TEST_F(Migration, ASessionUsingTheDeviceMallocHeapMovesWithItsLiveBlocks) {
   EXPECT_EQ(checkpointsLeft(), 0u);
 }
 
-TEST_F(Migration, ASessionThatCannotBeCheckpointedStaysWhereItIsAndFinishes) {
+TEST_F(Migration, AGraphWithAConditionalNodeMovesWithItsHandle) {
   startWithCheckpoints();
   const std::string out = dir_.file("cond.out");
   std::thread t = launch("6 150 0 cond", out);
-  waitFor([&] { return readFile(out).find("step 2 ") != std::string::npos; }, out);
+  waitFor([&] { return readFile(out).find("step 3 ") != std::string::npos; }, out);
+  RunResult r = smi("alice", "--migrate " + lastSession());
+  EXPECT_EQ(r.code, 0) << r.output << server_->log();
+  t.join();
+  std::string got = readFile(out);
+  EXPECT_NE(got.find("cond: the branch ran on 3 of 6 launches"), std::string::npos) << got;
+  EXPECT_NE(got.find("resumed session"), std::string::npos) << got;
+}
+
+TEST_F(Migration, ASessionThatCannotBeCheckpointedStaysWhereItIsAndFinishes) {
+  startWithCheckpoints();
+  const std::string out = dir_.file("hostfn.out");
+  std::thread t = launch("4 0 0 hostfn", out);
+  waitFor([&] { return readFile(out).find("hostfn 2 running") != std::string::npos; }, out);
   RunResult r = smi("alice", "--migrate " + lastSession());
   EXPECT_NE(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("not moved: cannot be checkpointed: it holds conditional graph nodes' handles"),
+  EXPECT_NE(r.output.find("not moved: cannot be checkpointed: a host function waits for the client"),
             std::string::npos)
       << r.output;
   t.join();
-  EXPECT_NE(readFile(out).find("step 6 checksum"), std::string::npos) << readFile(out);
+  EXPECT_NE(readFile(out).find("step 4 checksum"), std::string::npos) << readFile(out);
   EXPECT_NE(readFile(out).find("done"), std::string::npos);
   EXPECT_EQ(checkpointsLeft(), 0u);
 }
