@@ -108,11 +108,6 @@ size_t Stripes::size() const {
   return stripes_.size();
 }
 
-size_t Stripes::writable() const {
-  std::lock_guard lock(mu_);
-  return static_cast<size_t>(std::count_if(stripes_.begin(), stripes_.end(), [](const Stripe& s) { return s.writable; }));
-}
-
 bool Stripes::shouldStripe(uint64_t len, const TlsConnection& main) const {
   if (min_bytes_ == 0 || len < min_bytes_) return false;
   std::lock_guard lock(mu_);
@@ -132,8 +127,9 @@ Status Stripes::send(TlsConnection& main, std::vector<uint8_t>& frames, size_t l
   std::vector<Stripe> ws;
   {
     std::lock_guard lock(mu_);
-    for (const auto& s : stripes_)
-      if (s.writable && main_ == &main) ws.push_back(s);
+    if (main_ == &main)
+      for (const auto& s : stripes_)
+        if (s.writable) ws.push_back(s);
   }
   uint64_t seq = 0;
   std::memcpy(&seq, frames.data() + last_frame_offset + 16, sizeof seq);  // the header's seq (protocol/frame.h)

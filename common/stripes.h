@@ -63,7 +63,6 @@ class Stripes {
   // Shuts every stripe down and forgets it; pieces in flight fail.
   void clear();
   size_t size() const;
-  size_t writable() const;
   // The bytes from which a payload is striped; 0: never (the default).
   void setMinBytes(uint64_t n) { min_bytes_ = n; }
   bool shouldStripe(uint64_t len, const TlsConnection& main) const;

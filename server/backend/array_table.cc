@@ -48,6 +48,20 @@ Result<ArrayFormat> checkFormat(int x, int y, int z, int w, int kind) {
   return ArrayFormat{kind, channels, x};
 }
 
+Status checkFormat(const ArrayFormat& f) {
+  // The descriptor that makes it: bits per channel, and for a normalised
+  // format its kind (5 + 6 for signed, + 3 for 16 bits, + the channel index).
+  const int b = f.bits, y = f.channels > 1 ? b : 0, zw = f.channels > 2 ? b : 0;
+  const int kind = !f.normalized ? f.kind
+                                 : 5 + (f.kind == 1 ? 0 : 6) + (b == 16 ? 3 : 0) + (f.channels == 4 ? 2 : f.channels - 1);
+  auto made = checkFormat(b, y, zw, zw, kind);
+  if (!made) return made.status();
+  if (made->kind != f.kind || made->channels != f.channels || made->bits != f.bits || made->normalized != f.normalized)
+    return invalid("no channel format describes kind " + std::to_string(f.kind) + ", " + std::to_string(f.channels) +
+                   " channel(s) of " + std::to_string(b) + " bits" + (f.normalized ? ", normalised" : ""));
+  return Status::ok();
+}
+
 std::vector<ArrayLevelDims> arrayLevels(const ArraySpec& s) {
   const bool layered = s.flags & (kArrayLayered | kArrayCubemap);
   std::vector<ArrayLevelDims> out;

@@ -34,6 +34,8 @@ using common::ArrayLevelDims;
 
 // A cudaChannelFormatDesc as an ArrayFormat, or cudaErrorInvalidChannelDescriptor.
 Result<ArrayFormat> checkFormat(int x, int y, int z, int w, int kind);
+// An ArrayFormat from elsewhere (a checkpoint): ok when it is one checkFormat makes.
+Status checkFormat(const ArrayFormat& f);
 // The levels of an array (one for a plain array).
 std::vector<ArrayLevelDims> arrayLevels(const ArraySpec& spec);
 // Checks an array's shape, flags and extents against the device's

@@ -1,11 +1,12 @@
 #include "server/checkpoint/device_image.h"
 
-#include "server/backend/array_table.h"
-
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <tuple>
+
+#include "server/backend/array_table.h"
 
 namespace rgpu::server {
 namespace {
@@ -87,8 +88,6 @@ Status readBytes(Backend& backend, const Range& r, CheckpointReader& in) {
   }
   return Status::ok();
 }
-
-
 
 Status putFormat(CheckpointWriter& out, const ArrayFormat& f) {
   RGPU_TRY(out.putI32(f.kind));
@@ -187,20 +186,16 @@ Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWr
   RGPU_TRY_ASSIGN(heaps, backend.mallocHeaps());
   image.heaps = std::move(heaps);
   for (auto& m : image.modules) {
-    auto g = backend.moduleGlobals(m.id);
-    if (!g) return g.status();
-    m.globals = std::move(*g);
+    RGPU_TRY_ASSIGN(globals, backend.moduleGlobals(m.id));
+    m.globals = std::move(globals);
   }
   for (auto& e : image.events) {
-    auto s = backend.eventState(e.id);
-    if (!s) return s.status();
-    e.state = *s;
+    RGPU_TRY_ASSIGN(state, backend.eventState(e.id));
+    e.state = state;
   }
   for (auto& a : image.arrays) {
-    auto m = backend.arrayMemory(a.handle);
-    if (!m) return m.status();
-    a.base = m->first;
-    a.size = m->second;
+    RGPU_TRY_ASSIGN(memory, backend.arrayMemory(a.handle));
+    std::tie(a.base, a.size) = memory;
   }
   RGPU_TRY(out.putU32(kImageMagic));
   RGPU_TRY(out.putU64(image.allocations.size()));
@@ -348,15 +343,12 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
     RGPU_TRY_ASSIGN(base, in.getU64());
     RGPU_TRY_ASSIGN(size, in.getU64());
     RGPU_TRY(checkDevice(a.spec.device));
-    // The shape and format checks its creation passed, before anything is made of it.
-    const ArrayFormat& f = a.spec.format;
-    if (f.kind < 0 || f.kind > 2 || (f.channels != 1 && f.channels != 2 && f.channels != 4) ||
-        (f.bits != 8 && f.bits != 16 && f.bits != 32))
-      return Status(err::kInvalidValue, "checkpoint: array " + std::to_string(handle) + " has a format no array has");
-    auto bytes = checkArray(a.spec, backend.devices()[static_cast<size_t>(a.spec.device)].attributes);
-    if (!bytes) return bytes.status();
+    // The format and shape checks its creation passed, before anything is made of it.
+    RGPU_TRY(checkFormat(a.spec.format));
+    RGPU_TRY_ASSIGN(bytes, checkArray(a.spec, backend.devices()[static_cast<size_t>(a.spec.device)].attributes));
     a.base = base;
     a.size = size;
+    a.bytes = bytes;
     RGPU_TRY(backend.createArrayAt(handle, a.spec, base));
     // The array the backend made is the size the checkpoint's bytes are.
     auto m = backend.arrayMemory(handle);
@@ -438,6 +430,7 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
     t.handle = handle;
     RGPU_TRY(getTextureSpec(in, &t.spec));
     RGPU_TRY(checkDevice(t.spec.device));
+    RGPU_TRY(checkFormat(t.spec.format));
     RGPU_TRY(backend.createTextureAt(handle, t.spec));
   }
   RGPU_TRY_ASSIGN(n_surf, in.getCount(limits.max_surfaces, "surface objects"));

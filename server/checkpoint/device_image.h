@@ -69,6 +69,7 @@ struct DeviceImage {
     ArraySpec spec;
     DevPtr base = 0;    // filled by writeDeviceImage from the backend
     uint64_t size = 0;  // (its levels, as one allocation)
+    uint64_t bytes = 0;  // restore: what its levels hold, packed (checkArray; its quota charge)
   };
   struct Texture {
     uint64_t handle = 0;

@@ -429,7 +429,6 @@ Status Session::serve() {
       std::lock_guard lock(resume_mu_);
       live_ = false;
       ++generation_;
-      next_stripe_ = 1;
     }
     stripes_.bind(nullptr);
     if (stopped_.load()) return Status::ok();

@@ -349,8 +349,8 @@ class Session {
   std::unordered_map<uint32_t, std::shared_ptr<struct SessionGraph>> graphs_;
   // Conditional node handles the backend made for the session (they live as
   // long as it): the only ones its graphs may name.
-  std::unordered_set<uint64_t> cond_handles_;
-  std::unordered_map<uint64_t, int> cond_handle_device_;  // each one's device (a checkpoint records it)
+  // (handle -> its device, which a checkpoint records)
+  std::unordered_map<uint64_t, int> cond_handles_;
   uint64_t graph_nodes_ = 0;
   // While a graph's node runs: the launch's stream, which every stream field
   // of the node's request names (checkStream answers it).
@@ -408,10 +408,9 @@ class Session {
   uint64_t gpu_ns_base_ = 0;  // kernel time before the session moved to this worker
   // A join names the generation of the main connection it belongs to
   // (stripes_); resume_mu_ guards the generation, whether a main connection
-  // is live, and the next stripe index.
+  // is live, and the joins themselves.
   uint32_t generation_ = 1;
   bool live_ = false;
-  uint32_t next_stripe_ = 1;
 };
 
 }  // namespace rgpu::server

@@ -70,7 +70,7 @@ DeviceImage Session::deviceImage() const {
     const AllocationTable::Entry* e = allocs_.find(base);
     if (e && !e->is_symbol) img.allocations.push_back({e->device, base, e->size});
   }
-  for (auto& [handle, a] : arrays_.arrays()) img.arrays.push_back({handle, a.spec, 0, 0});
+  for (auto& [handle, a] : arrays_.arrays()) img.arrays.push_back({handle, a.spec, 0, 0, 0});
   for (auto& [handle, o] : arrays_.objects(ArrayTable::kTexture)) img.textures.push_back({handle, o.texture});
   for (auto& [handle, o] : arrays_.objects(ArrayTable::kSurface))
     img.surfaces.push_back({handle, o.device, o.array, o.level});
@@ -87,7 +87,7 @@ DeviceImage Session::deviceImage() const {
     auto f = event_flags_.find(id);
     img.events.push_back({id, dev, f == event_flags_.end() ? 0u : f->second, {}});
   }
-  for (auto& [handle, dev] : cond_handle_device_) img.cond_handles.push_back({dev, handle});
+  for (auto& [handle, dev] : cond_handles_) img.cond_handles.push_back({dev, handle});
   return img;
 }
 
@@ -252,18 +252,11 @@ Status Session::restore(CheckpointReader& in) {
     if (!e || e->size != a.size || e->device != a.device || e->is_symbol)
       return Status(err::kInvalidValue, "checkpoint: the allocation table and the device image disagree");
   }
-  for (auto& a : img.arrays) {
-    auto bytes = checkArray(a.spec, backend_->devices()[static_cast<size_t>(a.spec.device)].attributes);
-    if (!bytes) return bytes.status();
-    RGPU_TRY(arrays_.addArray(a.handle, {a.spec, arrayLevels(a.spec), *bytes}));
-  }
+  for (auto& a : img.arrays) RGPU_TRY(arrays_.addArray(a.handle, {a.spec, arrayLevels(a.spec), a.bytes}));
   for (auto& t : img.textures) RGPU_TRY(arrays_.addObject(ArrayTable::kTexture, t.handle, {t.spec.device, t.spec, 0, 0}));
   for (auto& s : img.surfaces)
     RGPU_TRY(arrays_.addObject(ArrayTable::kSurface, s.handle, {s.device, {}, s.array, s.level}));
-  for (auto& c : img.cond_handles) {
-    cond_handles_.insert(c.handle);
-    cond_handle_device_[c.handle] = c.device;
-  }
+  for (auto& c : img.cond_handles) cond_handles_[c.handle] = c.device;
   for (auto& m : img.modules) module_images_[m.id] = m.fatbin;
   for (auto& f : img.functions) functions_[f.id].attributes = f.attributes;
   for (auto& s : img.streams) {

@@ -179,7 +179,7 @@ Status bodyKindAllowed(wire::GraphNode::Reader n) {
 constexpr size_t kMaxConditionalDepth = 16;
 
 // A conditional node's handle and bodies, checked; its frame goes on `open`.
-Status openConditional(const std::unordered_set<uint64_t>& handles, wire::GraphConditional::Reader c,
+Status openConditional(const std::unordered_map<uint64_t, int>& handles, wire::GraphConditional::Reader c,
                        std::vector<SessionGraph::OpenConditional>& open) {
   if (!handles.count(c.getHandle())) return Status(err::kInvalidValue, "unknown conditional handle");
   auto bodies = c.getBodies();
@@ -371,8 +371,7 @@ Status Session::onConditionalHandleCreate(const FrameHeader& h, wire::Request::R
     else RGPU_LOG_WARN("session {}: conditional handle refused: {}", session_id_, made.status().message());
     return finish(h, made.status()), Status::ok();
   }
-  cond_handles_.insert(*made);
-  cond_handle_device_[*made] = device;
+  cond_handles_[*made] = device;
   const uint64_t v = *made;
   finish(h, Status::ok(), [v](auto& r) { r.setValue(static_cast<int64_t>(v)); });
   return Status::ok();

@@ -31,10 +31,11 @@ void Session::joinStripe(std::unique_ptr<common::TlsConnection> conn, uint32_t g
       why = "the session cannot be resumed, and only resumable sessions take stripes";
     } else if (!live_ || generation != generation_) {
       why = "it joins connection " + std::to_string(generation) + " of the session, which is gone";
-    } else if (stripes_.size() >= cfg_.max_stripes || next_stripe_ > protocol::kMaxStripes) {
+    } else if (stripes_.size() >= cfg_.max_stripes) {
       why = "the session has [session] max_stripes = " + std::to_string(cfg_.max_stripes) + " stripe connection(s)";
     } else {
-      index = next_stripe_++;
+      // Stripes go only all at once (with their connection): the next index is the count's.
+      index = static_cast<uint32_t>(stripes_.size()) + 1;
       stripes_.add(index, c);  // readable from here on: the client names it only after the Welcome below
     }
   }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "server/backend/array_table.h"
 #include "server/sim/sim_backend.h"
 
 namespace rgpu::server {
@@ -289,6 +290,34 @@ TEST(DeviceImage, ARestoreIntoFewerDevicesIsRefused) {
   ASSERT_FALSE(img);
   EXPECT_EQ(img.status().code(), err::kInvalidDevice);
   one->stopThreads();
+}
+
+}  // namespace
+}  // namespace rgpu::server
+
+namespace rgpu::server {
+namespace {
+
+// A checkpoint's array and texture formats pass the check a program's
+// channel descriptor passes, and nothing else does.
+TEST(DeviceImage, AFormatFromACheckpointIsOneAChannelDescriptorMakes) {
+  int valid = 0;
+  for (int kind = 0; kind <= 16; ++kind)
+    for (int bits : {8, 16, 32})
+      for (int channels : {1, 2, 4}) {
+        const int y = channels > 1 ? bits : 0, zw = channels > 2 ? bits : 0;
+        auto f = checkFormat(bits, y, zw, zw, kind);
+        if (!f) continue;
+        ++valid;
+        EXPECT_TRUE(checkFormat(*f)) << kind << " " << bits << " " << channels;
+      }
+  EXPECT_EQ(valid, 3 * 3 * 2 + 2 * 3 + 12);  // signed and unsigned, float (16, 32 bits), the normalised kinds
+  EXPECT_FALSE(checkFormat(ArrayFormat{2, 1, 32, true}));   // a normalised float
+  EXPECT_FALSE(checkFormat(ArrayFormat{1, 1, 32, true}));   // normalised 32-bit
+  EXPECT_FALSE(checkFormat(ArrayFormat{1, 3, 8, false}));   // three channels
+  EXPECT_FALSE(checkFormat(ArrayFormat{2, 1, 8, false}));   // an 8-bit float
+  EXPECT_FALSE(checkFormat(ArrayFormat{7, 1, 32, false}));  // no such kind
+  EXPECT_FALSE(checkFormat(ArrayFormat{0, 0, 32, false}));  // no channels
 }
 
 }  // namespace
