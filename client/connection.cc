@@ -348,7 +348,7 @@ void Connection::fail(const Status& s) {
       int code = err::isSticky(s.code()) ? s.code() : err::kDevicesUnavailable;
       broken_ = s.code() == err::kDevicesUnavailable && s.message().rfind("lost the connection", 0) == 0
                     ? s
-                    : Status(code, "lost the connection to rgpu server " + server_ + ": " + s.message());
+                    : Status(code, "lost the connection to rgpu server " + server() + ": " + s.message());
       if (!closing_.load()) RGPU_LOG_ERROR("{}", broken_.message());
     }
     for (auto& [seq, slot] : slots_) waiting.push_back(slot);
@@ -829,8 +829,8 @@ Status Connection::receive(common::TlsConnection& conn) {
     }
     if (!slot) {
       // A reply nobody waits for: a resent duplicate after a resume; otherwise a server bug.
-      if (resume_) RGPU_LOG_DEBUG("duplicate reply for call {} from {}", h.seq, server_);
-      else RGPU_LOG_WARN("reply for unknown call {} from {}", h.seq, server_);
+      if (resume_) RGPU_LOG_DEBUG("duplicate reply for call {} from {}", h.seq, server());
+      else RGPU_LOG_WARN("reply for unknown call {} from {}", h.seq, server());
       if (h.bulk_len && !reader.skipBulk(h)) return Status(err::kUnknown, "bad reply bulk");
       continue;
     }
@@ -906,6 +906,7 @@ Result<common::TlsConnection*> Connection::reconnect(const Status& why) {
   if (!hp || !ctx) return Status(err::kDevicesUnavailable, "cannot reconnect: bad server address or TLS settings");
   std::string last = why.message();
   auto backoff = std::chrono::milliseconds(50);
+  int redirects = 0;
   for (int attempt = 1;; ++attempt) {
     if (closing_.load()) return Status(err::kDevicesUnavailable, "the program is exiting");
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
@@ -948,6 +949,35 @@ Result<common::TlsConnection*> Connection::reconnect(const Status& why) {
             return Status(err::kDevicesUnavailable, "lost the connection to rgpu server " + server_ +
                                                         " and it refused to resume session " + std::to_string(session) +
                                                         ": " + std::string(w.getMessage()) + " (" + describeSource(cfg_) + ")");
+          if (w.hasRedirect() && w.getRedirect().size() > 0) {
+            // The session moved to another member of the pool (docs/migration.md):
+            // resume there, with a grace period of its own.
+            std::string to = w.getRedirect(), member = w.getRedirectMember();
+            auto next = common::parseHostPort(to);
+            auto next_ctx = next ? clientContext(cfg_, next->first)
+                                 : Result<std::unique_ptr<common::TlsContext>>(next.status());
+            if (++redirects > kMaxResumeRedirects || !next || !next_ctx)
+              return Status(err::kDevicesUnavailable,
+                            "rgpu server " + server_ + " sent session " + std::to_string(session) + " to member '" +
+                                member + "' at " + to + ", which " +
+                                (redirects > kMaxResumeRedirects ? std::string("is one redirect too many")
+                                                                 : "is no address this client can use") +
+                                " (" + describeSource(cfg_) + ")");
+            RGPU_LOG_WARN("session {} moved from rgpu server {} to member '{}' at {}; resuming it there", session,
+                          server_, member, to);
+            {
+              std::lock_guard lock(server_mu_);
+              server_ = to;
+            }
+            cfg_.server = to;
+            cfg_.server_name.clear();  // verified as its own address says
+            hp = std::move(next);
+            ctx = std::move(next_ctx);
+            deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace);
+            backoff = std::chrono::milliseconds(50);
+            last = "moved to member '" + member + "'";
+            continue;
+          }
           if (!w.getResumed()) return Status(err::kDevicesUnavailable, "rgpu server " + server_ + " did not resume the session");
           dispatched = w.getDispatched();
           generation = w.getGeneration();
@@ -1005,7 +1035,7 @@ Result<common::TlsConnection*> Connection::reconnect(const Status& why) {
           }
           resumes_.fetch_add(1);
           RGPU_LOG_WARN("resumed session {} on rgpu server {} (attempt {}): {} request(s) replayed ({} bytes)", session,
-                        server_, attempt, todo.size(), bytes);
+                        server(), attempt, todo.size(), bytes);
         });
         std::unique_lock lock(latch_mu);
         latch.wait(lock, [&] { return holding; });

@@ -103,6 +103,10 @@ struct CallTiming {
 std::string resumePreamble(const std::string& resume_id);
 Result<std::unique_ptr<common::TlsContext>> clientContext(const ClientConfig& cfg, const std::string& host);
 
+// A resume may be sent on to the member a session moved to (a Welcome with
+// a redirect, docs/migration.md) at most this often in one reconnection.
+inline constexpr int kMaxResumeRedirects = 4;
+
 class Connection {
  public:
   using HostFuncHandler = std::function<void(uint64_t id)>;
@@ -164,7 +168,12 @@ class Connection {
   std::string takeDeviceOutput();
   // Non-ok once the connection is lost; every later call fails with it.
   Status broken() const;
-  const std::string& server() const { return server_; }
+  // Where the session is served now (host:port): a session moved to another
+  // member of a pool is followed there (docs/migration.md).
+  std::string server() const {
+    std::lock_guard lock(server_mu_);
+    return server_;
+  }
   // How often this connection was resumed (tests, diagnostics).
   int resumes() const { return resumes_.load(); }
   // Bytes of requests (and copied bulk) kept for a replay and not yet
@@ -259,7 +268,8 @@ class Connection {
   std::atomic<common::TlsConnection*> conn_{nullptr};
   std::vector<std::unique_ptr<common::TlsConnection>> owned_;  // every connection made; freed at destruction
   std::mutex owned_mu_;
-  std::string server_;
+  std::string server_;  // server_mu_ once the receiver runs (reconnect() may change it)
+  mutable std::mutex server_mu_;
   bool redirected_ = false;  // the pool sent this client here (Hello.redirected)
   std::string redirect_, redirect_member_;  // the Welcome sent us on (host:port, member name)
   std::vector<SpanPart> span_;  // the Welcome spread the program over several members

@@ -134,10 +134,10 @@ void Connection::joinStripes(uint64_t epoch, uint32_t generation, uint32_t count
     ++joined;
   }
   if (!why.empty())
-    RGPU_LOG_WARN("rgpu server {}: {} of {} stripe connection(s) joined ({}); large copies use those", server_, joined,
+    RGPU_LOG_WARN("rgpu server {}: {} of {} stripe connection(s) joined ({}); large copies use those", server(), joined,
                   count, why);
   else
-    RGPU_LOG_DEBUG("rgpu server {}: {} stripe connection(s) joined session {}", server_, joined, welcome_.session_id);
+    RGPU_LOG_DEBUG("rgpu server {}: {} stripe connection(s) joined session {}", server(), joined, welcome_.session_id);
 }
 
 }  // namespace rgpu::client

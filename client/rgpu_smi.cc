@@ -292,7 +292,7 @@ int main(int argc, char** argv) {
   app.add_option("--migrate", migrate,
                  "move session ID to a new worker, which restores it from a checkpoint while the program pauses "
                  "(admins; docs/migration.md)");
-  app.add_option("--to", migrate_to, "with --migrate: the member to move to (this server's own name only, for now)");
+  app.add_option("--to", migrate_to, "with --migrate: the member of the pool to move it to (default: a new worker of this server)");
   std::vector<std::string> accounting;
   app.add_option("--accounting", accounting,
                  "summarise accounting log files (server.toml [accounting] path and its rotated .1, .2, ...) per "

@@ -41,6 +41,7 @@ std::string restartOnlyChanges(const ServerConfig& a, const ServerConfig& b) {
   differs(a.worker_user != b.worker_user, "[security] worker_user");
   differs(a.pool.metrics_labels != b.pool.metrics_labels, "[pool] metrics_labels");
   differs(a.pool.status_page != b.pool.status_page, "[pool] status_page");
+  differs(a.pool.drain != b.pool.drain, "[pool] drain");
   // (drain_timeout_ms reaches workers in their snapshot: a reload applies to sessions started after it.)
   differs(a.checkpoint_dir != b.checkpoint_dir || a.checkpoint_key_file != b.checkpoint_key_file,
           "[checkpoint] dir, key_file");
@@ -224,6 +225,9 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
                                               c.pool.metrics_listen +
                                               "') need [pool] metrics_token: they name every tenant's sessions");
     }
+    c.pool.drain = (*pool)["drain"].value_or(c.pool.drain);
+    if (c.pool.drain != "wait" && c.pool.drain != "migrate")
+      return Status(err::kInvalidValue, where("pool.drain") + " must be \"wait\" or \"migrate\"");
     c.pool.status_page = (*pool)["status_page"].value_or(c.pool.status_page);
     if (c.pool.status_page != "users" && c.pool.status_page != "open" && c.pool.status_page != "off")
       return Status(err::kInvalidValue, where("pool.status_page") + " must be \"users\", \"open\" or \"off\"");
@@ -325,6 +329,9 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
     if (c.checkpoint_dir.empty() != c.checkpoint_key_file.empty())
       return Status(err::kInvalidValue, where("checkpoint") + ": dir and key_file go together");
   }
+  if (c.pool.drain == "migrate" && (c.checkpoint_dir.empty() || !tbl["cluster"].as_table()))
+    return Status(err::kInvalidValue, where("pool.drain") + " = \"migrate\" moves sessions to other members: it "
+                                          "needs [cluster] and [checkpoint] dir and key_file");
   if (auto* sim = tbl["sim"].as_table()) {
     if (auto log = (*sim)["launch_log"].value<std::string>()) c.sim_launch_log = common::resolveRelative(path, *log);
     if (auto hot = (*sim)["hot_paths"]; hot) {

@@ -52,6 +52,9 @@ struct PoolConfig {
   // "users" (a user's token or the metrics token), "open" (loopback only), "off".
   std::string status_page = "users";
   uint32_t drain_timeout_ms = 30000;      // SIGTERM: how long running sessions may go on
+  // SIGTERM: "wait" (running sessions get drain_timeout_ms) or "migrate"
+  // (each moves to another member of the pool first, docs/migration.md).
+  std::string drain = "wait";
 };
 
 // [accounting]: one JSON line per ended session (server/accounting/), for

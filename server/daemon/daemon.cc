@@ -18,6 +18,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <deque>
 #include <set>
 #include <thread>
 
@@ -34,6 +35,7 @@
 #include "server/pool/pool_service.h"
 #include "server/daemon/preauth_guard.h"
 #include "server/daemon/sandbox.h"
+#include "server/daemon/member_move.h"
 #include "server/daemon/session_move.h"
 #include "server/daemon/status_page.h"
 #include "server/daemon/systemd.h"
@@ -170,9 +172,13 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   // connections held while a session moves.
   std::set<pid_t> superseded, restorers;
   std::map<uint64_t, std::vector<int>> held;
+  // Sessions moved in from another member: the id their client knows.
+  std::map<uint64_t, uint64_t> client_ids;
   uint64_t next_session = 1;
   bool stopping = false;
+  bool migrating = false;  // SIGTERM with [pool] drain = "migrate": sessions move away first
   asio::steady_timer drain(io);  // the SIGTERM drain deadline
+  std::function<void()> startMigrating;  // [pool] drain = "migrate" (set once the mover exists)
 
   auto gates = GateTableOwner::create();
   if (!gates) {
@@ -357,6 +363,32 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
           // A second signal: no more grace.
           RGPU_LOG_INFO("signal {} again: ending {} session(s) now", sig, workers.size());
           for (auto& [pid, sid] : workers) ::kill(pid, SIGTERM);
+        } else if (cfg.pool.drain == "migrate" && startMigrating) {
+          // Drain by moving: each session goes to another member, one at a
+          // time; clients still reach this daemon to be sent on, so it
+          // keeps listening (new sessions are closed) until every worker
+          // ended. A session that cannot move gets the drain timeout here.
+          stopping = migrating = true;
+          service.shutdown();
+          if (membership) membership->draining();
+          notifySystemd("STOPPING=1\nSTATUS=draining: moving " + std::to_string(workers.size()) +
+                        " session(s) to other members");
+          RGPU_LOG_INFO("signal {}: draining, no new sessions; moving {} session(s) to other members ([pool] drain = "
+                        "\"migrate\"); what cannot move gets {} ms to finish",
+                        sig, workers.size(), cfg.pool.drain_timeout_ms);
+          startMigrating();
+          drain.expires_after(std::chrono::milliseconds(cfg.pool.drain_timeout_ms));
+          drain.async_wait([&](const asio::error_code& e) {
+            if (e) return;
+            RGPU_LOG_INFO("drain deadline: ending {} session(s)", workers.size());
+            for (auto& [pid, sid] : workers) ::kill(pid, SIGTERM);
+            drain.expires_after(std::chrono::seconds(5));
+            drain.async_wait([&](const asio::error_code& e2) {
+              if (e2) return;
+              for (auto& [pid, sid] : workers) ::kill(pid, SIGKILL);
+              io.stop();
+            });
+          });
         } else {
           // Drain: no new sessions; running ones get until the deadline to finish.
           stopping = true;
@@ -539,9 +571,107 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     }
     held.erase(it);
   };
+  // Moves to other members of the pool (member_move.h).
+  move_hooks.member_address = [&](const std::string& name) -> Result<std::string> {
+    if (!membership)
+      return Status(err::kNotSupported, "this server is not a member of a pool: its sessions move to new workers "
+                                        "here only (no --to)");
+    for (const auto& m : membership->view())
+      if (m.name == name) {
+        if (m.draining) return Status(err::kNotReady, "member '" + name + "' is draining");
+        return m.address;
+      }
+    return Status(err::kInvalidValue, "no member '" + name + "' in the pool (rgpu-smi --pool lists them)");
+  };
+  move_hooks.offer = [&](uint64_t sid) -> Result<MoveOffer> {
+    auto info = pool.moveInfo(sid);
+    if (!info) return Status(err::kInvalidValue, "session " + std::to_string(sid) + " is not running on this server");
+    MoveOffer o;
+    for (auto& [rid, s] : resume_ids)
+      if (s == sid) o.resume_id = rid;
+    if (o.resume_id.empty()) return Status(err::kInvalidValue, "the session cannot be resumed, so it cannot move");
+    o.from = cfg.cluster.name;
+    o.who = info->who;
+    auto c = client_ids.find(sid);
+    o.session = c == client_ids.end() ? sid : c->second;
+    o.memory = info->memory;
+    o.migrations = info->migrations;
+    return o;
+  };
+  move_hooks.moved_away = [&](uint64_t sid, const std::string& member) { service.movedAway(sid, member); };
   SessionMover mover(io, cfg, std::move(checkpoint_key), move_hooks);
-  service.setMover([&](uint64_t sid, std::function<void(Result<std::string>)> done) { mover.move(sid, std::move(done)); },
+  service.setMover([&](uint64_t sid, const std::string& member,
+                       std::function<void(Result<std::string>)> done) { mover.move(sid, member, std::move(done)); },
                    cfg.cluster.name);
+  // Sessions other members move here.
+  MoveReceiver::Hooks receive_hooks;
+  receive_hooks.admit = [&](const MoveOffer& offer) -> Result<std::pair<uint64_t, Placement>> {
+    if (stopping) return Status(err::kDevicesUnavailable, "this member is draining");
+    uint64_t sid = next_session++;
+    auto p = service.admitMoved(sid, offer.who, offer.memory, offer.min_cc, offer.migrations);
+    if (!p) return p.status();
+    return std::make_pair(sid, *p);
+  };
+  receive_hooks.start_restorer = [&](uint64_t sid, const std::string& id) -> Result<SessionMover::Restorer> {
+    if (resume_ids.count(id)) return Status(err::kInvalidValue, "its resume id is taken here");
+    auto w = spawnWorker(-1, sid, true);
+    if (!w) return w;
+    restorers.insert(w->pid);
+    (void)::send(w->handoff, id.data(), id.size(), MSG_NOSIGNAL);
+    RGPU_LOG_INFO("session {}: worker {} restores it", sid, w->pid);
+    return w;
+  };
+  receive_hooks.adopt = [&](uint64_t sid, const SessionMover::Restorer& r, const MoveOffer& offer) {
+    restorers.erase(r.pid);
+    workers[r.pid] = sid;
+    handoffs[sid] = r.handoff;
+    resume_ids[offer.resume_id] = sid;
+    client_ids[sid] = offer.session;
+    service.adoptMoved(sid, r.control);
+  };
+  receive_hooks.discard = [&](uint64_t sid, const SessionMover::Restorer* r) {
+    if (r) {
+      ::kill(r->pid, SIGKILL);
+      ::close(r->handoff);
+      ::close(r->control);
+    }
+    service.dropMoved(sid);
+  };
+  MoveReceiver receiver(io, cfg, mover.key(), snapshot.tls, receive_hooks);
+  // [pool] drain = "migrate": the sessions running at SIGTERM, one after another.
+  startMigrating = [&] {
+    auto queue = std::make_shared<std::deque<uint64_t>>();
+    for (auto& [pid, sid] : workers)
+      if (!superseded.count(pid) && !restorers.count(pid)) queue->push_back(sid);
+    auto next = std::make_shared<std::function<void()>>();
+    *next = [&, queue, weak = std::weak_ptr<std::function<void()>>(next)] {
+      auto self = weak.lock();
+      if (!self) return;
+      if (queue->empty()) {
+        RGPU_LOG_INFO("drain: every session that could move has moved; {} worker(s) still here", workers.size());
+        return;
+      }
+      uint64_t sid = queue->front();
+      queue->pop_front();
+      auto info = pool.moveInfo(sid);
+      if (!info) return (*self)();  // not admitted (queued, or ended meanwhile)
+      DeviceRequest req;
+      req.count = static_cast<uint32_t>(info->memory.size());
+      for (uint64_t m : info->memory) req.min_memory = std::max(req.min_memory, m);
+      auto target = membership ? membership->moveTarget(req) : std::nullopt;
+      if (!target) {
+        RGPU_LOG_WARN("drain: session {} stays: no other member has room for it ({} device(s), {} each)", sid,
+                      req.count, formatBytes(req.min_memory));
+        return (*self)();
+      }
+      mover.move(sid, *target, [sid, self, target](Result<std::string> r) {
+        if (!r) RGPU_LOG_WARN("drain: session {} stays until the drain deadline: {}", sid, r.status().message());
+        (*self)();
+      });
+    };
+    (*next)();
+    // (`next` lives while a move's callback holds it.)
+  };
 
   // A new connection either starts a session (TLS or, insecure, a frame) or
   // resumes one: only the first bytes are looked at, within the handshake
@@ -554,15 +684,23 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   };
   std::function<void(std::shared_ptr<Arrival>)> route = [&](std::shared_ptr<Arrival> a) {
     a->sock.async_wait(asio::socket_base::wait_read, [&, a](const asio::error_code& ec) {
-      if (ec || stopping) return preauth.forget(a->guard_id);  // timed out or evicted, or the daemon is draining
+      // Timed out or evicted, or the daemon is draining (one that moves its
+      // sessions away still routes resumes: their old workers send them on).
+      if (ec || (stopping && !migrating)) return preauth.forget(a->guard_id);
       int fd = a->sock.native_handle();
       char head[kResumePreambleBytes];
       ssize_t n = ::recv(fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) return route(a);
       a->timer.cancel();
       if (n <= 0) return preauth.forget(a->guard_id);  // closed before saying anything: the socket goes with `a`
-      if (head[0] != kResumeMagic[0]) return startWorker(a->sock.release(), a->guard_id);
-      if (std::memcmp(head, kResumeMagic, std::min<size_t>(static_cast<size_t>(n), sizeof kResumeMagic)) != 0) {
+      if (head[0] != kResumeMagic[0]) {
+        if (stopping) return preauth.forget(a->guard_id);  // no new sessions while draining
+        return startWorker(a->sock.release(), a->guard_id);
+      }
+      const size_t magic = std::min<size_t>(static_cast<size_t>(n), sizeof kResumeMagic);
+      const bool moving_in = std::memcmp(head, kMoveMagic, magic) == 0;
+      static_assert(sizeof kMoveMagic + kMoveSaltBytes == kResumePreambleBytes);
+      if (!moving_in && std::memcmp(head, kResumeMagic, magic) != 0) {
         common::logLimited("preamble", "connection from " + a->peer + ": neither TLS nor an rgpu resume preamble; closed");
         return preauth.forget(a->guard_id);
       }
@@ -576,6 +714,12 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
         return route(a);
       }
       (void)::recv(fd, head, sizeof head, 0);
+      if (moving_in) {
+        // Another member moves a session here (member_move.h): a thread of its own.
+        RGPU_LOG_INFO("connection from {}: a session move offered", a->peer);
+        receiver.take(a->sock.release(), a->peer, std::string(head + sizeof kMoveMagic, kMoveSaltBytes));
+        return preauth.forget(a->guard_id);
+      }
       auto id = resume_ids.find(std::string(head + sizeof kResumeMagic, kResumeIdBytes));
       uint64_t sid = id == resume_ids.end() ? 0 : id->second;
       if (sid && mover.holding(sid)) {
@@ -590,6 +734,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
         return preauth.forget(a->guard_id);  // the worker has its own copy (and its own cap); ours closes with `a`
       }
       // No such session (any more): a fresh worker tells the client so.
+      if (stopping) return preauth.forget(a->guard_id);
       common::logLimited("resume-unknown", "connection from " + a->peer + " asks to resume a session that is not running");
       startWorker(a->sock.release(), a->guard_id);
     });

@@ -45,6 +45,8 @@ Result<std::unique_ptr<PoolMembership>> PoolMembership::join(const ServerConfig&
   cluster::ClusterMember* member = self->member_.get();
   // Admissions ask the pool first: a member that fits better takes the client.
   const auto policy = *cluster::parsePoolPolicy(cfg.cluster.policy);
+  self->name_ = cfg.cluster.name;
+  self->policy_ = policy;
   service.setRedirector([member, policy, name = cfg.cluster.name](const ClientInfo&, const DeviceRequest& req) {
     PoolService::PoolAnswer a;
     auto view = member->view();
@@ -89,6 +91,15 @@ void PoolMembership::publishLoad() {
   timer_.async_wait([this](const asio::error_code& e) {
     if (!e) publishLoad();
   });
+}
+
+std::optional<std::string> PoolMembership::moveTarget(const DeviceRequest& req) {
+  std::vector<cluster::MemberView> others;
+  for (auto& v : member_->view())
+    if (v.name != name_ && !v.draining) others.push_back(v);
+  auto i = cluster::choose(others, req, policy_, name_);
+  if (!i) return std::nullopt;
+  return others[*i].name;
 }
 
 }  // namespace rgpu::server

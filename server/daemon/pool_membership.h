@@ -7,6 +7,8 @@
 
 #include <asio.hpp>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -31,6 +33,12 @@ class PoolMembership {
                                                       PoolService::HealthFn health);
   // SIGTERM: no new placements here.
   void draining() { member_->setDraining(); }
+  // The pool as last read (fresh when it was not read lately): for moving
+  // sessions to other members.
+  std::vector<cluster::MemberView> view() { return member_->view(); }
+  // The member (not this one, not draining) that should take a session
+  // needing `req` as the pool's policy places programs, or none.
+  std::optional<std::string> moveTarget(const DeviceRequest& req);
 
  private:
   PoolMembership(asio::io_context& io, PoolManager& pool, PoolService& service, PoolService::HealthFn health,
@@ -38,6 +46,8 @@ class PoolMembership {
   void publishLoad();
 
   std::unique_ptr<cluster::ClusterMember> member_;
+  std::string name_;
+  cluster::PoolPolicy policy_{};
   PoolManager& pool_;
   PoolService& service_;
   PoolService::HealthFn health_;

@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/tls.h"
 #include "common/log.h"
+#include "server/daemon/member_move.h"
 #include "server/pool/fd_passing.h"
 #include "server/pool/pool_link.h"
 #include "server/pool/pool_manager.h"
@@ -19,16 +21,21 @@ struct SessionMover::Move {
   uint64_t session = 0;
   pid_t old_pid = -1;
   int old_handoff = -1;  // our own copy of the daemon's end (the worker may be reaped meanwhile)
+  std::string member, address;  // a move to another member: its name and host:port
+  MoveOffer offer;
   std::string path;      // the checkpoint file
   CheckpointFileKey key;
   Restorer restorer;
   std::function<void(Result<std::string>)> done;
-  std::chrono::steady_clock::time_point started, deadline, checkpointed_at;
+  std::chrono::steady_clock::time_point started, deadline, checkpointed_at, restored_at;
   std::string sizes;  // "N MiB of state, M MiB stored"
   std::string drain_ms = "?";  // of the checkpoint's time, waiting for the session's queued work
   std::unique_ptr<asio::posix::stream_descriptor> waiting;  // the socket a step waits on
   std::unique_ptr<asio::steady_timer> timer;
   bool over = false;
+  std::mutex link_mu;
+  common::TlsConnection* link = nullptr;  // link_mu: a move to another member's, while it runs
+  std::atomic<bool> link_done{false};     // its thread is over
   ~Move() {
     if (old_handoff >= 0) ::close(old_handoff);
   }
@@ -38,7 +45,16 @@ SessionMover::SessionMover(asio::io_context& io, const ServerConfig& cfg, std::u
                            Hooks hooks)
     : io_(io), cfg_(cfg), key_(std::move(key)), hooks_(std::move(hooks)) {}
 
-SessionMover::~SessionMover() = default;
+SessionMover::~SessionMover() {
+  stopping_.store(true);
+  for (auto& [m, t] : links_) {
+    {
+      std::lock_guard lock(m->link_mu);
+      if (m->link) m->link->shutdown();
+    }
+    if (t.joinable()) t.join();
+  }
+}
 
 namespace {
 
@@ -49,13 +65,24 @@ int64_t msSince(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-void SessionMover::move(uint64_t session, std::function<void(Result<std::string>)> done) {
+void SessionMover::move(uint64_t session, const std::string& member, std::function<void(Result<std::string>)> done) {
   const std::string who = "session " + std::to_string(session);
   if (!key_)
     return done(Status(err::kNotSupported, "sessions are not moved: this server has no [checkpoint] dir and key_file"));
   if (moves_.count(session)) return done(Status(err::kNotReady, who + " is being moved already"));
   auto m = std::make_shared<Move>();
   m->session = session;
+  if (!member.empty()) {
+    if (cfg_.insecure_plaintext)
+      return done(Status(err::kNotSupported, "sessions move between members over TLS only (insecure_plaintext is set)"));
+    auto address = hooks_.member_address(member);
+    if (!address) return done(address.status());
+    auto offer = hooks_.offer(session);
+    if (!offer) return done(offer.status());
+    m->member = member;
+    m->address = *address;
+    m->offer = *offer;
+  }
   int handoff = -1;
   if (!hooks_.current(session, &m->old_pid, &handoff))
     return done(Status(err::kInvalidValue, who + " is not running on this server"));
@@ -85,7 +112,8 @@ void SessionMover::move(uint64_t session, std::function<void(Result<std::string>
   m->deadline = m->started + std::chrono::milliseconds(cfg_.resume_grace_ms * 3 / 4);
   m->timer = std::make_unique<asio::steady_timer>(io_);
   moves_[session] = m;
-  RGPU_LOG_INFO("{}: moving it to a new worker (checkpoint {})", who, m->path);
+  if (m->member.empty()) RGPU_LOG_INFO("{}: moving it to a new worker (checkpoint {})", who, m->path);
+  else RGPU_LOG_INFO("{}: moving it to member '{}' at {} (checkpoint {})", who, m->member, m->address, m->path);
   bool sent = sendWithFd(m->old_handoff, joinFields({"checkpoint", fileKeyHex(m->key)}), fd);
   ::close(fd);
   if (!sent) return fail(m, std::string("cannot ask its worker for a checkpoint: ") + std::strerror(errno));
@@ -125,13 +153,18 @@ void SessionMover::expect(const std::shared_ptr<Move>& m, int fd, std::function<
 void SessionMover::checkpointed(const std::shared_ptr<Move>& m, Result<std::string> answer) {
   if (!answer)
     return fail(m, "checkpoint: " + answer.status().message());
-  auto f = splitFields(*answer, 4);
+  auto f = splitFields(*answer, 5);
   if (f[0] == "refused") return fail(m, f.size() > 1 ? f[1] : "refused");
   if (f[0] != "checkpointed" || f.size() < 3) return fail(m, "checkpoint: an answer the daemon does not know");
   m->checkpointed_at = std::chrono::steady_clock::now();
   m->sizes = formatBytes(std::strtoull(f[1].c_str(), nullptr, 10)) + " of state, " +
              formatBytes(std::strtoull(f[2].c_str(), nullptr, 10)) + " written";
   if (f.size() > 3) m->drain_ms = f[3];
+  if (!m->member.empty()) {
+    m->offer.file_bytes = std::strtoull(f[2].c_str(), nullptr, 10);
+    m->offer.min_cc = f.size() > 4 ? static_cast<uint32_t>(std::strtoul(f[4].c_str(), nullptr, 10)) : 0;
+    return sendAway(m);
+  }
   auto r = hooks_.start_restorer(m->session);
   if (!r) return fail(m, "cannot start a worker to restore it: " + r.status().message());
   m->restorer = *r;
@@ -183,6 +216,129 @@ void SessionMover::fail(const std::shared_ptr<Move>& m, const std::string& why) 
   ::unlink(m->path.c_str());
   hooks_.release(m->session);
   m->done(Status(err::kUnknown, who + " not moved: " + why));
+}
+
+void SessionMover::sendAway(const std::shared_ptr<Move>& m) {
+  // Threads of moves that ended go first.
+  std::erase_if(links_, [](auto& l) {
+    if (!l.first->link_done.load()) return false;
+    l.second.join();
+    return true;
+  });
+  links_.emplace_back(m, std::thread([this, m] {
+    Status s = transferAway(*m);
+    {
+      std::lock_guard lock(m->link_mu);
+      m->link = nullptr;
+    }
+    if (!stopping_.load())
+      asio::post(io_, [this, m, s] {
+        if (m->over) return;
+        if (!s) return fail(m, s.message());
+        movedAway(m);
+      });
+    m->link_done.store(true);
+  }));
+}
+
+Status SessionMover::transferAway(Move& m) {
+  auto hp = common::parseHostPort(m.address);
+  if (!hp) return Status(err::kInvalidValue, "member '" + m.member + "' advertises " + m.address + ": " + hp.status().message());
+  // No certificate on either side: the link's PSK is the operator's key's.
+  auto ctx = common::TlsContext::makeClient(common::TlsOptions());
+  if (!ctx) return ctx.status();
+  std::string salt(kMoveSaltBytes, '\0');
+  RAND_bytes(reinterpret_cast<unsigned char*>(salt.data()), static_cast<int>(salt.size()));
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(m.deadline - std::chrono::steady_clock::now());
+  if (left.count() <= 0) return Status(err::kNotReady, "no time left for the transfer");
+  auto conn = common::TlsConnection::connect(**ctx, hp->first, hp->second, "", std::min<std::chrono::milliseconds>(left, std::chrono::seconds(10)),
+                                             std::string(kMoveMagic, sizeof kMoveMagic) + salt,
+                                             moveLinkSecret(*key_, salt));
+  if (!conn) return Status(err::kDevicesUnavailable, "cannot reach member '" + m.member + "' at " + m.address + ": " +
+                                                         conn.status().message());
+  {
+    std::lock_guard lock(m.link_mu);
+    if (stopping_.load()) return Status(err::kDevicesUnavailable, "rgpu-server is stopping");
+    m.link = conn->get();
+  }
+  common::TlsConnection& link = **conn;
+  LinkDeadline deadline(link);
+  deadline.arm(m.deadline);
+  auto timedOut = [&](const Status& s) {
+    return deadline.fired() ? Status(err::kNotReady, "the move took longer than three quarters of [session] "
+                                                     "resume_grace_ms") : s;
+  };
+  RGPU_TRY(sendMoveMessage(link, m.offer.encode()));
+  auto ready = readMoveMessage(link);
+  if (!ready) return timedOut(Status(ready.status().code(), "member '" + m.member + "': " + ready.status().message()));
+  auto f = splitFields(*ready, 3);
+  if (f[0] != "ready")
+    return Status(err::kUnknown, "member '" + m.member + "' refused it: " + (f.size() > 1 ? f[1] : *ready));
+  // The checkpoint, as the worker wrote it.
+  int fd = ::open(m.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status(err::kUnknown, std::string("cannot reopen the checkpoint: ") + std::strerror(errno));
+  std::vector<char> buf(1 << 20);
+  uint64_t sent = 0;
+  Status s;
+  while (s && sent < m.offer.file_bytes) {
+    ssize_t n = ::read(fd, buf.data(), std::min<uint64_t>(buf.size(), m.offer.file_bytes - sent));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      s = Status(err::kUnknown, "the checkpoint is shorter than it was written");
+      break;
+    }
+    s = link.write(buf.data(), static_cast<size_t>(n));
+    sent += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  if (!s) return timedOut(Status(s.code(), "sending the checkpoint to member '" + m.member + "': " + s.message()));
+  auto restored = readMoveMessage(link);
+  if (!restored) return timedOut(Status(restored.status().code(), "member '" + m.member + "' during the restore: " +
+                                                                      restored.status().message()));
+  f = splitFields(*restored, 3);
+  if (f[0] != "restored") return Status(err::kUnknown, "restore at member '" + m.member + "': " + (f.size() > 1 ? f[1] : *restored));
+  m.restored_at = std::chrono::steady_clock::now();
+  // The session must still be in the worker it was checkpointed from.
+  bool still = false;
+  runOnIo(io_, stopping_, [&] {
+    pid_t pid = -1;
+    int handoff = -1;
+    still = !m.over && hooks_.current(m.session, &pid, &handoff) && pid == m.old_pid;
+  });
+  if (!still) {
+    (void)sendMoveMessage(link, "abort");
+    return Status(err::kUnknown, "its worker ended during the move");
+  }
+  RGPU_TRY(sendMoveMessage(link, "commit"));
+  auto committed = readMoveMessage(link);
+  // Without the word, the target may or may not serve it: the client stays
+  // here (the target's copy waits for a client that never comes, and ends).
+  if (!committed || *committed != "committed")
+    return timedOut(Status(err::kUnknown, "member '" + m.member + "' did not confirm the commit" +
+                                              (committed ? std::string() : ": " + committed.status().message())));
+  return Status::ok();
+}
+
+void SessionMover::movedAway(const std::shared_ptr<Move>& m) {
+  const std::string who = "session " + std::to_string(m->session);
+  m->over = true;
+  m->timer->cancel();
+  moves_.erase(m->session);
+  // The old worker sends its client there (the connections held meanwhile first), then ends.
+  const std::string forward = joinFields({"forward", m->address, m->member});
+  if (::send(m->old_handoff, forward.data(), forward.size(), MSG_NOSIGNAL) < 0)
+    RGPU_LOG_WARN("{}: the old worker did not take 'forward' ({}); its client cannot find member '{}'", who,
+                  std::strerror(errno), m->member);
+  hooks_.moved_away(m->session, m->member);
+  ::unlink(m->path.c_str());
+  hooks_.release(m->session);
+  int64_t total = msSince(m->started), restore = msSince(m->checkpointed_at);
+  std::string line = who + " moved to member '" + m->member + "' in " + std::to_string(total) + " ms (checkpoint " +
+                     std::to_string(total - restore) + " ms of which " + m->drain_ms +
+                     " ms waiting for its queued work, transfer and restore " + std::to_string(restore) + " ms; " +
+                     m->sizes + ")";
+  RGPU_LOG_INFO("{}", line);
+  m->done(line);
 }
 
 }  // namespace rgpu::server

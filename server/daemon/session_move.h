@@ -32,12 +32,30 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
+#include <atomic>
 
 #include "common/status.h"
 #include "server/checkpoint/checkpoint_stream.h"
 #include "server/config/server_config.h"
+#include "server/pool/pool_manager.h"
 
 namespace rgpu::server {
+
+// What the source tells the target of a session it moves there.
+struct MoveOffer {
+  std::string from;              // the source member's name
+  ClientInfo who;                // its user and client, as the source admitted it
+  uint64_t session = 0;          // the session id its client knows
+  std::string resume_id;         // the random id its client's resumes name (kResumeIdBytes)
+  std::vector<uint64_t> memory;  // bytes it holds on each of its devices, in its order
+  uint32_t min_cc = 0;           // the compute capability its modules need (major * 10 + minor)
+  uint32_t migrations = 0;       // moves before this one
+  uint64_t file_bytes = 0;       // the checkpoint's size
+  std::string encode() const;
+  static Result<MoveOffer> decode(const std::string& msg);
+};
 
 inline constexpr auto kMoveStepTimeout = std::chrono::seconds(60);
 
@@ -64,16 +82,29 @@ class SessionMover {
     std::function<void(uint64_t session, const Restorer& r)> discard;
     // Client connections held during the move go to the session's worker now.
     std::function<void(uint64_t session)> release;
+    // ---- moves to another member of the pool (member_move.h) ----
+    // Where member `name` takes moves (its advertised host:port), or why it cannot.
+    std::function<Result<std::string>(const std::string& name)> member_address;
+    // What the target must know of the session (file_bytes and min_cc are the mover's).
+    std::function<Result<MoveOffer>(uint64_t session)> offer;
+    // The move to `member` took: the pool's record of the session here ends
+    // (its memory and quota return), its worker sends the client there and ends.
+    std::function<void(uint64_t session, const std::string& member)> moved_away;
   };
   // `key`: the operator's key, or null when [checkpoint] is not configured
   // (every move is refused, saying so).
   SessionMover(asio::io_context& io, const ServerConfig& cfg, std::unique_ptr<CheckpointKey> key, Hooks hooks);
+  // The operator's key (null without [checkpoint]): a MoveReceiver needs it too.
+  const CheckpointKey* key() const { return key_.get(); }
   ~SessionMover();
 
   // Whether `session` is being moved: its clients' connections are held.
   bool holding(uint64_t session) const { return moves_.count(session) != 0; }
-  // Moves `session`; `done` gets what it took (a line for rgpu-smi), or why not.
-  void move(uint64_t session, std::function<void(Result<std::string>)> done);
+  // Moves `session` to a new worker here (`member` "") or to member
+  // `member` of the pool; `done` gets what it took (a line for rgpu-smi), or why not.
+  void move(uint64_t session, const std::string& member, std::function<void(Result<std::string>)> done);
+  // Sessions being moved now.
+  size_t moving() const { return moves_.size(); }
 
  private:
   struct Move;
@@ -83,12 +114,18 @@ class SessionMover {
   void checkpointed(const std::shared_ptr<Move>& m, Result<std::string> answer);
   void restored(const std::shared_ptr<Move>& m, Result<std::string> answer);
   void fail(const std::shared_ptr<Move>& m, const std::string& why);
+  // A move to another member, from the checkpoint on: the link's thread.
+  void sendAway(const std::shared_ptr<Move>& m);
+  Status transferAway(Move& m);
+  void movedAway(const std::shared_ptr<Move>& m);
 
   asio::io_context& io_;
   const ServerConfig& cfg_;
   std::unique_ptr<CheckpointKey> key_;
   Hooks hooks_;
   std::map<uint64_t, std::shared_ptr<Move>> moves_;
+  std::atomic<bool> stopping_{false};
+  std::vector<std::pair<std::shared_ptr<Move>, std::thread>> links_;  // moves to other members
 };
 
 }  // namespace rgpu::server

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "common/log.h"
@@ -84,14 +85,24 @@ Status restoreAndServe(Session& session, int handoff_fd, uint64_t session_id) {
   int file = -1;
   auto msg = awaitDaemon(handoff_fd, 60000, &file);
   Status s = msg ? Status::ok() : msg.status();
-  auto f = msg ? splitFields(*msg, 3) : std::vector<std::string>{};
+  // "restore", the file's key, and for a session moved in from another
+  // member "placed" and this member's placement of it.
+  auto f = msg ? splitFields(*msg, 16) : std::vector<std::string>{};
   if (s && (f.size() < 2 || f[0] != "restore" || file < 0)) s = Status(err::kInvalidValue, "no checkpoint to restore");
   auto key = s ? fileKeyFromHex(f[1]) : Result<CheckpointFileKey>(s);
   if (!key) s = key.status();
+  std::optional<Placement> placed;
+  if (s && f.size() > 3 && f[2] == "placed") {
+    std::vector<std::string> fields(f.begin() + 2, f.end());
+    fields[0] = "ok";
+    auto p = placementFromFields(fields);
+    if (p) placed = *p;
+    else s = p.status();
+  }
   if (s) {
     auto t0 = std::chrono::steady_clock::now();
     auto reader = CheckpointReader::open(*key, fdSource(file));
-    s = reader ? session.restore(**reader) : reader.status();
+    s = reader ? session.restore(**reader, placed ? &*placed : nullptr) : reader.status();
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
     if (s) RGPU_LOG_INFO("session {}: restored in {} ms", session_id, ms);
   }

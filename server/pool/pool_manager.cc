@@ -50,6 +50,23 @@ void PoolManager::moved(uint64_t session) {
   if (auto it = running_.find(session); it != running_.end()) ++it->second.migrations;
 }
 
+std::optional<PoolManager::MoveInfo> PoolManager::moveInfo(uint64_t session) const {
+  auto it = running_.find(session);
+  if (it == running_.end()) return std::nullopt;
+  MoveInfo m;
+  m.who = it->second.who;
+  for (int d : it->second.placement.devices) {
+    auto mem = it->second.memory.find(d);
+    m.memory.push_back(mem == it->second.memory.end() ? 0 : mem->second);
+  }
+  m.migrations = it->second.migrations;
+  return m;
+}
+
+void PoolManager::setMigrations(uint64_t session, uint32_t n) {
+  if (auto it = running_.find(session); it != running_.end()) it->second.migrations = n;
+}
+
 std::optional<Placement> PoolManager::placementOf(uint64_t session) const {
   auto it = running_.find(session);
   if (it == running_.end()) return std::nullopt;

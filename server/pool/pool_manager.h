@@ -197,6 +197,17 @@ class PoolManager {
   std::optional<Placement> placementOf(uint64_t session) const;
   // The session moved to another worker (its record, memory and quota go with it).
   void moved(uint64_t session);
+  // What a member that takes the session from this one must know: its
+  // client, the bytes it holds on each of its devices (in its order), and
+  // how often it moved before.
+  struct MoveInfo {
+    ClientInfo who;
+    std::vector<uint64_t> memory;
+    uint32_t migrations = 0;
+  };
+  std::optional<MoveInfo> moveInfo(uint64_t session) const;
+  // A session moved in from another member counts the moves it made there.
+  void setMigrations(uint64_t session, uint32_t n);
   size_t queued() const { return queue_.size(); }
   std::vector<uint64_t> queuedSessions() const {
     std::vector<uint64_t> out;

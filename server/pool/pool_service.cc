@@ -62,6 +62,76 @@ void PoolService::replaceWorker(uint64_t session, int fd) {
   attach(session, fd);
 }
 
+Result<Placement> PoolService::admitMoved(uint64_t session, const ClientInfo& who, const std::vector<uint64_t>& memory,
+                                         uint32_t min_cc, uint32_t migrations) {
+  DeviceRequest req;
+  req.count = static_cast<uint32_t>(memory.size());
+  for (uint64_t m : memory) req.min_memory = std::max(req.min_memory, m);
+  req.min_cc = min_cc;
+  req.no_redirect = true;
+  auto d = pool_.admit(session, who, req, PoolManager::Clock::now());
+  if (!d) {
+    (void)pool_.end(session);  // out of the queue: a move does not wait
+    return Status(err::kDevicesUnavailable, "no device here fits it now (it was queued)");
+  }
+  if (!*d) return d->status();
+  Placement p = **d;
+  for (size_t i = 0; i < memory.size(); ++i)
+    if (memory[i])
+      if (Status s = pool_.reserve(session, p.devices[i], memory[i], true); !s) {
+        (void)pool_.end(session);
+        return s;
+      }
+  pool_.setMigrations(session, migrations + 1);
+  identity_[session] = who.user;
+  return p;
+}
+
+void PoolService::adoptMoved(uint64_t session, int fd) {
+  attach(session, fd);
+  resumable_.insert(session);
+  rejoining_.insert(session);
+  auto p = pool_.placementOf(session);
+  auto user = identity_.find(session);
+  if (!p || user == identity_.end()) return;
+  if (const uint32_t max = acquire_ ? pool_.maxSessions(user->second) : 0) takeMovedSlot(session, user->second, max, 20);
+}
+
+void PoolService::takeMovedSlot(uint64_t session, const std::string& user, uint32_t max, int tries) {
+  acquire_(user, max, session, [this, session, user, max, tries](Status s, bool checked) {
+    asio::post(io_, [this, session, user, max, tries, s, checked] {
+      if (!pool_.placementOf(session)) {
+        if (release_) release_(session);  // it ended meanwhile
+        return;
+      }
+      if (s || !checked) return;
+      if (tries <= 0) {
+        RGPU_LOG_WARN("session {}: moved here, but none of user '{}''s {} pool-wide session slot(s) came free; it runs "
+                      "without one", session, user, max);
+        return;
+      }
+      auto t = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(250));
+      t->async_wait([this, t, session, user, max, tries](const asio::error_code& ec) {
+        if (!ec) takeMovedSlot(session, user, max, tries - 1);
+      });
+    });
+  });
+}
+
+void PoolService::dropMoved(uint64_t session) {
+  (void)pool_.end(session);
+  identity_.erase(session);
+  rejoining_.erase(session);
+  resumable_.erase(session);
+  trimGrants();
+  decideQueued();
+}
+
+void PoolService::movedAway(uint64_t session, const std::string& member) {
+  end_reasons_[session] = "moved to member '" + member + "'";
+  detach(session);
+}
+
 void PoolService::detach(uint64_t session, const std::string& exit) {
   auto record = pool_.end(session);
   std::string reason = exit;
@@ -221,12 +291,8 @@ void PoolService::handle(uint64_t session, const std::string& msg) {
       RGPU_LOG_WARN("session {}: user '{}' asked to move session {}; only admins may", session, bound->second, f[1]);
       return reply(session, errorReply(Status(err::kNotPermitted, "only admins move sessions")));
     }
-    if (!f[2].empty() && f[2] != member_name_)
-      return reply(session, errorReply(Status(err::kNotSupported, "moving a session to another member ('" + f[2] +
-                                                                      "') is not built yet: it moves to a new "
-                                                                      "worker of this server only")));
     if (!mover_) return reply(session, errorReply(Status(err::kNotSupported, "this server does not move sessions")));
-    mover_(num(1), [this, session](Result<std::string> r) {
+    mover_(num(1), f[2] == member_name_ ? std::string() : f[2], [this, session](Result<std::string> r) {
       reply(session, r ? joinFields({"ok", *r}) : errorReply(r.status()));
     });
   } else if (verb == "resumable") {

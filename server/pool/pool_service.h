@@ -98,11 +98,33 @@ class PoolService {
   // Moves a session to a new worker (rgpu-smi --migrate, admins only;
   // session_move.h): `done` gets what the move took, or why it did not.
   // `member`: this server's [cluster] name, which a move may name as its target.
-  using MoveFn = std::function<void(uint64_t session, std::function<void(Result<std::string>)> done)>;
+  // `member`: "" for a new worker here, else the member to move it to.
+  using MoveFn = std::function<void(uint64_t session, const std::string& member,
+                                    std::function<void(Result<std::string>)> done)>;
   void setMover(MoveFn fn, std::string member) {
     mover_ = std::move(fn);
     member_name_ = std::move(member);
   }
+  // ---- sessions moving between members (docs/migration.md) ----
+  // A session another member moves here, as session `session`: admitted at
+  // once (never queued, never sent on) on devices that fit its memory and
+  // its modules' compute capability, with the memory it holds charged to
+  // its user here. The pool-wide memory quota is not asked: the bytes leave
+  // the other member as the move commits.
+  Result<Placement> admitMoved(uint64_t session, const ClientInfo& who, const std::vector<uint64_t>& memory,
+                               uint32_t min_cc, uint32_t migrations);
+  // The move committed: the worker on `fd` serves the admitted session; it
+  // takes up its record (and a launch gate slot) with "rejoin". The user's
+  // pool-wide session slot is taken again here (the source gives its own
+  // back as it lets the session go; retried for a few seconds meanwhile).
+  void adoptMoved(uint64_t session, int fd);
+  // The session moved to member `member`: its record here ends (its
+  // accounting line says so), and its memory, quota and slot return now,
+  // while its old worker sends the client there.
+  void movedAway(uint64_t session, const std::string& member);
+  // A move here called off before it committed: the admission is undone
+  // (no accounting line: the session never ran here).
+  void dropMoved(uint64_t session);
   // The pool's members for rgpu-smi --pool (wire::PoolMembers, flat message bytes).
   using MembersFn = std::function<std::string()>;
   void setMembers(MembersFn fn) { members_ = std::move(fn); }
@@ -118,6 +140,8 @@ class PoolService {
   void handle(uint64_t session, const std::string& msg);
   void reply(uint64_t session, const std::string& msg, int fd = -1);
   void decideQueued();
+  // adoptMoved's slot: asked again every 250 ms, `tries` more times.
+  void takeMovedSlot(uint64_t session, const std::string& user, uint32_t max, int tries);
   // Gives an admitted session its launch gate slot and answers its worker.
   void placed(uint64_t session, Placement p);
 

@@ -136,6 +136,7 @@ Session::Session(std::unique_ptr<common::TlsConnection> conn, const ServerConfig
       staging_(std::make_shared<StagingPool>(cfg.limits.max_staging_bytes)),
       allocs_(cfg.limits.max_allocations),
       resume_source_(resume) {
+  client_session_id_ = session_id;
   stripes_.setMinBytes(kStripeReplyMinBytes);
   outbox_.stripeOver(&stripes_);
 }
@@ -207,6 +208,7 @@ Status Session::run() {
 }
 
 Status Session::endRun(Status s) {
+  if (moved_) awaitForwarded();
   stopResumeThread();
   outbox_.close();  // backend threads waiting for the client's acknowledgement return
   if (moved_) {
@@ -560,7 +562,7 @@ Status Session::awaitResume(const Status& why) {
   auto w = out.initRoot<wire::Welcome>();
   w.setProtocolVersion(wire::PROTOCOL_VERSION);
   w.setServerVersion(RGPU_VERSION);
-  w.setSessionId(session_id_);
+  w.setSessionId(client_session_id_);
   w.setIdentity(identity_);
   w.setResumed(true);
   w.setDispatched(next_seq_ - 1);
@@ -639,11 +641,12 @@ void Session::acceptResumes() {
       outbox_.connection()->shutdown();
       continue;
     }
-    if (f[0] == "commit" || f[0] == "abort") {
+    if (f[0] == "commit" || f[0] == "abort" || (f[0] == "forward" && f.size() >= 3)) {
       if (fd >= 0) ::close(fd);
       {
         std::lock_guard lock(resume_mu_);
-        verdict_ = f[0] == "commit" ? Verdict::kCommit : Verdict::kAbort;
+        verdict_ = f[0] == "commit" ? Verdict::kCommit : f[0] == "abort" ? Verdict::kAbort : Verdict::kForward;
+        if (verdict_ == Verdict::kForward) forward_ = {f[1], f[2], false};
         // A request the dispatch thread has not taken up yet is void too.
         if (verdict_ == Verdict::kAbort && move_request_) {
           if (move_request_->fd >= 0) ::close(move_request_->fd);
@@ -704,7 +707,8 @@ void Session::resumeHandshake(int fd) {
     // is (a certificate is not sent again). A token it sends must still match.
     bool by_psk = (*conn)->resumedByPsk();
     if (hello.getProtocolVersion() != wire::PROTOCOL_VERSION) why = "protocol version differs";
-    else if (hello.getResumeSession() != session_id_) why = "it names session " + std::to_string(hello.getResumeSession());
+    else if (hello.getResumeSession() != client_session_id_)
+      why = "it names session " + std::to_string(hello.getResumeSession());
     else if (!constantTimeEquals(given, resume_token_)) why = "wrong resume token";
     else if (user.empty() && !by_psk) why = "authentication failed";
     else if (!user.empty() && user != identity_) why = "user '" + user + "' does not own the session";
@@ -724,6 +728,7 @@ void Session::resumeHandshake(int fd) {
     (void)(*conn)->write(frame.data(), frame.size());
     return;
   }
+  if (forwardResume(**conn, stripe, h.seq)) return;
   if (stripe) return joinStripe(std::move(*conn), generation, h.seq);
   // The old connection may still look open (a half-dead link): shut it, so
   // the dispatch thread moves to the new one.

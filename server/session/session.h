@@ -100,8 +100,14 @@ class Session {
   // docs/migration.md): restore() takes its state from a checkpoint (in
   // place of run()'s handshake; the client is away meanwhile), and
   // runRestored() serves it from the client's resume on.
-  Status restore(CheckpointReader& in);
+  // `placed`: the placement on this server of a session moved in from
+  // another member (its devices, quota and priority here; as many devices
+  // as the checkpoint holds); null: the checkpoint's own (a move between
+  // workers of one daemon). A session moved in keeps the id its client
+  // knows (clientSessionId) beside this worker's --session-id.
+  Status restore(CheckpointReader& in, const Placement* placed = nullptr);
   Status runRestored();
+  uint64_t clientSessionId() const { return client_session_id_; }
   // The session lives on in another worker: this one ended without a word
   // to the client or the pool.
   bool moved() const { return moved_; }
@@ -133,17 +139,28 @@ class Session {
     int fd = -1;          // the checkpoint file, ours to close
     std::string key_hex;  // its key (fileKeyHex)
   };
-  enum class Verdict { kNone, kCommit, kAbort };
+  // kForward: committed to another member; this worker answers the
+  // client's resumes with a redirect there (forward_) before it ends.
+  enum class Verdict { kNone, kCommit, kAbort, kForward };
   // Why the session cannot be checkpointed now; "" when it can.
   std::string notCheckpointable();
   // Waits until the work queued on every device of the session has run.
   Status drainForCheckpoint();
   DeviceImage deviceImage() const;
+  // The compute capability (major * 10 + minor) a device needs to run every
+  // module the session loaded (0: none), for a move to another member.
+  uint32_t modulesNeedComputeCapability() const;
   Status writeCheckpoint(CheckpointWriter& out);
   // In awaitResume: writes the checkpoint and waits for the daemon's
   // verdict; true when the session moved (this worker ends).
   bool checkpointForMove(MoveRequest req);
   Verdict awaitVerdict();
+  // Moved to another member: a validated resume (or stripe join) gets a
+  // Welcome sending it there instead; true when `conn` was answered so.
+  bool forwardResume(common::TlsConnection& conn, bool stripe, uint64_t hello_seq);
+  // Moved to another member: waits until a resuming client was sent there,
+  // the daemon closed the handoff socket, or the grace period passed.
+  void awaitForwarded();
   // A message to the daemon on the handoff socket.
   void tellDaemon(const std::string& msg);
   // The user a connection authenticates as (certificate CN or token), or "".
@@ -405,6 +422,13 @@ class Session {
   std::optional<MoveRequest> move_request_;  // resume_mu_: the daemon asked for a checkpoint
   Verdict verdict_ = Verdict::kNone;          // resume_mu_: the daemon's word on a move
   bool moved_ = false;                        // the dispatch thread's: the move was committed
+  struct Forward {
+    std::string address, member;  // where the session went (host:port, member name)
+    bool told = false;            // a resuming client was sent there
+  } forward_;                     // resume_mu_ (set with Verdict::kForward)
+  // The session id the client knows: this worker's, or for a session moved
+  // in from another member, the id it had there.
+  uint64_t client_session_id_ = 0;
   uint64_t gpu_ns_base_ = 0;  // kernel time before the session moved to this worker
   // A join names the generation of the main connection it belongs to
   // (stripes_); resume_mu_ guards the generation, whether a main connection

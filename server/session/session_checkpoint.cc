@@ -15,13 +15,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <capnp/message.h>
+
 #include <cstring>
 
+#include "common/fatbin.h"
 #include "common/log.h"
 #include "server/checkpoint/device_image.h"
 #include "server/session/session.h"
 
 namespace rgpu::server {
+
+using protocol::FrameType;
 
 namespace {
 
@@ -64,6 +69,21 @@ Status Session::drainForCheckpoint() {
   return Status::ok();
 }
 
+uint32_t Session::modulesNeedComputeCapability() const {
+  // A module runs on a device that can run one of its images: the lowest
+  // architecture among them (PTX is compiled for any device at least that).
+  uint32_t need = 0;
+  for (auto& [id, image] : module_images_) {
+    auto img = common::parseImage(image.data(), image.size());
+    if (!img) continue;
+    uint32_t lowest = 0;
+    for (auto& e : img->entries)
+      if (e.arch && (!lowest || e.arch < lowest)) lowest = e.arch;
+    need = std::max(need, lowest);
+  }
+  return need;
+}
+
 DeviceImage Session::deviceImage() const {
   DeviceImage img;
   for (uint64_t base : allocs_.bases()) {
@@ -95,6 +115,7 @@ Status Session::writeCheckpoint(CheckpointWriter& out) {
   RGPU_TRY(out.putU32(kSessionMagic));
   RGPU_TRY(out.putString(identity_));
   RGPU_TRY(out.putU64(session_id_));
+  RGPU_TRY(out.putU64(client_session_id_));
   RGPU_TRY(out.putString(resume_token_));
   RGPU_TRY(out.putString(joinFields(placementFields(placement_))));
   RGPU_TRY(out.putU32(placement_.span_index));
@@ -153,15 +174,19 @@ Status Session::writeCheckpoint(CheckpointWriter& out) {
   return outbox_.save(out);
 }
 
-Status Session::restore(CheckpointReader& in) {
+Status Session::restore(CheckpointReader& in, const Placement* placed) {
   const auto& L = cfg_.limits;
   RGPU_TRY_ASSIGN(magic, in.getU32());
   if (magic != kSessionMagic) return Status(err::kInvalidValue, "checkpoint: no session where one belongs");
   RGPU_TRY_ASSIGN(identity, in.getString(kMaxCheckpointNameBytes));
   RGPU_TRY_ASSIGN(id, in.getU64());
-  if (id != session_id_)
+  RGPU_TRY_ASSIGN(client_id, in.getU64());
+  // Between workers of one daemon the id is the same; a session from another
+  // member has one of this daemon's. Its client knows the id it first had.
+  if (!placed && id != session_id_)
     return Status(err::kInvalidValue, "the checkpoint is of session " + std::to_string(id) + ", not " +
                                           std::to_string(session_id_));
+  client_session_id_ = client_id;
   identity_ = identity;
   RGPU_TRY_ASSIGN(token, in.getString(64));
   resume_token_ = token;
@@ -171,6 +196,17 @@ Status Session::restore(CheckpointReader& in) {
   RGPU_TRY_ASSIGN(p, placementFromFields(fields));
   RGPU_TRY_ASSIGN(span_index, in.getU32());
   p.span_index = span_index;
+  if (placed) {
+    // This member's devices, quota and priority; the address window stays
+    // the one the program's pointers lie in.
+    if (placed->devices.size() != p.devices.size())
+      return Status(err::kInvalidValue, "the checkpoint holds " + std::to_string(p.devices.size()) +
+                                            " device(s); this member placed it on " +
+                                            std::to_string(placed->devices.size()));
+    Placement here = *placed;
+    here.span_index = span_index;
+    p = here;
+  }
   placement_ = p;
   RGPU_TRY_ASSIGN(next_seq, in.getU64());
   next_seq_ = next_seq;
@@ -327,14 +363,67 @@ bool Session::checkpointForMove(MoveRequest req) {
                 "bytes stored",
                 session_id_, drain_ms, ms, (*w)->plainBytes(), (*w)->storedBytes());
   tellDaemon(joinFields({"checkpointed", std::to_string((*w)->plainBytes()), std::to_string((*w)->storedBytes()),
-                         std::to_string(drain_ms)}));
-  if (awaitVerdict() != Verdict::kCommit) {
+                         std::to_string(drain_ms), std::to_string(modulesNeedComputeCapability())}));
+  Verdict verdict = awaitVerdict();
+  if (verdict != Verdict::kCommit && verdict != Verdict::kForward) {
     RGPU_LOG_WARN("session {}: the move was called off; the session carries on in this worker", session_id_);
     return false;
   }
   moved_ = true;
-  RGPU_LOG_INFO("session {}: moved to a new worker; this one ends", session_id_);
+  if (verdict == Verdict::kForward) {
+    std::lock_guard lock(resume_mu_);
+    RGPU_LOG_INFO("session {}: moved to member '{}' at {}; this worker sends its client there, then ends", session_id_,
+                  forward_.member, forward_.address);
+  } else {
+    RGPU_LOG_INFO("session {}: moved to a new worker; this one ends", session_id_);
+  }
   return true;
+}
+
+bool Session::forwardResume(common::TlsConnection& conn, bool stripe, uint64_t hello_seq) {
+  Forward to;
+  {
+    std::lock_guard lock(resume_mu_);
+    if (forward_.address.empty()) return false;
+    to = forward_;
+  }
+  capnp::MallocMessageBuilder out;
+  auto w = out.initRoot<wire::Welcome>();
+  w.setProtocolVersion(wire::PROTOCOL_VERSION);
+  w.setServerVersion(RGPU_VERSION);
+  w.setSessionId(client_session_id_);
+  if (stripe) {
+    w.setError(err::kNotPermitted);
+    w.setMessage("stripe refused: the session moved to member '" + to.member + "'");
+  } else {
+    // The client resumes there (the session's token and resume id go with it).
+    w.setRedirect(to.address);
+    w.setRedirectMember(to.member);
+  }
+  std::vector<uint8_t> frame;
+  common::appendFrame(frame, FrameType::kWelcome, 0, hello_seq, out, 0);
+  Status s = conn.write(frame.data(), frame.size());
+  if (stripe) return true;
+  if (s) {
+    RGPU_LOG_INFO("session {}: its client, resuming from {}, was sent to member '{}' at {}", session_id_,
+                  conn.peerAddress(), to.member, to.address);
+    {
+      std::lock_guard lock(resume_mu_);
+      forward_.told = true;
+    }
+    resume_cv_.notify_all();
+  }
+  return true;
+}
+
+void Session::awaitForwarded() {
+  std::unique_lock lock(resume_mu_);
+  if (forward_.address.empty()) return;
+  resume_cv_.wait_for(lock, std::chrono::milliseconds(cfg_.resume_grace_ms),
+                      [&] { return forward_.told || resume_closed_ || stopped_.load(); });
+  if (!forward_.told)
+    RGPU_LOG_WARN("session {}: its client did not come back to be sent to member '{}' at {}", session_id_,
+                  forward_.member, forward_.address);
 }
 
 Status Session::runRestored() {

@@ -42,7 +42,7 @@ void Session::joinStripe(std::unique_ptr<common::TlsConnection> conn, uint32_t g
   capnp::MallocMessageBuilder out;
   auto w = out.initRoot<wire::Welcome>();
   w.setProtocolVersion(wire::PROTOCOL_VERSION);
-  w.setSessionId(session_id_);
+  w.setSessionId(client_session_id_);
   if (index == 0) {
     common::logLimited("stripe-refused", "session " + std::to_string(session_id_) + ": stripe connection from " +
                                              c->peerAddress() + " refused: " + why);
