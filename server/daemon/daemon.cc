@@ -640,37 +640,12 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   MoveReceiver receiver(io, cfg, mover.key(), snapshot.tls, receive_hooks);
   // [pool] drain = "migrate": the sessions running at SIGTERM, one after another.
   startMigrating = [&] {
-    auto queue = std::make_shared<std::deque<uint64_t>>();
+    std::vector<uint64_t> sessions;
     for (auto& [pid, sid] : workers)
-      if (!superseded.count(pid) && !restorers.count(pid)) queue->push_back(sid);
-    auto next = std::make_shared<std::function<void()>>();
-    *next = [&, queue, weak = std::weak_ptr<std::function<void()>>(next)] {
-      auto self = weak.lock();
-      if (!self) return;
-      if (queue->empty()) {
-        RGPU_LOG_INFO("drain: every session that could move has moved; {} worker(s) still here", workers.size());
-        return;
-      }
-      uint64_t sid = queue->front();
-      queue->pop_front();
-      auto info = pool.moveInfo(sid);
-      if (!info) return (*self)();  // not admitted (queued, or ended meanwhile)
-      DeviceRequest req;
-      req.count = static_cast<uint32_t>(info->memory.size());
-      for (uint64_t m : info->memory) req.min_memory = std::max(req.min_memory, m);
-      auto target = membership ? membership->moveTarget(req) : std::nullopt;
-      if (!target) {
-        RGPU_LOG_WARN("drain: session {} stays: no other member has room for it ({} device(s), {} each)", sid,
-                      req.count, formatBytes(req.min_memory));
-        return (*self)();
-      }
-      mover.move(sid, *target, [sid, self, target](Result<std::string> r) {
-        if (!r) RGPU_LOG_WARN("drain: session {} stays until the drain deadline: {}", sid, r.status().message());
-        (*self)();
-      });
-    };
-    (*next)();
-    // (`next` lives while a move's callback holds it.)
+      if (!superseded.count(pid) && !restorers.count(pid)) sessions.push_back(sid);
+    moveAllAway(std::move(sessions), pool, [&](const DeviceRequest& req) {
+      return membership ? membership->moveTarget(req) : std::nullopt;
+    }, mover);
   };
 
   // A new connection either starts a session (TLS or, insecure, a frame) or

@@ -10,7 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
-#include <future>
+#include <deque>
 
 #include "common/log.h"
 #include "server/pool/fd_passing.h"
@@ -111,6 +111,39 @@ Result<std::string> readMoveMessage(common::TlsConnection& conn) {
   std::string msg(len, '\0');
   RGPU_TRY(conn.readExact(msg.data(), len));
   return msg;
+}
+
+void moveAllAway(std::vector<uint64_t> sessions, const PoolManager& pool,
+                 std::function<std::optional<std::string>(const DeviceRequest&)> target, SessionMover& mover) {
+  auto queue = std::make_shared<std::deque<uint64_t>>(sessions.begin(), sessions.end());
+  auto next = std::make_shared<std::function<void()>>();
+  // (`next` lives while a move's callback holds it; a move may also answer at once.)
+  *next = [&pool, &mover, queue, target = std::move(target), weak = std::weak_ptr<std::function<void()>>(next)] {
+    auto self = weak.lock();
+    if (!self) return;
+    while (!queue->empty()) {
+      uint64_t sid = queue->front();
+      queue->pop_front();
+      auto info = pool.moveInfo(sid);
+      if (!info) continue;  // not admitted (queued), or ended meanwhile
+      DeviceRequest req;
+      req.count = static_cast<uint32_t>(info->memory.size());
+      for (uint64_t m : info->memory) req.min_memory = std::max(req.min_memory, m);
+      auto to = target(req);
+      if (!to) {
+        RGPU_LOG_WARN("drain: session {} stays until the drain deadline: no other member has room for it ({} "
+                      "device(s), {} each)", sid, req.count, formatBytes(req.min_memory));
+        continue;
+      }
+      mover.move(sid, *to, [sid, self](Result<std::string> r) {
+        if (!r) RGPU_LOG_WARN("drain: session {} stays until the drain deadline: {}", sid, r.status().message());
+        (*self)();
+      });
+      return;
+    }
+    RGPU_LOG_INFO("drain: every session that could move has moved");
+  };
+  (*next)();
 }
 
 LinkDeadline::LinkDeadline(common::TlsConnection& conn) : conn_(conn) {

@@ -40,6 +40,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -72,6 +73,12 @@ Result<std::string> readMoveMessage(common::TlsConnection& conn);
 // Runs `fn` on `io`'s thread and waits for it; false (and `fn` never runs)
 // once `stopping` is set first.
 bool runOnIo(asio::io_context& io, const std::atomic<bool>& stopping, std::function<void()> fn);
+
+// [pool] drain = "migrate": moves `sessions`, one after another, each to the
+// member `target` picks for what it holds (none: it stays, logged), by
+// `mover`; a session that does not move stays until the drain deadline.
+void moveAllAway(std::vector<uint64_t> sessions, const PoolManager& pool,
+                 std::function<std::optional<std::string>(const DeviceRequest&)> target, SessionMover& mover);
 
 // Shuts `conn` down at `deadline` unless disarmed first: a blocked read or
 // write on the link then fails instead of waiting for ever.

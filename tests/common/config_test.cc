@@ -112,6 +112,27 @@ TEST(ServerConfig, CheckpointsNeedADirAndAKeyTogether) {
   EXPECT_TRUE(server::ServerConfig{}.checkpoint_dir.empty()) << "no checkpoints unless configured";
 }
 
+TEST(ServerConfig, DrainingByMovingSessionsNeedsAPoolAndCheckpoints) {
+  test::TempDir dir;
+  EXPECT_EQ(server::ServerConfig{}.pool.drain, "wait");
+  const std::string pool_and_checkpoints =
+      "[cluster]\nendpoints = [\"http://127.0.0.1:2379\"]\nname = \"a\"\n"
+      "[checkpoint]\ndir = \"ck\"\nkey_file = \"ck.key\"\n";
+  test::writeFile(dir.file("m.toml"), "[pool]\ndrain = \"migrate\"\n" + pool_and_checkpoints);
+  auto m = server::loadServerConfig(dir.file("m.toml"));
+  ASSERT_TRUE(m) << m.status().message();
+  EXPECT_EQ(m->pool.drain, "migrate");
+  test::writeFile(dir.file("alone.toml"), "[pool]\ndrain = \"migrate\"\n[checkpoint]\ndir = \"ck\"\nkey_file = \"k\"\n");
+  auto alone = server::loadServerConfig(dir.file("alone.toml"));
+  ASSERT_FALSE(alone);
+  EXPECT_NE(alone.status().message().find("needs [cluster] and [checkpoint]"), std::string::npos)
+      << alone.status().message();
+  test::writeFile(dir.file("x.toml"), "[pool]\ndrain = \"later\"\n" + pool_and_checkpoints);
+  auto x = server::loadServerConfig(dir.file("x.toml"));
+  ASSERT_FALSE(x);
+  EXPECT_NE(x.status().message().find("pool.drain"), std::string::npos) << x.status().message();
+}
+
 TEST(ParseSize, UnderstandsBinaryUnits) {
   EXPECT_EQ(*server::parseSize("16GiB"), 16ull << 30);
   EXPECT_EQ(*server::parseSize("512MiB"), 512ull << 20);

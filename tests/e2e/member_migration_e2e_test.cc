@@ -48,7 +48,8 @@ class MemberMigration : public ::testing::Test {
   }
 
   // A member with one sim device of its own model besides the test device,
-  // [checkpoint] with `key`, and an accounting log; alice is an admin.
+  // [checkpoint] with `key`, and an accounting log; alice is an admin with
+  // one session in the pool at most.
   std::unique_ptr<test::ServerProcess> member(const test::TempDir& dir, const std::string& name,
                                               const std::string& model, const std::string& cc,
                                               const std::string& extra = "", const std::string& key = kKey) {
@@ -62,7 +63,7 @@ class MemberMigration : public ::testing::Test {
                            dir.file("checkpoints") + "\"\nkey_file = \"" + key_file + "\"\n[accounting]\npath = \"" +
                            dir.file("accounting.jsonl") + "\"\n" + extra);
     toml.replace(toml.find("cert_cn = \"alice\"\n"), std::strlen("cert_cn = \"alice\"\n"),
-                 "cert_cn = \"alice\"\nadmin = true\n");
+                 "cert_cn = \"alice\"\nadmin = true\nmax_sessions = 1\n");
     return std::make_unique<test::ServerProcess>(dir.path(), toml);
   }
   bool registered(const std::string& name) {
@@ -130,6 +131,11 @@ TEST_F(MemberMigration, ATrainingLoopMovesToAMemberOfAnotherModelAndBackPrinting
   ASSERT_FALSE(on_b.empty()) << b->log();
   EXPECT_NE(b->log().find("session " + on_b + ": restored for user 'alice' on device(s) 1"), std::string::npos)
       << b->log();
+  // Her one pool-wide session slot went with the session.
+  EXPECT_TRUE(waitFor([&] {
+    auto r = test::etcdClient({etcd_->endpoint()}, 500ms)->range("/rgpu/sessions/alice/0");
+    return r && r->size() == 1 && (*r)[0].value == "b/" + on_b;
+  }, 10s)) << b->log();
   ASSERT_TRUE(waitFor([&] { return printed(out, "step 7 "); }, 60s)) << test::readFile(out);
   // And back again, from b.
   test::RunResult second = smi(b->port(), "--migrate " + on_b + " --to a");
