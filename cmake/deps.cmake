@@ -16,6 +16,8 @@ target_link_libraries(rgpu_asio INTERFACE Threads::Threads OpenSSL::SSL OpenSSL:
 find_package(CapnProto 0.9 CONFIG REQUIRED)
 pkg_check_modules(LZ4 REQUIRED IMPORTED_TARGET liblz4>=1.9)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd>=1.4)
+# XXH3-128: the hashes pre-copy compares device memory by (docs/migration.md).
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash>=0.8)
 # The sim backend's cuBLAS (libopenblas-dev: cblas.h and the pthread build).
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas>=0.3)
 # sd_notify and the journal (server only: the client libraries never link it).

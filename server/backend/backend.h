@@ -389,6 +389,11 @@ class Backend {
   //
   // Why this session's backend state cannot be checkpointed now ("": it can).
   virtual std::string notCheckpointable() const { return name() + " backend sessions cannot be checkpointed yet"; }
+  // Device memory [at, at + size) readable in place by a thread other than
+  // the streams', while they run (a pre-copy reads a running session's
+  // memory: what it reads may be torn, and is checked again later); nullptr
+  // when this backend's memory cannot be read so.
+  virtual const uint8_t* hostView(DevPtr at, uint64_t size) const { return nullptr; }
   // Allocates exactly [at, at + size) on `device` (as allocate() does, at a
   // chosen address): kMemoryAllocation when any of it is taken.
   virtual Status allocateAt(int device, DevPtr at, uint64_t size) {

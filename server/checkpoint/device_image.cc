@@ -1,11 +1,14 @@
 #include "server/checkpoint/device_image.h"
 
+#include <xxhash.h>
+
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <set>
 #include <tuple>
 
+#include "common/log.h"
 #include "server/backend/array_table.h"
 
 namespace rgpu::server {
@@ -55,7 +58,18 @@ std::vector<Range> rangesOf(const DeviceImage& image) {
   return out;
 }
 
-Status writeBytes(Backend& backend, const Range& r, CheckpointWriter& out) {
+using SliceHashes = std::vector<std::array<uint64_t, 2>>;
+
+std::array<uint64_t, 2> sliceHash(const uint8_t* data, uint64_t n) {
+  XXH128_hash_t h = XXH3_128bits(data, n);
+  return {h.low64, h.high64};
+}
+
+// A range's bytes, in pieces, each slice after a word: 0, the bytes follow;
+// 1, they are what the pre-copy base holds (`hashes`, the base's slices of
+// this range; null: none). `unchanged` counts the bytes not sent.
+Status writeBytes(Backend& backend, const Range& r, CheckpointWriter& out, const SliceHashes* hashes,
+                  uint64_t* unchanged) {
   Completion c;
   for (uint64_t off = 0; off < r.size; off += kDeviceImagePieceBytes) {
     uint64_t n = std::min(kDeviceImagePieceBytes, r.size - off);
@@ -64,7 +78,15 @@ Status writeBytes(Backend& backend, const Range& r, CheckpointWriter& out) {
     Status s = backend.copyFromDevice(StreamKey{0, r.device}, r.at + off, n,
                                       [&](Status st, const uint8_t* data, uint64_t size, const OnWire& on_wire) {
                                         if (st && size != n) st = Status(err::kUnknown, "short device read");
-                                        if (st) st = out.put(data, size);
+                                        for (uint64_t at = 0; st && at < size; at += kDeviceImageSliceBytes) {
+                                          const uint64_t m = std::min(kDeviceImageSliceBytes, size - at);
+                                          const size_t slice = static_cast<size_t>((off + at) / kDeviceImageSliceBytes);
+                                          const bool same = hashes && slice < hashes->size() &&
+                                                            sliceHash(data + at, m) == (*hashes)[slice];
+                                          st = out.putU32(same ? 1 : 0);
+                                          if (st && !same) st = out.put(data + at, m);
+                                          if (same) *unchanged += m;
+                                        }
                                         if (on_wire) on_wire();
                                         c.set(st);
                                       });
@@ -74,20 +96,42 @@ Status writeBytes(Backend& backend, const Range& r, CheckpointWriter& out) {
   return Status::ok();
 }
 
-Status readBytes(Backend& backend, const Range& r, CheckpointReader& in) {
-  StreamKey key{0, r.device};
-  for (uint64_t off = 0; off < r.size; off += kDeviceImagePieceBytes) {
-    uint64_t n = std::min(kDeviceImagePieceBytes, r.size - off);
-    if (uint8_t* direct = backend.writesDirectly() ? backend.directWriteTarget(key, r.at + off) : nullptr) {
-      if (auto s = in.get(direct, n); !s) return s;
-      continue;
-    }
-    auto staging = std::make_shared<std::vector<uint8_t>>(n);
-    if (auto s = in.get(staging->data(), n); !s) return s;
-    if (auto s = backend.copyToDevice(key, r.at + off, staging, n); !s) return s;
+// `size` bytes into [at, at + size) of `device`: in place where the backend
+// allows, else through a staging buffer on its legacy stream.
+Status fill(Backend& backend, int32_t device, DevPtr at, uint64_t size, CheckpointReader& in) {
+  StreamKey key{0, device};
+  if (uint8_t* direct = backend.writesDirectly() ? backend.directWriteTarget(key, at) : nullptr) return in.get(direct, size);
+  auto staging = std::make_shared<std::vector<uint8_t>>(size);
+  RGPU_TRY(in.get(staging->data(), size));
+  return backend.copyToDevice(key, at, staging, size);
+}
+
+// `placed`: the range holds the pre-copy's bytes already (slices marked unchanged stay).
+Status readBytes(Backend& backend, const Range& r, CheckpointReader& in, bool placed) {
+  for (uint64_t off = 0; off < r.size; off += kDeviceImageSliceBytes) {
+    const uint64_t m = std::min(kDeviceImageSliceBytes, r.size - off);
+    RGPU_TRY_ASSIGN(flag, in.getU32());
+    if (flag == 1 && placed) continue;
+    if (flag != 0)
+      return Status(err::kInvalidValue, flag == 1 ? "checkpoint: bytes unchanged since a pre-copy this restore did not have"
+                                                  : "checkpoint: a slice of device memory marked neither sent nor unchanged");
+    RGPU_TRY(fill(backend, r.device, r.at + off, m, in));
   }
   return Status::ok();
 }
+
+// Waits until every device's legacy stream has run what was queued on it.
+Status drainDevices(Backend& backend) {
+  const int32_t devices = static_cast<int32_t>(backend.devices().size());
+  for (int32_t d = 0; d < devices; ++d) {
+    Completion c;
+    RGPU_TRY(backend.whenDeviceDone(d, [&](Status s) { c.set(std::move(s)); }));
+    RGPU_TRY(c.wait());
+  }
+  return Status::ok();
+}
+
+constexpr uint32_t kBaseMagic = 0x50435042;  // "BPCP"
 
 Status putFormat(CheckpointWriter& out, const ArrayFormat& f) {
   RGPU_TRY(out.putI32(f.kind));
@@ -181,7 +225,8 @@ Status getTextureSpec(CheckpointReader& in, TextureSpec* t) {
 
 }  // namespace
 
-Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWriter& out) {
+Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWriter& out, const PrecopyBase* base,
+                        uint64_t* unchanged_bytes) {
   DeviceImage image = given;
   RGPU_TRY_ASSIGN(heaps, backend.mallocHeaps());
   image.heaps = std::move(heaps);
@@ -280,11 +325,81 @@ Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWr
     RGPU_TRY(out.putU64(s.array));
     RGPU_TRY(out.putU32(s.level));
   }
-  for (auto& r : rangesOf(image)) RGPU_TRY(writeBytes(backend, r, out));
+  uint64_t unchanged = 0;
+  const size_t n_alloc = image.allocations.size();
+  auto ranges = rangesOf(image);
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const SliceHashes* hashes = nullptr;
+    if (base && i < n_alloc) {
+      auto it = base->ranges.find({ranges[i].device, ranges[i].at});
+      if (it != base->ranges.end() && it->second.first.size == ranges[i].size) hashes = &it->second.second;
+    }
+    RGPU_TRY(writeBytes(backend, ranges[i], out, hashes, &unchanged));
+  }
+  if (unchanged_bytes) *unchanged_bytes = unchanged;
   return Status::ok();
 }
 
-Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, const DeviceImageLimits& limits) {
+Result<PrecopyBase> writePrecopyBase(const Backend& backend, uint32_t span_index, const std::vector<PrecopyRange>& ranges,
+                                     CheckpointWriter& out) {
+  PrecopyBase base;
+  base.span_index = span_index;
+  RGPU_TRY(out.putU32(kBaseMagic));
+  RGPU_TRY(out.putU32(span_index));
+  RGPU_TRY(out.putU64(ranges.size()));
+  for (auto& r : ranges) {
+    if (!backend.hostView(r.base, r.size))
+      return Status(err::kNotSupported, "the " + backend.name() + " backend's memory cannot be read while the session runs");
+    RGPU_TRY(out.putI32(r.device));
+    RGPU_TRY(out.putU64(r.base));
+    RGPU_TRY(out.putU64(r.size));
+  }
+  std::vector<uint8_t> slice(kDeviceImageSliceBytes);
+  for (auto& r : ranges) {
+    const uint8_t* p = backend.hostView(r.base, r.size);
+    SliceHashes hashes;
+    for (uint64_t off = 0; off < r.size; off += kDeviceImageSliceBytes) {
+      const uint64_t m = std::min(kDeviceImageSliceBytes, r.size - off);
+      // One copy, then its hash and its bytes: both of the same bytes, however the program writes meanwhile.
+      std::memcpy(slice.data(), p + off, m);
+      hashes.push_back(sliceHash(slice.data(), m));
+      RGPU_TRY(out.put(slice.data(), m));
+    }
+    base.ranges[{r.device, r.base}] = {r, std::move(hashes)};
+    base.bytes += r.size;
+  }
+  return base;
+}
+
+Result<uint32_t> readPrecopySpan(CheckpointReader& in) {
+  RGPU_TRY_ASSIGN(magic, in.getU32());
+  if (magic != kBaseMagic) return Status(err::kInvalidValue, "not a pre-copy base");
+  return in.getU32();
+}
+
+Result<std::vector<PrecopyRange>> restorePrecopyBase(Backend& backend, CheckpointReader& in,
+                                                     const DeviceImageLimits& limits) {
+  const int32_t devices = static_cast<int32_t>(backend.devices().size());
+  RGPU_TRY_ASSIGN(n, in.getCount(limits.max_allocations, "allocations"));
+  std::vector<PrecopyRange> ranges(n);
+  for (auto& r : ranges) {
+    RGPU_TRY_ASSIGN(d, in.getI32());
+    RGPU_TRY_ASSIGN(at, in.getU64());
+    RGPU_TRY_ASSIGN(size, in.getU64());
+    if (d < 0 || d >= devices) return Status(err::kInvalidDevice, "pre-copy base names device " + std::to_string(d));
+    r = {d, at, size};
+    RGPU_TRY(backend.allocateAt(d, at, size));
+  }
+  for (auto& r : ranges)
+    for (uint64_t off = 0; off < r.size; off += kDeviceImageSliceBytes)
+      RGPU_TRY(fill(backend, r.device, r.base + off, std::min(kDeviceImageSliceBytes, r.size - off), in));
+  RGPU_TRY(in.finish());
+  RGPU_TRY(drainDevices(backend));
+  return ranges;
+}
+
+Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, const DeviceImageLimits& limits,
+                                       const std::vector<PrecopyRange>* placed) {
   DeviceImage image;
   const int32_t devices = static_cast<int32_t>(backend.devices().size());
   auto checkDevice = [&](int32_t d) {
@@ -303,9 +418,21 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
     RGPU_TRY_ASSIGN(size, in.getU64());
     RGPU_TRY(checkDevice(d));
     a = {d, base, size};
-    // At the address the program holds, or not at all.
-    RGPU_TRY(backend.allocateAt(d, base, size));
   }
+  // What a pre-copy placed stays if the image holds it as it is; the rest
+  // of it goes before anything new is placed (its room may be wanted).
+  std::set<std::tuple<int32_t, DevPtr, uint64_t>> kept;
+  if (placed) {
+    std::set<std::tuple<int32_t, DevPtr, uint64_t>> wanted;
+    for (auto& a : image.allocations) wanted.insert({a.device, a.base, a.size});
+    for (auto& r : *placed) {
+      if (wanted.count({r.device, r.base, r.size})) kept.insert({r.device, r.base, r.size});
+      else RGPU_TRY(backend.release(r.base));
+    }
+  }
+  // At the address the program holds, or not at all.
+  for (auto& a : image.allocations)
+    if (!kept.count({a.device, a.base, a.size})) RGPU_TRY(backend.allocateAt(a.device, a.base, a.size));
   RGPU_TRY_ASSIGN(n_heaps, in.getCount(static_cast<uint64_t>(devices), "malloc heaps"));
   image.heaps.resize(n_heaps);
   for (auto& h : image.heaps) {
@@ -445,13 +572,12 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
     RGPU_TRY(backend.createSurfaceAt(handle, d, array, level));
   }
   // The bytes, into memory placed above (a range outside it was refused there).
-  for (auto& r : rangesOf(image)) RGPU_TRY(readBytes(backend, r, in));
+  auto ranges = rangesOf(image);
+  for (size_t i = 0; i < ranges.size(); ++i)
+    RGPU_TRY(readBytes(backend, ranges[i], in,
+                       i < image.allocations.size() && kept.count({ranges[i].device, ranges[i].at, ranges[i].size})));
   // Copies queued on the legacy streams have landed before anyone runs.
-  for (int32_t d = 0; d < devices; ++d) {
-    Completion c;
-    RGPU_TRY(backend.whenDeviceDone(d, [&](Status s) { c.set(std::move(s)); }));
-    RGPU_TRY(c.wait());
-  }
+  RGPU_TRY(drainDevices(backend));
   return image;
 }
 

@@ -25,7 +25,9 @@
 // so cudaEventElapsedTime spans a move.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -113,12 +115,53 @@ inline constexpr size_t kMaxCheckpointNameBytes = 4096;
 
 // Pieces device memory moves in between the backend and the stream.
 inline constexpr uint64_t kDeviceImagePieceBytes = 4ull << 20;
+// Within them, the bytes go in slices of this size, each after a word that
+// says whether they follow or are unchanged since a pre-copy (below).
+inline constexpr uint64_t kDeviceImageSliceBytes = 256ull << 10;
+
+// ---- pre-copy (docs/migration.md) --------------------------------------------
+// While the session still runs, its device allocations are copied to a base
+// (writePrecopyBase: read in place, Backend::hostView, racing with the
+// program's work) and each slice's XXH3-128 hash of the bytes copied is kept.
+// The new worker places those allocations and fills them from the base
+// (restorePrecopyBase), also while the program runs. The checkpoint written
+// once the session drained then sends only the slices whose bytes differ
+// from what the base copied (a slice written meanwhile, or one copied torn,
+// hashes differently), and the restore keeps the rest as the base left them.
+struct PrecopyRange {
+  int32_t device = 0;
+  DevPtr base = 0;
+  uint64_t size = 0;
+};
+struct PrecopyBase {
+  uint32_t span_index = 0;  // the address window the session's memory lies in
+  // By (device, base): the range and its slices' hashes.
+  std::map<std::pair<int32_t, DevPtr>, std::pair<PrecopyRange, std::vector<std::array<uint64_t, 2>>>> ranges;
+  uint64_t bytes = 0;
+};
+// Copies `ranges` (in this order) to `out` as the program runs: kNotSupported
+// when the backend cannot be read in place.
+Result<PrecopyBase> writePrecopyBase(const Backend& backend, uint32_t span_index, const std::vector<PrecopyRange>& ranges,
+                                     CheckpointWriter& out);
+// The span index a base was written for (read first: the backend is made for it).
+Result<uint32_t> readPrecopySpan(CheckpointReader& in);
+// Places the base's allocations in a fresh backend, at their addresses, with
+// their bytes (after readPrecopySpan); returns them.
+Result<std::vector<PrecopyRange>> restorePrecopyBase(Backend& backend, CheckpointReader& in,
+                                                     const DeviceImageLimits& limits);
 
 // Writes `image` (its modules' variables taken from `backend`) and then the
-// bytes of every allocation and variable.
-Status writeDeviceImage(const DeviceImage& image, Backend& backend, CheckpointWriter& out);
+// bytes of every allocation and variable; with `base`, slices of allocations
+// the base holds whose bytes hash as they did there are marked unchanged
+// (`unchanged_bytes`: how many bytes that spared).
+Status writeDeviceImage(const DeviceImage& image, Backend& backend, CheckpointWriter& out,
+                        const PrecopyBase* base = nullptr, uint64_t* unchanged_bytes = nullptr);
 // Reads what writeDeviceImage wrote and rebuilds it in `backend`; returns
-// the image (with the variables) for the session's own tables.
-Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, const DeviceImageLimits& limits);
+// the image (with the variables) for the session's own tables. `placed`:
+// allocations a pre-copy placed already (restorePrecopyBase); those the
+// image holds stay with their bytes (the slices marked unchanged are taken
+// from them), the others are freed first.
+Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, const DeviceImageLimits& limits,
+                                       const std::vector<PrecopyRange>* placed = nullptr);
 
 }  // namespace rgpu::server

@@ -326,6 +326,10 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
         return Status(err::kInvalidValue, where("checkpoint.drain_timeout_ms") + " must be 1..3600000");
       c.checkpoint_drain_timeout_ms = static_cast<uint32_t>(*t);
     }
+    if (auto pc = (*ck)["precopy"]; pc) {
+      if (!pc.is_boolean()) return Status(err::kInvalidValue, where("checkpoint.precopy") + " must be true or false");
+      c.checkpoint_precopy = *pc.value<bool>();
+    }
     if (c.checkpoint_dir.empty() != c.checkpoint_key_file.empty())
       return Status(err::kInvalidValue, where("checkpoint") + ": dir and key_file go together");
   }

@@ -182,6 +182,10 @@ struct ServerConfig {
   // session's queued work to finish before the move is abandoned.
   std::string checkpoint_dir, checkpoint_key_file;
   uint32_t checkpoint_drain_timeout_ms = 10000;
+  // Pre-copy: a move between workers copies the session's device memory to
+  // the new worker while the program runs, and pauses it only for what
+  // changed since (docs/migration.md).
+  bool checkpoint_precopy = true;
   SessionLimits limits;
 };
 

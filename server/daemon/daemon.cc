@@ -535,6 +535,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     return false;
   };
   move_hooks.resumable = [&](uint64_t sid) { return service.resumable(sid); };
+  move_hooks.placement = [&](uint64_t sid) { return pool.placementOf(sid); };
   move_hooks.start_restorer = [&](uint64_t sid) -> Result<SessionMover::Restorer> {
     std::string id;
     for (auto& [rid, s] : resume_ids)

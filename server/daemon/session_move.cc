@@ -24,6 +24,10 @@ struct SessionMover::Move {
   std::string member, address;  // a move to another member: its name and host:port
   MoveOffer offer;
   std::string path;      // the checkpoint file
+  std::string base_path;  // the pre-copy's base ("": none)
+  CheckpointFileKey base_key;
+  std::string precopy_note;  // what the pre-copy did, for the move's line
+  std::chrono::steady_clock::time_point paused_at;  // the checkpoint was asked for: the program waits from here
   CheckpointFileKey key;
   Restorer restorer;
   std::function<void(Result<std::string>)> done;
@@ -105,15 +109,85 @@ void SessionMover::move(uint64_t session, const std::string& member, std::functi
   int fd = ::open(m->path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
   if (fd < 0)
     return done(Status(err::kUnknown, "cannot make the checkpoint file " + m->path + ": " + std::strerror(errno)));
+  ::close(fd);
   m->done = std::move(done);
   m->started = std::chrono::steady_clock::now();
-  // The client reconnects while the move runs: it must find the session in
-  // the end, so the whole move stays well within its grace period.
-  m->deadline = m->started + std::chrono::milliseconds(cfg_.resume_grace_ms * 3 / 4);
   m->timer = std::make_unique<asio::steady_timer>(io_);
   moves_[session] = m;
   if (m->member.empty()) RGPU_LOG_INFO("{}: moving it to a new worker (checkpoint {})", who, m->path);
   else RGPU_LOG_INFO("{}: moving it to member '{}' at {} (checkpoint {})", who, m->member, m->address, m->path);
+  if (!cfg_.checkpoint_precopy || !m->member.empty()) return askCheckpoint(m);
+  // Pre-copy first, while the program runs: the base, with a file and key of its own.
+  auto base_key = newFileKey(*key_);
+  int base = base_key ? ::open((m->path + ".base").c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600) : -1;
+  if (base < 0) {
+    m->precopy_note = "no pre-copy: cannot make its file";
+    return askCheckpoint(m);
+  }
+  m->base_path = m->path + ".base";
+  m->base_key = *base_key;
+  m->deadline = m->started + kPrecopyTimeout;
+  bool sent = sendWithFd(m->old_handoff, joinFields({"precopy", fileKeyHex(m->base_key)}), base);
+  ::close(base);
+  if (!sent) return fail(m, std::string("cannot ask its worker for a pre-copy: ") + std::strerror(errno));
+  expect(m, m->old_handoff, [this, m](Result<std::string> a) { precopied(m, std::move(a)); });
+}
+
+void SessionMover::dropBase(const std::shared_ptr<Move>& m, const std::string& why) {
+  if (!why.empty()) {
+    RGPU_LOG_WARN("session {}: moving it without a pre-copy: {}", m->session, why);
+    m->precopy_note = "no pre-copy: " + why;
+  }
+  if (!m->base_path.empty()) ::unlink(m->base_path.c_str());
+  m->base_path.clear();
+}
+
+void SessionMover::precopied(const std::shared_ptr<Move>& m, Result<std::string> answer) {
+  auto f = answer ? splitFields(*answer, 6) : std::vector<std::string>{};
+  if (!answer || f[0] != "precopied" || f.size() < 5) {
+    const std::string why = !answer ? answer.status().message() : f.size() > 1 ? f[1] : *answer;
+    // A session that cannot be checkpointed now is not moved (as without a
+    // pre-copy); one whose backend cannot be read while it runs, or that
+    // sent no request to start it, moves without.
+    if (why.rfind("cannot be checkpointed", 0) == 0) return fail(m, why);
+    dropBase(m, why);
+    return askCheckpoint(m);
+  }
+  const uint64_t bytes = std::strtoull(f[1].c_str(), nullptr, 10);
+  m->precopy_note = "pre-copy of " + formatBytes(bytes) + " in " + f[3] + " ms while it ran";
+  // A new worker places the base, also while the program runs.
+  auto p = hooks_.placement(m->session);
+  if (!p) return fail(m, "it ended during the pre-copy");
+  auto r = hooks_.start_restorer(m->session);
+  if (!r) return fail(m, "cannot start a worker to restore it: " + r.status().message());
+  m->restorer = *r;
+  int fd = ::open(m->base_path.c_str(), O_RDONLY | O_CLOEXEC);
+  std::vector<std::string> fields = {"prerestore", fileKeyHex(m->base_key), "placed"};
+  auto pf = placementFields(*p);
+  fields.insert(fields.end(), pf.begin(), pf.end());
+  bool sent = fd >= 0 && sendWithFd(m->restorer.handoff, joinFields(fields), fd);
+  if (fd >= 0) ::close(fd);
+  if (!sent) return fail(m, std::string("cannot hand the pre-copy to the new worker: ") + std::strerror(errno));
+  auto t0 = std::chrono::steady_clock::now();
+  expect(m, m->restorer.handoff, [this, m, t0](Result<std::string> a) {
+    if (!a) return fail(m, "restore: " + a.status().message());
+    if (*a != "prerestored") {
+      auto f = splitFields(*a, 3);
+      return fail(m, "restore: " + (f.size() > 1 ? f[1] : *a));
+    }
+    m->precopy_note += ", placed by the new worker in " + std::to_string(msSince(t0)) + " ms";
+    dropBase(m, "");
+    askCheckpoint(m);
+  });
+}
+
+void SessionMover::askCheckpoint(const std::shared_ptr<Move>& m) {
+  m->paused_at = std::chrono::steady_clock::now();
+  // The client reconnects from here on: it must find the session in the
+  // end, so the rest of the move stays well within its grace period.
+  m->deadline = m->paused_at + std::chrono::milliseconds(cfg_.resume_grace_ms * 3 / 4);
+  int fd = ::open(m->path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd < 0) return fail(m, "cannot open the checkpoint file: " + std::string(std::strerror(errno)));
   bool sent = sendWithFd(m->old_handoff, joinFields({"checkpoint", fileKeyHex(m->key)}), fd);
   ::close(fd);
   if (!sent) return fail(m, std::string("cannot ask its worker for a checkpoint: ") + std::strerror(errno));
@@ -154,6 +228,8 @@ void SessionMover::checkpointed(const std::shared_ptr<Move>& m, Result<std::stri
   if (!answer)
     return fail(m, "checkpoint: " + answer.status().message());
   auto f = splitFields(*answer, 5);
+  if (f[0] == "precopied" || f[0] == "precopy-refused")  // a pre-copy's late answer
+    return expect(m, m->old_handoff, [this, m](Result<std::string> a) { checkpointed(m, std::move(a)); });
   if (f[0] == "refused") return fail(m, f.size() > 1 ? f[1] : "refused");
   if (f[0] != "checkpointed" || f.size() < 3) return fail(m, "checkpoint: an answer the daemon does not know");
   m->checkpointed_at = std::chrono::steady_clock::now();
@@ -165,9 +241,11 @@ void SessionMover::checkpointed(const std::shared_ptr<Move>& m, Result<std::stri
     m->offer.min_cc = f.size() > 4 ? static_cast<uint32_t>(std::strtoul(f[4].c_str(), nullptr, 10)) : 0;
     return sendAway(m);
   }
-  auto r = hooks_.start_restorer(m->session);
-  if (!r) return fail(m, "cannot start a worker to restore it: " + r.status().message());
-  m->restorer = *r;
+  if (m->restorer.pid <= 0) {  // (a pre-copy started it already)
+    auto r = hooks_.start_restorer(m->session);
+    if (!r) return fail(m, "cannot start a worker to restore it: " + r.status().message());
+    m->restorer = *r;
+  }
   int fd = ::open(m->path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return fail(m, "cannot reopen the checkpoint: " + std::string(std::strerror(errno)));
   bool sent = sendWithFd(m->restorer.handoff, joinFields({"restore", fileKeyHex(m->key)}), fd);
@@ -196,10 +274,11 @@ void SessionMover::restored(const std::shared_ptr<Move>& m, Result<std::string> 
   (void)::send(m->restorer.handoff, go.data(), go.size(), MSG_NOSIGNAL);
   ::unlink(m->path.c_str());
   hooks_.release(m->session);
-  int64_t total = msSince(m->started), restore = msSince(m->checkpointed_at);
+  int64_t total = msSince(m->paused_at), restore = msSince(m->checkpointed_at);
   std::string line = who + " moved to a new worker in " + std::to_string(total) + " ms (checkpoint " +
                      std::to_string(total - restore) + " ms of which " + m->drain_ms +
-                     " ms waiting for its queued work, restore " + std::to_string(restore) + " ms; " + m->sizes + ")";
+                     " ms waiting for its queued work, restore " + std::to_string(restore) + " ms; " + m->sizes +
+                     (m->precopy_note.empty() ? "" : "; " + m->precopy_note) + ")";
   RGPU_LOG_INFO("{}", line);
   m->done(line);
 }
@@ -214,6 +293,7 @@ void SessionMover::fail(const std::shared_ptr<Move>& m, const std::string& why) 
   (void)::send(m->old_handoff, abort.data(), abort.size(), MSG_NOSIGNAL);
   if (m->restorer.pid > 0) hooks_.discard(m->session, m->restorer);
   ::unlink(m->path.c_str());
+  dropBase(m, "");
   hooks_.release(m->session);
   m->done(Status(err::kUnknown, who + " not moved: " + why));
 }
@@ -332,7 +412,7 @@ void SessionMover::movedAway(const std::shared_ptr<Move>& m) {
   hooks_.moved_away(m->session, m->member);
   ::unlink(m->path.c_str());
   hooks_.release(m->session);
-  int64_t total = msSince(m->started), restore = msSince(m->checkpointed_at);
+  int64_t total = msSince(m->paused_at), restore = msSince(m->checkpointed_at);
   std::string line = who + " moved to member '" + m->member + "' in " + std::to_string(total) + " ms (checkpoint " +
                      std::to_string(total - restore) + " ms of which " + m->drain_ms +
                      " ms waiting for its queued work, transfer and restore " + std::to_string(restore) + " ms; " +

@@ -30,6 +30,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -58,6 +59,9 @@ struct MoveOffer {
 };
 
 inline constexpr auto kMoveStepTimeout = std::chrono::seconds(60);
+// How long a pre-copy may take before the move goes on without it (the
+// program runs meanwhile; one that sends no request does not start it).
+inline constexpr auto kPrecopyTimeout = std::chrono::seconds(20);
 
 class SessionMover {
  public:
@@ -82,6 +86,8 @@ class SessionMover {
     std::function<void(uint64_t session, const Restorer& r)> discard;
     // Client connections held during the move go to the session's worker now.
     std::function<void(uint64_t session)> release;
+    // The session's placement here (a pre-copy's new worker is made for it).
+    std::function<std::optional<Placement>(uint64_t session)> placement;
     // ---- moves to another member of the pool (member_move.h) ----
     // Where member `name` takes moves (its advertised host:port), or why it cannot.
     std::function<Result<std::string>(const std::string& name)> member_address;
@@ -114,6 +120,11 @@ class SessionMover {
   void checkpointed(const std::shared_ptr<Move>& m, Result<std::string> answer);
   void restored(const std::shared_ptr<Move>& m, Result<std::string> answer);
   void fail(const std::shared_ptr<Move>& m, const std::string& why);
+  // Pre-copy ([checkpoint] precopy): the base is copied and placed while the
+  // program runs; then the checkpoint proper.
+  void precopied(const std::shared_ptr<Move>& m, Result<std::string> answer);
+  void dropBase(const std::shared_ptr<Move>& m, const std::string& why);
+  void askCheckpoint(const std::shared_ptr<Move>& m);
   // A move to another member, from the checkpoint on: the link's thread.
   void sendAway(const std::shared_ptr<Move>& m);
   Status transferAway(Move& m);

@@ -81,9 +81,40 @@ Result<std::string> awaitDaemon(int handoff_fd, int ms, int* fd) {
 // A worker started with --restore: takes the session from the checkpoint the
 // daemon hands over, tells it how that went, and serves the session once
 // the daemon says "go" (the old worker has let go of it).
+// "placed" and placement fields from f[at] on (as placementFromFields reads them).
+Result<Placement> placedFrom(const std::vector<std::string>& f, size_t at) {
+  if (f.size() <= at + 1 || f[at] != "placed") return Status(err::kInvalidValue, "no placement");
+  std::vector<std::string> fields(f.begin() + static_cast<std::ptrdiff_t>(at), f.end());
+  fields[0] = "ok";
+  return placementFromFields(fields);
+}
+
 Status restoreAndServe(Session& session, int handoff_fd, uint64_t session_id) {
   int file = -1;
   auto msg = awaitDaemon(handoff_fd, 60000, &file);
+  if (msg && msg->rfind("prerestore", 0) == 0) {
+    // A pre-copy's base first, while the program runs where it is (session_precopy.cc).
+    auto f = splitFields(*msg, 16);
+    auto key = f.size() > 1 ? fileKeyFromHex(f[1]) : Result<CheckpointFileKey>(Status(err::kInvalidValue, "no key"));
+    auto placed = placedFrom(f, 2);
+    Status s = file < 0 ? Status(err::kInvalidValue, "no pre-copy file") : !key ? key.status() : placed.status();
+    auto t0 = std::chrono::steady_clock::now();
+    if (s) {
+      auto reader = CheckpointReader::open(*key, fdSource(file));
+      s = reader ? session.prerestore(**reader, *placed) : reader.status();
+    }
+    if (file >= 0) ::close(file);
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    if (s) RGPU_LOG_INFO("session {}: pre-copy placed in {} ms", session_id, ms);
+    std::string report = s ? std::string("prerestored") : joinFields({"failed", s.message().substr(0, 400)});
+    (void)::send(handoff_fd, report.data(), report.size(), MSG_NOSIGNAL);
+    if (!s) {
+      RGPU_LOG_ERROR("session {}: cannot place its pre-copy here: {}", session_id, s.message());
+      return s;
+    }
+    file = -1;
+    msg = awaitDaemon(handoff_fd, 180000, &file);
+  }
   Status s = msg ? Status::ok() : msg.status();
   // "restore", the file's key, and for a session moved in from another
   // member "placed" and this member's placement of it.
@@ -93,9 +124,7 @@ Status restoreAndServe(Session& session, int handoff_fd, uint64_t session_id) {
   if (!key) s = key.status();
   std::optional<Placement> placed;
   if (s && f.size() > 3 && f[2] == "placed") {
-    std::vector<std::string> fields(f.begin() + 2, f.end());
-    fields[0] = "ok";
-    auto p = placementFromFields(fields);
+    auto p = placedFrom(f, 2);
     if (p) placed = *p;
     else s = p.status();
   }

@@ -208,6 +208,7 @@ Status Session::run() {
 }
 
 Status Session::endRun(Status s) {
+  joinPrecopy();
   if (moved_) awaitForwarded();
   stopResumeThread();
   outbox_.close();  // backend threads waiting for the client's acknowledgement return
@@ -473,6 +474,8 @@ Status Session::serveConnection(common::TlsConnection& conn) {
     kj::ArrayPtr<const capnp::word> msg;
     Status s = reader.next(h, msg);
     if (!s) return s.code() == err::kDevicesUnavailable ? ended(s) : violation(s);
+    // A pre-copy the daemon asked for starts between two requests (session_precopy.cc).
+    if (precopy_wanted_.load(std::memory_order_relaxed)) startPrecopy();
     if (h.flags & protocol::kFlagTimed) timed_read_ns_ = common::monotonicNs();
     if (h.type == FrameType::kAck) {
       if (h.bulk_len) return violation(Status(err::kInvalidValue, "acknowledgement with a bulk payload"));
@@ -639,6 +642,10 @@ void Session::acceptResumes() {
       resume_cv_.notify_all();
       // The dispatch thread leaves the connection between two requests.
       outbox_.connection()->shutdown();
+      continue;
+    }
+    if (f[0] == "precopy" && f.size() >= 2 && fd >= 0) {
+      requestPrecopy(fd, f[1]);
       continue;
     }
     if (f[0] == "commit" || f[0] == "abort" || (f[0] == "forward" && f.size() >= 3)) {

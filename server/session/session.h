@@ -42,6 +42,7 @@
 #include "server/backend/array_table.h"
 #include "server/backend/backend.h"
 #include "server/checkpoint/checkpoint_stream.h"
+#include "server/checkpoint/device_image.h"
 #include "server/session/outbox.h"
 #include "server/pool/pool_link.h"
 #include "server/config/server_config.h"
@@ -49,7 +50,6 @@
 namespace rgpu::server {
 
 class StagingPool;
-struct DeviceImage;
 
 // Builds the session's backend over the host devices the pool placed it on.
 using BackendFactory = std::function<Result<std::unique_ptr<Backend>>(const Placement& placement)>;
@@ -106,6 +106,10 @@ class Session {
   // workers of one daemon). A session moved in keeps the id its client
   // knows (clientSessionId) beside this worker's --session-id.
   Status restore(CheckpointReader& in, const Placement* placed = nullptr);
+  // Before restore(): a pre-copy's base (session_precopy.cc), placed on the
+  // devices of `placed` (for a move between workers of one daemon, the same
+  // ones) while the program still runs elsewhere.
+  Status prerestore(CheckpointReader& in, const Placement& placed);
   Status runRestored();
   uint64_t clientSessionId() const { return client_session_id_; }
   // The session lives on in another worker: this one ended without a word
@@ -147,6 +151,7 @@ class Session {
   // Waits until the work queued on every device of the session has run.
   Status drainForCheckpoint();
   DeviceImage deviceImage() const;
+  DeviceImageLimits imageLimits() const;
   // The compute capability (major * 10 + minor) a device needs to run every
   // module the session loaded (0: none), for a move to another member.
   uint32_t modulesNeedComputeCapability() const;
@@ -161,6 +166,12 @@ class Session {
   // Moved to another member: waits until a resuming client was sent there,
   // the daemon closed the handoff socket, or the grace period passed.
   void awaitForwarded();
+  // session_precopy.cc: the daemon asks for a pre-copy into `fd` (the resume
+  // thread); the dispatch thread takes the allocations between two requests
+  // (startPrecopy) and a thread of its own copies them as the program runs.
+  void requestPrecopy(int fd, const std::string& key_hex);
+  void startPrecopy();
+  void joinPrecopy();
   // A message to the daemon on the handoff socket.
   void tellDaemon(const std::string& msg);
   // The user a connection authenticates as (certificate CN or token), or "".
@@ -422,6 +433,17 @@ class Session {
   std::optional<MoveRequest> move_request_;  // resume_mu_: the daemon asked for a checkpoint
   Verdict verdict_ = Verdict::kNone;          // resume_mu_: the daemon's word on a move
   bool moved_ = false;                        // the dispatch thread's: the move was committed
+  // Pre-copy (session_precopy.cc).
+  struct PrecopyRequest {
+    int fd = -1;
+    std::string key_hex;
+  };
+  std::optional<PrecopyRequest> precopy_request_;  // resume_mu_
+  std::atomic<bool> precopy_wanted_{false};
+  std::thread precopy_thread_;                      // the dispatch thread's
+  std::unique_ptr<PrecopyBase> precopy_base_;       // written by that thread; read once it is joined
+  std::vector<PrecopyRange> preplaced_;             // a restorer's: what prerestore() placed
+  bool prerestored_ = false;
   struct Forward {
     std::string address, member;  // where the session went (host:port, member name)
     bool told = false;            // a resuming client was sent there

@@ -84,6 +84,19 @@ uint32_t Session::modulesNeedComputeCapability() const {
   return need;
 }
 
+DeviceImageLimits Session::imageLimits() const {
+  const auto& L = cfg_.limits;
+  DeviceImageLimits limits;
+  limits.max_allocations = L.max_allocations;
+  limits.max_modules = L.max_modules;
+  limits.max_functions = L.max_functions;
+  limits.max_streams = L.max_streams;
+  limits.max_events = L.max_events;
+  limits.max_fatbin_bytes = protocol::kMaxFatbinBytes;
+  limits.max_conditional_handles = L.max_conditional_handles;
+  return limits;
+}
+
 DeviceImage Session::deviceImage() const {
   DeviceImage img;
   for (uint64_t base : allocs_.bases()) {
@@ -169,7 +182,11 @@ Status Session::writeCheckpoint(CheckpointWriter& out) {
   }
   // The device state and the bytes, the graphs (whose launches name its
   // streams), then what a resume resends.
-  RGPU_TRY(writeDeviceImage(deviceImage(), *backend_, out));
+  uint64_t unchanged = 0;
+  RGPU_TRY(writeDeviceImage(deviceImage(), *backend_, out, precopy_base_.get(), &unchanged));
+  if (precopy_base_)
+    RGPU_LOG_INFO("session {}: {} bytes of device memory unchanged since the pre-copy, not written again", session_id_,
+                  unchanged);
   RGPU_TRY(saveGraphs(out));
   return outbox_.save(out);
 }
@@ -207,7 +224,14 @@ Status Session::restore(CheckpointReader& in, const Placement* placed) {
     here.span_index = span_index;
     p = here;
   }
-  placement_ = p;
+  if (prerestored_) {
+    // The pre-copy's backend was made for the placement the daemon gave:
+    // the checkpoint must be of the same shape.
+    if (p.devices.size() != placement_.devices.size() || span_index != placement_.span_index)
+      return Status(err::kInvalidValue, "the checkpoint does not match the pre-copy restored before it");
+  } else {
+    placement_ = p;
+  }
   RGPU_TRY_ASSIGN(next_seq, in.getU64());
   next_seq_ = next_seq;
   RGPU_TRY(in.getStatus(&async_error_));
@@ -219,9 +243,11 @@ Status Session::restore(CheckpointReader& in, const Placement* placed) {
   }
   RGPU_TRY_ASSIGN(gpu_ns, in.getU64());
   gpu_ns_base_ = gpu_ns;
-  auto backend = make_backend_(placement_);
-  if (!backend) return backend.status();
-  attachBackend(std::move(*backend));
+  if (!prerestored_) {
+    auto backend = make_backend_(placement_);
+    if (!backend) return backend.status();
+    attachBackend(std::move(*backend));
+  }
 
   RGPU_TRY_ASSIGN(n_modules, in.getCount(L.max_modules, "modules"));
   for (uint64_t i = 0; i < n_modules; ++i) {
@@ -270,15 +296,7 @@ Status Session::restore(CheckpointReader& in, const Placement* placed) {
     RGPU_TRY(checkDevice(dev));
     RGPU_TRY(allocs_.add(base, size, dev, symbol != 0));
   }
-  DeviceImageLimits limits;
-  limits.max_allocations = L.max_allocations;
-  limits.max_modules = L.max_modules;
-  limits.max_functions = L.max_functions;
-  limits.max_streams = L.max_streams;
-  limits.max_events = L.max_events;
-  limits.max_fatbin_bytes = protocol::kMaxFatbinBytes;
-  limits.max_conditional_handles = L.max_conditional_handles;
-  RGPU_TRY_ASSIGN(img, restoreDeviceImage(*backend_, in, limits));
+  RGPU_TRY_ASSIGN(img, restoreDeviceImage(*backend_, in, imageLimits(), prerestored_ ? &preplaced_ : nullptr));
   // The device image must be the tables' own: every allocation the table
   // names is one the backend placed (a symbol lies in a module's variables).
   if (img.allocations.size() != allocs_.bases().size())
@@ -344,6 +362,14 @@ bool Session::checkpointForMove(MoveRequest req) {
   if (std::string why = notCheckpointable(); !why.empty()) return refuse("cannot be checkpointed: " + why);
   auto key = fileKeyFromHex(req.key_hex);
   if (!key) return refuse(key.status().message());
+  joinPrecopy();  // its base, if any, is what the checkpoint is written against
+  {
+    // A pre-copy asked for and not started is not wanted any more.
+    std::lock_guard lock(resume_mu_);
+    if (precopy_request_ && precopy_request_->fd >= 0) ::close(precopy_request_->fd);
+    precopy_request_.reset();
+    precopy_wanted_.store(false);
+  }
   // Held replies' senders must return before the streams can drain.
   outbox_.copyHeld();
   if (Status s = drainForCheckpoint(); !s) return refuse(s.message());
@@ -367,6 +393,7 @@ bool Session::checkpointForMove(MoveRequest req) {
   Verdict verdict = awaitVerdict();
   if (verdict != Verdict::kCommit && verdict != Verdict::kForward) {
     RGPU_LOG_WARN("session {}: the move was called off; the session carries on in this worker", session_id_);
+    precopy_base_.reset();
     return false;
   }
   moved_ = true;

@@ -621,6 +621,13 @@ Result<float> SimBackend::elapsedMs(uint32_t start, uint32_t end) {
 
 // ---- stream-ordered copies ---------------------------------------------------
 
+const uint8_t* SimBackend::hostView(DevPtr at, uint64_t size) const {
+  // Device memory is the arena's, mapped for the backend's life.
+  if (!arena_ || at < arena_->base() || size > arena_->size() || at - arena_->base() > arena_->size() - size)
+    return nullptr;
+  return reinterpret_cast<const uint8_t*>(at);
+}
+
 uint8_t* SimBackend::directWriteTarget(StreamKey key, DevPtr dst) {
   std::lock_guard lock(mu_);
   auto s = streamLocked(key);

@@ -110,6 +110,7 @@ class SimBackend final : public Backend {
   Status destroyEvent(uint32_t id) override;
   uint8_t* directWriteTarget(StreamKey s, DevPtr dst) override;
   bool writesDirectly() const override { return true; }
+  const uint8_t* hostView(DevPtr at, uint64_t size) const override;
   Status copyToDevice(StreamKey s, DevPtr dst, Staging data, uint64_t size) override;
   Status copyFromDevice(StreamKey s, DevPtr src, uint64_t size, ReadDone done) override;
   Status copyOnDevice(StreamKey s, DevPtr dst, DevPtr src, uint64_t size) override;

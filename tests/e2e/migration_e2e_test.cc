@@ -26,12 +26,13 @@ std::string migrateClient() { return std::string(RGPU_TEST_PROGRAMS_DIR) + "/mig
 
 class Migration : public Pool {
  protected:
-  void startWithCheckpoints() {
+  void startWithCheckpoints(bool precopy = true) {
     const std::string key = dir_.file("checkpoint.key");
     writeFile(key, "6d5f0e8a7c4b3a2918f7e6d5c4b3a29180f1e2d3c4b5a69788796a5b4c3d2e1f\n");
     ::chmod(key.c_str(), 0600);
     start("admin = true\n", "",
-          "[checkpoint]\ndir = \"" + dir_.file("checkpoints") + "\"\nkey_file = \"" + key + "\"\n"
+          "[checkpoint]\ndir = \"" + dir_.file("checkpoints") + "\"\nkey_file = \"" + key + "\"\nprecopy = " +
+              (precopy ? "true" : "false") + "\n"
           "[accounting]\npath = \"" + dir_.file("accounting.jsonl") + "\"\n");
   }
   // Runs migrate_client as alice in the background, its output in `out`.
@@ -105,6 +106,44 @@ TEST_F(Migration, ATrainingLoopMovedTwiceMidRunPrintsExactlyWhatAnUnmovedRunPrin
   ASSERT_TRUE(std::regex_search(acct, m, std::regex("\\{[^\n]*\"session\":" + sid + ",[^\n]*\\}"))) << acct;
   EXPECT_NE(m.str().find("\"migrations\":2"), std::string::npos) << m.str();
   EXPECT_NE(m.str().find("\"reason\":\"client left\""), std::string::npos) << m.str();
+}
+
+// RGPU_MOVE_BIG_MIB sets the block the program holds besides its weights (256 MiB).
+TEST_F(Migration, PreCopySendsOnlyWhatChangedSinceAndTheProgramSeesEveryByteRight) {
+  const std::string big = std::getenv("RGPU_MOVE_BIG_MIB") ? std::getenv("RGPU_MOVE_BIG_MIB") : "256";
+  std::string lines[2];
+  for (bool precopy : {true, false}) {
+    SCOPED_TRACE(precopy ? "pre-copy" : "no pre-copy");
+    startWithCheckpoints(precopy);
+    RunResult alone = run(migrateClient() + " 1500 0 " + big, "RGPU_CONFIG=" + dir_.file("alice.toml") +
+                                                              " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+    ASSERT_EQ(alone.code, 0) << alone.output;
+    const std::string out = dir_.file(precopy ? "pre.out" : "whole.out");
+    std::thread t = launch("1500 0 " + big, out);
+    waitFor([&] { return readFile(out).find("step 3 ") != std::string::npos; }, out);
+    RunResult r = smi("alice", "--migrate " + lastSession());
+    EXPECT_EQ(r.code, 0) << r.output << server_->log();
+    t.join();
+    std::string got = readFile(out);
+    // The weights changed after the pre-copy copied them: sent again, and right.
+    EXPECT_EQ(steps(got), steps(alone.output)) << got << server_->log();
+    EXPECT_NE(got.find("big: " + big + " MiB, 0 words wrong"), std::string::npos) << got;
+    std::string log = server_->log();
+    std::smatch m;
+    if (precopy) {
+      EXPECT_NE(r.output.find("pre-copy of "), std::string::npos) << r.output;
+      // The block the program wrote once went before the pause, and only then.
+      ASSERT_TRUE(std::regex_search(log, m, std::regex("(\\d+) bytes of device memory unchanged since the pre-copy")))
+          << log;
+      EXPECT_GE(std::stoull(m[1]), std::stoull(big) << 20) << log;
+    } else {
+      EXPECT_EQ(r.output.find("pre-copy"), std::string::npos) << r.output;
+    }
+    lines[precopy ? 0 : 1] = r.output;
+    EXPECT_EQ(checkpointsLeft(), 0u);
+    server_.reset();
+  }
+  std::printf("migration: figures: with pre-copy: %swithout: %s", lines[0].c_str(), lines[1].c_str());
 }
 
 TEST_F(Migration, AnArrayWithItsTextureAndSurfaceObjectsMovesWithTheSession) {
