@@ -50,6 +50,35 @@ std::string unhex(const std::string& s) {
 
 uint64_t toU64(const std::string& s) { return std::strtoull(s.c_str(), nullptr, 10); }
 
+// `bytes` from `conn` into a new file at `path` (0600); `progress` after each piece.
+Status receiveFile(common::TlsConnection& conn, const std::string& path, uint64_t bytes,
+                   const std::function<void()>& progress) {
+  int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0) return Status(err::kUnknown, "cannot make the checkpoint file: " + std::string(std::strerror(errno)));
+  std::vector<char> buf(1 << 20);
+  Status got;
+  for (uint64_t left = bytes; left > 0 && got;) {
+    progress();
+    auto n = conn.readSome(buf.data(), std::min<uint64_t>(left, buf.size()));
+    if (!n) {
+      got = n.status();
+      break;
+    }
+    for (size_t off = 0; off < *n;) {
+      ssize_t w = ::write(fd, buf.data() + off, *n - off);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        got = Status(err::kUnknown, std::string("writing the checkpoint: ") + std::strerror(errno));
+        break;
+      }
+      off += static_cast<size_t>(w);
+    }
+    left -= *n;
+  }
+  ::close(fd);
+  return got;
+}
+
 }  // namespace
 
 std::string moveLinkSecret(const CheckpointKey& key, const std::string& salt) {
@@ -68,12 +97,12 @@ std::string MoveOffer::encode() const {
   for (uint64_t m : memory) mem += (mem.empty() ? "" : ",") + std::to_string(m);
   return joinFields({"offer", from, who.user, who.host, who.address, std::to_string(who.pid), std::to_string(session),
                      hex(reinterpret_cast<const uint8_t*>(resume_id.data()), resume_id.size()), mem,
-                     std::to_string(min_cc), std::to_string(migrations), std::to_string(file_bytes)});
+                     std::to_string(min_cc), std::to_string(migrations)});
 }
 
 Result<MoveOffer> MoveOffer::decode(const std::string& msg) {
-  auto f = splitFields(msg, 13);
-  if (f.size() != 12 || f[0] != "offer") return Status(err::kInvalidValue, "not a move offer");
+  auto f = splitFields(msg, 12);
+  if (f.size() != 11 || f[0] != "offer") return Status(err::kInvalidValue, "not a move offer");
   MoveOffer o;
   o.from = f[1];
   o.who = {f[2], f[3], f[4], static_cast<uint32_t>(toU64(f[5]))};
@@ -89,7 +118,6 @@ Result<MoveOffer> MoveOffer::decode(const std::string& msg) {
   if (o.memory.empty() || o.memory.size() > 64) return Status(err::kInvalidValue, "a move offer of no or too many devices");
   o.min_cc = static_cast<uint32_t>(toU64(f[9]));
   o.migrations = static_cast<uint32_t>(toU64(f[10]));
-  o.file_bytes = toU64(f[11]);
   if (o.who.user.empty()) return Status(err::kInvalidValue, "a move offer without a user");
   return o;
 }
@@ -320,89 +348,85 @@ Status MoveReceiver::transfer(Link& l) {
     RGPU_LOG_WARN("{} (here session {}): not taken: {}", who, sid, why.message());
     return Status(why.code(), who + ": " + why.message());
   };
-  RGPU_LOG_INFO("{} comes in as session {} on device(s) {}: receiving its checkpoint ({})", who, sid,
-                placementFields(placed)[0], formatBytes(offer->file_bytes));
+  RGPU_LOG_INFO("{} comes in as session {} on device(s) {}: receiving its checkpoint", who, sid,
+                placementFields(placed)[0]);
   if (Status s = sendMoveMessage(*conn, "ready"); !s) return callOff(s);
-  // The file, into [checkpoint] dir.
-  uint8_t rnd[8];
-  RAND_bytes(rnd, sizeof rnd);
-  path = cfg_.checkpoint_dir + "/moved-in-" + std::to_string(sid) + "-" + hex(rnd, sizeof rnd) + ".ckpt";
-  int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    std::string why = std::strerror(errno);
-    path.clear();
-    return callOff(Status(err::kUnknown, "cannot make the checkpoint file: " + why));
-  }
-  std::vector<char> buf(1 << 20);
-  uint64_t left = offer->file_bytes;
-  Status got;
-  while (left > 0 && got) {
-    rearm();
-    auto n = conn->readSome(buf.data(), std::min<uint64_t>(left, buf.size()));
-    if (!n) {
-      got = n.status();
-      break;
+  // Handed to the new worker (started on the first), with the key of its salt.
+  auto handOver = [&](const std::string& verb, const std::string& file) -> Status {
+    int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    uint8_t header[kCheckpointHeaderBytes];
+    if (fd < 0 || ::pread(fd, header, sizeof header, 0) != static_cast<ssize_t>(sizeof header)) {
+      if (fd >= 0) ::close(fd);
+      return Status(err::kInvalidValue, "the checkpoint is shorter than its header");
     }
-    for (size_t off = 0; off < *n;) {
-      ssize_t w = ::write(fd, buf.data() + off, *n - off);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) {
-        got = Status(err::kUnknown, std::string("writing the checkpoint: ") + std::strerror(errno));
-        break;
+    auto file_key = fileKeyOf(*key_, header, sizeof header);
+    if (!file_key) {
+      ::close(fd);
+      return file_key.status();
+    }
+    if (!started) {
+      Status spawned = Status(err::kDevicesUnavailable, "rgpu-server is stopping");
+      onIo([&] {
+        auto r = hooks_.start_restorer(sid, offer->resume_id);
+        spawned = r ? Status::ok() : r.status();
+        if (r) restorer = *r;
+      });
+      if (!spawned) {
+        ::close(fd);
+        return Status(spawned.code(), "cannot start a worker to restore it: " + spawned.message());
       }
-      off += static_cast<size_t>(w);
+      started = true;
     }
-    left -= *n;
-  }
-  ::close(fd);
-  if (!got) return callOff(got);
-  // Its key, from our copy of the operator's key and the file's salt.
-  fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  uint8_t header[kCheckpointHeaderBytes];
-  if (fd < 0 || ::pread(fd, header, sizeof header, 0) != static_cast<ssize_t>(sizeof header)) {
-    if (fd >= 0) ::close(fd);
-    return callOff(Status(err::kInvalidValue, "the checkpoint is shorter than its header"));
-  }
-  auto file_key = fileKeyOf(*key_, header, sizeof header);
-  if (!file_key) {
+    std::vector<std::string> fields = {verb, fileKeyHex(*file_key), "placed"};
+    auto pf = placementFields(placed);
+    fields.insert(fields.end(), pf.begin(), pf.end());
+    bool sent = sendWithFd(restorer.handoff, joinFields(fields), fd);
     ::close(fd);
-    return callOff(file_key.status());
+    if (!sent) return Status(err::kUnknown, std::string("cannot hand the checkpoint over: ") + std::strerror(errno));
+    return Status::ok();
+  };
+  // The new worker's answer: `want`, or why not.
+  auto answerOf = [&](const std::string& want) -> Status {
+    pollfd p{restorer.handoff, POLLIN, 0};
+    int rc;
+    while ((rc = ::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kMoveLinkTimeout).count()))) < 0 &&
+           errno == EINTR) {
+    }
+    std::string answer(1024, '\0');
+    ssize_t n = rc == 1 ? ::recv(restorer.handoff, answer.data(), answer.size(), MSG_DONTWAIT) : -1;
+    answer.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    auto f = splitFields(answer, 3);
+    if (!answer.empty() && f[0] == want) return Status::ok();
+    return Status(err::kUnknown, answer.empty() ? (rc == 1 ? "the new worker is gone" : "no answer from the new worker in time")
+                                                : (f.size() > 1 ? f[1] : answer));
+  };
+  // A pre-copy's base may come first (placed while the program runs at the
+  // source), then the checkpoint proper.
+  for (;;) {
+    rearm();
+    auto what = readMoveMessage(*conn);
+    if (!what) return callOff(what.status());
+    auto f = splitFields(*what, 3);
+    if (f.size() != 2 || (f[0] != "base" && f[0] != "file") || (f[0] == "base" && started))
+      return callOff(Status(err::kInvalidValue, "a move message out of place"));
+    const bool base = f[0] == "base";
+    const uint64_t bytes = toU64(f[1]);
+    uint8_t rnd[8];
+    RAND_bytes(rnd, sizeof rnd);
+    path = cfg_.checkpoint_dir + "/moved-in-" + std::to_string(sid) + "-" + hex(rnd, sizeof rnd) + (base ? ".base" : ".ckpt");
+    Status got = receiveFile(*conn, path, bytes, rearm);
+    if (got) got = handOver(base ? "prerestore" : "restore", path);
+    if (got) got = answerOf(base ? "prerestored" : "restored");
+    ::unlink(path.c_str());
+    path.clear();
+    if (!got) {
+      (void)sendMoveMessage(*conn, joinFields({"failed", got.message().substr(0, 1024)}));
+      return callOff(Status(got.code(), "restore: " + got.message()));
+    }
+    if (!base) break;
+    RGPU_LOG_INFO("{} (here session {}): its pre-copy of {} is placed", who, sid, formatBytes(bytes));
+    if (Status s = sendMoveMessage(*conn, "prerestored"); !s) return callOff(s);
   }
-  Status spawned = Status(err::kDevicesUnavailable, "rgpu-server is stopping");
-  onIo([&] {
-    auto r = hooks_.start_restorer(sid, offer->resume_id);
-    spawned = r ? Status::ok() : r.status();
-    if (r) restorer = *r;
-  });
-  if (!spawned) {
-    ::close(fd);
-    return callOff(Status(spawned.code(), "cannot start a worker to restore it: " + spawned.message()));
-  }
-  started = true;
-  std::vector<std::string> fields = {"restore", fileKeyHex(*file_key), "placed"};
-  auto pf = placementFields(placed);
-  fields.insert(fields.end(), pf.begin(), pf.end());
-  bool sent = sendWithFd(restorer.handoff, joinFields(fields), fd);
-  ::close(fd);
-  if (!sent) return callOff(Status(err::kUnknown, std::string("cannot hand the checkpoint over: ") + std::strerror(errno)));
-  // The new worker's answer.
-  pollfd p{restorer.handoff, POLLIN, 0};
-  int rc;
-  while ((rc = ::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kMoveLinkTimeout).count()))) < 0 &&
-         errno == EINTR) {
-  }
-  std::string answer(1024, '\0');
-  ssize_t n = rc == 1 ? ::recv(restorer.handoff, answer.data(), answer.size(), MSG_DONTWAIT) : -1;
-  answer.resize(n > 0 ? static_cast<size_t>(n) : 0);
-  auto f = splitFields(answer, 3);
-  if (answer.empty() || f[0] != "restored") {
-    std::string why = answer.empty() ? (rc == 1 ? "the new worker is gone" : "no answer from the new worker in time")
-                                     : (f.size() > 1 ? f[1] : answer);
-    (void)sendMoveMessage(*conn, joinFields({"failed", why.substr(0, 1024)}));
-    return callOff(Status(err::kUnknown, "restore: " + why));
-  }
-  ::unlink(path.c_str());
-  path.clear();
   rearm();
   if (Status s = sendMoveMessage(*conn, "restored"); !s) return callOff(s);
   auto verdict = readMoveMessage(*conn);

@@ -14,8 +14,10 @@
 //
 //   source  "offer"  the session (MoveOffer)
 //   target  "ready"  it admitted the session on its devices, or "refused|why"
-//   source  the checkpoint file, offer.file_bytes raw bytes
-//   target  "restored" once a new worker rebuilt the session, or "failed|why"
+//  [source  "base|N" and a pre-copy's base, N raw bytes (the program runs)
+//   target  "prerestored" once a new worker placed it, or "failed|why"]
+//   source  "file|N" and the checkpoint, N raw bytes (the program waits)
+//   target  "restored" once the new worker rebuilt the session, or "failed|why"
 //   source  "commit" or "abort"
 //   target  "committed" once the new worker serves the session
 //

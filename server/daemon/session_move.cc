@@ -1,6 +1,7 @@
 #include "server/daemon/session_move.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <openssl/rand.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -38,8 +39,8 @@ struct SessionMover::Move {
   std::unique_ptr<asio::steady_timer> timer;
   bool over = false;
   std::mutex link_mu;
-  common::TlsConnection* link = nullptr;  // link_mu: a move to another member's, while it runs
-  std::atomic<bool> link_done{false};     // its thread is over
+  std::unique_ptr<common::TlsConnection> link_conn;  // a move to another member's link, once open
+  common::TlsConnection* link = nullptr;  // link_mu: the same, for the destructor's shutdown
   ~Move() {
     if (old_handoff >= 0) ::close(old_handoff);
   }
@@ -51,12 +52,12 @@ SessionMover::SessionMover(asio::io_context& io, const ServerConfig& cfg, std::u
 
 SessionMover::~SessionMover() {
   stopping_.store(true);
-  for (auto& [m, t] : links_) {
+  for (auto& l : links_) {
     {
-      std::lock_guard lock(m->link_mu);
-      if (m->link) m->link->shutdown();
+      std::lock_guard lock(l.move->link_mu);
+      if (l.move->link) l.move->link->shutdown();
     }
-    if (t.joinable()) t.join();
+    if (l.thread.joinable()) l.thread.join();
   }
 }
 
@@ -116,7 +117,7 @@ void SessionMover::move(uint64_t session, const std::string& member, std::functi
   moves_[session] = m;
   if (m->member.empty()) RGPU_LOG_INFO("{}: moving it to a new worker (checkpoint {})", who, m->path);
   else RGPU_LOG_INFO("{}: moving it to member '{}' at {} (checkpoint {})", who, m->member, m->address, m->path);
-  if (!cfg_.checkpoint_precopy || !m->member.empty()) return askCheckpoint(m);
+  if (!cfg_.checkpoint_precopy) return askCheckpoint(m);
   // Pre-copy first, while the program runs: the base, with a file and key of its own.
   auto base_key = newFileKey(*key_);
   int base = base_key ? ::open((m->path + ".base").c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600) : -1;
@@ -155,6 +156,22 @@ void SessionMover::precopied(const std::shared_ptr<Move>& m, Result<std::string>
   }
   const uint64_t bytes = std::strtoull(f[1].c_str(), nullptr, 10);
   m->precopy_note = "pre-copy of " + formatBytes(bytes) + " in " + f[3] + " ms while it ran";
+  if (!m->member.empty()) {
+    // To the target over the link, placed there by its new worker, while the program runs.
+    m->offer.min_cc = static_cast<uint32_t>(std::strtoul(f[4].c_str(), nullptr, 10));
+    auto t0 = std::chrono::steady_clock::now();
+    return onLink(
+        m,
+        [this](Move& mv) {
+          RGPU_TRY(linkOpen(mv));
+          return linkSend(mv, "base", mv.base_path, "prerestored");
+        },
+        [this, m, t0] {
+          m->precopy_note += ", sent and placed by member '" + m->member + "' in " + std::to_string(msSince(t0)) + " ms";
+          dropBase(m, "");
+          askCheckpoint(m);
+        });
+  }
   // A new worker places the base, also while the program runs.
   auto p = hooks_.placement(m->session);
   if (!p) return fail(m, "it ended during the pre-copy");
@@ -237,9 +254,16 @@ void SessionMover::checkpointed(const std::shared_ptr<Move>& m, Result<std::stri
              formatBytes(std::strtoull(f[2].c_str(), nullptr, 10)) + " written";
   if (f.size() > 3) m->drain_ms = f[3];
   if (!m->member.empty()) {
-    m->offer.file_bytes = std::strtoull(f[2].c_str(), nullptr, 10);
-    m->offer.min_cc = f.size() > 4 ? static_cast<uint32_t>(std::strtoul(f[4].c_str(), nullptr, 10)) : 0;
-    return sendAway(m);
+    // (A pre-copy opened the link already.)
+    if (!m->link) m->offer.min_cc = f.size() > 4 ? static_cast<uint32_t>(std::strtoul(f[4].c_str(), nullptr, 10)) : 0;
+    return onLink(
+        m,
+        [this](Move& mv) {
+          if (!mv.link) RGPU_TRY(linkOpen(mv));
+          RGPU_TRY(linkSend(mv, "file", mv.path, "restored"));
+          return linkCommit(mv);
+        },
+        [this, m] { movedAway(m); });
   }
   if (m->restorer.pid <= 0) {  // (a pre-copy started it already)
     auto r = hooks_.start_restorer(m->session);
@@ -292,36 +316,39 @@ void SessionMover::fail(const std::shared_ptr<Move>& m, const std::string& why) 
   const std::string abort = "abort";
   (void)::send(m->old_handoff, abort.data(), abort.size(), MSG_NOSIGNAL);
   if (m->restorer.pid > 0) hooks_.discard(m->session, m->restorer);
+  {
+    // A target waiting on the link calls its part off at once.
+    std::lock_guard lock(m->link_mu);
+    if (m->link) m->link->shutdown();
+  }
   ::unlink(m->path.c_str());
   dropBase(m, "");
   hooks_.release(m->session);
   m->done(Status(err::kUnknown, who + " not moved: " + why));
 }
 
-void SessionMover::sendAway(const std::shared_ptr<Move>& m) {
-  // Threads of moves that ended go first.
-  std::erase_if(links_, [](auto& l) {
-    if (!l.first->link_done.load()) return false;
-    l.second.join();
+void SessionMover::onLink(const std::shared_ptr<Move>& m, std::function<Status(Move&)> work,
+                          std::function<void()> then) {
+  // Threads of steps that ended go first.
+  std::erase_if(links_, [](Link& l) {
+    if (!l.done->load()) return false;
+    l.thread.join();
     return true;
   });
-  links_.emplace_back(m, std::thread([this, m] {
-    Status s = transferAway(*m);
-    {
-      std::lock_guard lock(m->link_mu);
-      m->link = nullptr;
-    }
-    if (!stopping_.load())
-      asio::post(io_, [this, m, s] {
-        if (m->over) return;
-        if (!s) return fail(m, s.message());
-        movedAway(m);
-      });
-    m->link_done.store(true);
-  }));
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  links_.push_back({m, done, std::thread([this, m, done, work = std::move(work), then = std::move(then)] {
+                      Status s = work(*m);
+                      if (!stopping_.load())
+                        asio::post(io_, [this, m, s, then] {
+                          if (m->over) return;
+                          if (!s) return fail(m, s.message());
+                          then();
+                        });
+                      done->store(true);
+                    })});
 }
 
-Status SessionMover::transferAway(Move& m) {
+Status SessionMover::linkOpen(Move& m) {
   auto hp = common::parseHostPort(m.address);
   if (!hp) return Status(err::kInvalidValue, "member '" + m.member + "' advertises " + m.address + ": " + hp.status().message());
   // No certificate on either side: the link's PSK is the operator's key's.
@@ -330,8 +357,9 @@ Status SessionMover::transferAway(Move& m) {
   std::string salt(kMoveSaltBytes, '\0');
   RAND_bytes(reinterpret_cast<unsigned char*>(salt.data()), static_cast<int>(salt.size()));
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(m.deadline - std::chrono::steady_clock::now());
-  if (left.count() <= 0) return Status(err::kNotReady, "no time left for the transfer");
-  auto conn = common::TlsConnection::connect(**ctx, hp->first, hp->second, "", std::min<std::chrono::milliseconds>(left, std::chrono::seconds(10)),
+  if (left.count() <= 0) return Status(err::kNotReady, "no time left to reach member '" + m.member + "'");
+  auto conn = common::TlsConnection::connect(**ctx, hp->first, hp->second, "",
+                                             std::min<std::chrono::milliseconds>(left, std::chrono::seconds(10)),
                                              std::string(kMoveMagic, sizeof kMoveMagic) + salt,
                                              moveLinkSecret(*key_, salt));
   if (!conn) return Status(err::kDevicesUnavailable, "cannot reach member '" + m.member + "' at " + m.address + ": " +
@@ -339,29 +367,41 @@ Status SessionMover::transferAway(Move& m) {
   {
     std::lock_guard lock(m.link_mu);
     if (stopping_.load()) return Status(err::kDevicesUnavailable, "rgpu-server is stopping");
-    m.link = conn->get();
+    m.link_conn = std::move(*conn);
+    m.link = m.link_conn.get();
   }
-  common::TlsConnection& link = **conn;
-  LinkDeadline deadline(link);
+  LinkDeadline deadline(*m.link);
   deadline.arm(m.deadline);
-  auto timedOut = [&](const Status& s) {
-    return deadline.fired() ? Status(err::kNotReady, "the move took longer than three quarters of [session] "
-                                                     "resume_grace_ms") : s;
-  };
-  RGPU_TRY(sendMoveMessage(link, m.offer.encode()));
-  auto ready = readMoveMessage(link);
-  if (!ready) return timedOut(Status(ready.status().code(), "member '" + m.member + "': " + ready.status().message()));
+  RGPU_TRY(sendMoveMessage(*m.link, m.offer.encode()));
+  auto ready = readMoveMessage(*m.link);
+  if (!ready) return Status(ready.status().code(), "member '" + m.member + "': " + ready.status().message());
   auto f = splitFields(*ready, 3);
   if (f[0] != "ready")
     return Status(err::kUnknown, "member '" + m.member + "' refused it: " + (f.size() > 1 ? f[1] : *ready));
-  // The checkpoint, as the worker wrote it.
-  int fd = ::open(m.path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status(err::kUnknown, std::string("cannot reopen the checkpoint: ") + std::strerror(errno));
+  return Status::ok();
+}
+
+Status SessionMover::linkSend(Move& m, const std::string& what, const std::string& path, const std::string& answer) {
+  common::TlsConnection& link = *m.link;
+  LinkDeadline deadline(link);
+  deadline.arm(m.deadline);
+  auto late = [&](const Status& s) {
+    return deadline.fired() ? Status(err::kNotReady, "member '" + m.member + "' took longer than the move may ("
+                                                     "three quarters of [session] resume_grace_ms once the program "
+                                                     "waits; kPrecopyTimeout for a pre-copy)")
+                            : s;
+  };
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    if (fd >= 0) ::close(fd);
+    return Status(err::kUnknown, std::string("cannot reopen the checkpoint: ") + std::strerror(errno));
+  }
+  const uint64_t bytes = static_cast<uint64_t>(st.st_size);
+  Status s = sendMoveMessage(link, joinFields({what, std::to_string(bytes)}));
   std::vector<char> buf(1 << 20);
-  uint64_t sent = 0;
-  Status s;
-  while (s && sent < m.offer.file_bytes) {
-    ssize_t n = ::read(fd, buf.data(), std::min<uint64_t>(buf.size(), m.offer.file_bytes - sent));
+  for (uint64_t sent = 0; s && sent < bytes;) {
+    ssize_t n = ::read(fd, buf.data(), std::min<uint64_t>(buf.size(), bytes - sent));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       s = Status(err::kUnknown, "the checkpoint is shorter than it was written");
@@ -371,13 +411,19 @@ Status SessionMover::transferAway(Move& m) {
     sent += static_cast<uint64_t>(n);
   }
   ::close(fd);
-  if (!s) return timedOut(Status(s.code(), "sending the checkpoint to member '" + m.member + "': " + s.message()));
-  auto restored = readMoveMessage(link);
-  if (!restored) return timedOut(Status(restored.status().code(), "member '" + m.member + "' during the restore: " +
-                                                                      restored.status().message()));
-  f = splitFields(*restored, 3);
-  if (f[0] != "restored") return Status(err::kUnknown, "restore at member '" + m.member + "': " + (f.size() > 1 ? f[1] : *restored));
-  m.restored_at = std::chrono::steady_clock::now();
+  if (!s) return late(Status(s.code(), "sending the checkpoint to member '" + m.member + "': " + s.message()));
+  auto got = readMoveMessage(link);
+  if (!got) return late(Status(got.status().code(), "member '" + m.member + "' during the restore: " +
+                                                        got.status().message()));
+  auto f = splitFields(*got, 3);
+  if (f[0] != answer) return Status(err::kUnknown, "restore at member '" + m.member + "': " + (f.size() > 1 ? f[1] : *got));
+  return Status::ok();
+}
+
+Status SessionMover::linkCommit(Move& m) {
+  common::TlsConnection& link = *m.link;
+  LinkDeadline deadline(link);
+  deadline.arm(m.deadline);
   // The session must still be in the worker it was checkpointed from.
   bool still = false;
   runOnIo(io_, stopping_, [&] {
@@ -394,8 +440,8 @@ Status SessionMover::transferAway(Move& m) {
   // Without the word, the target may or may not serve it: the client stays
   // here (the target's copy waits for a client that never comes, and ends).
   if (!committed || *committed != "committed")
-    return timedOut(Status(err::kUnknown, "member '" + m.member + "' did not confirm the commit" +
-                                              (committed ? std::string() : ": " + committed.status().message())));
+    return Status(err::kUnknown, "member '" + m.member + "' did not confirm the commit" +
+                                     (committed ? std::string() : ": " + committed.status().message()));
   return Status::ok();
 }
 
@@ -416,7 +462,7 @@ void SessionMover::movedAway(const std::shared_ptr<Move>& m) {
   std::string line = who + " moved to member '" + m->member + "' in " + std::to_string(total) + " ms (checkpoint " +
                      std::to_string(total - restore) + " ms of which " + m->drain_ms +
                      " ms waiting for its queued work, transfer and restore " + std::to_string(restore) + " ms; " +
-                     m->sizes + ")";
+                     m->sizes + (m->precopy_note.empty() ? "" : "; " + m->precopy_note) + ")";
   RGPU_LOG_INFO("{}", line);
   m->done(line);
 }

@@ -53,7 +53,6 @@ struct MoveOffer {
   std::vector<uint64_t> memory;  // bytes it holds on each of its devices, in its order
   uint32_t min_cc = 0;           // the compute capability its modules need (major * 10 + minor)
   uint32_t migrations = 0;       // moves before this one
-  uint64_t file_bytes = 0;       // the checkpoint's size
   std::string encode() const;
   static Result<MoveOffer> decode(const std::string& msg);
 };
@@ -91,7 +90,7 @@ class SessionMover {
     // ---- moves to another member of the pool (member_move.h) ----
     // Where member `name` takes moves (its advertised host:port), or why it cannot.
     std::function<Result<std::string>(const std::string& name)> member_address;
-    // What the target must know of the session (file_bytes and min_cc are the mover's).
+    // What the target must know of the session (min_cc is the mover's).
     std::function<Result<MoveOffer>(uint64_t session)> offer;
     // The move to `member` took: the pool's record of the session here ends
     // (its memory and quota return), its worker sends the client there and ends.
@@ -125,9 +124,14 @@ class SessionMover {
   void precopied(const std::shared_ptr<Move>& m, Result<std::string> answer);
   void dropBase(const std::shared_ptr<Move>& m, const std::string& why);
   void askCheckpoint(const std::shared_ptr<Move>& m);
-  // A move to another member, from the checkpoint on: the link's thread.
-  void sendAway(const std::shared_ptr<Move>& m);
-  Status transferAway(Move& m);
+  // A move to another member: `work` on a thread of its own (the link is
+  // blocking), then `then` on the io thread (or the move fails).
+  void onLink(const std::shared_ptr<Move>& m, std::function<Status(Move&)> work, std::function<void()> then);
+  // The link's steps: connect and offer; a file and the target's answer to
+  // it; the commit.
+  Status linkOpen(Move& m);
+  Status linkSend(Move& m, const std::string& what, const std::string& path, const std::string& answer);
+  Status linkCommit(Move& m);
   void movedAway(const std::shared_ptr<Move>& m);
 
   asio::io_context& io_;
@@ -136,7 +140,12 @@ class SessionMover {
   Hooks hooks_;
   std::map<uint64_t, std::shared_ptr<Move>> moves_;
   std::atomic<bool> stopping_{false};
-  std::vector<std::pair<std::shared_ptr<Move>, std::thread>> links_;  // moves to other members
+  struct Link {  // a step of a move to another member, on its thread
+    std::shared_ptr<Move> move;
+    std::shared_ptr<std::atomic<bool>> done;
+    std::thread thread;
+  };
+  std::vector<Link> links_;
 };
 
 }  // namespace rgpu::server

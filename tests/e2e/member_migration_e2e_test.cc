@@ -40,6 +40,14 @@ std::string steps(const std::string& out) {
   return kept;
 }
 
+// Joins a program's thread however the test ends (the program ends by itself).
+struct JoinOnExit {
+  std::thread& t;
+  ~JoinOnExit() {
+    if (t.joinable()) t.join();
+  }
+};
+
 class MemberMigration : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -116,19 +124,24 @@ TEST_F(MemberMigration, ATrainingLoopMovesToAMemberOfAnotherModelAndBackPrinting
   // RGPU_MOVE_BIG_MIB: the block of device memory the program also holds (16 MiB; the figures in
   // docs/migration.md were taken with larger ones).
   const std::string big = std::getenv("RGPU_MOVE_BIG_MIB") ? std::getenv("RGPU_MOVE_BIG_MIB") : "16";
+  // (RGPU_MOVE_STEPS: more steps, for a larger block's longer moves.)
+  const std::string n = std::getenv("RGPU_MOVE_STEPS") ? std::getenv("RGPU_MOVE_STEPS") : "800";
   test::writeFile(client_.file("alone.toml"), clientToml(a->port(), "Sim A100"));
-  test::RunResult alone = test::run(migrateClient() + " 12 0 " + big, "RGPU_CONFIG=" + client_.file("alone.toml") +
+  // Steps without a pause: the weights change between the pre-copy and the checkpoint.
+  test::RunResult alone = test::run(migrateClient() + " " + n + " 0 " + big, "RGPU_CONFIG=" + client_.file("alone.toml") +
                                                                          " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
   ASSERT_EQ(alone.code, 0) << alone.output;
 
   const std::string out = client_.file("moved.out");
-  std::thread t = launch(clientToml(a->port(), "Sim A100"), "12 150 " + big, out);
-  ASSERT_TRUE(waitFor([&] { return printed(out, "step 3 "); }, 60s)) << test::readFile(out);
+  std::thread t = launch(clientToml(a->port(), "Sim A100"), n + " 0 " + big, out);
+  JoinOnExit joiner{t};
+  ASSERT_TRUE(waitFor([&] { return printed(out, "step 20 "); }, 60s)) << test::readFile(out);
   const std::string on_a = lastSession(a->log());
   ASSERT_FALSE(on_a.empty()) << a->log();
   test::RunResult first = smi(a->port(), "--migrate " + on_a + " --to b");
   EXPECT_EQ(first.code, 0) << first.output << a->log() << b->log();
   EXPECT_NE(first.output.find("session " + on_a + " moved to member 'b' in "), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("sent and placed by member 'b'"), std::string::npos) << first.output;  // pre-copied
   // On b, as one of its own sessions, on its own model.
   const std::string on_b = lastSession(b->log());
   ASSERT_FALSE(on_b.empty()) << b->log();
@@ -139,7 +152,13 @@ TEST_F(MemberMigration, ATrainingLoopMovesToAMemberOfAnotherModelAndBackPrinting
     auto r = test::etcdClient({etcd_->endpoint()}, 500ms)->range("/rgpu/sessions/alice/0");
     return r && r->size() == 1 && (*r)[0].value == "b/" + on_b;
   }, 10s)) << b->log();
-  ASSERT_TRUE(waitFor([&] { return printed(out, "step 7 "); }, 60s)) << test::readFile(out);
+  // Some steps on b before it goes back.
+  const std::string so_far = test::readFile(out);
+  const size_t lines_on_a = std::count(so_far.begin(), so_far.end(), '\n');
+  ASSERT_TRUE(waitFor([&] {
+    std::string o = test::readFile(out);
+    return static_cast<size_t>(std::count(o.begin(), o.end(), '\n')) > lines_on_a + 30;
+  }, 60s)) << test::readFile(out);
   // And back again, from b.
   test::RunResult second = smi(b->port(), "--migrate " + on_b + " --to a");
   EXPECT_EQ(second.code, 0) << second.output << a->log() << b->log();
@@ -147,7 +166,7 @@ TEST_F(MemberMigration, ATrainingLoopMovesToAMemberOfAnotherModelAndBackPrinting
   std::printf("member-migration: figures: %s%s", first.output.c_str(), second.output.c_str());
   std::string moved = test::readFile(out);
   EXPECT_EQ(steps(moved), steps(alone.output)) << moved << "\na:\n" << a->log() << "\nb:\n" << b->log();
-  EXPECT_NE(moved.find("steps counted on the device: 12"), std::string::npos) << moved;
+  EXPECT_NE(moved.find("steps counted on the device: " + n), std::string::npos) << moved;
   EXPECT_NE(moved.find("moved from rgpu server"), std::string::npos) << moved;  // the client followed it
   // No checkpoint left on either member; each member's accounting says what happened there.
   EXPECT_EQ(filesIn(da.file("checkpoints")), 0u);
@@ -178,6 +197,7 @@ TEST_F(MemberMigration, ADrainingMemberWithDrainMigrateMovesItsSessionAwayAndExi
   ASSERT_EQ(alone.code, 0) << alone.output;
   const std::string out = client_.file("drained.out");
   std::thread t = launch(clientToml(a->port(), "Sim A100"), "10 200", out);
+  JoinOnExit joiner{t};
   ASSERT_TRUE(waitFor([&] { return printed(out, "step 2 "); }, 60s)) << test::readFile(out);
   const auto t0 = std::chrono::steady_clock::now();
   ::kill(a->pid(), SIGTERM);
@@ -207,6 +227,7 @@ TEST_F(MemberMigration, AMoveThatFailsAtAnyStepLeavesTheSessionRunningWhereItWas
   ASSERT_EQ(alone.code, 0) << alone.output;
   const std::string out = client_.file("kept.out");
   std::thread t = launch(clientToml(a->port(), "Sim A100"), "14 200 256", out);
+  JoinOnExit joiner{t};
   ASSERT_TRUE(waitFor([&] { return printed(out, "step 2 "); }, 60s)) << test::readFile(out);
   const std::string sid = lastSession(a->log());
   ASSERT_FALSE(sid.empty()) << a->log();
