@@ -60,7 +60,7 @@ struct MoveOffer {
 inline constexpr auto kMoveStepTimeout = std::chrono::seconds(60);
 // How long a pre-copy may take before the move goes on without it (the
 // program runs meanwhile; one that sends no request does not start it).
-inline constexpr auto kPrecopyTimeout = std::chrono::seconds(20);
+inline constexpr auto kPrecopyTimeout = std::chrono::seconds(30);
 
 class SessionMover {
  public:

@@ -125,7 +125,7 @@ TEST_F(MemberMigration, ATrainingLoopMovesToAMemberOfAnotherModelAndBackPrinting
   // docs/migration.md were taken with larger ones).
   const std::string big = std::getenv("RGPU_MOVE_BIG_MIB") ? std::getenv("RGPU_MOVE_BIG_MIB") : "16";
   // (RGPU_MOVE_STEPS: more steps, for a larger block's longer moves.)
-  const std::string n = std::getenv("RGPU_MOVE_STEPS") ? std::getenv("RGPU_MOVE_STEPS") : "800";
+  const std::string n = std::getenv("RGPU_MOVE_STEPS") ? std::getenv("RGPU_MOVE_STEPS") : "400";
   test::writeFile(client_.file("alone.toml"), clientToml(a->port(), "Sim A100"));
   // Steps without a pause: the weights change between the pre-copy and the checkpoint.
   test::RunResult alone = test::run(migrateClient() + " " + n + " 0 " + big, "RGPU_CONFIG=" + client_.file("alone.toml") +
