@@ -161,6 +161,7 @@ Session::~Session() {
     closing_ = true;
   }
   host_cv_.notify_all();
+  joinPrecopy();  // (it reads the backend's memory)
   stopResumeThread();
   outbox_.close();
   outbox_.connection()->shutdown();

@@ -322,3 +322,94 @@ TEST(DeviceImage, AFormatFromACheckpointIsOneAChannelDescriptorMakes) {
 
 }  // namespace
 }  // namespace rgpu::server
+
+namespace rgpu::server {
+namespace {
+
+CheckpointReader::Source sourceOf(const std::vector<uint8_t>& bytes, size_t& pos) {
+  return [&bytes, &pos](uint8_t* d, size_t n) -> Result<size_t> {
+    size_t k = std::min(n, bytes.size() - pos);
+    std::memcpy(d, bytes.data() + pos, k);
+    pos += k;
+    return k;
+  };
+}
+
+CheckpointWriter::Sink sinkInto(std::vector<uint8_t>& bytes) {
+  return [&bytes](const uint8_t* d, size_t n) {
+    bytes.insert(bytes.end(), d, d + n);
+    return Status::ok();
+  };
+}
+
+void fillPattern(DevPtr p, uint64_t size, uint8_t seed) {
+  for (uint64_t i = 0; i < size; ++i) reinterpret_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(i * 13 + seed);
+}
+
+TEST(DeviceImage, APreCopyIsPlacedFirstAndTheImageSendsOnlyTheSlicesThatChanged) {
+  std::vector<uint8_t> base_bytes, image_bytes;
+  DevPtr a = 0, b = 0, c = 0;
+  const uint64_t a_size = 1 << 20, b_size = 2 << 20, c_size = 300 << 10;
+  std::vector<uint8_t> b_final, c_final;
+  {
+    auto sim = makeSim();
+    a = *sim->allocate(0, a_size);
+    b = *sim->allocate(0, b_size);
+    fillPattern(a, a_size, 1);
+    fillPattern(b, b_size, 2);
+    auto w = CheckpointWriter::start(testKey(), sinkInto(base_bytes));
+    ASSERT_TRUE(w);
+    auto base = writePrecopyBase(*sim, 0, {{0, a, a_size}, {0, b, b_size}}, **w);
+    ASSERT_TRUE(base) << base.status().message();
+    ASSERT_TRUE((*w)->finish());
+    EXPECT_EQ(base->bytes, a_size + b_size);
+    // The program goes on: a byte of b's second slice changes, a is freed,
+    // and c is allocated (where a was, likely).
+    reinterpret_cast<uint8_t*>(b)[kDeviceImageSliceBytes + 5] ^= 0xff;
+    ASSERT_TRUE(sim->release(a));
+    c = *sim->allocate(0, c_size);
+    fillPattern(c, c_size, 3);
+    b_final.assign(reinterpret_cast<uint8_t*>(b), reinterpret_cast<uint8_t*>(b) + b_size);
+    c_final.assign(reinterpret_cast<uint8_t*>(c), reinterpret_cast<uint8_t*>(c) + c_size);
+    DeviceImage img;
+    for (auto [p, size] : std::map<DevPtr, uint64_t>{{b, b_size}, {c, c_size}}) img.allocations.push_back({0, p, size});
+    auto w2 = CheckpointWriter::start(testKey(), sinkInto(image_bytes));
+    ASSERT_TRUE(w2);
+    uint64_t unchanged = 0;
+    ASSERT_TRUE(writeDeviceImage(img, *sim, **w2, &*base, &unchanged));
+    ASSERT_TRUE((*w2)->finish());
+    // Every slice of b but the one that changed; nothing of c, which the base does not hold.
+    EXPECT_EQ(unchanged, b_size - kDeviceImageSliceBytes);
+    sim->stopThreads();
+  }
+  auto sim = makeSim();
+  size_t pos = 0;
+  auto base_reader = CheckpointReader::open(testKey(), sourceOf(base_bytes, pos));
+  ASSERT_TRUE(base_reader);
+  auto span = readPrecopySpan(**base_reader);
+  ASSERT_TRUE(span);
+  EXPECT_EQ(*span, 0u);
+  auto placed = restorePrecopyBase(*sim, **base_reader, {});
+  ASSERT_TRUE(placed) << placed.status().message();
+  ASSERT_EQ(placed->size(), 2u);
+  size_t pos2 = 0;
+  auto reader = CheckpointReader::open(testKey(), sourceOf(image_bytes, pos2));
+  ASSERT_TRUE(reader);
+  auto img = restoreDeviceImage(*sim, **reader, {}, &*placed);
+  ASSERT_TRUE(img) << img.status().message();
+  ASSERT_TRUE((*reader)->finish());
+  EXPECT_EQ(std::memcmp(reinterpret_cast<const void*>(b), b_final.data(), b_size), 0);
+  EXPECT_EQ(std::memcmp(reinterpret_cast<const void*>(c), c_final.data(), c_size), 0);
+  sim->stopThreads();
+  sim.reset();  // (its address window is the next backend's)
+  // Without the base placed first, the image is refused: it lacks the bytes it did not send.
+  auto bare = makeSim();
+  auto refused = restore(*bare, image_bytes);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.status().message().find("unchanged since a pre-copy this restore did not have"), std::string::npos)
+      << refused.status().message();
+  bare->stopThreads();
+}
+
+}  // namespace
+}  // namespace rgpu::server
