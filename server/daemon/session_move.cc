@@ -70,7 +70,8 @@ int64_t msSince(std::chrono::steady_clock::time_point t) {
 
 }  // namespace
 
-void SessionMover::move(uint64_t session, const std::string& member, std::function<void(Result<std::string>)> done) {
+void SessionMover::move(uint64_t session, const std::string& member, std::function<void(Result<std::string>)> done,
+                        int tries) {
   const std::string who = "session " + std::to_string(session);
   if (!key_)
     return done(Status(err::kNotSupported, "sessions are not moved: this server has no [checkpoint] dir and key_file"));
@@ -81,6 +82,14 @@ void SessionMover::move(uint64_t session, const std::string& member, std::functi
     if (cfg_.insecure_plaintext)
       return done(Status(err::kNotSupported, "sessions move between members over TLS only (insecure_plaintext is set)"));
     auto address = hooks_.member_address(member);
+    if (!address && address.status().code() == err::kInvalidValue && tries > 0) {
+      // A member that has not read the pool lately reads it now: ask again shortly.
+      auto t = std::make_shared<asio::steady_timer>(io_, kMemberLookupRetry);
+      t->async_wait([this, t, session, member, done = std::move(done), tries](const asio::error_code& ec) mutable {
+        if (!ec) move(session, member, std::move(done), tries - 1);
+      });
+      return;
+    }
     if (!address) return done(address.status());
     auto offer = hooks_.offer(session);
     if (!offer) return done(offer.status());

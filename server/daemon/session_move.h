@@ -58,6 +58,8 @@ struct MoveOffer {
 };
 
 inline constexpr auto kMoveStepTimeout = std::chrono::seconds(60);
+inline constexpr auto kMemberLookupRetry = std::chrono::milliseconds(250);
+inline constexpr int kMemberLookupTries = 12;
 // How long a pre-copy may take before the move goes on without it (the
 // program runs meanwhile; one that sends no request does not start it).
 inline constexpr auto kPrecopyTimeout = std::chrono::seconds(30);
@@ -107,7 +109,10 @@ class SessionMover {
   bool holding(uint64_t session) const { return moves_.count(session) != 0; }
   // Moves `session` to a new worker here (`member` "") or to member
   // `member` of the pool; `done` gets what it took (a line for rgpu-smi), or why not.
-  void move(uint64_t session, const std::string& member, std::function<void(Result<std::string>)> done);
+  // A member not in this server's view of the pool is looked for again,
+  // `tries` times kMemberLookupRetry apart (the view may not have been read lately).
+  void move(uint64_t session, const std::string& member, std::function<void(Result<std::string>)> done,
+            int tries = kMemberLookupTries);
   // Sessions being moved now.
   size_t moving() const { return moves_.size(); }
 
