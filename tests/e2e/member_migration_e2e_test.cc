@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <regex>
 #include <sstream>
@@ -222,36 +223,40 @@ TEST_F(MemberMigration, AMoveThatFailsAtAnyStepLeavesTheSessionRunningWhereItWas
   auto c = member(dc, "c", "Sim L40", "8.9", "", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff");
   ASSERT_TRUE(waitFor([&] { return registered("a") && registered("b") && registered("c"); }, 10s));
   test::writeFile(client_.file("alone.toml"), clientToml(a->port(), "Sim A100"));
-  test::RunResult alone = test::run(migrateClient() + " 14 0 256", "RGPU_CONFIG=" + client_.file("alone.toml") +
+  test::RunResult alone = test::run(migrateClient() + " 40 0 256", "RGPU_CONFIG=" + client_.file("alone.toml") +
                                                                        " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
   ASSERT_EQ(alone.code, 0) << alone.output;
   const std::string out = client_.file("kept.out");
-  std::thread t = launch(clientToml(a->port(), "Sim A100"), "14 200 256", out);
+  std::thread t = launch(clientToml(a->port(), "Sim A100"), "40 200 256", out);
   JoinOnExit joiner{t};
   ASSERT_TRUE(waitFor([&] { return printed(out, "step 2 "); }, 60s)) << test::readFile(out);
   const std::string sid = lastSession(a->log());
   ASSERT_FALSE(sid.empty()) << a->log();
 
-  // No such member.
-  test::RunResult none = smi(a->port(), "--migrate " + sid + " --to z");
-  EXPECT_NE(none.code, 0);
-  EXPECT_NE(none.output.find("no member 'z' in the pool"), std::string::npos) << none.output;
+  // The target dies while it receives and restores the session's 256 MiB.
+  std::atomic<bool> killed_b{false};
+  std::thread killer([&] {
+    if (waitFor([&] { return b->log().find("receiving its checkpoint") != std::string::npos; }, 60s)) {
+      ::kill(b->pid(), SIGKILL);
+      killed_b = true;
+    }
+  });
+  test::RunResult killed = smi(a->port(), "--migrate " + sid + " --to b");
+  killer.join();
+  EXPECT_TRUE(killed_b.load()) << b->log();
+  EXPECT_NE(killed.code, 0) << killed.output;
+  EXPECT_NE(killed.output.find("session " + sid + " not moved"), std::string::npos) << killed.output;
+  EXPECT_NE(a->log().find("session " + sid + ": not moved, it carries on in its worker"), std::string::npos) << a->log();
+  if (killed_b.load()) b->wait();
   // A member with another key: the link does not authenticate.
   test::RunResult wrong = smi(a->port(), "--migrate " + sid + " --to c");
   EXPECT_NE(wrong.code, 0);
   EXPECT_NE(wrong.output.find("session " + sid + " not moved"), std::string::npos) << wrong.output;
   EXPECT_NE(c->log().find("did not come in"), std::string::npos) << c->log();
-  // The target dies while it restores the session's 256 MiB.
-  std::thread killer([&] {
-    if (waitFor([&] { return b->log().find("receiving its checkpoint") != std::string::npos; }, 60s))
-      ::kill(b->pid(), SIGKILL);
-  });
-  test::RunResult killed = smi(a->port(), "--migrate " + sid + " --to b");
-  killer.join();
-  EXPECT_NE(killed.code, 0) << killed.output;
-  EXPECT_NE(killed.output.find("session " + sid + " not moved"), std::string::npos) << killed.output;
-  EXPECT_NE(a->log().find("session " + sid + ": not moved, it carries on in its worker"), std::string::npos) << a->log();
-  b->wait();
+  // No such member (looked for again for 3 s first).
+  test::RunResult none = smi(a->port(), "--migrate " + sid + " --to z");
+  EXPECT_NE(none.code, 0);
+  EXPECT_NE(none.output.find("no member 'z' in the pool"), std::string::npos) << none.output;
   t.join();
   // The program finished on a, every step and every byte as unmoved.
   std::string kept = test::readFile(out);
