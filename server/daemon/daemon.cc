@@ -363,46 +363,29 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
           // A second signal: no more grace.
           RGPU_LOG_INFO("signal {} again: ending {} session(s) now", sig, workers.size());
           for (auto& [pid, sid] : workers) ::kill(pid, SIGTERM);
-        } else if (cfg.pool.drain == "migrate" && startMigrating) {
-          // Drain by moving: each session goes to another member, one at a
-          // time; clients still reach this daemon to be sent on, so it
-          // keeps listening (new sessions are closed) until every worker
-          // ended. A session that cannot move gets the drain timeout here.
-          stopping = migrating = true;
-          service.shutdown();
-          if (membership) membership->draining();
-          notifySystemd("STOPPING=1\nSTATUS=draining: moving " + std::to_string(workers.size()) +
-                        " session(s) to other members");
-          RGPU_LOG_INFO("signal {}: draining, no new sessions; moving {} session(s) to other members ([pool] drain = "
-                        "\"migrate\"); what cannot move gets {} ms to finish",
-                        sig, workers.size(), cfg.pool.drain_timeout_ms);
-          startMigrating();
-          drain.expires_after(std::chrono::milliseconds(cfg.pool.drain_timeout_ms));
-          drain.async_wait([&](const asio::error_code& e) {
-            if (e) return;
-            RGPU_LOG_INFO("drain deadline: ending {} session(s)", workers.size());
-            for (auto& [pid, sid] : workers) ::kill(pid, SIGTERM);
-            drain.expires_after(std::chrono::seconds(5));
-            drain.async_wait([&](const asio::error_code& e2) {
-              if (e2) return;
-              for (auto& [pid, sid] : workers) ::kill(pid, SIGKILL);
-              io.stop();
-            });
-          });
         } else {
-          // Drain: no new sessions; running ones get until the deadline to finish.
+          // Drain: no new sessions; running ones get until the deadline to
+          // finish. With [pool] drain = "migrate" they move to other members
+          // first, one at a time: clients still reach this daemon to be sent
+          // on, so it keeps listening (new sessions are closed) and routing
+          // resumes until every worker ended.
           stopping = true;
-          asio::error_code ignored;
-          acceptor.close(ignored);
-          // Nobody can reconnect now: sessions waiting for a resume end.
-          for (auto& [sid, fd] : handoffs) ::close(fd);
-          handoffs.clear();
-          resume_ids.clear();
+          migrating = cfg.pool.drain == "migrate" && startMigrating;
+          if (!migrating) {
+            asio::error_code ignored;
+            acceptor.close(ignored);
+            // Nobody can reconnect now: sessions waiting for a resume end.
+            for (auto& [sid, fd] : handoffs) ::close(fd);
+            handoffs.clear();
+            resume_ids.clear();
+          }
           service.shutdown();
           if (membership) membership->draining();
-          notifySystemd("STOPPING=1\nSTATUS=draining " + std::to_string(workers.size()) + " session(s)");
-          RGPU_LOG_INFO("signal {}: draining, no new sessions; {} session(s) running get {} ms to finish", sig,
-                        workers.size(), cfg.pool.drain_timeout_ms);
+          const std::string moving = migrating ? ", moving them to other members first" : "";
+          notifySystemd("STOPPING=1\nSTATUS=draining " + std::to_string(workers.size()) + " session(s)" + moving);
+          RGPU_LOG_INFO("signal {}: draining, no new sessions; {} session(s) running get {} ms to finish{}", sig,
+                        workers.size(), cfg.pool.drain_timeout_ms, moving);
+          if (migrating) startMigrating();
           drain.expires_after(std::chrono::milliseconds(cfg.pool.drain_timeout_ms));
           drain.async_wait([&](const asio::error_code& e) {
             if (e) return;
@@ -536,17 +519,30 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   };
   move_hooks.resumable = [&](uint64_t sid) { return service.resumable(sid); };
   move_hooks.placement = [&](uint64_t sid) { return pool.placementOf(sid); };
-  move_hooks.start_restorer = [&](uint64_t sid) -> Result<SessionMover::Restorer> {
-    std::string id;
+  // A session's resume id ("": none), a worker started to restore session
+  // `sid` whose clients' resumes name `id`, and one that must go.
+  auto resumeIdOf = [&](uint64_t sid) {
     for (auto& [rid, s] : resume_ids)
-      if (s == sid) id = rid;
-    if (id.empty()) return Status(err::kInvalidValue, "the session cannot be resumed, so it cannot move");
+      if (s == sid) return rid;
+    return std::string();
+  };
+  auto startRestorer = [&](uint64_t sid, const std::string& id) -> Result<SessionMover::Restorer> {
     auto w = spawnWorker(-1, sid, true);
     if (!w) return w;
     restorers.insert(w->pid);
     (void)::send(w->handoff, id.data(), id.size(), MSG_NOSIGNAL);
     RGPU_LOG_INFO("session {}: worker {} restores it", sid, w->pid);
     return w;
+  };
+  auto dropRestorer = [](const SessionMover::Restorer& r) {
+    ::kill(r.pid, SIGKILL);
+    ::close(r.handoff);
+    ::close(r.control);
+  };
+  move_hooks.start_restorer = [&](uint64_t sid) -> Result<SessionMover::Restorer> {
+    std::string id = resumeIdOf(sid);
+    if (id.empty()) return Status(err::kInvalidValue, "the session cannot be resumed, so it cannot move");
+    return startRestorer(sid, id);
   };
   move_hooks.commit = [&](uint64_t sid, const SessionMover::Restorer& r, pid_t old_pid) {
     superseded.insert(old_pid);
@@ -556,11 +552,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     handoffs[sid] = r.handoff;
     service.replaceWorker(sid, r.control);
   };
-  move_hooks.discard = [&](uint64_t, const SessionMover::Restorer& r) {
-    ::kill(r.pid, SIGKILL);
-    ::close(r.handoff);
-    ::close(r.control);
-  };
+  move_hooks.discard = [&](uint64_t, const SessionMover::Restorer& r) { dropRestorer(r); };
   move_hooks.release = [&](uint64_t sid) {
     auto it = held.find(sid);
     if (it == held.end()) return;
@@ -588,8 +580,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     auto info = pool.moveInfo(sid);
     if (!info) return Status(err::kInvalidValue, "session " + std::to_string(sid) + " is not running on this server");
     MoveOffer o;
-    for (auto& [rid, s] : resume_ids)
-      if (s == sid) o.resume_id = rid;
+    o.resume_id = resumeIdOf(sid);
     if (o.resume_id.empty()) return Status(err::kInvalidValue, "the session cannot be resumed, so it cannot move");
     o.from = cfg.cluster.name;
     o.who = info->who;
@@ -615,12 +606,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
   };
   receive_hooks.start_restorer = [&](uint64_t sid, const std::string& id) -> Result<SessionMover::Restorer> {
     if (resume_ids.count(id)) return Status(err::kInvalidValue, "its resume id is taken here");
-    auto w = spawnWorker(-1, sid, true);
-    if (!w) return w;
-    restorers.insert(w->pid);
-    (void)::send(w->handoff, id.data(), id.size(), MSG_NOSIGNAL);
-    RGPU_LOG_INFO("session {}: worker {} restores it", sid, w->pid);
-    return w;
+    return startRestorer(sid, id);
   };
   receive_hooks.adopt = [&](uint64_t sid, const SessionMover::Restorer& r, const MoveOffer& offer) {
     restorers.erase(r.pid);
@@ -631,11 +617,7 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     service.adoptMoved(sid, r.control);
   };
   receive_hooks.discard = [&](uint64_t sid, const SessionMover::Restorer* r) {
-    if (r) {
-      ::kill(r->pid, SIGKILL);
-      ::close(r->handoff);
-      ::close(r->control);
-    }
+    if (r) dropRestorer(*r);
     service.dropMoved(sid);
   };
   MoveReceiver receiver(io, cfg, mover.key(), snapshot.tls, receive_hooks);

@@ -22,31 +22,7 @@ namespace {
 
 constexpr char kLinkLabel[] = "rgpu member move v1";
 
-std::string hex(const uint8_t* p, size_t n) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    out.push_back(kDigits[p[i] >> 4]);
-    out.push_back(kDigits[p[i] & 15]);
-  }
-  return out;
-}
-
-std::string unhex(const std::string& s) {
-  if (s.size() % 2) return "";
-  auto digit = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  std::string out;
-  for (size_t i = 0; i < s.size(); i += 2) {
-    int hi = digit(s[i]), lo = digit(s[i + 1]);
-    if (hi < 0 || lo < 0) return "";
-    out.push_back(static_cast<char>(hi * 16 + lo));
-  }
-  return out;
-}
+std::string hex(const uint8_t* p, size_t n) { return toHex(std::string(reinterpret_cast<const char*>(p), n)); }
 
 uint64_t toU64(const std::string& s) { return std::strtoull(s.c_str(), nullptr, 10); }
 
@@ -96,7 +72,7 @@ std::string MoveOffer::encode() const {
   std::string mem;
   for (uint64_t m : memory) mem += (mem.empty() ? "" : ",") + std::to_string(m);
   return joinFields({"offer", from, who.user, who.host, who.address, std::to_string(who.pid), std::to_string(session),
-                     hex(reinterpret_cast<const uint8_t*>(resume_id.data()), resume_id.size()), mem,
+                     toHex(resume_id), mem,
                      std::to_string(min_cc), std::to_string(migrations)});
 }
 
@@ -107,7 +83,7 @@ Result<MoveOffer> MoveOffer::decode(const std::string& msg) {
   o.from = f[1];
   o.who = {f[2], f[3], f[4], static_cast<uint32_t>(toU64(f[5]))};
   o.session = toU64(f[6]);
-  o.resume_id = unhex(f[7]);
+  o.resume_id = fromHex(f[7]);
   if (o.resume_id.size() != kMoveSaltBytes) return Status(err::kInvalidValue, "a move offer without a resume id");
   for (size_t at = 0; at < f[8].size();) {
     size_t comma = f[8].find(',', at);

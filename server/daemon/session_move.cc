@@ -32,7 +32,7 @@ struct SessionMover::Move {
   CheckpointFileKey key;
   Restorer restorer;
   std::function<void(Result<std::string>)> done;
-  std::chrono::steady_clock::time_point started, deadline, checkpointed_at, restored_at;
+  std::chrono::steady_clock::time_point started, deadline, checkpointed_at;
   std::string sizes;  // "N MiB of state, M MiB stored"
   std::string drain_ms = "?";  // of the checkpoint's time, waiting for the session's queued work
   std::unique_ptr<asio::posix::stream_descriptor> waiting;  // the socket a step waits on

@@ -113,8 +113,6 @@ class SessionMover {
   // `tries` times kMemberLookupRetry apart (the view may not have been read lately).
   void move(uint64_t session, const std::string& member, std::function<void(Result<std::string>)> done,
             int tries = kMemberLookupTries);
-  // Sessions being moved now.
-  size_t moving() const { return moves_.size(); }
 
  private:
   struct Move;

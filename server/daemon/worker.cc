@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -78,70 +79,59 @@ Result<std::string> awaitDaemon(int handoff_fd, int ms, int* fd) {
   return msg;
 }
 
-// A worker started with --restore: takes the session from the checkpoint the
-// daemon hands over, tells it how that went, and serves the session once
-// the daemon says "go" (the old worker has let go of it).
-// "placed" and placement fields from f[at] on (as placementFromFields reads them).
-Result<Placement> placedFrom(const std::vector<std::string>& f, size_t at) {
-  if (f.size() <= at + 1 || f[at] != "placed") return Status(err::kInvalidValue, "no placement");
-  std::vector<std::string> fields(f.begin() + static_cast<std::ptrdiff_t>(at), f.end());
-  fields[0] = "ok";
-  return placementFromFields(fields);
-}
-
-Status restoreAndServe(Session& session, int handoff_fd, uint64_t session_id) {
-  int file = -1;
-  auto msg = awaitDaemon(handoff_fd, 60000, &file);
-  if (msg && msg->rfind("prerestore", 0) == 0) {
-    // A pre-copy's base first, while the program runs where it is (session_precopy.cc).
-    auto f = splitFields(*msg, 16);
-    auto key = f.size() > 1 ? fileKeyFromHex(f[1]) : Result<CheckpointFileKey>(Status(err::kInvalidValue, "no key"));
-    auto placed = placedFrom(f, 2);
-    Status s = file < 0 ? Status(err::kInvalidValue, "no pre-copy file") : !key ? key.status() : placed.status();
-    auto t0 = std::chrono::steady_clock::now();
-    if (s) {
-      auto reader = CheckpointReader::open(*key, fdSource(file));
-      s = reader ? session.prerestore(**reader, *placed) : reader.status();
-    }
-    if (file >= 0) ::close(file);
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
-    if (s) RGPU_LOG_INFO("session {}: pre-copy placed in {} ms", session_id, ms);
-    std::string report = s ? std::string("prerestored") : joinFields({"failed", s.message().substr(0, 400)});
-    (void)::send(handoff_fd, report.data(), report.size(), MSG_NOSIGNAL);
-    if (!s) {
-      RGPU_LOG_ERROR("session {}: cannot place its pre-copy here: {}", session_id, s.message());
-      return s;
-    }
-    file = -1;
-    msg = awaitDaemon(handoff_fd, 180000, &file);
-  }
+// A file the daemon hands a restoring worker (`msg`, with `file`): `verb`,
+// the file's key, and for a session placed by this daemon (a pre-copy, or a
+// session from another member) "placed" and the placement. `use` reads it;
+// the daemon is told `answer`, or "failed" and why.
+Status takeFile(int handoff_fd, Result<std::string>& msg, int file, const std::string& verb,
+                const std::string& answer, uint64_t session_id,
+                const std::function<Status(CheckpointReader&, const Placement*)>& use) {
   Status s = msg ? Status::ok() : msg.status();
-  // "restore", the file's key, and for a session moved in from another
-  // member "placed" and this member's placement of it.
   auto f = msg ? splitFields(*msg, 16) : std::vector<std::string>{};
-  if (s && (f.size() < 2 || f[0] != "restore" || file < 0)) s = Status(err::kInvalidValue, "no checkpoint to restore");
+  if (s && (f.size() < 2 || f[0] != verb || file < 0)) s = Status(err::kInvalidValue, "no checkpoint to " + verb);
   auto key = s ? fileKeyFromHex(f[1]) : Result<CheckpointFileKey>(s);
   if (!key) s = key.status();
   std::optional<Placement> placed;
   if (s && f.size() > 3 && f[2] == "placed") {
-    auto p = placedFrom(f, 2);
+    std::vector<std::string> fields(f.begin() + 2, f.end());
+    fields[0] = "ok";
+    auto p = placementFromFields(fields);
     if (p) placed = *p;
     else s = p.status();
   }
+  auto t0 = std::chrono::steady_clock::now();
   if (s) {
-    auto t0 = std::chrono::steady_clock::now();
     auto reader = CheckpointReader::open(*key, fdSource(file));
-    s = reader ? session.restore(**reader, placed ? &*placed : nullptr) : reader.status();
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
-    if (s) RGPU_LOG_INFO("session {}: restored in {} ms", session_id, ms);
+    s = reader ? use(**reader, placed ? &*placed : nullptr) : reader.status();
   }
   if (file >= 0) ::close(file);
-  std::string report = s ? std::string("restored") : joinFields({"failed", s.message().substr(0, 400)});
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  if (s) RGPU_LOG_INFO("session {}: {} done in {} ms", session_id, verb, ms);
+  else RGPU_LOG_ERROR("session {}: cannot {} it here: {}", session_id, verb, s.message());
+  std::string report = s ? answer : joinFields({"failed", s.message().substr(0, 400)});
   (void)::send(handoff_fd, report.data(), report.size(), MSG_NOSIGNAL);
-  if (!s) {
-    RGPU_LOG_ERROR("session {}: cannot restore it here: {}", session_id, s.message());
-    return s;
+  return s;
+}
+
+// A worker started with --restore: takes the session from the checkpoint the
+// daemon hands over (after a pre-copy's base, if one comes first), tells it
+// how that went, and serves the session once the daemon says "go" (the old
+// worker has let go of it).
+Status restoreAndServe(Session& session, int handoff_fd, uint64_t session_id) {
+  int file = -1;
+  auto msg = awaitDaemon(handoff_fd, 60000, &file);
+  if (msg && msg->rfind("prerestore", 0) == 0) {
+    // While the program still runs where it is (session_precopy.cc).
+    RGPU_TRY(takeFile(handoff_fd, msg, file, "prerestore", "prerestored", session_id,
+                      [&](CheckpointReader& in, const Placement* placed) {
+                        return placed ? session.prerestore(in, *placed)
+                                      : Status(err::kInvalidValue, "a pre-copy without a placement");
+                      }));
+    file = -1;
+    msg = awaitDaemon(handoff_fd, 180000, &file);
   }
+  RGPU_TRY(takeFile(handoff_fd, msg, file, "restore", "restored", session_id,
+                    [&](CheckpointReader& in, const Placement* placed) { return session.restore(in, placed); }));
   auto verdict = awaitDaemon(handoff_fd, 120000, nullptr);
   if (!verdict || *verdict != "go") {
     RGPU_LOG_WARN("session {}: the move was called off; this worker lets the restored copy go", session_id);

@@ -104,14 +104,13 @@ class Session {
   // another member (its devices, quota and priority here; as many devices
   // as the checkpoint holds); null: the checkpoint's own (a move between
   // workers of one daemon). A session moved in keeps the id its client
-  // knows (clientSessionId) beside this worker's --session-id.
+  // knows (client_session_id_) beside this worker's --session-id.
   Status restore(CheckpointReader& in, const Placement* placed = nullptr);
   // Before restore(): a pre-copy's base (session_precopy.cc), placed on the
   // devices of `placed` (for a move between workers of one daemon, the same
   // ones) while the program still runs elsewhere.
   Status prerestore(CheckpointReader& in, const Placement& placed);
   Status runRestored();
-  uint64_t clientSessionId() const { return client_session_id_; }
   // The session lives on in another worker: this one ended without a word
   // to the client or the pool.
   bool moved() const { return moved_; }

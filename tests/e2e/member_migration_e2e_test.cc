@@ -85,6 +85,12 @@ class MemberMigration : public ::testing::Test {
     if (!model.empty()) t += "[request]\ndevices = 1\nmodel = \"" + model + "\"\n";
     return t;
   }
+  // migrate_client `args` run to its end on the member at `port`, unmoved (the reference).
+  test::RunResult unmoved(uint16_t port, const std::string& args) {
+    test::writeFile(client_.file("alone.toml"), clientToml(port, "Sim A100"));
+    return test::run(migrateClient() + " " + args,
+                     "RGPU_CONFIG=" + client_.file("alone.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  }
   std::thread launch(const std::string& toml, const std::string& args, const std::string& out) {
     test::writeFile(client_.file("client.toml"), toml);
     return std::thread([this, args, out] {
@@ -127,10 +133,8 @@ TEST_F(MemberMigration, ATrainingLoopMovesToAMemberOfAnotherModelAndBackPrinting
   const std::string big = std::getenv("RGPU_MOVE_BIG_MIB") ? std::getenv("RGPU_MOVE_BIG_MIB") : "16";
   // (RGPU_MOVE_STEPS: more steps, for a larger block's longer moves.)
   const std::string n = std::getenv("RGPU_MOVE_STEPS") ? std::getenv("RGPU_MOVE_STEPS") : "400";
-  test::writeFile(client_.file("alone.toml"), clientToml(a->port(), "Sim A100"));
   // Steps without a pause: the weights change between the pre-copy and the checkpoint.
-  test::RunResult alone = test::run(migrateClient() + " " + n + " 0 " + big, "RGPU_CONFIG=" + client_.file("alone.toml") +
-                                                                         " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  test::RunResult alone = unmoved(a->port(), n + " 0 " + big);
   ASSERT_EQ(alone.code, 0) << alone.output;
 
   const std::string out = client_.file("moved.out");
@@ -192,9 +196,7 @@ TEST_F(MemberMigration, ADrainingMemberWithDrainMigrateMovesItsSessionAwayAndExi
   auto a = member(da, "a", "Sim A100", "8.0", "[pool]\ndrain = \"migrate\"\ndrain_timeout_ms = 60000\n");
   auto b = member(db, "b", "Sim L40", "8.9");
   ASSERT_TRUE(waitFor([&] { return registered("a") && registered("b"); }, 10s));
-  test::writeFile(client_.file("alone.toml"), clientToml(a->port(), "Sim A100"));
-  test::RunResult alone = test::run(migrateClient() + " 10 0", "RGPU_CONFIG=" + client_.file("alone.toml") +
-                                                                  " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  test::RunResult alone = unmoved(a->port(), "10 0");
   ASSERT_EQ(alone.code, 0) << alone.output;
   const std::string out = client_.file("drained.out");
   std::thread t = launch(clientToml(a->port(), "Sim A100"), "10 200", out);
@@ -222,9 +224,7 @@ TEST_F(MemberMigration, AMoveThatFailsAtAnyStepLeavesTheSessionRunningWhereItWas
   // c holds another operator key: no link to it authenticates.
   auto c = member(dc, "c", "Sim L40", "8.9", "", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff");
   ASSERT_TRUE(waitFor([&] { return registered("a") && registered("b") && registered("c"); }, 10s));
-  test::writeFile(client_.file("alone.toml"), clientToml(a->port(), "Sim A100"));
-  test::RunResult alone = test::run(migrateClient() + " 40 0 256", "RGPU_CONFIG=" + client_.file("alone.toml") +
-                                                                       " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  test::RunResult alone = unmoved(a->port(), "40 0 256");
   ASSERT_EQ(alone.code, 0) << alone.output;
   const std::string out = client_.file("kept.out");
   std::thread t = launch(clientToml(a->port(), "Sim A100"), "40 200 256", out);
