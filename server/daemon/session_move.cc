@@ -26,6 +26,7 @@ struct SessionMover::Move {
   MoveOffer offer;
   std::string path;      // the checkpoint file
   std::string base_path;  // the pre-copy's base ("": none)
+  bool base_placed = false;  // the new worker holds the base: the checkpoint is written against it
   CheckpointFileKey base_key;
   std::string precopy_note;  // what the pre-copy did, for the move's line
   std::chrono::steady_clock::time_point paused_at;  // the checkpoint was asked for: the program waits from here
@@ -177,6 +178,7 @@ void SessionMover::precopied(const std::shared_ptr<Move>& m, Result<std::string>
         },
         [this, m, t0] {
           m->precopy_note += ", sent and placed by member '" + m->member + "' in " + std::to_string(msSince(t0)) + " ms";
+          m->base_placed = true;
           dropBase(m, "");
           askCheckpoint(m);
         });
@@ -202,6 +204,7 @@ void SessionMover::precopied(const std::shared_ptr<Move>& m, Result<std::string>
       return fail(m, "restore: " + (f.size() > 1 ? f[1] : *a));
     }
     m->precopy_note += ", placed by the new worker in " + std::to_string(msSince(t0)) + " ms";
+    m->base_placed = true;
     dropBase(m, "");
     askCheckpoint(m);
   });
@@ -214,7 +217,10 @@ void SessionMover::askCheckpoint(const std::shared_ptr<Move>& m) {
   m->deadline = m->paused_at + std::chrono::milliseconds(cfg_.resume_grace_ms * 3 / 4);
   int fd = ::open(m->path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
   if (fd < 0) return fail(m, "cannot open the checkpoint file: " + std::string(std::strerror(errno)));
-  bool sent = sendWithFd(m->old_handoff, joinFields({"checkpoint", fileKeyHex(m->key)}), fd);
+  // "base": only what changed since the pre-copy this move's new worker holds;
+  // "whole": everything (a base from an earlier move that failed is not held).
+  bool sent = sendWithFd(m->old_handoff,
+                         joinFields({"checkpoint", fileKeyHex(m->key), m->base_placed ? "base" : "whole"}), fd);
   ::close(fd);
   if (!sent) return fail(m, std::string("cannot ask its worker for a checkpoint: ") + std::strerror(errno));
   expect(m, m->old_handoff, [this, m](Result<std::string> a) { checkpointed(m, std::move(a)); });

@@ -637,7 +637,7 @@ void Session::acceptResumes() {
       {
         std::lock_guard lock(resume_mu_);
         if (move_request_ && move_request_->fd >= 0) ::close(move_request_->fd);
-        move_request_ = MoveRequest{fd, f[1]};
+        move_request_ = MoveRequest{fd, f[1], f.size() >= 3 && f[2] == "base"};
         verdict_ = Verdict::kNone;
       }
       resume_cv_.notify_all();

@@ -141,6 +141,7 @@ class Session {
   struct MoveRequest {
     int fd = -1;          // the checkpoint file, ours to close
     std::string key_hex;  // its key (fileKeyHex)
+    bool against_base = false;  // the new worker holds this session's pre-copy base
   };
   // kForward: committed to another member; this worker answers the
   // client's resumes with a redirect there (forward_) before it ends.

@@ -362,7 +362,8 @@ bool Session::checkpointForMove(MoveRequest req) {
   if (std::string why = notCheckpointable(); !why.empty()) return refuse("cannot be checkpointed: " + why);
   auto key = fileKeyFromHex(req.key_hex);
   if (!key) return refuse(key.status().message());
-  joinPrecopy();  // its base, if any, is what the checkpoint is written against
+  joinPrecopy();  // its base, if the new worker holds it, is what the checkpoint is written against
+  if (!req.against_base) precopy_base_.reset();  // (one an earlier move made, which this one's worker lacks)
   {
     // A pre-copy asked for and not started is not wanted any more.
     std::lock_guard lock(resume_mu_);

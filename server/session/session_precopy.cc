@@ -41,7 +41,7 @@ void Session::startPrecopy() {
     ::close(req.fd);
     tellDaemon(joinFields({"precopy-refused", why}));
   };
-  if (precopy_thread_.joinable()) return refuse("a pre-copy ran already");
+  joinPrecopy();  // an earlier move's pre-copy (that move failed): this one's replaces it
   if (std::string why = notCheckpointable(); !why.empty()) return refuse("cannot be checkpointed: " + why);
   auto key = fileKeyFromHex(req.key_hex);
   if (!key) return refuse(key.status().message());

@@ -274,7 +274,7 @@ TEST_F(Migration, AWorkerKilledWhileRestoringLeavesTheSessionRunningWhereItWas) 
   startWithCheckpoints();
   // 768 MiB of pseudo-random memory: the restore takes long enough to be killed in.
   const std::string out = dir_.file("kill.out");
-  std::thread t = launch("6 150 768", out);
+  std::thread t = launch("40 150 768", out);
   waitFor([&] { return readFile(out).find("step 2 ") != std::string::npos; }, out);
   const std::string sid = lastSession();
   std::thread move([&] {
@@ -291,9 +291,15 @@ TEST_F(Migration, AWorkerKilledWhileRestoringLeavesTheSessionRunningWhereItWas) 
       "the restoring worker");
   ::kill(std::stoi(m[1].str()), SIGKILL);
   move.join();
+  // The next move makes a pre-copy of its own (the failed one's base went
+  // with its worker) and succeeds.
+  RunResult again = smi("alice", "--migrate " + sid);
+  EXPECT_EQ(again.code, 0) << again.output << server_->log();
+  EXPECT_NE(again.output.find("pre-copy of "), std::string::npos) << again.output;
   t.join();
   std::string got = readFile(out);
-  EXPECT_NE(got.find("step 6 checksum"), std::string::npos) << got << server_->log();
+  EXPECT_NE(got.find("step 40 checksum"), std::string::npos) << got << server_->log();
+  EXPECT_NE(got.find("steps counted on the device: 40"), std::string::npos) << got;
   EXPECT_NE(got.find("big: 768 MiB, 0 words wrong"), std::string::npos) << got;
   EXPECT_NE(got.find("done"), std::string::npos);
   EXPECT_EQ(checkpointsLeft(), 0u);
