@@ -626,8 +626,8 @@ static int serve(ConfigSnapshot snapshot, const DaemonOptions& opts, const Backe
     std::vector<uint64_t> sessions;
     for (auto& [pid, sid] : workers)
       if (!superseded.count(pid) && !restorers.count(pid)) sessions.push_back(sid);
-    moveAllAway(std::move(sessions), pool, [&](const DeviceRequest& req) {
-      return membership ? membership->moveTarget(req) : std::nullopt;
+    moveAllAway(std::move(sessions), pool, [&](const DeviceRequest& req, const std::set<std::string>& tried) {
+      return membership ? membership->moveTarget(req, tried) : std::nullopt;
     }, mover);
   };
 

@@ -117,30 +117,46 @@ Result<std::string> readMoveMessage(common::TlsConnection& conn) {
   return msg;
 }
 
-void moveAllAway(std::vector<uint64_t> sessions, const PoolManager& pool,
-                 std::function<std::optional<std::string>(const DeviceRequest&)> target, SessionMover& mover) {
-  auto queue = std::make_shared<std::deque<uint64_t>>(sessions.begin(), sessions.end());
+void moveAllAway(std::vector<uint64_t> sessions, const PoolManager& pool, DrainTarget target, SessionMover& mover) {
+  // Each session with the members it was tried on and why they did not take it.
+  struct Pending {
+    uint64_t sid = 0;
+    std::set<std::string> tried;
+    std::string failures;
+  };
+  auto queue = std::make_shared<std::deque<Pending>>();
+  for (uint64_t sid : sessions) queue->push_back({sid, {}, {}});
   auto next = std::make_shared<std::function<void()>>();
   // (`next` lives while a move's callback holds it; a move may also answer at once.)
   *next = [&pool, &mover, queue, target = std::move(target), weak = std::weak_ptr<std::function<void()>>(next)] {
     auto self = weak.lock();
     if (!self) return;
     while (!queue->empty()) {
-      uint64_t sid = queue->front();
+      Pending p = std::move(queue->front());
       queue->pop_front();
-      auto info = pool.moveInfo(sid);
+      auto info = pool.moveInfo(p.sid);
       if (!info) continue;  // not admitted (queued), or ended meanwhile
       DeviceRequest req;
       req.count = static_cast<uint32_t>(info->memory.size());
       for (uint64_t m : info->memory) req.min_memory = std::max(req.min_memory, m);
-      auto to = target(req);
+      auto to = p.tried.size() < kDrainMoveTries ? target(req, p.tried) : std::nullopt;
       if (!to) {
-        RGPU_LOG_WARN("drain: session {} stays until the drain deadline: no other member has room for it ({} "
-                      "device(s), {} each)", sid, req.count, formatBytes(req.min_memory));
+        if (p.tried.empty())
+          RGPU_LOG_WARN("drain: session {} stays until the drain deadline: no other member has room for it ({} "
+                        "device(s), {} each)", p.sid, req.count, formatBytes(req.min_memory));
+        else
+          RGPU_LOG_WARN("drain: session {} stays until the drain deadline: {} member(s) tried: {}", p.sid,
+                        p.tried.size(), p.failures);
         continue;
       }
-      mover.move(sid, *to, [sid, self](Result<std::string> r) {
-        if (!r) RGPU_LOG_WARN("drain: session {} stays until the drain deadline: {}", sid, r.status().message());
+      p.tried.insert(*to);
+      mover.move(p.sid, *to, [p, to = *to, queue, self](Result<std::string> r) mutable {
+        if (!r) {
+          RGPU_LOG_WARN("drain: session {} not moved to member '{}': {}; trying another", p.sid, to,
+                        r.status().message());
+          p.failures += (p.failures.empty() ? "" : "; ") + to + ": " + r.status().message();
+          queue->push_front(std::move(p));
+        }
         (*self)();
       });
       return;

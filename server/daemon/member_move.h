@@ -43,6 +43,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,10 +78,13 @@ Result<std::string> readMoveMessage(common::TlsConnection& conn);
 bool runOnIo(asio::io_context& io, const std::atomic<bool>& stopping, std::function<void()> fn);
 
 // [pool] drain = "migrate": moves `sessions`, one after another, each to the
-// member `target` picks for what it holds (none: it stays, logged), by
-// `mover`; a session that does not move stays until the drain deadline.
-void moveAllAway(std::vector<uint64_t> sessions, const PoolManager& pool,
-                 std::function<std::optional<std::string>(const DeviceRequest&)> target, SessionMover& mover);
+// member `target` picks for what it holds among those it has not tried for
+// that session (none: it stays, logged), by `mover`. A move that fails is
+// tried on the next member, kDrainMoveTries members in all; a session that
+// does not move stays until the drain deadline.
+inline constexpr size_t kDrainMoveTries = 3;
+using DrainTarget = std::function<std::optional<std::string>(const DeviceRequest&, const std::set<std::string>& tried)>;
+void moveAllAway(std::vector<uint64_t> sessions, const PoolManager& pool, DrainTarget target, SessionMover& mover);
 
 // Shuts `conn` down at `deadline` unless disarmed first: a blocked read or
 // write on the link then fails instead of waiting for ever.

@@ -93,10 +93,10 @@ void PoolMembership::publishLoad() {
   });
 }
 
-std::optional<std::string> PoolMembership::moveTarget(const DeviceRequest& req) {
+std::optional<std::string> PoolMembership::moveTarget(const DeviceRequest& req, const std::set<std::string>& tried) {
   std::vector<cluster::MemberView> others;
   for (auto& v : member_->view())
-    if (v.name != name_ && !v.draining) others.push_back(v);
+    if (v.name != name_ && !v.draining && !tried.count(v.name)) others.push_back(v);
   auto i = cluster::choose(others, req, policy_, name_);
   if (!i) return std::nullopt;
   return others[*i].name;

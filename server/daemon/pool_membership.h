@@ -8,6 +8,7 @@
 #include <asio.hpp>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,9 +37,9 @@ class PoolMembership {
   // The pool as last read (fresh when it was not read lately): for moving
   // sessions to other members.
   std::vector<cluster::MemberView> view() { return member_->view(); }
-  // The member (not this one, not draining) that should take a session
-  // needing `req` as the pool's policy places programs, or none.
-  std::optional<std::string> moveTarget(const DeviceRequest& req);
+  // The member (not this one, not draining, none of `tried`) that should
+  // take a session needing `req` as the pool's policy places programs, or none.
+  std::optional<std::string> moveTarget(const DeviceRequest& req, const std::set<std::string>& tried = {});
 
  private:
   PoolMembership(asio::io_context& io, PoolManager& pool, PoolService& service, PoolService::HealthFn health,

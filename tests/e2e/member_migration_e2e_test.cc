@@ -61,12 +61,13 @@ class MemberMigration : public ::testing::Test {
   // one session in the pool at most.
   std::unique_ptr<test::ServerProcess> member(const test::TempDir& dir, const std::string& name,
                                               const std::string& model, const std::string& cc,
-                                              const std::string& extra = "", const std::string& key = kKey) {
+                                              const std::string& extra = "", const std::string& key = kKey,
+                                              const std::string& memory = "2GiB") {
     const std::string key_file = dir.file("checkpoint.key");
     test::writeFile(key_file, key + std::string("\n"));
     ::chmod(key_file.c_str(), 0600);
     std::string toml = test::serverToml(
-        certs_.path(), "[[sim.devices]]\nname = \"" + model + "\"\nmemory = \"2GiB\"\ncompute_capability = \"" + cc +
+        certs_.path(), "[[sim.devices]]\nname = \"" + model + "\"\nmemory = \"" + memory + "\"\ncompute_capability = \"" + cc +
                            "\"\nsm_count = 8\n[cluster]\nendpoints = [\"" + etcd_->endpoint() + "\"]\nname = \"" +
                            name + "\"\nlease_ttl_s = 2\nload_interval_ms = 200\n[checkpoint]\ndir = \"" +
                            dir.file("checkpoints") + "\"\nkey_file = \"" + key_file + "\"\n[accounting]\npath = \"" +
@@ -191,11 +192,15 @@ TEST_F(MemberMigration, ATrainingLoopMovesToAMemberOfAnotherModelAndBackPrinting
   EXPECT_NE(last.find("\"migrations\":2"), std::string::npos) << acct_a;
 }
 
+// The pool's first choice, c (the most free memory), holds another operator
+// key and cannot take the session: the drain tries the next member, b.
 TEST_F(MemberMigration, ADrainingMemberWithDrainMigrateMovesItsSessionAwayAndExits) {
-  test::TempDir da, db;
+  test::TempDir da, db, dc;
   auto a = member(da, "a", "Sim A100", "8.0", "[pool]\ndrain = \"migrate\"\ndrain_timeout_ms = 60000\n");
   auto b = member(db, "b", "Sim L40", "8.9");
-  ASSERT_TRUE(waitFor([&] { return registered("a") && registered("b"); }, 10s));
+  auto c = member(dc, "c", "Sim L40", "8.9", "", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+                  "8GiB");
+  ASSERT_TRUE(waitFor([&] { return registered("a") && registered("b") && registered("c"); }, 10s));
   test::RunResult alone = unmoved(a->port(), "10 0");
   ASSERT_EQ(alone.code, 0) << alone.output;
   const std::string out = client_.file("drained.out");
@@ -212,6 +217,8 @@ TEST_F(MemberMigration, ADrainingMemberWithDrainMigrateMovesItsSessionAwayAndExi
   t.join();
   std::string moved = test::readFile(out);
   EXPECT_EQ(steps(moved), steps(alone.output)) << moved << "\na:\n" << a->log() << "\nb:\n" << b->log();
+  EXPECT_NE(a->log().find("not moved to member 'c': "), std::string::npos) << a->log();
+  EXPECT_NE(c->log().find("did not come in"), std::string::npos) << c->log();
   EXPECT_NE(a->log().find("moved to member 'b' in "), std::string::npos) << a->log();
   EXPECT_NE(b->log().find("moved here: it is session"), std::string::npos) << b->log();
   std::printf("member-migration: a drained by moving its session in %.2f s\n", drained_s);
