@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <set>
 
 namespace rgpu::common {
 namespace {
@@ -237,6 +238,142 @@ uint32_t ptxTypeSize(const std::string& t) {
 }
 
 }  // namespace
+
+namespace {
+
+void ptxVariables(const std::string& ptx, std::set<std::string>& out) {
+  PtxLexer lx{ptx};
+  int depth = 0;  // inside a function's parameters or body
+  bool declares = false, external = false;
+  for (std::string t = lx.token(); !t.empty(); t = lx.token()) {
+    if (t == "{" || t == "(") {
+      ++depth;
+    } else if (t == "}" || t == ")") {
+      depth = std::max(0, depth - 1);
+      if (depth == 0) declares = external = false;
+    } else if (t == ";") {
+      if (depth == 0) declares = external = false;
+    } else if (depth == 0) {
+      if (t == ".extern") external = true;
+      else if (t == ".global" || t == ".const") declares = true;
+      else if (t == ".entry" || t == ".func") declares = false;
+      else if (declares && t[0] != '.' && !std::isdigit(static_cast<unsigned char>(t[0]))) {
+        std::string name = t.substr(0, t.find('='));
+        if (!external && !name.empty()) out.insert(name);
+        declares = false;  // the rest is its initialiser
+      }
+    }
+  }
+}
+
+void elfVariables(const std::string& elf, std::set<std::string>& out) {
+  auto* b = reinterpret_cast<const uint8_t*>(elf.data());
+  const size_t len = elf.size();
+  Elf64_Ehdr eh;
+  if (!readAt(b, len, 0, eh) || eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shstrndx >= eh.e_shnum) return;
+  std::vector<Elf64_Shdr> sh(eh.e_shnum);
+  for (size_t i = 0; i < sh.size(); ++i)
+    if (!readAt(b, len, eh.e_shoff + i * sizeof(Elf64_Shdr), sh[i])) return;
+  auto str = [&](const Elf64_Shdr& table, uint64_t at) -> std::string {
+    if (table.sh_offset > len || table.sh_size > len - table.sh_offset || at >= table.sh_size) return {};
+    const char* p = elf.data() + table.sh_offset + at;
+    return std::string(p, strnlen(p, table.sh_size - at));
+  };
+  for (const Elf64_Shdr& symtab : sh) {
+    if (symtab.sh_type != SHT_SYMTAB || symtab.sh_link >= sh.size()) continue;
+    if (symtab.sh_offset > len || symtab.sh_size > len - symtab.sh_offset) continue;
+    for (uint64_t at = 0; at + sizeof(Elf64_Sym) <= symtab.sh_size; at += sizeof(Elf64_Sym)) {
+      Elf64_Sym sym;
+      if (!readAt(b, len, symtab.sh_offset + at, sym)) break;
+      if (ELF64_ST_TYPE(sym.st_info) != STT_OBJECT || sym.st_shndx >= sh.size()) continue;
+      const std::string section = str(sh[eh.e_shstrndx], sh[sym.st_shndx].sh_name);
+      if (section.rfind(".nv.global", 0) != 0 && section.rfind(".nv.constant", 0) != 0 &&
+          section.rfind(".nv.managed", 0) != 0)
+        continue;
+      std::string name = str(sh[symtab.sh_link], sym.st_name);
+      if (!name.empty()) out.insert(name);
+    }
+  }
+}
+
+}  // namespace
+
+std::set<std::string> kernelsCallingMalloc(const FatbinImage& image) {
+  std::set<std::string> out;
+  bool any_ptx = false;
+  for (auto& e : image.entries) {
+    if (e.kind != FatbinEntry::kPtx) continue;
+    any_ptx = true;
+    // Each function's callees; "" stands for an indirect call.
+    std::map<std::string, std::set<std::string>> calls;
+    std::set<std::string> entries;
+    PtxLexer lx{e.payload};
+    int depth = 0;
+    bool header = false, is_entry = false, after_call = false;
+    int call_depth = 0;  // a call's return list is in parentheses: its callee is after them
+    std::string fn, current;
+    for (std::string t = lx.token(); !t.empty(); t = lx.token()) {
+      if (t == "{" || t == "(") {
+        if (t == "{" && depth == 0 && !fn.empty()) current = fn;
+        ++depth;
+        continue;
+      }
+      if (t == "}" || t == ")") {
+        depth = std::max(0, depth - 1);
+        if (depth == 0 && t == "}") current.clear(), fn.clear();
+        continue;
+      }
+      if (depth == 0) {
+        if (t == ".entry" || t == ".func") header = true, is_entry = t == ".entry", fn.clear();
+        else if (t == ";") header = false, fn.clear();
+        else if (header && t[0] != '.') {
+          fn = t;
+          header = false;
+          if (is_entry) entries.insert(fn);
+        }
+        continue;
+      }
+      if (current.empty()) continue;
+      if (t.rfind("call", 0) == 0 && (t.size() == 4 || t[4] == '.')) {
+        after_call = true;
+        call_depth = depth;
+      } else if (after_call && depth == call_depth && t != ",") {
+        if (t[0] == '%') calls[current].insert("");  // through a register
+        else calls[current].insert(t);
+        after_call = false;
+      }
+    }
+    // Functions that reach malloc, to a fixed point.
+    std::set<std::string> reach = {"malloc", ""};
+    for (bool grew = true; grew;) {
+      grew = false;
+      for (auto& [f, callees] : calls)
+        if (!reach.count(f))
+          for (auto& c : callees)
+            if (reach.count(c)) {
+              reach.insert(f);
+              grew = true;
+              break;
+            }
+    }
+    for (auto& k : entries)
+      if (reach.count(k)) out.insert(k);
+  }
+  if (!any_ptx)
+    for (auto& e : image.entries)
+      if (e.payload.find("malloc") != std::string::npos)
+        for (auto& [name, k] : image.kernels) out.insert(name);
+  return out;
+}
+
+std::vector<std::string> moduleVariables(const FatbinImage& image) {
+  std::set<std::string> names;
+  for (auto& e : image.entries) {
+    if (e.kind == FatbinEntry::kPtx) ptxVariables(e.payload, names);
+    else if (e.kind == FatbinEntry::kElf) elfVariables(e.payload, names);
+  }
+  return {names.begin(), names.end()};
+}
 
 Result<FatbinImage> parseImage(const void* data, size_t len) {
   auto* b = static_cast<const uint8_t*>(data);

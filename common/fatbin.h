@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,18 @@ Result<std::map<std::string, KernelInfo>> kernelsFromElf(const std::string& elf)
 
 // Parameter layouts from PTX `.entry` signatures.
 Result<std::map<std::string, KernelInfo>> kernelsFromPtx(const std::string& ptx);
+
+// The module-scope variables an image declares (__device__, __constant__,
+// __managed__: PTX `.global`/`.const` declarations outside functions, and a
+// cubin's data objects), sorted and without repeats. Names the driver may
+// not know (a cubin's internal objects) can be among them: ask it.
+std::vector<std::string> moduleVariables(const FatbinImage& image);
+
+// The kernels of an image that may call device malloc (directly or through
+// the functions they call; an indirect call counts as one that may). From
+// the PTX's call graph; an image without PTX: every kernel, if any of its
+// code names malloc.
+std::set<std::string> kernelsCallingMalloc(const FatbinImage& image);
 
 // A module image as cuModuleLoadData and cudaLibraryLoadData take it: a fatbin,
 // an ELF cubin or PTX text (up to its first NUL), as one FatbinImage (a cubin

@@ -10,8 +10,11 @@
 #   5. gpu_bench natively and through rgpu: round-trip latency, launch rate,
 #      H2D/D2H bandwidth, and the ratios;
 #   6. the worker sandbox's refusals with NVIDIA's driver;
-#   7. striped bulk transfer (rgpu-bench --stripes) on a host with many cores.
-# Finishes within 8 minutes on a 16-core host with one GPU. Exit status 0 only
+#   7. striped bulk transfer (rgpu-bench --stripes) on a host with many cores;
+#   8. a training loop moved twice between workers on the CUDA backend
+#      (rgpu-smi --migrate, docs/migration.md), its lines compared with an
+#      unmoved run's, and the pauses.
+# Finishes within 9 minutes on a 16-core host with one GPU. Exit status 0 only
 # when every step passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -111,6 +114,40 @@ else
   status=1
   tail -20 "$work/stripes.out"
   note "striped bulk: rgpu-bench --stripes FAILED"
+fi
+# 8. Moving a session on the CUDA backend: memory mapped again at its
+# addresses, module variables where the driver put them (docs/migration.md).
+mig="$work/migrate" && mkdir -p "$mig/checkpoints"
+openssl rand -hex 32 >"$mig/key" && chmod 600 "$mig/key"
+sed -e 's/^cert_cn = "check"$/cert_cn = "check"\nadmin = true/' "$work/server.toml" >"$mig/server.toml"
+printf '[checkpoint]\ndir = "%s"\nkey_file = "%s"\n' "$mig/checkpoints" "$mig/key" >>"$mig/server.toml"
+for f in server.pem server.key ca.pem check.pem check.key; do cp "$work/$f" "$mig/"; done
+"$build/server/rgpu-server" --config "$mig/server.toml" --port-file "$mig/port" 2>"$mig/server.log" &
+mserver=$!
+for _ in $(seq 600); do [ -s "$mig/port" ] && break; kill -0 $mserver 2>/dev/null || break; sleep 0.05; done
+sed -e "s/^server = .*/server = \"127.0.0.1:$(cat "$mig/port" 2>/dev/null)\"/" "$work/client.toml" >"$mig/client.toml"
+for f in ca.pem check.pem check.key; do cp "$work/$f" "$mig/"; done
+mig_env=(env RGPU_CONFIG="$mig/client.toml" LD_LIBRARY_PATH="$build/client")
+program="$build/tests/e2e/migrate_client"
+steps() { grep -E '^(step|big:|timing:|done)' "$1"; }
+"${mig_env[@]}" "$program" 12 0 64 >"$mig/alone.out" 2>&1
+"${mig_env[@]}" "$program" 12 300 64 >"$mig/moved.out" 2>&1 &
+client=$!
+moves=""
+for at in 3 8; do
+  for _ in $(seq 600); do grep -q "^step $at " "$mig/moved.out" && break; sleep 0.05; done
+  sid=$(grep -o "session [0-9]*: user 'check' placed" "$mig/server.log" | tail -1 | awk '{print $2}' | tr -d :)
+  moves+="$("${mig_env[@]}" "$build/client/rgpu-smi" --migrate "$sid" 2>&1 | tail -1); "
+done
+wait $client
+kill $mserver 2>/dev/null; wait $mserver 2>/dev/null
+if [ -n "$(steps "$mig/alone.out")" ] && [ "$(steps "$mig/alone.out")" = "$(steps "$mig/moved.out")" ] &&
+   grep -q "big: 64 MiB, 0 words wrong" "$mig/moved.out"; then
+  note "migration (cuda backend): moved twice, every line as unmoved: $moves"
+else
+  status=1
+  tail -20 "$mig/moved.out" "$mig/server.log"
+  note "migration (cuda backend): FAILED: $moves"
 fi
 # What zeroing fresh device memory ([cuda] scrub) cost the workers (docs/security.md).
 scrub=$(grep -o "scrub: .*" "$work/server.log" | tail -3 | tr "\n" ";")

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -394,6 +395,17 @@ class Backend {
   // memory: what it reads may be torn, and is checked again later); nullptr
   // when this backend's memory cannot be read so.
   virtual const uint8_t* hostView(DevPtr at, uint64_t size) const { return nullptr; }
+  // Copies [at, at + size) of allocation memory of `device` to `out` from a
+  // thread other than the dispatcher's, while the session's streams run (a
+  // pre-copy: what it reads may be torn, and is checked again later); the
+  // bytes of an allocation freed meanwhile read as zeroes. kNotSupported when
+  // this backend cannot. By default: through hostView.
+  virtual Status readWhileRunning(int device, DevPtr at, uint64_t size, uint8_t* out) {
+    const uint8_t* p = hostView(at, size);
+    if (!p) return Status(err::kNotSupported, "the " + name() + " backend's memory cannot be read while the session runs");
+    std::memcpy(out, p, size);
+    return Status::ok();
+  }
   // Allocates exactly [at, at + size) on `device` (as allocate() does, at a
   // chosen address): kMemoryAllocation when any of it is taken.
   virtual Status allocateAt(int device, DevPtr at, uint64_t size) {

@@ -340,7 +340,7 @@ Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWr
   return Status::ok();
 }
 
-Result<PrecopyBase> writePrecopyBase(const Backend& backend, uint32_t span_index, const std::vector<PrecopyRange>& ranges,
+Result<PrecopyBase> writePrecopyBase(Backend& backend, uint32_t span_index, const std::vector<PrecopyRange>& ranges,
                                      CheckpointWriter& out) {
   PrecopyBase base;
   base.span_index = span_index;
@@ -348,20 +348,17 @@ Result<PrecopyBase> writePrecopyBase(const Backend& backend, uint32_t span_index
   RGPU_TRY(out.putU32(span_index));
   RGPU_TRY(out.putU64(ranges.size()));
   for (auto& r : ranges) {
-    if (!backend.hostView(r.base, r.size))
-      return Status(err::kNotSupported, "the " + backend.name() + " backend's memory cannot be read while the session runs");
     RGPU_TRY(out.putI32(r.device));
     RGPU_TRY(out.putU64(r.base));
     RGPU_TRY(out.putU64(r.size));
   }
   std::vector<uint8_t> slice(kDeviceImageSliceBytes);
   for (auto& r : ranges) {
-    const uint8_t* p = backend.hostView(r.base, r.size);
     SliceHashes hashes;
     for (uint64_t off = 0; off < r.size; off += kDeviceImageSliceBytes) {
       const uint64_t m = std::min(kDeviceImageSliceBytes, r.size - off);
       // One copy, then its hash and its bytes: both of the same bytes, however the program writes meanwhile.
-      std::memcpy(slice.data(), p + off, m);
+      RGPU_TRY(backend.readWhileRunning(r.device, r.base + off, m, slice.data()));
       hashes.push_back(sliceHash(slice.data(), m));
       RGPU_TRY(out.put(slice.data(), m));
     }

@@ -121,8 +121,8 @@ inline constexpr uint64_t kDeviceImageSliceBytes = 256ull << 10;
 
 // ---- pre-copy (docs/migration.md) --------------------------------------------
 // While the session still runs, its device allocations are copied to a base
-// (writePrecopyBase: read in place, Backend::hostView, racing with the
-// program's work) and each slice's XXH3-128 hash of the bytes copied is kept.
+// (writePrecopyBase: Backend::readWhileRunning, racing with the program's
+// work) and each slice's XXH3-128 hash of the bytes copied is kept.
 // The new worker places those allocations and fills them from the base
 // (restorePrecopyBase), also while the program runs. The checkpoint written
 // once the session drained then sends only the slices whose bytes differ
@@ -140,8 +140,8 @@ struct PrecopyBase {
   uint64_t bytes = 0;
 };
 // Copies `ranges` (in this order) to `out` as the program runs: kNotSupported
-// when the backend cannot be read in place.
-Result<PrecopyBase> writePrecopyBase(const Backend& backend, uint32_t span_index, const std::vector<PrecopyRange>& ranges,
+// when the backend cannot be read so.
+Result<PrecopyBase> writePrecopyBase(Backend& backend, uint32_t span_index, const std::vector<PrecopyRange>& ranges,
                                      CheckpointWriter& out);
 // The span index a base was written for (read first: the backend is made for it).
 Result<uint32_t> readPrecopySpan(CheckpointReader& in);

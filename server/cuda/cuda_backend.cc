@@ -77,7 +77,7 @@ Status CudaBackend::init() {
     RGPU_LOG_INFO("cuda: device {} (host GPU {}): {}, compute capability {}.{}, {} SMs, {} MiB", i, ordinals[i], name,
                   descriptions_.back().major, descriptions_.back().minor, descriptions_.back().sm_count, total >> 20);
   }
-  if (opts_.address_window) {
+  if (opts_.address_window || opts_.fixed_addresses) {
     std::vector<WindowedMemory::DeviceInfo> infos;
     for (size_t i = 0; i < devices_.size(); ++i) infos.push_back({devices_[i].dev, descriptions_[i].total_mem});
     windows_ = WindowedMemory::create(api, infos, opts_.address_window, [this](int i) { return use(i); });
@@ -176,6 +176,8 @@ CudaBackend::~CudaBackend() {
     if (devices_[d].scrub_done) (void)api.cuEventDestroy(devices_[d].scrub_done);
     if (devices_[d].scrub_start) (void)api.cuEventDestroy(devices_[d].scrub_start);
     if (devices_[d].scrub_stream) (void)api.cuStreamDestroy(devices_[d].scrub_stream);
+    if (devices_[d].peek_done) (void)api.cuEventDestroy(devices_[d].peek_done);
+    if (devices_[d].peek_stream) (void)api.cuStreamDestroy(devices_[d].peek_stream);
   }
   if (!devices_.empty() && use(0))
     for (auto& [cap, p] : idle_pinned_) (void)api.cuMemFreeHost(p.data);
@@ -212,7 +214,10 @@ Status CudaBackend::setPrintfFifo(int device, uint64_t bytes) {
 Status CudaBackend::setMallocHeap(int device, uint64_t bytes) {
   RGPU_TRY(use(device));
   DriverApi& api = *api_;
-  return RGPU_CU(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, bytes));
+  RGPU_TRY(RGPU_CU(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, bytes)));
+  std::lock_guard lock(mu_);
+  devices_[static_cast<size_t>(device)].malloc_heap = bytes;  // (a checkpoint carries it)
+  return Status::ok();
 }
 
 void CudaBackend::setAsyncErrorSink(std::function<void(Status)> sink) {
@@ -577,6 +582,7 @@ Status CudaBackend::launch(StreamKey key, uint32_t function, const LaunchConfig&
   if (s->first != f.device)
     return Status(err::kInvalidDeviceFunction, "the kernel's module is loaded on device " + std::to_string(f.device) +
                                                    ", the stream is on device " + std::to_string(s->first));
+  if (f.mallocs) malloc_used_.store(true);  // its blocks are the driver's from now on
   size_t size = params.size();
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, params.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                    CU_LAUNCH_PARAM_END};
@@ -695,6 +701,8 @@ Status CudaBackend::recordEvent(uint32_t event, StreamKey key) {
   if (it != events_.end()) {
     it->second.replies = repliesLocked(key);
     it->second.replies_due = it->second.replies ? it->second.replies->issued : 0;
+    it->second.recorded = true;
+    it->second.shift_ns = 0;
   }
   return Status::ok();
 }
@@ -841,6 +849,8 @@ Result<float> CudaBackend::elapsedMs(uint32_t start, uint32_t end) {
   RGPU_TRY(use(a->device));
   float ms = 0;
   RGPU_TRY(RGPU_CU(cuEventElapsedTime(&ms, a->handle, b->handle)));
+  // A restored event's driver time is later than when it completed (cuda_checkpoint.cc).
+  if (a->shift_ns != b->shift_ns) ms += static_cast<float>(static_cast<double>(a->shift_ns - b->shift_ns) / 1e6);
   return ms;
 }
 
@@ -871,6 +881,8 @@ Status CudaBackend::loadModule(uint32_t id, int device, const std::string& fatbi
   mod.device = device;
   mod.handle = m;
   for (auto& [name, k] : image->kernels) mod.param_bytes[name] = k.param_bytes;
+  mod.variables = common::moduleVariables(*image);
+  mod.mallocs = common::kernelsCallingMalloc(*image);
   for (auto& e : image->entries)
     if (e.payload.find("vprintf") != std::string::npos || e.payload.find("__assertfail") != std::string::npos)
       printf_possible_ = true;
@@ -897,12 +909,14 @@ Result<uint32_t> CudaBackend::registerFunction(uint32_t id, uint32_t module, con
   CUmodule m;
   int device;
   std::optional<uint32_t> expected;
+  bool mallocs = false;
   {
     std::lock_guard lock(mu_);
     auto it = modules_.find(module);
     if (it == modules_.end()) return Status(err::kInvalidResourceHandle, "unknown module");
     m = it->second.handle;
     device = it->second.device;
+    mallocs = it->second.mallocs.count(name) != 0;
     if (auto k = it->second.param_bytes.find(name); k != it->second.param_bytes.end()) expected = k->second;
   }
   RGPU_TRY(use(device));
@@ -932,7 +946,7 @@ Result<uint32_t> CudaBackend::registerFunction(uint32_t id, uint32_t module, con
     return Status(err::kInvalidKernelImage, "kernel " + name + ": no parameter layout in the fatbin, and the driver "
                                             "cannot tell (cuFuncGetParamInfo needs a 12.4+ driver)");
   std::lock_guard lock(mu_);
-  functions_[id] = {module, device, f, name};
+  functions_[id] = {module, device, f, name, mallocs};
   return driver_bytes ? *driver_bytes : *expected;
 }
 

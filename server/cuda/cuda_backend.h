@@ -63,6 +63,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -94,6 +95,10 @@ struct CudaOptions {
   // members (> 0): its device memory goes in that part's address window
   // (windowed_memory.h). 0: where cuMemAlloc puts it.
   uint32_t address_window = 0;
+  // The server checkpoints sessions ([checkpoint]): every device's memory
+  // goes in address window 0 (windowed_memory.h), where a new worker can
+  // map the same addresses again (cuda_checkpoint.cc).
+  bool fixed_addresses = false;
   // [cuda] scrub: device memory is zeroed before the session is given it, so
   // no session reads what another left in the GPU's memory — whether it
   // freed it, ended, or its worker died (the driver does not promise zeroes).
@@ -183,6 +188,16 @@ class CudaBackend final : public Backend {
   Result<uint32_t> endNativeGraph(bool keep) override;
   Status launchNativeGraph(StreamKey s, uint32_t graph, Staging in = nullptr, ReadDone out = nullptr) override;
   void destroyNativeGraph(uint32_t graph) override;
+  // Checkpoint and restore (cuda_checkpoint.cc; server/checkpoint/device_image.h).
+  std::string notCheckpointable() const override;
+  Status readWhileRunning(int device, DevPtr at, uint64_t size, uint8_t* out) override;
+  Status allocateAt(int device, DevPtr at, uint64_t size) override;
+  Result<std::vector<MallocHeap>> mallocHeaps() const override;
+  Status restoreMallocHeap(const MallocHeap& heap) override;
+  Result<std::vector<ModuleGlobal>> moduleGlobals(uint32_t module) const override;
+  Status loadModuleAt(uint32_t id, int device, const std::string& fatbin, const std::vector<ModuleGlobal>& at) override;
+  Result<EventState> eventState(uint32_t event) const override;
+  Status restoreEvent(uint32_t event, int device, uint32_t flags, const EventState& state) override;
   // (cuda_blas.cc)
   Status blas(StreamKey s, const BlasArgs& call, ReadDone done) override;
   Status ltMatmul(StreamKey s, const LtArgs& call) override;
@@ -225,6 +240,14 @@ class CudaBackend final : public Backend {
     // the first array, grown for a wider row, freed with the backend.
     CUdeviceptr scrub_zero = 0;
     uint64_t scrub_zero_bytes = 0;
+    // cudaLimitMallocHeapSize as the session set it (0: never set).
+    uint64_t malloc_heap = 0;
+    // Reads of a running session's memory (readWhileRunning, under peek_mu_):
+    // a stream of their own, which waits for no work of the session's but
+    // for its scrubs, and an event to wait on.
+    CUstream peek_stream = nullptr;
+    CUevent peek_done = nullptr;
+    uint64_t peek_scrub_seen = 0;  // under mu_
   };
   struct Stream {
     int device = 0;
@@ -239,17 +262,24 @@ class CudaBackend final : public Backend {
     // The stream's downloads issued before the last record: on the wire before the event counts as complete.
     std::shared_ptr<Replies> replies;
     uint64_t replies_due = 0;
+    bool recorded = false;  // cuEventRecord'ed at least once (or restored so)
+    // A restored event was recorded in the new worker `shift_ns` after it
+    // completed in the old one: its times are the driver's less that.
+    int64_t shift_ns = 0;
   };
   struct Module {
     int device = 0;
     CUmodule handle = nullptr;
     std::map<std::string, uint32_t> param_bytes;  // from the fatbin's .nv.info / PTX
+    std::vector<std::string> variables;          // module-scope variables the image declares
+    std::set<std::string> mallocs;               // kernels that may call device malloc
   };
   struct Function {
     uint32_t module = 0;
     int device = 0;
     CUfunction handle = nullptr;
     std::string name;
+    bool mallocs = false;  // may call device malloc
   };
   // Work to run once every event has completed (in any order).
   struct Job {
@@ -370,7 +400,13 @@ class CudaBackend final : public Backend {
   int driver_version_ = 0;
   std::vector<DeviceDescription> descriptions_;
 
-  std::mutex mu_;  // guards the maps below and the devices' spare events
+  mutable std::mutex mu_;  // guards the maps below and the devices' spare events
+  // Held while readWhileRunning copies from an allocation and while
+  // release() unmaps one: a copy never reads memory being unmapped. Before mu_.
+  std::mutex peek_mu_;
+  // A kernel that may call device malloc was launched: the heap the driver
+  // keeps may hold blocks, and the session cannot be checkpointed.
+  std::atomic<bool> malloc_used_{false};
   std::vector<Device> devices_;
   std::unordered_map<uint32_t, Stream> streams_;
   // Destroyed by the session while work was still queued on them: kept (not

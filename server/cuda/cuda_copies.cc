@@ -203,6 +203,7 @@ Result<std::pair<DevPtr, uint64_t>> CudaBackend::allocatePitch(int device, uint6
 
 Status CudaBackend::release(DevPtr ptr) {
   DriverApi& api = *api_;
+  std::lock_guard peek(peek_mu_);  // no pre-copy reads it as it goes
   int device;
   {
     std::lock_guard lock(mu_);

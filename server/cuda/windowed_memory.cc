@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "common/log.h"
 
@@ -9,6 +10,12 @@ namespace rgpu::server::cuda {
 namespace {
 
 constexpr uint64_t kSmallAlign = 512;  // cudaMalloc's alignment
+
+std::string hex(uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%#llx", static_cast<unsigned long long>(v));
+  return b;
+}
 
 CUmemAllocationProp deviceProp(CUdevice dev) {
   CUmemAllocationProp prop{};
@@ -22,14 +29,16 @@ CUmemAllocationProp deviceProp(CUdevice dev) {
 
 std::unique_ptr<WindowedMemory> WindowedMemory::create(DriverApi& api, const std::vector<DeviceInfo>& devices,
                                                        uint32_t window, std::function<Status(int)> use) {
+  const std::string who = window ? "span part " + std::to_string(window) : std::string("checkpointed sessions");
   auto skip = [&](const std::string& why) {
-    common::logOnce("cuda-window", "cuda: span part " + std::to_string(window) +
-                                       ": device memory is where cuMemAlloc puts it, not in the part's address "
-                                       "window (" + why + "); the client refuses an overlap with another member's");
+    common::logOnce("cuda-window", "cuda: " + who + ": device memory is where cuMemAlloc puts it, not in an address "
+                                       "window (" + why + (window ? "); the client refuses an overlap with another member's"
+                                                                  : "); these sessions cannot be checkpointed or moved"));
     return nullptr;
   };
-  const auto [base, slots] = spanWindow(window);
-  if (window == 0 || devices.empty()) return nullptr;
+  auto [base, slots] = spanWindow(window);
+  if (window == 0) slots = std::min(slots, kSpanWindowSlots);  // part 1's window follows
+  if (devices.empty()) return nullptr;
   if (slots == 0) return skip("past the last of the " + std::to_string(kSpanWindows) + " windows");
   if (!api.cuMemAddressReserve || !api.cuMemAddressFree || !api.cuMemCreate || !api.cuMemRelease || !api.cuMemMap ||
       !api.cuMemUnmap || !api.cuMemSetAccess || !api.cuMemGetAllocationGranularity)
@@ -67,7 +76,7 @@ std::unique_ptr<WindowedMemory> WindowedMemory::create(DriverApi& api, const std
       if (r == CUDA_SUCCESS) (void)api.cuMemAddressFree(got, want);  // placed elsewhere: the window is taken
       char where[32];
       std::snprintf(where, sizeof where, "%#llx", static_cast<unsigned long long>(at));
-      common::logOnce("cuda-window-taken", "cuda: span part " + std::to_string(window) + ": the address window at " +
+      common::logOnce("cuda-window-taken", "cuda: " + who + ": the address window at " +
                                                where + " cannot be reserved (" +
                                                (r == CUDA_SUCCESS ? std::string("taken") : api.describe(r)) +
                                                "): that device's memory is where cuMemAlloc puts it");
@@ -94,8 +103,8 @@ std::unique_ptr<WindowedMemory> WindowedMemory::create(DriverApi& api, const std
     }
   }
   if (!any) return nullptr;
-  RGPU_LOG_INFO("cuda: span part {}: device memory in the part's address window from {:#x} ({} MiB granules)", window,
-                base, granularity >> 20);
+  RGPU_LOG_INFO("cuda: {}: device memory in an address window from {:#x} ({} MiB granules)", who, base,
+                granularity >> 20);
   return w;
 }
 
@@ -113,10 +122,17 @@ bool WindowedMemory::has(int device) const {
 }
 
 Result<WindowedMemory::Mapping> WindowedMemory::mapNew(Device& d, uint64_t size, uint64_t& at) {
-  auto where = d.addresses->allocate(size, granularity_);
+  std::optional<uint64_t> where;
+  if (at) {
+    if (d.addresses->allocateAt(at, size)) where = at;
+  } else {
+    where = d.addresses->allocate(size, granularity_);
+  }
   if (!where)
-    return Status(err::kMemoryAllocation, "out of memory on device " + std::to_string(d.index) + ": its " +
-                                              std::to_string(d.size >> 20) + " MiB address window is full");
+    return Status(err::kMemoryAllocation,
+                  at ? "device " + std::to_string(d.index) + "'s address window has no room at " + hex(at)
+                     : "out of memory on device " + std::to_string(d.index) + ": its " + std::to_string(d.size >> 20) +
+                           " MiB address window is full");
   DriverApi& api = api_;
   CUmemAllocationProp prop = deviceProp(d.dev);
   Mapping m{0, size};
@@ -178,6 +194,50 @@ Result<CUdeviceptr> WindowedMemory::allocate(int device, uint64_t size) {
   return static_cast<CUdeviceptr>(*c.blocks.allocate(rounded, kSmallAlign));
 }
 
+Status WindowedMemory::allocateAt(int device, CUdeviceptr at, uint64_t size) {
+  if (!has(device)) return Status(err::kInvalidDevice, "device " + std::to_string(device) + " has no window");
+  size = std::max<uint64_t>(size, 1);
+  auto refuse = [&](const std::string& why) {
+    return Status(err::kMemoryAllocation, "cannot place " + std::to_string(size) + " bytes at " + hex(at) +
+                                              " on device " + std::to_string(device) + ": " + why);
+  };
+  std::lock_guard lock(mu_);
+  Device& d = devices_[device];
+  if (at < d.base || at - d.base >= d.size) return refuse("outside its address window");
+  const uint64_t chunk_at = at / granularity_ * granularity_;
+  const bool big = size > granularity_ / 2;
+  const uint64_t rounded = big ? (size + granularity_ - 1) / granularity_ * granularity_
+                               : (size + kSmallAlign - 1) / kSmallAlign * kSmallAlign;
+  if (rounded < size) return refuse("too large");
+  if (big ? at != chunk_at : at % kSmallAlign != 0) return refuse("not where an allocation of its size goes");
+  // Empty chunks in the way (kept spare, or left by a pre-copy's placement) go.
+  const uint64_t span = big ? rounded : granularity_;
+  for (auto it = d.chunks.lower_bound(chunk_at); it != d.chunks.end() && it->first < chunk_at + span;) {
+    if (it->first == chunk_at && !big) break;  // the chunk this block belongs in
+    if (!it->second.blocks.empty()) return refuse("taken");
+    if (d.spare_chunk == it->first) d.spare_chunk = 0;
+    unmap(d, it->first, Mapping{it->second.handle, granularity_});
+    it = d.chunks.erase(it);
+  }
+  if (big) {
+    uint64_t where = at;
+    auto m = mapNew(d, rounded, where);
+    if (!m) return m.status();
+    d.own.emplace(at, *m);
+    return Status::ok();
+  }
+  auto c = d.chunks.find(chunk_at);
+  if (c == d.chunks.end()) {
+    uint64_t where = chunk_at;
+    auto m = mapNew(d, granularity_, where);
+    if (!m) return m.status();
+    c = d.chunks.emplace(chunk_at, Chunk{m->handle, RangeAllocator(chunk_at, granularity_)}).first;
+  }
+  if (!c->second.blocks.allocateAt(at, rounded)) return refuse("taken");
+  if (d.spare_chunk == chunk_at) d.spare_chunk = 0;
+  return Status::ok();
+}
+
 WindowedMemory::Device* WindowedMemory::deviceOf(uint64_t p) {
   for (Device& d : devices_)
     if (d.size && p >= d.base && p - d.base < d.size) return &d;
@@ -191,6 +251,17 @@ const WindowedMemory::Device* WindowedMemory::deviceOf(uint64_t p) const {
 bool WindowedMemory::owns(CUdeviceptr p) const {
   std::lock_guard lock(mu_);
   return deviceOf(p) != nullptr;
+}
+
+bool WindowedMemory::mapped(CUdeviceptr p, uint64_t size) const {
+  std::lock_guard lock(mu_);
+  const Device* d = deviceOf(p);
+  if (!d || size == 0) return false;
+  auto within = [&](uint64_t at, uint64_t len) { return p >= at && p - at <= len && size <= len - (p - at); };
+  if (auto it = d->own.upper_bound(p); it != d->own.begin() && within(std::prev(it)->first, std::prev(it)->second.size))
+    return true;
+  auto c = d->chunks.upper_bound(p);
+  return c != d->chunks.begin() && within(std::prev(c)->first, granularity_);
 }
 
 bool WindowedMemory::release(CUdeviceptr p) {

@@ -1,5 +1,6 @@
-// Device memory of a span part, placed in the part's address window with the
-// driver's virtual memory management calls.
+// Device memory of a span part, or of a session that may be checkpointed,
+// placed in an address window with the driver's virtual memory management
+// calls.
 //
 // A program whose devices are on several members (a span, docs/pool.md)
 // holds raw device pointers of each, and two hosts' drivers tend to hand out
@@ -19,6 +20,14 @@
 // Each mapping is readable and writable by its device and by every device
 // of the session that can access it as a peer (cuDeviceCanAccessPeer), so
 // copies between the session's devices work as with cuMemAlloc memory.
+//
+// A session on a server that checkpoints sessions ([checkpoint],
+// docs/migration.md) has its memory in window 0 the same way, so that a new
+// worker — on this host or another — can map the same addresses again:
+// allocateAt() places an allocation exactly where a checkpoint says, by the
+// same rules (an own mapping at a G-aligned address, or a block of the chunk
+// at the G-aligned address below it), so an allocation placed there is one
+// allocate() could have made.
 //
 // Where a device cannot have its window (the driver lacks the calls, the
 // device does not support them, the addresses are taken), create() leaves it
@@ -52,8 +61,10 @@ class WindowedMemory {
     uint64_t total_mem = 0;
   };
   // Reserves span part `window`'s addresses for `devices` (the session's, in
-  // its order). `use(i)` makes device i's context current. Null (and a log
-  // line) when no device could have its window.
+  // its order; window 0: the first kSpanWindowSlots slots of the part-0
+  // window, for a session that may be checkpointed). `use(i)` makes device
+  // i's context current. Null (and a log line) when no device could have
+  // its window.
   static std::unique_ptr<WindowedMemory> create(DriverApi& api, const std::vector<DeviceInfo>& devices,
                                                 uint32_t window, std::function<Status(int)> use);
   // Unmaps and releases everything still allocated, then the reservations.
@@ -66,9 +77,16 @@ class WindowedMemory {
   // `size` bytes of device `device`'s window; kMemoryAllocation when the
   // device's memory or the window is full.
   Result<CUdeviceptr> allocate(int device, uint64_t size);
+  // Exactly [at, at + size) of device `device`'s window (a checkpoint's
+  // allocation): kMemoryAllocation when any of it is taken, outside the
+  // window, or not where allocate() would have put an allocation of `size`
+  // (a big one G-aligned); an empty chunk in the way is unmapped first.
+  Status allocateAt(int device, CUdeviceptr at, uint64_t size);
   // Frees an allocation made here; false when `p` is not one.
   bool release(CUdeviceptr p);
   bool owns(CUdeviceptr p) const;
+  // Whether all of [p, p + size) is mapped (in one own mapping or one chunk).
+  bool mapped(CUdeviceptr p, uint64_t size) const;
 
  private:
   struct Mapping {
@@ -92,7 +110,7 @@ class WindowedMemory {
   WindowedMemory(DriverApi& api, uint64_t granularity, std::function<Status(int)> use)
       : api_(api), granularity_(granularity), use_(std::move(use)) {}
   // Maps `size` bytes (a multiple of G) of new physical memory at a free
-  // address of `d`'s reservation.
+  // address of `d`'s reservation (`at` != 0 on entry: exactly there).
   Result<Mapping> mapNew(Device& d, uint64_t size, uint64_t& at);
   void unmap(Device& d, uint64_t at, const Mapping& m);
   Device* deviceOf(uint64_t p);

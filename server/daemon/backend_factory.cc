@@ -48,6 +48,7 @@ Result<std::unique_ptr<Backend>> makeCuda(const ServerConfig& cfg, const std::ve
   cuda::CudaOptions o;
   o.devices = physical;
   o.address_window = address_window;
+  o.fixed_addresses = !cfg.checkpoint_dir.empty();
   o.driver_library = cfg.cuda_driver_library;
   o.staging_pool_bytes = cfg.cuda_staging_pool;
   o.scrub = cfg.cuda_scrub;

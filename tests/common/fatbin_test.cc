@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -158,6 +159,54 @@ TEST(Image, TakesAFatbinACubinOrPtxTextAndKnowsEachLength) {
     EXPECT_FALSE(r) << bad.substr(0, 40);
     if (!r) EXPECT_EQ(r.status().code(), err::kInvalidKernelImage);
   }
+}
+
+// What a checkpoint of the CUDA backend relies on (server/cuda/cuda_checkpoint.cc):
+// the variables a module declares, from its PTX and from its cubin alike,
+// and which kernels may call device malloc.
+TEST(Image, NamesItsModuleVariablesAndTheKernelsThatMayCallMalloc) {
+  std::string f = fatbin("default");
+  auto whole = parseImage(f.data(), f.size());
+  ASSERT_TRUE(whole) << whole.status().message();
+  std::string cubin, ptx;
+  for (auto& e : whole->entries) {
+    if (e.kind == FatbinEntry::kElf && cubin.empty()) cubin = e.payload;
+    if (e.kind == FatbinEntry::kPtx && ptx.empty()) ptx = e.payload;
+  }
+  auto c = parseImage(cubin.data(), cubin.size());
+  auto p = parseImage(ptx.c_str(), ptx.size() + 1);
+  ASSERT_TRUE(c && p);
+  for (const FatbinImage* img : {&*whole, &*c, &*p}) {
+    auto vars = moduleVariables(*img);
+    for (const char* name : {"k_calls", "k_scale"})
+      EXPECT_NE(std::find(vars.begin(), vars.end(), name), vars.end()) << name << " of " << img->entries.size();
+  }
+  // From the PTX's call graph: only the kernel that reaches malloc through k_grab.
+  EXPECT_EQ(kernelsCallingMalloc(*whole), std::set<std::string>{"_Z9k_mallocsPPv"});
+  EXPECT_EQ(kernelsCallingMalloc(*p), std::set<std::string>{"_Z9k_mallocsPPv"});
+  // A cubin alone: every kernel, since one of them names malloc.
+  EXPECT_TRUE(kernelsCallingMalloc(*c).count("_Z8k_vecaddPKfS0_Pfi"));
+  // Declarations are not definitions; an indirect call may reach malloc.
+  const std::string src = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+.extern .global .align 4 .u32 elsewhere;
+.global .align 4 .b8 inited[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+.visible .const .align 4 .f32 scale;
+.visible .entry indirect(.param .u64 .ptr .global .align 8 fn) {
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [fn];
+  { .param .b64 retval0; prototype_0 : .callprototype (.param .b64 _) _ ();
+    call (retval0), %rd1, (), prototype_0; }
+  ret;
+}
+.visible .entry direct() { ret; }
+)";
+  auto text = parseImage(src.c_str(), src.size() + 1);
+  ASSERT_TRUE(text) << text.status().message();
+  EXPECT_EQ(moduleVariables(*text), (std::vector<std::string>{"inited", "scale"}));
+  EXPECT_EQ(kernelsCallingMalloc(*text), std::set<std::string>{"indirect"});
 }
 
 TEST(PtxSignature, HandlesAlignmentArraysAndPointerAttributes) {

@@ -21,3 +21,13 @@ __global__ void k_fill(T* p, T v, int n) {
 }
 template __global__ void k_fill<float>(float*, float, int);
 template __global__ void k_fill<double>(double*, double, int);
+// Module variables and a kernel that calls device malloc through a function
+// of its own (common::moduleVariables, common::kernelsCallingMalloc).
+__device__ unsigned k_calls;
+__constant__ float k_scale[4];
+__global__ void k_counted(float* p) {
+  atomicAdd(&k_calls, 1u);
+  p[0] *= k_scale[0];
+}
+__device__ __noinline__ void* k_grab(size_t n) { return malloc(n); }
+__global__ void k_mallocs(void** out) { *out = k_grab(16); }

@@ -293,6 +293,7 @@ int main(int argc, char** argv) {
   float ms = -1.f;
   CHECK(cudaEventElapsedTime(&ms, t0, t1));
   std::printf("timing: %s\n", ms > 0.f ? "ok" : "not positive");
+  std::printf("elapsed: %.0f ms\n", ms);  // spans the moves (an event recorded before them)
   unsigned long long counted = 0;
   CHECK(cudaMemcpyFromSymbol(&counted, steps_done, sizeof counted));
   std::printf("steps counted on the device: %llu\n", counted);

@@ -225,6 +225,69 @@ TEST_F(Migration, ASessionThatCannotBeCheckpointedStaysWhereItIsAndFinishes) {
   EXPECT_EQ(checkpointsLeft(), 0u);
 }
 
+// The CUDA backend, on the fake driver: the session's memory in address
+// window 0 through the driver's virtual memory management calls, mapped at
+// the same addresses in the new worker; module variables where the driver
+// put them before; events' times carried across (the elapsed time from an
+// event recorded before both moves spans them).
+TEST_F(Migration, OnTheCudaBackendASessionMovesWithItsMemoryVariablesAndEventTimes) {
+  fake_cuda_ = true;
+  ::setenv("RGPU_FAKE_CUDA_LOG", dir_.file("driver.log").c_str(), 1);
+  startWithCheckpoints();
+  ::unsetenv("RGPU_FAKE_CUDA_LOG");
+  RunResult alone = run(migrateClient() + " 12 0 8", "RGPU_CONFIG=" + dir_.file("alice.toml") +
+                                                        " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  ASSERT_EQ(alone.code, 0) << alone.output << server_->log();
+  const std::string out = dir_.file("cuda.out");
+  std::thread t = launch("12 150 8", out);
+  waitFor([&] { return readFile(out).find("step 3 ") != std::string::npos; }, out);
+  const std::string sid = lastSession();
+  RunResult first = smi("alice", "--migrate " + sid);
+  EXPECT_EQ(first.code, 0) << first.output << server_->log();
+  EXPECT_NE(first.output.find("pre-copy of "), std::string::npos) << first.output;  // read while it ran
+  waitFor([&] { return readFile(out).find("step 8 ") != std::string::npos; }, out);
+  RunResult second = smi("alice", "--migrate " + sid);
+  EXPECT_EQ(second.code, 0) << second.output << server_->log();
+  t.join();
+  std::string moved = readFile(out);
+  EXPECT_EQ(steps(moved), steps(alone.output)) << moved << "\nserver log:\n" << server_->log();
+  EXPECT_NE(moved.find("steps counted on the device: 12"), std::string::npos) << moved;
+  EXPECT_NE(moved.find("big: 8 MiB, 0 words wrong"), std::string::npos) << moved;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(moved, m, std::regex("elapsed: (\\d+) ms"))) << moved;
+  EXPECT_GE(std::stoi(m[1]), 11 * 150) << moved;  // 12 steps, 150 ms apart, the first event before the moves
+  EXPECT_EQ(checkpointsLeft(), 0u);
+  const std::string log = server_->log();
+  EXPECT_NE(log.find("session " + sid + ": restored for user 'alice'"), std::string::npos) << log;
+  EXPECT_NE(log.find("checkpointed sessions: device memory in an address window"), std::string::npos) << log;
+  std::printf("migration: cuda backend (fake driver): %s%s", first.output.c_str(), second.output.c_str());
+  const std::string driver = readFile(dir_.file("driver.log"));
+  EXPECT_NE(driver.find("at the address asked"), std::string::npos);
+  EXPECT_EQ(driver.find(" elsewhere"), std::string::npos);
+}
+
+// What the CUDA driver keeps to itself cannot move: the session stays and finishes.
+TEST_F(Migration, OnTheCudaBackendASessionWhoseStateTheDriverKeepsStaysWhereItIs) {
+  fake_cuda_ = true;
+  startWithCheckpoints();
+  for (auto [args, why] : {std::pair<const char*, const char*>{"8 150 0 heap", "a kernel that may call device malloc ran"},
+                           {"8 150 0 array", "it holds CUDA arrays"}}) {
+    SCOPED_TRACE(args);
+    const std::string out = dir_.file(std::string(args).substr(std::string(args).rfind(' ') + 1) + ".out");
+    std::thread t = launch(args, out);
+    waitFor([&] { return readFile(out).find("step 3 ") != std::string::npos; }, out);
+    RunResult r = smi("alice", "--migrate " + lastSession());
+    EXPECT_NE(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find(std::string("not moved: cannot be checkpointed: ") + why), std::string::npos) << r.output;
+    t.join();
+    EXPECT_NE(readFile(out).find("step 8 checksum"), std::string::npos) << readFile(out);
+    // (The fake driver's texture objects cannot be sampled: the array run stops at its final check.)
+    if (std::string(args).find("heap") != std::string::npos)
+      EXPECT_NE(readFile(out).find("heap: 0 words wrong"), std::string::npos) << readFile(out);
+  }
+  EXPECT_EQ(checkpointsLeft(), 0u);
+}
+
 TEST_F(Migration, OnlyAdminsMoveSessionsAndOnlyRunningOnes) {
   startWithCheckpoints();
   const std::string out = dir_.file("bob.out");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -48,6 +49,12 @@ class Pool : public ::testing::Test {
              bool one_device = false) {
     makeCerts(dir_.path());
     std::string toml = poolToml(dir_.path(), alice, bob, extra);
+    if (fake_cuda_) {  // the fake driver's one device instead of the sim's two
+      toml.replace(toml.find("backend = \"sim\""), std::strlen("backend = \"sim\""), "backend = \"cuda\"");
+      toml.insert(toml.find("[tls]"), "[cuda]\ndriver_library = \"" + std::string(RGPU_FAKE_CUDA_LIB) +
+                                           "\"\ncublas_library = \"" + RGPU_FAKE_CUBLAS_LIB +
+                                           "\"\ncublaslt_library = \"" + RGPU_FAKE_CUBLAS_LIB + "\"\n");
+    }
     if (one_device) toml = toml.substr(0, toml.find("[[sim.devices]]\nname = \"rgpu sim A100\""));
     server_ = std::make_unique<ServerProcess>(dir_.path(), toml);
     writeFile(dir_.file("alice.toml"), clientToml(dir_.path(), server_->port(), "alice"));
@@ -72,6 +79,7 @@ class Pool : public ::testing::Test {
   }
   TempDir dir_;
   std::unique_ptr<ServerProcess> server_;
+  bool fake_cuda_ = false;  // start(): backend = "cuda" on the fake driver (tests/fake_driver)
 };
 
 }  // namespace rgpu::test
