@@ -31,9 +31,10 @@ std::unique_ptr<WindowedMemory> WindowedMemory::create(DriverApi& api, const std
                                                        uint32_t window, std::function<Status(int)> use) {
   const std::string who = window ? "span part " + std::to_string(window) : std::string("checkpointed sessions");
   auto skip = [&](const std::string& why) {
-    common::logOnce("cuda-window", "cuda: " + who + ": device memory is where cuMemAlloc puts it, not in an address "
-                                       "window (" + why + (window ? "); the client refuses an overlap with another member's"
-                                                                  : "); these sessions cannot be checkpointed or moved"));
+    common::logOnce("cuda-window", "cuda: " + who + ": device memory is where cuMemAlloc puts it, not in " +
+                                       (window ? "the part's" : "an") + " address window (" + why +
+                                       (window ? "); the client refuses an overlap with another member's"
+                                               : "); these sessions cannot be checkpointed or moved"));
     return nullptr;
   };
   auto [base, slots] = spanWindow(window);
@@ -103,8 +104,8 @@ std::unique_ptr<WindowedMemory> WindowedMemory::create(DriverApi& api, const std
     }
   }
   if (!any) return nullptr;
-  RGPU_LOG_INFO("cuda: {}: device memory in an address window from {:#x} ({} MiB granules)", who, base,
-                granularity >> 20);
+  RGPU_LOG_INFO("cuda: {}: device memory in {} address window from {:#x} ({} MiB granules)", who,
+                window ? "the part's" : "an", base, granularity >> 20);
   return w;
 }
 
