@@ -1,0 +1,76 @@
+// cuRAND's host-API generators on the CPU, bit for bit: what rgpu's
+// libcurand.so.10 computes for a host generator (curandCreateGeneratorHost)
+// and what the sim backend writes for a device generator.
+//
+// A host-API generator is its type, seed and position: the n-th value a
+// generator gives (counting from its offset, every call continuing where
+// the last one stopped, whatever the distribution) depends on nothing else.
+// So a generation is one stateless request: fill `count` values of a
+// distribution from position `position` (docs/curand.md).
+//
+// Layouts, found against NVIDIA's own host generator (the unit tests check
+// them against it wherever the toolkit's libcurand is installed):
+//  - Philox4x32-10 (CURAND_RNG_PSEUDO_PHILOX4_32_10; orderings BEST,
+//    DEFAULT and LEGACY are one layout): 65536 threads, thread t using the
+//    counters {c, t}, key = seed. 32-bit values and floats: value i is word
+//    i % 4 of the block of thread (i / 4) % 65536, counter (i / 4) / 65536.
+//    That layout is one of words: each thread goes through its counters'
+//    words in order, and a value takes one word (32-bit values, floats) or
+//    two (doubles). A thread starts (after the generator's offset) at word
+//    4 r, r the row of its first group at or after the offset's; value j's
+//    word is that plus the words of the thread's values since the offset's
+//    group, each at the width of the call (so 32-bit values lie as above for
+//    any split into calls). Checked for generators that give one width all
+//    along; one that changes between 32-bit and 64-bit values is not yet
+//    reproduced (docs/curand.md).
+//  - uniform: curand_uniform's (x 2^-32 + 2^-33, in (0, 1]); doubles take
+//    53 bits of two words. normal: Box-Muller on each pair of words (floats)
+//    or each pair of doubles' worth (doubles), times stddev plus mean;
+//    log-normal: exp of that.
+#pragma once
+
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace rgpu::common::curand {
+
+// curandRngType_t values.
+inline constexpr int32_t kPhilox4x32_10 = 161;
+
+enum class Dist : uint8_t {
+  kBits32,         // curandGenerate
+  kUniform,        // curandGenerateUniform
+  kUniformDouble,  // curandGenerateUniformDouble
+  kNormal,         // curandGenerateNormal
+  kNormalDouble,
+  kLogNormal,
+  kLogNormalDouble,
+};
+inline constexpr uint8_t kDistCount = 7;
+
+// Bytes of one value of `d`.
+inline uint32_t valueBytes(Dist d) {
+  return d == Dist::kBits32 || d == Dist::kUniform || d == Dist::kNormal || d == Dist::kLogNormal ? 4 : 8;
+}
+
+// Words per value of `d`.
+inline uint32_t valueWords(Dist d) { return valueBytes(d) / 4; }
+
+struct Fill {
+  int32_t rng = kPhilox4x32_10;  // curandRngType_t
+  uint64_t seed = 0;
+  uint64_t offset = 0;    // curandSetGeneratorOffset
+  uint64_t position = 0;  // where this call starts: the offset plus every value given before
+  Dist dist = Dist::kBits32;
+  double mean = 0, stddev = 1;  // normal, log-normal
+};
+
+// Whether `rng` is a generator this file computes (else: what is missing).
+Status supported(int32_t rng);
+// Values [position, position + count) of `f` into `out` (count * valueBytes).
+// kNotSupported for a generator type it does not compute; kInvalidValue for
+// a position before the offset.
+Status generate(const Fill& f, void* out, uint64_t count);
+
+}  // namespace rgpu::common::curand

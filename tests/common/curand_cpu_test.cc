@@ -1,0 +1,152 @@
+// cuRAND's host-API generators on the CPU (common/curand_cpu.h) against
+// NVIDIA's own: the toolkit's libcurand.so.10 generates on the CPU too
+// (curandCreateGeneratorHost), without a GPU, so every value is compared
+// bit for bit.
+#include "common/curand_cpu.h"
+
+#include <curand.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace rgpu::common::curand {
+namespace {
+
+// NVIDIA's library, by its path in the toolkit (rgpu's own libcurand.so.10 has the same name).
+struct Nvidia {
+  Nvidia() {
+    h = ::dlopen(RGPU_NVIDIA_CURAND, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return;
+    create = reinterpret_cast<decltype(create)>(::dlsym(h, "curandCreateGeneratorHost"));
+    destroy = reinterpret_cast<decltype(destroy)>(::dlsym(h, "curandDestroyGenerator"));
+    seed = reinterpret_cast<decltype(seed)>(::dlsym(h, "curandSetPseudoRandomGeneratorSeed"));
+    offset = reinterpret_cast<decltype(offset)>(::dlsym(h, "curandSetGeneratorOffset"));
+    bits = reinterpret_cast<decltype(bits)>(::dlsym(h, "curandGenerate"));
+    uniform = reinterpret_cast<decltype(uniform)>(::dlsym(h, "curandGenerateUniform"));
+    uniform_d = reinterpret_cast<decltype(uniform_d)>(::dlsym(h, "curandGenerateUniformDouble"));
+    normal = reinterpret_cast<decltype(normal)>(::dlsym(h, "curandGenerateNormal"));
+    normal_d = reinterpret_cast<decltype(normal_d)>(::dlsym(h, "curandGenerateNormalDouble"));
+    log_normal = reinterpret_cast<decltype(log_normal)>(::dlsym(h, "curandGenerateLogNormal"));
+    log_normal_d = reinterpret_cast<decltype(log_normal_d)>(::dlsym(h, "curandGenerateLogNormalDouble"));
+  }
+  void* h = nullptr;
+  curandStatus_t (*create)(curandGenerator_t*, curandRngType_t) = nullptr;
+  curandStatus_t (*destroy)(curandGenerator_t) = nullptr;
+  curandStatus_t (*seed)(curandGenerator_t, unsigned long long) = nullptr;
+  curandStatus_t (*offset)(curandGenerator_t, unsigned long long) = nullptr;
+  curandStatus_t (*bits)(curandGenerator_t, unsigned*, size_t) = nullptr;
+  curandStatus_t (*uniform)(curandGenerator_t, float*, size_t) = nullptr;
+  curandStatus_t (*uniform_d)(curandGenerator_t, double*, size_t) = nullptr;
+  curandStatus_t (*normal)(curandGenerator_t, float*, size_t, float, float) = nullptr;
+  curandStatus_t (*normal_d)(curandGenerator_t, double*, size_t, double, double) = nullptr;
+  curandStatus_t (*log_normal)(curandGenerator_t, float*, size_t, float, float) = nullptr;
+  curandStatus_t (*log_normal_d)(curandGenerator_t, double*, size_t, double, double) = nullptr;
+
+  // NVIDIA's values for calls of `counts` values each, after `off`.
+  std::vector<uint8_t> values(Dist d, uint64_t s, uint64_t off, const std::vector<size_t>& counts, double mean,
+                              double stddev) {
+    curandGenerator_t g = nullptr;
+    EXPECT_EQ(create(&g, CURAND_RNG_PSEUDO_PHILOX4_32_10), CURAND_STATUS_SUCCESS);
+    EXPECT_EQ(seed(g, s), CURAND_STATUS_SUCCESS);
+    EXPECT_EQ(offset(g, off), CURAND_STATUS_SUCCESS);
+    std::vector<uint8_t> out;
+    for (size_t n : counts) {
+      std::vector<uint8_t> v(n * valueBytes(d));
+      curandStatus_t st = CURAND_STATUS_INTERNAL_ERROR;
+      const float fm = static_cast<float>(mean), fs = static_cast<float>(stddev);
+      switch (d) {
+        case Dist::kBits32: st = bits(g, reinterpret_cast<unsigned*>(v.data()), n); break;
+        case Dist::kUniform: st = uniform(g, reinterpret_cast<float*>(v.data()), n); break;
+        case Dist::kUniformDouble: st = uniform_d(g, reinterpret_cast<double*>(v.data()), n); break;
+        case Dist::kNormal: st = normal(g, reinterpret_cast<float*>(v.data()), n, fm, fs); break;
+        case Dist::kNormalDouble: st = normal_d(g, reinterpret_cast<double*>(v.data()), n, mean, stddev); break;
+        case Dist::kLogNormal: st = log_normal(g, reinterpret_cast<float*>(v.data()), n, fm, fs); break;
+        case Dist::kLogNormalDouble:
+          st = log_normal_d(g, reinterpret_cast<double*>(v.data()), n, mean, stddev);
+          break;
+      }
+      EXPECT_EQ(st, CURAND_STATUS_SUCCESS);
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    destroy(g);
+    return out;
+  }
+};
+
+Nvidia& nvidia() {
+  static Nvidia n;
+  return n;
+}
+
+// A generator as rgpu's libcurand keeps one: its offset and position.
+struct Ours {
+  uint64_t seed, offset, position;
+  std::vector<uint8_t> call(Dist d, size_t n, double mean, double stddev) {
+    std::vector<uint8_t> v(n * valueBytes(d));
+    Fill f{kPhilox4x32_10, seed, offset, position, d, mean, stddev};
+    Status s = generate(f, v.data(), n);
+    EXPECT_TRUE(s) << s.message();
+    position += n;
+    return v;
+  }
+};
+
+std::vector<uint8_t> ours(Dist d, uint64_t seed, uint64_t off, const std::vector<size_t>& counts, double mean,
+                          double stddev) {
+  Ours g{seed, off, off};
+  std::vector<uint8_t> out;
+  for (size_t n : counts) {
+    auto v = g.call(d, n, mean, stddev);
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+size_t firstDifference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, size_t width) {
+  for (size_t i = 0; i < a.size() && i < b.size(); i += width)
+    if (std::memcmp(a.data() + i, b.data() + i, width) != 0) return i / width;
+  return a.size() == b.size() ? SIZE_MAX : std::min(a.size(), b.size()) / width;
+}
+
+TEST(CurandCpu, PhiloxValuesAreNvidiasBitForBitForEveryDistributionSeedOffsetAndSplit) {
+  ASSERT_TRUE(nvidia().h) << "the toolkit's libcurand.so.10: " << ::dlerror();
+  struct Case {
+    uint64_t seed, offset;
+    std::vector<size_t> counts;
+  };
+  // Past one round of 65536 threads, odd offsets and split calls (normals come in pairs: even counts).
+  const std::vector<Case> cases = {{1234, 0, {600000}},
+                                   {0, 7, {2, 10, 1000}},
+                                   {18446744073709551615ull, 123457, {4096, 262146}},
+                                   {42, 1ull << 33, {70002}}};
+  for (uint8_t k = 0; k < kDistCount; ++k) {
+    const Dist d = static_cast<Dist>(k);
+    for (const Case& c : cases) {
+      SCOPED_TRACE("distribution " + std::to_string(k) + ", seed " + std::to_string(c.seed) + ", offset " +
+                   std::to_string(c.offset));
+      const double mean = 0.25, stddev = 1.5;
+      auto want = nvidia().values(d, c.seed, c.offset, c.counts, mean, stddev);
+      auto got = ours(d, c.seed, c.offset, c.counts, mean, stddev);
+      EXPECT_EQ(firstDifference(got, want, valueBytes(d)), SIZE_MAX);
+    }
+  }
+}
+
+TEST(CurandCpu, OtherGeneratorsAreRefusedNamingWhatIs) {
+  uint32_t v[4];
+  for (int32_t rng : {100, 101, 121, 141, 142, 201, 202}) {
+    Fill f;
+    f.rng = rng;
+    Status s = generate(f, v, 4);
+    EXPECT_EQ(s.code(), err::kNotSupported) << rng;
+    EXPECT_NE(s.message().find("Philox4x32-10"), std::string::npos) << s.message();
+  }
+}
+
+}  // namespace
+}  // namespace rgpu::common::curand
