@@ -174,6 +174,7 @@ struct Request {
     surfaceDestroy @52 :ObjectRef;
     poolMembers @53 :Void;           # rgpu-smi --pool: the members of the pool this server is one of
     sessionMove @54 :SessionMove;    # rgpu-smi --migrate (admins): reply message = what the move took
+    randFill @55 :RandFill;          # cuRAND (client/rand): a device generator's values, in stream order
   }
 }
 
@@ -220,6 +221,24 @@ struct GraphRef { id @0 :UInt32; }
 
 # cuBLAS. Handles live in the client; each call carries what the server needs
 # (stream, pointer and math mode, workspace). Types are cudaDataType_t and
+# A cuRAND host-API generation (common/curand_cpu.h): `count` values of
+# distribution `dist` (common::curand::Dist) from position `position` of the
+# generator (rng, seed, offset), written to device memory at `ptr`. The
+# client keeps the generator; each request says all there is to it.
+struct RandFill {
+  stream @0 :StreamRef;
+  rng @1 :Int32;            # curandRngType_t
+  seed @2 :UInt64;
+  offset @3 :UInt64;
+  position @4 :UInt64;
+  dist @5 :UInt8;
+  mean @6 :Float64;
+  stddev @7 :Float64;
+  ptr @8 :UInt64;
+  count @9 :UInt64;
+  ordering @10 :Int32;      # curandOrdering_t
+}
+
 # cublasComputeType_t values (common/blas_types.h).
 enum BlasOp {
   axpy @0; dot @1; nrm2 @2; scal @3; asum @4; iamax @5; iamin @6; copy @7; swap @8;

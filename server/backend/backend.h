@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/curand_cpu.h"
 #include "common/status.h"
 #include "server/backend/blas.h"
 
@@ -476,6 +477,12 @@ class Backend {
   // of them; their initial values are written over by the restore).
   virtual Status loadModuleAt(uint32_t id, int device, const std::string& fatbin, const std::vector<ModuleGlobal>& at) {
     return Status(err::kNotSupported, "the " + name() + " backend cannot place a module's variables");
+  }
+
+  // cuRAND (docs/curand.md): `count` values of generator `f` into [out, ...)
+  // in stream order; the session checked the range and the generator type.
+  virtual Status randFill(StreamKey s, const common::curand::Fill& f, DevPtr out, uint64_t count) {
+    return Status(err::kNotSupported, "cuRAND generators on the " + name() + " backend are not built yet");
   }
 
   // cuBLAS and cuBLASLt (server/backend/blas.h): calls the session has checked, run

@@ -198,6 +198,8 @@ class CudaBackend final : public Backend {
   Status loadModuleAt(uint32_t id, int device, const std::string& fatbin, const std::vector<ModuleGlobal>& at) override;
   Result<EventState> eventState(uint32_t event) const override;
   Status restoreEvent(uint32_t event, int device, uint32_t flags, const EventState& state) override;
+  // cuRAND: computed on this CPU (common/curand_cpu.h), uploaded in stream order (cuda_blas.cc).
+  Status randFill(StreamKey s, const common::curand::Fill& f, DevPtr out, uint64_t count) override;
   // (cuda_blas.cc)
   Status blas(StreamKey s, const BlasArgs& call, ReadDone done) override;
   Status ltMatmul(StreamKey s, const LtArgs& call) override;

@@ -345,4 +345,24 @@ Result<std::vector<Backend::LtAlgo>> CudaBackend::ltHeuristic(int device, const 
   return out;
 }
 
+// cuRAND: the values do not depend on the device's memory, so they are
+// computed here as NVIDIA's library computes them and written by a copy in
+// the stream's order (NVIDIA's libcurand generating on the GPU is not used yet).
+// In pieces of kRandPieceValues, so a large request holds little host memory.
+Status CudaBackend::randFill(StreamKey s, const common::curand::Fill& f, DevPtr out, uint64_t count) {
+  constexpr uint64_t kRandPieceValues = 4ull << 20;
+  const uint32_t width = common::curand::valueBytes(f.dist);
+  for (uint64_t done = 0; done < count;) {
+    const uint64_t n = std::min(kRandPieceValues, count - done);
+    common::curand::Fill piece = f;
+    piece.position = f.position + done;
+    // (A piece gives what the whole call gives there: the values depend on the offset and their position.)
+    auto values = std::make_shared<std::vector<uint8_t>>(n * width);
+    RGPU_TRY(common::curand::generate(piece, values->data(), n));
+    RGPU_TRY(copyToDevice(s, out + done * width, values, values->size()));
+    done += n;
+  }
+  return Status::ok();
+}
+
 }  // namespace rgpu::server::cuda

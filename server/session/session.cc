@@ -938,6 +938,7 @@ const Session::Handlers& Session::handlers() {
     t[R::BLAS] = &Session::dispatchBlas;
     t[R::LT_MATMUL] = &Session::dispatchBlas;
     t[R::LT_HEURISTIC] = &Session::dispatchBlas;
+    t[R::RAND_FILL] = &Session::onRandFill;
     t[R::GRAPH_CREATE] = &Session::onGraphCreate;
     t[R::GRAPH_LAUNCH] = &Session::onGraphLaunch;
     t[R::GRAPH_DESTROY] = &Session::onGraphDestroy;

@@ -280,6 +280,7 @@ class Session {
   Status onSessionMove(const protocol::FrameHeader& h, wire::Request::Reader req);
   // session_blas.cc: cuBLAS and cuBLASLt calls.
   Status dispatchBlas(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onRandFill(const protocol::FrameHeader& h, wire::Request::Reader req);  // (session_rand.cc)
   // A request that carries no bulk bytes must have none (else the stream position is lost).
   Status bulkNotExpected(const protocol::FrameHeader& h) const;
   // A kernel or a variable may be registered: its module exists and the session has room.

@@ -126,6 +126,8 @@ Status nodeKindAllowed(wire::Request::Reader r) {
       if (deviceSide(r.getCopy3D().getSrc()) && deviceSide(r.getCopy3D().getDst())) return Status::ok();
       return Status(err::kInvalidValue, "a graph's array copy with host memory must come as host copy nodes");
     }
+    case R::RAND_FILL:
+      return Status::ok();
     case R::BLAS:
       if (r.getBlas().getResult() != 0) return Status::ok();
       switch (r.getBlas().getOp()) {
@@ -212,6 +214,7 @@ bool capturable(wire::GraphNode::Reader n) {
   switch (n.getRequest().which()) {
     case R::BLAS:       // results in device memory only (nodeKindAllowed)
     case R::LT_MATMUL:
+    case R::RAND_FILL:
     case R::EVENT_RECORD:
     case R::STREAM_WAIT_EVENT:
       return true;

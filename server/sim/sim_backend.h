@@ -152,6 +152,7 @@ class SimBackend final : public Backend {
   Result<GlobalVar> globalAddress(uint32_t module, const std::string& name, uint64_t size_hint) override;
   Status blas(StreamKey s, const BlasArgs& call, ReadDone done) override;
   Status ltMatmul(StreamKey s, const LtArgs& call) override;
+  Status randFill(StreamKey s, const common::curand::Fill& f, DevPtr out, uint64_t count) override;  // (sim_rand.cc)
   Result<std::vector<LtAlgo>> ltHeuristic(int device, const LtArgs& call, uint32_t requested,
                                           uint64_t max_workspace) override;
   // Conditional graph nodes (sim_conditional.cc): a handle is the address of

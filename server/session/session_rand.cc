@@ -1,0 +1,36 @@
+// cuRAND (client/rand, docs/curand.md): a device generator's values written
+// into the session's memory in stream order. The request carries the whole
+// generator (common/curand_cpu.h), so the session keeps nothing for it.
+#include "common/curand_cpu.h"
+#include "common/log.h"
+#include "server/session/session.h"
+
+namespace rgpu::server {
+
+Status Session::onRandFill(const protocol::FrameHeader& h, wire::Request::Reader req) {
+  namespace cr = common::curand;
+  if (h.bulk_len) return Status(err::kInvalidValue, "unexpected bulk payload");
+  auto m = req.getRandFill();
+  StreamKey key;
+  Status s = checkStream(m.getStream(), key);
+  cr::Fill f{m.getRng(), m.getSeed(), m.getOffset(), m.getPosition(), static_cast<cr::Dist>(m.getDist()),
+             m.getMean(), m.getStddev()};
+  const uint64_t count = m.getCount();
+  if (s && m.getDist() >= cr::kDistCount)
+    s = Status(err::kInvalidValue, "unknown cuRAND distribution " + std::to_string(m.getDist()));
+  if (s) s = cr::supported(f.rng);
+  if (s && f.position < f.offset) s = Status(err::kInvalidValue, "a cuRAND position before its generator's offset");
+  const uint32_t width = s ? cr::valueBytes(f.dist) : 4;
+  if (s && count > UINT64_MAX / width) s = Status(err::kInvalidValue, "too many cuRAND values");
+  int dev = -1;
+  if (s) s = allocs_.check(m.getPtr(), count * width, &dev);
+  if (s && dev != key.device)
+    s = Status(err::kInvalidValue, "the cuRAND output is on device " + std::to_string(dev) + ", the stream on device " +
+                                       std::to_string(key.device));
+  if (s) s = backend_->randFill(key, f, m.getPtr(), count);
+  if (!s) RGPU_LOG_WARN("session {}: cuRAND generation refused: {}", session_id_, s.message());
+  finish(h, s);
+  return Status::ok();
+}
+
+}  // namespace rgpu::server

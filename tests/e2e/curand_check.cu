@@ -1,0 +1,118 @@
+// cuRAND's host API through rgpu (docs/curand.md): device generators write
+// into device memory in stream order, and the values are written to a file
+// for the test to compare with NVIDIA's own generator, bit for bit.
+//
+//   curand_check OUT
+//
+// Two Philox4x32-10 device generators, each keeping to one width:
+//   A: seed 1234, offset 17, on a stream of its own: 100003 32-bit values,
+//      1001 uniform floats, 2002 normal floats (mean 1, stddev 2), 6
+//      log-normal floats (mean 0, stddev 0.5), then 512 32-bit values from a
+//      CUDA graph that captured the call, launched twice;
+//   B: seed 99 (the default ordering set explicitly): 70001 uniform doubles
+//      and 4002 normal doubles (mean -1, stddev 3).
+// A host generator with A's settings must give A's first values too. A
+// generator rgpu does not compute is refused with ARCH_MISMATCH.
+#include <cuda_runtime.h>
+#include <curand.h>
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#define CHECK(call)                                                                              \
+  do {                                                                                           \
+    auto e_ = (call);                                                                            \
+    if (static_cast<int>(e_) != 0) {                                                             \
+      std::printf("curand_check: %s failed: %d\n", #call, static_cast<int>(e_));                 \
+      return 2;                                                                                  \
+    }                                                                                            \
+  } while (0)
+
+template <typename T>
+static int fetch(std::FILE* out, const T* dev, size_t n) {
+  std::vector<T> host(n);
+  CHECK(cudaMemcpy(host.data(), dev, n * sizeof(T), cudaMemcpyDeviceToHost));
+  std::fwrite(host.data(), sizeof(T), n, out);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  std::FILE* out = std::fopen(argv[1], "wb");
+  if (!out) return 2;
+  cudaStream_t stream;
+  CHECK(cudaStreamCreate(&stream));
+  curandGenerator_t a, b;
+  CHECK(curandCreateGenerator(&a, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+  CHECK(curandSetPseudoRandomGeneratorSeed(a, 1234));
+  CHECK(curandSetGeneratorOffset(a, 17));
+  CHECK(curandSetStream(a, stream));
+  unsigned* bits;
+  float *uniform, *normal, *lognormal;
+  CHECK(cudaMalloc(&bits, 100003 * sizeof(unsigned)));
+  CHECK(cudaMalloc(&uniform, 1001 * sizeof(float)));
+  CHECK(cudaMalloc(&normal, 2002 * sizeof(float)));
+  CHECK(cudaMalloc(&lognormal, 6 * sizeof(float)));
+  CHECK(curandGenerate(a, bits, 100003));
+  CHECK(curandGenerateUniform(a, uniform, 1001));
+  CHECK(curandGenerateNormal(a, normal, 2002, 1.f, 2.f));
+  CHECK(curandGenerateLogNormal(a, lognormal, 6, 0.f, 0.5f));
+  CHECK(cudaStreamSynchronize(stream));
+  if (fetch(out, bits, 100003) || fetch(out, uniform, 1001) || fetch(out, normal, 2002) || fetch(out, lognormal, 6))
+    return 2;
+  // Captured into a graph: the generator moves on at the capture, and each
+  // launch writes the values the captured call stood for.
+  unsigned* captured;
+  CHECK(cudaMalloc(&captured, 512 * sizeof(unsigned)));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  CHECK(curandGenerate(a, captured, 512));
+  CHECK(cudaStreamEndCapture(stream, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int launch = 0; launch < 2; ++launch) {
+    CHECK(cudaMemsetAsync(captured, 0, 512 * sizeof(unsigned), stream));
+    CHECK(cudaGraphLaunch(exec, stream));
+  }
+  CHECK(cudaStreamSynchronize(stream));
+  if (fetch(out, captured, 512)) return 2;
+
+  CHECK(curandCreateGenerator(&b, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+  CHECK(curandSetPseudoRandomGeneratorSeed(b, 99));
+  CHECK(curandSetGeneratorOrdering(b, CURAND_ORDERING_PSEUDO_DEFAULT));
+  double *uniform_d, *normal_d;
+  CHECK(cudaMalloc(&uniform_d, 70001 * sizeof(double)));
+  CHECK(cudaMalloc(&normal_d, 4002 * sizeof(double)));
+  CHECK(curandGenerateUniformDouble(b, uniform_d, 70001));
+  CHECK(curandGenerateNormalDouble(b, normal_d, 4002, -1.0, 3.0));
+  if (fetch(out, uniform_d, 70001) || fetch(out, normal_d, 4002)) return 2;
+  std::fclose(out);
+
+  // A host generator with A's settings: the same first values.
+  curandGenerator_t h;
+  CHECK(curandCreateGeneratorHost(&h, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+  CHECK(curandSetPseudoRandomGeneratorSeed(h, 1234));
+  CHECK(curandSetGeneratorOffset(h, 17));
+  std::vector<unsigned> host(64), dev(64);
+  CHECK(curandGenerate(h, host.data(), 64));
+  CHECK(cudaMemcpy(dev.data(), bits, 64 * sizeof(unsigned), cudaMemcpyDeviceToHost));
+  std::printf("host generator %s the device generator\n", host == dev ? "agrees with" : "DIFFERS from");
+
+  // Out of the program's memory: refused by the server, reported at the next synchronising call.
+  CHECK(curandGenerate(a, bits + 100000, 16));
+  cudaError_t late = cudaStreamSynchronize(stream);
+  std::printf("past the end of an allocation: %s\n", cudaGetErrorName(late));
+
+  curandGenerator_t x;
+  curandStatus_t st = curandCreateGenerator(&x, CURAND_RNG_PSEUDO_XORWOW);
+  std::printf("XORWOW: %s\n", st == CURAND_STATUS_ARCH_MISMATCH ? "refused (ARCH_MISMATCH)" : "not refused");
+  int version = 0;
+  CHECK(curandGetVersion(&version));
+  std::printf("version %d\n", version);
+  CHECK(curandDestroyGenerator(a));
+  CHECK(curandDestroyGenerator(b));
+  CHECK(curandDestroyGenerator(h));
+  std::printf("curand_check: done\n");
+  return 0;
+}

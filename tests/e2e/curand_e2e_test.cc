@@ -1,0 +1,134 @@
+// cuRAND end to end (docs/curand.md): a program built with nvcc -cudart
+// shared -lcurand runs unchanged against rgpu's libcurand.so.10 and a real
+// rgpu-server on the sim backend; every value its device generators wrote
+// is compared, bit for bit, with what NVIDIA's own library computes for the
+// same calls (its host generator runs without a GPU).
+#include <curand.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <regex>
+#include <vector>
+
+#include "tests/support/test_env.h"
+
+namespace rgpu::test {
+namespace {
+
+std::string testProgram(const char* name) { return std::string(RGPU_TEST_PROGRAMS_DIR) + "/" + name; }
+
+class Curand : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    makeCerts(dir_->path());
+    server_ = new ServerProcess(dir_->path(), serverToml(dir_->path()));
+    writeFile(dir_->file("client.toml"), clientToml(dir_->path(), server_->port()));
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete dir_;
+  }
+  static std::string env() { return "RGPU_CONFIG=" + dir_->file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR; }
+  static inline TempDir* dir_ = nullptr;
+  static inline ServerProcess* server_ = nullptr;
+};
+
+// NVIDIA's libcurand.so.10 from the toolkit, by path (rgpu's has the same name).
+template <typename F>
+F nvidia(const char* name) {
+  static void* h = ::dlopen(RGPU_NVIDIA_CURAND, RTLD_NOW | RTLD_LOCAL);
+  return h ? reinterpret_cast<F>(::dlsym(h, name)) : nullptr;
+}
+
+// What curand_check's calls give with NVIDIA's generator, in its file's order.
+std::vector<uint8_t> nvidiasValues() {
+  auto create = nvidia<curandStatus_t (*)(curandGenerator_t*, curandRngType_t)>("curandCreateGeneratorHost");
+  auto seed = nvidia<curandStatus_t (*)(curandGenerator_t, unsigned long long)>("curandSetPseudoRandomGeneratorSeed");
+  auto offset = nvidia<curandStatus_t (*)(curandGenerator_t, unsigned long long)>("curandSetGeneratorOffset");
+  auto bits = nvidia<curandStatus_t (*)(curandGenerator_t, unsigned*, size_t)>("curandGenerate");
+  auto uniform = nvidia<curandStatus_t (*)(curandGenerator_t, float*, size_t)>("curandGenerateUniform");
+  auto normal = nvidia<curandStatus_t (*)(curandGenerator_t, float*, size_t, float, float)>("curandGenerateNormal");
+  auto lognormal = nvidia<curandStatus_t (*)(curandGenerator_t, float*, size_t, float, float)>("curandGenerateLogNormal");
+  auto uniform_d = nvidia<curandStatus_t (*)(curandGenerator_t, double*, size_t)>("curandGenerateUniformDouble");
+  auto normal_d =
+      nvidia<curandStatus_t (*)(curandGenerator_t, double*, size_t, double, double)>("curandGenerateNormalDouble");
+  std::vector<uint8_t> out;
+  if (!create) return out;
+  auto append = [&](const void* p, size_t n) {
+    out.insert(out.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
+  };
+  curandGenerator_t a, b;
+  create(&a, CURAND_RNG_PSEUDO_PHILOX4_32_10);
+  seed(a, 1234);
+  offset(a, 17);
+  std::vector<unsigned> u(100003);
+  std::vector<float> f(1001), n(2002), l(6);
+  bits(a, u.data(), u.size());
+  uniform(a, f.data(), f.size());
+  normal(a, n.data(), n.size(), 1.f, 2.f);
+  lognormal(a, l.data(), l.size(), 0.f, 0.5f);
+  append(u.data(), u.size() * 4);
+  append(f.data(), f.size() * 4);
+  append(n.data(), n.size() * 4);
+  append(l.data(), l.size() * 4);
+  bits(a, u.data(), 512);  // the captured call
+  append(u.data(), 512 * 4);
+  create(&b, CURAND_RNG_PSEUDO_PHILOX4_32_10);
+  seed(b, 99);
+  std::vector<double> ud(70001), nd(4002);
+  uniform_d(b, ud.data(), ud.size());
+  normal_d(b, nd.data(), nd.size(), -1.0, 3.0);
+  append(ud.data(), ud.size() * 8);
+  append(nd.data(), nd.size() * 8);
+  return out;
+}
+
+TEST_F(Curand, ProgramsLoadRgpusCurandNotNvidias) {
+  RunResult r = run("ldd " + testProgram("curand_check"), env());
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("libcurand.so.10 => (\\S+)"))) << r.output;
+  EXPECT_EQ(m[1].str().rfind(RGPU_CLIENT_LIBDIR, 0), 0u) << m[1].str();
+}
+
+// curand_check through `env`; its values must be NVIDIA's.
+void expectNvidiasValues(const std::string& env, const std::string& file) {
+  RunResult r = run(testProgram("curand_check") + " " + file, env);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("curand_check: done"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("host generator agrees with the device generator"), std::string::npos) << r.output;
+  // A range past the program's memory: refused by the server, reported at the next synchronising call.
+  EXPECT_NE(r.output.find("past the end of an allocation: cudaErrorInvalidValue"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("XORWOW: refused (ARCH_MISMATCH)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("generator type 101 (only CURAND_RNG_PSEUDO_PHILOX4_32_10 is) is not supported by rgpu's "
+                          "cuRAND"),
+            std::string::npos)
+      << r.output;
+  const std::string got = readFile(file);
+  const std::vector<uint8_t> want = nvidiasValues();
+  ASSERT_FALSE(want.empty()) << "NVIDIA's libcurand.so.10 at " << RGPU_NVIDIA_CURAND;
+  ASSERT_EQ(got.size(), want.size());
+  size_t first = got.size();
+  for (size_t i = 0; i < got.size() && first == got.size(); ++i)
+    if (static_cast<uint8_t>(got[i]) != want[i]) first = i;
+  EXPECT_EQ(first, got.size()) << "byte " << first << " of " << got.size() << " differs";
+}
+
+TEST_F(Curand, DeviceGeneratorsWriteNvidiasValuesBitForBitInStreamOrder) {
+  expectNvidiasValues(env(), dir_->file("values.bin"));
+}
+
+// The CUDA backend (on the fake driver): the values computed on the server's
+// CPU and copied to the device in stream order.
+TEST(CurandCuda, DeviceGeneratorsWriteNvidiasValuesThroughTheCudaBackend) {
+  TempDir dir;
+  makeCerts(dir.path());
+  ServerProcess server(dir.path(), cudaServerToml(dir.path(), "cuda", RGPU_FAKE_CUDA_LIB));
+  writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
+  expectNvidiasValues("RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR,
+                      dir.file("values.bin"));
+}
+
+}  // namespace
+}  // namespace rgpu::test
