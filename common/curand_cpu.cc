@@ -2,9 +2,17 @@
 // would round differently from NVIDIA's generator.
 #include "common/curand_cpu.h"
 
+// NVIDIA's XORWOW jump matrices, from the toolkit's header (host copies).
+#include <cuda_runtime_api.h>
+#include <curand_precalc.h>
+
 #include <cmath>
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
 #include <string>
 
 namespace rgpu::common::curand {
@@ -101,17 +109,153 @@ double doubleValue(uint64_t seed, const Layout& layout, uint64_t j, Dist d, doub
   return d == Dist::kLogNormalDouble ? std::exp(x) : x;
 }
 
+
+// ---- XORWOW ----------------------------------------------------------------
+// 4096 generators, generator i started i * 2^67 draws into the seed's
+// sequence. A value's slot (one value, or a Box-Muller pair of normals) is
+// offset + (j - offset) / values-per-slot; slot s is generator s % 4096's.
+// A generator starts the call at the draw of its first slot's row (its
+// 32-bit layout) and then takes each of its slots' draws in order.
+constexpr uint64_t kXorwowGenerators = 4096;
+
+struct XorwowState {
+  uint32_t v[5];
+  uint32_t d;
+};
+
+XorwowState xorwowInit(uint64_t seed) {
+  const uint32_t s0 = static_cast<uint32_t>(seed) ^ 0xaad26b49u, s1 = static_cast<uint32_t>(seed >> 32) ^ 0xf7dcefddu;
+  const uint32_t t0 = 1099087573u * s0, t1 = 2591861531u * s1;
+  return {{123456789u + t0, 362436069u ^ t0, 521288629u + t1, 88675123u ^ t1, 5783321u + t0}, 6615241u + t1 + t0};
+}
+
+// v = M v over GF(2) (M: 160 x 160 bits, a row of five words per input bit).
+void matvec(uint32_t* v, const unsigned int* m) {
+  uint32_t r[5] = {0, 0, 0, 0, 0};
+  for (int i = 0; i < 5; ++i)
+    for (int b = 0; b < 32; ++b)
+      if (v[i] & (1u << b))
+        for (int k = 0; k < 5; ++k) r[k] ^= m[5 * (i * 32 + b) + k];
+  std::memcpy(v, r, sizeof r);
+}
+
+// `x` draws ahead, by the 4^m-step matrices.
+void xorwowSkip(XorwowState& s, uint64_t x) {
+  // (A 64-bit count has 32 digits in base 4: one matrix each.)
+  for (uint64_t p = x, m = 0; p; p >>= PRECALC_BLOCK_SIZE, ++m) {
+    for (unsigned t = 0; t < (p & PRECALC_BLOCK_MASK); ++t) matvec(s.v, precalc_xorwow_offset_matrix_host[m]);
+  }
+  s.d += 362437u * static_cast<uint32_t>(x);
+}
+
+inline uint32_t xorwowNext(XorwowState& s) {
+  const uint32_t t = s.v[0] ^ (s.v[0] >> 2);
+  s.v[0] = s.v[1];
+  s.v[1] = s.v[2];
+  s.v[2] = s.v[3];
+  s.v[3] = s.v[4];
+  s.v[4] = (s.v[4] ^ (s.v[4] << 4)) ^ (t ^ (t << 1));
+  s.d += 362437;
+  return s.v[4] + s.d;
+}
+
+// The 4096 generators' starting states of a seed (the last seed's kept: ~4 ms to make).
+std::shared_ptr<const std::vector<XorwowState>> xorwowStarts(uint64_t seed) {
+  static std::mutex mu;
+  static uint64_t cached_seed = 0;
+  static std::shared_ptr<const std::vector<XorwowState>> cached;
+  std::lock_guard lock(mu);
+  if (cached && cached_seed == seed) return cached;
+  auto starts = std::make_shared<std::vector<XorwowState>>(kXorwowGenerators);
+  (*starts)[0] = xorwowInit(seed);
+  for (uint64_t i = 1; i < kXorwowGenerators; ++i) {
+    (*starts)[i] = (*starts)[i - 1];
+    matvec((*starts)[i].v, precalc_xorwow_matrix_host[0]);  // 2^67 draws on
+  }
+  cached_seed = seed;
+  cached = starts;
+  return cached;
+}
+
+// Values per slot and draws per slot of `d`.
+void xorwowSlot(Dist d, uint64_t* values, uint64_t* draws) {
+  switch (d) {
+    case Dist::kNormal: case Dist::kLogNormal: *values = 2, *draws = 2; return;
+    case Dist::kNormalDouble: case Dist::kLogNormalDouble: *values = 2, *draws = 4; return;
+    case Dist::kUniformDouble: *values = 1, *draws = 2; return;
+    default: *values = 1, *draws = 1; return;
+  }
+}
+
+Status xorwowGenerate(const Fill& f, uint8_t* out, uint64_t count) {
+  uint64_t per_slot = 1, draws_per_slot = 1;
+  xorwowSlot(f.dist, &per_slot, &draws_per_slot);
+  const uint64_t T = kXorwowGenerators;
+  auto starts = xorwowStarts(f.seed);
+  const uint32_t width = valueBytes(f.dist);
+  auto slotOf = [&](uint64_t j) { return f.offset + (j - f.offset) / per_slot; };
+  const uint64_t first_slot = slotOf(f.position), last_slot = slotOf(f.position + count - 1);
+  // Each generator's state at its first slot of this call.
+  const uint64_t gens = std::min<uint64_t>(T, last_slot - first_slot + 1);
+  std::vector<XorwowState> state(T);
+  for (uint64_t k = 0; k < gens; ++k) {
+    const uint64_t s = first_slot + k, t = s % T;
+    // The generator's first slot at or after the offset, its row, and its slots since.
+    const uint64_t first = f.offset + (t + T - f.offset % T) % T;
+    const uint64_t draw = first / T + draws_per_slot * ((s - first) / T);
+    state[t] = (*starts)[t];
+    xorwowSkip(state[t], draw);
+  }
+  // Values in order: a slot's draws are taken when its first value (in this call) is.
+  std::vector<std::array<uint32_t, 4>> slot_draws(T);
+  std::vector<uint64_t> slot_at(T, UINT64_MAX);
+  for (uint64_t j = 0; j < count; ++j) {
+    const uint64_t i = f.position + j, s = slotOf(i), t = s % T;
+    if (slot_at[t] != s) {
+      for (uint64_t k = 0; k < draws_per_slot; ++k) slot_draws[t][k] = xorwowNext(state[t]);
+      slot_at[t] = s;
+    }
+    const auto& x = slot_draws[t];
+    const unsigned k = static_cast<unsigned>((i - f.offset) % per_slot);
+    uint8_t* o = out + j * width;
+    switch (f.dist) {
+      case Dist::kBits32: std::memcpy(o, &x[0], 4); break;
+      case Dist::kUniform: { const float v = uniform(x[0]); std::memcpy(o, &v, 4); break; }
+      case Dist::kUniformDouble: { const double v = uniformDouble(x[0], x[1]); std::memcpy(o, &v, 8); break; }
+      case Dist::kNormal: case Dist::kLogNormal: {
+        float v[2];
+        boxMuller(x[0], x[1], &v[0], &v[1]);
+        float n = v[k] * static_cast<float>(f.stddev) + static_cast<float>(f.mean);
+        if (f.dist == Dist::kLogNormal) n = expf(n);
+        std::memcpy(o, &n, 4);
+        break;
+      }
+      case Dist::kNormalDouble: case Dist::kLogNormalDouble: {
+        double v[2];
+        boxMullerDouble(Words{{x[0], x[1], x[2], x[3]}}, &v[0], &v[1]);
+        double n = v[k] * f.stddev + f.mean;
+        if (f.dist == Dist::kLogNormalDouble) n = std::exp(n);
+        std::memcpy(o, &n, 8);
+        break;
+      }
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status supported(int32_t rng) {
-  if (rng == kPhilox4x32_10) return Status::ok();
+  if (rng == kPhilox4x32_10 || rng == kXorwow || rng == kPseudoDefault) return Status::ok();
   return Status(err::kNotSupported, "cuRAND generator type " + std::to_string(rng) +
-                                        " is not implemented by rgpu (Philox4x32-10, 161, is)");
+                                        " is not implemented by rgpu (XORWOW, 100 and 101, and Philox4x32-10, 161, are)");
 }
 
 Status generate(const Fill& f, void* out, uint64_t count) {
   RGPU_TRY(supported(f.rng));
   if (f.position < f.offset) return Status(err::kInvalidValue, "a cuRAND position before the generator's offset");
+  if (count == 0) return Status::ok();
+  if (f.rng != kPhilox4x32_10) return xorwowGenerate(f, static_cast<uint8_t*>(out), count);
   const uint32_t words = valueWords(f.dist);
   const Layout layout{f.offset / 4, words};
   auto* bytes = static_cast<uint8_t*>(out);

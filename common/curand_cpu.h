@@ -9,7 +9,12 @@
 // distribution from position `position` (docs/curand.md).
 //
 // Layouts, found against NVIDIA's own host generator (the unit tests check
-// them against it wherever the toolkit's libcurand is installed):
+// them against it; docs/curand.md). Exact while a generator's calls keep one
+// kind of value (32-bit and uniform floats; doubles; normal pairs):
+//  - XORWOW (CURAND_RNG_PSEUDO_XORWOW, and _DEFAULT): 4096 generators, i
+//    started i * 2^67 draws in; slot s (a value, or a pair of normals) is
+//    generator s % 4096's, which starts at the draw of its first slot's row
+//    and takes its slots' draws in order.
 //  - Philox4x32-10 (CURAND_RNG_PSEUDO_PHILOX4_32_10; orderings BEST,
 //    DEFAULT and LEGACY are one layout): 65536 threads, thread t using the
 //    counters {c, t}, key = seed. 32-bit values and floats: value i is word
@@ -36,6 +41,8 @@
 namespace rgpu::common::curand {
 
 // curandRngType_t values.
+inline constexpr int32_t kPseudoDefault = 100;  // XORWOW
+inline constexpr int32_t kXorwow = 101;
 inline constexpr int32_t kPhilox4x32_10 = 161;
 
 enum class Dist : uint8_t {
@@ -65,6 +72,13 @@ struct Fill {
   Dist dist = Dist::kBits32;
   double mean = 0, stddev = 1;  // normal, log-normal
 };
+
+// Whether `count` values of `d` from `rng` must come in whole pairs
+// (XORWOW's normals: NVIDIA refuses an odd count, CURAND_STATUS_LENGTH_NOT_MULTIPLE).
+inline bool pairsOnly(int32_t rng, Dist d) {
+  return rng != kPhilox4x32_10 && (d == Dist::kNormal || d == Dist::kNormalDouble || d == Dist::kLogNormal ||
+                                   d == Dist::kLogNormalDouble);
+}
 
 // Whether `rng` is a generator this file computes (else: what is missing).
 Status supported(int32_t rng);

@@ -8,7 +8,8 @@
 // nothing to create on the server, nothing a move has to carry. A host
 // generator (curandCreateGeneratorHost) computes on this CPU.
 //
-// Generators rgpu does not compute (all but Philox4x32-10), Poisson and the
+// Generators rgpu does not compute (all but XORWOW and Philox4x32-10), the
+// SEEDED ordering, Poisson and the
 // quasi-random tables answer CURAND_STATUS_ARCH_MISMATCH ("does not support
 // the requested feature"), with one log line naming them.
 #include <curand.h>
@@ -78,12 +79,13 @@ curandStatus_t guarded(const char* call, F&& f) noexcept {
 curandStatus_t create(curandGenerator_t* out, curandRngType_t type, bool host, const char* call) {
   if (!out) return CURAND_STATUS_OUT_OF_RANGE;
   switch (type) {
-    case CURAND_RNG_PSEUDO_PHILOX4_32_10: break;
-    case CURAND_RNG_PSEUDO_DEFAULT: case CURAND_RNG_PSEUDO_XORWOW: case CURAND_RNG_PSEUDO_MRG32K3A:
+    case CURAND_RNG_PSEUDO_PHILOX4_32_10: case CURAND_RNG_PSEUDO_DEFAULT: case CURAND_RNG_PSEUDO_XORWOW: break;
+    case CURAND_RNG_PSEUDO_MRG32K3A:
     case CURAND_RNG_PSEUDO_MTGP32: case CURAND_RNG_PSEUDO_MT19937: case CURAND_RNG_QUASI_DEFAULT:
     case CURAND_RNG_QUASI_SOBOL32: case CURAND_RNG_QUASI_SCRAMBLED_SOBOL32: case CURAND_RNG_QUASI_SOBOL64:
     case CURAND_RNG_QUASI_SCRAMBLED_SOBOL64:
-      return unsupported("generator type " + std::to_string(type) + " (only CURAND_RNG_PSEUDO_PHILOX4_32_10 is)");
+      return unsupported("generator type " + std::to_string(type) +
+                         " (XORWOW, the default, and PHILOX4_32_10 are)");
     default: return CURAND_STATUS_TYPE_ERROR;
   }
   auto g = std::make_unique<Generator>();
@@ -111,6 +113,7 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
     if (!g) return CURAND_STATUS_NOT_INITIALIZED;
     if (count == 0) return CURAND_STATUS_SUCCESS;
     if (!out) return CURAND_STATUS_OUT_OF_RANGE;
+    if (count % 2 && cr::pairsOnly(g->rng, dist)) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;  // as NVIDIA's XORWOW
     cr::Fill f{g->rng, g->seed, g->offset, g->position, dist, mean, stddev};
     if (g->host) {
       if (Status s = cr::generate(f, out, count); !s) return toRandStatus(s, call);
@@ -201,10 +204,13 @@ RGPU_CURAND_API curandStatus_t curandSetGeneratorOffset(curandGenerator_t genera
   return CURAND_STATUS_SUCCESS;
 }
 
-// Philox has one layout: BEST, DEFAULT and LEGACY; the rest are out of range for it, as NVIDIA's says.
+// BEST, DEFAULT and LEGACY are one layout for both generators. SEEDED
+// (XORWOW only: Philox's is out of range, as NVIDIA's says) is not computed.
 RGPU_CURAND_API curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator, curandOrdering_t order) {
   Generator* g = generatorOf(generator);
   if (!g) return CURAND_STATUS_NOT_INITIALIZED;
+  if (order == CURAND_ORDERING_PSEUDO_SEEDED && g->rng != cr::kPhilox4x32_10)
+    return unsupported("CURAND_ORDERING_PSEUDO_SEEDED");
   if (order != CURAND_ORDERING_PSEUDO_BEST && order != CURAND_ORDERING_PSEUDO_DEFAULT &&
       order != CURAND_ORDERING_PSEUDO_LEGACY)
     return CURAND_STATUS_OUT_OF_RANGE;
@@ -217,7 +223,7 @@ RGPU_CURAND_API curandStatus_t curandSetQuasiRandomGeneratorDimensions(curandGen
   return generatorOf(generator) ? CURAND_STATUS_TYPE_ERROR : CURAND_STATUS_NOT_INITIALIZED;
 }
 
-// Philox has no state to set up: nothing to do, as NVIDIA's answers.
+// rgpu keeps no generator state to set up: nothing to do, as NVIDIA's answers.
 RGPU_CURAND_API curandStatus_t curandGenerateSeeds(curandGenerator_t generator) {
   return generatorOf(generator) ? CURAND_STATUS_SUCCESS : CURAND_STATUS_NOT_INITIALIZED;
 }

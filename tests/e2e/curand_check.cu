@@ -10,7 +10,10 @@
 //      log-normal floats (mean 0, stddev 0.5), then 512 32-bit values from a
 //      CUDA graph that captured the call, launched twice;
 //   B: seed 99 (the default ordering set explicitly): 70001 uniform doubles
-//      and 4002 normal doubles (mean -1, stddev 3).
+//      and 4002 normal doubles (mean -1, stddev 3);
+//   C, D: the default type (XORWOW), seeds 5 and 6: 50001 uniform floats
+//      from C, 2002 and 2000 normal floats from D (an odd count of its
+//      normals is refused, as NVIDIA's).
 // A host generator with A's settings must give A's first values too. A
 // generator rgpu does not compute is refused with ARCH_MISMATCH.
 #include <cuda_runtime.h>
@@ -87,6 +90,27 @@ int main(int argc, char** argv) {
   CHECK(curandGenerateUniformDouble(b, uniform_d, 70001));
   CHECK(curandGenerateNormalDouble(b, normal_d, 4002, -1.0, 3.0));
   if (fetch(out, uniform_d, 70001) || fetch(out, normal_d, 4002)) return 2;
+
+  // C and D: the default generator (XORWOW), seeds 5 and 6: 50001 uniform
+  // floats from C, then 2002 and 2000 normal floats (mean 0, stddev 1) from
+  // D, whose normals come in pairs.
+  curandGenerator_t c, d;
+  CHECK(curandCreateGenerator(&c, CURAND_RNG_PSEUDO_DEFAULT));
+  CHECK(curandSetPseudoRandomGeneratorSeed(c, 5));
+  CHECK(curandCreateGenerator(&d, CURAND_RNG_PSEUDO_DEFAULT));
+  CHECK(curandSetPseudoRandomGeneratorSeed(d, 6));
+  float *uniform_c, *normal_d1;
+  CHECK(cudaMalloc(&uniform_c, 50001 * sizeof(float)));
+  CHECK(cudaMalloc(&normal_d1, 4002 * sizeof(float)));
+  CHECK(curandGenerateUniform(c, uniform_c, 50001));
+  CHECK(curandGenerateNormal(d, normal_d1, 2002, 0.f, 1.f));
+  CHECK(curandGenerateNormal(d, normal_d1 + 2002, 2000, 0.f, 1.f));
+  if (fetch(out, uniform_c, 50001) || fetch(out, normal_d1, 4002)) return 2;
+  std::printf("XORWOW, 3 normals: %s\n", curandGenerateNormal(d, normal_d1, 3, 0.f, 1.f) == CURAND_STATUS_LENGTH_NOT_MULTIPLE
+                                                ? "LENGTH_NOT_MULTIPLE"
+                                                : "accepted");
+  CHECK(curandDestroyGenerator(c));
+  CHECK(curandDestroyGenerator(d));
   std::fclose(out);
 
   // A host generator with A's settings: the same first values.
@@ -105,8 +129,8 @@ int main(int argc, char** argv) {
   std::printf("past the end of an allocation: %s\n", cudaGetErrorName(late));
 
   curandGenerator_t x;
-  curandStatus_t st = curandCreateGenerator(&x, CURAND_RNG_PSEUDO_XORWOW);
-  std::printf("XORWOW: %s\n", st == CURAND_STATUS_ARCH_MISMATCH ? "refused (ARCH_MISMATCH)" : "not refused");
+  curandStatus_t st = curandCreateGenerator(&x, CURAND_RNG_PSEUDO_MRG32K3A);
+  std::printf("MRG32k3a: %s\n", st == CURAND_STATUS_ARCH_MISMATCH ? "refused (ARCH_MISMATCH)" : "not refused");
   int version = 0;
   CHECK(curandGetVersion(&version));
   std::printf("version %d\n", version);

@@ -82,6 +82,17 @@ std::vector<uint8_t> nvidiasValues() {
   normal_d(b, nd.data(), nd.size(), -1.0, 3.0);
   append(ud.data(), ud.size() * 8);
   append(nd.data(), nd.size() * 8);
+  curandGenerator_t c, d;
+  create(&c, CURAND_RNG_PSEUDO_DEFAULT);
+  seed(c, 5);
+  create(&d, CURAND_RNG_PSEUDO_DEFAULT);
+  seed(d, 6);
+  std::vector<float> uc(50001), nc(4002);
+  uniform(c, uc.data(), uc.size());
+  normal(d, nc.data(), 2002, 0.f, 1.f);
+  normal(d, nc.data() + 2002, 2000, 0.f, 1.f);
+  append(uc.data(), uc.size() * 4);
+  append(nc.data(), nc.size() * 4);
   return out;
 }
 
@@ -100,8 +111,9 @@ void expectNvidiasValues(const std::string& env, const std::string& file) {
   EXPECT_NE(r.output.find("host generator agrees with the device generator"), std::string::npos) << r.output;
   // A range past the program's memory: refused by the server, reported at the next synchronising call.
   EXPECT_NE(r.output.find("past the end of an allocation: cudaErrorInvalidValue"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("XORWOW: refused (ARCH_MISMATCH)"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("generator type 101 (only CURAND_RNG_PSEUDO_PHILOX4_32_10 is) is not supported by rgpu's "
+  EXPECT_NE(r.output.find("XORWOW, 3 normals: LENGTH_NOT_MULTIPLE"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("MRG32k3a: refused (ARCH_MISMATCH)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("generator type 121 (XORWOW, the default, and PHILOX4_32_10 are) is not supported by rgpu's "
                           "cuRAND"),
             std::string::npos)
       << r.output;
