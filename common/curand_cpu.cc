@@ -116,8 +116,6 @@ double doubleValue(uint64_t seed, const Layout& layout, uint64_t j, Dist d, doub
 // offset + (j - offset) / values-per-slot; slot s is generator s % 4096's.
 // A generator starts the call at the draw of its first slot's row (its
 // 32-bit layout) and then takes each of its slots' draws in order.
-constexpr uint64_t kXorwowGenerators = 4096;
-
 struct XorwowState {
   uint32_t v[5];
   uint32_t d;
@@ -177,34 +175,46 @@ std::shared_ptr<const std::vector<XorwowState>> xorwowStarts(uint64_t seed) {
   return cached;
 }
 
-// Values per slot and draws per slot of `d`.
-void xorwowSlot(Dist d, uint64_t* values, uint64_t* draws) {
-  switch (d) {
-    case Dist::kNormal: case Dist::kLogNormal: *values = 2, *draws = 2; return;
-    case Dist::kNormalDouble: case Dist::kLogNormalDouble: *values = 2, *draws = 4; return;
-    case Dist::kUniformDouble: *values = 1, *draws = 2; return;
-    default: *values = 1, *draws = 1; return;
-  }
+// Slots s in [a, b) with s % kXorwowGenerators == t.
+uint64_t slotsOf(uint64_t t, uint64_t a, uint64_t b) {
+  auto below = [t](uint64_t x) { return x / kXorwowGenerators + (x % kXorwowGenerators > t ? 1 : 0); };
+  return b > a ? below(b) - below(a) : 0;
+}
+
+// Each generator's first draw after the offset: the row of its first slot there.
+uint64_t startDraw(uint64_t t, uint64_t offset) {
+  return offset / kXorwowGenerators + (t < offset % kXorwowGenerators ? 1 : 0);
 }
 
 Status xorwowGenerate(const Fill& f, uint8_t* out, uint64_t count) {
-  uint64_t per_slot = 1, draws_per_slot = 1;
-  xorwowSlot(f.dist, &per_slot, &draws_per_slot);
+  const Slot slot = xorwowSlot(f.dist);
+  const uint64_t per_slot = slot.values, draws_per_slot = slot.draws;
   const uint64_t T = kXorwowGenerators;
+  if (f.counted < f.offset || f.counted > f.slot)
+    return Status(err::kInvalidValue, "cuRAND draw counts taken past the call's slot");
+  // Each generator's draws where the run began.
+  std::vector<uint64_t> counts(T);
+  if (f.draws.empty()) {
+    for (uint64_t t = 0; t < T; ++t) counts[t] = startDraw(t, f.offset);
+  } else {
+    uint64_t t = 0;
+    for (auto [n, gens] : f.draws) {
+      if (gens > T - t) return Status(err::kInvalidValue, "cuRAND draw counts for more than 4096 generators");
+      for (uint32_t k = 0; k < gens; ++k) counts[t++] = n;
+    }
+    if (t != T) return Status(err::kInvalidValue, "cuRAND draw counts for fewer than 4096 generators");
+  }
   auto starts = xorwowStarts(f.seed);
   const uint32_t width = valueBytes(f.dist);
-  auto slotOf = [&](uint64_t j) { return f.offset + (j - f.offset) / per_slot; };
+  auto slotOf = [&](uint64_t j) { return f.slot + (j - f.position) / per_slot; };
   const uint64_t first_slot = slotOf(f.position), last_slot = slotOf(f.position + count - 1);
   // Each generator's state at its first slot of this call.
   const uint64_t gens = std::min<uint64_t>(T, last_slot - first_slot + 1);
   std::vector<XorwowState> state(T);
   for (uint64_t k = 0; k < gens; ++k) {
     const uint64_t s = first_slot + k, t = s % T;
-    // The generator's first slot at or after the offset, its row, and its slots since.
-    const uint64_t first = f.offset + (t + T - f.offset % T) % T;
-    const uint64_t draw = first / T + draws_per_slot * ((s - first) / T);
     state[t] = (*starts)[t];
-    xorwowSkip(state[t], draw);
+    xorwowSkip(state[t], counts[t] + draws_per_slot * slotsOf(t, f.counted, s));
   }
   // Values in order: a slot's draws are taken when its first value (in this call) is.
   std::vector<std::array<uint32_t, 4>> slot_draws(T);
@@ -216,7 +226,7 @@ Status xorwowGenerate(const Fill& f, uint8_t* out, uint64_t count) {
       slot_at[t] = s;
     }
     const auto& x = slot_draws[t];
-    const unsigned k = static_cast<unsigned>((i - f.offset) % per_slot);
+    const unsigned k = static_cast<unsigned>((i - f.position) % per_slot);
     uint8_t* o = out + j * width;
     switch (f.dist) {
       case Dist::kBits32: std::memcpy(o, &x[0], 4); break;
@@ -280,6 +290,31 @@ Status generate(const Fill& f, void* out, uint64_t count) {
     }
   }
   return Status::ok();
+}
+
+void XorwowHistory::call(Dist d, uint64_t count, uint64_t offset, Fill& f) {
+  const Slot slot = xorwowSlot(d);
+  if (!started_) {
+    slot_ = counted_ = offset;  // each generator's first slot is its row's at the offset
+    draws_ = slot.draws;
+    started_ = true;
+  } else if (slot.draws != draws_) {
+    if (counts_.empty()) {
+      counts_.resize(kXorwowGenerators);
+      for (uint64_t t = 0; t < kXorwowGenerators; ++t) counts_[t] = startDraw(t, offset);
+    }
+    for (uint64_t t = 0; t < kXorwowGenerators; ++t) counts_[t] += draws_ * slotsOf(t, counted_, slot_);
+    counted_ = slot_;
+    draws_ = slot.draws;
+  }
+  f.slot = slot_;
+  f.counted = counted_;
+  f.draws.clear();
+  for (uint64_t t = 0; t < counts_.size(); ++t) {
+    if (!f.draws.empty() && f.draws.back().first == counts_[t]) ++f.draws.back().second;
+    else f.draws.push_back({counts_[t], 1});
+  }
+  slot_ += (count + slot.values - 1) / slot.values;
 }
 
 }  // namespace rgpu::common::curand

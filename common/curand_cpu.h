@@ -9,12 +9,14 @@
 // distribution from position `position` (docs/curand.md).
 //
 // Layouts, found against NVIDIA's own host generator (the unit tests check
-// them against it; docs/curand.md). Exact while a generator's calls keep one
-// kind of value (32-bit and uniform floats; doubles; normal pairs):
+// them against it; docs/curand.md):
 //  - XORWOW (CURAND_RNG_PSEUDO_XORWOW, and _DEFAULT): 4096 generators, i
 //    started i * 2^67 draws in; slot s (a value, or a pair of normals) is
 //    generator s % 4096's, which starts at the draw of its first slot's row
-//    and takes its slots' draws in order.
+//    at the offset and takes its slots' draws in order; slots go on from call
+//    to call whatever the calls gave (XorwowHistory). Exact for any calls.
+//  - Philox (below): exact while a generator's calls keep one kind of value
+//    (32-bit and uniform floats; doubles; normal pairs).
 //  - Philox4x32-10 (CURAND_RNG_PSEUDO_PHILOX4_32_10; orderings BEST,
 //    DEFAULT and LEGACY are one layout): 65536 threads, thread t using the
 //    counters {c, t}, key = seed. 32-bit values and floats: value i is word
@@ -35,6 +37,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 
@@ -64,6 +68,26 @@ inline uint32_t valueBytes(Dist d) {
 // Words per value of `d`.
 inline uint32_t valueWords(Dist d) { return valueBytes(d) / 4; }
 
+// XORWOW's generators, and a slot's values and draws for `d` (a value, or a pair of normals).
+inline constexpr uint64_t kXorwowGenerators = 4096;
+struct Slot {
+  uint64_t values, draws;
+};
+inline Slot xorwowSlot(Dist d) {
+  switch (d) {
+    case Dist::kNormal: case Dist::kLogNormal: return {2, 2};
+    case Dist::kNormalDouble: case Dist::kLogNormalDouble: return {2, 4};
+    case Dist::kUniformDouble: return {1, 2};
+    default: return {1, 1};
+  }
+}
+
+// What a XORWOW generator has given, as its generators' draw counts where the
+// current run of calls of one slot kind began (XorwowHistory keeps them).
+// Run-length coded: `draws` holds (count, generators) pairs over the 4096
+// generators in order; empty: each generator's start at the offset.
+inline constexpr size_t kMaxDrawRuns = kXorwowGenerators;
+
 struct Fill {
   int32_t rng = kPhilox4x32_10;  // curandRngType_t
   uint64_t seed = 0;
@@ -71,6 +95,29 @@ struct Fill {
   uint64_t position = 0;  // where this call starts: the offset plus every value given before
   Dist dist = Dist::kBits32;
   double mean = 0, stddev = 1;  // normal, log-normal
+  // XORWOW: the slot this call's first value is in (slots go on from the
+  // last call's, whatever it gave), and the draw counts at slot `counted`.
+  uint64_t slot = 0;
+  uint64_t counted = 0;
+  std::vector<std::pair<uint64_t, uint32_t>> draws;
+};
+
+// A XORWOW generator's history as the client keeps it: the next slot, and
+// each generator's draws. `call` fills a call's Fill fields and moves on.
+// While the draws per slot stay the same, the counts stay where they were
+// last taken (the request stays small); a change adds the draws since.
+class XorwowHistory {
+ public:
+  // After curandSetGeneratorOffset: nothing given yet.
+  void reset() { started_ = false, counts_.clear(); }
+  // For a call of `count` values of `d`.
+  void call(Dist d, uint64_t count, uint64_t offset, Fill& f);
+
+ private:
+  bool started_ = false;
+  uint64_t draws_ = 0;  // per slot, since counted_
+  uint64_t slot_ = 0, counted_ = 0;
+  std::vector<uint64_t> counts_;  // by generator, at slot counted_ (empty: the offset's starts)
 };
 
 // Whether `count` values of `d` from `rng` must come in whole pairs

@@ -38,6 +38,7 @@ struct Generator {
   uint64_t seed = 0, offset = 0, position = 0;
   curandOrdering_t ordering = CURAND_ORDERING_PSEUDO_DEFAULT;
   cudaStream_t stream = nullptr;
+  cr::XorwowHistory history;  // XORWOW: where each of its generators is
 };
 
 Generator* generatorOf(curandGenerator_t g) {
@@ -115,6 +116,7 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
     if (!out) return CURAND_STATUS_OUT_OF_RANGE;
     if (count % 2 && cr::pairsOnly(g->rng, dist)) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;  // as NVIDIA's XORWOW
     cr::Fill f{g->rng, g->seed, g->offset, g->position, dist, mean, stddev};
+    if (g->rng != cr::kPhilox4x32_10) g->history.call(dist, count, g->offset, f);
     if (g->host) {
       if (Status s = cr::generate(f, out, count); !s) return toRandStatus(s, call);
     } else {
@@ -134,6 +136,13 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
       r.setPtr(reinterpret_cast<uint64_t>(out));
       r.setCount(count);
       r.setOrdering(g->ordering);
+      r.setSlot(f.slot);
+      r.setCounted(f.counted);
+      auto draws = r.initDraws(static_cast<unsigned>(2 * f.draws.size()));
+      for (size_t i = 0; i < f.draws.size(); ++i) {
+        draws.set(static_cast<unsigned>(2 * i), f.draws[i].first);
+        draws.set(static_cast<unsigned>(2 * i + 1), f.draws[i].second);
+      }
       // Asynchronous, as NVIDIA's kernel launch: a bad range surfaces at the next synchronising call.
       if (Status s = t->post(msg); !s) return toRandStatus(s, call);
     }
@@ -201,6 +210,7 @@ RGPU_CURAND_API curandStatus_t curandSetGeneratorOffset(curandGenerator_t genera
   Generator* g = generatorOf(generator);
   if (!g) return CURAND_STATUS_NOT_INITIALIZED;
   g->offset = g->position = offset;
+  g->history.reset();
   return CURAND_STATUS_SUCCESS;
 }
 

@@ -16,6 +16,15 @@ Status Session::onRandFill(const protocol::FrameHeader& h, wire::Request::Reader
   cr::Fill f{m.getRng(), m.getSeed(), m.getOffset(), m.getPosition(), static_cast<cr::Dist>(m.getDist()),
              m.getMean(), m.getStddev()};
   const uint64_t count = m.getCount();
+  f.slot = m.getSlot();
+  f.counted = m.getCounted();
+  auto draws = m.getDraws();
+  if (s && (draws.size() % 2 || draws.size() > 2 * cr::kMaxDrawRuns))
+    s = Status(err::kInvalidValue, "cuRAND draw counts of " + std::to_string(draws.size()) + " words");
+  for (unsigned i = 0; s && i + 1 < draws.size(); i += 2) {
+    if (draws[i + 1] > cr::kXorwowGenerators) s = Status(err::kInvalidValue, "cuRAND draw counts past 4096 generators");
+    else f.draws.push_back({draws[i], static_cast<uint32_t>(draws[i + 1])});
+  }
   if (s && m.getDist() >= cr::kDistCount)
     s = Status(err::kInvalidValue, "unknown cuRAND distribution " + std::to_string(m.getDist()));
   if (s) s = cr::supported(f.rng);

@@ -87,9 +87,11 @@ Nvidia& nvidia() {
 struct Ours {
   int32_t rng;
   uint64_t seed, offset, position;
+  XorwowHistory history;
   std::vector<uint8_t> call(Dist d, size_t n, double mean, double stddev) {
     std::vector<uint8_t> v(n * valueBytes(d));
     Fill f{rng, seed, offset, position, d, mean, stddev};
+    if (rng != kPhilox4x32_10) history.call(d, n, offset, f);
     Status s = generate(f, v.data(), n);
     EXPECT_TRUE(s) << s.message();
     position += n;
@@ -99,7 +101,7 @@ struct Ours {
 
 std::vector<uint8_t> ours(int32_t rng, Dist d, uint64_t seed, uint64_t off, const std::vector<size_t>& counts,
                           double mean, double stddev) {
-  Ours g{rng, seed, off, off};
+  Ours g{rng, seed, off, off, {}};
   std::vector<uint8_t> out;
   for (size_t n : counts) {
     auto v = g.call(d, n, mean, stddev);
@@ -140,6 +142,41 @@ TEST(CurandCpu, ValuesAreNvidiasBitForBitForEveryGeneratorDistributionSeedOffset
       EXPECT_EQ(firstDifference(got, want, valueBytes(d)), SIZE_MAX);
     }
   }
+}
+
+// One XORWOW generator, calls of every kind in turn: each of its 4096
+// generators goes on from the draws it took, and a run of normals pairs its
+// values from where the run began.
+TEST(CurandCpu, AXorwowGeneratorThatSwitchesKindsGoesOnAsNvidiasDoes) {
+  ASSERT_TRUE(nvidia().h) << "the toolkit's libcurand.so.10: " << ::dlerror();
+  const std::vector<std::pair<Dist, size_t>> calls = {
+      {Dist::kUniform, 5},         {Dist::kNormal, 8192},       {Dist::kBits32, 10001},
+      {Dist::kUniformDouble, 3001}, {Dist::kNormalDouble, 4100}, {Dist::kNormal, 2},
+      {Dist::kNormal, 70000},      {Dist::kLogNormalDouble, 6}, {Dist::kBits32, 300000},
+      {Dist::kUniformDouble, 1}};
+  Nvidia& n = nvidia();
+  curandGenerator_t g = nullptr;
+  ASSERT_EQ(n.create(&g, CURAND_RNG_PSEUDO_XORWOW), CURAND_STATUS_SUCCESS);
+  ASSERT_EQ(n.seed(g, 77), CURAND_STATUS_SUCCESS);
+  ASSERT_EQ(n.offset(g, 100003), CURAND_STATUS_SUCCESS);
+  Ours o{kXorwow, 77, 100003, 100003, {}};
+  for (size_t c = 0; c < calls.size(); ++c) {
+    auto [d, count] = calls[c];
+    SCOPED_TRACE("call " + std::to_string(c));
+    std::vector<uint8_t> want(count * valueBytes(d));
+    curandStatus_t st = CURAND_STATUS_INTERNAL_ERROR;
+    switch (d) {
+      case Dist::kBits32: st = n.bits(g, reinterpret_cast<unsigned*>(want.data()), count); break;
+      case Dist::kUniform: st = n.uniform(g, reinterpret_cast<float*>(want.data()), count); break;
+      case Dist::kUniformDouble: st = n.uniform_d(g, reinterpret_cast<double*>(want.data()), count); break;
+      case Dist::kNormal: st = n.normal(g, reinterpret_cast<float*>(want.data()), count, 0.f, 1.f); break;
+      case Dist::kNormalDouble: st = n.normal_d(g, reinterpret_cast<double*>(want.data()), count, 0., 1.); break;
+      default: st = n.log_normal_d(g, reinterpret_cast<double*>(want.data()), count, 0., 1.); break;
+    }
+    ASSERT_EQ(st, CURAND_STATUS_SUCCESS);
+    EXPECT_EQ(firstDifference(o.call(d, count, 0., 1.), want, valueBytes(d)), SIZE_MAX);
+  }
+  n.destroy(g);
 }
 
 // XORWOW's normals come in pairs: NVIDIA refuses an odd count, and rgpu's library does too.

@@ -11,9 +11,10 @@
 //      CUDA graph that captured the call, launched twice;
 //   B: seed 99 (the default ordering set explicitly): 70001 uniform doubles
 //      and 4002 normal doubles (mean -1, stddev 3);
-//   C, D: the default type (XORWOW), seeds 5 and 6: 50001 uniform floats
-//      from C, 2002 and 2000 normal floats from D (an odd count of its
-//      normals is refused, as NVIDIA's).
+//   C, D: the default type (XORWOW), seeds 5 and 6: from C, 50001 uniform
+//      floats, 2002 normal floats, 1001 32-bit values and 100 normal doubles;
+//      from D, 2002 and 2000 normal floats (an odd count of its normals is
+//      refused, as NVIDIA's).
 // A host generator with A's settings must give A's first values too. A
 // generator rgpu does not compute is refused with ARCH_MISMATCH.
 #include <cuda_runtime.h>
@@ -91,9 +92,10 @@ int main(int argc, char** argv) {
   CHECK(curandGenerateNormalDouble(b, normal_d, 4002, -1.0, 3.0));
   if (fetch(out, uniform_d, 70001) || fetch(out, normal_d, 4002)) return 2;
 
-  // C and D: the default generator (XORWOW), seeds 5 and 6: 50001 uniform
-  // floats from C, then 2002 and 2000 normal floats (mean 0, stddev 1) from
-  // D, whose normals come in pairs.
+  // C and D: the default generator (XORWOW), seeds 5 and 6: from C, 50001
+  // uniform floats, 2002 normal floats, 1001 32-bit values and 100 normal
+  // doubles (each kind going on from where the last left each of its
+  // generators); from D, 2002 and 2000 normal floats (its normals come in pairs).
   curandGenerator_t c, d;
   CHECK(curandCreateGenerator(&c, CURAND_RNG_PSEUDO_DEFAULT));
   CHECK(curandSetPseudoRandomGeneratorSeed(c, 5));
@@ -102,10 +104,21 @@ int main(int argc, char** argv) {
   float *uniform_c, *normal_d1;
   CHECK(cudaMalloc(&uniform_c, 50001 * sizeof(float)));
   CHECK(cudaMalloc(&normal_d1, 4002 * sizeof(float)));
+  float* normal_c;
+  unsigned* bits_c;
+  double* normal_dc;
+  CHECK(cudaMalloc(&normal_c, 2002 * sizeof(float)));
+  CHECK(cudaMalloc(&bits_c, 1001 * sizeof(unsigned)));
+  CHECK(cudaMalloc(&normal_dc, 100 * sizeof(double)));
   CHECK(curandGenerateUniform(c, uniform_c, 50001));
+  CHECK(curandGenerateNormal(c, normal_c, 2002, 0.f, 1.f));
+  CHECK(curandGenerate(c, bits_c, 1001));
+  CHECK(curandGenerateNormalDouble(c, normal_dc, 100, 0., 1.));
   CHECK(curandGenerateNormal(d, normal_d1, 2002, 0.f, 1.f));
   CHECK(curandGenerateNormal(d, normal_d1 + 2002, 2000, 0.f, 1.f));
-  if (fetch(out, uniform_c, 50001) || fetch(out, normal_d1, 4002)) return 2;
+  if (fetch(out, uniform_c, 50001) || fetch(out, normal_c, 2002) || fetch(out, bits_c, 1001) ||
+      fetch(out, normal_dc, 100) || fetch(out, normal_d1, 4002))
+    return 2;
   std::printf("XORWOW, 3 normals: %s\n", curandGenerateNormal(d, normal_d1, 3, 0.f, 1.f) == CURAND_STATUS_LENGTH_NOT_MULTIPLE
                                                 ? "LENGTH_NOT_MULTIPLE"
                                                 : "accepted");

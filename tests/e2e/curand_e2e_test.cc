@@ -87,11 +87,19 @@ std::vector<uint8_t> nvidiasValues() {
   seed(c, 5);
   create(&d, CURAND_RNG_PSEUDO_DEFAULT);
   seed(d, 6);
-  std::vector<float> uc(50001), nc(4002);
+  std::vector<float> uc(50001), ncf(2002), nc(4002);
+  std::vector<unsigned> bc(1001);
+  std::vector<double> ndc(100);
   uniform(c, uc.data(), uc.size());
+  normal(c, ncf.data(), ncf.size(), 0.f, 1.f);
+  bits(c, bc.data(), bc.size());
+  normal_d(c, ndc.data(), ndc.size(), 0., 1.);
   normal(d, nc.data(), 2002, 0.f, 1.f);
   normal(d, nc.data() + 2002, 2000, 0.f, 1.f);
   append(uc.data(), uc.size() * 4);
+  append(ncf.data(), ncf.size() * 4);
+  append(bc.data(), bc.size() * 4);
+  append(ndc.data(), ndc.size() * 8);
   append(nc.data(), nc.size() * 4);
   return out;
 }
