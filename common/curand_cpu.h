@@ -120,6 +120,15 @@ class XorwowHistory {
   std::vector<uint64_t> counts_;  // by generator, at slot counted_ (empty: the offset's starts)
 };
 
+// The rest of call `f` from its `skip`-th value on (a backend that writes a
+// call in pieces); `skip` is a whole number of slots (even for pairs).
+inline Fill callPart(const Fill& f, uint64_t skip) {
+  Fill part = f;
+  part.position = f.position + skip;
+  part.slot = f.slot + skip / xorwowSlot(f.dist).values;  // (Philox: unused)
+  return part;
+}
+
 // Whether `count` values of `d` from `rng` must come in whole pairs
 // (XORWOW's normals: NVIDIA refuses an odd count, CURAND_STATUS_LENGTH_NOT_MULTIPLE).
 inline bool pairsOnly(int32_t rng, Dist d) {

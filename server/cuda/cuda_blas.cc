@@ -354,9 +354,8 @@ Status CudaBackend::randFill(StreamKey s, const common::curand::Fill& f, DevPtr 
   const uint32_t width = common::curand::valueBytes(f.dist);
   for (uint64_t done = 0; done < count;) {
     const uint64_t n = std::min(kRandPieceValues, count - done);
-    common::curand::Fill piece = f;
-    piece.position = f.position + done;
-    // (A piece gives what the whole call gives there: the values depend on the offset and their position.)
+    // (kRandPieceValues is even: a piece never splits a pair of normals.)
+    const common::curand::Fill piece = common::curand::callPart(f, done);
     auto values = std::make_shared<std::vector<uint8_t>>(n * width);
     RGPU_TRY(common::curand::generate(piece, values->data(), n));
     RGPU_TRY(copyToDevice(s, out + done * width, values, values->size()));

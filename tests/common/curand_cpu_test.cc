@@ -179,6 +179,26 @@ TEST(CurandCpu, AXorwowGeneratorThatSwitchesKindsGoesOnAsNvidiasDoes) {
   n.destroy(g);
 }
 
+// A call written in pieces (as the CUDA backend writes one) gives what it gives whole.
+TEST(CurandCpu, ACallWrittenInPiecesGivesWhatItGivesWhole) {
+  for (int32_t rng : {kPhilox4x32_10, kXorwow})
+    for (uint8_t k = 0; k < kDistCount; ++k) {
+      const Dist d = static_cast<Dist>(k);
+      SCOPED_TRACE("generator " + std::to_string(rng) + ", distribution " + std::to_string(k));
+      Ours g{rng, 3, 11, 11, {}};
+      (void)g.call(Dist::kUniform, 6, 0., 1.);  // a XORWOW history with a switch before the call
+      Fill f{rng, 3, 11, g.position, d, 0.5, 2.0};
+      if (rng != kPhilox4x32_10) g.history.call(d, 20000, 11, f);
+      std::vector<uint8_t> whole(20000 * valueBytes(d)), pieces(whole.size());
+      ASSERT_TRUE(generate(f, whole.data(), 20000));
+      for (uint64_t done = 0; done < 20000; done += 4096) {
+        const uint64_t n = std::min<uint64_t>(4096, 20000 - done);
+        ASSERT_TRUE(generate(callPart(f, done), pieces.data() + done * valueBytes(d), n));
+      }
+      EXPECT_EQ(firstDifference(pieces, whole, valueBytes(d)), SIZE_MAX);
+    }
+}
+
 // XORWOW's normals come in pairs: NVIDIA refuses an odd count, and rgpu's library does too.
 TEST(CurandCpu, XorwowNormalsComeInPairsAsNvidiasDo) {
   ASSERT_TRUE(nvidia().h) << "the toolkit's libcurand.so.10: " << ::dlerror();
