@@ -70,13 +70,22 @@ inline void boxMullerDouble(const Words& r, double* a, double* b) {
   *b = std::cos(k2Pi * v) * s;
 }
 
+// A standard normal value as `d` asks for it: scaled, shifted, and for log-normal, exp of that.
+inline float shaped(float v, Dist d, double mean, double stddev) {
+  const float n = v * static_cast<float>(stddev) + static_cast<float>(mean);
+  return d == Dist::kLogNormal ? expf(n) : n;
+}
+inline double shaped(double v, Dist d, double mean, double stddev) {
+  const double n = v * stddev + mean;
+  return d == Dist::kLogNormalDouble ? std::exp(n) : n;
+}
+
 // Value `i` of a 32-bit-wide distribution, from its thread's block.
 float floatValue(const Words& r, unsigned k, Dist d, double mean, double stddev) {
   if (d == Dist::kUniform) return uniform(r.w[k]);
   float v[2];
   boxMuller(r.w[k & ~1u], r.w[(k & ~1u) + 1], &v[0], &v[1]);
-  const float n = v[k & 1] * static_cast<float>(stddev) + static_cast<float>(mean);
-  return d == Dist::kLogNormal ? expf(n) : n;
+  return shaped(v[k & 1], d, mean, stddev);
 }
 
 // Values j' < x with (j' / 4) % threads == t (whole groups, and the part of x's own).
@@ -105,8 +114,7 @@ double doubleValue(uint64_t seed, const Layout& layout, uint64_t j, Dist d, doub
   if (d == Dist::kUniformDouble) return high ? uniformDouble(r.w[2], r.w[3]) : uniformDouble(r.w[0], r.w[1]);
   double v[2];
   boxMullerDouble(r, &v[0], &v[1]);
-  const double x = v[high ? 1 : 0] * stddev + mean;
-  return d == Dist::kLogNormalDouble ? std::exp(x) : x;
+  return shaped(v[high ? 1 : 0], d, mean, stddev);
 }
 
 
@@ -190,19 +198,13 @@ Status xorwowGenerate(const Fill& f, uint8_t* out, uint64_t count) {
   const Slot slot = xorwowSlot(f.dist);
   const uint64_t per_slot = slot.values, draws_per_slot = slot.draws;
   const uint64_t T = kXorwowGenerators;
-  if (f.counted < f.offset || f.counted > f.slot)
-    return Status(err::kInvalidValue, "cuRAND draw counts taken past the call's slot");
-  // Each generator's draws where the run began.
-  std::vector<uint64_t> counts(T);
+  // Each generator's draws at slot `counted` (check() made sure the runs cover all 4096).
+  std::vector<uint64_t> counts;
+  counts.reserve(T);
   if (f.draws.empty()) {
-    for (uint64_t t = 0; t < T; ++t) counts[t] = startDraw(t, f.offset);
+    for (uint64_t t = 0; t < T; ++t) counts.push_back(startDraw(t, f.offset));
   } else {
-    uint64_t t = 0;
-    for (auto [n, gens] : f.draws) {
-      if (gens > T - t) return Status(err::kInvalidValue, "cuRAND draw counts for more than 4096 generators");
-      for (uint32_t k = 0; k < gens; ++k) counts[t++] = n;
-    }
-    if (t != T) return Status(err::kInvalidValue, "cuRAND draw counts for fewer than 4096 generators");
+    for (auto [n, gens] : f.draws) counts.insert(counts.end(), gens, n);
   }
   auto starts = xorwowStarts(f.seed);
   const uint32_t width = valueBytes(f.dist);
@@ -235,16 +237,14 @@ Status xorwowGenerate(const Fill& f, uint8_t* out, uint64_t count) {
       case Dist::kNormal: case Dist::kLogNormal: {
         float v[2];
         boxMuller(x[0], x[1], &v[0], &v[1]);
-        float n = v[k] * static_cast<float>(f.stddev) + static_cast<float>(f.mean);
-        if (f.dist == Dist::kLogNormal) n = expf(n);
+        const float n = shaped(v[k], f.dist, f.mean, f.stddev);
         std::memcpy(o, &n, 4);
         break;
       }
       case Dist::kNormalDouble: case Dist::kLogNormalDouble: {
         double v[2];
         boxMullerDouble(Words{{x[0], x[1], x[2], x[3]}}, &v[0], &v[1]);
-        double n = v[k] * f.stddev + f.mean;
-        if (f.dist == Dist::kLogNormalDouble) n = std::exp(n);
+        const double n = shaped(v[k], f.dist, f.mean, f.stddev);
         std::memcpy(o, &n, 8);
         break;
       }
@@ -261,9 +261,24 @@ Status supported(int32_t rng) {
                                         " is not implemented by rgpu (XORWOW, 100 and 101, and Philox4x32-10, 161, are)");
 }
 
-Status generate(const Fill& f, void* out, uint64_t count) {
+Status check(const Fill& f) {
   RGPU_TRY(supported(f.rng));
+  if (static_cast<uint8_t>(f.dist) >= kDistCount)
+    return Status(err::kInvalidValue, "unknown cuRAND distribution " + std::to_string(static_cast<int>(f.dist)));
   if (f.position < f.offset) return Status(err::kInvalidValue, "a cuRAND position before the generator's offset");
+  if (f.rng == kPhilox4x32_10) return Status::ok();
+  if (f.counted < f.offset || f.counted > f.slot)
+    return Status(err::kInvalidValue, "cuRAND draw counts taken past the call's slot");
+  if (f.draws.size() > kMaxDrawRuns) return Status(err::kInvalidValue, "cuRAND draw counts in more than 4096 runs");
+  uint64_t gens = 0;
+  for (auto& run : f.draws) gens += run.second;
+  if (!f.draws.empty() && gens != kXorwowGenerators)
+    return Status(err::kInvalidValue, "cuRAND draw counts for " + std::to_string(gens) + " generators, not 4096");
+  return Status::ok();
+}
+
+Status generate(const Fill& f, void* out, uint64_t count) {
+  RGPU_TRY(check(f));
   if (count == 0) return Status::ok();
   if (f.rng != kPhilox4x32_10) return xorwowGenerate(f, static_cast<uint8_t*>(out), count);
   const uint32_t words = valueWords(f.dist);
@@ -310,9 +325,9 @@ void XorwowHistory::call(Dist d, uint64_t count, uint64_t offset, Fill& f) {
   f.slot = slot_;
   f.counted = counted_;
   f.draws.clear();
-  for (uint64_t t = 0; t < counts_.size(); ++t) {
-    if (!f.draws.empty() && f.draws.back().first == counts_[t]) ++f.draws.back().second;
-    else f.draws.push_back({counts_[t], 1});
+  for (uint64_t v : counts_) {
+    if (!f.draws.empty() && f.draws.back().first == v) ++f.draws.back().second;
+    else f.draws.push_back({v, 1});
   }
   slot_ += (count + slot.values - 1) / slot.values;
 }

@@ -138,9 +138,11 @@ inline bool pairsOnly(int32_t rng, Dist d) {
 
 // Whether `rng` is a generator this file computes (else: what is missing).
 Status supported(int32_t rng);
-// Values [position, position + count) of `f` into `out` (count * valueBytes).
-// kNotSupported for a generator type it does not compute; kInvalidValue for
-// a position before the offset.
+// Whether `f` is a call this file computes, as it came (from a client: every
+// field is checked). kNotSupported for a generator type it does not compute.
+Status check(const Fill& f);
+// Values [position, position + count) of `f` into `out` (count * valueBytes);
+// what check() refuses, refused.
 Status generate(const Fill& f, void* out, uint64_t count);
 
 }  // namespace rgpu::common::curand

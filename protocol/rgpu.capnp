@@ -236,13 +236,13 @@ struct RandFill {
   stddev @7 :Float64;
   ptr @8 :UInt64;
   count @9 :UInt64;
-  ordering @10 :Int32;      # curandOrdering_t
+  # (The ordering is not sent: BEST, DEFAULT and LEGACY are one layout.)
   # XORWOW (common::curand::XorwowHistory): the slot of the first value, and
   # each of the 4096 generators' draws at slot `counted`, as (draws,
   # generators) pairs in generator order (empty: each one's start at the offset).
-  slot @11 :UInt64;
-  counted @12 :UInt64;
-  draws @13 :List(UInt64);
+  slot @10 :UInt64;
+  counted @11 :UInt64;
+  draws @12 :List(UInt64);
 }
 
 # cublasComputeType_t values (common/blas_types.h).

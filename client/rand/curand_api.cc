@@ -1,17 +1,17 @@
 // rgpu's libcurand.so.10: cuRAND's host API with NVIDIA's names and version
 // node (libcurand.map), every one of the 27 defined here (docs/curand.md).
 //
-// A generator is the client's: its type, seed, offset, ordering, stream and
-// how many values it gave. Its values are a function of those alone
+// A generator is the client's: its type, seed, offset, stream, how many
+// values it gave, and for XORWOW where each of its generators is. Its values are a function of those alone
 // (common/curand_cpu.h), so a generation on a device generator is one
 // stream-ordered, asynchronous request that says all of it (wire::RandFill):
 // nothing to create on the server, nothing a move has to carry. A host
 // generator (curandCreateGeneratorHost) computes on this CPU.
 //
 // Generators rgpu does not compute (all but XORWOW and Philox4x32-10), the
-// SEEDED ordering, Poisson and the
-// quasi-random tables answer CURAND_STATUS_ARCH_MISMATCH ("does not support
-// the requested feature"), with one log line naming them.
+// SEEDED ordering, Poisson and the quasi-random tables answer
+// CURAND_STATUS_ARCH_MISMATCH ("does not support the requested feature"),
+// with one log line naming them.
 #include <curand.h>
 
 #include <atomic>
@@ -36,7 +36,6 @@ struct Generator {
   int device = 0;
   int32_t rng = cr::kPhilox4x32_10;
   uint64_t seed = 0, offset = 0, position = 0;
-  curandOrdering_t ordering = CURAND_ORDERING_PSEUDO_DEFAULT;
   cudaStream_t stream = nullptr;
   cr::XorwowHistory history;  // XORWOW: where each of its generators is
 };
@@ -44,6 +43,13 @@ struct Generator {
 Generator* generatorOf(curandGenerator_t g) {
   auto* p = reinterpret_cast<Generator*>(g);
   return p && p->magic == kMagic ? p : nullptr;
+}
+
+// `f(generator)` for a live generator, else NOT_INITIALIZED.
+template <typename F>
+curandStatus_t withGenerator(curandGenerator_t gen, F&& f) {
+  Generator* g = generatorOf(gen);
+  return g ? f(*g) : CURAND_STATUS_NOT_INITIALIZED;
 }
 
 curandStatus_t unsupported(const std::string& what) {
@@ -135,7 +141,6 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
       r.setStddev(stddev);
       r.setPtr(reinterpret_cast<uint64_t>(out));
       r.setCount(count);
-      r.setOrdering(g->ordering);
       r.setSlot(f.slot);
       r.setCounted(f.counted);
       auto draws = r.initDraws(static_cast<unsigned>(2 * f.draws.size()));
@@ -191,51 +196,51 @@ RGPU_CURAND_API curandStatus_t curandGetProperty(libraryPropertyType type, int* 
 }
 
 RGPU_CURAND_API curandStatus_t curandSetStream(curandGenerator_t generator, cudaStream_t stream) {
-  Generator* g = generatorOf(generator);
-  if (!g) return CURAND_STATUS_NOT_INITIALIZED;
-  g->stream = stream;
-  return CURAND_STATUS_SUCCESS;
+  return withGenerator(generator, [&](Generator& g) {
+    g.stream = stream;
+    return CURAND_STATUS_SUCCESS;
+  });
 }
 
 // The seed changes the key; the generator goes on from where it was (as NVIDIA's does).
 RGPU_CURAND_API curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerator_t generator, unsigned long long seed) {
-  Generator* g = generatorOf(generator);
-  if (!g) return CURAND_STATUS_NOT_INITIALIZED;
-  g->seed = seed;
-  return CURAND_STATUS_SUCCESS;
+  return withGenerator(generator, [&](Generator& g) {
+    g.seed = seed;
+    return CURAND_STATUS_SUCCESS;
+  });
 }
 
 // The next value is the offset's.
 RGPU_CURAND_API curandStatus_t curandSetGeneratorOffset(curandGenerator_t generator, unsigned long long offset) {
-  Generator* g = generatorOf(generator);
-  if (!g) return CURAND_STATUS_NOT_INITIALIZED;
-  g->offset = g->position = offset;
-  g->history.reset();
-  return CURAND_STATUS_SUCCESS;
+  return withGenerator(generator, [&](Generator& g) {
+    g.offset = g.position = offset;
+    g.history.reset();
+    return CURAND_STATUS_SUCCESS;
+  });
 }
 
-// BEST, DEFAULT and LEGACY are one layout for both generators. SEEDED
-// (XORWOW only: Philox's is out of range, as NVIDIA's says) is not computed.
+// BEST, DEFAULT and LEGACY are one layout for both generators (nothing to
+// keep). SEEDED (XORWOW only: Philox's is out of range, as NVIDIA's says)
+// is not computed.
 RGPU_CURAND_API curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator, curandOrdering_t order) {
-  Generator* g = generatorOf(generator);
-  if (!g) return CURAND_STATUS_NOT_INITIALIZED;
-  if (order == CURAND_ORDERING_PSEUDO_SEEDED && g->rng != cr::kPhilox4x32_10)
-    return unsupported("CURAND_ORDERING_PSEUDO_SEEDED");
-  if (order != CURAND_ORDERING_PSEUDO_BEST && order != CURAND_ORDERING_PSEUDO_DEFAULT &&
-      order != CURAND_ORDERING_PSEUDO_LEGACY)
-    return CURAND_STATUS_OUT_OF_RANGE;
-  g->ordering = order;
-  return CURAND_STATUS_SUCCESS;
+  return withGenerator(generator, [&](Generator& g) {
+    if (order == CURAND_ORDERING_PSEUDO_SEEDED && g.rng != cr::kPhilox4x32_10)
+      return unsupported("CURAND_ORDERING_PSEUDO_SEEDED");
+    if (order != CURAND_ORDERING_PSEUDO_BEST && order != CURAND_ORDERING_PSEUDO_DEFAULT &&
+        order != CURAND_ORDERING_PSEUDO_LEGACY)
+      return CURAND_STATUS_OUT_OF_RANGE;
+    return CURAND_STATUS_SUCCESS;
+  });
 }
 
 // Pseudo-random generators have no dimensions (a type error, as NVIDIA's says).
 RGPU_CURAND_API curandStatus_t curandSetQuasiRandomGeneratorDimensions(curandGenerator_t generator, unsigned int) {
-  return generatorOf(generator) ? CURAND_STATUS_TYPE_ERROR : CURAND_STATUS_NOT_INITIALIZED;
+  return withGenerator(generator, [](Generator&) { return CURAND_STATUS_TYPE_ERROR; });
 }
 
 // rgpu keeps no generator state to set up: nothing to do, as NVIDIA's answers.
 RGPU_CURAND_API curandStatus_t curandGenerateSeeds(curandGenerator_t generator) {
-  return generatorOf(generator) ? CURAND_STATUS_SUCCESS : CURAND_STATUS_NOT_INITIALIZED;
+  return withGenerator(generator, [](Generator&) { return CURAND_STATUS_SUCCESS; });
 }
 
 RGPU_CURAND_API curandStatus_t curandGenerate(curandGenerator_t generator, unsigned int* out, size_t num) {
@@ -244,7 +249,7 @@ RGPU_CURAND_API curandStatus_t curandGenerate(curandGenerator_t generator, unsig
 
 // 64-bit values come from the 64-bit quasi-random generators only.
 RGPU_CURAND_API curandStatus_t curandGenerateLongLong(curandGenerator_t generator, unsigned long long*, size_t) {
-  return generatorOf(generator) ? CURAND_STATUS_TYPE_ERROR : CURAND_STATUS_NOT_INITIALIZED;
+  return withGenerator(generator, [](Generator&) { return CURAND_STATUS_TYPE_ERROR; });
 }
 
 RGPU_CURAND_API curandStatus_t curandGenerateUniform(curandGenerator_t generator, float* out, size_t num) {

@@ -881,8 +881,10 @@ Status CudaBackend::loadModule(uint32_t id, int device, const std::string& fatbi
   mod.device = device;
   mod.handle = m;
   for (auto& [name, k] : image->kernels) mod.param_bytes[name] = k.param_bytes;
-  mod.variables = common::moduleVariables(*image);
-  mod.mallocs = common::kernelsCallingMalloc(*image);
+  if (opts_.fixed_addresses) {  // what a checkpoint needs to know (cuda_checkpoint.cc)
+    mod.variables = common::moduleVariables(*image);
+    mod.mallocs = common::kernelsCallingMalloc(*image);
+  }
   for (auto& e : image->entries)
     if (e.payload.find("vprintf") != std::string::npos || e.payload.find("__assertfail") != std::string::npos)
       printf_possible_ = true;

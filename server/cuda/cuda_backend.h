@@ -273,8 +273,10 @@ class CudaBackend final : public Backend {
     int device = 0;
     CUmodule handle = nullptr;
     std::map<std::string, uint32_t> param_bytes;  // from the fatbin's .nv.info / PTX
-    std::vector<std::string> variables;          // module-scope variables the image declares
-    std::set<std::string> mallocs;               // kernels that may call device malloc
+    // With CudaOptions::fixed_addresses (else empty): the module-scope
+    // variables the image declares, and the kernels that may call device malloc.
+    std::vector<std::string> variables;
+    std::set<std::string> mallocs;
   };
   struct Function {
     uint32_t module = 0;

@@ -30,9 +30,8 @@
 // its own (non-blocking: it waits for no work of the session's, only for
 // scrubs) while the program runs; release() takes the same lock, so no
 // memory is unmapped under such a copy.
-#include <time.h>
-
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "common/log.h"
@@ -41,16 +40,10 @@
 namespace rgpu::server::cuda {
 namespace {
 
+// CLOCK_MONOTONIC, as the sim's events keep it (the host's processes share it).
 int64_t monotonicNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-std::string hex(uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%#llx", static_cast<unsigned long long>(v));
-  return b;
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace
@@ -107,7 +100,8 @@ Status CudaBackend::allocateAt(int device, DevPtr at, uint64_t size) {
     return Status(err::kInvalidDevice, "invalid device " + std::to_string(device));
   if (!windows_ || !windows_->has(device))
     return Status(err::kNotSupported, "device " + std::to_string(device) +
-                                          " has no address window here: memory cannot be placed at " + hex(at));
+                                          " has no address window here: memory cannot be placed at " +
+                                          fmt::format("{:#x}", at));
   RGPU_TRY(use(device));
   RGPU_TRY(windows_->allocateAt(device, at, size));
   // Zeroed as any fresh memory (the restore writes over it in stream order).
@@ -177,7 +171,8 @@ Status CudaBackend::loadModuleAt(uint32_t id, int device, const std::string& fat
       s = api.check(r, "cuModuleGetGlobal", __FILE__, __LINE__);
     } else if (p != g.addr || bytes != g.size) {
       s = Status(err::kNotSupported, "module " + std::to_string(id) + "'s variable " + g.name + " lies at " +
-                                         hex(p) + " in the new worker, not at " + hex(g.addr) +
+                                         fmt::format("{:#x}", p) + " in the new worker, not at " +
+                                         fmt::format("{:#x}", g.addr) +
                                          " where the program knows it (the CUDA driver places module variables)");
     }
     if (!s) break;

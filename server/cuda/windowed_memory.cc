@@ -1,7 +1,6 @@
 #include "server/cuda/windowed_memory.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <optional>
 
 #include "common/log.h"
@@ -10,12 +9,6 @@ namespace rgpu::server::cuda {
 namespace {
 
 constexpr uint64_t kSmallAlign = 512;  // cudaMalloc's alignment
-
-std::string hex(uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%#llx", static_cast<unsigned long long>(v));
-  return b;
-}
 
 CUmemAllocationProp deviceProp(CUdevice dev) {
   CUmemAllocationProp prop{};
@@ -75,10 +68,8 @@ std::unique_ptr<WindowedMemory> WindowedMemory::create(DriverApi& api, const std
     CUresult r = api.cuMemAddressReserve(&got, want, granularity, at, 0);
     if (r != CUDA_SUCCESS || got != at) {
       if (r == CUDA_SUCCESS) (void)api.cuMemAddressFree(got, want);  // placed elsewhere: the window is taken
-      char where[32];
-      std::snprintf(where, sizeof where, "%#llx", static_cast<unsigned long long>(at));
-      common::logOnce("cuda-window-taken", "cuda: " + who + ": the address window at " +
-                                               where + " cannot be reserved (" +
+      common::logOnce("cuda-window-taken", "cuda: " + who + ": the address window at " + fmt::format("{:#x}", at) +
+                                               " cannot be reserved (" +
                                                (r == CUDA_SUCCESS ? std::string("taken") : api.describe(r)) +
                                                "): that device's memory is where cuMemAlloc puts it");
       at += want;
@@ -130,10 +121,10 @@ Result<WindowedMemory::Mapping> WindowedMemory::mapNew(Device& d, uint64_t size,
     where = d.addresses->allocate(size, granularity_);
   }
   if (!where)
-    return Status(err::kMemoryAllocation,
-                  at ? "device " + std::to_string(d.index) + "'s address window has no room at " + hex(at)
-                     : "out of memory on device " + std::to_string(d.index) + ": its " + std::to_string(d.size >> 20) +
-                           " MiB address window is full");
+    return Status(err::kMemoryAllocation, at ? "device " + std::to_string(d.index) +
+                                                   "'s address window has no room at " + fmt::format("{:#x}", at)
+                                             : "out of memory on device " + std::to_string(d.index) + ": its " +
+                                                   std::to_string(d.size >> 20) + " MiB address window is full");
   DriverApi& api = api_;
   CUmemAllocationProp prop = deviceProp(d.dev);
   Mapping m{0, size};
@@ -199,8 +190,9 @@ Status WindowedMemory::allocateAt(int device, CUdeviceptr at, uint64_t size) {
   if (!has(device)) return Status(err::kInvalidDevice, "device " + std::to_string(device) + " has no window");
   size = std::max<uint64_t>(size, 1);
   auto refuse = [&](const std::string& why) {
-    return Status(err::kMemoryAllocation, "cannot place " + std::to_string(size) + " bytes at " + hex(at) +
-                                              " on device " + std::to_string(device) + ": " + why);
+    return Status(err::kMemoryAllocation, "cannot place " + std::to_string(size) + " bytes at " +
+                                              fmt::format("{:#x}", at) + " on device " + std::to_string(device) + ": " +
+                                              why);
   };
   std::lock_guard lock(mu_);
   Device& d = devices_[device];

@@ -9,26 +9,22 @@ namespace rgpu::server {
 
 Status Session::onRandFill(const protocol::FrameHeader& h, wire::Request::Reader req) {
   namespace cr = common::curand;
-  if (h.bulk_len) return Status(err::kInvalidValue, "unexpected bulk payload");
+  RGPU_TRY(bulkNotExpected(h));
   auto m = req.getRandFill();
   StreamKey key;
   Status s = checkStream(m.getStream(), key);
   cr::Fill f{m.getRng(), m.getSeed(), m.getOffset(), m.getPosition(), static_cast<cr::Dist>(m.getDist()),
              m.getMean(), m.getStddev()};
-  const uint64_t count = m.getCount();
   f.slot = m.getSlot();
   f.counted = m.getCounted();
   auto draws = m.getDraws();
+  // (Bounded before anything is made of it; cr::check() checks the rest.)
   if (s && (draws.size() % 2 || draws.size() > 2 * cr::kMaxDrawRuns))
     s = Status(err::kInvalidValue, "cuRAND draw counts of " + std::to_string(draws.size()) + " words");
-  for (unsigned i = 0; s && i + 1 < draws.size(); i += 2) {
-    if (draws[i + 1] > cr::kXorwowGenerators) s = Status(err::kInvalidValue, "cuRAND draw counts past 4096 generators");
-    else f.draws.push_back({draws[i], static_cast<uint32_t>(draws[i + 1])});
-  }
-  if (s && m.getDist() >= cr::kDistCount)
-    s = Status(err::kInvalidValue, "unknown cuRAND distribution " + std::to_string(m.getDist()));
-  if (s) s = cr::supported(f.rng);
-  if (s && f.position < f.offset) s = Status(err::kInvalidValue, "a cuRAND position before its generator's offset");
+  for (unsigned i = 0; s && i + 1 < draws.size(); i += 2)
+    f.draws.push_back({draws[i], static_cast<uint32_t>(std::min<uint64_t>(draws[i + 1], UINT32_MAX))});
+  if (s) s = cr::check(f);
+  const uint64_t count = m.getCount();
   const uint32_t width = s ? cr::valueBytes(f.dist) : 4;
   if (s && count > UINT64_MAX / width) s = Status(err::kInvalidValue, "too many cuRAND values");
   int dev = -1;

@@ -7,7 +7,7 @@ namespace rgpu::server {
 
 Status SimBackend::randFill(StreamKey s, const common::curand::Fill& f, DevPtr out, uint64_t count) {
   return enqueue(s, [f, out, count] {
-    // (The session checked the generator type and the range: this cannot fail.)
+    // (The session checked the call, common::curand::check, and the range: this cannot fail.)
     (void)common::curand::generate(f, reinterpret_cast<void*>(out), count);
   });
 }

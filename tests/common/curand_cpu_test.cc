@@ -218,6 +218,33 @@ TEST(CurandCpu, XorwowNormalsComeInPairsAsNvidiasDo) {
   EXPECT_FALSE(pairsOnly(kXorwow, Dist::kUniform));
 }
 
+// A request is input like any other: every field is checked before anything is computed.
+TEST(CurandCpu, ACallThatDoesNotHoldTogetherIsRefused) {
+  auto refused = [](Fill f) {
+    uint32_t v[4];
+    EXPECT_EQ(check(f).code(), err::kInvalidValue);
+    EXPECT_EQ(generate(f, v, 4).code(), err::kInvalidValue);
+  };
+  Fill f{kXorwow, 1, 100, 100, Dist::kUniform, 0, 1};
+  f.slot = 100;
+  f.counted = 100;
+  EXPECT_TRUE(check(f));
+  Fill bad = f;
+  bad.position = 99;  // before the offset
+  refused(bad);
+  bad = f;
+  bad.counted = 101;  // counts taken past the call's slot
+  refused(bad);
+  bad = f;
+  bad.draws = {{3, 4000}};  // counts for 4000 generators, not 4096
+  refused(bad);
+  bad.draws.assign(kMaxDrawRuns + 1, {3, 1});
+  refused(bad);
+  bad = f;
+  bad.dist = static_cast<Dist>(kDistCount);
+  refused(bad);
+}
+
 TEST(CurandCpu, OtherGeneratorsAreRefusedNamingWhatIs) {
   uint32_t v[4];
   for (int32_t rng : {121, 141, 142, 201, 202}) {

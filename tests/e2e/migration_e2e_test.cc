@@ -65,6 +65,25 @@ class Migration : public Pool {
         kept += line + "\n";
     return kept;
   }
+  // migrate_client `args` moved at step 3 and again at step 8, run to its
+  // end: what rgpu-smi said each time, and what the program printed.
+  struct TwoMoves {
+    std::string sid;
+    RunResult first, second;
+    std::string out;
+  };
+  TwoMoves movedTwice(const std::string& args, const std::string& file) {
+    TwoMoves m;
+    std::thread t = launch(args, file);
+    waitFor([&] { return readFile(file).find("step 3 ") != std::string::npos; }, file);
+    m.sid = lastSession();
+    m.first = smi("alice", "--migrate " + m.sid);
+    waitFor([&] { return readFile(file).find("step 8 ") != std::string::npos; }, file);
+    m.second = smi("alice", "--migrate " + m.sid);
+    t.join();
+    m.out = readFile(file);
+    return m;
+  }
   size_t checkpointsLeft() {
     size_t n = 0;
     for (auto& e : fs::directory_iterator(dir_.file("checkpoints"))) (void)e, ++n;
@@ -79,19 +98,11 @@ TEST_F(Migration, ATrainingLoopMovedTwiceMidRunPrintsExactlyWhatAnUnmovedRunPrin
   ASSERT_EQ(alone.code, 0) << alone.output;
   ASSERT_NE(alone.output.find("step 12 checksum"), std::string::npos) << alone.output;
 
-  const std::string out = dir_.file("moved.out");
-  std::thread t = launch("12 150", out);
-  waitFor([&] { return readFile(out).find("step 3 ") != std::string::npos; }, out);
-  const std::string sid = lastSession();
+  auto [sid, first, second, moved] = movedTwice("12 150", dir_.file("moved.out"));
   ASSERT_FALSE(sid.empty()) << server_->log();
-  RunResult first = smi("alice", "--migrate " + sid);
   EXPECT_EQ(first.code, 0) << first.output << server_->log();
   EXPECT_NE(first.output.find("session " + sid + " moved to a new worker in "), std::string::npos) << first.output;
-  waitFor([&] { return readFile(out).find("step 8 ") != std::string::npos; }, out);
-  RunResult second = smi("alice", "--migrate " + sid);
   EXPECT_EQ(second.code, 0) << second.output << server_->log();
-  t.join();
-  std::string moved = readFile(out);
   EXPECT_EQ(steps(moved), steps(alone.output)) << moved << "\nserver log:\n" << server_->log();
   EXPECT_NE(moved.find("steps counted on the device: 12"), std::string::npos) << moved;
   EXPECT_NE(moved.find("timing: ok"), std::string::npos) << moved;  // an event recorded before the moves
@@ -238,18 +249,10 @@ TEST_F(Migration, OnTheCudaBackendASessionMovesWithItsMemoryVariablesAndEventTim
   RunResult alone = run(migrateClient() + " 12 0 8", "RGPU_CONFIG=" + dir_.file("alice.toml") +
                                                         " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
   ASSERT_EQ(alone.code, 0) << alone.output << server_->log();
-  const std::string out = dir_.file("cuda.out");
-  std::thread t = launch("12 150 8", out);
-  waitFor([&] { return readFile(out).find("step 3 ") != std::string::npos; }, out);
-  const std::string sid = lastSession();
-  RunResult first = smi("alice", "--migrate " + sid);
+  auto [sid, first, second, moved] = movedTwice("12 150 8", dir_.file("cuda.out"));
   EXPECT_EQ(first.code, 0) << first.output << server_->log();
   EXPECT_NE(first.output.find("pre-copy of "), std::string::npos) << first.output;  // read while it ran
-  waitFor([&] { return readFile(out).find("step 8 ") != std::string::npos; }, out);
-  RunResult second = smi("alice", "--migrate " + sid);
   EXPECT_EQ(second.code, 0) << second.output << server_->log();
-  t.join();
-  std::string moved = readFile(out);
   EXPECT_EQ(steps(moved), steps(alone.output)) << moved << "\nserver log:\n" << server_->log();
   EXPECT_NE(moved.find("steps counted on the device: 12"), std::string::npos) << moved;
   EXPECT_NE(moved.find("big: 8 MiB, 0 words wrong"), std::string::npos) << moved;

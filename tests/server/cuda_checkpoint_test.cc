@@ -5,38 +5,17 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 
 #include "server/checkpoint/device_image.h"
 #include "server/cuda/cuda_backend.h"
+#include "tests/server/checkpoint_test_support.h"
 #include "tests/server/fake_cuda_hooks.h"
 
 namespace rgpu::server::cuda {
 namespace {
 
 constexpr uint64_t G = 2ull << 20;  // the fake's granularity
-
-// A module with two variables (one initialised) and a kernel that counts in one.
-constexpr char kPtx[] = R"(
-.version 8.0
-.target sm_75
-.address_size 64
-.visible .global .align 4 .u32 counter = 5;
-.visible .global .align 8 .b8 table[64];
-.visible .entry bump(.param .u64 out) {
-  .reg .u64 %rd<3>;
-  .reg .b32 %r<3>;
-  ld.param.u64 %rd1, [out];
-  ld.global.u32 %r1, [counter];
-  add.u32 %r1, %r1, 1;
-  st.global.u32 [counter], %r1;
-  cvta.to.global.u64 %rd2, %rd1;
-  st.global.u32 [%rd2], %r1;
-  ret;
-}
-)";
 
 std::unique_ptr<CudaBackend> backend(bool fixed = true) {
   CudaOptions o;
@@ -45,28 +24,6 @@ std::unique_ptr<CudaBackend> backend(bool fixed = true) {
   auto b = CudaBackend::create(o);
   EXPECT_TRUE(b) << b.status().message();
   return b ? std::move(*b) : nullptr;
-}
-
-CheckpointKey testKey() {
-  CheckpointKey k;
-  k.bytes.fill(0x3c);
-  return k;
-}
-
-Status syncDevice(Backend& b) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Status out;
-  RGPU_TRY(b.whenDeviceDone(0, [&](Status st) {
-    std::lock_guard lock(mu);
-    out = st;
-    done = true;
-    cv.notify_all();
-  }));
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return done; });
-  return out;
 }
 
 std::vector<uint8_t> bytesAt(DevPtr p, uint64_t n) {
@@ -121,8 +78,8 @@ TEST(CudaCheckpoint, ASessionsStateComesBackAtTheSameAddressesInAFreshBackendAft
       std::memcpy(reinterpret_cast<void*>(a.base), c.data(), c.size());
       contents.push_back(std::move(c));
     }
-    ASSERT_TRUE(b->loadModule(7, 0, kPtx));
-    img.modules.push_back({7, 0, kPtx, {}});
+    ASSERT_TRUE(b->loadModule(7, 0, kCheckpointTestPtx));
+    img.modules.push_back({7, 0, kCheckpointTestPtx, {}});
     ASSERT_TRUE(b->registerFunction(3, 7, "bump"));
     img.functions.push_back({3, 7, "bump", {}});
     ASSERT_TRUE(b->createStream({5, 0}, 1, -1));
@@ -222,9 +179,9 @@ TEST(CudaCheckpoint, AModuleVariableTheDriverPutsElsewhereCallsTheRestoreOff) {
   {
     auto b = backend();
     ASSERT_TRUE(b);
-    ASSERT_TRUE(b->loadModule(7, 0, kPtx));
+    ASSERT_TRUE(b->loadModule(7, 0, kCheckpointTestPtx));
     DeviceImage img;
-    img.modules.push_back({7, 0, kPtx, {}});
+    img.modules.push_back({7, 0, kCheckpointTestPtx, {}});
     auto w = writerTo(file);
     ASSERT_TRUE(writeDeviceImage(img, *b, *w));
     ASSERT_TRUE(w->finish());

@@ -2,63 +2,18 @@
 
 #include <gtest/gtest.h>
 
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 
 #include "server/backend/array_table.h"
 #include "server/sim/sim_backend.h"
+#include "tests/server/checkpoint_test_support.h"
 
 namespace rgpu::server {
 namespace {
 
-// A module with two variables (one initialised) and a kernel that counts in
-// one and writes the count to its argument.
-constexpr char kPtx[] = R"(
-.version 8.0
-.target sm_75
-.address_size 64
-.visible .global .align 4 .u32 counter = 5;
-.visible .global .align 8 .b8 table[64];
-.visible .entry bump(.param .u64 out) {
-  .reg .u64 %rd<3>;
-  .reg .b32 %r<3>;
-  ld.param.u64 %rd1, [out];
-  ld.global.u32 %r1, [counter];
-  add.u32 %r1, %r1, 1;
-  st.global.u32 [counter], %r1;
-  cvta.to.global.u64 %rd2, %rd1;
-  st.global.u32 [%rd2], %r1;
-  ret;
-}
-)";
-
-CheckpointKey testKey() {
-  CheckpointKey k;
-  k.bytes.fill(0x5a);
-  return k;
-}
-
 std::unique_ptr<SimBackend> makeSim() {
   return std::make_unique<SimBackend>(std::vector<SimDeviceConfig>{SimDeviceConfig{"a", 64 << 20, 8, 0, 4}},
                                       SimOptions{});
-}
-
-Status syncDevice(Backend& b) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Status out;
-  Status s = b.whenDeviceDone(0, [&](Status st) {
-    std::lock_guard lock(mu);
-    out = st;
-    done = true;
-    cv.notify_all();
-  });
-  if (!s) return s;
-  std::unique_lock lock(mu);
-  cv.wait(lock, [&] { return done; });
-  return out;
 }
 
 Status launchBump(Backend& b, StreamKey s, DevPtr out) {
@@ -106,8 +61,8 @@ Written writeSample() {
     std::memcpy(reinterpret_cast<void*>(a.base), c.data(), c.size());
     w.contents.push_back(std::move(c));
   }
-  EXPECT_TRUE(sim->loadModule(7, 0, kPtx));
-  img.modules.push_back({7, 0, kPtx, {}});
+  EXPECT_TRUE(sim->loadModule(7, 0, kCheckpointTestPtx));
+  img.modules.push_back({7, 0, kCheckpointTestPtx, {}});
   EXPECT_TRUE(sim->registerFunction(3, 7, "bump"));
   EXPECT_TRUE(sim->setFunctionAttribute(3, 8, 10000));  // cudaFuncAttributeMaxDynamicSharedMemorySize
   img.functions.push_back({3, 7, "bump", {{8, 10000}}});
