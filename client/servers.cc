@@ -109,6 +109,9 @@ void Localizer::request(wire::Request::Builder r) {
     case R::BLAS: stream(r.getBlas().getStream()); break;
     case R::LT_MATMUL: stream(r.getLtMatmul().getStream()); break;
     case R::RAND_FILL: stream(r.getRandFill().getStream()); break;
+    case R::FFT_PLAN: { auto m = r.getFftPlan(); m.setDevice(device(m.getDevice())); break; }
+    case R::FFT_EXEC: stream(r.getFftExec().getStream()); break;
+    case R::FFT_RELEASE: { auto m = r.getFftRelease(); m.setDevice(device(m.getDevice())); break; }
     case R::LT_HEURISTIC: stream(r.getLtHeuristic().getStream()); break;
     case R::SET_LIMIT: { auto m = r.getSetLimit(); m.setDevice(device(m.getDevice())); break; }
     case R::GRAPH_CREATE: {

@@ -20,6 +20,8 @@ pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd>=1.4)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash>=0.8)
 # The sim backend's cuBLAS (libopenblas-dev: cblas.h and the pthread build).
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas>=0.3)
+# The sim backend's cuFFT (libfftw3-dev: single and double precision).
+pkg_check_modules(FFTW REQUIRED IMPORTED_TARGET fftw3f>=3.3 fftw3>=3.3)
 # sd_notify and the journal (server only: the client libraries never link it).
 pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd>=246)
 # The Kubernetes manifests' test reads YAML (tests only).

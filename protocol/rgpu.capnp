@@ -175,6 +175,9 @@ struct Request {
     poolMembers @53 :Void;           # rgpu-smi --pool: the members of the pool this server is one of
     sessionMove @54 :SessionMove;    # rgpu-smi --migrate (admins): reply message = what the move took
     randFill @55 :RandFill;          # cuRAND (client/rand): a device generator's values, in stream order
+    fftPlan @56 :FftPlan;            # cuFFT (client/fft): a plan's work area (reply value = bytes)
+    fftExec @57 :FftExec;            # cuFFT: one transform, in stream order
+    fftRelease @58 :FftRelease;      # cuFFT: a plan destroyed (the backend drops what it made for it)
   }
 }
 
@@ -219,8 +222,6 @@ struct GraphLaunch {
 }
 struct GraphRef { id @0 :UInt32; }
 
-# cuBLAS. Handles live in the client; each call carries what the server needs
-# (stream, pointer and math mode, workspace). Types are cudaDataType_t and
 # A cuRAND host-API generation (common/curand_cpu.h): `count` values of
 # distribution `dist` (common::curand::Dist) from position `position` of the
 # generator (rng, seed, offset), written to device memory at `ptr`. The
@@ -245,6 +246,44 @@ struct RandFill {
   draws @12 :List(UInt64);
 }
 
+# A cuFFT plan (common/fft_plan.h): the client keeps it; each request says
+# all there is to it. `plan` is the client's name for it (unique in its
+# session), which the CUDA backend keys NVIDIA's plan of it by.
+struct FftDesc {
+  type @0 :Int32;           # cufftType
+  rank @1 :Int32;
+  n @2 :List(Int64);
+  advanced @3 :Bool;        # inembed/onembed given (else the basic layout)
+  inembed @4 :List(Int64);
+  onembed @5 :List(Int64);
+  istride @6 :Int64;
+  idist @7 :Int64;
+  ostride @8 :Int64;
+  odist @9 :Int64;
+  batch @10 :Int64;
+}
+struct FftPlan {
+  device @0 :Int32;
+  plan @1 :UInt64;
+  desc @2 :FftDesc;
+}
+struct FftExec {
+  stream @0 :StreamRef;
+  plan @1 :UInt64;
+  desc @2 :FftDesc;
+  input @3 :UInt64;
+  output @4 :UInt64;        # == input: in place
+  direction @5 :Int32;      # CUFFT_FORWARD (-1) or CUFFT_INVERSE (1); C2C and Z2Z only
+  work @6 :UInt64;          # the plan's work area (0: none)
+  workSize @7 :UInt64;
+}
+struct FftRelease {
+  plan @0 :UInt64;
+  device @1 :Int32;         # the plan's
+}
+
+# cuBLAS. Handles live in the client; each call carries what the server needs
+# (stream, pointer and math mode, workspace). Types are cudaDataType_t and
 # cublasComputeType_t values (common/blas_types.h).
 enum BlasOp {
   axpy @0; dot @1; nrm2 @2; scal @3; asum @4; iamax @5; iamin @6; copy @7; swap @8;

@@ -8,7 +8,7 @@ set -euo pipefail
 packages=(cmake g++ make pkg-config openssl clang
   libasio-dev capnproto libcapnp-dev liblz4-dev libzstd-dev libssl-dev
   libtomlplusplus-dev libspdlog-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev libxxhash-dev systemd nlohmann-json3-dev etcd-server etcd-client llvm-14-dev
+  libopenblas-dev libfftw3-dev libxxhash-dev systemd nlohmann-json3-dev etcd-server etcd-client llvm-14-dev
   libsystemd-dev libyaml-cpp-dev dpkg-dev chromium fonts-dejavu-core)
 
 missing=()

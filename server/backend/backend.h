@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/curand_cpu.h"
+#include "common/fft_plan.h"
 #include "common/status.h"
 #include "server/backend/blas.h"
 
@@ -484,6 +485,23 @@ class Backend {
   virtual Status randFill(StreamKey s, const common::curand::Fill& f, DevPtr out, uint64_t count) {
     return Status(err::kNotSupported, "cuRAND generators on the " + name() + " backend are not built yet");
   }
+
+  // cuFFT (docs/cufft.md). `plan` is the client's name for a plan, unique in
+  // the session: a backend may keep what it makes for it (NVIDIA's plan)
+  // until fftRelease(plan), and must make it again from `p` when it has not
+  // (a move to a new worker carries none).
+  // The device work area the plan's transforms need on `device` (bytes).
+  virtual Result<uint64_t> fftWorkSize(int device, uint64_t plan, const common::fft::Plan& p) {
+    return Status(err::kNotSupported, "cuFFT on the " + name() + " backend is not built");
+  }
+  // One transform of `l` (the session checked both ranges, and the work
+  // area's `work_size` bytes when `work` is set) in stream order.
+  // `direction`: -1 forward, +1 inverse.
+  virtual Status fftExec(StreamKey s, uint64_t plan, const common::fft::Plan& p, const common::fft::Layout& l,
+                         int direction, DevPtr in, DevPtr out, DevPtr work, uint64_t work_size) {
+    return Status(err::kNotSupported, "cuFFT on the " + name() + " backend is not built");
+  }
+  virtual void fftRelease(int device, uint64_t plan) {}
 
   // cuBLAS and cuBLASLt (server/backend/blas.h): calls the session has checked, run
   // in stream order. `done`, when set, receives a reduction's result bytes

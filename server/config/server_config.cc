@@ -300,14 +300,12 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
       c.worker_user_set = true;
     }
   if (auto* cu = tbl["cuda"].as_table()) {
-    if (auto lib = (*cu)["driver_library"].value<std::string>())
-      c.cuda_driver_library = lib->find('/') == std::string::npos ? *lib : common::resolveRelative(path, *lib);
-    if (auto lib = (*cu)["nvml_library"].value<std::string>())
-      c.nvml_library = lib->find('/') == std::string::npos ? *lib : common::resolveRelative(path, *lib);
-    if (auto lib = (*cu)["cublas_library"].value<std::string>())
-      c.cublas_library = lib->find('/') == std::string::npos ? *lib : common::resolveRelative(path, *lib);
-    if (auto lib = (*cu)["cublaslt_library"].value<std::string>())
-      c.cublaslt_library = lib->find('/') == std::string::npos ? *lib : common::resolveRelative(path, *lib);
+    // A library named with a path is relative to this file; a bare name is the loader's to find.
+    for (auto [key, field] : {std::pair{"driver_library", &c.cuda_driver_library}, {"nvml_library", &c.nvml_library},
+                              {"cublas_library", &c.cublas_library}, {"cublaslt_library", &c.cublaslt_library},
+                              {"cufft_library", &c.cufft_library}})
+      if (auto lib = (*cu)[key].value<std::string>())
+        *field = lib->find('/') == std::string::npos ? *lib : common::resolveRelative(path, *lib);
     if (auto sc = (*cu)["scrub"]; sc) {
       if (!sc.is_boolean()) return Status(err::kInvalidValue, where("cuda.scrub") + " must be true or false");
       c.cuda_scrub = *sc.value<bool>();

@@ -140,6 +140,7 @@ CudaBackend::~CudaBackend() {
   stopThreads();
   releaseGraphs();
   releaseBlas();
+  releaseFft();
   DriverApi& api = *api_;
   // Jobs the completer left pending: their events go with the spares below.
   for (Job& j : jobs_) {

@@ -69,6 +69,7 @@
 
 #include "server/backend/backend.h"
 #include "server/cuda/blas_api.h"
+#include "server/cuda/fft_api.h"
 #include "server/cuda/driver_api.h"
 #include "server/cuda/windowed_memory.h"
 #include "server/pool/launch_gate.h"
@@ -91,6 +92,8 @@ struct CudaOptions {
   // NVIDIA's cuBLAS and cuBLASLt, loaded on the session's first BLAS call.
   std::string cublas_library = "libcublas.so.13";
   std::string cublaslt_library = "libcublasLt.so.13";
+  // NVIDIA's cuFFT, loaded on the session's first cuFFT plan.
+  std::string cufft_library = "libcufft.so.12";
   // The session is part `address_window` of a program spread over several
   // members (> 0): its device memory goes in that part's address window
   // (windowed_memory.h). 0: where cuMemAlloc puts it.
@@ -200,6 +203,11 @@ class CudaBackend final : public Backend {
   Status restoreEvent(uint32_t event, int device, uint32_t flags, const EventState& state) override;
   // cuRAND: computed on this CPU (common/curand_cpu.h), uploaded in stream order (cuda_blas.cc).
   Status randFill(StreamKey s, const common::curand::Fill& f, DevPtr out, uint64_t count) override;
+  // cuFFT: NVIDIA's plan of each client plan, made on its first use (cuda_fft.cc).
+  Result<uint64_t> fftWorkSize(int device, uint64_t plan, const common::fft::Plan& p) override;
+  Status fftExec(StreamKey s, uint64_t plan, const common::fft::Plan& p, const common::fft::Layout& l, int direction,
+                 DevPtr in, DevPtr out, DevPtr work, uint64_t work_size) override;
+  void fftRelease(int device, uint64_t plan) override;
   // (cuda_blas.cc)
   Status blas(StreamKey s, const BlasArgs& call, ReadDone done) override;
   Status ltMatmul(StreamKey s, const LtArgs& call) override;
@@ -345,6 +353,15 @@ class CudaBackend final : public Backend {
   Result<cublasHandle_t> blasHandle(int dev);
   Result<cublasLtHandle_t> ltHandle(int dev);
   void releaseBlas();
+  // NVIDIA's cuFFT plan of client plan `plan` on `dev`, made when missing or
+  // made from another description (dispatch thread; cuda_fft.cc).
+  struct FftPlan {
+    common::fft::Plan desc;
+    int handle = 0;  // cufftHandle
+    uint64_t work_size = 0;
+  };
+  Result<FftPlan*> fftPlan(int dev, uint64_t plan, const common::fft::Plan& p);
+  void releaseFft();
   // A 16-byte device word of `dev` for one reduction's result (dispatch thread).
   Result<CUdeviceptr> takeScratch(int dev);
   void giveScratch(int dev, CUdeviceptr word);
@@ -401,6 +418,10 @@ class CudaBackend final : public Backend {
   std::unique_ptr<BlasApi> blas_api_;  // null until a BLAS call loads it
   Status blas_error_;                  // why it could not be loaded (sticky)
   bool blas_tried_ = false;
+  std::unique_ptr<FftApi> fft_api_;    // null until a cuFFT plan loads it
+  Status fft_error_;
+  bool fft_tried_ = false;
+  std::map<std::pair<int, uint64_t>, FftPlan> fft_plans_;  // (device, client plan) -> NVIDIA's; dispatch thread
   int driver_version_ = 0;
   std::vector<DeviceDescription> descriptions_;
 

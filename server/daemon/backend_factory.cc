@@ -55,6 +55,7 @@ Result<std::unique_ptr<Backend>> makeCuda(const ServerConfig& cfg, const std::ve
   o.kernel_timeout_ms = cfg.limits.kernel_timeout_ms;
   o.cublas_library = cfg.cublas_library;
   o.cublaslt_library = cfg.cublaslt_library;
+  o.cufft_library = cfg.cufft_library;
   o.capture_stdout = true;  // workers only build backends here; device printf goes to the client
   auto b = cuda::CudaBackend::create(o);
   if (!b) return b.status();

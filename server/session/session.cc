@@ -939,6 +939,9 @@ const Session::Handlers& Session::handlers() {
     t[R::LT_MATMUL] = &Session::dispatchBlas;
     t[R::LT_HEURISTIC] = &Session::dispatchBlas;
     t[R::RAND_FILL] = &Session::onRandFill;
+    t[R::FFT_PLAN] = &Session::onFftPlan;
+    t[R::FFT_EXEC] = &Session::onFftExec;
+    t[R::FFT_RELEASE] = &Session::onFftRelease;
     t[R::GRAPH_CREATE] = &Session::onGraphCreate;
     t[R::GRAPH_LAUNCH] = &Session::onGraphLaunch;
     t[R::GRAPH_DESTROY] = &Session::onGraphDestroy;

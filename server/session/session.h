@@ -281,6 +281,10 @@ class Session {
   // session_blas.cc: cuBLAS and cuBLASLt calls.
   Status dispatchBlas(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onRandFill(const protocol::FrameHeader& h, wire::Request::Reader req);  // (session_rand.cc)
+  // session_fft.cc: cuFFT plans' work areas, transforms and their end.
+  Status onFftPlan(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onFftExec(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onFftRelease(const protocol::FrameHeader& h, wire::Request::Reader req);
   // A request that carries no bulk bytes must have none (else the stream position is lost).
   Status bulkNotExpected(const protocol::FrameHeader& h) const;
   // A kernel or a variable may be registered: its module exists and the session has room.

@@ -127,6 +127,7 @@ Status nodeKindAllowed(wire::Request::Reader r) {
       return Status(err::kInvalidValue, "a graph's array copy with host memory must come as host copy nodes");
     }
     case R::RAND_FILL:
+    case R::FFT_EXEC:  // (run node by node: NVIDIA's plan is made at its first transform, outside a capture)
       return Status::ok();
     case R::BLAS:
       if (r.getBlas().getResult() != 0) return Status::ok();

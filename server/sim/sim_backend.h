@@ -153,6 +153,10 @@ class SimBackend final : public Backend {
   Status blas(StreamKey s, const BlasArgs& call, ReadDone done) override;
   Status ltMatmul(StreamKey s, const LtArgs& call) override;
   Status randFill(StreamKey s, const common::curand::Fill& f, DevPtr out, uint64_t count) override;  // (sim_rand.cc)
+  // cuFFT by FFTW (sim_fft.h), as the session's kernel: no work area, no plan kept per client plan.
+  Result<uint64_t> fftWorkSize(int device, uint64_t plan, const common::fft::Plan& p) override;
+  Status fftExec(StreamKey s, uint64_t plan, const common::fft::Plan& p, const common::fft::Layout& l, int direction,
+                 DevPtr in, DevPtr out, DevPtr work, uint64_t work_size) override;
   Result<std::vector<LtAlgo>> ltHeuristic(int device, const LtArgs& call, uint32_t requested,
                                           uint64_t max_workspace) override;
   // Conditional graph nodes (sim_conditional.cc): a handle is the address of
