@@ -6,7 +6,8 @@
 #   3. the `gpu` tests: examples and end-to-end programs through rgpu-server's
 #      CUDA backend and natively against NVIDIA's runtime, compared;
 #   4. a loopback rgpu-server with backend = "cuda" and development
-#      certificates; the examples through it;
+#      certificates; the examples through it; cufft_check natively and
+#      through it, their lines compared;
 #   5. gpu_bench natively and through rgpu: round-trip latency, launch rate,
 #      H2D/D2H bandwidth, and the ratios;
 #   6. the worker sandbox's refusals with NVIDIA's driver;
@@ -89,6 +90,17 @@ for ex in device_query memory streams vector_add matmul reduction; do
 done
 head -3 "$work/device_query.out"
 note "examples through rgpu (cuda backend): $passed passed, $failed failed"
+# cuFFT (docs/cufft.md): cufft_check with NVIDIA's cuFFT, natively and through
+# rgpu (the worker's NVIDIA plans, the client's work areas); the refusals'
+# lines show whether rgpu answers as NVIDIA's library does (half precision,
+# which rgpu refuses, apart).
+for how in native rgpu; do
+  if [ $how = native ]; then envs=("${native_env[@]}"); else envs=("${rgpu_env[@]}"); fi
+  "${envs[@]}" "$build/tests/e2e/cufft_check" --no-overrun >"$work/cufft-$how.out" 2>&1 || status=1
+  note "cufft_check ($how): $(grep -c ' ok$' "$work/cufft-$how.out") ok, $(tail -1 "$work/cufft-$how.out")"
+done
+diff <(grep -vE 'relative error|^\[|half precision' "$work/cufft-native.out") <(grep -vE 'relative error|^\[|half precision' "$work/cufft-rgpu.out") ||
+  { status=1; note "cufft_check: rgpu's lines differ from NVIDIA's (above)"; }
 
 # 5. The benchmark, natively and through rgpu, side by side.
 bench="$build/tests/e2e/gpu_bench"
