@@ -112,6 +112,8 @@ void Localizer::request(wire::Request::Builder r) {
     case R::FFT_PLAN: { auto m = r.getFftPlan(); m.setDevice(device(m.getDevice())); break; }
     case R::FFT_EXEC: stream(r.getFftExec().getStream()); break;
     case R::FFT_RELEASE: { auto m = r.getFftRelease(); m.setDevice(device(m.getDevice())); break; }
+    case R::SOLVER: stream(r.getSolver().getStream()); break;
+    case R::SOLVER_BUFFER_SIZE: stream(r.getSolverBufferSize().getStream()); break;
     case R::LT_HEURISTIC: stream(r.getLtHeuristic().getStream()); break;
     case R::SET_LIMIT: { auto m = r.getSetLimit(); m.setDevice(device(m.getDevice())); break; }
     case R::GRAPH_CREATE: {

@@ -178,6 +178,8 @@ struct Request {
     fftPlan @56 :FftPlan;            # cuFFT (client/fft): a plan's work area (reply value = bytes)
     fftExec @57 :FftExec;            # cuFFT: one transform, in stream order
     fftRelease @58 :FftRelease;      # cuFFT: a plan destroyed (the backend drops what it made for it)
+    solver @59 :Solver;              # cuSOLVER (client/solver): one dense routine, in stream order
+    solverBufferSize @60 :Solver;    # cuSOLVER: its workspace in elements (reply value)
   }
 }
 
@@ -280,6 +282,39 @@ struct FftExec {
 struct FftRelease {
   plan @0 :UInt64;
   device @1 :Int32;         # the plan's
+}
+
+# A cuSOLVER dense call (common/solver_args.h): the handle is the client's;
+# the call carries its stream and every argument.
+struct Solver {
+  stream @0 :StreamRef;
+  op @1 :UInt8;             # common::solver::Op
+  type @2 :Int32;           # cudaDataType_t
+  uplo @3 :Int32;
+  trans @4 :Int32;
+  side @5 :Int32;
+  jobz @6 :Int32;
+  jobu @7 :UInt8;
+  jobvt @8 :UInt8;
+  m @9 :Int64;
+  n @10 :Int64;
+  k @11 :Int64;
+  nrhs @12 :Int64;
+  a @13 :UInt64;
+  lda @14 :Int64;
+  b @15 :UInt64;
+  ldb @16 :Int64;
+  ipiv @17 :UInt64;
+  tau @18 :UInt64;
+  w @19 :UInt64;
+  u @20 :UInt64;
+  ldu @21 :Int64;
+  vt @22 :UInt64;
+  ldvt @23 :Int64;
+  work @24 :UInt64;
+  lwork @25 :Int64;
+  rwork @26 :UInt64;
+  info @27 :UInt64;
 }
 
 # cuBLAS. Handles live in the client; each call carries what the server needs

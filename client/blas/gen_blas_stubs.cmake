@@ -1,10 +1,18 @@
 # Generates weak C stubs for every exported cuBLAS / cuBLASLt name, typed as
 # NVIDIA's headers declare them (the legacy API returns float, double, int,
 # complex values or nothing).
-# In: EXPORTS (lines "name kind"), OUT (C file).
+# In: EXPORTS (lines "name kind"), OUT (C file), and optionally UNSUPPORTED:
+# the function a "status" stub returns the answer of (another library's
+# NOT_SUPPORTED; default rgpu_blas_unsupported).
 file(STRINGS "${EXPORTS}" lines)
+if(NOT UNSUPPORTED)
+  set(UNSUPPORTED rgpu_blas_unsupported)
+endif()
 set(body "/* Generated from ${EXPORTS} by gen_blas_stubs.cmake. Do not edit. */\n")
 string(APPEND body "extern int rgpu_blas_unsupported(const char* name);\n")
+if(NOT UNSUPPORTED STREQUAL "rgpu_blas_unsupported")
+  string(APPEND body "extern int ${UNSUPPORTED}(const char* name);\n")
+endif()
 string(APPEND body "extern void rgpu_blas_legacy_unsupported(const char* name);\n")
 string(APPEND body "typedef struct { float x, y; } rgpu_complex;\ntypedef struct { double x, y; } rgpu_dcomplex;\n")
 set(W "__attribute__((weak, visibility(\"default\")))")
@@ -13,7 +21,7 @@ foreach(line IN LISTS lines)
   list(GET parts 0 n)
   list(GET parts 1 kind)
   if(kind STREQUAL "status")
-    string(APPEND body "${W} int ${n}(void) { return rgpu_blas_unsupported(\"${n}\"); }\n")
+    string(APPEND body "${W} int ${n}(void) { return ${UNSUPPORTED}(\"${n}\"); }\n")
   elseif(kind STREQUAL "void")
     string(APPEND body "${W} void ${n}(void) { rgpu_blas_legacy_unsupported(\"${n}\"); }\n")
   elseif(kind STREQUAL "float" OR kind STREQUAL "double" OR kind STREQUAL "int")

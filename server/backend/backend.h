@@ -17,6 +17,7 @@
 
 #include "common/curand_cpu.h"
 #include "common/fft_plan.h"
+#include "common/solver_args.h"
 #include "common/status.h"
 #include "server/backend/blas.h"
 
@@ -502,6 +503,16 @@ class Backend {
     return Status(err::kNotSupported, "cuFFT on the " + name() + " backend is not built");
   }
   virtual void fftRelease(int device, uint64_t plan) {}
+
+  // cuSOLVER's dense routines (docs/cusolver.md): the workspace (elements of
+  // the call's type) a call of `a` needs on `device`, and one call in stream
+  // order (the session checked every range, common::solver::ranges).
+  virtual Result<int64_t> solverBufferSize(int device, const common::solver::Args& a) {
+    return Status(err::kNotSupported, "cuSOLVER on the " + name() + " backend is not built");
+  }
+  virtual Status solver(StreamKey s, const common::solver::Args& a) {
+    return Status(err::kNotSupported, "cuSOLVER on the " + name() + " backend is not built");
+  }
 
   // cuBLAS and cuBLASLt (server/backend/blas.h): calls the session has checked, run
   // in stream order. `done`, when set, receives a reduction's result bytes

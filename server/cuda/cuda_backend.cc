@@ -141,6 +141,7 @@ CudaBackend::~CudaBackend() {
   releaseGraphs();
   releaseBlas();
   releaseFft();
+  releaseSolver();
   DriverApi& api = *api_;
   // Jobs the completer left pending: their events go with the spares below.
   for (Job& j : jobs_) {

@@ -70,6 +70,7 @@
 #include "server/backend/backend.h"
 #include "server/cuda/blas_api.h"
 #include "server/cuda/fft_api.h"
+#include "server/cuda/solver_api.h"
 #include "server/cuda/driver_api.h"
 #include "server/cuda/windowed_memory.h"
 #include "server/pool/launch_gate.h"
@@ -94,6 +95,8 @@ struct CudaOptions {
   std::string cublaslt_library = "libcublasLt.so.13";
   // NVIDIA's cuFFT, loaded on the session's first cuFFT plan.
   std::string cufft_library = "libcufft.so.12";
+  // NVIDIA's cuSOLVER, loaded on the session's first cuSOLVER call.
+  std::string cusolver_library = "libcusolver.so.12";
   // The session is part `address_window` of a program spread over several
   // members (> 0): its device memory goes in that part's address window
   // (windowed_memory.h). 0: where cuMemAlloc puts it.
@@ -208,6 +211,9 @@ class CudaBackend final : public Backend {
   Status fftExec(StreamKey s, uint64_t plan, const common::fft::Plan& p, const common::fft::Layout& l, int direction,
                  DevPtr in, DevPtr out, DevPtr work, uint64_t work_size) override;
   void fftRelease(int device, uint64_t plan) override;
+  // cuSOLVER: NVIDIA's, one handle per device (cuda_solver.cc).
+  Result<int64_t> solverBufferSize(int device, const common::solver::Args& a) override;
+  Status solver(StreamKey s, const common::solver::Args& a) override;
   // (cuda_blas.cc)
   Status blas(StreamKey s, const BlasArgs& call, ReadDone done) override;
   Status ltMatmul(StreamKey s, const LtArgs& call) override;
@@ -362,6 +368,8 @@ class CudaBackend final : public Backend {
   };
   Result<FftPlan*> fftPlan(int dev, uint64_t plan, const common::fft::Plan& p);
   void releaseFft();
+  Result<cusolverDnHandle_t> solverHandle(int dev);  // (loads the library on first use)
+  void releaseSolver();
   // A 16-byte device word of `dev` for one reduction's result (dispatch thread).
   Result<CUdeviceptr> takeScratch(int dev);
   void giveScratch(int dev, CUdeviceptr word);
@@ -422,6 +430,10 @@ class CudaBackend final : public Backend {
   Status fft_error_;
   bool fft_tried_ = false;
   std::map<std::pair<int, uint64_t>, FftPlan> fft_plans_;  // (device, client plan) -> NVIDIA's; dispatch thread
+  std::unique_ptr<SolverApi> solver_api_;  // null until a cuSOLVER call loads it
+  Status solver_error_;
+  bool solver_tried_ = false;
+  std::map<int, cusolverDnHandle_t> solver_handles_;  // per device; dispatch thread
   int driver_version_ = 0;
   std::vector<DeviceDescription> descriptions_;
 

@@ -942,6 +942,8 @@ const Session::Handlers& Session::handlers() {
     t[R::FFT_PLAN] = &Session::onFftPlan;
     t[R::FFT_EXEC] = &Session::onFftExec;
     t[R::FFT_RELEASE] = &Session::onFftRelease;
+    t[R::SOLVER] = &Session::onSolver;
+    t[R::SOLVER_BUFFER_SIZE] = &Session::onSolverBufferSize;
     t[R::GRAPH_CREATE] = &Session::onGraphCreate;
     t[R::GRAPH_LAUNCH] = &Session::onGraphLaunch;
     t[R::GRAPH_DESTROY] = &Session::onGraphDestroy;

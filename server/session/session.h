@@ -285,6 +285,9 @@ class Session {
   Status onFftPlan(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onFftExec(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onFftRelease(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // session_solver.cc: cuSOLVER's dense routines and their workspace sizes.
+  Status onSolver(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onSolverBufferSize(const protocol::FrameHeader& h, wire::Request::Reader req);
   // A request that carries no bulk bytes must have none (else the stream position is lost).
   Status bulkNotExpected(const protocol::FrameHeader& h) const;
   // A kernel or a variable may be registered: its module exists and the session has room.

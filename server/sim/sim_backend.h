@@ -157,6 +157,9 @@ class SimBackend final : public Backend {
   Result<uint64_t> fftWorkSize(int device, uint64_t plan, const common::fft::Plan& p) override;
   Status fftExec(StreamKey s, uint64_t plan, const common::fft::Plan& p, const common::fft::Layout& l, int direction,
                  DevPtr in, DevPtr out, DevPtr work, uint64_t work_size) override;
+  // cuSOLVER by LAPACK (sim_solver.h), as the session's kernel; no workspace asked for (sim_solver.cc).
+  Result<int64_t> solverBufferSize(int device, const common::solver::Args& a) override;
+  Status solver(StreamKey s, const common::solver::Args& a) override;
   Result<std::vector<LtAlgo>> ltHeuristic(int device, const LtArgs& call, uint32_t requested,
                                           uint64_t max_workspace) override;
   // Conditional graph nodes (sim_conditional.cc): a handle is the address of

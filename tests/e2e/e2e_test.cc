@@ -159,6 +159,7 @@ void expectNvidiasExports(const std::string& lib) {
 TEST(Exports, EveryNameOfNvidiasRuntimeWithItsVersionNode) { expectNvidiasExports("libcudart.so.13"); }
 TEST(Exports, EveryNameOfNvidiasCurandWithItsVersionNode) { expectNvidiasExports("libcurand.so.10"); }
 TEST(Exports, EveryNameOfNvidiasCufftWithItsVersionNode) { expectNvidiasExports("libcufft.so.12"); }
+TEST(Exports, EveryNameOfNvidiasCusolverWithItsVersionNode) { expectNvidiasExports("libcusolver.so.12"); }
 TEST(Exports, EveryNameOfNvidiasCublasAndCublasLtWithTheirVersionNodes) {
   expectNvidiasExports("libcublas.so.13");
   expectNvidiasExports("libcublasLt.so.13");

@@ -75,7 +75,8 @@ std::string serverToml(const std::string& dir, const std::string& extra, const s
 std::string cudaServerToml(const std::string& dir, const std::string& backend, const std::string& driver) {
   std::string t = serverToml(dir, "[cuda]\ndriver_library = \"" + driver + "\"\ncublas_library = \"" +
                                       RGPU_FAKE_CUBLAS_LIB + "\"\ncublaslt_library = \"" + RGPU_FAKE_CUBLAS_LIB +
-                                      "\"\ncufft_library = \"" + RGPU_FAKE_CUFFT_LIB + "\"\n");
+                                      "\"\ncufft_library = \"" + RGPU_FAKE_CUFFT_LIB + "\"\ncusolver_library = \"" +
+                                      RGPU_FAKE_CUSOLVER_LIB + "\"\n");
   t.replace(t.find("backend = \"sim\""), std::strlen("backend = \"sim\""), "backend = \"" + backend + "\"");
   return t;
 }
