@@ -11,14 +11,15 @@ const ExportTable* table() {
     const void* p = nullptr;
     if (cudaGetExportTable(&p, &kExportTableId) != cudaSuccess || !p) {
       common::initLogging("rgpu-client", "warn");
-      RGPU_LOG_ERROR("rgpu's cuBLAS, cuRAND and cuFFT libraries need rgpu's libcudart.so.13, and this process loaded another "
-                     "one: run the program with rgpu-run, or put rgpu's library directory first in LD_LIBRARY_PATH");
+      RGPU_LOG_ERROR("rgpu's math libraries (cuBLAS, cuRAND, cuFFT, cuSOLVER) need rgpu's libcudart.so.13, and "
+                     "this process loaded another one: run the program with rgpu-run, or put rgpu's library "
+                     "directory first in LD_LIBRARY_PATH");
       return nullptr;
     }
     auto* table = static_cast<const ExportTable*>(p);
     if (table->size < sizeof(ExportTable)) {
       common::initLogging("rgpu-client", "warn");
-      RGPU_LOG_ERROR("rgpu's cuBLAS, cuRAND and cuFFT libraries are newer than the libcudart.so.13 this process loaded: "
+      RGPU_LOG_ERROR("rgpu's math libraries are newer than the libcudart.so.13 this process loaded: "
                      "install them from one rgpu release");
       return nullptr;
     }
