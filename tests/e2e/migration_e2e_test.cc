@@ -341,7 +341,8 @@ TEST_F(Migration, AWorkerKilledWhileRestoringLeavesTheSessionRunningWhereItWas) 
   // 768 MiB of pseudo-random memory: the restore takes long enough to be killed in.
   const std::string out = dir_.file("kill.out");
   std::thread t = launch("40 150 768", out);
-  waitFor([&] { return readFile(out).find("step 2 ") != std::string::npos; }, out);
+  // (Writing 768 MiB before its first step took over 10 s beside the rest of the suite on 2 cores.)
+  waitFor([&] { return readFile(out).find("step 2 ") != std::string::npos; }, out, 60);
   const std::string sid = lastSession();
   std::thread move([&] {
     RunResult r = smi("alice", "--migrate " + sid);

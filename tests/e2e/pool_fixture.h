@@ -72,9 +72,10 @@ class Pool : public ::testing::Test {
     return t;
   }
   // Polls what a process writes once (a file or the server log); there is no event to wait on.
+  // `seconds`: how long a loaded 2-core CI machine may take to get there.
   template <typename F>
-  void waitFor(F ready, const std::string& what) {
-    for (int i = 0; i < 2000 && !ready(); ++i) usleep(5000);
+  void waitFor(F ready, const std::string& what, int seconds = 10) {
+    for (int i = 0; i < seconds * 200 && !ready(); ++i) usleep(5000);
     ASSERT_TRUE(ready()) << "timed out waiting for " << what << "\nserver log:\n" << server_->log();
   }
   TempDir dir_;
