@@ -140,6 +140,7 @@ std::optional<StreamRef> requestStream(wire::Request::Reader r) {
     case R::RAND_FILL: return ref(r.getRandFill().getStream());
     case R::FFT_EXEC: return ref(r.getFftExec().getStream());
     case R::SOLVER: return ref(r.getSolver().getStream());
+    case R::SPARSE: return ref(r.getSparse().getStream());
     case R::GRAPH_LAUNCH: return ref(r.getGraphLaunch().getStream());
     case R::COPY3_D: return ref(r.getCopy3D().getStream());
     default: return std::nullopt;
@@ -216,8 +217,9 @@ Result<NodeParams> nodeOf(wire::Request::Reader r, int device) {
     case R::LT_MATMUL:
     case R::RAND_FILL:
     case R::FFT_EXEC:
-    case R::SOLVER: {
-      // cuBLAS, cuRAND, cuFFT and cuSOLVER: kept in their wire form (NVIDIA's capture makes kernel nodes of them).
+    case R::SOLVER:
+    case R::SPARSE: {
+      // cuBLAS, cuRAND, cuFFT, cuSOLVER and cuSPARSE: kept in their wire form (NVIDIA's capture makes kernel nodes of them).
       capnp::MallocMessageBuilder msg(64);
       msg.setRoot(r);
       auto words = capnp::messageToFlatArray(msg);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/device_range.h"
 #include "common/status.h"
 #include "protocol/rgpu.capnp.h"
 
@@ -62,10 +63,7 @@ struct Args {
 Status check(const Args& a);
 
 // A range of device memory the call reads or writes.
-struct Range {
-  uint64_t ptr, bytes;
-  const char* what;
-};
+using Range = DeviceRange;
 // Every range of a call check() accepted (empty matrices take none).
 std::vector<Range> ranges(const Args& a);
 

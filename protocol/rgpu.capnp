@@ -180,6 +180,8 @@ struct Request {
     fftRelease @58 :FftRelease;      # cuFFT: a plan destroyed (the backend drops what it made for it)
     solver @59 :Solver;              # cuSOLVER (client/solver): one dense routine, in stream order
     solverBufferSize @60 :Solver;    # cuSOLVER: its workspace in elements (reply value)
+    sparse @61 :Sparse;              # cuSPARSE (client/sparse): SpMV or SpMM, in stream order
+    sparseBufferSize @62 :Sparse;    # cuSPARSE: its external buffer in bytes (reply value)
   }
 }
 
@@ -315,6 +317,45 @@ struct Solver {
   lwork @25 :Int64;
   rwork @26 :UInt64;
   info @27 :UInt64;
+}
+
+# A cuSPARSE generic-API call (common/sparse_args.h): handle and
+# descriptors are the client's; the call carries them whole.
+struct Sparse {
+  stream @0 :StreamRef;
+  op @1 :UInt8;             # common::sparse::Op
+  opA @2 :Int32;
+  opB @3 :Int32;
+  alpha @4 :BlasScalar;
+  beta @5 :BlasScalar;
+  computeType @6 :Int32;
+  alg @7 :Int32;
+  a @8 :SparseMatrix;
+  b @9 :DenseMatrix;        # SpMV: x
+  c @10 :DenseMatrix;       # SpMV: y
+  buffer @11 :UInt64;
+  bufferSize @12 :UInt64;
+}
+struct SparseMatrix {
+  format @0 :UInt8;         # common::sparse::Format
+  rows @1 :Int64;
+  cols @2 :Int64;
+  nnz @3 :Int64;
+  offsets @4 :UInt64;
+  indices @5 :UInt64;
+  values @6 :UInt64;
+  offsetType @7 :Int32;
+  indexType @8 :Int32;
+  base @9 :Int32;
+  valueType @10 :Int32;
+}
+struct DenseMatrix {
+  rows @0 :Int64;
+  cols @1 :Int64;
+  ld @2 :Int64;
+  values @3 :UInt64;
+  valueType @4 :Int32;
+  order @5 :Int32;
 }
 
 # cuBLAS. Handles live in the client; each call carries what the server needs

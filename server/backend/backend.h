@@ -18,6 +18,7 @@
 #include "common/curand_cpu.h"
 #include "common/fft_plan.h"
 #include "common/solver_args.h"
+#include "common/sparse_args.h"
 #include "common/status.h"
 #include "server/backend/blas.h"
 
@@ -512,6 +513,16 @@ class Backend {
   }
   virtual Status solver(StreamKey s, const common::solver::Args& a) {
     return Status(err::kNotSupported, "cuSOLVER on the " + name() + " backend is not built");
+  }
+
+  // cuSPARSE's SpMV and SpMM (docs/cusparse.md): the external buffer (bytes)
+  // a call needs on `device`, and one call in stream order (the session
+  // checked every range, common::sparse::ranges).
+  virtual Result<uint64_t> sparseBufferSize(int device, const common::sparse::Args& a) {
+    return Status(err::kNotSupported, "cuSPARSE on the " + name() + " backend is not built");
+  }
+  virtual Status sparse(StreamKey s, const common::sparse::Args& a) {
+    return Status(err::kNotSupported, "cuSPARSE on the " + name() + " backend is not built");
   }
 
   // cuBLAS and cuBLASLt (server/backend/blas.h): calls the session has checked, run

@@ -142,6 +142,7 @@ CudaBackend::~CudaBackend() {
   releaseBlas();
   releaseFft();
   releaseSolver();
+  releaseSparse();
   DriverApi& api = *api_;
   // Jobs the completer left pending: their events go with the spares below.
   for (Job& j : jobs_) {

@@ -71,6 +71,7 @@
 #include "server/cuda/blas_api.h"
 #include "server/cuda/fft_api.h"
 #include "server/cuda/solver_api.h"
+#include "server/cuda/sparse_api.h"
 #include "server/cuda/driver_api.h"
 #include "server/cuda/windowed_memory.h"
 #include "server/pool/launch_gate.h"
@@ -97,6 +98,8 @@ struct CudaOptions {
   std::string cufft_library = "libcufft.so.12";
   // NVIDIA's cuSOLVER, loaded on the session's first cuSOLVER call.
   std::string cusolver_library = "libcusolver.so.12";
+  // NVIDIA's cuSPARSE, loaded on the session's first cuSPARSE call.
+  std::string cusparse_library = "libcusparse.so.12";
   // The session is part `address_window` of a program spread over several
   // members (> 0): its device memory goes in that part's address window
   // (windowed_memory.h). 0: where cuMemAlloc puts it.
@@ -214,6 +217,9 @@ class CudaBackend final : public Backend {
   // cuSOLVER: NVIDIA's, one handle per device (cuda_solver.cc).
   Result<int64_t> solverBufferSize(int device, const common::solver::Args& a) override;
   Status solver(StreamKey s, const common::solver::Args& a) override;
+  // cuSPARSE: NVIDIA's, one handle per device (cuda_sparse.cc).
+  Result<uint64_t> sparseBufferSize(int device, const common::sparse::Args& a) override;
+  Status sparse(StreamKey s, const common::sparse::Args& a) override;
   // (cuda_blas.cc)
   Status blas(StreamKey s, const BlasArgs& call, ReadDone done) override;
   Status ltMatmul(StreamKey s, const LtArgs& call) override;
@@ -370,6 +376,10 @@ class CudaBackend final : public Backend {
   void releaseFft();
   Result<cusolverDnHandle_t> solverHandle(int dev);  // (loads the library on first use)
   void releaseSolver();
+  Result<cusparseHandle_t> sparseHandle(int dev);  // (loads the library on first use)
+  template <typename F>
+  Status withSparse(int dev, const common::sparse::Args& a, F&& f);
+  void releaseSparse();
   // A 16-byte device word of `dev` for one reduction's result (dispatch thread).
   Result<CUdeviceptr> takeScratch(int dev);
   void giveScratch(int dev, CUdeviceptr word);
@@ -434,6 +444,10 @@ class CudaBackend final : public Backend {
   Status solver_error_;
   bool solver_tried_ = false;
   std::map<int, cusolverDnHandle_t> solver_handles_;  // per device; dispatch thread
+  std::unique_ptr<SparseApi> sparse_api_;  // null until a cuSPARSE call loads it
+  Status sparse_error_;
+  bool sparse_tried_ = false;
+  std::map<int, cusparseHandle_t> sparse_handles_;  // per device; dispatch thread
   int driver_version_ = 0;
   std::vector<DeviceDescription> descriptions_;
 

@@ -944,6 +944,8 @@ const Session::Handlers& Session::handlers() {
     t[R::FFT_RELEASE] = &Session::onFftRelease;
     t[R::SOLVER] = &Session::onSolver;
     t[R::SOLVER_BUFFER_SIZE] = &Session::onSolverBufferSize;
+    t[R::SPARSE] = &Session::onSparse;
+    t[R::SPARSE_BUFFER_SIZE] = &Session::onSparseBufferSize;
     t[R::GRAPH_CREATE] = &Session::onGraphCreate;
     t[R::GRAPH_LAUNCH] = &Session::onGraphLaunch;
     t[R::GRAPH_DESTROY] = &Session::onGraphDestroy;

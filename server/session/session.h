@@ -288,6 +288,13 @@ class Session {
   // session_solver.cc: cuSOLVER's dense routines and their workspace sizes.
   Status onSolver(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onSolverBufferSize(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // session_sparse.cc: cuSPARSE's SpMV and SpMM and their buffer sizes.
+  Status onSparse(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onSparseBufferSize(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // Each range lies in one of the session's allocations on `device` (a
+  // library call's matrices, vectors and buffers); else the first that does
+  // not, named (session_solver.cc).
+  Status checkRanges(const std::vector<common::DeviceRange>& ranges, int device) const;
   // A request that carries no bulk bytes must have none (else the stream position is lost).
   Status bulkNotExpected(const protocol::FrameHeader& h) const;
   // A kernel or a variable may be registered: its module exists and the session has room.

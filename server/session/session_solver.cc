@@ -34,21 +34,22 @@ Status Session::onSolver(const protocol::FrameHeader& h, wire::Request::Reader r
   Status s = checkStream(m.getStream(), key);
   const sv::Args a = sv::fromWire(m);
   if (s) s = sv::check(a);
-  if (s)
-    for (const sv::Range& r : sv::ranges(a)) {
-      int dev = -1;
-      s = allocs_.check(r.ptr, r.bytes, &dev);
-      if (s && dev != key.device)
-        s = Status(err::kInvalidValue, std::string(r.what) + " is on device " + std::to_string(dev) +
-                                           ", the stream on device " + std::to_string(key.device));
-      if (!s) {
-        s = Status(s.code(), std::string(r.what) + ": " + s.message());
-        break;
-      }
-    }
+  if (s) s = checkRanges(sv::ranges(a), key.device);
   if (s) s = backend_->solver(key, a);
   if (!s) RGPU_LOG_WARN("session {}: {} refused: {}", session_id_, sv::opName(a.op, a.type), s.message());
   finish(h, s);
+  return Status::ok();
+}
+
+Status Session::checkRanges(const std::vector<common::DeviceRange>& ranges, int device) const {
+  for (const common::DeviceRange& r : ranges) {
+    int dev = -1;
+    Status s = allocs_.check(r.ptr, r.bytes, &dev);
+    if (s && dev != device)
+      s = Status(err::kInvalidValue, "is on device " + std::to_string(dev) + ", the stream on device " +
+                                         std::to_string(device));
+    if (!s) return Status(s.code(), std::string(r.what) + ": " + s.message());
+  }
   return Status::ok();
 }
 

@@ -160,6 +160,9 @@ class SimBackend final : public Backend {
   // cuSOLVER by LAPACK (sim_solver.h), as the session's kernel; no workspace asked for (sim_solver.cc).
   Result<int64_t> solverBufferSize(int device, const common::solver::Args& a) override;
   Status solver(StreamKey s, const common::solver::Args& a) override;
+  // cuSPARSE on the CPU (sim_sparse.h), as the session's kernel; no external buffer.
+  Result<uint64_t> sparseBufferSize(int device, const common::sparse::Args& a) override;
+  Status sparse(StreamKey s, const common::sparse::Args& a) override;
   Result<std::vector<LtAlgo>> ltHeuristic(int device, const LtArgs& call, uint32_t requested,
                                           uint64_t max_workspace) override;
   // Conditional graph nodes (sim_conditional.cc): a handle is the address of

@@ -160,6 +160,7 @@ TEST(Exports, EveryNameOfNvidiasRuntimeWithItsVersionNode) { expectNvidiasExport
 TEST(Exports, EveryNameOfNvidiasCurandWithItsVersionNode) { expectNvidiasExports("libcurand.so.10"); }
 TEST(Exports, EveryNameOfNvidiasCufftWithItsVersionNode) { expectNvidiasExports("libcufft.so.12"); }
 TEST(Exports, EveryNameOfNvidiasCusolverWithItsVersionNode) { expectNvidiasExports("libcusolver.so.12"); }
+TEST(Exports, EveryNameOfNvidiasCusparseWithItsVersionNode) { expectNvidiasExports("libcusparse.so.12"); }
 TEST(Exports, EveryNameOfNvidiasCublasAndCublasLtWithTheirVersionNodes) {
   expectNvidiasExports("libcublas.so.13");
   expectNvidiasExports("libcublasLt.so.13");

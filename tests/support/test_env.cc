@@ -76,7 +76,8 @@ std::string cudaServerToml(const std::string& dir, const std::string& backend, c
   std::string t = serverToml(dir, "[cuda]\ndriver_library = \"" + driver + "\"\ncublas_library = \"" +
                                       RGPU_FAKE_CUBLAS_LIB + "\"\ncublaslt_library = \"" + RGPU_FAKE_CUBLAS_LIB +
                                       "\"\ncufft_library = \"" + RGPU_FAKE_CUFFT_LIB + "\"\ncusolver_library = \"" +
-                                      RGPU_FAKE_CUSOLVER_LIB + "\"\n");
+                                      RGPU_FAKE_CUSOLVER_LIB + "\"\ncusparse_library = \"" + RGPU_FAKE_CUSPARSE_LIB +
+                                      "\"\n");
   t.replace(t.find("backend = \"sim\""), std::strlen("backend = \"sim\""), "backend = \"" + backend + "\"");
   return t;
 }

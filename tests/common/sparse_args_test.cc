@@ -1,0 +1,101 @@
+// cuSPARSE's SpMV and SpMM (common/sparse_args.h): what cuSPARSE refuses,
+// and the device memory each call reads and writes -- the ranges the server
+// checks every call against.
+#include "common/sparse_args.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+namespace rgpu::common::sparse {
+namespace {
+
+Args spmv(int64_t rows, int64_t cols, int64_t nnz) {
+  Args a;
+  a.a.rows = rows, a.a.cols = cols, a.a.nnz = nnz;
+  a.a.offsets = 0x1000, a.a.indices = 0x2000, a.a.values = 0x3000;
+  a.b = DnMat{cols, 1, cols, 0x4000, kR32F, kOrderCol};
+  a.c = DnMat{rows, 1, rows, 0x5000, kR32F, kOrderCol};
+  return a;
+}
+
+std::map<std::string, uint64_t> bytes(const Args& a) {
+  std::map<std::string, uint64_t> out;
+  for (const Range& r : ranges(a)) out[r.what] = r.bytes;
+  return out;
+}
+
+TEST(SparseArgs, RefusesWhatCusparseRefuses) {
+  Args a = spmv(10, 8, 20);
+  EXPECT_TRUE(check(a));
+  a.op_a = kOpT;  // op(A) is 8 x 10: x must have 10 elements
+  EXPECT_EQ(check(a).code(), err::kInvalidValue);
+  a.op_a = kOpN;
+  a.b.value_type = 2;  // CUDA_R_16F
+  EXPECT_EQ(check(a).code(), err::kNotSupported);
+  a.b.value_type = kR64F;  // mixed
+  EXPECT_EQ(check(a).code(), err::kNotSupported);
+  a.b.value_type = kR32F;
+  a.a.index_type = 1;  // CUSPARSE_INDEX_16U
+  EXPECT_EQ(check(a).code(), err::kNotSupported);
+  a.a.index_type = kIndex32;
+  a.a.base = 2;
+  EXPECT_FALSE(check(a));
+  a.a.base = 1;
+  a.a.nnz = -1;
+  EXPECT_FALSE(check(a));
+  a.a.nnz = 20;
+  a.c.ld = 0;
+  EXPECT_FALSE(check(a));
+  Args m = spmv(10, 8, 20);
+  m.op = Op::kSpMM;
+  m.b = DnMat{8, 4, 8, 0x4000, kR32F, kOrderCol};
+  m.c = DnMat{10, 4, 10, 0x5000, kR32F, kOrderCol};
+  EXPECT_TRUE(check(m));
+  m.op_b = kOpT;  // op(B) is 4 x 8
+  EXPECT_FALSE(check(m));
+  m.op_b = kOpC;  // not for B
+  EXPECT_FALSE(check(m));
+  m.op_b = kOpN;
+  m.c.order = kOrderRow;  // row-major: ld >= columns
+  m.c.ld = 3;
+  EXPECT_FALSE(check(m));
+}
+
+TEST(SparseArgs, EachFormatSpansItsArraysAndTheDenseOperands) {
+  Args a = spmv(10, 8, 20);
+  a.a.offset_type = kIndex64;
+  auto b = bytes(a);
+  EXPECT_EQ(b["row offsets"], 11u * 8);
+  EXPECT_EQ(b["indices"], 20u * 4);
+  EXPECT_EQ(b["values"], 20u * 4);
+  EXPECT_EQ(b["X"], 8u * 4);
+  EXPECT_EQ(b["Y"], 10u * 4);
+  a.a.format = Format::kCsc;
+  EXPECT_EQ(bytes(a)["column offsets"], 9u * 8);
+  a.a.format = Format::kCoo;
+  a.a.index_type = kIndex64;
+  b = bytes(a);
+  EXPECT_EQ(b["row indices"], 20u * 8);
+  EXPECT_EQ(b["indices"], 20u * 8);
+  // Device scalars and the external buffer.
+  a.alpha.device = a.beta.device = true;
+  a.alpha.ptr = 0x6000, a.beta.ptr = 0x6008;
+  a.buffer = 0x7000, a.buffer_size = 1;
+  b = bytes(a);
+  EXPECT_EQ(b["alpha"], 4u);
+  EXPECT_EQ(b["external buffer"], 1u);
+  // A row-major dense matrix spans ld (rows - 1) + cols.
+  Args m = spmv(10, 8, 20);
+  m.op = Op::kSpMM;
+  m.b = DnMat{8, 4, 6, 0x4000, kR32F, kOrderRow};
+  m.c = DnMat{10, 4, 12, 0x5000, kR32F, kOrderCol};
+  ASSERT_TRUE(check(m));
+  b = bytes(m);
+  EXPECT_EQ(b["B"], (6u * 7 + 4) * 4);
+  EXPECT_EQ(b["C"], (12u * 3 + 10) * 4);
+}
+
+}  // namespace
+}  // namespace rgpu::common::sparse

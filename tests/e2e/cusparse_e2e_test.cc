@@ -1,0 +1,80 @@
+// cuSPARSE end to end (docs/cusparse.md): a program built with nvcc -cudart
+// shared -lcusparse runs unchanged against rgpu's libcusparse.so.12 and a
+// real rgpu-server, on the sim backend and on the CUDA backend (the fake
+// driver and a fake cuSPARSE computing with the same executor, which refuses
+// a call without the external buffer it asked for); cusparse_check compares
+// every product with one it computes in double precision.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "tests/support/test_env.h"
+
+namespace rgpu::test {
+namespace {
+
+std::string testProgram(const char* name) { return std::string(RGPU_TEST_PROGRAMS_DIR) + "/" + name; }
+
+// `bad_index`: whether the indices are checked where they are read (the sim's
+// executor; NVIDIA's library reads what it is given, and its fake faults).
+void expectCusparseCheckPasses(const std::string& env, bool bad_index) {
+  RunResult r = run(testProgram("cusparse_check") + (bad_index ? "" : " --no-bad-index"), env);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("cusparse_check: done, 0 failed"), std::string::npos) << r.output;
+  for (const char* ok : {"SpMV CSR f32 1000x800, N", "SpMV CSR f64, 64-bit indices from 1, T, device scalars",
+                         "SpMV COO c32, C \\(conjugate transpose\\)", "SpMV CSC f64 600x400, N",
+                         "SpMV const CSR descriptors f32", "SpMM CSR f32 200x150 times 150x16, column-major",
+                         "SpMM COO f64, op\\(B\\) = T, row-major"})
+    EXPECT_TRUE(std::regex_search(r.output, std::regex(std::string(ok) + ": relative error [0-9.e+-]+ ok")))
+        << ok << "\n" << r.output;
+  EXPECT_NE(r.output.find("x of the wrong length: CUSPARSE_STATUS_INVALID_VALUE"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("half-precision x: CUSPARSE_STATUS_NOT_SUPPORTED"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("SpGEMM: CUSPARSE_STATUS_NOT_SUPPORTED"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cusparseSpGEMM_createDescr is not supported by rgpu's cuSPARSE"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("version: 12603"), std::string::npos) << r.output;
+  if (bad_index) {
+    EXPECT_NE(r.output.find("a column index outside the matrix: CUSPARSE_STATUS_SUCCESS, then cudaErrorInvalidValue"),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("column index 9 of entry 1 lies outside the matrix's 2"), std::string::npos) << r.output;
+  }
+  EXPECT_NE(r.output.find("past the end of an allocation: CUSPARSE_STATUS_SUCCESS, then cudaErrorInvalidValue"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(Cusparse, ProgramsLoadRgpusCusparseNotNvidias) {
+  RunResult r = run("ldd " + testProgram("cusparse_check"), std::string("LD_LIBRARY_PATH=") + RGPU_CLIENT_LIBDIR);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("libcusparse.so.12 => (\\S+)"))) << r.output;
+  EXPECT_EQ(m[1].str().rfind(RGPU_CLIENT_LIBDIR, 0), 0u) << m[1].str();
+}
+
+TEST(Cusparse, SpMVAndSpMMMatchTheProductOnTheSim) {
+  TempDir dir;
+  makeCerts(dir.path());
+  ServerProcess server(dir.path(), serverToml(dir.path()));
+  writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
+  expectCusparseCheckPasses("RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR, true);
+}
+
+// The CUDA backend: NVIDIA's cuSPARSE (here the fake), its descriptors made
+// per call, the program's external buffer and pointer mode.
+TEST(CusparseCuda, SpMVAndSpMMMatchTheProductThroughTheCudaBackend) {
+  TempDir dir;
+  makeCerts(dir.path());
+  ::setenv("RGPU_FAKE_CUDA_LOG", dir.file("driver.log").c_str(), 1);
+  ServerProcess server(dir.path(), cudaServerToml(dir.path(), "cuda", RGPU_FAKE_CUDA_LIB));
+  ::unsetenv("RGPU_FAKE_CUDA_LOG");
+  writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
+  expectCusparseCheckPasses("RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR,
+                            false);
+  const std::string log = readFile(dir.file("driver.log"));
+  EXPECT_NE(log.find("cusparseSpMV with an external buffer"), std::string::npos) << log;
+  EXPECT_NE(log.find("cusparseSpMV (device scalars) with an external buffer"), std::string::npos) << log;
+  EXPECT_NE(log.find("cusparseSpMM with an external buffer"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace rgpu::test
