@@ -6,8 +6,9 @@
 #   3. the `gpu` tests: examples and end-to-end programs through rgpu-server's
 #      CUDA backend and natively against NVIDIA's runtime, compared;
 #   4. a loopback rgpu-server with backend = "cuda" and development
-#      certificates; the examples through it; cufft_check and
-#      cusolver_check natively and through it, their lines compared;
+#      certificates; the examples through it; cufft_check,
+#      cusolver_check and cusparse_check natively and through it, their
+#      lines compared;
 #   5. gpu_bench natively and through rgpu: round-trip latency, launch rate,
 #      H2D/D2H bandwidth, and the ratios;
 #   6. the worker sandbox's refusals with NVIDIA's driver;
@@ -90,18 +91,18 @@ for ex in device_query memory streams vector_add matmul reduction; do
 done
 head -3 "$work/device_query.out"
 note "examples through rgpu (cuda backend): $passed passed, $failed failed"
-# cuFFT and cuSOLVER (docs/cufft.md, docs/cusolver.md): their check programs
+# cuFFT, cuSOLVER and cuSPARSE (docs/cufft.md, cusolver.md, cusparse.md): their check programs
 # with NVIDIA's libraries, natively and through rgpu (the worker's NVIDIA
 # plans and handles, the client's work areas); the other lines (refusals,
 # devInfo, workspace sizes) show whether rgpu answers as NVIDIA's libraries
-# do -- apart from what rgpu refuses (half precision, sytrf).
-for lib in cufft cusolver; do
+# do -- apart from what rgpu refuses (half precision, sytrf, SpGEMM).
+for lib in cufft cusolver cusparse; do
   for how in native rgpu; do
     if [ $how = native ]; then envs=("${native_env[@]}"); else envs=("${rgpu_env[@]}"); fi
     "${envs[@]}" "$build/tests/e2e/${lib}_check" --no-overrun >"$work/$lib-$how.out" 2>&1 || status=1
     note "${lib}_check ($how): $(grep -c ' ok$' "$work/$lib-$how.out") ok, $(tail -1 "$work/$lib-$how.out")"
   done
-  skip='relative error|^\[|half precision|^sytrf'
+  skip='relative error|^\[|half.precision|^sytrf|^SpGEMM'
   diff <(grep -vE "$skip" "$work/$lib-native.out") <(grep -vE "$skip" "$work/$lib-rgpu.out") ||
     { status=1; note "${lib}_check: rgpu's lines differ from NVIDIA's (above)"; }
 done
