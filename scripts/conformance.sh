@@ -50,6 +50,9 @@ programs=(
   "$e2e/mma_sync"
   "$e2e/cublas_check"
   "$e2e/cublaslt_check"
+  "$e2e/cufft_check"
+  "$e2e/cusolver_check"
+  "$e2e/cusparse_check"
   "$e2e/thrust_cub 1000000"
 )
 pass=0; fail=0
