@@ -328,8 +328,7 @@ TEST_F(ClusterTest, OneProgramUsesTheCudaDevicesOfSeveralMembers) {
   auto cudaMember = [&](const test::TempDir& d, const std::string& name, const char* gpus) {
     std::string toml = memberToml(d.path(), name);
     toml.replace(toml.find("backend = \"sim\""), std::strlen("backend = \"sim\""), "backend = \"cuda\"");
-    toml += std::string("[cuda]\ndriver_library = \"") + RGPU_FAKE_CUDA_LIB + "\"\ncublas_library = \"" +
-            RGPU_FAKE_CUBLAS_LIB + "\"\ncublaslt_library = \"" + RGPU_FAKE_CUBLAS_LIB + "\"\n";
+    toml += test::fakeCudaToml();
     ::setenv("RGPU_FAKE_CUDA_DEVICES", gpus, 1);  // the member's processes inherit it
     auto s = std::make_unique<test::ServerProcess>(d.path(), toml);
     ::unsetenv("RGPU_FAKE_CUDA_DEVICES");

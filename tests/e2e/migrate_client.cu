@@ -23,7 +23,17 @@
 //              whose handle keeps its value between launches
 //     hostfn:  also runs a host function of one second every step (a session
 //              whose stream waits for one cannot be checkpointed then)
+//     libs:    also, every step, on the same stream, with a plan, handles,
+//              descriptors and a generator made before the first step: a
+//              cuFFT transform of W's first 128 complex values, a cuSPARSE
+//              SpMV of a tridiagonal matrix with W's first column, a cuSOLVER
+//              Cholesky solve with W's diagonal as its right-hand side, and 64
+//              cuRAND values; their checksum is printed as "step N libs ..."
 #include <cublas_v2.h>
+#include <cufft.h>
+#include <curand.h>
+#include <cusolverDn.h>
+#include <cusparse.h>
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -147,6 +157,112 @@ static uint64_t checksum(const std::vector<float>& v) {
   return s;
 }
 
+#define CHECK_LIB(call)                                                  \
+  do {                                                                   \
+    int s_ = static_cast<int>(call);                                     \
+    if (s_ != 0) {                                                       \
+      std::printf("migrate_client: %s failed: %d\n", #call, s_);        \
+      std::exit(2);                                                      \
+    }                                                                    \
+  } while (0)
+
+// The math libraries' state the client keeps (a cuFFT plan and its work
+// area, cuSPARSE and cuSOLVER handles and descriptors, a cuRAND generator
+// and where it is), made once and used every step: after a move the server
+// side of each must be there again.
+struct Libraries {
+  static constexpr int kFft = 128, kSpd = 16, kRand = 64;
+  cufftHandle fft = 0;
+  cusparseHandle_t sparse = nullptr;
+  cusparseSpMatDescr_t tri = nullptr;
+  cusparseDnVecDescr_t x = nullptr, y = nullptr;
+  cusolverDnHandle_t solver = nullptr;
+  curandGenerator_t rand = nullptr;
+  float *spectrum = nullptr, *yv = nullptr, *spd = nullptr, *factor = nullptr, *rhs = nullptr, *work = nullptr;
+  float *values = nullptr, *random = nullptr;
+  int *offsets = nullptr, *columns = nullptr, *info = nullptr;
+  void* buffer = nullptr;
+  int lwork = 0;
+
+  void make(cudaStream_t stream, float* w) {
+    CHECK_LIB(cufftPlan1d(&fft, kFft, CUFFT_C2C, 1));
+    CHECK_LIB(cufftSetStream(fft, stream));
+    CHECK(cudaMalloc(&spectrum, 2 * kFft * sizeof(float)));
+    // A tridiagonal N x N matrix (2 on the diagonal, -1 beside it) in CSR.
+    std::vector<int> off{0}, col;
+    std::vector<float> val;
+    for (int r = 0; r < N; ++r) {
+      for (int c = r - 1; c <= r + 1; ++c)
+        if (c >= 0 && c < N) {
+          col.push_back(c);
+          val.push_back(c == r ? 2.f : -1.f);
+        }
+      off.push_back(static_cast<int>(col.size()));
+    }
+    CHECK(cudaMalloc(&offsets, off.size() * sizeof(int)));
+    CHECK(cudaMalloc(&columns, col.size() * sizeof(int)));
+    CHECK(cudaMalloc(&values, val.size() * sizeof(float)));
+    CHECK(cudaMemcpy(offsets, off.data(), off.size() * sizeof(int), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(columns, col.data(), col.size() * sizeof(int), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(values, val.data(), val.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK(cudaMalloc(&yv, N * sizeof(float)));
+    CHECK_LIB(cusparseCreate(&sparse));
+    CHECK_LIB(cusparseSetStream(sparse, stream));
+    CHECK_LIB(cusparseCreateCsr(&tri, N, N, static_cast<int64_t>(val.size()), offsets, columns, values,
+                                CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, CUDA_R_32F));
+    CHECK_LIB(cusparseCreateDnVec(&x, N, w, CUDA_R_32F));  // W's first column
+    CHECK_LIB(cusparseCreateDnVec(&y, N, yv, CUDA_R_32F));
+    const float one = 1.f, zero = 0.f;
+    size_t size = 0;
+    CHECK_LIB(cusparseSpMV_bufferSize(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, tri, x, &zero, y, CUDA_R_32F,
+                                      CUSPARSE_SPMV_ALG_DEFAULT, &size));
+    if (size) CHECK(cudaMalloc(&buffer, size));
+    // A symmetric positive definite kSpd x kSpd matrix, factored again every step.
+    std::vector<float> a(kSpd * kSpd);
+    for (int i = 0; i < kSpd; ++i)
+      for (int j = 0; j < kSpd; ++j) a[i + j * kSpd] = i == j ? kSpd + 1.f : 1.f / (1 + i + j);
+    CHECK(cudaMalloc(&spd, a.size() * sizeof(float)));
+    CHECK(cudaMalloc(&factor, a.size() * sizeof(float)));
+    CHECK(cudaMemcpy(spd, a.data(), a.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK(cudaMalloc(&rhs, kSpd * sizeof(float)));
+    CHECK(cudaMalloc(&info, sizeof(int)));
+    CHECK_LIB(cusolverDnCreate(&solver));
+    CHECK_LIB(cusolverDnSetStream(solver, stream));
+    CHECK_LIB(cusolverDnSpotrf_bufferSize(solver, CUBLAS_FILL_MODE_LOWER, kSpd, factor, kSpd, &lwork));
+    CHECK(cudaMalloc(&work, (lwork > 0 ? lwork : 1) * sizeof(float)));
+    CHECK_LIB(curandCreateGenerator(&rand, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+    CHECK_LIB(curandSetPseudoRandomGeneratorSeed(rand, 2024));
+    CHECK_LIB(curandSetStream(rand, stream));
+    CHECK(cudaMalloc(&random, kRand * sizeof(float)));
+  }
+
+  // One step's calls; the checksum of everything they wrote.
+  uint64_t step(cudaStream_t stream, float* w) {
+    CHECK_LIB(cufftExecC2C(fft, reinterpret_cast<cufftComplex*>(w), reinterpret_cast<cufftComplex*>(spectrum),
+                           CUFFT_FORWARD));
+    const float one = 1.f, zero = 0.f;
+    CHECK_LIB(cusparseSpMV(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, tri, x, &zero, y, CUDA_R_32F,
+                           CUSPARSE_SPMV_ALG_DEFAULT, buffer));
+    CHECK(cudaMemcpyAsync(factor, spd, kSpd * kSpd * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    CHECK(cudaMemcpy2DAsync(rhs, sizeof(float), w, (N + 1) * sizeof(float), sizeof(float), kSpd,
+                            cudaMemcpyDeviceToDevice, stream));  // W's diagonal
+    CHECK_LIB(cusolverDnSpotrf(solver, CUBLAS_FILL_MODE_LOWER, kSpd, factor, kSpd, work, lwork, info));
+    CHECK_LIB(cusolverDnSpotrs(solver, CUBLAS_FILL_MODE_LOWER, kSpd, 1, factor, kSpd, rhs, kSpd, info));
+    CHECK_LIB(curandGenerateUniform(rand, random, kRand));
+    std::vector<float> out(2 * kFft + N + kSpd + kRand);
+    float* at = out.data();
+    CHECK(cudaMemcpyAsync(at, spectrum, 2 * kFft * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CHECK(cudaMemcpyAsync(at + 2 * kFft, yv, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CHECK(cudaMemcpyAsync(at + 2 * kFft + N, rhs, kSpd * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CHECK(cudaMemcpyAsync(at + 2 * kFft + N + kSpd, random, kRand * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    int devinfo = -1;
+    CHECK(cudaMemcpyAsync(&devinfo, info, sizeof devinfo, cudaMemcpyDeviceToHost, stream));
+    CHECK(cudaStreamSynchronize(stream));
+    if (devinfo != 0) std::printf("migrate_client: cuSOLVER devInfo %d\n", devinfo);
+    return checksum(out);
+  }
+};
+
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   int steps = argc > 1 ? std::atoi(argv[1]) : 10;
@@ -156,6 +272,7 @@ int main(int argc, char** argv) {
   bool with_graph = argc > 4 && std::strcmp(argv[4], "graph") == 0;
   bool with_heap = argc > 4 && std::strcmp(argv[4], "heap") == 0;
   bool with_hostfn = argc > 4 && std::strcmp(argv[4], "hostfn") == 0;
+  bool with_libs = argc > 4 && std::strcmp(argv[4], "libs") == 0;
   cudaGraphExec_t cond_exec = nullptr;
   if (argc > 4 && std::strcmp(argv[4], "cond") == 0) {
     // if (handle) { count } -> bump -> setOdd(handle): each launch's branch
@@ -249,6 +366,8 @@ int main(int argc, char** argv) {
     CHECK(cudaGraphInstantiate(&graph_exec, graph, 0));
     CHECK(cudaGraphDestroy(graph));
   }
+  Libraries libs;
+  if (with_libs) libs.make(stream, w);
   std::printf("ready\n");
 
   float* managed = nullptr;
@@ -285,6 +404,7 @@ int main(int argc, char** argv) {
     std::vector<float> mh(managed, managed + N);  // read by the host, through managed memory
     std::printf("step %d checksum %016llx %016llx %016llx\n", s, static_cast<unsigned long long>(checksum(wh)),
                 static_cast<unsigned long long>(checksum(bh)), static_cast<unsigned long long>(checksum(mh)));
+    if (with_libs) std::printf("step %d libs %016llx\n", s, static_cast<unsigned long long>(libs.step(stream, w)));
     if (pause_ms) usleep(pause_ms * 1000);
   }
   // Timed across the whole run, moves included.

@@ -269,6 +269,28 @@ TEST_F(Migration, OnTheCudaBackendASessionMovesWithItsMemoryVariablesAndEventTim
   EXPECT_EQ(driver.find(" elsewhere"), std::string::npos);
 }
 
+// The math libraries keep their state in the client (plans, handles,
+// descriptors, generators) and every call carries it: a session using them
+// moves, and each library goes on after the move -- on the CUDA backend with
+// NVIDIA's plans and handles made again by the new worker (the fakes').
+TEST_F(Migration, MathLibraryCallsGoOnAfterMovesAsIfUnmoved) {
+  for (bool cuda : {false, true}) {
+    SCOPED_TRACE(cuda ? "cuda backend (fake driver)" : "sim backend");
+    fake_cuda_ = cuda;
+    startWithCheckpoints();
+    RunResult alone = run(migrateClient() + " 12 0 0 libs", "RGPU_CONFIG=" + dir_.file("alice.toml") +
+                                                              " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+    ASSERT_EQ(alone.code, 0) << alone.output << server_->log();
+    ASSERT_NE(alone.output.find("step 12 libs "), std::string::npos) << alone.output;
+    auto [sid, first, second, moved] = movedTwice("12 150 0 libs", dir_.file(cuda ? "libs-cuda.out" : "libs.out"));
+    EXPECT_EQ(first.code, 0) << first.output << server_->log();
+    EXPECT_EQ(second.code, 0) << second.output << server_->log();
+    EXPECT_EQ(steps(moved), steps(alone.output)) << moved << "\nserver log:\n" << server_->log();
+    EXPECT_EQ(moved.find("devInfo"), std::string::npos) << moved;
+    EXPECT_NE(moved.find("done"), std::string::npos) << moved;
+  }
+}
+
 // What the CUDA driver keeps to itself cannot move: the session stays and finishes.
 TEST_F(Migration, OnTheCudaBackendASessionWhoseStateTheDriverKeepsStaysWhereItIs) {
   fake_cuda_ = true;

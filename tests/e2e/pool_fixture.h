@@ -51,9 +51,7 @@ class Pool : public ::testing::Test {
     std::string toml = poolToml(dir_.path(), alice, bob, extra);
     if (fake_cuda_) {  // the fake driver's one device instead of the sim's two
       toml.replace(toml.find("backend = \"sim\""), std::strlen("backend = \"sim\""), "backend = \"cuda\"");
-      toml.insert(toml.find("[tls]"), "[cuda]\ndriver_library = \"" + std::string(RGPU_FAKE_CUDA_LIB) +
-                                           "\"\ncublas_library = \"" + RGPU_FAKE_CUBLAS_LIB +
-                                           "\"\ncublaslt_library = \"" + RGPU_FAKE_CUBLAS_LIB + "\"\n");
+      toml.insert(toml.find("[tls]"), fakeCudaToml());
     }
     if (one_device) toml = toml.substr(0, toml.find("[[sim.devices]]\nname = \"rgpu sim A100\""));
     server_ = std::make_unique<ServerProcess>(dir_.path(), toml);

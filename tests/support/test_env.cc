@@ -72,12 +72,17 @@ std::string serverToml(const std::string& dir, const std::string& extra, const s
          extra;
 }
 
+std::string fakeCudaToml() {
+  return std::string("[cuda]\ndriver_library = \"") + RGPU_FAKE_CUDA_LIB + "\"\ncublas_library = \"" +
+         RGPU_FAKE_CUBLAS_LIB + "\"\ncublaslt_library = \"" + RGPU_FAKE_CUBLAS_LIB + "\"\ncufft_library = \"" +
+         RGPU_FAKE_CUFFT_LIB + "\"\ncusolver_library = \"" + RGPU_FAKE_CUSOLVER_LIB + "\"\ncusparse_library = \"" +
+         RGPU_FAKE_CUSPARSE_LIB + "\"\n";
+}
+
 std::string cudaServerToml(const std::string& dir, const std::string& backend, const std::string& driver) {
-  std::string t = serverToml(dir, "[cuda]\ndriver_library = \"" + driver + "\"\ncublas_library = \"" +
-                                      RGPU_FAKE_CUBLAS_LIB + "\"\ncublaslt_library = \"" + RGPU_FAKE_CUBLAS_LIB +
-                                      "\"\ncufft_library = \"" + RGPU_FAKE_CUFFT_LIB + "\"\ncusolver_library = \"" +
-                                      RGPU_FAKE_CUSOLVER_LIB + "\"\ncusparse_library = \"" + RGPU_FAKE_CUSPARSE_LIB +
-                                      "\"\n");
+  std::string t = fakeCudaToml();
+  t.replace(t.find(RGPU_FAKE_CUDA_LIB), std::strlen(RGPU_FAKE_CUDA_LIB), driver);
+  t = serverToml(dir, t);
   t.replace(t.find("backend = \"sim\""), std::strlen("backend = \"sim\""), "backend = \"" + backend + "\"");
   return t;
 }

@@ -40,6 +40,9 @@ void makeCerts(const std::string& dir);
 std::string serverToml(const std::string& dir, const std::string& extra = "", const std::string& sim_keys = "");
 // serverToml with `backend` and the CUDA driver `driver` (tests use the fake
 // one), and NVIDIA's cuBLAS replaced by the fake one too.
+// A [cuda] table naming the fake driver and the fake math libraries
+// (tests/fake_driver): the CUDA backend without a GPU.
+std::string fakeCudaToml();
 std::string cudaServerToml(const std::string& dir, const std::string& backend, const std::string& driver);
 // client.toml text for `port`, authenticating with certificate `cert` (or none).
 std::string clientToml(const std::string& dir, uint16_t port, const std::string& cert = "alice");
