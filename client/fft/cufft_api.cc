@@ -153,6 +153,17 @@ cufftResult askWorkSize(const char* call, cufftHandle handle, const fft::Plan& p
   return CUFFT_SUCCESS;
 }
 
+// The server may drop what it made for plan `h` (asynchronous, in order).
+void postRelease(cufftHandle h, int device) {
+  const rgpu::client::ExportTable* t = rgpu::client::blas::table();
+  if (!t || !t->ready()) return;
+  capnp::MallocMessageBuilder msg;
+  auto m = msg.initRoot<rgpu::wire::Request>().initFftRelease();
+  m.setPlan(static_cast<uint64_t>(h));
+  m.setDevice(device);
+  (void)t->post(msg);
+}
+
 // cufftMakePlan*: the plan made from `p` on the calling thread's device.
 cufftResult make(const char* call, cufftHandle h, const fft::Plan& p, size_t* work_size) {
   {
@@ -172,6 +183,7 @@ cufftResult make(const char* call, cufftHandle h, const fft::Plan& p, size_t* wo
     // As cuFFT's auto-allocation: on the plan's device (the current one), in the session.
     if (cudaMalloc(&plan.work, size) != cudaSuccess) {
       plan.work = nullptr;
+      postRelease(h, device);  // the server made its plan of it (the plan stays unmade)
       return CUFFT_ALLOC_FAILED;
     }
     plan.own_work = true;
@@ -327,13 +339,7 @@ RGPU_CUFFT_API cufftResult cufftDestroy(cufftHandle handle) {
       plans().erase(it);
     }
     if (!plan.made) return CUFFT_SUCCESS;
-    if (const rgpu::client::ExportTable* t = rgpu::client::blas::table(); t && t->ready()) {
-      capnp::MallocMessageBuilder msg;
-      auto m = msg.initRoot<rgpu::wire::Request>().initFftRelease();
-      m.setPlan(static_cast<uint64_t>(handle));
-      m.setDevice(plan.device);
-      (void)t->post(msg);
-    }
+    postRelease(handle, plan.device);
     // (cudaFree waits for the work queued with it, as cuFFT's own free does.)
     if (plan.own_work && plan.work) (void)cudaFree(plan.work);
     return CUFFT_SUCCESS;
