@@ -511,6 +511,95 @@ std::string arrays() {
 
 }  // namespace
 
+// The math libraries' requests (docs/cufft.md, cusolver.md, cusparse.md,
+// curand.md): each on two allocations of 64 KiB, with what a client sends.
+std::string libraries() {
+  std::string s;
+  malloc(s, 1 << 16);
+  malloc(s, 1 << 16);
+  auto fft = [](rgpu::wire::FftDesc::Builder d, int32_t type, std::initializer_list<int64_t> n) {
+    d.setType(type);
+    d.setRank(static_cast<int32_t>(n.size()));
+    auto sizes = d.initN(static_cast<unsigned>(n.size()));
+    unsigned i = 0;
+    for (int64_t v : n) sizes.set(i++, v);
+    d.setBatch(2);
+  };
+  add(s, false, [&](Request::Builder r) {
+    auto m = r.initFftPlan();
+    m.setPlan(7);
+    fft(m.initDesc(), 0x29, {64});
+  });
+  add(s, true, [&](Request::Builder r) {
+    auto m = r.initFftExec();
+    m.initStream();
+    m.setPlan(7);
+    fft(m.initDesc(), 0x29, {64});
+    m.setInput(relocated(0, 0));
+    m.setOutput(relocated(1, 0));
+    m.setDirection(-1);
+  });
+  add(s, true, [&](Request::Builder r) {  // R2C 2D in place (padded rows)
+    auto m = r.initFftExec();
+    m.initStream();
+    m.setPlan(8);
+    fft(m.initDesc(), 0x2a, {8, 14});
+    m.setInput(relocated(0, 0));
+    m.setOutput(relocated(0, 0));
+  });
+  add(s, true, [](Request::Builder r) { r.initFftRelease().setPlan(7); });
+  auto solver = [&](bool size, uint8_t op, int32_t type) {
+    add(s, !size, [&](Request::Builder r) {
+      auto m = size ? r.initSolverBufferSize() : r.initSolver();
+      m.initStream();
+      m.setOp(op);
+      m.setType(type);
+      m.setM(8), m.setN(8), m.setK(4), m.setNrhs(2);
+      m.setA(relocated(0, 0)), m.setLda(8);
+      m.setB(relocated(0, 1024)), m.setLdb(8);
+      m.setIpiv(relocated(1, 0)), m.setTau(relocated(1, 64)), m.setW(relocated(1, 256));
+      m.setJobu('S'), m.setJobvt('A');
+      m.setU(relocated(0, 4096)), m.setLdu(8), m.setVt(relocated(0, 8192)), m.setLdvt(8);
+      m.setInfo(relocated(1, 1024));
+    });
+  };
+  solver(true, 0, 1);  // potrf, f64
+  for (uint8_t op = 0; op < 8; ++op) solver(false, op, op % 2 ? 5 : 0);
+  auto sparse = [&](bool size, uint8_t op, uint8_t format) {
+    add(s, !size, [&](Request::Builder r) {
+      auto m = size ? r.initSparseBufferSize() : r.initSparse();
+      m.initStream();
+      m.setOp(op);
+      m.initAlpha().setHost(kj::heapArray<kj::byte>(8));
+      m.initBeta().setHost(kj::heapArray<kj::byte>(8));
+      auto a = m.initA();
+      a.setFormat(format), a.setRows(16), a.setCols(12), a.setNnz(4);
+      a.setOffsets(relocated(0, 0)), a.setIndices(relocated(0, 512)), a.setValues(relocated(0, 1024));
+      a.setOffsetType(2), a.setIndexType(2);
+      auto b = m.initB();
+      b.setRows(12), b.setCols(op ? 3 : 1), b.setLd(12), b.setValues(relocated(1, 0)), b.setOrder(1);
+      auto c = m.initC();
+      c.setRows(16), c.setCols(op ? 3 : 1), c.setLd(16), c.setValues(relocated(1, 4096)), c.setOrder(1);
+    });
+  };
+  sparse(true, 0, 0);
+  sparse(false, 0, 0);
+  sparse(false, 1, 1);
+  sparse(false, 0, 2);
+  add(s, true, [](Request::Builder r) {
+    auto m = r.initRandFill();
+    m.initStream();
+    m.setRng(161);
+    m.setSeed(5);
+    m.setDist(1);
+    m.setStddev(1);
+    m.setPtr(relocated(1, 0));
+    m.setCount(100);
+  });
+  sync(s);
+  return s;
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     std::fprintf(stderr, "usage: %s OUT_DIR KERNELS_PTXONLY_FATBIN\n", argv[0]);
@@ -531,7 +620,8 @@ int main(int argc, char** argv) {
                               {"lifetimes.bin", lifetimes(fatbin.str())},
                               {"compressed.bin", compressed()},
                               {"graphs.bin", graphs()},
-                              {"arrays.bin", arrays()}}) {
+                              {"arrays.bin", arrays()},
+                              {"libraries.bin", libraries()}}) {
     std::ofstream out(dir + "/" + name, std::ios::binary);
     out << bytes;
     std::printf("%s: %zu bytes\n", name.c_str(), bytes.size());
