@@ -32,6 +32,7 @@ struct cusparseContext {
 };
 struct cusparseSpMatDescr {
   sp::SpMat m;
+  int32_t fill = CUSPARSE_FILL_MODE_LOWER, diag = CUSPARSE_DIAG_TYPE_NON_UNIT;  // (attributes)
 };
 struct cusparseDnVecDescr {
   sp::DnMat m;
@@ -152,7 +153,7 @@ cusparseStatus_t makeSparse(void* out, int64_t rows, int64_t cols, int64_t nnz, 
                             const void* val, cusparseIndexType_t ot, cusparseIndexType_t it, cusparseIndexBase_t base,
                             cudaDataType type, sp::Format f) {
   if (!out || rows < 0 || cols < 0 || nnz < 0) return CUSPARSE_STATUS_INVALID_VALUE;
-  auto* d = new cusparseSpMatDescr;
+  auto* d = new cusparseSpMatDescr{};
   d->m.format = f;
   d->m.rows = rows, d->m.cols = cols, d->m.nnz = nnz;
   d->m.offsets = p(off), d->m.indices = p(ind), d->m.values = p(val);
@@ -170,6 +171,31 @@ cusparseStatus_t makeDense(void* out, int64_t rows, int64_t cols, int64_t ld, co
   return CUSPARSE_STATUS_SUCCESS;
 }
 
+// A sparse matrix's fields, as the three getters give them (`format` must be the matrix's).
+template <typename P>
+cusparseStatus_t getSparse(cusparseConstSpMatDescr_t d, sp::Format format, int64_t* rows, int64_t* cols, int64_t* nnz,
+                           P* offsets, P* indices, P* values, cusparseIndexType_t* offset_type,
+                           cusparseIndexType_t* index_type, cusparseIndexBase_t* base, cudaDataType* type) {
+  if (!d || d->m.format != format || !rows || !cols || !nnz || !offsets || !indices || !values || !index_type ||
+      !base || !type)
+    return CUSPARSE_STATUS_INVALID_VALUE;
+  *rows = d->m.rows, *cols = d->m.cols, *nnz = d->m.nnz;
+  *offsets = reinterpret_cast<P>(d->m.offsets), *indices = reinterpret_cast<P>(d->m.indices);
+  *values = reinterpret_cast<P>(d->m.values);
+  if (offset_type) *offset_type = static_cast<cusparseIndexType_t>(d->m.offset_type);
+  *index_type = static_cast<cusparseIndexType_t>(d->m.index_type);
+  *base = static_cast<cusparseIndexBase_t>(d->m.base);
+  *type = static_cast<cudaDataType>(d->m.value_type);
+  return CUSPARSE_STATUS_SUCCESS;
+}
+template <typename P>
+cusparseStatus_t getDense(cusparseConstDnMatDescr_t d, int64_t* rows, int64_t* cols, int64_t* ld, P* values,
+                          cudaDataType* type, cusparseOrder_t* order) {
+  if (!d || !rows || !cols || !ld || !values || !type || !order) return CUSPARSE_STATUS_INVALID_VALUE;
+  *rows = d->m.rows, *cols = d->m.cols, *ld = d->m.ld, *values = reinterpret_cast<P>(d->m.values);
+  *type = static_cast<cudaDataType>(d->m.value_type), *order = static_cast<cusparseOrder_t>(d->m.order);
+  return CUSPARSE_STATUS_SUCCESS;
+}
 }  // namespace
 
 // A stub's answer (client/sparse/cusparse_exports.txt, gen_blas_stubs.cmake).
@@ -391,6 +417,63 @@ RGPU_SPARSE_SET(cusparseCscSetPointers, sp::Format::kCsc)
 RGPU_SPARSE_SET(cusparseCooSetPointers, sp::Format::kCoo)
 #undef RGPU_SPARSE_SET
 
+#define RGPU_SPARSE_GET(name, handle_t, ptr_t, FMT)                                                              \
+  RGPU_SPARSE_API cusparseStatus_t name(handle_t d, int64_t* rows, int64_t* cols, int64_t* nnz, ptr_t* offsets,  \
+                                        ptr_t* indices, ptr_t* values, cusparseIndexType_t* offset_type,         \
+                                        cusparseIndexType_t* index_type, cusparseIndexBase_t* base,              \
+                                        cudaDataType* type) {                                                   \
+    return getSparse(d, FMT, rows, cols, nnz, offsets, indices, values, offset_type, index_type, base, type);    \
+  }
+RGPU_SPARSE_GET(cusparseCsrGet, cusparseSpMatDescr_t, void*, sp::Format::kCsr)
+RGPU_SPARSE_GET(cusparseConstCsrGet, cusparseConstSpMatDescr_t, const void*, sp::Format::kCsr)
+RGPU_SPARSE_GET(cusparseCscGet, cusparseSpMatDescr_t, void*, sp::Format::kCsc)
+RGPU_SPARSE_GET(cusparseConstCscGet, cusparseConstSpMatDescr_t, const void*, sp::Format::kCsc)
+#undef RGPU_SPARSE_GET
+RGPU_SPARSE_API cusparseStatus_t cusparseCooGet(cusparseSpMatDescr_t d, int64_t* rows, int64_t* cols, int64_t* nnz,
+                                                void** ri, void** ci, void** values, cusparseIndexType_t* index_type,
+                                                cusparseIndexBase_t* base, cudaDataType* type) {
+  return getSparse<void*>(d, sp::Format::kCoo, rows, cols, nnz, ri, ci, values, nullptr, index_type, base, type);
+}
+RGPU_SPARSE_API cusparseStatus_t cusparseConstCooGet(cusparseConstSpMatDescr_t d, int64_t* rows, int64_t* cols,
+                                                     int64_t* nnz, const void** ri, const void** ci,
+                                                     const void** values, cusparseIndexType_t* index_type,
+                                                     cusparseIndexBase_t* base, cudaDataType* type) {
+  return getSparse<const void*>(d, sp::Format::kCoo, rows, cols, nnz, ri, ci, values, nullptr, index_type, base, type);
+}
+
+// The fill mode and diagonal type (read by SpSV and SpSM, which rgpu does not
+// forward): kept and given back, as cuSPARSE's.
+RGPU_SPARSE_API cusparseStatus_t cusparseSpMatSetAttribute(cusparseSpMatDescr_t d, cusparseSpMatAttribute_t attribute,
+                                                           void* data, size_t size) {
+  if (!d || !data || size != sizeof(int32_t)) return CUSPARSE_STATUS_INVALID_VALUE;
+  int32_t v;
+  std::memcpy(&v, data, sizeof v);
+  switch (attribute) {
+    case CUSPARSE_SPMAT_FILL_MODE:
+      if (v != CUSPARSE_FILL_MODE_LOWER && v != CUSPARSE_FILL_MODE_UPPER) return CUSPARSE_STATUS_INVALID_VALUE;
+      d->fill = v;
+      return CUSPARSE_STATUS_SUCCESS;
+    case CUSPARSE_SPMAT_DIAG_TYPE:
+      if (v != CUSPARSE_DIAG_TYPE_NON_UNIT && v != CUSPARSE_DIAG_TYPE_UNIT) return CUSPARSE_STATUS_INVALID_VALUE;
+      d->diag = v;
+      return CUSPARSE_STATUS_SUCCESS;
+  }
+  return CUSPARSE_STATUS_INVALID_VALUE;
+}
+RGPU_SPARSE_API cusparseStatus_t cusparseSpMatGetAttribute(cusparseConstSpMatDescr_t d,
+                                                           cusparseSpMatAttribute_t attribute, void* data,
+                                                           size_t size) {
+  if (!d || !data || size != sizeof(int32_t)) return CUSPARSE_STATUS_INVALID_VALUE;
+  int32_t v;
+  switch (attribute) {
+    case CUSPARSE_SPMAT_FILL_MODE: v = d->fill; break;
+    case CUSPARSE_SPMAT_DIAG_TYPE: v = d->diag; break;
+    default: return CUSPARSE_STATUS_INVALID_VALUE;
+  }
+  std::memcpy(data, &v, sizeof v);
+  return CUSPARSE_STATUS_SUCCESS;
+}
+
 // Dense vectors and matrices.
 RGPU_SPARSE_API cusparseStatus_t cusparseCreateDnVec(cusparseDnVecDescr_t* d, int64_t size, void* values,
                                                      cudaDataType type) {
@@ -412,6 +495,19 @@ RGPU_SPARSE_API cusparseStatus_t cusparseDnVecGetValues(cusparseDnVecDescr_t d, 
 RGPU_SPARSE_API cusparseStatus_t cusparseConstDnVecGetValues(cusparseConstDnVecDescr_t d, const void** values) {
   if (!d || !values) return CUSPARSE_STATUS_INVALID_VALUE;
   *values = reinterpret_cast<const void*>(d->m.values);
+  return CUSPARSE_STATUS_SUCCESS;
+}
+RGPU_SPARSE_API cusparseStatus_t cusparseDnVecGet(cusparseDnVecDescr_t d, int64_t* size, void** values,
+                                                  cudaDataType* type) {
+  if (!d || !size || !values || !type) return CUSPARSE_STATUS_INVALID_VALUE;
+  *size = d->m.rows, *values = reinterpret_cast<void*>(d->m.values), *type = static_cast<cudaDataType>(d->m.value_type);
+  return CUSPARSE_STATUS_SUCCESS;
+}
+RGPU_SPARSE_API cusparseStatus_t cusparseConstDnVecGet(cusparseConstDnVecDescr_t d, int64_t* size,
+                                                       const void** values, cudaDataType* type) {
+  if (!d || !size || !values || !type) return CUSPARSE_STATUS_INVALID_VALUE;
+  *size = d->m.rows, *values = reinterpret_cast<const void*>(d->m.values);
+  *type = static_cast<cudaDataType>(d->m.value_type);
   return CUSPARSE_STATUS_SUCCESS;
 }
 RGPU_SPARSE_API cusparseStatus_t cusparseDnVecSetValues(cusparseDnVecDescr_t d, void* values) {
@@ -441,6 +537,15 @@ RGPU_SPARSE_API cusparseStatus_t cusparseConstDnMatGetValues(cusparseConstDnMatD
   if (!d || !values) return CUSPARSE_STATUS_INVALID_VALUE;
   *values = reinterpret_cast<const void*>(d->m.values);
   return CUSPARSE_STATUS_SUCCESS;
+}
+RGPU_SPARSE_API cusparseStatus_t cusparseDnMatGet(cusparseDnMatDescr_t d, int64_t* rows, int64_t* cols, int64_t* ld,
+                                                  void** values, cudaDataType* type, cusparseOrder_t* order) {
+  return getDense(d, rows, cols, ld, values, type, order);
+}
+RGPU_SPARSE_API cusparseStatus_t cusparseConstDnMatGet(cusparseConstDnMatDescr_t d, int64_t* rows, int64_t* cols,
+                                                       int64_t* ld, const void** values, cudaDataType* type,
+                                                       cusparseOrder_t* order) {
+  return getDense(d, rows, cols, ld, values, type, order);
 }
 RGPU_SPARSE_API cusparseStatus_t cusparseDnMatSetValues(cusparseDnMatDescr_t d, void* values) {
   if (!d) return CUSPARSE_STATUS_INVALID_VALUE;

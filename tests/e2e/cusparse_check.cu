@@ -303,6 +303,25 @@ int main(int argc, char** argv) {
                                                   CUDA_R_32F, CUSPARSE_SPMV_ALG_DEFAULT, nullptr)));
     cusparseSpGEMMDescr_t g;
     std::printf("SpGEMM: %s\n", cusparseGetErrorName(cusparseSpGEMM_createDescr(&g)));
+    {  // The getters give back what the descriptors were made with.
+      int64_t rows, cols, nnz, size;
+      void *o, *i, *v, *xv;
+      cusparseIndexType_t ot, it;
+      cusparseIndexBase_t base;
+      cudaDataType vt, xt;
+      CHECK(cusparseCsrGet(A, &rows, &cols, &nnz, &o, &i, &v, &ot, &it, &base, &vt));
+      CHECK(cusparseDnVecGet(Y, &size, &xv, &xt));
+      cusparseFillMode_t fill = CUSPARSE_FILL_MODE_UPPER, got = CUSPARSE_FILL_MODE_LOWER;
+      CHECK(cusparseSpMatSetAttribute(A, CUSPARSE_SPMAT_FILL_MODE, &fill, sizeof fill));
+      CHECK(cusparseSpMatGetAttribute(A, CUSPARSE_SPMAT_FILL_MODE, &got, sizeof got));
+      const bool same = rows == 4 && cols == 4 && nnz == 0 && o == idx && i == idx && v == d && ot == i32 &&
+                        it == i32 && base == CUSPARSE_INDEX_BASE_ZERO && vt == CUDA_R_32F && size == 4 &&
+                        xv == d + 8 && xt == CUDA_R_32F && got == CUSPARSE_FILL_MODE_UPPER;
+      std::printf("getters: %s\n", same ? "what the descriptors were made with" : "differ");
+      if (!same) ++g_failures;
+      std::printf("CooGet on a CSR matrix: %s\n",
+                  cusparseGetErrorName(cusparseCooGet(A, &rows, &cols, &nnz, &o, &i, &v, &it, &base, &vt)));
+    }
     int version = 0;
     CHECK(cusparseGetVersion(h, &version));
     std::printf("version: %d\n", version);

@@ -33,6 +33,8 @@ void expectCusparseCheckPasses(const std::string& env, bool bad_index) {
   EXPECT_NE(r.output.find("cusparseSpGEMM_createDescr is not supported by rgpu's cuSPARSE"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("version: 12603"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("getters: what the descriptors were made with"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("CooGet on a CSR matrix: CUSPARSE_STATUS_INVALID_VALUE"), std::string::npos) << r.output;
   if (bad_index) {
     EXPECT_NE(r.output.find("a column index outside the matrix: CUSPARSE_STATUS_SUCCESS, then cudaErrorInvalidValue"),
               std::string::npos)
