@@ -365,6 +365,7 @@ enum BlasOp {
   axpy @0; dot @1; nrm2 @2; scal @3; asum @4; iamax @5; iamin @6; copy @7; swap @8;
   gemv @9; ger @10;
   gemm @11; gemmStridedBatched @12; gemmBatched @13;
+  geam @14; dgmm @15; trsm @16; syrk @17;
 }
 
 # alpha or beta: its bytes (host pointer mode) or its device address.
@@ -408,6 +409,9 @@ struct BlasCall {
   workspace @29 :UInt64;    # cublasSetWorkspace: device memory the library may use (0: its own)
   workspaceSize @30 :UInt64;
   result64 @31 :Bool;       # iamax, iamin of the _64 API: an int64_t index (else int)
+  side @32 :Int32;          # dgmm, trsm: cublasSideMode_t
+  uplo @33 :Int32;          # trsm, syrk: cublasFillMode_t
+  diag @34 :Int32;          # trsm: cublasDiagType_t
 }
 
 # A cuBLASLt matrix layout and where the matrix is.

@@ -174,6 +174,120 @@ cublasStatus_t ger(const char* name, cublasHandle_t h, I m, I n, const T* alpha,
 
 // ---- level 3 -----------------------------------------------------------------
 
+// C = alpha op(A) + beta op(B). C may be A (or B) only untransposed with its
+// leading dimension, as cuBLAS allows.
+template <typename T, typename I>
+cublasStatus_t geam(const char* name, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, I m, I n,
+                    const T* alpha, const T* A, I lda, const T* beta, const T* B, I ldb, T* C, I ldc) {
+  if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (m < 0 || n < 0 || !opValid(ta) || !opValid(tb) || !alpha || !beta || ldc < std::max<I>(1, m) ||
+      lda < std::max<I>(1, ta == CUBLAS_OP_N ? m : n) || ldb < std::max<I>(1, tb == CUBLAS_OP_N ? m : n) ||
+      (C == A && (ta != CUBLAS_OP_N || lda != ldc)) || (C == B && (tb != CUBLAS_OP_N || ldb != ldc)))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  bool device = h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
+  return submit(name, h, [&](wire::BlasCall::Builder c) {
+    c.setOp(wire::BlasOp::GEAM);
+    c.setAType(typeOf<T>());
+    c.setBType(typeOf<T>());
+    c.setTransA(ta);
+    c.setTransB(tb);
+    c.setM(m);
+    c.setN(n);
+    c.setA(addr(A));
+    c.setLda(lda);
+    c.setB(addr(B));
+    c.setLdb(ldb);
+    c.setC(addr(C));
+    c.setLdc(ldc);
+    setScalar(c.initAlpha(), alpha, sizeof(T), device);
+    setScalar(c.initBeta(), beta, sizeof(T), device);
+  });
+}
+
+// C = A diag(x) (right) or diag(x) A (left).
+template <typename T, typename I>
+cublasStatus_t dgmm(const char* name, cublasHandle_t h, cublasSideMode_t side, I m, I n, const T* A, I lda, const T* x,
+                    I incx, T* C, I ldc) {
+  if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (m < 0 || n < 0 || (side != CUBLAS_SIDE_LEFT && side != CUBLAS_SIDE_RIGHT) || lda < std::max<I>(1, m) ||
+      ldc < std::max<I>(1, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  return submit(name, h, [&](wire::BlasCall::Builder c) {
+    c.setOp(wire::BlasOp::DGMM);
+    c.setAType(typeOf<T>());
+    c.setBType(typeOf<T>());
+    c.setSide(side);
+    c.setM(m);
+    c.setN(n);
+    c.setA(addr(A));
+    c.setLda(lda);
+    c.setX(addr(x));
+    c.setIncx(incx);
+    c.setC(addr(C));
+    c.setLdc(ldc);
+  });
+}
+
+// op(A) X = alpha B (left) or X op(A) = alpha B (right); X over B.
+template <typename T, typename I>
+cublasStatus_t trsm(const char* name, cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo,
+                    cublasOperation_t trans, cublasDiagType_t diag, I m, I n, const T* alpha, const T* A, I lda, T* B,
+                    I ldb) {
+  if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (m < 0 || n < 0 || (side != CUBLAS_SIDE_LEFT && side != CUBLAS_SIDE_RIGHT) ||
+      (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) || !opValid(trans) ||
+      (diag != CUBLAS_DIAG_NON_UNIT && diag != CUBLAS_DIAG_UNIT) || !alpha ||
+      lda < std::max<I>(1, side == CUBLAS_SIDE_LEFT ? m : n) || ldb < std::max<I>(1, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  bool device = h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
+  return submit(name, h, [&](wire::BlasCall::Builder c) {
+    c.setOp(wire::BlasOp::TRSM);
+    c.setAType(typeOf<T>());
+    c.setBType(typeOf<T>());
+    c.setSide(side);
+    c.setUplo(uplo);
+    c.setTransA(trans);
+    c.setDiag(diag);
+    c.setM(m);
+    c.setN(n);
+    c.setA(addr(A));
+    c.setLda(lda);
+    c.setB(addr(B));
+    c.setLdb(ldb);
+    setScalar(c.initAlpha(), alpha, sizeof(T), device);
+  });
+}
+
+// C (one triangle) = alpha op(A) op(A)^T + beta C.
+template <typename T, typename I>
+cublasStatus_t syrk(const char* name, cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, I n, I k,
+                    const T* alpha, const T* A, I lda, const T* beta, T* C, I ldc) {
+  if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (n < 0 || k < 0 || (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) || !opValid(trans) ||
+      !alpha || !beta || lda < std::max<I>(1, trans == CUBLAS_OP_N ? n : k) || ldc < std::max<I>(1, n))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (n == 0) return CUBLAS_STATUS_SUCCESS;
+  bool device = h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
+  return submit(name, h, [&](wire::BlasCall::Builder c) {
+    c.setOp(wire::BlasOp::SYRK);
+    c.setAType(typeOf<T>());
+    c.setBType(typeOf<T>());
+    c.setUplo(uplo);
+    c.setTransA(trans);
+    c.setN(n);
+    c.setK(k);
+    c.setA(addr(A));
+    c.setLda(lda);
+    c.setC(addr(C));
+    c.setLdc(ldc);
+    setScalar(c.initAlpha(), alpha, sizeof(T), device);
+    setScalar(c.initBeta(), beta, sizeof(T), device);
+  });
+}
+
 // One description of every gemm form.
 struct Gemm {
   wire::BlasOp op = wire::BlasOp::GEMM;
@@ -544,6 +658,33 @@ LEVEL2(S, float, int64_t, _v2_64)
 LEVEL2(D, double, int64_t, _v2_64)
 
 // ---- level 3 ----------------------------------------------------------------------
+
+// geam and dgmm (no _v2 forms: they came after it), trsm and syrk, in S and D.
+#define LEVEL3X(P, T, I, SUFFIX, V2)                                                                                   \
+  API(cublas##P##geam##SUFFIX, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, I m, I n,                \
+      const T* alpha, const T* A, I lda, const T* beta, const T* B, I ldb, T* C, I ldc) {                              \
+    RUN(cublas##P##geam,                                                                                               \
+        return geam<T, I>("cublas" #P "geam" #SUFFIX, h, ta, tb, m, n, alpha, A, lda, beta, B, ldb, C, ldc));         \
+  }                                                                                                                    \
+  API(cublas##P##dgmm##SUFFIX, cublasHandle_t h, cublasSideMode_t side, I m, I n, const T* A, I lda, const T* x,       \
+      I incx, T* C, I ldc) {                                                                                           \
+    RUN(cublas##P##dgmm, return dgmm<T, I>("cublas" #P "dgmm" #SUFFIX, h, side, m, n, A, lda, x, incx, C, ldc));      \
+  }                                                                                                                    \
+  API(cublas##P##trsm##V2##SUFFIX, cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo,                     \
+      cublasOperation_t trans, cublasDiagType_t diag, I m, I n, const T* alpha, const T* A, I lda, T* B, I ldb) {      \
+    RUN(cublas##P##trsm, return trsm<T, I>("cublas" #P "trsm" #V2 #SUFFIX, h, side, uplo, trans, diag, m, n, alpha, A, \
+                                           lda, B, ldb));                                                              \
+  }                                                                                                                    \
+  API(cublas##P##syrk##V2##SUFFIX, cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, I n, I k,         \
+      const T* alpha, const T* A, I lda, const T* beta, T* C, I ldc) {                                                 \
+    RUN(cublas##P##syrk,                                                                                               \
+        return syrk<T, I>("cublas" #P "syrk" #V2 #SUFFIX, h, uplo, trans, n, k, alpha, A, lda, beta, C, ldc));        \
+  }
+LEVEL3X(S, float, int, , _v2)
+LEVEL3X(D, double, int, , _v2)
+LEVEL3X(S, float, int64_t, _64, _v2)
+LEVEL3X(D, double, int64_t, _64, _v2)
+#undef LEVEL3X
 
 #define GEMM(NAME, T, I)                                                                                               \
   API(NAME, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, I m, I n, I k, const T* alpha, const T* A,  \

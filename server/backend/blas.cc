@@ -9,7 +9,7 @@ using namespace common::blas;
 const char* blasOpName(BlasOp op) {
   static const char* const kNames[] = {"axpy", "dot",  "nrm2", "scal", "asum", "iamax", "iamin",
                                        "copy", "swap", "gemv", "ger",  "gemm", "gemmStridedBatched",
-                                       "gemmBatched"};
+                                       "gemmBatched", "geam", "dgmm", "trsm", "syrk"};
   auto i = static_cast<size_t>(op);
   return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "?";
 }
@@ -188,6 +188,43 @@ Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device) 
         RGPU_TRY(r.matrix(a.a, ra, ca, a.lda, ea, batch, a.stride_a, "A"));
         RGPU_TRY(r.matrix(a.b, rb, cb, a.ldb, ea, batch, a.stride_b, "B"));
         RGPU_TRY(r.matrix(a.c, a.m, a.n, a.ldc, ec, batch, a.stride_c, "C"));
+      }
+      break;
+    }
+    case BlasOp::kGeam: case BlasOp::kDgmm: case BlasOp::kTrsm: case BlasOp::kSyrk: {
+      if (!realType(a.a_type) || a.b_type != a.a_type)
+        return Status(err::kNotSupported, call + " of " + typeName(a.a_type) + ": rgpu runs S and D");
+      if (a.m < 0 || a.n < 0 || a.k < 0) return bad(call + ": negative size");
+      const size_t es = elementSize(a.a_type);
+      auto op = [](int32_t t) { return t >= kOpN && t <= kOpC; };
+      auto side = [](int32_t s) { return s == 0 || s == 1; };  // CUBLAS_SIDE_LEFT, _RIGHT
+      if (a.op == BlasOp::kGeam) {  // C (m x n) = alpha op(A) + beta op(B)
+        if (!op(a.trans_a) || !op(a.trans_b)) return bad(call + ": bad operation");
+        const bool ta = a.trans_a != kOpN, tb = a.trans_b != kOpN;
+        RGPU_TRY(r.matrix(a.a, ta ? a.n : a.m, ta ? a.m : a.n, a.lda, es, 1, 0, "A"));
+        if (a.b) RGPU_TRY(r.matrix(a.b, tb ? a.n : a.m, tb ? a.m : a.n, a.ldb, es, 1, 0, "B"));
+        RGPU_TRY(r.matrix(a.c, a.m, a.n, a.ldc, es, 1, 0, "C"));
+        RGPU_TRY(r.scalar(a.alpha, es, "alpha"));
+        RGPU_TRY(r.scalar(a.beta, es, "beta"));
+      } else if (a.op == BlasOp::kDgmm) {  // C (m x n) = A diag(x), or diag(x) A
+        if (!side(a.side)) return bad(call + ": bad side");
+        RGPU_TRY(r.matrix(a.a, a.m, a.n, a.lda, es, 1, 0, "A"));
+        RGPU_TRY(r.vector(a.x, a.side == 0 ? a.m : a.n, a.incx, es, "x"));
+        RGPU_TRY(r.matrix(a.c, a.m, a.n, a.ldc, es, 1, 0, "C"));
+      } else if (a.op == BlasOp::kTrsm) {  // op(A) X = alpha B, or X op(A) = alpha B; X over B (m x n)
+        if (!side(a.side) || !op(a.trans_a) || (a.uplo != 0 && a.uplo != 1) || (a.diag != 0 && a.diag != 1))
+          return bad(call + ": bad side, fill mode, operation or diagonal type");
+        const int64_t k = a.side == 0 ? a.m : a.n;
+        RGPU_TRY(r.matrix(a.a, k, k, a.lda, es, 1, 0, "A"));
+        RGPU_TRY(r.matrix(a.b, a.m, a.n, a.ldb, es, 1, 0, "B"));
+        RGPU_TRY(r.scalar(a.alpha, es, "alpha"));
+      } else {  // syrk: C (n x n, one triangle) = alpha op(A) op(A)^T + beta C
+        if (!op(a.trans_a) || (a.uplo != 0 && a.uplo != 1)) return bad(call + ": bad fill mode or operation");
+        const bool t = a.trans_a != kOpN;
+        RGPU_TRY(r.matrix(a.a, t ? a.k : a.n, t ? a.n : a.k, a.lda, es, 1, 0, "A"));
+        RGPU_TRY(r.matrix(a.c, a.n, a.n, a.ldc, es, 1, 0, "C"));
+        RGPU_TRY(r.scalar(a.alpha, es, "alpha"));
+        RGPU_TRY(r.scalar(a.beta, es, "beta"));
       }
       break;
     }

@@ -141,6 +141,34 @@ Status runBlas(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alph
           static_cast<cudaDataType>(a.b_type), a.ldb, beta, reinterpret_cast<void* const*>(a.c),
           static_cast<cudaDataType>(a.c_type), a.ldc, a.batch, static_cast<cublasComputeType_t>(a.compute),
           CUBLAS_GEMM_DEFAULT));
+    case BlasOp::kGeam:
+      return check(f ? B.cublasSgeam_64(h, ta, tb, a.m, a.n, fa, reinterpret_cast<float*>(a.a), a.lda, fb,
+                                        reinterpret_cast<float*>(a.b), a.ldb, reinterpret_cast<float*>(a.c), a.ldc)
+                     : B.cublasDgeam_64(h, ta, tb, a.m, a.n, da, reinterpret_cast<double*>(a.a), a.lda, db,
+                                        reinterpret_cast<double*>(a.b), a.ldb, reinterpret_cast<double*>(a.c), a.ldc));
+    case BlasOp::kDgmm: {
+      auto side = static_cast<cublasSideMode_t>(a.side);
+      return check(f ? B.cublasSdgmm_64(h, side, a.m, a.n, reinterpret_cast<float*>(a.a), a.lda, xs, a.incx,
+                                        reinterpret_cast<float*>(a.c), a.ldc)
+                     : B.cublasDdgmm_64(h, side, a.m, a.n, reinterpret_cast<double*>(a.a), a.lda, xd, a.incx,
+                                        reinterpret_cast<double*>(a.c), a.ldc));
+    }
+    case BlasOp::kTrsm: {
+      auto side = static_cast<cublasSideMode_t>(a.side);
+      auto uplo = static_cast<cublasFillMode_t>(a.uplo);
+      auto diag = static_cast<cublasDiagType_t>(a.diag);
+      return check(f ? B.cublasStrsm_v2_64(h, side, uplo, ta, diag, a.m, a.n, fa, reinterpret_cast<float*>(a.a), a.lda,
+                                           reinterpret_cast<float*>(a.b), a.ldb)
+                     : B.cublasDtrsm_v2_64(h, side, uplo, ta, diag, a.m, a.n, da, reinterpret_cast<double*>(a.a),
+                                           a.lda, reinterpret_cast<double*>(a.b), a.ldb));
+    }
+    case BlasOp::kSyrk: {
+      auto uplo = static_cast<cublasFillMode_t>(a.uplo);
+      return check(f ? B.cublasSsyrk_v2_64(h, uplo, ta, a.n, a.k, fa, reinterpret_cast<float*>(a.a), a.lda, fb,
+                                           reinterpret_cast<float*>(a.c), a.ldc)
+                     : B.cublasDsyrk_v2_64(h, uplo, ta, a.n, a.k, da, reinterpret_cast<double*>(a.a), a.lda, db,
+                                           reinterpret_cast<double*>(a.c), a.ldc));
+    }
   }
   return Status(err::kNotSupported, "unknown cuBLAS operation");
 }
@@ -245,7 +273,7 @@ Status CudaBackend::blas(StreamKey key, const BlasArgs& a, ReadDone done) {
   // Reductions write their result to device memory (the client's, or ours on
   // its way back); alpha and beta are where the client's pointer mode put them.
   bool device_scalars = result_bytes ? true : a.alpha.device;
-  bool uses_beta = a.op == BlasOp::kGemv || a.op >= BlasOp::kGemm;
+  bool uses_beta = a.op == BlasOp::kGemv || (a.op >= BlasOp::kGemm && a.op != BlasOp::kDgmm && a.op != BlasOp::kTrsm);
   if (uses_beta && a.beta.device != a.alpha.device)
     return Status(err::kInvalidValue, "alpha and beta in different pointer modes");
   auto cs = reinterpret_cast<cudaStream_t>(s->second);

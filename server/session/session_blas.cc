@@ -101,6 +101,9 @@ Status Session::dispatchBlas(const protocol::FrameHeader& h, wire::Request::Read
       a.compute = m.getComputeType();
       a.trans_a = m.getTransA();
       a.trans_b = m.getTransB();
+      a.side = m.getSide();
+      a.uplo = m.getUplo();
+      a.diag = m.getDiag();
       a.m = m.getM();
       a.n = m.getN();
       a.k = m.getK();
@@ -132,7 +135,7 @@ Status Session::dispatchBlas(const protocol::FrameHeader& h, wire::Request::Read
       a.workspace = m.getWorkspace();
       a.workspace_size = m.getWorkspaceSize();
       int dev = -1;
-      if (s && static_cast<uint16_t>(m.getOp()) > static_cast<uint16_t>(BlasOp::kGemmBatched))
+      if (s && static_cast<uint16_t>(m.getOp()) > static_cast<uint16_t>(kLastBlasOp))
         s = Status(err::kNotSupported, "unknown cuBLAS operation " + std::to_string(static_cast<int>(m.getOp())));
       if (s) s = checkBlas(a, allocs_, &dev);
       if (s) s = sameDevice(dev, key);

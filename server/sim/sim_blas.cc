@@ -368,6 +368,66 @@ Status ltRun(const LtArgs& a) {
   return Status::ok();
 }
 
+// geam, dgmm, trsm, syrk (S and D).
+Status level3Extra(const BlasArgs& a) {
+  for (int64_t v : {a.m, a.n, a.k, a.lda, a.ldb, a.ldc, a.incx})
+    if (!fits(v)) return tooLarge(blasOpName(a.op));
+  const int32_t t = a.a_type;
+  const bool f = t == kR32F;
+  const auto m = static_cast<blasint>(a.m), n = static_cast<blasint>(a.n), k = static_cast<blasint>(a.k);
+  const auto side = a.side == 0 ? CblasLeft : CblasRight;
+  const auto uplo = a.uplo == 0 ? CblasLower : CblasUpper;
+  auto at = [](uint64_t, int64_t i, int64_t j, int64_t ldp) { return static_cast<uint64_t>(i + j * ldp); };
+  switch (a.op) {
+    case BlasOp::kGeam: {  // computed whole before it is stored: C may be A or B
+      const double alpha = scalar(a.alpha, t), beta = scalar(a.beta, t);
+      std::vector<double> c(static_cast<size_t>(a.m * a.n));
+      for (int64_t j = 0; j < a.n; ++j)
+        for (int64_t i = 0; i < a.m; ++i) {
+          const double x = loadAs(mem(a.a), t, a.trans_a == kOpN ? at(a.a, i, j, a.lda) : at(a.a, j, i, a.lda));
+          const double y = !a.b ? 0.0 : loadAs(mem(a.b), t, a.trans_b == kOpN ? at(a.b, i, j, a.ldb) : at(a.b, j, i, a.ldb));
+          c[static_cast<size_t>(i + j * a.m)] = alpha * x + (beta == 0 ? 0.0 : beta * y);
+        }
+      for (int64_t j = 0; j < a.n; ++j)
+        for (int64_t i = 0; i < a.m; ++i) storeAs(mem(a.c), t, at(a.c, i, j, a.ldc), c[static_cast<size_t>(i + j * a.m)]);
+      return Status::ok();
+    }
+    case BlasOp::kDgmm: {  // element by element: C may be A
+      const int64_t len = a.side == 0 ? a.m : a.n;
+      const int64_t start = a.incx < 0 ? (len - 1) * -a.incx : 0;
+      for (int64_t j = 0; j < a.n; ++j)
+        for (int64_t i = 0; i < a.m; ++i) {
+          const double x = loadAs(mem(a.x), t, static_cast<uint64_t>(start + (a.side == 0 ? i : j) * a.incx));
+          storeAs(mem(a.c), t, at(a.c, i, j, a.ldc), loadAs(mem(a.a), t, at(a.a, i, j, a.lda)) * x);
+        }
+      return Status::ok();
+    }
+    case BlasOp::kTrsm: {
+      if (m == 0 || n == 0) return Status::ok();
+      const auto diag = a.diag == 0 ? CblasNonUnit : CblasUnit;
+      if (f)
+        cblas_strsm(CblasColMajor, side, uplo, trans(a.trans_a), diag, m, n, static_cast<float>(scalar(a.alpha, t)),
+                    reinterpret_cast<float*>(a.a), ld(a.lda), reinterpret_cast<float*>(a.b), ld(a.ldb));
+      else
+        cblas_dtrsm(CblasColMajor, side, uplo, trans(a.trans_a), diag, m, n, scalar(a.alpha, t),
+                    reinterpret_cast<double*>(a.a), ld(a.lda), reinterpret_cast<double*>(a.b), ld(a.ldb));
+      return Status::ok();
+    }
+    case BlasOp::kSyrk: {
+      if (n == 0) return Status::ok();
+      if (f)
+        cblas_ssyrk(CblasColMajor, uplo, trans(a.trans_a), n, k, static_cast<float>(scalar(a.alpha, t)),
+                    reinterpret_cast<float*>(a.a), ld(a.lda), static_cast<float>(scalar(a.beta, t)),
+                    reinterpret_cast<float*>(a.c), ld(a.ldc));
+      else
+        cblas_dsyrk(CblasColMajor, uplo, trans(a.trans_a), n, k, scalar(a.alpha, t), reinterpret_cast<double*>(a.a),
+                    ld(a.lda), scalar(a.beta, t), reinterpret_cast<double*>(a.c), ld(a.ldc));
+      return Status::ok();
+    }
+    default: return Status(err::kUnknown, "not a geam, dgmm, trsm or syrk");
+  }
+}
+
 }  // namespace
 
 double gelu(double x) {
@@ -385,6 +445,7 @@ Status run(const BlasArgs& a, const Valid& valid, std::string* result) {
   switch (a.op) {
     case BlasOp::kGemv: case BlasOp::kGer: return level2(a);
     case BlasOp::kGemm: case BlasOp::kGemmStridedBatched: case BlasOp::kGemmBatched: return level3(a, valid);
+    case BlasOp::kGeam: case BlasOp::kDgmm: case BlasOp::kTrsm: case BlasOp::kSyrk: return level3Extra(a);
     default: return level1(a, result);
   }
 }

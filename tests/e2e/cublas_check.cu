@@ -265,6 +265,123 @@ void stridedAndBatched(cublasHandle_t h, const char* name, cudaDataType type, cu
   cudaFree(dc);
 }
 
+// ---- geam, dgmm, trsm, syrk ---------------------------------------------------------
+
+template <typename T>
+struct Level3X;
+template <>
+struct Level3X<float> {
+  static constexpr auto geam = cublasSgeam;
+  static constexpr auto dgmm = cublasSdgmm;
+  static constexpr auto trsm = cublasStrsm_v2_64;
+  static constexpr auto syrk = cublasSsyrk_v2;
+};
+template <>
+struct Level3X<double> {
+  static constexpr auto geam = cublasDgeam;
+  static constexpr auto dgmm = cublasDdgmm;
+  static constexpr auto trsm = cublasDtrsm_v2_64;
+  static constexpr auto syrk = cublasDsyrk_v2;
+};
+
+template <typename T>
+void level3Extra(cublasHandle_t h, const char* name) {
+  using F = Level3X<T>;
+  const int m = 24, n = 17;
+  const T alpha = static_cast<T>(1.5), beta = static_cast<T>(-0.5);
+  for (cublasOperation_t tb : {CUBLAS_OP_N, CUBLAS_OP_T}) {  // geam: C = alpha A + beta op(B), C over A
+    auto A = randoms<T>(m * n), B = randoms<T>(m * n);
+    T* dA = toDevice(A);
+    T* dB = toDevice(B);
+    const int ldb = tb == CUBLAS_OP_N ? m : n;
+    OK(F::geam(h, CUBLAS_OP_N, tb, m, n, &alpha, dA, m, &beta, dB, ldb, dA, m));
+    std::vector<double> want(m * n);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i)
+        want[i + j * m] = val(alpha) * val(A[i + j * m]) + val(beta) * val(tb == CUBLAS_OP_N ? B[i + j * m] : B[j + i * n]);
+    auto got = toHost(dA, A.size());
+    CHECK(maxErr(got, want) < tolerance<T>() * 4, "%s geam %c in place: error %g", name,
+          tb == CUBLAS_OP_N ? 'N' : 'T', maxErr(got, want));
+    cudaFree(dA);
+    cudaFree(dB);
+  }
+  for (cublasSideMode_t side : {CUBLAS_SIDE_LEFT, CUBLAS_SIDE_RIGHT}) {  // dgmm: C = diag(x) A or A diag(x)
+    const int len = side == CUBLAS_SIDE_LEFT ? m : n;
+    auto A = randoms<T>(m * n), x = randoms<T>(2 * len);
+    std::vector<T> C(m * n, T(0));
+    T* dA = toDevice(A);
+    T* dx = toDevice(x);
+    T* dC = toDevice(C);
+    OK(F::dgmm(h, side, m, n, dA, m, dx, 2, dC, m));
+    std::vector<double> want(m * n);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) want[i + j * m] = val(A[i + j * m]) * val(x[2 * (side == CUBLAS_SIDE_LEFT ? i : j)]);
+    auto got = toHost(dC, C.size());
+    CHECK(maxErr(got, want) < tolerance<T>(), "%s dgmm %s: error %g", name, side == CUBLAS_SIDE_LEFT ? "left" : "right",
+          maxErr(got, want));
+    cudaFree(dA);
+    cudaFree(dx);
+    cudaFree(dC);
+  }
+  for (int form = 0; form < 2; ++form) {  // trsm: left lower N non-unit, right upper T unit; A X = alpha B checked back
+    const cublasSideMode_t side = form ? CUBLAS_SIDE_RIGHT : CUBLAS_SIDE_LEFT;
+    const cublasFillMode_t uplo = form ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
+    const cublasOperation_t t = form ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasDiagType_t diag = form ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT;
+    const int k = form ? n : m;
+    auto A = randoms<T>(k * k), B = randoms<T>(m * n);
+    for (int i = 0; i < k; ++i) A[i + i * k] = static_cast<T>(val(A[i + i * k]) + 4.0);  // well conditioned
+    T* dA = toDevice(A);
+    T* dB = toDevice(B);
+    OK(F::trsm(h, side, uplo, t, diag, m, n, &alpha, dA, k, dB, m));
+    auto X = toHost(dB, B.size());
+    // op(A) as used: its triangle, with a unit diagonal when asked.
+    auto a = [&](int i, int j) {
+      int r = t == CUBLAS_OP_N ? i : j, c = t == CUBLAS_OP_N ? j : i;
+      bool in = uplo == CUBLAS_FILL_MODE_LOWER ? r >= c : r <= c;
+      if (r == c && diag == CUBLAS_DIAG_UNIT) return 1.0;
+      return in ? val(A[r + c * k]) : 0.0;
+    };
+    std::vector<double> back(m * n), want(m * n);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        double s = 0;
+        for (int p = 0; p < k; ++p) s += side == CUBLAS_SIDE_LEFT ? a(i, p) * val(X[p + j * m]) : val(X[i + p * m]) * a(p, j);
+        back[i + j * m] = s;
+        want[i + j * m] = val(alpha) * val(B[i + j * m]);
+      }
+    std::vector<T> backT(back.size());
+    for (size_t i = 0; i < back.size(); ++i) backT[i] = static_cast<T>(back[i]);
+    CHECK(maxErr(backT, want) < tolerance<T>() * 20, "%s trsm %s: op(A) X != alpha B: error %g", name,
+          form ? "right upper T unit" : "left lower N", maxErr(backT, want));
+    cudaFree(dA);
+    cudaFree(dB);
+  }
+  for (int form = 0; form < 2; ++form) {  // syrk: lower N, upper T; only its triangle is written
+    const cublasFillMode_t uplo = form ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
+    const cublasOperation_t t = form ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int k = 9, lda = form ? k : n;
+    auto A = randoms<T>(n * k), C = randoms<T>(n * n);
+    T* dA = toDevice(A);
+    T* dC = toDevice(C);
+    OK(F::syrk(h, uplo, t, n, k, &alpha, dA, lda, &beta, dC, n));
+    auto got = toHost(dC, C.size());
+    std::vector<double> want(n * n);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < n; ++i) {
+        bool in = uplo == CUBLAS_FILL_MODE_LOWER ? i >= j : i <= j;
+        double s = 0;
+        for (int p = 0; p < k; ++p)
+          s += (t == CUBLAS_OP_N ? val(A[i + p * n]) * val(A[j + p * n]) : val(A[p + i * k]) * val(A[p + j * k]));
+        want[i + j * n] = in ? val(alpha) * s + val(beta) * val(C[i + j * n]) : val(C[i + j * n]);
+      }
+    CHECK(maxErr(got, want) < tolerance<T>() * 10, "%s syrk %s: error %g", name, form ? "upper T" : "lower N",
+          maxErr(got, want));
+    cudaFree(dA);
+    cudaFree(dC);
+  }
+}
+
 int main(int argc, char** argv) {
   const bool native = argc > 1 && std::strcmp(argv[1], "--native") == 0;
   cublasHandle_t h = nullptr;
@@ -388,6 +505,8 @@ int main(int argc, char** argv) {
   }
   stridedAndBatched<float>(h, "f32", CUDA_R_32F, CUBLAS_COMPUTE_32F);
   stridedAndBatched<double>(h, "f64", CUDA_R_64F, CUBLAS_COMPUTE_64F);
+  level3Extra<float>(h, "S");
+  level3Extra<double>(h, "D");
   {  // the typed strided-batched and batched forms
     const int m = 8, n = 8, k = 8, batch = 3;
     auto A = randoms<float>(m * k * batch), B = randoms<float>(k * n * batch);
@@ -434,8 +553,8 @@ int main(int argc, char** argv) {
     CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, dbad, CUDA_R_8I, 4, dbad, CUDA_R_8I, 4, &one, dbad,
                        CUDA_R_32I, 4, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_NOT_SUPPORTED,
           "int8 GemmEx is not supported");
-    CHECK(cublasStrsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, 4, 4, &one, dbad,
-                      4, dbad, 4) == CUBLAS_STATUS_NOT_SUPPORTED,
+    CHECK(cublasStrmm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, 4, 4, &one, dbad,
+                      4, dbad, 4, dbad, 4) == CUBLAS_STATUS_NOT_SUPPORTED,
           "an unimplemented call returns NOT_SUPPORTED");
     // A matrix that runs past its allocation: refused by the server, reported
     // at the next synchronising call as a kernel fault would be on a GPU.

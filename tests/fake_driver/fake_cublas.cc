@@ -240,6 +240,56 @@ IAM(cublasIdamin, double, BlasOp::kIamin)
 L2(S, float)
 L2(D, double)
 
+#define U64(p) reinterpret_cast<uint64_t>(p)
+#define L3X(P, T)                                                                                                   \
+  API cublas##P##geam_64(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,        \
+                         const T* al, const T* A, int64_t lda, const T* be, const T* B, int64_t ldb, T* C,          \
+                         int64_t ldc) {                                                                             \
+    BlasArgs a;                                                                                                     \
+    a.op = BlasOp::kGeam;                                                                                           \
+    a.a_type = a.b_type = typeOf<T>();                                                                              \
+    a.trans_a = ta, a.trans_b = tb, a.m = m, a.n = n, a.lda = lda, a.ldb = ldb, a.ldc = ldc;                        \
+    a.a = U64(A), a.b = U64(B), a.c = U64(C);                                                                       \
+    a.alpha = scalar(al, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                           \
+    a.beta = scalar(be, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                            \
+    return blas(h, "cublas" #P "geam_64", a);                                                                       \
+  }                                                                                                                 \
+  API cublas##P##dgmm_64(cublasHandle_t h, cublasSideMode_t side, int64_t m, int64_t n, const T* A, int64_t lda,    \
+                         const T* x, int64_t ix, T* C, int64_t ldc) {                                               \
+    BlasArgs a;                                                                                                     \
+    a.op = BlasOp::kDgmm;                                                                                           \
+    a.a_type = a.b_type = typeOf<T>();                                                                              \
+    a.side = side, a.m = m, a.n = n, a.lda = lda, a.incx = ix, a.ldc = ldc;                                         \
+    a.a = U64(A), a.x = U64(x), a.c = U64(C);                                                                       \
+    return blas(h, "cublas" #P "dgmm_64", a);                                                                       \
+  }                                                                                                                 \
+  API cublas##P##trsm_v2_64(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t t,    \
+                            cublasDiagType_t diag, int64_t m, int64_t n, const T* al, const T* A, int64_t lda, T* B, \
+                            int64_t ldb) {                                                                          \
+    BlasArgs a;                                                                                                     \
+    a.op = BlasOp::kTrsm;                                                                                           \
+    a.a_type = a.b_type = typeOf<T>();                                                                              \
+    a.side = side, a.uplo = uplo, a.trans_a = t, a.diag = diag, a.m = m, a.n = n, a.lda = lda, a.ldb = ldb;         \
+    a.a = U64(A), a.b = U64(B);                                                                                     \
+    a.alpha = scalar(al, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                           \
+    return blas(h, "cublas" #P "trsm_v2_64", a);                                                                    \
+  }                                                                                                                 \
+  API cublas##P##syrk_v2_64(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t t, int64_t n, int64_t k,     \
+                            const T* al, const T* A, int64_t lda, const T* be, T* C, int64_t ldc) {                 \
+    BlasArgs a;                                                                                                     \
+    a.op = BlasOp::kSyrk;                                                                                           \
+    a.a_type = a.b_type = typeOf<T>();                                                                              \
+    a.uplo = uplo, a.trans_a = t, a.n = n, a.k = k, a.lda = lda, a.ldc = ldc;                                       \
+    a.a = U64(A), a.c = U64(C);                                                                                     \
+    a.alpha = scalar(al, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                           \
+    a.beta = scalar(be, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                            \
+    return blas(h, "cublas" #P "syrk_v2_64", a);                                                                    \
+  }
+L3X(S, float)
+L3X(D, double)
+#undef L3X
+#undef U64
+
 namespace {
 BlasArgs gemmArgs(cublasHandle_t h, BlasOp op, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
                   int64_t k, const void* alpha, const void* A, cudaDataType at, int64_t lda, const void* B,

@@ -160,7 +160,10 @@ TEST(CudaCheckpoint, ASessionsStateComesBackAtTheSameAddressesInAFreshBackendAft
   auto ms = b->elapsedMs(10, 11);
   ASSERT_TRUE(ms) << ms.status().message();
   EXPECT_GE(*ms, 200.f);
-  EXPECT_LE(*ms, static_cast<float>(now_ns - recorded_ns) / 1e6f + 50.f);
+  // Never more than the host saw pass, but for how late a loaded host notices
+  // an event's completion (56 ms once beside the rest of the suite on 2
+  // cores): 150 ms still catches the 200 ms pause counted twice.
+  EXPECT_LE(*ms, static_cast<float>(now_ns - recorded_ns) / 1e6f + 150.f);
   auto heaps = b->mallocHeaps();
   ASSERT_TRUE(heaps);
   ASSERT_EQ(heaps->size(), 1u);
