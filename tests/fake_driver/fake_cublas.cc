@@ -23,6 +23,7 @@
 #include <string>
 
 #include "server/sim/sim_blas.h"
+#include "tests/fake_driver/fake_library.h"
 
 using rgpu::server::BlasArgs;
 using rgpu::server::BlasOp;
@@ -41,26 +42,7 @@ struct cublasLtContext {
 
 namespace {
 
-using Enqueue = void (*)(CUstream, int (*)(void*), void*, void (*)(void*), const char*);
-
-Enqueue enqueueHook() {
-  static Enqueue fn = [] {
-    void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);  // the fake driver the worker loaded
-    auto f = drv ? reinterpret_cast<Enqueue>(dlsym(drv, "rgpu_fake_cuda_enqueue")) : nullptr;
-    if (!f) std::fprintf(stderr, "fake cuBLAS: the fake CUDA driver is not loaded\n");
-    return f;
-  }();
-  return fn;
-}
-
-void record(const std::string& line) {
-  using Record = void (*)(const char*);
-  static Record fn = [] {
-    void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    return drv ? reinterpret_cast<Record>(dlsym(drv, "rgpu_fake_cuda_record")) : nullptr;
-  }();
-  if (fn) fn(line.c_str());
-}
+using rgpu::fake::record;
 
 // The status $RGPU_FAKE_CUBLAS_FAIL gives calls of `name`; SUCCESS for none.
 cublasStatus_t injected(const char* name) {
@@ -82,24 +64,12 @@ cublasStatus_t injected(const char* name) {
   return static_cast<cublasStatus_t>(it->second);
 }
 
-template <typename Work>
-int runWork(void* p) {
-  rgpu::Status s = (*static_cast<Work*>(p))();
-  return s ? 0 : 1;
-}
-
-template <typename Work>
-void freeWork(void* p) {
-  delete static_cast<Work*>(p);
-}
-
 // Queues `work` (returning Status) on the stream.
 template <typename Work>
 cublasStatus_t submit(cudaStream_t stream, const char* what, Work work) {
-  Enqueue e = enqueueHook();
-  if (!e) return CUBLAS_STATUS_NOT_INITIALIZED;
-  e(reinterpret_cast<CUstream>(stream), &runWork<Work>, new Work(std::move(work)), &freeWork<Work>, what);
-  return CUBLAS_STATUS_SUCCESS;
+  bool queued = rgpu::fake::enqueue(reinterpret_cast<CUstream>(stream), what,
+                                    [work = std::move(work)]() mutable { return work() ? 0 : 1; });
+  return queued ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
 }
 
 BlasScalar scalar(const void* p, size_t bytes, bool device) {

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "server/sim/sim_fft.h"
+#include "tests/fake_driver/fake_library.h"
 
 namespace {
 
@@ -38,36 +39,7 @@ std::mutex g_mu;
 std::map<cufftHandle, FakePlan> g_plans;
 int g_next = 1;
 
-using Enqueue = void (*)(CUstream, int (*)(void*), void*, void (*)(void*), const char*);
-Enqueue enqueueHook() {
-  static Enqueue fn = [] {
-    void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    auto f = drv ? reinterpret_cast<Enqueue>(dlsym(drv, "rgpu_fake_cuda_enqueue")) : nullptr;
-    if (!f) std::fprintf(stderr, "fake cuFFT: the fake CUDA driver is not loaded\n");
-    return f;
-  }();
-  return fn;
-}
-
-void record(const std::string& line) {
-  using Record = void (*)(const char*);
-  static Record fn = [] {
-    void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    return drv ? reinterpret_cast<Record>(dlsym(drv, "rgpu_fake_cuda_record")) : nullptr;
-  }();
-  if (fn) fn(line.c_str());
-}
-
-struct Work {
-  fft::Layout l;
-  int direction;
-  void *in, *out;
-};
-int runWork(void* p) {
-  auto* w = static_cast<Work*>(p);
-  return rgpu::server::simfft::execute(w->l, w->direction, w->in, w->out) ? 0 : 1;
-}
-void freeWork(void* p) { delete static_cast<Work*>(p); }
+using rgpu::fake::record;
 
 cufftResult exec(cufftHandle h, int32_t type, void* in, void* out, int direction, const char* name) {
   FakePlan p;
@@ -79,13 +51,13 @@ cufftResult exec(cufftHandle h, int32_t type, void* in, void* out, int direction
   }
   if (p.desc.type != type) return CUFFT_INVALID_TYPE;
   if (!p.auto_allocate && !p.work) return CUFFT_INVALID_VALUE;
-  Enqueue e = enqueueHook();
-  if (!e) return CUFFT_EXEC_FAILED;
   record(std::string(name) + " plan " + std::to_string(h) + (in == out ? " in place" : " out of place") +
          (p.work ? " with a work area" : ""));
-  e(reinterpret_cast<CUstream>(p.stream), &runWork, new Work{fft::layoutOf(p.desc, in == out), direction, in, out},
-    &freeWork, name);
-  return CUFFT_SUCCESS;
+  const fft::Layout l = fft::layoutOf(p.desc, in == out);
+  bool queued = rgpu::fake::enqueue(reinterpret_cast<CUstream>(p.stream), name, [l, direction, in, out] {
+    return rgpu::server::simfft::execute(l, direction, in, out) ? 0 : 1;
+  });
+  return queued ? CUFFT_SUCCESS : CUFFT_EXEC_FAILED;
 }
 
 }  // namespace

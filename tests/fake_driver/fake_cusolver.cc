@@ -15,6 +15,7 @@
 #include <string>
 
 #include "server/sim/sim_solver.h"
+#include "tests/fake_driver/fake_library.h"
 
 struct cusolverDnContext {
   cudaStream_t stream = nullptr;
@@ -26,37 +27,13 @@ namespace sv = rgpu::common::solver;
 
 constexpr int kWorkElements = 64;
 
-using Enqueue = void (*)(CUstream, int (*)(void*), void*, void (*)(void*), const char*);
-Enqueue enqueueHook() {
-  static Enqueue fn = [] {
-    void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    auto f = drv ? reinterpret_cast<Enqueue>(dlsym(drv, "rgpu_fake_cuda_enqueue")) : nullptr;
-    if (!f) std::fprintf(stderr, "fake cuSOLVER: the fake CUDA driver is not loaded\n");
-    return f;
-  }();
-  return fn;
-}
-
-void record(const std::string& line) {
-  using Record = void (*)(const char*);
-  static Record fn = [] {
-    void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    return drv ? reinterpret_cast<Record>(dlsym(drv, "rgpu_fake_cuda_record")) : nullptr;
-  }();
-  if (fn) fn(line.c_str());
-}
-
-int runWork(void* p) { return rgpu::server::simsolver::run(*static_cast<sv::Args*>(p)) ? 0 : 1; }
-void freeWork(void* p) { delete static_cast<sv::Args*>(p); }
-
 cusolverStatus_t submit(cusolverDnHandle_t h, const sv::Args& a, const char* name) {
   const bool needs = a.op != sv::Op::kPotrs && a.op != sv::Op::kGetrs;
   if (needs && (a.lwork < kWorkElements || !a.work)) return CUSOLVER_STATUS_INVALID_VALUE;
-  Enqueue e = enqueueHook();
-  if (!e) return CUSOLVER_STATUS_EXECUTION_FAILED;
-  record(std::string(name) + (needs ? " with a workspace of " + std::to_string(a.lwork) : std::string()));
-  e(reinterpret_cast<CUstream>(h->stream), &runWork, new sv::Args(a), &freeWork, name);
-  return CUSOLVER_STATUS_SUCCESS;
+  rgpu::fake::record(std::string(name) + (needs ? " with a workspace of " + std::to_string(a.lwork) : std::string()));
+  bool queued = rgpu::fake::enqueue(reinterpret_cast<CUstream>(h->stream), name,
+                                    [a] { return rgpu::server::simsolver::run(a) ? 0 : 1; });
+  return queued ? CUSOLVER_STATUS_SUCCESS : CUSOLVER_STATUS_EXECUTION_FAILED;
 }
 
 sv::Args args(sv::Op op, int32_t type) {

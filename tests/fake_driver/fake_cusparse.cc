@@ -15,6 +15,7 @@
 #include <string>
 
 #include "server/sim/sim_sparse.h"
+#include "tests/fake_driver/fake_library.h"
 
 namespace sp = rgpu::common::sparse;
 
@@ -35,29 +36,6 @@ struct cusparseDnMatDescr {
 namespace {
 
 constexpr size_t kBufferBytes = 256;
-
-using Enqueue = void (*)(CUstream, int (*)(void*), void*, void (*)(void*), const char*);
-Enqueue enqueueHook() {
-  static Enqueue fn = [] {
-    void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    auto f = drv ? reinterpret_cast<Enqueue>(dlsym(drv, "rgpu_fake_cuda_enqueue")) : nullptr;
-    if (!f) std::fprintf(stderr, "fake cuSPARSE: the fake CUDA driver is not loaded\n");
-    return f;
-  }();
-  return fn;
-}
-
-void record(const std::string& line) {
-  using Record = void (*)(const char*);
-  static Record fn = [] {
-    void* drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    return drv ? reinterpret_cast<Record>(dlsym(drv, "rgpu_fake_cuda_record")) : nullptr;
-  }();
-  if (fn) fn(line.c_str());
-}
-
-int runWork(void* p) { return rgpu::server::simsparse::run(*static_cast<sp::Args*>(p)) ? 0 : 1; }
-void freeWork(void* p) { delete static_cast<sp::Args*>(p); }
 
 sp::Scalar scalar(cusparseHandle_t h, const void* p, int32_t type) {
   sp::Scalar s;
@@ -82,12 +60,11 @@ sp::SpMat sparse(int64_t rows, int64_t cols, int64_t nnz, const void* off, const
 cusparseStatus_t submit(cusparseHandle_t h, sp::Args a, void* buffer, const char* name) {
   if (!buffer) return CUSPARSE_STATUS_INVALID_VALUE;
   if (!sp::check(a)) return CUSPARSE_STATUS_INVALID_VALUE;
-  Enqueue e = enqueueHook();
-  if (!e) return CUSPARSE_STATUS_EXECUTION_FAILED;
-  record(std::string(name) + (h->mode == CUSPARSE_POINTER_MODE_DEVICE ? " (device scalars)" : "") +
-         " with an external buffer");
-  e(reinterpret_cast<CUstream>(h->stream), &runWork, new sp::Args(a), &freeWork, name);
-  return CUSPARSE_STATUS_SUCCESS;
+  rgpu::fake::record(std::string(name) + (h->mode == CUSPARSE_POINTER_MODE_DEVICE ? " (device scalars)" : "") +
+                     " with an external buffer");
+  bool queued = rgpu::fake::enqueue(reinterpret_cast<CUstream>(h->stream), name,
+                                    [a] { return rgpu::server::simsparse::run(a) ? 0 : 1; });
+  return queued ? CUSPARSE_STATUS_SUCCESS : CUSPARSE_STATUS_EXECUTION_FAILED;
 }
 
 }  // namespace
