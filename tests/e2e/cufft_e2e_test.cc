@@ -54,29 +54,19 @@ TEST(Cufft, ProgramsLoadRgpusCufftNotNvidias) {
 }
 
 TEST(Cufft, EveryTransformTypeAndLayoutMatchesADirectDftOnTheSim) {
-  TempDir dir;
-  makeCerts(dir.path());
-  ServerProcess server(dir.path(), serverToml(dir.path()));
-  writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
-  RunResult r = expectCufftCheckPasses("RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" +
-                                       RGPU_CLIENT_LIBDIR);
+  OwnServer own(false);
+  RunResult r = expectCufftCheckPasses(own.env());
   EXPECT_NE(r.output.find("work area: 0 bytes (cufftGetSize agrees)"), std::string::npos) << r.output;
-  EXPECT_NE(server.log().find("cuFFT transform refused"), std::string::npos) << server.log();
+  EXPECT_NE(own.server->log().find("cuFFT transform refused"), std::string::npos) << own.server->log();
 }
 
 // The CUDA backend: NVIDIA's plan of each client plan (here the fake's),
 // made without auto-allocation, given the program's work area.
 TEST(CufftCuda, EveryTransformTypeAndLayoutMatchesADirectDftThroughTheCudaBackend) {
-  TempDir dir;
-  makeCerts(dir.path());
-  ::setenv("RGPU_FAKE_CUDA_LOG", dir.file("driver.log").c_str(), 1);
-  ServerProcess server(dir.path(), cudaServerToml(dir.path(), "cuda", RGPU_FAKE_CUDA_LIB));
-  ::unsetenv("RGPU_FAKE_CUDA_LOG");
-  writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
-  RunResult r = expectCufftCheckPasses("RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" +
-                                       RGPU_CLIENT_LIBDIR);
+  OwnServer own(true);
+  RunResult r = expectCufftCheckPasses(own.env());
   EXPECT_NE(r.output.find("work area: 4096 bytes (cufftGetSize agrees)"), std::string::npos) << r.output;
-  const std::string log = readFile(dir.file("driver.log"));
+  const std::string log = own.driverLog();
   EXPECT_NE(log.find("without auto-allocation"), std::string::npos) << log;
   EXPECT_EQ(log.find(" auto-allocated"), std::string::npos) << log;
   EXPECT_NE(log.find("cufftExecC2C plan"), std::string::npos) << log;

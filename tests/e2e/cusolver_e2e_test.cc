@@ -51,29 +51,19 @@ TEST(Cusolver, ProgramsLoadRgpusCusolverNotNvidias) {
 }
 
 TEST(Cusolver, DenseRoutinesGiveWhatTheyMustOnTheSim) {
-  TempDir dir;
-  makeCerts(dir.path());
-  ServerProcess server(dir.path(), serverToml(dir.path()));
-  writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
-  RunResult r = expectCusolverCheckPasses("RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" +
-                                          RGPU_CLIENT_LIBDIR);
+  OwnServer own(false);
+  RunResult r = expectCusolverCheckPasses(own.env());
   EXPECT_NE(r.output.find("Dpotrf workspace: 0 elements"), std::string::npos) << r.output;
-  EXPECT_NE(server.log().find("cusolverDnDpotrs refused: B: range"), std::string::npos) << server.log();
+  EXPECT_NE(own.server->log().find("cusolverDnDpotrs refused: B: range"), std::string::npos) << own.server->log();
 }
 
 // The CUDA backend: NVIDIA's cuSOLVER (here the fake), one handle per
 // device, the program's workspace as bufferSize asked.
 TEST(CusolverCuda, DenseRoutinesGiveWhatTheyMustThroughTheCudaBackend) {
-  TempDir dir;
-  makeCerts(dir.path());
-  ::setenv("RGPU_FAKE_CUDA_LOG", dir.file("driver.log").c_str(), 1);
-  ServerProcess server(dir.path(), cudaServerToml(dir.path(), "cuda", RGPU_FAKE_CUDA_LIB));
-  ::unsetenv("RGPU_FAKE_CUDA_LOG");
-  writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
-  RunResult r = expectCusolverCheckPasses("RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" +
-                                          RGPU_CLIENT_LIBDIR);
+  OwnServer own(true);
+  RunResult r = expectCusolverCheckPasses(own.env());
   EXPECT_NE(r.output.find("Dpotrf workspace: 64 elements"), std::string::npos) << r.output;
-  const std::string log = readFile(dir.file("driver.log"));
+  const std::string log = own.driverLog();
   for (const char* call : {"cusolverDnDpotrf with a workspace of 64", "cusolverDnDpotrs", "cusolverDnSgetrf",
                            "cusolverDnZgetrs", "cusolverDnDormqr", "cusolverDnCheevd", "cusolverDnZgesvd"})
     EXPECT_NE(log.find(call), std::string::npos) << call << "\n" << log;

@@ -54,25 +54,17 @@ TEST(Cusparse, ProgramsLoadRgpusCusparseNotNvidias) {
 }
 
 TEST(Cusparse, SpMVAndSpMMMatchTheProductOnTheSim) {
-  TempDir dir;
-  makeCerts(dir.path());
-  ServerProcess server(dir.path(), serverToml(dir.path()));
-  writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
-  expectCusparseCheckPasses("RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR, true);
+  OwnServer own(false);
+  expectCusparseCheckPasses(own.env(), true);
 }
 
 // The CUDA backend: NVIDIA's cuSPARSE (here the fake), its descriptors made
 // per call, the program's external buffer and pointer mode.
 TEST(CusparseCuda, SpMVAndSpMMMatchTheProductThroughTheCudaBackend) {
-  TempDir dir;
-  makeCerts(dir.path());
-  ::setenv("RGPU_FAKE_CUDA_LOG", dir.file("driver.log").c_str(), 1);
-  ServerProcess server(dir.path(), cudaServerToml(dir.path(), "cuda", RGPU_FAKE_CUDA_LIB));
-  ::unsetenv("RGPU_FAKE_CUDA_LOG");
-  writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
-  expectCusparseCheckPasses("RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR,
+  OwnServer own(true);
+  expectCusparseCheckPasses(own.env(),
                             false);
-  const std::string log = readFile(dir.file("driver.log"));
+  const std::string log = own.driverLog();
   EXPECT_NE(log.find("cusparseSpMV with an external buffer"), std::string::npos) << log;
   EXPECT_NE(log.find("cusparseSpMV (device scalars) with an external buffer"), std::string::npos) << log;
   EXPECT_NE(log.find("cusparseSpMM with an external buffer"), std::string::npos) << log;

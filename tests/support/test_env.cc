@@ -87,6 +87,21 @@ std::string cudaServerToml(const std::string& dir, const std::string& backend, c
   return t;
 }
 
+OwnServer::OwnServer(bool fake_cuda) {
+  makeCerts(dir.path());
+  if (fake_cuda) ::setenv("RGPU_FAKE_CUDA_LOG", dir.file("driver.log").c_str(), 1);
+  server = std::make_unique<ServerProcess>(dir.path(), fake_cuda ? cudaServerToml(dir.path(), "cuda", RGPU_FAKE_CUDA_LIB)
+                                                                 : serverToml(dir.path()));
+  if (fake_cuda) ::unsetenv("RGPU_FAKE_CUDA_LOG");
+  writeFile(dir.file("client.toml"), clientToml(dir.path(), server->port()));
+}
+
+std::string OwnServer::env() const {
+  return "RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR;
+}
+
+std::string OwnServer::driverLog() const { return readFile(dir.file("driver.log")); }
+
 std::string clientToml(const std::string& dir, uint16_t port, const std::string& cert) {
   std::string s = "server = \"127.0.0.1:" + std::to_string(port) + "\"\nconnect_timeout_ms = 5000\n[tls]\nca = \"" + dir + "/ca.pem\"\n";
   if (!cert.empty()) s += "cert = \"" + dir + "/" + cert + ".pem\"\nkey = \"" + dir + "/" + cert + ".key\"\n";

@@ -75,6 +75,17 @@ RunResult run(const std::string& command, const std::string& env = "");
 // GET `path` from 127.0.0.1:`port` (`headers`: extra lines, each ending in
 // CRLF): the whole response, or "" when nothing listens.
 std::string httpGet(uint16_t port, const std::string& path, const std::string& headers = "");
+// A server of a test's own with development certificates, on the sim or
+// (fake_cuda) on the CUDA backend over the fake driver and libraries, whose
+// calls that driver logs to `driverLog()`; `env()` runs a program as its client.
+struct OwnServer {
+  explicit OwnServer(bool fake_cuda);
+  std::string env() const;
+  std::string driverLog() const;
+  TempDir dir;
+  std::unique_ptr<ServerProcess> server;
+};
+
 // The port of the Prometheus listener a server's `log` announces ("Prometheus
 // metrics on http://127.0.0.1:PORT/metrics"); 0 when it announces none.
 uint16_t metricsPort(const std::string& log);
