@@ -141,6 +141,7 @@ std::optional<StreamRef> requestStream(wire::Request::Reader r) {
     case R::FFT_EXEC: return ref(r.getFftExec().getStream());
     case R::SOLVER: return ref(r.getSolver().getStream());
     case R::SPARSE: return ref(r.getSparse().getStream());
+    case R::DNN: return ref(r.getDnn().getStream());
     case R::GRAPH_LAUNCH: return ref(r.getGraphLaunch().getStream());
     case R::COPY3_D: return ref(r.getCopy3D().getStream());
     default: return std::nullopt;
@@ -218,8 +219,9 @@ Result<NodeParams> nodeOf(wire::Request::Reader r, int device) {
     case R::RAND_FILL:
     case R::FFT_EXEC:
     case R::SOLVER:
-    case R::SPARSE: {
-      // cuBLAS, cuRAND, cuFFT, cuSOLVER and cuSPARSE: kept in their wire form (NVIDIA's capture makes kernel nodes of them).
+    case R::SPARSE:
+    case R::DNN: {
+      // cuBLAS, cuRAND, cuFFT, cuSOLVER, cuSPARSE and cuDNN: kept in their wire form (NVIDIA's capture makes kernel nodes of them).
       capnp::MallocMessageBuilder msg(64);
       msg.setRoot(r);
       auto words = capnp::messageToFlatArray(msg);

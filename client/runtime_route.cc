@@ -18,7 +18,7 @@ bool isDeviceWork(wire::Request::Which w) {
     case R::MEMCPY_HTO_D: case R::MEMCPY_DTO_H: case R::MEMCPY_DTO_D: case R::MEMSET: case R::MEMCPY2_D:
     case R::MEMSET2_D: case R::LAUNCH_KERNEL: case R::MEMCPY_PEER: case R::BLAS: case R::LT_MATMUL: case R::COPY3_D:
     case R::GRAPH_LAUNCH: case R::RAND_FILL: case R::FFT_EXEC: case R::SOLVER:
-    case R::SPARSE:
+    case R::SPARSE: case R::DNN:
       return true;
     default:
       return false;

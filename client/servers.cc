@@ -116,6 +116,8 @@ void Localizer::request(wire::Request::Builder r) {
     case R::SOLVER_BUFFER_SIZE: stream(r.getSolverBufferSize().getStream()); break;
     case R::SPARSE: stream(r.getSparse().getStream()); break;
     case R::SPARSE_BUFFER_SIZE: stream(r.getSparseBufferSize().getStream()); break;
+    case R::DNN: stream(r.getDnn().getStream()); break;
+    case R::DNN_SIZE: stream(r.getDnnSize().getStream()); break;
     case R::LT_HEURISTIC: stream(r.getLtHeuristic().getStream()); break;
     case R::SET_LIMIT: { auto m = r.getSetLimit(); m.setDevice(device(m.getDevice())); break; }
     case R::GRAPH_CREATE: {

@@ -182,6 +182,8 @@ struct Request {
     solverBufferSize @60 :Solver;    # cuSOLVER: its workspace in elements (reply value)
     sparse @61 :Sparse;              # cuSPARSE (client/sparse): SpMV or SpMM, in stream order
     sparseBufferSize @62 :Sparse;    # cuSPARSE: its external buffer in bytes (reply value)
+    dnn @63 :Dnn;                    # cuDNN (client/dnn): one legacy-API operation, in stream order
+    dnnSize @64 :Dnn;                # cuDNN: a workspace, states or reserve size in bytes (reply value)
   }
 }
 
@@ -356,6 +358,60 @@ struct DenseMatrix {
   values @3 :UInt64;
   valueType @4 :Int32;
   order @5 :Int32;
+}
+
+# A cuDNN legacy-API call (common/dnn_args.h): handle and descriptors are
+# the client's; the call carries them whole, tensors in the operation's order.
+struct Dnn {
+  stream @0 :StreamRef;
+  op @1 :UInt8;             # common::dnn::Op
+  query @2 :UInt8;          # dnnSize: common::dnn::Query
+  alpha @3 :Float64;
+  beta @4 :Float64;
+  alpha2 @5 :Float64;
+  beta2 @6 :Float64;
+  tensors @7 :List(DnnTensor);
+  convSpatial @8 :Int32;
+  convPad @9 :List(Int32);
+  convStride @10 :List(Int32);
+  convDilation @11 :List(Int32);
+  convMode @12 :Int32;
+  computeType @13 :Int32;
+  groups @14 :Int32;
+  mathType @15 :Int32;
+  algo @16 :Int32;
+  poolMode @17 :Int32;
+  poolNan @18 :Int32;
+  poolSpatial @19 :Int32;
+  poolWindow @20 :List(Int32);
+  poolPad @21 :List(Int32);
+  poolStride @22 :List(Int32);
+  actMode @23 :Int32;
+  actNan @24 :Int32;
+  actCoef @25 :Float64;
+  swishBeta @26 :Float64;
+  softmaxAlgo @27 :Int32;
+  softmaxMode @28 :Int32;
+  tensorOp @29 :Int32;
+  tensorOpType @30 :Int32;
+  bnMode @31 :Int32;
+  epsilon @32 :Float64;
+  factor @33 :Float64;
+  dropout @34 :Float32;
+  states @35 :UInt64;
+  statesSize @36 :UInt64;
+  seed @37 :UInt64;
+  workspace @38 :UInt64;
+  workspaceSize @39 :UInt64;
+  reserve @40 :UInt64;
+  reserveSize @41 :UInt64;
+}
+struct DnnTensor {
+  type @0 :Int32;           # cudnnDataType_t
+  dims @1 :List(Int64);
+  strides @2 :List(Int64);  # in elements
+  ptr @3 :UInt64;
+  filterFormat @4 :Int32;   # a filter's cudnnTensorFormat_t; -1 for a tensor
 }
 
 # cuBLAS. Handles live in the client; each call carries what the server needs

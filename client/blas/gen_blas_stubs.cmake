@@ -1,6 +1,7 @@
 # Generates weak C stubs for every exported cuBLAS / cuBLASLt name, typed as
 # NVIDIA's headers declare them (the legacy API returns float, double, int,
-# complex values or nothing).
+# complex values or nothing); kind "defined": a name the library always
+# defines, given no stub.
 # In: EXPORTS (lines "name kind"), OUT (C file), and optionally UNSUPPORTED:
 # the function a "status" stub returns the answer of (another library's
 # NOT_SUPPORTED; default rgpu_blas_unsupported).
@@ -30,6 +31,8 @@ foreach(line IN LISTS lines)
     string(APPEND body "${W} rgpu_${kind} ${n}(void) { rgpu_${kind} z = {0, 0}; rgpu_blas_legacy_unsupported(\"${n}\"); return z; }\n")
   elseif(kind STREQUAL "cstr")
     string(APPEND body "${W} const char* ${n}(void) { rgpu_blas_unsupported(\"${n}\"); return \"\"; }\n")
+  elseif(kind STREQUAL "defined")
+    # (a name the library always defines itself: no stub)
   elseif(kind STREQUAL "size_t")
     string(APPEND body "${W} unsigned long ${n}(void) { rgpu_blas_unsupported(\"${n}\"); return 0; }\n")
   else()

@@ -19,6 +19,7 @@
 #include "common/fft_plan.h"
 #include "common/solver_args.h"
 #include "common/sparse_args.h"
+#include "common/dnn_args.h"
 #include "common/status.h"
 #include "server/backend/blas.h"
 
@@ -523,6 +524,16 @@ class Backend {
   }
   virtual Status sparse(StreamKey s, const common::sparse::Args& a) {
     return Status(err::kNotSupported, "cuSPARSE on the " + name() + " backend is not built");
+  }
+
+  // cuDNN's legacy operations (docs/cudnn.md): a size (workspace, dropout
+  // states or reserve space, bytes) on `device`, and one call in stream
+  // order (the session checked every range, common::dnn::ranges).
+  virtual Result<uint64_t> dnnSize(int device, common::dnn::Query q, const common::dnn::Args& a) {
+    return Status(err::kNotSupported, "cuDNN on the " + name() + " backend is not built");
+  }
+  virtual Status dnn(StreamKey s, const common::dnn::Args& a) {
+    return Status(err::kNotSupported, "cuDNN on the " + name() + " backend is not built");
   }
 
   // cuBLAS and cuBLASLt (server/backend/blas.h): calls the session has checked, run

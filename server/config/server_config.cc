@@ -304,7 +304,7 @@ Result<ServerConfig> parseServerConfig(const std::string& text, const std::strin
     for (auto [key, field] : {std::pair{"driver_library", &c.cuda_driver_library}, {"nvml_library", &c.nvml_library},
                               {"cublas_library", &c.cublas_library}, {"cublaslt_library", &c.cublaslt_library},
                               {"cufft_library", &c.cufft_library}, {"cusolver_library", &c.cusolver_library},
-                              {"cusparse_library", &c.cusparse_library}})
+                              {"cusparse_library", &c.cusparse_library}, {"cudnn_library", &c.cudnn_library}})
       if (auto lib = (*cu)[key].value<std::string>())
         *field = lib->find('/') == std::string::npos ? *lib : common::resolveRelative(path, *lib);
     if (auto sc = (*cu)["scrub"]; sc) {

@@ -175,6 +175,7 @@ struct ServerConfig {
   std::string cufft_library = "libcufft.so.12";    // NVIDIA's, loaded by a worker on its first cuFFT plan
   std::string cusolver_library = "libcusolver.so.12";  // NVIDIA's, loaded by a worker on its first cuSOLVER call
   std::string cusparse_library = "libcusparse.so.12";  // NVIDIA's, loaded by a worker on its first cuSPARSE call
+  std::string cudnn_library = "libcudnn.so.9";  // NVIDIA's, loaded by a worker on its first cuDNN call
   std::string cublaslt_library = "libcublasLt.so.13";
   uint64_t cuda_staging_pool = 256ull << 20;
   bool cuda_scrub = true;  // [cuda] scrub: zero device memory before a session gets it (docs/security.md)

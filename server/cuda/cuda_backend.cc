@@ -143,6 +143,7 @@ CudaBackend::~CudaBackend() {
   releaseFft();
   releaseSolver();
   releaseSparse();
+  releaseDnn();
   DriverApi& api = *api_;
   // Jobs the completer left pending: their events go with the spares below.
   for (Job& j : jobs_) {

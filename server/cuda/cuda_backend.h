@@ -72,6 +72,7 @@
 #include "server/cuda/fft_api.h"
 #include "server/cuda/solver_api.h"
 #include "server/cuda/sparse_api.h"
+#include "server/cuda/dnn_api.h"
 #include "server/cuda/driver_api.h"
 #include "server/cuda/windowed_memory.h"
 #include "server/pool/launch_gate.h"
@@ -100,6 +101,7 @@ struct CudaOptions {
   std::string cusolver_library = "libcusolver.so.12";
   // NVIDIA's cuSPARSE, loaded on the session's first cuSPARSE call.
   std::string cusparse_library = "libcusparse.so.12";
+  std::string cudnn_library = "libcudnn.so.9";
   // The session is part `address_window` of a program spread over several
   // members (> 0): its device memory goes in that part's address window
   // (windowed_memory.h). 0: where cuMemAlloc puts it.
@@ -220,6 +222,9 @@ class CudaBackend final : public Backend {
   // cuSPARSE: NVIDIA's, one handle per device (cuda_sparse.cc).
   Result<uint64_t> sparseBufferSize(int device, const common::sparse::Args& a) override;
   Status sparse(StreamKey s, const common::sparse::Args& a) override;
+  // cuDNN: NVIDIA's, one handle per device (cuda_dnn.cc).
+  Result<uint64_t> dnnSize(int device, common::dnn::Query q, const common::dnn::Args& a) override;
+  Status dnn(StreamKey s, const common::dnn::Args& a) override;
   // (cuda_blas.cc)
   Status blas(StreamKey s, const BlasArgs& call, ReadDone done) override;
   Status ltMatmul(StreamKey s, const LtArgs& call) override;
@@ -380,6 +385,8 @@ class CudaBackend final : public Backend {
   template <typename F>
   Status withSparse(int dev, const common::sparse::Args& a, F&& f);
   void releaseSparse();
+  Result<cudnnHandle_t> dnnHandle(int dev);  // (loads the library on first use)
+  void releaseDnn();
   // A 16-byte device word of `dev` for one reduction's result (dispatch thread).
   Result<CUdeviceptr> takeScratch(int dev);
   void giveScratch(int dev, CUdeviceptr word);
@@ -448,6 +455,10 @@ class CudaBackend final : public Backend {
   Status sparse_error_;
   bool sparse_tried_ = false;
   std::map<int, cusparseHandle_t> sparse_handles_;  // per device; dispatch thread
+  std::unique_ptr<DnnApi> dnn_api_;  // null until a cuDNN call loads it
+  Status dnn_error_;
+  bool dnn_tried_ = false;
+  std::map<int, cudnnHandle_t> dnn_handles_;  // per device; dispatch thread
   int driver_version_ = 0;
   std::vector<DeviceDescription> descriptions_;
 

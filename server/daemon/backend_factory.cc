@@ -58,6 +58,7 @@ Result<std::unique_ptr<Backend>> makeCuda(const ServerConfig& cfg, const std::ve
   o.cufft_library = cfg.cufft_library;
   o.cusolver_library = cfg.cusolver_library;
   o.cusparse_library = cfg.cusparse_library;
+  o.cudnn_library = cfg.cudnn_library;
   o.capture_stdout = true;  // workers only build backends here; device printf goes to the client
   auto b = cuda::CudaBackend::create(o);
   if (!b) return b.status();

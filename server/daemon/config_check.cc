@@ -42,7 +42,7 @@ const common::KeySchema& schema() {
                   "max_unauthenticated_per_address", "kernel_timeout_ms"}},
       {"security", {"worker_user"}},
       {"checkpoint", {"dir", "key_file", "drain_timeout_ms", "precopy"}},
-      {"cuda", {"driver_library", "nvml_library", "cublas_library", "cublaslt_library", "cufft_library", "cusolver_library", "cusparse_library", "staging_pool", "scrub"}},
+      {"cuda", {"driver_library", "nvml_library", "cublas_library", "cublaslt_library", "cufft_library", "cusolver_library", "cusparse_library", "cudnn_library", "staging_pool", "scrub"}},
       {"sim", {"launch_log", "hot_paths", "jit", "jit_threshold", "jit_library", "devices"}},
       {"sim.devices", {"name", "memory", "compute_capability", "sm_count"}},
       {"cluster", {"endpoints", "prefix", "name", "advertise", "lease_ttl_s", "load_interval_ms", "etcd_timeout_ms",

@@ -946,6 +946,9 @@ const Session::Handlers& Session::handlers() {
     t[R::SOLVER_BUFFER_SIZE] = &Session::onSolverBufferSize;
     t[R::SPARSE] = &Session::onSparse;
     t[R::SPARSE_BUFFER_SIZE] = &Session::onSparseBufferSize;
+    t[R::DNN] = &Session::onDnn;
+    t[R::DNN_SIZE] = &Session::onDnnSize;
+    static_assert(static_cast<size_t>(R::DNN_SIZE) < std::tuple_size_v<Handlers>, "grow Handlers");
     t[R::GRAPH_CREATE] = &Session::onGraphCreate;
     t[R::GRAPH_LAUNCH] = &Session::onGraphLaunch;
     t[R::GRAPH_DESTROY] = &Session::onGraphDestroy;

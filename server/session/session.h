@@ -182,7 +182,7 @@ class Session {
   Status dispatch(const protocol::FrameHeader& h, wire::Request::Reader req);
   // The handler of each request kind, by its wire::Request union ordinal; null: unknown.
   using Handler = Status (Session::*)(const protocol::FrameHeader& h, wire::Request::Reader req);
-  using Handlers = std::array<Handler, 64>;
+  using Handlers = std::array<Handler, 96>;  // (more than the union's ordinals: handlers() asserts it)
   static const Handlers& handlers();
   // The handlers, one per request kind, in the file of their subsystem.
   Status onPing(const protocol::FrameHeader& h, wire::Request::Reader req);
@@ -288,6 +288,9 @@ class Session {
   // session_solver.cc: cuSOLVER's dense routines and their workspace sizes.
   Status onSolver(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onSolverBufferSize(const protocol::FrameHeader& h, wire::Request::Reader req);
+  // session_dnn.cc: cuDNN's legacy operations and their sizes.
+  Status onDnn(const protocol::FrameHeader& h, wire::Request::Reader req);
+  Status onDnnSize(const protocol::FrameHeader& h, wire::Request::Reader req);
   // session_sparse.cc: cuSPARSE's SpMV and SpMM and their buffer sizes.
   Status onSparse(const protocol::FrameHeader& h, wire::Request::Reader req);
   Status onSparseBufferSize(const protocol::FrameHeader& h, wire::Request::Reader req);

@@ -130,6 +130,7 @@ Status nodeKindAllowed(wire::Request::Reader r) {
     case R::FFT_EXEC:  // (run node by node: NVIDIA's plan is made at its first transform, outside a capture)
     case R::SOLVER:
     case R::SPARSE:
+    case R::DNN:
       return Status::ok();
     case R::BLAS:
       if (r.getBlas().getResult() != 0) return Status::ok();

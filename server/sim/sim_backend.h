@@ -163,6 +163,9 @@ class SimBackend final : public Backend {
   // cuSPARSE on the CPU (sim_sparse.h), as the session's kernel; no external buffer.
   Result<uint64_t> sparseBufferSize(int device, const common::sparse::Args& a) override;
   Status sparse(StreamKey s, const common::sparse::Args& a) override;
+  // cuDNN on the CPU (sim_dnn.h), as the session's kernel; no workspace.
+  Result<uint64_t> dnnSize(int device, common::dnn::Query q, const common::dnn::Args& a) override;
+  Status dnn(StreamKey s, const common::dnn::Args& a) override;
   Result<std::vector<LtAlgo>> ltHeuristic(int device, const LtArgs& call, uint32_t requested,
                                           uint64_t max_workspace) override;
   // Conditional graph nodes (sim_conditional.cc): a handle is the address of

@@ -161,6 +161,7 @@ TEST(Exports, EveryNameOfNvidiasCurandWithItsVersionNode) { expectNvidiasExports
 TEST(Exports, EveryNameOfNvidiasCufftWithItsVersionNode) { expectNvidiasExports("libcufft.so.12"); }
 TEST(Exports, EveryNameOfNvidiasCusolverWithItsVersionNode) { expectNvidiasExports("libcusolver.so.12"); }
 TEST(Exports, EveryNameOfNvidiasCusparseWithItsVersionNode) { expectNvidiasExports("libcusparse.so.12"); }
+TEST(Exports, EveryNameOfNvidiasCudnnWithItsVersionNode) { expectNvidiasExports("libcudnn.so.9"); }
 TEST(Exports, EveryNameOfNvidiasCublasAndCublasLtWithTheirVersionNodes) {
   expectNvidiasExports("libcublas.so.13");
   expectNvidiasExports("libcublasLt.so.13");

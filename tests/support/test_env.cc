@@ -76,7 +76,7 @@ std::string fakeCudaToml() {
   return std::string("[cuda]\ndriver_library = \"") + RGPU_FAKE_CUDA_LIB + "\"\ncublas_library = \"" +
          RGPU_FAKE_CUBLAS_LIB + "\"\ncublaslt_library = \"" + RGPU_FAKE_CUBLAS_LIB + "\"\ncufft_library = \"" +
          RGPU_FAKE_CUFFT_LIB + "\"\ncusolver_library = \"" + RGPU_FAKE_CUSOLVER_LIB + "\"\ncusparse_library = \"" +
-         RGPU_FAKE_CUSPARSE_LIB + "\"\n";
+         RGPU_FAKE_CUSPARSE_LIB + "\"\ncudnn_library = \"" + RGPU_FAKE_CUDNN_LIB + "\"\n";
 }
 
 std::string cudaServerToml(const std::string& dir, const std::string& backend, const std::string& driver) {

@@ -1,0 +1,236 @@
+// rgpu's libcudnn.so.9, the operations other than convolutions: tensor
+// arithmetic, activation, softmax, pooling, batch normalisation and dropout
+// (docs/cudnn.md). Each builds common::dnn::Args from its descriptors and
+// travels as cudnn_api.cc's convolutions do.
+#include "client/dnn/cudnn_client.h"
+#include "client/dnn/cudnn_descriptors.h"
+#include "common/half.h"
+
+namespace dn = rgpu::common::dnn;
+using rgpu::client::dnn::live;
+using rgpu::client::dnn::scalarOf;
+using rgpu::client::dnn::send;
+using rgpu::client::dnn::tensorOf;
+
+namespace {
+
+dn::Args args(dn::Op op, std::vector<dn::Tensor> t, const void* alpha, const void* beta, int32_t type) {
+  dn::Args a;
+  a.op = op;
+  a.t = std::move(t);
+  a.alpha = scalarOf(alpha, type);
+  a.beta = scalarOf(beta, type);
+  return a;
+}
+
+}  // namespace
+
+extern "C" {
+
+#define DNN_API __attribute__((visibility("default")))
+
+// ---- tensors ----
+DNN_API cudnnStatus_t cudnnAddTensor(cudnnHandle_t h, const void* alpha, const cudnnTensorDescriptor_t ad,
+                                     const void* A, const void* beta, const cudnnTensorDescriptor_t cd, void* C) {
+  if (!alpha || !beta || !cd) return CUDNN_STATUS_BAD_PARAM;
+  return send(h, args(dn::Op::kAddTensor, {tensorOf(ad, A), tensorOf(cd, C)}, alpha, beta, cd->t.type));
+}
+DNN_API cudnnStatus_t cudnnOpTensor(cudnnHandle_t h, const cudnnOpTensorDescriptor_t od, const void* alpha1,
+                                    const cudnnTensorDescriptor_t ad, const void* A, const void* alpha2,
+                                    const cudnnTensorDescriptor_t bd, const void* B, const void* beta,
+                                    const cudnnTensorDescriptor_t cd, void* C) {
+  if (!od || !alpha1 || !alpha2 || !beta || !cd) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a = args(dn::Op::kOpTensor, {tensorOf(ad, A), tensorOf(bd, B), tensorOf(cd, C)}, alpha1, beta, cd->t.type);
+  a.alpha2 = scalarOf(alpha2, cd->t.type);
+  a.tensor_op = od->op, a.tensor_op_type = od->type;
+  if (od->op >= CUDNN_OP_TENSOR_SQRT && !B) a.t[1] = a.t[0];  // (B is ignored by the unary operations)
+  return send(h, a);
+}
+DNN_API cudnnStatus_t cudnnScaleTensor(cudnnHandle_t h, const cudnnTensorDescriptor_t yd, void* y, const void* alpha) {
+  if (!alpha || !yd) return CUDNN_STATUS_BAD_PARAM;
+  return send(h, args(dn::Op::kScaleTensor, {tensorOf(yd, y)}, alpha, nullptr, yd->t.type));
+}
+DNN_API cudnnStatus_t cudnnSetTensor(cudnnHandle_t h, const cudnnTensorDescriptor_t yd, void* y, const void* value) {
+  if (!value || !yd) return CUDNN_STATUS_BAD_PARAM;
+  // The value is of y's own type (half and bfloat16 included).
+  double v = 0;
+  switch (yd->t.type) {
+    case dn::kDouble: v = scalarOf(value, dn::kDouble); break;
+    case dn::kHalf: v = rgpu::common::halfToFloat(*static_cast<const uint16_t*>(value)); break;
+    case dn::kBf16: v = rgpu::common::bf16ToFloat(*static_cast<const uint16_t*>(value)); break;
+    default: v = scalarOf(value, dn::kFloat);
+  }
+  dn::Args a = args(dn::Op::kSetTensor, {tensorOf(yd, y)}, nullptr, nullptr, yd->t.type);
+  a.alpha = v;
+  return send(h, a);
+}
+DNN_API cudnnStatus_t cudnnTransformTensor(cudnnHandle_t h, const void* alpha, const cudnnTensorDescriptor_t xd,
+                                           const void* x, const void* beta, const cudnnTensorDescriptor_t yd, void* y) {
+  if (!alpha || !beta || !yd) return CUDNN_STATUS_BAD_PARAM;
+  return send(h, args(dn::Op::kTransformTensor, {tensorOf(xd, x), tensorOf(yd, y)}, alpha, beta, yd->t.type));
+}
+
+// ---- activation ----
+DNN_API cudnnStatus_t cudnnActivationForward(cudnnHandle_t h, cudnnActivationDescriptor_t ad, const void* alpha,
+                                             const cudnnTensorDescriptor_t xd, const void* x, const void* beta,
+                                             const cudnnTensorDescriptor_t yd, void* y) {
+  if (!ad || !alpha || !beta || !yd) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a = args(dn::Op::kActivationFwd, {tensorOf(xd, x), tensorOf(yd, y)}, alpha, beta, yd->t.type);
+  a.act = ad->a;
+  return send(h, a);
+}
+DNN_API cudnnStatus_t cudnnActivationBackward(cudnnHandle_t h, cudnnActivationDescriptor_t ad, const void* alpha,
+                                              const cudnnTensorDescriptor_t yd, const void* y,
+                                              const cudnnTensorDescriptor_t dyd, const void* dy,
+                                              const cudnnTensorDescriptor_t xd, const void* x, const void* beta,
+                                              const cudnnTensorDescriptor_t dxd, void* dx) {
+  if (!ad || !alpha || !beta || !dxd) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a = args(dn::Op::kActivationBwd, {tensorOf(yd, y), tensorOf(dyd, dy), tensorOf(xd, x), tensorOf(dxd, dx)},
+                    alpha, beta, dxd->t.type);
+  a.act = ad->a;
+  return send(h, a);
+}
+
+// ---- softmax ----
+DNN_API cudnnStatus_t cudnnSoftmaxForward(cudnnHandle_t h, cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode,
+                                          const void* alpha, const cudnnTensorDescriptor_t xd, const void* x,
+                                          const void* beta, const cudnnTensorDescriptor_t yd, void* y) {
+  if (!alpha || !beta || !yd) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a = args(dn::Op::kSoftmaxFwd, {tensorOf(xd, x), tensorOf(yd, y)}, alpha, beta, yd->t.type);
+  a.softmax_algo = algo, a.softmax_mode = mode;
+  return send(h, a);
+}
+DNN_API cudnnStatus_t cudnnSoftmaxBackward(cudnnHandle_t h, cudnnSoftmaxAlgorithm_t algo, cudnnSoftmaxMode_t mode,
+                                           const void* alpha, const cudnnTensorDescriptor_t yd, const void* y,
+                                           const cudnnTensorDescriptor_t dyd, const void* dy, const void* beta,
+                                           const cudnnTensorDescriptor_t dxd, void* dx) {
+  if (!alpha || !beta || !dxd) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a =
+      args(dn::Op::kSoftmaxBwd, {tensorOf(yd, y), tensorOf(dyd, dy), tensorOf(dxd, dx)}, alpha, beta, dxd->t.type);
+  a.softmax_algo = algo, a.softmax_mode = mode;
+  return send(h, a);
+}
+
+// ---- pooling ----
+DNN_API cudnnStatus_t cudnnPoolingForward(cudnnHandle_t h, const cudnnPoolingDescriptor_t pd, const void* alpha,
+                                          const cudnnTensorDescriptor_t xd, const void* x, const void* beta,
+                                          const cudnnTensorDescriptor_t yd, void* y) {
+  if (!pd || !alpha || !beta || !yd) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a = args(dn::Op::kPoolingFwd, {tensorOf(xd, x), tensorOf(yd, y)}, alpha, beta, yd->t.type);
+  a.pool = pd->p;
+  return send(h, a);
+}
+DNN_API cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t h, const cudnnPoolingDescriptor_t pd, const void* alpha,
+                                           const cudnnTensorDescriptor_t yd, const void* y,
+                                           const cudnnTensorDescriptor_t dyd, const void* dy,
+                                           const cudnnTensorDescriptor_t xd, const void* x, const void* beta,
+                                           const cudnnTensorDescriptor_t dxd, void* dx) {
+  if (!pd || !alpha || !beta || !dxd) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a = args(dn::Op::kPoolingBwd, {tensorOf(yd, y), tensorOf(dyd, dy), tensorOf(xd, x), tensorOf(dxd, dx)},
+                    alpha, beta, dxd->t.type);
+  a.pool = pd->p;
+  return send(h, a);
+}
+
+// ---- batch normalisation ----
+DNN_API cudnnStatus_t cudnnBatchNormalizationForwardTraining(
+    cudnnHandle_t h, cudnnBatchNormMode_t mode, const void* alpha, const void* beta, const cudnnTensorDescriptor_t xd,
+    const void* x, const cudnnTensorDescriptor_t yd, void* y, const cudnnTensorDescriptor_t pd, const void* scale,
+    const void* bias, double factor, void* running_mean, void* running_var, double epsilon, void* save_mean,
+    void* save_inv_var) {
+  if (!alpha || !beta || !yd) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a = args(dn::Op::kBnFwdTraining,
+                    {tensorOf(xd, x), tensorOf(yd, y), tensorOf(pd, scale), tensorOf(pd, bias),
+                     tensorOf(pd, running_mean), tensorOf(pd, running_var), tensorOf(pd, save_mean),
+                     tensorOf(pd, save_inv_var)},
+                    alpha, beta, yd->t.type);
+  a.bn_mode = mode, a.factor = factor, a.epsilon = epsilon;
+  return send(h, a);
+}
+DNN_API cudnnStatus_t cudnnBatchNormalizationForwardInference(
+    cudnnHandle_t h, cudnnBatchNormMode_t mode, const void* alpha, const void* beta, const cudnnTensorDescriptor_t xd,
+    const void* x, const cudnnTensorDescriptor_t yd, void* y, const cudnnTensorDescriptor_t pd, const void* scale,
+    const void* bias, const void* mean, const void* var, double epsilon) {
+  if (!alpha || !beta || !yd) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a = args(dn::Op::kBnFwdInference,
+                    {tensorOf(xd, x), tensorOf(yd, y), tensorOf(pd, scale), tensorOf(pd, bias), tensorOf(pd, mean),
+                     tensorOf(pd, var)},
+                    alpha, beta, yd->t.type);
+  a.bn_mode = mode, a.epsilon = epsilon;
+  return send(h, a);
+}
+DNN_API cudnnStatus_t cudnnBatchNormalizationBackward(
+    cudnnHandle_t h, cudnnBatchNormMode_t mode, const void* alpha_data, const void* beta_data, const void* alpha_param,
+    const void* beta_param, const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t dyd,
+    const void* dy, const cudnnTensorDescriptor_t dxd, void* dx, const cudnnTensorDescriptor_t pd, const void* scale,
+    void* dscale, void* dbias, double epsilon, const void* saved_mean, const void* saved_inv_var) {
+  if (!alpha_data || !beta_data || !alpha_param || !beta_param || !dxd) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a = args(dn::Op::kBnBwd,
+                    {tensorOf(xd, x), tensorOf(dyd, dy), tensorOf(dxd, dx), tensorOf(pd, scale), tensorOf(pd, dscale),
+                     tensorOf(pd, dbias), tensorOf(pd, saved_mean), tensorOf(pd, saved_inv_var)},
+                    alpha_data, beta_data, dxd->t.type);
+  a.alpha2 = scalarOf(alpha_param, dxd->t.type), a.beta2 = scalarOf(beta_param, dxd->t.type);
+  a.bn_mode = mode, a.epsilon = epsilon;
+  return send(h, a);
+}
+
+// ---- dropout ----
+DNN_API cudnnStatus_t cudnnDropoutGetStatesSize(cudnnHandle_t h, size_t* bytes) {
+  if (!live(h)) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a;
+  a.op = dn::Op::kDropoutInit;
+  return rgpu::client::dnn::size(h, dn::Query::kDropoutStates, a, bytes, "cudnnDropoutGetStatesSize");
+}
+DNN_API cudnnStatus_t cudnnDropoutGetReserveSpaceSize(cudnnTensorDescriptor_t xd, size_t* bytes) {
+  if (!xd) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a;
+  a.op = dn::Op::kDropoutFwd;
+  a.t = {tensorOf(xd, nullptr), tensorOf(xd, nullptr)};
+  return rgpu::client::dnn::size(nullptr, dn::Query::kDropoutReserve, a, bytes, "cudnnDropoutGetReserveSpaceSize");
+}
+// Sets the descriptor and, with states, seeds them on the handle's stream (cuDNN launches a kernel for it).
+DNN_API cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t d, cudnnHandle_t h, float dropout,
+                                                void* states, size_t states_size, unsigned long long seed) {
+  if (!d || !live(h) || !(dropout >= 0.f && dropout < 1.f)) return CUDNN_STATUS_BAD_PARAM;
+  d->dropout = dropout, d->states = states, d->states_size = states_size, d->seed = seed;
+  if (!states) return CUDNN_STATUS_SUCCESS;
+  dn::Args a;
+  a.op = dn::Op::kDropoutInit;
+  a.dropout = dropout;
+  a.states = reinterpret_cast<uint64_t>(states), a.states_size = states_size, a.seed = seed;
+  return send(h, a);
+}
+DNN_API cudnnStatus_t cudnnRestoreDropoutDescriptor(cudnnDropoutDescriptor_t d, cudnnHandle_t h, float dropout,
+                                                    void* states, size_t states_size, unsigned long long seed) {
+  if (!d || !live(h) || !(dropout >= 0.f && dropout < 1.f)) return CUDNN_STATUS_BAD_PARAM;
+  d->dropout = dropout, d->states = states, d->states_size = states_size, d->seed = seed;
+  return CUDNN_STATUS_SUCCESS;
+}
+DNN_API cudnnStatus_t cudnnDropoutForward(cudnnHandle_t h, const cudnnDropoutDescriptor_t d,
+                                          const cudnnTensorDescriptor_t xd, const void* x,
+                                          const cudnnTensorDescriptor_t yd, void* y, void* reserve,
+                                          size_t reserve_size) {
+  if (!d) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a;
+  a.op = dn::Op::kDropoutFwd;
+  a.t = {tensorOf(xd, x), tensorOf(yd, y)};
+  a.dropout = d->dropout;
+  a.states = reinterpret_cast<uint64_t>(d->states), a.states_size = d->states_size, a.seed = d->seed;
+  a.reserve = reinterpret_cast<uint64_t>(reserve), a.reserve_size = reserve_size;
+  return send(h, a);
+}
+DNN_API cudnnStatus_t cudnnDropoutBackward(cudnnHandle_t h, const cudnnDropoutDescriptor_t d,
+                                           const cudnnTensorDescriptor_t dyd, const void* dy,
+                                           const cudnnTensorDescriptor_t dxd, void* dx, void* reserve,
+                                           size_t reserve_size) {
+  if (!d) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a;
+  a.op = dn::Op::kDropoutBwd;
+  a.t = {tensorOf(dyd, dy), tensorOf(dxd, dx)};
+  a.dropout = d->dropout;
+  a.states = reinterpret_cast<uint64_t>(d->states), a.states_size = d->states_size, a.seed = d->seed;
+  a.reserve = reinterpret_cast<uint64_t>(reserve), a.reserve_size = reserve_size;
+  return send(h, a);
+}
+
+}  // extern "C"

@@ -1,0 +1,73 @@
+// cuDNN end to end (docs/cudnn.md): a program built with nvcc -cudart shared
+// -lcudnn runs unchanged against rgpu's libcudnn.so.9 and a real
+// rgpu-server, on the sim backend and on the CUDA backend (the fake driver
+// and a fake cuDNN computing with the same executor, which refuses a
+// convolution without the workspace it asked for); cudnn_check compares
+// every result with one it computes in double precision.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "tests/support/test_env.h"
+
+namespace rgpu::test {
+namespace {
+
+std::string testProgram(const char* name) { return std::string(RGPU_TEST_PROGRAMS_DIR) + "/" + name; }
+
+void expectCudnnCheckPasses(const std::string& env) {
+  RunResult r = run(testProgram("cudnn_check"), env);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("cudnn_check: done, 0 failed"), std::string::npos) << r.output;
+  for (const char* ok :
+       {"conv f32 NCHW 2x3x9x8 by 4x3x3x3, pad 1, forward", "conv f32 NCHW 2x3x9x8 by 4x3x3x3, pad 1, backward data",
+        "conv f32 NCHW 2x3x9x8 by 4x3x3x3, pad 1, backward filter",
+        "conv f32 NHWC, stride 2x3, dilation 2x1, alpha 2 beta 0.5, forward",
+        "conv f64 NCHW, 2 groups, CUDNN_CONVOLUTION \\(flipped\\), backward filter", "conv f16 NHWC, forward",
+        "conv bf16 NCHW, backward data", "conv 3-D f32 1x2x5x6x4 by 3x2x3x3x2, forward", "conv backward bias 3x5x4x6",
+        "forward FindEx leaves y", "cudnnAddTensor, a 1x4x1x1 bias over 2x4x3x5", "cudnnOpTensor MAX, beta 1",
+        "cudnnTransformTensor NCHW to NHWC", "activation swish \\(beta 1.5\\), backward",
+        "softmax log over channels, backward", "pooling max 3x3 pad 1 stride 2, NHWC, backward",
+        "pooling average 3x3 pad 1 stride 2, padding not counted, backward", "batch norm spatial, running variance",
+        "batch norm spatial, backward dx", "batch norm spatial, inference"})
+    EXPECT_TRUE(std::regex_search(r.output, std::regex(std::string(ok) + "[^\n]*: relative error [0-9.e+-]+ ok")))
+        << ok << "\n" << r.output;
+  for (const char* line :
+       {"version: 91900", "algorithm counts: forward 8, backward data 6, backward filter 7",
+        "forward FindEx: first timed and usable, sorted by time", "backward filter Find: first usable",
+        "dropout 0.25: about a quarter of 10000 dropped", "dropout backward: the forward mask: ok",
+        "dropout again: another mask: ok", "y of the wrong height: CUDNN_STATUS_BAD_PARAM",
+        "relu on int32 tensors: CUDNN_STATUS_NOT_SUPPORTED", "cudnnCreateLRNDescriptor: CUDNN_STATUS_NOT_SUPPORTED",
+        "cudnnCreateLRNDescriptor is not supported by rgpu's cuDNN",
+        "y is 2x4x10x8 but convolving x 2x3x9x8 by 4x3x3x3 gives 2x4x9x8",
+        "y past the end of its allocation: CUDNN_STATUS_SUCCESS, then cudaErrorInvalidValue", "after it: cudaSuccess"})
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+}
+
+TEST(Cudnn, ProgramsLoadRgpusCudnnNotNvidias) {
+  RunResult r = run("ldd " + testProgram("cudnn_check"), std::string("LD_LIBRARY_PATH=") + RGPU_CLIENT_LIBDIR);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("libcudnn.so.9 => (\\S+)"))) << r.output;
+  EXPECT_EQ(m[1].str().rfind(RGPU_CLIENT_LIBDIR, 0), 0u) << m[1].str();
+}
+
+TEST(Cudnn, LayersMatchTheirDefinitionsOnTheSim) {
+  OwnServer own(false);
+  expectCudnnCheckPasses(own.env());
+}
+
+// The CUDA backend: NVIDIA's cuDNN (here the fake), its descriptors made per
+// call, the program's workspace, dropout states seeded once and restored.
+TEST(CudnnCuda, LayersMatchTheirDefinitionsThroughTheCudaBackend) {
+  OwnServer own(true);
+  expectCudnnCheckPasses(own.env());
+  const std::string log = own.driverLog();
+  for (const char* line : {"cudnnConvolutionForward with a workspace", "cudnnConvolutionBackwardData with a workspace",
+                           "cudnnConvolutionBackwardFilter with a workspace", "cudnnBatchNormalizationBackward",
+                           "cudnnSetDropoutDescriptor (states seeded)", "cudnnDropoutForward (restored states)",
+                           "cudnnPoolingBackward", "cudnnSoftmaxBackward"})
+    EXPECT_NE(log.find(line), std::string::npos) << line << "\n" << log;
+}
+
+}  // namespace
+}  // namespace rgpu::test
