@@ -1,6 +1,6 @@
 # Debian packages (scripts/package.sh; docs/operations.md#debian-packages):
 #   rgpu-client  rgpu's libcudart.so.13, libcublas.so.13, libcublasLt.so.13, libcurand.so.10, libcufft.so.12,
-#                libcusolver.so.12, libcusparse.so.12
+#                libcusolver.so.12, libcusparse.so.12, libcudnn.so.9
 #                in <libdir>/rgpu (never on the default search path: programs
 #                get them through rgpu-run or LD_LIBRARY_PATH), rgpu-run,
 #                rgpu-smi, /etc/rgpu/client.toml
@@ -29,7 +29,7 @@ set(CPACK_DEBIAN_CLIENT_PACKAGE_NAME rgpu-client)
 set(CPACK_DEBIAN_SERVER_PACKAGE_NAME rgpu-server)
 set(CPACK_COMPONENT_CLIENT_DESCRIPTION "rgpu client: run unmodified CUDA programs on remote GPUs
  rgpu's libcudart.so.13, libcublas.so.13, libcublasLt.so.13, libcurand.so.10,
- libcufft.so.12, libcusolver.so.12 and libcusparse.so.12
+ libcufft.so.12, libcusolver.so.12, libcusparse.so.12 and libcudnn.so.9
  send every CUDA call over TLS to an rgpu-server on a GPU host. rgpu-run starts a program with
  them; rgpu-smi shows the server's devices and sessions.")
 set(CPACK_COMPONENT_SERVER_DESCRIPTION "rgpu server: lend this host's GPUs to CUDA programs on other hosts

@@ -23,6 +23,7 @@ programs=(
   "$ex/matmul"
   "$ex/reduction"
   "$ex/mlp_train"
+  "$ex/cnn_train"
   "$e2e/streams_ptds"
   "$e2e/memory_ptds"
   "$e2e/ptx_only_matmul"
@@ -53,6 +54,7 @@ programs=(
   "$e2e/cufft_check"
   "$e2e/cusolver_check"
   "$e2e/cusparse_check"
+  "$e2e/cudnn_check"
   "$e2e/thrust_cub 1000000"
 )
 pass=0; fail=0

@@ -53,6 +53,9 @@ echo
 echo "== examples/mlp_train.cu (nvcc -cudart shared ... -lcublas): a small network learns, cuBLAS through rgpu"
 "$build/examples/mlp_train" 15 || status=1
 echo
+echo "== examples/cnn_train.cu (nvcc -cudart shared ... -lcudnn -lcublas -lcurand): a convolutional network learns"
+"$build/examples/cnn_train" 8 || status=1
+echo
 echo "== rgpu-smi: the server's pool while a benchmark program (tests/bench/gpu_bench.cu) runs"
 "$build/tests/e2e/gpu_bench" >"$demo/gpu_bench.out" &
 bench=$!

@@ -7,8 +7,8 @@
 #      CUDA backend and natively against NVIDIA's runtime, compared;
 #   4. a loopback rgpu-server with backend = "cuda" and development
 #      certificates; the examples through it; cufft_check,
-#      cusolver_check and cusparse_check natively and through it, their
-#      lines compared;
+#      cusolver_check, cusparse_check and cudnn_check natively and through
+#      it, their lines compared; examples/cnn_train both ways;
 #   5. gpu_bench natively and through rgpu: round-trip latency, launch rate,
 #      H2D/D2H bandwidth, and the ratios;
 #   6. the worker sandbox's refusals with NVIDIA's driver;
@@ -91,20 +91,26 @@ for ex in device_query memory streams vector_add matmul reduction; do
 done
 head -3 "$work/device_query.out"
 note "examples through rgpu (cuda backend): $passed passed, $failed failed"
-# cuFFT, cuSOLVER and cuSPARSE (docs/cufft.md, cusolver.md, cusparse.md): their check programs
+# cuFFT, cuSOLVER, cuSPARSE and cuDNN (docs/cufft.md, cusolver.md, cusparse.md, cudnn.md): their check programs
 # with NVIDIA's libraries, natively and through rgpu (the worker's NVIDIA
 # plans and handles, the client's work areas); the other lines (refusals,
 # devInfo, workspace sizes) show whether rgpu answers as NVIDIA's libraries
-# do -- apart from what rgpu refuses (half precision, sytrf, SpGEMM).
-for lib in cufft cusolver cusparse; do
+# do -- apart from what rgpu refuses (half precision, sytrf, SpGEMM, LRN, int32 activations).
+for lib in cufft cusolver cusparse cudnn; do
   for how in native rgpu; do
     if [ $how = native ]; then envs=("${native_env[@]}"); else envs=("${rgpu_env[@]}"); fi
     "${envs[@]}" "$build/tests/e2e/${lib}_check" --no-overrun >"$work/$lib-$how.out" 2>&1 || status=1
     note "${lib}_check ($how): $(grep -c ' ok$' "$work/$lib-$how.out") ok, $(tail -1 "$work/$lib-$how.out")"
   done
-  skip='relative error|^\[|half.precision|^sytrf|^SpGEMM'
+  skip='relative error|^\[|half.precision|^sytrf|^SpGEMM|^cudnnCreateLRN|^relu on int32'
   diff <(grep -vE "$skip" "$work/$lib-native.out") <(grep -vE "$skip" "$work/$lib-rgpu.out") ||
     { status=1; note "${lib}_check: rgpu's lines differ from NVIDIA's (above)"; }
+done
+# The convolutional network of examples/cnn_train.cu (cuDNN, cuRAND, cuBLAS), natively and through rgpu.
+for how in native rgpu; do
+  if [ $how = native ]; then envs=("${native_env[@]}"); else envs=("${rgpu_env[@]}"); fi
+  "${envs[@]}" "$build/examples/cnn_train" 8 >"$work/cnn-$how.out" 2>&1 || status=1
+  note "cnn_train ($how): $(tail -1 "$work/cnn-$how.out")"
 done
 
 # 5. The benchmark, natively and through rgpu, side by side.

@@ -11,7 +11,7 @@ const ExportTable* table() {
     const void* p = nullptr;
     if (cudaGetExportTable(&p, &kExportTableId) != cudaSuccess || !p) {
       common::initLogging("rgpu-client", "warn");
-      RGPU_LOG_ERROR("rgpu's math libraries (cuBLAS, cuRAND, cuFFT, cuSOLVER, cuSPARSE) need rgpu's "
+      RGPU_LOG_ERROR("rgpu's math libraries (cuBLAS, cuRAND, cuFFT, cuSOLVER, cuSPARSE, cuDNN) need rgpu's "
                      "libcudart.so.13, and this process loaded another one: run the program with rgpu-run, or put "
                      "rgpu's library directory first in LD_LIBRARY_PATH");
       return nullptr;

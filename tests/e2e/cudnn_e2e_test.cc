@@ -69,5 +69,32 @@ TEST(CudnnCuda, LayersMatchTheirDefinitionsThroughTheCudaBackend) {
     EXPECT_NE(log.find(line), std::string::npos) << line << "\n" << log;
 }
 
+// examples/cnn_train: cuDNN's convolution, ReLU, pooling, dropout and
+// softmax, cuRAND's initialisation and cuBLAS's classifier, forward and
+// backward: its loss must fall and it must tell the test images apart.
+void expectTheNetworkLearns(const std::string& env) {
+  RunResult r = run(std::string(RGPU_EXAMPLES_DIR) + "/cnn_train 8", env);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m,
+                                std::regex("cnn_train: loss ([0-9.]+) -> ([0-9.]+) over 8 epochs, test accuracy ([0-9.]+)%")))
+      << r.output;
+  const double first = std::stod(m[1]), last = std::stod(m[2]), accuracy = std::stod(m[3]);
+  EXPECT_GT(first, 1.0) << r.output;  // (three classes: ln 3 = 1.10 before it learns)
+  EXPECT_LT(last, 0.5 * first) << r.output;
+  EXPECT_GT(accuracy, 85.0) << r.output;
+}
+
+TEST(Cudnn, AConvolutionalNetworkLearnsOnTheSim) {
+  OwnServer own(false);
+  expectTheNetworkLearns(own.env());
+}
+
+TEST(CudnnCuda, AConvolutionalNetworkLearnsThroughTheCudaBackend) {
+  OwnServer own(true);
+  expectTheNetworkLearns(own.env());
+  EXPECT_NE(own.driverLog().find("cudnnConvolutionBackwardFilter with a workspace"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace rgpu::test

@@ -45,7 +45,7 @@ TEST(Packages, InstallIntoACleanRootAndServeAnExampleFromTheInstalledFiles) {
   std::string client_files = run("dpkg-deb -c " + client).output, server_files = run("dpkg-deb -c " + server).output;
   for (const char* f : {"./usr/lib/rgpu/libcudart.so.13", "./usr/lib/rgpu/libcublas.so.13", "./usr/lib/rgpu/libcublasLt.so.13",
                         "./usr/lib/rgpu/libcurand.so.10", "./usr/lib/rgpu/libcufft.so.12", "./usr/lib/rgpu/libcusolver.so.12",
-                        "./usr/lib/rgpu/libcusparse.so.12",
+                        "./usr/lib/rgpu/libcusparse.so.12", "./usr/lib/rgpu/libcudnn.so.9",
                         "./usr/bin/rgpu-run", "./usr/bin/rgpu-smi", "./etc/rgpu/client.toml"})
     EXPECT_NE(client_files.find(f), std::string::npos) << "rgpu-client lacks " << f << "\n" << client_files;
   for (const char* f : {"./usr/bin/rgpu-server", "./usr/lib/rgpu/librgpu_ptx_jit.so", "./etc/rgpu/server.toml",

@@ -9,6 +9,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "protocol/rgpu.capnp.h"
 #include "tests/fuzz/dispatch_input.h"
@@ -512,7 +513,7 @@ std::string arrays() {
 }  // namespace
 
 // The math libraries' requests (docs/cufft.md, cusolver.md, cusparse.md,
-// curand.md): each on two allocations of 64 KiB, with what a client sends.
+// cudnn.md, curand.md): each on two allocations of 64 KiB, with what a client sends.
 std::string libraries() {
   std::string s;
   malloc(s, 1 << 16);
@@ -586,6 +587,64 @@ std::string libraries() {
   sparse(false, 0, 0);
   sparse(false, 1, 1);
   sparse(false, 0, 2);
+  // cuDNN: a tensor of 4 dimensions packed NCHW at an offset of allocation `a`.
+  auto tensor = [&](rgpu::wire::DnnTensor::Builder t, std::initializer_list<int64_t> dims, int a, uint64_t at,
+                    int32_t filter_format = -1) {
+    t.setType(0);
+    auto d = t.initDims(4);
+    auto st = t.initStrides(4);
+    int64_t stride = 1;
+    std::vector<int64_t> v(dims);
+    for (int i = 3; i >= 0; --i) d.set(i, v[i]), st.set(i, stride), stride *= v[i];
+    t.setPtr(relocated(a, at));
+    t.setFilterFormat(filter_format);
+  };
+  auto dnn = [&](bool size, uint8_t op, auto fill) {
+    add(s, !size, [&](Request::Builder r) {
+      auto m = size ? r.initDnnSize() : r.initDnn();
+      m.initStream();
+      m.setOp(op);
+      m.setAlpha(1);
+      for (auto l : {m.initConvPad(3), m.initConvStride(3), m.initConvDilation(3), m.initPoolWindow(3),
+                     m.initPoolPad(3), m.initPoolStride(3)})
+        for (unsigned i = 0; i < 3; ++i) l.set(i, 1);
+      fill(m);
+    });
+  };
+  auto convolution = [&](rgpu::wire::Dnn::Builder m) {  // x 2x3x8x8, w 4x3x3x3, y 2x4x8x8 (pad 1)
+    m.setConvSpatial(2), m.setConvMode(1), m.setGroups(1);
+    auto t = m.initTensors(3);
+    tensor(t[0], {2, 3, 8, 8}, 0, 0);
+    tensor(t[1], {4, 3, 3, 3}, 0, 4096, 0);
+    tensor(t[2], {2, 4, 8, 8}, 1, 0);
+  };
+  dnn(true, 0, convolution);
+  dnn(false, 0, convolution);
+  dnn(false, 13, [&](rgpu::wire::Dnn::Builder m) {  // max pooling 2x2, stride 2 (window set below)
+    m.setPoolSpatial(2);
+    m.getPoolWindow().set(0, 2), m.getPoolWindow().set(1, 2), m.getPoolPad().set(0, 0), m.getPoolPad().set(1, 0);
+    m.getPoolStride().set(0, 2), m.getPoolStride().set(1, 2);
+    auto t = m.initTensors(2);
+    tensor(t[0], {2, 3, 8, 8}, 0, 0);
+    tensor(t[1], {2, 3, 4, 4}, 1, 0);
+  });
+  dnn(false, 15, [&](rgpu::wire::Dnn::Builder m) {  // batch normalisation, spatial, training
+    m.setBnMode(1), m.setEpsilon(1e-5), m.setFactor(0.1);
+    auto t = m.initTensors(8);
+    tensor(t[0], {2, 3, 8, 8}, 0, 0);
+    tensor(t[1], {2, 3, 8, 8}, 1, 0);
+    for (unsigned i = 2; i < 8; ++i) tensor(t[i], {1, 3, 1, 1}, 1, 8192 + 64 * i);
+  });
+  dnn(false, 18, [&](rgpu::wire::Dnn::Builder m) {  // dropout states seeded, then a forward call
+    m.setDropout(0.5f), m.setStates(relocated(1, 16384)), m.setStatesSize(64), m.setSeed(3);
+  });
+  dnn(false, 19, [&](rgpu::wire::Dnn::Builder m) {
+    m.setDropout(0.5f), m.setStates(relocated(1, 16384)), m.setStatesSize(64), m.setSeed(3);
+    m.setReserve(relocated(1, 20480)), m.setReserveSize(384);
+    auto t = m.initTensors(2);
+    tensor(t[0], {2, 3, 8, 8}, 0, 0);
+    tensor(t[1], {2, 3, 8, 8}, 0, 32768);
+  });
   add(s, true, [](Request::Builder r) {
     auto m = r.initRandFill();
     m.initStream();
