@@ -288,6 +288,59 @@ static int checkRefusals(cudnnHandle_t h, const ConvCase& cc, bool overrun) {
   return 0;
 }
 
+// The backend (graph) API: descriptors made and read back; a graph's finalize answers whether it runs.
+static int checkBackendGraph() {
+  cudnnBackendDescriptor_t a, b, c, mm, mm_op, pw, pw_op, graph;
+  for (auto [d, type] : {std::pair{&a, CUDNN_BACKEND_TENSOR_DESCRIPTOR}, {&b, CUDNN_BACKEND_TENSOR_DESCRIPTOR},
+                         {&c, CUDNN_BACKEND_TENSOR_DESCRIPTOR}, {&mm, CUDNN_BACKEND_MATMUL_DESCRIPTOR},
+                         {&mm_op, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR}, {&pw, CUDNN_BACKEND_POINTWISE_DESCRIPTOR},
+                         {&pw_op, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR},
+                         {&graph, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR}})
+    CHECK(cudnnBackendCreateDescriptor(type, d));
+  const int64_t dims[3] = {1, 64, 64}, strides[3] = {4096, 64, 1}, align = 16;
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  int64_t uid = 1;
+  for (cudnnBackendDescriptor_t t : {a, b, c}) {
+    CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type));
+    CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 3, dims));
+    CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 3, strides));
+    CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
+    CHECK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
+    CHECK(cudnnBackendFinalize(t));
+    ++uid;
+  }
+  int64_t got[3] = {}, n = 0;
+  CHECK(cudnnBackendGetAttribute(b, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 3, &n, got));
+  std::printf("backend tensor dimensions read back: %s\n", n == 3 && got[1] == 64 && got[2] == 64 ? "as set" : "FAIL");
+  if (n != 3 || got[1] != 64) ++g_failures;
+  CHECK(cudnnBackendSetAttribute(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type));
+  CHECK(cudnnBackendFinalize(mm));
+  CHECK(cudnnBackendSetAttribute(mm_op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a));
+  CHECK(cudnnBackendSetAttribute(mm_op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
+  CHECK(cudnnBackendSetAttribute(mm_op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c));
+  CHECK(cudnnBackendSetAttribute(mm_op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm));
+  CHECK(cudnnBackendFinalize(mm_op));
+  cudnnPointwiseMode_t mode = CUDNN_POINTWISE_MUL;
+  CHECK(cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode));
+  CHECK(cudnnBackendSetAttribute(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &type));
+  CHECK(cudnnBackendFinalize(pw));
+  CHECK(cudnnBackendSetAttribute(pw_op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                 &pw));
+  CHECK(cudnnBackendSetAttribute(pw_op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c));
+  CHECK(cudnnBackendSetAttribute(pw_op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a));
+  CHECK(cudnnBackendSetAttribute(pw_op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b));
+  CHECK(cudnnBackendFinalize(pw_op));
+  cudnnHandle_t h;
+  CHECK(cudnnCreate(&h));
+  cudnnBackendDescriptor_t ops[2] = {mm_op, pw_op};
+  CHECK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+  CHECK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 2, ops));
+  std::printf("backend graph of matmul, pointwise mul: finalize %s\n", cudnnGetErrorString(cudnnBackendFinalize(graph)));
+  for (cudnnBackendDescriptor_t d : {a, b, c, mm, mm_op, pw, pw_op, graph}) CHECK(cudnnBackendDestroyDescriptor(d));
+  CHECK(cudnnDestroy(h));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const bool overrun = !(argc > 1 && std::strcmp(argv[1], "--no-overrun") == 0);
   std::printf("version: %zu\n", cudnnGetVersion());
@@ -310,7 +363,7 @@ int main(int argc, char** argv) {
   if (checkConv(h, "conv f16 NHWC", basic, true, CUDNN_DATA_HALF, 1, 0, 1e-2)) return 2;
   if (checkConv(h, "conv bf16 NCHW", basic, false, CUDNN_DATA_BFLOAT16, 1, 0, 2e-2)) return 2;
   if (checkConv3dAndBias(h) || checkAlgorithms(h, basic) || checkTensorOps(h) || checkActivationsAndSoftmax(h) ||
-      checkPooling(h) || checkBatchNorm(h) || checkDropout(h) || checkRefusals(h, basic, overrun))
+      checkPooling(h) || checkBatchNorm(h) || checkDropout(h) || checkRefusals(h, basic, overrun) || checkBackendGraph())
     return 2;
   CHECK(cudaStreamSynchronize(s));
   CHECK(cudnnDestroy(h));

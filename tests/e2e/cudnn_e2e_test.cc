@@ -40,7 +40,10 @@ void expectCudnnCheckPasses(const std::string& env) {
         "relu on int32 tensors: CUDNN_STATUS_NOT_SUPPORTED", "cudnnCreateLRNDescriptor: CUDNN_STATUS_NOT_SUPPORTED",
         "cudnnCreateLRNDescriptor is not supported by rgpu's cuDNN",
         "y is 2x4x10x8 but convolving x 2x3x9x8 by 4x3x3x3 gives 2x4x9x8",
-        "y past the end of its allocation: CUDNN_STATUS_SUCCESS, then cudaErrorInvalidValue", "after it: cudaSuccess"})
+        "y past the end of its allocation: CUDNN_STATUS_SUCCESS, then cudaErrorInvalidValue", "after it: cudaSuccess",
+        "backend tensor dimensions read back: as set",
+        "backend graph of matmul, pointwise mul: finalize CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN",
+        "a graph of matmul, pointwise mul is refused with CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN"})
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
 }
 
