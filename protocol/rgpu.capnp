@@ -422,6 +422,7 @@ enum BlasOp {
   gemv @9; ger @10;
   gemm @11; gemmStridedBatched @12; gemmBatched @13;
   geam @14; dgmm @15; trsm @16; syrk @17;
+  trmm @18; symm @19; syr2k @20;
 }
 
 # alpha or beta: its bytes (host pointer mode) or its device address.
@@ -465,9 +466,9 @@ struct BlasCall {
   workspace @29 :UInt64;    # cublasSetWorkspace: device memory the library may use (0: its own)
   workspaceSize @30 :UInt64;
   result64 @31 :Bool;       # iamax, iamin of the _64 API: an int64_t index (else int)
-  side @32 :Int32;          # dgmm, trsm: cublasSideMode_t
-  uplo @33 :Int32;          # trsm, syrk: cublasFillMode_t
-  diag @34 :Int32;          # trsm: cublasDiagType_t
+  side @32 :Int32;          # dgmm, trsm, trmm, symm: cublasSideMode_t
+  uplo @33 :Int32;          # trsm, trmm, syrk, syr2k, symm: cublasFillMode_t
+  diag @34 :Int32;          # trsm, trmm: cublasDiagType_t
 }
 
 # A cuBLASLt matrix layout and where the matrix is.

@@ -288,6 +288,99 @@ cublasStatus_t syrk(const char* name, cublasHandle_t h, cublasFillMode_t uplo, c
   });
 }
 
+// C = alpha op(A) B (left) or alpha B op(A) (right), A triangular; C may be B (in place).
+template <typename T, typename I>
+cublasStatus_t trmm(const char* name, cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo,
+                    cublasOperation_t trans, cublasDiagType_t diag, I m, I n, const T* alpha, const T* A, I lda,
+                    const T* B, I ldb, T* C, I ldc) {
+  if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (m < 0 || n < 0 || (side != CUBLAS_SIDE_LEFT && side != CUBLAS_SIDE_RIGHT) ||
+      (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) || !opValid(trans) ||
+      (diag != CUBLAS_DIAG_NON_UNIT && diag != CUBLAS_DIAG_UNIT) || !alpha ||
+      lda < std::max<I>(1, side == CUBLAS_SIDE_LEFT ? m : n) || ldb < std::max<I>(1, m) || ldc < std::max<I>(1, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  bool device = h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
+  return submit(name, h, [&](wire::BlasCall::Builder c) {
+    c.setOp(wire::BlasOp::TRMM);
+    c.setAType(typeOf<T>());
+    c.setBType(typeOf<T>());
+    c.setSide(side);
+    c.setUplo(uplo);
+    c.setTransA(trans);
+    c.setDiag(diag);
+    c.setM(m);
+    c.setN(n);
+    c.setA(addr(A));
+    c.setLda(lda);
+    c.setB(addr(B));
+    c.setLdb(ldb);
+    c.setC(addr(C));
+    c.setLdc(ldc);
+    setScalar(c.initAlpha(), alpha, sizeof(T), device);
+  });
+}
+
+// C = alpha A B + beta C (left) or alpha B A + beta C (right), A symmetric (one triangle read).
+template <typename T, typename I>
+cublasStatus_t symm(const char* name, cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, I m, I n,
+                    const T* alpha, const T* A, I lda, const T* B, I ldb, const T* beta, T* C, I ldc) {
+  if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (m < 0 || n < 0 || (side != CUBLAS_SIDE_LEFT && side != CUBLAS_SIDE_RIGHT) ||
+      (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) || !alpha || !beta ||
+      lda < std::max<I>(1, side == CUBLAS_SIDE_LEFT ? m : n) || ldb < std::max<I>(1, m) || ldc < std::max<I>(1, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  bool device = h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
+  return submit(name, h, [&](wire::BlasCall::Builder c) {
+    c.setOp(wire::BlasOp::SYMM);
+    c.setAType(typeOf<T>());
+    c.setBType(typeOf<T>());
+    c.setSide(side);
+    c.setUplo(uplo);
+    c.setM(m);
+    c.setN(n);
+    c.setA(addr(A));
+    c.setLda(lda);
+    c.setB(addr(B));
+    c.setLdb(ldb);
+    c.setC(addr(C));
+    c.setLdc(ldc);
+    setScalar(c.initAlpha(), alpha, sizeof(T), device);
+    setScalar(c.initBeta(), beta, sizeof(T), device);
+  });
+}
+
+// C (one triangle) = alpha (op(A) op(B)^T + op(B) op(A)^T) + beta C.
+template <typename T, typename I>
+cublasStatus_t syr2k(const char* name, cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, I n, I k,
+                     const T* alpha, const T* A, I lda, const T* B, I ldb, const T* beta, T* C, I ldc) {
+  if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  const I rows = trans == CUBLAS_OP_N ? n : k;
+  if (n < 0 || k < 0 || (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) || !opValid(trans) ||
+      !alpha || !beta || lda < std::max<I>(1, rows) || ldb < std::max<I>(1, rows) || ldc < std::max<I>(1, n))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (n == 0) return CUBLAS_STATUS_SUCCESS;
+  bool device = h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
+  return submit(name, h, [&](wire::BlasCall::Builder c) {
+    c.setOp(wire::BlasOp::SYR2K);
+    c.setAType(typeOf<T>());
+    c.setBType(typeOf<T>());
+    c.setUplo(uplo);
+    c.setTransA(trans);
+    c.setN(n);
+    c.setK(k);
+    c.setA(addr(A));
+    c.setLda(lda);
+    c.setB(addr(B));
+    c.setLdb(ldb);
+    c.setC(addr(C));
+    c.setLdc(ldc);
+    setScalar(c.initAlpha(), alpha, sizeof(T), device);
+    setScalar(c.initBeta(), beta, sizeof(T), device);
+  });
+}
+
 // One description of every gemm form.
 struct Gemm {
   wire::BlasOp op = wire::BlasOp::GEMM;
@@ -659,7 +752,7 @@ LEVEL2(D, double, int64_t, _v2_64)
 
 // ---- level 3 ----------------------------------------------------------------------
 
-// geam and dgmm (no _v2 forms: they came after it), trsm and syrk, in S and D.
+// geam and dgmm (no _v2 forms: they came after it), trsm, syrk, trmm, symm and syr2k, in S and D.
 #define LEVEL3X(P, T, I, SUFFIX, V2)                                                                                   \
   API(cublas##P##geam##SUFFIX, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, I m, I n,                \
       const T* alpha, const T* A, I lda, const T* beta, const T* B, I ldb, T* C, I ldc) {                              \
@@ -679,8 +772,25 @@ LEVEL2(D, double, int64_t, _v2_64)
       const T* alpha, const T* A, I lda, const T* beta, T* C, I ldc) {                                                 \
     RUN(cublas##P##syrk,                                                                                               \
         return syrk<T, I>("cublas" #P "syrk" #V2 #SUFFIX, h, uplo, trans, n, k, alpha, A, lda, beta, C, ldc));        \
+  }                                                                                                                    \
+  API(cublas##P##trmm##V2##SUFFIX, cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo,                     \
+      cublasOperation_t trans, cublasDiagType_t diag, I m, I n, const T* alpha, const T* A, I lda, const T* B, I ldb,  \
+      T* C, I ldc) {                                                                                                   \
+    RUN(cublas##P##trmm, return trmm<T, I>("cublas" #P "trmm" #V2 #SUFFIX, h, side, uplo, trans, diag, m, n, alpha, A, \
+                                           lda, B, ldb, C, ldc));                                                      \
+  }                                                                                                                    \
+  API(cublas##P##symm##V2##SUFFIX, cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, I m, I n,           \
+      const T* alpha, const T* A, I lda, const T* B, I ldb, const T* beta, T* C, I ldc) {                              \
+    RUN(cublas##P##symm, return symm<T, I>("cublas" #P "symm" #V2 #SUFFIX, h, side, uplo, m, n, alpha, A, lda, B, ldb, \
+                                           beta, C, ldc));                                                             \
+  }                                                                                                                    \
+  API(cublas##P##syr2k##V2##SUFFIX, cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, I n, I k,        \
+      const T* alpha, const T* A, I lda, const T* B, I ldb, const T* beta, T* C, I ldc) {                              \
+    RUN(cublas##P##syr2k, return syr2k<T, I>("cublas" #P "syr2k" #V2 #SUFFIX, h, uplo, trans, n, k, alpha, A, lda, B,  \
+                                             ldb, beta, C, ldc));                                                      \
   }
 LEVEL3X(S, float, int, , _v2)
+
 LEVEL3X(D, double, int, , _v2)
 LEVEL3X(S, float, int64_t, _64, _v2)
 LEVEL3X(D, double, int64_t, _64, _v2)

@@ -9,7 +9,7 @@ using namespace common::blas;
 const char* blasOpName(BlasOp op) {
   static const char* const kNames[] = {"axpy", "dot",  "nrm2", "scal", "asum", "iamax", "iamin",
                                        "copy", "swap", "gemv", "ger",  "gemm", "gemmStridedBatched",
-                                       "gemmBatched", "geam", "dgmm", "trsm", "syrk"};
+                                       "gemmBatched", "geam", "dgmm", "trsm", "syrk", "trmm", "symm", "syr2k"};
   auto i = static_cast<size_t>(op);
   return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "?";
 }
@@ -191,7 +191,8 @@ Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device) 
       }
       break;
     }
-    case BlasOp::kGeam: case BlasOp::kDgmm: case BlasOp::kTrsm: case BlasOp::kSyrk: {
+    case BlasOp::kGeam: case BlasOp::kDgmm: case BlasOp::kTrsm: case BlasOp::kSyrk: case BlasOp::kTrmm:
+    case BlasOp::kSymm: case BlasOp::kSyr2k: {
       if (!realType(a.a_type) || a.b_type != a.a_type)
         return Status(err::kNotSupported, call + " of " + typeName(a.a_type) + ": rgpu runs S and D");
       if (a.m < 0 || a.n < 0 || a.k < 0) return bad(call + ": negative size");
@@ -218,6 +219,25 @@ Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device) 
         RGPU_TRY(r.matrix(a.a, k, k, a.lda, es, 1, 0, "A"));
         RGPU_TRY(r.matrix(a.b, a.m, a.n, a.ldb, es, 1, 0, "B"));
         RGPU_TRY(r.scalar(a.alpha, es, "alpha"));
+      } else if (a.op == BlasOp::kTrmm || a.op == BlasOp::kSymm) {
+        // trmm: C = alpha op(A) B or alpha B op(A) (A triangular); symm: C = alpha A B + beta C or alpha B A + beta C
+        const bool tr = a.op == BlasOp::kTrmm;
+        if (!side(a.side) || (a.uplo != 0 && a.uplo != 1) || (tr && (!op(a.trans_a) || (a.diag != 0 && a.diag != 1))))
+          return bad(call + ": bad side, fill mode, operation or diagonal type");
+        const int64_t k = a.side == 0 ? a.m : a.n;
+        RGPU_TRY(r.matrix(a.a, k, k, a.lda, es, 1, 0, "A"));
+        RGPU_TRY(r.matrix(a.b, a.m, a.n, a.ldb, es, 1, 0, "B"));
+        RGPU_TRY(r.matrix(a.c, a.m, a.n, a.ldc, es, 1, 0, "C"));
+        RGPU_TRY(r.scalar(a.alpha, es, "alpha"));
+        if (!tr) RGPU_TRY(r.scalar(a.beta, es, "beta"));
+      } else if (a.op == BlasOp::kSyr2k) {  // C (n x n, one triangle) = alpha (op(A) op(B)^T + op(B) op(A)^T) + beta C
+        if (!op(a.trans_a) || (a.uplo != 0 && a.uplo != 1)) return bad(call + ": bad fill mode or operation");
+        const bool t = a.trans_a != kOpN;
+        RGPU_TRY(r.matrix(a.a, t ? a.k : a.n, t ? a.n : a.k, a.lda, es, 1, 0, "A"));
+        RGPU_TRY(r.matrix(a.b, t ? a.k : a.n, t ? a.n : a.k, a.ldb, es, 1, 0, "B"));
+        RGPU_TRY(r.matrix(a.c, a.n, a.n, a.ldc, es, 1, 0, "C"));
+        RGPU_TRY(r.scalar(a.alpha, es, "alpha"));
+        RGPU_TRY(r.scalar(a.beta, es, "beta"));
       } else {  // syrk: C (n x n, one triangle) = alpha op(A) op(A)^T + beta C
         if (!op(a.trans_a) || (a.uplo != 0 && a.uplo != 1)) return bad(call + ": bad fill mode or operation");
         const bool t = a.trans_a != kOpN;

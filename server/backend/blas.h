@@ -20,9 +20,9 @@ namespace rgpu::server {
 // The order of wire::BlasOp.
 enum class BlasOp : uint8_t {
   kAxpy, kDot, kNrm2, kScal, kAsum, kIamax, kIamin, kCopy, kSwap, kGemv, kGer, kGemm, kGemmStridedBatched,
-  kGemmBatched, kGeam, kDgmm, kTrsm, kSyrk
+  kGemmBatched, kGeam, kDgmm, kTrsm, kSyrk, kTrmm, kSymm, kSyr2k
 };
-inline constexpr BlasOp kLastBlasOp = BlasOp::kSyrk;
+inline constexpr BlasOp kLastBlasOp = BlasOp::kSyr2k;
 const char* blasOpName(BlasOp op);
 
 // alpha or beta: bytes (host pointer mode) or a device address.
@@ -36,7 +36,7 @@ struct BlasArgs {
   BlasOp op = BlasOp::kAxpy;
   int32_t a_type = 0, b_type = 0, c_type = 0, compute = 0;
   int32_t trans_a = 0, trans_b = 0;
-  int32_t side = 0, uplo = 0, diag = 0;  // dgmm, trsm, syrk: cuBLAS's enum values
+  int32_t side = 0, uplo = 0, diag = 0;  // dgmm, trsm, trmm, symm, syrk, syr2k: cuBLAS's enum values
   int64_t m = 0, n = 0, k = 0;
   BlasScalar alpha, beta;
   uint64_t a = 0, b = 0, c = 0;

@@ -169,6 +169,35 @@ Status runBlas(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alph
                      : B.cublasDsyrk_v2_64(h, uplo, ta, a.n, a.k, da, reinterpret_cast<double*>(a.a), a.lda, db,
                                            reinterpret_cast<double*>(a.c), a.ldc));
     }
+    case BlasOp::kTrmm: {
+      auto side = static_cast<cublasSideMode_t>(a.side);
+      auto uplo = static_cast<cublasFillMode_t>(a.uplo);
+      auto diag = static_cast<cublasDiagType_t>(a.diag);
+      return check(f ? B.cublasStrmm_v2_64(h, side, uplo, ta, diag, a.m, a.n, fa, reinterpret_cast<float*>(a.a), a.lda,
+                                           reinterpret_cast<float*>(a.b), a.ldb, reinterpret_cast<float*>(a.c), a.ldc)
+                     : B.cublasDtrmm_v2_64(h, side, uplo, ta, diag, a.m, a.n, da, reinterpret_cast<double*>(a.a),
+                                           a.lda, reinterpret_cast<double*>(a.b), a.ldb,
+                                           reinterpret_cast<double*>(a.c), a.ldc));
+    }
+    case BlasOp::kSymm: {
+      auto side = static_cast<cublasSideMode_t>(a.side);
+      auto uplo = static_cast<cublasFillMode_t>(a.uplo);
+      return check(f ? B.cublasSsymm_v2_64(h, side, uplo, a.m, a.n, fa, reinterpret_cast<float*>(a.a), a.lda,
+                                           reinterpret_cast<float*>(a.b), a.ldb, fb, reinterpret_cast<float*>(a.c),
+                                           a.ldc)
+                     : B.cublasDsymm_v2_64(h, side, uplo, a.m, a.n, da, reinterpret_cast<double*>(a.a), a.lda,
+                                           reinterpret_cast<double*>(a.b), a.ldb, db,
+                                           reinterpret_cast<double*>(a.c), a.ldc));
+    }
+    case BlasOp::kSyr2k: {
+      auto uplo = static_cast<cublasFillMode_t>(a.uplo);
+      return check(f ? B.cublasSsyr2k_v2_64(h, uplo, ta, a.n, a.k, fa, reinterpret_cast<float*>(a.a), a.lda,
+                                            reinterpret_cast<float*>(a.b), a.ldb, fb, reinterpret_cast<float*>(a.c),
+                                            a.ldc)
+                     : B.cublasDsyr2k_v2_64(h, uplo, ta, a.n, a.k, da, reinterpret_cast<double*>(a.a), a.lda,
+                                            reinterpret_cast<double*>(a.b), a.ldb, db,
+                                            reinterpret_cast<double*>(a.c), a.ldc));
+    }
   }
   return Status(err::kNotSupported, "unknown cuBLAS operation");
 }
@@ -273,7 +302,8 @@ Status CudaBackend::blas(StreamKey key, const BlasArgs& a, ReadDone done) {
   // Reductions write their result to device memory (the client's, or ours on
   // its way back); alpha and beta are where the client's pointer mode put them.
   bool device_scalars = result_bytes ? true : a.alpha.device;
-  bool uses_beta = a.op == BlasOp::kGemv || (a.op >= BlasOp::kGemm && a.op != BlasOp::kDgmm && a.op != BlasOp::kTrsm);
+  bool uses_beta = a.op == BlasOp::kGemv || (a.op >= BlasOp::kGemm && a.op != BlasOp::kDgmm && a.op != BlasOp::kTrsm &&
+                                                   a.op != BlasOp::kTrmm);
   if (uses_beta && a.beta.device != a.alpha.device)
     return Status(err::kInvalidValue, "alpha and beta in different pointer modes");
   auto cs = reinterpret_cast<cudaStream_t>(s->second);

@@ -368,7 +368,7 @@ Status ltRun(const LtArgs& a) {
   return Status::ok();
 }
 
-// geam, dgmm, trsm, syrk (S and D).
+// geam, dgmm, trsm, syrk, trmm, symm, syr2k (S and D).
 Status level3Extra(const BlasArgs& a) {
   for (int64_t v : {a.m, a.n, a.k, a.lda, a.ldb, a.ldc, a.incx})
     if (!fits(v)) return tooLarge(blasOpName(a.op));
@@ -424,7 +424,57 @@ Status level3Extra(const BlasArgs& a) {
                     ld(a.lda), scalar(a.beta, t), reinterpret_cast<double*>(a.c), ld(a.ldc));
       return Status::ok();
     }
-    default: return Status(err::kUnknown, "not a geam, dgmm, trsm or syrk");
+    case BlasOp::kTrmm: {  // on a packed copy of B (C may be B), then stored into C
+      if (m == 0 || n == 0) return Status::ok();
+      const auto diag = a.diag == 0 ? CblasNonUnit : CblasUnit;
+      std::vector<double> wide;
+      std::vector<float> narrow;
+      if (f) narrow.resize(static_cast<size_t>(a.m * a.n));
+      else wide.resize(static_cast<size_t>(a.m * a.n));
+      for (int64_t j = 0; j < a.n; ++j)
+        for (int64_t i = 0; i < a.m; ++i) {
+          const double v = loadAs(mem(a.b), t, at(a.b, i, j, a.ldb));
+          if (f) narrow[static_cast<size_t>(i + j * a.m)] = static_cast<float>(v);
+          else wide[static_cast<size_t>(i + j * a.m)] = v;
+        }
+      if (f)
+        cblas_strmm(CblasColMajor, side, uplo, trans(a.trans_a), diag, m, n, static_cast<float>(scalar(a.alpha, t)),
+                    reinterpret_cast<float*>(a.a), ld(a.lda), narrow.data(), m);
+      else
+        cblas_dtrmm(CblasColMajor, side, uplo, trans(a.trans_a), diag, m, n, scalar(a.alpha, t),
+                    reinterpret_cast<double*>(a.a), ld(a.lda), wide.data(), m);
+      for (int64_t j = 0; j < a.n; ++j)
+        for (int64_t i = 0; i < a.m; ++i) {
+          const size_t p = static_cast<size_t>(i + j * a.m);
+          storeAs(mem(a.c), t, at(a.c, i, j, a.ldc), f ? static_cast<double>(narrow[p]) : wide[p]);
+        }
+      return Status::ok();
+    }
+    case BlasOp::kSymm: {
+      if (m == 0 || n == 0) return Status::ok();
+      if (f)
+        cblas_ssymm(CblasColMajor, side, uplo, m, n, static_cast<float>(scalar(a.alpha, t)),
+                    reinterpret_cast<float*>(a.a), ld(a.lda), reinterpret_cast<float*>(a.b), ld(a.ldb),
+                    static_cast<float>(scalar(a.beta, t)), reinterpret_cast<float*>(a.c), ld(a.ldc));
+      else
+        cblas_dsymm(CblasColMajor, side, uplo, m, n, scalar(a.alpha, t), reinterpret_cast<double*>(a.a), ld(a.lda),
+                    reinterpret_cast<double*>(a.b), ld(a.ldb), scalar(a.beta, t), reinterpret_cast<double*>(a.c),
+                    ld(a.ldc));
+      return Status::ok();
+    }
+    case BlasOp::kSyr2k: {
+      if (n == 0) return Status::ok();
+      if (f)
+        cblas_ssyr2k(CblasColMajor, uplo, trans(a.trans_a), n, k, static_cast<float>(scalar(a.alpha, t)),
+                     reinterpret_cast<float*>(a.a), ld(a.lda), reinterpret_cast<float*>(a.b), ld(a.ldb),
+                     static_cast<float>(scalar(a.beta, t)), reinterpret_cast<float*>(a.c), ld(a.ldc));
+      else
+        cblas_dsyr2k(CblasColMajor, uplo, trans(a.trans_a), n, k, scalar(a.alpha, t), reinterpret_cast<double*>(a.a),
+                     ld(a.lda), reinterpret_cast<double*>(a.b), ld(a.ldb), scalar(a.beta, t),
+                     reinterpret_cast<double*>(a.c), ld(a.ldc));
+      return Status::ok();
+    }
+    default: return Status(err::kUnknown, "not a geam, dgmm, trsm, syrk, trmm, symm or syr2k");
   }
 }
 
@@ -445,7 +495,8 @@ Status run(const BlasArgs& a, const Valid& valid, std::string* result) {
   switch (a.op) {
     case BlasOp::kGemv: case BlasOp::kGer: return level2(a);
     case BlasOp::kGemm: case BlasOp::kGemmStridedBatched: case BlasOp::kGemmBatched: return level3(a, valid);
-    case BlasOp::kGeam: case BlasOp::kDgmm: case BlasOp::kTrsm: case BlasOp::kSyrk: return level3Extra(a);
+    case BlasOp::kGeam: case BlasOp::kDgmm: case BlasOp::kTrsm: case BlasOp::kSyrk: case BlasOp::kTrmm:
+    case BlasOp::kSymm: case BlasOp::kSyr2k: return level3Extra(a);
     default: return level1(a, result);
   }
 }

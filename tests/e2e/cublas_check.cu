@@ -275,6 +275,9 @@ struct Level3X<float> {
   static constexpr auto dgmm = cublasSdgmm;
   static constexpr auto trsm = cublasStrsm_v2_64;
   static constexpr auto syrk = cublasSsyrk_v2;
+  static constexpr auto trmm = cublasStrmm_v2;
+  static constexpr auto symm = cublasSsymm_v2_64;
+  static constexpr auto syr2k = cublasSsyr2k_v2;
 };
 template <>
 struct Level3X<double> {
@@ -282,6 +285,9 @@ struct Level3X<double> {
   static constexpr auto dgmm = cublasDdgmm;
   static constexpr auto trsm = cublasDtrsm_v2_64;
   static constexpr auto syrk = cublasDsyrk_v2;
+  static constexpr auto trmm = cublasDtrmm_v2_64;
+  static constexpr auto symm = cublasDsymm_v2;
+  static constexpr auto syr2k = cublasDsyr2k_v2_64;
 };
 
 template <typename T>
@@ -378,6 +384,92 @@ void level3Extra(cublasHandle_t h, const char* name) {
     CHECK(maxErr(got, want) < tolerance<T>() * 10, "%s syrk %s: error %g", name, form ? "upper T" : "lower N",
           maxErr(got, want));
     cudaFree(dA);
+    cudaFree(dC);
+  }
+  for (int form = 0; form < 2; ++form) {  // trmm: left lower N non-unit in place (C = B), right upper T unit into C
+    const cublasSideMode_t side = form ? CUBLAS_SIDE_RIGHT : CUBLAS_SIDE_LEFT;
+    const cublasFillMode_t uplo = form ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
+    const cublasOperation_t t = form ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasDiagType_t diag = form ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT;
+    const int k = form ? n : m;
+    auto A = randoms<T>(k * k), B = randoms<T>(m * n);
+    std::vector<T> C(m * n, T(0));
+    T* dA = toDevice(A);
+    T* dB = toDevice(B);
+    T* dC = form ? toDevice(C) : dB;
+    OK(F::trmm(h, side, uplo, t, diag, m, n, &alpha, dA, k, dB, m, dC, m));
+    auto a = [&](int i, int j) {  // op(A) as used
+      int r = t == CUBLAS_OP_N ? i : j, c = t == CUBLAS_OP_N ? j : i;
+      bool in = uplo == CUBLAS_FILL_MODE_LOWER ? r >= c : r <= c;
+      if (r == c && diag == CUBLAS_DIAG_UNIT) return 1.0;
+      return in ? val(A[r + c * k]) : 0.0;
+    };
+    std::vector<double> want(m * n);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        double s = 0;
+        for (int p = 0; p < k; ++p) s += side == CUBLAS_SIDE_LEFT ? a(i, p) * val(B[p + j * m]) : val(B[i + p * m]) * a(p, j);
+        want[i + j * m] = val(alpha) * s;
+      }
+    auto got = toHost(dC, C.size());
+    CHECK(maxErr(got, want) < tolerance<T>() * 10, "%s trmm %s: error %g", name,
+          form ? "right upper T unit" : "left lower N in place", maxErr(got, want));
+    cudaFree(dA);
+    cudaFree(dB);
+    if (form) cudaFree(dC);
+  }
+  for (int form = 0; form < 2; ++form) {  // symm: left lower, right upper; only A's triangle is read
+    const cublasSideMode_t side = form ? CUBLAS_SIDE_RIGHT : CUBLAS_SIDE_LEFT;
+    const cublasFillMode_t uplo = form ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
+    const int k = form ? n : m;
+    auto A = randoms<T>(k * k), B = randoms<T>(m * n), C = randoms<T>(m * n);
+    T* dA = toDevice(A);
+    T* dB = toDevice(B);
+    T* dC = toDevice(C);
+    OK(F::symm(h, side, uplo, m, n, &alpha, dA, k, dB, m, &beta, dC, m));
+    auto a = [&](int i, int j) {  // the symmetric matrix from its stored triangle
+      const bool in = uplo == CUBLAS_FILL_MODE_LOWER ? i >= j : i <= j;
+      return in ? val(A[i + j * k]) : val(A[j + i * k]);
+    };
+    std::vector<double> want(m * n);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        double s = 0;
+        for (int p = 0; p < k; ++p) s += side == CUBLAS_SIDE_LEFT ? a(i, p) * val(B[p + j * m]) : val(B[i + p * m]) * a(p, j);
+        want[i + j * m] = val(alpha) * s + val(beta) * val(C[i + j * m]);
+      }
+    auto got = toHost(dC, C.size());
+    CHECK(maxErr(got, want) < tolerance<T>() * 10, "%s symm %s: error %g", name, form ? "right upper" : "left lower",
+          maxErr(got, want));
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dC);
+  }
+  for (int form = 0; form < 2; ++form) {  // syr2k: lower N, upper T; only its triangle is written
+    const cublasFillMode_t uplo = form ? CUBLAS_FILL_MODE_UPPER : CUBLAS_FILL_MODE_LOWER;
+    const cublasOperation_t t = form ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int k = 9, ld = form ? k : n;
+    auto A = randoms<T>(n * k), B = randoms<T>(n * k), C = randoms<T>(n * n);
+    T* dA = toDevice(A);
+    T* dB = toDevice(B);
+    T* dC = toDevice(C);
+    OK(F::syr2k(h, uplo, t, n, k, &alpha, dA, ld, dB, ld, &beta, dC, n));
+    auto op = [&](const std::vector<T>& M, int i, int p) {  // op(M)(i, p), n x k
+      return t == CUBLAS_OP_N ? val(M[i + p * n]) : val(M[p + i * k]);
+    };
+    std::vector<double> want(n * n);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < n; ++i) {
+        const bool in = uplo == CUBLAS_FILL_MODE_LOWER ? i >= j : i <= j;
+        double s = 0;
+        for (int p = 0; p < k; ++p) s += op(A, i, p) * op(B, j, p) + op(B, i, p) * op(A, j, p);
+        want[i + j * n] = in ? val(alpha) * s + val(beta) * val(C[i + j * n]) : val(C[i + j * n]);
+      }
+    auto got = toHost(dC, C.size());
+    CHECK(maxErr(got, want) < tolerance<T>() * 10, "%s syr2k %s: error %g", name, form ? "upper T" : "lower N",
+          maxErr(got, want));
+    cudaFree(dA);
+    cudaFree(dB);
     cudaFree(dC);
   }
 }
@@ -553,8 +645,8 @@ int main(int argc, char** argv) {
     CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, dbad, CUDA_R_8I, 4, dbad, CUDA_R_8I, 4, &one, dbad,
                        CUDA_R_32I, 4, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_NOT_SUPPORTED,
           "int8 GemmEx is not supported");
-    CHECK(cublasStrmm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, 4, 4, &one, dbad,
-                      4, dbad, 4, dbad, 4) == CUBLAS_STATUS_NOT_SUPPORTED,
+    CHECK(cublasStrmv(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, 4, dbad, 4, dbad, 1) ==
+              CUBLAS_STATUS_NOT_SUPPORTED,
           "an unimplemented call returns NOT_SUPPORTED");
     // A matrix that runs past its allocation: refused by the server, reported
     // at the next synchronising call as a kernel fault would be on a GPU.

@@ -254,6 +254,41 @@ L2(D, double)
     a.alpha = scalar(al, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                           \
     a.beta = scalar(be, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                            \
     return blas(h, "cublas" #P "syrk_v2_64", a);                                                                    \
+  }                                                                                                                 \
+  API cublas##P##trmm_v2_64(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, cublasOperation_t t,    \
+                            cublasDiagType_t diag, int64_t m, int64_t n, const T* al, const T* A, int64_t lda,      \
+                            const T* B, int64_t ldb, T* C, int64_t ldc) {                                           \
+    BlasArgs a;                                                                                                     \
+    a.op = BlasOp::kTrmm;                                                                                           \
+    a.a_type = a.b_type = typeOf<T>();                                                                              \
+    a.side = side, a.uplo = uplo, a.trans_a = t, a.diag = diag, a.m = m, a.n = n, a.lda = lda, a.ldb = ldb;         \
+    a.ldc = ldc, a.a = U64(A), a.b = U64(B), a.c = U64(C);                                                          \
+    a.alpha = scalar(al, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                           \
+    return blas(h, "cublas" #P "trmm_v2_64", a);                                                                    \
+  }                                                                                                                 \
+  API cublas##P##symm_v2_64(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, int64_t m, int64_t n,   \
+                            const T* al, const T* A, int64_t lda, const T* B, int64_t ldb, const T* be, T* C,       \
+                            int64_t ldc) {                                                                          \
+    BlasArgs a;                                                                                                     \
+    a.op = BlasOp::kSymm;                                                                                           \
+    a.a_type = a.b_type = typeOf<T>();                                                                              \
+    a.side = side, a.uplo = uplo, a.m = m, a.n = n, a.lda = lda, a.ldb = ldb, a.ldc = ldc;                          \
+    a.a = U64(A), a.b = U64(B), a.c = U64(C);                                                                       \
+    a.alpha = scalar(al, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                           \
+    a.beta = scalar(be, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                            \
+    return blas(h, "cublas" #P "symm_v2_64", a);                                                                    \
+  }                                                                                                                 \
+  API cublas##P##syr2k_v2_64(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t t, int64_t n, int64_t k,    \
+                             const T* al, const T* A, int64_t lda, const T* B, int64_t ldb, const T* be, T* C,      \
+                             int64_t ldc) {                                                                         \
+    BlasArgs a;                                                                                                     \
+    a.op = BlasOp::kSyr2k;                                                                                          \
+    a.a_type = a.b_type = typeOf<T>();                                                                              \
+    a.uplo = uplo, a.trans_a = t, a.n = n, a.k = k, a.lda = lda, a.ldb = ldb, a.ldc = ldc;                          \
+    a.a = U64(A), a.b = U64(B), a.c = U64(C);                                                                       \
+    a.alpha = scalar(al, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                           \
+    a.beta = scalar(be, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                            \
+    return blas(h, "cublas" #P "syr2k_v2_64", a);                                                                   \
   }
 L3X(S, float)
 L3X(D, double)
