@@ -56,6 +56,21 @@ TEST_F(Blas, EveryImplementedCublasCallMatchesItsCpuReference) {
   EXPECT_NE(r.output.find("gemm: A: range"), std::string::npos) << r.output;
 }
 
+// cublasXt's gemm on host memory, its tiles taken in turn by the two devices of a session.
+TEST(BlasXt, TilesOfAHostMemoryGemmGoToEveryDeviceOfTheSession) {
+  TempDir dir;
+  makeCerts(dir.path());
+  ServerProcess server(dir.path(), serverToml(dir.path(), "[[sim.devices]]\nname = \"second\"\nmemory = \"1GiB\"\n"
+                                                          "compute_capability = \"9.0\"\nsm_count = 8\n"));
+  writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
+  RunResult r = run(testProgram("cublas_check"), "RGPU_DEVICES=2 RGPU_CONFIG=" + dir.file("client.toml") +
+                                                     " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(" checks, 0 failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cublasXt Sgemm 150x200x90 on 2 device(s), 64-column tiles"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cublasXt Dgemm 150x200x90 on 2 device(s), 64-column tiles"), std::string::npos) << r.output;
+}
+
 TEST_F(Blas, EveryCublasLtFormAndEpilogueMatchesItsCpuReference) {
   RunResult r = program(testProgram("cublaslt_check"));
   EXPECT_EQ(r.code, 0) << r.output;

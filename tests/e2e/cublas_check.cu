@@ -9,6 +9,7 @@
 // summary; exit status 0 only if all passed.
 //
 // Built with nvcc -cudart shared -lcublas; run against rgpu's libraries.
+#include <cublasXt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -474,6 +475,51 @@ void level3Extra(cublasHandle_t h, const char* name) {
   }
 }
 
+// cublasXt: gemm on host memory over every device the program has, tiles of 64 columns.
+template <typename T>
+void xtGemm(const char* name, cublasStatus_t (*gemm)(cublasXtHandle_t, cublasOperation_t, cublasOperation_t, size_t,
+                                                     size_t, size_t, const T*, const T*, size_t, const T*, size_t,
+                                                     const T*, T*, size_t)) {
+  cublasXtHandle_t xt;
+  OK(cublasXtCreate(&xt));
+  int devices = 0, boards = 0;
+  CUDA(cudaGetDeviceCount(&devices));
+  OK(cublasXtMaxBoards(&boards));
+  CHECK(boards == devices, "cublasXtMaxBoards %d, devices %d", boards, devices);
+  std::vector<int> ids(devices);
+  for (int i = 0; i < devices; ++i) ids[i] = i;
+  const size_t m = 150, n = 200, k = 90, lda = 96, ldb = 210, ldc = 160;  // op(A) = A^T (k x m), op(B) = B (k x n)
+  auto A = randoms<T>(lda * m), B = randoms<T>(ldb * n), C = randoms<T>(ldc * n);
+  const T alpha = static_cast<T>(0.75), beta = static_cast<T>(-1.25);
+  std::vector<T> C0 = C;
+  CHECK(gemm(xt, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, A.data(), lda, B.data(), ldb, &beta, C.data(), ldc) ==
+            CUBLAS_STATUS_NOT_INITIALIZED,
+        "%s cublasXt gemm before cublasXtDeviceSelect", name);
+  OK(cublasXtDeviceSelect(xt, devices, ids.data()));
+  OK(cublasXtSetBlockDim(xt, 64));
+  int block = 0;
+  OK(cublasXtGetBlockDim(xt, &block));
+  CHECK(block == 64, "cublasXtGetBlockDim %d", block);
+  OK(gemm(xt, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, A.data(), lda, B.data(), ldb, &beta, C.data(), ldc));
+  double err = 0, peak = 0;
+  for (size_t j = 0; j < n; ++j)
+    for (size_t i = 0; i < m; ++i) {
+      double s = 0;
+      for (size_t p = 0; p < k; ++p) s += val(A[p + i * lda]) * val(B[p + j * ldb]);
+      const double want = val(alpha) * s + val(beta) * val(C0[i + j * ldc]);
+      err = std::max(err, std::fabs(want - val(C[i + j * ldc])));
+      peak = std::max(peak, std::fabs(want));
+    }
+  bool padding_kept = true;  // rows m..ldc of C are not C's
+  for (size_t j = 0; j < n; ++j)
+    for (size_t i = m; i < ldc; ++i) padding_kept &= C[i + j * ldc] == C0[i + j * ldc];
+  CHECK(err / peak < tolerance<T>() * 4 && padding_kept, "%s cublasXt gemm T N on %d device(s): error %g%s", name,
+        devices, err / peak, padding_kept ? "" : ", padding written");
+  std::printf("cublasXt %sgemm 150x200x90 on %d device(s), 64-column tiles: relative error %.1e\n", name, devices,
+              err / peak);
+  OK(cublasXtDestroy(xt));
+}
+
 int main(int argc, char** argv) {
   const bool native = argc > 1 && std::strcmp(argv[1], "--native") == 0;
   cublasHandle_t h = nullptr;
@@ -599,6 +645,8 @@ int main(int argc, char** argv) {
   stridedAndBatched<double>(h, "f64", CUDA_R_64F, CUBLAS_COMPUTE_64F);
   level3Extra<float>(h, "S");
   level3Extra<double>(h, "D");
+  xtGemm<float>("S", cublasXtSgemm);
+  xtGemm<double>("D", cublasXtDgemm);
   {  // the typed strided-batched and batched forms
     const int m = 8, n = 8, k = 8, batch = 3;
     auto A = randoms<float>(m * k * batch), B = randoms<float>(k * n * batch);
