@@ -423,6 +423,7 @@ enum BlasOp {
   gemm @11; gemmStridedBatched @12; gemmBatched @13;
   geam @14; dgmm @15; trsm @16; syrk @17;
   trmm @18; symm @19; syr2k @20;
+  getrfBatched @21; getrsBatched @22; getriBatched @23; matinvBatched @24; geqrfBatched @25;
 }
 
 # alpha or beta: its bytes (host pointer mode) or its device address.

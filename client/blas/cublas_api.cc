@@ -381,6 +381,75 @@ cublasStatus_t syr2k(const char* name, cublasHandle_t h, cublasFillMode_t uplo, 
   });
 }
 
+// ---- batched factorizations (S, D) --------------------------------------------------
+
+// One batched factorization: the arrays of pointers, pivots and infos are device memory.
+template <typename T>
+cublasStatus_t factorization(const char* name, cublasHandle_t h, wire::BlasOp op, int m, int n, int k,
+                             const void* A, int lda, const void* B, int ldb, const int* pivots, int* info,
+                             int batch, cublasOperation_t trans = CUBLAS_OP_N) {
+  return submit(name, h, [&](wire::BlasCall::Builder c) {
+    c.setOp(op);
+    c.setAType(typeOf<T>());
+    c.setBType(typeOf<T>());
+    c.setTransA(trans);
+    c.setM(m);
+    c.setN(n);
+    c.setK(k);
+    c.setA(addr(A));
+    c.setLda(lda);
+    c.setB(addr(B));
+    c.setLdb(ldb);
+    c.setX(addr(pivots));
+    c.setC(addr(info));
+    c.setBatchCount(batch);
+  });
+}
+
+template <typename T>
+cublasStatus_t getrfBatched(const char* name, cublasHandle_t h, int n, T* const A[], int lda, int* P, int* info,
+                            int batch) {
+  if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (n < 0 || lda < std::max(1, n) || batch < 0 || !info) return CUBLAS_STATUS_INVALID_VALUE;
+  if (n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  return factorization<T>(name, h, wire::BlasOp::GETRF_BATCHED, n, n, 0, A, lda, nullptr, 0, P, info, batch);
+}
+
+// info is the host's: the position of the first bad argument, negated (0: all valid).
+template <typename T>
+cublasStatus_t getrsBatched(const char* name, cublasHandle_t h, cublasOperation_t trans, int n, int nrhs,
+                            const T* const A[], int lda, const int* P, T* const B[], int ldb, int* info, int batch) {
+  if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!info) return CUBLAS_STATUS_INVALID_VALUE;
+  *info = !opValid(trans) ? -2 : n < 0 ? -3 : nrhs < 0 ? -4 : lda < std::max(1, n) ? -6 : ldb < std::max(1, n) ? -9
+          : batch < 0 ? -11 : 0;
+  if (*info) return CUBLAS_STATUS_INVALID_VALUE;
+  if (n == 0 || nrhs == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  return factorization<T>(name, h, wire::BlasOp::GETRS_BATCHED, n, n, nrhs, A, lda, B, ldb, P, nullptr, batch, trans);
+}
+
+template <typename T>
+cublasStatus_t getriBatched(const char* name, cublasHandle_t h, wire::BlasOp op, int n, const T* const A[], int lda,
+                            const int* P, T* const C[], int ldc, int* info, int batch) {
+  if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (n < 0 || lda < std::max(1, n) || ldc < std::max(1, n) || batch < 0 || !info ||
+      (op == wire::BlasOp::MATINV_BATCHED && n > 32))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  return factorization<T>(name, h, op, n, n, 0, A, lda, C, ldc, P, info, batch);
+}
+
+template <typename T>
+cublasStatus_t geqrfBatched(const char* name, cublasHandle_t h, int m, int n, T* const A[], int lda, T* const tau[],
+                            int* info, int batch) {
+  if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!info) return CUBLAS_STATUS_INVALID_VALUE;
+  *info = m < 0 ? -2 : n < 0 ? -3 : lda < std::max(1, m) ? -5 : batch < 0 ? -8 : 0;
+  if (*info) return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  return factorization<T>(name, h, wire::BlasOp::GEQRF_BATCHED, m, n, 0, A, lda, tau, 1, nullptr, nullptr, batch);
+}
+
 // One description of every gemm form.
 struct Gemm {
   wire::BlasOp op = wire::BlasOp::GEMM;
@@ -795,6 +864,35 @@ LEVEL3X(D, double, int, , _v2)
 LEVEL3X(S, float, int64_t, _64, _v2)
 LEVEL3X(D, double, int64_t, _64, _v2)
 #undef LEVEL3X
+
+#define FACTORIZATIONS(P, T)                                                                                         \
+  API(cublas##P##getrfBatched, cublasHandle_t h, int n, T* const A[], int lda, int* P_, int* info, int batch) {        \
+    RUN(cublas##P##getrfBatched, return getrfBatched<T>("cublas" #P "getrfBatched", h, n, A, lda, P_, info, batch));  \
+  }                                                                                                                    \
+  API(cublas##P##getrsBatched, cublasHandle_t h, cublasOperation_t trans, int n, int nrhs, const T* const A[],         \
+      int lda, const int* P_, T* const B[], int ldb, int* info, int batch) {                                           \
+    RUN(cublas##P##getrsBatched, return getrsBatched<T>("cublas" #P "getrsBatched", h, trans, n, nrhs, A, lda, P_, B,  \
+                                                        ldb, info, batch));                                            \
+  }                                                                                                                    \
+  API(cublas##P##getriBatched, cublasHandle_t h, int n, const T* const A[], int lda, const int* P_, T* const C[],      \
+      int ldc, int* info, int batch) {                                                                                 \
+    RUN(cublas##P##getriBatched, return getriBatched<T>("cublas" #P "getriBatched", h, wire::BlasOp::GETRI_BATCHED,    \
+                                                        n, A, lda, P_, C, ldc, info, batch));                          \
+  }                                                                                                                    \
+  API(cublas##P##matinvBatched, cublasHandle_t h, int n, const T* const A[], int lda, T* const Ainv[], int lda_inv,    \
+      int* info, int batch) {                                                                                          \
+    RUN(cublas##P##matinvBatched, return getriBatched<T>("cublas" #P "matinvBatched", h,                               \
+                                                         wire::BlasOp::MATINV_BATCHED, n, A, lda, nullptr, Ainv,       \
+                                                         lda_inv, info, batch));                                       \
+  }                                                                                                                    \
+  API(cublas##P##geqrfBatched, cublasHandle_t h, int m, int n, T* const A[], int lda, T* const tau[], int* info,       \
+      int batch) {                                                                                                     \
+    RUN(cublas##P##geqrfBatched, return geqrfBatched<T>("cublas" #P "geqrfBatched", h, m, n, A, lda, tau, info,        \
+                                                        batch));                                                       \
+  }
+FACTORIZATIONS(S, float)
+FACTORIZATIONS(D, double)
+#undef FACTORIZATIONS
 
 #define GEMM(NAME, T, I)                                                                                               \
   API(NAME, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, I m, I n, I k, const T* alpha, const T* A,  \

@@ -9,7 +9,8 @@ using namespace common::blas;
 const char* blasOpName(BlasOp op) {
   static const char* const kNames[] = {"axpy", "dot",  "nrm2", "scal", "asum", "iamax", "iamin",
                                        "copy", "swap", "gemv", "ger",  "gemm", "gemmStridedBatched",
-                                       "gemmBatched", "geam", "dgmm", "trsm", "syrk", "trmm", "symm", "syr2k"};
+                                       "gemmBatched", "geam", "dgmm", "trsm", "syrk", "trmm", "symm", "syr2k",
+                                       "getrfBatched", "getrsBatched", "getriBatched", "matinvBatched", "geqrfBatched"};
   auto i = static_cast<size_t>(op);
   return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "?";
 }
@@ -189,6 +190,25 @@ Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device) 
         RGPU_TRY(r.matrix(a.b, rb, cb, a.ldb, ea, batch, a.stride_b, "B"));
         RGPU_TRY(r.matrix(a.c, a.m, a.n, a.ldc, ec, batch, a.stride_c, "C"));
       }
+      break;
+    }
+    case BlasOp::kGetrfBatched: case BlasOp::kGetrsBatched: case BlasOp::kGetriBatched:
+    case BlasOp::kMatinvBatched: case BlasOp::kGeqrfBatched: {
+      // The arrays of pointers, pivots and infos; the matrices the arrays name are checked when the call runs.
+      if (!realType(a.a_type)) return Status(err::kNotSupported, call + " of " + typeName(a.a_type) + ": rgpu runs S and D");
+      if (a.m < 0 || a.n < 0 || a.k < 0 || a.batch < 0) return bad(call + ": negative size");
+      if (a.op == BlasOp::kMatinvBatched && a.n > 32) return bad(call + ": n above 32");
+      if (a.op == BlasOp::kGetrsBatched && a.trans_a != kOpN && a.trans_a != kOpT && a.trans_a != kOpC)
+        return bad(call + ": bad operation");
+      uint64_t e;
+      const bool second = a.op == BlasOp::kGetrsBatched || a.op == BlasOp::kGetriBatched || a.op == BlasOp::kMatinvBatched;
+      if (!matrixExtent(a.m, a.n, a.lda, e) ||
+          (second && !matrixExtent(a.n, a.op == BlasOp::kGetrsBatched ? a.k : a.n, a.ldb, e)))
+        return bad(call + ": a leading dimension below its matrix's rows, or a negative or overflowing size");
+      RGPU_TRY(r.range(a.a, static_cast<uint64_t>(a.batch), 8, "the array of A"));
+      if (a.op != BlasOp::kGetrfBatched) RGPU_TRY(r.range(a.b, static_cast<uint64_t>(a.batch), 8, "the second array"));
+      if (a.x) RGPU_TRY(r.range(a.x, static_cast<uint64_t>(a.n * a.batch), 4, "the pivots"));
+      if (a.c) RGPU_TRY(r.range(a.c, static_cast<uint64_t>(a.batch), 4, "info"));
       break;
     }
     case BlasOp::kGeam: case BlasOp::kDgmm: case BlasOp::kTrsm: case BlasOp::kSyrk: case BlasOp::kTrmm:

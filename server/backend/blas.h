@@ -20,9 +20,14 @@ namespace rgpu::server {
 // The order of wire::BlasOp.
 enum class BlasOp : uint8_t {
   kAxpy, kDot, kNrm2, kScal, kAsum, kIamax, kIamin, kCopy, kSwap, kGemv, kGer, kGemm, kGemmStridedBatched,
-  kGemmBatched, kGeam, kDgmm, kTrsm, kSyrk, kTrmm, kSymm, kSyr2k
+  kGemmBatched, kGeam, kDgmm, kTrsm, kSyrk, kTrmm, kSymm, kSyr2k,
+  // The batched factorizations: `a` the array of A pointers (lda), `b` the
+  // second array (getrs: B, getri: C, matinv: Ainv, geqrf: tau; ldb), `x` the
+  // pivots (n per matrix; 0: none), `c` the per-matrix info (0: reported to
+  // the host by the client), m x n matrices (getrs: k right-hand sides).
+  kGetrfBatched, kGetrsBatched, kGetriBatched, kMatinvBatched, kGeqrfBatched
 };
-inline constexpr BlasOp kLastBlasOp = BlasOp::kSyr2k;
+inline constexpr BlasOp kLastBlasOp = BlasOp::kGeqrfBatched;
 const char* blasOpName(BlasOp op);
 
 // alpha or beta: bytes (host pointer mode) or a device address.

@@ -1131,11 +1131,11 @@ Status SimBackend::blas(StreamKey key, const BlasArgs& call, ReadDone done) {
     Status st;
     runAsKernel(key.device, [&] {
       ptx::MemoryRanges memory;
-      if (call.op == BlasOp::kGemmBatched) {
+      if (call.op == BlasOp::kGemmBatched || call.op >= BlasOp::kGetrfBatched) {
         std::lock_guard l(mu_);
         memory = memoryRangesLocked(t_running_op);
       }
-      // Pointers read from device memory (a gemmBatched array) must name this session's memory.
+      // Pointers read from device memory (a gemmBatched or factorization array) must name this session's memory.
       auto valid = [&memory](uint64_t p, uint64_t bytes) { return ptx::findRange(memory, p, bytes) != nullptr; };
       st = simblas::run(call, valid, &result);
     });

@@ -20,6 +20,11 @@ using Valid = std::function<bool(uint64_t ptr, uint64_t bytes)>;
 // (a.result == 0) leaves its bytes in *result.
 Status run(const BlasArgs& a, const Valid& valid, std::string* result);
 
+// The batched factorizations (getrf, getrs, getri, matinv, geqrf; S and D) on
+// the matrices their pointer arrays name, each checked by `valid` first
+// (sim_blas_batched.cc). Per-matrix infos are LAPACK's.
+Status runBatchedFactorization(const BlasArgs& a, const Valid& valid);
+
 // Runs one cublasLtMatmul: D = epilogue(alpha * op(A) op(B) + beta * C), with
 // the bias, auxiliary (ReLU mask, GELU input) and bias-gradient outputs the
 // epilogue names.

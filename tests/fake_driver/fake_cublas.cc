@@ -293,6 +293,55 @@ L2(D, double)
 L3X(S, float)
 L3X(D, double)
 #undef L3X
+
+// The batched factorizations (a host info is the arguments', checked by rgpu's client: 0 here).
+#define FACT(P, T)                                                                                                   \
+  API cublas##P##getrfBatched(cublasHandle_t h, int n, T* const A[], int lda, int* piv, int* info, int batch) {     \
+    BlasArgs a;                                                                                                      \
+    a.op = BlasOp::kGetrfBatched;                                                                                    \
+    a.a_type = a.b_type = typeOf<T>();                                                                               \
+    a.m = a.n = n, a.lda = lda, a.a = U64(A), a.x = U64(piv), a.c = U64(info), a.batch = batch;                      \
+    return blas(h, "cublas" #P "getrfBatched", a);                                                                   \
+  }                                                                                                                  \
+  API cublas##P##getrsBatched(cublasHandle_t h, cublasOperation_t t, int n, int nrhs, const T* const A[], int lda,   \
+                              const int* piv, T* const B[], int ldb, int* info, int batch) {                         \
+    BlasArgs a;                                                                                                      \
+    a.op = BlasOp::kGetrsBatched;                                                                                    \
+    a.a_type = a.b_type = typeOf<T>();                                                                               \
+    a.trans_a = t, a.m = a.n = n, a.k = nrhs, a.lda = lda, a.ldb = ldb, a.a = U64(A), a.b = U64(B), a.x = U64(piv);  \
+    a.batch = batch;                                                                                                 \
+    *info = 0;                                                                                                       \
+    return blas(h, "cublas" #P "getrsBatched", a);                                                                   \
+  }                                                                                                                  \
+  API cublas##P##getriBatched(cublasHandle_t h, int n, const T* const A[], int lda, const int* piv, T* const C[],     \
+                              int ldc, int* info, int batch) {                                                       \
+    BlasArgs a;                                                                                                      \
+    a.op = BlasOp::kGetriBatched;                                                                                    \
+    a.a_type = a.b_type = typeOf<T>();                                                                               \
+    a.m = a.n = n, a.lda = lda, a.ldb = ldc, a.a = U64(A), a.b = U64(C), a.x = U64(piv), a.c = U64(info);            \
+    a.batch = batch;                                                                                                 \
+    return blas(h, "cublas" #P "getriBatched", a);                                                                   \
+  }                                                                                                                  \
+  API cublas##P##matinvBatched(cublasHandle_t h, int n, const T* const A[], int lda, T* const Ainv[], int ldi,       \
+                               int* info, int batch) {                                                               \
+    BlasArgs a;                                                                                                      \
+    a.op = BlasOp::kMatinvBatched;                                                                                   \
+    a.a_type = a.b_type = typeOf<T>();                                                                               \
+    a.m = a.n = n, a.lda = lda, a.ldb = ldi, a.a = U64(A), a.b = U64(Ainv), a.c = U64(info), a.batch = batch;        \
+    return blas(h, "cublas" #P "matinvBatched", a);                                                                  \
+  }                                                                                                                  \
+  API cublas##P##geqrfBatched(cublasHandle_t h, int m, int n, T* const A[], int lda, T* const tau[], int* info,      \
+                              int batch) {                                                                           \
+    BlasArgs a;                                                                                                      \
+    a.op = BlasOp::kGeqrfBatched;                                                                                    \
+    a.a_type = a.b_type = typeOf<T>();                                                                               \
+    a.m = m, a.n = n, a.lda = lda, a.ldb = 1, a.a = U64(A), a.b = U64(tau), a.batch = batch;                         \
+    *info = 0;                                                                                                       \
+    return blas(h, "cublas" #P "geqrfBatched", a);                                                                   \
+  }
+FACT(S, float)
+FACT(D, double)
+#undef FACT
 #undef U64
 
 namespace {
