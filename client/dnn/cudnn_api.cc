@@ -336,6 +336,52 @@ DNN_API cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha
   a.alpha = scalarOf(alpha, a.t[2].type), a.beta = scalarOf(beta, a.t[2].type);
   return send(h, a);
 }
+// y = act(alpha1 conv(x, w) + alpha2 z + bias), as the operations it is made of, in the handle's stream order:
+// y = alpha2 z (z other than y), the convolution accumulating into y, the bias added, the activation in place.
+DNN_API cudnnStatus_t cudnnConvolutionBiasActivationForward(
+    cudnnHandle_t h, const void* alpha1, const cudnnTensorDescriptor_t xd, const void* x, const cudnnFilterDescriptor_t wd,
+    const void* w, const cudnnConvolutionDescriptor_t cd, cudnnConvolutionFwdAlgo_t algo, void* ws, size_t ws_size,
+    const void* alpha2, const cudnnTensorDescriptor_t zd, const void* z, const cudnnTensorDescriptor_t bd,
+    const void* bias, const cudnnActivationDescriptor_t ad, const cudnnTensorDescriptor_t yd, void* y) {
+  if (!live(h) || !alpha1 || !alpha2 || !ad || !yd || !zd || !bd) return CUDNN_STATUS_BAD_PARAM;
+  if (ad->a.mode != CUDNN_ACTIVATION_RELU && ad->a.mode != CUDNN_ACTIVATION_IDENTITY) {
+    rgpu::common::logOnce("cudnn:biasact-mode", "cudnnConvolutionBiasActivationForward: only CUDNN_ACTIVATION_RELU and "
+                                                "CUDNN_ACTIVATION_IDENTITY are fused (as in cuDNN)");
+    return CUDNN_STATUS_NOT_SUPPORTED;
+  }
+  const int32_t type = yd->t.type;
+  const double a2 = scalarOf(alpha2, type);
+  // The whole call is checked before any of it is sent: the convolution and the bias as cuDNN shapes them.
+  dn::Args conv = convArgs(dn::Op::kConvFwd, cd, algo, ws, ws_size);
+  conv.t = {tensorOf(xd, x), tensorOf(wd, w), tensorOf(yd, y)};
+  conv.alpha = scalarOf(alpha1, type);
+  conv.beta = a2;
+  dn::Args add;
+  add.op = dn::Op::kAddTensor;
+  add.t = {tensorOf(bd, bias), tensorOf(yd, y)};
+  add.alpha = 1, add.beta = 1;
+  dn::Args scaled_z;
+  scaled_z.op = dn::Op::kTransformTensor;
+  scaled_z.t = {tensorOf(zd, z), tensorOf(yd, y)};
+  scaled_z.alpha = a2, scaled_z.beta = 0;
+  const bool separate_z = a2 != 0 && z != y;
+  for (const dn::Args* part : {&conv, &add, separate_z ? &scaled_z : nullptr})
+    if (part)
+      if (rgpu::Status s = dn::check(*part); !s) return toStatus(s, "cudnnConvolutionBiasActivationForward");
+  if (separate_z) {
+    if (cudnnStatus_t st = send(h, scaled_z); st != CUDNN_STATUS_SUCCESS) return st;
+    conv.beta = 1;
+  }
+  if (cudnnStatus_t st = send(h, conv); st != CUDNN_STATUS_SUCCESS) return st;
+  if (cudnnStatus_t st = send(h, add); st != CUDNN_STATUS_SUCCESS) return st;
+  if (ad->a.mode == CUDNN_ACTIVATION_IDENTITY) return CUDNN_STATUS_SUCCESS;
+  dn::Args act;
+  act.op = dn::Op::kActivationFwd;
+  act.t = {tensorOf(yd, y), tensorOf(yd, y)};
+  act.act = ad->a;
+  act.alpha = 1, act.beta = 0;
+  return send(h, act);
+}
 DNN_API cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha, const cudnnFilterDescriptor_t wd,
                                                    const void* w, const cudnnTensorDescriptor_t dyd, const void* dy,
                                                    const cudnnConvolutionDescriptor_t cd,

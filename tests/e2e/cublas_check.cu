@@ -667,6 +667,7 @@ void xtGemm(const char* name, cublasStatus_t (*gemm)(cublasXtHandle_t, cublasOpe
 }
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // (whole lines between the libraries' log lines on stderr)
   const bool native = argc > 1 && std::strcmp(argv[1], "--native") == 0;
   cublasHandle_t h = nullptr;
   OK(cublasCreate(&h));

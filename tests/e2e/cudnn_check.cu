@@ -242,6 +242,58 @@ static int checkAlgorithms(cudnnHandle_t h, const ConvCase& cc) {
   return 0;
 }
 
+// cudnnConvolutionBiasActivationForward: y = relu(alpha1 conv(x, w) + alpha2 z + bias), z apart from y and z = y.
+static int checkBiasActivation(cudnnHandle_t h, const ConvCase& cc) {
+  const Shape ys = cc.y(), bs{1, ys.c, 1, 1};
+  const V x = rounded(randomV(cc.x.size(), 80), CUDNN_DATA_FLOAT), w = rounded(randomV(cc.w.size(), 81), CUDNN_DATA_FLOAT),
+          z = rounded(randomV(ys.size(), 82), CUDNN_DATA_FLOAT), b = rounded(randomV(bs.size(), 83), CUDNN_DATA_FLOAT);
+  auto xd = tensor(cc.x, false, CUDNN_DATA_FLOAT), yd = tensor(ys, false, CUDNN_DATA_FLOAT),
+       bd = tensor(bs, false, CUDNN_DATA_FLOAT);
+  auto wd = filter(cc.w, false, CUDNN_DATA_FLOAT);
+  auto cd = convDesc(cc, CUDNN_DATA_FLOAT);
+  cudnnActivationDescriptor_t ad;
+  CHECK(cudnnCreateActivationDescriptor(&ad));
+  void *dx = upload(x, cc.x, false, CUDNN_DATA_FLOAT), *dw = upload(w, cc.w, false, CUDNN_DATA_FLOAT),
+       *dz = upload(z, ys, false, CUDNN_DATA_FLOAT), *db = upload(b, bs, false, CUDNN_DATA_FLOAT), *dy, *work = nullptr;
+  cudaMalloc(&dy, ys.size() * 4);
+  size_t work_size = 0;
+  CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+                                                &work_size));
+  if (work_size) cudaMalloc(&work, work_size);
+  const float alpha1 = 1.5f, alpha2 = 0.5f;
+  for (int in_place = 0; in_place < 2; ++in_place) {
+    const cudnnActivationMode_t mode = in_place ? CUDNN_ACTIVATION_IDENTITY : CUDNN_ACTIVATION_RELU;
+    CHECK(cudnnSetActivationDescriptor(ad, mode, CUDNN_NOT_PROPAGATE_NAN, 0));
+    if (in_place) cudaMemcpy(dy, dz, ys.size() * 4, cudaMemcpyDeviceToDevice);
+    CHECK(cudnnConvolutionBiasActivationForward(h, &alpha1, xd, dx, wd, dw, cd,
+                                                CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, work, work_size,
+                                                &alpha2, yd, in_place ? dy : dz, bd, db, ad, yd, dy));
+    V want(ys.size(), 0);
+    cc.taps([&](size_t xi, size_t wi, size_t yi) { want[yi] += x[xi] * w[wi]; });
+    for (int i = 0; i < ys.n; ++i)
+      for (int k = 0; k < ys.c; ++k)
+        for (int r = 0; r < ys.h; ++r)
+          for (int q = 0; q < ys.w; ++q) {
+            const size_t o = ys.at(i, k, r, q);
+            const double v = alpha1 * want[o] + alpha2 * z[o] + b[k];
+            want[o] = in_place ? v : std::max(v, 0.0);
+          }
+    report(in_place ? "conv + z (z = y) + bias, identity" : "conv + z + bias, relu (cudnnConvolutionBiasActivationForward)",
+           relErr(download(dy, ys, false, CUDNN_DATA_FLOAT), want), 1e-6);
+  }
+  CHECK(cudnnSetActivationDescriptor(ad, CUDNN_ACTIVATION_TANH, CUDNN_NOT_PROPAGATE_NAN, 0));
+  expectStatus("a fused tanh", cudnnConvolutionBiasActivationForward(h, &alpha1, xd, dx, wd, dw, cd,
+                                                                     CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM,
+                                                                     work, work_size, &alpha2, yd, dz, bd, db, ad, yd,
+                                                                     dy),
+               CUDNN_STATUS_NOT_SUPPORTED);
+  cudnnDestroyActivationDescriptor(ad);
+  cudnnDestroyTensorDescriptor(xd), cudnnDestroyTensorDescriptor(yd), cudnnDestroyTensorDescriptor(bd);
+  cudnnDestroyFilterDescriptor(wd), cudnnDestroyConvolutionDescriptor(cd);
+  for (void* p : {dx, dw, dz, db, dy, work}) cudaFree(p);
+  return 0;
+}
+
 // What cuDNN refuses, a name rgpu does not forward, and a tensor past its allocation.
 static int checkRefusals(cudnnHandle_t h, const ConvCase& cc, bool overrun) {
   Shape wrong = cc.y();
@@ -343,6 +395,7 @@ static int checkBackendGraph() {
 
 int main(int argc, char** argv) {
   const bool overrun = !(argc > 1 && std::strcmp(argv[1], "--no-overrun") == 0);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // (whole lines between the libraries' log lines on stderr)
   std::printf("version: %zu\n", cudnnGetVersion());
   cudnnHandle_t h;
   CHECK(cudnnCreate(&h));
@@ -362,7 +415,7 @@ int main(int argc, char** argv) {
     return 2;
   if (checkConv(h, "conv f16 NHWC", basic, true, CUDNN_DATA_HALF, 1, 0, 1e-2)) return 2;
   if (checkConv(h, "conv bf16 NCHW", basic, false, CUDNN_DATA_BFLOAT16, 1, 0, 2e-2)) return 2;
-  if (checkConv3dAndBias(h) || checkAlgorithms(h, basic) || checkTensorOps(h) || checkActivationsAndSoftmax(h) ||
+  if (checkConv3dAndBias(h) || checkAlgorithms(h, basic) || checkBiasActivation(h, basic) || checkTensorOps(h) || checkActivationsAndSoftmax(h) ||
       checkPooling(h) || checkBatchNorm(h) || checkDropout(h) || checkRefusals(h, basic, overrun) || checkBackendGraph())
     return 2;
   CHECK(cudaStreamSynchronize(s));

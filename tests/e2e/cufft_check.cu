@@ -100,6 +100,7 @@ static std::vector<T> download(const T* dev, size_t n) {
 }
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // (whole lines between the libraries' log lines on stderr)
   const bool overrun = !(argc > 1 && std::string(argv[1]) == "--no-overrun");
   cudaStream_t stream;
   CHECK(cudaStreamCreate(&stream));

@@ -42,6 +42,7 @@ static int fetch(std::FILE* out, const T* dev, size_t n) {
 }
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // (whole lines between the libraries' log lines on stderr)
   if (argc < 2) return 2;
   std::FILE* out = std::fopen(argv[1], "wb");
   if (!out) return 2;

@@ -259,6 +259,7 @@ static int spmm(cusparseHandle_t h, const char* what, int format, int rows, int 
 }
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // (whole lines between the libraries' log lines on stderr)
   const std::string flag = argc > 1 ? argv[1] : "";
   const bool overrun = flag != "--no-overrun", bad_index = overrun && flag != "--no-bad-index";
   cudaStream_t stream;
