@@ -13,8 +13,9 @@ constexpr const char* kNames[kOpCount] = {
     "cudnnActivationForward",   "cudnnActivationBackward",       "cudnnSoftmaxForward",
     "cudnnSoftmaxBackward",     "cudnnPoolingForward",           "cudnnPoolingBackward",
     "cudnnBatchNormalizationForwardTraining", "cudnnBatchNormalizationForwardInference",
-    "cudnnBatchNormalizationBackward", "cudnnSetDropoutDescriptor", "cudnnDropoutForward", "cudnnDropoutBackward"};
-constexpr uint8_t kCounts[kOpCount] = {3, 3, 3, 2, 2, 3, 1, 1, 2, 2, 4, 2, 3, 2, 4, 8, 6, 8, 0, 2, 2};
+    "cudnnBatchNormalizationBackward", "cudnnSetDropoutDescriptor", "cudnnDropoutForward", "cudnnDropoutBackward",
+    "cudnnReduceTensor"};
+constexpr uint8_t kCounts[kOpCount] = {3, 3, 3, 2, 2, 3, 1, 1, 2, 2, 4, 2, 3, 2, 4, 8, 6, 8, 0, 2, 2, 2};
 
 // Each tensor's name in a call, for errors (the table in the header).
 const char* roleName(Op op, size_t i) {
@@ -26,7 +27,7 @@ const char* roleName(Op op, size_t i) {
        "resultSaveInvVariance"},
       {"x", "y", "bnScale", "bnBias", "estimatedMean", "estimatedVariance"},
       {"x", "dy", "dx", "bnScale", "dBnScaleResult", "dBnBiasResult", "savedMean", "savedInvVariance"},
-      {}, {"x", "y"}, {"dy", "dx"}};
+      {}, {"x", "y"}, {"dy", "dx"}, {"A", "C"}};
   const char* r = i < 8 ? kRoles[static_cast<size_t>(op)][i] : nullptr;
   return r ? r : "tensor";
 }
@@ -301,6 +302,16 @@ Status check(const Args& a) {
       if ((a.t[6].ptr == 0) != (a.t[7].ptr == 0))
         return bad("savedMean and savedInvVariance must both be given or both be null");
       return bnShapes(a, a.t[0], {&a.t[3], &a.t[4], &a.t[5], &a.t[6], &a.t[7]});
+    case Op::kReduceTensor: {
+      if (a.reduce_op < 0 || a.reduce_op > 8) return bad("reduce tensor operation " + std::to_string(a.reduce_op));
+      if (a.t[0].rank != a.t[1].rank || !broadcasts(a.t[1], a.t[0]))
+        return bad("C " + dimsText(a.t[1]) + " is not A " + dimsText(a.t[0]) + " with some dimensions reduced to 1");
+      if (a.t[0].type != a.t[1].type) return unsupported("A and C of different types");
+      const bool indexed = a.reduce_indices != 0 && (a.reduce_op == 2 || a.reduce_op == 3 || a.reduce_op == 4);
+      if (indexed && (a.indices == 0 || a.indices_size < static_cast<uint64_t>(a.t[1].elements()) * 4))
+        return bad("the indices need " + std::to_string(a.t[1].elements() * 4) + " bytes");
+      return Status::ok();
+    }
     case Op::kDropoutInit:
     case Op::kDropoutFwd:
     case Op::kDropoutBwd:
@@ -321,6 +332,7 @@ std::vector<Range> ranges(const Args& a) {
     r.push_back({a.states, a.states_size, "the dropout states"});
   if (a.reserve) r.push_back({a.reserve, a.reserve_size, "the reserve space"});
   if (a.workspace && a.workspace_size) r.push_back({a.workspace, a.workspace_size, "the workspace"});
+  if (a.op == Op::kReduceTensor && a.indices && a.indices_size) r.push_back({a.indices, a.indices_size, "the indices"});
   return r;
 }
 
@@ -391,6 +403,11 @@ void toWire(const Args& a, wire::Dnn::Builder b) {
   b.setWorkspaceSize(a.workspace_size);
   b.setReserve(a.reserve);
   b.setReserveSize(a.reserve_size);
+  b.setReduceOp(a.reduce_op);
+  b.setReduceType(a.reduce_type);
+  b.setReduceIndices(a.reduce_indices);
+  b.setIndices(a.indices);
+  b.setIndicesSize(a.indices_size);
 }
 
 Args fromWire(wire::Dnn::Reader r) {
@@ -451,6 +468,11 @@ Args fromWire(wire::Dnn::Reader r) {
   a.workspace_size = r.getWorkspaceSize();
   a.reserve = r.getReserve();
   a.reserve_size = r.getReserveSize();
+  a.reduce_op = r.getReduceOp();
+  a.reduce_type = r.getReduceType();
+  a.reduce_indices = r.getReduceIndices();
+  a.indices = r.getIndices();
+  a.indices_size = r.getIndicesSize();
   return a;
 }
 

@@ -26,6 +26,8 @@
 //   bn backward         x dy dx scale dScale dBias saveMean saveInvVar
 //   dropout fwd / bwd   x y  /  dy dx   (+ states and reserve space)
 //   dropout init        (states only: seeded)
+//   reduce tensor       A C              C  = a reduce(A) + b C  (C's 1-sized dimensions reduced;
+//                                        + the indices of MIN/MAX/AMAX, 32-bit, when asked)
 // A tensor with pointer 0 is absent (bn's optional running and saved values).
 #pragma once
 
@@ -43,15 +45,16 @@ namespace rgpu::common::dnn {
 enum class Op : uint8_t {
   kConvFwd, kConvBwdData, kConvBwdFilter, kConvBwdBias, kAddTensor, kOpTensor, kScaleTensor, kSetTensor,
   kTransformTensor, kActivationFwd, kActivationBwd, kSoftmaxFwd, kSoftmaxBwd, kPoolingFwd, kPoolingBwd,
-  kBnFwdTraining, kBnFwdInference, kBnBwd, kDropoutInit, kDropoutFwd, kDropoutBwd,
+  kBnFwdTraining, kBnFwdInference, kBnBwd, kDropoutInit, kDropoutFwd, kDropoutBwd, kReduceTensor,
 };
-inline constexpr uint8_t kOpCount = 21;
+inline constexpr uint8_t kOpCount = 22;
 const char* opName(Op op);  // cuDNN's name, e.g. "cudnnConvolutionForward"
 size_t tensorCount(Op op);  // how many tensors the operation takes (the table above)
 
 // What a size query (wire::Request dnnSize) asks.
 enum class Query : uint8_t { kConvFwdWorkspace, kConvBwdDataWorkspace, kConvBwdFilterWorkspace, kDropoutStates,
-                             kDropoutReserve };
+                             kDropoutReserve, kReduceWorkspace };
+inline constexpr uint8_t kLastQuery = static_cast<uint8_t>(Query::kReduceWorkspace);
 
 // cudnnDataType_t values computed (others are CUDNN_STATUS_NOT_SUPPORTED).
 inline constexpr int32_t kFloat = 0, kDouble = 1, kHalf = 2, kBf16 = 9;
@@ -117,6 +120,9 @@ struct Args {
   float dropout = 0;
   uint64_t states = 0, states_size = 0, seed = 0;
   uint64_t workspace = 0, workspace_size = 0, reserve = 0, reserve_size = 0;
+  // reduce tensor: cudnnReduceTensorOp_t, its computation's type, whether MIN/MAX/AMAX write indices (32-bit)
+  int32_t reduce_op = 0, reduce_type = kFloat, reduce_indices = 0;
+  uint64_t indices = 0, indices_size = 0;
 };
 
 // The output dimensions of a convolution of `x` by filter `w` (N, K, spatial...).

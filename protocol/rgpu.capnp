@@ -405,6 +405,11 @@ struct Dnn {
   workspaceSize @39 :UInt64;
   reserve @40 :UInt64;
   reserveSize @41 :UInt64;
+  reduceOp @42 :Int32;      # cudnnReduceTensor: cudnnReduceTensorOp_t
+  reduceType @43 :Int32;
+  reduceIndices @44 :Int32; # whether MIN/MAX/AMAX write 32-bit indices
+  indices @45 :UInt64;
+  indicesSize @46 :UInt64;
 }
 struct DnnTensor {
   type @0 :Int32;           # cudnnDataType_t

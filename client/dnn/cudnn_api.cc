@@ -223,6 +223,7 @@ cudnnStatus_t size(cudnnHandle_t h, dn::Query q, const dn::Args& a, size_t* out,
       for (auto& t : shapes.t)
         if (!t.ptr) t.ptr = 1;
       if (shapes.op == dn::Op::kDropoutFwd) shapes.states = shapes.reserve = 1;
+      shapes.reduce_indices = 0;  // (a workspace query has no indices yet)
       if (Status s = dn::check(shapes); !s) return toStatus(s, call);
     }
     const rgpu::client::ExportTable* t = rgpu::client::blas::table();

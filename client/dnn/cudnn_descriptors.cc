@@ -417,6 +417,33 @@ DNN_API cudnnStatus_t cudnnGetOpTensorDescriptor(const cudnnOpTensorDescriptor_t
   return CUDNN_STATUS_SUCCESS;
 }
 
+// ---- reductions ----
+DNN_API cudnnStatus_t cudnnCreateReduceTensorDescriptor(cudnnReduceTensorDescriptor_t* d) { return make(d); }
+DNN_API cudnnStatus_t cudnnDestroyReduceTensorDescriptor(cudnnReduceTensorDescriptor_t d) { return destroy(d); }
+DNN_API cudnnStatus_t cudnnSetReduceTensorDescriptor(cudnnReduceTensorDescriptor_t d, cudnnReduceTensorOp_t op,
+                                                     cudnnDataType_t type, cudnnNanPropagation_t nan,
+                                                     cudnnReduceTensorIndices_t indices,
+                                                     cudnnIndicesType_t indices_type) {
+  if (!d || op < CUDNN_REDUCE_TENSOR_ADD || op > CUDNN_REDUCE_TENSOR_MUL_NO_ZEROS || !validType(type) ||
+      (indices != CUDNN_REDUCE_TENSOR_NO_INDICES && indices != CUDNN_REDUCE_TENSOR_FLATTENED_INDICES))
+    return CUDNN_STATUS_BAD_PARAM;
+  if (indices_type != CUDNN_32BIT_INDICES) return CUDNN_STATUS_NOT_SUPPORTED;  // (cuDNN computes 32-bit indices only)
+  d->op = op, d->type = type, d->nan = nan, d->indices = indices, d->indices_type = indices_type;
+  return CUDNN_STATUS_SUCCESS;
+}
+DNN_API cudnnStatus_t cudnnGetReduceTensorDescriptor(const cudnnReduceTensorDescriptor_t d, cudnnReduceTensorOp_t* op,
+                                                     cudnnDataType_t* type, cudnnNanPropagation_t* nan,
+                                                     cudnnReduceTensorIndices_t* indices,
+                                                     cudnnIndicesType_t* indices_type) {
+  if (!d || !op || !type || !nan || !indices || !indices_type) return CUDNN_STATUS_BAD_PARAM;
+  *op = static_cast<cudnnReduceTensorOp_t>(d->op);
+  *type = static_cast<cudnnDataType_t>(d->type);
+  *nan = static_cast<cudnnNanPropagation_t>(d->nan);
+  *indices = static_cast<cudnnReduceTensorIndices_t>(d->indices);
+  *indices_type = static_cast<cudnnIndicesType_t>(d->indices_type);
+  return CUDNN_STATUS_SUCCESS;
+}
+
 // ---- dropout (the descriptor's fields; initialising states is the library's call) ----
 DNN_API cudnnStatus_t cudnnCreateDropoutDescriptor(cudnnDropoutDescriptor_t* d) { return make(d); }
 DNN_API cudnnStatus_t cudnnDestroyDropoutDescriptor(cudnnDropoutDescriptor_t d) { return destroy(d); }

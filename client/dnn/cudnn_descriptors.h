@@ -35,6 +35,9 @@ struct cudnnActivationStruct {
 struct cudnnOpTensorStruct {
   int32_t op = 0, type = 0, nan = 0;
 };
+struct cudnnReduceTensorStruct {
+  int32_t op = 0, type = 0, nan = 0, indices = 0, indices_type = 0;
+};
 struct cudnnDropoutStruct {
   float dropout = 0;
   void* states = nullptr;

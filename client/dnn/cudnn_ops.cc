@@ -174,6 +174,48 @@ DNN_API cudnnStatus_t cudnnBatchNormalizationBackward(
   return send(h, a);
 }
 
+// ---- reductions ----
+namespace {
+dn::Args reduction(const cudnnReduceTensorStruct* r, const cudnnTensorDescriptor_t ad, const void* A,
+                   const cudnnTensorDescriptor_t cd, void* C) {
+  dn::Args a;
+  a.op = dn::Op::kReduceTensor;
+  a.t = {tensorOf(ad, A), tensorOf(cd, C)};
+  a.reduce_op = r->op, a.reduce_type = r->type, a.reduce_indices = r->indices;
+  return a;
+}
+bool indexed(const cudnnReduceTensorStruct* r) {
+  return r->indices == CUDNN_REDUCE_TENSOR_FLATTENED_INDICES &&
+         (r->op == CUDNN_REDUCE_TENSOR_MIN || r->op == CUDNN_REDUCE_TENSOR_MAX || r->op == CUDNN_REDUCE_TENSOR_AMAX);
+}
+}  // namespace
+
+DNN_API cudnnStatus_t cudnnGetReductionIndicesSize(cudnnHandle_t h, const cudnnReduceTensorDescriptor_t r,
+                                                   const cudnnTensorDescriptor_t ad, const cudnnTensorDescriptor_t cd,
+                                                   size_t* bytes) {
+  if (!live(h) || !r || !ad || !cd || !bytes) return CUDNN_STATUS_BAD_PARAM;
+  *bytes = indexed(r) ? static_cast<size_t>(cd->t.elements()) * 4 : 0;
+  return CUDNN_STATUS_SUCCESS;
+}
+DNN_API cudnnStatus_t cudnnGetReductionWorkspaceSize(cudnnHandle_t h, const cudnnReduceTensorDescriptor_t r,
+                                                     const cudnnTensorDescriptor_t ad,
+                                                     const cudnnTensorDescriptor_t cd, size_t* bytes) {
+  if (!live(h) || !r) return CUDNN_STATUS_BAD_PARAM;
+  return rgpu::client::dnn::size(h, dn::Query::kReduceWorkspace, reduction(r, ad, nullptr, cd, nullptr), bytes,
+                                 "cudnnGetReductionWorkspaceSize");
+}
+DNN_API cudnnStatus_t cudnnReduceTensor(cudnnHandle_t h, const cudnnReduceTensorDescriptor_t r, void* indices,
+                                        size_t indices_size, void* ws, size_t ws_size, const void* alpha,
+                                        const cudnnTensorDescriptor_t ad, const void* A, const void* beta,
+                                        const cudnnTensorDescriptor_t cd, void* C) {
+  if (!r || !alpha || !beta || !cd) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a = reduction(r, ad, A, cd, C);
+  a.alpha = scalarOf(alpha, cd->t.type), a.beta = scalarOf(beta, cd->t.type);
+  a.indices = reinterpret_cast<uint64_t>(indices), a.indices_size = indices ? indices_size : 0;
+  a.workspace = reinterpret_cast<uint64_t>(ws), a.workspace_size = ws ? ws_size : 0;
+  return send(h, a);
+}
+
 // ---- dropout ----
 DNN_API cudnnStatus_t cudnnDropoutGetStatesSize(cudnnHandle_t h, size_t* bytes) {
   if (!live(h)) return CUDNN_STATUS_BAD_PARAM;

@@ -30,7 +30,9 @@ struct Descriptors {
   cudnnActivationDescriptor_t act = nullptr;
   cudnnOpTensorDescriptor_t op = nullptr;
   cudnnDropoutDescriptor_t dropout = nullptr;
+  cudnnReduceTensorDescriptor_t reduce = nullptr;
   ~Descriptors() {
+    if (reduce) api.cudnnDestroyReduceTensorDescriptor(reduce);
     for (auto d : t)
       if (d) api.cudnnDestroyTensorDescriptor(d);
     if (filter) api.cudnnDestroyFilterDescriptor(filter);
@@ -107,6 +109,16 @@ Status describe(DnnApi& D, const dn::Args& a, Descriptors& d) {
                                                         static_cast<cudnnDataType_t>(a.tensor_op_type),
                                                         CUDNN_NOT_PROPAGATE_NAN),
                            "cudnnSetOpTensorDescriptor"));
+  }
+  if (a.op == dn::Op::kReduceTensor) {
+    RGPU_TRY(DnnApi::check(D.cudnnCreateReduceTensorDescriptor(&d.reduce), "cudnnCreateReduceTensorDescriptor"));
+    RGPU_TRY(DnnApi::check(
+        D.cudnnSetReduceTensorDescriptor(d.reduce, static_cast<cudnnReduceTensorOp_t>(a.reduce_op),
+                                         static_cast<cudnnDataType_t>(a.reduce_type), CUDNN_NOT_PROPAGATE_NAN,
+                                         a.reduce_indices ? CUDNN_REDUCE_TENSOR_FLATTENED_INDICES
+                                                          : CUDNN_REDUCE_TENSOR_NO_INDICES,
+                                         CUDNN_32BIT_INDICES),
+        "cudnnSetReduceTensorDescriptor"));
   }
   if (a.op == dn::Op::kDropoutInit || a.op == dn::Op::kDropoutFwd || a.op == dn::Op::kDropoutBwd)
     RGPU_TRY(DnnApi::check(D.cudnnCreateDropoutDescriptor(&d.dropout), "cudnnCreateDropoutDescriptor"));
@@ -200,6 +212,10 @@ Result<uint64_t> CudaBackend::dnnSize(int device, dn::Query q, const dn::Args& a
                                  *h, d.t[0], d.t[1], d.conv, d.filter,
                                  static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo), &size),
                              "cudnnGetConvolutionBackwardFilterWorkspaceSize"));
+      break;
+    case dn::Query::kReduceWorkspace:
+      RGPU_TRY(DnnApi::check(D.cudnnGetReductionWorkspaceSize(*h, d.reduce, d.t[0], d.t[1], &size),
+                             "cudnnGetReductionWorkspaceSize"));
       break;
     default: return Status(err::kInvalidValue, "unknown size query");
   }
@@ -310,6 +326,10 @@ Status CudaBackend::dnn(StreamKey key, const dn::Args& a) {
                                  beta2.p(), d.t[0], ptr(t[0].ptr), d.t[1], ptr(t[1].ptr), d.t[2], ptr(t[2].ptr), d.t[3],
                                  ptr(t[3].ptr), ptr(t[4].ptr), ptr(t[5].ptr), a.epsilon, ptr(t[6].ptr), ptr(t[7].ptr)),
                              "cudnnBatchNormalizationBackward");
+      case dn::Op::kReduceTensor:
+        return DnnApi::check(D.cudnnReduceTensor(H, d.reduce, ptr(a.indices), a.indices_size, ws, a.workspace_size,
+                                                 alpha.p(), d.t[0], ptr(t[0].ptr), beta.p(), d.t[1], ptr(t[1].ptr)),
+                             "cudnnReduceTensor");
       case dn::Op::kDropoutInit:
         return DnnApi::check(D.cudnnSetDropoutDescriptor(d.dropout, H, a.dropout, ptr(a.states), a.states_size, a.seed),
                              "cudnnSetDropoutDescriptor");

@@ -28,7 +28,9 @@
   X(cudnnTransformTensor) X(cudnnActivationForward) X(cudnnActivationBackward) X(cudnnSoftmaxForward)           \
   X(cudnnSoftmaxBackward) X(cudnnPoolingForward) X(cudnnPoolingBackward)                                         \
   X(cudnnBatchNormalizationForwardTraining) X(cudnnBatchNormalizationForwardInference)                          \
-  X(cudnnBatchNormalizationBackward) X(cudnnDropoutForward) X(cudnnDropoutBackward)
+  X(cudnnBatchNormalizationBackward) X(cudnnDropoutForward) X(cudnnDropoutBackward)                           \
+  X(cudnnCreateReduceTensorDescriptor) X(cudnnDestroyReduceTensorDescriptor) X(cudnnSetReduceTensorDescriptor)  \
+  X(cudnnGetReductionWorkspaceSize) X(cudnnReduceTensor)
 
 namespace rgpu::server::cuda {
 

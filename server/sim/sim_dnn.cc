@@ -598,6 +598,58 @@ Status dropout(const dn::Args& a) {
   return Status::ok();
 }
 
+// ---- reductions ----
+
+Status reduce(const dn::Args& a) {
+  const Tensor &A = a.t[0], &C = a.t[1];
+  View VA = view(A), VC = view(C);
+  const size_t slots = static_cast<size_t>(C.spanBytes() / dn::elementBytes(C.type));
+  const int op = a.reduce_op;  // ADD MUL MIN MAX AMAX AVG NORM1 NORM2 MUL_NO_ZEROS
+  const double start = op == 1 || op == 8 ? 1.0 : op == 2 ? HUGE_VAL : op == 3 ? -HUGE_VAL : 0.0;
+  std::vector<double> acc(slots, start);
+  std::vector<uint32_t> arg(slots, 0);
+  std::vector<uint8_t> seen(slots, 0);
+  // An element's index among those reduced into its C element: its coordinates in the reduced dimensions,
+  // flattened row-major.
+  std::array<int64_t, dn::kMaxRank> reduced_stride{};
+  int64_t s = 1;
+  for (int d = A.rank - 1; d >= 0; --d)
+    if (C.dims[d] == 1 && A.dims[d] > 1) reduced_stride[d] = s, s *= A.dims[d];
+  forEach<2>(A, {&A, &C}, [&](int64_t lin, auto& o) {
+    const double v = VA.get(o[0]);
+    const auto c = static_cast<size_t>(o[1]);
+    int64_t rest = lin, index = 0;
+    for (int d = A.rank - 1; d >= 0; --d) {
+      index += (rest % A.dims[d]) * reduced_stride[d];
+      rest /= A.dims[d];
+    }
+    double& x = acc[c];
+    switch (op) {
+      case 0: case 5: x += v; break;
+      case 1: x *= v; break;
+      case 8: if (v != 0) x *= v; break;
+      case 6: x += std::fabs(v); break;
+      case 7: x += v * v; break;
+      default: {  // MIN, MAX, AMAX: the first extreme's index
+        const double key = op == 4 ? std::fabs(v) : v;
+        const bool better = !seen[c] || (op == 2 ? key < x : key > x);
+        if (better) x = key, arg[c] = static_cast<uint32_t>(index);
+        seen[c] = 1;
+      }
+    }
+  });
+  const double count = static_cast<double>(A.elements()) / static_cast<double>(std::max<int64_t>(C.elements(), 1));
+  const bool indexed = a.reduce_indices != 0 && (op == 2 || op == 3 || op == 4);
+  auto* indices = reinterpret_cast<uint32_t*>(a.indices);
+  forEach<1>(C, {&C}, [&](int64_t lin, auto& o) {
+    const auto c = static_cast<size_t>(o[0]);
+    const double v = op == 5 ? acc[c] / count : op == 7 ? std::sqrt(acc[c]) : acc[c];
+    VC.blend(o[0], v, a.alpha, a.beta);
+    if (indexed) indices[lin] = arg[c];
+  });
+  return Status::ok();
+}
+
 }  // namespace
 
 Status run(const dn::Args& a) {
@@ -616,6 +668,7 @@ Status run(const dn::Args& a) {
     case Op::kDropoutInit:
     case Op::kDropoutFwd:
     case Op::kDropoutBwd: return dropout(a);
+    case Op::kReduceTensor: return reduce(a);
     default: return elementwise(a);
   }
 }

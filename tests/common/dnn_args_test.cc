@@ -104,6 +104,19 @@ TEST(DnnArgs, RefusesWhatCudnnRefuses) {
   add.t[0].dims[1] = 3;  // does not broadcast
   EXPECT_EQ(check(add).code(), err::kInvalidValue);
 
+  Args reduce;
+  reduce.op = Op::kReduceTensor;
+  reduce.reduce_op = 3;  // MAX
+  reduce.t = {nchw(2, 3, 4, 5, 1), nchw(2, 1, 4, 5, 2)};
+  EXPECT_TRUE(check(reduce));
+  reduce.reduce_indices = 1;  // with indices: 40 of them, 4 bytes each
+  reduce.indices = 3, reduce.indices_size = 39 * 4;
+  EXPECT_EQ(check(reduce).code(), err::kInvalidValue);
+  reduce.indices_size = 40 * 4;
+  EXPECT_TRUE(check(reduce));
+  reduce.t[1].dims[2] = 2;  // neither A's size nor 1
+  EXPECT_EQ(check(reduce).code(), err::kInvalidValue);
+
   Args bn;
   bn.op = Op::kBnFwdTraining;
   const Tensor x = nchw(4, 3, 5, 5, 1);

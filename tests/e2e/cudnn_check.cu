@@ -416,7 +416,7 @@ int main(int argc, char** argv) {
   if (checkConv(h, "conv f16 NHWC", basic, true, CUDNN_DATA_HALF, 1, 0, 1e-2)) return 2;
   if (checkConv(h, "conv bf16 NCHW", basic, false, CUDNN_DATA_BFLOAT16, 1, 0, 2e-2)) return 2;
   if (checkConv3dAndBias(h) || checkAlgorithms(h, basic) || checkBiasActivation(h, basic) || checkTensorOps(h) || checkActivationsAndSoftmax(h) ||
-      checkPooling(h) || checkBatchNorm(h) || checkDropout(h) || checkRefusals(h, basic, overrun) || checkBackendGraph())
+      checkPooling(h) || checkBatchNorm(h) || checkDropout(h) || checkReductions(h) || checkRefusals(h, basic, overrun) || checkBackendGraph())
     return 2;
   CHECK(cudaStreamSynchronize(s));
   CHECK(cudnnDestroy(h));

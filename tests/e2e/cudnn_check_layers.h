@@ -351,3 +351,74 @@ static int checkDropout(cudnnHandle_t h) {
   for (void* q : {states, reserve, reserve2, dx, dy, ddx}) cudaFree(q);
   return 0;
 }
+
+// cudnnReduceTensor over some of A's dimensions (C's 1-sized ones): sums, means, maxima with their indices, norms.
+static int checkReductions(cudnnHandle_t h) {
+  const Shape as{2, 3, 4, 5};
+  const V a = rounded(randomV(as.size(), 90), CUDNN_DATA_FLOAT);
+  auto ad = tensor(as, false, CUDNN_DATA_FLOAT);
+  void* da = upload(a, as, false, CUDNN_DATA_FLOAT);
+  cudnnReduceTensorDescriptor_t rd;
+  CHECK(cudnnCreateReduceTensorDescriptor(&rd));
+  struct Case {
+    const char* name;
+    cudnnReduceTensorOp_t op;
+    Shape c;
+    bool indices;
+    float beta;
+  };
+  const Case cases[] = {{"sum over N, H, W (beta 0.5)", CUDNN_REDUCE_TENSOR_ADD, {1, 3, 1, 1}, false, 0.5f},
+                        {"mean over H, W", CUDNN_REDUCE_TENSOR_AVG, {2, 3, 1, 1}, false, 0.f},
+                        {"max over C, with indices", CUDNN_REDUCE_TENSOR_MAX, {2, 1, 4, 5}, true, 0.f},
+                        {"norm2 of everything", CUDNN_REDUCE_TENSOR_NORM2, {1, 1, 1, 1}, false, 0.f}};
+  for (const Case& c : cases) {
+    CHECK(cudnnSetReduceTensorDescriptor(rd, c.op, CUDNN_DATA_FLOAT, CUDNN_NOT_PROPAGATE_NAN,
+                                         c.indices ? CUDNN_REDUCE_TENSOR_FLATTENED_INDICES
+                                                   : CUDNN_REDUCE_TENSOR_NO_INDICES,
+                                         CUDNN_32BIT_INDICES));
+    auto cd = tensor(c.c, false, CUDNN_DATA_FLOAT);
+    size_t ws_size = 0, idx_size = 0;
+    CHECK(cudnnGetReductionWorkspaceSize(h, rd, ad, cd, &ws_size));
+    CHECK(cudnnGetReductionIndicesSize(h, rd, ad, cd, &idx_size));
+    void *ws = nullptr, *idx = nullptr;
+    if (ws_size) cudaMalloc(&ws, ws_size);
+    if (idx_size) cudaMalloc(&idx, idx_size);
+    const V c0 = rounded(randomV(c.c.size(), 91), CUDNN_DATA_FLOAT);
+    void* dc = upload(c0, c.c, false, CUDNN_DATA_FLOAT);
+    CHECK(cudnnReduceTensor(h, rd, idx, idx_size, ws, ws_size, &kOne, ad, da, &c.beta, cd, dc));
+    V want(c.c.size(), c.op == CUDNN_REDUCE_TENSOR_MAX ? -1e300 : 0.0);
+    std::vector<unsigned> want_idx(c.c.size(), 0);
+    const double count = static_cast<double>(as.size()) / c.c.size();
+    for (int i = 0; i < as.n; ++i)
+      for (int j = 0; j < as.c; ++j)
+        for (int y = 0; y < as.h; ++y)
+          for (int x = 0; x < as.w; ++x) {
+            const double v = a[as.at(i, j, y, x)];
+            const size_t o = c.c.at(c.c.n == 1 ? 0 : i, c.c.c == 1 ? 0 : j, c.c.h == 1 ? 0 : y, c.c.w == 1 ? 0 : x);
+            if (c.op == CUDNN_REDUCE_TENSOR_MAX) {
+              if (v > want[o]) want[o] = v, want_idx[o] = static_cast<unsigned>(j);  // (C is the one reduced dimension)
+            } else if (c.op == CUDNN_REDUCE_TENSOR_NORM2) {
+              want[o] += v * v;
+            } else {
+              want[o] += c.op == CUDNN_REDUCE_TENSOR_AVG ? v / count : v;
+            }
+          }
+    for (size_t o = 0; o < want.size(); ++o) {
+      if (c.op == CUDNN_REDUCE_TENSOR_NORM2) want[o] = std::sqrt(want[o]);
+      want[o] += c.beta * c0[o];
+    }
+    report(std::string("cudnnReduceTensor ") + c.name, relErr(download(dc, c.c, false, CUDNN_DATA_FLOAT), want), 1e-6);
+    if (c.indices) {
+      std::vector<unsigned> got(c.c.size());
+      cudaMemcpy(got.data(), idx, got.size() * 4, cudaMemcpyDeviceToHost);
+      std::printf("cudnnReduceTensor max indices: %s\n", got == want_idx ? "those of the maxima" : "FAIL");
+      if (got != want_idx) ++g_failures;
+    }
+    cudnnDestroyTensorDescriptor(cd);
+    for (void* p : {ws, idx, dc}) cudaFree(p);
+  }
+  cudnnDestroyReduceTensorDescriptor(rd);
+  cudnnDestroyTensorDescriptor(ad);
+  cudaFree(da);
+  return 0;
+}

@@ -256,6 +256,22 @@ FAKE_API cudnnStatus_t cudnnBatchNormalizationBackward(
   a.bn_mode = mode, a.epsilon = eps;
   return submit(h, a, "cudnnBatchNormalizationBackward");
 }
+FAKE_API cudnnStatus_t cudnnGetReductionWorkspaceSize(cudnnHandle_t, const cudnnReduceTensorDescriptor_t,
+                                                      const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t,
+                                                      size_t* bytes) {
+  *bytes = kWorkspaceBytes;
+  return CUDNN_STATUS_SUCCESS;
+}
+FAKE_API cudnnStatus_t cudnnReduceTensor(cudnnHandle_t h, const cudnnReduceTensorDescriptor_t r, void* indices,
+                                         size_t indices_size, void* ws, size_t ws_size, const void* alpha,
+                                         const cudnnTensorDescriptor_t ad, const void* A, const void* beta,
+                                         const cudnnTensorDescriptor_t cd, void* C) {
+  if (!ws || ws_size < kWorkspaceBytes) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a = args(dn::Op::kReduceTensor, {tensorOf(ad, A), tensorOf(cd, C)}, alpha, beta);
+  a.reduce_op = r->op, a.reduce_type = r->type, a.reduce_indices = r->indices;
+  a.indices = reinterpret_cast<uint64_t>(indices), a.indices_size = indices_size;
+  return submit(h, a, "cudnnReduceTensor with a workspace");
+}
 FAKE_API cudnnStatus_t cudnnSetDropoutDescriptor(cudnnDropoutDescriptor_t d, cudnnHandle_t h, float p, void* states,
                                                  size_t size, unsigned long long seed) {
   d->dropout = p, d->states = states, d->states_size = size, d->seed = seed;
