@@ -5,6 +5,9 @@
 #include "client/dnn/cudnn_client.h"
 #include "client/dnn/cudnn_descriptors.h"
 #include "common/half.h"
+#include "common/log.h"
+
+#include <string>
 
 namespace dn = rgpu::common::dnn;
 using rgpu::client::dnn::live;
@@ -172,6 +175,65 @@ DNN_API cudnnStatus_t cudnnBatchNormalizationBackward(
   a.alpha2 = scalarOf(alpha_param, dxd->t.type), a.beta2 = scalarOf(beta_param, dxd->t.type);
   a.bn_mode = mode, a.epsilon = epsilon;
   return send(h, a);
+}
+
+// The Ex forms with bnOps = CUDNN_BATCHNORM_OPS_BN: the same computation as the plain calls (no workspace, no
+// reserve space); the fused add and activation (OPS_BN_ACTIVATION, OPS_BN_ADD_ACTIVATION) are not built.
+namespace {
+cudnnStatus_t bnOpsOnly(cudnnBatchNormOps_t ops, const char* call) {
+  if (ops == CUDNN_BATCHNORM_OPS_BN) return CUDNN_STATUS_SUCCESS;
+  rgpu::common::logOnce(std::string("cudnn-bnops:") + call,
+                        std::string(call) + ": only CUDNN_BATCHNORM_OPS_BN is built in rgpu's cuDNN (the fused add "
+                                            "and activation answer CUDNN_STATUS_NOT_SUPPORTED; docs/cudnn.md)");
+  return CUDNN_STATUS_NOT_SUPPORTED;
+}
+}  // namespace
+
+DNN_API cudnnStatus_t cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+    cudnnHandle_t h, cudnnBatchNormMode_t, cudnnBatchNormOps_t ops, const cudnnTensorDescriptor_t,
+    const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t,
+    const cudnnActivationDescriptor_t, size_t* bytes) {
+  if (!live(h) || !bytes) return CUDNN_STATUS_BAD_PARAM;
+  *bytes = 0;
+  return bnOpsOnly(ops, "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize");
+}
+DNN_API cudnnStatus_t cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+    cudnnHandle_t h, cudnnBatchNormMode_t, cudnnBatchNormOps_t ops, const cudnnTensorDescriptor_t,
+    const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t,
+    const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t, const cudnnActivationDescriptor_t, size_t* bytes) {
+  if (!live(h) || !bytes) return CUDNN_STATUS_BAD_PARAM;
+  *bytes = 0;
+  return bnOpsOnly(ops, "cudnnGetBatchNormalizationBackwardExWorkspaceSize");
+}
+DNN_API cudnnStatus_t cudnnGetBatchNormalizationTrainingExReserveSpaceSize(cudnnHandle_t h, cudnnBatchNormMode_t,
+                                                                          cudnnBatchNormOps_t ops,
+                                                                          const cudnnActivationDescriptor_t,
+                                                                          const cudnnTensorDescriptor_t,
+                                                                          size_t* bytes) {
+  if (!live(h) || !bytes) return CUDNN_STATUS_BAD_PARAM;
+  *bytes = 0;
+  return bnOpsOnly(ops, "cudnnGetBatchNormalizationTrainingExReserveSpaceSize");
+}
+DNN_API cudnnStatus_t cudnnBatchNormalizationForwardTrainingEx(
+    cudnnHandle_t h, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t, const void*,
+    const cudnnTensorDescriptor_t yd, void* y, const cudnnTensorDescriptor_t pd, const void* scale, const void* bias,
+    double factor, void* running_mean, void* running_var, double epsilon, void* save_mean, void* save_inv_var,
+    cudnnActivationDescriptor_t, void*, size_t, void*, size_t) {
+  if (cudnnStatus_t st = bnOpsOnly(ops, "cudnnBatchNormalizationForwardTrainingEx"); st != CUDNN_STATUS_SUCCESS) return st;
+  return cudnnBatchNormalizationForwardTraining(h, mode, alpha, beta, xd, x, yd, y, pd, scale, bias, factor,
+                                                running_mean, running_var, epsilon, save_mean, save_inv_var);
+}
+DNN_API cudnnStatus_t cudnnBatchNormalizationBackwardEx(
+    cudnnHandle_t h, cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops, const void* alpha_data, const void* beta_data,
+    const void* alpha_param, const void* beta_param, const cudnnTensorDescriptor_t xd, const void* x,
+    const cudnnTensorDescriptor_t, const void*, const cudnnTensorDescriptor_t dyd, const void* dy,
+    const cudnnTensorDescriptor_t, void*, const cudnnTensorDescriptor_t dxd, void* dx, const cudnnTensorDescriptor_t pd,
+    const void* scale, const void*, void* dscale, void* dbias, double epsilon, const void* saved_mean,
+    const void* saved_inv_var, cudnnActivationDescriptor_t, void*, size_t, void*, size_t) {
+  if (cudnnStatus_t st = bnOpsOnly(ops, "cudnnBatchNormalizationBackwardEx"); st != CUDNN_STATUS_SUCCESS) return st;
+  return cudnnBatchNormalizationBackward(h, mode, alpha_data, beta_data, alpha_param, beta_param, xd, x, dyd, dy, dxd,
+                                         dx, pd, scale, dscale, dbias, epsilon, saved_mean, saved_inv_var);
 }
 
 // ---- reductions ----

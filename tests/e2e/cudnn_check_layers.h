@@ -293,6 +293,26 @@ static int checkBatchNorm(cudnnHandle_t h) {
   report("batch norm spatial, backward dx", relErr(download(ddx, xs, false, CUDNN_DATA_FLOAT), fdx), 1e-4);
   report("batch norm spatial, backward dscale", relErr(download(dsc, ps, false, CUDNN_DATA_FLOAT), fds), 1e-5);
   report("batch norm spatial, backward dbias", relErr(download(dbi, ps, false, CUDNN_DATA_FLOAT), fdb), 1e-5);
+  // The Ex forms with CUDNN_BATCHNORM_OPS_BN compute the same; the fused activation is refused.
+  size_t ex_ws = 1, ex_reserve = 1;
+  CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_OPS_BN, xd, xd,
+                                                          xd, nullptr, xd, pd, nullptr, &ex_ws));
+  CHECK(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_OPS_BN,
+                                                             nullptr, xd, &ex_reserve));
+  CHECK(cudnnBatchNormalizationBackwardEx(h, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_OPS_BN, &kOne, &kZero, &kOne,
+                                          &kZero, xd, dx, nullptr, nullptr, xd, dg, nullptr, nullptr, xd, ddx, pd,
+                                          dscale, dbias, dsc, dbi, eps, smean, sinv, nullptr, nullptr, 0, nullptr, 0));
+  report("batch norm spatial, backward dx (the Ex form)", relErr(download(ddx, xs, false, CUDNN_DATA_FLOAT), fdx), 1e-4);
+  cudnnActivationDescriptor_t relu;
+  CHECK(cudnnCreateActivationDescriptor(&relu));
+  CHECK(cudnnSetActivationDescriptor(relu, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0));
+  expectStatus("batch norm Ex with a fused ReLU",
+               cudnnBatchNormalizationForwardTrainingEx(h, CUDNN_BATCHNORM_SPATIAL, CUDNN_BATCHNORM_OPS_BN_ACTIVATION,
+                                                        &kOne, &kZero, xd, dx, nullptr, nullptr, xd, dy, pd, dscale,
+                                                        dbias, factor, nullptr, nullptr, eps, nullptr, nullptr, relu,
+                                                        nullptr, 0, nullptr, 0),
+               CUDNN_STATUS_NOT_SUPPORTED);
+  cudnnDestroyActivationDescriptor(relu);
   cudnnDestroyTensorDescriptor(xd), cudnnDestroyTensorDescriptor(pd);
   for (void* p : {dx, dg, dy, ddx, dscale, dbias, rmean, rvar, smean, sinv, dsc, dbi}) cudaFree(p);
   return 0;

@@ -30,6 +30,7 @@ void expectCudnnCheckPasses(const std::string& env) {
         "softmax log over channels, backward", "pooling max 3x3 pad 1 stride 2, NHWC, backward",
         "pooling average 3x3 pad 1 stride 2, padding not counted, backward", "batch norm spatial, running variance",
         "batch norm spatial, backward dx", "batch norm spatial, inference",
+        "batch norm spatial, backward dx \\(the Ex form\\)",
         "cudnnReduceTensor sum over N, H, W \\(beta 0.5\\)", "cudnnReduceTensor mean over H, W",
         "cudnnReduceTensor max over C, with indices", "cudnnReduceTensor norm2 of everything"})
     EXPECT_TRUE(std::regex_search(r.output, std::regex(std::string(ok) + "[^\n]*: relative error [0-9.e+-]+ ok")))
@@ -39,7 +40,8 @@ void expectCudnnCheckPasses(const std::string& env) {
         "forward FindEx: first timed and usable, sorted by time", "backward filter Find: first usable",
         "dropout 0.25: about a quarter of 10000 dropped", "dropout backward: the forward mask: ok",
         "dropout again: another mask: ok", "cudnnReduceTensor max indices: those of the maxima", "y of the wrong height: CUDNN_STATUS_BAD_PARAM",
-        "relu on int32 tensors: CUDNN_STATUS_NOT_SUPPORTED", "a fused tanh: CUDNN_STATUS_NOT_SUPPORTED", "cudnnCreateLRNDescriptor: CUDNN_STATUS_NOT_SUPPORTED",
+        "relu on int32 tensors: CUDNN_STATUS_NOT_SUPPORTED", "a fused tanh: CUDNN_STATUS_NOT_SUPPORTED",
+        "batch norm Ex with a fused ReLU: CUDNN_STATUS_NOT_SUPPORTED", "cudnnCreateLRNDescriptor: CUDNN_STATUS_NOT_SUPPORTED",
         "cudnnCreateLRNDescriptor is not supported by rgpu's cuDNN",
         "y is 2x4x10x8 but convolving x 2x3x9x8 by 4x3x3x3 gives 2x4x9x8",
         "y past the end of its allocation: CUDNN_STATUS_SUCCESS, then cudaErrorInvalidValue", "after it: cudaSuccess",
