@@ -28,8 +28,11 @@
 //              cuFFT transform of W's first 128 complex values, a cuSPARSE
 //              SpMV of a tridiagonal matrix with W's first column, a cuSOLVER
 //              Cholesky solve with W's diagonal as its right-hand side, and 64
-//              cuRAND values; their checksum is printed as "step N libs ..."
+//              cuRAND values, and cuDNN's 3x3 convolution of W followed by
+//              dropout (its states seeded before the first step, advanced by
+//              each); their checksum is printed as "step N libs ..."
 #include <cublas_v2.h>
+#include <cudnn.h>
 #include <cufft.h>
 #include <curand.h>
 #include <cusolverDn.h>
@@ -183,6 +186,14 @@ struct Libraries {
   int *offsets = nullptr, *columns = nullptr, *info = nullptr;
   void* buffer = nullptr;
   int lwork = 0;
+  cudnnHandle_t dnn = nullptr;
+  cudnnTensorDescriptor_t image = nullptr;
+  cudnnFilterDescriptor_t kernel = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnDropoutDescriptor_t drop = nullptr;
+  float *filter = nullptr, *convolved = nullptr, *dropped = nullptr;
+  void *states = nullptr, *reserve = nullptr, *dnn_work = nullptr;
+  size_t reserve_size = 0, dnn_work_size = 0;
 
   void make(cudaStream_t stream, float* w) {
     CHECK_LIB(cufftPlan1d(&fft, kFft, CUFFT_C2C, 1));
@@ -234,6 +245,30 @@ struct Libraries {
     CHECK_LIB(curandSetPseudoRandomGeneratorSeed(rand, 2024));
     CHECK_LIB(curandSetStream(rand, stream));
     CHECK(cudaMalloc(&random, kRand * sizeof(float)));
+    // cuDNN: W as a 1x1xNxN image, a 3x3 filter (pad 1), dropout 0.3 of the result.
+    CHECK_LIB(cudnnCreate(&dnn));
+    CHECK_LIB(cudnnSetStream(dnn, stream));
+    CHECK_LIB(cudnnCreateTensorDescriptor(&image));
+    CHECK_LIB(cudnnSetTensor4dDescriptor(image, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, 1, N, N));
+    CHECK_LIB(cudnnCreateFilterDescriptor(&kernel));
+    CHECK_LIB(cudnnSetFilter4dDescriptor(kernel, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 1, 1, 3, 3));
+    CHECK_LIB(cudnnCreateConvolutionDescriptor(&conv));
+    CHECK_LIB(cudnnSetConvolution2dDescriptor(conv, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    const float taps[9] = {0.1f, 0.2f, 0.1f, 0.2f, 0.4f, 0.2f, 0.1f, 0.2f, 0.1f};
+    CHECK(cudaMalloc(&filter, sizeof taps));
+    CHECK(cudaMemcpy(filter, taps, sizeof taps, cudaMemcpyHostToDevice));
+    CHECK(cudaMalloc(&convolved, N * N * sizeof(float)));
+    CHECK(cudaMalloc(&dropped, N * N * sizeof(float)));
+    CHECK_LIB(cudnnGetConvolutionForwardWorkspaceSize(dnn, image, kernel, conv, image,
+                                                      CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, &dnn_work_size));
+    if (dnn_work_size) CHECK(cudaMalloc(&dnn_work, dnn_work_size));
+    size_t states_size = 0;
+    CHECK_LIB(cudnnDropoutGetStatesSize(dnn, &states_size));
+    CHECK_LIB(cudnnDropoutGetReserveSpaceSize(image, &reserve_size));
+    CHECK(cudaMalloc(&states, states_size));
+    CHECK(cudaMalloc(&reserve, reserve_size));
+    CHECK_LIB(cudnnCreateDropoutDescriptor(&drop));
+    CHECK_LIB(cudnnSetDropoutDescriptor(drop, dnn, 0.3f, states, states_size, 77));
   }
 
   // One step's calls; the checksum of everything they wrote.
@@ -249,12 +284,17 @@ struct Libraries {
     CHECK_LIB(cusolverDnSpotrf(solver, CUBLAS_FILL_MODE_LOWER, kSpd, factor, kSpd, work, lwork, info));
     CHECK_LIB(cusolverDnSpotrs(solver, CUBLAS_FILL_MODE_LOWER, kSpd, 1, factor, kSpd, rhs, kSpd, info));
     CHECK_LIB(curandGenerateUniform(rand, random, kRand));
-    std::vector<float> out(2 * kFft + N + kSpd + kRand);
+    CHECK_LIB(cudnnConvolutionForward(dnn, &one, image, w, kernel, filter, conv, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+                                      dnn_work, dnn_work_size, &zero, image, convolved));
+    CHECK_LIB(cudnnDropoutForward(dnn, drop, image, convolved, image, dropped, reserve, reserve_size));
+    std::vector<float> out(2 * kFft + N + kSpd + kRand + N * N);
     float* at = out.data();
     CHECK(cudaMemcpyAsync(at, spectrum, 2 * kFft * sizeof(float), cudaMemcpyDeviceToHost, stream));
     CHECK(cudaMemcpyAsync(at + 2 * kFft, yv, N * sizeof(float), cudaMemcpyDeviceToHost, stream));
     CHECK(cudaMemcpyAsync(at + 2 * kFft + N, rhs, kSpd * sizeof(float), cudaMemcpyDeviceToHost, stream));
     CHECK(cudaMemcpyAsync(at + 2 * kFft + N + kSpd, random, kRand * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CHECK(cudaMemcpyAsync(at + 2 * kFft + N + kSpd + kRand, dropped, N * N * sizeof(float), cudaMemcpyDeviceToHost,
+                          stream));
     int devinfo = -1;
     CHECK(cudaMemcpyAsync(&devinfo, info, sizeof devinfo, cudaMemcpyDeviceToHost, stream));
     CHECK(cudaStreamSynchronize(stream));
