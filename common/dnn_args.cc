@@ -14,8 +14,8 @@ constexpr const char* kNames[kOpCount] = {
     "cudnnSoftmaxBackward",     "cudnnPoolingForward",           "cudnnPoolingBackward",
     "cudnnBatchNormalizationForwardTraining", "cudnnBatchNormalizationForwardInference",
     "cudnnBatchNormalizationBackward", "cudnnSetDropoutDescriptor", "cudnnDropoutForward", "cudnnDropoutBackward",
-    "cudnnReduceTensor"};
-constexpr uint8_t kCounts[kOpCount] = {3, 3, 3, 2, 2, 3, 1, 1, 2, 2, 4, 2, 3, 2, 4, 8, 6, 8, 0, 2, 2, 2};
+    "cudnnReduceTensor", "cudnnLRNCrossChannelForward", "cudnnLRNCrossChannelBackward"};
+constexpr uint8_t kCounts[kOpCount] = {3, 3, 3, 2, 2, 3, 1, 1, 2, 2, 4, 2, 3, 2, 4, 8, 6, 8, 0, 2, 2, 2, 2, 4};
 
 // Each tensor's name in a call, for errors (the table in the header).
 const char* roleName(Op op, size_t i) {
@@ -27,7 +27,7 @@ const char* roleName(Op op, size_t i) {
        "resultSaveInvVariance"},
       {"x", "y", "bnScale", "bnBias", "estimatedMean", "estimatedVariance"},
       {"x", "dy", "dx", "bnScale", "dBnScaleResult", "dBnBiasResult", "savedMean", "savedInvVariance"},
-      {}, {"x", "y"}, {"dy", "dx"}, {"A", "C"}};
+      {}, {"x", "y"}, {"dy", "dx"}, {"A", "C"}, {"x", "y"}, {"y", "dy", "x", "dx"}};
   const char* r = i < 8 ? kRoles[static_cast<size_t>(op)][i] : nullptr;
   return r ? r : "tensor";
 }
@@ -312,6 +312,16 @@ Status check(const Args& a) {
         return bad("the indices need " + std::to_string(a.t[1].elements() * 4) + " bytes");
       return Status::ok();
     }
+    case Op::kLrnFwd:
+    case Op::kLrnBwd:
+      if (a.lrn_n < 1 || a.lrn_n > 16 || !(a.lrn_k >= 1e-5) || !(a.lrn_beta >= 0.01))
+        return bad("LRN window, k or beta out of cuDNN's range (n 1..16, k >= 1e-5, beta >= 0.01)");
+      RGPU_TRY(same(0, 1));
+      if (a.op == Op::kLrnBwd) {
+        RGPU_TRY(same(0, 2));
+        RGPU_TRY(same(0, 3));
+      }
+      return Status::ok();
     case Op::kDropoutInit:
     case Op::kDropoutFwd:
     case Op::kDropoutBwd:
@@ -408,6 +418,10 @@ void toWire(const Args& a, wire::Dnn::Builder b) {
   b.setReduceIndices(a.reduce_indices);
   b.setIndices(a.indices);
   b.setIndicesSize(a.indices_size);
+  b.setLrnN(a.lrn_n);
+  b.setLrnAlpha(a.lrn_alpha);
+  b.setLrnBeta(a.lrn_beta);
+  b.setLrnK(a.lrn_k);
 }
 
 Args fromWire(wire::Dnn::Reader r) {
@@ -473,6 +487,10 @@ Args fromWire(wire::Dnn::Reader r) {
   a.reduce_indices = r.getReduceIndices();
   a.indices = r.getIndices();
   a.indices_size = r.getIndicesSize();
+  a.lrn_n = r.getLrnN();
+  a.lrn_alpha = r.getLrnAlpha();
+  a.lrn_beta = r.getLrnBeta();
+  a.lrn_k = r.getLrnK();
   return a;
 }
 

@@ -28,6 +28,7 @@
 //   dropout init        (states only: seeded)
 //   reduce tensor       A C              C  = a reduce(A) + b C  (C's 1-sized dimensions reduced;
 //                                        + the indices of MIN/MAX/AMAX, 32-bit, when asked)
+//   LRN fwd / bwd       x y  /  y dy x dx   (across channels: y = x (k + alpha/n sum x^2)^-beta)
 // A tensor with pointer 0 is absent (bn's optional running and saved values).
 #pragma once
 
@@ -46,8 +47,9 @@ enum class Op : uint8_t {
   kConvFwd, kConvBwdData, kConvBwdFilter, kConvBwdBias, kAddTensor, kOpTensor, kScaleTensor, kSetTensor,
   kTransformTensor, kActivationFwd, kActivationBwd, kSoftmaxFwd, kSoftmaxBwd, kPoolingFwd, kPoolingBwd,
   kBnFwdTraining, kBnFwdInference, kBnBwd, kDropoutInit, kDropoutFwd, kDropoutBwd, kReduceTensor,
+  kLrnFwd, kLrnBwd,
 };
-inline constexpr uint8_t kOpCount = 22;
+inline constexpr uint8_t kOpCount = 24;
 const char* opName(Op op);  // cuDNN's name, e.g. "cudnnConvolutionForward"
 size_t tensorCount(Op op);  // how many tensors the operation takes (the table above)
 
@@ -123,6 +125,9 @@ struct Args {
   // reduce tensor: cudnnReduceTensorOp_t, its computation's type, whether MIN/MAX/AMAX write indices (32-bit)
   int32_t reduce_op = 0, reduce_type = kFloat, reduce_indices = 0;
   uint64_t indices = 0, indices_size = 0;
+  // LRN across channels: the window's width n (1..16), alpha, beta, k
+  int32_t lrn_n = 5;
+  double lrn_alpha = 1e-4, lrn_beta = 0.75, lrn_k = 2;
 };
 
 // The output dimensions of a convolution of `x` by filter `w` (N, K, spatial...).

@@ -410,6 +410,10 @@ struct Dnn {
   reduceIndices @44 :Int32; # whether MIN/MAX/AMAX write 32-bit indices
   indices @45 :UInt64;
   indicesSize @46 :UInt64;
+  lrnN @47 :Int32;          # LRN across channels
+  lrnAlpha @48 :Float64;
+  lrnBeta @49 :Float64;
+  lrnK @50 :Float64;
 }
 struct DnnTensor {
   type @0 :Int32;           # cudnnDataType_t

@@ -444,6 +444,22 @@ DNN_API cudnnStatus_t cudnnGetReduceTensorDescriptor(const cudnnReduceTensorDesc
   return CUDNN_STATUS_SUCCESS;
 }
 
+// ---- local response normalisation ----
+DNN_API cudnnStatus_t cudnnCreateLRNDescriptor(cudnnLRNDescriptor_t* d) { return make(d); }
+DNN_API cudnnStatus_t cudnnDestroyLRNDescriptor(cudnnLRNDescriptor_t d) { return destroy(d); }
+DNN_API cudnnStatus_t cudnnSetLRNDescriptor(cudnnLRNDescriptor_t d, unsigned n, double alpha, double beta, double k) {
+  if (!d || n < CUDNN_LRN_MIN_N || n > CUDNN_LRN_MAX_N || !(k >= CUDNN_LRN_MIN_K) || !(beta >= CUDNN_LRN_MIN_BETA))
+    return CUDNN_STATUS_BAD_PARAM;
+  d->n = n, d->alpha = alpha, d->beta = beta, d->k = k;
+  return CUDNN_STATUS_SUCCESS;
+}
+DNN_API cudnnStatus_t cudnnGetLRNDescriptor(cudnnLRNDescriptor_t d, unsigned* n, double* alpha, double* beta,
+                                            double* k) {
+  if (!d || !n || !alpha || !beta || !k) return CUDNN_STATUS_BAD_PARAM;
+  *n = d->n, *alpha = d->alpha, *beta = d->beta, *k = d->k;
+  return CUDNN_STATUS_SUCCESS;
+}
+
 // ---- dropout (the descriptor's fields; initialising states is the library's call) ----
 DNN_API cudnnStatus_t cudnnCreateDropoutDescriptor(cudnnDropoutDescriptor_t* d) { return make(d); }
 DNN_API cudnnStatus_t cudnnDestroyDropoutDescriptor(cudnnDropoutDescriptor_t d) { return destroy(d); }

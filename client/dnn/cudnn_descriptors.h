@@ -38,6 +38,10 @@ struct cudnnOpTensorStruct {
 struct cudnnReduceTensorStruct {
   int32_t op = 0, type = 0, nan = 0, indices = 0, indices_type = 0;
 };
+struct cudnnLRNStruct {
+  unsigned n = 5;  // cuDNN's defaults
+  double alpha = 1e-4, beta = 0.75, k = 2.0;
+};
 struct cudnnDropoutStruct {
   float dropout = 0;
   void* states = nullptr;

@@ -236,6 +236,32 @@ DNN_API cudnnStatus_t cudnnBatchNormalizationBackwardEx(
                                          dx, pd, scale, dscale, dbias, epsilon, saved_mean, saved_inv_var);
 }
 
+// ---- local response normalisation across channels ----
+namespace {
+dn::Args lrnArgs(dn::Op op, const cudnnLRNStruct* d, std::vector<dn::Tensor> t, const void* alpha, const void* beta,
+                 int32_t type) {
+  dn::Args a = args(op, std::move(t), alpha, beta, type);
+  a.lrn_n = static_cast<int32_t>(d->n), a.lrn_alpha = d->alpha, a.lrn_beta = d->beta, a.lrn_k = d->k;
+  return a;
+}
+}  // namespace
+
+DNN_API cudnnStatus_t cudnnLRNCrossChannelForward(cudnnHandle_t h, cudnnLRNDescriptor_t d, cudnnLRNMode_t mode,
+                                                  const void* alpha, const cudnnTensorDescriptor_t xd, const void* x,
+                                                  const void* beta, const cudnnTensorDescriptor_t yd, void* y) {
+  if (!d || mode != CUDNN_LRN_CROSS_CHANNEL_DIM1 || !alpha || !beta || !yd) return CUDNN_STATUS_BAD_PARAM;
+  return send(h, lrnArgs(dn::Op::kLrnFwd, d, {tensorOf(xd, x), tensorOf(yd, y)}, alpha, beta, yd->t.type));
+}
+DNN_API cudnnStatus_t cudnnLRNCrossChannelBackward(cudnnHandle_t h, cudnnLRNDescriptor_t d, cudnnLRNMode_t mode,
+                                                   const void* alpha, const cudnnTensorDescriptor_t yd, const void* y,
+                                                   const cudnnTensorDescriptor_t dyd, const void* dy,
+                                                   const cudnnTensorDescriptor_t xd, const void* x, const void* beta,
+                                                   const cudnnTensorDescriptor_t dxd, void* dx) {
+  if (!d || mode != CUDNN_LRN_CROSS_CHANNEL_DIM1 || !alpha || !beta || !dxd) return CUDNN_STATUS_BAD_PARAM;
+  return send(h, lrnArgs(dn::Op::kLrnBwd, d, {tensorOf(yd, y), tensorOf(dyd, dy), tensorOf(xd, x), tensorOf(dxd, dx)},
+                         alpha, beta, dxd->t.type));
+}
+
 // ---- reductions ----
 namespace {
 dn::Args reduction(const cudnnReduceTensorStruct* r, const cudnnTensorDescriptor_t ad, const void* A,

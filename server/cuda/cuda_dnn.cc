@@ -31,7 +31,9 @@ struct Descriptors {
   cudnnOpTensorDescriptor_t op = nullptr;
   cudnnDropoutDescriptor_t dropout = nullptr;
   cudnnReduceTensorDescriptor_t reduce = nullptr;
+  cudnnLRNDescriptor_t lrn = nullptr;
   ~Descriptors() {
+    if (lrn) api.cudnnDestroyLRNDescriptor(lrn);
     if (reduce) api.cudnnDestroyReduceTensorDescriptor(reduce);
     for (auto d : t)
       if (d) api.cudnnDestroyTensorDescriptor(d);
@@ -109,6 +111,12 @@ Status describe(DnnApi& D, const dn::Args& a, Descriptors& d) {
                                                         static_cast<cudnnDataType_t>(a.tensor_op_type),
                                                         CUDNN_NOT_PROPAGATE_NAN),
                            "cudnnSetOpTensorDescriptor"));
+  }
+  if (a.op == dn::Op::kLrnFwd || a.op == dn::Op::kLrnBwd) {
+    RGPU_TRY(DnnApi::check(D.cudnnCreateLRNDescriptor(&d.lrn), "cudnnCreateLRNDescriptor"));
+    RGPU_TRY(DnnApi::check(D.cudnnSetLRNDescriptor(d.lrn, static_cast<unsigned>(a.lrn_n), a.lrn_alpha, a.lrn_beta,
+                                                   a.lrn_k),
+                           "cudnnSetLRNDescriptor"));
   }
   if (a.op == dn::Op::kReduceTensor) {
     RGPU_TRY(DnnApi::check(D.cudnnCreateReduceTensorDescriptor(&d.reduce), "cudnnCreateReduceTensorDescriptor"));
@@ -326,6 +334,15 @@ Status CudaBackend::dnn(StreamKey key, const dn::Args& a) {
                                  beta2.p(), d.t[0], ptr(t[0].ptr), d.t[1], ptr(t[1].ptr), d.t[2], ptr(t[2].ptr), d.t[3],
                                  ptr(t[3].ptr), ptr(t[4].ptr), ptr(t[5].ptr), a.epsilon, ptr(t[6].ptr), ptr(t[7].ptr)),
                              "cudnnBatchNormalizationBackward");
+      case dn::Op::kLrnFwd:
+        return DnnApi::check(D.cudnnLRNCrossChannelForward(H, d.lrn, CUDNN_LRN_CROSS_CHANNEL_DIM1, alpha.p(), d.t[0],
+                                                           ptr(t[0].ptr), beta.p(), d.t[1], ptr(t[1].ptr)),
+                             "cudnnLRNCrossChannelForward");
+      case dn::Op::kLrnBwd:
+        return DnnApi::check(D.cudnnLRNCrossChannelBackward(H, d.lrn, CUDNN_LRN_CROSS_CHANNEL_DIM1, alpha.p(), d.t[0],
+                                                            ptr(t[0].ptr), d.t[1], ptr(t[1].ptr), d.t[2],
+                                                            ptr(t[2].ptr), beta.p(), d.t[3], ptr(t[3].ptr)),
+                             "cudnnLRNCrossChannelBackward");
       case dn::Op::kReduceTensor:
         return DnnApi::check(D.cudnnReduceTensor(H, d.reduce, ptr(a.indices), a.indices_size, ws, a.workspace_size,
                                                  alpha.p(), d.t[0], ptr(t[0].ptr), beta.p(), d.t[1], ptr(t[1].ptr)),

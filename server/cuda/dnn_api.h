@@ -30,7 +30,8 @@
   X(cudnnBatchNormalizationForwardTraining) X(cudnnBatchNormalizationForwardInference)                          \
   X(cudnnBatchNormalizationBackward) X(cudnnDropoutForward) X(cudnnDropoutBackward)                           \
   X(cudnnCreateReduceTensorDescriptor) X(cudnnDestroyReduceTensorDescriptor) X(cudnnSetReduceTensorDescriptor)  \
-  X(cudnnGetReductionWorkspaceSize) X(cudnnReduceTensor)
+  X(cudnnGetReductionWorkspaceSize) X(cudnnReduceTensor) X(cudnnCreateLRNDescriptor) X(cudnnDestroyLRNDescriptor)    \
+  X(cudnnSetLRNDescriptor) X(cudnnLRNCrossChannelForward) X(cudnnLRNCrossChannelBackward)
 
 namespace rgpu::server::cuda {
 

@@ -650,6 +650,75 @@ Status reduce(const dn::Args& a) {
   return Status::ok();
 }
 
+// ---- local response normalisation across channels ----
+
+// Each image position's channels in turn: f(the logical indices of its channels).
+template <typename F>
+void channelColumns(const Tensor& t, F&& f) {
+  const int64_t n = t.dims[0], c = t.dims[1];
+  int64_t inner = 1;
+  for (int d = 2; d < t.rank; ++d) inner *= t.dims[d];
+  std::vector<int64_t> column(static_cast<size_t>(c));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t s = 0; s < inner; ++s) {
+      for (int64_t j = 0; j < c; ++j) column[static_cast<size_t>(j)] = (i * c + j) * inner + s;
+      f(column);
+    }
+}
+
+Status lrn(const dn::Args& a) {
+  const int64_t behind = (a.lrn_n - 1) / 2, ahead = a.lrn_n - behind - 1;
+  const double per = a.lrn_alpha / a.lrn_n;
+  // scale_c = k + alpha/n sum over the channels of c's window of x^2
+  auto scales = [&](const std::vector<int64_t>& col, const View& X, const std::vector<int64_t>& xo) {
+    const auto c = static_cast<int64_t>(col.size());
+    std::vector<double> sq(col.size()), scale(col.size());
+    for (size_t j = 0; j < col.size(); ++j) {
+      const double v = X.get(xo[static_cast<size_t>(col[j])]);
+      sq[j] = v * v;
+    }
+    for (int64_t j = 0; j < c; ++j) {
+      double s = 0;
+      for (int64_t q = std::max<int64_t>(0, j - behind); q <= std::min(c - 1, j + ahead); ++q) s += sq[static_cast<size_t>(q)];
+      scale[static_cast<size_t>(j)] = a.lrn_k + per * s;
+    }
+    return scale;
+  };
+  if (a.op == Op::kLrnFwd) {
+    View X = view(a.t[0]), Y = view(a.t[1]);
+    const auto xo = offsets(a.t[0]), yo = offsets(a.t[1]);
+    channelColumns(a.t[0], [&](const std::vector<int64_t>& col) {
+      const auto scale = scales(col, X, xo);
+      for (size_t j = 0; j < col.size(); ++j) {
+        const auto k = static_cast<size_t>(col[j]);
+        Y.blend(yo[k], X.get(xo[k]) * std::pow(scale[j], -a.lrn_beta), a.alpha, a.beta);
+      }
+    });
+    return Status::ok();
+  }
+  // backward: dx_c = dy_c scale_c^-beta - 2 alpha beta / n x_c sum over the windows holding c of dy_j y_j / scale_j
+  View Y = view(a.t[0]), DY = view(a.t[1]), X = view(a.t[2]), DX = view(a.t[3]);
+  const auto yo = offsets(a.t[0]), dyo = offsets(a.t[1]), xo = offsets(a.t[2]), dxo = offsets(a.t[3]);
+  channelColumns(a.t[2], [&](const std::vector<int64_t>& col) {
+    const auto c = static_cast<int64_t>(col.size());
+    const auto scale = scales(col, X, xo);
+    std::vector<double> ratio(col.size());
+    for (size_t j = 0; j < col.size(); ++j) {
+      const auto k = static_cast<size_t>(col[j]);
+      ratio[j] = DY.get(dyo[k]) * Y.get(yo[k]) / scale[j];
+    }
+    for (int64_t j = 0; j < c; ++j) {
+      double s = 0;  // the windows holding j: those of channels j - ahead .. j + behind
+      for (int64_t q = std::max<int64_t>(0, j - ahead); q <= std::min(c - 1, j + behind); ++q) s += ratio[static_cast<size_t>(q)];
+      const auto k = static_cast<size_t>(col[static_cast<size_t>(j)]);
+      const double g = DY.get(dyo[k]) * std::pow(scale[static_cast<size_t>(j)], -a.lrn_beta) -
+                       2 * per * a.lrn_beta * X.get(xo[k]) * s;
+      DX.blend(dxo[k], g, a.alpha, a.beta);
+    }
+  });
+  return Status::ok();
+}
+
 }  // namespace
 
 Status run(const dn::Args& a) {
@@ -669,6 +738,8 @@ Status run(const dn::Args& a) {
     case Op::kDropoutFwd:
     case Op::kDropoutBwd: return dropout(a);
     case Op::kReduceTensor: return reduce(a);
+    case Op::kLrnFwd:
+    case Op::kLrnBwd: return lrn(a);
     default: return elementwise(a);
   }
 }

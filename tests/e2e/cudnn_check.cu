@@ -315,8 +315,8 @@ static int checkRefusals(cudnnHandle_t h, const ConvCase& cc, bool overrun) {
   CHECK(cudnnSetActivationDescriptor(ad, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0));
   expectStatus("relu on int32 tensors", cudnnActivationForward(h, ad, &kOne, id, dx, &kZero, id, dy),
                CUDNN_STATUS_NOT_SUPPORTED);
-  cudnnLRNDescriptor_t lrn = nullptr;
-  expectStatus("cudnnCreateLRNDescriptor", cudnnCreateLRNDescriptor(&lrn), CUDNN_STATUS_NOT_SUPPORTED);
+  cudnnCTCLossDescriptor_t ctc = nullptr;
+  expectStatus("cudnnCreateCTCLossDescriptor", cudnnCreateCTCLossDescriptor(&ctc), CUDNN_STATUS_NOT_SUPPORTED);
   if (overrun) {
     // y's descriptor says 2x4x9x8 floats; its allocation holds half of them
     auto yd_ok = tensor(cc.y(), false, CUDNN_DATA_FLOAT);
@@ -416,7 +416,7 @@ int main(int argc, char** argv) {
   if (checkConv(h, "conv f16 NHWC", basic, true, CUDNN_DATA_HALF, 1, 0, 1e-2)) return 2;
   if (checkConv(h, "conv bf16 NCHW", basic, false, CUDNN_DATA_BFLOAT16, 1, 0, 2e-2)) return 2;
   if (checkConv3dAndBias(h) || checkAlgorithms(h, basic) || checkBiasActivation(h, basic) || checkTensorOps(h) || checkActivationsAndSoftmax(h) ||
-      checkPooling(h) || checkBatchNorm(h) || checkDropout(h) || checkReductions(h) || checkRefusals(h, basic, overrun) || checkBackendGraph())
+      checkPooling(h) || checkBatchNorm(h) || checkDropout(h) || checkReductions(h) || checkLrn(h) || checkRefusals(h, basic, overrun) || checkBackendGraph())
     return 2;
   CHECK(cudaStreamSynchronize(s));
   CHECK(cudnnDestroy(h));

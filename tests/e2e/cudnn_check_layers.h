@@ -442,3 +442,51 @@ static int checkReductions(cudnnHandle_t h) {
   cudaFree(da);
   return 0;
 }
+
+// Local response normalisation across channels (window 5, AlexNet's constants), forward and backward.
+static int checkLrn(cudnnHandle_t h) {
+  const Shape s{2, 7, 3, 4};
+  const V x = rounded(randomV(s.size(), 100), CUDNN_DATA_FLOAT), g = rounded(randomV(s.size(), 101), CUDNN_DATA_FLOAT);
+  auto d = tensor(s, false, CUDNN_DATA_FLOAT);
+  void *dx = upload(x, s, false, CUDNN_DATA_FLOAT), *dg = upload(g, s, false, CUDNN_DATA_FLOAT), *dy, *ddx;
+  cudaMalloc(&dy, s.size() * 4), cudaMalloc(&ddx, s.size() * 4);
+  cudnnLRNDescriptor_t ld;
+  CHECK(cudnnCreateLRNDescriptor(&ld));
+  const unsigned n = 5;
+  const double alpha = 1e-1, beta = 0.75, k = 2.0;  // (alpha larger than AlexNet's 1e-4, so the window matters)
+  CHECK(cudnnSetLRNDescriptor(ld, n, alpha, beta, k));
+  CHECK(cudnnLRNCrossChannelForward(h, ld, CUDNN_LRN_CROSS_CHANNEL_DIM1, &kOne, d, dx, &kZero, d, dy));
+  CHECK(cudnnLRNCrossChannelBackward(h, ld, CUDNN_LRN_CROSS_CHANNEL_DIM1, &kOne, d, dy, d, dg, d, dx, &kZero, d, ddx));
+  // y_c = x_c scale_c^-beta, scale_c = k + alpha/n sum over [c - 2, c + 2] of x^2; dx by finite differences of
+  // sum(g y) (central, step 1e-3 in double).
+  auto forward = [&](const V& in) {
+    V out(s.size());
+    for (int i = 0; i < s.n; ++i)
+      for (int y = 0; y < s.h; ++y)
+        for (int q = 0; q < s.w; ++q)
+          for (int c = 0; c < s.c; ++c) {
+            double sum = 0;
+            for (int j = std::max(0, c - 2); j <= std::min(s.c - 1, c + 2); ++j) sum += in[s.at(i, j, y, q)] * in[s.at(i, j, y, q)];
+            out[s.at(i, c, y, q)] = in[s.at(i, c, y, q)] * std::pow(k + alpha / n * sum, -beta);
+          }
+    return out;
+  };
+  const V fy = forward(x);
+  V fdx(s.size());
+  for (size_t e = 0; e < s.size(); ++e) {
+    V up = x, down = x;
+    up[e] += 1e-3, down[e] -= 1e-3;
+    const V yu = forward(up), yd = forward(down);
+    double d_sum = 0;
+    for (size_t o = 0; o < s.size(); ++o) d_sum += g[o] * (yu[o] - yd[o]);
+    fdx[e] = d_sum / 2e-3;
+  }
+  report("LRN across 5 channels, forward", relErr(download(dy, s, false, CUDNN_DATA_FLOAT), fy), 1e-6);
+  report("LRN across 5 channels, backward (against finite differences)",
+         relErr(download(ddx, s, false, CUDNN_DATA_FLOAT), fdx), 1e-4);
+  expectStatus("an LRN window of 17", cudnnSetLRNDescriptor(ld, 17, alpha, beta, k), CUDNN_STATUS_BAD_PARAM);
+  cudnnDestroyLRNDescriptor(ld);
+  cudnnDestroyTensorDescriptor(d);
+  for (void* p : {dx, dg, dy, ddx}) cudaFree(p);
+  return 0;
+}

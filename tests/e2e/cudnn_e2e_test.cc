@@ -32,7 +32,8 @@ void expectCudnnCheckPasses(const std::string& env) {
         "batch norm spatial, backward dx", "batch norm spatial, inference",
         "batch norm spatial, backward dx \\(the Ex form\\)",
         "cudnnReduceTensor sum over N, H, W \\(beta 0.5\\)", "cudnnReduceTensor mean over H, W",
-        "cudnnReduceTensor max over C, with indices", "cudnnReduceTensor norm2 of everything"})
+        "cudnnReduceTensor max over C, with indices", "cudnnReduceTensor norm2 of everything",
+        "LRN across 5 channels, forward", "LRN across 5 channels, backward \\(against finite differences\\)"})
     EXPECT_TRUE(std::regex_search(r.output, std::regex(std::string(ok) + "[^\n]*: relative error [0-9.e+-]+ ok")))
         << ok << "\n" << r.output;
   for (const char* line :
@@ -41,8 +42,9 @@ void expectCudnnCheckPasses(const std::string& env) {
         "dropout 0.25: about a quarter of 10000 dropped", "dropout backward: the forward mask: ok",
         "dropout again: another mask: ok", "cudnnReduceTensor max indices: those of the maxima", "y of the wrong height: CUDNN_STATUS_BAD_PARAM",
         "relu on int32 tensors: CUDNN_STATUS_NOT_SUPPORTED", "a fused tanh: CUDNN_STATUS_NOT_SUPPORTED",
-        "batch norm Ex with a fused ReLU: CUDNN_STATUS_NOT_SUPPORTED", "cudnnCreateLRNDescriptor: CUDNN_STATUS_NOT_SUPPORTED",
-        "cudnnCreateLRNDescriptor is not supported by rgpu's cuDNN",
+        "batch norm Ex with a fused ReLU: CUDNN_STATUS_NOT_SUPPORTED",
+        "cudnnCreateCTCLossDescriptor: CUDNN_STATUS_NOT_SUPPORTED",
+        "cudnnCreateCTCLossDescriptor is not supported by rgpu's cuDNN", "an LRN window of 17: CUDNN_STATUS_BAD_PARAM",
         "y is 2x4x10x8 but convolving x 2x3x9x8 by 4x3x3x3 gives 2x4x9x8",
         "y past the end of its allocation: CUDNN_STATUS_SUCCESS, then cudaErrorInvalidValue", "after it: cudaSuccess",
         "backend tensor dimensions read back: as set",
@@ -72,7 +74,8 @@ TEST(CudnnCuda, LayersMatchTheirDefinitionsThroughTheCudaBackend) {
   for (const char* line : {"cudnnConvolutionForward with a workspace", "cudnnConvolutionBackwardData with a workspace",
                            "cudnnConvolutionBackwardFilter with a workspace", "cudnnBatchNormalizationBackward",
                            "cudnnSetDropoutDescriptor (states seeded)", "cudnnDropoutForward (restored states)",
-                           "cudnnPoolingBackward", "cudnnSoftmaxBackward", "cudnnReduceTensor with a workspace"})
+                           "cudnnPoolingBackward", "cudnnSoftmaxBackward", "cudnnReduceTensor with a workspace",
+                           "cudnnLRNCrossChannelBackward"})
     EXPECT_NE(log.find(line), std::string::npos) << line << "\n" << log;
 }
 

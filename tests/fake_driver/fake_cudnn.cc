@@ -256,6 +256,23 @@ FAKE_API cudnnStatus_t cudnnBatchNormalizationBackward(
   a.bn_mode = mode, a.epsilon = eps;
   return submit(h, a, "cudnnBatchNormalizationBackward");
 }
+FAKE_API cudnnStatus_t cudnnLRNCrossChannelForward(cudnnHandle_t h, cudnnLRNDescriptor_t d, cudnnLRNMode_t,
+                                                   const void* alpha, const cudnnTensorDescriptor_t xd, const void* x,
+                                                   const void* beta, const cudnnTensorDescriptor_t yd, void* y) {
+  dn::Args a = args(dn::Op::kLrnFwd, {tensorOf(xd, x), tensorOf(yd, y)}, alpha, beta);
+  a.lrn_n = static_cast<int32_t>(d->n), a.lrn_alpha = d->alpha, a.lrn_beta = d->beta, a.lrn_k = d->k;
+  return submit(h, a, "cudnnLRNCrossChannelForward");
+}
+FAKE_API cudnnStatus_t cudnnLRNCrossChannelBackward(cudnnHandle_t h, cudnnLRNDescriptor_t d, cudnnLRNMode_t,
+                                                    const void* alpha, const cudnnTensorDescriptor_t yd, const void* y,
+                                                    const cudnnTensorDescriptor_t dyd, const void* dy,
+                                                    const cudnnTensorDescriptor_t xd, const void* x, const void* beta,
+                                                    const cudnnTensorDescriptor_t dxd, void* dx) {
+  dn::Args a = args(dn::Op::kLrnBwd, {tensorOf(yd, y), tensorOf(dyd, dy), tensorOf(xd, x), tensorOf(dxd, dx)}, alpha,
+                    beta);
+  a.lrn_n = static_cast<int32_t>(d->n), a.lrn_alpha = d->alpha, a.lrn_beta = d->beta, a.lrn_k = d->k;
+  return submit(h, a, "cudnnLRNCrossChannelBackward");
+}
 FAKE_API cudnnStatus_t cudnnGetReductionWorkspaceSize(cudnnHandle_t, const cudnnReduceTensorDescriptor_t,
                                                       const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t,
                                                       size_t* bytes) {
