@@ -334,6 +334,14 @@ Status check(const Args& a) {
   return bad("unknown operation");
 }
 
+Status checkShapes(Args a) {
+  for (auto& t : a.t)
+    if (!t.ptr) t.ptr = 1;
+  if (a.op == Op::kDropoutFwd) a.states = a.reserve = 1;
+  a.reduce_indices = 0;
+  return check(a);
+}
+
 std::vector<Range> ranges(const Args& a) {
   std::vector<Range> r;
   for (size_t i = 0; i < a.t.size(); ++i)

@@ -139,6 +139,9 @@ Result<Tensor> poolOutput(const Pooling& p, const Tensor& x);
 // CUDNN_STATUS_BAD_PARAM, err::kNotSupported for what rgpu does not compute:
 // int8 and fp8 types, mixed types, tensors of other ranks); ok when none.
 Status check(const Args& a);
+// check() of a size query's call: its descriptors only (the tensors, dropout
+// states, reserve space and indices it names need not exist yet).
+Status checkShapes(Args a);
 
 // The sim's sizes (bytes): dropout states (a seed and a counter) and reserve
 // space (one byte per element); workspaces are 0 (the sim needs none).

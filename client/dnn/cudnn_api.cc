@@ -218,14 +218,8 @@ cudnnStatus_t size(cudnnHandle_t h, dn::Query q, const dn::Args& a, size_t* out,
   return guarded(call, [&]() -> cudnnStatus_t {
     if (!out) return CUDNN_STATUS_BAD_PARAM;
     if (h && !live(h)) return CUDNN_STATUS_BAD_PARAM;
-    if (q != dn::Query::kDropoutStates) {
-      dn::Args shapes = a;  // (as the server checks it)
-      for (auto& t : shapes.t)
-        if (!t.ptr) t.ptr = 1;
-      if (shapes.op == dn::Op::kDropoutFwd) shapes.states = shapes.reserve = 1;
-      shapes.reduce_indices = 0;  // (a workspace query has no indices yet)
-      if (Status s = dn::check(shapes); !s) return toStatus(s, call);
-    }
+    if (q != dn::Query::kDropoutStates)
+      if (Status s = dn::checkShapes(a); !s) return toStatus(s, call);
     const rgpu::client::ExportTable* t = rgpu::client::blas::table();
     if (!t) return CUDNN_STATUS_NOT_INITIALIZED;
     if (Status s = t->ready(); !s) return toStatus(s, call, CUDNN_STATUS_NOT_INITIALIZED);

@@ -21,15 +21,7 @@ Status Session::onDnnSize(const protocol::FrameHeader& h, wire::Request::Reader 
   const dn::Args a = dn::fromWire(m);
   const auto q = static_cast<dn::Query>(m.getQuery());
   if (s && m.getQuery() > dn::kLastQuery) s = Status(err::kInvalidValue, "unknown size query");
-  // A size query's tensors need not point anywhere yet: checked as descriptors only.
-  if (s && q != dn::Query::kDropoutStates) {
-    dn::Args shapes = a;
-    for (auto& t : shapes.t)
-      if (!t.ptr) t.ptr = 1;
-    if (shapes.op == dn::Op::kDropoutFwd) shapes.states = shapes.reserve = 1;
-    shapes.reduce_indices = 0;  // (a workspace query has no indices yet)
-    s = dn::check(shapes);
-  }
+  if (s && q != dn::Query::kDropoutStates) s = dn::checkShapes(a);
   Result<uint64_t> size = s ? backend_->dnnSize(key.device, q, a) : Result<uint64_t>(s);
   if (!size) {
     RGPU_LOG_WARN("session {}: {} size query refused: {}", session_id_, dn::opName(a.op), size.status().message());
