@@ -10,30 +10,28 @@
 //
 // Layouts, found against NVIDIA's own host generator (the unit tests check
 // them against it; docs/curand.md):
-//  - XORWOW (CURAND_RNG_PSEUDO_XORWOW, and _DEFAULT): 4096 generators, i
-//    started i * 2^67 draws in; slot s (a value, or a pair of normals) is
-//    generator s % 4096's, which starts at the draw of its first slot's row
-//    at the offset and takes its slots' draws in order; slots go on from call
-//    to call whatever the calls gave (XorwowHistory). Exact for any calls.
-//  - Philox (below): exact while a generator's calls keep one kind of value
-//    (32-bit and uniform floats; doubles; normal pairs).
+//  - Generators of slots (common/curand_slots.cc): XORWOW
+//    (CURAND_RNG_PSEUDO_XORWOW, and _DEFAULT) has 4096 generators, i started
+//    i * 2^67 draws in; MRG32k3a (CURAND_RNG_PSEUDO_MRG32K3A) has 81920,
+//    i started at subsequence i (i * 2^76 draws in). Slot s (a value, or a
+//    pair of normals) is generator s % T's, which starts at the draw of its
+//    first slot's row at the offset and takes its slots' draws in order;
+//    slots go on from call to call whatever the calls gave (SlotHistory).
+//    Exact for any calls.
 //  - Philox4x32-10 (CURAND_RNG_PSEUDO_PHILOX4_32_10; orderings BEST,
 //    DEFAULT and LEGACY are one layout): 65536 threads, thread t using the
-//    counters {c, t}, key = seed. 32-bit values and floats: value i is word
-//    i % 4 of the block of thread (i / 4) % 65536, counter (i / 4) / 65536.
-//    That layout is one of words: each thread goes through its counters'
-//    words in order, and a value takes one word (32-bit values, floats) or
-//    two (doubles). A thread starts (after the generator's offset) at word
-//    4 r, r the row of its first group at or after the offset's; value j's
-//    word is that plus the words of the thread's values since the offset's
-//    group, each at the width of the call (so 32-bit values lie as above for
-//    any split into calls). Checked for generators that give one width all
-//    along; one that changes between 32-bit and 64-bit values is not yet
-//    reproduced (docs/curand.md).
-//  - uniform: curand_uniform's (x 2^-32 + 2^-33, in (0, 1]); doubles take
-//    53 bits of two words. normal: Box-Muller on each pair of words (floats)
-//    or each pair of doubles' worth (doubles), times stddev plus mean;
-//    log-normal: exp of that.
+//    counters {c, t}, key = seed. Its slots are groups of four values: group
+//    g is thread g % 65536's, and takes one Philox block (32-bit values,
+//    floats, normal floats) or two (doubles, normal doubles) from the
+//    thread's next counter. A thread starts at the row of its first group at
+//    or after the offset's. A group a call leaves part-done is done again by
+//    the next call, with that call's kind (its values before the call's
+//    position are not given). Exact for any calls.
+//  - uniform: XORWOW's and Philox's are curand_uniform's (x 2^-32 + 2^-33,
+//    in (0, 1]); doubles take 53 bits of two words. normal: Box-Muller on
+//    each pair of words (floats) or each pair of doubles' worth (doubles),
+//    times stddev plus mean; log-normal: exp of that. MRG32k3a's come from
+//    its draws in (0, m1] as curand_kernel.h's do (curand_slots.cc).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +45,7 @@ namespace rgpu::common::curand {
 // curandRngType_t values.
 inline constexpr int32_t kPseudoDefault = 100;  // XORWOW
 inline constexpr int32_t kXorwow = 101;
+inline constexpr int32_t kMrg32k3a = 121;
 inline constexpr int32_t kPhilox4x32_10 = 161;
 
 enum class Dist : uint8_t {
@@ -68,25 +67,52 @@ inline uint32_t valueBytes(Dist d) {
 // Words per value of `d`.
 inline uint32_t valueWords(Dist d) { return valueBytes(d) / 4; }
 
-// XORWOW's generators, and a slot's values and draws for `d` (a value, or a pair of normals).
+// Generators of slots: how many a type has (Philox: its threads).
 inline constexpr uint64_t kXorwowGenerators = 4096;
+inline constexpr uint64_t kMrg32k3aGenerators = 81920;
+inline constexpr uint64_t kPhiloxThreads = 65536;
+inline constexpr uint64_t kMaxGenerators = kMrg32k3aGenerators;
+inline uint64_t generatorsOf(int32_t rng) {
+  switch (rng) {
+    case kXorwow: case kPseudoDefault: return kXorwowGenerators;
+    case kMrg32k3a: return kMrg32k3aGenerators;
+    case kPhilox4x32_10: return kPhiloxThreads;
+    default: return 0;
+  }
+}
+
+// A slot's values and draws for `d` (a value, or a pair of normals).
 struct Slot {
   uint64_t values, draws;
 };
-inline Slot xorwowSlot(Dist d) {
+// Philox's slot is a group of four values, its draws the Philox blocks
+// (counters) a group takes: one, or two for 64-bit values.
+inline Slot slotOf(int32_t rng, Dist d) {
+  if (rng == kPhilox4x32_10) return {4, valueWords(d)};
+  const bool mrg = rng == kMrg32k3a;  // (one draw per value of any width)
   switch (d) {
     case Dist::kNormal: case Dist::kLogNormal: return {2, 2};
-    case Dist::kNormalDouble: case Dist::kLogNormalDouble: return {2, 4};
-    case Dist::kUniformDouble: return {1, 2};
+    case Dist::kNormalDouble: case Dist::kLogNormalDouble: return {2, mrg ? 2u : 4u};
+    case Dist::kUniformDouble: return {1, mrg ? 1u : 2u};
     default: return {1, 1};
   }
 }
 
-// What a XORWOW generator has given, as its generators' draw counts where the
-// current run of calls of one slot kind began (XorwowHistory keeps them).
-// Run-length coded: `draws` holds (count, generators) pairs over the 4096
+// Slots s in [a, b) with s % T == t (those of generator t).
+inline uint64_t slotsOf(uint64_t T, uint64_t t, uint64_t a, uint64_t b) {
+  auto below = [T, t](uint64_t x) { return x / T + (x % T > t ? 1 : 0); };
+  return b > a ? below(b) - below(a) : 0;
+}
+// Generator t's first draw at slot `first`: the row of its first slot there.
+inline uint64_t startDraw(uint64_t T, uint64_t t, uint64_t first) { return first / T + (t < first % T ? 1 : 0); }
+// The slot of the generator's offset (Philox: the offset's group).
+inline uint64_t offsetSlot(int32_t rng, uint64_t offset) { return rng == kPhilox4x32_10 ? offset / 4 : offset; }
+
+// What a generator of slots has given, as its generators' draw counts where
+// the current run of calls of one slot kind began (SlotHistory keeps them).
+// Run-length coded: `draws` holds (count, generators) pairs over the
 // generators in order; empty: each generator's start at the offset.
-inline constexpr size_t kMaxDrawRuns = kXorwowGenerators;
+inline constexpr size_t kMaxDrawRuns = kMaxGenerators;
 
 struct Fill {
   int32_t rng = kPhilox4x32_10;  // curandRngType_t
@@ -95,22 +121,22 @@ struct Fill {
   uint64_t position = 0;  // where this call starts: the offset plus every value given before
   Dist dist = Dist::kBits32;
   double mean = 0, stddev = 1;  // normal, log-normal
-  // XORWOW: the slot this call's first value is in (slots go on from the
+  // Generators of slots: the slot this call's first value is in (slots go on from the
   // last call's, whatever it gave), and the draw counts at slot `counted`.
   uint64_t slot = 0;
   uint64_t counted = 0;
   std::vector<std::pair<uint64_t, uint32_t>> draws;
 };
 
-// A XORWOW generator's history as the client keeps it: the next slot, and
+// A generator of slots' history as the client keeps it: the next slot, and
 // each generator's draws. `call` fills a call's Fill fields and moves on.
 // While the draws per slot stay the same, the counts stay where they were
 // last taken (the request stays small); a change adds the draws since.
-class XorwowHistory {
+class SlotHistory {
  public:
   // After curandSetGeneratorOffset: nothing given yet.
   void reset() { started_ = false, counts_.clear(); }
-  // For a call of `count` values of `d`.
+  // For a call of `count` values of `d` on a generator of type f.rng.
   void call(Dist d, uint64_t count, uint64_t offset, Fill& f);
 
  private:
@@ -125,14 +151,14 @@ class XorwowHistory {
 inline Fill callPart(const Fill& f, uint64_t skip) {
   Fill part = f;
   part.position = f.position + skip;
-  part.slot = f.slot + skip / xorwowSlot(f.dist).values;  // (Philox: unused)
+  part.slot = f.slot + skip / slotOf(f.rng, f.dist).values;  // (Philox: unused)
   return part;
 }
 
 // Whether `count` values of `d` from `rng` must come in whole pairs
-// (XORWOW's normals: NVIDIA refuses an odd count, CURAND_STATUS_LENGTH_NOT_MULTIPLE).
+// (normals of generators of slots: NVIDIA refuses an odd count, CURAND_STATUS_LENGTH_NOT_MULTIPLE).
 inline bool pairsOnly(int32_t rng, Dist d) {
-  return rng != kPhilox4x32_10 && (d == Dist::kNormal || d == Dist::kNormalDouble || d == Dist::kLogNormal ||
+  return rng != kPhilox4x32_10 && generatorsOf(rng) != 0 && (d == Dist::kNormal || d == Dist::kNormalDouble || d == Dist::kLogNormal ||
                                    d == Dist::kLogNormalDouble);
 }
 
@@ -144,5 +170,9 @@ Status check(const Fill& f);
 // Values [position, position + count) of `f` into `out` (count * valueBytes);
 // what check() refuses, refused.
 Status generate(const Fill& f, void* out, uint64_t count);
+
+// (curand_slots.cc) generate() for a generator of slots, and check()'s part for one.
+Status slotsGenerate(const Fill& f, uint8_t* out, uint64_t count);
+Status slotsCheck(const Fill& f);
 
 }  // namespace rgpu::common::curand

@@ -8,7 +8,7 @@
 // nothing to create on the server, nothing a move has to carry. A host
 // generator (curandCreateGeneratorHost) computes on this CPU.
 //
-// Generators rgpu does not compute (all but XORWOW and Philox4x32-10), the
+// Generators rgpu does not compute (all but XORWOW, MRG32k3a and Philox4x32-10), the
 // SEEDED ordering, Poisson and the quasi-random tables answer
 // CURAND_STATUS_ARCH_MISMATCH ("does not support the requested feature"),
 // with one log line naming them.
@@ -37,7 +37,7 @@ struct Generator {
   int32_t rng = cr::kPhilox4x32_10;
   uint64_t seed = 0, offset = 0, position = 0;
   cudaStream_t stream = nullptr;
-  cr::XorwowHistory history;  // XORWOW: where each of its generators is
+  cr::SlotHistory history;  // XORWOW, MRG32k3a: where each of their generators is
 };
 
 Generator* generatorOf(curandGenerator_t g) {
@@ -86,13 +86,13 @@ curandStatus_t guarded(const char* call, F&& f) noexcept {
 curandStatus_t create(curandGenerator_t* out, curandRngType_t type, bool host, const char* call) {
   if (!out) return CURAND_STATUS_OUT_OF_RANGE;
   switch (type) {
-    case CURAND_RNG_PSEUDO_PHILOX4_32_10: case CURAND_RNG_PSEUDO_DEFAULT: case CURAND_RNG_PSEUDO_XORWOW: break;
-    case CURAND_RNG_PSEUDO_MRG32K3A:
+    case CURAND_RNG_PSEUDO_PHILOX4_32_10: case CURAND_RNG_PSEUDO_DEFAULT: case CURAND_RNG_PSEUDO_XORWOW:
+    case CURAND_RNG_PSEUDO_MRG32K3A: break;
     case CURAND_RNG_PSEUDO_MTGP32: case CURAND_RNG_PSEUDO_MT19937: case CURAND_RNG_QUASI_DEFAULT:
     case CURAND_RNG_QUASI_SOBOL32: case CURAND_RNG_QUASI_SCRAMBLED_SOBOL32: case CURAND_RNG_QUASI_SOBOL64:
     case CURAND_RNG_QUASI_SCRAMBLED_SOBOL64:
       return unsupported("generator type " + std::to_string(type) +
-                         " (XORWOW, the default, and PHILOX4_32_10 are)");
+                         " (XORWOW, the default, MRG32K3A and PHILOX4_32_10 are)");
     default: return CURAND_STATUS_TYPE_ERROR;
   }
   auto g = std::make_unique<Generator>();
@@ -120,9 +120,9 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
     if (!g) return CURAND_STATUS_NOT_INITIALIZED;
     if (count == 0) return CURAND_STATUS_SUCCESS;
     if (!out) return CURAND_STATUS_OUT_OF_RANGE;
-    if (count % 2 && cr::pairsOnly(g->rng, dist)) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;  // as NVIDIA's XORWOW
+    if (count % 2 && cr::pairsOnly(g->rng, dist)) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;  // as NVIDIA's
     cr::Fill f{g->rng, g->seed, g->offset, g->position, dist, mean, stddev};
-    if (g->rng != cr::kPhilox4x32_10) g->history.call(dist, count, g->offset, f);
+    if (cr::generatorsOf(g->rng)) g->history.call(dist, count, g->offset, f);
     if (g->host) {
       if (Status s = cr::generate(f, out, count); !s) return toRandStatus(s, call);
     } else {

@@ -87,11 +87,11 @@ Nvidia& nvidia() {
 struct Ours {
   int32_t rng;
   uint64_t seed, offset, position;
-  XorwowHistory history;
+  SlotHistory history;
   std::vector<uint8_t> call(Dist d, size_t n, double mean, double stddev) {
     std::vector<uint8_t> v(n * valueBytes(d));
     Fill f{rng, seed, offset, position, d, mean, stddev};
-    if (rng != kPhilox4x32_10) history.call(d, n, offset, f);
+    if (generatorsOf(rng)) history.call(d, n, offset, f);
     Status s = generate(f, v.data(), n);
     EXPECT_TRUE(s) << s.message();
     position += n;
@@ -116,24 +116,28 @@ size_t firstDifference(const std::vector<uint8_t>& a, const std::vector<uint8_t>
   return a.size() == b.size() ? SIZE_MAX : std::min(a.size(), b.size()) / width;
 }
 
-TEST(CurandCpu, ValuesAreNvidiasBitForBitForEveryGeneratorDistributionSeedOffsetAndSplit) {
+// Each distribution of `rng`, bit for bit against NVIDIA's, over these cases
+// (`only`: the indices of the cases a distribution gets; empty: all).
+void expectNvidias(int32_t rng, const std::vector<size_t>& only_bits, const std::vector<size_t>& only_others) {
   ASSERT_TRUE(nvidia().h) << "the toolkit's libcurand.so.10: " << ::dlerror();
   struct Case {
     uint64_t seed, offset;
     std::vector<size_t> counts;
   };
-  // Past one round of 65536 threads (Philox) and of 4096 generators
-  // (XORWOW), odd offsets, split calls, and calls that split a pair of normals.
+  // Past one round of 65536 threads (Philox), of 4096 generators (XORWOW)
+  // and of 81920 (MRG32k3a), odd offsets, split calls, and calls that split a pair of normals.
   const std::vector<Case> cases = {{1234, 0, {600000}},
                                    {0, 7, {2, 10, 1000}},
                                    {18446744073709551615ull, 123457, {4096, 262146}},
                                    {42, 1ull << 33, {70002}},
                                    {9, 2, {3, 5, 1001, 8193}}};
-  for (int32_t rng : {kPhilox4x32_10, kXorwow, kPseudoDefault})
-    for (uint8_t k = 0; k < kDistCount; ++k) {
+  for (uint8_t k = 0; k < kDistCount; ++k) {
     const Dist d = static_cast<Dist>(k);
-    for (const Case& c : cases) {
+    const auto& only = d == Dist::kBits32 ? only_bits : only_others;
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const Case& c = cases[ci];
       if (pairsOnly(rng, d) && c.counts.front() % 2) continue;  // (refused: below)
+      if (!only.empty() && std::find(only.begin(), only.end(), ci) == only.end()) continue;
       SCOPED_TRACE("generator " + std::to_string(rng) + ", distribution " + std::to_string(k) + ", seed " +
                    std::to_string(c.seed) + ", offset " + std::to_string(c.offset));
       const double mean = 0.25, stddev = 1.5;
@@ -144,25 +148,42 @@ TEST(CurandCpu, ValuesAreNvidiasBitForBitForEveryGeneratorDistributionSeedOffset
   }
 }
 
-// One XORWOW generator, calls of every kind in turn: each of its 4096
-// generators goes on from the draws it took, and a run of normals pairs its
-// values from where the run began.
-TEST(CurandCpu, AXorwowGeneratorThatSwitchesKindsGoesOnAsNvidiasDoes) {
+TEST(CurandCpu, ValuesAreNvidiasBitForBitForEveryGeneratorDistributionSeedOffsetAndSplit) {
+  for (int32_t rng : {kPhilox4x32_10, kXorwow, kPseudoDefault}) expectNvidias(rng, {}, {});
+}
+
+// NVIDIA's MRG32k3a host generator takes about a second to set up its 81920
+// generators: every distribution gets the case of a seed, an offset past a
+// row and a split; 32-bit values odd splits too.
+TEST(CurandCpu, Mrg32k3aValuesAreNvidiasBitForBit) { expectNvidias(kMrg32k3a, {2, 4}, {2}); }
+
+// One generator, calls of every kind in turn: each of its generators (or
+// Philox's threads) goes on from the draws it took, and a run of normals
+// pairs its values from where the run began. Philox also gets odd counts
+// of every kind, so that calls end inside its groups of four.
+TEST(CurandCpu, AGeneratorThatSwitchesKindsGoesOnAsNvidiasDoes) {
   ASSERT_TRUE(nvidia().h) << "the toolkit's libcurand.so.10: " << ::dlerror();
   const std::vector<std::pair<Dist, size_t>> calls = {
       {Dist::kUniform, 5},         {Dist::kNormal, 8192},       {Dist::kBits32, 10001},
       {Dist::kUniformDouble, 3001}, {Dist::kNormalDouble, 4100}, {Dist::kNormal, 2},
       {Dist::kNormal, 70000},      {Dist::kLogNormalDouble, 6}, {Dist::kBits32, 300000},
       {Dist::kUniformDouble, 1}};
+  const std::vector<std::pair<Dist, size_t>> odd = {
+      {Dist::kBits32, 5},          {Dist::kUniformDouble, 7},   {Dist::kBits32, 300000},
+      {Dist::kNormal, 3},          {Dist::kNormalDouble, 262147}, {Dist::kUniform, 1001},
+      {Dist::kLogNormalDouble, 9}, {Dist::kBits32, 270001},     {Dist::kNormal, 11}};
   Nvidia& n = nvidia();
+  const std::vector<std::pair<int32_t, const std::vector<std::pair<Dist, size_t>>*>> runs = {
+      {kXorwow, &calls}, {kMrg32k3a, &calls}, {kPhilox4x32_10, &calls}, {kPhilox4x32_10, &odd}};
+  for (auto [rng, these] : runs) {
   curandGenerator_t g = nullptr;
-  ASSERT_EQ(n.create(&g, CURAND_RNG_PSEUDO_XORWOW), CURAND_STATUS_SUCCESS);
+  ASSERT_EQ(n.create(&g, static_cast<curandRngType_t>(rng)), CURAND_STATUS_SUCCESS);
   ASSERT_EQ(n.seed(g, 77), CURAND_STATUS_SUCCESS);
   ASSERT_EQ(n.offset(g, 100003), CURAND_STATUS_SUCCESS);
-  Ours o{kXorwow, 77, 100003, 100003, {}};
-  for (size_t c = 0; c < calls.size(); ++c) {
-    auto [d, count] = calls[c];
-    SCOPED_TRACE("call " + std::to_string(c));
+  Ours o{rng, 77, 100003, 100003, {}};
+  for (size_t c = 0; c < these->size(); ++c) {
+    auto [d, count] = (*these)[c];
+    SCOPED_TRACE("generator " + std::to_string(rng) + ", call " + std::to_string(c));
     std::vector<uint8_t> want(count * valueBytes(d));
     curandStatus_t st = CURAND_STATUS_INTERNAL_ERROR;
     switch (d) {
@@ -177,18 +198,19 @@ TEST(CurandCpu, AXorwowGeneratorThatSwitchesKindsGoesOnAsNvidiasDoes) {
     EXPECT_EQ(firstDifference(o.call(d, count, 0., 1.), want, valueBytes(d)), SIZE_MAX);
   }
   n.destroy(g);
+  }
 }
 
 // A call written in pieces (as the CUDA backend writes one) gives what it gives whole.
 TEST(CurandCpu, ACallWrittenInPiecesGivesWhatItGivesWhole) {
-  for (int32_t rng : {kPhilox4x32_10, kXorwow})
+  for (int32_t rng : {kPhilox4x32_10, kXorwow, kMrg32k3a})
     for (uint8_t k = 0; k < kDistCount; ++k) {
       const Dist d = static_cast<Dist>(k);
       SCOPED_TRACE("generator " + std::to_string(rng) + ", distribution " + std::to_string(k));
       Ours g{rng, 3, 11, 11, {}};
-      (void)g.call(Dist::kUniform, 6, 0., 1.);  // a XORWOW history with a switch before the call
+      (void)g.call(Dist::kUniform, 6, 0., 1.);  // a history with a switch before the call
       Fill f{rng, 3, 11, g.position, d, 0.5, 2.0};
-      if (rng != kPhilox4x32_10) g.history.call(d, 20000, 11, f);
+      if (generatorsOf(rng)) g.history.call(d, 20000, 11, f);
       std::vector<uint8_t> whole(20000 * valueBytes(d)), pieces(whole.size());
       ASSERT_TRUE(generate(f, whole.data(), 20000));
       for (uint64_t done = 0; done < 20000; done += 4096) {
@@ -199,23 +221,26 @@ TEST(CurandCpu, ACallWrittenInPiecesGivesWhatItGivesWhole) {
     }
 }
 
-// XORWOW's normals come in pairs: NVIDIA refuses an odd count, and rgpu's library does too.
-TEST(CurandCpu, XorwowNormalsComeInPairsAsNvidiasDo) {
+// XORWOW's and MRG32k3a's normals come in pairs: NVIDIA refuses an odd
+// count, and rgpu's library does too.
+TEST(CurandCpu, NormalsOfGeneratorsOfSlotsComeInPairsAsNvidiasDo) {
   ASSERT_TRUE(nvidia().h) << "the toolkit's libcurand.so.10: " << ::dlerror();
-  curandGenerator_t g = nullptr;
-  ASSERT_EQ(nvidia().create(&g, CURAND_RNG_PSEUDO_XORWOW), CURAND_STATUS_SUCCESS);
-  float f[3];
-  double d[3];
-  EXPECT_EQ(nvidia().normal(g, f, 3, 0.f, 1.f), CURAND_STATUS_LENGTH_NOT_MULTIPLE);
-  EXPECT_EQ(nvidia().normal_d(g, d, 3, 0., 1.), CURAND_STATUS_LENGTH_NOT_MULTIPLE);
-  EXPECT_EQ(nvidia().log_normal(g, f, 3, 0.f, 1.f), CURAND_STATUS_LENGTH_NOT_MULTIPLE);
-  EXPECT_EQ(nvidia().uniform(g, f, 3), CURAND_STATUS_SUCCESS);
-  nvidia().destroy(g);
-  for (Dist dist : {Dist::kNormal, Dist::kNormalDouble, Dist::kLogNormal, Dist::kLogNormalDouble}) {
-    EXPECT_TRUE(pairsOnly(kXorwow, dist));
-    EXPECT_FALSE(pairsOnly(kPhilox4x32_10, dist));
+  for (int32_t rng : {kXorwow, kMrg32k3a}) {
+    curandGenerator_t g = nullptr;
+    ASSERT_EQ(nvidia().create(&g, static_cast<curandRngType_t>(rng)), CURAND_STATUS_SUCCESS);
+    float f[3];
+    double d[3];
+    EXPECT_EQ(nvidia().normal(g, f, 3, 0.f, 1.f), CURAND_STATUS_LENGTH_NOT_MULTIPLE);
+    EXPECT_EQ(nvidia().normal_d(g, d, 3, 0., 1.), CURAND_STATUS_LENGTH_NOT_MULTIPLE);
+    EXPECT_EQ(nvidia().log_normal(g, f, 3, 0.f, 1.f), CURAND_STATUS_LENGTH_NOT_MULTIPLE);
+    EXPECT_EQ(nvidia().uniform(g, f, 3), CURAND_STATUS_SUCCESS);
+    nvidia().destroy(g);
+    for (Dist dist : {Dist::kNormal, Dist::kNormalDouble, Dist::kLogNormal, Dist::kLogNormalDouble}) {
+      EXPECT_TRUE(pairsOnly(rng, dist));
+      EXPECT_FALSE(pairsOnly(kPhilox4x32_10, dist));
+    }
+    EXPECT_FALSE(pairsOnly(rng, Dist::kUniform));
   }
-  EXPECT_FALSE(pairsOnly(kXorwow, Dist::kUniform));
 }
 
 // A request is input like any other: every field is checked before anything is computed.
@@ -238,21 +263,31 @@ TEST(CurandCpu, ACallThatDoesNotHoldTogetherIsRefused) {
   bad = f;
   bad.draws = {{3, 4000}};  // counts for 4000 generators, not 4096
   refused(bad);
-  bad.draws.assign(kMaxDrawRuns + 1, {3, 1});
+  bad.draws.assign(generatorsOf(kXorwow) + 1, {3, 1});  // more runs than generators
   refused(bad);
   bad = f;
   bad.dist = static_cast<Dist>(kDistCount);
   refused(bad);
+  Fill philox{kPhilox4x32_10, 1, 100, 120, Dist::kUniform, 0, 1};
+  philox.counted = 30;  // Philox's slot is the position's group: 30
+  EXPECT_TRUE(check(philox));
+  philox.counted = 31;
+  refused(philox);
+  philox.counted = 24;  // before the offset's group
+  refused(philox);
+  philox.counted = 30;
+  philox.draws = {{2, 65535}};  // counts for 65535 threads, not 65536
+  refused(philox);
 }
 
 TEST(CurandCpu, OtherGeneratorsAreRefusedNamingWhatIs) {
   uint32_t v[4];
-  for (int32_t rng : {121, 141, 142, 201, 202}) {
+  for (int32_t rng : {141, 142, 201, 202}) {
     Fill f;
     f.rng = rng;
     Status s = generate(f, v, 4);
     EXPECT_EQ(s.code(), err::kNotSupported) << rng;
-    EXPECT_NE(s.message().find("XORWOW, 100 and 101, and Philox4x32-10, 161, are"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("XORWOW, 100 and 101, MRG32k3a, 121, and Philox4x32-10, 161, are"), std::string::npos) << s.message();
   }
 }
 

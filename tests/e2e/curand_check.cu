@@ -4,19 +4,22 @@
 //
 //   curand_check OUT
 //
-// Two Philox4x32-10 device generators, each keeping to one width:
+// Two Philox4x32-10 device generators:
 //   A: seed 1234, offset 17, on a stream of its own: 100003 32-bit values,
 //      1001 uniform floats, 2002 normal floats (mean 1, stddev 2), 6
 //      log-normal floats (mean 0, stddev 0.5), then 512 32-bit values from a
 //      CUDA graph that captured the call, launched twice;
 //   B: seed 99 (the default ordering set explicitly): 70001 uniform doubles
-//      and 4002 normal doubles (mean -1, stddev 3);
+//      and 4002 normal doubles (mean -1, stddev 3), then 300001 32-bit values;
 //   C, D: the default type (XORWOW), seeds 5 and 6: from C, 50001 uniform
 //      floats, 2002 normal floats, 1001 32-bit values and 100 normal doubles;
 //      from D, 2002 and 2000 normal floats (an odd count of its normals is
-//      refused, as NVIDIA's).
+//      refused, as NVIDIA's);
+//   E: MRG32k3a, seed 7, offset 3: 90001 uniform floats (past its 81920
+//      generators), 1000 normal doubles (mean 2, stddev 0.5) and 33 32-bit
+//      values, each kind going on from where the last left its generators.
 // A host generator with A's settings must give A's first values too. A
-// generator rgpu does not compute is refused with ARCH_MISMATCH.
+// generator rgpu does not compute (MTGP32) is refused with ARCH_MISMATCH.
 #include <cuda_runtime.h>
 #include <curand.h>
 
@@ -92,6 +95,10 @@ int main(int argc, char** argv) {
   CHECK(curandGenerateUniformDouble(b, uniform_d, 70001));
   CHECK(curandGenerateNormalDouble(b, normal_d, 4002, -1.0, 3.0));
   if (fetch(out, uniform_d, 70001) || fetch(out, normal_d, 4002)) return 2;
+  unsigned* bits_b;  // 32-bit values after doubles, past the first row of its threads
+  CHECK(cudaMalloc(&bits_b, 300001 * sizeof(unsigned)));
+  CHECK(curandGenerate(b, bits_b, 300001));
+  if (fetch(out, bits_b, 300001)) return 2;
 
   // C and D: the default generator (XORWOW), seeds 5 and 6: from C, 50001
   // uniform floats, 2002 normal floats, 1001 32-bit values and 100 normal
@@ -125,6 +132,22 @@ int main(int argc, char** argv) {
                                                 : "accepted");
   CHECK(curandDestroyGenerator(c));
   CHECK(curandDestroyGenerator(d));
+
+  curandGenerator_t e;
+  CHECK(curandCreateGenerator(&e, CURAND_RNG_PSEUDO_MRG32K3A));
+  CHECK(curandSetPseudoRandomGeneratorSeed(e, 7));
+  CHECK(curandSetGeneratorOffset(e, 3));
+  float* uniform_e;
+  double* normal_e;
+  unsigned* bits_e;
+  CHECK(cudaMalloc(&uniform_e, 90001 * sizeof(float)));
+  CHECK(cudaMalloc(&normal_e, 1000 * sizeof(double)));
+  CHECK(cudaMalloc(&bits_e, 33 * sizeof(unsigned)));
+  CHECK(curandGenerateUniform(e, uniform_e, 90001));
+  CHECK(curandGenerateNormalDouble(e, normal_e, 1000, 2.0, 0.5));
+  CHECK(curandGenerate(e, bits_e, 33));
+  if (fetch(out, uniform_e, 90001) || fetch(out, normal_e, 1000) || fetch(out, bits_e, 33)) return 2;
+  CHECK(curandDestroyGenerator(e));
   std::fclose(out);
 
   // A host generator with A's settings: the same first values.
@@ -143,8 +166,8 @@ int main(int argc, char** argv) {
   std::printf("past the end of an allocation: %s\n", cudaGetErrorName(late));
 
   curandGenerator_t x;
-  curandStatus_t st = curandCreateGenerator(&x, CURAND_RNG_PSEUDO_MRG32K3A);
-  std::printf("MRG32k3a: %s\n", st == CURAND_STATUS_ARCH_MISMATCH ? "refused (ARCH_MISMATCH)" : "not refused");
+  curandStatus_t st = curandCreateGenerator(&x, CURAND_RNG_PSEUDO_MTGP32);
+  std::printf("MTGP32: %s\n", st == CURAND_STATUS_ARCH_MISMATCH ? "refused (ARCH_MISMATCH)" : "not refused");
   int version = 0;
   CHECK(curandGetVersion(&version));
   std::printf("version %d\n", version);

@@ -82,6 +82,9 @@ std::vector<uint8_t> nvidiasValues() {
   normal_d(b, nd.data(), nd.size(), -1.0, 3.0);
   append(ud.data(), ud.size() * 8);
   append(nd.data(), nd.size() * 8);
+  std::vector<unsigned> ub(300001);
+  bits(b, ub.data(), ub.size());
+  append(ub.data(), ub.size() * 4);
   curandGenerator_t c, d;
   create(&c, CURAND_RNG_PSEUDO_DEFAULT);
   seed(c, 5);
@@ -101,6 +104,19 @@ std::vector<uint8_t> nvidiasValues() {
   append(bc.data(), bc.size() * 4);
   append(ndc.data(), ndc.size() * 8);
   append(nc.data(), nc.size() * 4);
+  curandGenerator_t e;
+  create(&e, CURAND_RNG_PSEUDO_MRG32K3A);
+  seed(e, 7);
+  offset(e, 3);
+  std::vector<float> ue(90001);
+  std::vector<double> ne(1000);
+  std::vector<unsigned> be(33);
+  uniform(e, ue.data(), ue.size());
+  normal_d(e, ne.data(), ne.size(), 2.0, 0.5);
+  bits(e, be.data(), be.size());
+  append(ue.data(), ue.size() * 4);
+  append(ne.data(), ne.size() * 8);
+  append(be.data(), be.size() * 4);
   return out;
 }
 
@@ -120,9 +136,9 @@ void expectNvidiasValues(const std::string& env, const std::string& file) {
   // A range past the program's memory: refused by the server, reported at the next synchronising call.
   EXPECT_NE(r.output.find("past the end of an allocation: cudaErrorInvalidValue"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("XORWOW, 3 normals: LENGTH_NOT_MULTIPLE"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("MRG32k3a: refused (ARCH_MISMATCH)"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("generator type 121 (XORWOW, the default, and PHILOX4_32_10 are) is not supported by rgpu's "
-                          "cuRAND"),
+  EXPECT_NE(r.output.find("MTGP32: refused (ARCH_MISMATCH)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("generator type 141 (XORWOW, the default, MRG32K3A and PHILOX4_32_10 are) is not supported "
+                          "by rgpu's cuRAND"),
             std::string::npos)
       << r.output;
   const std::string got = readFile(file);

@@ -1,0 +1,324 @@
+// cuRAND's generators of slots on the CPU, bit for bit (common/curand_cpu.h):
+// XORWOW (4096 generators) and MRG32k3a (81920). Built with
+// -ffp-contract=off (common/CMakeLists.txt), as curand_cpu.cc.
+//
+// A generator of slots is T generators of one sequence, generator i started
+// i subsequences in. A value's slot (one value, or a Box-Muller pair of
+// normals) is slot + (j - position) / values-per-slot; slot s is generator
+// s % T's. A generator starts a call at the draw of its first slot's row (the
+// offset's row, or the next) plus the draws its earlier slots took, and then
+// takes each of its slots' draws in order. The starting states of the last
+// seed are kept per engine (making 81920 MRG32k3a states takes a few ms).
+#include <cuda_runtime_api.h>
+#include <curand_mrg32k3a.h>
+#include <curand_precalc.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/curand_cpu.h"
+#include "common/curand_math.h"
+
+namespace rgpu::common::curand {
+namespace {
+
+// ---- XORWOW ------------------------------------------------------------------
+struct Xorwow {
+  static constexpr uint64_t kGenerators = kXorwowGenerators;
+  using Draw = uint32_t;
+  struct State {
+    uint32_t v[5];
+    uint32_t d;
+  };
+  using Jump = uint64_t;  // the draws: applied by the toolkit's base-4 jump matrices
+
+  static State init(uint64_t seed) {
+    const uint32_t s0 = static_cast<uint32_t>(seed) ^ 0xaad26b49u, s1 = static_cast<uint32_t>(seed >> 32) ^ 0xf7dcefddu;
+    const uint32_t t0 = 1099087573u * s0, t1 = 2591861531u * s1;
+    return {{123456789u + t0, 362436069u ^ t0, 521288629u + t1, 88675123u ^ t1, 5783321u + t0}, 6615241u + t1 + t0};
+  }
+  // v = M v over GF(2) (M: 160 x 160 bits, a row of five words per input bit).
+  static void matvec(uint32_t* v, const unsigned int* m) {
+    uint32_t r[5] = {0, 0, 0, 0, 0};
+    for (int i = 0; i < 5; ++i)
+      for (int b = 0; b < 32; ++b)
+        if (v[i] & (1u << b))
+          for (int k = 0; k < 5; ++k) r[k] ^= m[5 * (i * 32 + b) + k];
+    std::memcpy(v, r, sizeof r);
+  }
+  static void nextGenerator(State& s) { matvec(s.v, precalc_xorwow_matrix_host[0]); }  // 2^67 draws on
+  static Jump jump(uint64_t x) { return x; }
+  static void apply(const Jump& x, State& s) {
+    // (A 64-bit count has 32 digits in base 4: one matrix each.)
+    for (uint64_t p = x, m = 0; p; p >>= PRECALC_BLOCK_SIZE, ++m) {
+      for (unsigned t = 0; t < (p & PRECALC_BLOCK_MASK); ++t) matvec(s.v, precalc_xorwow_offset_matrix_host[m]);
+    }
+    s.d += 362437u * static_cast<uint32_t>(x);
+  }
+  static Draw next(State& s) {
+    const uint32_t t = s.v[0] ^ (s.v[0] >> 2);
+    s.v[0] = s.v[1];
+    s.v[1] = s.v[2];
+    s.v[2] = s.v[3];
+    s.v[3] = s.v[4];
+    s.v[4] = (s.v[4] ^ (s.v[4] << 4)) ^ (t ^ (t << 1));
+    s.d += 362437;
+    return s.v[4] + s.d;
+  }
+  // Value k of a slot of draws `x`, as curand_kernel.h computes it for XORWOW.
+  static void value(Dist d, const Draw* x, unsigned k, double mean, double stddev, uint8_t* o) {
+    switch (d) {
+      case Dist::kBits32: std::memcpy(o, &x[0], 4); break;
+      case Dist::kUniform: { const float v = math::uniform(x[0]); std::memcpy(o, &v, 4); break; }
+      case Dist::kUniformDouble: { const double v = math::uniformDouble(x[0], x[1]); std::memcpy(o, &v, 8); break; }
+      case Dist::kNormal: case Dist::kLogNormal: {
+        float v[2];
+        math::boxMuller(x[0], x[1], &v[0], &v[1]);
+        const float n = math::shaped(v[k], d, mean, stddev);
+        std::memcpy(o, &n, 4);
+        break;
+      }
+      case Dist::kNormalDouble: case Dist::kLogNormalDouble: {
+        double v[2];
+        math::boxMullerDouble(x[0], x[1], x[2], x[3], &v[0], &v[1]);
+        const double n = math::shaped(v[k], d, mean, stddev);
+        std::memcpy(o, &n, 8);
+        break;
+      }
+    }
+  }
+};
+
+// ---- MRG32k3a --------------------------------------------------------------
+// L'Ecuyer's combined generator in exact integer arithmetic (curand_kernel.h's
+// curand_MRG32k3a computes the same in doubles); jumps by the toolkit's
+// 2^n-step matrices (curand_mrg32k3a.h).
+struct Mrg32k3a {
+  static constexpr uint64_t kGenerators = kMrg32k3aGenerators;
+  static constexpr uint64_t kM1 = 4294967087ull, kM2 = 4294944443ull;
+  static constexpr double kNorm = 2.3283065498378288e-10;     // MRG32K3A_NORM
+  static constexpr double kBitsNorm = 1.000000048662;         // MRG32K3A_BITS_NORM
+  using Draw = double;  // in (0, m1]
+  struct State {
+    uint64_t s1[3], s2[3];
+  };
+  using Matrix = std::array<uint64_t, 9>;
+  struct Jump {
+    Matrix a, b;  // mod m1, mod m2
+  };
+
+  static uint64_t mulmod(uint64_t a, uint64_t b, uint64_t m) {
+    return static_cast<uint64_t>(static_cast<unsigned __int128>(a) * b % m);
+  }
+  static void matvec(const Matrix& a, uint64_t* v, uint64_t m) {
+    uint64_t r[3];
+    for (int k = 0; k < 3; ++k)
+      r[k] = (mulmod(a[3 * k], v[0], m) + mulmod(a[3 * k + 1], v[1], m) + mulmod(a[3 * k + 2], v[2], m)) % m;
+    std::memcpy(v, r, sizeof r);
+  }
+  static Matrix of(const unsigned int (&a)[3][3]) {
+    Matrix r;
+    for (int i = 0; i < 9; ++i) r[i] = a[i / 3][i % 3];
+    return r;
+  }
+  static Matrix matmul(const Matrix& a, const Matrix& b, uint64_t m) {
+    Matrix r{};
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j)
+        r[3 * i + j] =
+            (mulmod(a[3 * i], b[j], m) + mulmod(a[3 * i + 1], b[3 + j], m) + mulmod(a[3 * i + 2], b[6 + j], m)) % m;
+    return r;
+  }
+  static State init(uint64_t seed) {
+    State s{{12345, 12345, 12345}, {12345, 12345, 12345}};
+    if (seed) {
+      const uint64_t x1 = static_cast<uint32_t>(seed) ^ 0x55555555u, x2 = static_cast<uint32_t>(seed >> 32) ^ 0xAAAAAAAAu;
+      s.s1[0] = mulmod(x1, 12345, kM1), s.s1[1] = mulmod(x2, 12345, kM1), s.s1[2] = mulmod(x1, 12345, kM1);
+      s.s2[0] = mulmod(x2, 12345, kM2), s.s2[1] = mulmod(x1, 12345, kM2), s.s2[2] = mulmod(x2, 12345, kM2);
+    }
+    return s;
+  }
+  static void nextGenerator(State& s) {  // one subsequence (2^76 draws) on
+    matvec(of(mrg32k3aM1SubSeqHost[0]), s.s1, kM1);
+    matvec(of(mrg32k3aM2SubSeqHost[0]), s.s2, kM2);
+  }
+  static Jump jump(uint64_t n) {
+    Jump j{{1, 0, 0, 0, 1, 0, 0, 0, 1}, {1, 0, 0, 0, 1, 0, 0, 0, 1}};
+    for (int i = 0; n; ++i, n >>= 1)
+      if (n & 1) {
+        j.a = matmul(of(mrg32k3aM1Host[i]), j.a, kM1);
+        j.b = matmul(of(mrg32k3aM2Host[i]), j.b, kM2);
+      }
+    return j;
+  }
+  static void apply(const Jump& j, State& s) {
+    matvec(j.a, s.s1, kM1);
+    matvec(j.b, s.s2, kM2);
+  }
+  static Draw next(State& s) {
+    int64_t p1 = static_cast<int64_t>(1403580 * s.s1[1]) - static_cast<int64_t>(810728 * s.s1[0]);
+    p1 %= static_cast<int64_t>(kM1);
+    if (p1 < 0) p1 += kM1;
+    s.s1[0] = s.s1[1], s.s1[1] = s.s1[2], s.s1[2] = static_cast<uint64_t>(p1);
+    int64_t p2 = static_cast<int64_t>(527612 * s.s2[2]) - static_cast<int64_t>(1370589 * s.s2[0]);
+    p2 %= static_cast<int64_t>(kM2);
+    if (p2 < 0) p2 += kM2;
+    s.s2[0] = s.s2[1], s.s2[1] = s.s2[2], s.s2[2] = static_cast<uint64_t>(p2);
+    double r = static_cast<double>(p1) - static_cast<double>(p2);
+    if (r <= 0) r += static_cast<double>(kM1);
+    return r;
+  }
+  // As curand_kernel.h: curand(), curand_uniform(), curand_uniform_double(), curand_box_muller_mrg(_double).
+  static void value(Dist d, const Draw* x, unsigned k, double mean, double stddev, uint8_t* o) {
+    switch (d) {
+      case Dist::kBits32: { const auto v = static_cast<uint32_t>(x[0] * kBitsNorm); std::memcpy(o, &v, 4); break; }
+      case Dist::kUniform: { const auto v = static_cast<float>(x[0] * kNorm); std::memcpy(o, &v, 4); break; }
+      case Dist::kUniformDouble: { const double v = x[0] * kNorm; std::memcpy(o, &v, 8); break; }
+      case Dist::kNormal: case Dist::kLogNormal: {
+        const float u = static_cast<float>(x[0] * kNorm), w = static_cast<float>(x[1] * kNorm) * math::k2PiFloat;
+        const float s = sqrtf(-2.0f * logf(u));
+        const float v = (k ? cosf(w) : sinf(w)) * s;
+        const float n = math::shaped(v, d, mean, stddev);
+        std::memcpy(o, &n, 4);
+        break;
+      }
+      case Dist::kNormalDouble: case Dist::kLogNormalDouble: {
+        const double u = x[0] * kNorm, w = x[1] * kNorm * 2.0;
+        const double s = std::sqrt(-2.0 * std::log(u));
+        const double v = (k ? std::cos(w * math::kPi) : std::sin(w * math::kPi)) * s;
+        const double n = math::shaped(v, d, mean, stddev);
+        std::memcpy(o, &n, 8);
+        break;
+      }
+    }
+  }
+};
+
+// The generators' starting states of a seed (the last seed's kept per engine).
+template <class E>
+std::shared_ptr<const std::vector<typename E::State>> starts(uint64_t seed) {
+  static std::mutex mu;
+  static uint64_t cached_seed = 0;
+  static std::shared_ptr<const std::vector<typename E::State>> cached;
+  std::lock_guard lock(mu);
+  if (cached && cached_seed == seed) return cached;
+  auto s = std::make_shared<std::vector<typename E::State>>(E::kGenerators);
+  (*s)[0] = E::init(seed);
+  for (uint64_t i = 1; i < E::kGenerators; ++i) {
+    (*s)[i] = (*s)[i - 1];
+    E::nextGenerator((*s)[i]);
+  }
+  cached_seed = seed;
+  cached = s;
+  return cached;
+}
+
+template <class E>
+Status generateWith(const Fill& f, uint8_t* out, uint64_t count) {
+  const Slot slot = slotOf(f.rng, f.dist);
+  const uint64_t T = E::kGenerators;
+  // Each generator's draws at slot `counted` (slotsCheck() made sure the runs cover all T).
+  std::vector<uint64_t> counts;
+  counts.reserve(T);
+  if (f.draws.empty()) {
+    for (uint64_t t = 0; t < T; ++t) counts.push_back(startDraw(T, t, f.offset));
+  } else {
+    for (auto [n, gens] : f.draws) counts.insert(counts.end(), gens, n);
+  }
+  auto first = starts<E>(f.seed);
+  const uint32_t width = valueBytes(f.dist);
+  auto slotAt = [&](uint64_t j) { return f.slot + (j - f.position) / slot.values; };
+  const uint64_t first_slot = slotAt(f.position), last_slot = slotAt(f.position + count - 1);
+  // Each generator's state at its first slot of this call. Generators mostly
+  // share a count: each distinct jump is made once (a few kept).
+  const uint64_t gens = std::min<uint64_t>(T, last_slot - first_slot + 1);
+  std::vector<typename E::State> state(T);
+  std::vector<std::pair<uint64_t, typename E::Jump>> jumps;
+  for (uint64_t k = 0; k < gens; ++k) {
+    const uint64_t s = first_slot + k, t = s % T;
+    const uint64_t n = counts[t] + slot.draws * slotsOf(T, t, f.counted, s);
+    auto it = std::find_if(jumps.begin(), jumps.end(), [n](const auto& j) { return j.first == n; });
+    if (it == jumps.end()) {
+      if (jumps.size() == 8) jumps.erase(jumps.begin());
+      jumps.push_back({n, E::jump(n)});
+      it = jumps.end() - 1;
+    }
+    state[t] = (*first)[t];
+    E::apply(it->second, state[t]);
+  }
+  // Values in order: a slot's draws are taken when its first value (in this call) is.
+  std::vector<std::array<typename E::Draw, 4>> slot_draws(gens);
+  std::vector<uint64_t> slot_at(T, UINT64_MAX);
+  for (uint64_t j = 0; j < count; ++j) {
+    const uint64_t i = f.position + j, s = slotAt(i), t = s % T;
+    auto& x = slot_draws[(s - first_slot) % gens];
+    if (slot_at[t] != s) {
+      for (uint64_t k = 0; k < slot.draws; ++k) x[k] = E::next(state[t]);
+      slot_at[t] = s;
+    }
+    E::value(f.dist, x.data(), static_cast<unsigned>((i - f.position) % slot.values), f.mean, f.stddev,
+             out + j * width);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status slotsCheck(const Fill& f) {
+  const uint64_t T = generatorsOf(f.rng);
+  // (Philox's slot is its position's group.)
+  const uint64_t at = f.rng == kPhilox4x32_10 ? f.position / 4 : f.slot;
+  if (f.counted < offsetSlot(f.rng, f.offset) || f.counted > at)
+    return Status(err::kInvalidValue, "cuRAND draw counts taken past the call's slot");
+  if (f.draws.size() > T)
+    return Status(err::kInvalidValue, "cuRAND draw counts in more than " + std::to_string(T) + " runs");
+  uint64_t gens = 0;
+  for (auto& run : f.draws) gens += run.second;
+  if (!f.draws.empty() && gens != T)
+    return Status(err::kInvalidValue,
+                  "cuRAND draw counts for " + std::to_string(gens) + " generators, not " + std::to_string(T));
+  return Status::ok();
+}
+
+Status slotsGenerate(const Fill& f, uint8_t* out, uint64_t count) {
+  if (f.rng == kMrg32k3a) return generateWith<Mrg32k3a>(f, out, count);
+  return generateWith<Xorwow>(f, out, count);
+}
+
+void SlotHistory::call(Dist d, uint64_t count, uint64_t offset, Fill& f) {
+  const Slot slot = slotOf(f.rng, d);
+  const uint64_t T = generatorsOf(f.rng);
+  const bool philox = f.rng == kPhilox4x32_10;
+  if (!started_) {
+    slot_ = counted_ = offsetSlot(f.rng, offset);  // each generator's first slot is its row's at the offset
+    draws_ = slot.draws;
+    started_ = true;
+  }
+  // Philox's call starts at its position's group, even one the last call
+  // left part-done: that group is the new call's kind.
+  if (philox) slot_ = f.position / 4;
+  if (slot.draws != draws_) {
+    if (counts_.empty()) {
+      counts_.resize(T);
+      for (uint64_t t = 0; t < T; ++t) counts_[t] = startDraw(T, t, offsetSlot(f.rng, offset));
+    }
+    for (uint64_t t = 0; t < T; ++t) counts_[t] += draws_ * slotsOf(T, t, counted_, slot_);
+    counted_ = slot_;
+    draws_ = slot.draws;
+  }
+  f.slot = slot_;
+  f.counted = counted_;
+  f.draws.clear();
+  for (uint64_t v : counts_) {
+    if (!f.draws.empty() && f.draws.back().first == v) ++f.draws.back().second;
+    else f.draws.push_back({v, 1});
+  }
+  if (!philox) slot_ += (count + slot.values - 1) / slot.values;
+}
+
+}  // namespace rgpu::common::curand
