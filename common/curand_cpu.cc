@@ -95,10 +95,10 @@ Status philoxGenerate(const Fill& f, uint8_t* out, uint64_t count) {
 }  // namespace
 
 Status supported(int32_t rng) {
-  if (rng == kPhilox4x32_10 || generatorsOf(rng)) return Status::ok();
+  if (generatorsOf(rng) || rng == kMtgp32) return Status::ok();
   return Status(err::kNotSupported, "cuRAND generator type " + std::to_string(rng) +
-                                        " is not implemented by rgpu (XORWOW, 100 and 101, MRG32k3a, 121, and "
-                                        "Philox4x32-10, 161, are)");
+                                        " is not implemented by rgpu (XORWOW, 100 and 101, MRG32k3a, 121, MTGP32, "
+                                        "141, and Philox4x32-10, 161, are)");
 }
 
 Status check(const Fill& f) {
@@ -106,6 +106,8 @@ Status check(const Fill& f) {
   if (static_cast<uint8_t>(f.dist) >= kDistCount)
     return Status(err::kInvalidValue, "unknown cuRAND distribution " + std::to_string(static_cast<int>(f.dist)));
   if (f.position < f.offset) return Status(err::kInvalidValue, "a cuRAND position before the generator's offset");
+  if (!takesOffset(f.rng) && f.offset) return Status(err::kInvalidValue, "an offset for a cuRAND MTGP32 generator");
+  if (f.rng == kMtgp32) return Status::ok();
   return slotsCheck(f);
 }
 
@@ -113,6 +115,7 @@ Status generate(const Fill& f, void* out, uint64_t count) {
   RGPU_TRY(check(f));
   if (count == 0) return Status::ok();
   if (f.rng == kPhilox4x32_10) return philoxGenerate(f, static_cast<uint8_t*>(out), count);
+  if (f.rng == kMtgp32) return mtgpGenerate(f, static_cast<uint8_t*>(out), count);
   return slotsGenerate(f, static_cast<uint8_t*>(out), count);
 }
 

@@ -27,6 +27,9 @@
 //    or after the offset's. A group a call leaves part-done is done again by
 //    the next call, with that call's kind (its values before the call's
 //    position are not given). Exact for any calls.
+//  - MTGP32 (CURAND_RNG_PSEUDO_MTGP32, curand_mtgp.cc): 192 blocks; value p
+//    is element (p / 49152) * 256 + p % 256 of block (p / 256) % 192,
+//    whatever its kind: a function of its position alone. No offset.
 //  - uniform: XORWOW's and Philox's are curand_uniform's (x 2^-32 + 2^-33,
 //    in (0, 1]); doubles take 53 bits of two words. normal: Box-Muller on
 //    each pair of words (floats) or each pair of doubles' worth (doubles),
@@ -46,6 +49,7 @@ namespace rgpu::common::curand {
 inline constexpr int32_t kPseudoDefault = 100;  // XORWOW
 inline constexpr int32_t kXorwow = 101;
 inline constexpr int32_t kMrg32k3a = 121;
+inline constexpr int32_t kMtgp32 = 141;
 inline constexpr int32_t kPhilox4x32_10 = 161;
 
 enum class Dist : uint8_t {
@@ -174,5 +178,10 @@ Status generate(const Fill& f, void* out, uint64_t count);
 // (curand_slots.cc) generate() for a generator of slots, and check()'s part for one.
 Status slotsGenerate(const Fill& f, uint8_t* out, uint64_t count);
 Status slotsCheck(const Fill& f);
+// (curand_mtgp.cc) generate() for MTGP32.
+Status mtgpGenerate(const Fill& f, uint8_t* out, uint64_t count);
+
+// Whether a generator of type `rng` takes an offset (MTGP32 does not: NVIDIA's answers TYPE_ERROR).
+inline bool takesOffset(int32_t rng) { return rng != kMtgp32; }
 
 }  // namespace rgpu::common::curand

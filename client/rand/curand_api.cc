@@ -8,7 +8,7 @@
 // nothing to create on the server, nothing a move has to carry. A host
 // generator (curandCreateGeneratorHost) computes on this CPU.
 //
-// Generators rgpu does not compute (all but XORWOW, MRG32k3a and Philox4x32-10), the
+// Generators rgpu does not compute (MT19937 and the quasi-random ones), the
 // SEEDED ordering, Poisson and the quasi-random tables answer
 // CURAND_STATUS_ARCH_MISMATCH ("does not support the requested feature"),
 // with one log line naming them.
@@ -87,12 +87,11 @@ curandStatus_t create(curandGenerator_t* out, curandRngType_t type, bool host, c
   if (!out) return CURAND_STATUS_OUT_OF_RANGE;
   switch (type) {
     case CURAND_RNG_PSEUDO_PHILOX4_32_10: case CURAND_RNG_PSEUDO_DEFAULT: case CURAND_RNG_PSEUDO_XORWOW:
-    case CURAND_RNG_PSEUDO_MRG32K3A: break;
-    case CURAND_RNG_PSEUDO_MTGP32: case CURAND_RNG_PSEUDO_MT19937: case CURAND_RNG_QUASI_DEFAULT:
+    case CURAND_RNG_PSEUDO_MRG32K3A: case CURAND_RNG_PSEUDO_MTGP32: break; case CURAND_RNG_PSEUDO_MT19937: case CURAND_RNG_QUASI_DEFAULT:
     case CURAND_RNG_QUASI_SOBOL32: case CURAND_RNG_QUASI_SCRAMBLED_SOBOL32: case CURAND_RNG_QUASI_SOBOL64:
     case CURAND_RNG_QUASI_SCRAMBLED_SOBOL64:
       return unsupported("generator type " + std::to_string(type) +
-                         " (XORWOW, the default, MRG32K3A and PHILOX4_32_10 are)");
+                         " (XORWOW, the default, MRG32K3A, MTGP32 and PHILOX4_32_10 are)");
     default: return CURAND_STATUS_TYPE_ERROR;
   }
   auto g = std::make_unique<Generator>();
@@ -210,22 +209,23 @@ RGPU_CURAND_API curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerato
   });
 }
 
-// The next value is the offset's.
+// The next value is the offset's. MTGP32 takes none (a type error, as NVIDIA's says).
 RGPU_CURAND_API curandStatus_t curandSetGeneratorOffset(curandGenerator_t generator, unsigned long long offset) {
   return withGenerator(generator, [&](Generator& g) {
+    if (!cr::takesOffset(g.rng)) return CURAND_STATUS_TYPE_ERROR;
     g.offset = g.position = offset;
     g.history.reset();
     return CURAND_STATUS_SUCCESS;
   });
 }
 
-// BEST, DEFAULT and LEGACY are one layout for both generators (nothing to
-// keep). SEEDED (XORWOW only: Philox's is out of range, as NVIDIA's says)
-// is not computed.
+// BEST, DEFAULT and LEGACY are one layout for each generator (nothing to
+// keep). SEEDED is XORWOW's only (out of range for the others, as NVIDIA's
+// says), and not computed.
 RGPU_CURAND_API curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator, curandOrdering_t order) {
   return withGenerator(generator, [&](Generator& g) {
-    if (order == CURAND_ORDERING_PSEUDO_SEEDED && g.rng != cr::kPhilox4x32_10)
-      return unsupported("CURAND_ORDERING_PSEUDO_SEEDED");
+    const bool xorwow = g.rng == CURAND_RNG_PSEUDO_XORWOW || g.rng == CURAND_RNG_PSEUDO_DEFAULT;
+    if (order == CURAND_ORDERING_PSEUDO_SEEDED && xorwow) return unsupported("CURAND_ORDERING_PSEUDO_SEEDED");
     if (order != CURAND_ORDERING_PSEUDO_BEST && order != CURAND_ORDERING_PSEUDO_DEFAULT &&
         order != CURAND_ORDERING_PSEUDO_LEGACY)
       return CURAND_STATUS_OUT_OF_RANGE;

@@ -53,7 +53,7 @@ struct Nvidia {
     curandGenerator_t g = nullptr;
     EXPECT_EQ(create(&g, static_cast<curandRngType_t>(rng)), CURAND_STATUS_SUCCESS);
     EXPECT_EQ(seed(g, s), CURAND_STATUS_SUCCESS);
-    EXPECT_EQ(offset(g, off), CURAND_STATUS_SUCCESS);
+    if (off || takesOffset(rng)) EXPECT_EQ(offset(g, off), CURAND_STATUS_SUCCESS);
     std::vector<uint8_t> out;
     for (size_t n : counts) {
       std::vector<uint8_t> v(n * valueBytes(d));
@@ -157,6 +157,30 @@ TEST(CurandCpu, ValuesAreNvidiasBitForBitForEveryGeneratorDistributionSeedOffset
 // row and a split; 32-bit values odd splits too.
 TEST(CurandCpu, Mrg32k3aValuesAreNvidiasBitForBit) { expectNvidias(kMrg32k3a, {2, 4}, {2}); }
 
+// MTGP32 takes no offset: every distribution from position 0 over calls
+// that split its rows of 49152 values, with seeds whose halves fold.
+TEST(CurandCpu, Mtgp32ValuesAreNvidiasBitForBit) {
+  ASSERT_TRUE(nvidia().h) << "the toolkit's libcurand.so.10: " << ::dlerror();
+  const std::vector<std::pair<uint64_t, std::vector<size_t>>> cases = {
+      {1234, {600000}}, {0, {3, 5, 1001, 49152, 8193}}, {18446744073709551615ull, {49151, 2, 100000}}};
+  for (uint8_t k = 0; k < kDistCount; ++k)
+    for (const auto& [seed, counts] : cases) {
+      const Dist d = static_cast<Dist>(k);
+      SCOPED_TRACE("distribution " + std::to_string(k) + ", seed " + std::to_string(seed));
+      auto want = nvidia().values(kMtgp32, d, seed, 0, counts, 0.25, 1.5);
+      auto got = ours(kMtgp32, d, seed, 0, counts, 0.25, 1.5);
+      EXPECT_EQ(firstDifference(got, want, valueBytes(d)), SIZE_MAX);
+    }
+  // An offset is a type error for NVIDIA's and a refused call for rgpu's.
+  curandGenerator_t g = nullptr;
+  ASSERT_EQ(nvidia().create(&g, CURAND_RNG_PSEUDO_MTGP32), CURAND_STATUS_SUCCESS);
+  EXPECT_EQ(nvidia().offset(g, 0), CURAND_STATUS_TYPE_ERROR);
+  nvidia().destroy(g);
+  EXPECT_FALSE(takesOffset(kMtgp32));
+  Fill f{kMtgp32, 1, 5, 5, Dist::kUniform, 0, 1};
+  EXPECT_EQ(check(f).code(), err::kInvalidValue);
+}
+
 // One generator, calls of every kind in turn: each of its generators (or
 // Philox's threads) goes on from the draws it took, and a run of normals
 // pairs its values from where the run began. Philox also gets odd counts
@@ -174,13 +198,14 @@ TEST(CurandCpu, AGeneratorThatSwitchesKindsGoesOnAsNvidiasDoes) {
       {Dist::kLogNormalDouble, 9}, {Dist::kBits32, 270001},     {Dist::kNormal, 11}};
   Nvidia& n = nvidia();
   const std::vector<std::pair<int32_t, const std::vector<std::pair<Dist, size_t>>*>> runs = {
-      {kXorwow, &calls}, {kMrg32k3a, &calls}, {kPhilox4x32_10, &calls}, {kPhilox4x32_10, &odd}};
+      {kXorwow, &calls}, {kMrg32k3a, &calls}, {kPhilox4x32_10, &calls}, {kPhilox4x32_10, &odd}, {kMtgp32, &odd}};
   for (auto [rng, these] : runs) {
   curandGenerator_t g = nullptr;
   ASSERT_EQ(n.create(&g, static_cast<curandRngType_t>(rng)), CURAND_STATUS_SUCCESS);
   ASSERT_EQ(n.seed(g, 77), CURAND_STATUS_SUCCESS);
-  ASSERT_EQ(n.offset(g, 100003), CURAND_STATUS_SUCCESS);
-  Ours o{rng, 77, 100003, 100003, {}};
+  const uint64_t off = takesOffset(rng) ? 100003 : 0;
+  if (off) ASSERT_EQ(n.offset(g, off), CURAND_STATUS_SUCCESS);
+  Ours o{rng, 77, off, off, {}};
   for (size_t c = 0; c < these->size(); ++c) {
     auto [d, count] = (*these)[c];
     SCOPED_TRACE("generator " + std::to_string(rng) + ", call " + std::to_string(c));
@@ -203,14 +228,15 @@ TEST(CurandCpu, AGeneratorThatSwitchesKindsGoesOnAsNvidiasDoes) {
 
 // A call written in pieces (as the CUDA backend writes one) gives what it gives whole.
 TEST(CurandCpu, ACallWrittenInPiecesGivesWhatItGivesWhole) {
-  for (int32_t rng : {kPhilox4x32_10, kXorwow, kMrg32k3a})
+  for (int32_t rng : {kPhilox4x32_10, kXorwow, kMrg32k3a, kMtgp32})
     for (uint8_t k = 0; k < kDistCount; ++k) {
       const Dist d = static_cast<Dist>(k);
       SCOPED_TRACE("generator " + std::to_string(rng) + ", distribution " + std::to_string(k));
-      Ours g{rng, 3, 11, 11, {}};
+      const uint64_t off = takesOffset(rng) ? 11 : 0;
+      Ours g{rng, 3, off, off, {}};
       (void)g.call(Dist::kUniform, 6, 0., 1.);  // a history with a switch before the call
-      Fill f{rng, 3, 11, g.position, d, 0.5, 2.0};
-      if (generatorsOf(rng)) g.history.call(d, 20000, 11, f);
+      Fill f{rng, 3, off, g.position, d, 0.5, 2.0};
+      if (generatorsOf(rng)) g.history.call(d, 20000, off, f);
       std::vector<uint8_t> whole(20000 * valueBytes(d)), pieces(whole.size());
       ASSERT_TRUE(generate(f, whole.data(), 20000));
       for (uint64_t done = 0; done < 20000; done += 4096) {
@@ -282,12 +308,12 @@ TEST(CurandCpu, ACallThatDoesNotHoldTogetherIsRefused) {
 
 TEST(CurandCpu, OtherGeneratorsAreRefusedNamingWhatIs) {
   uint32_t v[4];
-  for (int32_t rng : {141, 142, 201, 202}) {
+  for (int32_t rng : {142, 201, 202}) {
     Fill f;
     f.rng = rng;
     Status s = generate(f, v, 4);
     EXPECT_EQ(s.code(), err::kNotSupported) << rng;
-    EXPECT_NE(s.message().find("XORWOW, 100 and 101, MRG32k3a, 121, and Philox4x32-10, 161, are"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("XORWOW, 100 and 101, MRG32k3a, 121, MTGP32, 141, and Philox4x32-10, 161, are"), std::string::npos) << s.message();
   }
 }
 

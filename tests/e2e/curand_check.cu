@@ -17,9 +17,11 @@
 //      refused, as NVIDIA's);
 //   E: MRG32k3a, seed 7, offset 3: 90001 uniform floats (past its 81920
 //      generators), 1000 normal doubles (mean 2, stddev 0.5) and 33 32-bit
-//      values, each kind going on from where the last left its generators.
+//      values, each kind going on from where the last left its generators;
+//   F: MTGP32, seed 11: 50001 normal floats (mean 1, stddev 3), 70001
+//      uniform doubles and 3 32-bit values; an offset is a type error.
 // A host generator with A's settings must give A's first values too. A
-// generator rgpu does not compute (MTGP32) is refused with ARCH_MISMATCH.
+// generator rgpu does not compute (MT19937) is refused with ARCH_MISMATCH.
 #include <cuda_runtime.h>
 #include <curand.h>
 
@@ -147,7 +149,27 @@ int main(int argc, char** argv) {
   CHECK(curandGenerateNormalDouble(e, normal_e, 1000, 2.0, 0.5));
   CHECK(curandGenerate(e, bits_e, 33));
   if (fetch(out, uniform_e, 90001) || fetch(out, normal_e, 1000) || fetch(out, bits_e, 33)) return 2;
+  std::printf("MRG32k3a orderings: LEGACY %d, SEEDED %s\n", curandSetGeneratorOrdering(e, CURAND_ORDERING_PSEUDO_LEGACY),
+              curandSetGeneratorOrdering(e, CURAND_ORDERING_PSEUDO_SEEDED) == CURAND_STATUS_OUT_OF_RANGE ? "OUT_OF_RANGE"
+                                                                                                  : "accepted");
   CHECK(curandDestroyGenerator(e));
+
+  curandGenerator_t m;
+  CHECK(curandCreateGenerator(&m, CURAND_RNG_PSEUDO_MTGP32));
+  CHECK(curandSetPseudoRandomGeneratorSeed(m, 11));
+  std::printf("MTGP32 offset: %s\n",
+              curandSetGeneratorOffset(m, 5) == CURAND_STATUS_TYPE_ERROR ? "TYPE_ERROR" : "accepted");
+  float* normal_m;
+  double* uniform_m;
+  unsigned* bits_m;
+  CHECK(cudaMalloc(&normal_m, 50001 * sizeof(float)));
+  CHECK(cudaMalloc(&uniform_m, 70001 * sizeof(double)));
+  CHECK(cudaMalloc(&bits_m, 3 * sizeof(unsigned)));
+  CHECK(curandGenerateNormal(m, normal_m, 50001, 1.f, 3.f));
+  CHECK(curandGenerateUniformDouble(m, uniform_m, 70001));
+  CHECK(curandGenerate(m, bits_m, 3));
+  if (fetch(out, normal_m, 50001) || fetch(out, uniform_m, 70001) || fetch(out, bits_m, 3)) return 2;
+  CHECK(curandDestroyGenerator(m));
   std::fclose(out);
 
   // A host generator with A's settings: the same first values.
@@ -166,8 +188,8 @@ int main(int argc, char** argv) {
   std::printf("past the end of an allocation: %s\n", cudaGetErrorName(late));
 
   curandGenerator_t x;
-  curandStatus_t st = curandCreateGenerator(&x, CURAND_RNG_PSEUDO_MTGP32);
-  std::printf("MTGP32: %s\n", st == CURAND_STATUS_ARCH_MISMATCH ? "refused (ARCH_MISMATCH)" : "not refused");
+  curandStatus_t st = curandCreateGenerator(&x, CURAND_RNG_PSEUDO_MT19937);
+  std::printf("MT19937: %s\n", st == CURAND_STATUS_ARCH_MISMATCH ? "refused (ARCH_MISMATCH)" : "not refused");
   int version = 0;
   CHECK(curandGetVersion(&version));
   std::printf("version %d\n", version);

@@ -117,6 +117,18 @@ std::vector<uint8_t> nvidiasValues() {
   append(ue.data(), ue.size() * 4);
   append(ne.data(), ne.size() * 8);
   append(be.data(), be.size() * 4);
+  curandGenerator_t m;
+  create(&m, CURAND_RNG_PSEUDO_MTGP32);
+  seed(m, 11);
+  std::vector<float> nm(50001);
+  std::vector<double> um(70001);
+  std::vector<unsigned> bm(3);
+  normal(m, nm.data(), nm.size(), 1.f, 3.f);
+  uniform_d(m, um.data(), um.size());
+  bits(m, bm.data(), bm.size());
+  append(nm.data(), nm.size() * 4);
+  append(um.data(), um.size() * 8);
+  append(bm.data(), bm.size() * 4);
   return out;
 }
 
@@ -136,9 +148,12 @@ void expectNvidiasValues(const std::string& env, const std::string& file) {
   // A range past the program's memory: refused by the server, reported at the next synchronising call.
   EXPECT_NE(r.output.find("past the end of an allocation: cudaErrorInvalidValue"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("XORWOW, 3 normals: LENGTH_NOT_MULTIPLE"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("MTGP32: refused (ARCH_MISMATCH)"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("generator type 141 (XORWOW, the default, MRG32K3A and PHILOX4_32_10 are) is not supported "
-                          "by rgpu's cuRAND"),
+  EXPECT_NE(r.output.find("MTGP32 offset: TYPE_ERROR"), std::string::npos) << r.output;
+  // (NVIDIA's answers for MRG32k3a's orderings: LEGACY accepted, SEEDED out of range.)
+  EXPECT_NE(r.output.find("MRG32k3a orderings: LEGACY 0, SEEDED OUT_OF_RANGE"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("MT19937: refused (ARCH_MISMATCH)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("generator type 142 (XORWOW, the default, MRG32K3A, MTGP32 and PHILOX4_32_10 are) is not "
+                          "supported by rgpu's cuRAND"),
             std::string::npos)
       << r.output;
   const std::string got = readFile(file);
