@@ -11,11 +11,15 @@
 
 namespace rgpu::common::blas {
 
-// cudaDataType_t (real types rgpu runs).
+// cudaDataType_t (the types rgpu runs: complex ones in gemm only).
 inline constexpr int32_t kR32F = 0;
 inline constexpr int32_t kR64F = 1;
 inline constexpr int32_t kR16F = 2;
+inline constexpr int32_t kC32F = 4;
+inline constexpr int32_t kC64F = 5;
 inline constexpr int32_t kR16BF = 14;
+
+inline bool isComplex(int32_t type) { return type == kC32F || type == kC64F; }
 
 // cublasComputeType_t.
 inline constexpr int32_t kCompute16F = 64;
@@ -39,6 +43,8 @@ inline size_t elementSize(int32_t type) {
     case kR32F: return 4;
     case kR64F: return 8;
     case kR16F: case kR16BF: return 2;
+    case kC32F: return 8;
+    case kC64F: return 16;
     default: return 0;
   }
 }
@@ -49,6 +55,8 @@ inline const char* typeName(int32_t type) {
     case kR64F: return "CUDA_R_64F";
     case kR16F: return "CUDA_R_16F";
     case kR16BF: return "CUDA_R_16BF";
+    case kC32F: return "CUDA_C_32F";
+    case kC64F: return "CUDA_C_64F";
     default: return "an unsupported type";
   }
 }
@@ -65,16 +73,27 @@ inline int32_t scalarType(int32_t compute) {
   }
 }
 
+// The type of alpha and beta of a gemm whose C is `c`: complex for a complex C.
+inline int32_t scalarTypeOf(int32_t compute, int32_t c) {
+  const int32_t s = scalarType(compute);
+  if (!isComplex(c) || s < 0) return s;
+  return s == kR32F ? kC32F : s == kR64F ? kC64F : -1;
+}
+
 // The A, B, C type combinations of cublasGemmEx (and cuBLASLt's A, B, C=D)
-// for real types, as NVIDIA documents them; int8 and complex are not run.
-inline bool gemmSupported(int32_t a, int32_t b, int32_t c, int32_t compute) {
+// as NVIDIA documents them, but int8; complex in cublasGemmEx and the typed
+// C/Z gemms only (`complex_ok`: cuBLASLt passes false).
+inline bool gemmSupported(int32_t a, int32_t b, int32_t c, int32_t compute, bool complex_ok = true) {
   if (a != b) return false;
+  if (isComplex(a) && !complex_ok) return false;
   switch (compute) {
     case kCompute16F: case kCompute16FPedantic: return a == kR16F && c == kR16F;
     case kCompute32F: case kCompute32FPedantic:
-      return (a == kR32F && c == kR32F) || ((a == kR16F || a == kR16BF) && (c == a || c == kR32F));
-    case kCompute32FFast16F: case kCompute32FFast16BF: case kCompute32FFastTF32: return a == kR32F && c == kR32F;
-    case kCompute64F: case kCompute64FPedantic: return a == kR64F && c == kR64F;
+      return (a == kR32F && c == kR32F) || (a == kC32F && c == kC32F) ||
+             ((a == kR16F || a == kR16BF) && (c == a || c == kR32F));
+    case kCompute32FFast16F: case kCompute32FFast16BF: case kCompute32FFastTF32:
+      return (a == kR32F && c == kR32F) || (a == kC32F && c == kC32F);
+    case kCompute64F: case kCompute64FPedantic: return (a == kR64F && c == kR64F) || (a == kC64F && c == kC64F);
     default: return false;
   }
 }

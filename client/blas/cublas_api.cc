@@ -1,9 +1,9 @@
 // rgpu's libcublas.so.13: the cuBLAS API forwarded to the session's server.
 // Implemented here: handles and their settings, status strings, the
 // vector/matrix helpers (cublasSet/GetVector/Matrix), level 1 (axpy, dot,
-// nrm2, scal, asum, iamax, iamin, copy, swap), level 2 (gemv, ger) and gemm
-// (S, D, H, GemmEx; strided-batched and batched) in their _v2 and _64 forms,
-// for real types; the rest of level 3 and the batched factorizations are in
+// nrm2, scal, asum, iamax, iamin, copy, swap) and level 2 (gemv, ger) for
+// real types, and gemm (S, D, H, C, Z, GemmEx; C/Z gemm3m; strided-batched
+// and batched) in their _v2 and _64 forms; the rest of level 3 and the batched factorizations are in
 // cublas_level3.cc, cublasXt in cublasxt_api.cc. Every other exported name is
 // a stub (generated from cublas_exports.txt) returning
 // CUBLAS_STATUS_NOT_SUPPORTED with one log line.
@@ -150,7 +150,7 @@ cublasStatus_t gemm(const char* name, cublasHandle_t h, const Gemm& g) {
     return rgpu::client::blas::unsupported(name, "this combination of data and compute types");
   if (g.m == 0 || g.n == 0 || g.batch == 0) return CUBLAS_STATUS_SUCCESS;
   bool device = h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
-  size_t scalar = cb::elementSize(cb::scalarType(g.compute));
+  size_t scalar = cb::elementSize(cb::scalarTypeOf(g.compute, g.ct));
   return submit(name, h, [&](wire::BlasCall::Builder c) {
     c.setOp(g.op);
     c.setAType(g.at);
@@ -181,7 +181,7 @@ cublasStatus_t gemm(const char* name, cublasHandle_t h, const Gemm& g) {
 // math mode sets it.
 template <typename T>
 int32_t computeOf(cublasHandle_t h) {
-  if (typeOf<T>() == cb::kR64F) return cb::kCompute64F;
+  if (typeOf<T>() == cb::kR64F || typeOf<T>() == cb::kC64F) return cb::kCompute64F;
   if (typeOf<T>() == cb::kR16F) return cb::kCompute16F;
   return valid(h) && (h->math_mode & 0xf) == CUBLAS_TF32_TENSOR_OP_MATH ? cb::kCompute32FFastTF32 : cb::kCompute32F;
 }
@@ -530,6 +530,23 @@ LEVEL2(D, double, int64_t, _v2_64)
   }
 GEMMS(S, float)
 GEMMS(D, double)
+GEMMS(C, cuComplex)
+GEMMS(Z, cuDoubleComplex)
+
+// gemm3m (Gauss's three-multiplication complex product): the same product.
+#define GEMM3M(P, T)                                                                                                   \
+  API(cublas##P##gemm3m, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,            \
+      const T* alpha, const T* A, int lda, const T* B, int ldb, const T* beta, T* C, int ldc) {                        \
+    RUN(cublas##P##gemm3m, return gemm("cublas" #P "gemm3m", h,                                                         \
+                                       typedGemm<T>(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc)));         \
+  }                                                                                                                    \
+  API(cublas##P##gemm3m_64, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,        \
+      int64_t k, const T* alpha, const T* A, int64_t lda, const T* B, int64_t ldb, const T* beta, T* C, int64_t ldc) { \
+    RUN(cublas##P##gemm3m, return gemm("cublas" #P "gemm3m_64", h,                                                      \
+                                       typedGemm<T>(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc)));         \
+  }
+GEMM3M(C, cuComplex)
+GEMM3M(Z, cuDoubleComplex)
 
 #define GEMM_BATCHES(P, T)                                                                                              \
   API(cublas##P##gemmStridedBatched, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, \
@@ -567,6 +584,8 @@ GEMMS(D, double)
 GEMM_BATCHES(S, float)
 GEMM_BATCHES(D, double)
 GEMM_BATCHES(H, __half)
+GEMM_BATCHES(C, cuComplex)
+GEMM_BATCHES(Z, cuDoubleComplex)
 
 API(cublasHgemm, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const __half* alpha,
     const __half* A, int lda, const __half* B, int ldb, const __half* beta, __half* C, int ldc) {

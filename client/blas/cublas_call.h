@@ -38,6 +38,8 @@ template <typename T> constexpr int32_t typeOf();
 template <> constexpr int32_t typeOf<float>() { return cb::kR32F; }
 template <> constexpr int32_t typeOf<double>() { return cb::kR64F; }
 template <> constexpr int32_t typeOf<__half>() { return cb::kR16F; }
+template <> constexpr int32_t typeOf<cuComplex>() { return cb::kC32F; }
+template <> constexpr int32_t typeOf<cuDoubleComplex>() { return cb::kC64F; }
 
 inline bool opValid(cublasOperation_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; }
 

@@ -269,7 +269,7 @@ cublasStatus_t describe(const char* name, wire::LtMatmul::Builder m, const Desc&
     if (l->batch < 1) return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (!cb::gemmSupported(static_cast<int32_t>(a.type), static_cast<int32_t>(b.type), static_cast<int32_t>(c.type),
-                         d.compute) ||
+                         d.compute, /*complex_ok=*/false) ||
       dl.type != c.type || d.scale_type != cb::scalarType(d.compute))
     return rgpu::client::blas::unsupported(name, "this combination of matrix, compute and scale types");
   bool device = d.pointer_mode == CUBLASLT_POINTER_MODE_DEVICE;

@@ -172,7 +172,7 @@ Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device) 
                                               " is not a combination rgpu runs");
       if (a.trans_a < kOpN || a.trans_a > kOpC || a.trans_b < kOpN || a.trans_b > kOpC) return bad(call + ": bad operation");
       if (a.m < 0 || a.n < 0 || a.k < 0 || a.batch < 0) return bad(call + ": negative size");
-      size_t ea = elementSize(a.a_type), ec = elementSize(a.c_type), sc = elementSize(scalarType(a.compute));
+      size_t ea = elementSize(a.a_type), ec = elementSize(a.c_type), sc = elementSize(scalarTypeOf(a.compute, a.c_type));
       int64_t ra = a.trans_a == kOpN ? a.m : a.k, ca = a.trans_a == kOpN ? a.k : a.m;
       int64_t rb = a.trans_b == kOpN ? a.k : a.n, cb = a.trans_b == kOpN ? a.n : a.k;
       RGPU_TRY(r.scalar(a.alpha, sc, "alpha"));
@@ -276,7 +276,7 @@ Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device) 
 
 Status checkLt(const LtArgs& a, const AllocationTable* allocs, int* device) {
   const char* call = "cublasLtMatmul";
-  if (!gemmSupported(a.a.type, a.b.type, a.c.type, a.compute) || a.d.type != a.c.type ||
+  if (!gemmSupported(a.a.type, a.b.type, a.c.type, a.compute, /*complex_ok=*/false) || a.d.type != a.c.type ||
       a.scale_type != scalarType(a.compute))
     return Status(err::kNotSupported, std::string(call) + ": A " + typeName(a.a.type) + ", B " + typeName(a.b.type) +
                                           ", C " + typeName(a.c.type) + ", D " + typeName(a.d.type) +

@@ -34,7 +34,7 @@ const char* blasOpName(BlasOp op);
 struct BlasScalar {
   bool device = false;
   uint64_t ptr = 0;
-  uint8_t bytes[8] = {};
+  uint8_t bytes[16] = {};  // (a complex double at most)
 };
 
 struct BlasArgs {

@@ -15,7 +15,7 @@ Result<BlasScalar> scalarOf(wire::BlasScalar::Reader s, const char* what) {
     return out;
   }
   auto bytes = s.getHost();
-  if (bytes.size() > sizeof out.bytes) return Status(err::kInvalidValue, std::string(what) + ": more than 8 bytes");
+  if (bytes.size() > sizeof out.bytes) return Status(err::kInvalidValue, std::string(what) + ": more than 16 bytes");
   if (bytes.size()) std::memcpy(out.bytes, bytes.begin(), bytes.size());  // (an absent scalar has no bytes)
   return out;
 }

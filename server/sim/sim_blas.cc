@@ -187,20 +187,46 @@ void gemmOne(const BlasArgs& a, uint64_t A, uint64_t B, uint64_t C, double alpha
       storeAs(mem(C), a.c_type, static_cast<uint64_t>(i + j * a.ldc), cf[static_cast<size_t>(i + j * a.m)]);
 }
 
+// Complex C = alpha op(A) op(B) + beta C (cgemm, zgemm: OP_C conjugates);
+// alpha and beta as the call gave them (two floats or two doubles).
+CBLAS_TRANSPOSE complexTrans(int32_t op) { return op == kOpN ? CblasNoTrans : op == kOpT ? CblasTrans : CblasConjTrans; }
+void gemmComplex(const BlasArgs& a, uint64_t A, uint64_t B, uint64_t C, const uint8_t* alpha, const uint8_t* beta) {
+  auto m = static_cast<blasint>(a.m), n = static_cast<blasint>(a.n), k = static_cast<blasint>(a.k);
+  if (m == 0 || n == 0) return;
+  if (a.c_type == kC64F)
+    cblas_zgemm(CblasColMajor, complexTrans(a.trans_a), complexTrans(a.trans_b), m, n, k, alpha, mem(A), ld(a.lda),
+                mem(B), ld(a.ldb), beta, mem(C), ld(a.ldc));
+  else
+    cblas_cgemm(CblasColMajor, complexTrans(a.trans_a), complexTrans(a.trans_b), m, n, k, alpha, mem(A), ld(a.lda),
+                mem(B), ld(a.ldb), beta, mem(C), ld(a.ldc));
+}
+
 Status level3(const BlasArgs& a, const Valid& valid) {
   for (int64_t v : {a.m, a.n, a.k, a.lda, a.ldb, a.ldc})
     if (!fits(v)) return tooLarge(blasOpName(a.op));
   int32_t st = scalarType(a.compute);
-  double alpha = scalar(a.alpha, st), beta = scalar(a.beta, st);
+  const bool complex = isComplex(a.c_type);
+  double alpha = complex ? 0 : scalar(a.alpha, st), beta = complex ? 0 : scalar(a.beta, st);
+  // Complex scalars, read when the call runs (device pointer mode: from device memory in stream order).
+  uint8_t calpha[16] = {}, cbeta[16] = {};
+  if (complex) {
+    const size_t es = elementSize(a.c_type);
+    std::memcpy(calpha, a.alpha.device ? mem(a.alpha.ptr) : a.alpha.bytes, es);
+    std::memcpy(cbeta, a.beta.device ? mem(a.beta.ptr) : a.beta.bytes, es);
+  }
+  auto one = [&](uint64_t A, uint64_t B, uint64_t C) {
+    if (complex) gemmComplex(a, A, B, C, calpha, cbeta);
+    else gemmOne(a, A, B, C, alpha, beta);
+  };
   size_t ea = elementSize(a.a_type), ec = elementSize(a.c_type);
   if (a.op == BlasOp::kGemm) {
-    gemmOne(a, a.a, a.b, a.c, alpha, beta);
+    one(a.a, a.b, a.c);
     return Status::ok();
   }
   if (a.op == BlasOp::kGemmStridedBatched) {
     for (int64_t i = 0; i < a.batch; ++i)
-      gemmOne(a, a.a + static_cast<uint64_t>(i * a.stride_a) * ea, a.b + static_cast<uint64_t>(i * a.stride_b) * ea,
-              a.c + static_cast<uint64_t>(i * a.stride_c) * ec, alpha, beta);
+      one(a.a + static_cast<uint64_t>(i * a.stride_a) * ea, a.b + static_cast<uint64_t>(i * a.stride_b) * ea,
+          a.c + static_cast<uint64_t>(i * a.stride_c) * ec);
     return Status::ok();
   }
   // gemmBatched: the arrays hold device pointers, each checked before use.
@@ -225,7 +251,7 @@ Status level3(const BlasArgs& a, const Valid& valid) {
     std::memcpy(&A, mem(a.a) + 8 * i, 8);
     std::memcpy(&B, mem(a.b) + 8 * i, 8);
     std::memcpy(&C, mem(a.c) + 8 * i, 8);
-    gemmOne(a, A, B, C, alpha, beta);
+    one(A, B, C);
   }
   return Status::ok();
 }

@@ -1,8 +1,8 @@
 // Every cuBLAS call rgpu implements, compared with a CPU reference computed
 // here in double precision: handles and settings, the vector/matrix helpers,
 // level 1 and 2 in S and D (host and device pointer modes, increments of 1
-// and 2), and gemm in S, D, H and GemmEx (f16, bf16, mixed; every transpose
-// combination, padded leading dimensions, strided-batched and batched with
+// and 2), and gemm in S, D, H, C, Z and GemmEx (f16, bf16, mixed, complex;
+// every transpose combination, padded leading dimensions, strided-batched and batched with
 // device arrays of pointers, the _64 API). Then the error paths (as rgpu
 // reports them; `--native` skips those that only rgpu reports, for the same
 // program against NVIDIA's library). Prints one line per failed check and a
@@ -476,6 +476,7 @@ void level3Extra(cublasHandle_t h, const char* name) {
 }
 
 #include "cublas_check_more.h"
+#include "cublas_check_complex.h"
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // (whole lines between the libraries' log lines on stderr)
@@ -607,6 +608,10 @@ int main(int argc, char** argv) {
   batchedFactorizations<double>(h, "D");
   xtGemm<float>("S", cublasXtSgemm);
   xtGemm<double>("D", cublasXtDgemm);
+  complexGemms<cuComplex>(h, "C", cublasCgemm, cublasCgemm3m, CUDA_C_32F, CUBLAS_COMPUTE_32F);
+  complexGemms<cuDoubleComplex>(h, "Z", cublasZgemm, cublasZgemm3m, CUDA_C_64F, CUBLAS_COMPUTE_64F);
+  complexGemmBatches<cuComplex>(h, "C", cublasCgemmStridedBatched, cublasCgemmBatched);
+  complexGemmBatches<cuDoubleComplex>(h, "Z", cublasZgemmStridedBatched, cublasZgemmBatched);
   {  // the typed strided-batched and batched forms
     const int m = 8, n = 8, k = 8, batch = 3;
     auto A = randoms<float>(m * k * batch), B = randoms<float>(k * n * batch);

@@ -357,6 +357,7 @@ BlasArgs gemmArgs(cublasHandle_t h, BlasOp op, cublasOperation_t ta, cublasOpera
   a.a_type = at, a.b_type = bt, a.c_type = ct, a.compute = compute;
   a.lda = lda, a.ldb = ldb, a.ldc = ldc;
   size_t bytes = compute == CUBLAS_COMPUTE_64F ? 8 : compute == CUBLAS_COMPUTE_16F ? 2 : 4;
+  if (ct == CUDA_C_32F || ct == CUDA_C_64F) bytes *= 2;  // (complex alpha and beta)
   bool device = h->pm == CUBLAS_POINTER_MODE_DEVICE;
   a.alpha = scalar(alpha, bytes, device);
   a.beta = scalar(beta, bytes, device);
