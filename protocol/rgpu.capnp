@@ -433,6 +433,7 @@ enum BlasOp {
   geam @14; dgmm @15; trsm @16; syrk @17;
   trmm @18; symm @19; syr2k @20;
   getrfBatched @21; getrsBatched @22; getriBatched @23; matinvBatched @24; geqrfBatched @25;
+  herk @26; her2k @27; hemm @28;   # complex only: Hermitian rank-k, rank-2k, Hermitian times general
 }
 
 # alpha or beta: its bytes (host pointer mode) or its device address.

@@ -30,7 +30,8 @@ using rgpu::client::blas::toBlasStatus;
 namespace wire = rgpu::wire;
 using namespace rgpu::client::blas::call;
 
-static_assert(CUDA_R_32F == cb::kR32F && CUDA_R_64F == cb::kR64F && CUDA_R_16F == cb::kR16F && CUDA_R_16BF == cb::kR16BF);
+static_assert(CUDA_R_32F == cb::kR32F && CUDA_R_64F == cb::kR64F && CUDA_R_16F == cb::kR16F && CUDA_R_16BF == cb::kR16BF &&
+              CUDA_C_32F == cb::kC32F && CUDA_C_64F == cb::kC64F);
 static_assert(CUBLAS_COMPUTE_32F == cb::kCompute32F && CUBLAS_COMPUTE_64F == cb::kCompute64F &&
               CUBLAS_COMPUTE_16F == cb::kCompute16F && CUBLAS_COMPUTE_32F_FAST_TF32 == cb::kCompute32FFastTF32 &&
               CUBLAS_COMPUTE_32F_FAST_16F == cb::kCompute32FFast16F && CUBLAS_COMPUTE_32F_FAST_16BF == cb::kCompute32FFast16BF &&

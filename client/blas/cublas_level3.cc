@@ -1,5 +1,6 @@
 // rgpu's libcublas.so.13, level 3 beyond gemm (docs/cublas.md): geam, dgmm,
-// trsm, syrk, trmm, symm and syr2k in S and D with their _64 forms, and the
+// trsm, syrk, trmm, symm and syr2k in S, D, C and Z, herk, her2k and hemm in
+// C and Z, with their _64 forms, and the
 // batched factorizations (getrf, getrs, getri, matinv, geqrf). Each is
 // checked as cuBLAS checks its arguments and sent in the handle's stream
 // order; the server checks every range (the matrices a pointer array names
@@ -102,18 +103,29 @@ cublasStatus_t trsm(const char* name, cublasHandle_t h, cublasSideMode_t side, c
   });
 }
 
-// C (one triangle) = alpha op(A) op(A)^T + beta C.
-template <typename T, typename I>
+// Whether `trans` is an operation a rank-k update of T takes: any for real
+// types (C is T), N or T for complex syrk and syr2k, N or C for herk and her2k.
+template <typename T>
+bool rankTransValid(cublasOperation_t trans, bool hermitian) {
+  if (!opValid(trans)) return false;
+  if (!cb::isComplex(typeOf<T>())) return true;
+  return trans == CUBLAS_OP_N || trans == (hermitian ? CUBLAS_OP_C : CUBLAS_OP_T);
+}
+
+// C (one triangle) = alpha op(A) op(A)^T + beta C (herk: op(A)^H, alpha and beta real: S).
+template <typename T, typename I, typename S = T>
 cublasStatus_t syrk(const char* name, cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, I n, I k,
-                    const T* alpha, const T* A, I lda, const T* beta, T* C, I ldc) {
+                    const S* alpha, const T* A, I lda, const S* beta, T* C, I ldc,
+                    wire::BlasOp op = wire::BlasOp::SYRK) {
   if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (n < 0 || k < 0 || (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) || !opValid(trans) ||
-      !alpha || !beta || lda < std::max<I>(1, trans == CUBLAS_OP_N ? n : k) || ldc < std::max<I>(1, n))
+  if (n < 0 || k < 0 || (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) ||
+      !rankTransValid<T>(trans, op == wire::BlasOp::HERK) || !alpha || !beta ||
+      lda < std::max<I>(1, trans == CUBLAS_OP_N ? n : k) || ldc < std::max<I>(1, n))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (n == 0) return CUBLAS_STATUS_SUCCESS;
   bool device = h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
   return submit(name, h, [&](wire::BlasCall::Builder c) {
-    c.setOp(wire::BlasOp::SYRK);
+    c.setOp(op);
     c.setAType(typeOf<T>());
     c.setBType(typeOf<T>());
     c.setUplo(uplo);
@@ -124,8 +136,8 @@ cublasStatus_t syrk(const char* name, cublasHandle_t h, cublasFillMode_t uplo, c
     c.setLda(lda);
     c.setC(addr(C));
     c.setLdc(ldc);
-    setScalar(c.initAlpha(), alpha, sizeof(T), device);
-    setScalar(c.initBeta(), beta, sizeof(T), device);
+    setScalar(c.initAlpha(), alpha, sizeof(S), device);
+    setScalar(c.initBeta(), beta, sizeof(S), device);
   });
 }
 
@@ -163,9 +175,11 @@ cublasStatus_t trmm(const char* name, cublasHandle_t h, cublasSideMode_t side, c
 }
 
 // C = alpha A B + beta C (left) or alpha B A + beta C (right), A symmetric (one triangle read).
+// (hemm: A Hermitian.)
 template <typename T, typename I>
 cublasStatus_t symm(const char* name, cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, I m, I n,
-                    const T* alpha, const T* A, I lda, const T* B, I ldb, const T* beta, T* C, I ldc) {
+                    const T* alpha, const T* A, I lda, const T* B, I ldb, const T* beta, T* C, I ldc,
+                    wire::BlasOp op = wire::BlasOp::SYMM) {
   if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (m < 0 || n < 0 || (side != CUBLAS_SIDE_LEFT && side != CUBLAS_SIDE_RIGHT) ||
       (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) || !alpha || !beta ||
@@ -174,7 +188,7 @@ cublasStatus_t symm(const char* name, cublasHandle_t h, cublasSideMode_t side, c
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   bool device = h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
   return submit(name, h, [&](wire::BlasCall::Builder c) {
-    c.setOp(wire::BlasOp::SYMM);
+    c.setOp(op);
     c.setAType(typeOf<T>());
     c.setBType(typeOf<T>());
     c.setSide(side);
@@ -192,19 +206,22 @@ cublasStatus_t symm(const char* name, cublasHandle_t h, cublasSideMode_t side, c
   });
 }
 
-// C (one triangle) = alpha (op(A) op(B)^T + op(B) op(A)^T) + beta C.
-template <typename T, typename I>
+// C (one triangle) = alpha (op(A) op(B)^T + op(B) op(A)^T) + beta C (her2k:
+// alpha op(A) op(B)^H + conj(alpha) op(B) op(A)^H + beta C, beta real: SB).
+template <typename T, typename I, typename SB = T>
 cublasStatus_t syr2k(const char* name, cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, I n, I k,
-                     const T* alpha, const T* A, I lda, const T* B, I ldb, const T* beta, T* C, I ldc) {
+                     const T* alpha, const T* A, I lda, const T* B, I ldb, const SB* beta, T* C, I ldc,
+                     wire::BlasOp op = wire::BlasOp::SYR2K) {
   if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
   const I rows = trans == CUBLAS_OP_N ? n : k;
-  if (n < 0 || k < 0 || (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) || !opValid(trans) ||
+  if (n < 0 || k < 0 || (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) ||
+      !rankTransValid<T>(trans, op == wire::BlasOp::HER2K) ||
       !alpha || !beta || lda < std::max<I>(1, rows) || ldb < std::max<I>(1, rows) || ldc < std::max<I>(1, n))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (n == 0) return CUBLAS_STATUS_SUCCESS;
   bool device = h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
   return submit(name, h, [&](wire::BlasCall::Builder c) {
-    c.setOp(wire::BlasOp::SYR2K);
+    c.setOp(op);
     c.setAType(typeOf<T>());
     c.setBType(typeOf<T>());
     c.setUplo(uplo);
@@ -218,7 +235,7 @@ cublasStatus_t syr2k(const char* name, cublasHandle_t h, cublasFillMode_t uplo, 
     c.setC(addr(C));
     c.setLdc(ldc);
     setScalar(c.initAlpha(), alpha, sizeof(T), device);
-    setScalar(c.initBeta(), beta, sizeof(T), device);
+    setScalar(c.initBeta(), beta, sizeof(SB), device);
   });
 }
 
@@ -340,7 +357,34 @@ LEVEL3X(S, float, int, , _v2)
 LEVEL3X(D, double, int, , _v2)
 LEVEL3X(S, float, int64_t, _64, _v2)
 LEVEL3X(D, double, int64_t, _64, _v2)
+LEVEL3X(C, cuComplex, int, , _v2)
+LEVEL3X(Z, cuDoubleComplex, int, , _v2)
+LEVEL3X(C, cuComplex, int64_t, _64, _v2)
+LEVEL3X(Z, cuDoubleComplex, int64_t, _64, _v2)
 #undef LEVEL3X
+
+// herk (real alpha and beta: R), her2k (real beta), hemm, in C and Z.
+#define HERMITIAN(P, T, R, I, SUFFIX)                                                                                  \
+  API(cublas##P##herk_v2##SUFFIX, cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, I n, I k,          \
+      const R* alpha, const T* A, I lda, const R* beta, T* C, I ldc) {                                                 \
+    RUN(cublas##P##herk, return syrk<T, I, R>("cublas" #P "herk_v2" #SUFFIX, h, uplo, trans, n, k, alpha, A, lda,      \
+                                              beta, C, ldc, wire::BlasOp::HERK));                                      \
+  }                                                                                                                    \
+  API(cublas##P##her2k_v2##SUFFIX, cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans, I n, I k,         \
+      const T* alpha, const T* A, I lda, const T* B, I ldb, const R* beta, T* C, I ldc) {                              \
+    RUN(cublas##P##her2k, return syr2k<T, I, R>("cublas" #P "her2k_v2" #SUFFIX, h, uplo, trans, n, k, alpha, A, lda,   \
+                                                B, ldb, beta, C, ldc, wire::BlasOp::HER2K));                           \
+  }                                                                                                                    \
+  API(cublas##P##hemm_v2##SUFFIX, cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, I m, I n,            \
+      const T* alpha, const T* A, I lda, const T* B, I ldb, const T* beta, T* C, I ldc) {                              \
+    RUN(cublas##P##hemm, return symm<T, I>("cublas" #P "hemm_v2" #SUFFIX, h, side, uplo, m, n, alpha, A, lda, B, ldb, \
+                                           beta, C, ldc, wire::BlasOp::HEMM));                                         \
+  }
+HERMITIAN(C, cuComplex, float, int, )
+HERMITIAN(Z, cuDoubleComplex, double, int, )
+HERMITIAN(C, cuComplex, float, int64_t, _64)
+HERMITIAN(Z, cuDoubleComplex, double, int64_t, _64)
+#undef HERMITIAN
 
 #define FACTORIZATIONS(P, T)                                                                                         \
   API(cublas##P##getrfBatched, cublasHandle_t h, int n, T* const A[], int lda, int* P_, int* info, int batch) {        \

@@ -10,7 +10,8 @@ const char* blasOpName(BlasOp op) {
   static const char* const kNames[] = {"axpy", "dot",  "nrm2", "scal", "asum", "iamax", "iamin",
                                        "copy", "swap", "gemv", "ger",  "gemm", "gemmStridedBatched",
                                        "gemmBatched", "geam", "dgmm", "trsm", "syrk", "trmm", "symm", "syr2k",
-                                       "getrfBatched", "getrsBatched", "getriBatched", "matinvBatched", "geqrfBatched"};
+                                       "getrfBatched", "getrsBatched", "getriBatched", "matinvBatched", "geqrfBatched",
+                                       "herk", "her2k", "hemm"};
   auto i = static_cast<size_t>(op);
   return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "?";
 }
@@ -212,11 +213,18 @@ Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device) 
       break;
     }
     case BlasOp::kGeam: case BlasOp::kDgmm: case BlasOp::kTrsm: case BlasOp::kSyrk: case BlasOp::kTrmm:
-    case BlasOp::kSymm: case BlasOp::kSyr2k: {
-      if (!realType(a.a_type) || a.b_type != a.a_type)
-        return Status(err::kNotSupported, call + " of " + typeName(a.a_type) + ": rgpu runs S and D");
+    case BlasOp::kSymm: case BlasOp::kSyr2k: case BlasOp::kHerk: case BlasOp::kHer2k: case BlasOp::kHemm: {
+      const bool hermitian = a.op == BlasOp::kHerk || a.op == BlasOp::kHer2k || a.op == BlasOp::kHemm;
+      if (a.b_type != a.a_type || !(isComplex(a.a_type) || (realType(a.a_type) && !hermitian)))
+        return Status(err::kNotSupported, call + " of " + typeName(a.a_type) + ": rgpu runs " +
+                                              (hermitian ? "C and Z" : "S, D, C and Z"));
       if (a.m < 0 || a.n < 0 || a.k < 0) return bad(call + ": negative size");
       const size_t es = elementSize(a.a_type);
+      // (cuBLAS's complex syrk and syr2k take N or T, herk and her2k N or C.)
+      if (isComplex(a.a_type) && (a.op == BlasOp::kSyrk || a.op == BlasOp::kSyr2k) && a.trans_a == kOpC)
+        return bad(call + ": a complex " + call + " of the conjugate transpose (herk's)");
+      if ((a.op == BlasOp::kHerk || a.op == BlasOp::kHer2k) && a.trans_a == kOpT)
+        return bad(call + ": the transpose (" + call + " takes N or C)");
       auto op = [](int32_t t) { return t >= kOpN && t <= kOpC; };
       auto side = [](int32_t s) { return s == 0 || s == 1; };  // CUBLAS_SIDE_LEFT, _RIGHT
       if (a.op == BlasOp::kGeam) {  // C (m x n) = alpha op(A) + beta op(B)
@@ -239,7 +247,7 @@ Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device) 
         RGPU_TRY(r.matrix(a.a, k, k, a.lda, es, 1, 0, "A"));
         RGPU_TRY(r.matrix(a.b, a.m, a.n, a.ldb, es, 1, 0, "B"));
         RGPU_TRY(r.scalar(a.alpha, es, "alpha"));
-      } else if (a.op == BlasOp::kTrmm || a.op == BlasOp::kSymm) {
+      } else if (a.op == BlasOp::kTrmm || a.op == BlasOp::kSymm || a.op == BlasOp::kHemm) {
         // trmm: C = alpha op(A) B or alpha B op(A) (A triangular); symm: C = alpha A B + beta C or alpha B A + beta C
         const bool tr = a.op == BlasOp::kTrmm;
         if (!side(a.side) || (a.uplo != 0 && a.uplo != 1) || (tr && (!op(a.trans_a) || (a.diag != 0 && a.diag != 1))))
@@ -250,21 +258,23 @@ Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device) 
         RGPU_TRY(r.matrix(a.c, a.m, a.n, a.ldc, es, 1, 0, "C"));
         RGPU_TRY(r.scalar(a.alpha, es, "alpha"));
         if (!tr) RGPU_TRY(r.scalar(a.beta, es, "beta"));
-      } else if (a.op == BlasOp::kSyr2k) {  // C (n x n, one triangle) = alpha (op(A) op(B)^T + op(B) op(A)^T) + beta C
+      } else if (a.op == BlasOp::kSyr2k || a.op == BlasOp::kHer2k) {
+        // C (n x n, one triangle) = alpha op(A) op(B)^T + alpha op(B) op(A)^T + beta C (her2k: ^H, conj(alpha), real beta)
         if (!op(a.trans_a) || (a.uplo != 0 && a.uplo != 1)) return bad(call + ": bad fill mode or operation");
         const bool t = a.trans_a != kOpN;
         RGPU_TRY(r.matrix(a.a, t ? a.k : a.n, t ? a.n : a.k, a.lda, es, 1, 0, "A"));
         RGPU_TRY(r.matrix(a.b, t ? a.k : a.n, t ? a.n : a.k, a.ldb, es, 1, 0, "B"));
         RGPU_TRY(r.matrix(a.c, a.n, a.n, a.ldc, es, 1, 0, "C"));
         RGPU_TRY(r.scalar(a.alpha, es, "alpha"));
-        RGPU_TRY(r.scalar(a.beta, es, "beta"));
-      } else {  // syrk: C (n x n, one triangle) = alpha op(A) op(A)^T + beta C
+        RGPU_TRY(r.scalar(a.beta, a.op == BlasOp::kHer2k ? es / 2 : es, "beta"));
+      } else {  // syrk: C (n x n, one triangle) = alpha op(A) op(A)^T + beta C (herk: ^H, real alpha and beta)
         if (!op(a.trans_a) || (a.uplo != 0 && a.uplo != 1)) return bad(call + ": bad fill mode or operation");
         const bool t = a.trans_a != kOpN;
+        const size_t scalar = a.op == BlasOp::kHerk ? es / 2 : es;
         RGPU_TRY(r.matrix(a.a, t ? a.k : a.n, t ? a.n : a.k, a.lda, es, 1, 0, "A"));
         RGPU_TRY(r.matrix(a.c, a.n, a.n, a.ldc, es, 1, 0, "C"));
-        RGPU_TRY(r.scalar(a.alpha, es, "alpha"));
-        RGPU_TRY(r.scalar(a.beta, es, "beta"));
+        RGPU_TRY(r.scalar(a.alpha, scalar, "alpha"));
+        RGPU_TRY(r.scalar(a.beta, scalar, "beta"));
       }
       break;
     }

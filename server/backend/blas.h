@@ -25,9 +25,13 @@ enum class BlasOp : uint8_t {
   // second array (getrs: B, getri: C, matinv: Ainv, geqrf: tau; ldb), `x` the
   // pivots (n per matrix; 0: none), `c` the per-matrix info (0: reported to
   // the host by the client), m x n matrices (getrs: k right-hand sides).
-  kGetrfBatched, kGetrsBatched, kGetriBatched, kMatinvBatched, kGeqrfBatched
+  kGetrfBatched, kGetrsBatched, kGetriBatched, kMatinvBatched, kGeqrfBatched,
+  // Complex only (C, Z): C = alpha op(A) op(A)^H + beta C with real alpha and
+  // beta (herk), alpha op(A) op(B)^H + conj(alpha) op(B) op(A)^H + beta C with
+  // real beta (her2k), alpha A B + beta C with A Hermitian (hemm).
+  kHerk, kHer2k, kHemm
 };
-inline constexpr BlasOp kLastBlasOp = BlasOp::kGeqrfBatched;
+inline constexpr BlasOp kLastBlasOp = BlasOp::kHemm;
 const char* blasOpName(BlasOp op);
 
 // alpha or beta: bytes (host pointer mode) or a device address.

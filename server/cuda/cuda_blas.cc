@@ -8,6 +8,7 @@
 #include "common/blas_types.h"
 #include "common/log.h"
 #include "server/cuda/cuda_backend.h"
+#include "server/cuda/cuda_blas_complex.h"
 
 namespace rgpu::server::cuda {
 
@@ -76,7 +77,9 @@ Status runBlas(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alph
   auto da = static_cast<const double*>(alpha), db = static_cast<const double*>(beta);
   auto ta = static_cast<cublasOperation_t>(a.trans_a), tb = static_cast<cublasOperation_t>(a.trans_b);
   auto check = [&](cublasStatus_t s) { return BlasApi::check(s, name); };
+  if (isComplex(a.a_type) && a.op >= BlasOp::kGeam && a.op <= BlasOp::kSyr2k) return runComplexBlas(B, h, a, alpha, beta);
   switch (a.op) {
+    case BlasOp::kHerk: case BlasOp::kHer2k: case BlasOp::kHemm: return runComplexBlas(B, h, a, alpha, beta);
     case BlasOp::kAxpy:
       return check(f ? B.cublasSaxpy_v2_64(h, a.n, fa, xs, a.incx, ys, a.incy)
                      : B.cublasDaxpy_v2_64(h, a.n, da, xd, a.incx, yd, a.incy));

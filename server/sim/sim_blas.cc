@@ -522,7 +522,9 @@ Status run(const BlasArgs& a, const Valid& valid, std::string* result) {
     case BlasOp::kGemv: case BlasOp::kGer: return level2(a);
     case BlasOp::kGemm: case BlasOp::kGemmStridedBatched: case BlasOp::kGemmBatched: return level3(a, valid);
     case BlasOp::kGeam: case BlasOp::kDgmm: case BlasOp::kTrsm: case BlasOp::kSyrk: case BlasOp::kTrmm:
-    case BlasOp::kSymm: case BlasOp::kSyr2k: return level3Extra(a);
+    case BlasOp::kSymm: case BlasOp::kSyr2k:
+      return isComplex(a.a_type) ? runComplexLevel3(a) : level3Extra(a);
+    case BlasOp::kHerk: case BlasOp::kHer2k: case BlasOp::kHemm: return runComplexLevel3(a);
     case BlasOp::kGetrfBatched: case BlasOp::kGetrsBatched: case BlasOp::kGetriBatched:
     case BlasOp::kMatinvBatched: case BlasOp::kGeqrfBatched: return runBatchedFactorization(a, valid);
     default: return level1(a, result);

@@ -25,6 +25,10 @@ Status run(const BlasArgs& a, const Valid& valid, std::string* result);
 // (sim_blas_batched.cc). Per-matrix infos are LAPACK's.
 Status runBatchedFactorization(const BlasArgs& a, const Valid& valid);
 
+// geam, dgmm, trsm, trmm, symm, syrk, syr2k, herk, her2k and hemm in C and Z
+// (sim_blas_complex.cc).
+Status runComplexLevel3(const BlasArgs& a);
+
 // Runs one cublasLtMatmul: D = epilogue(alpha * op(A) op(B) + beta * C), with
 // the bias, auxiliary (ReLU mask, GELU input) and bias-gradient outputs the
 // epilogue names.

@@ -612,6 +612,11 @@ int main(int argc, char** argv) {
   complexGemms<cuDoubleComplex>(h, "Z", cublasZgemm, cublasZgemm3m, CUDA_C_64F, CUBLAS_COMPUTE_64F);
   complexGemmBatches<cuComplex>(h, "C", cublasCgemmStridedBatched, cublasCgemmBatched);
   complexGemmBatches<cuDoubleComplex>(h, "Z", cublasZgemmStridedBatched, cublasZgemmBatched);
+  complexLevel3<cuComplex, float, int>(h, "C", {cublasCgeam, cublasCdgmm, cublasCtrsm, cublasCtrmm, cublasCsymm,
+                                                 cublasChemm, cublasCsyrk, cublasCherk, cublasCsyr2k, cublasCher2k});
+  complexLevel3<cuDoubleComplex, double, int64_t>(
+      h, "Z", {cublasZgeam_64, cublasZdgmm_64, cublasZtrsm_v2_64, cublasZtrmm_v2_64, cublasZsymm_v2_64, cublasZhemm_v2_64,
+               cublasZsyrk_v2_64, cublasZherk_v2_64, cublasZsyr2k_v2_64, cublasZher2k_v2_64});
   {  // the typed strided-batched and batched forms
     const int m = 8, n = 8, k = 8, batch = 3;
     auto A = randoms<float>(m * k * batch), B = randoms<float>(k * n * batch);

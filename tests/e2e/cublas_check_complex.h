@@ -156,3 +156,221 @@ void complexGemmBatches(cublasHandle_t h, const char* name,
   cudaFree(db);
   cudaFree(dc);
 }
+
+// ---- level 3 beyond gemm (C and Z) ---------------------------------------------
+// Dense references in std::complex<double>: M(i, j) of an r x c matrix.
+struct Dense {
+  int r = 0, c = 0;
+  std::vector<cd> v;
+  Dense(int rows, int cols) : r(rows), c(cols), v(static_cast<size_t>(rows) * cols) {}
+  cd& operator()(int i, int j) { return v[i + static_cast<size_t>(j) * r]; }
+  cd operator()(int i, int j) const { return v[i + static_cast<size_t>(j) * r]; }
+};
+template <typename T>
+Dense denseOp(cublasOperation_t op, const std::vector<T>& X, int ld, int rows, int cols) {  // op(X): rows x cols
+  Dense d(rows, cols);
+  for (int j = 0; j < cols; ++j)
+    for (int i = 0; i < rows; ++i) d(i, j) = opAt(op, X, ld, i, j);
+  return d;
+}
+inline Dense mul(const Dense& a, const Dense& b) {
+  Dense d(a.r, b.c);
+  for (int j = 0; j < b.c; ++j)
+    for (int p = 0; p < a.c; ++p)
+      for (int i = 0; i < a.r; ++i) d(i, j) += a(i, p) * b(p, j);
+  return d;
+}
+// The square matrix a triangle stands for: triangular (zeros, unit diagonal
+// when `unit`), symmetric, or Hermitian (real diagonal) from `uplo`'s triangle.
+enum class Shape { kTriangular, kSymmetric, kHermitian };
+template <typename T>
+Dense fromTriangle(const std::vector<T>& X, int ld, int n, cublasFillMode_t uplo, Shape shape, bool unit = false) {
+  Dense d(n, n);
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < n; ++i) {
+      const bool in = uplo == CUBLAS_FILL_MODE_LOWER ? i >= j : i <= j;
+      if (i == j) d(i, j) = unit ? cd(1) : shape == Shape::kHermitian ? cd(cval(X[i + j * ld]).real()) : cval(X[i + j * ld]);
+      else if (in) d(i, j) = cval(X[i + j * ld]);
+      else if (shape == Shape::kSymmetric) d(i, j) = cval(X[j + i * ld]);
+      else if (shape == Shape::kHermitian) d(i, j) = std::conj(cval(X[j + i * ld]));
+    }
+  return d;
+}
+// Largest relative error of got (ld) against want, over `uplo`'s triangle
+// only (-1: all); outside it got must equal `keep`.
+template <typename T>
+double denseErr(const std::vector<T>& got, int ld, const Dense& want, int uplo = -1,
+                const std::vector<T>* keep = nullptr) {
+  double worst = 0;
+  for (int j = 0; j < want.c; ++j)
+    for (int i = 0; i < want.r; ++i) {
+      const bool in = uplo < 0 || (uplo == CUBLAS_FILL_MODE_LOWER ? i >= j : i <= j);
+      const cd w = in ? want(i, j) : cval((*keep)[i + j * ld]);
+      worst = std::max(worst, std::abs(cval(got[i + j * ld]) - w) / std::max(1.0, std::abs(w)));
+    }
+  return worst;
+}
+
+template <typename T, typename R, typename I>
+struct ComplexLevel3 {
+  cublasStatus_t (*geam)(cublasHandle_t, cublasOperation_t, cublasOperation_t, I, I, const T*, const T*, I,
+                         const T*, const T*, I, T*, I);
+  cublasStatus_t (*dgmm)(cublasHandle_t, cublasSideMode_t, I, I, const T*, I, const T*, I, T*, I);
+  cublasStatus_t (*trsm)(cublasHandle_t, cublasSideMode_t, cublasFillMode_t, cublasOperation_t, cublasDiagType_t, I, I,
+                         const T*, const T*, I, T*, I);
+  cublasStatus_t (*trmm)(cublasHandle_t, cublasSideMode_t, cublasFillMode_t, cublasOperation_t, cublasDiagType_t, I, I,
+                         const T*, const T*, I, const T*, I, T*, I);
+  cublasStatus_t (*symm)(cublasHandle_t, cublasSideMode_t, cublasFillMode_t, I, I, const T*, const T*, I, const T*, I,
+                         const T*, T*, I);
+  cublasStatus_t (*hemm)(cublasHandle_t, cublasSideMode_t, cublasFillMode_t, I, I, const T*, const T*, I, const T*, I,
+                         const T*, T*, I);
+  cublasStatus_t (*syrk)(cublasHandle_t, cublasFillMode_t, cublasOperation_t, I, I, const T*, const T*, I, const T*,
+                         T*, I);
+  cublasStatus_t (*herk)(cublasHandle_t, cublasFillMode_t, cublasOperation_t, I, I, const R*, const T*, I, const R*,
+                         T*, I);
+  cublasStatus_t (*syr2k)(cublasHandle_t, cublasFillMode_t, cublasOperation_t, I, I, const T*, const T*, I, const T*,
+                          I, const T*, T*, I);
+  cublasStatus_t (*her2k)(cublasHandle_t, cublasFillMode_t, cublasOperation_t, I, I, const T*, const T*, I, const T*,
+                          I, const R*, T*, I);
+};
+
+template <typename T, typename R, typename I>
+void complexLevel3(cublasHandle_t h, const char* P, const ComplexLevel3<T, R, I>& f) {
+  const double tol = sizeof(T) == 16 ? 1e-11 : 1e-4;
+  const int m = 7, n = 5, k = 6;
+  const cd alpha{0.5, -0.75}, beta{-1.25, 0.5};
+  const T ha = cmake<T>(alpha), hb = cmake<T>(beta);
+  auto run = [&](auto&& body) { body(); };
+  run([&] {  // geam: C = alpha op(A) + beta op(B), every pair of N, T, C
+    for (cublasOperation_t ta : {CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_OP_C})
+      for (cublasOperation_t tb : {CUBLAS_OP_N, CUBLAS_OP_C}) {
+        const int lda = (ta == CUBLAS_OP_N ? m : n) + 1, ldb = (tb == CUBLAS_OP_N ? m : n) + 2, ldc = m + 1;
+        auto A = complexRandoms<T>(lda * (ta == CUBLAS_OP_N ? n : m)), B = complexRandoms<T>(ldb * (tb == CUBLAS_OP_N ? n : m));
+        std::vector<T> C(ldc * n, cmake<T>(0));
+        T *dA = toDevice(A), *dB = toDevice(B), *dC = toDevice(C);
+        OK(f.geam(h, ta, tb, m, n, &ha, dA, lda, &hb, dB, ldb, dC, ldc));
+        Dense want = denseOp(ta, A, lda, m, n), b = denseOp(tb, B, ldb, m, n);
+        for (size_t i = 0; i < want.v.size(); ++i) want.v[i] = alpha * want.v[i] + beta * b.v[i];
+        const double e = denseErr(toHost(dC, C.size()), ldc, want);
+        CHECK(e < tol, "cublas%sgeam ops %d %d: error %g", P, ta, tb, e);
+        cudaFree(dA), cudaFree(dB), cudaFree(dC);
+      }
+  });
+  run([&] {  // dgmm: C = diag(x) A (x every second element) and A diag(x)
+    auto A = complexRandoms<T>(m * n), x = complexRandoms<T>(2 * m);
+    std::vector<T> C(m * n, cmake<T>(0));
+    T *dA = toDevice(A), *dx = toDevice(x), *dC = toDevice(C);
+    OK(f.dgmm(h, CUBLAS_SIDE_LEFT, m, n, dA, m, dx, 2, dC, m));
+    Dense want = denseOp(CUBLAS_OP_N, A, m, m, n);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) want(i, j) *= cval(x[2 * i]);
+    double e = denseErr(toHost(dC, C.size()), m, want);
+    CHECK(e < tol, "cublas%sdgmm left: error %g", P, e);
+    OK(f.dgmm(h, CUBLAS_SIDE_RIGHT, m, n, dA, m, dx, 1, dC, m));
+    want = denseOp(CUBLAS_OP_N, A, m, m, n);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) want(i, j) *= cval(x[j]);
+    e = denseErr(toHost(dC, C.size()), m, want);
+    CHECK(e < tol, "cublas%sdgmm right: error %g", P, e);
+    cudaFree(dA), cudaFree(dx), cudaFree(dC);
+  });
+  // trsm and trmm: every side, fill mode and N/T/C, diagonal unit or not;
+  // A well conditioned (a strong diagonal).
+  for (cublasSideMode_t side : {CUBLAS_SIDE_LEFT, CUBLAS_SIDE_RIGHT})
+    for (cublasFillMode_t uplo : {CUBLAS_FILL_MODE_LOWER, CUBLAS_FILL_MODE_UPPER})
+      for (cublasOperation_t op : {CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_OP_C}) {
+        const bool unit = op == CUBLAS_OP_T;
+        const int ka = side == CUBLAS_SIDE_LEFT ? m : n, lda = ka + 1;
+        auto A = complexRandoms<T>(lda * ka);
+        for (int i = 0; i < ka; ++i) A[i + i * lda] = cmake<T>(cval(A[i + i * lda]) + cd(4, 1));
+        auto B = complexRandoms<T>(m * n);
+        T *dA = toDevice(A), *dB = toDevice(B);
+        // op(tri(A)) as a dense matrix
+        Dense tri = fromTriangle(A, lda, ka, uplo, Shape::kTriangular, unit), opA(ka, ka);
+        for (int j = 0; j < ka; ++j)
+          for (int i = 0; i < ka; ++i)
+            opA(i, j) = op == CUBLAS_OP_N ? tri(i, j) : op == CUBLAS_OP_T ? tri(j, i) : std::conj(tri(j, i));
+        const cublasDiagType_t diag = unit ? CUBLAS_DIAG_UNIT : CUBLAS_DIAG_NON_UNIT;
+        std::vector<T> C(m * n, cmake<T>(0));
+        T* dC = toDevice(C);
+        OK(f.trmm(h, side, uplo, op, diag, m, n, &ha, dA, lda, dB, m, dC, m));
+        Dense b = denseOp(CUBLAS_OP_N, B, m, m, n);
+        Dense want = side == CUBLAS_SIDE_LEFT ? mul(opA, b) : mul(b, opA);
+        for (auto& v : want.v) v *= alpha;
+        double e = denseErr(toHost(dC, C.size()), m, want);
+        CHECK(e < tol, "cublas%strmm side %d fill %d op %d: error %g", P, side, uplo, op, e);
+        OK(f.trsm(h, side, uplo, op, diag, m, n, &ha, dA, lda, dB, m));  // X over B: op(A) X = alpha B
+        Dense x = denseOp(CUBLAS_OP_N, toHost(dB, B.size()), m, m, n);
+        Dense back = side == CUBLAS_SIDE_LEFT ? mul(opA, x) : mul(x, opA);
+        for (size_t i = 0; i < back.v.size(); ++i) back.v[i] -= alpha * b.v[i];
+        double worst = 0;
+        for (auto& v : back.v) worst = std::max(worst, std::abs(v));
+        CHECK(worst < tol * 10, "cublas%strsm side %d fill %d op %d: residual %g", P, side, uplo, op, worst);
+        cudaFree(dA), cudaFree(dB), cudaFree(dC);
+      }
+  // symm and hemm: each side and fill mode.
+  for (cublasSideMode_t side : {CUBLAS_SIDE_LEFT, CUBLAS_SIDE_RIGHT})
+    for (cublasFillMode_t uplo : {CUBLAS_FILL_MODE_LOWER, CUBLAS_FILL_MODE_UPPER})
+      for (bool herm : {false, true}) {
+        const int ka = side == CUBLAS_SIDE_LEFT ? m : n, lda = ka + 2, ldc = m + 1;
+        auto A = complexRandoms<T>(lda * ka), B = complexRandoms<T>(m * n), C = complexRandoms<T>(ldc * n);
+        T *dA = toDevice(A), *dB = toDevice(B), *dC = toDevice(C);
+        OK((herm ? f.hemm : f.symm)(h, side, uplo, m, n, &ha, dA, lda, dB, m, &hb, dC, ldc));
+        Dense full = fromTriangle(A, lda, ka, uplo, herm ? Shape::kHermitian : Shape::kSymmetric);
+        Dense b = denseOp(CUBLAS_OP_N, B, m, m, n);
+        Dense want = side == CUBLAS_SIDE_LEFT ? mul(full, b) : mul(b, full);
+        for (int j = 0; j < n; ++j)
+          for (int i = 0; i < m; ++i) want(i, j) = alpha * want(i, j) + beta * cval(C[i + j * ldc]);
+        const double e = denseErr(toHost(dC, C.size()), ldc, want);
+        CHECK(e < tol, "cublas%s%s side %d fill %d: error %g", P, herm ? "hemm" : "symm", side, uplo, e);
+        cudaFree(dA), cudaFree(dB), cudaFree(dC);
+      }
+  // syrk, syr2k (N, T) and herk, her2k (N, C): one triangle of C, the other untouched.
+  for (cublasFillMode_t uplo : {CUBLAS_FILL_MODE_LOWER, CUBLAS_FILL_MODE_UPPER})
+    for (bool herm : {false, true})
+      for (cublasOperation_t op : {CUBLAS_OP_N, herm ? CUBLAS_OP_C : CUBLAS_OP_T}) {
+        const int rows = op == CUBLAS_OP_N ? n : k, cols = op == CUBLAS_OP_N ? k : n, lda = rows + 1, ldc = n + 2;
+        auto A = complexRandoms<T>(lda * cols), B = complexRandoms<T>(lda * cols), C = complexRandoms<T>(ldc * n);
+        if (herm)
+          for (int i = 0; i < n; ++i) C[i + i * ldc] = cmake<T>(cd(cval(C[i + i * ldc]).real(), 0));
+        const R ra = 0.75, rb = -0.5;
+        Dense a = denseOp(op, A, lda, n, k), b = denseOp(op, B, lda, n, k), at(k, n), bt(k, n);
+        for (int j = 0; j < n; ++j)
+          for (int p = 0; p < k; ++p) {
+            at(p, j) = herm ? std::conj(a(j, p)) : a(j, p);
+            bt(p, j) = herm ? std::conj(b(j, p)) : b(j, p);
+          }
+        // rank k
+        T *dA = toDevice(A), *dB = toDevice(B), *dC = toDevice(C);
+        if (herm) OK(f.herk(h, uplo, op, n, k, &ra, dA, lda, &rb, dC, ldc));
+        else OK(f.syrk(h, uplo, op, n, k, &ha, dA, lda, &hb, dC, ldc));
+        Dense want = mul(a, at);
+        for (int j = 0; j < n; ++j)
+          for (int i = 0; i < n; ++i)
+            want(i, j) = (herm ? cd(ra) : alpha) * want(i, j) + (herm ? cd(rb) : beta) * cval(C[i + j * ldc]);
+        double e = denseErr(toHost(dC, C.size()), ldc, want, uplo, &C);
+        CHECK(e < tol, "cublas%s%s fill %d op %d: error %g", P, herm ? "herk" : "syrk", uplo, op, e);
+        // rank 2k
+        cudaMemcpy(dC, C.data(), C.size() * sizeof(T), cudaMemcpyHostToDevice);
+        if (herm) OK(f.her2k(h, uplo, op, n, k, &ha, dA, lda, dB, lda, &rb, dC, ldc));
+        else OK(f.syr2k(h, uplo, op, n, k, &ha, dA, lda, dB, lda, &hb, dC, ldc));
+        Dense ab = mul(a, bt), ba = mul(b, at);
+        for (int j = 0; j < n; ++j)
+          for (int i = 0; i < n; ++i)
+            want(i, j) = alpha * ab(i, j) + (herm ? std::conj(alpha) : alpha) * ba(i, j) +
+                         (herm ? cd(rb) : beta) * cval(C[i + j * ldc]);
+        e = denseErr(toHost(dC, C.size()), ldc, want, uplo, &C);
+        CHECK(e < tol, "cublas%s%s fill %d op %d: error %g", P, herm ? "her2k" : "syr2k", uplo, op, e);
+        cudaFree(dA), cudaFree(dB), cudaFree(dC);
+      }
+  // What cuBLAS refuses: a complex syrk of the conjugate transpose, a herk of the transpose.
+  {
+    T* d = toDevice(std::vector<T>(64, cmake<T>(0)));
+    const R one = 1;
+    CHECK(f.syrk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_C, 4, 4, &ha, d, 4, &hb, d, 4) == CUBLAS_STATUS_INVALID_VALUE,
+          "cublas%ssyrk of OP_C is INVALID_VALUE", P);
+    CHECK(f.herk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, 4, 4, &one, d, 4, &one, d, 4) == CUBLAS_STATUS_INVALID_VALUE,
+          "cublas%sherk of OP_T is INVALID_VALUE", P);
+    cudaFree(d);
+  }
+}

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <type_traits>
 
 #include "server/sim/sim_blas.h"
 #include "tests/fake_driver/fake_library.h"
@@ -87,7 +88,9 @@ cublasStatus_t blas(cublasHandle_t h, const char* name, BlasArgs a) {
 
 template <typename T>
 constexpr int32_t typeOf() {
-  return sizeof(T) == 4 ? CUDA_R_32F : CUDA_R_64F;
+  if constexpr (std::is_same_v<T, cuComplex>) return CUDA_C_32F;
+  else if constexpr (std::is_same_v<T, cuDoubleComplex>) return CUDA_C_64F;
+  else return sizeof(T) == 4 ? CUDA_R_32F : CUDA_R_64F;
 }
 
 template <typename T>
@@ -292,7 +295,50 @@ L2(D, double)
   }
 L3X(S, float)
 L3X(D, double)
+L3X(C, cuComplex)
+L3X(Z, cuDoubleComplex)
 #undef L3X
+
+// herk (real alpha and beta: R), her2k (real beta), hemm.
+#define HERM(P, T, R)                                                                                                \
+  API cublas##P##herk_v2_64(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t t, int64_t n, int64_t k,     \
+                            const R* al, const T* A, int64_t lda, const R* be, T* C, int64_t ldc) {                 \
+    BlasArgs a;                                                                                                     \
+    a.op = BlasOp::kHerk;                                                                                           \
+    a.a_type = a.b_type = typeOf<T>();                                                                              \
+    a.uplo = uplo, a.trans_a = t, a.n = n, a.k = k, a.lda = lda, a.ldc = ldc;                                       \
+    a.a = U64(A), a.c = U64(C);                                                                                     \
+    a.alpha = scalar(al, sizeof(R), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                           \
+    a.beta = scalar(be, sizeof(R), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                            \
+    return blas(h, "cublas" #P "herk_v2_64", a);                                                                    \
+  }                                                                                                                 \
+  API cublas##P##her2k_v2_64(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t t, int64_t n, int64_t k,    \
+                             const T* al, const T* A, int64_t lda, const T* B, int64_t ldb, const R* be, T* C,      \
+                             int64_t ldc) {                                                                         \
+    BlasArgs a;                                                                                                     \
+    a.op = BlasOp::kHer2k;                                                                                          \
+    a.a_type = a.b_type = typeOf<T>();                                                                              \
+    a.uplo = uplo, a.trans_a = t, a.n = n, a.k = k, a.lda = lda, a.ldb = ldb, a.ldc = ldc;                          \
+    a.a = U64(A), a.b = U64(B), a.c = U64(C);                                                                       \
+    a.alpha = scalar(al, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                           \
+    a.beta = scalar(be, sizeof(R), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                            \
+    return blas(h, "cublas" #P "her2k_v2_64", a);                                                                   \
+  }                                                                                                                 \
+  API cublas##P##hemm_v2_64(cublasHandle_t h, cublasSideMode_t side, cublasFillMode_t uplo, int64_t m, int64_t n,   \
+                            const T* al, const T* A, int64_t lda, const T* B, int64_t ldb, const T* be, T* C,       \
+                            int64_t ldc) {                                                                          \
+    BlasArgs a;                                                                                                     \
+    a.op = BlasOp::kHemm;                                                                                           \
+    a.a_type = a.b_type = typeOf<T>();                                                                              \
+    a.side = side, a.uplo = uplo, a.m = m, a.n = n, a.lda = lda, a.ldb = ldb, a.ldc = ldc;                          \
+    a.a = U64(A), a.b = U64(B), a.c = U64(C);                                                                       \
+    a.alpha = scalar(al, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                           \
+    a.beta = scalar(be, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                            \
+    return blas(h, "cublas" #P "hemm_v2_64", a);                                                                    \
+  }
+HERM(C, cuComplex, float)
+HERM(Z, cuDoubleComplex, double)
+#undef HERM
 
 // The batched factorizations (a host info is the arguments', checked by rgpu's client: 0 here).
 #define FACT(P, T)                                                                                                   \

@@ -98,6 +98,42 @@ TEST_F(BlasChecks, UnsupportedTypesAreNotSupportedRatherThanInvalid) {
   EXPECT_EQ(checkBlas(d, allocs_, nullptr).code(), err::kNotSupported);
 }
 
+// Complex types: gemm of C/Z with complex scalars; herk, her2k and hemm of
+// complex types only; the operations cuBLAS refuses for a complex rank-k
+// update; herk's real scalars in device memory checked at their own size.
+TEST_F(BlasChecks, ComplexCallsAreCheckedAtTheirElementSizeAndOperations) {
+  BlasArgs g = gemm(16, 16, 16, 16);  // 2 KiB per complex float matrix, in 4 KiB
+  g.a_type = g.b_type = g.c_type = kC32F;
+  EXPECT_TRUE(checkBlas(g, allocs_, nullptr));
+  g.m = g.k = g.lda = g.ldb = g.ldc = 23;  // 23 x 23 x 8 bytes: past 4 KiB
+  g.n = 23;
+  EXPECT_EQ(checkBlas(g, allocs_, nullptr).code(), err::kInvalidValue);
+  BlasArgs h;
+  h.op = BlasOp::kHerk;
+  h.a_type = h.b_type = kC64F;
+  h.uplo = 0;
+  h.trans_a = kOpC;
+  h.n = h.k = h.lda = h.ldc = 8;  // 8 x 8 x 16 = 1 KiB
+  h.a = h.c = base_;
+  h.alpha.device = h.beta.device = true;
+  h.alpha.ptr = h.beta.ptr = base_ + buf_.size() - 8;  // a real double: fits
+  EXPECT_TRUE(checkBlas(h, allocs_, nullptr));
+  BlasArgs t = h;
+  t.trans_a = kOpT;  // herk takes N or C
+  EXPECT_EQ(checkBlas(t, allocs_, nullptr).code(), err::kInvalidValue);
+  t = h;
+  t.a_type = t.b_type = kR64F;  // herk of a real type
+  EXPECT_EQ(checkBlas(t, allocs_, nullptr).code(), err::kNotSupported);
+  t = h;
+  t.op = BlasOp::kSyrk;  // a complex syrk of the conjugate transpose
+  EXPECT_EQ(checkBlas(t, allocs_, nullptr).code(), err::kInvalidValue);
+  t.trans_a = kOpT;
+  t.alpha.ptr = t.beta.ptr = base_ + buf_.size() - 16;  // syrk's scalars are complex: 16 bytes
+  EXPECT_TRUE(checkBlas(t, allocs_, nullptr));
+  t.alpha.ptr = base_ + buf_.size() - 8;
+  EXPECT_EQ(checkBlas(t, allocs_, nullptr).code(), err::kInvalidValue);
+}
+
 TEST_F(BlasChecks, MatmulShapesEpiloguesAndAuxiliaryOutputsAreChecked) {
   LtArgs a;
   a.compute = kCompute32F;

@@ -1,0 +1,13 @@
+// cuBLAS's complex level 3 beyond gemm through NVIDIA's library
+// (cuda_blas_complex.cc): geam, dgmm, trsm, trmm, symm, syrk, syr2k, herk,
+// her2k and hemm in C and Z, for a call the session has checked.
+#pragma once
+
+#include "server/backend/blas.h"
+#include "server/cuda/blas_api.h"
+
+namespace rgpu::server::cuda {
+
+Status runComplexBlas(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alpha, const void* beta);
+
+}  // namespace rgpu::server::cuda
