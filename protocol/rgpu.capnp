@@ -434,6 +434,7 @@ enum BlasOp {
   trmm @18; symm @19; syr2k @20;
   getrfBatched @21; getrsBatched @22; getriBatched @23; matinvBatched @24; geqrfBatched @25;
   herk @26; her2k @27; hemm @28;   # complex only: Hermitian rank-k, rank-2k, Hermitian times general
+  dotc @29; gerc @30;              # complex only: conjugated dot product, conjugated rank-1 update
 }
 
 # alpha or beta: its bytes (host pointer mode) or its device address.
@@ -449,7 +450,7 @@ struct BlasCall {
   op @1 :BlasOp;
   aType @2 :Int32;          # A, or x (level 1 and 2)
   bType @3 :Int32;          # B, or y
-  cType @4 :Int32;          # C
+  cType @4 :Int32;          # C (complex scal: alpha's type, real for Csscal and Zdscal)
   computeType @5 :Int32;
   transA @6 :Int32;         # cublasOperation_t
   transB @7 :Int32;

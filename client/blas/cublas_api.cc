@@ -1,8 +1,8 @@
 // rgpu's libcublas.so.13: the cuBLAS API forwarded to the session's server.
 // Implemented here: handles and their settings, status strings, the
 // vector/matrix helpers (cublasSet/GetVector/Matrix), level 1 (axpy, dot,
-// nrm2, scal, asum, iamax, iamin, copy, swap) and level 2 (gemv, ger) for
-// real types, and gemm (S, D, H, C, Z, GemmEx; C/Z gemm3m; strided-batched
+// dotc, nrm2, scal, asum, iamax, iamin, copy, swap) and level 2 (gemv, ger,
+// gerc) in S, D, C and Z, and gemm (S, D, H, C, Z, GemmEx; C/Z gemm3m; strided-batched
 // and batched) in their _v2 and _64 forms; the rest of level 3 and the batched factorizations are in
 // cublas_level3.cc, cublasXt in cublasxt_api.cc. Every other exported name is
 // a stub (generated from cublas_exports.txt) returning
@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <type_traits>
 
 #include "client/blas/blas_client.h"
 #include "client/blas/cublas_call.h"
@@ -43,8 +44,10 @@ namespace {
 
 // ---- level 1 -----------------------------------------------------------------
 
-template <typename T, typename I>
-cublasStatus_t vectorOp(const char* name, wire::BlasOp op, cublasHandle_t h, I n, const T* alpha, const T* x, I incx,
+// (S: alpha's type, real for Csscal and Zdscal; sent as cType.)
+template <typename T, typename I, typename S = T>
+cublasStatus_t vectorOp(const char* name, wire::BlasOp op, cublasHandle_t h, I n, const std::type_identity_t<S>* alpha,
+                        const T* x, I incx,
                         T* y, I incy) {
   if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (n <= 0) return CUBLAS_STATUS_SUCCESS;  // nothing to do (BLAS)
@@ -53,9 +56,10 @@ cublasStatus_t vectorOp(const char* name, wire::BlasOp op, cublasHandle_t h, I n
     c.setOp(op);
     c.setAType(typeOf<T>());
     c.setBType(typeOf<T>());
+    c.setCType(typeOf<S>());
     c.setN(n);
     setVectors(c, x, incx, y, incy);
-    if (alpha) setScalar(c.initAlpha(), alpha, sizeof(T), device);
+    if (alpha) setScalar(c.initAlpha(), alpha, sizeof(S), device);
   });
 }
 
@@ -105,14 +109,15 @@ cublasStatus_t gemv(const char* name, cublasHandle_t h, cublasOperation_t trans,
   });
 }
 
+// (gerc: A += alpha x y^H.)
 template <typename T, typename I>
 cublasStatus_t ger(const char* name, cublasHandle_t h, I m, I n, const T* alpha, const T* x, I incx, const T* y, I incy,
-                   T* A, I lda) {
+                   T* A, I lda, wire::BlasOp op = wire::BlasOp::GER) {
   if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (m < 0 || n < 0 || incx == 0 || incy == 0 || lda < std::max<I>(1, m) || !alpha) return CUBLAS_STATUS_INVALID_VALUE;
   bool device = h->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
   return submit(name, h, [&](wire::BlasCall::Builder c) {
-    c.setOp(wire::BlasOp::GER);
+    c.setOp(op);
     c.setAType(typeOf<T>());
     c.setBType(typeOf<T>());
     c.setM(m);
@@ -478,6 +483,59 @@ LEVEL1(D, d, double, int, _v2)
 LEVEL1(S, s, float, int64_t, _v2_64)
 LEVEL1(D, d, double, int64_t, _v2_64)
 
+// Complex level 1: P (C, Z), R its real type, RP the real results' prefix
+// (Sc, Dz), SS the real-alpha scal (Csscal, Zdscal), p the index calls' letter.
+#define CLEVEL1(P, T, R, RP, SS, p, I, SUFFIX)                                                                          \
+  API(cublas##P##axpy##SUFFIX, cublasHandle_t h, I n, const T* alpha, const T* x, I incx, T* y, I incy) {             \
+    RUN(cublas##P##axpy, if (!alpha) return CUBLAS_STATUS_INVALID_VALUE;                                                \
+        return vectorOp<T, I>("cublas" #P "axpy" #SUFFIX, wire::BlasOp::AXPY, h, n, alpha, x, incx, y, incy));         \
+  }                                                                                                                     \
+  API(cublas##P##scal##SUFFIX, cublasHandle_t h, I n, const T* alpha, T* x, I incx) {                                 \
+    RUN(cublas##P##scal, if (!alpha) return CUBLAS_STATUS_INVALID_VALUE;                                                \
+        return vectorOp<T, I>("cublas" #P "scal" #SUFFIX, wire::BlasOp::SCAL, h, n, alpha, x, incx, nullptr, 1));      \
+  }                                                                                                                     \
+  API(cublas##SS##scal##SUFFIX, cublasHandle_t h, I n, const R* alpha, T* x, I incx) {                                \
+    RUN(cublas##SS##scal, if (!alpha) return CUBLAS_STATUS_INVALID_VALUE;                                               \
+        return vectorOp<T, I, R>("cublas" #SS "scal" #SUFFIX, wire::BlasOp::SCAL, h, n, alpha, x, incx, nullptr, 1));  \
+  }                                                                                                                     \
+  API(cublas##P##copy##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, T* y, I incy) {                             \
+    RUN(cublas##P##copy,                                                                                                \
+        return vectorOp<T, I>("cublas" #P "copy" #SUFFIX, wire::BlasOp::COPY, h, n, nullptr, x, incx, y, incy));       \
+  }                                                                                                                     \
+  API(cublas##P##swap##SUFFIX, cublasHandle_t h, I n, T* x, I incx, T* y, I incy) {                                   \
+    RUN(cublas##P##swap,                                                                                                \
+        return vectorOp<T, I>("cublas" #P "swap" #SUFFIX, wire::BlasOp::SWAP, h, n, nullptr, x, incx, y, incy));       \
+  }                                                                                                                     \
+  API(cublas##P##dotu##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, const T* y, I incy, T* result) {            \
+    RUN(cublas##P##dotu,                                                                                                \
+        return reduction<T, I>("cublas" #P "dotu" #SUFFIX, wire::BlasOp::DOT, h, n, x, incx, y, incy, result));        \
+  }                                                                                                                     \
+  API(cublas##P##dotc##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, const T* y, I incy, T* result) {            \
+    RUN(cublas##P##dotc,                                                                                                \
+        return reduction<T, I>("cublas" #P "dotc" #SUFFIX, wire::BlasOp::DOTC, h, n, x, incx, y, incy, result));       \
+  }                                                                                                                     \
+  API(cublas##RP##nrm2##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, R* result) {                               \
+    RUN(cublas##RP##nrm2,                                                                                               \
+        return reduction<T, I>("cublas" #RP "nrm2" #SUFFIX, wire::BlasOp::NRM2, h, n, x, incx, x, 1, result));         \
+  }                                                                                                                     \
+  API(cublas##RP##asum##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, R* result) {                               \
+    RUN(cublas##RP##asum,                                                                                               \
+        return reduction<T, I>("cublas" #RP "asum" #SUFFIX, wire::BlasOp::ASUM, h, n, x, incx, x, 1, result));         \
+  }                                                                                                                     \
+  API(cublasI##p##amax##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, I* result) {                               \
+    RUN(cublasI##p##amax,                                                                                               \
+        return reduction<T, I>("cublasI" #p "amax" #SUFFIX, wire::BlasOp::IAMAX, h, n, x, incx, x, 1, result));        \
+  }                                                                                                                     \
+  API(cublasI##p##amin##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, I* result) {                               \
+    RUN(cublasI##p##amin,                                                                                               \
+        return reduction<T, I>("cublasI" #p "amin" #SUFFIX, wire::BlasOp::IAMIN, h, n, x, incx, x, 1, result));        \
+  }
+CLEVEL1(C, cuComplex, float, Sc, Cs, c, int, _v2)
+CLEVEL1(Z, cuDoubleComplex, double, Dz, Zd, z, int, _v2)
+CLEVEL1(C, cuComplex, float, Sc, Cs, c, int64_t, _v2_64)
+CLEVEL1(Z, cuDoubleComplex, double, Dz, Zd, z, int64_t, _v2_64)
+#undef CLEVEL1
+
 // ---- level 2 ----------------------------------------------------------------------
 
 #define LEVEL2(P, T, I, SUFFIX)                                                                                        \
@@ -494,6 +552,27 @@ LEVEL2(S, float, int, _v2)
 LEVEL2(D, double, int, _v2)
 LEVEL2(S, float, int64_t, _v2_64)
 LEVEL2(D, double, int64_t, _v2_64)
+
+#define CLEVEL2(P, T, I, SUFFIX)                                                                                       \
+  API(cublas##P##gemv##SUFFIX, cublasHandle_t h, cublasOperation_t trans, I m, I n, const T* alpha, const T* A, I lda, \
+      const T* x, I incx, const T* beta, T* y, I incy) {                                                               \
+    RUN(cublas##P##gemv,                                                                                               \
+        return gemv<T, I>("cublas" #P "gemv" #SUFFIX, h, trans, m, n, alpha, A, lda, x, incx, beta, y, incy));        \
+  }                                                                                                                    \
+  API(cublas##P##geru##SUFFIX, cublasHandle_t h, I m, I n, const T* alpha, const T* x, I incx, const T* y, I incy,     \
+      T* A, I lda) {                                                                                                   \
+    RUN(cublas##P##geru, return ger<T, I>("cublas" #P "geru" #SUFFIX, h, m, n, alpha, x, incx, y, incy, A, lda));      \
+  }                                                                                                                    \
+  API(cublas##P##gerc##SUFFIX, cublasHandle_t h, I m, I n, const T* alpha, const T* x, I incx, const T* y, I incy,     \
+      T* A, I lda) {                                                                                                   \
+    RUN(cublas##P##gerc, return ger<T, I>("cublas" #P "gerc" #SUFFIX, h, m, n, alpha, x, incx, y, incy, A, lda,        \
+                                          wire::BlasOp::GERC));                                                        \
+  }
+CLEVEL2(C, cuComplex, int, _v2)
+CLEVEL2(Z, cuDoubleComplex, int, _v2)
+CLEVEL2(C, cuComplex, int64_t, _v2_64)
+CLEVEL2(Z, cuDoubleComplex, int64_t, _v2_64)
+#undef CLEVEL2
 
 // ---- level 3 ----------------------------------------------------------------------
 

@@ -11,14 +11,15 @@ const char* blasOpName(BlasOp op) {
                                        "copy", "swap", "gemv", "ger",  "gemm", "gemmStridedBatched",
                                        "gemmBatched", "geam", "dgmm", "trsm", "syrk", "trmm", "symm", "syr2k",
                                        "getrfBatched", "getrsBatched", "getriBatched", "matinvBatched", "geqrfBatched",
-                                       "herk", "her2k", "hemm"};
+                                       "herk", "her2k", "hemm", "dotc", "gerc"};
   auto i = static_cast<size_t>(op);
   return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "?";
 }
 
 size_t blasResultBytes(const BlasArgs& a) {
   switch (a.op) {
-    case BlasOp::kDot: case BlasOp::kNrm2: case BlasOp::kAsum: return elementSize(a.a_type);
+    case BlasOp::kDot: case BlasOp::kDotc: return elementSize(a.a_type);
+    case BlasOp::kNrm2: case BlasOp::kAsum: return elementSize(a.a_type) / (isComplex(a.a_type) ? 2 : 1);  // (real)
     case BlasOp::kIamax: case BlasOp::kIamin: return a.result64 ? 8 : 4;
     default: return 0;
   }
@@ -140,11 +141,21 @@ Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device) 
   switch (a.op) {
     case BlasOp::kAxpy: case BlasOp::kDot: case BlasOp::kNrm2: case BlasOp::kScal: case BlasOp::kAsum:
     case BlasOp::kIamax: case BlasOp::kIamin: case BlasOp::kCopy: case BlasOp::kSwap: case BlasOp::kGemv:
-    case BlasOp::kGer: {
-      if (!realType(a.a_type) || a.b_type != a.a_type)
-        return Status(err::kNotSupported, call + " of " + typeName(a.a_type) + ": rgpu runs S and D");
+    case BlasOp::kGer: case BlasOp::kDotc: case BlasOp::kGerc: {
+      const bool conj = a.op == BlasOp::kDotc || a.op == BlasOp::kGerc;
+      if (a.b_type != a.a_type || !(isComplex(a.a_type) || (realType(a.a_type) && !conj)))
+        return Status(err::kNotSupported, call + " of " + typeName(a.a_type) + ": rgpu runs " +
+                                              (conj ? "C and Z" : "S, D, C and Z"));
       size_t es = elementSize(a.a_type);
-      bool two = a.op == BlasOp::kAxpy || a.op == BlasOp::kDot || a.op == BlasOp::kCopy || a.op == BlasOp::kSwap;
+      // A complex scal's alpha: complex (Cscal) or real (Csscal).
+      size_t alpha_size = es;
+      if (a.op == BlasOp::kScal && isComplex(a.a_type)) {
+        if (a.c_type != a.a_type && a.c_type != (a.a_type == kC32F ? kR32F : kR64F))
+          return bad(call + ": alpha of " + typeName(a.c_type) + " for a vector of " + typeName(a.a_type));
+        alpha_size = elementSize(a.c_type);
+      }
+      bool two = a.op == BlasOp::kAxpy || a.op == BlasOp::kDot || a.op == BlasOp::kDotc || a.op == BlasOp::kCopy ||
+                 a.op == BlasOp::kSwap;
       if (a.op == BlasOp::kGemv) {
         if (a.trans_a < kOpN || a.trans_a > kOpC) return bad(call + ": bad operation");
         bool t = a.trans_a != kOpN;
@@ -153,7 +164,7 @@ Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device) 
         RGPU_TRY(r.vector(a.y, t ? a.n : a.m, a.incy, es, "y"));
         RGPU_TRY(r.scalar(a.alpha, es, "alpha"));
         RGPU_TRY(r.scalar(a.beta, es, "beta"));
-      } else if (a.op == BlasOp::kGer) {
+      } else if (a.op == BlasOp::kGer || a.op == BlasOp::kGerc) {
         RGPU_TRY(r.matrix(a.a, a.m, a.n, a.lda, es, 1, 0, "A"));
         RGPU_TRY(r.vector(a.x, a.m, a.incx, es, "x"));
         RGPU_TRY(r.vector(a.y, a.n, a.incy, es, "y"));
@@ -161,7 +172,7 @@ Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device) 
       } else {
         RGPU_TRY(r.vector(a.x, a.n, a.incx, es, "x"));
         if (two) RGPU_TRY(r.vector(a.y, a.n, a.incy, es, "y"));
-        if (a.op == BlasOp::kAxpy || a.op == BlasOp::kScal) RGPU_TRY(r.scalar(a.alpha, es, "alpha"));
+        if (a.op == BlasOp::kAxpy || a.op == BlasOp::kScal) RGPU_TRY(r.scalar(a.alpha, alpha_size, "alpha"));
         if (size_t rb = blasResultBytes(a); rb && a.result) RGPU_TRY(r.range(a.result, 1, rb, "result"));
       }
       break;

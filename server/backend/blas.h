@@ -29,9 +29,12 @@ enum class BlasOp : uint8_t {
   // Complex only (C, Z): C = alpha op(A) op(A)^H + beta C with real alpha and
   // beta (herk), alpha op(A) op(B)^H + conj(alpha) op(B) op(A)^H + beta C with
   // real beta (her2k), alpha A B + beta C with A Hermitian (hemm).
-  kHerk, kHer2k, kHemm
+  kHerk, kHer2k, kHemm,
+  // Complex only: x^H y (dotc), A += alpha x y^H (gerc). (dot and ger are
+  // dotu and geru for complex types; a complex scal's alpha is c_type.)
+  kDotc, kGerc
 };
-inline constexpr BlasOp kLastBlasOp = BlasOp::kHemm;
+inline constexpr BlasOp kLastBlasOp = BlasOp::kGerc;
 const char* blasOpName(BlasOp op);
 
 // alpha or beta: bytes (host pointer mode) or a device address.

@@ -78,8 +78,10 @@ Status runBlas(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alph
   auto ta = static_cast<cublasOperation_t>(a.trans_a), tb = static_cast<cublasOperation_t>(a.trans_b);
   auto check = [&](cublasStatus_t s) { return BlasApi::check(s, name); };
   if (isComplex(a.a_type) && a.op >= BlasOp::kGeam && a.op <= BlasOp::kSyr2k) return runComplexBlas(B, h, a, alpha, beta);
+  if (isComplex(a.a_type) && a.op <= BlasOp::kGer) return runComplexBlas12(B, h, a, alpha, beta, result);
   switch (a.op) {
     case BlasOp::kHerk: case BlasOp::kHer2k: case BlasOp::kHemm: return runComplexBlas(B, h, a, alpha, beta);
+    case BlasOp::kDotc: case BlasOp::kGerc: return runComplexBlas12(B, h, a, alpha, beta, result);
     case BlasOp::kAxpy:
       return check(f ? B.cublasSaxpy_v2_64(h, a.n, fa, xs, a.incx, ys, a.incy)
                      : B.cublasDaxpy_v2_64(h, a.n, da, xd, a.incx, yd, a.incy));
@@ -340,7 +342,7 @@ Status CudaBackend::blas(StreamKey key, const BlasArgs& a, ReadDone done) {
   // its way back); alpha and beta are where the client's pointer mode put them.
   bool device_scalars = result_bytes ? true : a.alpha.device;
   bool uses_beta = a.op == BlasOp::kGemv || (a.op >= BlasOp::kGemm && a.op != BlasOp::kDgmm && a.op != BlasOp::kTrsm &&
-                                                   a.op != BlasOp::kTrmm);
+                                                   a.op != BlasOp::kTrmm && a.op != BlasOp::kDotc && a.op != BlasOp::kGerc);
   if (uses_beta && a.beta.device != a.alpha.device)
     return Status(err::kInvalidValue, "alpha and beta in different pointer modes");
   auto cs = reinterpret_cast<cudaStream_t>(s->second);

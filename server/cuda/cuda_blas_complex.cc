@@ -1,9 +1,11 @@
-// cuBLAS's complex level 3 beyond gemm through NVIDIA's library (the sim's
-// counterpart: server/sim/sim_blas_complex.cc): geam, dgmm, trsm, trmm, symm,
-// syrk, syr2k, herk, her2k and hemm in C and Z, by their _64 entry points.
+// cuBLAS's complex calls beyond gemm through NVIDIA's library (the sim's
+// counterpart: server/sim/sim_blas_complex.cc): level 1 and 2, and geam,
+// dgmm, trsm, trmm, symm, syrk, syr2k, herk, her2k and hemm in C and Z, by
+// their _64 entry points (the index calls' int results by the _v2 ones).
 // The session has checked every range; alpha and beta are host bytes or
 // device addresses as the call's pointer mode says (herk's both real,
 // her2k's beta real).
+#include <climits>
 #include <type_traits>
 
 #include "common/blas_types.h"
@@ -51,7 +53,70 @@ Status run(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alpha, c
 #undef RGPU_BOTH
 }
 
+// Level 1 and 2; `result` is where a reduction writes (host or device memory,
+// as the handle's pointer mode says).
+template <typename T, typename R>
+Status run12(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alpha, const void* beta, uint64_t result) {
+  constexpr bool kZ = std::is_same_v<T, cuDoubleComplex>;
+  auto check = [&](cublasStatus_t s) { return BlasApi::check(s, blasOpName(a.op)); };
+  T* x = reinterpret_cast<T*>(a.x);
+  T* y = reinterpret_cast<T*>(a.y);
+  const T* ca = static_cast<const T*>(alpha);
+  const T* cb = static_cast<const T*>(beta);
+  const auto ta = static_cast<cublasOperation_t>(a.trans_a);
+  T* rc = reinterpret_cast<T*>(result);
+  R* rr = reinterpret_cast<R*>(result);
+#define RGPU_BOTH2(cn, zn, ...)                          \
+  if constexpr (kZ) return check(B.zn(__VA_ARGS__));   \
+  else return check(B.cn(__VA_ARGS__))
+  switch (a.op) {
+    case BlasOp::kAxpy: RGPU_BOTH2(cublasCaxpy_v2_64, cublasZaxpy_v2_64, h, a.n, ca, x, a.incx, y, a.incy);
+    case BlasOp::kScal:
+      if (a.c_type != a.a_type) {
+        RGPU_BOTH2(cublasCsscal_v2_64, cublasZdscal_v2_64, h, a.n, static_cast<const R*>(alpha), x, a.incx);
+      }
+      RGPU_BOTH2(cublasCscal_v2_64, cublasZscal_v2_64, h, a.n, ca, x, a.incx);
+    case BlasOp::kCopy: RGPU_BOTH2(cublasCcopy_v2_64, cublasZcopy_v2_64, h, a.n, x, a.incx, y, a.incy);
+    case BlasOp::kSwap: RGPU_BOTH2(cublasCswap_v2_64, cublasZswap_v2_64, h, a.n, x, a.incx, y, a.incy);
+    case BlasOp::kDot: RGPU_BOTH2(cublasCdotu_v2_64, cublasZdotu_v2_64, h, a.n, x, a.incx, y, a.incy, rc);
+    case BlasOp::kDotc: RGPU_BOTH2(cublasCdotc_v2_64, cublasZdotc_v2_64, h, a.n, x, a.incx, y, a.incy, rc);
+    case BlasOp::kNrm2: RGPU_BOTH2(cublasScnrm2_v2_64, cublasDznrm2_v2_64, h, a.n, x, a.incx, rr);
+    case BlasOp::kAsum: RGPU_BOTH2(cublasScasum_v2_64, cublasDzasum_v2_64, h, a.n, x, a.incx, rr);
+    case BlasOp::kIamax: case BlasOp::kIamin: {
+      const bool max = a.op == BlasOp::kIamax;
+      if (a.result64) {
+        auto r = reinterpret_cast<int64_t*>(result);
+        if constexpr (kZ) return check((max ? B.cublasIzamax_v2_64 : B.cublasIzamin_v2_64)(h, a.n, x, a.incx, r));
+        else return check((max ? B.cublasIcamax_v2_64 : B.cublasIcamin_v2_64)(h, a.n, x, a.incx, r));
+      }
+      if (a.n > INT_MAX || a.incx > INT_MAX || a.incx < INT_MIN)
+        return Status(err::kInvalidValue, std::string(blasOpName(a.op)) + ": n or incx beyond int (use the _64 call)");
+      auto r = reinterpret_cast<int*>(result);
+      const int n = static_cast<int>(a.n), inc = static_cast<int>(a.incx);
+      if constexpr (kZ) return check((max ? B.cublasIzamax_v2 : B.cublasIzamin_v2)(h, n, x, inc, r));
+      else return check((max ? B.cublasIcamax_v2 : B.cublasIcamin_v2)(h, n, x, inc, r));
+    }
+    case BlasOp::kGemv:
+      RGPU_BOTH2(cublasCgemv_v2_64, cublasZgemv_v2_64, h, ta, a.m, a.n, ca, reinterpret_cast<T*>(a.a), a.lda, x, a.incx,
+                 cb, y, a.incy);
+    case BlasOp::kGer:
+      RGPU_BOTH2(cublasCgeru_v2_64, cublasZgeru_v2_64, h, a.m, a.n, ca, x, a.incx, y, a.incy, reinterpret_cast<T*>(a.a),
+                 a.lda);
+    case BlasOp::kGerc:
+      RGPU_BOTH2(cublasCgerc_v2_64, cublasZgerc_v2_64, h, a.m, a.n, ca, x, a.incx, y, a.incy, reinterpret_cast<T*>(a.a),
+                 a.lda);
+    default: return Status(err::kNotSupported, std::string(blasOpName(a.op)) + " of a complex type");
+  }
+#undef RGPU_BOTH2
+}
+
 }  // namespace
+
+Status runComplexBlas12(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alpha, const void* beta,
+                        uint64_t result) {
+  return a.a_type == kC64F ? run12<cuDoubleComplex, double>(B, h, a, alpha, beta, result)
+                           : run12<cuComplex, float>(B, h, a, alpha, beta, result);
+}
 
 Status runComplexBlas(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alpha, const void* beta) {
   return a.a_type == kC64F ? run<cuDoubleComplex, double>(B, h, a, alpha, beta)

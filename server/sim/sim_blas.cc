@@ -519,7 +519,8 @@ double geluGrad(double x) {
 
 Status run(const BlasArgs& a, const Valid& valid, std::string* result) {
   switch (a.op) {
-    case BlasOp::kGemv: case BlasOp::kGer: return level2(a);
+    case BlasOp::kGemv: case BlasOp::kGer: return isComplex(a.a_type) ? runComplexLevel12(a, result) : level2(a);
+    case BlasOp::kDotc: case BlasOp::kGerc: return runComplexLevel12(a, result);
     case BlasOp::kGemm: case BlasOp::kGemmStridedBatched: case BlasOp::kGemmBatched: return level3(a, valid);
     case BlasOp::kGeam: case BlasOp::kDgmm: case BlasOp::kTrsm: case BlasOp::kSyrk: case BlasOp::kTrmm:
     case BlasOp::kSymm: case BlasOp::kSyr2k:
@@ -527,7 +528,7 @@ Status run(const BlasArgs& a, const Valid& valid, std::string* result) {
     case BlasOp::kHerk: case BlasOp::kHer2k: case BlasOp::kHemm: return runComplexLevel3(a);
     case BlasOp::kGetrfBatched: case BlasOp::kGetrsBatched: case BlasOp::kGetriBatched:
     case BlasOp::kMatinvBatched: case BlasOp::kGeqrfBatched: return runBatchedFactorization(a, valid);
-    default: return level1(a, result);
+    default: return isComplex(a.a_type) ? runComplexLevel12(a, result) : level1(a, result);
   }
 }
 

@@ -25,8 +25,10 @@ Status run(const BlasArgs& a, const Valid& valid, std::string* result);
 // (sim_blas_batched.cc). Per-matrix infos are LAPACK's.
 Status runBatchedFactorization(const BlasArgs& a, const Valid& valid);
 
-// geam, dgmm, trsm, trmm, symm, syrk, syr2k, herk, her2k and hemm in C and Z
+// Complex level 1 and 2 (a reduction's result as run() leaves it), and geam,
+// dgmm, trsm, trmm, symm, syrk, syr2k, herk, her2k and hemm in C and Z
 // (sim_blas_complex.cc).
+Status runComplexLevel12(const BlasArgs& a, std::string* result);
 Status runComplexLevel3(const BlasArgs& a);
 
 // Runs one cublasLtMatmul: D = epilogue(alpha * op(A) op(B) + beta * C), with

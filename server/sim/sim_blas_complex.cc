@@ -1,5 +1,7 @@
-// cuBLAS's complex level 3 beyond gemm on the CPU (server/sim/sim_blas.h):
-// geam, dgmm, trsm, trmm, symm, syrk, syr2k, herk, her2k and hemm in C and Z,
+// cuBLAS's complex calls beyond gemm on the CPU (server/sim/sim_blas.h):
+// level 1 (axpy, scal with a complex or real alpha, copy, swap, dotu, dotc,
+// nrm2, asum, iamax, iamin), level 2 (gemv, geru, gerc), and geam, dgmm,
+// trsm, trmm, symm, syrk, syr2k, herk, her2k and hemm in C and Z,
 // with OpenBLAS's complex routines where BLAS has one and loops in
 // std::complex where cuBLAS goes beyond BLAS (geam, dgmm, trmm into C).
 // Scalars are read when the call runs (device pointer mode: from device
@@ -141,13 +143,103 @@ Status run(const BlasArgs& a) {
   }
 }
 
-}  // namespace
+template <typename R>
+Status run12(const BlasArgs& a, std::string* result) {
+  using X = Complex<R>;
+  using C = typename X::C;
+  const auto n = static_cast<blasint>(a.n), ix = static_cast<blasint>(a.incx), iy = static_cast<blasint>(a.incy);
+  void* x = mem(a.x);
+  void* y = mem(a.y);
+  C dot = 0;
+  R real = 0;
+  int64_t index = 0;
+  switch (a.op) {
+    case BlasOp::kAxpy: {
+      const C alpha = X::scalar(a.alpha);
+      RGPU_PICK(R, axpy, n, &alpha, x, ix, y, iy);
+      return Status::ok();
+    }
+    case BlasOp::kScal:
+      if (a.c_type == a.a_type) {
+        const C alpha = X::scalar(a.alpha);
+        RGPU_PICK(R, scal, n, &alpha, x, ix);
+      } else if constexpr (std::is_same_v<R, float>) {
+        cblas_csscal(n, X::real(a.alpha), x, ix);
+      } else {
+        cblas_zdscal(n, X::real(a.alpha), x, ix);
+      }
+      return Status::ok();
+    case BlasOp::kCopy: RGPU_PICK(R, copy, n, x, ix, y, iy); return Status::ok();
+    case BlasOp::kSwap: RGPU_PICK(R, swap, n, x, ix, y, iy); return Status::ok();
+    case BlasOp::kDot: RGPU_PICK(R, dotu_sub, n, x, ix, y, iy, &dot); break;
+    case BlasOp::kDotc: RGPU_PICK(R, dotc_sub, n, x, ix, y, iy, &dot); break;
+    case BlasOp::kNrm2: case BlasOp::kAsum:
+      if (n > 0 && ix > 0) {
+        if constexpr (std::is_same_v<R, float>) real = a.op == BlasOp::kNrm2 ? cblas_scnrm2(n, x, ix) : cblas_scasum(n, x, ix);
+        else real = a.op == BlasOp::kNrm2 ? cblas_dznrm2(n, x, ix) : cblas_dzasum(n, x, ix);
+      }
+      break;
+    case BlasOp::kIamax: case BlasOp::kIamin: {  // 1-based, 0 for an empty vector (BLAS); |re| + |im|
+      if (n <= 0 || ix <= 0) break;
+      const bool max = a.op == BlasOp::kIamax;
+      if constexpr (std::is_same_v<R, float>) index = 1 + static_cast<int64_t>(max ? cblas_icamax(n, x, ix) : cblas_icamin(n, x, ix));
+      else index = 1 + static_cast<int64_t>(max ? cblas_izamax(n, x, ix) : cblas_izamin(n, x, ix));
+      break;
+    }
+    case BlasOp::kGemv: {
+      if (a.m == 0 || a.n == 0) return Status::ok();
+      const C alpha = X::scalar(a.alpha), beta = X::scalar(a.beta);
+      RGPU_PICK(R, gemv, CblasColMajor, op(a.trans_a), static_cast<blasint>(a.m), n, &alpha, mem(a.a), ld(a.lda), x, ix,
+                &beta, y, iy);
+      return Status::ok();
+    }
+    case BlasOp::kGer: case BlasOp::kGerc: {
+      if (a.m == 0 || a.n == 0) return Status::ok();
+      const C alpha = X::scalar(a.alpha);
+      if (a.op == BlasOp::kGer)
+        RGPU_PICK(R, geru, CblasColMajor, static_cast<blasint>(a.m), n, &alpha, x, ix, y, iy, mem(a.a), ld(a.lda));
+      else
+        RGPU_PICK(R, gerc, CblasColMajor, static_cast<blasint>(a.m), n, &alpha, x, ix, y, iy, mem(a.a), ld(a.lda));
+      return Status::ok();
+    }
+    default: return Status(err::kUnknown, "not a complex level-1 or level-2 call");
+  }
+  // A reduction: into device memory, or back to the client.
+  const size_t bytes = blasResultBytes(a);
+  uint8_t out[16];
+  if (a.op == BlasOp::kIamax || a.op == BlasOp::kIamin) {
+    if (a.result64) std::memcpy(out, &index, 8);
+    else {
+      const auto i32 = static_cast<int32_t>(index);
+      std::memcpy(out, &i32, 4);
+    }
+  } else if (a.op == BlasOp::kDot || a.op == BlasOp::kDotc) {
+    std::memcpy(out, &dot, sizeof dot);
+  } else {
+    std::memcpy(out, &real, sizeof real);
+  }
+  if (a.result) std::memcpy(mem(a.result), out, bytes);
+  else if (result) result->assign(reinterpret_cast<const char*>(out), bytes);
+  return Status::ok();
+}
 
-Status runComplexLevel3(const BlasArgs& a) {
-  for (int64_t v : {a.m, a.n, a.k, a.lda, a.ldb, a.ldc, a.incx})
+Status limits(const BlasArgs& a) {
+  for (int64_t v : {a.m, a.n, a.k, a.lda, a.ldb, a.ldc, a.incx, a.incy})
     if (v < -kMaxSimBlasDim || v > kMaxSimBlasDim)
       return Status(err::kNotSupported, std::string(blasOpName(a.op)) + ": a size or increment beyond " +
                                             std::to_string(kMaxSimBlasDim) + " (kMaxSimBlasDim, the sim backend's BLAS limit)");
+  return Status::ok();
+}
+
+}  // namespace
+
+Status runComplexLevel12(const BlasArgs& a, std::string* result) {
+  RGPU_TRY(limits(a));
+  return a.a_type == kC64F ? run12<double>(a, result) : run12<float>(a, result);
+}
+
+Status runComplexLevel3(const BlasArgs& a) {
+  RGPU_TRY(limits(a));
   return a.a_type == kC64F ? run<double>(a) : run<float>(a);
 }
 

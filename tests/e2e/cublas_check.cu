@@ -612,6 +612,13 @@ int main(int argc, char** argv) {
   complexGemms<cuDoubleComplex>(h, "Z", cublasZgemm, cublasZgemm3m, CUDA_C_64F, CUBLAS_COMPUTE_64F);
   complexGemmBatches<cuComplex>(h, "C", cublasCgemmStridedBatched, cublasCgemmBatched);
   complexGemmBatches<cuDoubleComplex>(h, "Z", cublasZgemmStridedBatched, cublasZgemmBatched);
+  complexLevel12<cuComplex, float, int>(h, "C", {cublasCaxpy, cublasCscal, cublasCsscal, cublasCcopy, cublasCswap,
+                                                  cublasCdotu, cublasCdotc, cublasScnrm2, cublasScasum, cublasIcamax,
+                                                  cublasIcamin, cublasCgemv, cublasCgeru, cublasCgerc});
+  complexLevel12<cuDoubleComplex, double, int64_t>(
+      h, "Z", {cublasZaxpy_64, cublasZscal_64, cublasZdscal_64, cublasZcopy_64, cublasZswap_64, cublasZdotu_64,
+               cublasZdotc_64, cublasDznrm2_64, cublasDzasum_64, cublasIzamax_64, cublasIzamin_64, cublasZgemv_64,
+               cublasZgeru_64, cublasZgerc_64});
   complexLevel3<cuComplex, float, int>(h, "C", {cublasCgeam, cublasCdgmm, cublasCtrsm, cublasCtrmm, cublasCsymm,
                                                  cublasChemm, cublasCsyrk, cublasCherk, cublasCsyr2k, cublasCher2k});
   complexLevel3<cuDoubleComplex, double, int64_t>(

@@ -374,3 +374,122 @@ void complexLevel3(cublasHandle_t h, const char* P, const ComplexLevel3<T, R, I>
     cudaFree(d);
   }
 }
+
+// ---- complex level 1 and 2 --------------------------------------------------------
+template <typename T, typename R, typename I>
+struct ComplexLevel12 {
+  cublasStatus_t (*axpy)(cublasHandle_t, I, const T*, const T*, I, T*, I);
+  cublasStatus_t (*scal)(cublasHandle_t, I, const T*, T*, I);
+  cublasStatus_t (*rscal)(cublasHandle_t, I, const R*, T*, I);
+  cublasStatus_t (*copy)(cublasHandle_t, I, const T*, I, T*, I);
+  cublasStatus_t (*swap)(cublasHandle_t, I, T*, I, T*, I);
+  cublasStatus_t (*dotu)(cublasHandle_t, I, const T*, I, const T*, I, T*);
+  cublasStatus_t (*dotc)(cublasHandle_t, I, const T*, I, const T*, I, T*);
+  cublasStatus_t (*nrm2)(cublasHandle_t, I, const T*, I, R*);
+  cublasStatus_t (*asum)(cublasHandle_t, I, const T*, I, R*);
+  cublasStatus_t (*amax)(cublasHandle_t, I, const T*, I, I*);
+  cublasStatus_t (*amin)(cublasHandle_t, I, const T*, I, I*);
+  cublasStatus_t (*gemv)(cublasHandle_t, cublasOperation_t, I, I, const T*, const T*, I, const T*, I, const T*, T*, I);
+  cublasStatus_t (*geru)(cublasHandle_t, I, I, const T*, const T*, I, const T*, I, T*, I);
+  cublasStatus_t (*gerc)(cublasHandle_t, I, I, const T*, const T*, I, const T*, I, T*, I);
+};
+
+template <typename T, typename R, typename I>
+void complexLevel12(cublasHandle_t h, const char* P, const ComplexLevel12<T, R, I>& f) {
+  const double tol = sizeof(T) == 16 ? 1e-12 : 1e-5;
+  const int n = 37, inc = 2;
+  const cd alpha{-0.5, 1.5}, beta{0.25, -0.75};
+  const T ha = cmake<T>(alpha), hb = cmake<T>(beta);
+  auto X = complexRandoms<T>(n * inc), Y = complexRandoms<T>(n * inc);
+  auto err = [](cd got, cd want) { return std::abs(got - want) / std::max(1.0, std::abs(want)); };
+  T *dx = toDevice(X), *dy = toDevice(Y);
+  // reductions to the host
+  T du, dc;
+  R nrm, asum;
+  I imax = 0, imin = 0;
+  OK(f.dotu(h, n, dx, inc, dy, inc, &du));
+  OK(f.dotc(h, n, dx, inc, dy, inc, &dc));
+  OK(f.nrm2(h, n, dx, inc, &nrm));
+  OK(f.asum(h, n, dx, inc, &asum));
+  OK(f.amax(h, n, dx, inc, &imax));
+  OK(f.amin(h, n, dx, inc, &imin));
+  cd wu = 0, wc = 0;
+  double wn = 0, wa = 0, best = -1, worst = 1e300;
+  int wmax = 0, wmin = 0;
+  for (int i = 0; i < n; ++i) {
+    const cd x = cval(X[i * inc]), y = cval(Y[i * inc]);
+    wu += x * y;
+    wc += std::conj(x) * y;
+    wn += std::norm(x);
+    const double m1 = std::fabs(x.real()) + std::fabs(x.imag());
+    wa += m1;
+    if (m1 > best) best = m1, wmax = i + 1;
+    if (m1 < worst) worst = m1, wmin = i + 1;
+  }
+  CHECK(err(cval(du), wu) < tol, "cublas%sdotu: error %g", P, err(cval(du), wu));
+  CHECK(err(cval(dc), wc) < tol, "cublas%sdotc: error %g", P, err(cval(dc), wc));
+  CHECK(std::fabs(nrm - std::sqrt(wn)) < tol * std::sqrt(wn), "%s nrm2: %g, want %g", P, double(nrm), std::sqrt(wn));
+  CHECK(std::fabs(asum - wa) < tol * wa, "%s asum: %g, want %g", P, double(asum), wa);
+  CHECK(imax == wmax && imin == wmin, "%s iamax %d iamin %d, want %d and %d", P, int(imax), int(imin), wmax, wmin);
+  // dotc into device memory (device pointer mode)
+  {
+    T* dr = toDevice(std::vector<T>{cmake<T>(0)});
+    OK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_DEVICE));
+    OK(f.dotc(h, n, dx, inc, dy, inc, dr));
+    OK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
+    CHECK(err(cval(toHost(dr, 1)[0]), wc) < tol, "cublas%sdotc into device memory", P);
+    cudaFree(dr);
+  }
+  // axpy, scal, the real-alpha scal, copy, swap
+  OK(f.axpy(h, n, &ha, dx, inc, dy, inc));
+  auto y1 = toHost(dy, Y.size());
+  double e = 0;
+  for (int i = 0; i < n; ++i) e = std::max(e, err(cval(y1[i * inc]), alpha * cval(X[i * inc]) + cval(Y[i * inc])));
+  CHECK(e < tol, "cublas%saxpy: error %g", P, e);
+  OK(f.scal(h, n, &hb, dx, inc));
+  const R half = R(0.5);
+  OK(f.rscal(h, n, &half, dx, inc));
+  auto x1 = toHost(dx, X.size());
+  e = 0;
+  for (int i = 0; i < n; ++i) e = std::max(e, err(cval(x1[i * inc]), 0.5 * beta * cval(X[i * inc])));
+  CHECK(e < tol, "cublas%sscal and its real-alpha form: error %g", P, e);
+  OK(f.swap(h, n, dx, inc, dy, inc));
+  CHECK(std::memcmp(toHost(dy, 1).data(), x1.data(), sizeof(T)) == 0, "cublas%sswap", P);
+  OK(f.copy(h, n, dy, inc, dx, inc));
+  auto x2 = toHost(dx, X.size());
+  CHECK(std::memcmp(&x2[(n - 1) * inc], &x1[(n - 1) * inc], sizeof(T)) == 0, "cublas%scopy", P);
+  cudaFree(dx), cudaFree(dy);
+  // gemv N, T and C; geru and gerc
+  const int m = 9, k = 6, lda = m + 1;
+  auto A = complexRandoms<T>(lda * k);
+  for (cublasOperation_t op : {CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_OP_C}) {
+    const int xl = op == CUBLAS_OP_N ? k : m, yl = op == CUBLAS_OP_N ? m : k;
+    auto x = complexRandoms<T>(xl), y = complexRandoms<T>(yl);
+    T *dA = toDevice(A), *dxv = toDevice(x), *dyv = toDevice(y);
+    OK(f.gemv(h, op, m, k, &ha, dA, lda, dxv, 1, &hb, dyv, 1));
+    auto got = toHost(dyv, yl);
+    Dense a = denseOp(op, A, lda, yl, xl);
+    e = 0;
+    for (int i = 0; i < yl; ++i) {
+      cd s = 0;
+      for (int j = 0; j < xl; ++j) s += a(i, j) * cval(x[j]);
+      e = std::max(e, err(cval(got[i]), alpha * s + beta * cval(y[i])));
+    }
+    CHECK(e < tol, "cublas%sgemv op %d: error %g", P, op, e);
+    cudaFree(dA), cudaFree(dxv), cudaFree(dyv);
+  }
+  for (bool conj : {false, true}) {
+    auto x = complexRandoms<T>(m), y = complexRandoms<T>(k);
+    T *dA = toDevice(A), *dxv = toDevice(x), *dyv = toDevice(y);
+    OK((conj ? f.gerc : f.geru)(h, m, k, &ha, dxv, 1, dyv, 1, dA, lda));
+    auto got = toHost(dA, A.size());
+    e = 0;
+    for (int j = 0; j < k; ++j)
+      for (int i = 0; i < m; ++i) {
+        const cd yy = conj ? std::conj(cval(y[j])) : cval(y[j]);
+        e = std::max(e, err(cval(got[i + j * lda]), cval(A[i + j * lda]) + alpha * cval(x[i]) * yy));
+      }
+    CHECK(e < tol, "cublas%s%s: error %g", P, conj ? "gerc" : "geru", e);
+    cudaFree(dA), cudaFree(dxv), cudaFree(dyv);
+  }
+}

@@ -93,20 +93,34 @@ constexpr int32_t typeOf() {
   else return sizeof(T) == 4 ? CUDA_R_32F : CUDA_R_64F;
 }
 
-template <typename T>
-cublasStatus_t level1(cublasHandle_t h, const char* name, BlasOp op, int64_t n, const T* alpha, const T* x,
+template <typename T, typename S = T>
+cublasStatus_t level1(cublasHandle_t h, const char* name, BlasOp op, int64_t n, const std::type_identity_t<S>* alpha,
+                      const T* x,
                       int64_t incx, const T* y, int64_t incy, void* result, bool result64 = false) {
   BlasArgs a;
   a.op = op;
   a.a_type = a.b_type = typeOf<T>();
+  a.c_type = typeOf<S>();  // (a complex scal's alpha type)
   a.n = n;
   a.x = reinterpret_cast<uint64_t>(x);
   a.incx = incx;
   a.y = reinterpret_cast<uint64_t>(y);
   a.incy = incy;
-  a.alpha = scalar(alpha, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);
+  a.alpha = scalar(alpha, sizeof(S), h->pm == CUBLAS_POINTER_MODE_DEVICE);
   a.result = reinterpret_cast<uint64_t>(result);
   a.result64 = result64;
+  return blas(h, name, a);
+}
+
+template <typename T>
+cublasStatus_t ger(cublasHandle_t h, const char* name, BlasOp op, int64_t m, int64_t n, const T* alpha, const T* x,
+                   int64_t incx, const T* y, int64_t incy, T* A, int64_t lda) {
+  BlasArgs a;
+  a.op = op;
+  a.a_type = a.b_type = typeOf<T>();
+  a.m = m, a.n = n, a.lda = lda, a.incx = incx, a.incy = incy;
+  a.a = reinterpret_cast<uint64_t>(A), a.x = reinterpret_cast<uint64_t>(x), a.y = reinterpret_cast<uint64_t>(y);
+  a.alpha = scalar(alpha, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);
   return blas(h, name, a);
 }
 
@@ -212,6 +226,71 @@ IAM(cublasIdamin, double, BlasOp::kIamin)
   }
 L2(S, float)
 L2(D, double)
+
+// Complex level 1 and 2 (R: the real type of nrm2, asum and Csscal/Zdscal's alpha).
+#define CL12(P, T, R, RP, SS, p)                                                                                    \
+  API cublas##P##axpy_v2_64(cublasHandle_t h, int64_t n, const T* al, const T* x, int64_t ix, T* y, int64_t iy) {   \
+    return level1<T>(h, "cublas" #P "axpy_v2_64", BlasOp::kAxpy, n, al, x, ix, y, iy, nullptr);                     \
+  }                                                                                                                 \
+  API cublas##P##scal_v2_64(cublasHandle_t h, int64_t n, const T* al, T* x, int64_t ix) {                           \
+    return level1<T>(h, "cublas" #P "scal_v2_64", BlasOp::kScal, n, al, x, ix, nullptr, 1, nullptr);                \
+  }                                                                                                                 \
+  API cublas##SS##scal_v2_64(cublasHandle_t h, int64_t n, const R* al, T* x, int64_t ix) {                          \
+    return level1<T, R>(h, "cublas" #SS "scal_v2_64", BlasOp::kScal, n, al, x, ix, nullptr, 1, nullptr);            \
+  }                                                                                                                 \
+  API cublas##P##copy_v2_64(cublasHandle_t h, int64_t n, const T* x, int64_t ix, T* y, int64_t iy) {                \
+    return level1<T>(h, "cublas" #P "copy_v2_64", BlasOp::kCopy, n, nullptr, x, ix, y, iy, nullptr);                \
+  }                                                                                                                 \
+  API cublas##P##swap_v2_64(cublasHandle_t h, int64_t n, T* x, int64_t ix, T* y, int64_t iy) {                      \
+    return level1<T>(h, "cublas" #P "swap_v2_64", BlasOp::kSwap, n, nullptr, x, ix, y, iy, nullptr);                \
+  }                                                                                                                 \
+  API cublas##P##dotu_v2_64(cublasHandle_t h, int64_t n, const T* x, int64_t ix, const T* y, int64_t iy, T* r) {    \
+    return level1<T>(h, "cublas" #P "dotu_v2_64", BlasOp::kDot, n, nullptr, x, ix, y, iy, r);                       \
+  }                                                                                                                 \
+  API cublas##P##dotc_v2_64(cublasHandle_t h, int64_t n, const T* x, int64_t ix, const T* y, int64_t iy, T* r) {    \
+    return level1<T>(h, "cublas" #P "dotc_v2_64", BlasOp::kDotc, n, nullptr, x, ix, y, iy, r);                      \
+  }                                                                                                                 \
+  API cublas##RP##nrm2_v2_64(cublasHandle_t h, int64_t n, const T* x, int64_t ix, R* r) {                           \
+    return level1<T>(h, "cublas" #RP "nrm2_v2_64", BlasOp::kNrm2, n, nullptr, x, ix, nullptr, 1, r);                \
+  }                                                                                                                 \
+  API cublas##RP##asum_v2_64(cublasHandle_t h, int64_t n, const T* x, int64_t ix, R* r) {                           \
+    return level1<T>(h, "cublas" #RP "asum_v2_64", BlasOp::kAsum, n, nullptr, x, ix, nullptr, 1, r);                \
+  }                                                                                                                 \
+  API cublasI##p##amax_v2_64(cublasHandle_t h, int64_t n, const T* x, int64_t ix, int64_t* r) {                     \
+    return level1<T>(h, "cublasI" #p "amax_v2_64", BlasOp::kIamax, n, nullptr, x, ix, nullptr, 1, r, true);         \
+  }                                                                                                                 \
+  API cublasI##p##amin_v2_64(cublasHandle_t h, int64_t n, const T* x, int64_t ix, int64_t* r) {                     \
+    return level1<T>(h, "cublasI" #p "amin_v2_64", BlasOp::kIamin, n, nullptr, x, ix, nullptr, 1, r, true);         \
+  }                                                                                                                 \
+  API cublasI##p##amax_v2(cublasHandle_t h, int n, const T* x, int ix, int* r) {                                    \
+    return level1<T>(h, "cublasI" #p "amax_v2", BlasOp::kIamax, n, nullptr, x, ix, nullptr, 1, r, false);           \
+  }                                                                                                                 \
+  API cublasI##p##amin_v2(cublasHandle_t h, int n, const T* x, int ix, int* r) {                                    \
+    return level1<T>(h, "cublasI" #p "amin_v2", BlasOp::kIamin, n, nullptr, x, ix, nullptr, 1, r, false);           \
+  }                                                                                                                 \
+  API cublas##P##gemv_v2_64(cublasHandle_t h, cublasOperation_t t, int64_t m, int64_t n, const T* al, const T* A,   \
+                            int64_t lda, const T* x, int64_t ix, const T* be, T* y, int64_t iy) {                   \
+    BlasArgs a;                                                                                                     \
+    a.op = BlasOp::kGemv;                                                                                           \
+    a.a_type = a.b_type = typeOf<T>();                                                                              \
+    a.trans_a = t;                                                                                                  \
+    a.m = m, a.n = n, a.lda = lda, a.incx = ix, a.incy = iy;                                                        \
+    a.a = reinterpret_cast<uint64_t>(A), a.x = reinterpret_cast<uint64_t>(x), a.y = reinterpret_cast<uint64_t>(y);  \
+    a.alpha = scalar(al, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                           \
+    a.beta = scalar(be, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);                                            \
+    return blas(h, "cublas" #P "gemv_v2_64", a);                                                                    \
+  }                                                                                                                 \
+  API cublas##P##geru_v2_64(cublasHandle_t h, int64_t m, int64_t n, const T* al, const T* x, int64_t ix,            \
+                            const T* y, int64_t iy, T* A, int64_t lda) {                                            \
+    return ger<T>(h, "cublas" #P "geru_v2_64", BlasOp::kGer, m, n, al, x, ix, y, iy, A, lda);                       \
+  }                                                                                                                 \
+  API cublas##P##gerc_v2_64(cublasHandle_t h, int64_t m, int64_t n, const T* al, const T* x, int64_t ix,            \
+                            const T* y, int64_t iy, T* A, int64_t lda) {                                            \
+    return ger<T>(h, "cublas" #P "gerc_v2_64", BlasOp::kGerc, m, n, al, x, ix, y, iy, A, lda);                      \
+  }
+CL12(C, cuComplex, float, Sc, Cs, c)
+CL12(Z, cuDoubleComplex, double, Dz, Zd, z)
+#undef CL12
 
 #define U64(p) reinterpret_cast<uint64_t>(p)
 #define L3X(P, T)                                                                                                   \

@@ -132,6 +132,26 @@ TEST_F(BlasChecks, ComplexCallsAreCheckedAtTheirElementSizeAndOperations) {
   EXPECT_TRUE(checkBlas(t, allocs_, nullptr));
   t.alpha.ptr = base_ + buf_.size() - 8;
   EXPECT_EQ(checkBlas(t, allocs_, nullptr).code(), err::kInvalidValue);
+  // Level 1: dotc of a real type; a complex scal's alpha real or complex, nothing else.
+  BlasArgs d;
+  d.op = BlasOp::kDotc;
+  d.a_type = d.b_type = kR32F;
+  d.n = 4;
+  d.x = d.y = base_;
+  d.incx = d.incy = 1;
+  EXPECT_EQ(checkBlas(d, allocs_, nullptr).code(), err::kNotSupported);
+  d.a_type = d.b_type = kC32F;
+  EXPECT_TRUE(checkBlas(d, allocs_, nullptr));
+  EXPECT_EQ(blasResultBytes(d), 8u);
+  d.op = BlasOp::kNrm2;
+  EXPECT_EQ(blasResultBytes(d), 4u);  // (a real result)
+  d.op = BlasOp::kScal;
+  for (int32_t alpha : {kC32F, kR32F}) {
+    d.c_type = alpha;
+    EXPECT_TRUE(checkBlas(d, allocs_, nullptr)) << alpha;
+  }
+  d.c_type = kR64F;
+  EXPECT_EQ(checkBlas(d, allocs_, nullptr).code(), err::kInvalidValue);
 }
 
 TEST_F(BlasChecks, MatmulShapesEpiloguesAndAuxiliaryOutputsAreChecked) {
