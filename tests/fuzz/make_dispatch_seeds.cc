@@ -655,6 +655,52 @@ std::string libraries() {
     m.setPtr(relocated(1, 0));
     m.setCount(100);
   });
+  // A MRG32k3a generation that carries its generators' draw counts, and an MTGP32 one.
+  add(s, true, [](Request::Builder r) {
+    auto m = r.initRandFill();
+    m.initStream();
+    m.setRng(121);
+    m.setSeed(9);
+    m.setDist(3);
+    m.setStddev(1);
+    m.setPtr(relocated(1, 0));
+    m.setCount(64);
+    m.setSlot(100);
+    m.setCounted(40);
+    auto d = m.initDraws(4);
+    d.set(0, 7), d.set(1, 40000), d.set(2, 8), d.set(3, 41920);
+  });
+  add(s, true, [](Request::Builder r) {
+    auto m = r.initRandFill();
+    m.initStream();
+    m.setRng(141);
+    m.setSeed(2);
+    m.setPosition(49000);
+    m.setDist(2);
+    m.setPtr(relocated(1, 0));
+    m.setCount(300);
+  });
+  // Complex cuBLAS: a Zherk (real scalars) and a Cdotc whose result comes back.
+  add(s, true, [](Request::Builder r) {
+    auto b = r.initBlas();
+    b.initStream();
+    b.setOp(rgpu::wire::BlasOp::HERK);
+    b.setAType(5), b.setBType(5);
+    b.setTransA(2);
+    b.setN(8), b.setK(4), b.setLda(8), b.setLdc(8);
+    b.setA(relocated(1, 0)), b.setC(relocated(1, 4096));
+    double one = 1;
+    b.initAlpha().setHost(kj::arrayPtr(reinterpret_cast<const kj::byte*>(&one), 8));
+    b.initBeta().setHost(kj::arrayPtr(reinterpret_cast<const kj::byte*>(&one), 8));
+  });
+  add(s, false, [](Request::Builder r) {
+    auto b = r.initBlas();
+    b.initStream();
+    b.setOp(rgpu::wire::BlasOp::DOTC);
+    b.setAType(4), b.setBType(4);
+    b.setN(16), b.setIncx(1), b.setIncy(2);
+    b.setX(relocated(1, 0)), b.setY(relocated(1, 8192));
+  });
   sync(s);
   return s;
 }
