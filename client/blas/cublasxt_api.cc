@@ -9,7 +9,7 @@
 //
 // Forwarded: cublasXtCreate, Destroy, DeviceSelect, MaxBoards,
 // GetNumBoards, Set/GetBlockDim, Set/GetPinningMemMode, SetCpuRatio (a
-// hint, kept), cublasXtSgemm and cublasXtDgemm. SetCpuRoutine and every
+// hint, kept), cublasXtSgemm, Dgemm, Cgemm and Zgemm. SetCpuRoutine and every
 // other cublasXt routine answer CUBLAS_STATUS_NOT_SUPPORTED (generated stubs).
 #include <cublasXt.h>
 #include <cuda_runtime_api.h>
@@ -101,12 +101,17 @@ cublasStatus_t gemm(const char* call, cublasXtHandle_t h, cublasOperation_t ta, 
     if (st == CUBLAS_STATUS_SUCCESS) {
       const int im = static_cast<int>(m), iw = static_cast<int>(w), ik = static_cast<int>(k);
       const int ilda = static_cast<int>(std::max<size_t>(1, a_rows)), ildb = static_cast<int>(std::max<size_t>(1, tb_rows));
+      const T* pa = static_cast<const T*>(p.a);
+      const T* pb = static_cast<const T*>(dB);
+      T* pc = static_cast<T*>(dC);
       if constexpr (std::is_same_v<T, float>)
-        st = cublasSgemm(p.handle, ta, tb, im, iw, ik, alpha, static_cast<const float*>(p.a), ilda,
-                         static_cast<const float*>(dB), ildb, beta, static_cast<float*>(dC), im);
+        st = cublasSgemm(p.handle, ta, tb, im, iw, ik, alpha, pa, ilda, pb, ildb, beta, pc, im);
+      else if constexpr (std::is_same_v<T, double>)
+        st = cublasDgemm(p.handle, ta, tb, im, iw, ik, alpha, pa, ilda, pb, ildb, beta, pc, im);
+      else if constexpr (std::is_same_v<T, cuComplex>)
+        st = cublasCgemm(p.handle, ta, tb, im, iw, ik, alpha, pa, ilda, pb, ildb, beta, pc, im);
       else
-        st = cublasDgemm(p.handle, ta, tb, im, iw, ik, alpha, static_cast<const double*>(p.a), ilda,
-                         static_cast<const double*>(dB), ildb, beta, static_cast<double*>(dC), im);
+        st = cublasZgemm(p.handle, ta, tb, im, iw, ik, alpha, pa, ilda, pb, ildb, beta, pc, im);
     }
     if (st == CUBLAS_STATUS_SUCCESS)
       st = cudaStatus(cudaMemcpy2D(C + first * ldc, ldc * es, dC, m * es, m * es, w, cudaMemcpyDefault), call);
@@ -214,6 +219,21 @@ XT_API cublasStatus_t cublasXtDgemm(cublasXtHandle_t h, cublasOperation_t ta, cu
                                     size_t ldb, const double* beta, double* C, size_t ldc) {
   return blas::guarded("cublasXtDgemm", [&] {
     return gemm<double>("cublasXtDgemm", h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  });
+}
+XT_API cublasStatus_t cublasXtCgemm(cublasXtHandle_t h, cublasOperation_t ta, cublasOperation_t tb, size_t m, size_t n,
+                                    size_t k, const cuComplex* alpha, const cuComplex* A, size_t lda, const cuComplex* B,
+                                    size_t ldb, const cuComplex* beta, cuComplex* C, size_t ldc) {
+  return blas::guarded("cublasXtCgemm", [&] {
+    return gemm<cuComplex>("cublasXtCgemm", h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  });
+}
+XT_API cublasStatus_t cublasXtZgemm(cublasXtHandle_t h, cublasOperation_t ta, cublasOperation_t tb, size_t m, size_t n,
+                                    size_t k, const cuDoubleComplex* alpha, const cuDoubleComplex* A, size_t lda,
+                                    const cuDoubleComplex* B, size_t ldb, const cuDoubleComplex* beta,
+                                    cuDoubleComplex* C, size_t ldc) {
+  return blas::guarded("cublasXtZgemm", [&] {
+    return gemm<cuDoubleComplex>("cublasXtZgemm", h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
   });
 }
 

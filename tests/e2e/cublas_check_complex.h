@@ -1,12 +1,14 @@
-// cublas_check's complex gemms (included by cublas_check.cu): cublasCgemm,
+// cublas_check's complex calls (included by cublas_check.cu): cublasCgemm,
 // Zgemm, C/Zgemm3m, the strided-batched and batched forms and cublasGemmEx
 // on CUDA_C_32F / CUDA_C_64F, every operation N, T and C (conjugate
-// transpose) with padded leading dimensions, host and device scalars,
-// against a double-precision complex computation of its own.
+// transpose) with padded leading dimensions, host and device scalars; the
+// rest of level 3 (with herk, her2k, hemm), level 1 and 2, and cublasXt's
+// C/Z gemm; each against a double-precision complex computation of its own.
 #pragma once
 
-#include <cublas_v2.h>
 #include <cuComplex.h>
+#include <cublasXt.h>
+#include <cublas_v2.h>
 
 #include <complex>
 #include <vector>
@@ -492,4 +494,29 @@ void complexLevel12(cublasHandle_t h, const char* P, const ComplexLevel12<T, R, 
     CHECK(e < tol, "cublas%s%s: error %g", P, conj ? "gerc" : "geru", e);
     cudaFree(dA), cudaFree(dxv), cudaFree(dyv);
   }
+}
+
+// cublasXt's complex gemm on host memory over every device, 64-column tiles, op(A) = A^H.
+template <typename T>
+void xtComplexGemm(const char* name, cublasStatus_t (*gemm)(cublasXtHandle_t, cublasOperation_t, cublasOperation_t,
+                                                            size_t, size_t, size_t, const T*, const T*, size_t,
+                                                            const T*, size_t, const T*, T*, size_t)) {
+  cublasXtHandle_t xt;
+  OK(cublasXtCreate(&xt));
+  int devices = 0;
+  CUDA(cudaGetDeviceCount(&devices));
+  std::vector<int> ids(devices);
+  for (int i = 0; i < devices; ++i) ids[i] = i;
+  OK(cublasXtDeviceSelect(xt, devices, ids.data()));
+  OK(cublasXtSetBlockDim(xt, 64));
+  const int m = 70, n = 150, k = 40, lda = 44, ldb = 41, ldc = 75;
+  const cd alpha{0.5, 1.0}, beta{-1.0, 0.25};
+  const T ha = cmake<T>(alpha), hb = cmake<T>(beta);
+  auto A = complexRandoms<T>(lda * m), B = complexRandoms<T>(ldb * n), C = complexRandoms<T>(ldc * n);
+  std::vector<T> got = C;
+  OK(gemm(xt, CUBLAS_OP_C, CUBLAS_OP_N, m, n, k, &ha, A.data(), lda, B.data(), ldb, &hb, got.data(), ldc));
+  const double e = complexGemmErr(CUBLAS_OP_C, CUBLAS_OP_N, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, got);
+  CHECK(e < (sizeof(T) == 16 ? 1e-12 : 2e-5), "cublasXt%sgemm C N on %d device(s): error %g", name, devices, e);
+  std::printf("cublasXt %sgemm 70x150x40 (A^H) on %d device(s), 64-column tiles: relative error %.1e\n", name, devices, e);
+  OK(cublasXtDestroy(xt));
 }
