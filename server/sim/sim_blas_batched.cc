@@ -9,21 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "server/sim/lapack.h"
 #include "server/sim/sim_blas.h"
-
-extern "C" {
-// LAPACK (OpenBLAS, LP64), as gfortran calls it.
-void sgetrf_(const int*, const int*, float*, const int*, int*, int*);
-void dgetrf_(const int*, const int*, double*, const int*, int*, int*);
-void sgetrs_(const char*, const int*, const int*, const float*, const int*, const int*, float*, const int*, int*,
-             size_t);
-void dgetrs_(const char*, const int*, const int*, const double*, const int*, const int*, double*, const int*, int*,
-             size_t);
-void sgetri_(const int*, float*, const int*, const int*, float*, const int*, int*);
-void dgetri_(const int*, double*, const int*, const int*, double*, const int*, int*);
-void sgeqrf_(const int*, const int*, float*, const int*, float*, float*, const int*, int*);
-void dgeqrf_(const int*, const int*, double*, const int*, double*, double*, const int*, int*);
-}
 
 namespace rgpu::server::simblas {
 

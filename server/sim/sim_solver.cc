@@ -7,56 +7,20 @@
 #include <type_traits>
 #include <vector>
 
+#include "server/sim/lapack.h"
+
 namespace rgpu::server::simsolver {
 
 namespace sv = common::solver;
 
 namespace {
 
-using cfloat = std::complex<float>;
-using cdouble = std::complex<double>;
-using L = size_t;  // gfortran's hidden lengths of character arguments
+using lapack::cdouble;
+using lapack::cfloat;
+using lapack::L;
 
 }  // namespace
 
-// LAPACK (OpenBLAS, LP64), as gfortran calls it.
-extern "C" {
-#define RGPU_LAPACK_FOR(X, T, R) \
-  void X##potrf_(const char*, const int*, T*, const int*, int*, L); \
-  void X##potrs_(const char*, const int*, const int*, const T*, const int*, T*, const int*, int*, L); \
-  void X##getrf_(const int*, const int*, T*, const int*, int*, int*); \
-  void X##getrs_(const char*, const int*, const int*, const T*, const int*, const int*, T*, const int*, int*, L); \
-  void X##geqrf_(const int*, const int*, T*, const int*, T*, T*, const int*, int*);
-RGPU_LAPACK_FOR(s, float, float)
-RGPU_LAPACK_FOR(d, double, double)
-RGPU_LAPACK_FOR(c, cfloat, float)
-RGPU_LAPACK_FOR(z, cdouble, double)
-#undef RGPU_LAPACK_FOR
-void sormqr_(const char*, const char*, const int*, const int*, const int*, const float*, const int*, const float*,
-             float*, const int*, float*, const int*, int*, L, L);
-void dormqr_(const char*, const char*, const int*, const int*, const int*, const double*, const int*, const double*,
-             double*, const int*, double*, const int*, int*, L, L);
-void cunmqr_(const char*, const char*, const int*, const int*, const int*, const cfloat*, const int*, const cfloat*,
-             cfloat*, const int*, cfloat*, const int*, int*, L, L);
-void zunmqr_(const char*, const char*, const int*, const int*, const int*, const cdouble*, const int*, const cdouble*,
-             cdouble*, const int*, cdouble*, const int*, int*, L, L);
-void ssyevd_(const char*, const char*, const int*, float*, const int*, float*, float*, const int*, int*, const int*,
-             int*, L, L);
-void dsyevd_(const char*, const char*, const int*, double*, const int*, double*, double*, const int*, int*, const int*,
-             int*, L, L);
-void cheevd_(const char*, const char*, const int*, cfloat*, const int*, float*, cfloat*, const int*, float*, const int*,
-             int*, const int*, int*, L, L);
-void zheevd_(const char*, const char*, const int*, cdouble*, const int*, double*, cdouble*, const int*, double*,
-             const int*, int*, const int*, int*, L, L);
-void sgesvd_(const char*, const char*, const int*, const int*, float*, const int*, float*, float*, const int*, float*,
-             const int*, float*, const int*, int*, L, L);
-void dgesvd_(const char*, const char*, const int*, const int*, double*, const int*, double*, double*, const int*,
-             double*, const int*, double*, const int*, int*, L, L);
-void cgesvd_(const char*, const char*, const int*, const int*, cfloat*, const int*, float*, cfloat*, const int*,
-             cfloat*, const int*, cfloat*, const int*, float*, int*, L, L);
-void zgesvd_(const char*, const char*, const int*, const int*, cdouble*, const int*, double*, cdouble*, const int*,
-             cdouble*, const int*, cdouble*, const int*, double*, int*, L, L);
-}
 
 namespace {
 
