@@ -239,7 +239,7 @@ cublasStatus_t syr2k(const char* name, cublasHandle_t h, cublasFillMode_t uplo, 
   });
 }
 
-// ---- batched factorizations (S, D) --------------------------------------------------
+// ---- batched factorizations (S, D, C, Z) --------------------------------------------------
 
 // One batched factorization: the arrays of pointers, pivots and infos are device memory.
 template <typename T>
@@ -413,6 +413,8 @@ HERMITIAN(Z, cuDoubleComplex, double, int64_t, _64)
   }
 FACTORIZATIONS(S, float)
 FACTORIZATIONS(D, double)
+FACTORIZATIONS(C, cuComplex)
+FACTORIZATIONS(Z, cuDoubleComplex)
 #undef FACTORIZATIONS
 
 }  // extern "C"

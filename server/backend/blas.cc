@@ -207,7 +207,8 @@ Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device) 
     case BlasOp::kGetrfBatched: case BlasOp::kGetrsBatched: case BlasOp::kGetriBatched:
     case BlasOp::kMatinvBatched: case BlasOp::kGeqrfBatched: {
       // The arrays of pointers, pivots and infos; the matrices the arrays name are checked when the call runs.
-      if (!realType(a.a_type)) return Status(err::kNotSupported, call + " of " + typeName(a.a_type) + ": rgpu runs S and D");
+      if (!realType(a.a_type) && !isComplex(a.a_type))
+        return Status(err::kNotSupported, call + " of " + typeName(a.a_type) + ": rgpu runs S, D, C and Z");
       if (a.m < 0 || a.n < 0 || a.k < 0 || a.batch < 0) return bad(call + ": negative size");
       if (a.op == BlasOp::kMatinvBatched && a.n > 32) return bad(call + ": n above 32");
       if (a.op == BlasOp::kGetrsBatched && a.trans_a != kOpN && a.trans_a != kOpT && a.trans_a != kOpC)

@@ -196,6 +196,7 @@ Status runBlas(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alph
     }
     case BlasOp::kGetrfBatched: case BlasOp::kGetrsBatched: case BlasOp::kGetriBatched:
     case BlasOp::kMatinvBatched: case BlasOp::kGeqrfBatched: {
+      if (isComplex(a.a_type)) return runComplexFactorization(B, h, a);
       // NVIDIA's 32-bit calls; the host info of getrs and geqrf (their arguments') the client has checked.
       for (int64_t v : {a.m, a.n, a.k, a.lda, a.ldb, a.batch})
         if (v > INT_MAX) return Status(err::kInvalidValue, std::string(name) + ": a size beyond int");

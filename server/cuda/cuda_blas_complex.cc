@@ -110,7 +110,43 @@ Status run12(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alpha,
 #undef RGPU_BOTH2
 }
 
+// The batched factorizations (NVIDIA's 32-bit calls; the host info of getrs
+// and geqrf is the arguments', checked by the client).
+template <typename T>
+Status factorization(BlasApi& B, cublasHandle_t h, const BlasArgs& a) {
+  constexpr bool kZ = std::is_same_v<T, cuDoubleComplex>;
+  const char* name = blasOpName(a.op);
+  auto check = [&](cublasStatus_t s) { return BlasApi::check(s, name); };
+  for (int64_t v : {a.m, a.n, a.k, a.lda, a.ldb, a.batch})
+    if (v > INT_MAX) return Status(err::kInvalidValue, std::string(name) + ": a size beyond int");
+  const int m = static_cast<int>(a.m), n = static_cast<int>(a.n), k = static_cast<int>(a.k);
+  const int lda = static_cast<int>(a.lda), ldb = static_cast<int>(a.ldb), batch = static_cast<int>(a.batch);
+  int* piv = reinterpret_cast<int*>(a.x);
+  int* info = reinterpret_cast<int*>(a.c);
+  int host_info = 0;
+  auto A = reinterpret_cast<T* const*>(a.a);
+  auto Bm = reinterpret_cast<T* const*>(a.b);
+  const auto ta = static_cast<cublasOperation_t>(a.trans_a);
+#define RGPU_CZ(name, ...)                                        \
+  if constexpr (kZ) RGPU_TRY(check(B.cublasZ##name(__VA_ARGS__))); \
+  else RGPU_TRY(check(B.cublasC##name(__VA_ARGS__)))
+  switch (a.op) {
+    case BlasOp::kGetrfBatched: RGPU_CZ(getrfBatched, h, n, A, lda, piv, info, batch); break;
+    case BlasOp::kGetrsBatched: RGPU_CZ(getrsBatched, h, ta, n, k, A, lda, piv, Bm, ldb, &host_info, batch); break;
+    case BlasOp::kGetriBatched: RGPU_CZ(getriBatched, h, n, A, lda, piv, Bm, ldb, info, batch); break;
+    case BlasOp::kMatinvBatched: RGPU_CZ(matinvBatched, h, n, A, lda, Bm, ldb, info, batch); break;
+    default: RGPU_CZ(geqrfBatched, h, m, n, A, lda, Bm, &host_info, batch); break;
+  }
+#undef RGPU_CZ
+  if (host_info) return Status(err::kInvalidValue, std::string(name) + ": argument " + std::to_string(-host_info));
+  return Status::ok();
+}
+
 }  // namespace
+
+Status runComplexFactorization(BlasApi& B, cublasHandle_t h, const BlasArgs& a) {
+  return a.a_type == kC64F ? factorization<cuDoubleComplex>(B, h, a) : factorization<cuComplex>(B, h, a);
+}
 
 Status runComplexBlas12(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alpha, const void* beta,
                         uint64_t result) {

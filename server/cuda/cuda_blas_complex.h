@@ -1,5 +1,5 @@
 // cuBLAS's complex level 3 beyond gemm through NVIDIA's library
-// (cuda_blas_complex.cc): level 1 and 2, and geam, dgmm, trsm, trmm, symm, syrk, syr2k, herk,
+// (cuda_blas_complex.cc): level 1 and 2, the batched factorizations, and geam, dgmm, trsm, trmm, symm, syrk, syr2k, herk,
 // her2k and hemm in C and Z, for a call the session has checked.
 #pragma once
 
@@ -9,6 +9,8 @@
 namespace rgpu::server::cuda {
 
 Status runComplexBlas(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alpha, const void* beta);
+// The batched factorizations (getrf, getrs, getri, matinv, geqrf).
+Status runComplexFactorization(BlasApi& B, cublasHandle_t h, const BlasArgs& a);
 // Level 1 and 2 (a reduction writes to `result`).
 Status runComplexBlas12(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alpha, const void* beta,
                         uint64_t result);

@@ -1,5 +1,5 @@
 // cuBLAS's batched factorizations on the CPU (sim_blas.h): getrfBatched,
-// getrsBatched, getriBatched, matinvBatched and geqrfBatched in S and D, one
+// getrsBatched, getriBatched, matinvBatched and geqrfBatched in S, D, C and Z, one
 // LAPACK call (OpenBLAS) per matrix. Every matrix a pointer array names is
 // checked before anything is written; infos are LAPACK's (0, or i when
 // U(i, i) is exactly zero). getrf without pivots (P null) is an LU of its
@@ -31,6 +31,20 @@ struct Lapack<double> {
   static constexpr auto getrs = dgetrs_;
   static constexpr auto getri = dgetri_;
   static constexpr auto geqrf = dgeqrf_;
+};
+template <>
+struct Lapack<lapack::cfloat> {
+  static constexpr auto getrf = cgetrf_;
+  static constexpr auto getrs = cgetrs_;
+  static constexpr auto getri = cgetri_;
+  static constexpr auto geqrf = cgeqrf_;
+};
+template <>
+struct Lapack<lapack::cdouble> {
+  static constexpr auto getrf = zgetrf_;
+  static constexpr auto getrs = zgetrs_;
+  static constexpr auto getri = zgetri_;
+  static constexpr auto geqrf = zgeqrf_;
 };
 
 template <typename T>
@@ -109,7 +123,7 @@ Status batched(const BlasArgs& a, const Valid& valid) {
         break;
       case BlasOp::kGetrsBatched: {
         if (n == 0 || k == 0) break;
-        const char t = a.trans_a == 0 ? 'N' : 'T';
+        const char t = a.trans_a == 0 ? 'N' : a.trans_a == 2 && a.a_type >= 4 ? 'C' : 'T';  // (C: complex only)
         Lapack<T>::getrs(&t, &n, &k, A, &lda, piv ? piv : identity.data(), at<T>(pointerAt(a.b, i)), &ldb, &result,
                          1);
         break;
@@ -145,7 +159,12 @@ Status batched(const BlasArgs& a, const Valid& valid) {
 Status runBatchedFactorization(const BlasArgs& a, const Valid& valid) {
   for (int64_t v : {a.m, a.n, a.k, a.lda, a.ldb})
     if (v > INT32_MAX) return Status(err::kInvalidValue, std::string(blasOpName(a.op)) + ": a size beyond int");
-  return a.a_type == 0 ? batched<float>(a, valid) : batched<double>(a, valid);  // (CUDA_R_32F, CUDA_R_64F)
+  switch (a.a_type) {  // CUDA_R_32F, CUDA_R_64F, CUDA_C_32F, CUDA_C_64F
+    case 0: return batched<float>(a, valid);
+    case 1: return batched<double>(a, valid);
+    case 4: return batched<lapack::cfloat>(a, valid);
+    default: return batched<lapack::cdouble>(a, valid);
+  }
 }
 
 }  // namespace rgpu::server::simblas

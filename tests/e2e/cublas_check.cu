@@ -612,6 +612,10 @@ int main(int argc, char** argv) {
   complexGemms<cuDoubleComplex>(h, "Z", cublasZgemm, cublasZgemm3m, CUDA_C_64F, CUBLAS_COMPUTE_64F);
   complexGemmBatches<cuComplex>(h, "C", cublasCgemmStridedBatched, cublasCgemmBatched);
   complexGemmBatches<cuDoubleComplex>(h, "Z", cublasZgemmStridedBatched, cublasZgemmBatched);
+  complexFactorizations<cuComplex>(h, "C", {cublasCgetrfBatched, cublasCgetrsBatched, cublasCgetriBatched,
+                                            cublasCmatinvBatched, cublasCgeqrfBatched});
+  complexFactorizations<cuDoubleComplex>(h, "Z", {cublasZgetrfBatched, cublasZgetrsBatched, cublasZgetriBatched,
+                                                  cublasZmatinvBatched, cublasZgeqrfBatched});
   xtComplexGemm<cuComplex>("C", cublasXtCgemm);
   xtComplexGemm<cuDoubleComplex>("Z", cublasXtZgemm);
   complexLevel12<cuComplex, float, int>(h, "C", {cublasCaxpy, cublasCscal, cublasCsscal, cublasCcopy, cublasCswap,

@@ -520,3 +520,122 @@ void xtComplexGemm(const char* name, cublasStatus_t (*gemm)(cublasXtHandle_t, cu
   std::printf("cublasXt %sgemm 70x150x40 (A^H) on %d device(s), 64-column tiles: relative error %.1e\n", name, devices, e);
   OK(cublasXtDestroy(xt));
 }
+
+// ---- complex batched factorizations ------------------------------------------------
+template <typename T>
+struct ComplexFactorizations {
+  cublasStatus_t (*getrf)(cublasHandle_t, int, T* const[], int, int*, int*, int);
+  cublasStatus_t (*getrs)(cublasHandle_t, cublasOperation_t, int, int, const T* const[], int, const int*, T* const[],
+                          int, int*, int);
+  cublasStatus_t (*getri)(cublasHandle_t, int, const T* const[], int, const int*, T* const[], int, int*, int);
+  cublasStatus_t (*matinv)(cublasHandle_t, int, const T* const[], int, T* const[], int, int*, int);
+  cublasStatus_t (*geqrf)(cublasHandle_t, int, int, T* const[], int, T* const[], int*, int);
+};
+
+// Device copies of `batch` matrices (each `size` elements) and the device array of their pointers.
+template <typename T>
+struct ComplexBatch {
+  std::vector<T*> ptrs;
+  T** array = nullptr;
+  ComplexBatch(const std::vector<std::vector<T>>& mats) {
+    for (auto& m : mats) ptrs.push_back(toDevice(m));
+    array = toDevice(ptrs);
+  }
+  ~ComplexBatch() {
+    for (T* p : ptrs) cudaFree(p);
+    cudaFree(array);
+  }
+  std::vector<T> get(int i, size_t n) const { return toHost(ptrs[i], n); }
+};
+
+template <typename T>
+void complexFactorizations(cublasHandle_t h, const char* P, const ComplexFactorizations<T>& f) {
+  const double tol = sizeof(T) == 16 ? 1e-11 : 1e-4;
+  const int n = 6, lda = 8, batch = 3, nrhs = 2, ldb = 7;
+  std::vector<std::vector<T>> As, Bs, Cs;
+  for (int b = 0; b < batch; ++b) {
+    auto A = complexRandoms<T>(lda * n);
+    for (int i = 0; i < n; ++i) A[i + i * lda] = cmake<T>(cval(A[i + i * lda]) + cd(3, -1));
+    As.push_back(A);
+    Bs.push_back(complexRandoms<T>(ldb * nrhs));
+    Cs.push_back(std::vector<T>(lda * n, cmake<T>(0)));
+  }
+  auto dense = [&](const std::vector<T>& X, int ld, int r, int c) { return denseOp(CUBLAS_OP_N, X, ld, r, c); };
+  // matinv: C = inv(A), A kept
+  {
+    ComplexBatch<T> a(As), c(Cs);
+    int* info = toDevice(std::vector<int>(batch, -1));
+    OK(f.matinv(h, n, a.array, lda, c.array, lda, info, batch));
+    double worst = 0;
+    for (int b = 0; b < batch; ++b) {
+      Dense prod = mul(dense(As[b], lda, n, n), dense(c.get(b, lda * n), lda, n, n));
+      for (int j = 0; j < n; ++j)
+        for (int i = 0; i < n; ++i) worst = std::max(worst, std::abs(prod(i, j) - cd(i == j ? 1 : 0)));
+    }
+    CHECK(worst < tol && toHost(info, batch) == std::vector<int>(batch, 0), "cublas%smatinvBatched: A inv(A) - I %g", P,
+          worst);
+    cudaFree(info);
+  }
+  // getrf (pivoted), then getrs N and C, and getri
+  ComplexBatch<T> lu(As);
+  int* piv = toDevice(std::vector<int>(n * batch, 0));
+  int* info = toDevice(std::vector<int>(batch, -1));
+  OK(f.getrf(h, n, lu.array, lda, piv, info, batch));
+  CHECK(toHost(info, batch) == std::vector<int>(batch, 0), "cublas%sgetrfBatched info", P);
+  for (cublasOperation_t op : {CUBLAS_OP_N, CUBLAS_OP_C}) {
+    ComplexBatch<T> x(Bs);
+    int host_info = -1;
+    OK(f.getrs(h, op, n, nrhs, lu.array, lda, piv, x.array, ldb, &host_info, batch));
+    double worst = 0;
+    for (int b = 0; b < batch; ++b) {
+      Dense lhs = mul(denseOp(op, As[b], lda, n, n), dense(x.get(b, ldb * nrhs), ldb, n, nrhs));
+      Dense rhs = dense(Bs[b], ldb, n, nrhs);
+      for (size_t i = 0; i < lhs.v.size(); ++i) worst = std::max(worst, std::abs(lhs.v[i] - rhs.v[i]));
+    }
+    CHECK(worst < tol && host_info == 0, "cublas%sgetrsBatched op %d: residual %g", P, op, worst);
+  }
+  {
+    ComplexBatch<T> c(Cs);
+    OK(f.getri(h, n, lu.array, lda, piv, c.array, lda, info, batch));
+    double worst = 0;
+    for (int b = 0; b < batch; ++b) {
+      Dense prod = mul(dense(As[b], lda, n, n), dense(c.get(b, lda * n), lda, n, n));
+      for (int j = 0; j < n; ++j)
+        for (int i = 0; i < n; ++i) worst = std::max(worst, std::abs(prod(i, j) - cd(i == j ? 1 : 0)));
+    }
+    CHECK(worst < tol, "cublas%sgetriBatched: A inv(A) - I %g", P, worst);
+  }
+  // A singular matrix: getrf's info names its first zero pivot.
+  {
+    ComplexBatch<T> z({std::vector<T>(lda * n, cmake<T>(0))});
+    OK(f.getrf(h, n, z.array, lda, piv, info, 1));
+    CHECK(toHost(info, 1)[0] == 1, "cublas%sgetrfBatched of a zero matrix: info %d", P, toHost(info, 1)[0]);
+  }
+  cudaFree(piv);
+  cudaFree(info);
+  // geqrf (7 x 5): R^H R = A^H A
+  {
+    const int m = 7, k = 5, ld = 9;
+    std::vector<std::vector<T>> qa, taus;
+    for (int b = 0; b < batch; ++b) qa.push_back(complexRandoms<T>(ld * k)), taus.push_back(std::vector<T>(k, cmake<T>(0)));
+    ComplexBatch<T> a(qa), tau(taus);
+    int host_info = -1;
+    OK(f.geqrf(h, m, k, a.array, ld, tau.array, &host_info, batch));
+    double worst = 0;
+    for (int b = 0; b < batch; ++b) {
+      auto out = a.get(b, ld * k);
+      Dense R(k, k);
+      for (int j = 0; j < k; ++j)
+        for (int i = 0; i <= j; ++i) R(i, j) = cval(out[i + j * ld]);
+      Dense Rh(k, k), Ah(k, m);
+      for (int j = 0; j < k; ++j)
+        for (int i = 0; i < k; ++i) Rh(i, j) = std::conj(R(j, i));
+      Dense A0 = dense(qa[b], ld, m, k);
+      for (int j = 0; j < m; ++j)
+        for (int i = 0; i < k; ++i) Ah(i, j) = std::conj(A0(j, i));
+      Dense l = mul(Rh, R), r = mul(Ah, A0);
+      for (size_t i = 0; i < l.v.size(); ++i) worst = std::max(worst, std::abs(l.v[i] - r.v[i]) / std::max(1.0, std::abs(r.v[i])));
+    }
+    CHECK(worst < tol && host_info == 0, "cublas%sgeqrfBatched: R^H R - A^H A %g", P, worst);
+  }
+}

@@ -466,6 +466,8 @@ HERM(Z, cuDoubleComplex, double)
   }
 FACT(S, float)
 FACT(D, double)
+FACT(C, cuComplex)
+FACT(Z, cuDoubleComplex)
 #undef FACT
 #undef U64
 
