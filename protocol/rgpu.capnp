@@ -435,6 +435,7 @@ enum BlasOp {
   getrfBatched @21; getrsBatched @22; getriBatched @23; matinvBatched @24; geqrfBatched @25;
   herk @26; her2k @27; hemm @28;   # complex only: Hermitian rank-k, rank-2k, Hermitian times general
   dotc @29; gerc @30;              # complex only: conjugated dot product, conjugated rank-1 update
+  trmv @31; trsv @32; symv @33; hemv @34;   # level 2 (hemv: complex only)
 }
 
 # alpha or beta: its bytes (host pointer mode) or its device address.

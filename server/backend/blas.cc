@@ -11,7 +11,7 @@ const char* blasOpName(BlasOp op) {
                                        "copy", "swap", "gemv", "ger",  "gemm", "gemmStridedBatched",
                                        "gemmBatched", "geam", "dgmm", "trsm", "syrk", "trmm", "symm", "syr2k",
                                        "getrfBatched", "getrsBatched", "getriBatched", "matinvBatched", "geqrfBatched",
-                                       "herk", "her2k", "hemm", "dotc", "gerc"};
+                                       "herk", "her2k", "hemm", "dotc", "gerc", "trmv", "trsv", "symv", "hemv"};
   auto i = static_cast<size_t>(op);
   return i < sizeof kNames / sizeof kNames[0] ? kNames[i] : "?";
 }
@@ -174,6 +174,24 @@ Status checkBlas(const BlasArgs& a, const AllocationTable& allocs, int* device) 
         if (two) RGPU_TRY(r.vector(a.y, a.n, a.incy, es, "y"));
         if (a.op == BlasOp::kAxpy || a.op == BlasOp::kScal) RGPU_TRY(r.scalar(a.alpha, alpha_size, "alpha"));
         if (size_t rb = blasResultBytes(a); rb && a.result) RGPU_TRY(r.range(a.result, 1, rb, "result"));
+      }
+      break;
+    }
+    case BlasOp::kTrmv: case BlasOp::kTrsv: case BlasOp::kSymv: case BlasOp::kHemv: {
+      if (a.b_type != a.a_type || !(isComplex(a.a_type) || (realType(a.a_type) && a.op != BlasOp::kHemv)))
+        return Status(err::kNotSupported, call + " of " + typeName(a.a_type) + ": rgpu runs " +
+                                              (a.op == BlasOp::kHemv ? "C and Z" : "S, D, C and Z"));
+      if (a.n < 0) return bad(call + ": negative size");
+      const bool tri = a.op == BlasOp::kTrmv || a.op == BlasOp::kTrsv;
+      if ((a.uplo != 0 && a.uplo != 1) || (tri && (a.trans_a < kOpN || a.trans_a > kOpC || (a.diag != 0 && a.diag != 1))))
+        return bad(call + ": bad fill mode, operation or diagonal type");
+      const size_t es = elementSize(a.a_type);
+      RGPU_TRY(r.matrix(a.a, a.n, a.n, a.lda, es, 1, 0, "A"));
+      RGPU_TRY(r.vector(a.x, a.n, a.incx, es, "x"));
+      if (!tri) {
+        RGPU_TRY(r.vector(a.y, a.n, a.incy, es, "y"));
+        RGPU_TRY(r.scalar(a.alpha, es, "alpha"));
+        RGPU_TRY(r.scalar(a.beta, es, "beta"));
       }
       break;
     }

@@ -32,9 +32,12 @@ enum class BlasOp : uint8_t {
   kHerk, kHer2k, kHemm,
   // Complex only: x^H y (dotc), A += alpha x y^H (gerc). (dot and ger are
   // dotu and geru for complex types; a complex scal's alpha is c_type.)
-  kDotc, kGerc
+  kDotc, kGerc,
+  // Level 2: x = op(A) x and x = op(A)^-1 x with A triangular (trmv, trsv),
+  // y = alpha A x + beta y with A symmetric or Hermitian (symv, hemv); n x n.
+  kTrmv, kTrsv, kSymv, kHemv
 };
-inline constexpr BlasOp kLastBlasOp = BlasOp::kGerc;
+inline constexpr BlasOp kLastBlasOp = BlasOp::kHemv;
 const char* blasOpName(BlasOp op);
 
 // alpha or beta: bytes (host pointer mode) or a device address.

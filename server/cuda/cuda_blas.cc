@@ -82,6 +82,8 @@ Status runBlas(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alph
   switch (a.op) {
     case BlasOp::kHerk: case BlasOp::kHer2k: case BlasOp::kHemm: return runComplexBlas(B, h, a, alpha, beta);
     case BlasOp::kDotc: case BlasOp::kGerc: return runComplexBlas12(B, h, a, alpha, beta, result);
+    case BlasOp::kTrmv: case BlasOp::kTrsv: case BlasOp::kSymv: case BlasOp::kHemv:
+      return runLevel2More(B, h, a, alpha, beta);
     case BlasOp::kAxpy:
       return check(f ? B.cublasSaxpy_v2_64(h, a.n, fa, xs, a.incx, ys, a.incy)
                      : B.cublasDaxpy_v2_64(h, a.n, da, xd, a.incx, yd, a.incy));
@@ -343,7 +345,8 @@ Status CudaBackend::blas(StreamKey key, const BlasArgs& a, ReadDone done) {
   // its way back); alpha and beta are where the client's pointer mode put them.
   bool device_scalars = result_bytes ? true : a.alpha.device;
   bool uses_beta = a.op == BlasOp::kGemv || (a.op >= BlasOp::kGemm && a.op != BlasOp::kDgmm && a.op != BlasOp::kTrsm &&
-                                                   a.op != BlasOp::kTrmm && a.op != BlasOp::kDotc && a.op != BlasOp::kGerc);
+                                                   a.op != BlasOp::kTrmm && a.op != BlasOp::kDotc && a.op != BlasOp::kGerc &&
+                                                   a.op != BlasOp::kTrmv && a.op != BlasOp::kTrsv);
   if (uses_beta && a.beta.device != a.alpha.device)
     return Status(err::kInvalidValue, "alpha and beta in different pointer modes");
   auto cs = reinterpret_cast<cudaStream_t>(s->second);

@@ -11,6 +11,8 @@ namespace rgpu::server::cuda {
 Status runComplexBlas(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alpha, const void* beta);
 // The batched factorizations (getrf, getrs, getri, matinv, geqrf).
 Status runComplexFactorization(BlasApi& B, cublasHandle_t h, const BlasArgs& a);
+// trmv, trsv, symv (S, D, C, Z) and hemv (C, Z) (cuda_blas_level2.cc).
+Status runLevel2More(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alpha, const void* beta);
 // Level 1 and 2 (a reduction writes to `result`).
 Status runComplexBlas12(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alpha, const void* beta,
                         uint64_t result);

@@ -521,6 +521,7 @@ Status run(const BlasArgs& a, const Valid& valid, std::string* result) {
   switch (a.op) {
     case BlasOp::kGemv: case BlasOp::kGer: return isComplex(a.a_type) ? runComplexLevel12(a, result) : level2(a);
     case BlasOp::kDotc: case BlasOp::kGerc: return runComplexLevel12(a, result);
+    case BlasOp::kTrmv: case BlasOp::kTrsv: case BlasOp::kSymv: case BlasOp::kHemv: return runLevel2More(a);
     case BlasOp::kGemm: case BlasOp::kGemmStridedBatched: case BlasOp::kGemmBatched: return level3(a, valid);
     case BlasOp::kGeam: case BlasOp::kDgmm: case BlasOp::kTrsm: case BlasOp::kSyrk: case BlasOp::kTrmm:
     case BlasOp::kSymm: case BlasOp::kSyr2k:

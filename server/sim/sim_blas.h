@@ -31,6 +31,9 @@ Status runBatchedFactorization(const BlasArgs& a, const Valid& valid);
 Status runComplexLevel12(const BlasArgs& a, std::string* result);
 Status runComplexLevel3(const BlasArgs& a);
 
+// trmv, trsv, symv (S, D, C, Z) and hemv (C, Z) (sim_blas_level2.cc).
+Status runLevel2More(const BlasArgs& a);
+
 // Runs one cublasLtMatmul: D = epilogue(alpha * op(A) op(B) + beta * C), with
 // the bias, auxiliary (ReLU mask, GELU input) and bias-gradient outputs the
 // epilogue names.

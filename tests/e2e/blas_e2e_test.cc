@@ -49,7 +49,7 @@ TEST_F(Blas, EveryImplementedCublasCallMatchesItsCpuReference) {
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find(" checks, 0 failed"), std::string::npos) << r.output;
   // The unimplemented call is named once in the log, with the status it got.
-  EXPECT_NE(r.output.find("cublasStrmv_v2 is not supported by rgpu (returns CUBLAS_STATUS_NOT_SUPPORTED)"),
+  EXPECT_NE(r.output.find("cublasStbmv_v2 is not supported by rgpu (returns CUBLAS_STATUS_NOT_SUPPORTED)"),
             std::string::npos)
       << r.output;
   // The out-of-bounds matrix is named by the server, reported where CUDA would.

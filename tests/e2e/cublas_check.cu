@@ -477,6 +477,7 @@ void level3Extra(cublasHandle_t h, const char* name) {
 
 #include "cublas_check_more.h"
 #include "cublas_check_complex.h"
+#include "cublas_check_level2.h"
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // (whole lines between the libraries' log lines on stderr)
@@ -616,6 +617,10 @@ int main(int argc, char** argv) {
                                             cublasCmatinvBatched, cublasCgeqrfBatched});
   complexFactorizations<cuDoubleComplex>(h, "Z", {cublasZgetrfBatched, cublasZgetrsBatched, cublasZgetriBatched,
                                                   cublasZmatinvBatched, cublasZgeqrfBatched});
+  level2More<float, int>(h, "S", {cublasStrmv, cublasStrsv, cublasSsymv, nullptr});
+  level2More<double, int64_t>(h, "D", {cublasDtrmv_64, cublasDtrsv_64, cublasDsymv_64, nullptr});
+  level2More<cuComplex, int>(h, "C", {cublasCtrmv, cublasCtrsv, cublasCsymv, cublasChemv});
+  level2More<cuDoubleComplex, int64_t>(h, "Z", {cublasZtrmv_64, cublasZtrsv_64, cublasZsymv_64, cublasZhemv_64});
   xtComplexGemm<cuComplex>("C", cublasXtCgemm);
   xtComplexGemm<cuDoubleComplex>("Z", cublasXtZgemm);
   complexLevel12<cuComplex, float, int>(h, "C", {cublasCaxpy, cublasCscal, cublasCsscal, cublasCcopy, cublasCswap,
@@ -676,7 +681,7 @@ int main(int argc, char** argv) {
     CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, dbad, CUDA_R_8I, 4, dbad, CUDA_R_8I, 4, &one, dbad,
                        CUDA_R_32I, 4, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_NOT_SUPPORTED,
           "int8 GemmEx is not supported");
-    CHECK(cublasStrmv(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, 4, dbad, 4, dbad, 1) ==
+    CHECK(cublasStbmv(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, 4, 1, dbad, 4, dbad, 1) ==
               CUBLAS_STATUS_NOT_SUPPORTED,
           "an unimplemented call returns NOT_SUPPORTED");
     // A matrix that runs past its allocation: refused by the server, reported

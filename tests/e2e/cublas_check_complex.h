@@ -19,6 +19,11 @@ inline cd cval(cuDoubleComplex z) { return {cuCreal(z), cuCimag(z)}; }
 template <typename T> T cmake(cd z);
 template <> inline cuComplex cmake<cuComplex>(cd z) { return make_cuComplex(float(z.real()), float(z.imag())); }
 template <> inline cuDoubleComplex cmake<cuDoubleComplex>(cd z) { return make_cuDoubleComplex(z.real(), z.imag()); }
+// (Real values too, for the helpers cublas_check_level2.h shares.)
+inline cd cval(float x) { return x; }
+inline cd cval(double x) { return x; }
+template <> inline float cmake<float>(cd z) { return static_cast<float>(z.real()); }
+template <> inline double cmake<double>(cd z) { return z.real(); }
 
 template <typename T>
 std::vector<T> complexRandoms(size_t n) {

@@ -288,6 +288,53 @@ L2(D, double)
                             const T* y, int64_t iy, T* A, int64_t lda) {                                            \
     return ger<T>(h, "cublas" #P "gerc_v2_64", BlasOp::kGerc, m, n, al, x, ix, y, iy, A, lda);                      \
   }
+// trmv, trsv, symv (S, D, C, Z) and hemv (C, Z).
+template <typename T>
+cublasStatus_t level2More(cublasHandle_t h, const char* name, BlasOp op, cublasFillMode_t uplo, cublasOperation_t t,
+                          cublasDiagType_t diag, int64_t n, const T* al, const T* A, int64_t lda, const T* x,
+                          int64_t ix, const T* be, T* y, int64_t iy) {
+  BlasArgs a;
+  a.op = op;
+  a.a_type = a.b_type = typeOf<T>();
+  a.uplo = uplo, a.trans_a = t, a.diag = diag, a.n = n, a.lda = lda, a.incx = ix, a.incy = iy;
+  a.a = reinterpret_cast<uint64_t>(A), a.x = reinterpret_cast<uint64_t>(x), a.y = reinterpret_cast<uint64_t>(y);
+  a.alpha = scalar(al, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);
+  a.beta = scalar(be, sizeof(T), h->pm == CUBLAS_POINTER_MODE_DEVICE);
+  return blas(h, name, a);
+}
+#define L2MORE(P, T)                                                                                                \
+  API cublas##P##trmv_v2_64(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t t, cublasDiagType_t diag,   \
+                            int64_t n, const T* A, int64_t lda, T* x, int64_t ix) {                                 \
+    return level2More<T>(h, "cublas" #P "trmv_v2_64", BlasOp::kTrmv, uplo, t, diag, n, nullptr, A, lda, x, ix,      \
+                         nullptr, nullptr, 1);                                                                      \
+  }                                                                                                                 \
+  API cublas##P##trsv_v2_64(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t t, cublasDiagType_t diag,   \
+                            int64_t n, const T* A, int64_t lda, T* x, int64_t ix) {                                 \
+    return level2More<T>(h, "cublas" #P "trsv_v2_64", BlasOp::kTrsv, uplo, t, diag, n, nullptr, A, lda, x, ix,      \
+                         nullptr, nullptr, 1);                                                                      \
+  }                                                                                                                 \
+  API cublas##P##symv_v2_64(cublasHandle_t h, cublasFillMode_t uplo, int64_t n, const T* al, const T* A,           \
+                            int64_t lda, const T* x, int64_t ix, const T* be, T* y, int64_t iy) {                   \
+    return level2More<T>(h, "cublas" #P "symv_v2_64", BlasOp::kSymv, uplo, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, n, al, \
+                         A, lda, x, ix, be, y, iy);                                                                 \
+  }
+L2MORE(S, float)
+L2MORE(D, double)
+L2MORE(C, cuComplex)
+L2MORE(Z, cuDoubleComplex)
+#undef L2MORE
+API cublasChemv_v2_64(cublasHandle_t h, cublasFillMode_t uplo, int64_t n, const cuComplex* al, const cuComplex* A,
+                      int64_t lda, const cuComplex* x, int64_t ix, const cuComplex* be, cuComplex* y, int64_t iy) {
+  return level2More<cuComplex>(h, "cublasChemv_v2_64", BlasOp::kHemv, uplo, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, n, al, A,
+                               lda, x, ix, be, y, iy);
+}
+API cublasZhemv_v2_64(cublasHandle_t h, cublasFillMode_t uplo, int64_t n, const cuDoubleComplex* al,
+                      const cuDoubleComplex* A, int64_t lda, const cuDoubleComplex* x, int64_t ix,
+                      const cuDoubleComplex* be, cuDoubleComplex* y, int64_t iy) {
+  return level2More<cuDoubleComplex>(h, "cublasZhemv_v2_64", BlasOp::kHemv, uplo, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, n,
+                                     al, A, lda, x, ix, be, y, iy);
+}
+
 CL12(C, cuComplex, float, Sc, Cs, c)
 CL12(Z, cuDoubleComplex, double, Dz, Zd, z)
 #undef CL12

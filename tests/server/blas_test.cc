@@ -152,6 +152,23 @@ TEST_F(BlasChecks, ComplexCallsAreCheckedAtTheirElementSizeAndOperations) {
   }
   d.c_type = kR64F;
   EXPECT_EQ(checkBlas(d, allocs_, nullptr).code(), err::kInvalidValue);
+  // Level 2: a triangular solve's matrix and vector in range, its diagonal type checked; hemv of complex types only.
+  BlasArgs v;
+  v.op = BlasOp::kTrsv;
+  v.a_type = v.b_type = kR64F;
+  v.uplo = 1, v.trans_a = kOpC, v.diag = 1;
+  v.n = v.lda = 16;  // 2 KiB
+  v.a = v.x = base_;
+  v.incx = 1;
+  EXPECT_TRUE(checkBlas(v, allocs_, nullptr));
+  v.diag = 2;
+  EXPECT_EQ(checkBlas(v, allocs_, nullptr).code(), err::kInvalidValue);
+  v.diag = 0;
+  v.incx = 300;  // x runs past the allocation
+  EXPECT_EQ(checkBlas(v, allocs_, nullptr).code(), err::kInvalidValue);
+  v.incx = 1;
+  v.op = BlasOp::kHemv;
+  EXPECT_EQ(checkBlas(v, allocs_, nullptr).code(), err::kNotSupported);
 }
 
 TEST_F(BlasChecks, MatmulShapesEpiloguesAndAuxiliaryOutputsAreChecked) {
