@@ -441,51 +441,8 @@ SET_GET_MATRIX_64(cublasGetMatrix)
 
 // ---- level 1: the _v2 (int) and _v2_64 (int64_t) forms of S and D -----------------
 
-#define LEVEL1(P, p, T, I, SUFFIX)                                                                                       \
-  API(cublas##P##axpy##SUFFIX, cublasHandle_t h, I n, const T* alpha, const T* x, I incx, T* y, I incy) {           \
-    RUN(cublas##P##axpy, if (!alpha) return CUBLAS_STATUS_INVALID_VALUE;                                              \
-        return vectorOp<T, I>("cublas" #P "axpy" #SUFFIX, wire::BlasOp::AXPY, h, n, alpha, x, incx, y, incy));       \
-  }                                                                                                                   \
-  API(cublas##P##scal##SUFFIX, cublasHandle_t h, I n, const T* alpha, T* x, I incx) {                               \
-    RUN(cublas##P##scal, if (!alpha) return CUBLAS_STATUS_INVALID_VALUE;                                              \
-        return vectorOp<T, I>("cublas" #P "scal" #SUFFIX, wire::BlasOp::SCAL, h, n, alpha, x, incx, nullptr, 1));    \
-  }                                                                                                                   \
-  API(cublas##P##copy##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, T* y, I incy) {                           \
-    RUN(cublas##P##copy,                                                                                              \
-        return vectorOp<T, I>("cublas" #P "copy" #SUFFIX, wire::BlasOp::COPY, h, n, nullptr, x, incx, y, incy));     \
-  }                                                                                                                   \
-  API(cublas##P##swap##SUFFIX, cublasHandle_t h, I n, T* x, I incx, T* y, I incy) {                                 \
-    RUN(cublas##P##swap,                                                                                              \
-        return vectorOp<T, I>("cublas" #P "swap" #SUFFIX, wire::BlasOp::SWAP, h, n, nullptr, x, incx, y, incy));     \
-  }                                                                                                                   \
-  API(cublas##P##dot##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, const T* y, I incy, T* result) {           \
-    RUN(cublas##P##dot,                                                                                               \
-        return reduction<T, I>("cublas" #P "dot" #SUFFIX, wire::BlasOp::DOT, h, n, x, incx, y, incy, result));       \
-  }                                                                                                                   \
-  API(cublas##P##nrm2##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, T* result) {                              \
-    RUN(cublas##P##nrm2,                                                                                              \
-        return reduction<T, I>("cublas" #P "nrm2" #SUFFIX, wire::BlasOp::NRM2, h, n, x, incx, x, 1, result));        \
-  }                                                                                                                   \
-  API(cublas##P##asum##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, T* result) {                              \
-    RUN(cublas##P##asum,                                                                                              \
-        return reduction<T, I>("cublas" #P "asum" #SUFFIX, wire::BlasOp::ASUM, h, n, x, incx, x, 1, result));        \
-  }                                                                                                                   \
-  API(cublasI##p##amax##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, I* result) {                              \
-    RUN(cublasI##p##amax,                                                                                             \
-        return reduction<T, I>("cublasI" #p "amax" #SUFFIX, wire::BlasOp::IAMAX, h, n, x, incx, x, 1, result));      \
-  }                                                                                                                   \
-  API(cublasI##p##amin##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, I* result) {                              \
-    RUN(cublasI##p##amin,                                                                                             \
-        return reduction<T, I>("cublasI" #p "amin" #SUFFIX, wire::BlasOp::IAMIN, h, n, x, incx, x, 1, result));      \
-  }
-LEVEL1(S, s, float, int, _v2)
-LEVEL1(D, d, double, int, _v2)
-LEVEL1(S, s, float, int64_t, _v2_64)
-LEVEL1(D, d, double, int64_t, _v2_64)
-
-// Complex level 1: P (C, Z), R its real type, RP the real results' prefix
-// (Sc, Dz), SS the real-alpha scal (Csscal, Zdscal), p the index calls' letter.
-#define CLEVEL1(P, T, R, RP, SS, p, I, SUFFIX)                                                                          \
+// axpy, scal, copy and swap of P (S, D, C, Z).
+#define VECTOR_OPS(P, T, I, SUFFIX)                                                                                     \
   API(cublas##P##axpy##SUFFIX, cublasHandle_t h, I n, const T* alpha, const T* x, I incx, T* y, I incy) {             \
     RUN(cublas##P##axpy, if (!alpha) return CUBLAS_STATUS_INVALID_VALUE;                                                \
         return vectorOp<T, I>("cublas" #P "axpy" #SUFFIX, wire::BlasOp::AXPY, h, n, alpha, x, incx, y, incy));         \
@@ -494,10 +451,6 @@ LEVEL1(D, d, double, int64_t, _v2_64)
     RUN(cublas##P##scal, if (!alpha) return CUBLAS_STATUS_INVALID_VALUE;                                                \
         return vectorOp<T, I>("cublas" #P "scal" #SUFFIX, wire::BlasOp::SCAL, h, n, alpha, x, incx, nullptr, 1));      \
   }                                                                                                                     \
-  API(cublas##SS##scal##SUFFIX, cublasHandle_t h, I n, const R* alpha, T* x, I incx) {                                \
-    RUN(cublas##SS##scal, if (!alpha) return CUBLAS_STATUS_INVALID_VALUE;                                               \
-        return vectorOp<T, I, R>("cublas" #SS "scal" #SUFFIX, wire::BlasOp::SCAL, h, n, alpha, x, incx, nullptr, 1));  \
-  }                                                                                                                     \
   API(cublas##P##copy##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, T* y, I incy) {                             \
     RUN(cublas##P##copy,                                                                                                \
         return vectorOp<T, I>("cublas" #P "copy" #SUFFIX, wire::BlasOp::COPY, h, n, nullptr, x, incx, y, incy));       \
@@ -505,36 +458,52 @@ LEVEL1(D, d, double, int64_t, _v2_64)
   API(cublas##P##swap##SUFFIX, cublasHandle_t h, I n, T* x, I incx, T* y, I incy) {                                   \
     RUN(cublas##P##swap,                                                                                                \
         return vectorOp<T, I>("cublas" #P "swap" #SUFFIX, wire::BlasOp::SWAP, h, n, nullptr, x, incx, y, incy));       \
-  }                                                                                                                     \
-  API(cublas##P##dotu##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, const T* y, I incy, T* result) {            \
-    RUN(cublas##P##dotu,                                                                                                \
-        return reduction<T, I>("cublas" #P "dotu" #SUFFIX, wire::BlasOp::DOT, h, n, x, incx, y, incy, result));        \
-  }                                                                                                                     \
-  API(cublas##P##dotc##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, const T* y, I incy, T* result) {            \
-    RUN(cublas##P##dotc,                                                                                                \
-        return reduction<T, I>("cublas" #P "dotc" #SUFFIX, wire::BlasOp::DOTC, h, n, x, incx, y, incy, result));       \
-  }                                                                                                                     \
-  API(cublas##RP##nrm2##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, R* result) {                               \
-    RUN(cublas##RP##nrm2,                                                                                               \
-        return reduction<T, I>("cublas" #RP "nrm2" #SUFFIX, wire::BlasOp::NRM2, h, n, x, incx, x, 1, result));         \
-  }                                                                                                                     \
-  API(cublas##RP##asum##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, R* result) {                               \
-    RUN(cublas##RP##asum,                                                                                               \
-        return reduction<T, I>("cublas" #RP "asum" #SUFFIX, wire::BlasOp::ASUM, h, n, x, incx, x, 1, result));         \
-  }                                                                                                                     \
-  API(cublasI##p##amax##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, I* result) {                               \
-    RUN(cublasI##p##amax,                                                                                               \
-        return reduction<T, I>("cublasI" #p "amax" #SUFFIX, wire::BlasOp::IAMAX, h, n, x, incx, x, 1, result));        \
-  }                                                                                                                     \
-  API(cublasI##p##amin##SUFFIX, cublasHandle_t h, I n, const T* x, I incx, I* result) {                               \
-    RUN(cublasI##p##amin,                                                                                               \
-        return reduction<T, I>("cublasI" #p "amin" #SUFFIX, wire::BlasOp::IAMIN, h, n, x, incx, x, 1, result));        \
   }
+// A reduction NAME of x and y (dot) or of x alone (result R), as OP.
+#define REDUCE_XY(NAME, T, I, OP)                                                                                       \
+  API(NAME, cublasHandle_t h, I n, const T* x, I incx, const T* y, I incy, T* result) {                               \
+    RUN(NAME, return reduction<T, I>(#NAME, wire::BlasOp::OP, h, n, x, incx, y, incy, result));                         \
+  }
+#define REDUCE_X(NAME, T, R, I, OP)                                                                                     \
+  API(NAME, cublasHandle_t h, I n, const T* x, I incx, R* result) {                                                   \
+    RUN(NAME, return reduction<T, I>(#NAME, wire::BlasOp::OP, h, n, x, incx, x, 1, result));                            \
+  }
+
+#define LEVEL1(P, p, T, I, SUFFIX)                         \
+  VECTOR_OPS(P, T, I, SUFFIX)                              \
+  REDUCE_XY(cublas##P##dot##SUFFIX, T, I, DOT)             \
+  REDUCE_X(cublas##P##nrm2##SUFFIX, T, T, I, NRM2)         \
+  REDUCE_X(cublas##P##asum##SUFFIX, T, T, I, ASUM)         \
+  REDUCE_X(cublasI##p##amax##SUFFIX, T, I, I, IAMAX)       \
+  REDUCE_X(cublasI##p##amin##SUFFIX, T, I, I, IAMIN)
+LEVEL1(S, s, float, int, _v2)
+LEVEL1(D, d, double, int, _v2)
+LEVEL1(S, s, float, int64_t, _v2_64)
+LEVEL1(D, d, double, int64_t, _v2_64)
+
+// Complex level 1: P (C, Z), R its real type, RP the real results' prefix
+// (Sc, Dz), SS the real-alpha scal (Csscal, Zdscal), p the index calls' letter.
+#define CLEVEL1(P, T, R, RP, SS, p, I, SUFFIX)                                                                          \
+  VECTOR_OPS(P, T, I, SUFFIX)                                                                                           \
+  API(cublas##SS##scal##SUFFIX, cublasHandle_t h, I n, const R* alpha, T* x, I incx) {                                \
+    RUN(cublas##SS##scal, if (!alpha) return CUBLAS_STATUS_INVALID_VALUE;                                               \
+        return vectorOp<T, I, R>("cublas" #SS "scal" #SUFFIX, wire::BlasOp::SCAL, h, n, alpha, x, incx, nullptr, 1));  \
+  }                                                                                                                     \
+  REDUCE_XY(cublas##P##dotu##SUFFIX, T, I, DOT)                                                                         \
+  REDUCE_XY(cublas##P##dotc##SUFFIX, T, I, DOTC)                                                                        \
+  REDUCE_X(cublas##RP##nrm2##SUFFIX, T, R, I, NRM2)                                                                     \
+  REDUCE_X(cublas##RP##asum##SUFFIX, T, R, I, ASUM)                                                                     \
+  REDUCE_X(cublasI##p##amax##SUFFIX, T, I, I, IAMAX)                                                                    \
+  REDUCE_X(cublasI##p##amin##SUFFIX, T, I, I, IAMIN)
 CLEVEL1(C, cuComplex, float, Sc, Cs, c, int, _v2)
 CLEVEL1(Z, cuDoubleComplex, double, Dz, Zd, z, int, _v2)
 CLEVEL1(C, cuComplex, float, Sc, Cs, c, int64_t, _v2_64)
 CLEVEL1(Z, cuDoubleComplex, double, Dz, Zd, z, int64_t, _v2_64)
 #undef CLEVEL1
+#undef LEVEL1
+#undef REDUCE_X
+#undef REDUCE_XY
+#undef VECTOR_OPS
 
 // ---- level 2 ----------------------------------------------------------------------
 

@@ -197,40 +197,8 @@ Status runBlas(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alph
                                            reinterpret_cast<double*>(a.c), a.ldc));
     }
     case BlasOp::kGetrfBatched: case BlasOp::kGetrsBatched: case BlasOp::kGetriBatched:
-    case BlasOp::kMatinvBatched: case BlasOp::kGeqrfBatched: {
-      if (isComplex(a.a_type)) return runComplexFactorization(B, h, a);
-      // NVIDIA's 32-bit calls; the host info of getrs and geqrf (their arguments') the client has checked.
-      for (int64_t v : {a.m, a.n, a.k, a.lda, a.ldb, a.batch})
-        if (v > INT_MAX) return Status(err::kInvalidValue, std::string(name) + ": a size beyond int");
-      const int m = static_cast<int>(a.m), n = static_cast<int>(a.n), k = static_cast<int>(a.k);
-      const int lda = static_cast<int>(a.lda), ldb = static_cast<int>(a.ldb), batch = static_cast<int>(a.batch);
-      int* piv = reinterpret_cast<int*>(a.x);
-      int* info = reinterpret_cast<int*>(a.c);
-      int host_info = 0;
-      auto fA = reinterpret_cast<float* const*>(a.a), fB = reinterpret_cast<float* const*>(a.b);
-      auto dA = reinterpret_cast<double* const*>(a.a), dB = reinterpret_cast<double* const*>(a.b);
-      switch (a.op) {
-        case BlasOp::kGetrfBatched:
-          return check(f ? B.cublasSgetrfBatched(h, n, fA, lda, piv, info, batch)
-                         : B.cublasDgetrfBatched(h, n, dA, lda, piv, info, batch));
-        case BlasOp::kGetrsBatched:
-          RGPU_TRY(check(f ? B.cublasSgetrsBatched(h, ta, n, k, fA, lda, piv, fB, ldb, &host_info, batch)
-                           : B.cublasDgetrsBatched(h, ta, n, k, dA, lda, piv, dB, ldb, &host_info, batch)));
-          break;
-        case BlasOp::kGetriBatched:
-          return check(f ? B.cublasSgetriBatched(h, n, fA, lda, piv, fB, ldb, info, batch)
-                         : B.cublasDgetriBatched(h, n, dA, lda, piv, dB, ldb, info, batch));
-        case BlasOp::kMatinvBatched:
-          return check(f ? B.cublasSmatinvBatched(h, n, fA, lda, fB, ldb, info, batch)
-                         : B.cublasDmatinvBatched(h, n, dA, lda, dB, ldb, info, batch));
-        default:
-          RGPU_TRY(check(f ? B.cublasSgeqrfBatched(h, m, n, fA, lda, fB, &host_info, batch)
-                           : B.cublasDgeqrfBatched(h, m, n, dA, lda, dB, &host_info, batch)));
-          break;
-      }
-      if (host_info) return Status(err::kInvalidValue, std::string(name) + ": argument " + std::to_string(-host_info));
-      return Status::ok();
-    }
+    case BlasOp::kMatinvBatched: case BlasOp::kGeqrfBatched:
+      return runFactorization(B, h, a);
     case BlasOp::kSyr2k: {
       auto uplo = static_cast<cublasFillMode_t>(a.uplo);
       return check(f ? B.cublasSsyr2k_v2_64(h, uplo, ta, a.n, a.k, fa, reinterpret_cast<float*>(a.a), a.lda,

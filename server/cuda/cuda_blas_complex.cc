@@ -114,7 +114,6 @@ Status run12(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alpha,
 // and geqrf is the arguments', checked by the client).
 template <typename T>
 Status factorization(BlasApi& B, cublasHandle_t h, const BlasArgs& a) {
-  constexpr bool kZ = std::is_same_v<T, cuDoubleComplex>;
   const char* name = blasOpName(a.op);
   auto check = [&](cublasStatus_t s) { return BlasApi::check(s, name); };
   for (int64_t v : {a.m, a.n, a.k, a.lda, a.ldb, a.batch})
@@ -127,9 +126,11 @@ Status factorization(BlasApi& B, cublasHandle_t h, const BlasArgs& a) {
   auto A = reinterpret_cast<T* const*>(a.a);
   auto Bm = reinterpret_cast<T* const*>(a.b);
   const auto ta = static_cast<cublasOperation_t>(a.trans_a);
-#define RGPU_CZ(name, ...)                                        \
-  if constexpr (kZ) RGPU_TRY(check(B.cublasZ##name(__VA_ARGS__))); \
-  else RGPU_TRY(check(B.cublasC##name(__VA_ARGS__)))
+#define RGPU_CZ(name, ...)                                                                    \
+  if constexpr (std::is_same_v<T, float>) RGPU_TRY(check(B.cublasS##name(__VA_ARGS__)));          \
+  else if constexpr (std::is_same_v<T, double>) RGPU_TRY(check(B.cublasD##name(__VA_ARGS__)));    \
+  else if constexpr (std::is_same_v<T, cuComplex>) RGPU_TRY(check(B.cublasC##name(__VA_ARGS__))); \
+  else RGPU_TRY(check(B.cublasZ##name(__VA_ARGS__)))
   switch (a.op) {
     case BlasOp::kGetrfBatched: RGPU_CZ(getrfBatched, h, n, A, lda, piv, info, batch); break;
     case BlasOp::kGetrsBatched: RGPU_CZ(getrsBatched, h, ta, n, k, A, lda, piv, Bm, ldb, &host_info, batch); break;
@@ -144,8 +145,13 @@ Status factorization(BlasApi& B, cublasHandle_t h, const BlasArgs& a) {
 
 }  // namespace
 
-Status runComplexFactorization(BlasApi& B, cublasHandle_t h, const BlasArgs& a) {
-  return a.a_type == kC64F ? factorization<cuDoubleComplex>(B, h, a) : factorization<cuComplex>(B, h, a);
+Status runFactorization(BlasApi& B, cublasHandle_t h, const BlasArgs& a) {
+  switch (a.a_type) {
+    case kR32F: return factorization<float>(B, h, a);
+    case kR64F: return factorization<double>(B, h, a);
+    case kC32F: return factorization<cuComplex>(B, h, a);
+    default: return factorization<cuDoubleComplex>(B, h, a);
+  }
 }
 
 Status runComplexBlas12(BlasApi& B, cublasHandle_t h, const BlasArgs& a, const void* alpha, const void* beta,
