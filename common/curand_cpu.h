@@ -139,7 +139,7 @@ struct Fill {
 class SlotHistory {
  public:
   // After curandSetGeneratorOffset: nothing given yet.
-  void reset() { started_ = false, counts_.clear(); }
+  void reset() { started_ = false, runs_.clear(); }
   // For a call of `count` values of `d` on a generator of type f.rng.
   void call(Dist d, uint64_t count, uint64_t offset, Fill& f);
 
@@ -147,7 +147,9 @@ class SlotHistory {
   bool started_ = false;
   uint64_t draws_ = 0;  // per slot, since counted_
   uint64_t slot_ = 0, counted_ = 0;
-  std::vector<uint64_t> counts_;  // by generator, at slot counted_ (empty: the offset's starts)
+  // Each generator's draws at slot counted_, run-length coded as a Fill
+  // carries them (empty: the offset's starts); remade only at a switch.
+  std::vector<std::pair<uint64_t, uint32_t>> runs_;
 };
 
 // The rest of call `f` from its `skip`-th value on (a backend that writes a

@@ -222,44 +222,45 @@ template <class E>
 Status generateWith(const Fill& f, uint8_t* out, uint64_t count) {
   const Slot slot = slotOf(f.rng, f.dist);
   const uint64_t T = E::kGenerators;
-  // Each generator's draws at slot `counted` (slotsCheck() made sure the runs cover all T).
+  // Each generator's draws at slot `counted`: the offset's starts, or the
+  // runs the call carries (slotsCheck() made sure they cover all T).
   std::vector<uint64_t> counts;
-  counts.reserve(T);
-  if (f.draws.empty()) {
-    for (uint64_t t = 0; t < T; ++t) counts.push_back(startDraw(T, t, f.offset));
-  } else {
+  if (!f.draws.empty()) {
+    counts.reserve(T);
     for (auto [n, gens] : f.draws) counts.insert(counts.end(), gens, n);
   }
   auto first = starts<E>(f.seed);
   const uint32_t width = valueBytes(f.dist);
   auto slotAt = [&](uint64_t j) { return f.slot + (j - f.position) / slot.values; };
   const uint64_t first_slot = slotAt(f.position), last_slot = slotAt(f.position + count - 1);
-  // Each generator's state at its first slot of this call. Generators mostly
-  // share a count: each distinct jump is made once (a few kept).
+  // The generators this call touches, by their first slot's place k in the
+  // call: slot s is generator s % T's, at k = (s - first_slot) % gens.
+  // Generators mostly share a count: each distinct jump is made once (a few kept).
   const uint64_t gens = std::min<uint64_t>(T, last_slot - first_slot + 1);
-  std::vector<typename E::State> state(T);
+  std::vector<typename E::State> state(gens);
   std::vector<std::pair<uint64_t, typename E::Jump>> jumps;
   for (uint64_t k = 0; k < gens; ++k) {
     const uint64_t s = first_slot + k, t = s % T;
-    const uint64_t n = counts[t] + slot.draws * slotsOf(T, t, f.counted, s);
+    const uint64_t n =
+        (counts.empty() ? startDraw(T, t, f.offset) : counts[t]) + slot.draws * slotsOf(T, t, f.counted, s);
     auto it = std::find_if(jumps.begin(), jumps.end(), [n](const auto& j) { return j.first == n; });
     if (it == jumps.end()) {
       if (jumps.size() == 8) jumps.erase(jumps.begin());
       jumps.push_back({n, E::jump(n)});
       it = jumps.end() - 1;
     }
-    state[t] = (*first)[t];
-    E::apply(it->second, state[t]);
+    state[k] = (*first)[t];
+    E::apply(it->second, state[k]);
   }
   // Values in order: a slot's draws are taken when its first value (in this call) is.
   std::vector<std::array<typename E::Draw, 4>> slot_draws(gens);
-  std::vector<uint64_t> slot_at(T, UINT64_MAX);
+  std::vector<uint64_t> slot_at(gens, UINT64_MAX);
   for (uint64_t j = 0; j < count; ++j) {
-    const uint64_t i = f.position + j, s = slotAt(i), t = s % T;
-    auto& x = slot_draws[(s - first_slot) % gens];
-    if (slot_at[t] != s) {
-      for (uint64_t k = 0; k < slot.draws; ++k) x[k] = E::next(state[t]);
-      slot_at[t] = s;
+    const uint64_t i = f.position + j, s = slotAt(i), k = (s - first_slot) % gens;
+    auto& x = slot_draws[k];
+    if (slot_at[k] != s) {
+      for (uint64_t d = 0; d < slot.draws; ++d) x[d] = E::next(state[k]);
+      slot_at[k] = s;
     }
     E::value(f.dist, x.data(), static_cast<unsigned>((i - f.position) % slot.values), f.mean, f.stddev,
              out + j * width);
@@ -302,22 +303,25 @@ void SlotHistory::call(Dist d, uint64_t count, uint64_t offset, Fill& f) {
   // Philox's call starts at its position's group, even one the last call
   // left part-done: that group is the new call's kind.
   if (philox) slot_ = f.position / 4;
-  if (slot.draws != draws_) {
-    if (counts_.empty()) {
-      counts_.resize(T);
-      for (uint64_t t = 0; t < T; ++t) counts_[t] = startDraw(T, t, offsetSlot(f.rng, offset));
+  if (slot.draws != draws_) {  // a switch: the counts move on to this call's slot
+    std::vector<uint64_t> counts;
+    counts.reserve(T);
+    if (runs_.empty())
+      for (uint64_t t = 0; t < T; ++t) counts.push_back(startDraw(T, t, offsetSlot(f.rng, offset)));
+    else
+      for (auto [n, gens] : runs_) counts.insert(counts.end(), gens, n);
+    runs_.clear();
+    for (uint64_t t = 0; t < T; ++t) {
+      const uint64_t v = counts[t] + draws_ * slotsOf(T, t, counted_, slot_);
+      if (!runs_.empty() && runs_.back().first == v) ++runs_.back().second;
+      else runs_.push_back({v, 1});
     }
-    for (uint64_t t = 0; t < T; ++t) counts_[t] += draws_ * slotsOf(T, t, counted_, slot_);
     counted_ = slot_;
     draws_ = slot.draws;
   }
   f.slot = slot_;
   f.counted = counted_;
-  f.draws.clear();
-  for (uint64_t v : counts_) {
-    if (!f.draws.empty() && f.draws.back().first == v) ++f.draws.back().second;
-    else f.draws.push_back({v, 1});
-  }
+  f.draws = runs_;
   if (!philox) slot_ += (count + slot.values - 1) / slot.values;
 }
 
