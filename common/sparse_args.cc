@@ -41,21 +41,104 @@ Scalar scalarFromWire(wire::BlasScalar::Reader r) {
   return s;
 }
 
+void sparseToWire(const SpMat& m, wire::SparseMatrix::Builder s) {
+  s.setFormat(static_cast<uint8_t>(m.format));
+  s.setRows(m.rows);
+  s.setCols(m.cols);
+  s.setNnz(m.nnz);
+  s.setOffsets(m.offsets);
+  s.setIndices(m.indices);
+  s.setValues(m.values);
+  s.setOffsetType(m.offset_type);
+  s.setIndexType(m.index_type);
+  s.setBase(m.base);
+  s.setValueType(m.value_type);
+}
+SpMat sparseFromWire(wire::SparseMatrix::Reader s) {
+  SpMat m;
+  m.format = static_cast<Format>(s.getFormat());
+  m.rows = s.getRows();
+  m.cols = s.getCols();
+  m.nnz = s.getNnz();
+  m.offsets = s.getOffsets();
+  m.indices = s.getIndices();
+  m.values = s.getValues();
+  m.offset_type = s.getOffsetType();
+  m.index_type = s.getIndexType();
+  m.base = s.getBase();
+  m.value_type = s.getValueType();
+  return m;
+}
+
 }  // namespace
 
-const char* opName(Op op) { return op == Op::kSpMV ? "cusparseSpMV" : "cusparseSpMM"; }
+const char* opName(Op op) {
+  switch (op) {
+    case Op::kSpMV: return "cusparseSpMV";
+    case Op::kSpMM: return "cusparseSpMM";
+    case Op::kSpGemmCount: return "cusparseSpGEMM_workEstimation";
+    case Op::kSpGemmCompute: return "cusparseSpGEMM_compute";
+    case Op::kSpGemmStructure: return "cusparseSpGEMMreuse_nnz";
+    case Op::kSpGemmValues: return "cusparseSpGEMMreuse_compute";
+  }
+  return "cuSPARSE";
+}
 
-Status check(const Args& a) {
-  if (a.op != Op::kSpMV && a.op != Op::kSpMM) return bad("unknown cuSPARSE routine");
-  const SpMat& s = a.a;
-  if (static_cast<uint8_t>(s.format) > static_cast<uint8_t>(Format::kCoo)) return bad("sparse format");
+ProductLayout productLayout(const SpMat& c, int64_t nnz, bool with_values) {
+  auto align = [](uint64_t v) { return (v + 255) & ~uint64_t{255}; };
+  ProductLayout l;
+  l.offsets = kHeaderBytes;
+  l.indices = align(l.offsets + (static_cast<uint64_t>(c.rows) + 1) * indexBytes(c.offset_type));
+  l.values = align(l.indices + static_cast<uint64_t>(nnz) * indexBytes(c.index_type));
+  l.bytes = with_values ? align(l.values + static_cast<uint64_t>(nnz) * elementBytes(c.value_type)) : l.values;
+  return l;
+}
+
+namespace {
+
+Status checkSparse(const SpMat& s, const char* what) {
+  if (static_cast<uint8_t>(s.format) > static_cast<uint8_t>(Format::kCoo)) return bad(std::string(what) + ": sparse format");
   if (s.rows < 0 || s.cols < 0 || s.nnz < 0 || s.rows > kMaxDim || s.cols > kMaxDim || s.nnz > kMaxDim)
-    return bad("a sparse matrix of " + std::to_string(s.rows) + " x " + std::to_string(s.cols) + " with " +
-               std::to_string(s.nnz) + " entries");
-  if (s.base != 0 && s.base != 1) return bad("index base " + std::to_string(s.base));
+    return bad(std::string(what) + ": a sparse matrix of " + std::to_string(s.rows) + " x " + std::to_string(s.cols) +
+               " with " + std::to_string(s.nnz) + " entries");
+  if (s.base != 0 && s.base != 1) return bad(std::string(what) + ": index base " + std::to_string(s.base));
   for (int32_t t : {s.offset_type, s.index_type})
     if (t != kIndex32 && t != kIndex64)
       return Status(err::kNotSupported, "index type " + std::to_string(t) + " (32- and 64-bit indices are computed)");
+  return Status::ok();
+}
+
+// SpGEMM: C = alpha A B + beta C, CSR in one value type, no transposes (as cuSPARSE's).
+Status checkSpGemm(const Args& a) {
+  RGPU_TRY(checkSparse(a.a, "A"));
+  RGPU_TRY(checkSparse(a.sb, "B"));
+  RGPU_TRY(checkSparse(a.sc, "C"));
+  for (const SpMat* m : {&a.a, &a.sb, &a.sc})
+    if (m->format != Format::kCsr) return Status(err::kNotSupported, "SpGEMM of a matrix that is not CSR");
+  for (int32_t t : {a.a.value_type, a.sb.value_type, a.sc.value_type, a.compute_type})
+    if (!knownType(t)) return Status(err::kNotSupported, "data type " + std::to_string(t));
+  if (a.a.value_type != a.compute_type || a.sb.value_type != a.compute_type || a.sc.value_type != a.compute_type)
+    return Status(err::kNotSupported, "mixed data types (values and the computation in one type are computed)");
+  if (a.op_a != kOpN || a.op_b != kOpN)
+    return Status(err::kNotSupported, "SpGEMM with a transposed operand (cuSPARSE takes NON_TRANSPOSE only)");
+  if (a.a.cols != a.sb.rows)
+    return bad("B has " + std::to_string(a.sb.rows) + " rows, A " + std::to_string(a.a.cols) + " columns");
+  if (a.sc.rows != a.a.rows || a.sc.cols != a.sb.cols)
+    return bad("C is " + std::to_string(a.sc.rows) + " x " + std::to_string(a.sc.cols) + ", A B " +
+               std::to_string(a.a.rows) + " x " + std::to_string(a.sb.cols));
+  if (a.op != Op::kSpGemmValues && (!a.buffer || a.buffer_size < kHeaderBytes))
+    return bad("an external buffer of " + std::to_string(a.buffer_size) + " bytes (at least " +
+               std::to_string(kHeaderBytes) + ")");
+  return Status::ok();
+}
+
+}  // namespace
+
+Status check(const Args& a) {
+  if (isSpGemm(a.op)) return checkSpGemm(a);
+  if (a.op != Op::kSpMV && a.op != Op::kSpMM) return bad("unknown cuSPARSE routine");
+  const SpMat& s = a.a;
+  RGPU_TRY(checkSparse(s, "A"));
   for (int32_t t : {s.value_type, a.b.value_type, a.c.value_type, a.compute_type})
     if (!knownType(t)) return Status(err::kNotSupported, "data type " + std::to_string(t));
   if (s.value_type != a.compute_type || a.b.value_type != a.compute_type || a.c.value_type != a.compute_type)
@@ -85,8 +168,24 @@ std::vector<Range> ranges(const Args& a) {
     const unsigned __int128 total = static_cast<unsigned __int128>(elements) * bytes;
     if (elements) out.push_back({ptr, total > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(total), what});
   };
-  const SpMat& s = a.a;
   const uint64_t e = elementBytes(a.compute_type);
+  if (isSpGemm(a.op)) {
+    // CSR throughout (check()); the values only where the step reads or writes them.
+    const bool values = a.op == Op::kSpGemmCompute || a.op == Op::kSpGemmValues;
+    auto csr = [&](const SpMat& m, bool with_values, const char* offsets, const char* indices, const char* vals) {
+      add(m.offsets, static_cast<uint64_t>(m.rows) + 1, indexBytes(m.offset_type), offsets);
+      add(m.indices, static_cast<uint64_t>(m.nnz), indexBytes(m.index_type), indices);
+      if (with_values) add(m.values, static_cast<uint64_t>(m.nnz), e, vals);
+    };
+    csr(a.a, values, "A's row offsets", "A's column indices", "A's values");
+    csr(a.sb, values, "B's row offsets", "B's column indices", "B's values");
+    if (a.op == Op::kSpGemmValues) csr(a.sc, true, "C's row offsets", "C's column indices", "C's values");
+    else add(a.buffer, a.buffer_size, 1, "external buffer");
+    if (values && a.alpha.device) add(a.alpha.ptr, 1, e, "alpha");
+    if (values && a.beta.device) add(a.beta.ptr, 1, e, "beta");
+    return out;
+  }
+  const SpMat& s = a.a;
   switch (s.format) {
     case Format::kCsr: add(s.offsets, static_cast<uint64_t>(s.rows) + 1, indexBytes(s.offset_type), "row offsets"); break;
     case Format::kCsc: add(s.offsets, static_cast<uint64_t>(s.cols) + 1, indexBytes(s.offset_type), "column offsets"); break;
@@ -110,18 +209,11 @@ void toWire(const Args& a, wire::Sparse::Builder b) {
   scalarToWire(a.beta, b.initBeta());
   b.setComputeType(a.compute_type);
   b.setAlg(a.alg);
-  auto s = b.initA();
-  s.setFormat(static_cast<uint8_t>(a.a.format));
-  s.setRows(a.a.rows);
-  s.setCols(a.a.cols);
-  s.setNnz(a.a.nnz);
-  s.setOffsets(a.a.offsets);
-  s.setIndices(a.a.indices);
-  s.setValues(a.a.values);
-  s.setOffsetType(a.a.offset_type);
-  s.setIndexType(a.a.index_type);
-  s.setBase(a.a.base);
-  s.setValueType(a.a.value_type);
+  sparseToWire(a.a, b.initA());
+  if (isSpGemm(a.op)) {
+    sparseToWire(a.sb, b.initSb());
+    sparseToWire(a.sc, b.initSc());
+  }
   for (auto [m, d] : {std::pair{&a.b, b.initB()}, std::pair{&a.c, b.initC()}}) {
     d.setRows(m->rows);
     d.setCols(m->cols);
@@ -143,18 +235,9 @@ Args fromWire(wire::Sparse::Reader r) {
   a.beta = scalarFromWire(r.getBeta());
   a.compute_type = r.getComputeType();
   a.alg = r.getAlg();
-  auto s = r.getA();
-  a.a.format = static_cast<Format>(s.getFormat());
-  a.a.rows = s.getRows();
-  a.a.cols = s.getCols();
-  a.a.nnz = s.getNnz();
-  a.a.offsets = s.getOffsets();
-  a.a.indices = s.getIndices();
-  a.a.values = s.getValues();
-  a.a.offset_type = s.getOffsetType();
-  a.a.index_type = s.getIndexType();
-  a.a.base = s.getBase();
-  a.a.value_type = s.getValueType();
+  a.a = sparseFromWire(r.getA());
+  if (r.hasSb()) a.sb = sparseFromWire(r.getSb());
+  if (r.hasSc()) a.sc = sparseFromWire(r.getSc());
   for (auto [m, d] : {std::pair{&a.b, r.getB()}, std::pair{&a.c, r.getC()}}) {
     m->rows = d.getRows();
     m->cols = d.getCols();

@@ -11,6 +11,22 @@
 // index outside the matrix is an error, never a read outside it). A dense
 // vector is an n x 1 column-major matrix.
 //   SpMV: y = alpha op(A) x + beta y;   SpMM: C = alpha op(A) op(B) + beta C.
+//
+// SpGEMM (C = alpha A B, all three CSR) keeps no state on the server: each
+// step is a stream-ordered request whose answer lands in device memory the
+// program gave (its external buffers), where the client reads it after
+// synchronising the stream, as NVIDIA's library does to learn nnz(C).
+//   kSpGemmCount:     the number of products and nnz(C), as a ProductHeader
+//                     at the start of the buffer (workEstimation's buffer 1).
+//   kSpGemmCompute:   the header, then C's row offsets, column indices
+//                     (sorted in each row) and values, in C's index types and
+//                     base and at productLayout()'s offsets, into the buffer
+//                     (compute's buffer 2); the client's copy step is three
+//                     device-to-device copies from it into C's arrays.
+//   kSpGemmStructure: the same without values (reuse_nnz's buffer 3).
+//   kSpGemmValues:    C's values on C's own pattern (reuse_compute):
+//                     C = alpha A B + beta C, a product outside C's pattern
+//                     dropped.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +39,8 @@
 
 namespace rgpu::common::sparse {
 
-enum class Op : uint8_t { kSpMV, kSpMM };
+enum class Op : uint8_t { kSpMV, kSpMM, kSpGemmCount, kSpGemmCompute, kSpGemmStructure, kSpGemmValues };
+inline bool isSpGemm(Op op) { return op >= Op::kSpGemmCount && op <= Op::kSpGemmValues; }
 enum class Format : uint8_t { kCsr, kCsc, kCoo };
 
 // cusparseIndexType_t, cusparseOrder_t, cusparseOperation_t values.
@@ -71,11 +88,32 @@ struct Args {
   int32_t compute_type = kR32F;
   int32_t alg = 0;
   SpMat a;
-  DnMat b, c;  // SpMV: x and y
+  DnMat b, c;      // SpMV: x and y
+  SpMat sb, sc;    // SpGEMM: B and C
   uint64_t buffer = 0, buffer_size = 0;
 };
 
-const char* opName(Op op);  // "cusparseSpMV" or "cusparseSpMM"
+const char* opName(Op op);  // "cusparseSpMV", "cusparseSpMM", "cusparseSpGEMM_compute", ...
+
+// What an SpGEMM step writes at the start of its buffer.
+struct ProductHeader {
+  static constexpr uint64_t kMagic = 0x5247505553504745;  // "RGPUSPGE"
+  uint64_t magic = kMagic;
+  int64_t nnz = 0;       // entries of C
+  int64_t products = 0;  // multiplications A B takes (cusparseSpGEMM_getNumProducts)
+  int64_t rows = 0;
+};
+// Where a product of `nnz` entries lies in its buffer, for C's types
+// (offsets, indices and values each 256-byte aligned after the header).
+struct ProductLayout {
+  uint64_t offsets = 0, indices = 0, values = 0, bytes = 0;
+};
+ProductLayout productLayout(const SpMat& c, int64_t nnz, bool with_values);
+// The buffer of kSpGemmCount (and the smallest buffer an SpGEMM step asks for).
+inline constexpr uint64_t kHeaderBytes = 256;
+// Products one row of an SpGEMM may take on the sim (each is kept while its
+// row is summed): a row past it fails the call.
+inline constexpr int64_t kMaxRowProducts = int64_t{1} << 24;
 
 // Which argument cuSPARSE would refuse, with the reason (err::kInvalidValue;
 // err::kNotSupported for what rgpu does not compute: mixed value types,

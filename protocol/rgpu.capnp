@@ -337,6 +337,8 @@ struct Sparse {
   c @10 :DenseMatrix;       # SpMV: y
   buffer @11 :UInt64;
   bufferSize @12 :UInt64;
+  sb @13 :SparseMatrix;     # SpGEMM: B
+  sc @14 :SparseMatrix;     # SpGEMM: C
 }
 struct SparseMatrix {
   format @0 :UInt8;         # common::sparse::Format

@@ -188,7 +188,8 @@ cudnnStatus_t findWithOwnBuffers(cudnnHandle_t h, dn::Args a, int requested, int
     }
     if (st == CUDNN_STATUS_SUCCESS) st = algorithms(h, a, requested, returned, perf, true, call);
   }
-  synchronize(h);
+  // The trials must be done before their buffers are freed; an error of theirs is the answer.
+  if (Status s = synchronize(h); !s && st == CUDNN_STATUS_SUCCESS) st = toStatus(s, call);
   for (void* p : buffers) cuda_free(p);
   return st;
 }

@@ -120,7 +120,9 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
     if (count == 0) return CURAND_STATUS_SUCCESS;
     if (!out) return CURAND_STATUS_OUT_OF_RANGE;
     if (count % 2 && cr::pairsOnly(g->rng, dist)) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;  // as NVIDIA's
-    cr::Fill f{g->rng, g->seed, g->offset, g->position, dist, mean, stddev};
+    cr::Fill f;
+    f.rng = g->rng, f.seed = g->seed, f.offset = g->offset, f.position = g->position;
+    f.dist = dist, f.mean = mean, f.stddev = stddev;
     if (cr::generatorsOf(g->rng)) g->history.call(dist, count, g->offset, f);
     if (g->host) {
       if (Status s = cr::generate(f, out, count); !s) return toRandStatus(s, call);

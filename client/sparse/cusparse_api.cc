@@ -7,93 +7,18 @@
 // status names), the legacy matrix descriptor, CSR/CSC/COO sparse matrix
 // descriptors and dense vector and matrix descriptors (const and not, with
 // their getters and setters), cusparseSpMV and cusparseSpMM with their
-// bufferSize and preprocess calls. Handles and descriptors are the
+// bufferSize and preprocess calls (SpGEMM: cusparse_spgemm.cc). Handles and descriptors are the
 // client's; a call is one stream-ordered, asynchronous request carrying the
 // descriptors whole (wire::Sparse), checked here as cuSPARSE checks it and
 // by the server against the session's memory (an error at the next
 // synchronising call). Host scalars are read when the call is made.
-#include <cusparse.h>
+#include "client/sparse/cusparse_client.h"
 
-#include <cstring>
-#include <string>
+namespace rgpu::client::sparse {
 
-#include "client/blas/blas_client.h"
-#include "common/log.h"
-#include "common/sparse_args.h"
-
-namespace sp = rgpu::common::sparse;
-
-struct cusparseContext {
-  static constexpr uint32_t kMagic = 0x53505253;  // "SPRS"
-  uint32_t magic = kMagic;
-  int device = 0;
-  cudaStream_t stream = nullptr;
-  cusparsePointerMode_t mode = CUSPARSE_POINTER_MODE_HOST;
-};
-struct cusparseSpMatDescr {
-  sp::SpMat m;
-  int32_t fill = CUSPARSE_FILL_MODE_LOWER, diag = CUSPARSE_DIAG_TYPE_NON_UNIT;  // (attributes)
-};
-struct cusparseDnVecDescr {
-  sp::DnMat m;
-};
-struct cusparseDnMatDescr {
-  sp::DnMat m;
-};
-struct cusparseMatDescr {
-  cusparseMatrixType_t type = CUSPARSE_MATRIX_TYPE_GENERAL;
-  cusparseFillMode_t fill = CUSPARSE_FILL_MODE_LOWER;
-  cusparseDiagType_t diag = CUSPARSE_DIAG_TYPE_NON_UNIT;
-  cusparseIndexBase_t base = CUSPARSE_INDEX_BASE_ZERO;
-};
-
-namespace {
-
-using rgpu::Status;
-namespace err = rgpu::err;
-
-bool live(cusparseHandle_t h) { return h && h->magic == cusparseContext::kMagic; }
-
-cusparseStatus_t toSparseStatus(const Status& s, const char* call, cusparseStatus_t otherwise) {
-  if (s) return CUSPARSE_STATUS_SUCCESS;
-  rgpu::common::logOnce(std::string("cusparse:") + call + ":" + s.message(), std::string(call) + ": " + s.message());
-  switch (s.code()) {
-    case err::kInvalidValue: return CUSPARSE_STATUS_INVALID_VALUE;
-    case err::kMemoryAllocation: return CUSPARSE_STATUS_ALLOC_FAILED;
-    case err::kNotSupported: return CUSPARSE_STATUS_NOT_SUPPORTED;
-    default: return otherwise;
-  }
-}
-
-template <typename F>
-cusparseStatus_t guarded(const char* call, F&& f) noexcept {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    return CUSPARSE_STATUS_ALLOC_FAILED;
-  } catch (...) {
-    return toSparseStatus(Status(err::kUnknown, "internal error"), call, CUSPARSE_STATUS_INTERNAL_ERROR);
-  }
-}
-
-uint64_t p(const void* x) { return reinterpret_cast<uint64_t>(x); }
-
-sp::Scalar scalar(cusparseHandle_t h, const void* v, int32_t type) {
-  sp::Scalar s;
-  s.device = h->mode == CUSPARSE_POINTER_MODE_DEVICE;
-  if (s.device) s.ptr = p(v);
-  else if (v && sp::knownType(type)) std::memcpy(s.bytes, v, sp::elementBytes(type));
-  return s;
-}
-
-// One call: checked, then sent (`size`: its bufferSize, answered into *bytes).
-cusparseStatus_t send(cusparseHandle_t h, sp::Args& a, const void* alpha, const void* beta, bool size,
-                      size_t* bytes, const char* call) {
+cusparseStatus_t submit(cusparseHandle_t h, sp::Args& a, bool size, size_t* bytes, const char* call) {
   return guarded(call, [&]() -> cusparseStatus_t {
     if (!live(h)) return CUSPARSE_STATUS_NOT_INITIALIZED;
-    if (!alpha || !beta || (size && !bytes)) return CUSPARSE_STATUS_INVALID_VALUE;
-    a.alpha = scalar(h, alpha, a.compute_type);
-    a.beta = scalar(h, beta, a.compute_type);
     if (Status s = sp::check(a); !s) return toSparseStatus(s, call, CUSPARSE_STATUS_INVALID_VALUE);
     const rgpu::client::ExportTable* t = rgpu::client::blas::table();
     if (!t) return CUSPARSE_STATUS_NOT_INITIALIZED;
@@ -109,6 +34,22 @@ cusparseStatus_t send(cusparseHandle_t h, sp::Args& a, const void* alpha, const 
     *bytes = static_cast<size_t>(r->reader().getValue());
     return CUSPARSE_STATUS_SUCCESS;
   });
+}
+
+}  // namespace rgpu::client::sparse
+
+using namespace rgpu::client::sparse;
+
+namespace {
+
+// One SpMV or SpMM: its scalars read, checked, then sent (`size`: its bufferSize, answered into *bytes).
+cusparseStatus_t send(cusparseHandle_t h, sp::Args& a, const void* alpha, const void* beta, bool size,
+                      size_t* bytes, const char* call) {
+  if (!live(h)) return CUSPARSE_STATUS_NOT_INITIALIZED;
+  if (!alpha || !beta || (size && !bytes)) return CUSPARSE_STATUS_INVALID_VALUE;
+  a.alpha = scalar(h, alpha, a.compute_type);
+  a.beta = scalar(h, beta, a.compute_type);
+  return submit(h, a, size, bytes, call);
 }
 
 sp::Args spmv(cusparseOperation_t op, cusparseConstSpMatDescr_t A, cusparseConstDnVecDescr_t x,

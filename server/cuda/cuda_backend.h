@@ -384,6 +384,8 @@ class CudaBackend final : public Backend {
   Result<cusparseHandle_t> sparseHandle(int dev);  // (loads the library on first use)
   template <typename F>
   Status withSparse(int dev, const common::sparse::Args& a, F&& f);
+  // An SpGEMM step (cuda_spgemm.cc): NVIDIA's whole sequence for it, on the stream.
+  Status spgemm(int dev, CUstream stream, const common::sparse::Args& a);
   void releaseSparse();
   Result<cudnnHandle_t> dnnHandle(int dev);  // (loads the library on first use)
   void releaseDnn();

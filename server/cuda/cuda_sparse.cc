@@ -128,6 +128,7 @@ Result<uint64_t> CudaBackend::sparseBufferSize(int device, const sp::Args& a) {
 Status CudaBackend::sparse(StreamKey key, const sp::Args& a) {
   auto s = streamOf(key);
   if (!s) return s.status();
+  if (sp::isSpGemm(a.op)) return spgemm(s->first, s->second, a);
   if (a.alpha.device != a.beta.device) return Status(err::kInvalidValue, "alpha and beta in different pointer modes");
   const int dev = s->first;
   return withSparse(dev, a, [&](cusparseHandle_t h, Descriptors& d) -> Status {

@@ -1,4 +1,4 @@
-// NVIDIA's cuSPARSE (the generic API's SpMV and SpMM), loaded by a worker at
+// NVIDIA's cuSPARSE (the generic API's SpMV, SpMM and SpGEMM), loaded by a worker at
 // run time like cuBLAS (blas_api.h): dlopen of libcusparse.so.12 ([cuda]
 // cusparse_library; tests point it at a fake) on the session's first
 // cuSPARSE call, and dlsym of each entry point, typed by NVIDIA's header.
@@ -15,7 +15,11 @@
   X(cusparseCreate) X(cusparseDestroy) X(cusparseSetStream) X(cusparseSetPointerMode) X(cusparseCreateCsr)  \
   X(cusparseCreateCsc) X(cusparseCreateCoo) X(cusparseDestroySpMat) X(cusparseCreateDnVec)                   \
   X(cusparseDestroyDnVec) X(cusparseCreateDnMat) X(cusparseDestroyDnMat) X(cusparseSpMV_bufferSize)         \
-  X(cusparseSpMV) X(cusparseSpMM_bufferSize) X(cusparseSpMM)
+  X(cusparseSpMV) X(cusparseSpMM_bufferSize) X(cusparseSpMM) X(cusparseSpMatGetSize) X(cusparseCsrSetPointers)      \
+  X(cusparseSpGEMM_createDescr) X(cusparseSpGEMM_destroyDescr) X(cusparseSpGEMM_workEstimation)                 \
+  X(cusparseSpGEMM_getNumProducts) X(cusparseSpGEMM_compute) X(cusparseSpGEMM_copy)                             \
+  X(cusparseSpGEMMreuse_workEstimation) X(cusparseSpGEMMreuse_nnz) X(cusparseSpGEMMreuse_copy)                  \
+  X(cusparseSpGEMMreuse_compute)
 
 namespace rgpu::server::cuda {
 

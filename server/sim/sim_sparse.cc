@@ -10,17 +10,6 @@ namespace sp = common::sparse;
 
 namespace {
 
-int64_t indexAt(uint64_t ptr, int32_t type, int64_t i) {
-  if (type == sp::kIndex64) {
-    int64_t v;
-    std::memcpy(&v, reinterpret_cast<const uint8_t*>(ptr) + 8 * i, 8);
-    return v;
-  }
-  int32_t v;
-  std::memcpy(&v, reinterpret_cast<const uint8_t*>(ptr) + 4 * i, 4);
-  return v;
-}
-
 template <typename T>
 T conjOf(T v) {
   if constexpr (std::is_floating_point_v<T>) return v;
@@ -110,6 +99,7 @@ Status runTyped(const sp::Args& a) {
 }  // namespace
 
 Status run(const sp::Args& a) {
+  if (sp::isSpGemm(a.op)) return runSpGemm(a);
   switch (a.compute_type) {
     case sp::kR32F: return runTyped<float>(a);
     case sp::kR64F: return runTyped<double>(a);

@@ -7,11 +7,27 @@
 // written. The sim needs no external buffer (bufferSize 0).
 #pragma once
 
+#include <cstring>
+
 #include "common/sparse_args.h"
 #include "common/status.h"
 
 namespace rgpu::server::simsparse {
 
+// Any call of common/sparse_args.h (SpGEMM's steps: runSpGemm, sim_spgemm.cc).
 Status run(const common::sparse::Args& a);
+Status runSpGemm(const common::sparse::Args& a);
+
+// Index i of an array of 32- or 64-bit indices.
+inline int64_t indexAt(uint64_t ptr, int32_t type, int64_t i) {
+  if (type == common::sparse::kIndex64) {
+    int64_t v;
+    std::memcpy(&v, reinterpret_cast<const uint8_t*>(ptr) + 8 * i, 8);
+    return v;
+  }
+  int32_t v;
+  std::memcpy(&v, reinterpret_cast<const uint8_t*>(ptr) + 4 * i, 4);
+  return v;
+}
 
 }  // namespace rgpu::server::simsparse

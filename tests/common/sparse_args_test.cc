@@ -3,6 +3,7 @@
 // checks every call against.
 #include "common/sparse_args.h"
 
+#include <capnp/message.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -95,6 +96,27 @@ TEST(SparseArgs, EachFormatSpansItsArraysAndTheDenseOperands) {
   b = bytes(m);
   EXPECT_EQ(b["B"], (6u * 7 + 4) * 4);
   EXPECT_EQ(b["C"], (12u * 3 + 10) * 4);
+}
+
+TEST(SparseArgs, AnSpGemmStepTravelsWithItsThreeMatrices) {
+  Args a;
+  a.op = Op::kSpGemmValues;
+  a.a = SpMat{Format::kCsr, 4, 5, 6, 0x1000, 0x2000, 0x3000};
+  a.sb = SpMat{Format::kCsr, 5, 7, 8, 0x4000, 0x5000, 0x6000, kIndex64, kIndex64, 1, kC64F};
+  a.sc = SpMat{Format::kCsr, 4, 7, 9, 0x7000, 0x8000, 0x9000, kIndex32, kIndex64, 0, kR64F};
+  capnp::MallocMessageBuilder msg;
+  toWire(a, msg.initRoot<wire::Sparse>());
+  const Args b = fromWire(msg.getRoot<wire::Sparse>().asReader());
+  EXPECT_EQ(b.op, Op::kSpGemmValues);
+  EXPECT_EQ(b.sb.cols, 7);
+  EXPECT_EQ(b.sb.offset_type, kIndex64);
+  EXPECT_EQ(b.sb.base, 1);
+  EXPECT_EQ(b.sb.value_type, kC64F);
+  EXPECT_EQ(b.sc.nnz, 9);
+  EXPECT_EQ(b.sc.indices, 0x8000u);
+  EXPECT_EQ(b.sc.index_type, kIndex64);
+  EXPECT_EQ(b.sc.value_type, kR64F);
+  EXPECT_STREQ(opName(b.op), "cusparseSpGEMMreuse_compute");
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// cuSPARSE's generic SpMV and SpMM through rgpu (docs/cusparse.md): CSR,
+// cuSPARSE's generic SpMV, SpMM and SpGEMM through rgpu (docs/cusparse.md): CSR,
 // CSC and COO matrices with 32- and 64-bit indices from 0 and 1, real and
 // complex values, each operation (N, T, C), host and device scalars,
-// column- and row-major dense matrices, the const descriptors -- each result
+// column- and row-major dense matrices, the const descriptors, SpGEMM's
+// steps and its structure-reuse form (cusparse_check_spgemm.h) -- each result
 // compared with the same product computed here in double precision,
 // relative to its largest magnitude. Then what cuSPARSE refuses, a name rgpu
 // does not forward, an index outside its matrix and a buffer past its end.
@@ -258,6 +259,8 @@ static int spmm(cusparseHandle_t h, const char* what, int format, int rows, int 
   return 0;
 }
 
+#include "cusparse_check_spgemm.h"
+
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // (whole lines between the libraries' log lines on stderr)
   const std::string flag = argc > 1 ? argv[1] : "";
@@ -279,7 +282,17 @@ int main(int argc, char** argv) {
       spmm<float, int>(h, "SpMM CSR f32 200x150 times 150x16, column-major", 0, 200, 150, 16, false, false,
                        CUDA_R_32F, i32, 1e-5) ||
       spmm<double, long long>(h, "SpMM COO f64, op(B) = T, row-major", 2, 120, 90, 7, true, true, CUDA_R_64F, i64,
-                              1e-12))
+                              1e-12) ||
+      spgemm<float, int>(h, "SpGEMM CSR f32 300x200 times 200x250", 300, 200, 250, 0.03, 0, false, false, CUDA_R_32F,
+                         i32, 1e-5) ||
+      spgemm<double, long long>(h, "SpGEMM CSR f64, 64-bit indices from 1, device scalars", 150, 180, 120, 0.05, 1,
+                                false, true, CUDA_R_64F, i64, 1e-12) ||
+      spgemm<double2, int>(h, "SpGEMM CSR c64 100x120 times 120x90", 100, 120, 90, 0.06, 0, true, false, CUDA_C_64F,
+                           i32, 1e-12) ||
+      spgemmReuse<cuComplex, int>(h, "SpGEMM reuse CSR c32", 200, 150, 180, 0.04, true, CUDA_C_32F, i32, 1e-5) ||
+      spgemmReuse<float, long long>(h, "SpGEMM reuse CSR f32, 64-bit indices", 120, 160, 140, 0.05, false, CUDA_R_32F,
+                                    i64, 1e-5) ||
+      spgemmRefusals(h, bad_index))
     return 2;
 
   {  // What cuSPARSE refuses, and a name rgpu does not forward.
@@ -302,8 +315,8 @@ int main(int argc, char** argv) {
     std::printf("half-precision x: %s\n",
                 cusparseGetErrorName(cusparseSpMV(h, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, A, H, &zero, Y,
                                                   CUDA_R_32F, CUSPARSE_SPMV_ALG_DEFAULT, nullptr)));
-    cusparseSpGEMMDescr_t g;
-    std::printf("SpGEMM: %s\n", cusparseGetErrorName(cusparseSpGEMM_createDescr(&g)));
+    cusparseSpSVDescr_t sv;
+    std::printf("SpSV: %s\n", cusparseGetErrorName(cusparseSpSV_createDescr(&sv)));
     {  // The getters give back what the descriptors were made with.
       int64_t rows, cols, nnz, size;
       void *o, *i, *v, *xv;

@@ -1,4 +1,4 @@
-// A fake cuSPARSE (the generic API's SpMV and SpMM) for testing the CUDA
+// A fake cuSPARSE (the generic API's SpMV, SpMM and SpGEMM) for testing the CUDA
 // backend's cuSPARSE path without a GPU: the entry points rgpu's worker
 // takes from NVIDIA's library (server/cuda/sparse_api.h), computed by the
 // sim's executor (server/sim/sim_sparse.h) on the fake driver's memory (host
@@ -6,13 +6,20 @@
 // order (rgpu_fake_cuda_enqueue, which records each call in the driver's
 // log). Its external buffer is kBufferBytes, and a call without one is
 // refused with CUSPARSE_STATUS_INVALID_VALUE, so the client's must travel.
+// SpGEMM keeps what NVIDIA's keeps in its descriptor (the count, then C in
+// rgpu's own layout, computed by the sim's SpGEMM steps on the stream while
+// the call waits, as NVIDIA's compute waits to learn nnz); its copy steps
+// are queued.
 #include <cuda.h>
 #include <cusparse.h>
 #include <dlfcn.h>
 
 #include <cstdio>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "server/sim/sim_sparse.h"
 #include "tests/fake_driver/fake_library.h"
@@ -31,6 +38,12 @@ struct cusparseDnVecDescr {
 };
 struct cusparseDnMatDescr {
   sp::DnMat m;
+};
+struct cusparseSpGEMMDescr {
+  bool estimated = false;
+  int64_t products = 0, nnz = 0;
+  std::shared_ptr<std::vector<uint8_t>> product;  // C (or its structure) in rgpu's layout
+  bool with_values = false;
 };
 
 namespace {
@@ -64,6 +77,81 @@ cusparseStatus_t submit(cusparseHandle_t h, sp::Args a, void* buffer, const char
                      " with an external buffer");
   bool queued = rgpu::fake::enqueue(reinterpret_cast<CUstream>(h->stream), name,
                                     [a] { return rgpu::server::simsparse::run(a) ? 0 : 1; });
+  return queued ? CUSPARSE_STATUS_SUCCESS : CUSPARSE_STATUS_EXECUTION_FAILED;
+}
+
+// Runs `a` (an SpGEMM step) on the handle's stream and waits for it.
+bool runNow(cusparseHandle_t h, const sp::Args& a, const char* name) {
+  auto done = std::make_shared<std::promise<bool>>();
+  std::future<bool> result = done->get_future();
+  rgpu::fake::record(std::string(name) + " with an external buffer");
+  if (!rgpu::fake::enqueue(reinterpret_cast<CUstream>(h->stream), name, [a, done] {
+        const bool ok = static_cast<bool>(rgpu::server::simsparse::runSpGemm(a));
+        done->set_value(ok);
+        return ok ? 0 : 1;
+      }))
+    return false;
+  return result.get();
+}
+
+sp::Args gemmArgs(sp::Op op, cusparseHandle_t h, const void* alpha, const void* beta, cusparseConstSpMatDescr_t A,
+                  cusparseConstSpMatDescr_t B, cusparseConstSpMatDescr_t C, cudaDataType type, int alg) {
+  sp::Args a;
+  a.op = op;
+  a.compute_type = type;
+  a.alg = alg;
+  a.a = A->m;
+  a.sb = B->m;
+  a.sc = C->m;
+  if (alpha) a.alpha = scalar(h, alpha, type);
+  if (beta) a.beta = scalar(h, beta, type);
+  return a;
+}
+
+// The count, or C (or its structure) into the descriptor: C's nnz set.
+cusparseStatus_t step(cusparseHandle_t h, sp::Args a, cusparseSpMatDescr_t C, cusparseSpGEMMDescr_t d,
+                      const char* name) {
+  if (!sp::check([&] { sp::Args probe = a; probe.buffer = 1, probe.buffer_size = sp::kHeaderBytes; return probe; }()))
+    return CUSPARSE_STATUS_INVALID_VALUE;
+  const bool count = a.op == sp::Op::kSpGemmCount;
+  if (!count && !d->estimated) return CUSPARSE_STATUS_INVALID_VALUE;
+  auto out = std::make_shared<std::vector<uint8_t>>(
+      count ? sp::kHeaderBytes : sp::productLayout(a.sc, d->nnz, a.op == sp::Op::kSpGemmCompute).bytes);
+  a.buffer = reinterpret_cast<uint64_t>(out->data());
+  a.buffer_size = out->size();
+  if (!runNow(h, a, name)) return CUSPARSE_STATUS_EXECUTION_FAILED;
+  sp::ProductHeader head;
+  std::memcpy(&head, out->data(), sizeof head);
+  d->products = head.products;
+  d->nnz = head.nnz;
+  if (count) {
+    d->estimated = true;
+    return CUSPARSE_STATUS_SUCCESS;
+  }
+  d->product = out;
+  d->with_values = a.op == sp::Op::kSpGemmCompute;
+  C->m.nnz = head.nnz;
+  return CUSPARSE_STATUS_SUCCESS;
+}
+
+// Queues copies of C's arrays out of the descriptor (`values`: its values too).
+cusparseStatus_t copyOut(cusparseHandle_t h, cusparseSpMatDescr_t C, cusparseSpGEMMDescr_t d, bool offsets,
+                         bool values, const char* name) {
+  if (!d->product || C->m.nnz != d->nnz || (values && !d->with_values)) return CUSPARSE_STATUS_INVALID_VALUE;
+  const sp::SpMat c = C->m;
+  const sp::ProductLayout l = sp::productLayout(c, d->nnz, d->with_values);
+  rgpu::fake::record(name);
+  auto product = d->product;
+  bool queued = rgpu::fake::enqueue(reinterpret_cast<CUstream>(h->stream), name, [c, l, product, offsets, values] {
+    const uint8_t* from = product->data();
+    const uint64_t n = static_cast<uint64_t>(c.nnz);
+    if (offsets)
+      std::memcpy(reinterpret_cast<void*>(c.offsets), from + l.offsets,
+                  (static_cast<uint64_t>(c.rows) + 1) * sp::indexBytes(c.offset_type));
+    std::memcpy(reinterpret_cast<void*>(c.indices), from + l.indices, n * sp::indexBytes(c.index_type));
+    if (values) std::memcpy(reinterpret_cast<void*>(c.values), from + l.values, n * sp::elementBytes(c.value_type));
+    return 0;
+  });
   return queued ? CUSPARSE_STATUS_SUCCESS : CUSPARSE_STATUS_EXECUTION_FAILED;
 }
 
@@ -173,6 +261,116 @@ FAKE_API cusparseStatus_t cusparseSpMM(cusparseHandle_t h, cusparseOperation_t o
   a.b = B->m;
   a.c = C->m;
   return submit(h, a, buffer, "cusparseSpMM");
+}
+
+FAKE_API cusparseStatus_t cusparseSpMatGetSize(cusparseConstSpMatDescr_t d, int64_t* rows, int64_t* cols,
+                                               int64_t* nnz) {
+  *rows = d->m.rows, *cols = d->m.cols, *nnz = d->m.nnz;
+  return CUSPARSE_STATUS_SUCCESS;
+}
+FAKE_API cusparseStatus_t cusparseCsrSetPointers(cusparseSpMatDescr_t d, void* offsets, void* indices, void* values) {
+  d->m.offsets = reinterpret_cast<uint64_t>(offsets), d->m.indices = reinterpret_cast<uint64_t>(indices);
+  d->m.values = reinterpret_cast<uint64_t>(values);
+  return CUSPARSE_STATUS_SUCCESS;
+}
+FAKE_API cusparseStatus_t cusparseSpGEMM_createDescr(cusparseSpGEMMDescr_t* d) {
+  *d = new cusparseSpGEMMDescr;
+  return CUSPARSE_STATUS_SUCCESS;
+}
+FAKE_API cusparseStatus_t cusparseSpGEMM_destroyDescr(cusparseSpGEMMDescr_t d) {
+  delete d;
+  return CUSPARSE_STATUS_SUCCESS;
+}
+FAKE_API cusparseStatus_t cusparseSpGEMM_workEstimation(cusparseHandle_t h, cusparseOperation_t, cusparseOperation_t,
+                                                        const void* alpha, cusparseConstSpMatDescr_t A,
+                                                        cusparseConstSpMatDescr_t B, const void* beta,
+                                                        cusparseSpMatDescr_t C, cudaDataType type,
+                                                        cusparseSpGEMMAlg_t alg, cusparseSpGEMMDescr_t d,
+                                                        size_t* size1, void* buffer1) {
+  if (!buffer1) {
+    *size1 = kBufferBytes;
+    return CUSPARSE_STATUS_SUCCESS;
+  }
+  return step(h, gemmArgs(sp::Op::kSpGemmCount, h, alpha, beta, A, B, C, type, alg), C, d,
+              "cusparseSpGEMM_workEstimation");
+}
+FAKE_API cusparseStatus_t cusparseSpGEMM_getNumProducts(cusparseSpGEMMDescr_t d, int64_t* products) {
+  if (!d->estimated) return CUSPARSE_STATUS_INVALID_VALUE;
+  *products = d->products;
+  return CUSPARSE_STATUS_SUCCESS;
+}
+FAKE_API cusparseStatus_t cusparseSpGEMM_compute(cusparseHandle_t h, cusparseOperation_t, cusparseOperation_t,
+                                                 const void* alpha, cusparseConstSpMatDescr_t A,
+                                                 cusparseConstSpMatDescr_t B, const void* beta, cusparseSpMatDescr_t C,
+                                                 cudaDataType type, cusparseSpGEMMAlg_t alg, cusparseSpGEMMDescr_t d,
+                                                 size_t* size2, void* buffer2) {
+  if (!buffer2) {
+    *size2 = kBufferBytes;
+    return CUSPARSE_STATUS_SUCCESS;
+  }
+  return step(h, gemmArgs(sp::Op::kSpGemmCompute, h, alpha, beta, A, B, C, type, alg), C, d,
+              "cusparseSpGEMM_compute");
+}
+FAKE_API cusparseStatus_t cusparseSpGEMM_copy(cusparseHandle_t h, cusparseOperation_t, cusparseOperation_t,
+                                              const void*, cusparseConstSpMatDescr_t, cusparseConstSpMatDescr_t,
+                                              const void*, cusparseSpMatDescr_t C, cudaDataType, cusparseSpGEMMAlg_t,
+                                              cusparseSpGEMMDescr_t d) {
+  return copyOut(h, C, d, true, true, "cusparseSpGEMM_copy");
+}
+FAKE_API cusparseStatus_t cusparseSpGEMMreuse_workEstimation(cusparseHandle_t h, cusparseOperation_t,
+                                                             cusparseOperation_t, cusparseConstSpMatDescr_t A,
+                                                             cusparseConstSpMatDescr_t B, cusparseSpMatDescr_t C,
+                                                             cusparseSpGEMMAlg_t alg, cusparseSpGEMMDescr_t d,
+                                                             size_t* size1, void* buffer1) {
+  if (!buffer1) {
+    *size1 = kBufferBytes;
+    return CUSPARSE_STATUS_SUCCESS;
+  }
+  return step(h, gemmArgs(sp::Op::kSpGemmCount, h, nullptr, nullptr, A, B, C,
+                          static_cast<cudaDataType>(A->m.value_type), alg),
+              C, d, "cusparseSpGEMMreuse_workEstimation");
+}
+FAKE_API cusparseStatus_t cusparseSpGEMMreuse_nnz(cusparseHandle_t h, cusparseOperation_t, cusparseOperation_t,
+                                                  cusparseConstSpMatDescr_t A, cusparseConstSpMatDescr_t B,
+                                                  cusparseSpMatDescr_t C, cusparseSpGEMMAlg_t alg,
+                                                  cusparseSpGEMMDescr_t d, size_t* size2, void* buffer2,
+                                                  size_t* size3, void* buffer3, size_t* size4, void* buffer4) {
+  if (!buffer2 || !buffer3 || !buffer4) {
+    *size2 = *size3 = *size4 = kBufferBytes;
+    return CUSPARSE_STATUS_SUCCESS;
+  }
+  cusparseStatus_t s = step(h, gemmArgs(sp::Op::kSpGemmStructure, h, nullptr, nullptr, A, B, C,
+                                        static_cast<cudaDataType>(A->m.value_type), alg),
+                            C, d, "cusparseSpGEMMreuse_nnz");
+  if (s != CUSPARSE_STATUS_SUCCESS || !C->m.offsets) return s;
+  const sp::ProductLayout l = sp::productLayout(C->m, d->nnz, false);
+  std::memcpy(reinterpret_cast<void*>(C->m.offsets), d->product->data() + l.offsets,
+              (static_cast<uint64_t>(C->m.rows) + 1) * sp::indexBytes(C->m.offset_type));  // (the stream was waited for)
+  return CUSPARSE_STATUS_SUCCESS;
+}
+FAKE_API cusparseStatus_t cusparseSpGEMMreuse_copy(cusparseHandle_t h, cusparseOperation_t, cusparseOperation_t,
+                                                   cusparseConstSpMatDescr_t, cusparseConstSpMatDescr_t,
+                                                   cusparseSpMatDescr_t C, cusparseSpGEMMAlg_t, cusparseSpGEMMDescr_t d,
+                                                   size_t* size5, void* buffer5) {
+  if (!buffer5) {
+    *size5 = kBufferBytes;
+    return CUSPARSE_STATUS_SUCCESS;
+  }
+  return copyOut(h, C, d, true, false, "cusparseSpGEMMreuse_copy");
+}
+FAKE_API cusparseStatus_t cusparseSpGEMMreuse_compute(cusparseHandle_t h, cusparseOperation_t, cusparseOperation_t,
+                                                      const void* alpha, cusparseConstSpMatDescr_t A,
+                                                      cusparseConstSpMatDescr_t B, const void* beta,
+                                                      cusparseSpMatDescr_t C, cudaDataType type,
+                                                      cusparseSpGEMMAlg_t alg, cusparseSpGEMMDescr_t d) {
+  if (!d->product) return CUSPARSE_STATUS_INVALID_VALUE;
+  sp::Args a = gemmArgs(sp::Op::kSpGemmValues, h, alpha, beta, A, B, C, type, alg);
+  if (!sp::check(a)) return CUSPARSE_STATUS_INVALID_VALUE;
+  rgpu::fake::record(std::string("cusparseSpGEMMreuse_compute") +
+                     (h->mode == CUSPARSE_POINTER_MODE_DEVICE ? " (device scalars)" : ""));
+  bool queued = rgpu::fake::enqueue(reinterpret_cast<CUstream>(h->stream), "cusparseSpGEMMreuse_compute",
+                                    [a] { return rgpu::server::simsparse::runSpGemm(a) ? 0 : 1; });
+  return queued ? CUSPARSE_STATUS_SUCCESS : CUSPARSE_STATUS_EXECUTION_FAILED;
 }
 
 }  // extern "C"

@@ -587,6 +587,27 @@ std::string libraries() {
   sparse(false, 0, 0);
   sparse(false, 1, 1);
   sparse(false, 0, 2);
+  // SpGEMM's steps (count, compute, structure, values): three CSR matrices, the step's buffer.
+  auto spgemm = [&](uint8_t op) {
+    add(s, true, [&](Request::Builder r) {
+      auto m = r.initSparse();
+      m.initStream();
+      m.setOp(op);
+      m.setComputeType(0);
+      m.initAlpha().setHost(kj::heapArray<kj::byte>(8));
+      m.initBeta().setHost(kj::heapArray<kj::byte>(8));
+      auto csr = [&](rgpu::wire::SparseMatrix::Builder x, int64_t rows, int64_t cols, uint64_t at) {
+        x.setFormat(0), x.setRows(rows), x.setCols(cols), x.setNnz(4);
+        x.setOffsets(relocated(0, at)), x.setIndices(relocated(0, at + 512)), x.setValues(relocated(0, at + 1024));
+        x.setOffsetType(2), x.setIndexType(2);
+      };
+      csr(m.initA(), 16, 12, 0);
+      csr(m.initSb(), 12, 10, 2048);
+      csr(m.initSc(), 16, 10, 4096);
+      if (op != 5) m.setBuffer(relocated(1, 8192)), m.setBufferSize(2048);
+    });
+  };
+  for (uint8_t op = 2; op <= 5; ++op) spgemm(op);
   // cuDNN: a tensor of 4 dimensions packed NCHW at an offset of allocation `a`.
   auto tensor = [&](rgpu::wire::DnnTensor::Builder t, std::initializer_list<int64_t> dims, int a, uint64_t at,
                     int32_t filter_format = -1) {
