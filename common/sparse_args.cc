@@ -53,6 +53,8 @@ void sparseToWire(const SpMat& m, wire::SparseMatrix::Builder s) {
   s.setIndexType(m.index_type);
   s.setBase(m.base);
   s.setValueType(m.value_type);
+  s.setBlock(m.block);
+  s.setEllCols(m.ell_cols);
 }
 SpMat sparseFromWire(wire::SparseMatrix::Reader s) {
   SpMat m;
@@ -67,6 +69,8 @@ SpMat sparseFromWire(wire::SparseMatrix::Reader s) {
   m.index_type = s.getIndexType();
   m.base = s.getBase();
   m.value_type = s.getValueType();
+  m.block = s.getBlock();
+  m.ell_cols = s.getEllCols();
   return m;
 }
 
@@ -97,7 +101,17 @@ ProductLayout productLayout(const SpMat& c, int64_t nnz, bool with_values) {
 namespace {
 
 Status checkSparse(const SpMat& s, const char* what) {
-  if (static_cast<uint8_t>(s.format) > static_cast<uint8_t>(Format::kCoo)) return bad(std::string(what) + ": sparse format");
+  if (static_cast<uint8_t>(s.format) > static_cast<uint8_t>(Format::kBlockedEll))
+    return bad(std::string(what) + ": sparse format");
+  if (s.format == Format::kBlockedEll) {
+    const int64_t b = s.block;
+    if (b <= 0 || b > kMaxDim || s.rows % b || s.cols % b || s.ell_cols < 0 || s.ell_cols % b ||
+        s.ell_cols > s.cols || (s.ell_cols > 0 && s.rows > kMaxDim / s.ell_cols))
+      return bad(std::string(what) + ": a Blocked-ELL matrix of " + std::to_string(s.rows) + " x " +
+                 std::to_string(s.cols) + " in blocks of " + std::to_string(b) + ", " + std::to_string(s.ell_cols) +
+                 " columns of blocks' values (rows, columns and those a multiple of the block size, at most the "
+                 "columns, rows x those at most kMaxDim)");
+  }
   if (s.rows < 0 || s.cols < 0 || s.nnz < 0 || s.rows > kMaxDim || s.cols > kMaxDim || s.nnz > kMaxDim)
     return bad(std::string(what) + ": a sparse matrix of " + std::to_string(s.rows) + " x " + std::to_string(s.cols) +
                " with " + std::to_string(s.nnz) + " entries");
@@ -139,6 +153,10 @@ Status check(const Args& a) {
   if (a.op != Op::kSpMV && a.op != Op::kSpMM) return bad("unknown cuSPARSE routine");
   const SpMat& s = a.a;
   RGPU_TRY(checkSparse(s, "A"));
+  if (s.format == Format::kBlockedEll && (a.op != Op::kSpMM || a.op_a != kOpN))
+    return Status(err::kNotSupported, std::string(opName(a.op)) + " of a Blocked-ELL matrix" +
+                                          (a.op == Op::kSpMM ? " with op(A) other than N" : "") +
+                                          " (cuSPARSE's SpMM takes one, with op(A) = N)");
   for (int32_t t : {s.value_type, a.b.value_type, a.c.value_type, a.compute_type})
     if (!knownType(t)) return Status(err::kNotSupported, "data type " + std::to_string(t));
   if (s.value_type != a.compute_type || a.b.value_type != a.compute_type || a.c.value_type != a.compute_type)
@@ -190,9 +208,16 @@ std::vector<Range> ranges(const Args& a) {
     case Format::kCsr: add(s.offsets, static_cast<uint64_t>(s.rows) + 1, indexBytes(s.offset_type), "row offsets"); break;
     case Format::kCsc: add(s.offsets, static_cast<uint64_t>(s.cols) + 1, indexBytes(s.offset_type), "column offsets"); break;
     case Format::kCoo: add(s.offsets, static_cast<uint64_t>(s.nnz), indexBytes(s.index_type), "row indices"); break;
+    case Format::kBlockedEll: break;
   }
-  add(s.indices, static_cast<uint64_t>(s.nnz), indexBytes(s.index_type), "indices");
-  add(s.values, static_cast<uint64_t>(s.nnz), e, "values");
+  if (s.format == Format::kBlockedEll) {  // (check(): block > 0 divides rows and ell_cols)
+    add(s.indices, static_cast<uint64_t>(s.rows / s.block) * static_cast<uint64_t>(s.ell_cols / s.block),
+        indexBytes(s.index_type), "block columns");
+    add(s.values, static_cast<uint64_t>(s.rows) * static_cast<uint64_t>(s.ell_cols), e, "values");
+  } else {
+    add(s.indices, static_cast<uint64_t>(s.nnz), indexBytes(s.index_type), "indices");
+    add(s.values, static_cast<uint64_t>(s.nnz), e, "values");
+  }
   add(a.b.values, span(a.b), e, a.op == Op::kSpMV ? "X" : "B");
   add(a.c.values, span(a.c), e, a.op == Op::kSpMV ? "Y" : "C");
   if (a.alpha.device) add(a.alpha.ptr, 1, e, "alpha");

@@ -5,7 +5,8 @@
 //
 // A sparse matrix is CSR (row offsets, column indices, values), CSC (column
 // offsets, row indices, values) or COO (row indices, column indices,
-// values), with 32- or 64-bit indices counted from 0 or 1. The offsets and
+// values) or Blocked-ELL (block column indices, values; SpMM only), with
+// 32- or 64-bit indices counted from 0 or 1. The offsets and
 // indices are device memory the call reads: the server checks their ranges
 // before the call, and the sim checks their values while it computes (an
 // index outside the matrix is an error, never a read outside it). A dense
@@ -41,7 +42,7 @@ namespace rgpu::common::sparse {
 
 enum class Op : uint8_t { kSpMV, kSpMM, kSpGemmCount, kSpGemmCompute, kSpGemmStructure, kSpGemmValues };
 inline bool isSpGemm(Op op) { return op >= Op::kSpGemmCount && op <= Op::kSpGemmValues; }
-enum class Format : uint8_t { kCsr, kCsc, kCoo };
+enum class Format : uint8_t { kCsr, kCsc, kCoo, kBlockedEll };
 
 // cusparseIndexType_t, cusparseOrder_t, cusparseOperation_t values.
 inline constexpr int32_t kIndex32 = 2, kIndex64 = 3;
@@ -56,15 +57,20 @@ inline uint32_t indexBytes(int32_t t) { return t == kIndex64 ? 8 : 4; }
 // Rows, columns and entries: at most this (index arithmetic stays far from 2^63).
 inline constexpr int64_t kMaxDim = int64_t{1} << 40;
 
+// Blocked-ELL: rows / block block-rows, each of ell_cols / block blocks of
+// block x block values; `indices` holds each block's block column (row-major,
+// (rows / block) x (ell_cols / block), -1 for none) and `values` the rows x
+// ell_cols values, row-major; nnz is rows x ell_cols, as cuSPARSE counts it.
 struct SpMat {
   Format format = Format::kCsr;
   int64_t rows = 0, cols = 0, nnz = 0;
   uint64_t offsets = 0;  // CSR: row offsets; CSC: column offsets; COO: row indices
-  uint64_t indices = 0;  // CSR: column indices; CSC: row indices; COO: column indices
+  uint64_t indices = 0;  // CSR: column indices; CSC: row indices; COO: column indices; Blocked-ELL: block columns
   uint64_t values = 0;
   int32_t offset_type = kIndex32, index_type = kIndex32;
   int32_t base = 0;  // cusparseIndexBase_t
   int32_t value_type = kR32F;
+  int64_t block = 0, ell_cols = 0;  // Blocked-ELL
 };
 
 struct DnMat {

@@ -352,6 +352,8 @@ struct SparseMatrix {
   indexType @8 :Int32;
   base @9 :Int32;
   valueType @10 :Int32;
+  block @11 :Int64;         # Blocked-ELL: the block size
+  ellCols @12 :Int64;       # Blocked-ELL: columns of the blocks' values
 }
 struct DenseMatrix {
   rows @0 :Int64;

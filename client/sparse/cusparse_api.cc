@@ -5,7 +5,7 @@
 //
 // Forwarded (docs/cusparse.md): handles (stream, pointer mode, version,
 // status names), the legacy matrix descriptor, CSR/CSC/COO sparse matrix
-// descriptors and dense vector and matrix descriptors (const and not, with
+// and Blocked-ELL descriptors and dense vector and matrix descriptors (const and not, with
 // their getters and setters), cusparseSpMV and cusparseSpMM with their
 // bufferSize and preprocess calls (SpGEMM: cusparse_spgemm.cc). Handles and descriptors are the
 // client's; a call is one stream-ordered, asynchronous request carrying the
@@ -100,6 +100,21 @@ cusparseStatus_t makeSparse(void* out, int64_t rows, int64_t cols, int64_t nnz, 
   d->m.offsets = p(off), d->m.indices = p(ind), d->m.values = p(val);
   d->m.offset_type = ot, d->m.index_type = it, d->m.base = base, d->m.value_type = type;
   *static_cast<cusparseSpMatDescr**>(out) = d;
+  return CUSPARSE_STATUS_SUCCESS;
+}
+
+cusparseStatus_t makeBlockedEll(void* out, int64_t rows, int64_t cols, int64_t block, int64_t ell_cols,
+                                const void* ind, const void* val, cusparseIndexType_t it, cusparseIndexBase_t base,
+                                cudaDataType type) {
+  if (!out || block <= 0 || rows < 0 || ell_cols < 0 || ell_cols > cols ||
+      (ell_cols > 0 && rows > sp::kMaxDim / ell_cols))
+    return CUSPARSE_STATUS_INVALID_VALUE;
+  if (cusparseStatus_t s = makeSparse(out, rows, cols, rows * ell_cols, nullptr, ind, val, it, it, base, type,
+                                      sp::Format::kBlockedEll);
+      s != CUSPARSE_STATUS_SUCCESS)
+    return s;
+  auto* d = *static_cast<cusparseSpMatDescr**>(out);
+  d->m.block = block, d->m.ell_cols = ell_cols;
   return CUSPARSE_STATUS_SUCCESS;
 }
 
@@ -309,6 +324,36 @@ RGPU_SPARSE_API cusparseStatus_t cusparseCreateConstCoo(cusparseConstSpMatDescr_
                                                         cudaDataType type) {
   return makeSparse(d, rows, cols, nnz, ri, ci, val, it, it, base, type, sp::Format::kCoo);
 }
+// Blocked-ELL (SpMM only, as cuSPARSE's): nnz is rows x ellCols, as cuSPARSE counts it.
+RGPU_SPARSE_API cusparseStatus_t cusparseCreateBlockedEll(cusparseSpMatDescr_t* d, int64_t rows, int64_t cols,
+                                                          int64_t block, int64_t ell_cols, void* ind, void* val,
+                                                          cusparseIndexType_t it, cusparseIndexBase_t base,
+                                                          cudaDataType type) {
+  return makeBlockedEll(d, rows, cols, block, ell_cols, ind, val, it, base, type);
+}
+RGPU_SPARSE_API cusparseStatus_t cusparseCreateConstBlockedEll(cusparseConstSpMatDescr_t* d, int64_t rows,
+                                                               int64_t cols, int64_t block, int64_t ell_cols,
+                                                               const void* ind, const void* val,
+                                                               cusparseIndexType_t it, cusparseIndexBase_t base,
+                                                               cudaDataType type) {
+  return makeBlockedEll(d, rows, cols, block, ell_cols, ind, val, it, base, type);
+}
+#define RGPU_SPARSE_ELL_GET(name, handle_t, ptr_t)                                                              \
+  RGPU_SPARSE_API cusparseStatus_t name(handle_t d, int64_t* rows, int64_t* cols, int64_t* block,               \
+                                        int64_t* ell_cols, ptr_t* ind, ptr_t* val, cusparseIndexType_t* it,    \
+                                        cusparseIndexBase_t* base, cudaDataType* type) {                        \
+    if (!d || d->m.format != sp::Format::kBlockedEll || !rows || !cols || !block || !ell_cols || !ind || !val ||  \
+        !it || !base || !type)                                                                                  \
+      return CUSPARSE_STATUS_INVALID_VALUE;                                                                     \
+    *rows = d->m.rows, *cols = d->m.cols, *block = d->m.block, *ell_cols = d->m.ell_cols;                       \
+    *ind = reinterpret_cast<ptr_t>(d->m.indices), *val = reinterpret_cast<ptr_t>(d->m.values);                  \
+    *it = static_cast<cusparseIndexType_t>(d->m.index_type);                                                    \
+    *base = static_cast<cusparseIndexBase_t>(d->m.base), *type = static_cast<cudaDataType>(d->m.value_type);    \
+    return CUSPARSE_STATUS_SUCCESS;                                                                             \
+  }
+RGPU_SPARSE_ELL_GET(cusparseBlockedEllGet, cusparseSpMatDescr_t, void*)
+RGPU_SPARSE_ELL_GET(cusparseConstBlockedEllGet, cusparseConstSpMatDescr_t, const void*)
+#undef RGPU_SPARSE_ELL_GET
 RGPU_SPARSE_API cusparseStatus_t cusparseDestroySpMat(cusparseConstSpMatDescr_t d) {
   delete d;
   return CUSPARSE_STATUS_SUCCESS;
@@ -321,9 +366,12 @@ RGPU_SPARSE_API cusparseStatus_t cusparseSpMatGetSize(cusparseConstSpMatDescr_t 
 }
 RGPU_SPARSE_API cusparseStatus_t cusparseSpMatGetFormat(cusparseConstSpMatDescr_t d, cusparseFormat_t* format) {
   if (!d || !format) return CUSPARSE_STATUS_INVALID_VALUE;
-  *format = d->m.format == sp::Format::kCsr   ? CUSPARSE_FORMAT_CSR
-            : d->m.format == sp::Format::kCsc ? CUSPARSE_FORMAT_CSC
-                                              : CUSPARSE_FORMAT_COO;
+  switch (d->m.format) {
+    case sp::Format::kCsr: *format = CUSPARSE_FORMAT_CSR; break;
+    case sp::Format::kCsc: *format = CUSPARSE_FORMAT_CSC; break;
+    case sp::Format::kCoo: *format = CUSPARSE_FORMAT_COO; break;
+    case sp::Format::kBlockedEll: *format = CUSPARSE_FORMAT_BLOCKED_ELL; break;
+  }
   return CUSPARSE_STATUS_SUCCESS;
 }
 RGPU_SPARSE_API cusparseStatus_t cusparseSpMatGetIndexBase(cusparseConstSpMatDescr_t d, cusparseIndexBase_t* base) {

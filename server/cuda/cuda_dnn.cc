@@ -22,6 +22,7 @@ namespace {
 
 // NVIDIA's descriptors of one call, destroyed with it.
 struct Descriptors {
+  explicit Descriptors(DnnApi& a) : api(a) {}
   DnnApi& api;
   std::vector<cudnnTensorDescriptor_t> t;  // per tensor of the call (null for a filter)
   cudnnFilterDescriptor_t filter = nullptr;

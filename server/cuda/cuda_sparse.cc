@@ -43,6 +43,10 @@ Status describe(SparseApi& S, const sp::Args& a, Descriptors& d) {
       st = S.cusparseCreateCsc(&d.a, m.rows, m.cols, m.nnz, v(m.offsets), v(m.indices), v(m.values), it(m.offset_type),
                                it(m.index_type), base, type);
       break;
+    case sp::Format::kBlockedEll:
+      st = S.cusparseCreateBlockedEll(&d.a, m.rows, m.cols, m.block, m.ell_cols, v(m.indices), v(m.values),
+                                      it(m.index_type), base, type);
+      break;
     case sp::Format::kCoo:
       st = S.cusparseCreateCoo(&d.a, m.rows, m.cols, m.nnz, v(m.offsets), v(m.indices), v(m.values), it(m.index_type),
                                base, type);

@@ -217,7 +217,7 @@ Status CudaBackend::spgemm(int dev, CUstream stream, const sp::Args& a) {
   if (a.op == sp::Op::kSpGemmValues && a.alpha.device != a.beta.device)
     return Status(err::kInvalidValue, "alpha and beta in different pointer modes");
   return asKernel(dev, stream, sp::opName(a.op), [&] {
-    Step st{*api_, S, stream};
+    Step st{*api_, S, stream, {}, {}, nullptr};
     return a.op == sp::Op::kSpGemmValues ? values(st, *h, a) : product(st, *h, a);
   });
 }

@@ -11,11 +11,12 @@
 
 #include "common/status.h"
 
-#define RGPU_SPARSE_FUNCTIONS(X)                                                                             \
-  X(cusparseCreate) X(cusparseDestroy) X(cusparseSetStream) X(cusparseSetPointerMode) X(cusparseCreateCsr)  \
-  X(cusparseCreateCsc) X(cusparseCreateCoo) X(cusparseDestroySpMat) X(cusparseCreateDnVec)                   \
-  X(cusparseDestroyDnVec) X(cusparseCreateDnMat) X(cusparseDestroyDnMat) X(cusparseSpMV_bufferSize)         \
-  X(cusparseSpMV) X(cusparseSpMM_bufferSize) X(cusparseSpMM) X(cusparseSpMatGetSize) X(cusparseCsrSetPointers)      \
+#define RGPU_SPARSE_FUNCTIONS(X)                                                                              \
+  X(cusparseCreate) X(cusparseDestroy) X(cusparseSetStream) X(cusparseSetPointerMode) X(cusparseCreateCsr)   \
+  X(cusparseCreateCsc) X(cusparseCreateCoo) X(cusparseCreateBlockedEll) X(cusparseDestroySpMat)              \
+  X(cusparseCreateDnVec) X(cusparseDestroyDnVec) X(cusparseCreateDnMat) X(cusparseDestroyDnMat)              \
+  X(cusparseSpMV_bufferSize) X(cusparseSpMV) X(cusparseSpMM_bufferSize) X(cusparseSpMM)                      \
+  X(cusparseSpMatGetSize) X(cusparseCsrSetPointers)                                                          \
   X(cusparseSpGEMM_createDescr) X(cusparseSpGEMM_destroyDescr) X(cusparseSpGEMM_workEstimation)                 \
   X(cusparseSpGEMM_getNumProducts) X(cusparseSpGEMM_compute) X(cusparseSpGEMM_copy)                             \
   X(cusparseSpGEMMreuse_workEstimation) X(cusparseSpGEMMreuse_nnz) X(cusparseSpGEMMreuse_copy)                  \

@@ -13,8 +13,9 @@ Status Session::onRandFill(const protocol::FrameHeader& h, wire::Request::Reader
   auto m = req.getRandFill();
   StreamKey key;
   Status s = checkStream(m.getStream(), key);
-  cr::Fill f{m.getRng(), m.getSeed(), m.getOffset(), m.getPosition(), static_cast<cr::Dist>(m.getDist()),
-             m.getMean(), m.getStddev()};
+  cr::Fill f;
+  f.rng = m.getRng(), f.seed = m.getSeed(), f.offset = m.getOffset(), f.position = m.getPosition();
+  f.dist = static_cast<cr::Dist>(m.getDist()), f.mean = m.getMean(), f.stddev = m.getStddev();
   f.slot = m.getSlot();
   f.counted = m.getCounted();
   auto draws = m.getDraws();

@@ -28,8 +28,29 @@ struct Entry {
   int64_t row, col, at;
 };
 
+// A Blocked-ELL matrix's entries: every value of every block that has a
+// block column (-1: none), each block checked to lie inside the matrix.
+Status blockedEllEntries(const sp::SpMat& s, std::vector<Entry>& out) {
+  const int64_t b = s.block, slots = s.ell_cols / b, block_cols = s.cols / b;
+  for (int64_t br = 0; br < s.rows / b; ++br)
+    for (int64_t slot = 0; slot < slots; ++slot) {
+      const int64_t raw = indexAt(s.indices, s.index_type, br * slots + slot);
+      if (raw == -1) continue;
+      const int64_t bc = raw - s.base;
+      if (bc < 0 || bc >= block_cols)
+        return Status(err::kInvalidValue, "block column " + std::to_string(raw) + " of block " +
+                                              std::to_string(br * slots + slot) + " lies outside the matrix's " +
+                                              std::to_string(block_cols) + " (-1 marks no block)");
+      for (int64_t i = 0; i < b; ++i)
+        for (int64_t j = 0; j < b; ++j)
+          out.push_back({br * b + i, bc * b + j, (br * b + i) * s.ell_cols + slot * b + j});
+    }
+  return Status::ok();
+}
+
 // The matrix's entries, each checked to lie inside it.
 Status entries(const sp::SpMat& s, std::vector<Entry>& out) {
+  if (s.format == sp::Format::kBlockedEll) return blockedEllEntries(s, out);
   out.reserve(static_cast<size_t>(s.nnz));
   if (s.format == sp::Format::kCoo) {
     for (int64_t p = 0; p < s.nnz; ++p) {

@@ -98,6 +98,43 @@ TEST(SparseArgs, EachFormatSpansItsArraysAndTheDenseOperands) {
   EXPECT_EQ(b["C"], (12u * 3 + 10) * 4);
 }
 
+TEST(SparseArgs, ABlockedEllMatrixIsSpMMsWithItsBlocksInside) {
+  Args m = spmv(64, 48, 64 * 24);
+  m.op = Op::kSpMM;
+  m.a.format = Format::kBlockedEll;
+  m.a.block = 8, m.a.ell_cols = 24;
+  m.a.index_type = kIndex64;
+  m.b = DnMat{48, 4, 48, 0x4000, kR32F, kOrderCol};
+  m.c = DnMat{64, 4, 64, 0x5000, kR32F, kOrderCol};
+  ASSERT_TRUE(check(m));
+  auto b = bytes(m);
+  EXPECT_EQ(b["block columns"], 8u * 3 * 8);
+  EXPECT_EQ(b["values"], 64u * 24 * 4);
+  EXPECT_EQ(b.count("row offsets"), 0u);
+  Args v = m;
+  v.op = Op::kSpMV;
+  v.b = DnMat{48, 1, 48, 0x4000, kR32F, kOrderCol};
+  v.c = DnMat{64, 1, 64, 0x5000, kR32F, kOrderCol};
+  EXPECT_EQ(check(v).code(), err::kNotSupported);  // SpMV takes no Blocked-ELL matrix
+  m.op_a = kOpT;
+  m.b.rows = 64, m.b.ld = 64, m.c.rows = 48, m.c.ld = 48;
+  EXPECT_EQ(check(m).code(), err::kNotSupported);
+  m = spmv(64, 48, 0);
+  m.op = Op::kSpMM;
+  m.a.format = Format::kBlockedEll;
+  m.b = DnMat{48, 4, 48, 0x4000, kR32F, kOrderCol};
+  m.c = DnMat{64, 4, 64, 0x5000, kR32F, kOrderCol};
+  for (auto [block, ell_cols] : {std::pair<int64_t, int64_t>{0, 24}, {5, 24}, {8, 20}, {8, 56}}) {
+    m.a.block = block, m.a.ell_cols = ell_cols;
+    EXPECT_EQ(check(m).code(), err::kInvalidValue) << block << " " << ell_cols;
+  }
+  // rows x ell_cols past kMaxDim (never a wrapped span).
+  m.a.rows = m.c.rows = m.c.ld = kMaxDim / 8;
+  m.a.cols = m.b.rows = m.b.ld = 1024;
+  m.a.block = 8, m.a.ell_cols = 1024;
+  EXPECT_EQ(check(m).code(), err::kInvalidValue);
+}
+
 TEST(SparseArgs, AnSpGemmStepTravelsWithItsThreeMatrices) {
   Args a;
   a.op = Op::kSpGemmValues;

@@ -259,6 +259,86 @@ static int spmm(cusparseHandle_t h, const char* what, int format, int rows, int 
   return 0;
 }
 
+// One SpMM of a Blocked-ELL A (rows x cols in blocks of `block`, `slots` blocks per block-row, the
+// last one of every other block-row none: -1), C (m x n) = alpha A B + beta C.
+template <typename T, typename I>
+static int spmmBlockedEll(cusparseHandle_t h, const char* what, int rows, int cols, int block, int slots, int n,
+                          int base, bool row_major, cudaDataType type, cusparseIndexType_t itype, double tol) {
+  std::mt19937 gen(77);
+  std::uniform_real_distribution<double> u(-1, 1);
+  const int block_rows = rows / block, block_cols = cols / block, ell_cols = slots * block;
+  std::vector<long long> colind;
+  std::vector<cd> values(static_cast<size_t>(rows) * ell_cols, 0);
+  std::vector<Entry> e;
+  for (int br = 0; br < block_rows; ++br)
+    for (int s = 0; s < slots; ++s) {
+      const bool none = s == slots - 1 && br % 2;
+      const int bc = (br + 2 * s) % block_cols;  // distinct for slots <= block_cols / 2
+      colind.push_back(none ? -1 : bc + base);
+      if (none) continue;
+      for (int i = 0; i < block; ++i)
+        for (int j = 0; j < block; ++j) {
+          const cd v(u(gen), 0);
+          values[static_cast<size_t>(br * block + i) * ell_cols + s * block + j] = v;
+          e.push_back({br * block + i, bc * block + j, v});
+        }
+    }
+  const int m = rows, k = cols;
+  auto bv = randomDense(static_cast<size_t>(k) * n, 19, false), cv = randomDense(static_cast<size_t>(m) * n, 20, false);
+  const cd alpha(0.5, 0), beta(2, 0);
+  I* ind = uploadIndex<I>(colind);
+  T* val = upload<T>(values);
+  T* db = upload<T>(bv);
+  T* dc = upload<T>(cv);
+  cusparseSpMatDescr_t A;
+  CHECK(cusparseCreateBlockedEll(&A, rows, cols, block, ell_cols, ind, val, itype,
+                                 base ? CUSPARSE_INDEX_BASE_ONE : CUSPARSE_INDEX_BASE_ZERO, type));
+  {  // The getters give back what it was made with.
+    int64_t r, c, b, ec;
+    void *gi, *gv;
+    cusparseIndexType_t it;
+    cusparseIndexBase_t ib;
+    cudaDataType vt;
+    cusparseFormat_t format;
+    CHECK(cusparseBlockedEllGet(A, &r, &c, &b, &ec, &gi, &gv, &it, &ib, &vt));
+    CHECK(cusparseSpMatGetFormat(A, &format));
+    const bool same = r == rows && c == cols && b == block && ec == ell_cols && gi == ind && gv == val &&
+                      it == itype && vt == type && format == CUSPARSE_FORMAT_BLOCKED_ELL;
+    std::printf("%s: getters %s\n", what, same ? "give what it was made with" : "differ");
+    if (!same) ++g_failures;
+  }
+  const auto order = row_major ? CUSPARSE_ORDER_ROW : CUSPARSE_ORDER_COL;
+  cusparseDnMatDescr_t B, C;
+  CHECK(cusparseCreateDnMat(&B, k, n, row_major ? n : k, db, type, order));
+  CHECK(cusparseCreateDnMat(&C, m, n, row_major ? n : m, dc, type, order));
+  T ha = fromC<T>(alpha), hb = fromC<T>(beta);
+  const auto N = CUSPARSE_OPERATION_NON_TRANSPOSE;
+  size_t size = 0;
+  CHECK(cusparseSpMM_bufferSize(h, N, N, &ha, A, B, &hb, C, type, CUSPARSE_SPMM_BLOCKED_ELL_ALG1, &size));
+  void* buffer = nullptr;
+  if (size) CHECK(cudaMalloc(&buffer, size));
+  CHECK(cusparseSpMM(h, N, N, &ha, A, B, &hb, C, type, CUSPARSE_SPMM_BLOCKED_ELL_ALG1, buffer));
+  auto got = download(dc, static_cast<size_t>(m) * n);
+  report(what, relative(got, reference(e, 0, m, n, bv, false, k, cv, alpha, beta, row_major)), tol);
+  // SpMV and a transposed A are not Blocked-ELL's (cuSPARSE's SpMM takes one with op(A) = N).
+  cusparseDnVecDescr_t x, y;
+  CHECK(cusparseCreateDnVec(&x, k, db, type));
+  CHECK(cusparseCreateDnVec(&y, m, dc, type));
+  std::printf("%s: SpMV %s, SpMM of op(A) = T %s\n", what,
+              cusparseGetErrorName(cusparseSpMV(h, N, &ha, A, x, &hb, y, type, CUSPARSE_SPMV_ALG_DEFAULT, buffer)),
+              cusparseGetErrorName(cusparseSpMM(h, CUSPARSE_OPERATION_TRANSPOSE, N, &ha, A, B, &hb, C, type,
+                                                CUSPARSE_SPMM_ALG_DEFAULT, buffer)));
+  CHECK(cusparseDestroyDnVec(x));
+  CHECK(cusparseDestroyDnVec(y));
+  CHECK(cusparseDestroySpMat(A));
+  CHECK(cusparseDestroyDnMat(B));
+  CHECK(cusparseDestroyDnMat(C));
+  for (void* ptr : {static_cast<void*>(ind), static_cast<void*>(val), static_cast<void*>(db), static_cast<void*>(dc),
+                    buffer})
+    if (ptr) CHECK(cudaFree(ptr));
+  return 0;
+}
+
 #include "cusparse_check_spgemm.h"
 
 int main(int argc, char** argv) {
@@ -283,6 +363,10 @@ int main(int argc, char** argv) {
                        CUDA_R_32F, i32, 1e-5) ||
       spmm<double, long long>(h, "SpMM COO f64, op(B) = T, row-major", 2, 120, 90, 7, true, true, CUDA_R_64F, i64,
                               1e-12) ||
+      spmmBlockedEll<float, int>(h, "SpMM Blocked-ELL f32 64x48, blocks of 8, column-major", 64, 48, 8, 3, 10, 0,
+                                 false, CUDA_R_32F, i32, 1e-5) ||
+      spmmBlockedEll<double, long long>(h, "SpMM Blocked-ELL f64, 64-bit indices from 1, row-major", 96, 96, 16, 2,
+                                        5, 1, true, CUDA_R_64F, i64, 1e-12) ||
       spgemm<float, int>(h, "SpGEMM CSR f32 300x200 times 200x250", 300, 200, 250, 0.03, 0, false, false, CUDA_R_32F,
                          i32, 1e-5) ||
       spgemm<double, long long>(h, "SpGEMM CSR f64, 64-bit indices from 1, device scalars", 150, 180, 120, 0.05, 1,

@@ -24,7 +24,9 @@ void expectCusparseCheckPasses(const std::string& env, bool bad_index) {
   for (const char* ok : {"SpMV CSR f32 1000x800, N", "SpMV CSR f64, 64-bit indices from 1, T, device scalars",
                          "SpMV COO c32, C \\(conjugate transpose\\)", "SpMV CSC f64 600x400, N",
                          "SpMV const CSR descriptors f32", "SpMM CSR f32 200x150 times 150x16, column-major",
-                         "SpMM COO f64, op\\(B\\) = T, row-major", "SpGEMM CSR f32 300x200 times 200x250",
+                         "SpMM COO f64, op\\(B\\) = T, row-major",
+                         "SpMM Blocked-ELL f32 64x48, blocks of 8, column-major",
+                         "SpMM Blocked-ELL f64, 64-bit indices from 1, row-major", "SpGEMM CSR f32 300x200 times 200x250",
                          "SpGEMM CSR f64, 64-bit indices from 1, device scalars", "SpGEMM CSR c64 100x120 times 120x90",
                          "SpGEMM reuse CSR c32, values", "SpGEMM reuse CSR c32, new values of A, beta != 0",
                          "SpGEMM reuse CSR f32, 64-bit indices, values",
@@ -36,6 +38,14 @@ void expectCusparseCheckPasses(const std::string& env, bool bad_index) {
   EXPECT_NE(r.output.find("SpSV: CUSPARSE_STATUS_NOT_SUPPORTED"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("cusparseSpSV_createDescr is not supported by rgpu's cuSPARSE"), std::string::npos)
       << r.output;
+  for (const char* ell : {"SpMM Blocked-ELL f32 64x48, blocks of 8, column-major",
+                          "SpMM Blocked-ELL f64, 64-bit indices from 1, row-major"}) {
+    EXPECT_NE(r.output.find(std::string(ell) + ": getters give what it was made with"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(std::string(ell) +
+                            ": SpMV CUSPARSE_STATUS_NOT_SUPPORTED, SpMM of op(A) = T CUSPARSE_STATUS_NOT_SUPPORTED"),
+              std::string::npos)
+        << r.output;
+  }
   // SpGEMM: the pattern exactly the product's, the products counted, and what cuSPARSE refuses.
   for (const char* pattern :
        {"SpGEMM CSR f32 300x200 times 200x250: [0-9]+ products, nnz\\(C\\) [0-9]+, pattern the product's",

@@ -195,6 +195,14 @@ FAKE_API cusparseStatus_t cusparseCreateCoo(cusparseSpMatDescr_t* d, int64_t row
   *d = new cusparseSpMatDescr{sparse(rows, cols, nnz, ri, ci, val, it, it, base, type, sp::Format::kCoo)};
   return CUSPARSE_STATUS_SUCCESS;
 }
+FAKE_API cusparseStatus_t cusparseCreateBlockedEll(cusparseSpMatDescr_t* d, int64_t rows, int64_t cols,
+                                                   int64_t block, int64_t ell_cols, void* ind, void* val,
+                                                   cusparseIndexType_t it, cusparseIndexBase_t base, cudaDataType type) {
+  sp::SpMat m = sparse(rows, cols, rows * ell_cols, nullptr, ind, val, it, it, base, type, sp::Format::kBlockedEll);
+  m.block = block, m.ell_cols = ell_cols;
+  *d = new cusparseSpMatDescr{m};
+  return CUSPARSE_STATUS_SUCCESS;
+}
 FAKE_API cusparseStatus_t cusparseDestroySpMat(cusparseConstSpMatDescr_t d) {
   delete d;
   return CUSPARSE_STATUS_SUCCESS;

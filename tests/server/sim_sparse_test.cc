@@ -1,4 +1,6 @@
-// The sim's SpGEMM steps (server/sim/sim_spgemm.cc, common/sparse_args.h) on
+// The sim's cuSPARSE on host memory: SpMM of a Blocked-ELL matrix (its
+// padding blocks skipped, a block column outside the matrix refused before
+// anything is written), and SpGEMM's steps (server/sim/sim_spgemm.cc, common/sparse_args.h) on
 // host memory: the count, C whole in rgpu's layout (C's index types and base,
 // columns sorted), the structure alone, the values on C's pattern with beta;
 // and what fails before anything is written: a buffer too small for the
@@ -183,6 +185,32 @@ TEST(SimSpGemm, ChecksRefuseWhatCusparseRefuses) {
   EXPECT_EQ(bytes["C's values"], 5u * 4);
   EXPECT_EQ(bytes["C's row offsets"], 3u * 8);
   EXPECT_EQ(bytes.count("external buffer"), 0u);
+}
+
+// A = 4 x 4 in blocks of 2, one slot per block-row: block-row 0 at block column 1, block-row 1 none (-1).
+TEST(SimSparse, BlockedEllSpMMSkipsPaddingAndRefusesABlockOutside) {
+  std::vector<int32_t> colind{1, -1};
+  std::vector<float> values{1, 2, 3, 4, 9, 9, 9, 9};  // (the padding block's values are never read)
+  std::vector<float> b(4 * 1), c{5, 5, 5, 5};
+  for (int i = 0; i < 4; ++i) b[i] = static_cast<float>(i + 1);
+  sp::Args a;
+  a.op = sp::Op::kSpMM;
+  a.a = sp::SpMat{sp::Format::kBlockedEll, 4, 4, 16, 0, at(colind.data()), at(values.data())};
+  a.a.block = 2, a.a.ell_cols = 2;
+  a.b = sp::DnMat{4, 1, 4, at(b.data()), sp::kR32F, sp::kOrderCol};
+  a.c = sp::DnMat{4, 1, 4, at(c.data()), sp::kR32F, sp::kOrderCol};
+  const float one = 1;
+  std::memcpy(a.alpha.bytes, &one, sizeof one);
+  ASSERT_TRUE(sp::check(a));
+  ASSERT_TRUE(run(a));
+  // Rows 0 and 1 = [[1 2] [3 4]] times b's rows 2 and 3 (3, 4); beta = 0.
+  EXPECT_EQ(c, (std::vector<float>{11, 25, 0, 0}));
+  colind[1] = 2;  // block column 2 of 2
+  c = {5, 5, 5, 5};
+  Status s = run(a);
+  EXPECT_NE(s.message().find("block column 2 of block 1 lies outside the matrix's 2"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(c, (std::vector<float>{5, 5, 5, 5}));
 }
 
 }  // namespace
