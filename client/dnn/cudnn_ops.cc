@@ -136,45 +136,74 @@ DNN_API cudnnStatus_t cudnnPoolingBackward(cudnnHandle_t h, const cudnnPoolingDe
 }
 
 // ---- batch normalisation ----
+// Each with a descriptor for the scale and bias (and their gradients) and one
+// for the statistics: the batch-normalisation calls pass one for both, the
+// cudnnNormalization* calls their two.
+namespace {
+cudnnStatus_t bnForwardTraining(cudnnHandle_t h, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+                                const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t yd,
+                                void* y, const cudnnTensorDescriptor_t pd, const void* scale, const void* bias,
+                                double factor, const cudnnTensorDescriptor_t sd, void* running_mean,
+                                void* running_var, double epsilon, void* save_mean, void* save_inv_var) {
+  if (!alpha || !beta || !yd) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a = args(dn::Op::kBnFwdTraining,
+                    {tensorOf(xd, x), tensorOf(yd, y), tensorOf(pd, scale), tensorOf(pd, bias),
+                     tensorOf(sd, running_mean), tensorOf(sd, running_var), tensorOf(sd, save_mean),
+                     tensorOf(sd, save_inv_var)},
+                    alpha, beta, yd->t.type);
+  a.bn_mode = mode, a.factor = factor, a.epsilon = epsilon;
+  return send(h, a);
+}
+cudnnStatus_t bnForwardInference(cudnnHandle_t h, cudnnBatchNormMode_t mode, const void* alpha, const void* beta,
+                                 const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t yd,
+                                 void* y, const cudnnTensorDescriptor_t pd, const void* scale, const void* bias,
+                                 const cudnnTensorDescriptor_t sd, const void* mean, const void* var, double epsilon) {
+  if (!alpha || !beta || !yd) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a = args(dn::Op::kBnFwdInference,
+                    {tensorOf(xd, x), tensorOf(yd, y), tensorOf(pd, scale), tensorOf(pd, bias), tensorOf(sd, mean),
+                     tensorOf(sd, var)},
+                    alpha, beta, yd->t.type);
+  a.bn_mode = mode, a.epsilon = epsilon;
+  return send(h, a);
+}
+cudnnStatus_t bnBackward(cudnnHandle_t h, cudnnBatchNormMode_t mode, const void* alpha_data, const void* beta_data,
+                         const void* alpha_param, const void* beta_param, const cudnnTensorDescriptor_t xd,
+                         const void* x, const cudnnTensorDescriptor_t dyd, const void* dy,
+                         const cudnnTensorDescriptor_t dxd, void* dx, const cudnnTensorDescriptor_t pd,
+                         const void* scale, void* dscale, void* dbias, double epsilon,
+                         const cudnnTensorDescriptor_t sd, const void* saved_mean, const void* saved_inv_var) {
+  if (!alpha_data || !beta_data || !alpha_param || !beta_param || !dxd) return CUDNN_STATUS_BAD_PARAM;
+  dn::Args a = args(dn::Op::kBnBwd,
+                    {tensorOf(xd, x), tensorOf(dyd, dy), tensorOf(dxd, dx), tensorOf(pd, scale), tensorOf(pd, dscale),
+                     tensorOf(pd, dbias), tensorOf(sd, saved_mean), tensorOf(sd, saved_inv_var)},
+                    alpha_data, beta_data, dxd->t.type);
+  a.alpha2 = scalarOf(alpha_param, dxd->t.type), a.beta2 = scalarOf(beta_param, dxd->t.type);
+  a.bn_mode = mode, a.epsilon = epsilon;
+  return send(h, a);
+}
+}  // namespace
+
 DNN_API cudnnStatus_t cudnnBatchNormalizationForwardTraining(
     cudnnHandle_t h, cudnnBatchNormMode_t mode, const void* alpha, const void* beta, const cudnnTensorDescriptor_t xd,
     const void* x, const cudnnTensorDescriptor_t yd, void* y, const cudnnTensorDescriptor_t pd, const void* scale,
     const void* bias, double factor, void* running_mean, void* running_var, double epsilon, void* save_mean,
     void* save_inv_var) {
-  if (!alpha || !beta || !yd) return CUDNN_STATUS_BAD_PARAM;
-  dn::Args a = args(dn::Op::kBnFwdTraining,
-                    {tensorOf(xd, x), tensorOf(yd, y), tensorOf(pd, scale), tensorOf(pd, bias),
-                     tensorOf(pd, running_mean), tensorOf(pd, running_var), tensorOf(pd, save_mean),
-                     tensorOf(pd, save_inv_var)},
-                    alpha, beta, yd->t.type);
-  a.bn_mode = mode, a.factor = factor, a.epsilon = epsilon;
-  return send(h, a);
+  return bnForwardTraining(h, mode, alpha, beta, xd, x, yd, y, pd, scale, bias, factor, pd, running_mean, running_var,
+                           epsilon, save_mean, save_inv_var);
 }
 DNN_API cudnnStatus_t cudnnBatchNormalizationForwardInference(
     cudnnHandle_t h, cudnnBatchNormMode_t mode, const void* alpha, const void* beta, const cudnnTensorDescriptor_t xd,
     const void* x, const cudnnTensorDescriptor_t yd, void* y, const cudnnTensorDescriptor_t pd, const void* scale,
     const void* bias, const void* mean, const void* var, double epsilon) {
-  if (!alpha || !beta || !yd) return CUDNN_STATUS_BAD_PARAM;
-  dn::Args a = args(dn::Op::kBnFwdInference,
-                    {tensorOf(xd, x), tensorOf(yd, y), tensorOf(pd, scale), tensorOf(pd, bias), tensorOf(pd, mean),
-                     tensorOf(pd, var)},
-                    alpha, beta, yd->t.type);
-  a.bn_mode = mode, a.epsilon = epsilon;
-  return send(h, a);
+  return bnForwardInference(h, mode, alpha, beta, xd, x, yd, y, pd, scale, bias, pd, mean, var, epsilon);
 }
 DNN_API cudnnStatus_t cudnnBatchNormalizationBackward(
     cudnnHandle_t h, cudnnBatchNormMode_t mode, const void* alpha_data, const void* beta_data, const void* alpha_param,
     const void* beta_param, const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t dyd,
     const void* dy, const cudnnTensorDescriptor_t dxd, void* dx, const cudnnTensorDescriptor_t pd, const void* scale,
     void* dscale, void* dbias, double epsilon, const void* saved_mean, const void* saved_inv_var) {
-  if (!alpha_data || !beta_data || !alpha_param || !beta_param || !dxd) return CUDNN_STATUS_BAD_PARAM;
-  dn::Args a = args(dn::Op::kBnBwd,
-                    {tensorOf(xd, x), tensorOf(dyd, dy), tensorOf(dxd, dx), tensorOf(pd, scale), tensorOf(pd, dscale),
-                     tensorOf(pd, dbias), tensorOf(pd, saved_mean), tensorOf(pd, saved_inv_var)},
-                    alpha_data, beta_data, dxd->t.type);
-  a.alpha2 = scalarOf(alpha_param, dxd->t.type), a.beta2 = scalarOf(beta_param, dxd->t.type);
-  a.bn_mode = mode, a.epsilon = epsilon;
-  return send(h, a);
+  return bnBackward(h, mode, alpha_data, beta_data, alpha_param, beta_param, xd, x, dyd, dy, dxd, dx, pd, scale,
+                    dscale, dbias, epsilon, pd, saved_mean, saved_inv_var);
 }
 
 // The Ex forms with bnOps = CUDNN_BATCHNORM_OPS_BN: the same computation as the plain calls (no workspace, no
@@ -234,6 +263,103 @@ DNN_API cudnnStatus_t cudnnBatchNormalizationBackwardEx(
   if (cudnnStatus_t st = bnOpsOnly(ops, "cudnnBatchNormalizationBackwardEx"); st != CUDNN_STATUS_SUCCESS) return st;
   return cudnnBatchNormalizationBackward(h, mode, alpha_data, beta_data, alpha_param, beta_param, xd, x, dyd, dy, dxd,
                                          dx, pd, scale, dscale, dbias, epsilon, saved_mean, saved_inv_var);
+}
+
+// The cudnnNormalization* calls (deprecated in cuDNN 9, still exported):
+// with normOps = CUDNN_NORM_OPS_NORM and groupCnt 1 they are batch
+// normalisation -- CUDNN_NORM_PER_ACTIVATION as CUDNN_BATCHNORM_PER_ACTIVATION,
+// CUDNN_NORM_PER_CHANNEL as CUDNN_BATCHNORM_SPATIAL -- with the scale and bias
+// and the statistics each under their own descriptor; no workspace, no
+// reserve space. The fused activation and add, and other group counts, are
+// not built (CUDNN_STATUS_NOT_SUPPORTED, logged once).
+namespace {
+cudnnStatus_t normOnly(cudnnNormMode_t mode, cudnnNormOps_t ops, int groups, const char* call,
+                       cudnnBatchNormMode_t* bn) {
+  if (mode != CUDNN_NORM_PER_ACTIVATION && mode != CUDNN_NORM_PER_CHANNEL) return CUDNN_STATUS_BAD_PARAM;
+  if (bn) *bn = mode == CUDNN_NORM_PER_ACTIVATION ? CUDNN_BATCHNORM_PER_ACTIVATION : CUDNN_BATCHNORM_SPATIAL;
+  if (ops == CUDNN_NORM_OPS_NORM && groups == 1) return CUDNN_STATUS_SUCCESS;
+  rgpu::common::logOnce(std::string("cudnn-normops:") + call,
+                        std::string(call) + ": only CUDNN_NORM_OPS_NORM with groupCnt 1 is built in rgpu's cuDNN (the "
+                                            "fused add and activation, and other group counts, answer "
+                                            "CUDNN_STATUS_NOT_SUPPORTED; docs/cudnn.md)");
+  return CUDNN_STATUS_NOT_SUPPORTED;
+}
+}  // namespace
+
+DNN_API cudnnStatus_t cudnnDeriveNormTensorDescriptor(cudnnTensorDescriptor_t scale_bias, cudnnTensorDescriptor_t stats,
+                                                      const cudnnTensorDescriptor_t x, cudnnNormMode_t mode,
+                                                      int groups) {
+  cudnnBatchNormMode_t bn;
+  if (cudnnStatus_t st = normOnly(mode, CUDNN_NORM_OPS_NORM, groups, "cudnnDeriveNormTensorDescriptor", &bn);
+      st != CUDNN_STATUS_SUCCESS)
+    return st;
+  if (cudnnStatus_t st = cudnnDeriveBNTensorDescriptor(scale_bias, x, bn); st != CUDNN_STATUS_SUCCESS) return st;
+  return cudnnDeriveBNTensorDescriptor(stats, x, bn);
+}
+DNN_API cudnnStatus_t cudnnGetNormalizationForwardTrainingWorkspaceSize(
+    cudnnHandle_t h, cudnnNormMode_t mode, cudnnNormOps_t ops, cudnnNormAlgo_t, const cudnnTensorDescriptor_t,
+    const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t,
+    const cudnnActivationDescriptor_t, const cudnnTensorDescriptor_t, size_t* bytes, int groups) {
+  if (!live(h) || !bytes) return CUDNN_STATUS_BAD_PARAM;
+  *bytes = 0;
+  return normOnly(mode, ops, groups, "cudnnGetNormalizationForwardTrainingWorkspaceSize", nullptr);
+}
+DNN_API cudnnStatus_t cudnnGetNormalizationBackwardWorkspaceSize(
+    cudnnHandle_t h, cudnnNormMode_t mode, cudnnNormOps_t ops, cudnnNormAlgo_t, const cudnnTensorDescriptor_t,
+    const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t,
+    const cudnnTensorDescriptor_t, const cudnnTensorDescriptor_t, const cudnnActivationDescriptor_t,
+    const cudnnTensorDescriptor_t, size_t* bytes, int groups) {
+  if (!live(h) || !bytes) return CUDNN_STATUS_BAD_PARAM;
+  *bytes = 0;
+  return normOnly(mode, ops, groups, "cudnnGetNormalizationBackwardWorkspaceSize", nullptr);
+}
+DNN_API cudnnStatus_t cudnnGetNormalizationTrainingReserveSpaceSize(cudnnHandle_t h, cudnnNormMode_t mode,
+                                                                    cudnnNormOps_t ops, cudnnNormAlgo_t,
+                                                                    const cudnnActivationDescriptor_t,
+                                                                    const cudnnTensorDescriptor_t, size_t* bytes,
+                                                                    int groups) {
+  if (!live(h) || !bytes) return CUDNN_STATUS_BAD_PARAM;
+  *bytes = 0;
+  return normOnly(mode, ops, groups, "cudnnGetNormalizationTrainingReserveSpaceSize", nullptr);
+}
+DNN_API cudnnStatus_t cudnnNormalizationForwardTraining(
+    cudnnHandle_t h, cudnnNormMode_t mode, cudnnNormOps_t ops, cudnnNormAlgo_t, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t pd, const void* scale,
+    const void* bias, double factor, const cudnnTensorDescriptor_t sd, void* running_mean, void* running_var,
+    double epsilon, void* save_mean, void* save_inv_var, cudnnActivationDescriptor_t, const cudnnTensorDescriptor_t,
+    const void*, const cudnnTensorDescriptor_t yd, void* y, void*, size_t, void*, size_t, int groups) {
+  cudnnBatchNormMode_t bn;
+  if (cudnnStatus_t st = normOnly(mode, ops, groups, "cudnnNormalizationForwardTraining", &bn);
+      st != CUDNN_STATUS_SUCCESS)
+    return st;
+  return bnForwardTraining(h, bn, alpha, beta, xd, x, yd, y, pd, scale, bias, factor, sd, running_mean, running_var,
+                           epsilon, save_mean, save_inv_var);
+}
+DNN_API cudnnStatus_t cudnnNormalizationForwardInference(
+    cudnnHandle_t h, cudnnNormMode_t mode, cudnnNormOps_t ops, cudnnNormAlgo_t, const void* alpha, const void* beta,
+    const cudnnTensorDescriptor_t xd, const void* x, const cudnnTensorDescriptor_t pd, const void* scale,
+    const void* bias, const cudnnTensorDescriptor_t sd, const void* mean, const void* var,
+    const cudnnTensorDescriptor_t, const void*, cudnnActivationDescriptor_t, const cudnnTensorDescriptor_t yd, void* y,
+    double epsilon, int groups) {
+  cudnnBatchNormMode_t bn;
+  if (cudnnStatus_t st = normOnly(mode, ops, groups, "cudnnNormalizationForwardInference", &bn);
+      st != CUDNN_STATUS_SUCCESS)
+    return st;
+  return bnForwardInference(h, bn, alpha, beta, xd, x, yd, y, pd, scale, bias, sd, mean, var, epsilon);
+}
+DNN_API cudnnStatus_t cudnnNormalizationBackward(
+    cudnnHandle_t h, cudnnNormMode_t mode, cudnnNormOps_t ops, cudnnNormAlgo_t, const void* alpha_data,
+    const void* beta_data, const void* alpha_param, const void* beta_param, const cudnnTensorDescriptor_t xd,
+    const void* x, const cudnnTensorDescriptor_t, const void*, const cudnnTensorDescriptor_t dyd, const void* dy,
+    const cudnnTensorDescriptor_t, void*, const cudnnTensorDescriptor_t dxd, void* dx,
+    const cudnnTensorDescriptor_t pd, const void* scale, const void*, void* dscale, void* dbias, double epsilon,
+    const cudnnTensorDescriptor_t sd, const void* saved_mean, const void* saved_inv_var, cudnnActivationDescriptor_t,
+    void*, size_t, void*, size_t, int groups) {
+  cudnnBatchNormMode_t bn;
+  if (cudnnStatus_t st = normOnly(mode, ops, groups, "cudnnNormalizationBackward", &bn); st != CUDNN_STATUS_SUCCESS)
+    return st;
+  return bnBackward(h, bn, alpha_data, beta_data, alpha_param, beta_param, xd, x, dyd, dy, dxd, dx, pd, scale, dscale,
+                    dbias, epsilon, sd, saved_mean, saved_inv_var);
 }
 
 // ---- local response normalisation across channels ----

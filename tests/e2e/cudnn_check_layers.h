@@ -259,6 +259,7 @@ static int checkBatchNorm(cudnnHandle_t h) {
   report("batch norm spatial, running variance (unbiased)", relErr(download(rvar, ps, false, CUDNN_DATA_FLOAT), frv), 1e-5);
   report("batch norm spatial, saved mean", relErr(download(smean, ps, false, CUDNN_DATA_FLOAT), mean), 1e-5);
   report("batch norm spatial, saved inverse deviation", relErr(download(sinv, ps, false, CUDNN_DATA_FLOAT), inv), 1e-5);
+  const V fy_train = fy;
   // inference with the running values
   CHECK(cudnnBatchNormalizationForwardInference(h, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, xd, dx, xd, dy, pd, dscale,
                                                 dbias, rmean, rvar, eps));
@@ -312,6 +313,50 @@ static int checkBatchNorm(cudnnHandle_t h) {
                                                         dbias, factor, nullptr, nullptr, eps, nullptr, nullptr, relu,
                                                         nullptr, 0, nullptr, 0),
                CUDNN_STATUS_NOT_SUPPORTED);
+  // The cudnnNormalization* calls, per channel: the same computation, scale and bias and the
+  // statistics each under their own descriptor; the fused activation and groupCnt 2 are refused.
+  cudnnTensorDescriptor_t nsb, nmv;
+  CHECK(cudnnCreateTensorDescriptor(&nsb));
+  CHECK(cudnnCreateTensorDescriptor(&nmv));
+  CHECK(cudnnDeriveNormTensorDescriptor(nsb, nmv, xd, CUDNN_NORM_PER_CHANNEL, 1));
+  size_t norm_ws = 1, norm_reserve = 1;
+  CHECK(cudnnGetNormalizationForwardTrainingWorkspaceSize(h, CUDNN_NORM_PER_CHANNEL, CUDNN_NORM_OPS_NORM,
+                                                          CUDNN_NORM_ALGO_STANDARD, xd, nullptr, xd, nsb, nullptr, nmv,
+                                                          &norm_ws, 1));
+  CHECK(cudnnGetNormalizationTrainingReserveSpaceSize(h, CUDNN_NORM_PER_CHANNEL, CUDNN_NORM_OPS_NORM,
+                                                      CUDNN_NORM_ALGO_STANDARD, nullptr, xd, &norm_reserve, 1));
+  std::printf("cudnnNormalization workspace %zu, reserve space %zu bytes\n", norm_ws, norm_reserve);
+  const V zeros(3, 0.0), ones(3, 1.0);
+  void* rmean2 = upload(zeros, ps, false, CUDNN_DATA_FLOAT);
+  void* rvar2 = upload(ones, ps, false, CUDNN_DATA_FLOAT);
+  CHECK(cudnnNormalizationForwardTraining(h, CUDNN_NORM_PER_CHANNEL, CUDNN_NORM_OPS_NORM, CUDNN_NORM_ALGO_STANDARD,
+                                          &kOne, &kZero, xd, dx, nsb, dscale, dbias, factor, nmv, rmean2, rvar2, eps,
+                                          smean, sinv, nullptr, nullptr, nullptr, xd, dy, nullptr, 0, nullptr, 0, 1));
+  report("cudnnNormalizationForwardTraining per channel, y", relErr(download(dy, xs, false, CUDNN_DATA_FLOAT), fy_train),
+         1e-5);
+  report("cudnnNormalizationForwardTraining per channel, running variance",
+         relErr(download(rvar2, ps, false, CUDNN_DATA_FLOAT), frv), 1e-5);
+  report("cudnnNormalizationForwardTraining per channel, saved inverse deviation",
+         relErr(download(sinv, ps, false, CUDNN_DATA_FLOAT), inv), 1e-5);
+  CHECK(cudnnNormalizationForwardInference(h, CUDNN_NORM_PER_CHANNEL, CUDNN_NORM_OPS_NORM, CUDNN_NORM_ALGO_STANDARD,
+                                           &kOne, &kZero, xd, dx, nsb, dscale, dbias, nmv, rmean2, rvar2, nullptr,
+                                           nullptr, nullptr, xd, dy, eps, 1));
+  report("cudnnNormalizationForwardInference per channel", relErr(download(dy, xs, false, CUDNN_DATA_FLOAT), fy), 1e-5);
+  CHECK(cudnnNormalizationBackward(h, CUDNN_NORM_PER_CHANNEL, CUDNN_NORM_OPS_NORM, CUDNN_NORM_ALGO_STANDARD, &kOne,
+                                   &kZero, &kOne, &kZero, xd, dx, nullptr, nullptr, xd, dg, nullptr, nullptr, xd, ddx,
+                                   nsb, dscale, dbias, dsc, dbi, eps, nmv, smean, sinv, nullptr, nullptr, 0, nullptr, 0,
+                                   1));
+  report("cudnnNormalizationBackward per channel, dx", relErr(download(ddx, xs, false, CUDNN_DATA_FLOAT), fdx), 1e-4);
+  report("cudnnNormalizationBackward per channel, dscale", relErr(download(dsc, ps, false, CUDNN_DATA_FLOAT), fds), 1e-5);
+  expectStatus("cudnnNormalization with a fused ReLU",
+               cudnnNormalizationForwardInference(h, CUDNN_NORM_PER_CHANNEL, CUDNN_NORM_OPS_NORM_ACTIVATION,
+                                                  CUDNN_NORM_ALGO_STANDARD, &kOne, &kZero, xd, dx, nsb, dscale, dbias,
+                                                  nmv, rmean2, rvar2, nullptr, nullptr, relu, xd, dy, eps, 1),
+               CUDNN_STATUS_NOT_SUPPORTED);
+  expectStatus("cudnnNormalization in 2 groups",
+               cudnnDeriveNormTensorDescriptor(nsb, nmv, xd, CUDNN_NORM_PER_CHANNEL, 2), CUDNN_STATUS_NOT_SUPPORTED);
+  cudnnDestroyTensorDescriptor(nsb), cudnnDestroyTensorDescriptor(nmv);
+  cudaFree(rmean2), cudaFree(rvar2);
   cudnnDestroyActivationDescriptor(relu);
   cudnnDestroyTensorDescriptor(xd), cudnnDestroyTensorDescriptor(pd);
   for (void* p : {dx, dg, dy, ddx, dscale, dbias, rmean, rvar, smean, sinv, dsc, dbi}) cudaFree(p);
