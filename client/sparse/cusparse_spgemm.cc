@@ -113,6 +113,18 @@ cusparseStatus_t copyOut(cusparseHandle_t h, uint64_t to, uint64_t from, uint64_
                                            CUSPARSE_STATUS_EXECUTION_FAILED);
 }
 
+// What a step that computed C (or its structure) into `buffer` leaves: the
+// descriptor's note of where, and C's nnz (what cusparseSpMatGetSize now
+// gives, as NVIDIA's compute and reuse_nnz set it).
+void keep(cusparseSpGEMMDescr* d, cusparseSpMatDescr_t C, const sp::SpMat& c, const sp::ProductHeader& head,
+          void* buffer, bool structure) {
+  (structure ? d->structure : d->product) = p(buffer);
+  (structure ? d->structure_c : d->product_c) = c;
+  d->nnz = head.nnz;
+  d->products = head.products;
+  C->m.nnz = head.nnz;
+}
+
 bool sameShape(const sp::SpMat& x, const sp::SpMat& y) {
   return x.rows == y.rows && x.cols == y.cols && x.offset_type == y.offset_type && x.index_type == y.index_type &&
          x.base == y.base && x.value_type == y.value_type;
@@ -235,11 +247,7 @@ RGPU_SPARSE_API cusparseStatus_t cusparseSpGEMM_compute(cusparseHandle_t h, cusp
     sp::ProductHeader head;
     if (cusparseStatus_t s = runStep(h, a, externalBuffer2, *bufferSize2, head, kCall); s != CUSPARSE_STATUS_SUCCESS)
       return s;
-    d->product = p(externalBuffer2);
-    d->product_c = a.sc;
-    d->nnz = head.nnz;
-    d->products = head.products;
-    C->m.nnz = head.nnz;  // what cusparseSpMatGetSize now gives, as NVIDIA's compute sets it
+    keep(d, C, a.sc, head, externalBuffer2, false);
     return CUSPARSE_STATUS_SUCCESS;
   });
 }
@@ -300,11 +308,7 @@ RGPU_SPARSE_API cusparseStatus_t cusparseSpGEMMreuse_nnz(cusparseHandle_t h, cus
     sp::ProductHeader head;
     if (cusparseStatus_t s = runStep(h, a, externalBuffer3, *bufferSize3, head, kCall); s != CUSPARSE_STATUS_SUCCESS)
       return s;
-    d->structure = p(externalBuffer3);
-    d->structure_c = a.sc;
-    d->nnz = head.nnz;
-    d->products = head.products;
-    C->m.nnz = head.nnz;
+    keep(d, C, a.sc, head, externalBuffer3, true);
     const sp::ProductLayout l = sp::productLayout(C->m, head.nnz, false);
     if (!C->m.offsets) return CUSPARSE_STATUS_SUCCESS;  // (reuse_copy writes them)
     return copyOut(h, C->m.offsets, d->structure + l.offsets,

@@ -121,13 +121,7 @@ Status runTyped(const sp::Args& a) {
 
 Status run(const sp::Args& a) {
   if (sp::isSpGemm(a.op)) return runSpGemm(a);
-  switch (a.compute_type) {
-    case sp::kR32F: return runTyped<float>(a);
-    case sp::kR64F: return runTyped<double>(a);
-    case sp::kC32F: return runTyped<std::complex<float>>(a);
-    case sp::kC64F: return runTyped<std::complex<double>>(a);
-  }
-  return Status(err::kNotSupported, "cuSPARSE data type " + std::to_string(a.compute_type));
+  return withValueType(a.compute_type, [&](auto t) { return runTyped<decltype(t)>(a); });
 }
 
 }  // namespace rgpu::server::simsparse

@@ -7,6 +7,7 @@
 // written. The sim needs no external buffer (bufferSize 0).
 #pragma once
 
+#include <complex>
 #include <cstring>
 
 #include "common/sparse_args.h"
@@ -17,6 +18,18 @@ namespace rgpu::server::simsparse {
 // Any call of common/sparse_args.h (SpGEMM's steps: runSpGemm, sim_spgemm.cc).
 Status run(const common::sparse::Args& a);
 Status runSpGemm(const common::sparse::Args& a);
+
+// f(T{}) for the C++ type T of cuSPARSE value type `type`.
+template <typename F>
+Status withValueType(int32_t type, F&& f) {
+  switch (type) {
+    case common::sparse::kR32F: return f(float{});
+    case common::sparse::kR64F: return f(double{});
+    case common::sparse::kC32F: return f(std::complex<float>{});
+    case common::sparse::kC64F: return f(std::complex<double>{});
+  }
+  return Status(err::kNotSupported, "cuSPARSE data type " + std::to_string(type));
+}
 
 // Index i of an array of 32- or 64-bit indices.
 inline int64_t indexAt(uint64_t ptr, int32_t type, int64_t i) {
