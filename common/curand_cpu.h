@@ -183,6 +183,11 @@ Status slotsCheck(const Fill& f);
 // (curand_mtgp.cc) generate() for MTGP32.
 Status mtgpGenerate(const Fill& f, uint8_t* out, uint64_t count);
 
+// MTGP32 has no jump ahead: rows (of 49,152 values) a call may run to reach
+// its first value from the nearest kept state (about 6 s on one core); a call
+// that starts farther is refused (a client cannot make a worker run forever).
+inline constexpr uint64_t kMaxMtgpSkipRows = uint64_t{1} << 16;
+
 // Whether a generator of type `rng` takes an offset (MTGP32 does not: NVIDIA's answers TYPE_ERROR).
 inline bool takesOffset(int32_t rng) { return rng != kMtgp32; }
 

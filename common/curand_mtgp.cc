@@ -229,6 +229,12 @@ void value(const Fill& f, uint32_t x, uint8_t* o) {
 Status mtgpGenerate(const Fill& f, uint8_t* out, uint64_t count) {
   const uint64_t first_row = f.position / kRowValues, last_row = (f.position + count - 1) / kRowValues;
   std::unique_ptr<States> st = nearest(f.seed, first_row);
+  if (first_row - st->row > kMaxMtgpSkipRows)
+    return Status(err::kInvalidValue, "MTGP32 position " + std::to_string(f.position) + " lies " +
+                                          std::to_string(first_row - st->row) +
+                                          " rows of 49152 values past the nearest state this process keeps for the "
+                                          "seed (at most kMaxMtgpSkipRows, " + std::to_string(kMaxMtgpSkipRows) +
+                                          ", are run to reach a call's first value)");
   for (; st->row < first_row; ++st->row)
     for (uint64_t b = 0; b < kBlocks; ++b)
       for (uint64_t k = 0; k < kRow; ++k) (void)next(st->blocks[b], params(b));

@@ -117,9 +117,10 @@ struct ProductLayout {
 ProductLayout productLayout(const SpMat& c, int64_t nnz, bool with_values);
 // The buffer of kSpGemmCount (and the smallest buffer an SpGEMM step asks for).
 inline constexpr uint64_t kHeaderBytes = 256;
-// Products one row of an SpGEMM may take on the sim (each is kept while its
-// row is summed): a row past it fails the call.
-inline constexpr int64_t kMaxRowProducts = int64_t{1} << 24;
+// Products one row of an SpGEMM may take on the sim (each is kept, as its
+// column and value, while its row is summed: at most 96 MiB for c64): a row
+// past it fails the call.
+inline constexpr int64_t kMaxRowProducts = int64_t{1} << 22;
 
 // Which argument cuSPARSE would refuse, with the reason (err::kInvalidValue;
 // err::kNotSupported for what rgpu does not compute: mixed value types,

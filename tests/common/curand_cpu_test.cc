@@ -179,6 +179,15 @@ TEST(CurandCpu, Mtgp32ValuesAreNvidiasBitForBit) {
   EXPECT_FALSE(takesOffset(kMtgp32));
   Fill f{kMtgp32, 1, 5, 5, Dist::kUniform, 0, 1};
   EXPECT_EQ(check(f).code(), err::kInvalidValue);
+  // A position farther than kMaxMtgpSkipRows rows from any kept state is refused
+  // at once, not run to (a fuzzed request once kept a worker busy for hours).
+  Fill far;
+  far.rng = kMtgp32, far.seed = 0x5eed, far.dist = Dist::kBits32;
+  far.position = (kMaxMtgpSkipRows + 2) * 49152;
+  uint32_t v = 0;
+  Status s = generate(far, &v, 1);
+  EXPECT_EQ(s.code(), err::kInvalidValue);
+  EXPECT_NE(s.message().find("past the nearest state this process keeps"), std::string::npos) << s.message();
 }
 
 // One generator, calls of every kind in turn: each of its generators (or

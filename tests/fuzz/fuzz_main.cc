@@ -3,7 +3,8 @@
 // deterministic mutations of them (byte flips, truncations, splices), and
 // reports how many inputs ran. Any crash, hang (ctest timeout) or sanitizer
 // report fails the test. With clang, scripts/test.sh --fuzz links libFuzzer
-// instead (see docs/hardening.md).
+// instead (see docs/hardening.md). With RGPU_FUZZ_LAST=FILE set, each input
+// is written there before it runs, so a crash or hang leaves it behind.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,13 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+
+namespace {
+void runOne(const std::string& s) {
+  if (const char* last = std::getenv("RGPU_FUZZ_LAST")) std::ofstream(last, std::ios::binary | std::ios::trunc) << s;
+  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> seeds;
@@ -43,7 +51,7 @@ int main(int argc, char** argv) {
   if (seeds.empty()) seeds.push_back(std::string());
   uint64_t runs = 0;
   for (auto& s : seeds) {
-    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+    runOne(s);
     ++runs;
   }
   std::mt19937_64 rng(20261202);
@@ -72,7 +80,7 @@ int main(int argc, char** argv) {
         }
         break;
     }
-    LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+    runOne(s);
     ++runs;
   }
   std::printf("%llu inputs ran (%zu seeds), no crash\n", static_cast<unsigned long long>(runs), seeds.size());
