@@ -30,6 +30,11 @@
 //  - MTGP32 (CURAND_RNG_PSEUDO_MTGP32, curand_mtgp.cc): 192 blocks; value p
 //    is element (p / 49152) * 256 + p % 256 of block (p / 256) % 192,
 //    whatever its kind: a function of its position alone. No offset.
+//  - Sobol32/64, scrambled or not (curand_sobol.cc): a call of n values over
+//    d dimensions is dimension-major (value k is dimension k / (n / d)); value
+//    i of a dimension is index offset + i + (what earlier calls gave) / d of its
+//    sequence, whose bits are c ^ the XOR of direction vector b over the set
+//    bits b of idx ^ (idx >> 1) (c: the dimension's scramble constant, or 0).
 //  - uniform: XORWOW's and Philox's are curand_uniform's (x 2^-32 + 2^-33,
 //    in (0, 1]); doubles take 53 bits of two words. normal: Box-Muller on
 //    each pair of words (floats) or each pair of doubles' worth (doubles),
@@ -51,6 +56,19 @@ inline constexpr int32_t kXorwow = 101;
 inline constexpr int32_t kMrg32k3a = 121;
 inline constexpr int32_t kMtgp32 = 141;
 inline constexpr int32_t kPhilox4x32_10 = 161;
+inline constexpr int32_t kQuasiDefault = 200;  // Sobol32
+inline constexpr int32_t kSobol32 = 201;
+inline constexpr int32_t kScrambledSobol32 = 202;
+inline constexpr int32_t kSobol64 = 203;
+inline constexpr int32_t kScrambledSobol64 = 204;
+inline bool isSobol(int32_t rng) { return rng >= kQuasiDefault && rng <= kScrambledSobol64; }
+inline bool isSobol64(int32_t rng) { return rng == kSobol64 || rng == kScrambledSobol64; }
+inline bool isScrambled(int32_t rng) { return rng == kScrambledSobol32 || rng == kScrambledSobol64; }
+// Sobol: dimensions a generator may have (NVIDIA's tables hold 20,000), and
+// the 32-bit words of one dimension's direction vectors and scramble constant.
+inline constexpr uint32_t kMaxSobolDimensions = 20000;
+inline uint32_t directionWords(int32_t rng) { return isSobol64(rng) ? 128 : 32; }
+inline uint32_t scrambleWords(int32_t rng) { return isScrambled(rng) ? (isSobol64(rng) ? 2 : 1) : 0; }
 
 enum class Dist : uint8_t {
   kBits32,         // curandGenerate
@@ -60,8 +78,10 @@ enum class Dist : uint8_t {
   kNormalDouble,
   kLogNormal,
   kLogNormalDouble,
+  kBits64,  // curandGenerateLongLong (64-bit Sobol only)
 };
-inline constexpr uint8_t kDistCount = 7;
+inline constexpr uint8_t kDistCount = 8;
+inline constexpr uint8_t kPseudoDistCount = 7;  // the pseudo-random generators' (all but kBits64)
 
 // Bytes of one value of `d`.
 inline uint32_t valueBytes(Dist d) {
@@ -130,6 +150,13 @@ struct Fill {
   uint64_t slot = 0;
   uint64_t counted = 0;
   std::vector<std::pair<uint64_t, uint32_t>> draws;
+  // Sobol (curand_sobol.cc): its dimensions, the whole call this one is (a
+  // part of: callPart), and NVIDIA's direction vectors and scramble constants
+  // of those dimensions (directionWords and scrambleWords 32-bit words each,
+  // 64-bit ones low word first), which the client reads out of NVIDIA's library.
+  uint32_t dims = 1;
+  uint64_t call_start = 0, call_count = 0;
+  std::vector<uint32_t> directions, scramble;
 };
 
 // A generator of slots' history as the client keeps it: the next slot, and
@@ -182,6 +209,9 @@ Status slotsGenerate(const Fill& f, uint8_t* out, uint64_t count);
 Status slotsCheck(const Fill& f);
 // (curand_mtgp.cc) generate() for MTGP32.
 Status mtgpGenerate(const Fill& f, uint8_t* out, uint64_t count);
+// (curand_sobol.cc) generate() and check()'s part for the Sobol generators.
+Status sobolGenerate(const Fill& f, uint8_t* out, uint64_t count);
+Status sobolCheck(const Fill& f);
 
 // MTGP32 has no jump ahead: rows (of 49,152 values) a call may run to reach
 // its first value from the nearest kept state (about 6 s on one core); a call

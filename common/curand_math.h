@@ -40,6 +40,15 @@ inline void boxMullerDouble(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, 
   *b = std::cos(k2Pi * v) * s;
 }
 
+// The inverse normal CDF of a word, as curand_normal_static.h's
+// _curand_normal_icdf (float, of a 32-bit word) and _curand_normal_icdf_double
+// (of a 32- or 64-bit word) compute it on NVIDIA's host generators (MTGP32,
+// Sobol); erfcinv by Blair, Edwards and Johnson in NVIDIA's evaluation order
+// (curand_mtgp.cc).
+float normalIcdf(uint32_t x);
+double normalIcdfDouble(uint32_t x);
+double normalIcdfDouble(uint64_t x);
+
 // A standard normal value as `d` asks for it: scaled, shifted, and for log-normal, exp of that.
 inline float shaped(float v, Dist d, double mean, double stddev) {
   const float n = v * static_cast<float>(stddev) + static_cast<float>(mean);

@@ -113,7 +113,11 @@ void keep(const States& s) {
   if (k.size() > kKeptStates) k.pop_back();
 }
 
-// ---- the inverse normal CDF ----------------------------------------------------
+}  // namespace
+
+// ---- the inverse normal CDF (curand_math.h) --------------------------------------
+namespace math {
+namespace {
 // erfinv and erfcinv by J.M. Blair, C.A. Edwards, J.H. Johnson, "Rational
 // Chebyshev Approximations for the Inverse of the Error Function", Math.
 // Comp. 30 (1976), tables 18, 39, 59 and 82, evaluated in the order NVIDIA's
@@ -180,11 +184,13 @@ double erfcinv(double a) {
                              1.2964671850944981713e-6, 4.6156017600933592558e-9, 4.5344687377088206783e-12});
   return p / (q * t);
 }
+}  // namespace
+
 // curand_normal_static.h's _curand_normal_icdf and _curand_normal_icdf_double (erfcinvf is erfcinv in double).
 float normalIcdf(uint32_t x) {
   float s = -1.4142135f;
   if (x > 0x80000000u) x = 0xffffffffu - x, s = -s;
-  const float p = x * math::k2Pow32Inv + (math::k2Pow32Inv / 2.0f);
+  const float p = x * k2Pow32Inv + (k2Pow32Inv / 2.0f);
   return s * static_cast<float>(erfcinv(static_cast<double>(2.0f * p)));
 }
 double normalIcdfDouble(uint32_t x) {
@@ -194,11 +200,23 @@ double normalIcdfDouble(uint32_t x) {
   const double p = x * k + (k / 2.0);
   return s * erfcinv(2.0 * p);
 }
+double normalIcdfDouble(uint64_t x) {
+  double s = -1.4142135623730951;
+  x >>= 11;
+  if (x > 0x10000000000000ull) x = 0x1fffffffffffffull - x, s = -s;
+  const double p = x * k2Pow53Inv + (k2Pow53Inv / 2.0);
+  return s * erfcinv(2.0 * p);
+}
+
+}  // namespace math
+
+namespace {
 
 // One value of `f`'s kind from an element.
 void value(const Fill& f, uint32_t x, uint8_t* o) {
   switch (f.dist) {
     case Dist::kBits32: std::memcpy(o, &x, 4); break;
+    case Dist::kBits64: break;  // (check() refuses it here)
     case Dist::kUniform: { const float v = math::uniform(x); std::memcpy(o, &v, 4); break; }
     case Dist::kUniformDouble: {
       constexpr double k = 2.3283064365386963e-10;
@@ -207,17 +225,17 @@ void value(const Fill& f, uint32_t x, uint8_t* o) {
       break;
     }
     case Dist::kNormal: case Dist::kLogNormal: {
-      const float v = math::shaped(normalIcdf(x), f.dist, f.mean, f.stddev);
+      const float v = math::shaped(math::normalIcdf(x), f.dist, f.mean, f.stddev);
       std::memcpy(o, &v, 4);
       break;
     }
     case Dist::kNormalDouble: {  // (NVIDIA's: the float inverse, widened)
-      const double v = static_cast<double>(normalIcdf(x)) * f.stddev + f.mean;
+      const double v = static_cast<double>(math::normalIcdf(x)) * f.stddev + f.mean;
       std::memcpy(o, &v, 8);
       break;
     }
     case Dist::kLogNormalDouble: {
-      const double v = std::exp(normalIcdfDouble(x) * f.stddev + f.mean);
+      const double v = std::exp(math::normalIcdfDouble(x) * f.stddev + f.mean);
       std::memcpy(o, &v, 8);
       break;
     }

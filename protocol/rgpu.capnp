@@ -250,6 +250,13 @@ struct RandFill {
   slot @10 :UInt64;
   counted @11 :UInt64;
   draws @12 :List(UInt64);
+  # Sobol (common/curand_sobol.cc): the dimensions, the whole call, and
+  # NVIDIA's direction vectors and scramble constants of those dimensions.
+  dims @13 :UInt32;
+  callStart @14 :UInt64;
+  callCount @15 :UInt64;
+  directions @16 :List(UInt32);
+  scramble @17 :List(UInt32);
 }
 
 # A cuFFT plan (common/fft_plan.h): the client keeps it; each request says

@@ -8,15 +8,22 @@
 // nothing to create on the server, nothing a move has to carry. A host
 // generator (curandCreateGeneratorHost) computes on this CPU.
 //
-// Generators rgpu does not compute (MT19937 and the quasi-random ones), the
-// SEEDED ordering, Poisson and the quasi-random tables answer
-// CURAND_STATUS_ARCH_MISMATCH ("does not support the requested feature"),
-// with one log line naming them.
+// The Sobol generators need NVIDIA's direction vectors and scramble
+// constants, which only NVIDIA's library holds: they are read out of NVIDIA's
+// libcurand.so.10 where it is installed (sobolTables) and travel with each
+// generation; without it they answer as below.
+//
+// Generators rgpu does not compute (MT19937), the SEEDED ordering and Poisson
+// answer CURAND_STATUS_ARCH_MISMATCH ("does not support the requested
+// feature"), with one log line naming them.
 #include <curand.h>
+#include <dlfcn.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "client/blas/blas_client.h"
 #include "common/curand_cpu.h"
@@ -38,7 +45,69 @@ struct Generator {
   uint64_t seed = 0, offset = 0, position = 0;
   cudaStream_t stream = nullptr;
   cr::SlotHistory history;  // XORWOW, MRG32k3a: where each of their generators is
+  uint32_t dims = 1;        // Sobol
 };
+
+// NVIDIA's Sobol tables, read out of NVIDIA's libcurand.so.10 (host memory
+// that library keeps): at RGPU_NVIDIA_CURAND, else in the toolkit at
+// $CUDA_HOME, $CUDA_PATH or /usr/local/cuda (lib64/libcurand.so.10). By path:
+// rgpu's own library has NVIDIA's name. Null when none is found.
+struct SobolTables {
+  curandDirectionVectors32_t *v32 = nullptr, *sv32 = nullptr;
+  curandDirectionVectors64_t *v64 = nullptr, *sv64 = nullptr;
+  unsigned* c32 = nullptr;
+  unsigned long long* c64 = nullptr;
+};
+extern "C" curandStatus_t curandGetDirectionVectors32(curandDirectionVectors32_t**, curandDirectionVectorSet_t);
+const SobolTables* sobolTables() {
+  static const SobolTables* tables = []() -> const SobolTables* {
+    std::vector<std::string> paths;
+    if (const char* p = std::getenv("RGPU_NVIDIA_CURAND")) paths.push_back(p);
+    for (const char* home : {static_cast<const char*>(std::getenv("CUDA_HOME")),
+                             static_cast<const char*>(std::getenv("CUDA_PATH")), "/usr/local/cuda"})
+      if (home) paths.push_back(std::string(home) + "/lib64/libcurand.so.10");
+    for (const std::string& path : paths) {
+      void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!h) continue;
+      auto dv32 = reinterpret_cast<curandStatus_t (*)(curandDirectionVectors32_t**, curandDirectionVectorSet_t)>(
+          ::dlsym(h, "curandGetDirectionVectors32"));
+      auto dv64 = reinterpret_cast<curandStatus_t (*)(curandDirectionVectors64_t**, curandDirectionVectorSet_t)>(
+          ::dlsym(h, "curandGetDirectionVectors64"));
+      auto sc32 = reinterpret_cast<curandStatus_t (*)(unsigned**)>(::dlsym(h, "curandGetScrambleConstants32"));
+      auto sc64 = reinterpret_cast<curandStatus_t (*)(unsigned long long**)>(::dlsym(h, "curandGetScrambleConstants64"));
+      auto* t = new SobolTables;
+      if (!dv32 || dv32 == &curandGetDirectionVectors32 || !dv64 || !sc32 || !sc64 ||
+          dv32(&t->v32, CURAND_DIRECTION_VECTORS_32_JOEKUO6) != CURAND_STATUS_SUCCESS ||
+          dv32(&t->sv32, CURAND_SCRAMBLED_DIRECTION_VECTORS_32_JOEKUO6) != CURAND_STATUS_SUCCESS ||
+          dv64(&t->v64, CURAND_DIRECTION_VECTORS_64_JOEKUO6) != CURAND_STATUS_SUCCESS ||
+          dv64(&t->sv64, CURAND_SCRAMBLED_DIRECTION_VECTORS_64_JOEKUO6) != CURAND_STATUS_SUCCESS ||
+          sc32(&t->c32) != CURAND_STATUS_SUCCESS || sc64(&t->c64) != CURAND_STATUS_SUCCESS) {
+        delete t;
+        continue;  // (not NVIDIA's: the library stays mapped, as a failed dlopen's would)
+      }
+      return t;  // (NVIDIA's library stays loaded: the tables are its memory)
+    }
+    return nullptr;
+  }();
+  return tables;
+}
+
+// The tables of generator `g`'s dimensions, as a generation carries them.
+void sobolFill(const Generator& g, const SobolTables& t, cr::Fill& f) {
+  const bool scrambled = cr::isScrambled(g.rng);
+  f.directions.reserve(static_cast<size_t>(g.dims) * cr::directionWords(g.rng));
+  for (uint32_t d = 0; d < g.dims; ++d) {
+    if (cr::isSobol64(g.rng)) {
+      for (unsigned long long v : (scrambled ? t.sv64 : t.v64)[d])
+        f.directions.push_back(static_cast<uint32_t>(v)), f.directions.push_back(static_cast<uint32_t>(v >> 32));
+      if (scrambled)
+        f.scramble.push_back(static_cast<uint32_t>(t.c64[d])), f.scramble.push_back(static_cast<uint32_t>(t.c64[d] >> 32));
+    } else {
+      for (unsigned v : (scrambled ? t.sv32 : t.v32)[d]) f.directions.push_back(v);
+      if (scrambled) f.scramble.push_back(t.c32[d]);
+    }
+  }
+}
 
 Generator* generatorOf(curandGenerator_t g) {
   auto* p = reinterpret_cast<Generator*>(g);
@@ -87,16 +156,20 @@ curandStatus_t create(curandGenerator_t* out, curandRngType_t type, bool host, c
   if (!out) return CURAND_STATUS_OUT_OF_RANGE;
   switch (type) {
     case CURAND_RNG_PSEUDO_PHILOX4_32_10: case CURAND_RNG_PSEUDO_DEFAULT: case CURAND_RNG_PSEUDO_XORWOW:
-    case CURAND_RNG_PSEUDO_MRG32K3A: case CURAND_RNG_PSEUDO_MTGP32: break; case CURAND_RNG_PSEUDO_MT19937: case CURAND_RNG_QUASI_DEFAULT:
-    case CURAND_RNG_QUASI_SOBOL32: case CURAND_RNG_QUASI_SCRAMBLED_SOBOL32: case CURAND_RNG_QUASI_SOBOL64:
-    case CURAND_RNG_QUASI_SCRAMBLED_SOBOL64:
+    case CURAND_RNG_PSEUDO_MRG32K3A: case CURAND_RNG_PSEUDO_MTGP32: break;
+    case CURAND_RNG_QUASI_DEFAULT: case CURAND_RNG_QUASI_SOBOL32: case CURAND_RNG_QUASI_SCRAMBLED_SOBOL32:
+    case CURAND_RNG_QUASI_SOBOL64: case CURAND_RNG_QUASI_SCRAMBLED_SOBOL64:
+      if (sobolTables()) break;
+      return unsupported("the Sobol generators without NVIDIA's libcurand.so.10, whose direction vectors they need "
+                         "(set RGPU_NVIDIA_CURAND to its path)");
+    case CURAND_RNG_PSEUDO_MT19937:
       return unsupported("generator type " + std::to_string(type) +
-                         " (XORWOW, the default, MRG32K3A, MTGP32 and PHILOX4_32_10 are)");
+                         " (XORWOW, the default, MRG32K3A, MTGP32, PHILOX4_32_10 and the Sobol generators are)");
     default: return CURAND_STATUS_TYPE_ERROR;
   }
   auto g = std::make_unique<Generator>();
   g->host = host;
-  g->rng = static_cast<int32_t>(type);
+  g->rng = type == CURAND_RNG_QUASI_DEFAULT ? cr::kSobol32 : static_cast<int32_t>(type);
   if (!host) {
     // A device generator lives in the runtime's session, on the calling thread's device.
     const rgpu::client::ExportTable* t = rgpu::client::blas::table();
@@ -120,10 +193,19 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
     if (count == 0) return CURAND_STATUS_SUCCESS;
     if (!out) return CURAND_STATUS_OUT_OF_RANGE;
     if (count % 2 && cr::pairsOnly(g->rng, dist)) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;  // as NVIDIA's
+    const bool sobol = cr::isSobol(g->rng);
+    if ((dist == cr::Dist::kBits64) != (sobol && cr::isSobol64(g->rng)) &&
+        (dist == cr::Dist::kBits64 || dist == cr::Dist::kBits32))
+      return CURAND_STATUS_TYPE_ERROR;  // (32-bit words of a 64-bit generator, or the reverse)
+    if (sobol && count % g->dims) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;
     cr::Fill f;
     f.rng = g->rng, f.seed = g->seed, f.offset = g->offset, f.position = g->position;
     f.dist = dist, f.mean = mean, f.stddev = stddev;
     if (cr::generatorsOf(g->rng)) g->history.call(dist, count, g->offset, f);
+    if (sobol) {
+      f.dims = g->dims, f.call_start = g->position, f.call_count = count;
+      sobolFill(*g, *sobolTables(), f);
+    }
     if (g->host) {
       if (Status s = cr::generate(f, out, count); !s) return toRandStatus(s, call);
     } else {
@@ -148,6 +230,13 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
       for (size_t i = 0; i < f.draws.size(); ++i) {
         draws.set(static_cast<unsigned>(2 * i), f.draws[i].first);
         draws.set(static_cast<unsigned>(2 * i + 1), f.draws[i].second);
+      }
+      if (sobol) {
+        r.setDims(f.dims);
+        r.setCallStart(f.call_start);
+        r.setCallCount(f.call_count);
+        r.setDirections(kj::arrayPtr(f.directions.data(), f.directions.size()));
+        r.setScramble(kj::arrayPtr(f.scramble.data(), f.scramble.size()));
       }
       // Asynchronous, as NVIDIA's kernel launch: a bad range surfaces at the next synchronising call.
       if (Status s = t->post(msg); !s) return toRandStatus(s, call);
@@ -204,8 +293,10 @@ RGPU_CURAND_API curandStatus_t curandSetStream(curandGenerator_t generator, cuda
 }
 
 // The seed changes the key; the generator goes on from where it was (as NVIDIA's does).
+// A quasi-random generator has none (a type error, as NVIDIA's says).
 RGPU_CURAND_API curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerator_t generator, unsigned long long seed) {
   return withGenerator(generator, [&](Generator& g) {
+    if (cr::isSobol(g.rng)) return CURAND_STATUS_TYPE_ERROR;
     g.seed = seed;
     return CURAND_STATUS_SUCCESS;
   });
@@ -226,6 +317,8 @@ RGPU_CURAND_API curandStatus_t curandSetGeneratorOffset(curandGenerator_t genera
 // says), and not computed.
 RGPU_CURAND_API curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator, curandOrdering_t order) {
   return withGenerator(generator, [&](Generator& g) {
+    if (cr::isSobol(g.rng)) return order == CURAND_ORDERING_QUASI_DEFAULT ? CURAND_STATUS_SUCCESS
+                                                                          : CURAND_STATUS_OUT_OF_RANGE;
     const bool xorwow = g.rng == CURAND_RNG_PSEUDO_XORWOW || g.rng == CURAND_RNG_PSEUDO_DEFAULT;
     if (order == CURAND_ORDERING_PSEUDO_SEEDED && xorwow) return unsupported("CURAND_ORDERING_PSEUDO_SEEDED");
     if (order != CURAND_ORDERING_PSEUDO_BEST && order != CURAND_ORDERING_PSEUDO_DEFAULT &&
@@ -235,9 +328,16 @@ RGPU_CURAND_API curandStatus_t curandSetGeneratorOrdering(curandGenerator_t gene
   });
 }
 
-// Pseudo-random generators have no dimensions (a type error, as NVIDIA's says).
-RGPU_CURAND_API curandStatus_t curandSetQuasiRandomGeneratorDimensions(curandGenerator_t generator, unsigned int) {
-  return withGenerator(generator, [](Generator&) { return CURAND_STATUS_TYPE_ERROR; });
+// A Sobol generator's dimensions (1 to 20,000; it starts again from its
+// offset); pseudo-random generators have none (a type error, as NVIDIA's says).
+RGPU_CURAND_API curandStatus_t curandSetQuasiRandomGeneratorDimensions(curandGenerator_t generator, unsigned int n) {
+  return withGenerator(generator, [&](Generator& g) {
+    if (!cr::isSobol(g.rng)) return CURAND_STATUS_TYPE_ERROR;
+    if (n < 1 || n > cr::kMaxSobolDimensions) return CURAND_STATUS_OUT_OF_RANGE;
+    g.dims = n;
+    g.position = g.offset;
+    return CURAND_STATUS_SUCCESS;
+  });
 }
 
 // rgpu keeps no generator state to set up: nothing to do, as NVIDIA's answers.
@@ -249,9 +349,10 @@ RGPU_CURAND_API curandStatus_t curandGenerate(curandGenerator_t generator, unsig
   return generate("curandGenerate", generator, out, num, cr::Dist::kBits32);
 }
 
-// 64-bit values come from the 64-bit quasi-random generators only.
-RGPU_CURAND_API curandStatus_t curandGenerateLongLong(curandGenerator_t generator, unsigned long long*, size_t) {
-  return withGenerator(generator, [](Generator&) { return CURAND_STATUS_TYPE_ERROR; });
+// 64-bit values come from the 64-bit Sobol generators only (else a type error, as NVIDIA's says).
+RGPU_CURAND_API curandStatus_t curandGenerateLongLong(curandGenerator_t generator, unsigned long long* out,
+                                                      size_t num) {
+  return generate("curandGenerateLongLong", generator, out, num, cr::Dist::kBits64);
 }
 
 RGPU_CURAND_API curandStatus_t curandGenerateUniform(curandGenerator_t generator, float* out, size_t num) {
@@ -295,17 +396,42 @@ RGPU_CURAND_API curandStatus_t curandGeneratePoissonMethod(curandGenerator_t, un
                                                            curandMethod_t) {
   return unsupported("curandGeneratePoissonMethod");
 }
-RGPU_CURAND_API curandStatus_t curandGetDirectionVectors32(curandDirectionVectors32_t**, curandDirectionVectorSet_t) {
-  return unsupported("curandGetDirectionVectors32");
+// NVIDIA's tables themselves (host memory of NVIDIA's library, as NVIDIA's
+// calls give them): what a program passes to curand_init for the device API's
+// Sobol states.
+RGPU_CURAND_API curandStatus_t curandGetDirectionVectors32(curandDirectionVectors32_t** vectors,
+                                                           curandDirectionVectorSet_t set) {
+  const SobolTables* t = sobolTables();
+  if (!t) return unsupported("curandGetDirectionVectors32 without NVIDIA's libcurand.so.10 (set RGPU_NVIDIA_CURAND)");
+  if (!vectors) return CURAND_STATUS_OUT_OF_RANGE;
+  if (set == CURAND_DIRECTION_VECTORS_32_JOEKUO6) *vectors = t->v32;
+  else if (set == CURAND_SCRAMBLED_DIRECTION_VECTORS_32_JOEKUO6) *vectors = t->sv32;
+  else return CURAND_STATUS_OUT_OF_RANGE;
+  return CURAND_STATUS_SUCCESS;
 }
-RGPU_CURAND_API curandStatus_t curandGetDirectionVectors64(curandDirectionVectors64_t**, curandDirectionVectorSet_t) {
-  return unsupported("curandGetDirectionVectors64");
+RGPU_CURAND_API curandStatus_t curandGetDirectionVectors64(curandDirectionVectors64_t** vectors,
+                                                           curandDirectionVectorSet_t set) {
+  const SobolTables* t = sobolTables();
+  if (!t) return unsupported("curandGetDirectionVectors64 without NVIDIA's libcurand.so.10 (set RGPU_NVIDIA_CURAND)");
+  if (!vectors) return CURAND_STATUS_OUT_OF_RANGE;
+  if (set == CURAND_DIRECTION_VECTORS_64_JOEKUO6) *vectors = t->v64;
+  else if (set == CURAND_SCRAMBLED_DIRECTION_VECTORS_64_JOEKUO6) *vectors = t->sv64;
+  else return CURAND_STATUS_OUT_OF_RANGE;
+  return CURAND_STATUS_SUCCESS;
 }
-RGPU_CURAND_API curandStatus_t curandGetScrambleConstants32(unsigned int**) {
-  return unsupported("curandGetScrambleConstants32");
+RGPU_CURAND_API curandStatus_t curandGetScrambleConstants32(unsigned int** constants) {
+  const SobolTables* t = sobolTables();
+  if (!t) return unsupported("curandGetScrambleConstants32 without NVIDIA's libcurand.so.10 (set RGPU_NVIDIA_CURAND)");
+  if (!constants) return CURAND_STATUS_OUT_OF_RANGE;
+  *constants = t->c32;
+  return CURAND_STATUS_SUCCESS;
 }
-RGPU_CURAND_API curandStatus_t curandGetScrambleConstants64(unsigned long long**) {
-  return unsupported("curandGetScrambleConstants64");
+RGPU_CURAND_API curandStatus_t curandGetScrambleConstants64(unsigned long long** constants) {
+  const SobolTables* t = sobolTables();
+  if (!t) return unsupported("curandGetScrambleConstants64 without NVIDIA's libcurand.so.10 (set RGPU_NVIDIA_CURAND)");
+  if (!constants) return CURAND_STATUS_OUT_OF_RANGE;
+  *constants = t->c64;
+  return CURAND_STATUS_SUCCESS;
 }
 
 }  // extern "C"

@@ -24,6 +24,15 @@ Status Session::onRandFill(const protocol::FrameHeader& h, wire::Request::Reader
     s = Status(err::kInvalidValue, "cuRAND draw counts of " + std::to_string(draws.size()) + " words");
   for (unsigned i = 0; s && i + 1 < draws.size(); i += 2)
     f.draws.push_back({draws[i], static_cast<uint32_t>(std::min<uint64_t>(draws[i + 1], UINT32_MAX))});
+  f.dims = m.getDims(), f.call_start = m.getCallStart(), f.call_count = m.getCallCount();
+  auto directions = m.getDirections(), scramble = m.getScramble();
+  if (s && (directions.size() > cr::kMaxSobolDimensions * 128 || scramble.size() > cr::kMaxSobolDimensions * 2))
+    s = Status(err::kInvalidValue, "Sobol tables of " + std::to_string(directions.size()) + " words");
+  if (s) {
+    f.directions.reserve(directions.size()), f.scramble.reserve(scramble.size());
+    for (uint32_t w : directions) f.directions.push_back(w);
+    for (uint32_t w : scramble) f.scramble.push_back(w);
+  }
   if (s) s = cr::check(f);
   const uint64_t count = m.getCount();
   const uint32_t width = s ? cr::valueBytes(f.dist) : 4;

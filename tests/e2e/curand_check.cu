@@ -19,7 +19,14 @@
 //      generators), 1000 normal doubles (mean 2, stddev 0.5) and 33 32-bit
 //      values, each kind going on from where the last left its generators;
 //   F: MTGP32, seed 11: 50001 normal floats (mean 1, stddev 3), 70001
-//      uniform doubles and 3 32-bit values; an offset is a type error.
+//      uniform doubles and 3 32-bit values; an offset is a type error;
+//   G: scrambled Sobol32, 3 dimensions, offset 4: 3003 uniform floats, then
+//      300 normal doubles (mean 0.5, stddev 2) -- in two calls the second of
+//      which goes on in each dimension;
+//   H: Sobol64 (the quasi default ordering set), 2 dimensions: 1000 64-bit
+//      values and 500 log-normal floats (mean 0, stddev 1); an odd count over
+//      its 2 dimensions, 32-bit values of it and a seed are refused, as NVIDIA's.
+// curandGetDirectionVectors32 gives NVIDIA's table (its first words are printed).
 // A host generator with A's settings must give A's first values too. A
 // generator rgpu does not compute (MT19937) is refused with ARCH_MISMATCH.
 #include <cuda_runtime.h>
@@ -170,6 +177,37 @@ int main(int argc, char** argv) {
   CHECK(curandGenerate(m, bits_m, 3));
   if (fetch(out, normal_m, 50001) || fetch(out, uniform_m, 70001) || fetch(out, bits_m, 3)) return 2;
   CHECK(curandDestroyGenerator(m));
+
+  curandGenerator_t q, r;
+  CHECK(curandCreateGenerator(&q, CURAND_RNG_QUASI_SCRAMBLED_SOBOL32));
+  CHECK(curandSetQuasiRandomGeneratorDimensions(q, 3));
+  CHECK(curandSetGeneratorOffset(q, 4));
+  float* uniform_q;
+  double* normal_q;
+  CHECK(cudaMalloc(&uniform_q, 3003 * sizeof(float)));
+  CHECK(cudaMalloc(&normal_q, 300 * sizeof(double)));
+  CHECK(curandGenerateUniform(q, uniform_q, 3003));
+  CHECK(curandGenerateNormalDouble(q, normal_q, 300, 0.5, 2.0));
+  if (fetch(out, uniform_q, 3003) || fetch(out, normal_q, 300)) return 2;
+  CHECK(curandCreateGenerator(&r, CURAND_RNG_QUASI_SOBOL64));
+  CHECK(curandSetGeneratorOrdering(r, CURAND_ORDERING_QUASI_DEFAULT));
+  CHECK(curandSetQuasiRandomGeneratorDimensions(r, 2));
+  unsigned long long* bits_r;
+  float* lognormal_r;
+  CHECK(cudaMalloc(&bits_r, 1000 * sizeof(unsigned long long)));
+  CHECK(cudaMalloc(&lognormal_r, 500 * sizeof(float)));
+  CHECK(curandGenerateLongLong(r, bits_r, 1000));
+  CHECK(curandGenerateLogNormal(r, lognormal_r, 500, 0.f, 1.f));
+  if (fetch(out, bits_r, 1000) || fetch(out, lognormal_r, 500)) return 2;
+  std::printf("Sobol64: 999 values %s, 32-bit values %s, a seed %s\n",
+              curandGenerateLongLong(r, bits_r, 999) == CURAND_STATUS_LENGTH_NOT_MULTIPLE ? "LENGTH_NOT_MULTIPLE" : "accepted",
+              curandGenerate(r, reinterpret_cast<unsigned*>(bits_r), 2) == CURAND_STATUS_TYPE_ERROR ? "TYPE_ERROR" : "accepted",
+              curandSetPseudoRandomGeneratorSeed(r, 5) == CURAND_STATUS_TYPE_ERROR ? "TYPE_ERROR" : "accepted");
+  curandDirectionVectors32_t* vectors = nullptr;
+  CHECK(curandGetDirectionVectors32(&vectors, CURAND_DIRECTION_VECTORS_32_JOEKUO6));
+  std::printf("direction vectors 32, dimension 2: %u %u %u\n", vectors[1][0], vectors[1][1], vectors[1][2]);
+  CHECK(curandDestroyGenerator(q));
+  CHECK(curandDestroyGenerator(r));
   std::fclose(out);
 
   // A host generator with A's settings: the same first values.

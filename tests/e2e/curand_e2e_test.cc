@@ -30,7 +30,10 @@ class Curand : public ::testing::Test {
     delete server_;
     delete dir_;
   }
-  static std::string env() { return "RGPU_CONFIG=" + dir_->file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR; }
+  static std::string env() {
+    return "RGPU_CONFIG=" + dir_->file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR +
+           " RGPU_NVIDIA_CURAND=" + RGPU_NVIDIA_CURAND;
+  }
   static inline TempDir* dir_ = nullptr;
   static inline ServerProcess* server_ = nullptr;
 };
@@ -129,6 +132,26 @@ std::vector<uint8_t> nvidiasValues() {
   append(nm.data(), nm.size() * 4);
   append(um.data(), um.size() * 8);
   append(bm.data(), bm.size() * 4);
+  auto dims = nvidia<curandStatus_t (*)(curandGenerator_t, unsigned)>("curandSetQuasiRandomGeneratorDimensions");
+  auto bits64 = nvidia<curandStatus_t (*)(curandGenerator_t, unsigned long long*, size_t)>("curandGenerateLongLong");
+  curandGenerator_t q, r;
+  create(&q, CURAND_RNG_QUASI_SCRAMBLED_SOBOL32);
+  dims(q, 3);
+  offset(q, 4);
+  std::vector<float> uq(3003);
+  std::vector<double> nq(300);
+  uniform(q, uq.data(), uq.size());
+  normal_d(q, nq.data(), nq.size(), 0.5, 2.0);
+  append(uq.data(), uq.size() * 4);
+  append(nq.data(), nq.size() * 8);
+  create(&r, CURAND_RNG_QUASI_SOBOL64);
+  dims(r, 2);
+  std::vector<unsigned long long> br(1000);
+  std::vector<float> lr(500);
+  bits64(r, br.data(), br.size());
+  lognormal(r, lr.data(), lr.size(), 0.f, 1.f);
+  append(br.data(), br.size() * 8);
+  append(lr.data(), lr.size() * 4);
   return out;
 }
 
@@ -152,8 +175,19 @@ void expectNvidiasValues(const std::string& env, const std::string& file) {
   // (NVIDIA's answers for MRG32k3a's orderings: LEGACY accepted, SEEDED out of range.)
   EXPECT_NE(r.output.find("MRG32k3a orderings: LEGACY 0, SEEDED OUT_OF_RANGE"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("MT19937: refused (ARCH_MISMATCH)"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("generator type 142 (XORWOW, the default, MRG32K3A, MTGP32 and PHILOX4_32_10 are) is not "
-                          "supported by rgpu's cuRAND"),
+  EXPECT_NE(r.output.find("generator type 142 (XORWOW, the default, MRG32K3A, MTGP32, PHILOX4_32_10 and the Sobol "
+                          "generators are) is not supported by rgpu's cuRAND"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("Sobol64: 999 values LENGTH_NOT_MULTIPLE, 32-bit values TYPE_ERROR, a seed TYPE_ERROR"),
+            std::string::npos)
+      << r.output;
+  auto vectors = nvidia<curandStatus_t (*)(curandDirectionVectors32_t**, curandDirectionVectorSet_t)>(
+      "curandGetDirectionVectors32");
+  curandDirectionVectors32_t* v = nullptr;
+  ASSERT_TRUE(vectors && vectors(&v, CURAND_DIRECTION_VECTORS_32_JOEKUO6) == CURAND_STATUS_SUCCESS);
+  EXPECT_NE(r.output.find("direction vectors 32, dimension 2: " + std::to_string(v[1][0]) + " " +
+                          std::to_string(v[1][1]) + " " + std::to_string(v[1][2])),
             std::string::npos)
       << r.output;
   const std::string got = readFile(file);
@@ -177,7 +211,8 @@ TEST(CurandCuda, DeviceGeneratorsWriteNvidiasValuesThroughTheCudaBackend) {
   makeCerts(dir.path());
   ServerProcess server(dir.path(), cudaServerToml(dir.path(), "cuda", RGPU_FAKE_CUDA_LIB));
   writeFile(dir.file("client.toml"), clientToml(dir.path(), server.port()));
-  expectNvidiasValues("RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR,
+  expectNvidiasValues("RGPU_CONFIG=" + dir.file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR +
+                          " RGPU_NVIDIA_CURAND=" + RGPU_NVIDIA_CURAND,
                       dir.file("values.bin"));
 }
 
