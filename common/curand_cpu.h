@@ -69,6 +69,14 @@ inline bool isScrambled(int32_t rng) { return rng == kScrambledSobol32 || rng ==
 inline constexpr uint32_t kMaxSobolDimensions = 20000;
 inline uint32_t directionWords(int32_t rng) { return isSobol64(rng) ? 128 : 32; }
 inline uint32_t scrambleWords(int32_t rng) { return isScrambled(rng) ? (isSobol64(rng) ? 2 : 1) : 0; }
+// A device generator's tables travel in its request, whose message is at most
+// 1 MiB (protocol::kMaxMessageBytes): they may take this many bytes, which
+// bounds its dimensions (7,680 for Sobol32, 1,920 for Sobol64; a host
+// generator takes all 20,000).
+inline constexpr uint64_t kMaxSobolTableBytes = 960 << 10;
+inline uint32_t maxDeviceDimensions(int32_t rng) {
+  return static_cast<uint32_t>(kMaxSobolTableBytes / (4 * (directionWords(rng) + scrambleWords(rng))));
+}
 
 enum class Dist : uint8_t {
   kBits32,         // curandGenerate

@@ -334,6 +334,10 @@ RGPU_CURAND_API curandStatus_t curandSetQuasiRandomGeneratorDimensions(curandGen
   return withGenerator(generator, [&](Generator& g) {
     if (!cr::isSobol(g.rng)) return CURAND_STATUS_TYPE_ERROR;
     if (n < 1 || n > cr::kMaxSobolDimensions) return CURAND_STATUS_OUT_OF_RANGE;
+    if (!g.host && n > cr::maxDeviceDimensions(g.rng))
+      return unsupported("a Sobol device generator of more than " + std::to_string(cr::maxDeviceDimensions(g.rng)) +
+                         " dimensions (its direction vectors travel with each generation; a host generator takes "
+                         "20,000)");
     g.dims = n;
     g.position = g.offset;
     return CURAND_STATUS_SUCCESS;

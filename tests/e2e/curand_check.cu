@@ -206,6 +206,9 @@ int main(int argc, char** argv) {
   curandDirectionVectors32_t* vectors = nullptr;
   CHECK(curandGetDirectionVectors32(&vectors, CURAND_DIRECTION_VECTORS_32_JOEKUO6));
   std::printf("direction vectors 32, dimension 2: %u %u %u\n", vectors[1][0], vectors[1][1], vectors[1][2]);
+  std::printf("a Sobol64 device generator of 1921 dimensions: %s\n",
+              curandSetQuasiRandomGeneratorDimensions(r, 1921) == CURAND_STATUS_ARCH_MISMATCH ? "ARCH_MISMATCH"
+                                                                                                : "accepted");
   CHECK(curandDestroyGenerator(q));
   CHECK(curandDestroyGenerator(r));
   std::fclose(out);

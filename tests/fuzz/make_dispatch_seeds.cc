@@ -701,6 +701,25 @@ std::string libraries() {
     m.setPtr(relocated(1, 0));
     m.setCount(300);
   });
+  // A scrambled Sobol32 generation of 2 dimensions with its tables (made-up words).
+  add(s, true, [](Request::Builder r) {
+    auto m = r.initRandFill();
+    m.initStream();
+    m.setRng(202);
+    m.setOffset(3);
+    m.setPosition(9);
+    m.setDist(4);
+    m.setStddev(1);
+    m.setPtr(relocated(1, 0));
+    m.setCount(40);
+    m.setDims(2);
+    m.setCallStart(9);
+    m.setCallCount(40);
+    auto d = m.initDirections(64);
+    for (unsigned i = 0; i < 64; ++i) d.set(i, 0x80000000u >> (i % 32));
+    auto c = m.initScramble(2);
+    c.set(0, 0x12345678u), c.set(1, 0x9abcdef0u);
+  });
   // Complex cuBLAS: a Zherk (real scalars) and a Cdotc whose result comes back.
   add(s, true, [](Request::Builder r) {
     auto b = r.initBlas();
