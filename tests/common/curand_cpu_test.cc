@@ -17,6 +17,13 @@
 namespace rgpu::common::curand {
 namespace {
 
+// A call's Fill: generator, seed, offset, position, distribution, mean and stddev.
+Fill fill(int32_t rng, uint64_t seed, uint64_t offset, uint64_t position, Dist d, double mean, double stddev) {
+  Fill f;
+  f.rng = rng, f.seed = seed, f.offset = offset, f.position = position, f.dist = d, f.mean = mean, f.stddev = stddev;
+  return f;
+}
+
 // NVIDIA's library, by its path in the toolkit (rgpu's own libcurand.so.10 has the same name).
 struct Nvidia {
   Nvidia() {
@@ -53,7 +60,9 @@ struct Nvidia {
     curandGenerator_t g = nullptr;
     EXPECT_EQ(create(&g, static_cast<curandRngType_t>(rng)), CURAND_STATUS_SUCCESS);
     EXPECT_EQ(seed(g, s), CURAND_STATUS_SUCCESS);
-    if (off || takesOffset(rng)) EXPECT_EQ(offset(g, off), CURAND_STATUS_SUCCESS);
+    if (off || takesOffset(rng)) {
+      EXPECT_EQ(offset(g, off), CURAND_STATUS_SUCCESS);
+    }
     std::vector<uint8_t> out;
     for (size_t n : counts) {
       std::vector<uint8_t> v(n * valueBytes(d));
@@ -91,7 +100,7 @@ struct Ours {
   SlotHistory history;
   std::vector<uint8_t> call(Dist d, size_t n, double mean, double stddev) {
     std::vector<uint8_t> v(n * valueBytes(d));
-    Fill f{rng, seed, offset, position, d, mean, stddev};
+    Fill f = fill(rng, seed, offset, position, d, mean, stddev);
     if (generatorsOf(rng)) history.call(d, n, offset, f);
     Status s = generate(f, v.data(), n);
     EXPECT_TRUE(s) << s.message();
@@ -178,7 +187,7 @@ TEST(CurandCpu, Mtgp32ValuesAreNvidiasBitForBit) {
   EXPECT_EQ(nvidia().offset(g, 0), CURAND_STATUS_TYPE_ERROR);
   nvidia().destroy(g);
   EXPECT_FALSE(takesOffset(kMtgp32));
-  Fill f{kMtgp32, 1, 5, 5, Dist::kUniform, 0, 1};
+  Fill f = fill(kMtgp32, 1, 5, 5, Dist::kUniform, 0, 1);
   EXPECT_EQ(check(f).code(), err::kInvalidValue);
   // A position farther than kMaxMtgpSkipRows rows from any kept state is refused
   // at once, not run to (a fuzzed request once kept a worker busy for hours).
@@ -214,7 +223,9 @@ TEST(CurandCpu, AGeneratorThatSwitchesKindsGoesOnAsNvidiasDoes) {
   ASSERT_EQ(n.create(&g, static_cast<curandRngType_t>(rng)), CURAND_STATUS_SUCCESS);
   ASSERT_EQ(n.seed(g, 77), CURAND_STATUS_SUCCESS);
   const uint64_t off = takesOffset(rng) ? 100003 : 0;
-  if (off) ASSERT_EQ(n.offset(g, off), CURAND_STATUS_SUCCESS);
+  if (off) {
+    ASSERT_EQ(n.offset(g, off), CURAND_STATUS_SUCCESS);
+  }
   Ours o{rng, 77, off, off, {}};
   for (size_t c = 0; c < these->size(); ++c) {
     auto [d, count] = (*these)[c];
@@ -245,7 +256,7 @@ TEST(CurandCpu, ACallWrittenInPiecesGivesWhatItGivesWhole) {
       const uint64_t off = takesOffset(rng) ? 11 : 0;
       Ours g{rng, 3, off, off, {}};
       (void)g.call(Dist::kUniform, 6, 0., 1.);  // a history with a switch before the call
-      Fill f{rng, 3, off, g.position, d, 0.5, 2.0};
+      Fill f = fill(rng, 3, off, g.position, d, 0.5, 2.0);
       if (generatorsOf(rng)) g.history.call(d, 20000, off, f);
       std::vector<uint8_t> whole(20000 * valueBytes(d)), pieces(whole.size());
       ASSERT_TRUE(generate(f, whole.data(), 20000));
@@ -286,7 +297,7 @@ TEST(CurandCpu, ACallThatDoesNotHoldTogetherIsRefused) {
     EXPECT_EQ(check(f).code(), err::kInvalidValue);
     EXPECT_EQ(generate(f, v, 4).code(), err::kInvalidValue);
   };
-  Fill f{kXorwow, 1, 100, 100, Dist::kUniform, 0, 1};
+  Fill f = fill(kXorwow, 1, 100, 100, Dist::kUniform, 0, 1);
   f.slot = 100;
   f.counted = 100;
   EXPECT_TRUE(check(f));
@@ -304,7 +315,7 @@ TEST(CurandCpu, ACallThatDoesNotHoldTogetherIsRefused) {
   bad = f;
   bad.dist = static_cast<Dist>(kDistCount);
   refused(bad);
-  Fill philox{kPhilox4x32_10, 1, 100, 120, Dist::kUniform, 0, 1};
+  Fill philox = fill(kPhilox4x32_10, 1, 100, 120, Dist::kUniform, 0, 1);
   philox.counted = 30;  // Philox's slot is the position's group: 30
   EXPECT_TRUE(check(philox));
   philox.counted = 31;
