@@ -59,40 +59,27 @@ uint64_t bits64(const Fill& f, uint32_t d, uint64_t idx) {
   return x;
 }
 
-void value32(const Fill& f, uint32_t x, uint8_t* o) {
-  switch (f.dist) {
-    case Dist::kBits32: std::memcpy(o, &x, 4); return;
-    case Dist::kUniform: { const float v = math::uniform(x); std::memcpy(o, &v, 4); return; }
-    case Dist::kUniformDouble: {
-      constexpr double k = 2.3283064365386963e-10;  // CURAND_2POW32_INV_DOUBLE
-      const double v = x * k + k;
-      std::memcpy(o, &v, 8);
-      return;
-    }
-    case Dist::kNormal: case Dist::kLogNormal: {
-      const float v = math::shaped(math::normalIcdf(x), f.dist, f.mean, f.stddev);
-      std::memcpy(o, &v, 4);
-      return;
-    }
-    case Dist::kNormalDouble: case Dist::kLogNormalDouble: {
-      const double v = math::shaped(math::normalIcdfDouble(x), f.dist, f.mean, f.stddev);
-      std::memcpy(o, &v, 8);
-      return;
-    }
-    case Dist::kBits64: return;  // (check() refuses it)
-  }
+// curand_uniform.h's and curand_normal_static.h's conversions of a 32-bit
+// word and of a 64-bit one.
+float uniformOf(uint32_t x) { return math::uniform(x); }
+float uniformOf(uint64_t x) { return math::uniform(static_cast<uint32_t>(x >> 32)); }
+double uniformDoubleOf(uint32_t x) {
+  constexpr double k = 2.3283064365386963e-10;  // CURAND_2POW32_INV_DOUBLE
+  return x * k + k;
 }
-void value64(const Fill& f, uint64_t x, uint8_t* o) {
+double uniformDoubleOf(uint64_t x) { return (x >> 11) * math::k2Pow53Inv + (math::k2Pow53Inv / 2.0); }
+float normalOf(uint32_t x) { return math::normalIcdf(x); }
+float normalOf(uint64_t x) { return math::normalIcdf(static_cast<uint32_t>(x >> 32)); }
+
+// One value of `f`'s kind from the bits `x` (the generator's width: check() refused the other's words).
+template <typename W>
+void value(const Fill& f, W x, uint8_t* o) {
   switch (f.dist) {
-    case Dist::kBits64: std::memcpy(o, &x, 8); return;
-    case Dist::kUniform: { const float v = math::uniform(static_cast<uint32_t>(x >> 32)); std::memcpy(o, &v, 4); return; }
-    case Dist::kUniformDouble: {
-      const double v = (x >> 11) * math::k2Pow53Inv + (math::k2Pow53Inv / 2.0);
-      std::memcpy(o, &v, 8);
-      return;
-    }
+    case Dist::kBits32: case Dist::kBits64: std::memcpy(o, &x, sizeof x); return;
+    case Dist::kUniform: { const float v = uniformOf(x); std::memcpy(o, &v, 4); return; }
+    case Dist::kUniformDouble: { const double v = uniformDoubleOf(x); std::memcpy(o, &v, 8); return; }
     case Dist::kNormal: case Dist::kLogNormal: {
-      const float v = math::shaped(math::normalIcdf(static_cast<uint32_t>(x >> 32)), f.dist, f.mean, f.stddev);
+      const float v = math::shaped(normalOf(x), f.dist, f.mean, f.stddev);
       std::memcpy(o, &v, 4);
       return;
     }
@@ -101,7 +88,6 @@ void value64(const Fill& f, uint64_t x, uint8_t* o) {
       std::memcpy(o, &v, 8);
       return;
     }
-    case Dist::kBits32: return;  // (check() refuses it)
   }
 }
 
@@ -116,8 +102,8 @@ Status sobolGenerate(const Fill& f, uint8_t* out, uint64_t count) {
     const uint64_t k = f.position - f.call_start + j;
     const uint32_t d = static_cast<uint32_t>(k / per);
     const uint64_t idx = first + k % per;
-    if (isSobol64(f.rng)) value64(f, bits64(f, d, idx), out + j * width);
-    else value32(f, bits32(f, d, idx), out + j * width);
+    if (isSobol64(f.rng)) value(f, bits64(f, d, idx), out + j * width);
+    else value(f, bits32(f, d, idx), out + j * width);
   }
   return Status::ok();
 }
