@@ -46,6 +46,10 @@ struct Generator {
   cudaStream_t stream = nullptr;
   cr::SlotHistory history;  // XORWOW, MRG32k3a: where each of their generators is
   uint32_t dims = 1;        // Sobol
+  // Sobol: the index each dimension gives next. It starts at the offset and
+  // goes on by n / dims for a call of n values, whatever the dimensions were
+  // (a change of dimensions goes on from it, as NVIDIA's does).
+  uint64_t sobol_index = 0;
 };
 
 // NVIDIA's Sobol tables, read out of NVIDIA's libcurand.so.10 (host memory
@@ -202,8 +206,9 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
     f.rng = g->rng, f.seed = g->seed, f.offset = g->offset, f.position = g->position;
     f.dist = dist, f.mean = mean, f.stddev = stddev;
     if (cr::generatorsOf(g->rng)) g->history.call(dist, count, g->offset, f);
-    if (sobol) {
-      f.dims = g->dims, f.call_start = g->position, f.call_count = count;
+    if (sobol) {  // (a call's first index is offset + (call_start - offset) / dims)
+      f.dims = g->dims, f.call_count = count;
+      f.call_start = f.position = g->offset + (g->sobol_index - g->offset) * g->dims;
       sobolFill(*g, *sobolTables(), f);
     }
     if (g->host) {
@@ -242,6 +247,7 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
       if (Status s = t->post(msg); !s) return toRandStatus(s, call);
     }
     g->position += count;
+    if (sobol) g->sobol_index += count / g->dims;
     return CURAND_STATUS_SUCCESS;
   });
 }
@@ -306,7 +312,7 @@ RGPU_CURAND_API curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerato
 RGPU_CURAND_API curandStatus_t curandSetGeneratorOffset(curandGenerator_t generator, unsigned long long offset) {
   return withGenerator(generator, [&](Generator& g) {
     if (!cr::takesOffset(g.rng)) return CURAND_STATUS_TYPE_ERROR;
-    g.offset = g.position = offset;
+    g.offset = g.position = g.sobol_index = offset;
     g.history.reset();
     return CURAND_STATUS_SUCCESS;
   });
@@ -328,8 +334,9 @@ RGPU_CURAND_API curandStatus_t curandSetGeneratorOrdering(curandGenerator_t gene
   });
 }
 
-// A Sobol generator's dimensions (1 to 20,000; it starts again from its
-// offset); pseudo-random generators have none (a type error, as NVIDIA's says).
+// A Sobol generator's dimensions (1 to 20,000; every dimension goes on from
+// the index the last call left, as NVIDIA's do); pseudo-random generators
+// have none (a type error, as NVIDIA's says).
 RGPU_CURAND_API curandStatus_t curandSetQuasiRandomGeneratorDimensions(curandGenerator_t generator, unsigned int n) {
   return withGenerator(generator, [&](Generator& g) {
     if (!cr::isSobol(g.rng)) return CURAND_STATUS_TYPE_ERROR;
@@ -339,7 +346,6 @@ RGPU_CURAND_API curandStatus_t curandSetQuasiRandomGeneratorDimensions(curandGen
                          " dimensions (its direction vectors travel with each generation; a host generator takes "
                          "20,000)");
     g.dims = n;
-    g.position = g.offset;
     return CURAND_STATUS_SUCCESS;
   });
 }

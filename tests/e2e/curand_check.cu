@@ -24,8 +24,9 @@
 //      300 normal doubles (mean 0.5, stddev 2) -- in two calls the second of
 //      which goes on in each dimension;
 //   H: Sobol64 (the quasi default ordering set), 2 dimensions: 1000 64-bit
-//      values and 500 log-normal floats (mean 0, stddev 1); an odd count over
-//      its 2 dimensions, 32-bit values of it and a seed are refused, as NVIDIA's.
+//      values and 500 log-normal floats (mean 0, stddev 1), then 3 dimensions
+//      and 30 uniform doubles (going on from index 750); a count that is not a multiple of
+//      its 3 dimensions, 32-bit values of it and a seed are refused, as NVIDIA's.
 // curandGetDirectionVectors32 gives NVIDIA's table (its first words are printed).
 // A host generator with A's settings must give A's first values too. A
 // generator rgpu does not compute (MT19937) is refused with ARCH_MISMATCH.
@@ -199,8 +200,13 @@ int main(int argc, char** argv) {
   CHECK(curandGenerateLongLong(r, bits_r, 1000));
   CHECK(curandGenerateLogNormal(r, lognormal_r, 500, 0.f, 1.f));
   if (fetch(out, bits_r, 1000) || fetch(out, lognormal_r, 500)) return 2;
-  std::printf("Sobol64: 999 values %s, 32-bit values %s, a seed %s\n",
-              curandGenerateLongLong(r, bits_r, 999) == CURAND_STATUS_LENGTH_NOT_MULTIPLE ? "LENGTH_NOT_MULTIPLE" : "accepted",
+  CHECK(curandSetQuasiRandomGeneratorDimensions(r, 3));  // every dimension goes on from index 750
+  double* uniform_r;
+  CHECK(cudaMalloc(&uniform_r, 30 * sizeof(double)));
+  CHECK(curandGenerateUniformDouble(r, uniform_r, 30));
+  if (fetch(out, uniform_r, 30)) return 2;
+  std::printf("Sobol64 of 3 dimensions: 1000 values %s, 32-bit values %s, a seed %s\n",
+              curandGenerateLongLong(r, bits_r, 1000) == CURAND_STATUS_LENGTH_NOT_MULTIPLE ? "LENGTH_NOT_MULTIPLE" : "accepted",
               curandGenerate(r, reinterpret_cast<unsigned*>(bits_r), 2) == CURAND_STATUS_TYPE_ERROR ? "TYPE_ERROR" : "accepted",
               curandSetPseudoRandomGeneratorSeed(r, 5) == CURAND_STATUS_TYPE_ERROR ? "TYPE_ERROR" : "accepted");
   curandDirectionVectors32_t* vectors = nullptr;

@@ -152,6 +152,10 @@ std::vector<uint8_t> nvidiasValues() {
   lognormal(r, lr.data(), lr.size(), 0.f, 1.f);
   append(br.data(), br.size() * 8);
   append(lr.data(), lr.size() * 4);
+  dims(r, 3);
+  std::vector<double> ur(30);
+  uniform_d(r, ur.data(), ur.size());
+  append(ur.data(), ur.size() * 8);
   return out;
 }
 
@@ -181,7 +185,7 @@ void expectNvidiasValues(const std::string& env, const std::string& file) {
       << r.output;
   EXPECT_NE(r.output.find("a Sobol64 device generator of 1921 dimensions: ARCH_MISMATCH"), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("Sobol64: 999 values LENGTH_NOT_MULTIPLE, 32-bit values TYPE_ERROR, a seed TYPE_ERROR"),
+  EXPECT_NE(r.output.find("Sobol64 of 3 dimensions: 1000 values LENGTH_NOT_MULTIPLE, 32-bit values TYPE_ERROR, a seed TYPE_ERROR"),
             std::string::npos)
       << r.output;
   auto vectors = nvidia<curandStatus_t (*)(curandDirectionVectors32_t**, curandDirectionVectorSet_t)>(
