@@ -42,6 +42,9 @@ template <> constexpr int32_t typeOf<cuComplex>() { return cb::kC32F; }
 template <> constexpr int32_t typeOf<cuDoubleComplex>() { return cb::kC64F; }
 
 inline bool opValid(cublasOperation_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; }
+inline bool fillValid(cublasFillMode_t uplo) { return uplo == CUBLAS_FILL_MODE_LOWER || uplo == CUBLAS_FILL_MODE_UPPER; }
+inline bool diagValid(cublasDiagType_t diag) { return diag == CUBLAS_DIAG_NON_UNIT || diag == CUBLAS_DIAG_UNIT; }
+inline bool sideValid(cublasSideMode_t side) { return side == CUBLAS_SIDE_LEFT || side == CUBLAS_SIDE_RIGHT; }
 
 // Sends one cuBLAS call that `fill` completes. With `result`, the call's
 // result comes back to host memory (synchronous); otherwise it is queued.

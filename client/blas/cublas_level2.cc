@@ -13,14 +13,12 @@ using namespace rgpu::client::blas::call;
 
 namespace {
 
-bool fillValid(cublasFillMode_t uplo) { return uplo == CUBLAS_FILL_MODE_LOWER || uplo == CUBLAS_FILL_MODE_UPPER; }
-
 // x = op(A) x (trmv) or x = op(A)^-1 x (trsv), A triangular n x n.
 template <typename T, typename I>
 cublasStatus_t triangular(const char* name, wire::BlasOp op, cublasHandle_t h, cublasFillMode_t uplo,
                           cublasOperation_t trans, cublasDiagType_t diag, I n, const T* A, I lda, T* x, I incx) {
   if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (n < 0 || !fillValid(uplo) || !opValid(trans) || (diag != CUBLAS_DIAG_NON_UNIT && diag != CUBLAS_DIAG_UNIT) ||
+  if (n < 0 || !fillValid(uplo) || !opValid(trans) || !diagValid(diag) ||
       lda < std::max<I>(1, n) || incx == 0)
     return CUBLAS_STATUS_INVALID_VALUE;
   if (n == 0) return CUBLAS_STATUS_SUCCESS;
@@ -56,10 +54,7 @@ cublasStatus_t symmetric(const char* name, wire::BlasOp op, cublasHandle_t h, cu
     c.setN(n);
     c.setA(addr(A));
     c.setLda(lda);
-    c.setX(addr(x));
-    c.setIncx(incx);
-    c.setY(addr(y));
-    c.setIncy(incy);
+    setVectors(c, x, incx, y, incy);
     setScalar(c.initAlpha(), alpha, sizeof(T), device);
     setScalar(c.initBeta(), beta, sizeof(T), device);
   });
@@ -72,6 +67,13 @@ extern "C" {
 #define API RGPU_BLAS_API
 #define RUN RGPU_BLAS_RUN
 
+// y = alpha A x + beta y of a symmetric (symv) or Hermitian (hemv) A.
+#define SYMMETRIC_MV(P, T, I, SUFFIX, NAME, OP)                                                                        \
+  API(cublas##P##NAME##SUFFIX, cublasHandle_t h, cublasFillMode_t uplo, I n, const T* alpha, const T* A, I lda,        \
+      const T* x, I incx, const T* beta, T* y, I incy) {                                                               \
+    RUN(cublas##P##NAME, return symmetric<T, I>("cublas" #P #NAME #SUFFIX, wire::BlasOp::OP, h, uplo, n, alpha, A,     \
+                                                lda, x, incx, beta, y, incy));                                         \
+  }
 #define LEVEL2MORE(P, T, I, SUFFIX)                                                                                    \
   API(cublas##P##trmv##SUFFIX, cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t trans,                       \
       cublasDiagType_t diag, I n, const T* A, I lda, T* x, I incx) {                                                   \
@@ -83,11 +85,7 @@ extern "C" {
     RUN(cublas##P##trsv, return triangular<T, I>("cublas" #P "trsv" #SUFFIX, wire::BlasOp::TRSV, h, uplo, trans, diag, \
                                                  n, A, lda, x, incx));                                                 \
   }                                                                                                                    \
-  API(cublas##P##symv##SUFFIX, cublasHandle_t h, cublasFillMode_t uplo, I n, const T* alpha, const T* A, I lda,        \
-      const T* x, I incx, const T* beta, T* y, I incy) {                                                               \
-    RUN(cublas##P##symv, return symmetric<T, I>("cublas" #P "symv" #SUFFIX, wire::BlasOp::SYMV, h, uplo, n, alpha, A,  \
-                                                lda, x, incx, beta, y, incy));                                         \
-  }
+  SYMMETRIC_MV(P, T, I, SUFFIX, symv, SYMV)
 LEVEL2MORE(S, float, int, _v2)
 LEVEL2MORE(D, double, int, _v2)
 LEVEL2MORE(C, cuComplex, int, _v2)
@@ -96,18 +94,11 @@ LEVEL2MORE(S, float, int64_t, _v2_64)
 LEVEL2MORE(D, double, int64_t, _v2_64)
 LEVEL2MORE(C, cuComplex, int64_t, _v2_64)
 LEVEL2MORE(Z, cuDoubleComplex, int64_t, _v2_64)
+SYMMETRIC_MV(C, cuComplex, int, _v2, hemv, HEMV)
+SYMMETRIC_MV(Z, cuDoubleComplex, int, _v2, hemv, HEMV)
+SYMMETRIC_MV(C, cuComplex, int64_t, _v2_64, hemv, HEMV)
+SYMMETRIC_MV(Z, cuDoubleComplex, int64_t, _v2_64, hemv, HEMV)
 #undef LEVEL2MORE
-
-#define HEMV(P, T, I, SUFFIX)                                                                                          \
-  API(cublas##P##hemv##SUFFIX, cublasHandle_t h, cublasFillMode_t uplo, I n, const T* alpha, const T* A, I lda,        \
-      const T* x, I incx, const T* beta, T* y, I incy) {                                                               \
-    RUN(cublas##P##hemv, return symmetric<T, I>("cublas" #P "hemv" #SUFFIX, wire::BlasOp::HEMV, h, uplo, n, alpha, A,  \
-                                                lda, x, incx, beta, y, incy));                                         \
-  }
-HEMV(C, cuComplex, int, _v2)
-HEMV(Z, cuDoubleComplex, int, _v2)
-HEMV(C, cuComplex, int64_t, _v2_64)
-HEMV(Z, cuDoubleComplex, int64_t, _v2_64)
-#undef HEMV
+#undef SYMMETRIC_MV
 
 }  // extern "C"

@@ -52,7 +52,7 @@ template <typename T, typename I>
 cublasStatus_t dgmm(const char* name, cublasHandle_t h, cublasSideMode_t side, I m, I n, const T* A, I lda, const T* x,
                     I incx, T* C, I ldc) {
   if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (m < 0 || n < 0 || (side != CUBLAS_SIDE_LEFT && side != CUBLAS_SIDE_RIGHT) || lda < std::max<I>(1, m) ||
+  if (m < 0 || n < 0 || !sideValid(side) || lda < std::max<I>(1, m) ||
       ldc < std::max<I>(1, m))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
@@ -78,9 +78,9 @@ cublasStatus_t trsm(const char* name, cublasHandle_t h, cublasSideMode_t side, c
                     cublasOperation_t trans, cublasDiagType_t diag, I m, I n, const T* alpha, const T* A, I lda, T* B,
                     I ldb) {
   if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (m < 0 || n < 0 || (side != CUBLAS_SIDE_LEFT && side != CUBLAS_SIDE_RIGHT) ||
-      (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) || !opValid(trans) ||
-      (diag != CUBLAS_DIAG_NON_UNIT && diag != CUBLAS_DIAG_UNIT) || !alpha ||
+  if (m < 0 || n < 0 || !sideValid(side) ||
+      !fillValid(uplo) || !opValid(trans) ||
+      !diagValid(diag) || !alpha ||
       lda < std::max<I>(1, side == CUBLAS_SIDE_LEFT ? m : n) || ldb < std::max<I>(1, m))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
@@ -118,7 +118,7 @@ cublasStatus_t syrk(const char* name, cublasHandle_t h, cublasFillMode_t uplo, c
                     const S* alpha, const T* A, I lda, const S* beta, T* C, I ldc,
                     wire::BlasOp op = wire::BlasOp::SYRK) {
   if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (n < 0 || k < 0 || (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) ||
+  if (n < 0 || k < 0 || !fillValid(uplo) ||
       !rankTransValid<T>(trans, op == wire::BlasOp::HERK) || !alpha || !beta ||
       lda < std::max<I>(1, trans == CUBLAS_OP_N ? n : k) || ldc < std::max<I>(1, n))
     return CUBLAS_STATUS_INVALID_VALUE;
@@ -147,9 +147,9 @@ cublasStatus_t trmm(const char* name, cublasHandle_t h, cublasSideMode_t side, c
                     cublasOperation_t trans, cublasDiagType_t diag, I m, I n, const T* alpha, const T* A, I lda,
                     const T* B, I ldb, T* C, I ldc) {
   if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (m < 0 || n < 0 || (side != CUBLAS_SIDE_LEFT && side != CUBLAS_SIDE_RIGHT) ||
-      (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) || !opValid(trans) ||
-      (diag != CUBLAS_DIAG_NON_UNIT && diag != CUBLAS_DIAG_UNIT) || !alpha ||
+  if (m < 0 || n < 0 || !sideValid(side) ||
+      !fillValid(uplo) || !opValid(trans) ||
+      !diagValid(diag) || !alpha ||
       lda < std::max<I>(1, side == CUBLAS_SIDE_LEFT ? m : n) || ldb < std::max<I>(1, m) || ldc < std::max<I>(1, m))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
@@ -181,8 +181,8 @@ cublasStatus_t symm(const char* name, cublasHandle_t h, cublasSideMode_t side, c
                     const T* alpha, const T* A, I lda, const T* B, I ldb, const T* beta, T* C, I ldc,
                     wire::BlasOp op = wire::BlasOp::SYMM) {
   if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (m < 0 || n < 0 || (side != CUBLAS_SIDE_LEFT && side != CUBLAS_SIDE_RIGHT) ||
-      (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) || !alpha || !beta ||
+  if (m < 0 || n < 0 || !sideValid(side) ||
+      !fillValid(uplo) || !alpha || !beta ||
       lda < std::max<I>(1, side == CUBLAS_SIDE_LEFT ? m : n) || ldb < std::max<I>(1, m) || ldc < std::max<I>(1, m))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
@@ -214,7 +214,7 @@ cublasStatus_t syr2k(const char* name, cublasHandle_t h, cublasFillMode_t uplo, 
                      wire::BlasOp op = wire::BlasOp::SYR2K) {
   if (!valid(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
   const I rows = trans == CUBLAS_OP_N ? n : k;
-  if (n < 0 || k < 0 || (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) ||
+  if (n < 0 || k < 0 || !fillValid(uplo) ||
       !rankTransValid<T>(trans, op == wire::BlasOp::HER2K) ||
       !alpha || !beta || lda < std::max<I>(1, rows) || ldb < std::max<I>(1, rows) || ldc < std::max<I>(1, n))
     return CUBLAS_STATUS_INVALID_VALUE;

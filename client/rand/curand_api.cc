@@ -97,20 +97,16 @@ const SobolTables* sobolTables() {
 }
 
 // The tables of generator `g`'s dimensions, as a generation carries them.
+// NVIDIA's tables are rows of 32-bit (or little-endian 64-bit) words, one
+// row per dimension: the words a Fill carries, in the same order.
 void sobolFill(const Generator& g, const SobolTables& t, cr::Fill& f) {
-  const bool scrambled = cr::isScrambled(g.rng);
-  f.directions.reserve(static_cast<size_t>(g.dims) * cr::directionWords(g.rng));
-  for (uint32_t d = 0; d < g.dims; ++d) {
-    if (cr::isSobol64(g.rng)) {
-      for (unsigned long long v : (scrambled ? t.sv64 : t.v64)[d])
-        f.directions.push_back(static_cast<uint32_t>(v)), f.directions.push_back(static_cast<uint32_t>(v >> 32));
-      if (scrambled)
-        f.scramble.push_back(static_cast<uint32_t>(t.c64[d])), f.scramble.push_back(static_cast<uint32_t>(t.c64[d] >> 32));
-    } else {
-      for (unsigned v : (scrambled ? t.sv32 : t.v32)[d]) f.directions.push_back(v);
-      if (scrambled) f.scramble.push_back(t.c32[d]);
-    }
-  }
+  const bool scrambled = cr::isScrambled(g.rng), wide = cr::isSobol64(g.rng);
+  const auto* vectors = reinterpret_cast<const uint32_t*>(
+      wide ? static_cast<const void*>(scrambled ? t.sv64 : t.v64) : static_cast<const void*>(scrambled ? t.sv32 : t.v32));
+  f.directions.assign(vectors, vectors + static_cast<size_t>(g.dims) * cr::directionWords(g.rng));
+  if (!scrambled) return;
+  const auto* constants = reinterpret_cast<const uint32_t*>(wide ? static_cast<const void*>(t.c64) : t.c32);
+  f.scramble.assign(constants, constants + static_cast<size_t>(g.dims) * cr::scrambleWords(g.rng));
 }
 
 Generator* generatorOf(curandGenerator_t g) {

@@ -130,12 +130,11 @@ bool sameShape(const sp::SpMat& x, const sp::SpMat& y) {
          x.base == y.base && x.value_type == y.value_type;
 }
 
-// workEstimation of either form: a size query, or the count into buffer 1.
+// workEstimation of either form, `a` accepted: a size query, or the count into buffer 1.
 cusparseStatus_t estimate(cusparseHandle_t h, cusparseSpGEMMDescr* d, sp::Args a, size_t* size, void* buffer,
                           const char* call) {
   return guarded(call, [&]() -> cusparseStatus_t {
     if (!size) return CUSPARSE_STATUS_INVALID_VALUE;
-    if (cusparseStatus_t s = accept(h, d, a, call); s != CUSPARSE_STATUS_SUCCESS) return s;
     if (!buffer) {
       *size = sp::kHeaderBytes;
       return CUSPARSE_STATUS_SUCCESS;
@@ -280,9 +279,11 @@ RGPU_SPARSE_API cusparseStatus_t cusparseSpGEMMreuse_workEstimation(
     cusparseHandle_t h, cusparseOperation_t opA, cusparseOperation_t opB, cusparseConstSpMatDescr_t A,
     cusparseConstSpMatDescr_t B, cusparseSpMatDescr_t C, cusparseSpGEMMAlg_t alg, cusparseSpGEMMDescr_t d,
     size_t* bufferSize1, void* externalBuffer1) {
+  constexpr const char* kCall = "cusparseSpGEMMreuse_workEstimation";
   const cudaDataType type = A ? static_cast<cudaDataType>(A->m.value_type) : CUDA_R_32F;
   sp::Args a = gemm(sp::Op::kSpGemmCount, opA, opB, A, B, C, type, alg);
-  return estimate(h, d, a, bufferSize1, externalBuffer1, "cusparseSpGEMMreuse_workEstimation");
+  if (cusparseStatus_t s = accept(h, d, a, kCall); s != CUSPARSE_STATUS_SUCCESS) return s;
+  return estimate(h, d, a, bufferSize1, externalBuffer1, kCall);
 }
 
 RGPU_SPARSE_API cusparseStatus_t cusparseSpGEMMreuse_nnz(cusparseHandle_t h, cusparseOperation_t opA,

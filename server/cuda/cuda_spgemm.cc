@@ -34,13 +34,16 @@ struct Step {
   std::vector<CUdeviceptr> buffers;
   std::vector<cusparseSpMatDescr_t> mats;
   cusparseSpGEMMDescr_t descr = nullptr;
+  bool idle = false;  // the stream was waited for since the last work was queued
 
   Status wait() {
+    if (idle) return Status::ok();
     CUevent e = nullptr;
     RGPU_TRY(RGPU_CU(cuEventCreate(&e, CU_EVENT_DEFAULT)));
     Status s = RGPU_CU(cuEventRecord(e, stream));
     if (s) s = RGPU_CU(cuEventSynchronize(e));
     (void)api.cuEventDestroy(e);
+    idle = static_cast<bool>(s);
     return s;
   }
   ~Step() {
@@ -217,7 +220,7 @@ Status CudaBackend::spgemm(int dev, CUstream stream, const sp::Args& a) {
   if (a.op == sp::Op::kSpGemmValues && a.alpha.device != a.beta.device)
     return Status(err::kInvalidValue, "alpha and beta in different pointer modes");
   return asKernel(dev, stream, sp::opName(a.op), [&] {
-    Step st{*api_, S, stream, {}, {}, nullptr};
+    Step st{*api_, S, stream, {}, {}, nullptr, false};
     return a.op == sp::Op::kSpGemmValues ? values(st, *h, a) : product(st, *h, a);
   });
 }
