@@ -64,7 +64,7 @@ Status philoxGenerate(const Fill& f, uint8_t* out, uint64_t count) {
       uint8_t* o = out + j * width;
       switch (f.dist) {
         case Dist::kBits32: std::memcpy(o, &r[0].w[q], 4); break;
-        case Dist::kBits64: break;  // (check() refuses it here)
+        case Dist::kBits64: case Dist::kPoisson: break;  // (check() refuses the one, poissonGenerate() takes the other)
         case Dist::kUniform: { const float v = uniform(r[0].w[q]); std::memcpy(o, &v, 4); break; }
         case Dist::kNormal: case Dist::kLogNormal: {
           float v[2];
@@ -108,6 +108,7 @@ Status check(const Fill& f) {
     return Status(err::kInvalidValue, "unknown cuRAND distribution " + std::to_string(static_cast<int>(f.dist)));
   if (f.position < f.offset) return Status(err::kInvalidValue, "a cuRAND position before the generator's offset");
   if (!takesOffset(f.rng) && f.offset) return Status(err::kInvalidValue, "an offset for a cuRAND MTGP32 generator");
+  if (f.dist == Dist::kPoisson) RGPU_TRY(poissonCheck(f.rng, f.lambda));
   if (isSobol(f.rng)) return sobolCheck(f);
   if (f.dist == Dist::kBits64) return Status(err::kInvalidValue, "64-bit values of a pseudo-random generator");
   if (f.rng == kMtgp32) return Status::ok();
@@ -117,6 +118,7 @@ Status check(const Fill& f) {
 Status generate(const Fill& f, void* out, uint64_t count) {
   RGPU_TRY(check(f));
   if (count == 0) return Status::ok();
+  if (f.dist == Dist::kPoisson) return poissonGenerate(f, static_cast<uint8_t*>(out), count);
   if (f.rng == kPhilox4x32_10) return philoxGenerate(f, static_cast<uint8_t*>(out), count);
   if (f.rng == kMtgp32) return mtgpGenerate(f, static_cast<uint8_t*>(out), count);
   if (isSobol(f.rng)) return sobolGenerate(f, static_cast<uint8_t*>(out), count);

@@ -43,6 +43,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -87,13 +88,17 @@ enum class Dist : uint8_t {
   kLogNormal,
   kLogNormalDouble,
   kBits64,  // curandGenerateLongLong (64-bit Sobol only)
+  kPoisson,  // curandGeneratePoisson (unsigned int; Fill::lambda; curand_poisson.cc)
 };
-inline constexpr uint8_t kDistCount = 8;
-inline constexpr uint8_t kPseudoDistCount = 7;  // the pseudo-random generators' (all but kBits64)
+inline constexpr uint8_t kDistCount = 9;
+inline constexpr uint8_t kPseudoDistCount = 7;  // the float and word kinds of the pseudo-random generators (not kBits64, kPoisson)
 
 // Bytes of one value of `d`.
 inline uint32_t valueBytes(Dist d) {
-  return d == Dist::kBits32 || d == Dist::kUniform || d == Dist::kNormal || d == Dist::kLogNormal ? 4 : 8;
+  return d == Dist::kBits32 || d == Dist::kUniform || d == Dist::kNormal || d == Dist::kLogNormal ||
+                 d == Dist::kPoisson
+             ? 4
+             : 8;
 }
 
 // Words per value of `d`.
@@ -153,6 +158,7 @@ struct Fill {
   uint64_t position = 0;  // where this call starts: the offset plus every value given before
   Dist dist = Dist::kBits32;
   double mean = 0, stddev = 1;  // normal, log-normal
+  double lambda = 0;            // Poisson
   // Generators of slots: the slot this call's first value is in (slots go on from the
   // last call's, whatever it gave), and the draw counts at slot `counted`.
   uint64_t slot = 0;
@@ -220,6 +226,50 @@ Status mtgpGenerate(const Fill& f, uint8_t* out, uint64_t count);
 // (curand_sobol.cc) generate() and check()'s part for the Sobol generators.
 Status sobolGenerate(const Fill& f, uint8_t* out, uint64_t count);
 Status sobolCheck(const Fill& f);
+
+// ---- Poisson (curand_poisson.cc) ----
+// A Poisson value is one word of the generator (the one curandGenerate, or
+// curandGenerateLongLong for Sobol64, gives at its position) made a count by
+// the method NVIDIA's host generator takes for its type and lambda (found
+// against it; docs/curand.md):
+//   XORWOW, MRG32k3a, Philox4x32-10: lambda < 2000 table; else normals of
+//     each generator's own (kGeneratorNormals: not built, refused);
+//   MTGP32: lambda < 32 table, <= 8000 inversion, else normal approximation;
+//   Sobol32 (scrambled or not): lambda < 10 table, <= 8000 inversion, else normal;
+//   Sobol64 (scrambled or not): lambda < 2000 inversion, else normal.
+// lambda must be in (0, kMaxPoissonLambda], as NVIDIA's (OUT_OF_RANGE).
+inline constexpr double kMaxPoissonLambda = 400000;
+enum class PoissonMethod : uint8_t { kTable, kInversion, kNormal, kGeneratorNormals };
+PoissonMethod poissonMethod(int32_t rng, double lambda);
+// Whether `lambda` is one NVIDIA's takes (else kInvalidValue), and whether a
+// Poisson call of `rng` with it is one this file computes (else kNotSupported).
+Status poissonLambdaCheck(double lambda);
+Status poissonCheck(int32_t rng, double lambda);
+// NVIDIA's square histogram for lambda (< 2000 in practice: about 3,400 bins
+// there): values shift + j, V[j] the threshold of bin j's own value, K[j] its alias.
+struct PoissonTable {
+  uint32_t shift = 0, length = 0;
+  std::vector<double> V;
+  std::vector<uint32_t> K;
+};
+std::shared_ptr<const PoissonTable> poissonTable(double lambda);  // (the last few kept)
+// One Poisson value of a word, for one generator type and lambda.
+class PoissonDraw {
+ public:
+  PoissonDraw(int32_t rng, double lambda);
+  uint32_t operator()(uint32_t word) const;
+  uint32_t operator()(uint64_t word) const;  // (Sobol64)
+
+ private:
+  uint32_t inverted(double u) const;
+  double lambda_;
+  PoissonMethod method_;
+  std::shared_ptr<const PoissonTable> table_;
+  // Inversion of lambda <= 500 walks one sequence of sums whatever the
+  // word: kept, and searched (the walk's answer, found in log time).
+  std::vector<double> sums_;
+};
+Status poissonGenerate(const Fill& f, uint8_t* out, uint64_t count);
 
 // MTGP32 has no jump ahead: rows (of 49,152 values) a call may run to reach
 // its first value from the nearest kept state (about 6 s on one core); a call

@@ -216,7 +216,7 @@ namespace {
 void value(const Fill& f, uint32_t x, uint8_t* o) {
   switch (f.dist) {
     case Dist::kBits32: std::memcpy(o, &x, 4); break;
-    case Dist::kBits64: break;  // (check() refuses it here)
+    case Dist::kBits64: case Dist::kPoisson: break;  // (check() refuses the one, poissonGenerate() takes the other)
     case Dist::kUniform: { const float v = math::uniform(x); std::memcpy(o, &v, 4); break; }
     case Dist::kUniformDouble: {
       constexpr double k = 2.3283064365386963e-10;

@@ -74,7 +74,7 @@ struct Xorwow {
   static void value(Dist d, const Draw* x, unsigned k, double mean, double stddev, uint8_t* o) {
     switch (d) {
       case Dist::kBits32: std::memcpy(o, &x[0], 4); break;
-      case Dist::kBits64: break;  // (check() refuses it here)
+      case Dist::kBits64: case Dist::kPoisson: break;  // (check() refuses the one, poissonGenerate() takes the other)
       case Dist::kUniform: { const float v = math::uniform(x[0]); std::memcpy(o, &v, 4); break; }
       case Dist::kUniformDouble: { const double v = math::uniformDouble(x[0], x[1]); std::memcpy(o, &v, 8); break; }
       case Dist::kNormal: case Dist::kLogNormal: {
@@ -178,7 +178,7 @@ struct Mrg32k3a {
   static void value(Dist d, const Draw* x, unsigned k, double mean, double stddev, uint8_t* o) {
     switch (d) {
       case Dist::kBits32: { const auto v = static_cast<uint32_t>(x[0] * kBitsNorm); std::memcpy(o, &v, 4); break; }
-      case Dist::kBits64: break;  // (check() refuses it here)
+      case Dist::kBits64: case Dist::kPoisson: break;  // (check() refuses the one, poissonGenerate() takes the other)
       case Dist::kUniform: { const auto v = static_cast<float>(x[0] * kNorm); std::memcpy(o, &v, 4); break; }
       case Dist::kUniformDouble: { const double v = x[0] * kNorm; std::memcpy(o, &v, 8); break; }
       case Dist::kNormal: case Dist::kLogNormal: {

@@ -76,6 +76,7 @@ template <typename W>
 void value(const Fill& f, W x, uint8_t* o) {
   switch (f.dist) {
     case Dist::kBits32: case Dist::kBits64: std::memcpy(o, &x, sizeof x); return;
+    case Dist::kPoisson: return;  // (poissonGenerate() makes them of the words)
     case Dist::kUniform: { const float v = uniformOf(x); std::memcpy(o, &v, 4); return; }
     case Dist::kUniformDouble: { const double v = uniformDoubleOf(x); std::memcpy(o, &v, 8); return; }
     case Dist::kNormal: case Dist::kLogNormal: {

@@ -78,7 +78,7 @@ struct Nvidia {
         case Dist::kLogNormalDouble:
           st = log_normal_d(g, reinterpret_cast<double*>(v.data()), n, mean, stddev);
           break;
-        case Dist::kBits64: break;  // (the Sobol64 generators': curand_sobol_test.cc)
+        case Dist::kBits64: case Dist::kPoisson: break;  // (curand_sobol_test.cc, curand_poisson_test.cc)
       }
       EXPECT_EQ(st, CURAND_STATUS_SUCCESS);
       out.insert(out.end(), v.begin(), v.end());
