@@ -257,6 +257,7 @@ struct RandFill {
   callCount @15 :UInt64;
   directions @16 :List(UInt32);
   scramble @17 :List(UInt32);
+  lambda @18 :Float64;      # Poisson (dist kPoisson)
 }
 
 # A cuFFT plan (common/fft_plan.h): the client keeps it; each request says

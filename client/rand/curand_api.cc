@@ -13,9 +13,13 @@
 // libcurand.so.10 where it is installed (sobolTables) and travel with each
 // generation; without it they answer as below.
 //
-// Generators rgpu does not compute (MT19937), the SEEDED ordering and Poisson
-// answer CURAND_STATUS_ARCH_MISMATCH ("does not support the requested
-// feature"), with one log line naming them.
+// Poisson values are one word of the generator each (common/curand_cpu.h);
+// the device API's Poisson table is curand_discrete.cc's.
+//
+// Generators rgpu does not compute (MT19937), the SEEDED ordering, Poisson
+// values of lambda >= 2000 from XORWOW, MRG32k3a and Philox, and
+// curandGeneratePoissonMethod answer CURAND_STATUS_ARCH_MISMATCH ("does not
+// support the requested feature"), with one log line naming them.
 #include <curand.h>
 #include <dlfcn.h>
 
@@ -186,10 +190,13 @@ curandStatus_t create(curandGenerator_t* out, curandRngType_t type, bool host, c
 
 // `count` values of `dist` from `g` into `out` (device or host memory, as `g` is).
 curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size_t count, cr::Dist dist,
-                        double mean = 0, double stddev = 1) {
+                        double mean = 0, double stddev = 1, double lambda = 0) {
   return guarded(call, [&]() -> curandStatus_t {
     Generator* g = generatorOf(gen);
     if (!g) return CURAND_STATUS_NOT_INITIALIZED;
+    if (dist == cr::Dist::kPoisson) {
+      if (Status s = cr::poissonCheck(g->rng, lambda); !s) return toRandStatus(s, call);
+    }
     if (count == 0) return CURAND_STATUS_SUCCESS;
     if (!out) return CURAND_STATUS_OUT_OF_RANGE;
     if (count % 2 && cr::pairsOnly(g->rng, dist)) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;  // as NVIDIA's
@@ -200,7 +207,7 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
     if (sobol && count % g->dims) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;
     cr::Fill f;
     f.rng = g->rng, f.seed = g->seed, f.offset = g->offset, f.position = g->position;
-    f.dist = dist, f.mean = mean, f.stddev = stddev;
+    f.dist = dist, f.mean = mean, f.stddev = stddev, f.lambda = lambda;
     if (cr::generatorsOf(g->rng)) g->history.call(dist, count, g->offset, f);
     if (sobol) {  // (a call's first index is offset + (call_start - offset) / dims)
       f.dims = g->dims, f.call_count = count;
@@ -223,6 +230,7 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
       r.setDist(static_cast<uint8_t>(dist));
       r.setMean(mean);
       r.setStddev(stddev);
+      r.setLambda(lambda);
       r.setPtr(reinterpret_cast<uint64_t>(out));
       r.setCount(count);
       r.setSlot(f.slot);
@@ -389,14 +397,10 @@ RGPU_CURAND_API curandStatus_t curandGenerateLogNormalDouble(curandGenerator_t g
   return generate("curandGenerateLogNormalDouble", generator, out, n, cr::Dist::kLogNormalDouble, mean, stddev);
 }
 
-RGPU_CURAND_API curandStatus_t curandCreatePoissonDistribution(double, curandDiscreteDistribution_t*) {
-  return unsupported("curandCreatePoissonDistribution");
-}
-RGPU_CURAND_API curandStatus_t curandDestroyDistribution(curandDiscreteDistribution_t) {
-  return unsupported("curandDestroyDistribution");
-}
-RGPU_CURAND_API curandStatus_t curandGeneratePoisson(curandGenerator_t, unsigned int*, size_t, double) {
-  return unsupported("curandGeneratePoisson");
+// (curandCreatePoissonDistribution and curandDestroyDistribution: curand_discrete.cc.)
+RGPU_CURAND_API curandStatus_t curandGeneratePoisson(curandGenerator_t generator, unsigned int* out, size_t n,
+                                                     double lambda) {
+  return generate("curandGeneratePoisson", generator, out, n, cr::Dist::kPoisson, 0, 1, lambda);
 }
 RGPU_CURAND_API curandStatus_t curandGeneratePoissonMethod(curandGenerator_t, unsigned int*, size_t, double,
                                                            curandMethod_t) {

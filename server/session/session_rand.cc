@@ -16,6 +16,7 @@ Status Session::onRandFill(const protocol::FrameHeader& h, wire::Request::Reader
   cr::Fill f;
   f.rng = m.getRng(), f.seed = m.getSeed(), f.offset = m.getOffset(), f.position = m.getPosition();
   f.dist = static_cast<cr::Dist>(m.getDist()), f.mean = m.getMean(), f.stddev = m.getStddev();
+  f.lambda = m.getLambda();
   f.slot = m.getSlot();
   f.counted = m.getCounted();
   auto draws = m.getDraws();

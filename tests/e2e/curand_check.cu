@@ -26,15 +26,25 @@
 //   H: Sobol64 (the quasi default ordering set), 2 dimensions: 1000 64-bit
 //      values and 500 log-normal floats (mean 0, stddev 1), then 3 dimensions
 //      and 30 uniform doubles (going on from index 750); a count that is not a multiple of
-//      its 3 dimensions, 32-bit values of it and a seed are refused, as NVIDIA's.
+//      its 3 dimensions, 32-bit values of it and a seed are refused, as NVIDIA's;
+//      then 300 Poisson values (lambda 20: inversion of its 64-bit words);
+//   P: XORWOW, seed 21: 4099 Poisson values (lambda 12.5), 1001 uniform
+//      floats, 5000 Poisson values (lambda 1999.5); lambda 2000 is refused
+//      with ARCH_MISMATCH (not built), lambda 0 with OUT_OF_RANGE (as NVIDIA's);
+//   Q: MTGP32, seed 22: 1000 Poisson values of lambda 500 (inversion) and
+//      1000 of lambda 9000.5 (normal approximation).
+// Then curandCreatePoissonDistribution's tables, drawn from in a kernel by
+// curand_discrete: each value with the word it came from, to OUT.discrete.
 // curandGetDirectionVectors32 gives NVIDIA's table (its first words are printed).
 // A host generator with A's settings must give A's first values too. A
 // generator rgpu does not compute (MT19937) is refused with ARCH_MISMATCH.
 #include <cuda_runtime.h>
 #include <curand.h>
+#include <curand_kernel.h>
 
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #define CHECK(call)                                                                              \
@@ -45,6 +55,20 @@
       return 2;                                                                                  \
     }                                                                                            \
   } while (0)
+
+// The device API's discrete distribution: each thread draws two values from
+// `d` and, from a copy of its state, the two words they were drawn from.
+__global__ void discrete(curandDiscreteDistribution_t d, unsigned* values, unsigned* words, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  curandState s;
+  curand_init(77, i, 0, &s);
+  curandState t = s;
+  values[2 * i] = curand_discrete(&s, d);
+  values[2 * i + 1] = curand_discrete(&s, d);
+  words[2 * i] = curand(&t);
+  words[2 * i + 1] = curand(&t);
+}
 
 template <typename T>
 static int fetch(std::FILE* out, const T* dev, size_t n) {
@@ -205,6 +229,10 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&uniform_r, 30 * sizeof(double)));
   CHECK(curandGenerateUniformDouble(r, uniform_r, 30));
   if (fetch(out, uniform_r, 30)) return 2;
+  unsigned* poisson_r;
+  CHECK(cudaMalloc(&poisson_r, 300 * sizeof(unsigned)));
+  CHECK(curandGeneratePoisson(r, poisson_r, 300, 20.0));
+  if (fetch(out, poisson_r, 300)) return 2;
   std::printf("Sobol64 of 3 dimensions: 1000 values %s, 32-bit values %s, a seed %s\n",
               curandGenerateLongLong(r, bits_r, 1000) == CURAND_STATUS_LENGTH_NOT_MULTIPLE ? "LENGTH_NOT_MULTIPLE" : "accepted",
               curandGenerate(r, reinterpret_cast<unsigned*>(bits_r), 2) == CURAND_STATUS_TYPE_ERROR ? "TYPE_ERROR" : "accepted",
@@ -217,7 +245,52 @@ int main(int argc, char** argv) {
                                                                                                 : "accepted");
   CHECK(curandDestroyGenerator(q));
   CHECK(curandDestroyGenerator(r));
+
+  // Poisson: XORWOW's table between uniforms, MTGP32's inversion and normal approximation.
+  curandGenerator_t p, pm;
+  CHECK(curandCreateGenerator(&p, CURAND_RNG_PSEUDO_XORWOW));
+  CHECK(curandSetPseudoRandomGeneratorSeed(p, 21));
+  unsigned *poisson_p, *poisson_m;
+  float* uniform_p;
+  CHECK(cudaMalloc(&poisson_p, 9099 * sizeof(unsigned)));
+  CHECK(cudaMalloc(&uniform_p, 1001 * sizeof(float)));
+  CHECK(curandGeneratePoisson(p, poisson_p, 4099, 12.5));
+  CHECK(curandGenerateUniform(p, uniform_p, 1001));
+  CHECK(curandGeneratePoisson(p, poisson_p + 4099, 5000, 1999.5));
+  if (fetch(out, poisson_p, 4099) || fetch(out, uniform_p, 1001) || fetch(out, poisson_p + 4099, 5000)) return 2;
+  std::printf("XORWOW Poisson of lambda 2000: %s, of lambda 0: %s\n",
+              curandGeneratePoisson(p, poisson_p, 10, 2000.0) == CURAND_STATUS_ARCH_MISMATCH ? "ARCH_MISMATCH" : "accepted",
+              curandGeneratePoisson(p, poisson_p, 10, 0.0) == CURAND_STATUS_OUT_OF_RANGE ? "OUT_OF_RANGE" : "accepted");
+  CHECK(curandCreateGenerator(&pm, CURAND_RNG_PSEUDO_MTGP32));
+  CHECK(curandSetPseudoRandomGeneratorSeed(pm, 22));
+  CHECK(cudaMalloc(&poisson_m, 2000 * sizeof(unsigned)));
+  CHECK(curandGeneratePoisson(pm, poisson_m, 1000, 500.0));
+  CHECK(curandGeneratePoisson(pm, poisson_m + 1000, 1000, 9000.5));
+  if (fetch(out, poisson_m, 2000)) return 2;
+  CHECK(curandDestroyGenerator(p));
+  CHECK(curandDestroyGenerator(pm));
   std::fclose(out);
+
+  // The device API's Poisson distributions (lambda 7.5: NVIDIA's table;
+  // 3000: the normal form), drawn by a kernel: values and words to OUT.discrete.
+  std::FILE* disc = std::fopen((std::string(argv[1]) + ".discrete").c_str(), "wb");
+  for (double lambda : {7.5, 3000.0}) {
+    curandDiscreteDistribution_t d;
+    CHECK(curandCreatePoissonDistribution(lambda, &d));
+    unsigned *values, *words;
+    CHECK(cudaMalloc(&values, 2 * 256 * sizeof(unsigned)));
+    CHECK(cudaMalloc(&words, 2 * 256 * sizeof(unsigned)));
+    discrete<<<2, 128>>>(d, values, words, 256);
+    CHECK(cudaGetLastError());
+    if (fetch(disc, values, 512) || fetch(disc, words, 512)) return 2;
+    CHECK(curandDestroyDistribution(d));
+    CHECK(cudaFree(values));
+    CHECK(cudaFree(words));
+  }
+  std::fclose(disc);
+  curandDiscreteDistribution_t bad;
+  std::printf("a Poisson distribution of lambda -1: %s\n",
+              curandCreatePoissonDistribution(-1.0, &bad) == CURAND_STATUS_OUT_OF_RANGE ? "OUT_OF_RANGE" : "accepted");
 
   // A host generator with A's settings: the same first values.
   curandGenerator_t h;

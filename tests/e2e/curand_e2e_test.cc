@@ -7,10 +7,12 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <regex>
 #include <vector>
 
+#include "common/curand_cpu.h"
 #include "tests/support/test_env.h"
 
 namespace rgpu::test {
@@ -156,6 +158,26 @@ std::vector<uint8_t> nvidiasValues() {
   std::vector<double> ur(30);
   uniform_d(r, ur.data(), ur.size());
   append(ur.data(), ur.size() * 8);
+  auto poisson = nvidia<curandStatus_t (*)(curandGenerator_t, unsigned*, size_t, double)>("curandGeneratePoisson");
+  std::vector<unsigned> pr(300);
+  poisson(r, pr.data(), pr.size(), 20.0);
+  append(pr.data(), pr.size() * 4);
+  curandGenerator_t p, pm;
+  create(&p, CURAND_RNG_PSEUDO_XORWOW);
+  seed(p, 21);
+  std::vector<unsigned> pp(9099), ppm(2000);
+  std::vector<float> up(1001);
+  poisson(p, pp.data(), 4099, 12.5);
+  uniform(p, up.data(), up.size());
+  poisson(p, pp.data() + 4099, 5000, 1999.5);
+  append(pp.data(), 4099 * 4);
+  append(up.data(), up.size() * 4);
+  append(pp.data() + 4099, 5000 * 4);
+  create(&pm, CURAND_RNG_PSEUDO_MTGP32);
+  seed(pm, 22);
+  poisson(pm, ppm.data(), 1000, 500.0);
+  poisson(pm, ppm.data() + 1000, 1000, 9000.5);
+  append(ppm.data(), ppm.size() * 4);
   return out;
 }
 
@@ -179,6 +201,8 @@ void expectNvidiasValues(const std::string& env, const std::string& file) {
   // (NVIDIA's answers for MRG32k3a's orderings: LEGACY accepted, SEEDED out of range.)
   EXPECT_NE(r.output.find("MRG32k3a orderings: LEGACY 0, SEEDED OUT_OF_RANGE"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("MT19937: refused (ARCH_MISMATCH)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("XORWOW Poisson of lambda 2000: ARCH_MISMATCH, of lambda 0: OUT_OF_RANGE"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("generator type 142 (XORWOW, the default, MRG32K3A, MTGP32, PHILOX4_32_10 and the Sobol "
                           "generators are) is not supported by rgpu's cuRAND"),
             std::string::npos)
@@ -204,6 +228,26 @@ void expectNvidiasValues(const std::string& env, const std::string& file) {
   for (size_t i = 0; i < got.size() && first == got.size(); ++i)
     if (static_cast<uint8_t>(got[i]) != want[i]) first = i;
   EXPECT_EQ(first, got.size()) << "byte " << first << " of " << got.size() << " differs";
+
+  // The device API's Poisson distributions, drawn in a kernel: lambda 7.5's
+  // values are the table's for the words they came from (the table NVIDIA's
+  // host generator draws with: curand_poisson_test.cc); lambda 3000's, the
+  // normal form's, lie around 3000.
+  EXPECT_NE(r.output.find("a Poisson distribution of lambda -1: OUT_OF_RANGE"), std::string::npos) << r.output;
+  const std::string disc = readFile(file + ".discrete");
+  ASSERT_EQ(disc.size(), 4 * 512 * 4u);
+  std::vector<uint32_t> w(4 * 512);
+  std::memcpy(w.data(), disc.data(), disc.size());
+  const rgpu::common::curand::PoissonDraw draw(rgpu::common::curand::kXorwow, 7.5);
+  size_t differ = 0;
+  for (size_t i = 0; i < 512; ++i) differ += w[i] != draw(w[512 + i]);
+  EXPECT_EQ(differ, 0u) << "of 512 values of lambda 7.5 (first: " << w[0] << " from word " << w[512] << ")";
+  double sum = 0;
+  for (size_t i = 1024; i < 1536; ++i) {
+    sum += w[i];
+    EXPECT_NEAR(w[i], 3000.0, 6 * std::sqrt(3000.0)) << i;
+  }
+  EXPECT_NEAR(sum / 512, 3000.0, 5 * std::sqrt(3000.0 / 512));
 }
 
 TEST_F(Curand, DeviceGeneratorsWriteNvidiasValuesBitForBitInStreamOrder) {

@@ -701,6 +701,27 @@ std::string libraries() {
     m.setPtr(relocated(1, 0));
     m.setCount(300);
   });
+  // Poisson values: Philox's table (lambda 6.5) and MTGP32's inversion (lambda 700).
+  add(s, true, [](Request::Builder r) {
+    auto m = r.initRandFill();
+    m.initStream();
+    m.setRng(161);
+    m.setSeed(4);
+    m.setDist(8);
+    m.setLambda(6.5);
+    m.setPtr(relocated(1, 0));
+    m.setCount(50);
+  });
+  add(s, true, [](Request::Builder r) {
+    auto m = r.initRandFill();
+    m.initStream();
+    m.setRng(141);
+    m.setSeed(6);
+    m.setDist(8);
+    m.setLambda(700);
+    m.setPtr(relocated(1, 0));
+    m.setCount(20);
+  });
   // A scrambled Sobol32 generation of 2 dimensions with its tables (made-up words).
   add(s, true, [](Request::Builder r) {
     auto m = r.initRandFill();
