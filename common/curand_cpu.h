@@ -253,7 +253,8 @@ struct PoissonTable {
   std::vector<uint32_t> K;
 };
 std::shared_ptr<const PoissonTable> poissonTable(double lambda);  // (the last few kept)
-// One Poisson value of a word, for one generator type and lambda.
+// One Poisson value of a word, for one generator type and lambda. Keeps what
+// it learns as it goes (inversion's walks): one thread's, not to be shared.
 class PoissonDraw {
  public:
   PoissonDraw(int32_t rng, double lambda);
@@ -262,12 +263,27 @@ class PoissonDraw {
 
  private:
   uint32_t inverted(double u) const;
+  // Inversion walks sums in chunks of 500 of lambda, scaled down at each
+  // chunk's start; where a chunk's walk stops depends on u, and the next
+  // chunk goes on from there. A walk is a node: a chunk's sums from where
+  // it is entered, until they reach 1 (no u is larger) or the
+  // probabilities underflow; and the node each place of it leads to in the
+  // next chunk. The answer is the loop's, found by searching each chunk's
+  // sums. Past kMaxWalkSums kept sums, the loop itself.
+  struct Walk {
+    uint32_t chunk, k;
+    std::vector<double> p, q;
+    std::vector<int32_t> next;  // (-1: not walked yet)
+  };
+  static constexpr size_t kMaxWalkSums = size_t{1} << 21;
+  int32_t walk(uint32_t chunk, uint32_t k, double p, double q) const;
+
   double lambda_;
   PoissonMethod method_;
   std::shared_ptr<const PoissonTable> table_;
-  // Inversion of lambda <= 500 walks one sequence of sums whatever the
-  // word: kept, and searched (the walk's answer, found in log time).
-  std::vector<double> sums_;
+  uint32_t chunks_ = 0;
+  mutable std::vector<Walk> walks_;
+  mutable size_t kept_ = 0;
 };
 Status poissonGenerate(const Fill& f, uint8_t* out, uint64_t count);
 

@@ -176,28 +176,58 @@ std::shared_ptr<const PoissonTable> poissonTable(double lambda) {
 
 PoissonDraw::PoissonDraw(int32_t rng, double lambda) : lambda_(lambda), method_(poissonMethod(rng, lambda)) {
   if (method_ == PoissonMethod::kTable) table_ = poissonTable(lambda);
-  // Inversion's walk for lambda <= 500 is one chunk (inversion() above): its
-  // sums do not depend on u, so they are kept until they reach 1 (no u is
-  // larger) or the probabilities underflow (where the walk stops).
-  if (method_ == PoissonMethod::kInversion && !(lambda > 500.0)) {
-    double p = 1.0, q = 1.0;
-    const double L = std::exp(-lambda);
-    p *= L;
-    q *= L;
-    sums_.push_back(q);
-    for (uint32_t k = 1; q < 1.0 && p != 0; ++k) {
-      p *= lambda / static_cast<double>(k);
-      q += p;
-      sums_.push_back(q);
-    }
+  if (method_ == PoissonMethod::kInversion) {
+    // (inversion(): chunk c scales by exp(-500), the last by exp(500 c - lambda).)
+    chunks_ = 1;
+    while (!(static_cast<double>(500 * chunks_) >= lambda)) ++chunks_;
+    walk(0, 0, 1.0, 1.0);
   }
 }
 
+namespace {
+double chunkScale(uint32_t chunk, double lambda) {
+  const int pow = static_cast<int>(500 * chunk);
+  if (lambda > static_cast<double>(pow + 500.0)) return std::exp(-500.0);
+  return std::exp(static_cast<double>(pow - lambda));
+}
+}  // namespace
+
+int32_t PoissonDraw::walk(uint32_t chunk, uint32_t k, double p, double q) const {
+  if (kept_ >= kMaxWalkSums) return -1;
+  const double L = chunkScale(chunk, lambda_);
+  p *= L;
+  q *= L;
+  Walk w{chunk, k, {p}, {q}, {}};
+  while (q < 1.0 && p != 0) {
+    ++k;
+    p *= lambda_ / static_cast<double>(k);
+    q += p;
+    w.p.push_back(p);
+    w.q.push_back(q);
+  }
+  w.next.assign(w.q.size(), -1);
+  kept_ += w.q.size();
+  walks_.push_back(std::move(w));
+  return static_cast<int32_t>(walks_.size() - 1);
+}
+
 uint32_t PoissonDraw::inverted(double u) const {
-  if (sums_.empty()) return inversion(u, lambda_);
-  // The first k whose sum is not below u; past the end, where the walk stopped.
-  const auto it = std::lower_bound(sums_.begin(), sums_.end(), u);
-  return static_cast<uint32_t>((it == sums_.end() ? sums_.end() - 1 : it) - sums_.begin());
+  if (walks_.empty()) return inversion(u, lambda_);
+  for (size_t at = 0;;) {
+    const Walk& w = walks_[at];
+    // The first place whose sum is not below u; none: the probabilities
+    // underflowed first, and the loop stops where they did.
+    const auto it = std::lower_bound(w.q.begin(), w.q.end(), u);
+    if (it == w.q.end()) return w.k + static_cast<uint32_t>(w.q.size() - 1);
+    const size_t i = static_cast<size_t>(it - w.q.begin());
+    if (w.chunk + 1 == chunks_) return w.k + static_cast<uint32_t>(i);
+    if (w.next[i] < 0) {
+      const int32_t n = walk(w.chunk + 1, w.k + static_cast<uint32_t>(i), w.p[i], w.q[i]);
+      if (n < 0) return inversion(u, lambda_);  // (past kMaxWalkSums)
+      walks_[at].next[i] = n;  // (walks_ may have moved: indices, not references)
+    }
+    at = static_cast<size_t>(walks_[at].next[i]);
+  }
 }
 
 uint32_t PoissonDraw::operator()(uint32_t x) const {
