@@ -1,5 +1,6 @@
 // rgpu's libcurand.so.10: cuRAND's host API with NVIDIA's names and version
-// node (libcurand.map), every one of the 27 defined here (docs/curand.md).
+// node (libcurand.map), every one of the 27 defined here or, for the device
+// API's distributions, in curand_discrete.cc (docs/curand.md).
 //
 // A generator is the client's: its type, seed, offset, stream, how many
 // values it gave, and for XORWOW where each of its generators is. Its values are a function of those alone
