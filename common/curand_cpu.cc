@@ -96,10 +96,10 @@ Status philoxGenerate(const Fill& f, uint8_t* out, uint64_t count) {
 }  // namespace
 
 Status supported(int32_t rng) {
-  if (generatorsOf(rng) || rng == kMtgp32 || isSobol(rng)) return Status::ok();
+  if (generatorsOf(rng) || rng == kMtgp32 || rng == kMt19937 || isSobol(rng)) return Status::ok();
   return Status(err::kNotSupported, "cuRAND generator type " + std::to_string(rng) +
                                         " is not implemented by rgpu (XORWOW, 100 and 101, MRG32k3a, 121, MTGP32, "
-                                        "141, Philox4x32-10, 161, and Sobol, 200 to 204, are)");
+                                        "141, MT19937, 142, Philox4x32-10, 161, and Sobol, 200 to 204, are)");
 }
 
 Status check(const Fill& f) {
@@ -107,11 +107,12 @@ Status check(const Fill& f) {
   if (static_cast<uint8_t>(f.dist) >= kDistCount)
     return Status(err::kInvalidValue, "unknown cuRAND distribution " + std::to_string(static_cast<int>(f.dist)));
   if (f.position < f.offset) return Status(err::kInvalidValue, "a cuRAND position before the generator's offset");
-  if (!takesOffset(f.rng) && f.offset) return Status(err::kInvalidValue, "an offset for a cuRAND MTGP32 generator");
+  if (!takesOffset(f.rng) && f.offset)
+    return Status(err::kInvalidValue, "an offset for a cuRAND MTGP32 or MT19937 generator");
   if (f.dist == Dist::kPoisson) RGPU_TRY(poissonCheck(f.rng, f.lambda));
   if (isSobol(f.rng)) return sobolCheck(f);
   if (f.dist == Dist::kBits64) return Status(err::kInvalidValue, "64-bit values of a pseudo-random generator");
-  if (f.rng == kMtgp32) return Status::ok();
+  if (f.rng == kMtgp32 || f.rng == kMt19937) return Status::ok();
   return slotsCheck(f);
 }
 
@@ -121,6 +122,7 @@ Status generate(const Fill& f, void* out, uint64_t count) {
   if (f.dist == Dist::kPoisson) return poissonGenerate(f, static_cast<uint8_t*>(out), count);
   if (f.rng == kPhilox4x32_10) return philoxGenerate(f, static_cast<uint8_t*>(out), count);
   if (f.rng == kMtgp32) return mtgpGenerate(f, static_cast<uint8_t*>(out), count);
+  if (f.rng == kMt19937) return mt19937Generate(f, static_cast<uint8_t*>(out), count);
   if (isSobol(f.rng)) return sobolGenerate(f, static_cast<uint8_t*>(out), count);
   return slotsGenerate(f, static_cast<uint8_t*>(out), count);
 }

@@ -30,6 +30,10 @@
 //  - MTGP32 (CURAND_RNG_PSEUDO_MTGP32, curand_mtgp.cc): 192 blocks; value p
 //    is element (p / 49152) * 256 + p % 256 of block (p / 256) % 192,
 //    whatever its kind: a function of its position alone. No offset.
+//  - MT19937 (CURAND_RNG_PSEUDO_MT19937, curand_mt19937.cc): 8192 generators
+//    g * 2^2048 words into std::mt19937's sequence, eight threads each;
+//    value p is thread p % 8 of generator (p / 8) % 8192, and its word a
+//    function of its position alone, as MTGP32's. No offset.
 //  - Sobol32/64, scrambled or not (curand_sobol.cc): a call of n values over
 //    d dimensions is dimension-major (value k is dimension k / (n / d)); value
 //    i of a dimension is index offset + i + (what earlier calls gave) / d of its
@@ -56,6 +60,7 @@ inline constexpr int32_t kPseudoDefault = 100;  // XORWOW
 inline constexpr int32_t kXorwow = 101;
 inline constexpr int32_t kMrg32k3a = 121;
 inline constexpr int32_t kMtgp32 = 141;
+inline constexpr int32_t kMt19937 = 142;
 inline constexpr int32_t kPhilox4x32_10 = 161;
 inline constexpr int32_t kQuasiDefault = 200;  // Sobol32
 inline constexpr int32_t kSobol32 = 201;
@@ -223,6 +228,9 @@ Status slotsGenerate(const Fill& f, uint8_t* out, uint64_t count);
 Status slotsCheck(const Fill& f);
 // (curand_mtgp.cc) generate() for MTGP32.
 Status mtgpGenerate(const Fill& f, uint8_t* out, uint64_t count);
+// (curand_mt19937.cc) generate() for MT19937, and its generators.
+inline constexpr uint64_t kMt19937Generators = 8192;
+Status mt19937Generate(const Fill& f, uint8_t* out, uint64_t count);
 // (curand_sobol.cc) generate() and check()'s part for the Sobol generators.
 Status sobolGenerate(const Fill& f, uint8_t* out, uint64_t count);
 Status sobolCheck(const Fill& f);
@@ -236,10 +244,11 @@ Status sobolCheck(const Fill& f);
 //     each generator's own (kGeneratorNormals: not built, refused);
 //   MTGP32: lambda < 32 table, <= 8000 inversion, else normal approximation;
 //   Sobol32 (scrambled or not): lambda < 10 table, <= 8000 inversion, else normal;
-//   Sobol64 (scrambled or not): lambda < 2000 inversion, else normal.
+//   Sobol64 (scrambled or not): lambda < 2000 inversion, else normal;
+//   MT19937: lambda < 2000 table, else the normal approximation in float.
 // lambda must be in (0, kMaxPoissonLambda], as NVIDIA's (OUT_OF_RANGE).
 inline constexpr double kMaxPoissonLambda = 400000;
-enum class PoissonMethod : uint8_t { kTable, kInversion, kNormal, kGeneratorNormals };
+enum class PoissonMethod : uint8_t { kTable, kInversion, kNormal, kNormalFloat, kGeneratorNormals };
 PoissonMethod poissonMethod(int32_t rng, double lambda);
 // Whether `lambda` is one NVIDIA's takes (else kInvalidValue), and whether a
 // Poisson call of `rng` with it is one this file computes (else kNotSupported).
@@ -292,7 +301,13 @@ Status poissonGenerate(const Fill& f, uint8_t* out, uint64_t count);
 // that starts farther is refused (a client cannot make a worker run forever).
 inline constexpr uint64_t kMaxMtgpSkipRows = uint64_t{1} << 16;
 
-// Whether a generator of type `rng` takes an offset (MTGP32 does not: NVIDIA's answers TYPE_ERROR).
-inline bool takesOffset(int32_t rng) { return rng != kMtgp32; }
+// MT19937 has a jump between its generators but none within one: blocks (of
+// 5,111,808 values) a call may twist through to reach its first value from the
+// nearest kept state (3 ms per block for all 8192 generators here, about 3 s
+// in all); a call that starts farther is refused.
+inline constexpr uint64_t kMaxMt19937SkipBlocks = 1024;
+
+// Whether a generator of type `rng` takes an offset (MTGP32 and MT19937 do not: NVIDIA's answers TYPE_ERROR).
+inline bool takesOffset(int32_t rng) { return rng != kMtgp32 && rng != kMt19937; }
 
 }  // namespace rgpu::common::curand

@@ -27,6 +27,7 @@
 // approximation is (unsigned)(sqrt(lambda) z + lambda + 0.5) in double, with
 // z the float _curand_normal_icdf of the 32-bit word (Sobol64: its high
 // word; the double icdf differs from NVIDIA's in about 1 value of 100,000).
+// MT19937's normal approximation is the same sum in float.
 //
 // Built with -ffp-contract=off (common/CMakeLists.txt), as curand_cpu.cc.
 #include <algorithm>
@@ -121,6 +122,12 @@ uint32_t normalApproximation(double lambda, uint32_t x) {
   const double v = std::sqrt(lambda) * math::normalIcdf(x) + lambda + 0.5;
   return v <= 0 ? 0 : static_cast<uint32_t>(v);
 }
+// (MT19937's: the same in float.)
+uint32_t normalApproximationFloat(double lambda, uint32_t x) {
+  const float l = static_cast<float>(lambda);
+  const float v = sqrtf(l) * math::normalIcdf(x) + l + 0.5f;
+  return v <= 0 ? 0 : static_cast<uint32_t>(v);
+}
 
 uint32_t table(const PoissonTable& t, double u) {
   const auto j = static_cast<int64_t>(std::floor(t.length * u));
@@ -133,6 +140,7 @@ uint32_t table(const PoissonTable& t, double u) {
 
 PoissonMethod poissonMethod(int32_t rng, double lambda) {
   if (isSobol64(rng)) return lambda < 2000 ? PoissonMethod::kInversion : PoissonMethod::kNormal;
+  if (rng == kMt19937) return lambda < 2000 ? PoissonMethod::kTable : PoissonMethod::kNormalFloat;
   if (isSobol(rng) || rng == kMtgp32) {
     if (lambda < (rng == kMtgp32 ? 32 : 10)) return PoissonMethod::kTable;
     return lambda <= 8000 ? PoissonMethod::kInversion : PoissonMethod::kNormal;
@@ -235,6 +243,7 @@ uint32_t PoissonDraw::operator()(uint32_t x) const {
   switch (method_) {
     case PoissonMethod::kTable: return table(*table_, u);
     case PoissonMethod::kInversion: return inverted(u);
+    case PoissonMethod::kNormalFloat: return normalApproximationFloat(lambda_, x);
     default: return normalApproximation(lambda_, x);
   }
 }

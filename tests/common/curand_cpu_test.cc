@@ -200,6 +200,55 @@ TEST(CurandCpu, Mtgp32ValuesAreNvidiasBitForBit) {
   EXPECT_NE(s.message().find("past the nearest state this process keeps"), std::string::npos) << s.message();
 }
 
+// MT19937 takes no offset either. One NVIDIA generator (it takes about 5 s to
+// set up its 8192 generators) and one of rgpu's are given the same calls of
+// every kind: odd counts, calls inside one row of 65,536 values and across
+// rows, and on past row 78, where each generator's second block of 624 words
+// begins. The seed's upper half is set: only its low 32 bits count.
+TEST(CurandCpu, Mt19937ValuesAreNvidiasBitForBit) {
+  ASSERT_TRUE(nvidia().h) << "the toolkit's libcurand.so.10: " << ::dlerror();
+  const uint64_t seed = 0x0123456789abcdefull;
+  const std::vector<std::pair<Dist, size_t>> calls = {
+      {Dist::kBits32, 5},           {Dist::kUniform, 1001},      {Dist::kNormal, 3},
+      {Dist::kUniformDouble, 70001}, {Dist::kNormalDouble, 9},   {Dist::kLogNormal, 65536},
+      {Dist::kLogNormalDouble, 7},  {Dist::kBits32, 5000000},    {Dist::kUniform, 200003},
+      {Dist::kNormalDouble, 131072}, {Dist::kNormal, 11}};
+  Nvidia& n = nvidia();
+  curandGenerator_t g = nullptr;
+  ASSERT_EQ(n.create(&g, CURAND_RNG_PSEUDO_MT19937), CURAND_STATUS_SUCCESS);
+  ASSERT_EQ(n.seed(g, seed), CURAND_STATUS_SUCCESS);
+  EXPECT_EQ(n.offset(g, 0), CURAND_STATUS_TYPE_ERROR);
+  Ours o{kMt19937, seed, 0, 0, {}};
+  for (size_t c = 0; c < calls.size(); ++c) {
+    auto [d, count] = calls[c];
+    SCOPED_TRACE("call " + std::to_string(c) + " at " + std::to_string(o.position));
+    std::vector<uint8_t> want(count * valueBytes(d));
+    curandStatus_t st = CURAND_STATUS_INTERNAL_ERROR;
+    switch (d) {
+      case Dist::kBits32: st = n.bits(g, reinterpret_cast<unsigned*>(want.data()), count); break;
+      case Dist::kUniform: st = n.uniform(g, reinterpret_cast<float*>(want.data()), count); break;
+      case Dist::kUniformDouble: st = n.uniform_d(g, reinterpret_cast<double*>(want.data()), count); break;
+      case Dist::kNormal: st = n.normal(g, reinterpret_cast<float*>(want.data()), count, 0.25f, 1.5f); break;
+      case Dist::kNormalDouble: st = n.normal_d(g, reinterpret_cast<double*>(want.data()), count, 0.25, 1.5); break;
+      case Dist::kLogNormal: st = n.log_normal(g, reinterpret_cast<float*>(want.data()), count, 0.25f, 1.5f); break;
+      default: st = n.log_normal_d(g, reinterpret_cast<double*>(want.data()), count, 0.25, 1.5); break;
+    }
+    ASSERT_EQ(st, CURAND_STATUS_SUCCESS);
+    EXPECT_EQ(firstDifference(o.call(d, count, 0.25, 1.5), want, valueBytes(d)), SIZE_MAX);
+  }
+  n.destroy(g);
+  EXPECT_GT(o.position, 78u * 65536);
+  // An offset is refused; so is a position farther than kMaxMt19937SkipBlocks
+  // blocks of 5,111,808 values from any kept state.
+  EXPECT_FALSE(takesOffset(kMt19937));
+  EXPECT_EQ(check(fill(kMt19937, 1, 5, 5, Dist::kUniform, 0, 1)).code(), err::kInvalidValue);
+  Fill far = fill(kMt19937, 0x5eed, 0, (kMaxMt19937SkipBlocks + 2) * 78 * 65536, Dist::kBits32, 0, 1);
+  uint32_t v = 0;
+  Status s = generate(far, &v, 1);
+  EXPECT_EQ(s.code(), err::kInvalidValue);
+  EXPECT_NE(s.message().find("past the nearest state this process keeps"), std::string::npos) << s.message();
+}
+
 // One generator, calls of every kind in turn: each of its generators (or
 // Philox's threads) goes on from the draws it took, and a run of normals
 // pairs its values from where the run began. Philox also gets odd counts
@@ -249,7 +298,7 @@ TEST(CurandCpu, AGeneratorThatSwitchesKindsGoesOnAsNvidiasDoes) {
 
 // A call written in pieces (as the CUDA backend writes one) gives what it gives whole.
 TEST(CurandCpu, ACallWrittenInPiecesGivesWhatItGivesWhole) {
-  for (int32_t rng : {kPhilox4x32_10, kXorwow, kMrg32k3a, kMtgp32})
+  for (int32_t rng : {kPhilox4x32_10, kXorwow, kMrg32k3a, kMtgp32, kMt19937})
     for (uint8_t k = 0; k < kPseudoDistCount; ++k) {
       const Dist d = static_cast<Dist>(k);
       SCOPED_TRACE("generator " + std::to_string(rng) + ", distribution " + std::to_string(k));
@@ -329,12 +378,12 @@ TEST(CurandCpu, ACallThatDoesNotHoldTogetherIsRefused) {
 
 TEST(CurandCpu, OtherGeneratorsAreRefusedNamingWhatIs) {
   uint32_t v[4];
-  for (int32_t rng : {142, 0, 205}) {
+  for (int32_t rng : {143, 0, 205}) {
     Fill f;
     f.rng = rng;
     Status s = generate(f, v, 4);
     EXPECT_EQ(s.code(), err::kNotSupported) << rng;
-    EXPECT_NE(s.message().find("XORWOW, 100 and 101, MRG32k3a, 121, MTGP32, 141, Philox4x32-10, 161, and Sobol, 200 to 204, are"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("XORWOW, 100 and 101, MRG32k3a, 121, MTGP32, 141, MT19937, 142, Philox4x32-10, 161, and Sobol, 200 to 204, are"), std::string::npos) << s.message();
   }
 }
 

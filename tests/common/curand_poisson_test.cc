@@ -167,8 +167,8 @@ const std::vector<double> kLambdas = {0.001, 0.5, 5, 9.99, 10, 31.5, 32, 100, 10
 
 TEST(CurandPoisson, ValuesAreNvidiasBitForBitForEveryGeneratorAndMethod) {
   ASSERT_NE(nvidia().h, nullptr) << RGPU_NVIDIA_CURAND;
-  for (int32_t rng : {kXorwow, kMrg32k3a, kMtgp32, kPhilox4x32_10, kSobol32, kScrambledSobol32, kSobol64,
-                      kScrambledSobol64}) {
+  for (int32_t rng : {kXorwow, kMrg32k3a, kMtgp32, kMt19937, kPhilox4x32_10, kSobol32, kScrambledSobol32,
+                      kSobol64, kScrambledSobol64}) {
     SCOPED_TRACE("generator " + std::to_string(rng));
     const uint32_t dims = isSobol(rng) ? 3 : 1;
     std::vector<Call> calls;
