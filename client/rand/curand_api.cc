@@ -17,10 +17,10 @@
 // Poisson values are one word of the generator each (common/curand_cpu.h);
 // the device API's Poisson table is curand_discrete.cc's.
 //
-// Generators rgpu does not compute (MT19937), the SEEDED ordering, Poisson
-// values of lambda >= 2000 from XORWOW, MRG32k3a and Philox, and
-// curandGeneratePoissonMethod answer CURAND_STATUS_ARCH_MISMATCH ("does not
-// support the requested feature"), with one log line naming them.
+// The SEEDED ordering, Poisson values of lambda >= 2000 from XORWOW, MRG32k3a
+// and Philox, and curandGeneratePoissonMethod answer
+// CURAND_STATUS_ARCH_MISMATCH ("does not support the requested feature"),
+// with one log line naming them.
 #include <curand.h>
 #include <dlfcn.h>
 
@@ -161,15 +161,12 @@ curandStatus_t create(curandGenerator_t* out, curandRngType_t type, bool host, c
   if (!out) return CURAND_STATUS_OUT_OF_RANGE;
   switch (type) {
     case CURAND_RNG_PSEUDO_PHILOX4_32_10: case CURAND_RNG_PSEUDO_DEFAULT: case CURAND_RNG_PSEUDO_XORWOW:
-    case CURAND_RNG_PSEUDO_MRG32K3A: case CURAND_RNG_PSEUDO_MTGP32: break;
+    case CURAND_RNG_PSEUDO_MRG32K3A: case CURAND_RNG_PSEUDO_MTGP32: case CURAND_RNG_PSEUDO_MT19937: break;
     case CURAND_RNG_QUASI_DEFAULT: case CURAND_RNG_QUASI_SOBOL32: case CURAND_RNG_QUASI_SCRAMBLED_SOBOL32:
     case CURAND_RNG_QUASI_SOBOL64: case CURAND_RNG_QUASI_SCRAMBLED_SOBOL64:
       if (sobolTables()) break;
       return unsupported("the Sobol generators without NVIDIA's libcurand.so.10, whose direction vectors they need "
                          "(set RGPU_NVIDIA_CURAND to its path)");
-    case CURAND_RNG_PSEUDO_MT19937:
-      return unsupported("generator type " + std::to_string(type) +
-                         " (XORWOW, the default, MRG32K3A, MTGP32, PHILOX4_32_10 and the Sobol generators are)");
     default: return CURAND_STATUS_TYPE_ERROR;
   }
   auto g = std::make_unique<Generator>();
@@ -313,7 +310,7 @@ RGPU_CURAND_API curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerato
   });
 }
 
-// The next value is the offset's. MTGP32 takes none (a type error, as NVIDIA's says).
+// The next value is the offset's. MTGP32 and MT19937 take none (a type error, as NVIDIA's says).
 RGPU_CURAND_API curandStatus_t curandSetGeneratorOffset(curandGenerator_t generator, unsigned long long offset) {
   return withGenerator(generator, [&](Generator& g) {
     if (!cr::takesOffset(g.rng)) return CURAND_STATUS_TYPE_ERROR;
@@ -324,8 +321,8 @@ RGPU_CURAND_API curandStatus_t curandSetGeneratorOffset(curandGenerator_t genera
 }
 
 // BEST, DEFAULT and LEGACY are one layout for each generator (nothing to
-// keep). SEEDED is XORWOW's only (out of range for the others, as NVIDIA's
-// says), and not computed.
+// keep); MT19937 takes DEFAULT and LEGACY only. SEEDED is XORWOW's only (out
+// of range for the others, as NVIDIA's says), and not computed.
 RGPU_CURAND_API curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator, curandOrdering_t order) {
   return withGenerator(generator, [&](Generator& g) {
     if (cr::isSobol(g.rng)) return order == CURAND_ORDERING_QUASI_DEFAULT ? CURAND_STATUS_SUCCESS
@@ -335,6 +332,7 @@ RGPU_CURAND_API curandStatus_t curandSetGeneratorOrdering(curandGenerator_t gene
     if (order != CURAND_ORDERING_PSEUDO_BEST && order != CURAND_ORDERING_PSEUDO_DEFAULT &&
         order != CURAND_ORDERING_PSEUDO_LEGACY)
       return CURAND_STATUS_OUT_OF_RANGE;
+    if (order == CURAND_ORDERING_PSEUDO_BEST && g.rng == cr::kMt19937) return CURAND_STATUS_OUT_OF_RANGE;
     return CURAND_STATUS_SUCCESS;
   });
 }

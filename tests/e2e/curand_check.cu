@@ -32,12 +32,15 @@
 //      floats, 5000 Poisson values (lambda 1999.5); lambda 2000 is refused
 //      with ARCH_MISMATCH (not built), lambda 0 with OUT_OF_RANGE (as NVIDIA's);
 //   Q: MTGP32, seed 22: 1000 Poisson values of lambda 500 (inversion) and
-//      1000 of lambda 9000.5 (normal approximation).
+//      1000 of lambda 9000.5 (normal approximation);
+//   M: MT19937, seed 31 (the LEGACY ordering set; BEST is out of range and an
+//      offset a type error, as NVIDIA's): 70001 normal floats (mean 1, stddev
+//      2), 3 uniform doubles, 5 Poisson values of lambda 3000.5 and 1001
+//      32-bit values.
 // Then curandCreatePoissonDistribution's tables, drawn from in a kernel by
 // curand_discrete: each value with the word it came from, to OUT.discrete.
 // curandGetDirectionVectors32 gives NVIDIA's table (its first words are printed).
-// A host generator with A's settings must give A's first values too. A
-// generator rgpu does not compute (MT19937) is refused with ARCH_MISMATCH.
+// A host generator with A's settings must give A's first values too.
 #include <cuda_runtime.h>
 #include <curand.h>
 #include <curand_kernel.h>
@@ -269,6 +272,30 @@ int main(int argc, char** argv) {
   if (fetch(out, poisson_m, 2000)) return 2;
   CHECK(curandDestroyGenerator(p));
   CHECK(curandDestroyGenerator(pm));
+
+  curandGenerator_t mt;
+  CHECK(curandCreateGenerator(&mt, CURAND_RNG_PSEUDO_MT19937));
+  CHECK(curandSetPseudoRandomGeneratorSeed(mt, 31));
+  std::printf("MT19937: ordering BEST %s, LEGACY %d, offset %s\n",
+              curandSetGeneratorOrdering(mt, CURAND_ORDERING_PSEUDO_BEST) == CURAND_STATUS_OUT_OF_RANGE ? "OUT_OF_RANGE"
+                                                                                                    : "accepted",
+              curandSetGeneratorOrdering(mt, CURAND_ORDERING_PSEUDO_LEGACY),
+              curandSetGeneratorOffset(mt, 5) == CURAND_STATUS_TYPE_ERROR ? "TYPE_ERROR" : "accepted");
+  float* normal_mt;
+  double* uniform_mt;
+  unsigned *poisson_mt, *bits_mt;
+  CHECK(cudaMalloc(&normal_mt, 70001 * sizeof(float)));
+  CHECK(cudaMalloc(&uniform_mt, 3 * sizeof(double)));
+  CHECK(cudaMalloc(&poisson_mt, 5 * sizeof(unsigned)));
+  CHECK(cudaMalloc(&bits_mt, 1001 * sizeof(unsigned)));
+  CHECK(curandGenerateNormal(mt, normal_mt, 70001, 1.f, 2.f));
+  CHECK(curandGenerateUniformDouble(mt, uniform_mt, 3));
+  CHECK(curandGeneratePoisson(mt, poisson_mt, 5, 3000.5));
+  CHECK(curandGenerate(mt, bits_mt, 1001));
+  if (fetch(out, normal_mt, 70001) || fetch(out, uniform_mt, 3) || fetch(out, poisson_mt, 5) ||
+      fetch(out, bits_mt, 1001))
+    return 2;
+  CHECK(curandDestroyGenerator(mt));
   std::fclose(out);
 
   // The device API's Poisson distributions (lambda 7.5: NVIDIA's table;
@@ -307,9 +334,6 @@ int main(int argc, char** argv) {
   cudaError_t late = cudaStreamSynchronize(stream);
   std::printf("past the end of an allocation: %s\n", cudaGetErrorName(late));
 
-  curandGenerator_t x;
-  curandStatus_t st = curandCreateGenerator(&x, CURAND_RNG_PSEUDO_MT19937);
-  std::printf("MT19937: %s\n", st == CURAND_STATUS_ARCH_MISMATCH ? "refused (ARCH_MISMATCH)" : "not refused");
   int version = 0;
   CHECK(curandGetVersion(&version));
   std::printf("version %d\n", version);

@@ -722,6 +722,18 @@ std::string libraries() {
     m.setPtr(relocated(1, 0));
     m.setCount(20);
   });
+  // MT19937: Poisson values of lambda 2500 (its normal approximation in float), inside row 0.
+  add(s, true, [](Request::Builder r) {
+    auto m = r.initRandFill();
+    m.initStream();
+    m.setRng(142);
+    m.setSeed(8);
+    m.setPosition(100);
+    m.setDist(8);
+    m.setLambda(2500);
+    m.setPtr(relocated(1, 0));
+    m.setCount(40);
+  });
   // A scrambled Sobol32 generation of 2 dimensions with its tables (made-up words).
   add(s, true, [](Request::Builder r) {
     auto m = r.initRandFill();
