@@ -11,6 +11,16 @@ namespace rgpu::server::lapack {
 using cfloat = std::complex<float>;
 using cdouble = std::complex<double>;
 using L = size_t;  // gfortran's hidden lengths of character arguments
+
+// LAPACK's getrs and getri swap rows (columns) by the pivots without checking
+// them: a pivot outside 1..n reads and writes outside the matrix. The pivots
+// are the program's device memory, so each is checked first: the index of the
+// first one outside 1..n, or -1.
+inline int badPivot(const int* ipiv, int n) {
+  for (int i = 0; i < n; ++i)
+    if (ipiv[i] < 1 || ipiv[i] > n) return i;
+  return -1;
+}
 }  // namespace rgpu::server::lapack
 
 extern "C" {

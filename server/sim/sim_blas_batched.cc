@@ -106,6 +106,13 @@ Status batched(const BlasArgs& a, const Valid& valid) {
   std::vector<int> identity(static_cast<size_t>(std::max(n, 1)));
   for (int i = 0; i < n; ++i) identity[static_cast<size_t>(i)] = i + 1;
   int* pivots = a.x ? at<int>(a.x) : nullptr;
+  // The pivots getrs and getri swap by are the program's: each within 1..n, checked first too.
+  if ((a.op == BlasOp::kGetrsBatched || a.op == BlasOp::kGetriBatched) && pivots && n > 0)
+    for (int64_t i = 0; i < a.batch; ++i)
+      if (const int bad = lapack::badPivot(pivots + i * n, n); bad >= 0)
+        return Status(err::kInvalidValue, std::string(name) + ": pivot [" + std::to_string(i) + "][" +
+                                              std::to_string(bad) + "] is " + std::to_string(pivots[i * n + bad]) +
+                                              ", not a row of the " + std::to_string(n) + "-row matrix (1 to n)");
   int* info = a.c ? at<int>(a.c) : nullptr;
   // LAPACK's getri and geqrf need n elements of workspace, run faster with 64 n; never more than a matrix's size
   // plus that (the matrices were checked to lie in the session's memory).

@@ -183,6 +183,13 @@ int runTyped(const sv::Args& a) {
 }  // namespace
 
 Status run(const sv::Args& a) {
+  if (a.op == sv::Op::kGetrs && a.ipiv && a.n > 0 && a.n <= INT32_MAX) {
+    const int* ipiv = at<int>(a.ipiv);
+    if (const int i = lapack::badPivot(ipiv, static_cast<int>(a.n)); i >= 0)
+      return Status(err::kInvalidValue, "cusolverDn getrs: devIpiv[" + std::to_string(i) + "] is " +
+                                            std::to_string(ipiv[i]) + ", not a row of the " + std::to_string(a.n) +
+                                            "-row matrix (1 to n)");
+  }
   int info = 0;
   switch (a.type) {
     case sv::kR32F: info = runTyped<float>(a); break;
