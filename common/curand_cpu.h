@@ -169,6 +169,10 @@ struct Fill {
   uint64_t slot = 0;
   uint64_t counted = 0;
   std::vector<std::pair<uint64_t, uint32_t>> draws;
+  // XORWOW and MRG32k3a, Poisson of lambda >= 2000 (kGeneratorNormals): each
+  // generator's kept half of a pair of normals at slot `counted`, as 1 + the
+  // draw its pair began at (0: none), run-length coded as `draws` (empty: none kept).
+  std::vector<std::pair<uint64_t, uint32_t>> kept;
   // Sobol (curand_sobol.cc): its dimensions, the whole call this one is (a
   // part of: callPart), and NVIDIA's direction vectors and scramble constants
   // of those dimensions (directionWords and scrambleWords 32-bit words each,
@@ -182,21 +186,35 @@ struct Fill {
 // each generator's draws. `call` fills a call's Fill fields and moves on.
 // While the draws per slot stay the same, the counts stay where they were
 // last taken (the request stays small); a change adds the draws since.
+// A Poisson call of XORWOW or MRG32k3a with lambda >= 2000 takes a pair of
+// draws or a kept half per value (poissonNormalsSlots): its counts and kept
+// halves are made anew after it.
 class SlotHistory {
  public:
   // After curandSetGeneratorOffset: nothing given yet.
-  void reset() { started_ = false, runs_.clear(); }
-  // For a call of `count` values of `d` on a generator of type f.rng.
+  void reset() { started_ = false, runs_.clear(), kept_.clear(); }
+  // For a call of `count` values of `d` on a generator of type f.rng (f.lambda set for Poisson).
   void call(Dist d, uint64_t count, uint64_t offset, Fill& f);
 
  private:
+  static constexpr uint64_t kVaried = UINT64_MAX;  // draws_ after a Poisson call of normals
   bool started_ = false;
   uint64_t draws_ = 0;  // per slot, since counted_
   uint64_t slot_ = 0, counted_ = 0;
   // Each generator's draws at slot counted_, run-length coded as a Fill
   // carries them (empty: the offset's starts); remade only at a switch.
   std::vector<std::pair<uint64_t, uint32_t>> runs_;
+  std::vector<std::pair<uint64_t, uint32_t>> kept_;  // (Fill::kept)
 };
+
+// Run-length coding of one number per generator (Fill::draws, Fill::kept), and back.
+std::vector<std::pair<uint64_t, uint32_t>> runsOf(const std::vector<uint64_t>& v);
+std::vector<uint64_t> expand(const std::vector<std::pair<uint64_t, uint32_t>>& runs, uint64_t T, uint64_t none);
+
+// Whether a Poisson call of lambda on `rng` takes each generator's own normals
+// with kept halves (XORWOW and MRG32k3a, lambda >= 2000; Philox's are its
+// groups' normals, as curandGenerateNormal's).
+inline bool poissonNormalsSlots(int32_t rng, Dist d, double lambda);
 
 // The rest of call `f` from its `skip`-th value on (a backend that writes a
 // call in pieces); `skip` is a whole number of slots (even for pairs).
@@ -225,6 +243,8 @@ Status generate(const Fill& f, void* out, uint64_t count);
 
 // (curand_slots.cc) generate() for a generator of slots, and check()'s part for one.
 Status slotsGenerate(const Fill& f, uint8_t* out, uint64_t count);
+// ... Poisson values of lambda >= 2000 of XORWOW and MRG32k3a (poissonNormalsSlots).
+Status slotsPoissonGenerate(const Fill& f, uint8_t* out, uint64_t count);
 Status slotsCheck(const Fill& f);
 // (curand_mtgp.cc) generate() for MTGP32.
 Status mtgpGenerate(const Fill& f, uint8_t* out, uint64_t count);
@@ -240,8 +260,11 @@ Status sobolCheck(const Fill& f);
 // curandGenerateLongLong for Sobol64, gives at its position) made a count by
 // the method NVIDIA's host generator takes for its type and lambda (found
 // against it; docs/curand.md):
-//   XORWOW, MRG32k3a, Philox4x32-10: lambda < 2000 table; else normals of
-//     each generator's own (kGeneratorNormals: not built, refused);
+//   XORWOW, MRG32k3a, Philox4x32-10: lambda < 2000 table; else the normal
+//     approximation on the generators' own float Box-Muller normals
+//     (kGeneratorNormals: XORWOW's and MRG32k3a's each generator's next
+//     normal, the second of a pair kept for its next such value whatever
+//     calls come between; Philox's its groups' normals);
 //   MTGP32: lambda < 32 table, <= 8000 inversion, else normal approximation;
 //   Sobol32 (scrambled or not): lambda < 10 table, <= 8000 inversion, else normal;
 //   Sobol64 (scrambled or not): lambda < 2000 inversion, else normal;
@@ -306,6 +329,20 @@ inline constexpr uint64_t kMaxMtgpSkipRows = uint64_t{1} << 16;
 // nearest kept state (3 ms per block for all 8192 generators here, about 3 s
 // in all); a call that starts farther is refused.
 inline constexpr uint64_t kMaxMt19937SkipBlocks = 1024;
+
+// A generator's draws and kept half (1 + the draw its pair began at; 0: none)
+// after k more of its values of a Poisson call of normals.
+inline void afterNormals(uint64_t& draws, uint64_t& kept, uint64_t k) {
+  if (!k) return;
+  const bool had = kept != 0;
+  draws += 2 * (had ? k / 2 : (k + 1) / 2);
+  kept = had != (k % 2 == 1) ? draws - 1 : 0;
+}
+
+inline bool poissonNormalsSlots(int32_t rng, Dist d, double lambda) {
+  return d == Dist::kPoisson && (rng == kXorwow || rng == kPseudoDefault || rng == kMrg32k3a) &&
+         poissonMethod(rng, lambda) == PoissonMethod::kGeneratorNormals;
+}
 
 // Whether a generator of type `rng` takes an offset (MTGP32 and MT19937 do not: NVIDIA's answers TYPE_ERROR).
 inline bool takesOffset(int32_t rng) { return rng != kMtgp32 && rng != kMt19937; }

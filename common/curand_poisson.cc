@@ -158,12 +158,8 @@ Status poissonLambdaCheck(double lambda) {
 }
 
 Status poissonCheck(int32_t rng, double lambda) {
-  RGPU_TRY(poissonLambdaCheck(lambda));
-  if (poissonMethod(rng, lambda) == PoissonMethod::kGeneratorNormals)
-    return Status(err::kNotSupported,
-                  "Poisson values of lambda >= 2000 from XORWOW, MRG32k3a or Philox4x32-10 (NVIDIA's normal "
-                  "approximation on each generator's own normals) are not built (docs/curand.md)");
-  return Status::ok();
+  (void)rng;  // (every generator rgpu computes has every method it needs)
+  return poissonLambdaCheck(lambda);
 }
 
 std::shared_ptr<const PoissonTable> poissonTable(double lambda) {
@@ -255,6 +251,22 @@ uint32_t PoissonDraw::operator()(uint64_t x) const {
 }
 
 Status poissonGenerate(const Fill& f, uint8_t* out, uint64_t count) {
+  if (poissonMethod(f.rng, f.lambda) == PoissonMethod::kGeneratorNormals) {
+    if (f.rng != kPhilox4x32_10) return slotsPoissonGenerate(f, out, count);
+    // Philox: its normal floats, as curandGenerateNormal's, in place.
+    Fill normals = f;
+    normals.dist = Dist::kNormal, normals.mean = 0, normals.stddev = 1;
+    RGPU_TRY(generate(normals, out, count));
+    const double root = std::sqrt(f.lambda);
+    for (uint64_t j = 0; j < count; ++j) {
+      float z;
+      std::memcpy(&z, out + 4 * j, 4);
+      const double v = root * z + f.lambda + 0.5;
+      const uint32_t r = v <= 0 ? 0 : v >= 4294967295.0 ? UINT32_MAX : static_cast<uint32_t>(v);
+      std::memcpy(out + 4 * j, &r, 4);
+    }
+    return Status::ok();
+  }
   const PoissonDraw draw(f.rng, f.lambda);
   Fill words = f;
   if (!isSobol64(f.rng)) {

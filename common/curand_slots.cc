@@ -70,6 +70,8 @@ struct Xorwow {
     s.d += 362437;
     return s.v[4] + s.d;
   }
+  // curand_normal's pair of floats from two draws (sin, cos), as _curand_box_muller.
+  static void normalPair(const Draw* x, float* a, float* b) { math::boxMuller(x[0], x[1], a, b); }
   // Value k of a slot of draws `x`, as curand_kernel.h computes it for XORWOW.
   static void value(Dist d, const Draw* x, unsigned k, double mean, double stddev, uint8_t* o) {
     switch (d) {
@@ -79,7 +81,7 @@ struct Xorwow {
       case Dist::kUniformDouble: { const double v = math::uniformDouble(x[0], x[1]); std::memcpy(o, &v, 8); break; }
       case Dist::kNormal: case Dist::kLogNormal: {
         float v[2];
-        math::boxMuller(x[0], x[1], &v[0], &v[1]);
+        normalPair(x, &v[0], &v[1]);
         const float n = math::shaped(v[k], d, mean, stddev);
         std::memcpy(o, &n, 4);
         break;
@@ -174,6 +176,13 @@ struct Mrg32k3a {
     if (r <= 0) r += static_cast<double>(kM1);
     return r;
   }
+  // curand_box_muller_mrg's pair of floats from two draws (sin, cos).
+  static void normalPair(const Draw* x, float* a, float* b) {
+    const float u = static_cast<float>(x[0] * kNorm), w = static_cast<float>(x[1] * kNorm) * math::k2PiFloat;
+    const float s = sqrtf(-2.0f * logf(u));
+    *a = sinf(w) * s;
+    *b = cosf(w) * s;
+  }
   // As curand_kernel.h: curand(), curand_uniform(), curand_uniform_double(), curand_box_muller_mrg(_double).
   static void value(Dist d, const Draw* x, unsigned k, double mean, double stddev, uint8_t* o) {
     switch (d) {
@@ -182,10 +191,9 @@ struct Mrg32k3a {
       case Dist::kUniform: { const auto v = static_cast<float>(x[0] * kNorm); std::memcpy(o, &v, 4); break; }
       case Dist::kUniformDouble: { const double v = x[0] * kNorm; std::memcpy(o, &v, 8); break; }
       case Dist::kNormal: case Dist::kLogNormal: {
-        const float u = static_cast<float>(x[0] * kNorm), w = static_cast<float>(x[1] * kNorm) * math::k2PiFloat;
-        const float s = sqrtf(-2.0f * logf(u));
-        const float v = (k ? cosf(w) : sinf(w)) * s;
-        const float n = math::shaped(v, d, mean, stddev);
+        float v[2];
+        normalPair(x, &v[0], &v[1]);
+        const float n = math::shaped(v[k], d, mean, stddev);
         std::memcpy(o, &n, 4);
         break;
       }
@@ -220,6 +228,29 @@ std::shared_ptr<const std::vector<typename E::State>> starts(uint64_t seed) {
   return cached;
 }
 
+// Generator t's state after n draws from its start; each distinct jump is
+// made once (the last few kept: generators mostly share a count).
+template <class E>
+class Positioner {
+ public:
+  explicit Positioner(uint64_t seed) : first_(starts<E>(seed)) {}
+  typename E::State at(uint64_t t, uint64_t n) {
+    auto it = std::find_if(jumps_.begin(), jumps_.end(), [n](const auto& j) { return j.first == n; });
+    if (it == jumps_.end()) {
+      if (jumps_.size() == 8) jumps_.erase(jumps_.begin());
+      jumps_.push_back({n, E::jump(n)});
+      it = jumps_.end() - 1;
+    }
+    typename E::State s = (*first_)[t];
+    E::apply(it->second, s);
+    return s;
+  }
+
+ private:
+  std::shared_ptr<const std::vector<typename E::State>> first_;
+  std::vector<std::pair<uint64_t, typename E::Jump>> jumps_;
+};
+
 template <class E>
 Status generateWith(const Fill& f, uint8_t* out, uint64_t count) {
   const Slot slot = slotOf(f.rng, f.dist);
@@ -231,28 +262,18 @@ Status generateWith(const Fill& f, uint8_t* out, uint64_t count) {
     counts.reserve(T);
     for (auto [n, gens] : f.draws) counts.insert(counts.end(), gens, n);
   }
-  auto first = starts<E>(f.seed);
+  Positioner<E> positioner(f.seed);
   const uint32_t width = valueBytes(f.dist);
   auto slotAt = [&](uint64_t j) { return f.slot + (j - f.position) / slot.values; };
   const uint64_t first_slot = slotAt(f.position), last_slot = slotAt(f.position + count - 1);
   // The generators this call touches, by their first slot's place k in the
   // call: slot s is generator s % T's, at k = (s - first_slot) % gens.
-  // Generators mostly share a count: each distinct jump is made once (a few kept).
   const uint64_t gens = std::min<uint64_t>(T, last_slot - first_slot + 1);
   std::vector<typename E::State> state(gens);
-  std::vector<std::pair<uint64_t, typename E::Jump>> jumps;
   for (uint64_t k = 0; k < gens; ++k) {
     const uint64_t s = first_slot + k, t = s % T;
-    const uint64_t n =
-        (counts.empty() ? startDraw(T, t, f.offset) : counts[t]) + slot.draws * slotsOf(T, t, f.counted, s);
-    auto it = std::find_if(jumps.begin(), jumps.end(), [n](const auto& j) { return j.first == n; });
-    if (it == jumps.end()) {
-      if (jumps.size() == 8) jumps.erase(jumps.begin());
-      jumps.push_back({n, E::jump(n)});
-      it = jumps.end() - 1;
-    }
-    state[k] = (*first)[t];
-    E::apply(it->second, state[k]);
+    state[k] = positioner.at(
+        t, (counts.empty() ? startDraw(T, t, f.offset) : counts[t]) + slot.draws * slotsOf(T, t, f.counted, s));
   }
   // Values in order: a slot's draws are taken when its first value (in this call) is.
   std::vector<std::array<typename E::Draw, 4>> slot_draws(gens);
@@ -270,7 +291,76 @@ Status generateWith(const Fill& f, uint8_t* out, uint64_t count) {
   return Status::ok();
 }
 
+// Poisson values of lambda >= 2000 (poissonNormalsSlots): slot s (one value)
+// is generator s % T's next curand_normal: its kept half, or the first of a
+// pair made of its next two draws, the second kept. Counts and kept halves
+// come at slot `counted` (the call's first); a piece goes on from there.
+template <class E>
+Status poissonNormalsWith(const Fill& f, uint8_t* out, uint64_t count) {
+  const uint64_t T = E::kGenerators;
+  std::vector<uint64_t> counts = expand(f.draws, T, 0), kept = expand(f.kept, T, 0);
+  if (f.draws.empty())
+    for (uint64_t t = 0; t < T; ++t) counts[t] = startDraw(T, t, f.offset);
+  if (f.slot > f.counted)
+    for (uint64_t t = 0; t < T; ++t) afterNormals(counts[t], kept[t], slotsOf(T, t, f.counted, f.slot));
+  const uint64_t gens = std::min<uint64_t>(T, count);
+  Positioner<E> positioner(f.seed);
+  std::vector<typename E::State> state(gens);
+  std::vector<float> half(gens);
+  std::vector<uint8_t> has(gens, 0);
+  for (uint64_t k = 0; k < gens; ++k) {
+    const uint64_t t = (f.slot + k) % T;
+    state[k] = positioner.at(t, counts[t]);
+    if (kept[t]) {  // (made again from the draws its pair came from)
+      typename E::State at = positioner.at(t, kept[t] - 1);
+      const typename E::Draw x[2] = {E::next(at), E::next(at)};
+      float first;
+      E::normalPair(x, &first, &half[k]);
+      has[k] = 1;
+    }
+  }
+  const double root = std::sqrt(f.lambda);
+  for (uint64_t j = 0; j < count; ++j) {
+    const uint64_t k = j % gens;
+    float z = half[k];
+    if (!has[k]) {
+      typename E::Draw x[2];
+      x[0] = E::next(state[k]);
+      x[1] = E::next(state[k]);
+      E::normalPair(x, &z, &half[k]);
+    }
+    has[k] ^= 1;
+    const double v = root * z + f.lambda + 0.5;
+    const uint32_t r = v <= 0 ? 0 : v >= 4294967295.0 ? UINT32_MAX : static_cast<uint32_t>(v);
+    std::memcpy(out + 4 * j, &r, 4);
+  }
+  return Status::ok();
+}
+
 }  // namespace
+
+std::vector<std::pair<uint64_t, uint32_t>> runsOf(const std::vector<uint64_t>& v) {
+  std::vector<std::pair<uint64_t, uint32_t>> runs;
+  for (uint64_t x : v) {
+    if (!runs.empty() && runs.back().first == x) ++runs.back().second;
+    else runs.push_back({x, 1});
+  }
+  return runs;
+}
+
+std::vector<uint64_t> expand(const std::vector<std::pair<uint64_t, uint32_t>>& runs, uint64_t T, uint64_t none) {
+  if (runs.empty()) return std::vector<uint64_t>(T, none);
+  std::vector<uint64_t> v;
+  v.reserve(T);
+  for (auto [n, gens] : runs) v.insert(v.end(), std::min<uint64_t>(gens, T - v.size()), n);
+  v.resize(T, none);
+  return v;
+}
+
+Status slotsPoissonGenerate(const Fill& f, uint8_t* out, uint64_t count) {
+  if (f.rng == kMrg32k3a) return poissonNormalsWith<Mrg32k3a>(f, out, count);
+  return poissonNormalsWith<Xorwow>(f, out, count);
+}
 
 Status slotsCheck(const Fill& f) {
   const uint64_t T = generatorsOf(f.rng);
@@ -285,6 +375,23 @@ Status slotsCheck(const Fill& f) {
   if (!f.draws.empty() && gens != T)
     return Status(err::kInvalidValue,
                   "cuRAND draw counts for " + std::to_string(gens) + " generators, not " + std::to_string(T));
+  if (f.kept.empty()) return Status::ok();
+  // Kept halves: a Poisson call of normals only, one per generator, each from draws already taken.
+  if (!poissonNormalsSlots(f.rng, f.dist, f.lambda))
+    return Status(err::kInvalidValue, "cuRAND kept normals for a call that takes none");
+  if (f.kept.size() > T) return Status(err::kInvalidValue, "cuRAND kept normals in more than " + std::to_string(T) + " runs");
+  gens = 0;
+  for (auto& run : f.kept) gens += run.second;
+  if (gens != T)
+    return Status(err::kInvalidValue,
+                  "cuRAND kept normals for " + std::to_string(gens) + " generators, not " + std::to_string(T));
+  const std::vector<uint64_t> kept = expand(f.kept, T, 0), counts = expand(f.draws, T, 0);
+  for (uint64_t t = 0; t < T; ++t) {
+    const uint64_t n = f.draws.empty() ? startDraw(T, t, offsetSlot(f.rng, f.offset)) : counts[t];
+    if (kept[t] && (kept[t] > UINT64_MAX - 1 || kept[t] + 1 > n))
+      return Status(err::kInvalidValue, "a cuRAND kept normal of generator " + std::to_string(t) +
+                                            " from draws it has not taken");
+  }
   return Status::ok();
 }
 
@@ -296,7 +403,7 @@ Status slotsGenerate(const Fill& f, uint8_t* out, uint64_t count) {
 void SlotHistory::call(Dist d, uint64_t count, uint64_t offset, Fill& f) {
   const Slot slot = slotOf(f.rng, d);
   const uint64_t T = generatorsOf(f.rng);
-  const bool philox = f.rng == kPhilox4x32_10;
+  const bool philox = f.rng == kPhilox4x32_10, normals = poissonNormalsSlots(f.rng, d, f.lambda);
   if (!started_) {
     slot_ = counted_ = offsetSlot(f.rng, offset);  // each generator's first slot is its row's at the offset
     draws_ = slot.draws;
@@ -305,21 +412,29 @@ void SlotHistory::call(Dist d, uint64_t count, uint64_t offset, Fill& f) {
   // Philox's call starts at its position's group, even one the last call
   // left part-done: that group is the new call's kind.
   if (philox) slot_ = f.position / 4;
-  if (slot.draws != draws_) {  // a switch: the counts move on to this call's slot
-    std::vector<uint64_t> counts;
-    counts.reserve(T);
+  if (slot.draws != draws_ || normals) {  // a switch: the counts move on to this call's slot
+    std::vector<uint64_t> counts = expand(runs_, T, 0);
     if (runs_.empty())
-      for (uint64_t t = 0; t < T; ++t) counts.push_back(startDraw(T, t, offsetSlot(f.rng, offset)));
-    else
-      for (auto [n, gens] : runs_) counts.insert(counts.end(), gens, n);
-    runs_.clear();
-    for (uint64_t t = 0; t < T; ++t) {
-      const uint64_t v = counts[t] + draws_ * slotsOf(T, t, counted_, slot_);
-      if (!runs_.empty() && runs_.back().first == v) ++runs_.back().second;
-      else runs_.push_back({v, 1});
-    }
+      for (uint64_t t = 0; t < T; ++t) counts[t] = startDraw(T, t, offsetSlot(f.rng, offset));
+    if (draws_ != kVaried)
+      for (uint64_t t = 0; t < T; ++t) counts[t] += draws_ * slotsOf(T, t, counted_, slot_);
+    runs_ = runsOf(counts);
     counted_ = slot_;
     draws_ = slot.draws;
+    if (normals) {
+      // The call from its first slot, with the kept halves; after it, each
+      // generator's counts and kept half as its slots left them.
+      f.slot = f.counted = slot_;
+      f.draws = runs_;
+      f.kept = kept_;
+      std::vector<uint64_t> kept = expand(kept_, T, 0);
+      for (uint64_t t = 0; t < T; ++t) afterNormals(counts[t], kept[t], slotsOf(T, t, slot_, slot_ + count));
+      runs_ = runsOf(counts);
+      kept_ = std::all_of(kept.begin(), kept.end(), [](uint64_t k) { return k == 0; }) ? decltype(kept_){} : runsOf(kept);
+      slot_ = counted_ = slot_ + count;
+      draws_ = kVaried;
+      return;
+    }
   }
   f.slot = slot_;
   f.counted = counted_;

@@ -244,8 +244,8 @@ struct RandFill {
   ptr @8 :UInt64;
   count @9 :UInt64;
   # (The ordering is not sent: BEST, DEFAULT and LEGACY are one layout.)
-  # XORWOW (common::curand::XorwowHistory): the slot of the first value, and
-  # each of the 4096 generators' draws at slot `counted`, as (draws,
+  # Generators of slots (common::curand::SlotHistory): the slot of the first
+  # value, and each generator's draws at slot `counted`, as (draws,
   # generators) pairs in generator order (empty: each one's start at the offset).
   slot @10 :UInt64;
   counted @11 :UInt64;
@@ -258,6 +258,10 @@ struct RandFill {
   directions @16 :List(UInt32);
   scramble @17 :List(UInt32);
   lambda @18 :Float64;      # Poisson (dist kPoisson)
+  # XORWOW and MRG32k3a, Poisson of lambda >= 2000: each generator's kept
+  # half of a pair of normals at slot `counted`, 1 + the draw its pair began
+  # at (0: none), as (value, generators) pairs like `draws` (empty: none).
+  kept @19 :List(UInt64);
 }
 
 # A cuFFT plan (common/fft_plan.h): the client keeps it; each request says

@@ -17,8 +17,7 @@
 // Poisson values are one word of the generator each (common/curand_cpu.h);
 // the device API's Poisson table is curand_discrete.cc's.
 //
-// The SEEDED ordering, Poisson values of lambda >= 2000 from XORWOW, MRG32k3a
-// and Philox, and curandGeneratePoissonMethod answer
+// The SEEDED ordering and curandGeneratePoissonMethod answer
 // CURAND_STATUS_ARCH_MISMATCH ("does not support the requested feature"),
 // with one log line naming them.
 #include <curand.h>
@@ -237,6 +236,11 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
       for (size_t i = 0; i < f.draws.size(); ++i) {
         draws.set(static_cast<unsigned>(2 * i), f.draws[i].first);
         draws.set(static_cast<unsigned>(2 * i + 1), f.draws[i].second);
+      }
+      auto kept = r.initKept(static_cast<unsigned>(2 * f.kept.size()));
+      for (size_t i = 0; i < f.kept.size(); ++i) {
+        kept.set(static_cast<unsigned>(2 * i), f.kept[i].first);
+        kept.set(static_cast<unsigned>(2 * i + 1), f.kept[i].second);
       }
       if (sobol) {
         r.setDims(f.dims);

@@ -25,6 +25,11 @@ Status Session::onRandFill(const protocol::FrameHeader& h, wire::Request::Reader
     s = Status(err::kInvalidValue, "cuRAND draw counts of " + std::to_string(draws.size()) + " words");
   for (unsigned i = 0; s && i + 1 < draws.size(); i += 2)
     f.draws.push_back({draws[i], static_cast<uint32_t>(std::min<uint64_t>(draws[i + 1], UINT32_MAX))});
+  auto kept = m.getKept();
+  if (s && (kept.size() % 2 || kept.size() > 2 * cr::kMaxDrawRuns))
+    s = Status(err::kInvalidValue, "cuRAND kept normals of " + std::to_string(kept.size()) + " words");
+  for (unsigned i = 0; s && i + 1 < kept.size(); i += 2)
+    f.kept.push_back({kept[i], static_cast<uint32_t>(std::min<uint64_t>(kept[i + 1], UINT32_MAX))});
   f.dims = m.getDims(), f.call_start = m.getCallStart(), f.call_count = m.getCallCount();
   auto directions = m.getDirections(), scramble = m.getScramble();
   if (s && (directions.size() > cr::kMaxSobolDimensions * 128 || scramble.size() > cr::kMaxSobolDimensions * 2))

@@ -374,6 +374,24 @@ TEST(CurandCpu, ACallThatDoesNotHoldTogetherIsRefused) {
   philox.counted = 30;
   philox.draws = {{2, 65535}};  // counts for 65535 threads, not 65536
   refused(philox);
+  // Kept halves of normals (XORWOW's Poisson values of lambda >= 2000): each
+  // from a pair of draws the generator has taken, for a call that takes them.
+  Fill poisson = f;
+  poisson.dist = Dist::kPoisson, poisson.lambda = 3000;
+  poisson.draws = {{2, 4096}};
+  poisson.kept = {{1, 4096}};  // (pairs from draws 0 and 1)
+  EXPECT_TRUE(check(poisson));
+  bad = poisson;
+  bad.kept = {{2, 4096}};  // from draws 1 and 2: 2 is not taken yet
+  refused(bad);
+  bad.kept = {{1, 4095}};  // for 4095 generators
+  refused(bad);
+  bad = poisson;
+  bad.lambda = 1999;  // a table: takes no normals
+  refused(bad);
+  bad = f;
+  bad.kept = {{1, 4096}};  // uniforms
+  refused(bad);
 }
 
 TEST(CurandCpu, OtherGeneratorsAreRefusedNamingWhatIs) {

@@ -29,10 +29,13 @@
 //      its 3 dimensions, 32-bit values of it and a seed are refused, as NVIDIA's;
 //      then 300 Poisson values (lambda 20: inversion of its 64-bit words);
 //   P: XORWOW, seed 21: 4099 Poisson values (lambda 12.5), 1001 uniform
-//      floats, 5000 Poisson values (lambda 1999.5); lambda 2000 is refused
-//      with ARCH_MISMATCH (not built), lambda 0 with OUT_OF_RANGE (as NVIDIA's);
+//      floats, 5000 Poisson values (lambda 1999.5); lambda 0 is refused with
+//      OUT_OF_RANGE (as NVIDIA's);
 //   Q: MTGP32, seed 22: 1000 Poisson values of lambda 500 (inversion) and
 //      1000 of lambda 9000.5 (normal approximation);
+//   P again: 4097 Poisson values of lambda 2500 (each generator's own
+//      normals), 1002 normal floats, 4096 Poisson values of lambda 100000
+//      (taking the halves the first call kept);
 //   M: MT19937, seed 31 (the LEGACY ordering set; BEST is out of range and an
 //      offset a type error, as NVIDIA's): 70001 normal floats (mean 1, stddev
 //      2), 3 uniform doubles, 5 Poisson values of lambda 3000.5 and 1001
@@ -261,8 +264,7 @@ int main(int argc, char** argv) {
   CHECK(curandGenerateUniform(p, uniform_p, 1001));
   CHECK(curandGeneratePoisson(p, poisson_p + 4099, 5000, 1999.5));
   if (fetch(out, poisson_p, 4099) || fetch(out, uniform_p, 1001) || fetch(out, poisson_p + 4099, 5000)) return 2;
-  std::printf("XORWOW Poisson of lambda 2000: %s, of lambda 0: %s\n",
-              curandGeneratePoisson(p, poisson_p, 10, 2000.0) == CURAND_STATUS_ARCH_MISMATCH ? "ARCH_MISMATCH" : "accepted",
+  std::printf("XORWOW Poisson of lambda 0: %s\n",
               curandGeneratePoisson(p, poisson_p, 10, 0.0) == CURAND_STATUS_OUT_OF_RANGE ? "OUT_OF_RANGE" : "accepted");
   CHECK(curandCreateGenerator(&pm, CURAND_RNG_PSEUDO_MTGP32));
   CHECK(curandSetPseudoRandomGeneratorSeed(pm, 22));
@@ -270,6 +272,14 @@ int main(int argc, char** argv) {
   CHECK(curandGeneratePoisson(pm, poisson_m, 1000, 500.0));
   CHECK(curandGeneratePoisson(pm, poisson_m + 1000, 1000, 9000.5));
   if (fetch(out, poisson_m, 2000)) return 2;
+  unsigned* poisson_big;
+  float* normal_p;
+  CHECK(cudaMalloc(&poisson_big, 8193 * sizeof(unsigned)));
+  CHECK(cudaMalloc(&normal_p, 1002 * sizeof(float)));
+  CHECK(curandGeneratePoisson(p, poisson_big, 4097, 2500.0));
+  CHECK(curandGenerateNormal(p, normal_p, 1002, 0.f, 1.f));
+  CHECK(curandGeneratePoisson(p, poisson_big + 4097, 4096, 100000.0));
+  if (fetch(out, poisson_big, 4097) || fetch(out, normal_p, 1002) || fetch(out, poisson_big + 4097, 4096)) return 2;
   CHECK(curandDestroyGenerator(p));
   CHECK(curandDestroyGenerator(pm));
 
