@@ -13,20 +13,14 @@
 
 #include "protocol/rgpu.capnp.h"
 #include "tests/fuzz/dispatch_input.h"
+#include "tests/fuzz/seed_records.h"
 
 namespace {
 
-using rgpu::fuzz::appendRecord;
+using rgpu::fuzz::add;
+using rgpu::fuzz::appendRandSeeds;
 using rgpu::fuzz::relocated;
 using Request = rgpu::wire::Request;
-
-template <typename F>
-void add(std::string& out, bool async, F fill, const std::string& bulk = "", bool lz4 = false,
-         bool release_held = false) {
-  capnp::MallocMessageBuilder msg;
-  fill(msg.initRoot<Request>());
-  appendRecord(out, async, msg, bulk, lz4, release_held);
-}
 
 void malloc(std::string& out, uint64_t size, int device = 0) {
   add(out, false, [&](Request::Builder r) {
@@ -666,93 +660,7 @@ std::string libraries() {
     tensor(t[0], {2, 3, 8, 8}, 0, 0);
     tensor(t[1], {2, 3, 8, 8}, 0, 32768);
   });
-  add(s, true, [](Request::Builder r) {
-    auto m = r.initRandFill();
-    m.initStream();
-    m.setRng(161);
-    m.setSeed(5);
-    m.setDist(1);
-    m.setStddev(1);
-    m.setPtr(relocated(1, 0));
-    m.setCount(100);
-  });
-  // A MRG32k3a generation that carries its generators' draw counts, and an MTGP32 one.
-  add(s, true, [](Request::Builder r) {
-    auto m = r.initRandFill();
-    m.initStream();
-    m.setRng(121);
-    m.setSeed(9);
-    m.setDist(3);
-    m.setStddev(1);
-    m.setPtr(relocated(1, 0));
-    m.setCount(64);
-    m.setSlot(100);
-    m.setCounted(40);
-    auto d = m.initDraws(4);
-    d.set(0, 7), d.set(1, 40000), d.set(2, 8), d.set(3, 41920);
-  });
-  add(s, true, [](Request::Builder r) {
-    auto m = r.initRandFill();
-    m.initStream();
-    m.setRng(141);
-    m.setSeed(2);
-    m.setPosition(49000);
-    m.setDist(2);
-    m.setPtr(relocated(1, 0));
-    m.setCount(300);
-  });
-  // Poisson values: Philox's table (lambda 6.5) and MTGP32's inversion (lambda 700).
-  add(s, true, [](Request::Builder r) {
-    auto m = r.initRandFill();
-    m.initStream();
-    m.setRng(161);
-    m.setSeed(4);
-    m.setDist(8);
-    m.setLambda(6.5);
-    m.setPtr(relocated(1, 0));
-    m.setCount(50);
-  });
-  add(s, true, [](Request::Builder r) {
-    auto m = r.initRandFill();
-    m.initStream();
-    m.setRng(141);
-    m.setSeed(6);
-    m.setDist(8);
-    m.setLambda(700);
-    m.setPtr(relocated(1, 0));
-    m.setCount(20);
-  });
-  // MT19937: Poisson values of lambda 2500 (its normal approximation in float), inside row 0.
-  add(s, true, [](Request::Builder r) {
-    auto m = r.initRandFill();
-    m.initStream();
-    m.setRng(142);
-    m.setSeed(8);
-    m.setPosition(100);
-    m.setDist(8);
-    m.setLambda(2500);
-    m.setPtr(relocated(1, 0));
-    m.setCount(40);
-  });
-  // A scrambled Sobol32 generation of 2 dimensions with its tables (made-up words).
-  add(s, true, [](Request::Builder r) {
-    auto m = r.initRandFill();
-    m.initStream();
-    m.setRng(202);
-    m.setOffset(3);
-    m.setPosition(9);
-    m.setDist(4);
-    m.setStddev(1);
-    m.setPtr(relocated(1, 0));
-    m.setCount(40);
-    m.setDims(2);
-    m.setCallStart(9);
-    m.setCallCount(40);
-    auto d = m.initDirections(64);
-    for (unsigned i = 0; i < 64; ++i) d.set(i, 0x80000000u >> (i % 32));
-    auto c = m.initScramble(2);
-    c.set(0, 0x12345678u), c.set(1, 0x9abcdef0u);
-  });
+  appendRandSeeds(s);
   // Complex cuBLAS: a Zherk (real scalars) and a Cdotc whose result comes back.
   add(s, true, [](Request::Builder r) {
     auto b = r.initBlas();
