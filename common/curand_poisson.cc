@@ -97,24 +97,29 @@ std::shared_ptr<const PoissonTable> buildTable(double lambda) {
 // NVIDIA's gives 44, 118 and 5578 for lambda 10, 50 and 5000 there, rgpu's
 // 304, 116 and 5556 (the last k before the probabilities underflow, where
 // NVIDIA's own loop would run on for ever: rgpu's stops).
+// The scale inversion's loop applies where chunk `chunk` (of 500 of lambda,
+// MAGIC_DOUBLE_CONST) begins.
+double chunkScale(uint32_t chunk, double lambda) {
+  const int pow = static_cast<int>(500 * chunk);
+  if (lambda > static_cast<double>(pow + 500.0)) return std::exp(-500.0);
+  return std::exp(static_cast<double>(pow - lambda));
+}
+
 uint32_t inversion(double u, double lambda) {
-  double L, p = 1.0, q = 1.0;
+  double p = 1.0, q = 1.0;
   uint32_t k = 0;
-  int pow = 0;
-  constexpr double kMagic = 500.0;  // MAGIC_DOUBLE_CONST
+  uint32_t chunk = 0;
   do {
-    if (lambda > static_cast<double>(pow + kMagic)) L = std::exp(-kMagic);
-    else L = std::exp(static_cast<double>(pow - lambda));
+    const double L = chunkScale(chunk++, lambda);
     p *= L;
     q *= L;
-    pow += static_cast<int>(kMagic);
     while (u > q) {
       if (p == 0) return k;  // (NVIDIA's would run on for ever)
       ++k;
       p *= lambda / static_cast<double>(k);
       q += p;
     }
-  } while (static_cast<double>(pow) < lambda);
+  } while (static_cast<double>(500 * chunk) < lambda);
   return k;
 }
 
@@ -187,14 +192,6 @@ PoissonDraw::PoissonDraw(int32_t rng, double lambda) : lambda_(lambda), method_(
     walk(0, 0, 1.0, 1.0);
   }
 }
-
-namespace {
-double chunkScale(uint32_t chunk, double lambda) {
-  const int pow = static_cast<int>(500 * chunk);
-  if (lambda > static_cast<double>(pow + 500.0)) return std::exp(-500.0);
-  return std::exp(static_cast<double>(pow - lambda));
-}
-}  // namespace
 
 int32_t PoissonDraw::walk(uint32_t chunk, uint32_t k, double p, double q) const {
   if (kept_ >= kMaxWalkSums) return -1;

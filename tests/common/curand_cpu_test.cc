@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/nvidia_curand.h"
+
 namespace rgpu::common::curand {
 namespace {
 
@@ -24,73 +26,27 @@ Fill fill(int32_t rng, uint64_t seed, uint64_t offset, uint64_t position, Dist d
   return f;
 }
 
-// NVIDIA's library, by its path in the toolkit (rgpu's own libcurand.so.10 has the same name).
-struct Nvidia {
-  Nvidia() {
-    h = ::dlopen(RGPU_NVIDIA_CURAND, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return;
-    create = reinterpret_cast<decltype(create)>(::dlsym(h, "curandCreateGeneratorHost"));
-    destroy = reinterpret_cast<decltype(destroy)>(::dlsym(h, "curandDestroyGenerator"));
-    seed = reinterpret_cast<decltype(seed)>(::dlsym(h, "curandSetPseudoRandomGeneratorSeed"));
-    offset = reinterpret_cast<decltype(offset)>(::dlsym(h, "curandSetGeneratorOffset"));
-    bits = reinterpret_cast<decltype(bits)>(::dlsym(h, "curandGenerate"));
-    uniform = reinterpret_cast<decltype(uniform)>(::dlsym(h, "curandGenerateUniform"));
-    uniform_d = reinterpret_cast<decltype(uniform_d)>(::dlsym(h, "curandGenerateUniformDouble"));
-    normal = reinterpret_cast<decltype(normal)>(::dlsym(h, "curandGenerateNormal"));
-    normal_d = reinterpret_cast<decltype(normal_d)>(::dlsym(h, "curandGenerateNormalDouble"));
-    log_normal = reinterpret_cast<decltype(log_normal)>(::dlsym(h, "curandGenerateLogNormal"));
-    log_normal_d = reinterpret_cast<decltype(log_normal_d)>(::dlsym(h, "curandGenerateLogNormalDouble"));
-  }
-  void* h = nullptr;
-  curandStatus_t (*create)(curandGenerator_t*, curandRngType_t) = nullptr;
-  curandStatus_t (*destroy)(curandGenerator_t) = nullptr;
-  curandStatus_t (*seed)(curandGenerator_t, unsigned long long) = nullptr;
-  curandStatus_t (*offset)(curandGenerator_t, unsigned long long) = nullptr;
-  curandStatus_t (*bits)(curandGenerator_t, unsigned*, size_t) = nullptr;
-  curandStatus_t (*uniform)(curandGenerator_t, float*, size_t) = nullptr;
-  curandStatus_t (*uniform_d)(curandGenerator_t, double*, size_t) = nullptr;
-  curandStatus_t (*normal)(curandGenerator_t, float*, size_t, float, float) = nullptr;
-  curandStatus_t (*normal_d)(curandGenerator_t, double*, size_t, double, double) = nullptr;
-  curandStatus_t (*log_normal)(curandGenerator_t, float*, size_t, float, float) = nullptr;
-  curandStatus_t (*log_normal_d)(curandGenerator_t, double*, size_t, double, double) = nullptr;
+using Nvidia = test::NvidiaCurand;
+Nvidia& nvidia() { return test::nvidiaCurand(); }
 
-  // NVIDIA's values for calls of `counts` values each, after `off`.
-  std::vector<uint8_t> values(int32_t rng, Dist d, uint64_t s, uint64_t off, const std::vector<size_t>& counts,
-                              double mean, double stddev) {
-    curandGenerator_t g = nullptr;
-    EXPECT_EQ(create(&g, static_cast<curandRngType_t>(rng)), CURAND_STATUS_SUCCESS);
-    EXPECT_EQ(seed(g, s), CURAND_STATUS_SUCCESS);
-    if (off || takesOffset(rng)) {
-      EXPECT_EQ(offset(g, off), CURAND_STATUS_SUCCESS);
-    }
-    std::vector<uint8_t> out;
-    for (size_t n : counts) {
-      std::vector<uint8_t> v(n * valueBytes(d));
-      curandStatus_t st = CURAND_STATUS_INTERNAL_ERROR;
-      const float fm = static_cast<float>(mean), fs = static_cast<float>(stddev);
-      switch (d) {
-        case Dist::kBits32: st = bits(g, reinterpret_cast<unsigned*>(v.data()), n); break;
-        case Dist::kUniform: st = uniform(g, reinterpret_cast<float*>(v.data()), n); break;
-        case Dist::kUniformDouble: st = uniform_d(g, reinterpret_cast<double*>(v.data()), n); break;
-        case Dist::kNormal: st = normal(g, reinterpret_cast<float*>(v.data()), n, fm, fs); break;
-        case Dist::kNormalDouble: st = normal_d(g, reinterpret_cast<double*>(v.data()), n, mean, stddev); break;
-        case Dist::kLogNormal: st = log_normal(g, reinterpret_cast<float*>(v.data()), n, fm, fs); break;
-        case Dist::kLogNormalDouble:
-          st = log_normal_d(g, reinterpret_cast<double*>(v.data()), n, mean, stddev);
-          break;
-        case Dist::kBits64: case Dist::kPoisson: break;  // (curand_sobol_test.cc, curand_poisson_test.cc)
-      }
-      EXPECT_EQ(st, CURAND_STATUS_SUCCESS);
-      out.insert(out.end(), v.begin(), v.end());
-    }
-    destroy(g);
-    return out;
+// NVIDIA's values for calls of `counts` values each, after `off`.
+std::vector<uint8_t> nvidiasValues(int32_t rng, Dist d, uint64_t s, uint64_t off, const std::vector<size_t>& counts,
+                                   double mean, double stddev) {
+  Nvidia& n = nvidia();
+  curandGenerator_t g = nullptr;
+  EXPECT_EQ(n.create(&g, static_cast<curandRngType_t>(rng)), CURAND_STATUS_SUCCESS);
+  EXPECT_EQ(n.seed(g, s), CURAND_STATUS_SUCCESS);
+  if (off || takesOffset(rng)) {
+    EXPECT_EQ(n.offset(g, off), CURAND_STATUS_SUCCESS);
   }
-};
-
-Nvidia& nvidia() {
-  static Nvidia n;
-  return n;
+  std::vector<uint8_t> out;
+  for (size_t count : counts) {
+    std::vector<uint8_t> v(count * valueBytes(d));
+    EXPECT_EQ(n.generate(g, d, v.data(), count, mean, stddev), CURAND_STATUS_SUCCESS);
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  n.destroy(g);
+  return out;
 }
 
 // A generator as rgpu's libcurand keeps one: its offset and position.
@@ -151,7 +107,7 @@ void expectNvidias(int32_t rng, const std::vector<size_t>& only_bits, const std:
       SCOPED_TRACE("generator " + std::to_string(rng) + ", distribution " + std::to_string(k) + ", seed " +
                    std::to_string(c.seed) + ", offset " + std::to_string(c.offset));
       const double mean = 0.25, stddev = 1.5;
-      auto want = nvidia().values(rng, d, c.seed, c.offset, c.counts, mean, stddev);
+      auto want = nvidiasValues(rng, d, c.seed, c.offset, c.counts, mean, stddev);
       auto got = ours(rng, d, c.seed, c.offset, c.counts, mean, stddev);
       EXPECT_EQ(firstDifference(got, want, valueBytes(d)), SIZE_MAX);
     }
@@ -177,7 +133,7 @@ TEST(CurandCpu, Mtgp32ValuesAreNvidiasBitForBit) {
     for (const auto& [seed, counts] : cases) {
       const Dist d = static_cast<Dist>(k);
       SCOPED_TRACE("distribution " + std::to_string(k) + ", seed " + std::to_string(seed));
-      auto want = nvidia().values(kMtgp32, d, seed, 0, counts, 0.25, 1.5);
+      auto want = nvidiasValues(kMtgp32, d, seed, 0, counts, 0.25, 1.5);
       auto got = ours(kMtgp32, d, seed, 0, counts, 0.25, 1.5);
       EXPECT_EQ(firstDifference(got, want, valueBytes(d)), SIZE_MAX);
     }
@@ -223,17 +179,7 @@ TEST(CurandCpu, Mt19937ValuesAreNvidiasBitForBit) {
     auto [d, count] = calls[c];
     SCOPED_TRACE("call " + std::to_string(c) + " at " + std::to_string(o.position));
     std::vector<uint8_t> want(count * valueBytes(d));
-    curandStatus_t st = CURAND_STATUS_INTERNAL_ERROR;
-    switch (d) {
-      case Dist::kBits32: st = n.bits(g, reinterpret_cast<unsigned*>(want.data()), count); break;
-      case Dist::kUniform: st = n.uniform(g, reinterpret_cast<float*>(want.data()), count); break;
-      case Dist::kUniformDouble: st = n.uniform_d(g, reinterpret_cast<double*>(want.data()), count); break;
-      case Dist::kNormal: st = n.normal(g, reinterpret_cast<float*>(want.data()), count, 0.25f, 1.5f); break;
-      case Dist::kNormalDouble: st = n.normal_d(g, reinterpret_cast<double*>(want.data()), count, 0.25, 1.5); break;
-      case Dist::kLogNormal: st = n.log_normal(g, reinterpret_cast<float*>(want.data()), count, 0.25f, 1.5f); break;
-      default: st = n.log_normal_d(g, reinterpret_cast<double*>(want.data()), count, 0.25, 1.5); break;
-    }
-    ASSERT_EQ(st, CURAND_STATUS_SUCCESS);
+    ASSERT_EQ(n.generate(g, d, want.data(), count, 0.25, 1.5), CURAND_STATUS_SUCCESS);
     EXPECT_EQ(firstDifference(o.call(d, count, 0.25, 1.5), want, valueBytes(d)), SIZE_MAX);
   }
   n.destroy(g);
@@ -280,16 +226,7 @@ TEST(CurandCpu, AGeneratorThatSwitchesKindsGoesOnAsNvidiasDoes) {
     auto [d, count] = (*these)[c];
     SCOPED_TRACE("generator " + std::to_string(rng) + ", call " + std::to_string(c));
     std::vector<uint8_t> want(count * valueBytes(d));
-    curandStatus_t st = CURAND_STATUS_INTERNAL_ERROR;
-    switch (d) {
-      case Dist::kBits32: st = n.bits(g, reinterpret_cast<unsigned*>(want.data()), count); break;
-      case Dist::kUniform: st = n.uniform(g, reinterpret_cast<float*>(want.data()), count); break;
-      case Dist::kUniformDouble: st = n.uniform_d(g, reinterpret_cast<double*>(want.data()), count); break;
-      case Dist::kNormal: st = n.normal(g, reinterpret_cast<float*>(want.data()), count, 0.f, 1.f); break;
-      case Dist::kNormalDouble: st = n.normal_d(g, reinterpret_cast<double*>(want.data()), count, 0., 1.); break;
-      default: st = n.log_normal_d(g, reinterpret_cast<double*>(want.data()), count, 0., 1.); break;
-    }
-    ASSERT_EQ(st, CURAND_STATUS_SUCCESS);
+    ASSERT_EQ(n.generate(g, d, want.data(), count, 0., 1.), CURAND_STATUS_SUCCESS);
     EXPECT_EQ(firstDifference(o.call(d, count, 0., 1.), want, valueBytes(d)), SIZE_MAX);
   }
   n.destroy(g);

@@ -15,62 +15,28 @@
 #include <vector>
 
 #include "common/curand_cpu.h"
+#include "tests/support/nvidia_curand.h"
 
 namespace rgpu::common::curand {
 namespace {
 
-struct Nvidia {
-  Nvidia() {
-    h = ::dlopen(RGPU_NVIDIA_CURAND, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return;
-    auto take = [&](auto& fn, const char* name) { fn = reinterpret_cast<std::decay_t<decltype(fn)>>(::dlsym(h, name)); };
-    take(create, "curandCreateGeneratorHost");
-    take(destroy, "curandDestroyGenerator");
-    take(seed, "curandSetPseudoRandomGeneratorSeed");
-    take(offset, "curandSetGeneratorOffset");
-    take(dimensions, "curandSetQuasiRandomGeneratorDimensions");
-    take(bits, "curandGenerate");
-    take(uniform, "curandGenerateUniform");
-    take(normal, "curandGenerateNormal");
-    take(poisson, "curandGeneratePoisson");
-    take(dv32, "curandGetDirectionVectors32");
-    take(dv64, "curandGetDirectionVectors64");
-    take(sc32, "curandGetScrambleConstants32");
-    take(sc64, "curandGetScrambleConstants64");
-  }
-  void* h = nullptr;
-  curandStatus_t (*create)(curandGenerator_t*, curandRngType_t) = nullptr;
-  curandStatus_t (*destroy)(curandGenerator_t) = nullptr;
-  curandStatus_t (*seed)(curandGenerator_t, unsigned long long) = nullptr;
-  curandStatus_t (*offset)(curandGenerator_t, unsigned long long) = nullptr;
-  curandStatus_t (*dimensions)(curandGenerator_t, unsigned) = nullptr;
-  curandStatus_t (*bits)(curandGenerator_t, unsigned*, size_t) = nullptr;
-  curandStatus_t (*uniform)(curandGenerator_t, float*, size_t) = nullptr;
-  curandStatus_t (*normal)(curandGenerator_t, float*, size_t, float, float) = nullptr;
-  curandStatus_t (*poisson)(curandGenerator_t, unsigned*, size_t, double) = nullptr;
-  curandStatus_t (*dv32)(curandDirectionVectors32_t**, curandDirectionVectorSet_t) = nullptr;
-  curandStatus_t (*dv64)(curandDirectionVectors64_t**, curandDirectionVectorSet_t) = nullptr;
-  curandStatus_t (*sc32)(unsigned**) = nullptr;
-  curandStatus_t (*sc64)(unsigned long long**) = nullptr;
+using Nvidia = test::NvidiaCurand;
+Nvidia& nvidia() { return test::nvidiaCurand(); }
 
-  curandGenerator_t make(int32_t rng, uint64_t off, uint32_t dims) {
-    curandGenerator_t g = nullptr;
-    EXPECT_EQ(create(&g, static_cast<curandRngType_t>(rng)), CURAND_STATUS_SUCCESS);
-    if (isSobol(rng)) {
-      EXPECT_EQ(dimensions(g, dims), CURAND_STATUS_SUCCESS);
-    } else {
-      EXPECT_EQ(seed(g, 1234), CURAND_STATUS_SUCCESS);
-    }
-    if (takesOffset(rng)) {
-      EXPECT_EQ(offset(g, off), CURAND_STATUS_SUCCESS);
-    }
-    return g;
+// NVIDIA's host generator of `rng`: seed 1234 (Sobol: `dims` dimensions), offset `off` where it takes one.
+curandGenerator_t make(int32_t rng, uint64_t off, uint32_t dims) {
+  Nvidia& nv = nvidia();
+  curandGenerator_t g = nullptr;
+  EXPECT_EQ(nv.create(&g, static_cast<curandRngType_t>(rng)), CURAND_STATUS_SUCCESS);
+  if (isSobol(rng)) {
+    EXPECT_EQ(nv.dimensions(g, dims), CURAND_STATUS_SUCCESS);
+  } else {
+    EXPECT_EQ(nv.seed(g, 1234), CURAND_STATUS_SUCCESS);
   }
-};
-
-Nvidia& nvidia() {
-  static Nvidia n;
-  return n;
+  if (takesOffset(rng)) {
+    EXPECT_EQ(nv.offset(g, off), CURAND_STATUS_SUCCESS);
+  }
+  return g;
 }
 
 // One call: its kind, values and lambda.
@@ -82,19 +48,12 @@ struct Call {
 
 std::vector<uint8_t> nvidias(int32_t rng, uint64_t off, uint32_t dims, const std::vector<Call>& calls) {
   Nvidia& nv = nvidia();
-  curandGenerator_t g = nv.make(rng, off, dims);
+  curandGenerator_t g = make(rng, off, dims);
   std::vector<uint8_t> out;
   for (const Call& c : calls) {
+    EXPECT_EQ(valueBytes(c.d), 4u) << "not a kind this test calls";
     std::vector<uint8_t> v(c.n * valueBytes(c.d));
-    curandStatus_t st = CURAND_STATUS_INTERNAL_ERROR;
-    switch (c.d) {
-      case Dist::kPoisson: st = nv.poisson(g, reinterpret_cast<unsigned*>(v.data()), c.n, c.lambda); break;
-      case Dist::kBits32: st = nv.bits(g, reinterpret_cast<unsigned*>(v.data()), c.n); break;
-      case Dist::kUniform: st = nv.uniform(g, reinterpret_cast<float*>(v.data()), c.n); break;
-      case Dist::kNormal: st = nv.normal(g, reinterpret_cast<float*>(v.data()), c.n, 0.25f, 1.5f); break;
-      default: ADD_FAILURE() << "not a kind this test calls";
-    }
-    EXPECT_EQ(st, CURAND_STATUS_SUCCESS) << "lambda " << c.lambda;
+    EXPECT_EQ(nv.generate(g, c.d, v.data(), c.n, 0.25, 1.5, c.lambda), CURAND_STATUS_SUCCESS) << "lambda " << c.lambda;
     out.insert(out.end(), v.begin(), v.end());
   }
   nv.destroy(g);
@@ -115,23 +74,7 @@ std::vector<uint8_t> ours(int32_t rng, uint64_t off, uint32_t dims, const std::v
     if (generatorsOf(rng)) history.call(c.d, c.n, off, f);
     if (isSobol(rng)) {
       f.dims = dims, f.call_count = c.n, f.call_start = f.position = off + (sobol_index - off) * dims;
-      const bool scrambled = isScrambled(rng);
-      for (uint32_t d = 0; d < dims; ++d) {
-        if (isSobol64(rng)) {
-          curandDirectionVectors64_t* v = nullptr;
-          nv.dv64(&v, scrambled ? CURAND_SCRAMBLED_DIRECTION_VECTORS_64_JOEKUO6 : CURAND_DIRECTION_VECTORS_64_JOEKUO6);
-          for (unsigned long long w : v[d]) f.directions.push_back(uint32_t(w)), f.directions.push_back(uint32_t(w >> 32));
-          unsigned long long* c64 = nullptr;
-          if (scrambled && nv.sc64(&c64) == CURAND_STATUS_SUCCESS)
-            f.scramble.push_back(uint32_t(c64[d])), f.scramble.push_back(uint32_t(c64[d] >> 32));
-        } else {
-          curandDirectionVectors32_t* v = nullptr;
-          nv.dv32(&v, scrambled ? CURAND_SCRAMBLED_DIRECTION_VECTORS_32_JOEKUO6 : CURAND_DIRECTION_VECTORS_32_JOEKUO6);
-          for (unsigned w : v[d]) f.directions.push_back(w);
-          unsigned* c32 = nullptr;
-          if (scrambled && nv.sc32(&c32) == CURAND_STATUS_SUCCESS) f.scramble.push_back(c32[d]);
-        }
-      }
+      nv.sobolTables(rng, dims, f);
     }
     std::vector<uint8_t> v(c.n * valueBytes(c.d));
     const size_t first = c.n / 3 & ~size_t{1};  // (whole pairs)
@@ -221,7 +164,7 @@ uint32_t nvidiasAt(curandGenerator_t g, uint32_t x, double lambda) {
 
 TEST(CurandPoisson, EveryThresholdOfTheTableIsNvidiasToTheWord) {
   ASSERT_NE(nvidia().h, nullptr);
-  curandGenerator_t g = nvidia().make(kSobol32, 0, 1);
+  curandGenerator_t g = make(kSobol32, 0, 1);
   for (double lambda : {0.01, 0.5, 2.0, 5.0, 9.9}) {
     SCOPED_TRACE("lambda " + std::to_string(lambda));
     const PoissonDraw draw(kSobol32, lambda);
@@ -257,7 +200,7 @@ TEST(CurandPoisson, EveryThresholdOfTheTableIsNvidiasToTheWord) {
 }
 
 TEST(CurandPoisson, LambdasNvidiaRefusesAreRefused) {
-  curandGenerator_t g = nvidia().make(kXorwow, 0, 1);
+  curandGenerator_t g = make(kXorwow, 0, 1);
   unsigned v[2];
   for (double lambda : {0.0, -1.0, 400000.5, 1e300}) {
     EXPECT_EQ(nvidia().poisson(g, v, 2, lambda), CURAND_STATUS_OUT_OF_RANGE) << lambda;

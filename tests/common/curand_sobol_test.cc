@@ -13,116 +13,36 @@
 #include <vector>
 
 #include "common/curand_cpu.h"
+#include "tests/support/nvidia_curand.h"
 
 namespace rgpu::common::curand {
 namespace {
 
-struct Nvidia {
-  Nvidia() {
-    h = ::dlopen(RGPU_NVIDIA_CURAND, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return;
-    auto take = [&](auto& fn, const char* name) { fn = reinterpret_cast<std::decay_t<decltype(fn)>>(::dlsym(h, name)); };
-    take(create, "curandCreateGeneratorHost");
-    take(destroy, "curandDestroyGenerator");
-    take(offset, "curandSetGeneratorOffset");
-    take(dimensions, "curandSetQuasiRandomGeneratorDimensions");
-    take(bits, "curandGenerate");
-    take(bits64, "curandGenerateLongLong");
-    take(uniform, "curandGenerateUniform");
-    take(uniform_d, "curandGenerateUniformDouble");
-    take(normal, "curandGenerateNormal");
-    take(normal_d, "curandGenerateNormalDouble");
-    take(log_normal, "curandGenerateLogNormal");
-    take(log_normal_d, "curandGenerateLogNormalDouble");
-    curandStatus_t (*dv32)(curandDirectionVectors32_t**, curandDirectionVectorSet_t) = nullptr;
-    curandStatus_t (*dv64)(curandDirectionVectors64_t**, curandDirectionVectorSet_t) = nullptr;
-    curandStatus_t (*sc32)(unsigned**) = nullptr;
-    curandStatus_t (*sc64)(unsigned long long**) = nullptr;
-    take(dv32, "curandGetDirectionVectors32");
-    take(dv64, "curandGetDirectionVectors64");
-    take(sc32, "curandGetScrambleConstants32");
-    take(sc64, "curandGetScrambleConstants64");
-    dv32(&v32, CURAND_DIRECTION_VECTORS_32_JOEKUO6);
-    dv32(&sv32, CURAND_SCRAMBLED_DIRECTION_VECTORS_32_JOEKUO6);
-    dv64(&v64, CURAND_DIRECTION_VECTORS_64_JOEKUO6);
-    dv64(&sv64, CURAND_SCRAMBLED_DIRECTION_VECTORS_64_JOEKUO6);
-    sc32(&c32);
-    sc64(&c64);
-  }
-  void* h = nullptr;
-  curandStatus_t (*create)(curandGenerator_t*, curandRngType_t) = nullptr;
-  curandStatus_t (*destroy)(curandGenerator_t) = nullptr;
-  curandStatus_t (*offset)(curandGenerator_t, unsigned long long) = nullptr;
-  curandStatus_t (*dimensions)(curandGenerator_t, unsigned) = nullptr;
-  curandStatus_t (*bits)(curandGenerator_t, unsigned*, size_t) = nullptr;
-  curandStatus_t (*bits64)(curandGenerator_t, unsigned long long*, size_t) = nullptr;
-  curandStatus_t (*uniform)(curandGenerator_t, float*, size_t) = nullptr;
-  curandStatus_t (*uniform_d)(curandGenerator_t, double*, size_t) = nullptr;
-  curandStatus_t (*normal)(curandGenerator_t, float*, size_t, float, float) = nullptr;
-  curandStatus_t (*normal_d)(curandGenerator_t, double*, size_t, double, double) = nullptr;
-  curandStatus_t (*log_normal)(curandGenerator_t, float*, size_t, float, float) = nullptr;
-  curandStatus_t (*log_normal_d)(curandGenerator_t, double*, size_t, double, double) = nullptr;
-  curandDirectionVectors32_t *v32 = nullptr, *sv32 = nullptr;
-  curandDirectionVectors64_t *v64 = nullptr, *sv64 = nullptr;
-  unsigned* c32 = nullptr;
-  unsigned long long* c64 = nullptr;
+using Nvidia = test::NvidiaCurand;
+Nvidia& nvidia() { return test::nvidiaCurand(); }
 
-  std::vector<uint8_t> values(int32_t rng, Dist d, uint32_t dims, uint64_t off, const std::vector<size_t>& counts) {
-    curandGenerator_t g = nullptr;
-    EXPECT_EQ(create(&g, static_cast<curandRngType_t>(rng)), CURAND_STATUS_SUCCESS);
-    EXPECT_EQ(dimensions(g, dims), CURAND_STATUS_SUCCESS);
-    EXPECT_EQ(offset(g, off), CURAND_STATUS_SUCCESS);
-    std::vector<uint8_t> out;
-    for (size_t n : counts) {
-      std::vector<uint8_t> v(n * valueBytes(d));
-      curandStatus_t st = CURAND_STATUS_INTERNAL_ERROR;
-      switch (d) {
-        case Dist::kBits32: st = bits(g, reinterpret_cast<unsigned*>(v.data()), n); break;
-        case Dist::kBits64: st = bits64(g, reinterpret_cast<unsigned long long*>(v.data()), n); break;
-        case Dist::kUniform: st = uniform(g, reinterpret_cast<float*>(v.data()), n); break;
-        case Dist::kUniformDouble: st = uniform_d(g, reinterpret_cast<double*>(v.data()), n); break;
-        case Dist::kNormal: st = normal(g, reinterpret_cast<float*>(v.data()), n, 0.25f, 1.5f); break;
-        case Dist::kNormalDouble: st = normal_d(g, reinterpret_cast<double*>(v.data()), n, 0.25, 1.5); break;
-        case Dist::kLogNormal: st = log_normal(g, reinterpret_cast<float*>(v.data()), n, 0.25f, 1.5f); break;
-        case Dist::kLogNormalDouble:
-          st = log_normal_d(g, reinterpret_cast<double*>(v.data()), n, 0.25, 1.5);
-          break;
-        case Dist::kPoisson: break;  // (curand_poisson_test.cc)
-      }
-      EXPECT_EQ(st, CURAND_STATUS_SUCCESS);
-      out.insert(out.end(), v.begin(), v.end());
-    }
-    destroy(g);
-    return out;
+// NVIDIA's values of calls of `counts` values each, `dims` dimensions, after `off`.
+std::vector<uint8_t> nvidiasValues(int32_t rng, Dist d, uint32_t dims, uint64_t off, const std::vector<size_t>& counts) {
+  Nvidia& nv = nvidia();
+  curandGenerator_t g = nullptr;
+  EXPECT_EQ(nv.create(&g, static_cast<curandRngType_t>(rng)), CURAND_STATUS_SUCCESS);
+  EXPECT_EQ(nv.dimensions(g, dims), CURAND_STATUS_SUCCESS);
+  EXPECT_EQ(nv.offset(g, off), CURAND_STATUS_SUCCESS);
+  std::vector<uint8_t> out;
+  for (size_t n : counts) {
+    std::vector<uint8_t> v(n * valueBytes(d));
+    EXPECT_EQ(nv.generate(g, d, v.data(), n, 0.25, 1.5), CURAND_STATUS_SUCCESS);
+    out.insert(out.end(), v.begin(), v.end());
   }
-
-  // The tables of `dims` dimensions as a Fill carries them.
-  void tables(int32_t rng, uint32_t dims, Fill& f) const {
-    f.directions.clear();
-    f.scramble.clear();
-    const bool scrambled = isScrambled(rng);
-    for (uint32_t d = 0; d < dims; ++d) {
-      if (isSobol64(rng)) {
-        for (unsigned long long v : (scrambled ? sv64 : v64)[d]) f.directions.push_back(uint32_t(v)), f.directions.push_back(uint32_t(v >> 32));
-        if (scrambled) f.scramble.push_back(uint32_t(c64[d])), f.scramble.push_back(uint32_t(c64[d] >> 32));
-      } else {
-        for (unsigned v : (scrambled ? sv32 : v32)[d]) f.directions.push_back(v);
-        if (scrambled) f.scramble.push_back(c32[d]);
-      }
-    }
-  }
-};
-
-Nvidia& nvidia() {
-  static Nvidia n;
-  return n;
+  nv.destroy(g);
+  return out;
 }
 
 // rgpu's values for the same calls (each written in two pieces, as a backend may).
 std::vector<uint8_t> ours(int32_t rng, Dist d, uint32_t dims, uint64_t off, const std::vector<size_t>& counts) {
   Fill f;
   f.rng = rng, f.dist = d, f.dims = dims, f.offset = off, f.position = off, f.mean = 0.25, f.stddev = 1.5;
-  nvidia().tables(rng, dims, f);
+  nvidia().sobolTables(rng, dims, f);
   std::vector<uint8_t> out;
   for (size_t n : counts) {
     f.call_start = f.position, f.call_count = n;
@@ -152,7 +72,7 @@ TEST(CurandSobol, ValuesAreNvidiasBitForBit) {
                    Dist::kNormalDouble, Dist::kLogNormal, Dist::kLogNormalDouble}) {
       if ((d == Dist::kBits32 && isSobol64(rng)) || (d == Dist::kBits64 && !isSobol64(rng))) continue;
       for (const Case& c : cases) {
-        const auto want = nvidia().values(rng, d, c.dims, c.offset, c.counts);
+        const auto want = nvidiasValues(rng, d, c.dims, c.offset, c.counts);
         const auto got = ours(rng, d, c.dims, c.offset, c.counts);
         ASSERT_EQ(got.size(), want.size());
         size_t first = SIZE_MAX;
@@ -170,7 +90,7 @@ TEST(CurandSobol, ValuesAreNvidiasBitForBit) {
 TEST(CurandSobol, ACallThatDoesNotHoldTogetherIsRefused) {
   Fill f;
   f.rng = kSobol32, f.dims = 3, f.call_count = 9;
-  nvidia().tables(kSobol32, 3, f);
+  nvidia().sobolTables(kSobol32, 3, f);
   EXPECT_TRUE(check(f));
   Fill g = f;
   g.call_count = 10;  // not a multiple of the dimensions

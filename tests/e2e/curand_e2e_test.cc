@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/curand_cpu.h"
+#include "tests/support/nvidia_curand.h"
 #include "tests/support/test_env.h"
 
 namespace rgpu::test {
@@ -40,13 +41,6 @@ class Curand : public ::testing::Test {
   static inline ServerProcess* server_ = nullptr;
 };
 
-// NVIDIA's libcurand.so.10 from the toolkit, by path (rgpu's has the same name).
-template <typename F>
-F nvidia(const char* name) {
-  static void* h = ::dlopen(RGPU_NVIDIA_CURAND, RTLD_NOW | RTLD_LOCAL);
-  return h ? reinterpret_cast<F>(::dlsym(h, name)) : nullptr;
-}
-
 // What curand_check's calls give with NVIDIA's generator, in its file's order
 // (made once: NVIDIA's MT19937 takes about 5 s to set up).
 std::vector<uint8_t> makeNvidiasValues();
@@ -55,16 +49,16 @@ const std::vector<uint8_t>& nvidiasValues() {
   return v;
 }
 std::vector<uint8_t> makeNvidiasValues() {
-  auto create = nvidia<curandStatus_t (*)(curandGenerator_t*, curandRngType_t)>("curandCreateGeneratorHost");
-  auto seed = nvidia<curandStatus_t (*)(curandGenerator_t, unsigned long long)>("curandSetPseudoRandomGeneratorSeed");
-  auto offset = nvidia<curandStatus_t (*)(curandGenerator_t, unsigned long long)>("curandSetGeneratorOffset");
-  auto bits = nvidia<curandStatus_t (*)(curandGenerator_t, unsigned*, size_t)>("curandGenerate");
-  auto uniform = nvidia<curandStatus_t (*)(curandGenerator_t, float*, size_t)>("curandGenerateUniform");
-  auto normal = nvidia<curandStatus_t (*)(curandGenerator_t, float*, size_t, float, float)>("curandGenerateNormal");
-  auto lognormal = nvidia<curandStatus_t (*)(curandGenerator_t, float*, size_t, float, float)>("curandGenerateLogNormal");
-  auto uniform_d = nvidia<curandStatus_t (*)(curandGenerator_t, double*, size_t)>("curandGenerateUniformDouble");
-  auto normal_d =
-      nvidia<curandStatus_t (*)(curandGenerator_t, double*, size_t, double, double)>("curandGenerateNormalDouble");
+  const rgpu::test::NvidiaCurand& nv = rgpu::test::nvidiaCurand();
+  auto create = nv.create;
+  auto seed = nv.seed;
+  auto offset = nv.offset;
+  auto bits = nv.bits;
+  auto uniform = nv.uniform;
+  auto normal = nv.normal;
+  auto lognormal = nv.log_normal;
+  auto uniform_d = nv.uniform_d;
+  auto normal_d = nv.normal_d;
   std::vector<uint8_t> out;
   if (!create) return out;
   auto append = [&](const void* p, size_t n) {
@@ -140,8 +134,8 @@ std::vector<uint8_t> makeNvidiasValues() {
   append(nm.data(), nm.size() * 4);
   append(um.data(), um.size() * 8);
   append(bm.data(), bm.size() * 4);
-  auto dims = nvidia<curandStatus_t (*)(curandGenerator_t, unsigned)>("curandSetQuasiRandomGeneratorDimensions");
-  auto bits64 = nvidia<curandStatus_t (*)(curandGenerator_t, unsigned long long*, size_t)>("curandGenerateLongLong");
+  auto dims = nv.dimensions;
+  auto bits64 = nv.bits64;
   curandGenerator_t q, r;
   create(&q, CURAND_RNG_QUASI_SCRAMBLED_SOBOL32);
   dims(q, 3);
@@ -164,7 +158,7 @@ std::vector<uint8_t> makeNvidiasValues() {
   std::vector<double> ur(30);
   uniform_d(r, ur.data(), ur.size());
   append(ur.data(), ur.size() * 8);
-  auto poisson = nvidia<curandStatus_t (*)(curandGenerator_t, unsigned*, size_t, double)>("curandGeneratePoisson");
+  auto poisson = nv.poisson;
   std::vector<unsigned> pr(300);
   poisson(r, pr.data(), pr.size(), 20.0);
   append(pr.data(), pr.size() * 4);
@@ -237,8 +231,7 @@ void expectNvidiasValues(const std::string& env, const std::string& file) {
   EXPECT_NE(r.output.find("Sobol64 of 3 dimensions: 1000 values LENGTH_NOT_MULTIPLE, 32-bit values TYPE_ERROR, a seed TYPE_ERROR"),
             std::string::npos)
       << r.output;
-  auto vectors = nvidia<curandStatus_t (*)(curandDirectionVectors32_t**, curandDirectionVectorSet_t)>(
-      "curandGetDirectionVectors32");
+  auto vectors = rgpu::test::nvidiaCurand().dv32;
   curandDirectionVectors32_t* v = nullptr;
   ASSERT_TRUE(vectors && vectors(&v, CURAND_DIRECTION_VECTORS_32_JOEKUO6) == CURAND_STATUS_SUCCESS);
   EXPECT_NE(r.output.find("direction vectors 32, dimension 2: " + std::to_string(v[1][0]) + " " +
