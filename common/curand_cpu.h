@@ -109,6 +109,11 @@ inline uint32_t valueBytes(Dist d) {
 // Words per value of `d`.
 inline uint32_t valueWords(Dist d) { return valueBytes(d) / 4; }
 
+// XORWOW's SEEDED ordering: generator i is seeded with seed + i * kSeededStride
+// (64-bit, wrapping) instead of starting i * 2^67 draws into one sequence;
+// all else is the default ordering's (found against NVIDIA's host generator).
+inline constexpr uint64_t kSeededStride = 3133713;
+
 // Generators of slots: how many a type has (Philox: its threads).
 inline constexpr uint64_t kXorwowGenerators = 4096;
 inline constexpr uint64_t kMrg32k3aGenerators = 81920;
@@ -159,6 +164,7 @@ inline constexpr size_t kMaxDrawRuns = kMaxGenerators;
 struct Fill {
   int32_t rng = kPhilox4x32_10;  // curandRngType_t
   uint64_t seed = 0;
+  bool seeded = false;  // XORWOW's SEEDED ordering (kSeededStride)
   uint64_t offset = 0;    // curandSetGeneratorOffset
   uint64_t position = 0;  // where this call starts: the offset plus every value given before
   Dist dist = Dist::kBits32;

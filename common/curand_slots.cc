@@ -209,21 +209,28 @@ struct Mrg32k3a {
   }
 };
 
-// The generators' starting states of a seed (the last seed's kept per engine).
+// The generators' starting states of a seed (the last seed's kept per engine
+// and ordering). SEEDED (XORWOW's): each generator its own seed, seed + i * kSeededStride.
 template <class E>
-std::shared_ptr<const std::vector<typename E::State>> starts(uint64_t seed) {
+std::shared_ptr<const std::vector<typename E::State>> starts(uint64_t seed, bool seeded) {
   static std::mutex mu;
   static uint64_t cached_seed = 0;
+  static bool cached_seeded = false;
   static std::shared_ptr<const std::vector<typename E::State>> cached;
   std::lock_guard lock(mu);
-  if (cached && cached_seed == seed) return cached;
+  if (cached && cached_seed == seed && cached_seeded == seeded) return cached;
   auto s = std::make_shared<std::vector<typename E::State>>(E::kGenerators);
   (*s)[0] = E::init(seed);
   for (uint64_t i = 1; i < E::kGenerators; ++i) {
+    if (seeded) {
+      (*s)[i] = E::init(seed + i * kSeededStride);
+      continue;
+    }
     (*s)[i] = (*s)[i - 1];
     E::nextGenerator((*s)[i]);
   }
   cached_seed = seed;
+  cached_seeded = seeded;
   cached = s;
   return cached;
 }
@@ -233,7 +240,7 @@ std::shared_ptr<const std::vector<typename E::State>> starts(uint64_t seed) {
 template <class E>
 class Positioner {
  public:
-  explicit Positioner(uint64_t seed) : first_(starts<E>(seed)) {}
+  explicit Positioner(const Fill& f) : first_(starts<E>(f.seed, f.seeded)) {}
   typename E::State at(uint64_t t, uint64_t n) {
     auto it = std::find_if(jumps_.begin(), jumps_.end(), [n](const auto& j) { return j.first == n; });
     if (it == jumps_.end()) {
@@ -262,7 +269,7 @@ Status generateWith(const Fill& f, uint8_t* out, uint64_t count) {
     counts.reserve(T);
     for (auto [n, gens] : f.draws) counts.insert(counts.end(), gens, n);
   }
-  Positioner<E> positioner(f.seed);
+  Positioner<E> positioner(f);
   const uint32_t width = valueBytes(f.dist);
   auto slotAt = [&](uint64_t j) { return f.slot + (j - f.position) / slot.values; };
   const uint64_t first_slot = slotAt(f.position), last_slot = slotAt(f.position + count - 1);
@@ -304,7 +311,7 @@ Status poissonNormalsWith(const Fill& f, uint8_t* out, uint64_t count) {
   if (f.slot > f.counted)
     for (uint64_t t = 0; t < T; ++t) afterNormals(counts[t], kept[t], slotsOf(T, t, f.counted, f.slot));
   const uint64_t gens = std::min<uint64_t>(T, count);
-  Positioner<E> positioner(f.seed);
+  Positioner<E> positioner(f);
   std::vector<typename E::State> state(gens);
   std::vector<float> half(gens);
   std::vector<uint8_t> has(gens, 0);

@@ -243,7 +243,7 @@ struct RandFill {
   stddev @7 :Float64;
   ptr @8 :UInt64;
   count @9 :UInt64;
-  # (The ordering is not sent: BEST, DEFAULT and LEGACY are one layout.)
+  # (Of the orderings only XORWOW's SEEDED is sent: BEST, DEFAULT and LEGACY are one layout.)
   # Generators of slots (common::curand::SlotHistory): the slot of the first
   # value, and each generator's draws at slot `counted`, as (draws,
   # generators) pairs in generator order (empty: each one's start at the offset).
@@ -262,6 +262,7 @@ struct RandFill {
   # half of a pair of normals at slot `counted`, 1 + the draw its pair began
   # at (0: none), as (value, generators) pairs like `draws` (empty: none).
   kept @19 :List(UInt64);
+  seeded @20 :Bool;         # XORWOW's SEEDED ordering (common::curand::kSeededStride)
 }
 
 # A cuFFT plan (common/fft_plan.h): the client keeps it; each request says

@@ -17,9 +17,8 @@
 // Poisson values are one word of the generator each (common/curand_cpu.h);
 // the device API's Poisson table is curand_discrete.cc's.
 //
-// The SEEDED ordering and curandGeneratePoissonMethod answer
-// CURAND_STATUS_ARCH_MISMATCH ("does not support the requested feature"),
-// with one log line naming them.
+// curandGeneratePoissonMethod answers CURAND_STATUS_ARCH_MISMATCH ("does not
+// support the requested feature"), with one log line.
 #include <curand.h>
 #include <dlfcn.h>
 
@@ -48,6 +47,7 @@ struct Generator {
   int32_t rng = cr::kPhilox4x32_10;
   uint64_t seed = 0, offset = 0, position = 0;
   cudaStream_t stream = nullptr;
+  bool seeded = false;      // XORWOW's SEEDED ordering
   cr::SlotHistory history;  // XORWOW, MRG32k3a: where each of their generators is
   uint32_t dims = 1;        // Sobol
   // Sobol: the index each dimension gives next. It starts at the offset and
@@ -203,7 +203,7 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
       return CURAND_STATUS_TYPE_ERROR;  // (32-bit words of a 64-bit generator, or the reverse)
     if (sobol && count % g->dims) return CURAND_STATUS_LENGTH_NOT_MULTIPLE;
     cr::Fill f;
-    f.rng = g->rng, f.seed = g->seed, f.offset = g->offset, f.position = g->position;
+    f.rng = g->rng, f.seed = g->seed, f.offset = g->offset, f.position = g->position, f.seeded = g->seeded;
     f.dist = dist, f.mean = mean, f.stddev = stddev, f.lambda = lambda;
     if (cr::generatorsOf(g->rng)) g->history.call(dist, count, g->offset, f);
     if (sobol) {  // (a call's first index is offset + (call_start - offset) / dims)
@@ -222,6 +222,7 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
         return toRandStatus(s, call);
       r.setRng(f.rng);
       r.setSeed(f.seed);
+      r.setSeeded(f.seeded);
       r.setOffset(f.offset);
       r.setPosition(f.position);
       r.setDist(static_cast<uint8_t>(dist));
@@ -324,19 +325,24 @@ RGPU_CURAND_API curandStatus_t curandSetGeneratorOffset(curandGenerator_t genera
   });
 }
 
-// BEST, DEFAULT and LEGACY are one layout for each generator (nothing to
-// keep); MT19937 takes DEFAULT and LEGACY only. SEEDED is XORWOW's only (out
-// of range for the others, as NVIDIA's says), and not computed.
+// BEST, DEFAULT and LEGACY are one layout for each generator; MT19937 takes
+// DEFAULT and LEGACY only. SEEDED is XORWOW's only (out of range for the
+// others, as NVIDIA's says): its generators seeded one by one. A change goes
+// on from the position reached, as NVIDIA's does.
 RGPU_CURAND_API curandStatus_t curandSetGeneratorOrdering(curandGenerator_t generator, curandOrdering_t order) {
   return withGenerator(generator, [&](Generator& g) {
     if (cr::isSobol(g.rng)) return order == CURAND_ORDERING_QUASI_DEFAULT ? CURAND_STATUS_SUCCESS
                                                                           : CURAND_STATUS_OUT_OF_RANGE;
     const bool xorwow = g.rng == CURAND_RNG_PSEUDO_XORWOW || g.rng == CURAND_RNG_PSEUDO_DEFAULT;
-    if (order == CURAND_ORDERING_PSEUDO_SEEDED && xorwow) return unsupported("CURAND_ORDERING_PSEUDO_SEEDED");
+    if (order == CURAND_ORDERING_PSEUDO_SEEDED && xorwow) {
+      g.seeded = true;
+      return CURAND_STATUS_SUCCESS;
+    }
     if (order != CURAND_ORDERING_PSEUDO_BEST && order != CURAND_ORDERING_PSEUDO_DEFAULT &&
         order != CURAND_ORDERING_PSEUDO_LEGACY)
       return CURAND_STATUS_OUT_OF_RANGE;
     if (order == CURAND_ORDERING_PSEUDO_BEST && g.rng == cr::kMt19937) return CURAND_STATUS_OUT_OF_RANGE;
+    g.seeded = false;
     return CURAND_STATUS_SUCCESS;
   });
 }

@@ -15,6 +15,7 @@ Status Session::onRandFill(const protocol::FrameHeader& h, wire::Request::Reader
   Status s = checkStream(m.getStream(), key);
   cr::Fill f;
   f.rng = m.getRng(), f.seed = m.getSeed(), f.offset = m.getOffset(), f.position = m.getPosition();
+  f.seeded = m.getSeeded();
   f.dist = static_cast<cr::Dist>(m.getDist()), f.mean = m.getMean(), f.stddev = m.getStddev();
   f.lambda = m.getLambda();
   f.slot = m.getSlot();

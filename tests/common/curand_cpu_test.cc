@@ -195,6 +195,56 @@ TEST(CurandCpu, Mt19937ValuesAreNvidiasBitForBit) {
   EXPECT_NE(s.message().find("past the nearest state this process keeps"), std::string::npos) << s.message();
 }
 
+// XORWOW's SEEDED ordering: generator i seeded with seed + i * 3133713 (64
+// bits, wrapping), all else as the default ordering. Calls of every kind
+// (Poisson values of a table's lambda and of the generators' normals too),
+// seeds whose sum wraps, with and without an offset.
+TEST(CurandCpu, XorwowSeededOrderingIsNvidiasBitForBit) {
+  ASSERT_TRUE(nvidia().h) << "the toolkit's libcurand.so.10: " << ::dlerror();
+  struct Call {
+    Dist d;
+    size_t count;
+    double lambda;
+  };
+  const std::vector<Call> calls = {{Dist::kUniform, 5, 0},         {Dist::kNormal, 8192, 0},
+                                   {Dist::kBits32, 10001, 0},      {Dist::kPoisson, 4097, 3000},
+                                   {Dist::kUniformDouble, 3001, 0}, {Dist::kNormalDouble, 4100, 0},
+                                   {Dist::kPoisson, 999, 5},       {Dist::kLogNormal, 6, 0},
+                                   {Dist::kPoisson, 8193, 100000}, {Dist::kBits32, 300000, 0}};
+  Nvidia& n = nvidia();
+  for (uint64_t seed : {uint64_t{1234}, uint64_t{0xfffffffffffffff0ull}})
+    for (uint64_t off : {uint64_t{0}, uint64_t{100003}}) {
+      curandGenerator_t g = nullptr;
+      ASSERT_EQ(n.create(&g, CURAND_RNG_PSEUDO_XORWOW), CURAND_STATUS_SUCCESS);
+      ASSERT_EQ(n.seed(g, seed), CURAND_STATUS_SUCCESS);
+      ASSERT_EQ(n.ordering(g, CURAND_ORDERING_PSEUDO_SEEDED), CURAND_STATUS_SUCCESS);
+      ASSERT_EQ(n.offset(g, off), CURAND_STATUS_SUCCESS);
+      SlotHistory history;
+      uint64_t position = off;
+      for (size_t c = 0; c < calls.size(); ++c) {
+        const Call& call = calls[c];
+        SCOPED_TRACE("seed " + std::to_string(seed) + ", offset " + std::to_string(off) + ", call " + std::to_string(c));
+        std::vector<uint8_t> want(call.count * valueBytes(call.d)), got(want.size());
+        ASSERT_EQ(n.generate(g, call.d, want.data(), call.count, 0.25, 1.5, call.lambda), CURAND_STATUS_SUCCESS);
+        Fill f = fill(kXorwow, seed, off, position, call.d, 0.25, 1.5);
+        f.seeded = true, f.lambda = call.lambda;
+        history.call(call.d, call.count, off, f);
+        ASSERT_TRUE(generate(f, got.data(), call.count));
+        EXPECT_EQ(firstDifference(got, want, valueBytes(call.d)), SIZE_MAX);
+        position += call.count;
+      }
+      n.destroy(g);
+    }
+  // Only XORWOW has it: NVIDIA's says out of range for the others, and a request that carries it for one is refused.
+  curandGenerator_t g = nullptr;
+  ASSERT_EQ(n.create(&g, CURAND_RNG_PSEUDO_PHILOX4_32_10), CURAND_STATUS_SUCCESS);
+  EXPECT_EQ(n.ordering(g, CURAND_ORDERING_PSEUDO_SEEDED), CURAND_STATUS_OUT_OF_RANGE);
+  n.destroy(g);
+  Fill philox = fill(kPhilox4x32_10, 1, 0, 0, Dist::kUniform, 0, 1);
+  philox.seeded = true;
+  EXPECT_EQ(check(philox).code(), err::kInvalidValue);
+}
+
 // One generator, calls of every kind in turn: each of its generators (or
 // Philox's threads) goes on from the draws it took, and a run of normals
 // pairs its values from where the run began. Philox also gets odd counts

@@ -39,7 +39,9 @@
 //   M: MT19937, seed 31 (the LEGACY ordering set; BEST is out of range and an
 //      offset a type error, as NVIDIA's): 70001 normal floats (mean 1, stddev
 //      2), 3 uniform doubles, 5 Poisson values of lambda 3000.5 and 1001
-//      32-bit values.
+//      32-bit values;
+//   S: XORWOW, seed 41, the SEEDED ordering: 5001 uniform floats, 4097
+//      Poisson values of lambda 3000 and 2 normal floats.
 // Then curandCreatePoissonDistribution's tables, drawn from in a kernel by
 // curand_discrete: each value with the word it came from, to OUT.discrete.
 // curandGetDirectionVectors32 gives NVIDIA's table (its first words are printed).
@@ -306,6 +308,20 @@ int main(int argc, char** argv) {
       fetch(out, bits_mt, 1001))
     return 2;
   CHECK(curandDestroyGenerator(mt));
+
+  curandGenerator_t sd;
+  CHECK(curandCreateGenerator(&sd, CURAND_RNG_PSEUDO_XORWOW));
+  CHECK(curandSetPseudoRandomGeneratorSeed(sd, 41));
+  CHECK(curandSetGeneratorOrdering(sd, CURAND_ORDERING_PSEUDO_SEEDED));
+  float* values_sd;
+  unsigned* poisson_sd;
+  CHECK(cudaMalloc(&values_sd, 5003 * sizeof(float)));
+  CHECK(cudaMalloc(&poisson_sd, 4097 * sizeof(unsigned)));
+  CHECK(curandGenerateUniform(sd, values_sd, 5001));
+  CHECK(curandGeneratePoisson(sd, poisson_sd, 4097, 3000.0));
+  CHECK(curandGenerateNormal(sd, values_sd + 5001, 2, 0.f, 1.f));
+  if (fetch(out, values_sd, 5001) || fetch(out, poisson_sd, 4097) || fetch(out, values_sd + 5001, 2)) return 2;
+  CHECK(curandDestroyGenerator(sd));
   std::fclose(out);
 
   // The device API's Poisson distributions (lambda 7.5: NVIDIA's table;

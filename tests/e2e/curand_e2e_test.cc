@@ -200,6 +200,18 @@ std::vector<uint8_t> makeNvidiasValues() {
   append(umt.data(), umt.size() * 8);
   append(pmt.data(), pmt.size() * 4);
   append(bmt.data(), bmt.size() * 4);
+  curandGenerator_t sd;
+  create(&sd, CURAND_RNG_PSEUDO_XORWOW);
+  seed(sd, 41);
+  nv.ordering(sd, CURAND_ORDERING_PSEUDO_SEEDED);
+  std::vector<float> usd(5001), nsd(2);
+  std::vector<unsigned> psd(4097);
+  uniform(sd, usd.data(), usd.size());
+  poisson(sd, psd.data(), psd.size(), 3000.0);
+  normal(sd, nsd.data(), nsd.size(), 0.f, 1.f);
+  append(usd.data(), usd.size() * 4);
+  append(psd.data(), psd.size() * 4);
+  append(nsd.data(), nsd.size() * 4);
   return out;
 }
 

@@ -24,6 +24,7 @@ struct NvidiaCurand {
     take(destroy, "curandDestroyGenerator");
     take(seed, "curandSetPseudoRandomGeneratorSeed");
     take(offset, "curandSetGeneratorOffset");
+    take(ordering, "curandSetGeneratorOrdering");
     take(dimensions, "curandSetQuasiRandomGeneratorDimensions");
     take(bits, "curandGenerate");
     take(bits64, "curandGenerateLongLong");
@@ -90,6 +91,7 @@ struct NvidiaCurand {
   curandStatus_t (*destroy)(curandGenerator_t) = nullptr;
   curandStatus_t (*seed)(curandGenerator_t, unsigned long long) = nullptr;
   curandStatus_t (*offset)(curandGenerator_t, unsigned long long) = nullptr;
+  curandStatus_t (*ordering)(curandGenerator_t, curandOrdering_t) = nullptr;
   curandStatus_t (*dimensions)(curandGenerator_t, unsigned) = nullptr;
   curandStatus_t (*bits)(curandGenerator_t, unsigned*, size_t) = nullptr;
   curandStatus_t (*bits64)(curandGenerator_t, unsigned long long*, size_t) = nullptr;
