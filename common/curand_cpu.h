@@ -201,6 +201,9 @@ class SlotHistory {
   void reset() { started_ = false, runs_.clear(), kept_.clear(); }
   // For a call of `count` values of `d` on a generator of type f.rng (f.lambda set for Poisson).
   void call(Dist d, uint64_t count, uint64_t offset, Fill& f);
+  // Each generator of `rng` again at its row of the next slot, as if every
+  // slot so far had taken one draw, with no kept normal (newSeed()).
+  void restart(int32_t rng);
 
  private:
   static constexpr uint64_t kVaried = UINT64_MAX;  // draws_ after a Poisson call of normals
@@ -212,6 +215,14 @@ class SlotHistory {
   std::vector<std::pair<uint64_t, uint32_t>> runs_;
   std::vector<std::pair<uint64_t, uint32_t>> kept_;  // (Fill::kept)
 };
+
+// What a new seed (curandSetPseudoRandomGeneratorSeed) does to a generator at
+// `position` that has `history`, as NVIDIA's host generators do it (found
+// against them; docs/curand.md): XORWOW and MRG32k3a go on from the next
+// slot, each generator again at its row of it, as if every slot (a value, or a
+// pair of normals) had taken one draw; MTGP32 and MT19937 start over at 0;
+// Philox goes on from the position (NVIDIA's does not quite: not matched).
+void newSeed(int32_t rng, uint64_t& position, SlotHistory& history);
 
 // Run-length coding of one number per generator (Fill::draws, Fill::kept), and back.
 std::vector<std::pair<uint64_t, uint32_t>> runsOf(const std::vector<uint64_t>& v);

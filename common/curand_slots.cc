@@ -407,6 +407,22 @@ Status slotsGenerate(const Fill& f, uint8_t* out, uint64_t count) {
   return generateWith<Xorwow>(f, out, count);
 }
 
+void SlotHistory::restart(int32_t rng) {
+  if (!started_) return;  // (nothing given: each starts at the offset's row anyway)
+  const uint64_t T = generatorsOf(rng);
+  std::vector<uint64_t> counts(T);
+  for (uint64_t t = 0; t < T; ++t) counts[t] = startDraw(T, t, slot_);
+  runs_ = runsOf(counts);
+  kept_.clear();
+  counted_ = slot_;
+  draws_ = kVaried;  // (the next call's counts are runs_, at its slot)
+}
+
+void newSeed(int32_t rng, uint64_t& position, SlotHistory& history) {
+  if (rng == kMtgp32 || rng == kMt19937) position = 0;
+  else if (generatorsOf(rng) && rng != kPhilox4x32_10) history.restart(rng);
+}
+
 void SlotHistory::call(Dist d, uint64_t count, uint64_t offset, Fill& f) {
   const Slot slot = slotOf(f.rng, d);
   const uint64_t T = generatorsOf(f.rng);

@@ -305,12 +305,14 @@ RGPU_CURAND_API curandStatus_t curandSetStream(curandGenerator_t generator, cuda
   });
 }
 
-// The seed changes the key; the generator goes on from where it was (as NVIDIA's does).
-// A quasi-random generator has none (a type error, as NVIDIA's says).
+// The seed changes the key; what it does to a generator that has given values
+// is NVIDIA's (common::curand::newSeed). A quasi-random generator has none (a
+// type error, as NVIDIA's says).
 RGPU_CURAND_API curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerator_t generator, unsigned long long seed) {
   return withGenerator(generator, [&](Generator& g) {
     if (cr::isSobol(g.rng)) return CURAND_STATUS_TYPE_ERROR;
     g.seed = seed;
+    cr::newSeed(g.rng, g.position, g.history);
     return CURAND_STATUS_SUCCESS;
   });
 }

@@ -245,6 +245,55 @@ TEST(CurandCpu, XorwowSeededOrderingIsNvidiasBitForBit) {
   EXPECT_EQ(check(philox).code(), err::kInvalidValue);
 }
 
+// A new seed on a generator that has given values: NVIDIA's XORWOW and
+// MRG32k3a go on from the next slot, each generator again at its row of it as
+// if every slot had taken one draw (doubles and normals take more), with no
+// kept normal; MTGP32 starts over at 0. Calls of every kind before and after
+// two new seeds, with and without an offset.
+TEST(CurandCpu, ANewSeedGoesOnAsNvidiasDoes) {
+  ASSERT_TRUE(nvidia().h) << "the toolkit's libcurand.so.10: " << ::dlerror();
+  struct Call {
+    Dist d;
+    size_t count;
+    double lambda;
+    uint64_t reseed;  // (before the call; 0: none)
+  };
+  const std::vector<Call> calls = {{Dist::kUniformDouble, 4101, 0, 0}, {Dist::kNormal, 8192, 0, 0},
+                                   {Dist::kPoisson, 5, 3000, 0},       {Dist::kBits32, 5000, 0, 6},
+                                   {Dist::kNormal, 4096, 0, 0},        {Dist::kUniformDouble, 3, 0, 0},
+                                   {Dist::kPoisson, 4099, 2500, 7},    {Dist::kUniform, 100, 0, 0}};
+  Nvidia& n = nvidia();
+  for (auto [rng, off] : std::vector<std::pair<int32_t, uint64_t>>{
+           {kXorwow, 0}, {kXorwow, 11}, {kMrg32k3a, 3}, {kMtgp32, 0}}) {
+    curandGenerator_t g = nullptr;
+    ASSERT_EQ(n.create(&g, static_cast<curandRngType_t>(rng)), CURAND_STATUS_SUCCESS);
+    ASSERT_EQ(n.seed(g, 5), CURAND_STATUS_SUCCESS);
+    if (takesOffset(rng)) {
+      ASSERT_EQ(n.offset(g, off), CURAND_STATUS_SUCCESS);
+    }
+    SlotHistory history;
+    uint64_t seed = 5, position = off;
+    for (size_t c = 0; c < calls.size(); ++c) {
+      const Call& call = calls[c];
+      SCOPED_TRACE("generator " + std::to_string(rng) + ", offset " + std::to_string(off) + ", call " + std::to_string(c));
+      if (call.reseed) {
+        ASSERT_EQ(n.seed(g, call.reseed), CURAND_STATUS_SUCCESS);
+        seed = call.reseed;
+        newSeed(rng, position, history);
+      }
+      std::vector<uint8_t> want(call.count * valueBytes(call.d)), got(want.size());
+      ASSERT_EQ(n.generate(g, call.d, want.data(), call.count, 0.25, 1.5, call.lambda), CURAND_STATUS_SUCCESS);
+      Fill f = fill(rng, seed, off, position, call.d, 0.25, 1.5);
+      f.lambda = call.lambda;
+      if (generatorsOf(rng)) history.call(call.d, call.count, off, f);
+      ASSERT_TRUE(generate(f, got.data(), call.count));
+      EXPECT_EQ(firstDifference(got, want, valueBytes(call.d)), SIZE_MAX);
+      position += call.count;
+    }
+    n.destroy(g);
+  }
+}
+
 // One generator, calls of every kind in turn: each of its generators (or
 // Philox's threads) goes on from the draws it took, and a run of normals
 // pairs its values from where the run began. Philox also gets odd counts
