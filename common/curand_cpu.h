@@ -221,8 +221,9 @@ class SlotHistory {
 // against them; docs/curand.md): XORWOW and MRG32k3a go on from the next
 // slot, each generator again at its row of it, as if every slot (a value, or a
 // pair of normals) had taken one draw; MTGP32 and MT19937 start over at 0;
-// Philox goes on from the position (NVIDIA's does not quite: not matched).
-void newSeed(int32_t rng, uint64_t& position, SlotHistory& history);
+// Philox's offset moves on by the groups of four crossed since it, and a
+// moved offset starts the generator afresh there.
+void newSeed(int32_t rng, uint64_t& offset, uint64_t& position, SlotHistory& history);
 
 // Run-length coding of one number per generator (Fill::draws, Fill::kept), and back.
 std::vector<std::pair<uint64_t, uint32_t>> runsOf(const std::vector<uint64_t>& v);

@@ -418,9 +418,21 @@ void SlotHistory::restart(int32_t rng) {
   draws_ = kVaried;  // (the next call's counts are runs_, at its slot)
 }
 
-void newSeed(int32_t rng, uint64_t& position, SlotHistory& history) {
-  if (rng == kMtgp32 || rng == kMt19937) position = 0;
-  else if (generatorsOf(rng) && rng != kPhilox4x32_10) history.restart(rng);
+void newSeed(int32_t rng, uint64_t& offset, uint64_t& position, SlotHistory& history) {
+  if (rng == kMtgp32 || rng == kMt19937) {
+    position = 0;
+  } else if (rng == kPhilox4x32_10) {
+    // The offset moves on by the groups of four the position has crossed
+    // since it; from a moved offset the generator starts afresh (values of a
+    // group part-done are given again). An offset still 0: nothing moves.
+    const uint64_t moved = offset + (position / 4 - offset / 4);
+    if (moved) {
+      offset = position = moved;
+      history.reset();
+    }
+  } else if (generatorsOf(rng)) {
+    history.restart(rng);
+  }
 }
 
 void SlotHistory::call(Dist d, uint64_t count, uint64_t offset, Fill& f) {

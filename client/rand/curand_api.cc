@@ -312,7 +312,7 @@ RGPU_CURAND_API curandStatus_t curandSetPseudoRandomGeneratorSeed(curandGenerato
   return withGenerator(generator, [&](Generator& g) {
     if (cr::isSobol(g.rng)) return CURAND_STATUS_TYPE_ERROR;
     g.seed = seed;
-    cr::newSeed(g.rng, g.position, g.history);
+    cr::newSeed(g.rng, g.offset, g.position, g.history);
     return CURAND_STATUS_SUCCESS;
   });
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/support/nvidia_curand.h"
@@ -248,7 +249,8 @@ TEST(CurandCpu, XorwowSeededOrderingIsNvidiasBitForBit) {
 // A new seed on a generator that has given values: NVIDIA's XORWOW and
 // MRG32k3a go on from the next slot, each generator again at its row of it as
 // if every slot had taken one draw (doubles and normals take more), with no
-// kept normal; MTGP32 starts over at 0. Calls of every kind before and after
+// kept normal; MTGP32 starts over at 0; Philox's offset moves on by the
+// groups of four crossed since it (an offset still 0 leaves all as it was). Calls of every kind before and after
 // two new seeds, with and without an offset.
 TEST(CurandCpu, ANewSeedGoesOnAsNvidiasDoes) {
   ASSERT_TRUE(nvidia().h) << "the toolkit's libcurand.so.10: " << ::dlerror();
@@ -262,9 +264,22 @@ TEST(CurandCpu, ANewSeedGoesOnAsNvidiasDoes) {
                                    {Dist::kPoisson, 5, 3000, 0},       {Dist::kBits32, 5000, 0, 6},
                                    {Dist::kNormal, 4096, 0, 0},        {Dist::kUniformDouble, 3, 0, 0},
                                    {Dist::kPoisson, 4099, 2500, 7},    {Dist::kUniform, 100, 0, 0}};
+  // (Philox, small: new seeds inside the first group, where nothing moves, and past it.)
+  const std::vector<Call> small = {{Dist::kBits32, 2, 0, 0},
+                                   {Dist::kUniform, 1, 0, 6},
+                                   {Dist::kNormal, 6, 0, 7},
+                                   {Dist::kBits32, 9, 0, 8},
+                                   {Dist::kUniformDouble, 3, 0, 9}};
   Nvidia& n = nvidia();
-  for (auto [rng, off] : std::vector<std::pair<int32_t, uint64_t>>{
-           {kXorwow, 0}, {kXorwow, 11}, {kMrg32k3a, 3}, {kMtgp32, 0}}) {
+  for (auto [rng, off, these] : std::vector<std::tuple<int32_t, uint64_t, const std::vector<Call>*>>{
+           {kXorwow, 0, &calls},
+           {kXorwow, 11, &calls},
+           {kMrg32k3a, 3, &calls},
+           {kMtgp32, 0, &calls},
+           {kPhilox4x32_10, 0, &calls},
+           {kPhilox4x32_10, 5, &calls},
+           {kPhilox4x32_10, 0, &small},
+           {kPhilox4x32_10, 3, &small}}) {
     curandGenerator_t g = nullptr;
     ASSERT_EQ(n.create(&g, static_cast<curandRngType_t>(rng)), CURAND_STATUS_SUCCESS);
     ASSERT_EQ(n.seed(g, 5), CURAND_STATUS_SUCCESS);
@@ -272,20 +287,20 @@ TEST(CurandCpu, ANewSeedGoesOnAsNvidiasDoes) {
       ASSERT_EQ(n.offset(g, off), CURAND_STATUS_SUCCESS);
     }
     SlotHistory history;
-    uint64_t seed = 5, position = off;
-    for (size_t c = 0; c < calls.size(); ++c) {
-      const Call& call = calls[c];
+    uint64_t seed = 5, offset = off, position = off;
+    for (size_t c = 0; c < these->size(); ++c) {
+      const Call& call = (*these)[c];
       SCOPED_TRACE("generator " + std::to_string(rng) + ", offset " + std::to_string(off) + ", call " + std::to_string(c));
       if (call.reseed) {
         ASSERT_EQ(n.seed(g, call.reseed), CURAND_STATUS_SUCCESS);
         seed = call.reseed;
-        newSeed(rng, position, history);
+        newSeed(rng, offset, position, history);
       }
       std::vector<uint8_t> want(call.count * valueBytes(call.d)), got(want.size());
       ASSERT_EQ(n.generate(g, call.d, want.data(), call.count, 0.25, 1.5, call.lambda), CURAND_STATUS_SUCCESS);
-      Fill f = fill(rng, seed, off, position, call.d, 0.25, 1.5);
+      Fill f = fill(rng, seed, offset, position, call.d, 0.25, 1.5);
       f.lambda = call.lambda;
-      if (generatorsOf(rng)) history.call(call.d, call.count, off, f);
+      if (generatorsOf(rng)) history.call(call.d, call.count, offset, f);
       ASSERT_TRUE(generate(f, got.data(), call.count));
       EXPECT_EQ(firstDifference(got, want, valueBytes(call.d)), SIZE_MAX);
       position += call.count;
