@@ -111,7 +111,7 @@ Status check(const Fill& f) {
     return Status(err::kInvalidValue, "an offset for a cuRAND MTGP32 or MT19937 generator");
   if (f.seeded && f.rng != kXorwow && f.rng != kPseudoDefault)
     return Status(err::kInvalidValue, "the SEEDED ordering for a cuRAND generator other than XORWOW");
-  if (f.dist == Dist::kPoisson) RGPU_TRY(poissonCheck(f.rng, f.lambda));
+  if (f.dist == Dist::kPoisson) RGPU_TRY(poissonLambdaCheck(f.lambda));
   if (isSobol(f.rng)) return sobolCheck(f);
   if (f.dist == Dist::kBits64) return Status(err::kInvalidValue, "64-bit values of a pseudo-random generator");
   if (f.rng == kMtgp32 || f.rng == kMt19937) return Status::ok();

@@ -291,10 +291,15 @@ Status sobolCheck(const Fill& f);
 inline constexpr double kMaxPoissonLambda = 400000;
 enum class PoissonMethod : uint8_t { kTable, kInversion, kNormal, kNormalFloat, kGeneratorNormals };
 PoissonMethod poissonMethod(int32_t rng, double lambda);
-// Whether `lambda` is one NVIDIA's takes (else kInvalidValue), and whether a
-// Poisson call of `rng` with it is one this file computes (else kNotSupported).
+// Whether `lambda` is one NVIDIA's takes (else kInvalidValue); every
+// generator computes every lambda it takes.
 Status poissonLambdaCheck(double lambda);
-Status poissonCheck(int32_t rng, double lambda);
+// The normal approximation's count of a standard normal z, in double:
+// (unsigned)(sqrt(lambda) z + lambda + 0.5), 0 below (`root`: sqrt(lambda)).
+inline uint32_t poissonOfNormal(double root, double lambda, double z) {
+  const double v = root * z + lambda + 0.5;
+  return v <= 0 ? 0 : v >= 4294967295.0 ? UINT32_MAX : static_cast<uint32_t>(v);
+}
 // NVIDIA's square histogram for lambda (< 2000 in practice: about 3,400 bins
 // there): values shift + j, V[j] the threshold of bin j's own value, K[j] its alias.
 struct PoissonTable {

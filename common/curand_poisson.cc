@@ -124,8 +124,7 @@ uint32_t inversion(double u, double lambda) {
 }
 
 uint32_t normalApproximation(double lambda, uint32_t x) {
-  const double v = std::sqrt(lambda) * math::normalIcdf(x) + lambda + 0.5;
-  return v <= 0 ? 0 : static_cast<uint32_t>(v);
+  return poissonOfNormal(std::sqrt(lambda), lambda, math::normalIcdf(x));
 }
 // (MT19937's: the same in float.)
 uint32_t normalApproximationFloat(double lambda, uint32_t x) {
@@ -160,11 +159,6 @@ Status poissonLambdaCheck(double lambda) {
     return Status(err::kInvalidValue, std::string("a Poisson lambda of ") + text + " (0 < lambda <= 400000)");
   }
   return Status::ok();
-}
-
-Status poissonCheck(int32_t rng, double lambda) {
-  (void)rng;  // (every generator rgpu computes has every method it needs)
-  return poissonLambdaCheck(lambda);
 }
 
 std::shared_ptr<const PoissonTable> poissonTable(double lambda) {
@@ -258,8 +252,7 @@ Status poissonGenerate(const Fill& f, uint8_t* out, uint64_t count) {
     for (uint64_t j = 0; j < count; ++j) {
       float z;
       std::memcpy(&z, out + 4 * j, 4);
-      const double v = root * z + f.lambda + 0.5;
-      const uint32_t r = v <= 0 ? 0 : v >= 4294967295.0 ? UINT32_MAX : static_cast<uint32_t>(v);
+      const uint32_t r = poissonOfNormal(root, f.lambda, z);
       std::memcpy(out + 4 * j, &r, 4);
     }
     return Status::ok();

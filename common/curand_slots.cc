@@ -337,8 +337,7 @@ Status poissonNormalsWith(const Fill& f, uint8_t* out, uint64_t count) {
       E::normalPair(x, &z, &half[k]);
     }
     has[k] ^= 1;
-    const double v = root * z + f.lambda + 0.5;
-    const uint32_t r = v <= 0 ? 0 : v >= 4294967295.0 ? UINT32_MAX : static_cast<uint32_t>(v);
+    const uint32_t r = poissonOfNormal(root, f.lambda, z);
     std::memcpy(out + 4 * j, &r, 4);
   }
   return Status::ok();

@@ -192,7 +192,7 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
     Generator* g = generatorOf(gen);
     if (!g) return CURAND_STATUS_NOT_INITIALIZED;
     if (dist == cr::Dist::kPoisson) {
-      if (Status s = cr::poissonCheck(g->rng, lambda); !s) return toRandStatus(s, call);
+      if (Status s = cr::poissonLambdaCheck(lambda); !s) return toRandStatus(s, call);
     }
     if (count == 0) return CURAND_STATUS_SUCCESS;
     if (!out) return CURAND_STATUS_OUT_OF_RANGE;
@@ -233,16 +233,15 @@ curandStatus_t generate(const char* call, curandGenerator_t gen, void* out, size
       r.setCount(count);
       r.setSlot(f.slot);
       r.setCounted(f.counted);
-      auto draws = r.initDraws(static_cast<unsigned>(2 * f.draws.size()));
-      for (size_t i = 0; i < f.draws.size(); ++i) {
-        draws.set(static_cast<unsigned>(2 * i), f.draws[i].first);
-        draws.set(static_cast<unsigned>(2 * i + 1), f.draws[i].second);
-      }
-      auto kept = r.initKept(static_cast<unsigned>(2 * f.kept.size()));
-      for (size_t i = 0; i < f.kept.size(); ++i) {
-        kept.set(static_cast<unsigned>(2 * i), f.kept[i].first);
-        kept.set(static_cast<unsigned>(2 * i + 1), f.kept[i].second);
-      }
+      // (Runs as (value, generators) pairs.)
+      auto setRuns = [](capnp::List<uint64_t>::Builder list, const std::vector<std::pair<uint64_t, uint32_t>>& runs) {
+        for (size_t i = 0; i < runs.size(); ++i) {
+          list.set(static_cast<unsigned>(2 * i), runs[i].first);
+          list.set(static_cast<unsigned>(2 * i + 1), runs[i].second);
+        }
+      };
+      setRuns(r.initDraws(static_cast<unsigned>(2 * f.draws.size())), f.draws);
+      setRuns(r.initKept(static_cast<unsigned>(2 * f.kept.size())), f.kept);
       if (sobol) {
         r.setDims(f.dims);
         r.setCallStart(f.call_start);

@@ -20,17 +20,17 @@ Status Session::onRandFill(const protocol::FrameHeader& h, wire::Request::Reader
   f.lambda = m.getLambda();
   f.slot = m.getSlot();
   f.counted = m.getCounted();
-  auto draws = m.getDraws();
-  // (Bounded before anything is made of it; cr::check() checks the rest.)
-  if (s && (draws.size() % 2 || draws.size() > 2 * cr::kMaxDrawRuns))
-    s = Status(err::kInvalidValue, "cuRAND draw counts of " + std::to_string(draws.size()) + " words");
-  for (unsigned i = 0; s && i + 1 < draws.size(); i += 2)
-    f.draws.push_back({draws[i], static_cast<uint32_t>(std::min<uint64_t>(draws[i + 1], UINT32_MAX))});
-  auto kept = m.getKept();
-  if (s && (kept.size() % 2 || kept.size() > 2 * cr::kMaxDrawRuns))
-    s = Status(err::kInvalidValue, "cuRAND kept normals of " + std::to_string(kept.size()) + " words");
-  for (unsigned i = 0; s && i + 1 < kept.size(); i += 2)
-    f.kept.push_back({kept[i], static_cast<uint32_t>(std::min<uint64_t>(kept[i + 1], UINT32_MAX))});
+  // Runs of (value, generators) pairs: bounded before anything is made of
+  // them; cr::check() checks the rest.
+  auto takeRuns = [&s](capnp::List<uint64_t>::Reader list, const char* what,
+                       std::vector<std::pair<uint64_t, uint32_t>>& runs) {
+    if (s && (list.size() % 2 || list.size() > 2 * cr::kMaxDrawRuns))
+      s = Status(err::kInvalidValue, std::string("cuRAND ") + what + " of " + std::to_string(list.size()) + " words");
+    for (unsigned i = 0; s && i + 1 < list.size(); i += 2)
+      runs.push_back({list[i], static_cast<uint32_t>(std::min<uint64_t>(list[i + 1], UINT32_MAX))});
+  };
+  takeRuns(m.getDraws(), "draw counts", f.draws);
+  takeRuns(m.getKept(), "kept normals", f.kept);
   f.dims = m.getDims(), f.call_start = m.getCallStart(), f.call_count = m.getCallCount();
   auto directions = m.getDirections(), scramble = m.getScramble();
   if (s && (directions.size() > cr::kMaxSobolDimensions * 128 || scramble.size() > cr::kMaxSobolDimensions * 2))
