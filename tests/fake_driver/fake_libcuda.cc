@@ -52,6 +52,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdarg>
@@ -77,6 +78,7 @@
 #include "server/sim/device_arena.h"
 #include "server/sim/ptx/ptx_interp.h"
 #include "server/sim/ptx/ptx_parser.h"
+#include "server/sim/ptx/ptx_texture.h"
 
 namespace {
 
@@ -1283,6 +1285,11 @@ CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, 
                       unsigned bz, unsigned smem, CUstream s, void** params, void** extra, bool cooperative,
                       Dim3 cluster = {0, 0, 0});
 
+// Texture and surface objects as the interpreter samples them, and the
+// arrays' memory a launch may touch (both below, with the arrays). Lock held.
+std::shared_ptr<const ptx::Textures> texturesLocked();
+void addArrayRanges(ptx::MemoryRanges& memory);
+
 // A call on a capturing stream that fails invalidates the capture (lock held).
 CUresult capturedResult(CUstream s, CUresult r) {
   FakeStream* st = streamOf(s);
@@ -1445,11 +1452,13 @@ CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, 
        << fn->name << " grid=" << gx << "," << gy << "," << gz << " block=" << bx << "," << by
        << "," << bz << " shmem=" << smem << " params=" << hex(block.data(), block.size());
   record(line.str());
-  enqueue(streamOf(s), [fn, gx, gy, gz, bx, by, bz, smem, block, cooperative, cd, explicit_cluster] {
+  std::shared_ptr<const ptx::Textures> textures = texturesLocked();  // as the kernel starts, as a GPU's
+  enqueue(streamOf(s), [fn, gx, gy, gz, bx, by, bz, smem, block, cooperative, cd, explicit_cluster, textures] {
     ptx::MemoryRanges memory;
     {
       std::lock_guard l(drv().mu);
       for (auto& [base, a] : drv().allocations) memory.emplace_back(base, base + a.second);
+      addArrayRanges(memory);
     }
     uint64_t workspace[2] = {0, 0};  // the grid barrier of a cooperative launch
     auto ws = reinterpret_cast<uint64_t>(workspace);
@@ -1466,6 +1475,7 @@ CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, 
     L.grid_workspace = cooperative ? ws : 0;
     L.cluster = cd;
     L.explicit_cluster = explicit_cluster;
+    L.textures = textures.get();
     ptx::LaunchResult r = drv().interp->run(L);
     if (!r.output.empty()) {
       std::fwrite(r.output.data(), 1, r.output.size(), stdout);
@@ -1478,8 +1488,12 @@ CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, 
 
 // ---- arrays, texture and surface objects ----
 // An array is host memory, its rows packed, counted in its device's memory
-// use (cuMemGetInfo) as on a GPU; a mipmapped array one array per level. Texture and surface objects are numbers the fake remembers (its
-// interpreter runs no texture instructions: kernels that use them fault).
+// use (cuMemGetInfo) as on a GPU; a mipmapped array one array per level.
+// Texture and surface objects are numbers from one pool, the lowest free
+// first (a fresh process's first object is 1), each described for the
+// interpreter as the sim describes its own (server/sim/ptx/ptx_texture.h),
+// so kernels sample and write them; a launch sees the objects as they were
+// when it was queued, and faults on an object whose memory is gone.
 
 // An array's elements live in the fake's device memory (its arena), as a
 // GPU's do: with RGPU_FAKE_CUDA_VRAM, what one process left in an array's
@@ -1487,6 +1501,7 @@ CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, 
 struct FakeArray {
   int device = 0;
   size_t width = 1, height = 1, slices = 1, elem = 1;
+  CUDA_ARRAY3D_DESCRIPTOR desc{};  // as created (level 0's)
   uint8_t* data = nullptr;
   size_t size = 0;
   ~FakeArray();
@@ -1506,7 +1521,28 @@ std::set<unsigned long long>& fakeObjects() {
   static std::set<unsigned long long> s;
   return s;
 }
-unsigned long long g_next_object = 1;
+ptx::Textures& objectTable() {
+  static ptx::Textures t;
+  return t;
+}
+std::shared_ptr<const ptx::Textures> g_objects_snapshot;  // null: changed since
+
+std::shared_ptr<const ptx::Textures> texturesLocked() {
+  if (!g_objects_snapshot) g_objects_snapshot = std::make_shared<const ptx::Textures>(objectTable());
+  return g_objects_snapshot;
+}
+
+// The lowest handle not in use.
+unsigned long long newObjectLocked() {
+  unsigned long long h = 1;
+  for (unsigned long long o : fakeObjects()) {
+    if (o != h) break;
+    ++h;
+  }
+  fakeObjects().insert(h);
+  g_objects_snapshot.reset();
+  return h;
+}
 
 // Bytes per channel.
 size_t formatBytes(CUarray_format f) {
@@ -1540,6 +1576,7 @@ std::unique_ptr<FakeArray> makeArray(const CUDA_ARRAY3D_DESCRIPTOR* d, unsigned 
                                              d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP), level);
   a->width = dims.width, a->height = dims.height, a->slices = dims.slices;
   a->elem = formatBytes(d->Format) * d->NumChannels;
+  a->desc = *d;
   a->device = t_ctx->device;
   a->size = a->width * a->height * a->slices * a->elem;
   Driver& drv_ = drv();
@@ -1674,13 +1711,109 @@ CUresult fakeMemcpy3DAsync(const CUDA_MEMCPY3D* m, CUstream s) {
   return CUDA_SUCCESS;
 }
 
+void addArrayRanges(ptx::MemoryRanges& memory) {
+  auto add = [&](const FakeArray& a) {
+    const auto at = reinterpret_cast<uint64_t>(a.data);
+    memory.emplace_back(at, at + a.size);
+  };
+  for (FakeArray* a : fakeArrays()) add(*a);
+  for (FakeMipmapped* m : fakeMipmapped())
+    for (auto& l : m->levels) add(*l);
+  std::sort(memory.begin(), memory.end());
+}
+
+ptx::TexFormat texFormat(CUarray_format f, unsigned channels) {
+  ptx::TexFormat t;
+  t.channels = static_cast<uint8_t>(channels);
+  t.bits = static_cast<uint8_t>(formatBytes(f) * 8);
+  switch (f) {
+    case CU_AD_FORMAT_HALF: case CU_AD_FORMAT_FLOAT: t.kind = ptx::kFormatFloat; break;
+    case CU_AD_FORMAT_SIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_SNORM_INT8X1: case CU_AD_FORMAT_SNORM_INT8X2: case CU_AD_FORMAT_SNORM_INT8X4:
+    case CU_AD_FORMAT_SNORM_INT16X1: case CU_AD_FORMAT_SNORM_INT16X2: case CU_AD_FORMAT_SNORM_INT16X4:
+      t.kind = ptx::kFormatSigned; break;
+    default: t.kind = ptx::kFormatUnsigned;
+  }
+  return t;
+}
+
+// The image of an array's levels (one level: a plain array, or one level of a mipmapped one).
+ptx::TexImage imageOf(const std::vector<const FakeArray*>& levels) {
+  const CUDA_ARRAY3D_DESCRIPTOR& d = levels[0]->desc;
+  const bool layered = d.Flags & CUDA_ARRAY3D_LAYERED, cube = d.Flags & CUDA_ARRAY3D_CUBEMAP;
+  ptx::TexImage img;
+  img.shape = cube      ? (layered ? ptx::TexShape::kCubemapLayered : ptx::TexShape::kCubemap)
+              : layered ? (d.Height ? ptx::TexShape::kLayered2D : ptx::TexShape::kLayered1D)
+              : d.Depth ? ptx::TexShape::k3D
+              : d.Height ? ptx::TexShape::k2D
+                         : ptx::TexShape::k1D;
+  img.format = texFormat(d.Format, d.NumChannels);
+  if (layered || cube) img.layers = static_cast<uint32_t>(cube ? d.Depth / 6 : d.Depth);
+  for (const FakeArray* a : levels) {
+    ptx::TexLevel l;
+    l.base = reinterpret_cast<uint64_t>(a->data);
+    l.width = static_cast<uint32_t>(a->width);
+    l.height = static_cast<uint32_t>(a->height);
+    l.depth = static_cast<uint32_t>(a->slices);
+    l.pitch = a->width * a->elem;
+    l.slice = l.pitch * a->height;
+    img.levels.push_back(l);
+  }
+  return img;
+}
+
 CUresult fakeTexObjectCreate(CUtexObject* out, const CUDA_RESOURCE_DESC* res, const CUDA_TEXTURE_DESC* td,
                              const CUDA_RESOURCE_VIEW_DESC* view) {
   ENTER("cuTexObjectCreate");
-  if (!out || !res || !td) return CUDA_ERROR_INVALID_VALUE;
-  if (res->resType == CU_RESOURCE_TYPE_ARRAY && !knownArray(res->res.array.hArray)) return CUDA_ERROR_INVALID_HANDLE;
-  *out = g_next_object++;
-  fakeObjects().insert(*out);
+  if (!out || !res || !td || view) return CUDA_ERROR_INVALID_VALUE;
+  ptx::TexObject o;
+  switch (res->resType) {
+    case CU_RESOURCE_TYPE_ARRAY: {
+      const FakeArray* a = knownArray(res->res.array.hArray);
+      if (!a) return CUDA_ERROR_INVALID_HANDLE;
+      o.image = imageOf({a});
+      break;
+    }
+    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY: {
+      auto* m = reinterpret_cast<FakeMipmapped*>(res->res.mipmap.hMipmappedArray);
+      if (!fakeMipmapped().count(m)) return CUDA_ERROR_INVALID_HANDLE;
+      std::vector<const FakeArray*> levels;
+      for (auto& l : m->levels) levels.push_back(l.get());
+      o.image = imageOf(levels);
+      break;
+    }
+    case CU_RESOURCE_TYPE_LINEAR: {
+      const auto& l = res->res.linear;
+      o.image.format = texFormat(l.format, l.numChannels);
+      const uint64_t e = o.image.format.bytes();
+      if (!e || l.sizeInBytes < e) return CUDA_ERROR_INVALID_VALUE;
+      o.image.levels = {{l.devPtr, static_cast<uint32_t>(l.sizeInBytes / e), 1, 1, l.sizeInBytes, l.sizeInBytes}};
+      break;
+    }
+    case CU_RESOURCE_TYPE_PITCH2D: {
+      const auto& p = res->res.pitch2D;
+      o.image.shape = ptx::TexShape::k2D;
+      o.image.format = texFormat(p.format, p.numChannels);
+      o.image.levels = {{p.devPtr, static_cast<uint32_t>(p.width), static_cast<uint32_t>(p.height), 1, p.pitchInBytes,
+                         p.pitchInBytes * p.height}};
+      break;
+    }
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  ptx::TexSampler& s = o.sampler;
+  for (int i = 0; i < 3; ++i) s.address[i] = static_cast<uint8_t>(td->addressMode[i]);
+  s.linear = td->filterMode == CU_TR_FILTER_MODE_LINEAR;
+  s.normalized_read = !(td->flags & CU_TRSF_READ_AS_INTEGER);
+  s.normalized_coords = td->flags & CU_TRSF_NORMALIZED_COORDINATES;
+  s.srgb = td->flags & CU_TRSF_SRGB;
+  for (int i = 0; i < 4; ++i) s.border[i] = td->borderColor[i];
+  s.mip_linear = td->mipmapFilterMode == CU_TR_FILTER_MODE_LINEAR;
+  s.mip_bias = td->mipmapLevelBias;
+  s.min_lod = td->minMipmapLevelClamp;
+  s.max_lod = td->maxMipmapLevelClamp;
+  *out = newObjectLocked();
+  objectTable().textures[*out] = std::move(o);
   record("cuTexObjectCreate resType=" + std::to_string(res->resType) + " flags=" + std::to_string(td->flags) +
          " filter=" + std::to_string(td->filterMode));
   return CUDA_SUCCESS;
@@ -1689,6 +1822,9 @@ CUresult fakeTexObjectCreate(CUtexObject* out, const CUDA_RESOURCE_DESC* res, co
 CUresult fakeObjectDestroy(unsigned long long o, const char* name) {
   ENTER(name);
   if (!fakeObjects().erase(o)) return CUDA_ERROR_INVALID_VALUE;
+  objectTable().textures.erase(o);
+  objectTable().surfaces.erase(o);
+  g_objects_snapshot.reset();
   record(name);
   return CUDA_SUCCESS;
 }
@@ -1699,8 +1835,8 @@ CUresult fakeSurfObjectCreate(CUsurfObject* out, const CUDA_RESOURCE_DESC* res) 
   ENTER("cuSurfObjectCreate");
   if (!out || !res || res->resType != CU_RESOURCE_TYPE_ARRAY || !knownArray(res->res.array.hArray))
     return CUDA_ERROR_INVALID_VALUE;
-  *out = g_next_object++;
-  fakeObjects().insert(*out);
+  *out = newObjectLocked();
+  objectTable().surfaces[*out] = imageOf({knownArray(res->res.array.hArray)});
   record("cuSurfObjectCreate");
   return CUDA_SUCCESS;
 }
