@@ -462,12 +462,32 @@ class Backend {
     if (state.recorded) return Status(err::kNotSupported, "the " + name() + " backend cannot restore a recorded event");
     return createEvent(event, device, flags);
   }
-  // A CUDA array's memory (its levels, as one allocation); createArrayAt,
-  // createTextureAt and createSurfaceAt make the objects again under the
-  // handles the program holds, the array's memory at `base`.
+  // A CUDA array's memory. A backend that keeps arrays in its own device
+  // memory (the sim) says where (`base`) and how many bytes (its levels as
+  // one allocation), and they move as any memory does. One whose arrays the
+  // driver keeps (the CUDA backend) says base 0 and the bytes of its levels
+  // packed -- level after level, slice after slice, row after row -- which
+  // move through readArray and writeArray (offsets and counts in whole
+  // elements; called with the session's work drained, or before it runs).
+  // createArrayAt, createTextureAt and createSurfaceAt make the objects
+  // again under the handles the program holds, the array's memory at `base`
+  // (0: the driver's). A restore makes the texture and surface objects in
+  // ascending order of their handles, then calls objectsRestored().
   virtual Result<std::pair<DevPtr, uint64_t>> arrayMemory(uint64_t array) const {
     return Status(err::kNotSupported, "the " + name() + " backend cannot checkpoint arrays");
   }
+  virtual Status readArray(uint64_t array, uint64_t offset, uint64_t n, uint8_t* out) {
+    return Status(err::kNotSupported, "the " + name() + " backend keeps its arrays in device memory");
+  }
+  virtual Status writeArray(uint64_t array, uint64_t offset, const uint8_t* data, uint64_t n) {
+    return Status(err::kNotSupported, "the " + name() + " backend keeps its arrays in device memory");
+  }
+  virtual Status objectsRestored() { return Status::ok(); }
+  // Where a driver places what it makes in memory of its own (module
+  // variables, arrays) depends on what it made before: the order in which
+  // a module (`array` false) or an array was made, counted over both (0: the
+  // backend places them itself). A restore makes them again in that order.
+  virtual uint64_t placementOrder(bool array, uint64_t id) const { return 0; }
   virtual Status createArrayAt(uint64_t handle, const ArraySpec& spec, DevPtr base) {
     return Status(err::kNotSupported, "the " + name() + " backend cannot restore arrays");
   }

@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -14,7 +15,7 @@
 namespace rgpu::server {
 namespace {
 
-constexpr uint32_t kImageMagic = 0x47444b43;  // "CKDG"
+constexpr uint32_t kImageMagic = 0x48444b43;  // "CKDH" (modules and arrays with their placement order)
 
 // Waits on a backend callback from the calling thread.
 class Completion {
@@ -40,15 +41,17 @@ class Completion {
 };
 
 // The device memory ranges the image's bytes come from, in the order written.
+// An array the driver keeps (base 0) is a range of its packed bytes instead.
 struct Range {
   int32_t device;
   DevPtr at;
   uint64_t size;
+  uint64_t array = 0;  // not 0: [0, size) of this array's packed bytes (Backend::readArray)
 };
 std::vector<Range> rangesOf(const DeviceImage& image) {
   std::vector<Range> out;
   for (auto& a : image.allocations) out.push_back({a.device, a.base, a.size});
-  for (auto& a : image.arrays) out.push_back({a.spec.device, a.base, a.size});
+  for (auto& a : image.arrays) out.push_back({a.spec.device, a.base, a.size, a.base ? 0 : a.handle});
   for (auto& m : image.modules)
     for (auto& g : m.globals)
       if (g.size) out.push_back({m.device, g.addr, g.size});
@@ -70,23 +73,35 @@ std::array<uint64_t, 2> sliceHash(const uint8_t* data, uint64_t n) {
 // this range; null: none). `unchanged` counts the bytes not sent.
 Status writeBytes(Backend& backend, const Range& r, CheckpointWriter& out, const SliceHashes* hashes,
                   uint64_t* unchanged) {
+  // One piece's slices, the piece `off` bytes into the range.
+  auto slices = [&](uint64_t off, const uint8_t* data, uint64_t size) {
+    Status st;
+    for (uint64_t at = 0; st && at < size; at += kDeviceImageSliceBytes) {
+      const uint64_t m = std::min(kDeviceImageSliceBytes, size - at);
+      const size_t slice = static_cast<size_t>((off + at) / kDeviceImageSliceBytes);
+      const bool same = hashes && slice < hashes->size() && sliceHash(data + at, m) == (*hashes)[slice];
+      st = out.putU32(same ? 1 : 0);
+      if (st && !same) st = out.put(data + at, m);
+      if (same) *unchanged += m;
+    }
+    return st;
+  };
   Completion c;
+  std::vector<uint8_t> piece;
   for (uint64_t off = 0; off < r.size; off += kDeviceImagePieceBytes) {
     uint64_t n = std::min(kDeviceImagePieceBytes, r.size - off);
+    if (r.array) {
+      piece.resize(n);
+      RGPU_TRY(backend.readArray(r.array, off, n, piece.data()));
+      RGPU_TRY(slices(off, piece.data(), n));
+      continue;
+    }
     // The bytes go into the stream from the backend's thread while this one
     // waits: the writer is never used by two threads at once.
     Status s = backend.copyFromDevice(StreamKey{0, r.device}, r.at + off, n,
                                       [&](Status st, const uint8_t* data, uint64_t size, const OnWire& on_wire) {
                                         if (st && size != n) st = Status(err::kUnknown, "short device read");
-                                        for (uint64_t at = 0; st && at < size; at += kDeviceImageSliceBytes) {
-                                          const uint64_t m = std::min(kDeviceImageSliceBytes, size - at);
-                                          const size_t slice = static_cast<size_t>((off + at) / kDeviceImageSliceBytes);
-                                          const bool same = hashes && slice < hashes->size() &&
-                                                            sliceHash(data + at, m) == (*hashes)[slice];
-                                          st = out.putU32(same ? 1 : 0);
-                                          if (st && !same) st = out.put(data + at, m);
-                                          if (same) *unchanged += m;
-                                        }
+                                        if (st) st = slices(off, data, size);
                                         if (on_wire) on_wire();
                                         c.set(st);
                                       });
@@ -108,6 +123,7 @@ Status fill(Backend& backend, int32_t device, DevPtr at, uint64_t size, Checkpoi
 
 // `placed`: the range holds the pre-copy's bytes already (slices marked unchanged stay).
 Status readBytes(Backend& backend, const Range& r, CheckpointReader& in, bool placed) {
+  std::vector<uint8_t> slice;
   for (uint64_t off = 0; off < r.size; off += kDeviceImageSliceBytes) {
     const uint64_t m = std::min(kDeviceImageSliceBytes, r.size - off);
     RGPU_TRY_ASSIGN(flag, in.getU32());
@@ -115,6 +131,12 @@ Status readBytes(Backend& backend, const Range& r, CheckpointReader& in, bool pl
     if (flag != 0)
       return Status(err::kInvalidValue, flag == 1 ? "checkpoint: bytes unchanged since a pre-copy this restore did not have"
                                                   : "checkpoint: a slice of device memory marked neither sent nor unchanged");
+    if (r.array) {
+      slice.resize(m);
+      RGPU_TRY(in.get(slice.data(), m));
+      RGPU_TRY(backend.writeArray(r.array, off, slice.data(), m));
+      continue;
+    }
     RGPU_TRY(fill(backend, r.device, r.at + off, m, in));
   }
   return Status::ok();
@@ -241,7 +263,9 @@ Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWr
   for (auto& a : image.arrays) {
     RGPU_TRY_ASSIGN(memory, backend.arrayMemory(a.handle));
     std::tie(a.base, a.size) = memory;
+    a.placed = backend.placementOrder(true, a.handle);
   }
+  for (auto& m : image.modules) m.placed = backend.placementOrder(false, m.id);
   RGPU_TRY(out.putU32(kImageMagic));
   RGPU_TRY(out.putU64(image.allocations.size()));
   for (auto& a : image.allocations) {
@@ -271,11 +295,13 @@ Status writeDeviceImage(const DeviceImage& given, Backend& backend, CheckpointWr
     RGPU_TRY(putArraySpec(out, a.spec));
     RGPU_TRY(out.putU64(a.base));
     RGPU_TRY(out.putU64(a.size));
+    RGPU_TRY(out.putU64(a.placed));
   }
   RGPU_TRY(out.putU64(image.modules.size()));
   for (auto& m : image.modules) {
     RGPU_TRY(out.putU32(m.id));
     RGPU_TRY(out.putI32(m.device));
+    RGPU_TRY(out.putU64(m.placed));
     RGPU_TRY(out.putString(m.fatbin));
     RGPU_TRY(out.putU64(m.globals.size()));
     for (auto& g : m.globals) {
@@ -405,7 +431,8 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
                                                                    " of a placement of " + std::to_string(devices));
   };
   RGPU_TRY_ASSIGN(magic, in.getU32());
-  if (magic != kImageMagic) return Status(err::kInvalidValue, "checkpoint: no device image where one belongs");
+  if (magic != kImageMagic)
+    return Status(err::kInvalidValue, "checkpoint: no device image where one belongs (or one of another rgpu release)");
 
   RGPU_TRY_ASSIGN(n_alloc, in.getCount(limits.max_allocations, "allocations"));
   image.allocations.resize(n_alloc);
@@ -466,6 +493,8 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
     RGPU_TRY(getArraySpec(in, &a.spec));
     RGPU_TRY_ASSIGN(base, in.getU64());
     RGPU_TRY_ASSIGN(size, in.getU64());
+    RGPU_TRY_ASSIGN(placed, in.getU64());
+    a.placed = placed;
     RGPU_TRY(checkDevice(a.spec.device));
     // The format and shape checks its creation passed, before anything is made of it.
     RGPU_TRY(checkFormat(a.spec.format));
@@ -473,12 +502,6 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
     a.base = base;
     a.size = size;
     a.bytes = bytes;
-    RGPU_TRY(backend.createArrayAt(handle, a.spec, base));
-    // The array the backend made is the size the checkpoint's bytes are.
-    auto m = backend.arrayMemory(handle);
-    if (!m) return m.status();
-    if (m->first != base || m->second != size)
-      return Status(err::kInvalidValue, "checkpoint: array " + std::to_string(handle) + " does not match its memory");
   }
   RGPU_TRY_ASSIGN(n_mod, in.getCount(limits.max_modules, "modules"));
   image.modules.resize(n_mod);
@@ -487,6 +510,8 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
     RGPU_TRY_ASSIGN(id, in.getU32());
     RGPU_TRY_ASSIGN(d, in.getI32());
     RGPU_TRY(checkDevice(d));
+    RGPU_TRY_ASSIGN(placed, in.getU64());
+    m.placed = placed;
     RGPU_TRY_ASSIGN(fatbin, in.getString(limits.max_fatbin_bytes));
     RGPU_TRY_ASSIGN(n_glob, in.getCount(limits.max_globals_per_module, "variables in a module"));
     m.id = id;
@@ -502,7 +527,26 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
       g = {std::move(name), addr, base, size, alloc_size};
     }
     if (!module_ids.insert(id).second) return Status(err::kInvalidValue, "checkpoint names module " + std::to_string(id) + " twice");
-    RGPU_TRY(backend.loadModuleAt(m.id, m.device, m.fatbin, m.globals));
+  }
+  // Modules and arrays in the order the old backend made them (a driver
+  // places each one's memory after what it made before; ties: modules first).
+  std::vector<std::tuple<uint64_t, int, size_t>> made;  // (placed, 0 module / 1 array, index)
+  for (size_t i = 0; i < image.modules.size(); ++i) made.emplace_back(image.modules[i].placed, 0, i);
+  for (size_t i = 0; i < image.arrays.size(); ++i) made.emplace_back(image.arrays[i].placed, 1, i);
+  std::stable_sort(made.begin(), made.end());
+  for (auto [placed, kind, i] : made) {
+    if (kind == 0) {
+      const DeviceImage::Module& m = image.modules[i];
+      RGPU_TRY(backend.loadModuleAt(m.id, m.device, m.fatbin, m.globals));
+      continue;
+    }
+    const DeviceImage::Array& a = image.arrays[i];
+    RGPU_TRY(backend.createArrayAt(a.handle, a.spec, a.base));
+    // The array the backend made is the size the checkpoint's bytes are.
+    auto memory = backend.arrayMemory(a.handle);
+    if (!memory) return memory.status();
+    if (memory->first != a.base || memory->second != a.size)
+      return Status(err::kInvalidValue, "checkpoint: array " + std::to_string(a.handle) + " does not match its memory");
   }
   RGPU_TRY_ASSIGN(n_fn, in.getCount(limits.max_functions, "kernels"));
   image.functions.resize(n_fn);
@@ -555,7 +599,6 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
     RGPU_TRY(getTextureSpec(in, &t.spec));
     RGPU_TRY(checkDevice(t.spec.device));
     RGPU_TRY(checkFormat(t.spec.format));
-    RGPU_TRY(backend.createTextureAt(handle, t.spec));
   }
   RGPU_TRY_ASSIGN(n_surf, in.getCount(limits.max_surfaces, "surface objects"));
   image.surfaces.resize(n_surf);
@@ -566,8 +609,21 @@ Result<DeviceImage> restoreDeviceImage(Backend& backend, CheckpointReader& in, c
     RGPU_TRY_ASSIGN(level, in.getU32());
     RGPU_TRY(checkDevice(d));
     s = {handle, d, array, level};
-    RGPU_TRY(backend.createSurfaceAt(handle, d, array, level));
   }
+  // Made in ascending order of their handles (a driver chooses them: see backend.h).
+  std::vector<std::pair<uint64_t, size_t>> objects;  // handle; index: textures, then surfaces
+  for (size_t i = 0; i < image.textures.size(); ++i) objects.emplace_back(image.textures[i].handle, i);
+  for (size_t i = 0; i < image.surfaces.size(); ++i) objects.emplace_back(image.surfaces[i].handle, image.textures.size() + i);
+  std::sort(objects.begin(), objects.end());
+  for (auto [handle, i] : objects) {
+    if (i < image.textures.size()) {
+      RGPU_TRY(backend.createTextureAt(handle, image.textures[i].spec));
+    } else {
+      const DeviceImage::Surface& s = image.surfaces[i - image.textures.size()];
+      RGPU_TRY(backend.createSurfaceAt(handle, s.device, s.array, s.level));
+    }
+  }
+  RGPU_TRY(backend.objectsRestored());
   // The bytes, into memory placed above (a range outside it was refused there).
   auto ranges = rangesOf(image);
   for (size_t i = 0; i < ranges.size(); ++i)

@@ -48,6 +48,7 @@ struct DeviceImage {
     int32_t device = 0;
     std::string fatbin;
     std::vector<Backend::ModuleGlobal> globals;  // filled by writeDeviceImage from the backend
+    uint64_t placed = 0;                         // Backend::placementOrder (filled by writeDeviceImage)
   };
   struct Function {
     uint32_t id = 0, module = 0;
@@ -72,6 +73,7 @@ struct DeviceImage {
     DevPtr base = 0;    // filled by writeDeviceImage from the backend
     uint64_t size = 0;  // (its levels, as one allocation)
     uint64_t bytes = 0;  // restore: what its levels hold, packed (checkArray; its quota charge)
+    uint64_t placed = 0;  // Backend::placementOrder (filled by writeDeviceImage)
   };
   struct Texture {
     uint64_t handle = 0;

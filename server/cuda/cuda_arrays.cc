@@ -3,11 +3,13 @@
 // cuTexObjectCreate, cuSurfObjectCreate). The session checked every handle
 // and range; host sides travel through the backend's pinned buffers, as the
 // 2D copies do.
+#include <algorithm>
 #include <cstring>
 
 #include "server/cuda/cuda_backend.h"
 
 #include "common/array_shape.h"
+#include "server/backend/array_table.h"
 #include "common/spin.h"
 
 namespace rgpu::server::cuda {
@@ -52,8 +54,14 @@ Result<std::pair<int, CUarray>> CudaBackend::arrayLevel(uint64_t array, uint32_t
   return std::make_pair(a.device, l);
 }
 
-Result<uint64_t> CudaBackend::createArray(const ArraySpec& spec) {
+Result<uint64_t> CudaBackend::createArray(const ArraySpec& spec) { return createArrayImpl(spec, 0); }
+
+Result<uint64_t> CudaBackend::createArrayImpl(const ArraySpec& spec, uint64_t want) {
   DriverApi& api = *api_;
+  if (want) {
+    std::lock_guard lock(mu_);
+    if (arrays_.count(want)) return Status(err::kInvalidValue, "array handle " + std::to_string(want) + " in use");
+  }
   if (!api.cuArray3DCreate || !api.cuMipmappedArrayCreate || !api.cuMemcpy3DAsync) return unavailable("cudaMallocArray");
   RGPU_TRY(use(spec.device));
   CUDA_ARRAY3D_DESCRIPTOR d{};
@@ -65,6 +73,7 @@ Result<uint64_t> CudaBackend::createArray(const ArraySpec& spec) {
   d.Flags = spec.flags;  // the runtime's cudaArray* flags are the driver's CUDA_ARRAY3D_* values
   CudaArray a;
   a.device = spec.device;
+  a.spec = spec;
   CUresult r = spec.levels ? api.cuMipmappedArrayCreate(&a.mipmapped, &d, spec.levels) : api.cuArray3DCreate(&a.array, &d);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) return Status(err::kMemoryAllocation, "out of memory for an array");
   RGPU_TRY(api.check(r, spec.levels ? "cuMipmappedArrayCreate" : "cuArray3DCreate", __FILE__, __LINE__));
@@ -73,9 +82,132 @@ Result<uint64_t> CudaBackend::createArray(const ArraySpec& spec) {
     return s;
   }
   std::lock_guard lock(mu_);
-  const uint64_t id = next_array_++;
+  const uint64_t id = want ? want : next_array_++;
+  next_array_ = std::max(next_array_, id + 1);
+  a.placed = next_placed_++;
   arrays_[id] = a;
   return id;
+}
+
+// ---- arrays in checkpoints (backend.h: arrayMemory) ----
+
+Result<std::pair<DevPtr, uint64_t>> CudaBackend::arrayMemory(uint64_t array) const {
+  std::lock_guard lock(mu_);
+  auto it = arrays_.find(array);
+  if (it == arrays_.end()) return Status(err::kInvalidValue, "no such array");
+  uint64_t packed = 0;
+  for (const auto& l : arrayLevels(it->second.spec)) packed += l.width * it->second.spec.format.bytes() * l.height * l.slices;
+  return std::make_pair(DevPtr{0}, packed);
+}
+
+uint64_t CudaBackend::placementOrder(bool array, uint64_t id) const {
+  std::lock_guard lock(mu_);
+  if (array) {
+    auto it = arrays_.find(id);
+    return it == arrays_.end() ? 0 : it->second.placed;
+  }
+  auto it = modules_.find(static_cast<uint32_t>(id));
+  return it == modules_.end() ? 0 : it->second.placed;
+}
+
+Status CudaBackend::createArrayAt(uint64_t handle, const ArraySpec& spec, DevPtr base) {
+  if (!handle || base)
+    return Status(err::kInvalidValue, "an array is restored under a handle, in the CUDA driver's memory (no address)");
+  auto r = createArrayImpl(spec, handle);
+  return r ? Status::ok() : r.status();
+}
+
+Status CudaBackend::readArray(uint64_t array, uint64_t offset, uint64_t n, uint8_t* out) {
+  return arrayBytes(array, offset, n, out, true);
+}
+
+Status CudaBackend::writeArray(uint64_t array, uint64_t offset, const uint8_t* data, uint64_t n) {
+  return arrayBytes(array, offset, n, const_cast<uint8_t*>(data), false);
+}
+
+// [offset, offset + n) of the array's packed bytes to or from `host`, in
+// pieces of one level's slice each (whole rows, or part of one row), through
+// a pinned buffer on the device's own stream, after its scrubs.
+Status CudaBackend::arrayBytes(uint64_t array, uint64_t offset, uint64_t n, uint8_t* host, bool to_host) {
+  DriverApi& api = *api_;
+  CudaArray a;
+  {
+    std::lock_guard lock(mu_);
+    auto it = arrays_.find(array);
+    if (it == arrays_.end()) return Status(err::kInvalidValue, "no such array");
+    a = it->second;
+  }
+  const uint64_t e = a.spec.format.bytes();
+  const auto levels = arrayLevels(a.spec);
+  uint64_t packed = 0;
+  for (const auto& l : levels) packed += l.width * e * l.height * l.slices;
+  if (offset % e || n % e || offset > packed || n > packed - offset)
+    return Status(err::kInvalidValue, "bytes " + std::to_string(offset) + "+" + std::to_string(n) + " of an array of " +
+                                          std::to_string(packed) + " bytes in " + std::to_string(e) + "-byte elements");
+  std::lock_guard peek(peek_mu_);
+  Device& d = devices_[static_cast<size_t>(a.device)];
+  RGPU_TRY(use(a.device));
+  {
+    std::lock_guard lock(mu_);
+    if (!d.peek_stream) RGPU_TRY(RGPU_CU(cuStreamCreateWithPriority(&d.peek_stream, CU_STREAM_NON_BLOCKING, 0)));
+    if (!d.peek_done) RGPU_TRY(RGPU_CU(cuEventCreate(&d.peek_done, CU_EVENT_DISABLE_TIMING)));
+    RGPU_TRY(afterScrubsLocked(d.peek_stream, &d.peek_scrub_seen));
+  }
+  RGPU_TRY_ASSIGN(pin, takePinned(std::min<uint64_t>(std::max<uint64_t>(n, 1), 4ull << 20)));
+  Status s;
+  // Level l starts `start` bytes into the packed bytes.
+  size_t l = 0;
+  uint64_t start = 0;
+  for (uint64_t done = 0; s && done < n;) {
+    const uint64_t chunk = std::min(pin.capacity, n - done);
+    if (!to_host) std::memcpy(pin.data, host + done, chunk);
+    for (uint64_t at = 0; s && at < chunk;) {
+      const uint64_t pos = offset + done + at;
+      uint64_t row = levels[l].width * e, bytes = row * levels[l].height * levels[l].slices;
+      while (pos >= start + bytes) {
+        start += bytes;
+        ++l;
+        row = levels[l].width * e, bytes = row * levels[l].height * levels[l].slices;
+      }
+      const uint64_t r = (pos - start) / row, x = (pos - start) % row, y = r % levels[l].height,
+                     z = r / levels[l].height, left = chunk - at;
+      // Part of one row, or whole rows of one slice.
+      const uint64_t width = x || left < row ? std::min(row - x, left) : row;
+      const uint64_t rows = x || left < row ? 1 : std::min(left / row, levels[l].height - y);
+      CUarray arr = a.array;
+      if (!arr) s = RGPU_CU(cuMipmappedArrayGetLevel(&arr, a.mipmapped, static_cast<unsigned>(l)));
+      if (!s) break;
+      CUDA_MEMCPY3D m{};
+      CUmemorytype& array_type = to_host ? m.srcMemoryType : m.dstMemoryType;
+      CUmemorytype& host_type = to_host ? m.dstMemoryType : m.srcMemoryType;
+      array_type = CU_MEMORYTYPE_ARRAY;
+      host_type = CU_MEMORYTYPE_HOST;
+      (to_host ? m.srcArray : m.dstArray) = arr;
+      (to_host ? m.srcXInBytes : m.dstXInBytes) = x;
+      (to_host ? m.srcY : m.dstY) = y;
+      (to_host ? m.srcZ : m.dstZ) = z;
+      if (to_host) {
+        m.dstHost = pin.data + at;
+        m.dstPitch = width;
+        m.dstHeight = rows;
+      } else {
+        m.srcHost = pin.data + at;
+        m.srcPitch = width;
+        m.srcHeight = rows;
+      }
+      m.WidthInBytes = width;
+      m.Height = rows;
+      m.Depth = 1;
+      s = RGPU_CU(cuMemcpy3DAsync(&m, d.peek_stream));
+      at += width * rows;
+    }
+    if (s) s = RGPU_CU(cuEventRecord(d.peek_done, d.peek_stream));
+    if (s) s = RGPU_CU(cuEventSynchronize(d.peek_done));
+    if (s && to_host) std::memcpy(host + done, pin.data, chunk);
+    done += chunk;
+  }
+  givePinned(pin);
+  return s;
 }
 
 // Arrays have no memset: each level's rows are copied from a zeroed buffer,

@@ -893,6 +893,7 @@ Status CudaBackend::loadModule(uint32_t id, int device, const std::string& fatbi
     if (e.payload.find("vprintf") != std::string::npos || e.payload.find("__assertfail") != std::string::npos)
       printf_possible_ = true;
   std::lock_guard lock(mu_);
+  mod.placed = next_placed_++;
   modules_[id] = std::move(mod);
   return Status::ok();
 }

@@ -59,6 +59,7 @@
 #include <condition_variable>
 #include <deque>
 #include <list>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -118,6 +119,9 @@ struct CudaOptions {
 
 // The zeroed buffer arrays are scrubbed from (grown for a wider row).
 inline constexpr uint64_t kScrubZeroBytes = 4ull << 20;
+// A restore makes at most this many texture and surface objects it does not
+// keep, to be handed the handles the program holds (placeObject).
+inline constexpr size_t kMaxObjectPlaceholders = 65536;
 
 class CudaBackend final : public Backend {
  public:
@@ -209,6 +213,17 @@ class CudaBackend final : public Backend {
   Status loadModuleAt(uint32_t id, int device, const std::string& fatbin, const std::vector<ModuleGlobal>& at) override;
   Result<EventState> eventState(uint32_t event) const override;
   Status restoreEvent(uint32_t event, int device, uint32_t flags, const EventState& state) override;
+  // Arrays are the driver's: their bytes move packed (cuda_arrays.cc), and
+  // texture and surface objects come back under the handles the program
+  // holds where the driver hands those out again (cuda_checkpoint.cc).
+  Result<std::pair<DevPtr, uint64_t>> arrayMemory(uint64_t array) const override;
+  Status createArrayAt(uint64_t handle, const ArraySpec& spec, DevPtr base) override;
+  Status readArray(uint64_t array, uint64_t offset, uint64_t n, uint8_t* out) override;
+  Status writeArray(uint64_t array, uint64_t offset, const uint8_t* data, uint64_t n) override;
+  Status createTextureAt(uint64_t handle, const TextureSpec& spec) override;
+  Status createSurfaceAt(uint64_t handle, int device, uint64_t array, uint32_t level) override;
+  Status objectsRestored() override;
+  uint64_t placementOrder(bool array, uint64_t id) const override;
   // cuRAND: computed on this CPU (common/curand_cpu.h), uploaded in stream order (cuda_blas.cc).
   Status randFill(StreamKey s, const common::curand::Fill& f, DevPtr out, uint64_t count) override;
   // cuFFT: NVIDIA's plan of each client plan, made on its first use (cuda_fft.cc).
@@ -302,6 +317,7 @@ class CudaBackend final : public Backend {
     // variables the image declares, and the kernels that may call device malloc.
     std::vector<std::string> variables;
     std::set<std::string> mallocs;
+    uint64_t placed = 0;  // placementOrder
   };
   struct Function {
     uint32_t module = 0;
@@ -432,7 +448,20 @@ class CudaBackend final : public Backend {
     int device = 0;
     CUarray array = nullptr;            // a plain array
     CUmipmappedArray mipmapped = nullptr;
+    ArraySpec spec;
+    uint64_t placed = 0;  // placementOrder
   };
+  uint64_t next_placed_ = 1;  // under mu_
+  // createArray under a handle of the caller's (`want`; 0: the next free).
+  Result<uint64_t> createArrayImpl(const ArraySpec& spec, uint64_t want);
+  // readArray (to_host) and writeArray: the array's packed bytes.
+  Status arrayBytes(uint64_t array, uint64_t offset, uint64_t n, uint8_t* host, bool to_host);
+  // A restore's texture or surface object (made by `make`) under the handle
+  // `want`. Objects the driver hands out below it are kept as placeholders
+  // (kMaxObjectPlaceholders at most) until objectsRestored(); one above it
+  // fails the restore.
+  Status placeObject(uint64_t want, bool surface, const std::function<Result<uint64_t>()>& make);
+  std::vector<std::pair<uint64_t, bool>> placeholders_;  // (handle, surface); under mu_
   // The CUarray of an array's level (under mu_ for the table).
   Result<std::pair<int, CUarray>> arrayLevel(uint64_t array, uint32_t level);
   std::unordered_map<uint64_t, CudaArray> arrays_;  // under mu_

@@ -13,12 +13,22 @@
 // the driver put one elsewhere, the restore fails (and the move is called
 // off): the driver offers no way to choose.
 //
+// CUDA arrays are the driver's, and a program knows them only by handle:
+// a new worker makes each again (after the modules, whose variables the
+// driver would otherwise place elsewhere) and writes its packed bytes
+// (cuda_arrays.cc). Texture and surface objects are values the driver
+// chooses and kernels receive: a fresh context hands them out from 1, the
+// lowest free first, so the restore makes them in ascending order of the
+// handles the program holds, keeping each object the driver hands out below
+// the next wanted one as a placeholder (a handle the program destroyed) and
+// destroying the placeholders at the end. A handle that comes back other
+// than the program's fails the restore (the move is called off), as a
+// module variable placed elsewhere does.
+//
 // What stays with the driver and cannot move: the device malloc heap once a
 // kernel that may call malloc has run (the heap's blocks are the driver's;
-// common::kernelsCallingMalloc reads the PTX's call graph), CUDA
-// arrays and the texture and surface objects on them (an object's value is
-// the driver's to choose). Such a session says why it cannot be
-// checkpointed, and stays where it is.
+// common::kernelsCallingMalloc reads the PTX's call graph). Such a session
+// says why it cannot be checkpointed, and stays where it is.
 //
 // Events: a recorded event's completion is carried as CLOCK_MONOTONIC time.
 // The old worker measures it against an event it records and waits for; the
@@ -58,7 +68,6 @@ std::string CudaBackend::notCheckpointable() const {
   if (malloc_used_)
     return "a kernel that may call device malloc ran, and the CUDA driver keeps the heap's blocks";
   std::lock_guard lock(mu_);
-  if (!arrays_.empty()) return "it holds CUDA arrays, whose memory and texture and surface objects the CUDA driver places";
   if (capture_.active) return "a graph is being captured";
   return "";
 }
@@ -238,6 +247,54 @@ Status CudaBackend::restoreEvent(uint32_t event, int device, uint32_t flags, con
   e.recorded = true;
   e.shift_ns = state.completed_ns > 0 ? std::max<int64_t>(0, seen - state.completed_ns) : 0;
   return Status::ok();
+}
+
+Status CudaBackend::placeObject(uint64_t want, bool surface, const std::function<Result<uint64_t>()>& make) {
+  const char* kind = surface ? "surface" : "texture";
+  for (;;) {
+    RGPU_TRY_ASSIGN(got, make());
+    if (got == want) return Status::ok();
+    {
+      std::lock_guard lock(mu_);
+      if (got < want && placeholders_.size() < kMaxObjectPlaceholders) {
+        placeholders_.emplace_back(got, surface);
+        continue;
+      }
+    }
+    (void)(surface ? destroySurface(got) : destroyTexture(got));
+    if (got < want)
+      return Status(err::kNotSupported, fmt::format("{} object {} would take more than {} objects to reach in the new "
+                                                    "worker (the CUDA driver chooses object handles)",
+                                                    kind, want, kMaxObjectPlaceholders));
+    return Status(err::kNotSupported, fmt::format("{} object {} is {} in the new worker, not {} as the program knows it "
+                                                  "(the CUDA driver chooses object handles)",
+                                                  kind, want, got, want));
+  }
+}
+
+Status CudaBackend::createTextureAt(uint64_t handle, const TextureSpec& spec) {
+  if (!handle) return Status(err::kInvalidValue, "a texture object is restored under a handle");
+  return placeObject(handle, false, [&] { return createTexture(spec); });
+}
+
+Status CudaBackend::createSurfaceAt(uint64_t handle, int device, uint64_t array, uint32_t level) {
+  if (!handle) return Status(err::kInvalidValue, "a surface object is restored under a handle");
+  return placeObject(handle, true, [&] { return createSurface(device, array, level); });
+}
+
+Status CudaBackend::objectsRestored() {
+  std::vector<std::pair<uint64_t, bool>> spare;
+  {
+    std::lock_guard lock(mu_);
+    spare.swap(placeholders_);
+  }
+  Status first;
+  for (auto [handle, surface] : spare) {
+    Status s = surface ? destroySurface(handle) : destroyTexture(handle);
+    if (first && !s) first = s;
+  }
+  if (!spare.empty()) RGPU_LOG_INFO("restore: {} texture and surface objects made to reach the program's handles, destroyed again", spare.size());
+  return first;
 }
 
 }  // namespace rgpu::server::cuda

@@ -1526,19 +1526,25 @@ ptx::Textures& objectTable() {
   return t;
 }
 std::shared_ptr<const ptx::Textures> g_objects_snapshot;  // null: changed since
+unsigned long long g_lowest_free = 1;  // no handle below it is free
 
 std::shared_ptr<const ptx::Textures> texturesLocked() {
   if (!g_objects_snapshot) g_objects_snapshot = std::make_shared<const ptx::Textures>(objectTable());
   return g_objects_snapshot;
 }
 
+void dropObjectsLocked() {
+  fakeObjects().clear();
+  objectTable() = {};
+  g_objects_snapshot.reset();
+  g_lowest_free = 1;
+}
+
 // The lowest handle not in use.
 unsigned long long newObjectLocked() {
-  unsigned long long h = 1;
-  for (unsigned long long o : fakeObjects()) {
-    if (o != h) break;
-    ++h;
-  }
+  unsigned long long h = g_lowest_free;
+  while (fakeObjects().count(h)) ++h;
+  g_lowest_free = h + 1;
   fakeObjects().insert(h);
   g_objects_snapshot.reset();
   return h;
@@ -1822,6 +1828,7 @@ CUresult fakeTexObjectCreate(CUtexObject* out, const CUDA_RESOURCE_DESC* res, co
 CUresult fakeObjectDestroy(unsigned long long o, const char* name) {
   ENTER(name);
   if (!fakeObjects().erase(o)) return CUDA_ERROR_INVALID_VALUE;
+  g_lowest_free = std::min(g_lowest_free, o);
   objectTable().textures.erase(o);
   objectTable().surfaces.erase(o);
   g_objects_snapshot.reset();
@@ -1969,6 +1976,13 @@ __attribute__((visibility("default"))) void rgpu_fake_cuda_fail(const char* name
 __attribute__((visibility("default"))) void rgpu_fake_cuda_reset_sticky() {
   std::lock_guard lock(drv().mu);
   drv().sticky = CUDA_SUCCESS;
+}
+
+// Forgets every texture and surface object (a new process's handles start
+// afresh: a test's second backend standing for a new worker).
+__attribute__((visibility("default"))) void rgpu_fake_cuda_drop_objects() {
+  std::lock_guard lock(drv().mu);
+  dropObjectsLocked();
 }
 
 // Queues work of another fake library (the fake cuBLAS) on `stream`, in order

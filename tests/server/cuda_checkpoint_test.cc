@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "server/backend/array_table.h"
 #include "server/checkpoint/device_image.h"
 #include "server/cuda/cuda_backend.h"
 #include "tests/server/checkpoint_test_support.h"
@@ -208,6 +209,44 @@ TEST(CudaCheckpoint, AModuleVariableTheDriverPutsElsewhereCallsTheRestoreOff) {
   b->stopThreads();
 }
 
+// The driver places arrays and module variables in memory of its own, each
+// after what it made before: the restore makes them in the old order.
+TEST(CudaCheckpoint, ModulesAndArraysAreMadeAgainInTheOrderTheDriverPlacedThem) {
+  Sink file;
+  DevPtr counter = 0;
+  {
+    auto b = backend();
+    ASSERT_TRUE(b);
+    ArraySpec spec;
+    spec.format = {2, 1, 32, false};
+    spec.width = 4096;
+    auto a = b->createArray(spec);  // first: the module's variables lie after it
+    ASSERT_TRUE(a);
+    ASSERT_TRUE(b->loadModule(7, 0, kCheckpointTestPtx));
+    auto c = b->globalAddress(7, "counter", 0);
+    ASSERT_TRUE(c);
+    counter = c->addr;
+    DeviceImage img;
+    img.modules.push_back({7, 0, kCheckpointTestPtx, {}});
+    img.arrays.push_back({*a, spec, 0, 0});
+    auto w = writerTo(file);
+    ASSERT_TRUE(writeDeviceImage(img, *b, *w));
+    ASSERT_TRUE(w->finish());
+    ASSERT_TRUE(b->destroyArray(*a));  // as the old worker's end would (the fake driver outlives it here)
+    b->stopThreads();
+  }
+  auto b = backend();
+  ASSERT_TRUE(b);
+  size_t pos = 0;
+  auto r = readerOf(file, pos);
+  auto got = restoreDeviceImage(*b, *r, DeviceImageLimits{});
+  ASSERT_TRUE(got) << got.status().message();
+  auto c = b->globalAddress(7, "counter", 0);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->addr, counter);
+  b->stopThreads();
+}
+
 TEST(CudaCheckpoint, MemoryIsPlacedOnlyWhereAnAllocationOfItsSizeCouldHaveBeen) {
   auto b = backend();
   ASSERT_TRUE(b);
@@ -234,6 +273,225 @@ TEST(CudaCheckpoint, MemoryIsPlacedOnlyWhereAnAllocationOfItsSizeCouldHaveBeen) 
   ASSERT_TRUE(syncDevice(*b));
   EXPECT_EQ(bytesAt(other + 1024, 1000), std::vector<uint8_t>(1000, 0x42));
   for (DevPtr q : {chunk, other + 1024, other + 2048}) EXPECT_TRUE(b->release(q));
+  b->stopThreads();
+}
+
+// Kernels that read a 2D float texture and write a 2D float surface.
+constexpr char kObjectsPtx[] = R"(
+.version 8.0
+.target sm_75
+.address_size 64
+.visible .entry sample(.param .u64 t, .param .u64 out, .param .f32 x, .param .f32 y) {
+  .reg .f32 %f<7>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [t];
+  ld.param.u64 %rd2, [out];
+  ld.param.f32 %f1, [x];
+  ld.param.f32 %f2, [y];
+  cvta.to.global.u64 %rd3, %rd2;
+  tex.2d.v4.f32.f32 {%f3, %f4, %f5, %f6}, [%rd1, {%f1, %f2}];
+  st.global.f32 [%rd3], %f3;
+  ret;
+}
+.visible .entry put(.param .u64 s, .param .u32 x, .param .u32 y, .param .f32 v) {
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [s];
+  ld.param.u32 %r1, [x];
+  ld.param.u32 %r2, [y];
+  ld.param.u32 %r3, [v];
+  sust.b.2d.b32.trap [%rd1, {%r1, %r2}], {%r3};
+  ret;
+}
+)";
+
+template <typename... T>
+std::string packed(T... v) {
+  std::string out;
+  ((out.append(reinterpret_cast<const char*>(&v), sizeof(v))), ...);
+  return out;
+}
+
+// A level's bytes through the session's copies (host to array, array to host).
+Status putLevel(Backend& b, uint64_t array, uint32_t level, const ArrayLevelDims& d, uint32_t elem,
+                const std::vector<uint8_t>& bytes) {
+  Copy3DSpec c;
+  c.dst = {CopySide::kArray, array, level};
+  c.width = d.width * elem, c.height = d.height, c.depth = d.slices;
+  RGPU_TRY(b.copy3D({0, 0}, c, std::make_shared<std::vector<uint8_t>>(bytes), nullptr));
+  return syncDevice(b);
+}
+std::vector<uint8_t> getLevel(Backend& b, uint64_t array, uint32_t level, const ArrayLevelDims& d, uint32_t elem) {
+  Copy3DSpec c;
+  c.src = {CopySide::kArray, array, level};
+  c.width = d.width * elem, c.height = d.height, c.depth = d.slices;
+  std::vector<uint8_t> out;
+  Status s = b.copy3D({0, 0}, c, nullptr, [&](Status st, const uint8_t* data, uint64_t size, const OnWire& on_wire) {
+    if (st) out.assign(data, data + size);
+    if (on_wire) on_wire();
+  });
+  EXPECT_TRUE(s) << s.message();
+  EXPECT_TRUE(syncDevice(b));
+  return out;
+}
+
+// CUDA arrays are the driver's: each comes back under its handle with its
+// bytes (every level, packed, in pieces that cross rows and slices), and
+// the texture and surface objects under the handles the program holds --
+// the driver hands them out again when they are made in ascending order,
+// with placeholders for the handles the program destroyed.
+TEST(CudaCheckpoint, ArraysComeBackWithTheirBytesAndTheirObjectsUnderTheProgramsHandles) {
+  struct Made {
+    ArraySpec spec;
+    uint64_t handle = 0;
+    std::vector<std::vector<uint8_t>> levels;
+  };
+  auto spec = [](ArrayFormat f, uint64_t w, uint64_t h, uint64_t d, uint32_t flags, uint32_t levels) {
+    ArraySpec s;
+    s.format = f;
+    s.width = w, s.height = h, s.depth = d, s.flags = flags, s.levels = levels;
+    return s;
+  };
+  const ArrayFormat f32{2, 1, 32, false}, u8x2{1, 2, 8, false};
+  std::vector<Made> made = {{spec(f32, 37, 23, 0, kArraySurfaceLoadStore, 0)},   // 2D, with a surface
+                            {spec(u8x2, 300, 200, 7, 0, 0)},                     // 3D, 840,000 bytes: slices of 256 KiB end mid-row
+                            {spec(f32, 64, 48, 0, 0, 4)},                        // mipmapped
+                            {spec(f32, 16, 16, 12, kArrayCubemap | kArrayLayered, 0)}};  // two cubes
+  DeviceImage img;
+  Sink file;
+  DevPtr out = 0;
+  std::vector<uint64_t> tex;
+  uint64_t surf = 0;
+  hooks().drop_objects();  // (other tests of this process made some)
+  {
+    auto b = backend();
+    ASSERT_TRUE(b);
+    uint8_t seed = 1;
+    for (Made& m : made) {
+      auto h = b->createArray(m.spec);
+      ASSERT_TRUE(h) << h.status().message();
+      m.handle = *h;
+      const auto dims = arrayLevels(m.spec);
+      for (uint32_t l = 0; l < dims.size(); ++l) {
+        std::vector<uint8_t> bytes(dims[l].width * m.spec.format.bytes() * dims[l].height * dims[l].slices);
+        for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + i / 251 + seed);
+        ++seed;
+        ASSERT_TRUE(putLevel(*b, m.handle, l, dims[l], m.spec.format.bytes(), bytes));
+        m.levels.push_back(std::move(bytes));
+      }
+      img.arrays.push_back({m.handle, m.spec, 0, 0});
+    }
+    EXPECT_EQ(b->notCheckpointable(), "");
+    // Five texture objects, two destroyed, then a surface object (the driver
+    // gives it the lowest free handle, the second texture's).
+    TextureSpec on_a;
+    on_a.array = made[0].handle;
+    TextureSpec level2 = on_a;
+    level2.array = made[2].handle, level2.level = 2;
+    TextureSpec mip = level2;
+    mip.resource = TextureSpec::kMipmapped, mip.level = 0;
+    for (const TextureSpec* t : {&on_a, &on_a, &level2, &on_a, &mip}) {
+      auto h = b->createTexture(*t);
+      ASSERT_TRUE(h) << h.status().message();
+      tex.push_back(*h);
+    }
+    ASSERT_TRUE(b->destroyTexture(tex[1]));
+    ASSERT_TRUE(b->destroyTexture(tex[3]));
+    auto s = b->createSurface(0, made[0].handle, 0);
+    ASSERT_TRUE(s);
+    surf = *s;
+    EXPECT_EQ(surf, tex[1]) << "the fake hands out the lowest free handle";
+    img.textures = {{tex[0], on_a}, {tex[2], level2}, {tex[4], mip}};
+    img.surfaces = {{surf, 0, made[0].handle, 0}};
+    auto w = writerTo(file);
+    Status st = writeDeviceImage(img, *b, *w);
+    ASSERT_TRUE(st) << st.message();
+    ASSERT_TRUE(w->finish());
+    b->stopThreads();
+  }
+  hooks().clear();
+  hooks().drop_objects();  // the new worker is a new process
+  auto b = backend();
+  ASSERT_TRUE(b);
+  size_t pos = 0;
+  auto r = readerOf(file, pos);
+  auto got = restoreDeviceImage(*b, *r, DeviceImageLimits{});
+  ASSERT_TRUE(got) << got.status().message();
+  ASSERT_TRUE(r->finish());
+  for (const Made& m : made) {
+    const auto dims = arrayLevels(m.spec);
+    for (uint32_t l = 0; l < dims.size(); ++l)
+      EXPECT_EQ(getLevel(*b, m.handle, l, dims[l], m.spec.format.bytes()), m.levels[l]) << m.handle << " level " << l;
+  }
+  // The objects work under the program's handles.
+  ASSERT_TRUE(b->loadModule(1, 0, kObjectsPtx));
+  ASSERT_TRUE(b->registerFunction(1, 1, "sample"));
+  ASSERT_TRUE(b->registerFunction(2, 1, "put"));
+  auto p = b->allocate(0, 64);
+  ASSERT_TRUE(p);
+  out = *p;
+  auto texel = [&](uint64_t t, float x, float y) {
+    EXPECT_TRUE(b->launch({0, 0}, 1, LaunchConfig{}, packed(t, out, x, y)));
+    EXPECT_TRUE(syncDevice(*b));
+    float v;
+    std::memcpy(&v, reinterpret_cast<const void*>(out), 4);
+    return v;
+  };
+  auto element = [](const std::vector<uint8_t>& level, uint64_t width, uint64_t x, uint64_t y) {
+    float v;
+    std::memcpy(&v, level.data() + (y * width + x) * 4, 4);
+    return v;
+  };
+  EXPECT_EQ(texel(tex[0], 5.5f, 7.5f), element(made[0].levels[0], 37, 5, 7));
+  EXPECT_EQ(texel(tex[2], 3.5f, 2.5f), element(made[2].levels[2], 16, 3, 2));
+  ASSERT_TRUE(b->launch({0, 0}, 2, LaunchConfig{}, packed(surf, uint32_t{6 * 4}, uint32_t{4}, 42.f)));
+  ASSERT_TRUE(syncDevice(*b));
+  const auto a = getLevel(*b, made[0].handle, 0, arrayLevels(made[0].spec)[0], 4);
+  EXPECT_EQ(element(a, 37, 6, 4), 42.f);
+  // The placeholder for the destroyed fourth texture went again: a new object gets its handle.
+  auto again = b->createTexture(TextureSpec{0, TextureSpec::kArray, made[0].handle});
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, tex[3]);
+  const std::string log = hooks().log();
+  size_t creates = 0;
+  for (size_t at = 0; (at = log.find("\ncuTexObjectCreate ", at)) != std::string::npos; ++at) ++creates;
+  EXPECT_EQ(creates, 5u) << "3 objects, 1 placeholder, 1 made after: " << log;
+  b->stopThreads();
+}
+
+// A handle the driver does not hand out again calls the restore off.
+TEST(CudaCheckpoint, AnObjectHandleTheDriverDoesNotHandOutAgainCallsTheRestoreOff) {
+  Sink file;
+  {
+    auto b = backend();
+    ASSERT_TRUE(b);
+    ArraySpec s;
+    s.format = {2, 1, 32, false};
+    s.width = 8, s.height = 8;
+    auto a = b->createArray(s);
+    ASSERT_TRUE(a);
+    DeviceImage img;
+    img.arrays.push_back({*a, s, 0, 0});
+    TextureSpec t;
+    t.array = *a;
+    // One the driver hands out (after two placeholders), and one too far above it to reach.
+    img.textures = {{3, t}, {kMaxObjectPlaceholders + 10, t}};
+    auto w = writerTo(file);
+    ASSERT_TRUE(writeDeviceImage(img, *b, *w));
+    ASSERT_TRUE(w->finish());
+    b->stopThreads();
+  }
+  hooks().drop_objects();  // the new worker is a new process
+  auto b = backend();
+  ASSERT_TRUE(b);
+  size_t pos = 0;
+  auto r = readerOf(file, pos);
+  auto got = restoreDeviceImage(*b, *r, DeviceImageLimits{});
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.status().code(), err::kNotSupported);
+  EXPECT_NE(got.status().message().find("texture object 65546 would take more than 65536 objects to reach in the new worker"),
+            std::string::npos)
+      << got.status().message();
   b->stopThreads();
 }
 

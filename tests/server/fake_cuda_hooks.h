@@ -20,11 +20,13 @@ struct FakeHooks {
     clear = reinterpret_cast<void (*)()>(::dlsym(h, "rgpu_fake_cuda_clear_log"));
     fail = reinterpret_cast<void (*)(const char*, int)>(::dlsym(h, "rgpu_fake_cuda_fail"));
     reset_sticky = reinterpret_cast<void (*)()>(::dlsym(h, "rgpu_fake_cuda_reset_sticky"));
+    drop_objects = reinterpret_cast<void (*)()>(::dlsym(h, "rgpu_fake_cuda_drop_objects"));
   }
   const char* (*log)() = nullptr;
   void (*clear)() = nullptr;
   void (*fail)(const char*, int) = nullptr;
   void (*reset_sticky)() = nullptr;
+  void (*drop_objects)() = nullptr;  // texture and surface objects: a new process's start afresh
 };
 
 inline FakeHooks& hooks() {
