@@ -15,7 +15,8 @@
 #   7. striped bulk transfer (rgpu-bench --stripes) on a host with many cores;
 #   8. a training loop moved twice between workers on the CUDA backend
 #      (rgpu-smi --migrate, docs/migration.md), its lines compared with an
-#      unmoved run's, and the pauses.
+#      unmoved run's, and the pauses; a session holding a CUDA array with a
+#      texture and a surface object moved once.
 # Finishes within 9 minutes on a 16-core host with one GPU. Exit status 0 only
 # when every step passed.
 set -uo pipefail
@@ -163,7 +164,23 @@ for at in 3 8; do
   moves+="$("${mig_env[@]}" "$build/client/rgpu-smi" --migrate "$sid" 2>&1 | tail -1); "
 done
 wait $client
+# A session holding a CUDA array with a texture and a surface object, moved
+# once: the driver must hand out the objects' handles again (docs/migration.md).
+"${mig_env[@]}" "$program" 6 300 0 array >"$mig/array.out" 2>&1 &
+client=$!
+for _ in $(seq 600); do grep -q "^step 2 " "$mig/array.out" && break; sleep 0.05; done
+sid=$(grep -o "session [0-9]*: user 'check' placed" "$mig/server.log" | tail -1 | awk '{print $2}' | tr -d :)
+array_move="$("${mig_env[@]}" "$build/client/rgpu-smi" --migrate "$sid" 2>&1 | tail -1)"
+wait $client
 kill $mserver 2>/dev/null; wait $mserver 2>/dev/null
+if grep -q "array: 0 wrong through the texture, surface write landed" "$mig/array.out" &&
+   grep -q "moved to a new worker" <<<"$array_move"; then
+  note "migration (cuda backend): an array with its texture and surface objects moved: $array_move"
+else
+  status=1
+  tail -20 "$mig/array.out"
+  note "migration (cuda backend): array FAILED: $array_move"
+fi
 if [ -n "$(steps "$mig/alone.out")" ] && [ "$(steps "$mig/alone.out")" = "$(steps "$mig/moved.out")" ] &&
    grep -q "big: 64 MiB, 0 words wrong" "$mig/moved.out"; then
   note "migration (cuda backend): moved twice, every line as unmoved: $moves"

@@ -20,6 +20,11 @@
 //  - every count and size read is checked against DeviceImageLimits before
 //    anything is allocated for it: a checkpoint is input like any other.
 //
+// Modules and arrays are made again in the order the old backend made them
+// (Backend::placementOrder: a driver places each after what it made
+// before), and texture and surface objects in ascending order of their
+// handles, then Backend::objectsRestored().
+//
 // Events come back as they were: unrecorded, or recorded and complete with
 // their completion time (CLOCK_MONOTONIC, shared by the host's processes),
 // so cudaEventElapsedTime spans a move.
