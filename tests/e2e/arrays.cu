@@ -5,8 +5,7 @@
 // what was made; surfaces write and read them from kernels; bad handles,
 // extents and flags are refused with NVIDIA's errors.
 //
-//   arrays               everything (the sim runs the kernels)
-//   arrays --no-kernels  copies and queries only (the fake driver runs no kernel code)
+//   arrays               through rgpu (the sim, or the CUDA backend)
 //   arrays --native      on NVIDIA's runtime
 #include <cuda_runtime.h>
 
@@ -193,7 +192,6 @@ static int batches() {
 }
 
 int main(int argc, char** argv) {
-  const bool kernels = !(argc > 1 && std::strcmp(argv[1], "--no-kernels") == 0);
   const bool native = argc > 1 && std::strcmp(argv[1], "--native") == 0;
 
   // Every channel format of 1, 2 and 4 channels, in 1D, 2D and 3D.
@@ -322,7 +320,7 @@ int main(int argc, char** argv) {
   rd.res.array.array = arr2;  // made without cudaArraySurfaceLoadStore
   EXPECT_ERR(cudaCreateSurfaceObject(&nosurf, &rd), cudaErrorInvalidValue);
 
-  if (kernels) {
+  {
     // Surfaces: read-modify-write of every element, then the boundary modes.
     cudaSurfaceObject_t surf;
     rd.res.array.array = arr;

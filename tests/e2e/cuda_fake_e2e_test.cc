@@ -118,8 +118,7 @@ TEST_F(CudaFakeE2E, AGraphIsOneCUgraphExecAndEachLaunchOneCuGraphLaunch) {
 }
 
 TEST_F(CudaFakeE2E, ManagedMemoryTravelsThroughTheDriversCopies) {
-  // The fake driver runs no kernel code: copies, memsets and queries only.
-  RunResult r = run(testProgram("managed") + " --no-kernels",
+  RunResult r = run(testProgram("managed"),
                     "RGPU_MANAGED_STATS=1 RGPU_CONFIG=" + dir_->file("client.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("all checks passed"), std::string::npos) << r.output;
@@ -128,7 +127,7 @@ TEST_F(CudaFakeE2E, ManagedMemoryTravelsThroughTheDriversCopies) {
 }
 
 TEST_F(CudaFakeE2E, MappedHostMemoryTravelsThroughTheDriversCopies) {
-  RunResult r = program(testProgram("mapped") + " --no-kernels");
+  RunResult r = program(testProgram("mapped"));
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("all checks passed"), std::string::npos) << r.output;
 }

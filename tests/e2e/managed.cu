@@ -6,8 +6,7 @@
 // RGPU_MANAGED_STATS=1, rgpu prints the bytes each way at exit; the e2e test
 // checks that only the pages the host touched travelled.
 //
-//   managed               everything (the sim runs the kernels)
-//   managed --no-kernels  copies, memsets and queries only (the fake driver runs no kernel code)
+//   managed               through rgpu (the sim, or the CUDA backend)
 //   managed --native      on NVIDIA's runtime, which may report concurrent managed access
 #include <cuda_runtime.h>
 
@@ -32,7 +31,6 @@ constexpr int N = 1 << 18;  // 1 MiB of floats per array
 constexpr size_t kBytes = N * sizeof(float);
 
 int main(int argc, char** argv) {
-  const bool kernels = !(argc > 1 && std::strcmp(argv[1], "--no-kernels") == 0);
   const bool native = argc > 1 && std::strcmp(argv[1], "--native") == 0;
   int managed = -1, concurrent = -1;
   CHECK(cudaDeviceGetAttribute(&managed, cudaDevAttrManagedMemory, 0));
@@ -62,36 +60,28 @@ int main(int argc, char** argv) {
     x[i] = 1.0f;
     y[i] = 2.0f;
   }
-  if (kernels) {
-    saxpy<<<(N + 255) / 256, 256>>>(N, 2.0f, x, y);
-    CHECK(cudaGetLastError());
-    CHECK(cudaDeviceSynchronize());
-    for (int i = 0; i < N; ++i)
-      if (y[i] != 4.0f) {
-        std::printf("FAILED: y[%d] = %f after saxpy, expected 4\n", i, y[i]);
-        return 1;
-      }
-  } else {
-    // The same traffic without a kernel: a device-side copy of y onto itself is device work.
-    CHECK(cudaMemcpy(y, y, 4, cudaMemcpyDeviceToDevice));
-    CHECK(cudaDeviceSynchronize());
-    for (int i = 0; i < N; ++i) EXPECT(y[i] == 2.0f);
-  }
+  saxpy<<<(N + 255) / 256, 256>>>(N, 2.0f, x, y);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  for (int i = 0; i < N; ++i)
+    if (y[i] != 4.0f) {
+      std::printf("FAILED: y[%d] = %f after saxpy, expected 4\n", i, y[i]);
+      return 1;
+    }
 
   // 2. Written on the device only (z): nothing travels for it. Copies with a
   // managed pointer on a host side are device-side copies, whatever the kind.
   float* d;
   CHECK(cudaMalloc(&d, kBytes));
-  if (kernels) fill<<<(N + 255) / 256, 256>>>(N, 7.0f, z);
-  else CHECK(cudaMemset(z, 0, kBytes));
+  fill<<<(N + 255) / 256, 256>>>(N, 7.0f, z);
   CHECK(cudaMemcpy(d, z, kBytes, cudaMemcpyHostToDevice));
   std::vector<float> h(N);
   CHECK(cudaMemcpy(h.data(), d, kBytes, cudaMemcpyDeviceToHost));
-  for (int i = 0; i < N; ++i) EXPECT(h[i] == (kernels ? 7.0f : 0.0f));
+  for (int i = 0; i < N; ++i) EXPECT(h[i] == 7.0f);
   CHECK(cudaMemcpy(z, h.data(), 16, cudaMemcpyHostToHost));  // a managed destination: still no host pages of z
   CHECK(cudaMemcpyAsync(h.data(), z, 16, cudaMemcpyDefault, 0));
   CHECK(cudaStreamSynchronize(0));
-  EXPECT(h[3] == (kernels ? 7.0f : 0.0f));
+  EXPECT(h[3] == 7.0f);
 
   // 3. A memset of managed memory, then one host read: one 64 KiB block fetched.
   CHECK(cudaMemset(x, 0, kBytes));
@@ -99,15 +89,8 @@ int main(int argc, char** argv) {
   EXPECT(x[0] == 0.0f);
 
   // 4. Four threads read z at once after the device wrote it: faults in parallel, each block fetched once (1 MiB).
-  float want;
-  if (kernels) {
-    fill<<<(N + 255) / 256, 256>>>(N, 9.0f, z);
-    want = 9.0f;
-  } else {
-    CHECK(cudaMemset(z, 1, kBytes));
-    unsigned bits = 0x01010101u;
-    std::memcpy(&want, &bits, 4);
-  }
+  const float want = 9.0f;
+  fill<<<(N + 255) / 256, 256>>>(N, want, z);
   CHECK(cudaDeviceSynchronize());
   std::atomic<int> wrong{0};
   std::vector<std::thread> readers;
@@ -146,7 +129,7 @@ int main(int argc, char** argv) {
   CHECK(cudaMemPrefetchAsync(y, kBytes, host, 0, 0));
   CHECK(cudaMemRangeGetAttribute(&v, 4, cudaMemRangeAttributeLastPrefetchLocation, y, kBytes));
   EXPECT(v == cudaCpuDeviceId);
-  EXPECT(y[N - 1] == (kernels ? 4.0f : 2.0f));  // no fault: prefetched
+  EXPECT(y[N - 1] == 4.0f);  // no fault: prefetched
 
   CHECK(cudaFree(x));
   CHECK(cudaFree(y));

@@ -5,8 +5,7 @@
 // Also cudaHostRegister(..., cudaHostRegisterMapped) of page-aligned memory
 // the program already filled, copies naming mapped memory, pointer attributes.
 //
-//   mapped               everything (the sim runs the kernels)
-//   mapped --no-kernels  copies and queries only (the fake driver runs no kernel code)
+//   mapped               through rgpu (the sim, or the CUDA backend)
 //   mapped --native      on NVIDIA's runtime, which registers memory off page boundaries too
 #include <cuda_runtime.h>
 
@@ -29,7 +28,6 @@ __global__ void twice(int* p, int n) {
 constexpr int N = 100000;
 
 int main(int argc, char** argv) {
-  const bool kernels = !(argc > 1 && std::strcmp(argv[1], "--no-kernels") == 0);
   const bool native = argc > 1 && std::strcmp(argv[1], "--native") == 0;
   int can = -1, uva = -1;
   CHECK(cudaDeviceGetAttribute(&can, cudaDevAttrCanMapHostMemory, 0));
@@ -62,15 +60,11 @@ int main(int argc, char** argv) {
     a[i] = float(i);
     b[i] = 0.5f;
   }
-  if (kernels) {
-    add<<<(N + 255) / 256, 256>>>(da, db, dc, N);
-    CHECK(cudaGetLastError());
-  } else {
-    CHECK(cudaMemcpy(dc, da, N * sizeof(float), cudaMemcpyDeviceToDevice));  // c = a, on the device
-  }
+  add<<<(N + 255) / 256, 256>>>(da, db, dc, N);
+  CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
   for (int i = 0; i < N; ++i)
-    if (c[i] != (kernels ? float(i) + 0.5f : float(i))) {
+    if (c[i] != float(i) + 0.5f) {
       std::printf("FAILED: c[%d] = %f\n", i, c[i]);
       return 1;
     }
@@ -100,14 +94,13 @@ int main(int argc, char** argv) {
   CHECK(cudaHostRegister(r, bytes, cudaHostRegisterMapped));
   int* dr;
   CHECK(cudaHostGetDevicePointer(&dr, r, 0));
-  if (kernels) twice<<<(n + 255) / 256, 256>>>(dr, n);
-  else CHECK(cudaMemcpy(dr, dr + 1, sizeof(int), cudaMemcpyDeviceToDevice));  // r[0] = r[1]
+  twice<<<(n + 255) / 256, 256>>>(dr, n);
   CHECK(cudaDeviceSynchronize());
-  EXPECT(r[5] == (kernels ? 10 : 5));
+  EXPECT(r[5] == 10);
   CHECK(cudaHostUnregister(r));
   // The program's memory again, with the device's bytes in it.
-  EXPECT(r[n - 1] == (kernels ? 2 * (n - 1) : n - 1));
-  EXPECT(r[0] == (kernels ? 0 : 1));
+  EXPECT(r[n - 1] == 2 * (n - 1));
+  EXPECT(r[0] == 0);
   r[0] = 77;
   std::free(r);
   // Not on page boundaries: refused, as rgpu would have to protect its neighbours.

@@ -125,8 +125,8 @@ TEST_P(Ordering, DevicePrintfAppearsAtTheNextSynchronisationPoint) {
   EXPECT_LT(kernel, after) << "device output was not printed by cudaDeviceSynchronize:\n" << r.output;
 }
 
-// `device_printf CASE` against a sim server of its own (the sim interprets
-// printf; the fake driver runs no kernel code).
+// `device_printf CASE` against a sim server of its own (the cases test the
+// sim's printf: its formatting and its FIFO).
 RunResult devicePrintf(const std::string& name) {
   TempDir dir;
   makeCerts(dir.path());

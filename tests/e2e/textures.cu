@@ -7,8 +7,7 @@
 // bilinear texture). On rgpu's sim the fetches must match the model bit for
 // bit; natively (--native) within the hardware's interpolation precision.
 //
-//   textures             everything (the sim runs the kernels)
-//   textures --no-kernels creation, queries and refusals only (the fake driver runs no kernel code)
+//   textures             through rgpu (the sim, or the CUDA backend)
 //   textures --native    on NVIDIA's runtime
 #include <cuda_runtime.h>
 
@@ -102,7 +101,6 @@ __global__ void rotate(cudaTextureObject_t src, float* dst, int w, int h, float 
 static bool close(float a, float b, bool exact) { return exact ? std::memcmp(&a, &b, 4) == 0 : std::fabs(a - b) <= 1e-2f * (1 + std::fabs(b)); }
 
 int main(int argc, char** argv) {
-  const bool kernels = !(argc > 1 && std::strcmp(argv[1], "--no-kernels") == 0);
   const bool exact = !(argc > 1 && std::strcmp(argv[1], "--native") == 0);
   const int W = 8, H = 6;
   std::vector<float> texels(W * H);
@@ -148,27 +146,6 @@ int main(int argc, char** argv) {
   lin.res.linear.sizeInBytes = 8192;  // past the allocation
   EXPECT_ERR(cudaCreateTextureObject(&t, &lin, &td, nullptr), cudaErrorInvalidValue);
   lin.res.linear.sizeInBytes = 40;
-
-  if (!kernels) {
-    CHECK(cudaCreateTextureObject(&t, &lin, &td, nullptr));
-    CHECK(cudaDestroyTextureObject(t));
-    // A normalised format, filtered and read as element type: the driver's unorm format.
-    cudaChannelFormatDesc un8x4 = cudaCreateChannelDesc<cudaChannelFormatKindUnsignedNormalized8X4>();
-    cudaArray_t un;
-    CHECK(cudaMallocArray(&un, &un8x4, 16, 1));
-    cudaResourceDesc ur{};
-    ur.resType = cudaResourceTypeArray;
-    ur.res.array.array = un;
-    cudaTextureDesc ud{};
-    ud.filterMode = cudaFilterModeLinear;
-    CHECK(cudaCreateTextureObject(&t, &ur, &ud, nullptr));
-    CHECK(cudaDestroyTextureObject(t));
-    CHECK(cudaFreeArray(un));
-    CHECK(cudaFree(dints));
-    CHECK(cudaFreeArray(arr));
-    std::printf("textures: objects made, described and refused, all checks passed\n");
-    return 0;
-  }
 
   // Every address mode x filter x coordinate kind on the 2D array.
   std::vector<float2> at;
