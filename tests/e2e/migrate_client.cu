@@ -13,7 +13,8 @@
 //     BIG_MIB: also holds that many MiB of pseudo-random device memory
 //              (checked at the end: a moved session keeps every byte)
 //     array:   also holds a CUDA array with a texture and a surface object
-//              on it (checked through both at the end)
+//              on it (checked through both at the end), made after one more
+//              texture object, which it destroys: a hole below their handles
 //     graph:   also launches a captured CUDA graph every step (counting its
 //              launches in a module variable)
 //     heap:    also sets cudaLimitMallocHeapSize and, every step, keeps 32
@@ -380,8 +381,12 @@ int main(int argc, char** argv) {
     td.addressMode[0] = td.addressMode[1] = cudaAddressModeClamp;
     td.filterMode = cudaFilterModePoint;
     td.readMode = cudaReadModeElementType;
+    // One made and destroyed first: the objects kept have a free handle below them.
+    cudaTextureObject_t first = 0;
+    CHECK(cudaCreateTextureObject(&first, &res, &td, nullptr));
     CHECK(cudaCreateTextureObject(&tex, &res, &td, nullptr));
     CHECK(cudaCreateSurfaceObject(&surf, &res));
+    CHECK(cudaDestroyTextureObject(first));
   }
   int lo = 0, hi = 0;
   CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
