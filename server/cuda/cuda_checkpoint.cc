@@ -18,7 +18,8 @@
 // driver would otherwise place elsewhere) and writes its packed bytes
 // (cuda_arrays.cc). Texture and surface objects are values the driver
 // chooses and kernels receive: a fresh context hands them out from 1, the
-// lowest free first, so the restore makes them in ascending order of the
+// lowest free first (the fake driver does; not yet checked against NVIDIA's,
+// scripts/gpu-check.sh does), so the restore makes them in ascending order of the
 // handles the program holds, keeping each object the driver hands out below
 // the next wanted one as a placeholder (a handle the program destroyed) and
 // destroying the placeholders at the end. A handle that comes back other
