@@ -9,8 +9,8 @@
 #include "server/cuda/cuda_backend.h"
 
 #include "common/array_shape.h"
-#include "server/backend/array_table.h"
 #include "common/spin.h"
+#include "server/backend/array_table.h"
 
 namespace rgpu::server::cuda {
 

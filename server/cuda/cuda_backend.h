@@ -58,8 +58,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <list>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
