@@ -353,10 +353,11 @@ TEST(CudaCheckpoint, ArraysComeBackWithTheirBytesAndTheirObjectsUnderThePrograms
     return s;
   };
   const ArrayFormat f32{2, 1, 32, false}, u8x2{1, 2, 8, false};
-  std::vector<Made> made = {{spec(f32, 37, 23, 0, kArraySurfaceLoadStore, 0)},   // 2D, with a surface
-                            {spec(u8x2, 300, 200, 7, 0, 0)},                     // 3D, 840,000 bytes: slices of 256 KiB end mid-row
-                            {spec(f32, 64, 48, 0, 0, 4)},                        // mipmapped
-                            {spec(f32, 16, 16, 12, kArrayCubemap | kArrayLayered, 0)}};  // two cubes
+  std::vector<Made> made(4);
+  made[0].spec = spec(f32, 37, 23, 0, kArraySurfaceLoadStore, 0);  // 2D, with a surface
+  made[1].spec = spec(u8x2, 300, 200, 7, 0, 0);  // 3D, 840,000 bytes: slices of 256 KiB end mid-row
+  made[2].spec = spec(f32, 64, 48, 0, 0, 4);     // mipmapped
+  made[3].spec = spec(f32, 16, 16, 12, kArrayCubemap | kArrayLayered, 0);  // two cubes
   DeviceImage img;
   Sink file;
   DevPtr out = 0;
@@ -449,7 +450,9 @@ TEST(CudaCheckpoint, ArraysComeBackWithTheirBytesAndTheirObjectsUnderThePrograms
   const auto a = getLevel(*b, made[0].handle, 0, arrayLevels(made[0].spec)[0], 4);
   EXPECT_EQ(element(a, 37, 6, 4), 42.f);
   // The placeholder for the destroyed fourth texture went again: a new object gets its handle.
-  auto again = b->createTexture(TextureSpec{0, TextureSpec::kArray, made[0].handle});
+  TextureSpec on_a;
+  on_a.array = made[0].handle;
+  auto again = b->createTexture(on_a);
   ASSERT_TRUE(again);
   EXPECT_EQ(*again, tex[3]);
   const std::string log = hooks().log();
