@@ -175,10 +175,11 @@ TEST_F(Migration, AnArrayWithItsTextureAndSurfaceObjectsMovesWithTheSession) {
     EXPECT_NE(got.find("resumed session"), std::string::npos) << got;
     EXPECT_EQ(checkpointsLeft(), 0u);
     // The handle the program freed below its objects was filled and freed again in each new worker.
-    if (cuda)
+    if (cuda) {
       EXPECT_NE(server_->log().find("restore: 1 texture and surface objects made to reach the program's handles"),
                 std::string::npos)
           << server_->log();
+    }
   }
 }
 
