@@ -112,8 +112,12 @@ Result<uint64_t> checkArray(const ArraySpec& s, const std::vector<int32_t>& a) {
     if (s.levels > most)
       return invalid(shape + ": " + std::to_string(s.levels) + " mipmap levels, at most " + std::to_string(most));
   }
+  return packedBytes(s);
+}
+
+uint64_t packedBytes(const ArraySpec& spec) {
   uint64_t bytes = 0;
-  for (const auto& l : arrayLevels(s)) bytes += l.width * l.height * l.slices * s.format.bytes();
+  for (const auto& l : arrayLevels(spec)) bytes += l.width * l.height * l.slices * spec.format.bytes();
   return bytes;
 }
 

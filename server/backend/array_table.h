@@ -38,6 +38,8 @@ Result<ArrayFormat> checkFormat(int x, int y, int z, int w, int kind);
 Status checkFormat(const ArrayFormat& f);
 // The levels of an array (one for a plain array).
 std::vector<ArrayLevelDims> arrayLevels(const ArraySpec& spec);
+// The bytes its levels hold, packed (level after level, slice after slice, row after row).
+uint64_t packedBytes(const ArraySpec& spec);
 // Checks an array's shape, flags and extents against the device's
 // attributes (by cudaDeviceAttr); the bytes its levels hold, packed.
 // `spec.format` is checkFormat's answer.

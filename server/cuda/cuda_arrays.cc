@@ -38,15 +38,16 @@ CUarray_format driverFormat(const ArrayFormat& f) {
 
 }  // namespace
 
+Result<CudaBackend::CudaArray> CudaBackend::arrayOf(uint64_t array) const {
+  std::lock_guard lock(mu_);
+  auto it = arrays_.find(array);
+  if (it == arrays_.end()) return Status(err::kInvalidValue, "no such array");
+  return it->second;
+}
+
 Result<std::pair<int, CUarray>> CudaBackend::arrayLevel(uint64_t array, uint32_t level) {
   DriverApi& api = *api_;
-  CudaArray a;
-  {
-    std::lock_guard lock(mu_);
-    auto it = arrays_.find(array);
-    if (it == arrays_.end()) return Status(err::kInvalidValue, "no such array");
-    a = it->second;
-  }
+  RGPU_TRY_ASSIGN(a, arrayOf(array));
   if (a.array) return std::make_pair(a.device, a.array);
   RGPU_TRY(use(a.device));
   CUarray l = nullptr;
@@ -92,12 +93,8 @@ Result<uint64_t> CudaBackend::createArrayImpl(const ArraySpec& spec, uint64_t wa
 // ---- arrays in checkpoints (backend.h: arrayMemory) ----
 
 Result<std::pair<DevPtr, uint64_t>> CudaBackend::arrayMemory(uint64_t array) const {
-  std::lock_guard lock(mu_);
-  auto it = arrays_.find(array);
-  if (it == arrays_.end()) return Status(err::kInvalidValue, "no such array");
-  uint64_t packed = 0;
-  for (const auto& l : arrayLevels(it->second.spec)) packed += l.width * it->second.spec.format.bytes() * l.height * l.slices;
-  return std::make_pair(DevPtr{0}, packed);
+  RGPU_TRY_ASSIGN(a, arrayOf(array));
+  return std::make_pair(DevPtr{0}, packedBytes(a.spec));
 }
 
 uint64_t CudaBackend::placementOrder(bool array, uint64_t id) const {
@@ -130,17 +127,10 @@ Status CudaBackend::writeArray(uint64_t array, uint64_t offset, const uint8_t* d
 // a pinned buffer on the device's own stream, after its scrubs.
 Status CudaBackend::arrayBytes(uint64_t array, uint64_t offset, uint64_t n, uint8_t* host, bool to_host) {
   DriverApi& api = *api_;
-  CudaArray a;
-  {
-    std::lock_guard lock(mu_);
-    auto it = arrays_.find(array);
-    if (it == arrays_.end()) return Status(err::kInvalidValue, "no such array");
-    a = it->second;
-  }
+  RGPU_TRY_ASSIGN(a, arrayOf(array));
   const uint64_t e = a.spec.format.bytes();
   const auto levels = arrayLevels(a.spec);
-  uint64_t packed = 0;
-  for (const auto& l : levels) packed += l.width * e * l.height * l.slices;
+  const uint64_t packed = packedBytes(a.spec);
   if (offset % e || n % e || offset > packed || n > packed - offset)
     return Status(err::kInvalidValue, "bytes " + std::to_string(offset) + "+" + std::to_string(n) + " of an array of " +
                                           std::to_string(packed) + " bytes in " + std::to_string(e) + "-byte elements");
@@ -155,6 +145,7 @@ Status CudaBackend::arrayBytes(uint64_t array, uint64_t offset, uint64_t n, uint
   }
   RGPU_TRY_ASSIGN(pin, takePinned(std::min<uint64_t>(std::max<uint64_t>(n, 1), 4ull << 20)));
   Status s;
+  auto levelBytes = [&](size_t i) { return levels[i].width * e * levels[i].height * levels[i].slices; };
   // Level l starts `start` bytes into the packed bytes.
   size_t l = 0;
   uint64_t start = 0;
@@ -163,12 +154,8 @@ Status CudaBackend::arrayBytes(uint64_t array, uint64_t offset, uint64_t n, uint
     if (!to_host) std::memcpy(pin.data, host + done, chunk);
     for (uint64_t at = 0; s && at < chunk;) {
       const uint64_t pos = offset + done + at;
-      uint64_t row = levels[l].width * e, bytes = row * levels[l].height * levels[l].slices;
-      while (pos >= start + bytes) {
-        start += bytes;
-        ++l;
-        row = levels[l].width * e, bytes = row * levels[l].height * levels[l].slices;
-      }
+      while (pos >= start + levelBytes(l)) start += levelBytes(l++);
+      const uint64_t row = levels[l].width * e;
       const uint64_t r = (pos - start) / row, x = (pos - start) % row, y = r % levels[l].height,
                      z = r / levels[l].height, left = chunk - at;
       // Part of one row, or whole rows of one slice.

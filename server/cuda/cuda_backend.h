@@ -462,6 +462,8 @@ class CudaBackend final : public Backend {
   // fails the restore.
   Status placeObject(uint64_t want, bool surface, const std::function<Result<uint64_t>()>& make);
   std::vector<std::pair<uint64_t, bool>> placeholders_;  // (handle, surface); under mu_
+  // A copy of an array's entry (takes mu_).
+  Result<CudaArray> arrayOf(uint64_t array) const;
   // The CUarray of an array's level (under mu_ for the table).
   Result<std::pair<int, CUarray>> arrayLevel(uint64_t array, uint32_t level);
   std::unordered_map<uint64_t, CudaArray> arrays_;  // under mu_

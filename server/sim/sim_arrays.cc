@@ -9,14 +9,6 @@ namespace rgpu::server {
 
 namespace {
 
-ptx::TexShape shapeOf(const ArraySpec& s) {
-  const bool layered = s.flags & kArrayLayered, cube = s.flags & kArrayCubemap;
-  if (cube) return layered ? ptx::TexShape::kCubemapLayered : ptx::TexShape::kCubemap;
-  if (layered) return s.height ? ptx::TexShape::kLayered2D : ptx::TexShape::kLayered1D;
-  if (s.depth) return ptx::TexShape::k3D;
-  return s.height ? ptx::TexShape::k2D : ptx::TexShape::k1D;
-}
-
 ptx::TexFormat texFormat(const ArrayFormat& f) {
   return {f.kind, static_cast<uint8_t>(f.channels), static_cast<uint8_t>(f.bits)};
 }
@@ -60,7 +52,7 @@ Result<std::pair<DevPtr, uint64_t>> SimBackend::arrayMemory(uint64_t array) cons
 
 Result<uint64_t> SimBackend::createArrayImpl(const ArraySpec& spec, uint64_t want, DevPtr base) {
   ptx::TexImage img;
-  img.shape = shapeOf(spec);
+  img.shape = ptx::arrayShape(spec.flags & kArrayLayered, spec.flags & kArrayCubemap, spec.height, spec.depth);
   img.format = texFormat(spec.format);
   if (spec.flags & (kArrayLayered | kArrayCubemap))
     img.layers = static_cast<uint32_t>(spec.flags & kArrayCubemap ? spec.depth / 6 : spec.depth);

@@ -268,11 +268,7 @@ ptx::TexImage imageOf(const std::vector<const FakeArray*>& levels) {
   const CUDA_ARRAY3D_DESCRIPTOR& d = levels[0]->desc;
   const bool layered = d.Flags & CUDA_ARRAY3D_LAYERED, cube = d.Flags & CUDA_ARRAY3D_CUBEMAP;
   ptx::TexImage img;
-  img.shape = cube      ? (layered ? ptx::TexShape::kCubemapLayered : ptx::TexShape::kCubemap)
-              : layered ? (d.Height ? ptx::TexShape::kLayered2D : ptx::TexShape::kLayered1D)
-              : d.Depth ? ptx::TexShape::k3D
-              : d.Height ? ptx::TexShape::k2D
-                         : ptx::TexShape::k1D;
+  img.shape = ptx::arrayShape(layered, cube, d.Height, d.Depth);
   img.format = texFormat(d.Format, d.NumChannels);
   if (layered || cube) img.layers = static_cast<uint32_t>(cube ? d.Depth / 6 : d.Depth);
   for (const FakeArray* a : levels) {

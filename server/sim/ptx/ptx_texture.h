@@ -44,6 +44,13 @@ struct TexFormat {
 
 // Texture shapes (cudaResourceType and the array's flags together).
 enum class TexShape : uint8_t { k1D, k2D, k3D, kLayered1D, kLayered2D, kCubemap, kCubemapLayered };
+// An array's shape from its flags and extents (height 0: 1D; depth 0: neither 3D nor layered).
+inline TexShape arrayShape(bool layered, bool cubemap, uint64_t height, uint64_t depth) {
+  if (cubemap) return layered ? TexShape::kCubemapLayered : TexShape::kCubemap;
+  if (layered) return height ? TexShape::kLayered2D : TexShape::kLayered1D;
+  if (depth) return TexShape::k3D;
+  return height ? TexShape::k2D : TexShape::k1D;
+}
 
 struct TexLevel {
   uint64_t base = 0;  // device address of its first texel
