@@ -10,7 +10,9 @@ namespace rgpu::fake {
 // An array is host memory, its rows packed, counted in its device's memory
 // use (cuMemGetInfo) as on a GPU; a mipmapped array one array per level.
 // Texture and surface objects are numbers from one pool, the lowest free
-// first (a fresh process's first object is 1), each described for the
+// first (a fresh process's first object is 1): one pool for the process, or
+// with RGPU_FAKE_CUDA_OBJECT_POOLS=device one per device's context (a
+// value then names an object of the current context only). Each is described for the
 // interpreter as the sim describes its own (server/sim/ptx/ptx_texture.h),
 // so kernels sample and write them; a launch sees the objects as they were
 // when it was queued, and faults on an object whose memory is gone.
@@ -37,36 +39,37 @@ std::set<FakeMipmapped*>& fakeMipmapped() {
   static std::set<FakeMipmapped*> s;
   return s;
 }
-std::set<unsigned long long>& fakeObjects() {
-  static std::set<unsigned long long> s;
-  return s;
+struct ObjectPool {
+  std::set<unsigned long long> handles;
+  ptx::Textures table;
+  std::shared_ptr<const ptx::Textures> snapshot;  // null: changed since
+  unsigned long long lowest_free = 1;             // no handle below it is free
+};
+std::map<int, ObjectPool>& objectPools() {
+  static std::map<int, ObjectPool> p;
+  return p;
 }
-ptx::Textures& objectTable() {
-  static ptx::Textures t;
-  return t;
-}
-std::shared_ptr<const ptx::Textures> g_objects_snapshot;  // null: changed since
-unsigned long long g_lowest_free = 1;  // no handle below it is free
+// The pool of `device`'s objects.
+ObjectPool& poolOf(int device) { return objectPools()[drv().object_pool_per_device ? device : 0]; }
+// The pool of the current context's objects.
+ObjectPool& currentPool() { return poolOf(t_ctx ? t_ctx->device : 0); }
 
-std::shared_ptr<const ptx::Textures> texturesLocked() {
-  if (!g_objects_snapshot) g_objects_snapshot = std::make_shared<const ptx::Textures>(objectTable());
-  return g_objects_snapshot;
-}
-
-void dropObjectsLocked() {
-  fakeObjects().clear();
-  objectTable() = {};
-  g_objects_snapshot.reset();
-  g_lowest_free = 1;
+std::shared_ptr<const ptx::Textures> texturesLocked(int device) {
+  ObjectPool& p = poolOf(device);
+  if (!p.snapshot) p.snapshot = std::make_shared<const ptx::Textures>(p.table);
+  return p.snapshot;
 }
 
-// The lowest handle not in use.
+void dropObjectsLocked() { objectPools().clear(); }
+
+// The lowest handle not in use in the current context's pool.
 unsigned long long newObjectLocked() {
-  unsigned long long h = g_lowest_free;
-  while (fakeObjects().count(h)) ++h;
-  g_lowest_free = h + 1;
-  fakeObjects().insert(h);
-  g_objects_snapshot.reset();
+  ObjectPool& p = currentPool();
+  unsigned long long h = p.lowest_free;
+  while (p.handles.count(h)) ++h;
+  p.lowest_free = h + 1;
+  p.handles.insert(h);
+  p.snapshot.reset();
   return h;
 }
 
@@ -335,7 +338,7 @@ CUresult fakeTexObjectCreate(CUtexObject* out, const CUDA_RESOURCE_DESC* res, co
   s.min_lod = td->minMipmapLevelClamp;
   s.max_lod = td->maxMipmapLevelClamp;
   *out = newObjectLocked();
-  objectTable().textures[*out] = std::move(o);
+  currentPool().table.textures[*out] = std::move(o);
   record("cuTexObjectCreate resType=" + std::to_string(res->resType) + " flags=" + std::to_string(td->flags) +
          " filter=" + std::to_string(td->filterMode));
   return CUDA_SUCCESS;
@@ -343,11 +346,12 @@ CUresult fakeTexObjectCreate(CUtexObject* out, const CUDA_RESOURCE_DESC* res, co
 
 CUresult fakeObjectDestroy(unsigned long long o, const char* name) {
   ENTER(name);
-  if (!fakeObjects().erase(o)) return CUDA_ERROR_INVALID_VALUE;
-  g_lowest_free = std::min(g_lowest_free, o);
-  objectTable().textures.erase(o);
-  objectTable().surfaces.erase(o);
-  g_objects_snapshot.reset();
+  ObjectPool& p = currentPool();
+  if (!p.handles.erase(o)) return CUDA_ERROR_INVALID_VALUE;
+  p.lowest_free = std::min(p.lowest_free, o);
+  p.table.textures.erase(o);
+  p.table.surfaces.erase(o);
+  p.snapshot.reset();
   record(name);
   return CUDA_SUCCESS;
 }
@@ -359,7 +363,7 @@ CUresult fakeSurfObjectCreate(CUsurfObject* out, const CUDA_RESOURCE_DESC* res) 
   if (!out || !res || res->resType != CU_RESOURCE_TYPE_ARRAY || !knownArray(res->res.array.hArray))
     return CUDA_ERROR_INVALID_VALUE;
   *out = newObjectLocked();
-  objectTable().surfaces[*out] = imageOf({knownArray(res->res.array.hArray)});
+  currentPool().table.surfaces[*out] = imageOf({knownArray(res->res.array.hArray)});
   record("cuSurfObjectCreate");
   return CUDA_SUCCESS;
 }

@@ -161,12 +161,14 @@ struct Driver {
   // Device memory, at addresses of its own as a driver's unified address range is.
   std::unique_ptr<DeviceArena> arena;
   bool vram = false;  // RGPU_FAKE_CUDA_VRAM: device memory outlives the process
+  bool object_pool_per_device = false;  // RGPU_FAKE_CUDA_OBJECT_POOLS=device
 
   Driver() {
     if (const char* n = std::getenv("RGPU_FAKE_CUDA_DEVICES")) device_count = std::atoi(n);
     if (const char* m = std::getenv("RGPU_FAKE_CUDA_MEMORY")) memory = std::strtoull(m, nullptr, 10);
     if (const char* l = std::getenv("RGPU_FAKE_CUDA_LOG")) log_file.open(l, std::ios::app);
     if (const char* j = std::getenv("RGPU_FAKE_CUDA_JITTER_US")) jitter_us = static_cast<unsigned>(std::atoi(j));
+    if (const char* p = std::getenv("RGPU_FAKE_CUDA_OBJECT_POOLS")) object_pool_per_device = std::string(p) == "device";
     contexts.resize(std::max(device_count, 0));
     for (int i = 0; i < device_count; ++i) contexts[i].device = i;
     used.assign(std::max(device_count, 0), 0);
@@ -319,8 +321,9 @@ inline bool deviceRange(uint64_t p, uint64_t n) {
 const std::map<std::string, void*>& memoryEntryPoints();
 
 // ---- arrays, texture and surface objects (fake_arrays.cc); lock held ----
-// The objects as the interpreter samples them, as a kernel queued now sees them.
-std::shared_ptr<const ptx::Textures> texturesLocked();
+// The objects as the interpreter samples them, as a kernel queued now on
+// `device` sees them.
+std::shared_ptr<const ptx::Textures> texturesLocked(int device);
 // Adds the arrays' memory to a launch's ranges (kept sorted).
 void addArrayRanges(ptx::MemoryRanges& memory);
 // Forgets every texture and surface object (a new process's start afresh).

@@ -42,7 +42,10 @@
 //
 // Environment: RGPU_FAKE_CUDA_DEVICES (count, default 1; 0 = no device),
 // RGPU_FAKE_CUDA_MEMORY (bytes per device, default 1 GiB), RGPU_FAKE_CUDA_LOG,
-// RGPU_FAKE_CUDA_JITTER_US. RGPU_FAKE_CUDA_VRAM=FILE makes device memory
+// RGPU_FAKE_CUDA_JITTER_US, RGPU_FAKE_CUDA_OBJECT_POOLS ("process", the
+// default: one pool of texture and surface object values for the process;
+// "device": one per device's context, so two devices hand out the same
+// values). RGPU_FAKE_CUDA_VRAM=FILE makes device memory
 // outlive the process, as a GPU's does: the arena's first bytes are FILE,
 // cuMemAlloc hands memory out as the last process left it (not zeroed; a
 // driver does not promise zeroes), lowest address first. It models one
@@ -784,7 +787,7 @@ CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, 
        << fn->name << " grid=" << gx << "," << gy << "," << gz << " block=" << bx << "," << by
        << "," << bz << " shmem=" << smem << " params=" << hex(block.data(), block.size());
   record(line.str());
-  std::shared_ptr<const ptx::Textures> textures = texturesLocked();  // as the kernel starts, as a GPU's
+  std::shared_ptr<const ptx::Textures> textures = texturesLocked(streamOf(s)->device);  // as the kernel starts, as a GPU's
   enqueue(streamOf(s), [fn, gx, gy, gz, bx, by, bz, smem, block, cooperative, cd, explicit_cluster, textures] {
     ptx::MemoryRanges memory;
     {
