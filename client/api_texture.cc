@@ -2,8 +2,15 @@
 // its interpreter samples; the CUDA backend: real CUtexObject/CUsurfObject)
 // and answers the value kernels take as a parameter; the client keeps the
 // descriptors it was given, for the cudaGet*ObjectDesc queries.
+//
+// A value names an object of one device: a driver may give each device's
+// context its own values, and two members of a pool have drivers of their
+// own, so two devices' objects can have the same value (each kernel takes
+// the one of its device). The tables hold each value's objects with their
+// devices; a call naming a value means the current device's object, or the
+// only object with that value.
+#include <map>
 #include <mutex>
-#include <unordered_map>
 
 #include "client/api_util.h"
 #include "client/arrays.h"
@@ -29,13 +36,38 @@ std::mutex& objectsMutex() {
   static std::mutex mu;
   return mu;
 }
-std::unordered_map<uint64_t, TextureInfo>& textures() {
-  static auto* m = new std::unordered_map<uint64_t, TextureInfo>;
+std::multimap<uint64_t, TextureInfo>& textures() {
+  static auto* m = new std::multimap<uint64_t, TextureInfo>;
   return *m;
 }
-std::unordered_map<uint64_t, SurfaceInfo>& surfaces() {
-  static auto* m = new std::unordered_map<uint64_t, SurfaceInfo>;
+std::multimap<uint64_t, SurfaceInfo>& surfaces() {
+  static auto* m = new std::multimap<uint64_t, SurfaceInfo>;
   return *m;
+}
+
+// The object `handle` names (objectsMutex held): the current device's, or
+// the only one with that value; end() if none.
+template <typename Info>
+typename std::multimap<uint64_t, Info>::iterator objectNamed(std::multimap<uint64_t, Info>& table, uint64_t handle) {
+  auto [first, last] = table.equal_range(handle);
+  if (first == last || std::next(first) == last) return first == last ? table.end() : first;
+  const int current = rt().currentDevice();
+  for (auto it = first; it != last; ++it)
+    if (it->second.device == current) return it;
+  return table.end();
+}
+
+// Records an object the server made: a value the table holds for the same
+// device is stale (the server's own table refuses a value twice).
+template <typename Info>
+void remember(std::multimap<uint64_t, Info>& table, uint64_t handle, const Info& info) {
+  auto [first, last] = table.equal_range(handle);
+  for (auto it = first; it != last; ++it)
+    if (it->second.device == info.device) {
+      it->second = info;
+      return;
+    }
+  table.emplace(handle, info);
 }
 
 void setFormat(rgpu::wire::ChannelFormat::Builder f, const cudaChannelFormatDesc& d) {
@@ -45,25 +77,10 @@ void setFormat(rgpu::wire::ChannelFormat::Builder f, const cudaChannelFormatDesc
 Status destroyOnServer(bool texture, uint64_t handle, int device) {
   capnp::MallocMessageBuilder msg(32);
   auto req = msg.initRoot<rgpu::wire::Request>();
-  if (texture) req.initTextureDestroy().setHandle(handle);
-  else req.initSurfaceDestroy().setHandle(handle);
+  auto ref = texture ? req.initTextureDestroy() : req.initSurfaceDestroy();
+  ref.setHandle(handle);
+  ref.setDevice(device);
   return rt().postOn(device, msg);
-}
-
-// Object values are each server's own: two servers of a program the pool
-// spread may give the same one (sim members never do: docs/pool.md). A
-// kernel could not tell them apart, so the second is refused.
-Status checkFresh(bool texture, uint64_t handle, int device) {
-  {
-    std::lock_guard lock(objectsMutex());
-    if (texture ? !textures().count(handle) : !surfaces().count(handle)) return Status::ok();
-  }
-  (void)destroyOnServer(texture, handle, device);
-  rgpu::common::logOnce("object-collides", std::string("a ") + (texture ? "texture" : "surface") +
-                                               " object of device " + std::to_string(device) +
-                                               " has the value of one of another pool member's: not supported by rgpu "
-                                               "(returns cudaErrorNotSupported)");
-  return Status(err::kNotSupported, "texture and surface object values of two pool members coincide");
 }
 
 Status createTexture(cudaTextureObject_t* out, const cudaResourceDesc* res, const cudaTextureDesc* td,
@@ -135,10 +152,9 @@ Status createTexture(cudaTextureObject_t* out, const cudaResourceDesc* res, cons
   auto r = rt().call(msg);
   if (!r) return r.status();
   const uint64_t handle = static_cast<uint64_t>(r->reader().getValue());
-  RGPU_TRY(checkFresh(true, handle, device));
   *out = handle;
   std::lock_guard lock(objectsMutex());
-  textures()[handle] = {device, *res, *td};
+  remember(textures(), handle, TextureInfo{device, *res, *td});
   return Status::ok();
 }
 
@@ -147,10 +163,10 @@ Status destroyObject(bool texture, uint64_t handle) {
   {
     std::lock_guard lock(objectsMutex());
     if (texture) {
-      auto it = textures().find(handle);
+      auto it = objectNamed(textures(), handle);
       if (it != textures().end()) device = it->second.device, textures().erase(it);
     } else {
-      auto it = surfaces().find(handle);
+      auto it = objectNamed(surfaces(), handle);
       if (it != surfaces().end()) device = it->second.device, surfaces().erase(it);
     }
     if (device < 0)
@@ -182,7 +198,7 @@ RGPU_EXPORT cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc
   return guarded([&]() -> Status {
     RGPU_TRY(needPtr(pResDesc, "pResDesc"));
     std::lock_guard lock(objectsMutex());
-    auto it = textures().find(tex);
+    auto it = objectNamed(textures(), tex);
     if (it == textures().end()) return Status(err::kInvalidValue, "not a texture object of this process");
     *pResDesc = it->second.res;
     return Status::ok();
@@ -193,7 +209,7 @@ RGPU_EXPORT cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc* 
   return guarded([&]() -> Status {
     RGPU_TRY(needPtr(pTexDesc, "pTexDesc"));
     std::lock_guard lock(objectsMutex());
-    auto it = textures().find(tex);
+    auto it = objectNamed(textures(), tex);
     if (it == textures().end()) return Status(err::kInvalidValue, "not a texture object of this process");
     *pTexDesc = it->second.tex;
     return Status::ok();
@@ -205,7 +221,8 @@ RGPU_EXPORT cudaError_t cudaGetTextureObjectResourceViewDesc(struct cudaResource
   return guarded([&]() -> Status {
     RGPU_TRY(needPtr(pResViewDesc, "pResViewDesc"));
     std::lock_guard lock(objectsMutex());
-    if (!textures().count(tex)) return Status(err::kInvalidValue, "not a texture object of this process");
+    if (objectNamed(textures(), tex) == textures().end())
+      return Status(err::kInvalidValue, "not a texture object of this process");
     // Made without a view (rgpu takes none): the view is the whole resource, as NVIDIA's reports it.
     *pResViewDesc = cudaResourceViewDesc{};
     return Status::ok();
@@ -227,10 +244,9 @@ RGPU_EXPORT cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t* pSurfObject
     auto r = rt().callOn((*a)->device, msg);
     if (!r) return r.status();
     const uint64_t handle = static_cast<uint64_t>(r->reader().getValue());
-    RGPU_TRY(checkFresh(false, handle, (*a)->device));
     *pSurfObject = handle;
     std::lock_guard lock(objectsMutex());
-    surfaces()[handle] = {(*a)->device, *pResDesc};
+    remember(surfaces(), handle, SurfaceInfo{(*a)->device, *pResDesc});
     return Status::ok();
   });
 }
@@ -243,7 +259,7 @@ RGPU_EXPORT cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDesc
   return guarded([&]() -> Status {
     RGPU_TRY(needPtr(pResDesc, "pResDesc"));
     std::lock_guard lock(objectsMutex());
-    auto it = surfaces().find(surf);
+    auto it = objectNamed(surfaces(), surf);
     if (it == surfaces().end()) return Status(err::kInvalidValue, "not a surface object of this process");
     *pResDesc = it->second.res;
     return Status::ok();

@@ -132,12 +132,14 @@ void Localizer::request(wire::Request::Builder r) {
     case R::ARRAY_CREATE: { auto m = r.getArrayCreate(); m.setDevice(device(m.getDevice())); break; }
     case R::COPY3_D: stream(r.getCopy3D().getStream()); break;
     case R::TEXTURE_CREATE: { auto m = r.getTextureCreate(); m.setDevice(device(m.getDevice())); break; }
+    case R::TEXTURE_DESTROY: { auto m = r.getTextureDestroy(); m.setDevice(device(m.getDevice())); break; }
+    case R::SURFACE_DESTROY: { auto m = r.getSurfaceDestroy(); m.setDevice(device(m.getDevice())); break; }
     // Name no device: the caller's hint says where (a pointer's, an
     // event's, an object's device), or they concern the program as a whole.
     case R::NOOP: case R::PING: case R::FREE: case R::EVENT_SYNCHRONIZE: case R::EVENT_QUERY:
     case R::EVENT_ELAPSED_TIME: case R::EVENT_DESTROY: case R::HOST_FUNC_DONE: case R::POINTER_ATTRIBUTES:
-    case R::POOL_STATUS: case R::GRAPH_DESTROY: case R::ARRAY_DESTROY: case R::TEXTURE_DESTROY:
-    case R::SURFACE_CREATE: case R::SURFACE_DESTROY: case R::POOL_MEMBERS: case R::SESSION_MOVE:
+    case R::POOL_STATUS: case R::GRAPH_DESTROY: case R::ARRAY_DESTROY:
+    case R::SURFACE_CREATE: case R::POOL_MEMBERS: case R::SESSION_MOVE:
       break;
   }
 }

@@ -570,7 +570,10 @@ struct ArrayCreate {
   flags @5 :UInt32;          # cudaArrayLayered, cudaArraySurfaceLoadStore, cudaArrayCubemap, cudaArrayTextureGather
   levels @6 :UInt32;         # cudaMallocMipmappedArray: its levels; 0: a plain array
 }
-struct ObjectRef { handle @0 :UInt64; }
+struct ObjectRef {
+  handle @0 :UInt64;
+  device @1 :Int32;  # a texture or surface object's device: two devices' drivers may give the same value
+}
 struct CopySide {
   union {
     host @0 :Void;           # the request's bulk (source) or the reply's (destination), packed

@@ -150,14 +150,17 @@ Status ArrayTable::addObject(Kind kind, uint64_t handle, Object o) {
   if (objects_[kind].size() >= limit)
     return Status(err::kMemoryAllocation, "the session holds " + std::to_string(limit) + " " + objectName(kind) +
                                               "s, its limit");
-  objects_[kind][handle] = o;
+  if (!objects_[kind].emplace(ObjectKey{handle, o.device}, o).second)
+    return invalid(std::string(objectName(kind)) + " " + std::to_string(handle) + " of device " +
+                   std::to_string(o.device) + " is already one of this session's");
   return Status::ok();
 }
 
-Result<ArrayTable::Object> ArrayTable::removeObject(Kind kind, uint64_t handle) {
-  auto it = objects_[kind].find(handle);
+Result<ArrayTable::Object> ArrayTable::removeObject(Kind kind, int device, uint64_t handle) {
+  auto it = objects_[kind].find({handle, device});
   if (it == objects_[kind].end())
-    return invalid(std::string(objectName(kind)) + " " + std::to_string(handle) + " is not one of this session's");
+    return invalid(std::string(objectName(kind)) + " " + std::to_string(handle) + " of device " +
+                   std::to_string(device) + " is not one of this session's");
   Object o = it->second;
   objects_[kind].erase(it);
   return o;
@@ -179,7 +182,7 @@ ArrayTable::Dropped ArrayTable::dropDevice(int device) {
         ++it;
         continue;
       }
-      (k == kTexture ? d.textures : d.surfaces).push_back(it->first);
+      (k == kTexture ? d.textures : d.surfaces).push_back(it->first.first);
       it = objects_[k].erase(it);
     }
   return d;

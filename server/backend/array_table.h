@@ -3,7 +3,10 @@
 // before a backend sees it (as AllocationTable is for device pointers).
 //
 // Handles are the backend's; each session has its own table, in its own
-// worker, so a handle of another session is simply not here. An array's
+// worker, so a handle of another session is simply not here. A texture or
+// surface object is named by its device and its value: a driver may give
+// two devices' contexts the same values (kernels take the value, each on its
+// own device), so the value alone does not name one. An array's
 // levels have the shape every backend gives them (arrayLevels): a copy is
 // refused unless it lies inside one level, whole elements wide. Textures
 // and surfaces name the array they read; destroying the array first is
@@ -16,7 +19,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/array_shape.h"
@@ -63,20 +68,22 @@ class ArrayTable {
   Result<Array> removeArray(uint64_t handle);
   const Array* array(uint64_t handle) const;
   enum Kind { kTexture, kSurface };
+  using ObjectKey = std::pair<uint64_t, int>;  // value, device: ascending values first
+  // Refused past the kind's limit, or where o.device already has this value.
   Status addObject(Kind kind, uint64_t handle, Object o);
-  Result<Object> removeObject(Kind kind, uint64_t handle);
+  Result<Object> removeObject(Kind kind, int device, uint64_t handle);
 
   // cudaDeviceReset: everything of `device` leaves the table.
   struct Dropped {
     std::vector<std::pair<uint64_t, uint64_t>> arrays;  // handle, bytes
-    std::vector<uint64_t> textures, surfaces;
+    std::vector<uint64_t> textures, surfaces;  // the device's
   };
   Dropped dropDevice(int device);
   // No array, texture or surface object.
   bool empty() const { return arrays_.empty() && objects_[0].empty() && objects_[1].empty(); }
   // Everything, for a checkpoint.
   const std::unordered_map<uint64_t, Array>& arrays() const { return arrays_; }
-  const std::unordered_map<uint64_t, Object>& objects(Kind kind) const { return objects_[kind]; }
+  const std::map<ObjectKey, Object>& objects(Kind kind) const { return objects_[kind]; }
 
   // Checks one side of a copy of width x height x depth (bytes, rows,
   // slices) against the array it names or the allocations; reports its
@@ -86,7 +93,7 @@ class ArrayTable {
 
  private:
   std::unordered_map<uint64_t, Array> arrays_;
-  std::unordered_map<uint64_t, Object> objects_[2];  // by Kind
+  std::map<ObjectKey, Object> objects_[2];  // by Kind
 };
 
 }  // namespace rgpu::server

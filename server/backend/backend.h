@@ -340,7 +340,9 @@ class Backend {
   }
 
   // CUDA arrays, textures and surfaces. Handles are the backend's (never
-  // 0); the session has checked every extent and position against the
+  // 0). A texture or surface object's value may be the same as one of
+  // another device's (a driver gives each device's context its own):
+  // destroying one names its device too. The session has checked every extent and position against the
   // array (ArraySpec) and every device range against its allocations.
   // Destroying an array, texture or surface waits for nothing: the session
   // calls it once the device's queued work is done (afterDeviceDone).
@@ -356,11 +358,15 @@ class Backend {
   virtual Result<uint64_t> createTexture(const TextureSpec& spec) {
     return Status(err::kNotSupported, std::string("texture objects are not available on the ") + name() + " backend");
   }
-  virtual Status destroyTexture(uint64_t texture) { return Status(err::kInvalidValue, "no such texture object"); }
+  virtual Status destroyTexture(int device, uint64_t texture) {
+    return Status(err::kInvalidValue, "no such texture object");
+  }
   virtual Result<uint64_t> createSurface(int device, uint64_t array, uint32_t level) {
     return Status(err::kNotSupported, std::string("surface objects are not available on the ") + name() + " backend");
   }
-  virtual Status destroySurface(uint64_t surface) { return Status(err::kInvalidValue, "no such surface object"); }
+  virtual Status destroySurface(int device, uint64_t surface) {
+    return Status(err::kInvalidValue, "no such surface object");
+  }
 
   // Completion. `done` runs once the work enqueued so far has finished.
   virtual Status whenStreamDone(StreamKey s, Done done) = 0;

@@ -365,9 +365,11 @@ Result<uint64_t> CudaBackend::createTexture(const TextureSpec& t) {
   return static_cast<uint64_t>(tex);
 }
 
-Status CudaBackend::destroyTexture(uint64_t texture) {
+// In the object's own context: a driver may give each context its own values.
+Status CudaBackend::destroyTexture(int device, uint64_t texture) {
   DriverApi& api = *api_;
   if (!api.cuTexObjectDestroy) return unavailable("cudaDestroyTextureObject");
+  RGPU_TRY(use(device));
   return RGPU_CU(cuTexObjectDestroy(static_cast<CUtexObject>(texture)));
 }
 
@@ -385,9 +387,10 @@ Result<uint64_t> CudaBackend::createSurface(int device, uint64_t array, uint32_t
   return static_cast<uint64_t>(surf);
 }
 
-Status CudaBackend::destroySurface(uint64_t surface) {
+Status CudaBackend::destroySurface(int device, uint64_t surface) {
   DriverApi& api = *api_;
   if (!api.cuSurfObjectDestroy) return unavailable("cudaDestroySurfaceObject");
+  RGPU_TRY(use(device));
   return RGPU_CU(cuSurfObjectDestroy(static_cast<CUsurfObject>(surface)));
 }
 

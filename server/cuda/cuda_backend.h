@@ -167,9 +167,9 @@ class CudaBackend final : public Backend {
   Status destroyArray(uint64_t array) override;
   Status copy3D(StreamKey s, const Copy3DSpec& copy, Staging in, ReadDone out) override;
   Result<uint64_t> createTexture(const TextureSpec& spec) override;
-  Status destroyTexture(uint64_t texture) override;
+  Status destroyTexture(int device, uint64_t texture) override;
   Result<uint64_t> createSurface(int device, uint64_t array, uint32_t level) override;
-  Status destroySurface(uint64_t surface) override;
+  Status destroySurface(int device, uint64_t surface) override;
   Status copy2DOnDevice(StreamKey s, DevPtr dst, uint64_t dpitch, DevPtr src, uint64_t spitch, uint64_t width,
                         uint64_t height) override;
   Status fill(StreamKey s, DevPtr dst, uint8_t value, uint64_t size) override;
@@ -456,12 +456,17 @@ class CudaBackend final : public Backend {
   Result<uint64_t> createArrayImpl(const ArraySpec& spec, uint64_t want);
   // readArray (to_host) and writeArray: the array's packed bytes.
   Status arrayBytes(uint64_t array, uint64_t offset, uint64_t n, uint8_t* host, bool to_host);
-  // A restore's texture or surface object (made by `make`) under the handle
-  // `want`. Objects the driver hands out below it are kept as placeholders
-  // (kMaxObjectPlaceholders at most) until objectsRestored(); one above it
-  // fails the restore.
-  Status placeObject(uint64_t want, bool surface, const std::function<Result<uint64_t>()>& make);
-  std::vector<std::pair<uint64_t, bool>> placeholders_;  // (handle, surface); under mu_
+  // A restore's texture or surface object of `device` (made by `make`)
+  // under the handle `want`. Objects the driver hands out below it are kept
+  // as placeholders (kMaxObjectPlaceholders at most) until
+  // objectsRestored(); one above it fails the restore.
+  Status placeObject(uint64_t want, int device, bool surface, const std::function<Result<uint64_t>()>& make);
+  struct Placeholder {
+    uint64_t handle = 0;
+    int device = 0;
+    bool surface = false;
+  };
+  std::vector<Placeholder> placeholders_;  // under mu_
   // A copy of an array's entry (takes mu_).
   Result<CudaArray> arrayOf(uint64_t array) const;
   // The CUarray of an array's level (under mu_ for the table).

@@ -22,7 +22,9 @@
 // scripts/gpu-check.sh does), so the restore makes them in ascending order of the
 // handles the program holds, keeping each object the driver hands out below
 // the next wanted one as a placeholder (a handle the program destroyed) and
-// destroying the placeholders at the end. A handle that comes back other
+// destroying the placeholders at the end. Ascending over all devices holds
+// whether the driver has one pool of values for the process or one per
+// context (a placeholder is made and destroyed on its own device). A handle that comes back other
 // than the program's fails the restore (the move is called off), as a
 // module variable placed elsewhere does.
 //
@@ -250,7 +252,8 @@ Status CudaBackend::restoreEvent(uint32_t event, int device, uint32_t flags, con
   return Status::ok();
 }
 
-Status CudaBackend::placeObject(uint64_t want, bool surface, const std::function<Result<uint64_t>()>& make) {
+Status CudaBackend::placeObject(uint64_t want, int device, bool surface,
+                                const std::function<Result<uint64_t>()>& make) {
   const char* kind = surface ? "surface" : "texture";
   for (;;) {
     RGPU_TRY_ASSIGN(got, make());
@@ -258,11 +261,11 @@ Status CudaBackend::placeObject(uint64_t want, bool surface, const std::function
     {
       std::lock_guard lock(mu_);
       if (got < want && placeholders_.size() < kMaxObjectPlaceholders) {
-        placeholders_.emplace_back(got, surface);
+        placeholders_.push_back({got, device, surface});
         continue;
       }
     }
-    (void)(surface ? destroySurface(got) : destroyTexture(got));
+    (void)(surface ? destroySurface(device, got) : destroyTexture(device, got));
     if (got < want)
       return Status(err::kNotSupported, fmt::format("{} object {} would take more than {} objects to reach in the new "
                                                     "worker (the CUDA driver chooses object handles)",
@@ -275,23 +278,23 @@ Status CudaBackend::placeObject(uint64_t want, bool surface, const std::function
 
 Status CudaBackend::createTextureAt(uint64_t handle, const TextureSpec& spec) {
   if (!handle) return Status(err::kInvalidValue, "a texture object is restored under a handle");
-  return placeObject(handle, false, [&] { return createTexture(spec); });
+  return placeObject(handle, spec.device, false, [&] { return createTexture(spec); });
 }
 
 Status CudaBackend::createSurfaceAt(uint64_t handle, int device, uint64_t array, uint32_t level) {
   if (!handle) return Status(err::kInvalidValue, "a surface object is restored under a handle");
-  return placeObject(handle, true, [&] { return createSurface(device, array, level); });
+  return placeObject(handle, device, true, [&] { return createSurface(device, array, level); });
 }
 
 Status CudaBackend::objectsRestored() {
-  std::vector<std::pair<uint64_t, bool>> spare;
+  std::vector<Placeholder> spare;
   {
     std::lock_guard lock(mu_);
     spare.swap(placeholders_);
   }
   Status first;
-  for (auto [handle, surface] : spare) {
-    Status s = surface ? destroySurface(handle) : destroyTexture(handle);
+  for (const Placeholder& p : spare) {
+    Status s = p.surface ? destroySurface(p.device, p.handle) : destroyTexture(p.device, p.handle);
     if (first && !s) first = s;
   }
   if (!spare.empty()) RGPU_LOG_INFO("restore: {} texture and surface objects made to reach the program's handles, destroyed again", spare.size());

@@ -260,7 +260,7 @@ Status Session::onTextureCreate(const FrameHeader& h, wire::Request::Reader req)
   auto handle = backend_->createTexture(t);
   if (!handle) return finish(h, handle.status()), Status::ok();
   if (Status add = arrays_.addObject(ArrayTable::kTexture, *handle, {t.device, t, 0, 0}); !add) {
-    (void)backend_->destroyTexture(*handle);
+    (void)backend_->destroyTexture(t.device, *handle);
     return finish(h, add), Status::ok();
   }
   finish(h, Status::ok(), valueReply(*handle));
@@ -285,7 +285,7 @@ Status Session::onSurfaceCreate(const FrameHeader& h, wire::Request::Reader req)
   auto handle = backend_->createSurface(a->spec.device, array, level);
   if (!handle) return finish(h, handle.status()), Status::ok();
   if (Status add = arrays_.addObject(ArrayTable::kSurface, *handle, {a->spec.device, {}, array, level}); !add) {
-    (void)backend_->destroySurface(*handle);
+    (void)backend_->destroySurface(a->spec.device, *handle);
     return finish(h, add), Status::ok();
   }
   finish(h, Status::ok(), valueReply(*handle));
@@ -295,16 +295,18 @@ Status Session::onSurfaceCreate(const FrameHeader& h, wire::Request::Reader req)
 Status Session::onTextureDestroy(const FrameHeader& h, wire::Request::Reader req) {
   RGPU_TRY(bulkNotExpected(h));
   const uint64_t handle = req.getTextureDestroy().getHandle();
-  auto o = arrays_.removeObject(ArrayTable::kTexture, handle);
-  finish(h, o ? backend_->destroyTexture(handle) : o.status());
+  const int device = req.getTextureDestroy().getDevice();
+  auto o = arrays_.removeObject(ArrayTable::kTexture, device, handle);
+  finish(h, o ? backend_->destroyTexture(device, handle) : o.status());
   return Status::ok();
 }
 
 Status Session::onSurfaceDestroy(const FrameHeader& h, wire::Request::Reader req) {
   RGPU_TRY(bulkNotExpected(h));
   const uint64_t handle = req.getSurfaceDestroy().getHandle();
-  auto o = arrays_.removeObject(ArrayTable::kSurface, handle);
-  finish(h, o ? backend_->destroySurface(handle) : o.status());
+  const int device = req.getSurfaceDestroy().getDevice();
+  auto o = arrays_.removeObject(ArrayTable::kSurface, device, handle);
+  finish(h, o ? backend_->destroySurface(device, handle) : o.status());
   return Status::ok();
 }
 

@@ -104,9 +104,9 @@ DeviceImage Session::deviceImage() const {
     if (e && !e->is_symbol) img.allocations.push_back({e->device, base, e->size});
   }
   for (auto& [handle, a] : arrays_.arrays()) img.arrays.push_back({handle, a.spec, 0, 0, 0});
-  for (auto& [handle, o] : arrays_.objects(ArrayTable::kTexture)) img.textures.push_back({handle, o.texture});
-  for (auto& [handle, o] : arrays_.objects(ArrayTable::kSurface))
-    img.surfaces.push_back({handle, o.device, o.array, o.level});
+  for (auto& [key, o] : arrays_.objects(ArrayTable::kTexture)) img.textures.push_back({key.first, o.texture});
+  for (auto& [key, o] : arrays_.objects(ArrayTable::kSurface))
+    img.surfaces.push_back({key.first, o.device, o.array, o.level});
   for (auto& [id, dev] : modules_)
     if (auto it = module_images_.find(id); it != module_images_.end()) img.modules.push_back({id, dev, it->second, {}});
   for (auto& [id, k] : functions_)

@@ -253,9 +253,9 @@ Status Session::onDeviceReset(const FrameHeader& h, wire::Request::Reader req) {
   int phys = physical(dev);
   s = backend_->afterDeviceDone(
       dev,
-      [this, mine, mods, objects = std::move(objects)] {
-        for (uint64_t t : objects.textures) (void)backend_->destroyTexture(t);
-        for (uint64_t t : objects.surfaces) (void)backend_->destroySurface(t);
+      [this, dev, mine, mods, objects = std::move(objects)] {
+        for (uint64_t t : objects.textures) (void)backend_->destroyTexture(dev, t);
+        for (uint64_t t : objects.surfaces) (void)backend_->destroySurface(dev, t);
         for (auto& [handle, bytes] : objects.arrays) (void)backend_->destroyArray(handle);
         for (uint64_t b : mine) (void)backend_->release(b);
         for (uint32_t id : mods) (void)backend_->unloadModule(id);  // (one that never loaded: unknown, ignored)

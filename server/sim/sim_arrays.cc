@@ -198,7 +198,7 @@ Result<uint64_t> SimBackend::createTextureImpl(const TextureSpec& t, uint64_t wa
   return *id;
 }
 
-Status SimBackend::destroyTexture(uint64_t texture) {
+Status SimBackend::destroyTexture(int, uint64_t texture) {  // (a value names one object on the sim)
   std::lock_guard lock(mu_);
   if (!objects_.textures.erase(texture)) return Status(err::kInvalidValue, "no such texture object");
   objects_snapshot_.reset();
@@ -229,7 +229,7 @@ Result<uint64_t> SimBackend::createSurfaceImpl(uint64_t array, uint32_t level, u
   return *id;
 }
 
-Status SimBackend::destroySurface(uint64_t surface) {
+Status SimBackend::destroySurface(int, uint64_t surface) {
   std::lock_guard lock(mu_);
   if (!objects_.surfaces.erase(surface)) return Status(err::kInvalidValue, "no such surface object");
   objects_snapshot_.reset();

@@ -184,13 +184,13 @@ class SimBackend final : public Backend {
   Status destroyArray(uint64_t array) override;
   Status copy3D(StreamKey s, const Copy3DSpec& copy, Staging in, ReadDone out) override;
   Result<uint64_t> createTexture(const TextureSpec& spec) override;
-  Status destroyTexture(uint64_t texture) override;
+  Status destroyTexture(int device, uint64_t texture) override;
   Result<uint64_t> createSurface(int device, uint64_t array, uint32_t level) override;
   Result<std::pair<DevPtr, uint64_t>> arrayMemory(uint64_t array) const override;
   Status createArrayAt(uint64_t handle, const ArraySpec& spec, DevPtr base) override;
   Status createTextureAt(uint64_t handle, const TextureSpec& spec) override;
   Status createSurfaceAt(uint64_t handle, int device, uint64_t array, uint32_t level) override;
-  Status destroySurface(uint64_t surface) override;
+  Status destroySurface(int device, uint64_t surface) override;
 
  private:
   struct Stream;

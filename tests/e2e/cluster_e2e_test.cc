@@ -322,7 +322,9 @@ TEST_F(ClusterTest, OneProgramUsesTheDevicesOfSeveralMembers) {
 // Members on the CUDA backend (the fake driver: every member's driver hands out
 // the same addresses, as two hosts' drivers tend to): the second part's memory
 // goes in its own address window through the driver's virtual memory calls,
-// so the program's pointers never coincide.
+// so the program's pointers never coincide. Texture and surface object values
+// do coincide (each member's driver, and b's with a pool per device's context,
+// hands out 1 first), and each kernel still takes its own device's objects.
 TEST_F(ClusterTest, OneProgramUsesTheCudaDevicesOfSeveralMembers) {
   test::TempDir da, db, client;
   auto cudaMember = [&](const test::TempDir& d, const std::string& name, const char* gpus) {
@@ -330,8 +332,10 @@ TEST_F(ClusterTest, OneProgramUsesTheCudaDevicesOfSeveralMembers) {
     toml.replace(toml.find("backend = \"sim\""), std::strlen("backend = \"sim\""), "backend = \"cuda\"");
     toml += test::fakeCudaToml();
     ::setenv("RGPU_FAKE_CUDA_DEVICES", gpus, 1);  // the member's processes inherit it
+    ::setenv("RGPU_FAKE_CUDA_OBJECT_POOLS", "device", 1);
     auto s = std::make_unique<test::ServerProcess>(d.path(), toml);
     ::unsetenv("RGPU_FAKE_CUDA_DEVICES");
+    ::unsetenv("RGPU_FAKE_CUDA_OBJECT_POOLS");
     return s;
   };
   auto a = cudaMember(da, "a", "1");
@@ -346,6 +350,10 @@ TEST_F(ClusterTest, OneProgramUsesTheCudaDevicesOfSeveralMembers) {
   EXPECT_EQ(r.output.find("FAIL"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("multi_device: ok"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("device 2: rgpu fake GPU 0"), std::string::npos) << r.output;
+  for (int d = 0; d < 3; ++d)
+    EXPECT_NE(r.output.find("objects of device " + std::to_string(d) + ": texture 1, surface 2"), std::string::npos)
+        << r.output;
+  EXPECT_NE(r.output.find("ok texture and surface objects on every device"), std::string::npos) << r.output;
   // The CUDA backend offers no peer access, within a member or across.
   EXPECT_NE(r.output.find("peer 0: 1 0 0\npeer 1: 0 1 0\npeer 2: 0 0 1\n"), std::string::npos) << r.output;
   EXPECT_NE(a->log().find("placed by the pool on several members: 2 on 'b'"), std::string::npos) << a->log();

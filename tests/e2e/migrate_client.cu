@@ -12,9 +12,11 @@
 //   migrate_client STEPS PAUSE_MS [BIG_MIB] [array]
 //     BIG_MIB: also holds that many MiB of pseudo-random device memory
 //              (checked at the end: a moved session keeps every byte)
-//     array:   also holds a CUDA array with a texture and a surface object
-//              on it (checked through both at the end), made after one more
-//              texture object, which it destroys: a hole below their handles
+//     array:   also holds, on every device, a CUDA array with a texture and
+//              a surface object on it (checked through both at the end),
+//              made after one more texture object, which it destroys: a hole
+//              below their handles. Drivers may give two devices' objects the
+//              same values.
 //     graph:   also launches a captured CUDA graph every step (counting its
 //              launches in a module variable)
 //     heap:    also sets cudaLimitMallocHeapSize and, every step, keeps 32
@@ -364,19 +366,26 @@ int main(int argc, char** argv) {
     fillRandom<<<256, 256>>>(big, big_n, 12345u);
     CHECK(cudaGetLastError());
   }
-  cudaArray_t array = nullptr;
-  cudaTextureObject_t tex = 0;
-  cudaSurfaceObject_t surf = 0;
+  int devices = 1;
+  CHECK(cudaGetDeviceCount(&devices));
+  std::vector<cudaArray_t> array;
+  std::vector<cudaTextureObject_t> tex;
+  std::vector<cudaSurfaceObject_t> surf;
+  // Device d's array holds pattern + 1000 d.
   std::vector<float> pattern(64 * 64);
   for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<float>(i) * 0.25f;
-  if (with_array) {
+  for (int dev = 0; with_array && dev < devices; ++dev) {
+    CHECK(cudaSetDevice(dev));
+    std::vector<float> mine(pattern);
+    for (float& v : mine) v += 1000.0f * dev;
     cudaChannelFormatDesc d = cudaCreateChannelDesc<float>();
-    CHECK(cudaMallocArray(&array, &d, 64, 64, cudaArraySurfaceLoadStore));
-    CHECK(cudaMemcpy2DToArray(array, 0, 0, pattern.data(), 64 * sizeof(float), 64 * sizeof(float), 64,
+    array.push_back(nullptr);
+    CHECK(cudaMallocArray(&array.back(), &d, 64, 64, cudaArraySurfaceLoadStore));
+    CHECK(cudaMemcpy2DToArray(array.back(), 0, 0, mine.data(), 64 * sizeof(float), 64 * sizeof(float), 64,
                               cudaMemcpyHostToDevice));
     cudaResourceDesc res{};
     res.resType = cudaResourceTypeArray;
-    res.res.array.array = array;
+    res.res.array.array = array.back();
     cudaTextureDesc td{};
     td.addressMode[0] = td.addressMode[1] = cudaAddressModeClamp;
     td.filterMode = cudaFilterModePoint;
@@ -384,10 +393,13 @@ int main(int argc, char** argv) {
     // One made and destroyed first: the objects kept have a free handle below them.
     cudaTextureObject_t first = 0;
     CHECK(cudaCreateTextureObject(&first, &res, &td, nullptr));
-    CHECK(cudaCreateTextureObject(&tex, &res, &td, nullptr));
-    CHECK(cudaCreateSurfaceObject(&surf, &res));
+    tex.push_back(0);
+    surf.push_back(0);
+    CHECK(cudaCreateTextureObject(&tex.back(), &res, &td, nullptr));
+    CHECK(cudaCreateSurfaceObject(&surf.back(), &res));
     CHECK(cudaDestroyTextureObject(first));
   }
+  CHECK(cudaSetDevice(0));
   int lo = 0, hi = 0;
   CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
   cudaStream_t stream;
@@ -474,25 +486,31 @@ int main(int argc, char** argv) {
     }
     std::printf("big: %zu MiB, %zu words wrong\n", big_mib, wrong);
   }
-  if (array) {
-    // The array's bytes through the texture, and a write through the surface.
-    float* seen = nullptr;
-    CHECK(cudaMalloc(&seen, pattern.size() * sizeof(float)));
-    readTexture<<<64, 64>>>(tex, seen);
-    writeSurface<<<1, 1>>>(surf, -1.f);
-    CHECK(cudaDeviceSynchronize());
-    std::vector<float> back(pattern.size()), after(pattern.size());
-    CHECK(cudaMemcpy(back.data(), seen, back.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    CHECK(cudaMemcpy2DFromArray(after.data(), 64 * sizeof(float), array, 0, 0, 64 * sizeof(float), 64,
-                                cudaMemcpyDeviceToHost));
+  if (!array.empty()) {
+    // Each array's bytes through its device's texture, and a write through its surface.
     size_t wrong = 0;
-    for (size_t i = 0; i < back.size(); ++i) wrong += back[i] != pattern[i];
-    std::printf("array: %zu wrong through the texture, surface write %s\n", wrong,
-                after[65] == -1.f && after[64] == pattern[64] ? "landed" : "lost");
-    CHECK(cudaFree(seen));
-    CHECK(cudaDestroyTextureObject(tex));
-    CHECK(cudaDestroySurfaceObject(surf));
-    CHECK(cudaFreeArray(array));
+    bool landed = true;
+    for (int dev = 0; dev < devices; ++dev) {
+      CHECK(cudaSetDevice(dev));
+      float* seen = nullptr;
+      CHECK(cudaMalloc(&seen, pattern.size() * sizeof(float)));
+      readTexture<<<64, 64>>>(tex[dev], seen);
+      writeSurface<<<1, 1>>>(surf[dev], -1.f);
+      CHECK(cudaDeviceSynchronize());
+      std::vector<float> back(pattern.size()), after(pattern.size());
+      CHECK(cudaMemcpy(back.data(), seen, back.size() * sizeof(float), cudaMemcpyDeviceToHost));
+      CHECK(cudaMemcpy2DFromArray(after.data(), 64 * sizeof(float), array[dev], 0, 0, 64 * sizeof(float), 64,
+                                  cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < back.size(); ++i) wrong += back[i] != pattern[i] + 1000.0f * dev;
+      landed = landed && after[65] == -1.f && after[64] == pattern[64] + 1000.0f * dev;
+      CHECK(cudaFree(seen));
+      CHECK(cudaDestroyTextureObject(tex[dev]));
+      CHECK(cudaDestroySurfaceObject(surf[dev]));
+      CHECK(cudaFreeArray(array[dev]));
+    }
+    CHECK(cudaSetDevice(0));
+    std::printf("array: %zu wrong through the texture, surface write %s (%d devices)\n", wrong,
+                landed ? "landed" : "lost", devices);
   }
   if (with_heap) {
     unsigned long long* wrong = nullptr;

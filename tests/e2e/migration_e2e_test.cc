@@ -162,21 +162,43 @@ TEST_F(Migration, PreCopySendsOnlyWhatChangedSinceAndTheProgramSeesEveryByteRigh
 // driver) it is the driver's, made again with its bytes, and the texture
 // and surface objects the kernels receive come back under the same handles.
 TEST_F(Migration, AnArrayWithItsTextureAndSurfaceObjectsMovesWithTheSession) {
-  for (bool cuda : {false, true}) {
-    SCOPED_TRACE(cuda ? "cuda backend (fake driver)" : "sim backend");
-    fake_cuda_ = cuda;
+  // The sim (two devices); the fake driver with one device; and with two
+  // devices whose contexts each hand out object values from 1, so both
+  // devices' objects have the same values and each device's restore fills
+  // its own hole.
+  struct Case {
+    const char* name;
+    bool cuda;
+    int gpus;
+  };
+  for (Case c : {Case{"sim backend", false, 2}, Case{"cuda backend (fake driver)", true, 1},
+                 Case{"cuda backend (fake driver, two devices, an object pool each)", true, 2}}) {
+    SCOPED_TRACE(c.name);
+    fake_cuda_ = c.cuda;
+    if (c.cuda && c.gpus > 1) {
+      ::setenv("RGPU_FAKE_CUDA_DEVICES", "2", 1);  // the server's workers inherit them
+      ::setenv("RGPU_FAKE_CUDA_OBJECT_POOLS", "device", 1);
+    }
     startWithCheckpoints();
-    auto [sid, first, second, got] = movedTwice("10 150 0 array", dir_.file(cuda ? "array-cuda.out" : "array.out"));
+    ::unsetenv("RGPU_FAKE_CUDA_DEVICES");
+    ::unsetenv("RGPU_FAKE_CUDA_OBJECT_POOLS");
+    const std::string out = dir_.file(std::string(c.cuda ? "array-cuda" : "array") + std::to_string(c.gpus) + ".out");
+    auto [sid, first, second, got] = movedTwice("10 150 0 array", out);
     EXPECT_EQ(first.code, 0) << first.output << server_->log();
     EXPECT_EQ(second.code, 0) << second.output << server_->log();
-    EXPECT_NE(got.find("array: 0 wrong through the texture, surface write landed"), std::string::npos) << got;
+    EXPECT_NE(got.find("array: 0 wrong through the texture, surface write landed (" + std::to_string(c.gpus) +
+                       " devices)"),
+              std::string::npos)
+        << got;
     EXPECT_NE(got.find("step 10 checksum"), std::string::npos) << got;
     EXPECT_NE(got.find("done"), std::string::npos) << got;
     EXPECT_NE(got.find("resumed session"), std::string::npos) << got;
     EXPECT_EQ(checkpointsLeft(), 0u);
-    // The handle the program freed below its objects was filled and freed again in each new worker.
-    if (cuda) {
-      EXPECT_NE(server_->log().find("restore: 1 texture and surface objects made to reach the program's handles"),
+    // The handle the program freed below its objects was filled and freed again
+    // in each new worker: on each device.
+    if (c.cuda) {
+      EXPECT_NE(server_->log().find("restore: " + std::to_string(c.gpus) +
+                                    " texture and surface objects made to reach the program's handles"),
                 std::string::npos)
           << server_->log();
     }

@@ -11,7 +11,10 @@
 //    the waiting stream's copy must see the slow kernel's result;
 //  - cudaDeviceCanAccessPeer for every pair;
 //  - a cuBLAS SAXPY per device, with a handle made on each;
-//  - cudaMemset and H2D of another device's memory on this device's stream.
+//  - cudaMemset and H2D of another device's memory on this device's stream;
+//  - a texture and a surface object on every device (drivers may give two
+//    devices' objects the same value: each kernel takes its own device's),
+//    one device's destroyed while the others' go on being used.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -59,6 +62,80 @@ __global__ void slowFill(float* x, int n, float v, int spin) {
   float acc = 0;
   for (int k = 0; k < spin; ++k) acc += 1e-30f * k;
   if (i < n) x[i] = v + acc * 0;
+}
+
+// Element x of the texture to out[x], and twice it through the surface.
+__global__ void sampleInto(cudaTextureObject_t t, cudaSurfaceObject_t s, float* out, int w) {
+  int x = blockIdx.x * blockDim.x + threadIdx.x;
+  if (x < w) {
+    float v = tex1D<float>(t, x + 0.5f);
+    out[x] = v;
+    surf1Dwrite(2.0f * v, s, x * static_cast<int>(sizeof(float)));
+  }
+}
+
+// Texture and surface objects on every device; returns whether each kernel
+// read and wrote its own device's, before and after device 0's are destroyed
+// (with device 0 current, its server last busy with another device's work).
+static bool objectsOnEveryDevice(int n, const std::vector<float*>& out, const std::vector<cudaStream_t>& st) {
+  const int w = 64;
+  std::vector<cudaArray_t> a(n), b(n);
+  std::vector<cudaTextureObject_t> tex(n);
+  std::vector<cudaSurfaceObject_t> surf(n);
+  cudaChannelFormatDesc f = cudaCreateChannelDesc<float>();
+  for (int d = 0; d < n; ++d) {
+    CHECK(cudaSetDevice(d));
+    CHECK(cudaMallocArray(&a[d], &f, w, 0));
+    CHECK(cudaMallocArray(&b[d], &f, w, 0, cudaArraySurfaceLoadStore));
+    std::vector<float> v(w);
+    for (int x = 0; x < w; ++x) v[x] = 100.0f * d + x;
+    CHECK(cudaMemcpy2DToArray(a[d], 0, 0, v.data(), w * sizeof(float), w * sizeof(float), 1, cudaMemcpyHostToDevice));
+    cudaResourceDesc r{};
+    r.resType = cudaResourceTypeArray;
+    r.res.array.array = a[d];
+    cudaTextureDesc td{};
+    td.addressMode[0] = cudaAddressModeClamp;
+    td.filterMode = cudaFilterModePoint;
+    td.readMode = cudaReadModeElementType;
+    CHECK(cudaCreateTextureObject(&tex[d], &r, &td, nullptr));
+    r.res.array.array = b[d];
+    CHECK(cudaCreateSurfaceObject(&surf[d], &r));
+    std::printf("objects of device %d: texture %llu, surface %llu\n", d, tex[d], surf[d]);
+  }
+  // Each device's kernel reads its texture and writes its surface.
+  auto check = [&](int d) {
+    CHECK(cudaSetDevice(d));
+    sampleInto<<<1, w, 0, st[d]>>>(tex[d], surf[d], out[d], w);
+    CHECK(cudaGetLastError());
+    CHECK(cudaStreamSynchronize(st[d]));
+    std::vector<float> got(w), twice(w);
+    CHECK(cudaMemcpy(got.data(), out[d], w * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy2DFromArray(twice.data(), w * sizeof(float), b[d], 0, 0, w * sizeof(float), 1,
+                                cudaMemcpyDeviceToHost));
+    bool ok = true;
+    for (int x = 0; x < w && ok; ++x) ok = got[x] == 100.0f * d + x && twice[x] == 2.0f * (100.0f * d + x);
+    cudaResourceDesc back{};
+    ok = ok && cudaGetTextureObjectResourceDesc(&back, tex[d]) == cudaSuccess && back.res.array.array == a[d];
+    ok = ok && cudaGetSurfaceObjectResourceDesc(&back, surf[d]) == cudaSuccess && back.res.array.array == b[d];
+    return ok;
+  };
+  bool ok = true;
+  for (int d = 0; d < n; ++d) ok = check(d) && ok;
+  // Device 0's go; the others' are still theirs.
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaDestroyTextureObject(tex[0]));
+  CHECK(cudaDestroySurfaceObject(surf[0]));
+  for (int d = 1; d < n; ++d) ok = check(d) && ok;
+  for (int d = 0; d < n; ++d) {
+    CHECK(cudaSetDevice(d));
+    if (d != 0) {
+      CHECK(cudaDestroyTextureObject(tex[d]));
+      CHECK(cudaDestroySurfaceObject(surf[d]));
+    }
+    CHECK(cudaFreeArray(a[d]));
+    CHECK(cudaFreeArray(b[d]));
+  }
+  return ok;
 }
 
 int main() {
@@ -214,6 +291,9 @@ int main() {
     cublasDestroy(h);
   }
   expect(ok, "cuBLAS SAXPY on every device");
+
+  // ---- texture and surface objects on every device ----------------------------------
+  expect(objectsOnEveryDevice(n, dc, st), "texture and surface objects on every device (each kernel its own)");
 
   // ---- what cannot cross -------------------------------------------------------------
   if (n > 1) {

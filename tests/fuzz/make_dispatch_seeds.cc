@@ -495,6 +495,11 @@ std::string arrays() {
     t.setMaxMipmapLevelClamp(2);
   });
   add(s, false, [](Request::Builder r) { r.initSurfaceCreate().setArray(1); });  // 7
+  add(s, true, [](Request::Builder r) {  // another device's value first: not this one
+    auto t = r.initTextureDestroy();
+    t.setHandle(5);
+    t.setDevice(1);
+  });
   add(s, true, [](Request::Builder r) { r.initTextureDestroy().setHandle(5); });
   add(s, true, [](Request::Builder r) { r.initSurfaceDestroy().setHandle(7); });
   add(s, true, [](Request::Builder r) { r.initArrayDestroy().setHandle(2); });

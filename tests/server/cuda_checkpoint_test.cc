@@ -396,8 +396,8 @@ TEST(CudaCheckpoint, ArraysComeBackWithTheirBytesAndTheirObjectsUnderThePrograms
       ASSERT_TRUE(h) << h.status().message();
       tex.push_back(*h);
     }
-    ASSERT_TRUE(b->destroyTexture(tex[1]));
-    ASSERT_TRUE(b->destroyTexture(tex[3]));
+    ASSERT_TRUE(b->destroyTexture(0, tex[1]));
+    ASSERT_TRUE(b->destroyTexture(0, tex[3]));
     auto s = b->createSurface(0, made[0].handle, 0);
     ASSERT_TRUE(s);
     surf = *s;

@@ -184,8 +184,8 @@ TEST(DeviceImage, ASimSessionsStateComesBackAtTheSameAddressesWithItsBytes) {
     ASSERT_EQ(reinterpret_cast<const uint8_t*>(mem->first)[i], static_cast<uint8_t>(i * 7)) << i;
   EXPECT_FALSE(sim->createTextureAt(w.texture, TextureSpec{})) << "the handle is taken";
   EXPECT_FALSE(sim->createSurfaceAt(w.surface, 0, w.array, 0)) << "the handle is taken";
-  EXPECT_TRUE(sim->destroyTexture(w.texture));
-  EXPECT_TRUE(sim->destroySurface(w.surface));
+  EXPECT_TRUE(sim->destroyTexture(0, w.texture));
+  EXPECT_TRUE(sim->destroySurface(0, w.surface));
   auto next = sim->createArray(ArraySpec{});
   ASSERT_TRUE(next);
   EXPECT_GT(*next, std::max({w.array, w.texture, w.surface})) << "new handles follow the restored ones";
