@@ -181,6 +181,7 @@ else
   tail -20 "$mig/array.out"
   note "migration (cuda backend): array FAILED: $array_move"
 fi
+note "the driver's texture and surface object values: $(grep '^objects of device' "$mig/array.out" | tr '\n' ' ')"
 if [ -n "$(steps "$mig/alone.out")" ] && [ "$(steps "$mig/alone.out")" = "$(steps "$mig/moved.out")" ] &&
    grep -q "big: 64 MiB, 0 words wrong" "$mig/moved.out"; then
   note "migration (cuda backend): moved twice, every line as unmoved: $moves"

@@ -342,8 +342,9 @@ class Backend {
   // CUDA arrays, textures and surfaces. Handles are the backend's (never
   // 0). A texture or surface object's value may be the same as one of
   // another device's (a driver gives each device's context its own):
-  // destroying one names its device too. The session has checked every extent and position against the
-  // array (ArraySpec) and every device range against its allocations.
+  // destroying one names its device too. The session has checked every
+  // extent and position against the array (ArraySpec) and every device
+  // range against its allocations.
   // Destroying an array, texture or surface waits for nothing: the session
   // calls it once the device's queued work is done (afterDeviceDone).
   virtual Result<uint64_t> createArray(const ArraySpec& spec) {

@@ -398,6 +398,9 @@ int main(int argc, char** argv) {
     CHECK(cudaCreateTextureObject(&tex.back(), &res, &td, nullptr));
     CHECK(cudaCreateSurfaceObject(&surf.back(), &res));
     CHECK(cudaDestroyTextureObject(first));
+    // The driver's values (a fresh context's first being 1 is what a restore expects).
+    std::printf("objects of device %d: texture %llu (after %llu, destroyed), surface %llu\n", dev, tex.back(), first,
+                surf.back());
   }
   CHECK(cudaSetDevice(0));
   int lo = 0, hi = 0;
