@@ -157,7 +157,9 @@ TEST(Image, TakesAFatbinACubinOrPtxTextAndKnowsEachLength) {
                           cubin.substr(0, cubin.size() / 2)}) {
     auto r = parseImage(bad.data(), bad.size());
     EXPECT_FALSE(r) << bad.substr(0, 40);
-    if (!r) EXPECT_EQ(r.status().code(), err::kInvalidKernelImage);
+    if (!r) {
+      EXPECT_EQ(r.status().code(), err::kInvalidKernelImage);
+    }
   }
 }
 

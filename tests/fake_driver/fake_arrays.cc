@@ -31,13 +31,15 @@ struct FakeArray {
 struct FakeMipmapped {
   std::vector<std::unique_ptr<FakeArray>> levels;
 };
+// Never destroyed, as the driver state (fake_cuda.h: drv()): what a process
+// leaves made is the driver's until it exits.
 std::set<FakeArray*>& fakeArrays() {
-  static std::set<FakeArray*> s;
-  return s;
+  static auto* s = new std::set<FakeArray*>;
+  return *s;
 }
 std::set<FakeMipmapped*>& fakeMipmapped() {
-  static std::set<FakeMipmapped*> s;
-  return s;
+  static auto* s = new std::set<FakeMipmapped*>;
+  return *s;
 }
 struct ObjectPool {
   std::set<unsigned long long> handles;
@@ -46,8 +48,8 @@ struct ObjectPool {
   unsigned long long lowest_free = 1;             // no handle below it is free
 };
 std::map<int, ObjectPool>& objectPools() {
-  static std::map<int, ObjectPool> p;
-  return p;
+  static auto* p = new std::map<int, ObjectPool>;
+  return *p;
 }
 // The pool of `device`'s objects.
 ObjectPool& poolOf(int device) { return objectPools()[drv().object_pool_per_device ? device : 0]; }

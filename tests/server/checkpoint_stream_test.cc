@@ -41,7 +41,7 @@ std::vector<uint8_t> writeStream(const CheckpointKey& key, const std::vector<std
 CheckpointReader::Source memorySource(const std::vector<uint8_t>& data, size_t* pos, size_t max_read = SIZE_MAX) {
   return [&data, pos, max_read](uint8_t* d, size_t n) -> Result<size_t> {
     size_t k = std::min({n, data.size() - *pos, max_read});
-    std::memcpy(d, data.data() + *pos, k);
+    if (k) std::memcpy(d, data.data() + *pos, k);
     *pos += k;
     return k;
   };

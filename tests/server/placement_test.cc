@@ -9,6 +9,13 @@
 namespace rgpu::server::cluster {
 namespace {
 
+// A request for `count` devices, the rest as a client leaves it.
+DeviceRequest requestFor(uint32_t count) {
+  DeviceRequest r;
+  r.count = count;
+  return r;
+}
+
 EtcdKv kv(const std::string& key, const std::string& value) { return EtcdKv{key, value, 0, 0, 0}; }
 
 std::string record(const std::string& name, const std::string& devices, const std::string& state = "ready") {
@@ -123,10 +130,10 @@ TEST(Placement, AProgramNoMemberHoldsIsSpreadOverTheFewestMembers) {
   EXPECT_EQ(spanOf(v, r, PoolPolicy::kSpread), "mid:2@mid.example:7443 big:2@big.example:7443");
   r.count = 5;
   EXPECT_EQ(spanOf(v, r, PoolPolicy::kSpread), "none");
-  EXPECT_TRUE(couldSpan(v, DeviceRequest{.count = 5}));
-  EXPECT_FALSE(couldSpan(v, DeviceRequest{.count = 6}));
+  EXPECT_TRUE(couldSpan(v, requestFor(5)));
+  EXPECT_FALSE(couldSpan(v, requestFor(6)));
   // One device is never a span; a draining member gives none.
-  EXPECT_EQ(spanOf(v, DeviceRequest{.count = 1}, PoolPolicy::kSpread), "none");
+  EXPECT_EQ(spanOf(v, requestFor(1), PoolPolicy::kSpread), "none");
   v[0].draining = true;
   r = DeviceRequest{};
   r.count = 4;
