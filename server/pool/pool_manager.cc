@@ -266,6 +266,10 @@ Status PoolManager::reserve(uint64_t session, int device, uint64_t bytes, bool p
   if (std::find(r.placement.devices.begin(), r.placement.devices.end(), device) == r.placement.devices.end())
     return Status(err::kInvalidDevice, "device " + std::to_string(device) + " is not placed for this session");
   auto& used = user_state_[r.who.user].used[device];
+  // What could not be counted without wrapping (no device has 2^64 bytes).
+  if (bytes > UINT64_MAX - used || bytes > UINT64_MAX - r.memory[device])
+    return Status(err::kMemoryAllocation, "asked " + std::to_string(bytes) + " bytes on device " +
+                                              std::to_string(device) + ", more than can be held");
   uint64_t quota = policyOf(r.who.user).memory_quota;  // the current policy: a reload applies at once
   if (quota && (bytes > quota || used > quota - bytes))
     return Status(err::kMemoryAllocation, "memory quota of user '" + r.who.user + "' on device " +
@@ -284,15 +288,15 @@ Status PoolManager::reserve(uint64_t session, int device, uint64_t bytes, bool p
   }
   used += bytes;
   r.memory[device] += bytes;
-  accountMemory(r, static_cast<int64_t>(bytes));
+  accountMemory(r, bytes);
   return Status::ok();
 }
 
-void PoolManager::accountMemory(Running& r, int64_t delta) {
+void PoolManager::accountMemory(Running& r, uint64_t bytes, bool freed) {
   const Clock::time_point now = clock_();
   if (now > r.held_at) r.byte_seconds += static_cast<double>(r.held) * seconds(now - r.held_at);
   r.held_at = std::max(now, r.held_at);
-  r.held = delta < 0 ? r.held - std::min<uint64_t>(r.held, static_cast<uint64_t>(-delta)) : r.held + static_cast<uint64_t>(delta);
+  r.held = freed ? r.held - std::min(r.held, bytes) : r.held + std::min(bytes, UINT64_MAX - r.held);
   r.peak = std::max(r.peak, r.held);
 }
 
@@ -347,7 +351,7 @@ void PoolManager::release(uint64_t session, int device, uint64_t bytes) {
   mine -= bytes;
   uint64_t& used = user_state_[it->second.who.user].used[device];
   used -= std::min(bytes, used);
-  accountMemory(it->second, -static_cast<int64_t>(bytes));
+  accountMemory(it->second, bytes, true);
 }
 
 std::pair<uint64_t, uint64_t> PoolManager::quotaView(uint64_t session, int device) const {

@@ -248,8 +248,10 @@ class PoolManager {
     uint32_t migrations = 0;
     Clock::time_point held_at, started;  // (clock_'s)
   };
-  // Adds the memory-time since the last change, then moves `held` by `delta`.
-  void accountMemory(Running& r, int64_t delta);
+  // Adds the memory-time since the last change, then adds `bytes` to `held`
+  // (or takes them off, `freed`). Unsigned: a reservation may be 2^63 bytes
+  // or more before the backend refuses it.
+  void accountMemory(Running& r, uint64_t bytes, bool freed = false);
   struct UserState {
     std::map<int, uint64_t> used;  // physical device -> bytes, all sessions
     uint64_t granted = 0;          // this member's share of the pool quota (setPoolGrants)

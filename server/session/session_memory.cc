@@ -42,6 +42,14 @@ Status Session::onMalloc(const FrameHeader& h, wire::Request::Reader req) {
     finish(h, Status::ok(), [](auto& r) { r.setPtr(0); });
     return Status::ok();
   }
+  // More than the device has never fits: refused before the pool counts it
+  // (a session's peak memory is what it held, not what it asked for).
+  if (s) {
+    const uint64_t total = backend_->devices()[static_cast<size_t>(m.getDevice())].total_mem;
+    if (total && bytes > total)
+      s = Status(err::kMemoryAllocation, "cudaMalloc of " + std::to_string(bytes) + " bytes: more than the device's " +
+                                             std::to_string(total));
+  }
   if (!s) return finish(h, s), Status::ok();
   // The pool accounts (and, under a quota, first allows) every byte.
   uint64_t charge = chargedBytes(bytes);

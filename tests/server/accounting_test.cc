@@ -140,6 +140,33 @@ TEST(AccountingConfig, KeysAreReadAndBadValuesNamed) {
   EXPECT_FALSE(words);
 }
 
+// A reservation of 2^63 bytes (one the backend then refuses) and its release
+// leave the memory the session holds as it was (it is counted unsigned), and
+// one that would wrap the counts is refused.
+TEST(PoolManagerAccounting, AHugeReservationAndItsReleaseLeaveTheMemoryHeldAsItWas) {
+  UserEntry alice;
+  alice.name = alice.token = "alice";
+  PoolManager pool({{"rgpu sim H100", "GPU-aaaa", 16ull << 30, 90}}, {alice}, {});
+  auto now = PoolManager::Clock::now();
+  pool.setClock([&] { return now; });
+  DeviceRequest one;
+  one.count = 1;
+  auto a = pool.admit(1, {"alice", "laptop", "127.0.0.1:1", 9}, one, now);
+  ASSERT_TRUE(a && *a);
+  ASSERT_TRUE(pool.reserve(1, 0, 1ull << 30));
+  ASSERT_TRUE(pool.reserve(1, 0, uint64_t{1} << 63));  // no quota: allowed here, the backend would refuse it
+  pool.release(1, 0, uint64_t{1} << 63);
+  // One that would wrap the counts is refused.
+  Status wraps = pool.reserve(1, 0, ~uint64_t{0});
+  EXPECT_EQ(wraps.code(), err::kMemoryAllocation);
+  EXPECT_NE(wraps.message().find("more than can be held"), std::string::npos) << wraps.message();
+  ASSERT_TRUE(pool.reserve(1, 0, 1ull << 30));
+  now += std::chrono::hours(1);  // 2 GiB for an hour
+  auto rec = pool.end(1);
+  ASSERT_TRUE(rec);
+  EXPECT_NEAR(rec->byte_seconds / (1ull << 30) / 3600, 2.0, 1e-9);
+}
+
 TEST(PoolManagerAccounting, ASessionsRecordHasItsPeakAndMemoryTime) {
   UserEntry alice;
   alice.name = alice.token = "alice";
