@@ -405,14 +405,17 @@ TEST_F(Migration, AWorkerKilledWhileRestoringLeavesTheSessionRunningWhereItWas) 
     EXPECT_NE(r.code, 0) << r.output;
     EXPECT_NE(r.output.find("not moved: restore: the worker is gone"), std::string::npos) << r.output;
   });
-  std::smatch m;
+  std::string worker;  // (the match is copied out: it points into the log, gone at the lambda's end)
   waitFor(
       [&] {
         std::string log = server_->log();
-        return std::regex_search(log, m, std::regex("session " + sid + ": worker (\\d+) restores it"));
+        std::smatch m;
+        if (!std::regex_search(log, m, std::regex("session " + sid + ": worker (\\d+) restores it"))) return false;
+        worker = m[1].str();
+        return true;
       },
       "the restoring worker");
-  ::kill(std::stoi(m[1].str()), SIGKILL);
+  ::kill(std::stoi(worker), SIGKILL);
   move.join();
   // The next move makes a pre-copy of its own (the failed one's base went
   // with its worker) and succeeds.
