@@ -140,19 +140,33 @@ TEST(AccountingConfig, KeysAreReadAndBadValuesNamed) {
   EXPECT_FALSE(words);
 }
 
+// A pool of one device on a clock the test moves, with alice's session 1 admitted.
+struct AliceOnOneDevice {
+  AliceOnOneDevice() : pool({{"rgpu sim H100", "GPU-aaaa", 16ull << 30, 90}}, {alice()}, {}) {
+    pool.setClock([this] { return now; });
+    DeviceRequest one;
+    one.count = 1;
+    auto a = pool.admit(1, {"alice", "laptop", "127.0.0.1:1", 9}, one, now);
+    admitted = a && *a;
+  }
+  static UserEntry alice() {
+    UserEntry u;
+    u.name = u.token = "alice";
+    return u;
+  }
+  PoolManager::Clock::time_point now = PoolManager::Clock::now();
+  PoolManager pool;
+  bool admitted = false;
+};
+
 // A reservation of 2^63 bytes (one the backend then refuses) and its release
 // leave the memory the session holds as it was (it is counted unsigned), and
 // one that would wrap the counts is refused.
 TEST(PoolManagerAccounting, AHugeReservationAndItsReleaseLeaveTheMemoryHeldAsItWas) {
-  UserEntry alice;
-  alice.name = alice.token = "alice";
-  PoolManager pool({{"rgpu sim H100", "GPU-aaaa", 16ull << 30, 90}}, {alice}, {});
-  auto now = PoolManager::Clock::now();
-  pool.setClock([&] { return now; });
-  DeviceRequest one;
-  one.count = 1;
-  auto a = pool.admit(1, {"alice", "laptop", "127.0.0.1:1", 9}, one, now);
-  ASSERT_TRUE(a && *a);
+  AliceOnOneDevice t;
+  ASSERT_TRUE(t.admitted);
+  PoolManager& pool = t.pool;
+  auto& now = t.now;
   ASSERT_TRUE(pool.reserve(1, 0, 1ull << 30));
   ASSERT_TRUE(pool.reserve(1, 0, uint64_t{1} << 63));  // no quota: allowed here, the backend would refuse it
   pool.release(1, 0, uint64_t{1} << 63);
@@ -168,15 +182,10 @@ TEST(PoolManagerAccounting, AHugeReservationAndItsReleaseLeaveTheMemoryHeldAsItW
 }
 
 TEST(PoolManagerAccounting, ASessionsRecordHasItsPeakAndMemoryTime) {
-  UserEntry alice;
-  alice.name = alice.token = "alice";
-  PoolManager pool({{"rgpu sim H100", "GPU-aaaa", 16ull << 30, 90}}, {alice}, {});
-  auto now = PoolManager::Clock::now();
-  pool.setClock([&] { return now; });
-  DeviceRequest one;
-  one.count = 1;
-  auto a = pool.admit(1, {"alice", "laptop", "127.0.0.1:1", 9}, one, now);
-  ASSERT_TRUE(a && *a);
+  AliceOnOneDevice t;
+  ASSERT_TRUE(t.admitted);
+  PoolManager& pool = t.pool;
+  auto& now = t.now;
   ASSERT_TRUE(pool.reserve(1, 0, 1ull << 30));      // 1 GiB for an hour
   now += std::chrono::hours(1);
   ASSERT_TRUE(pool.reserve(1, 0, 1ull << 30));      // 2 GiB for half an hour
