@@ -344,7 +344,8 @@ std::set<std::string> kernelsCallingMalloc(const FatbinImage& image) {
       }
     }
     // Functions that reach malloc, to a fixed point.
-    std::set<std::string> reach = {"malloc", ""};
+    // (__nv_aligned_device_malloc is __cuda_syscall_aligned_malloc in PTX.)
+    std::set<std::string> reach = {"malloc", "__cuda_syscall_aligned_malloc", ""};
     for (bool grew = true; grew;) {
       grew = false;
       for (auto& [f, callees] : calls)

@@ -69,7 +69,8 @@ Result<std::map<std::string, KernelInfo>> kernelsFromPtx(const std::string& ptx)
 // not know (a cubin's internal objects) can be among them: ask it.
 std::vector<std::string> moduleVariables(const FatbinImage& image);
 
-// The kernels of an image that may call device malloc (directly or through
+// The kernels of an image that may call device malloc or
+// __nv_aligned_device_malloc (directly or through
 // the functions they call; an indirect call counts as one that may). From
 // the PTX's call graph; an image without PTX: every kernel, if any of its
 // code names malloc.

@@ -204,11 +204,19 @@ TEST(Image, NamesItsModuleVariablesAndTheKernelsThatMayCallMalloc) {
   ret;
 }
 .visible .entry direct() { ret; }
+.extern .func (.param .b64 func_retval0) __cuda_syscall_aligned_malloc(.param .b64 s, .param .b64 a);
+.visible .entry aligned() {
+  { .param .b64 param0; st.param.b64 [param0+0], 64; .param .b64 param1; st.param.b64 [param1+0], 256;
+    .param .b64 retval0;
+    call.uni (retval0), __cuda_syscall_aligned_malloc, (param0, param1); }
+  ret;
+}
 )";
   auto text = parseImage(src.c_str(), src.size() + 1);
   ASSERT_TRUE(text) << text.status().message();
   EXPECT_EQ(moduleVariables(*text), (std::vector<std::string>{"inited", "scale"}));
-  EXPECT_EQ(kernelsCallingMalloc(*text), std::set<std::string>{"indirect"});
+  // __nv_aligned_device_malloc draws on the same heap.
+  EXPECT_EQ(kernelsCallingMalloc(*text), (std::set<std::string>{"aligned", "indirect"}));
 }
 
 TEST(PtxSignature, HandlesAlignmentArraysAndPointerAttributes) {

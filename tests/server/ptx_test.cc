@@ -1303,6 +1303,64 @@ TEST(PtxCalls, DeviceMallocAndFreeDrawOnTheDeviceHeap) {
   EXPECT_EQ(out[0], 0u);
 }
 
+TEST(PtxCalls, AlignedDeviceMallocDrawsOnTheSameHeap) {
+  // __nv_aligned_device_malloc(size, align) as nvcc emits it: each lane asks
+  // for 24 bytes at an alignment of 64 << (lane % 4); lane 31 asks for an
+  // alignment that is not a power of 2 (NULL). free() gives them back.
+  std::string ptx = ".version 9.0\n.target sm_90\n.address_size 64\n"
+                    ".extern .func (.param .b64 func_retval0) __cuda_syscall_aligned_malloc\n"
+                    "(.param .b64 p0, .param .b64 p1);\n"
+                    ".extern .func free (.param .b64 free_param_0);\n"
+                    ".visible .entry k(.param .u64 out, .param .u32 release)\n{\n.reg .pred %p<2>;\n.reg .b32 %r<6>;\n"
+                    ".reg .b64 %rd<8>;\n"
+                    "ld.param.u64 %rd0, [out];\nld.param.u32 %r4, [release];\nmov.u32 %r1, %tid.x;\n"
+                    "and.b32 %r2, %r1, 3;\nshl.b32 %r3, 64, %r2;\nsetp.eq.u32 %p1, %r1, 31;\n@%p1 mov.u32 %r3, 96;\n"
+                    "cvt.u64.u32 %rd4, %r3;\n"
+                    "{\n.param .b64 param0;\nst.param.b64 [param0], 24;\n.param .b64 param1;\n"
+                    "st.param.b64 [param1], %rd4;\n.param .b64 retval0;\n"
+                    "call.uni (retval0), __cuda_syscall_aligned_malloc, (param0, param1);\n"
+                    "ld.param.b64 %rd1, [retval0];\n}\n"
+                    "mul.wide.u32 %rd2, %r1, 8;\nadd.u64 %rd3, %rd0, %rd2;\nst.global.u64 [%rd3], %rd1;\n"
+                    "setp.eq.u64 %p1, %rd1, 0;\n@%p1 bra DONE;\nst.global.u32 [%rd1], %r1;\n"
+                    "setp.eq.u32 %p1, %r4, 0;\n@%p1 bra DONE;\n"
+                    "{\n.param .b64 param0;\nst.param.b64 [param0], %rd1;\ncall.uni free, (param0);\n}\n"
+                    "DONE:\nret;\n}\n";
+  auto m = parsePtx(ptx);
+  ASSERT_TRUE(m) << m.status().message();
+  EXPECT_TRUE(m->functions.at("k").uses_malloc);
+  std::vector<uint64_t> out(32, 0), heap_mem(4096, 0);  // a 32 KiB heap
+  uint64_t o = reinterpret_cast<uint64_t>(out.data()), hb = reinterpret_cast<uint64_t>(heap_mem.data());
+  MemoryRanges mem = {{o, o + out.size() * 8}, {hb, hb + heap_mem.size() * 8}};
+  std::sort(mem.begin(), mem.end());
+  DeviceHeap heap(hb, heap_mem.size() * 8);
+  struct {
+    uint64_t out;
+    uint32_t release;
+  } params{o, 0};
+  Launch L;
+  L.fn = &m->functions.at("k");
+  L.block = {32, 1, 1};
+  L.params = reinterpret_cast<const uint8_t*>(&params);
+  L.memory = &mem;
+  L.heap = &heap;
+  Interpreter interp(1);
+  auto r = interp.run(L);
+  ASSERT_TRUE(r.status) << r.status.message();
+  for (int t = 0; t < 31; ++t) {
+    ASSERT_NE(out[t], 0u) << t;
+    EXPECT_EQ(out[t] % (64u << (t % 4)), 0u) << t;
+    EXPECT_EQ(*reinterpret_cast<uint32_t*>(out[t]), static_cast<uint32_t>(t));
+  }
+  EXPECT_EQ(out[31], 0u) << "an alignment of 96 is not a power of 2";
+  EXPECT_EQ(heap.blocks().size(), 31u);
+  // The same again, each lane freeing its block: nothing is left in use.
+  DeviceHeap fresh(hb, heap_mem.size() * 8);
+  L.heap = &fresh;
+  params.release = 1;
+  ASSERT_TRUE(interp.run(L).status);
+  EXPECT_EQ(fresh.inUse(), 0u);
+}
+
 TEST(PtxCalls, GraphSetConditionalStoresToTheHandlesWordAndFaultsOnAnUnknownOne) {
   // cudaGraphSetConditional(handle, value) as nvcc emits it (an extern builtin):
   // the sim's handle is the address of its value's device word.
@@ -1353,6 +1411,28 @@ TEST(DeviceHeap, FirstFitCoalescesAndRefusesWhatDoesNotFit) {
   EXPECT_FALSE(h.release(b));      // twice
   EXPECT_EQ(h.inUse(), 0u);
   EXPECT_EQ(h.allocate(256), 0x10000u);  // coalesced back into one
+}
+
+TEST(DeviceHeap, AnAlignedBlockStartsAtItsAlignmentAndLeavesTheGapFree) {
+  // __nv_aligned_device_malloc: the address is a multiple of `align` (a
+  // power of 2; any other gets NULL); the bytes skipped stay free.
+  DeviceHeap h(0x10010, 4096);  // a heap whose base is 16-byte aligned only
+  uint64_t a = h.allocate(16);
+  EXPECT_EQ(a, 0x10010u);
+  uint64_t b = h.allocate(100, 256);
+  EXPECT_EQ(b, 0x10100u);
+  EXPECT_EQ(h.allocate(16, 1024), 0x10400u);
+  EXPECT_EQ(h.allocate(16, 4), 0x10020u) << "an alignment below 16 is malloc's: the first gap";
+  EXPECT_EQ(h.allocate(16, 0), 0u);
+  EXPECT_EQ(h.allocate(16, 48), 0u);
+  EXPECT_EQ(h.allocate(16, 8192), 0u) << "no address in the heap has that alignment";
+  EXPECT_EQ(h.allocate(16), 0x10030u) << "the gap before an aligned block is free";
+  EXPECT_EQ(h.blocks().size(), 5u);
+  DeviceHeap c(0x10010, 4096);
+  ASSERT_TRUE(c.restore(h.blocks()));  // what a checkpoint carries, gaps and all
+  EXPECT_EQ(c.inUse(), h.inUse());
+  for (uint64_t p : {a, b, 0x10400ul, 0x10020ul, 0x10030ul}) EXPECT_TRUE(h.release(p)) << p;
+  EXPECT_EQ(h.allocate(4096), 0x10010u) << "all of it coalesced again";
 }
 
 TEST(DeviceHeap, RestoresItsBlocksFromACheckpointAndRefusesOnesOutOfPlace) {

@@ -1,18 +1,25 @@
 #include "server/sim/ptx/device_heap.h"
 
+#include <algorithm>
+
 namespace rgpu::server::ptx {
 
-uint64_t DeviceHeap::allocate(uint64_t bytes) {
-  if (bytes == 0 || bytes > size_) return 0;
+uint64_t DeviceHeap::allocate(uint64_t bytes, uint64_t align) {
+  if (bytes == 0 || bytes > size_ || align == 0 || (align & (align - 1)) || align > size_) return 0;
+  align = std::max(align, kAlign);
   uint64_t want = (bytes + kAlign - 1) / kAlign * kAlign;
   std::lock_guard lock(mu_);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
-    if (it->second < want) continue;
-    uint64_t at = it->first, left = it->second - want;
+    // The first address in this free block at the alignment asked.
+    const uint64_t start = (base_ + it->first + align - 1) / align * align - base_;
+    const uint64_t skip = start - it->first;
+    if (skip > it->second || it->second - skip < want) continue;
+    uint64_t at = it->first, left = it->second - skip - want;
     free_.erase(it);
-    if (left) free_[at + want] = left;
-    used_[at] = want;
-    return base_ + at;
+    if (skip) free_[at] = skip;
+    if (left) free_[start + want] = left;
+    used_[start] = want;
+    return base_ + start;
   }
   return 0;
 }

@@ -5,6 +5,8 @@
 // at once. First fit with coalescing; blocks 16-byte aligned, as NVIDIA's.
 // malloc of 0 bytes or past what is free returns 0 (NULL), as on a GPU; free
 // of 0 or of an address the heap did not hand out does nothing.
+// __nv_aligned_device_malloc asks for a larger alignment (a power of 2; any
+// other, 0 included, gets NULL) of the address itself.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +24,7 @@ class DeviceHeap {
   }
   uint64_t base() const { return base_; }
   uint64_t size() const { return size_; }
-  uint64_t allocate(uint64_t bytes);
+  uint64_t allocate(uint64_t bytes, uint64_t align = kAlign);
   bool release(uint64_t address);
   uint64_t inUse() const;
   // The blocks in use (offset from base, length), for a checkpoint; restore()

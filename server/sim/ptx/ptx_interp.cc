@@ -606,8 +606,10 @@ bool BlockRunner::execCall(const Inst& in, Warp& w, uint32_t m) {
   const uint64_t* A = &w.regs[static_cast<size_t>(in.a.reg) * 32];
   if (in.op == Op::kCallMalloc || in.op == Op::kCallFree) {
     uint64_t* D = in.op == Op::kCallMalloc ? &w.regs[static_cast<size_t>(in.d.reg) * 32] : nullptr;
+    // __nv_aligned_device_malloc's alignment (b), else malloc's 16 bytes.
+    const uint64_t* align = D && in.b.kind != Operand::kNone ? &w.regs[static_cast<size_t>(in.b.reg) * 32] : nullptr;
     LANES(m)
-      if (D) D[l] = L_.heap ? L_.heap->allocate(A[l]) : 0;
+      if (D) D[l] = L_.heap ? L_.heap->allocate(A[l], align ? align[l] : 16) : 0;
       else if (L_.heap) L_.heap->release(A[l]);
     END_LANES
     return true;

@@ -917,6 +917,14 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       in.op = is_malloc ? Op::kCallMalloc : Op::kCallFree;
       in.a = args[0];
       if (is_malloc) in.d = rets[0];
+    } else if (callee == "__cuda_syscall_aligned_malloc") {
+      // __nv_aligned_device_malloc(size, align) -> pointer, on the same heap (free() releases it).
+      if (args.size() != 2 || rets.size() != 1)
+        return bad(in.line, callee + " takes two arguments and returns a pointer");
+      in.op = Op::kCallMalloc;
+      in.a = args[0];
+      in.b = args[1];
+      in.d = rets[0];
     } else if (callee == "cudaGraphSetConditional") {
       // cudaGraphSetConditional(handle, value): the handle is the address of the value's device word.
       if (args.size() != 2) return bad(in.line, "cudaGraphSetConditional takes 2 arguments");
