@@ -5,7 +5,9 @@
 // on the client stripes large request payloads over it, and once the server
 // has the Ack saying the client reads it, the server stripes large replies
 // over it too. A join that fails is logged and the client carries on with
-// the stripes it has: striping is an optimisation, never a requirement.
+// the stripes it has: striping is an optimisation, never a requirement. A
+// join that fails because the session closed (the program exited) or its
+// connection dropped meanwhile is not worth a warning.
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -132,6 +134,12 @@ void Connection::joinStripes(uint64_t epoch, uint32_t generation, uint32_t count
       acknowledgeLocked(false, index);
     }
     ++joined;
+  }
+  if (!why.empty() && !current()) {
+    // The program ended its session (or the connection was lost) while this
+    // join was on its way: the server no longer has the session to join.
+    RGPU_LOG_DEBUG("rgpu server {}: stripe joins stopped, the session is closing or resuming ({})", server(), why);
+    return;
   }
   if (!why.empty())
     RGPU_LOG_WARN("rgpu server {}: {} of {} stripe connection(s) joined ({}); large copies use those", server(), joined,

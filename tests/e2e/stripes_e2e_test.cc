@@ -119,6 +119,21 @@ TEST_F(StripedCopies, CuttingAStripeOrEveryConnectionMidFrameLosesNothing) {
   EXPECT_NE(endLine().find("stripe connections carried"), std::string::npos);
 }
 
+TEST_F(StripedCopies, AProgramThatEndsWhileItsStripesJoinEndsWithoutAWarning) {
+  // The stripes reach the server only after the program has ended its
+  // session: their joins fail, and that is no news to report at exit.
+  start("", "stripes = 2\n", true);
+  // (Its 200 ms pause lets the joins start; they arrive 1.5 s after that.)
+  proxy_->delayJoins(1, 1500);
+  RunResult r = run(stripeClient() + " 1 1 200", env());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("stripe_client: 1 iterations of 1 MiB each way, twice: all checks passed"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(count(r.output, "stripe connection(s) joined"), 0u) << r.output;
+  EXPECT_EQ(count(r.output, "warning"), 0u) << r.output;
+  EXPECT_GE(proxy_->accepted(), 2) << "no stripe connection was opened";
+}
+
 TEST_F(StripedCopies, MaxStripesHoldsAndASessionWithoutResumeTakesNone) {
   start("[session]\nmax_stripes = 1\n", "stripes = 3\n");
   RunResult r = run(stripeClient() + " 2 8", env());

@@ -108,14 +108,20 @@ void CutProxy::loop() {
     }
     open_.store(static_cast<int>(pairs_.size()));
     std::vector<pollfd> fds = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    const auto now = std::chrono::steady_clock::now();
+    int timeout_ms = 200;
     for (auto& p : pairs_)
       for (int i = 0; i < 2; ++i) {
         short ev = 0;
-        if (p.pending[1 - i].size() < kMaxPending) ev |= POLLIN;  // read from i, to be written to the other
+        const bool held = i == 0 && now < p.hold_until;
+        if (held)
+          timeout_ms = std::min<int>(timeout_ms, static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(
+                                                                       p.hold_until - now).count()));
+        if (!held && p.pending[1 - i].size() < kMaxPending) ev |= POLLIN;  // read from i, to be written to the other
         if (!p.pending[i].empty()) ev |= POLLOUT;
-        fds.push_back({p.fd[i], ev, 0});
+        fds.push_back({held ? -1 : p.fd[i], ev, 0});  // (poll skips a negative fd: not even a hang-up is seen)
       }
-    if (::poll(fds.data(), fds.size(), 200) < 0 && errno != EINTR) return;
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) return;
     if (fds[1].revents) {
       uint64_t v;
       [[maybe_unused]] auto r = ::read(wake_fd_, &v, sizeof v);
@@ -134,6 +140,8 @@ void CutProxy::loop() {
         int one = 1;
         setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         pairs_.push_back({{c, s}, {}});
+        if (int ms = delay_ms_.load(); ms > 0 && accepted_.load() > delay_after_.load())
+          pairs_.back().hold_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
       }
     }
     bool cut = false;

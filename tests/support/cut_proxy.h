@@ -2,7 +2,8 @@
 // every connection it carries is reset at once (both ends see a dropped
 // connection, not an orderly close) on request, or when the bytes it forwarded
 // in one direction pass a mark — so a cut lands in the middle of a frame. It
-// can also refuse new connections for a while (accepted, then reset).
+// can also refuse new connections for a while (accepted, then reset), or
+// hold back what clients send on new connections for a while.
 #pragma once
 
 #include <atomic>
@@ -34,6 +35,13 @@ class CutProxy {
   void refuse(bool on) { refuse_.store(on); }
   // The next cut also refuses new connections for `ms` milliseconds.
   void refuseAfterNextCut(int ms) { refuse_after_cut_ms_.store(ms); }
+  // Connections accepted from now on, after the first `after` of all, pass
+  // nothing their client sends to the server for `ms` milliseconds (a slow
+  // network for joins: a client's stripe connections reach the server late).
+  void delayJoins(int after, int ms) {
+    delay_after_.store(after);
+    delay_ms_.store(ms);
+  }
 
   uint64_t upstream() const { return up_.load(); }
   uint64_t downstream() const { return down_.load(); }
@@ -45,6 +53,7 @@ class CutProxy {
   struct Pair {
     int fd[2];              // 0: client side, 1: server side
     std::string pending[2]; // bytes waiting to be written to fd[i]
+    std::chrono::steady_clock::time_point hold_until{};  // the client's bytes wait until then (delayJoins)
   };
   void loop();
   void cutAllLocked();
@@ -60,6 +69,7 @@ class CutProxy {
   std::atomic<uint64_t> up_mark_{UINT64_MAX}, down_mark_{UINT64_MAX};
   std::atomic<int> cuts_{0}, accepted_{0}, refused_{0};
   std::atomic<int> refuse_after_cut_ms_{0};
+  std::atomic<int> delay_after_{0}, delay_ms_{0};
   std::chrono::steady_clock::time_point refuse_until_{};  // the proxy thread's
   std::vector<Pair> pairs_;  // the proxy thread's
   std::thread thread_;
