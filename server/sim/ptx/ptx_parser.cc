@@ -793,6 +793,7 @@ Status Parser::parseInstruction(Function& f, Inst& in) {
       continue;
     }
     if (in.op == Op::kBarWarp && m == "warp") continue;  // bar.warp.sync (__syncwarp)
+    if (in.op == Op::kMembar && m == "gl") continue;     // membar.gl: membar.cta/.sys's device-wide sibling
     if (in.op == Op::kAddCarry && m == "cc") {
       in.mode |= kCarryOut;
       continue;
