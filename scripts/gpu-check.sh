@@ -16,7 +16,8 @@
 #   8. a training loop moved twice between workers on the CUDA backend
 #      (rgpu-smi --migrate, docs/migration.md), its lines compared with an
 #      unmoved run's, and the pauses; a session holding a CUDA array with a
-#      texture and a surface object moved once.
+#      texture and a surface object moved once; device malloc on rgpu's own
+#      heap (device_malloc), and a session keeping blocks of it moved once.
 # Finishes within 9 minutes on a 16-core host with one GPU. Exit status 0 only
 # when every step passed.
 set -uo pipefail
@@ -172,6 +173,23 @@ for _ in $(seq 600); do grep -q "^step 2 " "$mig/array.out" && break; sleep 0.05
 sid=$(grep -o "session [0-9]*: user 'check' placed" "$mig/server.log" | tail -1 | awk '{print $2}' | tr -d :)
 array_move="$("${mig_env[@]}" "$build/client/rgpu-smi" --migrate "$sid" 2>&1 | tail -1)"
 wait $client
+# Device malloc on rgpu's own heap (docs/cuda-backend.md): the driver JIT-compiles
+# rgpu's allocator; then a session keeping 144 blocks of it moved once.
+"${mig_env[@]}" "$build/tests/e2e/device_malloc" >"$mig/malloc.out" 2>&1
+"${mig_env[@]}" "$program" 8 300 0 heap >"$mig/heap.out" 2>&1 &
+client=$!
+for _ in $(seq 600); do grep -q "^step 3 " "$mig/heap.out" && break; sleep 0.05; done
+sid=$(grep -o "session [0-9]*: user 'check' placed" "$mig/server.log" | tail -1 | awk '{print $2}' | tr -d :)
+heap_move="$("${mig_env[@]}" "$build/client/rgpu-smi" --migrate "$sid" 2>&1 | tail -1)"
+wait $client
+if grep -q "device_malloc: all checks passed" "$mig/malloc.out" &&
+   grep -q "heap: 0 words wrong in the 144 kept blocks" "$mig/heap.out" && grep -q "moved to a new worker" <<<"$heap_move"; then
+  note "migration (cuda backend): device malloc on rgpu's heap passed; 144 kept blocks moved: $heap_move"
+else
+  status=1
+  tail -20 "$mig/malloc.out" "$mig/heap.out"
+  note "migration (cuda backend): device malloc on rgpu's heap FAILED: $heap_move"
+fi
 kill $mserver 2>/dev/null; wait $mserver 2>/dev/null
 if grep -q "array: 0 wrong through the texture, surface write landed" "$mig/array.out" &&
    grep -q "moved to a new worker" <<<"$array_move"; then

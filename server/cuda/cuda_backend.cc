@@ -215,15 +215,6 @@ Status CudaBackend::setPrintfFifo(int device, uint64_t bytes) {
   return RGPU_CU(cuCtxSetLimit(CU_LIMIT_PRINTF_FIFO_SIZE, bytes));
 }
 
-Status CudaBackend::setMallocHeap(int device, uint64_t bytes) {
-  RGPU_TRY(use(device));
-  DriverApi& api = *api_;
-  RGPU_TRY(RGPU_CU(cuCtxSetLimit(CU_LIMIT_MALLOC_HEAP_SIZE, bytes)));
-  std::lock_guard lock(mu_);
-  devices_[static_cast<size_t>(device)].malloc_heap = bytes;  // (a checkpoint carries it)
-  return Status::ok();
-}
-
 void CudaBackend::setAsyncErrorSink(std::function<void(Status)> sink) {
   std::lock_guard lock(mu_);
   async_sink_ = std::move(sink);
@@ -587,6 +578,7 @@ Status CudaBackend::launch(StreamKey key, uint32_t function, const LaunchConfig&
     return Status(err::kInvalidDeviceFunction, "the kernel's module is loaded on device " + std::to_string(f.device) +
                                                    ", the stream is on device " + std::to_string(s->first));
   if (f.mallocs) malloc_used_.store(true);  // its blocks are the driver's from now on
+  if (f.own_heap) RGPU_TRY(ensureHeap(f.device));  // (before the kernel is queued: it reads where the heap is)
   size_t size = params.size();
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, params.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                    CU_LAUNCH_PARAM_END};
@@ -872,7 +864,14 @@ Status CudaBackend::loadModule(uint32_t id, int device, const std::string& fatbi
     if (modules_.count(id)) return Status(err::kInvalidValue, "module id in use");
   }
   CUmodule m = nullptr;
-  CUresult r = api.cuModuleLoadData(&m, fatbin.data());
+  CUdeviceptr heap_var = 0;
+  std::set<std::string> mallocs;
+  if (opts_.fixed_addresses) {
+    // A module that may call device malloc goes on rgpu's heap where it can (cuda_heap.cc).
+    mallocs = common::kernelsCallingMalloc(*image);
+    if (!mallocs.empty()) m = loadOnOwnHeap(device, *image, &heap_var);
+  }
+  CUresult r = m ? CUDA_SUCCESS : api.cuModuleLoadData(&m, fatbin.data());
   if (r == CUDA_ERROR_NO_BINARY_FOR_GPU) {
     const auto& d = descriptions_[device];
     return Status(cudaErrorFromDriver(r), "the fatbin has no code for device " + std::to_string(device) + " (sm_" +
@@ -887,7 +886,24 @@ Status CudaBackend::loadModule(uint32_t id, int device, const std::string& fatbi
   for (auto& [name, k] : image->kernels) mod.param_bytes[name] = k.param_bytes;
   if (opts_.fixed_addresses) {  // what a checkpoint needs to know (cuda_checkpoint.cc)
     mod.variables = common::moduleVariables(*image);
-    mod.mallocs = common::kernelsCallingMalloc(*image);
+    mod.mallocs = std::move(mallocs);
+    mod.heap_var = heap_var;
+  }
+  if (heap_var) {
+    // The heap may be there already (made by another module's kernel, or restored).
+    DevPtr base;
+    uint64_t size;
+    {
+      std::lock_guard lock(mu_);
+      base = devices_[static_cast<size_t>(device)].heap_base;
+      size = devices_[static_cast<size_t>(device)].heap_size;
+    }
+    if (base) {
+      if (Status s = writeHeapVariables(device, {heap_var}, base, size, false); !s) {
+        (void)api.cuModuleUnload(m);
+        return s;
+      }
+    }
   }
   for (auto& e : image->entries)
     if (e.payload.find("vprintf") != std::string::npos || e.payload.find("__assertfail") != std::string::npos)
@@ -916,7 +932,7 @@ Result<uint32_t> CudaBackend::registerFunction(uint32_t id, uint32_t module, con
   CUmodule m;
   int device;
   std::optional<uint32_t> expected;
-  bool mallocs = false;
+  bool mallocs = false, own_heap = false;
   {
     std::lock_guard lock(mu_);
     auto it = modules_.find(module);
@@ -924,6 +940,8 @@ Result<uint32_t> CudaBackend::registerFunction(uint32_t id, uint32_t module, con
     m = it->second.handle;
     device = it->second.device;
     mallocs = it->second.mallocs.count(name) != 0;
+    own_heap = mallocs && it->second.heap_var;
+    if (own_heap) mallocs = false;  // rgpu's heap, not the driver's
     if (auto k = it->second.param_bytes.find(name); k != it->second.param_bytes.end()) expected = k->second;
   }
   RGPU_TRY(use(device));
@@ -953,7 +971,7 @@ Result<uint32_t> CudaBackend::registerFunction(uint32_t id, uint32_t module, con
     return Status(err::kInvalidKernelImage, "kernel " + name + ": no parameter layout in the fatbin, and the driver "
                                             "cannot tell (cuFuncGetParamInfo needs a 12.4+ driver)");
   std::lock_guard lock(mu_);
-  functions_[id] = {module, device, f, name, mallocs};
+  functions_[id] = {module, device, f, name, mallocs, own_heap};
   return driver_bytes ? *driver_bytes : *expected;
 }
 

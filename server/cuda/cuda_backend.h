@@ -51,7 +51,10 @@
 // SASS for the device or JIT-compiles the PTX). The parameter block size of a
 // kernel comes from cuFuncGetParamInfo, cross-checked against the fatbin's
 // .nv.info layout; launches pass the packed block the client built with
-// CU_LAUNCH_PARAM_BUFFER_POINTER.
+// CU_LAUNCH_PARAM_BUFFER_POINTER. On a worker whose sessions may move
+// (fixed_addresses), a module whose kernels may call device malloc goes to
+// the driver as its PTX bound to rgpu's own device heap instead
+// (device_heap_ptx.h, cuda_heap.cc), so that the heap moves with the session.
 #pragma once
 
 #include <atomic>
@@ -68,6 +71,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "common/fatbin.h"
 #include "server/backend/backend.h"
 #include "server/cuda/blas_api.h"
 #include "server/cuda/fft_api.h"
@@ -284,6 +288,10 @@ class CudaBackend final : public Backend {
     uint64_t scrub_zero_bytes = 0;
     // cudaLimitMallocHeapSize as the session set it (0: never set).
     uint64_t malloc_heap = 0;
+    // rgpu's device heap (cuda_heap.cc): made at the first launch of a kernel
+    // that may call malloc from a module bound to it, in the address window.
+    DevPtr heap_base = 0;
+    uint64_t heap_size = 0;
     // Reads of a running session's memory (readWhileRunning, under peek_mu_):
     // a stream of their own, which waits for no work of the session's but
     // for its scrubs, and an event to wait on.
@@ -318,13 +326,17 @@ class CudaBackend final : public Backend {
     std::vector<std::string> variables;
     std::set<std::string> mallocs;
     uint64_t placed = 0;  // placementOrder
+    // Loaded as PTX bound to rgpu's device heap (cuda_heap.cc): the address
+    // of its kHeapVariable (0: the driver's malloc, if any).
+    CUdeviceptr heap_var = 0;
   };
   struct Function {
     uint32_t module = 0;
     int device = 0;
     CUfunction handle = nullptr;
     std::string name;
-    bool mallocs = false;  // may call device malloc
+    bool mallocs = false;   // may call the driver's device malloc
+    bool own_heap = false;  // may call malloc on rgpu's device heap
   };
   // Work to run once every event has completed (in any order).
   struct Job {
@@ -369,6 +381,17 @@ class CudaBackend final : public Backend {
   Status scrubReady(int device, uint64_t zero_bytes);
   // An allocation in the device's address window (windows_), recorded.
   Result<DevPtr> windowed(int device, uint64_t size);
+  // rgpu's device heap (cuda_heap.cc). The module's image loaded as its
+  // PTX bound to the heap, or null (and why, logged) when that cannot be.
+  CUmodule loadOnOwnHeap(int device, const common::FatbinImage& image, CUdeviceptr* heap_var);
+  // The device's heap, made (of its cudaLimitMallocHeapSize) if missing,
+  // and known to every module of the device bound to it.
+  Status ensureHeap(int device);
+  // Writes {base, size} into module variables of `device` (the heap's
+  // address and size), first zeroing the heap's header when asked, and
+  // waits until they are there (on the device's peek stream, after scrubs).
+  Status writeHeapVariables(int device, const std::vector<CUdeviceptr>& vars, DevPtr base, uint64_t size,
+                            bool zero_header);
   Result<std::pair<int, CUstream>> streamOf(StreamKey key);
   // Copies of table entries, looked up under mu_.
   Result<Function> functionOf(uint32_t id);

@@ -28,9 +28,11 @@
 // than the program's fails the restore (the move is called off), as a
 // module variable placed elsewhere does.
 //
-// What stays with the driver and cannot move: the device malloc heap once a
-// kernel that may call malloc has run (the heap's blocks are the driver's;
-// common::kernelsCallingMalloc reads the PTX's call graph). Such a session
+// The device malloc heap is rgpu's own on such a worker (cuda_heap.cc), one
+// range of device memory that moves like any other. What stays with the
+// driver and cannot move: the driver's heap, once a kernel of a module that
+// could not be bound to rgpu's heap and may call malloc has run
+// (common::kernelsCallingMalloc reads the PTX's call graph). Such a session
 // says why it cannot be checkpointed, and stays where it is.
 //
 // Events: a recorded event's completion is carried as CLOCK_MONOTONIC time.
@@ -124,25 +126,6 @@ Status CudaBackend::allocateAt(int device, DevPtr at, uint64_t size) {
   std::lock_guard lock(mu_);
   allocations_[at] = device;
   return Status::ok();
-}
-
-Result<std::vector<Backend::MallocHeap>> CudaBackend::mallocHeaps() const {
-  // Only the limit: notCheckpointable() refused a session whose kernels may have used the heap.
-  std::vector<MallocHeap> out;
-  std::lock_guard lock(mu_);
-  for (size_t d = 0; d < devices_.size(); ++d)
-    if (devices_[d].malloc_heap) out.push_back({static_cast<int32_t>(d), devices_[d].malloc_heap, 0, {}});
-  return out;
-}
-
-Status CudaBackend::restoreMallocHeap(const MallocHeap& heap) {
-  if (heap.device < 0 || static_cast<size_t>(heap.device) >= devices_.size())
-    return Status(err::kInvalidDevice, "checkpoint: a malloc heap on device " + std::to_string(heap.device));
-  if (heap.base || !heap.blocks.empty())
-    return Status(err::kNotSupported, "checkpoint: a malloc heap with its memory (the cuda backend cannot place one)");
-  if (heap.limit == 0 || heap.limit > descriptions_[static_cast<size_t>(heap.device)].total_mem)
-    return Status(err::kInvalidValue, "checkpoint: a malloc heap of " + std::to_string(heap.limit) + " bytes");
-  return setMallocHeap(heap.device, heap.limit);
 }
 
 Result<std::vector<Backend::ModuleGlobal>> CudaBackend::moduleGlobals(uint32_t module) const {

@@ -93,11 +93,13 @@ __global__ void heapStep(int step) {
     heap_slots[(step - 1) * kHeapBlocks + t] = nullptr;
   }
 }
-// Counts the words of kept blocks that differ from what their step wrote.
+// Counts the kept blocks (wrong[1]) and the words of them that differ from
+// what their step wrote (wrong[0]).
 __global__ void heapCheck(int steps, unsigned long long* wrong) {
   for (int s = 0; s < steps; ++s) {
     unsigned* p = heap_slots[s * kHeapBlocks + threadIdx.x];
     if (!p) continue;
+    atomicAdd(&wrong[1], 1ull);
     for (int i = 0; i < kHeapWords; ++i)
       if (p[i] != s * 100003u + threadIdx.x * 7919u + i) atomicAdd(wrong, 1ull);
   }
@@ -517,13 +519,13 @@ int main(int argc, char** argv) {
   }
   if (with_heap) {
     unsigned long long* wrong = nullptr;
-    CHECK(cudaMallocManaged(&wrong, sizeof *wrong));
-    *wrong = 0;
+    CHECK(cudaMallocManaged(&wrong, 2 * sizeof *wrong));
+    wrong[0] = wrong[1] = 0;
     heapCheck<<<1, kHeapBlocks>>>(steps, wrong);
     CHECK(cudaDeviceSynchronize());
     size_t limit = 0;
     CHECK(cudaDeviceGetLimit(&limit, cudaLimitMallocHeapSize));
-    std::printf("heap: %llu words wrong in the kept blocks, limit %zu MiB\n", *wrong, limit >> 20);
+    std::printf("heap: %llu words wrong in the %llu kept blocks, limit %zu MiB\n", wrong[0], wrong[1], limit >> 20);
     CHECK(cudaFree(wrong));
   }
   if (graph_exec) {

@@ -222,26 +222,35 @@ TEST_F(Migration, AGraphLaunchedEveryStepMovesWithTheSession) {
   EXPECT_NE(got.find("resumed session"), std::string::npos) << got;
 }
 
+// On the sim and on the CUDA backend (rgpu's own heap there, cuda_heap.cc).
 TEST_F(Migration, ASessionUsingTheDeviceMallocHeapMovesWithItsLiveBlocks) {
-  startWithCheckpoints();
-  RunResult alone = run(migrateClient() + " 8 0 0 heap", "RGPU_CONFIG=" + dir_.file("alice.toml") +
-                                                            " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
-  ASSERT_EQ(alone.code, 0) << alone.output;
-  ASSERT_NE(alone.output.find("heap: 0 words wrong in the kept blocks, limit 16 MiB"), std::string::npos)
-      << alone.output;
-  const std::string out = dir_.file("heap.out");
-  std::thread t = launch("8 150 0 heap", out);
-  waitFor([&] { return readFile(out).find("step 3 ") != std::string::npos; }, out);
-  RunResult r = smi("alice", "--migrate " + lastSession());
-  EXPECT_EQ(r.code, 0) << r.output << server_->log();
-  t.join();
-  std::string got = readFile(out);
-  // Blocks kept before the move read back right after it, and blocks
-  // allocated after it took none of their places (the free list moved too).
-  EXPECT_NE(got.find("heap: 0 words wrong in the kept blocks, limit 16 MiB"), std::string::npos) << got;
-  EXPECT_EQ(steps(got), steps(alone.output)) << got;
-  EXPECT_NE(got.find("resumed session"), std::string::npos) << got;
-  EXPECT_EQ(checkpointsLeft(), 0u);
+  for (bool cuda : {false, true}) {
+    SCOPED_TRACE(cuda ? "cuda backend (fake driver)" : "sim backend");
+    fake_cuda_ = cuda;
+    startWithCheckpoints();
+    RunResult alone = run(migrateClient() + " 8 0 0 heap", "RGPU_CONFIG=" + dir_.file("alice.toml") +
+                                                              " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+    ASSERT_EQ(alone.code, 0) << alone.output;
+    // 8 steps of 32 blocks, each step freeing the odd half of the one before.
+    const std::string kept = "heap: 0 words wrong in the 144 kept blocks, limit 16 MiB";
+    ASSERT_NE(alone.output.find(kept), std::string::npos) << alone.output;
+    const std::string out = dir_.file(cuda ? "heap-cuda.out" : "heap.out");
+    std::thread t = launch("8 150 0 heap", out);
+    waitFor([&] { return readFile(out).find("step 3 ") != std::string::npos; }, out);
+    RunResult r = smi("alice", "--migrate " + lastSession());
+    EXPECT_EQ(r.code, 0) << r.output << server_->log();
+    t.join();
+    std::string got = readFile(out);
+    // Blocks kept before the move read back right after it, and blocks
+    // allocated after it took none of their places (the free lists moved too).
+    EXPECT_NE(got.find(kept), std::string::npos) << got;
+    EXPECT_EQ(steps(got), steps(alone.output)) << got;
+    EXPECT_NE(got.find("resumed session"), std::string::npos) << got;
+    EXPECT_EQ(checkpointsLeft(), 0u);
+    if (cuda) {
+      EXPECT_NE(server_->log().find("'s malloc heap: 16777216 bytes at"), std::string::npos) << server_->log();
+    }
+  }
 }
 
 TEST_F(Migration, AGraphWithAConditionalNodeMovesWithItsHandle) {
@@ -328,10 +337,29 @@ TEST_F(Migration, MathLibraryCallsGoOnAfterMovesAsIfUnmoved) {
   }
 }
 
-// What the CUDA driver keeps to itself cannot move: the session stays and finishes.
-TEST_F(Migration, OnTheCudaBackendASessionWhoseStateTheDriverKeepsStaysWhereItIs) {
+// On a server whose sessions may move, device malloc on the CUDA backend is
+// rgpu's own heap: the program that checks malloc, free, new/delete,
+// __nv_aligned_device_malloc, NULL past the heap and the limit fixed after
+// the first use passes there as on the sim (e2e_test.cc).
+TEST_F(Migration, OnTheCudaBackendDeviceMallocBehavesAsTheDriversOnRgpusHeap) {
   fake_cuda_ = true;
   startWithCheckpoints();
+  RunResult r = run(std::string(RGPU_TEST_PROGRAMS_DIR) + "/device_malloc",
+                    "RGPU_CONFIG=" + dir_.file("alice.toml") + " LD_LIBRARY_PATH=" + RGPU_CLIENT_LIBDIR);
+  EXPECT_EQ(r.code, 0) << r.output << server_->log();
+  EXPECT_NE(r.output.find("device_malloc: all checks passed"), std::string::npos) << r.output;
+  EXPECT_NE(server_->log().find("device 0's malloc heap: 16777216 bytes at"), std::string::npos) << server_->log();
+}
+
+// What the CUDA driver keeps to itself cannot move: the session stays and
+// finishes. Here: its own malloc heap, for a module the driver would not take
+// as PTX bound to rgpu's heap (as a driver older than the toolkit refuses the
+// PTX and runs the fatbin's SASS).
+TEST_F(Migration, OnTheCudaBackendASessionWhoseStateTheDriverKeepsStaysWhereItIs) {
+  fake_cuda_ = true;
+  ::setenv("RGPU_FAKE_CUDA_REFUSE_PTX_TEXT", "1", 1);
+  startWithCheckpoints();
+  ::unsetenv("RGPU_FAKE_CUDA_REFUSE_PTX_TEXT");
   for (auto [args, why] : {std::pair<const char*, const char*>{"8 150 0 heap", "a kernel that may call device malloc ran"}}) {
     SCOPED_TRACE(args);
     const std::string out = dir_.file(std::string(args).substr(std::string(args).rfind(' ') + 1) + ".out");
@@ -345,6 +373,10 @@ TEST_F(Migration, OnTheCudaBackendASessionWhoseStateTheDriverKeepsStaysWhereItIs
     EXPECT_NE(readFile(out).find("heap: 0 words wrong"), std::string::npos) << readFile(out);
   }
   EXPECT_EQ(checkpointsLeft(), 0u);
+  EXPECT_NE(server_->log().find("is on the driver's heap, and a session that runs one of them cannot move: the driver "
+                                "refused its PTX bound to rgpu's heap"),
+            std::string::npos)
+      << server_->log();
 }
 
 TEST_F(Migration, OnlyAdminsMoveSessionsAndOnlyRunningOnes) {

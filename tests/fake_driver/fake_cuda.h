@@ -162,6 +162,7 @@ struct Driver {
   std::unique_ptr<DeviceArena> arena;
   bool vram = false;  // RGPU_FAKE_CUDA_VRAM: device memory outlives the process
   bool object_pool_per_device = false;  // RGPU_FAKE_CUDA_OBJECT_POOLS=device
+  bool refuse_ptx_text = false;         // RGPU_FAKE_CUDA_REFUSE_PTX_TEXT
 
   Driver() {
     if (const char* n = std::getenv("RGPU_FAKE_CUDA_DEVICES")) device_count = std::atoi(n);
@@ -169,6 +170,7 @@ struct Driver {
     if (const char* l = std::getenv("RGPU_FAKE_CUDA_LOG")) log_file.open(l, std::ios::app);
     if (const char* j = std::getenv("RGPU_FAKE_CUDA_JITTER_US")) jitter_us = static_cast<unsigned>(std::atoi(j));
     if (const char* p = std::getenv("RGPU_FAKE_CUDA_OBJECT_POOLS")) object_pool_per_device = std::string(p) == "device";
+    refuse_ptx_text = std::getenv("RGPU_FAKE_CUDA_REFUSE_PTX_TEXT") != nullptr;
     contexts.resize(std::max(device_count, 0));
     for (int i = 0; i < device_count; ++i) contexts[i].device = i;
     used.assign(std::max(device_count, 0), 0);

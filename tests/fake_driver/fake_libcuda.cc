@@ -50,6 +50,10 @@
 // cuMemAlloc hands memory out as the last process left it (not zeroed; a
 // driver does not promise zeroes), lowest address first. It models one
 // process at a time on the GPU (a test's sessions one after the other).
+// RGPU_FAKE_CUDA_REFUSE_PTX_TEXT (set): cuModuleLoadData refuses a module
+// given as PTX text (CUDA_ERROR_UNSUPPORTED_PTX_VERSION) but loads fatbins,
+// as a driver older than the toolkit does for a program whose fatbin has
+// SASS for the GPU (the fake runs the fatbin's PTX all the same).
 //
 // This file: devices, contexts, streams, events, modules, kernels, graphs and
 // the entry point table; fake_memory.cc and fake_arrays.cc the rest, and
@@ -404,6 +408,11 @@ CUresult fakeModuleLoadData(CUmodule* out, const void* image) {
   // A fatbin, a cubin or NUL-terminated PTX text, as the driver takes them.
   auto img = rgpu::common::parseImage(image, rgpu::common::imageLength(image));
   if (!img) return CUDA_ERROR_INVALID_IMAGE;
+  if (d.refuse_ptx_text) {
+    uint32_t magic = 0;
+    std::memcpy(&magic, image, sizeof magic);
+    if (magic != rgpu::common::kFatbinMagic && std::memcmp(image, "\x7f" "ELF", 4) != 0) return CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
+  }
   // Like the driver on an sm_90 GPU: SASS for another architecture is useless,
   // PTX up to compute_90 is JIT-compiled (here: interpreted).
   const rgpu::common::FatbinEntry* best = nullptr;

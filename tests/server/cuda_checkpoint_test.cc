@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <set>
 
 #include "server/backend/array_table.h"
 #include "server/checkpoint/device_image.h"
@@ -508,13 +509,15 @@ TEST(CudaCheckpoint, WhatTheDriverKeepsMakesASessionUncheckpointableAndSaysWhy) 
   }
   auto b = backend();
   ASSERT_TRUE(b);
-  // A kernel that calls malloc only through a function of its own.
+  // A kernel that calls malloc only through a function of its own, in a
+  // module that cannot be bound to rgpu's heap (it names a symbol of rgpu's
+  // allocator itself): the driver's heap serves it.
   constexpr char kMalloc[] = R"(
 .version 8.0
 .target sm_75
 .address_size 64
 .extern .func (.param .b64 func_retval0) malloc(.param .b64 malloc_param_0);
-.func (.param .b64 func_retval0) grab() {
+.func (.param .b64 func_retval0) __rgpu_grab() {
   .reg .b64 %rd<3>;
   mov.u64 %rd2, 16;
   { .param .b64 param0; .param .b64 retval0; st.param.b64 [param0], %rd2;
@@ -525,7 +528,7 @@ TEST(CudaCheckpoint, WhatTheDriverKeepsMakesASessionUncheckpointableAndSaysWhy) 
 .visible .entry plain() { ret; }
 .visible .entry grabs() {
   .reg .b64 %rd<2>;
-  { .param .b64 retval0; call.uni (retval0), grab, (); ld.param.b64 %rd1, [retval0]; }
+  { .param .b64 retval0; call.uni (retval0), __rgpu_grab, (); ld.param.b64 %rd1, [retval0]; }
   ret;
 }
 )";
@@ -539,6 +542,146 @@ TEST(CudaCheckpoint, WhatTheDriverKeepsMakesASessionUncheckpointableAndSaysWhy) 
   ASSERT_TRUE(b->launch({0, 0}, 2, cfg, ""));
   ASSERT_TRUE(syncDevice(*b));
   EXPECT_EQ(b->notCheckpointable(), "a kernel that may call device malloc ran, and the CUDA driver keeps the heap's blocks");
+  b->stopThreads();
+}
+
+// Device malloc on rgpu's own heap (cuda_heap.cc): made at the first launch
+// of a kernel that may call malloc, of the size the program set, in the
+// address window; fixed from then on; and moved like memory -- the blocks
+// kept before a checkpoint read back after the restore, and malloc after it
+// hands out none of them.
+constexpr char kHeapKernels[] = R"(
+.version 8.0
+.target sm_75
+.address_size 64
+.extern .func (.param .b64 func_retval0) malloc(.param .b64 malloc_param_0);
+.extern .func free(.param .b64 free_param_0);
+// out[tid] = malloc(96), filled with (tag << 16 | tid) words; when `drop`,
+// the odd threads free theirs again at once.
+.visible .entry keep(.param .u64 out, .param .u32 tag, .param .u32 drop) {
+  .reg .pred %p<3>;
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r1, [tag];
+  ld.param.u32 %r2, [drop];
+  mov.u32 %r3, %tid.x;
+  { .param .b64 param0; .param .b64 retval0; st.param.b64 [param0], 96;
+    call.uni (retval0), malloc, (param0); ld.param.b64 %rd2, [retval0]; }
+  mul.wide.u32 %rd3, %r3, 8;
+  add.u64 %rd4, %rd1, %rd3;
+  st.u64 [%rd4], %rd2;
+  setp.eq.u64 %p1, %rd2, 0;
+  @%p1 bra DONE;
+  shl.b32 %r4, %r1, 16;
+  or.b32 %r4, %r4, %r3;
+  mov.u32 %r5, 0;
+FILL:
+  mul.wide.u32 %rd5, %r5, 4;
+  add.u64 %rd6, %rd2, %rd5;
+  st.u32 [%rd6], %r4;
+  add.u32 %r5, %r5, 1;
+  setp.lt.u32 %p2, %r5, 24;
+  @%p2 bra FILL;
+  setp.eq.u32 %p1, %r2, 0;
+  @%p1 bra DONE;
+  and.b32 %r6, %r3, 1;
+  setp.eq.u32 %p1, %r6, 0;
+  @%p1 bra DONE;
+  { .param .b64 param0; st.param.b64 [param0], %rd2; call.uni free, (param0); }
+  st.u64 [%rd4], 0;
+DONE:
+  ret;
+}
+)";
+
+TEST(CudaCheckpoint, TheMallocHeapIsRgpusAndMovesWithTheSessionsBlocks) {
+  constexpr int kThreads = 64;
+  DeviceImage img;
+  Sink image_file;
+  DevPtr out = 0, heap_base = 0;
+  std::vector<DevPtr> kept;
+  {
+    auto b = backend();
+    ASSERT_TRUE(b);
+    ASSERT_TRUE(b->loadModule(4, 0, kHeapKernels));
+    img.modules.push_back({4, 0, kHeapKernels, {}});
+    ASSERT_TRUE(b->registerFunction(1, 4, "keep"));
+    img.functions.push_back({1, 4, "keep", {}});
+    auto o = b->allocate(0, kThreads * 8);
+    ASSERT_TRUE(o);
+    out = *o;
+    img.allocations.push_back({0, out, kThreads * 8});
+    ASSERT_TRUE(b->setMallocHeap(0, 1 << 20));
+    auto none = b->mallocHeaps();
+    ASSERT_TRUE(none);
+    ASSERT_EQ(none->size(), 1u);
+    EXPECT_EQ((*none)[0].base, 0u) << "no heap before a kernel that may call malloc ran";
+    LaunchConfig cfg;
+    cfg.block = {kThreads, 1, 1};
+    ASSERT_TRUE(b->launch({0, 0}, 1, cfg, packed(out, uint32_t{1}, uint32_t{1})));
+    ASSERT_TRUE(syncDevice(*b));
+    EXPECT_EQ(b->notCheckpointable(), "") << "rgpu's heap moves";
+    Status again = b->setMallocHeap(0, 2 << 20);
+    EXPECT_EQ(again.code(), err::kInvalidValue) << again.message();
+    auto heaps = b->mallocHeaps();
+    ASSERT_TRUE(heaps);
+    ASSERT_EQ(heaps->size(), 1u);
+    heap_base = (*heaps)[0].base;
+    EXPECT_NE(heap_base, 0u);
+    EXPECT_EQ((*heaps)[0].limit, 1u << 20);
+    EXPECT_TRUE((*heaps)[0].blocks.empty()) << "the allocator's state is in the heap's bytes";
+    auto* slots = reinterpret_cast<const DevPtr*>(out);
+    for (int t = 0; t < kThreads; ++t) {
+      if (t % 2) {
+        EXPECT_EQ(slots[t], 0u) << t;
+        continue;
+      }
+      ASSERT_GE(slots[t], heap_base) << t;
+      ASSERT_LT(slots[t], heap_base + (1 << 20)) << t;
+      kept.push_back(slots[t]);
+    }
+    auto iw = writerTo(image_file);
+    Status s = writeDeviceImage(img, *b, *iw, nullptr, nullptr);
+    ASSERT_TRUE(s) << s.message();
+    ASSERT_TRUE(iw->finish());
+    b->stopThreads();
+  }
+  hooks().clear();
+  auto b = backend();
+  ASSERT_TRUE(b);
+  size_t pos = 0;
+  auto ir = readerOf(image_file, pos);
+  auto got = restoreDeviceImage(*b, *ir, DeviceImageLimits{});
+  ASSERT_TRUE(got) << got.status().message();
+  ASSERT_TRUE(ir->finish());
+  ASSERT_TRUE(syncDevice(*b));
+  auto heaps = b->mallocHeaps();
+  ASSERT_TRUE(heaps);
+  ASSERT_EQ(heaps->size(), 1u);
+  EXPECT_EQ((*heaps)[0].base, heap_base);
+  EXPECT_EQ(b->setMallocHeap(0, 2 << 20).code(), err::kInvalidValue) << "still fixed after the move";
+  // The kept blocks hold what they held.
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const uint32_t want = 1u << 16 | static_cast<uint32_t>(2 * i);
+    for (int w = 0; w < 24; ++w)
+      ASSERT_EQ(reinterpret_cast<const uint32_t*>(kept[i])[w], want) << "block " << i << " word " << w;
+  }
+  // The kernel runs again on the restored module: every thread gets a block,
+  // the odd threads' freed ones among them, none of the kept ones.
+  LaunchConfig cfg;
+  cfg.block = {kThreads, 1, 1};
+  ASSERT_TRUE(b->launch({0, 0}, 1, cfg, packed(out, uint32_t{2}, uint32_t{0})));
+  ASSERT_TRUE(syncDevice(*b));
+  auto* slots = reinterpret_cast<const DevPtr*>(out);
+  std::set<DevPtr> all(kept.begin(), kept.end());
+  for (int t = 0; t < kThreads; ++t) {
+    ASSERT_NE(slots[t], 0u) << t;
+    all.insert(slots[t]);
+  }
+  EXPECT_EQ(all.size(), kept.size() + kThreads) << "a kept block was handed out again";
+  for (size_t i = 0; i < kept.size(); ++i)
+    EXPECT_EQ(reinterpret_cast<const uint32_t*>(kept[i])[0], 1u << 16 | static_cast<uint32_t>(2 * i)) << i;
   b->stopThreads();
 }
 
