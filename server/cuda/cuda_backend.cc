@@ -870,6 +870,16 @@ Status CudaBackend::loadModule(uint32_t id, int device, const std::string& fatbi
     // A module that may call device malloc goes on rgpu's heap where it can (cuda_heap.cc).
     mallocs = common::kernelsCallingMalloc(*image);
     if (!mallocs.empty()) m = loadOnOwnHeap(device, *image, &heap_var);
+    bool restored;
+    {
+      std::lock_guard lock(mu_);
+      restored = devices_[static_cast<size_t>(device)].heap_restored;
+    }
+    if (!mallocs.empty() && !m && restored)
+      // Its kernels would use the driver's heap, and their free() would get the moved blocks.
+      return Status(err::kNotSupported, "a module whose kernels may call device malloc cannot be bound to rgpu's heap "
+                                        "on device " + std::to_string(device) + " here (the worker's log says why), "
+                                        "and that heap holds the moved session's blocks");
   }
   CUresult r = m ? CUDA_SUCCESS : api.cuModuleLoadData(&m, fatbin.data());
   if (r == CUDA_ERROR_NO_BINARY_FOR_GPU) {

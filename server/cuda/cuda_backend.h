@@ -292,6 +292,7 @@ class CudaBackend final : public Backend {
     // that may call malloc from a module bound to it, in the address window.
     DevPtr heap_base = 0;
     uint64_t heap_size = 0;
+    bool heap_restored = false;  // placed by a restore, holding the moved session's blocks
     // Reads of a running session's memory (readWhileRunning, under peek_mu_):
     // a stream of their own, which waits for no work of the session's but
     // for its scrubs, and an event to wait on.

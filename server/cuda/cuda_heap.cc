@@ -23,7 +23,10 @@
 // A module that cannot be bound (no PTX for the device, PTX the rewrite or
 // the driver refuses) is loaded from its image as before, logged once; a
 // session that launches a kernel of it that may call malloc uses the driver's
-// heap and cannot be checkpointed (notCheckpointable says why).
+// heap and cannot be checkpointed (notCheckpointable says why). In a worker
+// that restored a heap such a module fails to load instead (the restore is
+// called off): the moved blocks are rgpu's, and the driver's free() must
+// never get one.
 // cudaLimitMallocHeapSize is also given to the driver, for such modules.
 #include <algorithm>
 #include <cstring>
@@ -171,6 +174,7 @@ Status CudaBackend::restoreMallocHeap(const MallocHeap& heap) {
   std::lock_guard lock(mu_);
   devices_[d].heap_base = heap.base;
   devices_[d].heap_size = heap.limit;
+  devices_[d].heap_restored = true;
   return Status::ok();
 }
 

@@ -683,6 +683,21 @@ TEST(CudaCheckpoint, TheMallocHeapIsRgpusAndMovesWithTheSessionsBlocks) {
   for (size_t i = 0; i < kept.size(); ++i)
     EXPECT_EQ(reinterpret_cast<const uint32_t*>(kept[i])[0], 1u << 16 | static_cast<uint32_t>(2 * i)) << i;
   b->stopThreads();
+  b.reset();
+
+  // A worker whose driver will not take the module as PTX bound to the heap
+  // (CUDA_ERROR_UNSUPPORTED_PTX_VERSION) would leave it on the driver's heap,
+  // whose free() would get the moved blocks: the restore fails instead.
+  auto c = backend();
+  ASSERT_TRUE(c);
+  hooks().fail("cuModuleLoadData", CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
+  pos = 0;
+  auto ir2 = readerOf(image_file, pos);
+  auto refused = restoreDeviceImage(*c, *ir2, DeviceImageLimits{});
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.status().message().find("cannot be bound to rgpu's heap on device 0 here"), std::string::npos)
+      << refused.status().message();
+  c->stopThreads();
 }
 
 }  // namespace
