@@ -869,17 +869,10 @@ Status CudaBackend::loadModule(uint32_t id, int device, const std::string& fatbi
   if (opts_.fixed_addresses) {
     // A module that may call device malloc goes on rgpu's heap where it can (cuda_heap.cc).
     mallocs = common::kernelsCallingMalloc(*image);
-    if (!mallocs.empty()) m = loadOnOwnHeap(device, *image, &heap_var);
-    bool restored;
-    {
-      std::lock_guard lock(mu_);
-      restored = devices_[static_cast<size_t>(device)].heap_restored;
+    if (!mallocs.empty()) {
+      RGPU_TRY_ASSIGN(bound, loadOnOwnHeap(device, *image, &heap_var));
+      m = bound;
     }
-    if (!mallocs.empty() && !m && restored)
-      // Its kernels would use the driver's heap, and their free() would get the moved blocks.
-      return Status(err::kNotSupported, "a module whose kernels may call device malloc cannot be bound to rgpu's heap "
-                                        "on device " + std::to_string(device) + " here (the worker's log says why), "
-                                        "and that heap holds the moved session's blocks");
   }
   CUresult r = m ? CUDA_SUCCESS : api.cuModuleLoadData(&m, fatbin.data());
   if (r == CUDA_ERROR_NO_BINARY_FOR_GPU) {
@@ -899,21 +892,9 @@ Status CudaBackend::loadModule(uint32_t id, int device, const std::string& fatbi
     mod.mallocs = std::move(mallocs);
     mod.heap_var = heap_var;
   }
-  if (heap_var) {
-    // The heap may be there already (made by another module's kernel, or restored).
-    DevPtr base;
-    uint64_t size;
-    {
-      std::lock_guard lock(mu_);
-      base = devices_[static_cast<size_t>(device)].heap_base;
-      size = devices_[static_cast<size_t>(device)].heap_size;
-    }
-    if (base) {
-      if (Status s = writeHeapVariables(device, {heap_var}, base, size, false); !s) {
-        (void)api.cuModuleUnload(m);
-        return s;
-      }
-    }
+  if (Status s = heapKnownTo(device, heap_var); !s) {
+    (void)api.cuModuleUnload(m);
+    return s;
   }
   for (auto& e : image->entries)
     if (e.payload.find("vprintf") != std::string::npos || e.payload.find("__assertfail") != std::string::npos)

@@ -383,8 +383,11 @@ class CudaBackend final : public Backend {
   // An allocation in the device's address window (windows_), recorded.
   Result<DevPtr> windowed(int device, uint64_t size);
   // rgpu's device heap (cuda_heap.cc). The module's image loaded as its
-  // PTX bound to the heap, or null (and why, logged) when that cannot be.
-  CUmodule loadOnOwnHeap(int device, const common::FatbinImage& image, CUdeviceptr* heap_var);
+  // PTX bound to the heap, or null (and why, logged) when that cannot be --
+  // an error instead where the device's heap was restored.
+  Result<CUmodule> loadOnOwnHeap(int device, const common::FatbinImage& image, CUdeviceptr* heap_var);
+  // A module bound to the heap (heap_var; 0: none) learns where it is, if it is made yet.
+  Status heapKnownTo(int device, CUdeviceptr heap_var);
   // The device's heap, made (of its cudaLimitMallocHeapSize) if missing,
   // and known to every module of the device bound to it.
   Status ensureHeap(int device);

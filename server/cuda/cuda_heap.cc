@@ -42,14 +42,24 @@ constexpr uint64_t kDefaultHeapBytes = 8ull << 20;  // the driver's cudaLimitMal
 
 }  // namespace
 
-CUmodule CudaBackend::loadOnOwnHeap(int device, const common::FatbinImage& image, CUdeviceptr* heap_var) {
+Result<CUmodule> CudaBackend::loadOnOwnHeap(int device, const common::FatbinImage& image, CUdeviceptr* heap_var) {
   DriverApi& api = *api_;
   const auto& desc = descriptions_[static_cast<size_t>(device)];
   const uint32_t cc = static_cast<uint32_t>(desc.major * 10 + desc.minor);
-  auto driversHeap = [&](const std::string& why) -> CUmodule {
+  bool restored;
+  {
+    std::lock_guard lock(mu_);
+    restored = devices_[static_cast<size_t>(device)].heap_restored;
+  }
+  auto driversHeap = [&](const std::string& why) -> Result<CUmodule> {
+    if (restored)
+      // Its kernels would use the driver's heap, and their free() would get the moved blocks.
+      return Status(err::kNotSupported, "a module whose kernels may call device malloc cannot be bound to rgpu's heap "
+                                        "on device " + std::to_string(device) + " here (" + why +
+                                        "), and that heap holds the moved session's blocks");
     common::logLimited("own-heap", "cuda: a module whose kernels may call device malloc is on the driver's heap, and "
                                    "a session that runs one of them cannot move: " + why);
-    return nullptr;
+    return static_cast<CUmodule>(nullptr);
   };
   const common::FatbinEntry* best = nullptr;
   for (auto& e : image.entries)
@@ -71,6 +81,19 @@ CUmodule CudaBackend::loadOnOwnHeap(int device, const common::FatbinImage& image
   RGPU_LOG_DEBUG("cuda: a module on device {} calls device malloc: loaded as its PTX for sm_{} on rgpu's heap", device,
                  best->arch);
   return m;
+}
+
+Status CudaBackend::heapKnownTo(int device, CUdeviceptr heap_var) {
+  if (!heap_var) return Status::ok();
+  DevPtr base;
+  uint64_t size;
+  {
+    std::lock_guard lock(mu_);
+    base = devices_[static_cast<size_t>(device)].heap_base;
+    size = devices_[static_cast<size_t>(device)].heap_size;
+  }
+  // Not made yet: ensureHeap tells every bound module when it is.
+  return base ? writeHeapVariables(device, {heap_var}, base, size, false) : Status::ok();
 }
 
 Status CudaBackend::writeHeapVariables(int device, const std::vector<CUdeviceptr>& vars, DevPtr base,
