@@ -18,18 +18,20 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 3> kRenamed 
     {"__cuda_syscall_aligned_malloc", "__rgpu_aligned_malloc"},
 }};
 
-// The allocator. Registers and labels are each function's own. Offsets:
-// 512 = kHeapHeaderBytes, 528 = the lowest pointer malloc returns, 39 the
-// largest class, 1099511627775 the 40-bit offset mask, 2^44 the largest
-// request, 2^62 the mark of a freed header, 2^63 the mark of a free block's
-// link.
-constexpr std::string_view kAllocator = R"(
+// The allocator. Registers and labels are each function's own. @HEADER@ is
+// kHeapHeaderBytes, @LOWEST@ the lowest offset malloc returns (16 past it),
+// @MAXCLASS@ the largest class; 1099511627775 is the 40-bit offset mask,
+// 2^44 the largest request, 2^62 the mark of a freed header, 2^63 the mark
+// of a free block's link. The class of a block for t bytes (t > 32):
+// x = t - 1, e = floor(log2 x), k = 2e + (x >> (e - 1)) - 11; its size
+// (2 + k % 2) << (4 + k / 2).
+constexpr std::string_view kAllocatorTemplate = R"(
 .visible .global .align 8 .u64 __rgpu_device_heap[2];
 
 .func (.param .b64 __rgpu_take_ret) __rgpu_heap_take(.param .b64 __rgpu_take_bytes)
 {
 	.reg .pred 	%rhp<2>;
-	.reg .b32 	%rhr<3>;
+	.reg .b32 	%rhr<5>;
 	.reg .b64 	%rh<20>;
 	ld.param.u64 	%rh1, [__rgpu_take_bytes];
 	mov.u64 	%rh0, 0;
@@ -41,12 +43,26 @@ constexpr std::string_view kAllocator = R"(
 	max.u64 	%rh4, %rh1, 32;
 	add.u64 	%rh4, %rh4, -1;
 	clz.b64 	%rhr1, %rh4;
-	mov.u32 	%rhr2, 59;
-	sub.u32 	%rhr2, %rhr2, %rhr1;
-	setp.gt.u32 	%rhp1, %rhr2, 39;
+	mov.u32 	%rhr3, 63;
+	sub.u32 	%rhr3, %rhr3, %rhr1;
+	mov.u32 	%rhr2, 0;
+	setp.lt.u32 	%rhp1, %rhr3, 5;
+	@%rhp1 bra 	RGPU_TAKE_CLASS;
+	sub.u32 	%rhr4, %rhr3, 1;
+	shr.u64 	%rh5, %rh4, %rhr4;
+	cvt.u32.u64 	%rhr4, %rh5;
+	shl.b32 	%rhr2, %rhr3, 1;
+	add.u32 	%rhr2, %rhr2, %rhr4;
+	sub.u32 	%rhr2, %rhr2, 11;
+RGPU_TAKE_CLASS:
+	setp.gt.u32 	%rhp1, %rhr2, @MAXCLASS@;
 	@%rhp1 bra 	RGPU_TAKE_DONE;
-	mov.u64 	%rh5, 32;
-	shl.b64 	%rh5, %rh5, %rhr2;
+	and.b32 	%rhr4, %rhr2, 1;
+	add.u32 	%rhr4, %rhr4, 2;
+	cvt.u64.u32 	%rh5, %rhr4;
+	shr.u32 	%rhr4, %rhr2, 1;
+	add.u32 	%rhr4, %rhr4, 4;
+	shl.b64 	%rh5, %rh5, %rhr4;
 	mul.wide.u32 	%rh6, %rhr2, 8;
 	add.u64 	%rh6, %rh6, %rh2;
 	add.u64 	%rh6, %rh6, 8;
@@ -72,14 +88,14 @@ RGPU_TAKE_POP:
 RGPU_TAKE_BUMP:
 	ld.volatile.u64 	%rh14, [%rh2];
 	add.u64 	%rh15, %rh14, %rh5;
-	add.u64 	%rh16, %rh15, 512;
+	add.u64 	%rh16, %rh15, @HEADER@;
 	setp.gt.u64 	%rhp1, %rh16, %rh3;
 	@%rhp1 bra 	RGPU_TAKE_DONE;
 	atom.cas.b64 	%rh17, [%rh2], %rh14, %rh15;
 	setp.ne.u64 	%rhp1, %rh17, %rh14;
 	@%rhp1 bra 	RGPU_TAKE_BUMP;
 	add.u64 	%rh0, %rh2, %rh14;
-	add.u64 	%rh0, %rh0, 512;
+	add.u64 	%rh0, %rh0, @HEADER@;
 RGPU_TAKE_MARK:
 	cvt.u64.u32 	%rh18, %rhr2;
 	st.u64 	[%rh0], %rh18;
@@ -164,7 +180,7 @@ RGPU_ALIGNED_DONE:
 .func __rgpu_free(.param .b64 __rgpu_free_ptr)
 {
 	.reg .pred 	%rfp<2>;
-	.reg .b32 	%rfr<2>;
+	.reg .b32 	%rfr<3>;
 	.reg .b64 	%rf<22>;
 	ld.param.u64 	%rf1, [__rgpu_free_ptr];
 	mov.u64 	%rf21, __rgpu_device_heap;
@@ -173,7 +189,7 @@ RGPU_ALIGNED_DONE:
 	setp.eq.u64 	%rfp1, %rf2, 0;
 	@%rfp1 bra 	RGPU_FREE_DONE;
 	sub.u64 	%rf4, %rf1, %rf2;
-	setp.lt.u64 	%rfp1, %rf4, 528;
+	setp.lt.u64 	%rfp1, %rf4, @LOWEST@;
 	@%rfp1 bra 	RGPU_FREE_DONE;
 	setp.ge.u64 	%rfp1, %rf4, %rf3;
 	@%rfp1 bra 	RGPU_FREE_DONE;
@@ -183,17 +199,21 @@ RGPU_ALIGNED_DONE:
 	sub.u64 	%rf7, %rf1, 16;
 	ld.volatile.u64 	%rf6, [%rf7];
 	ld.volatile.u64 	%rf8, [%rf7+8];
-	setp.gt.u64 	%rfp1, %rf6, 39;
+	setp.gt.u64 	%rfp1, %rf6, @MAXCLASS@;
 	@%rfp1 bra 	RGPU_FREE_DONE;
 	cvt.u32.u64 	%rfr1, %rf6;
-	mov.u64 	%rf9, 32;
-	shl.b64 	%rf9, %rf9, %rfr1;
+	and.b32 	%rfr2, %rfr1, 1;
+	add.u32 	%rfr2, %rfr2, 2;
+	cvt.u64.u32 	%rf9, %rfr2;
+	shr.u32 	%rfr2, %rfr1, 1;
+	add.u32 	%rfr2, %rfr2, 4;
+	shl.b64 	%rf9, %rf9, %rfr2;
 	setp.lt.u64 	%rfp1, %rf8, 16;
 	@%rfp1 bra 	RGPU_FREE_DONE;
 	setp.gt.u64 	%rfp1, %rf8, %rf9;
 	@%rfp1 bra 	RGPU_FREE_DONE;
 	sub.u64 	%rf10, %rf4, %rf8;
-	setp.lt.u64 	%rfp1, %rf10, 512;
+	setp.lt.u64 	%rfp1, %rf10, @HEADER@;
 	@%rfp1 bra 	RGPU_FREE_DONE;
 	add.u64 	%rf11, %rf10, %rf9;
 	setp.gt.u64 	%rfp1, %rf11, %rf3;
@@ -277,6 +297,19 @@ const std::string_view* renamed(std::string_view name) {
 
 Status bad(const std::string& why) { return Status(err::kInvalidKernelImage, "PTX for rgpu's device heap: " + why); }
 
+const std::string& allocator() {
+  static const std::string text = [] {
+    std::string t(kAllocatorTemplate);
+    for (auto [name, value] : {std::pair<std::string, uint64_t>{"@HEADER@", kHeapHeaderBytes},
+                               {"@LOWEST@", kHeapHeaderBytes + 16},
+                               {"@MAXCLASS@", static_cast<uint64_t>(kHeapClasses - 1)}})
+      for (size_t at = t.find(name); at != std::string::npos; at = t.find(name, at))
+        t.replace(at, name.size(), std::to_string(value));
+    return t;
+  }();
+  return text;
+}
+
 }  // namespace
 
 Result<std::string> withRgpuHeap(const std::string& ptx) {
@@ -323,13 +356,13 @@ Result<std::string> withRgpuHeap(const std::string& ptx) {
   if (!any) return ptx;
   if (drop.empty()) return bad("it calls " + std::string(t[rename.front()].text) + " without declaring it");
   std::string out;
-  out.reserve(ptx.size() + kAllocator.size());
+  out.reserve(ptx.size() + allocator().size());
   size_t at = 0, d = 0, r = 0;
   while (d < drop.size() || r < rename.size()) {
     const bool next_drop = r >= rename.size() || (d < drop.size() && drop[d].first < t[rename[r]].at);
     if (next_drop) {
       out.append(ptx, at, drop[d].first - at);
-      if (d == 0) out.append(kAllocator);  // where the first declaration was: before every use
+      if (d == 0) out.append(allocator());  // where the first declaration was: before every use
       at = drop[d].second;
       ++d;
     } else {

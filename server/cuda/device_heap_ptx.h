@@ -20,14 +20,15 @@
 //                             tagged offset from the base (tag << 40 | offset;
 //                             the tag counts pops and pushes, against ABA)
 //   [kHeapHeaderBytes, size)  blocks
-// A block of class k is 32 << k bytes. malloc(n) takes one of the smallest
-// class that holds n + 16 bytes from its free list, or past the bump; the
+// A block of class k is (2 + k % 2) << (4 + k / 2) bytes: 32, 48, 64, 96,
+// 128, 192, ... malloc(n) takes one of the smallest class that holds n + 16
+// bytes from its free list, or past the bump; the
 // 16 bytes before the pointer it returns hold the class and the distance
 // back to the block's start (16 for malloc; more for an alignment above 16,
 // for which n + align bytes are taken). free() pushes the block back on its
 // class's list; a pointer outside the heap, or one whose header makes no
 // sense, is ignored. Blocks are not split or merged: a heap can run out with
-// up to half of it in rounding, or with free blocks of another class.
+// up to a third of it in rounding, or with free blocks of another class.
 // Lock-free (compare-and-swap loops that always let one lane through), so it
 // is safe for every lane of every block at once, with or without
 // independent thread scheduling.
@@ -41,8 +42,9 @@
 namespace rgpu::server::cuda {
 
 inline constexpr char kHeapVariable[] = "__rgpu_device_heap";
-inline constexpr uint64_t kHeapHeaderBytes = 512;
-inline constexpr int kHeapClasses = 40;  // blocks up to 16 TiB
+inline constexpr uint64_t kHeapHeaderBytes = 1024;
+inline constexpr int kHeapClasses = 84;  // blocks up to 2^45 bytes (requests up to 2^44, 16 TiB)
+static_assert(8 + 8 * kHeapClasses <= kHeapHeaderBytes);
 // A heap smaller than this has room for no block (and is refused).
 inline constexpr uint64_t kMinHeapBytes = kHeapHeaderBytes + 32;
 

@@ -289,13 +289,24 @@ class RgpuHeap : public ::testing::Test {
   ptx::MemoryRanges ranges_;
 };
 
+// The smallest of 32, 48, 64, 96, 128, 192, ... bytes that holds n.
+uint64_t blockFor(uint64_t n) {
+  for (uint64_t p = 32;; p *= 2) {
+    if (n <= p) return p;
+    if (n <= p + p / 2) return p + p / 2;
+  }
+}
+
 TEST_F(RgpuHeap, EveryLaneGetsABlockOfItsOwnAndFreedBlocksAreTakenAgain) {
   makeHeap(1 << 20);
   ASSERT_TRUE(take(100, 0, 0));
   for (int t = 0; t < kThreads; ++t) ASSERT_NE(out_[t], 0u) << t;
   expectApart(100, 0);
   const uint64_t after_first = used();
-  EXPECT_GT(after_first, 0u);
+  // Each lane's block: the smallest size that holds its request and the 16-byte header.
+  uint64_t want = 0;
+  for (int t = 0; t < kThreads; ++t) want += blockFor(100 + t % 7 * 40 + 16);
+  EXPECT_EQ(after_first, want);
   ASSERT_TRUE(give());
   // The same sizes again: all from the free lists, the bump unchanged.
   std::fill(out_.begin(), out_.end(), 0);
