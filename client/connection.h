@@ -338,6 +338,9 @@ class Connection {
   common::Stripes stripes_;
   std::mutex stripe_mu_;
   uint64_t stripe_epoch_ = 0;
+  // A join's connection during its TLS handshake (under stripe_mu_):
+  // dropStripes() shuts it down, so a program's exit does not wait for it.
+  common::TlsConnection* stripe_joining_ = nullptr;
   std::thread stripe_joiner_;  // started by start() and the receiver's reconnect(), joined by close()
 };
 

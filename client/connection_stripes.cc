@@ -7,7 +7,8 @@
 // over it too. A join that fails is logged and the client carries on with
 // the stripes it has: striping is an optimisation, never a requirement. A
 // join that fails because the session closed (the program exited) or its
-// connection dropped meanwhile is not worth a warning.
+// connection dropped meanwhile is not worth a warning; a join still in its
+// TLS handshake then is cut short, so the program's exit does not wait for it.
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -52,6 +53,7 @@ void Connection::dropStripes() {
   {
     std::lock_guard lock(stripe_mu_);
     ++stripe_epoch_;
+    if (stripe_joining_) stripe_joining_->shutdown();  // (its joiner sees the join fail, and stops)
   }
   stripes_.bind(nullptr);
 }
@@ -84,8 +86,13 @@ void Connection::joinStripes(uint64_t epoch, uint32_t generation, uint32_t count
   std::string why;
   for (uint32_t i = 0; i < count && why.empty(); ++i) {
     if (!current()) return;
-    auto tc = common::TlsConnection::connect(**ctx, hp->first, hp->second, cfg_.server_name, limit,
-                                             resumePreamble(resume_id_), resume_token_);
+    auto tc = common::TlsConnection::connect(
+        **ctx, hp->first, hp->second, cfg_.server_name, limit, resumePreamble(resume_id_), resume_token_, nullptr,
+        [this, epoch](common::TlsConnection* c) {
+          std::lock_guard lock(stripe_mu_);
+          stripe_joining_ = c;
+          if (c && (epoch != stripe_epoch_ || closing_.load())) c->shutdown();  // dropped before it began
+        });
     if (!tc) {
       why = tc.status().message();
       break;

@@ -460,7 +460,8 @@ Result<std::unique_ptr<TlsConnection>> TlsConnection::connect(TlsContext& ctx, c
                                                               std::chrono::milliseconds timeout,
                                                               const std::string& preamble,
                                                               const std::string& resume_secret,
-                                                              bool* refused) {
+                                                              bool* refused,
+                                                              const std::function<void(TlsConnection*)>& handshaking) {
   auto deadline = Clock::now() + timeout;
   if (refused) *refused = false;
   bool tried = false, all_refused = true;
@@ -525,7 +526,9 @@ Result<std::unique_ptr<TlsConnection>> TlsConnection::connect(TlsContext& ctx, c
     SSL_set_psk_use_session_callback(ssl, offerResumePsk);
   }
   std::unique_ptr<TlsConnection> conn(new TlsConnection(fd, ssl, where));
+  if (handshaking) handshaking(conn.get());
   Status hs = conn->handshake(false, std::chrono::milliseconds(remainingMs(deadline)));
+  if (handshaking) handshaking(nullptr);
   SSL_set_app_data(ssl, nullptr);  // the secret is the caller's
   RGPU_TRY(hs);
   return conn;
@@ -572,7 +575,9 @@ Status TlsConnection::handshake(bool server, std::chrono::milliseconds timeout) 
     }
     int left = remainingMs(deadline);
     if (left == 0 || !waitFor(ev, left))
-      return Status(err::kDevicesUnavailable, "TLS handshake with " + peer_ + " timed out");
+      return Status(err::kDevicesUnavailable, "TLS handshake with " + peer_ +
+                                                  (closed_.load() ? " cut short: the connection was shut down"
+                                                                  : " timed out"));
   }
 }
 

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -120,13 +121,18 @@ class TlsConnection {
   // worker that holds the session has no certificate key any more).
   // `refused`, when given, is set when every address of `host` refused the
   // TCP connection: nothing listens on that port (the host itself answered).
+  // `handshaking`, when given, is called with the connection before its TLS
+  // handshake and with null once the handshake is over (before a failed
+  // connection is destroyed): another thread may shutdown() it in between to
+  // end the handshake at once.
   static Result<std::unique_ptr<TlsConnection>> connect(TlsContext& ctx, const std::string& host,
                                                         uint16_t port,
                                                         const std::string& server_name,
                                                         std::chrono::milliseconds timeout,
                                                         const std::string& preamble = "",
                                                         const std::string& resume_secret = "",
-                                                        bool* refused = nullptr);
+                                                        bool* refused = nullptr,
+                                                        const std::function<void(TlsConnection*)>& handshaking = {});
   // Takes ownership of an accepted socket and runs the server handshake.
   static Result<std::unique_ptr<TlsConnection>> accept(TlsContext& ctx, int fd,
                                                        std::chrono::milliseconds timeout);
