@@ -1387,6 +1387,18 @@ TEST(PtxCalls, GraphSetConditionalStoresToTheHandlesWordAndFaultsOnAnUnknownOne)
             kErrInvalidPtx);
 }
 
+TEST(PtxImmediates, TheMostNegativeAndWrappingIntegersAreTheirTwosComplement) {
+  // -2^63 has no positive counterpart in int64 (negating it was undefined
+  // behaviour in the parser, UBSan); -1 is all ones at either width.
+  PtxRun r = run(kernel("mov.u64 %rd1, -9223372036854775808;\nst.global.u64 [%rd0], %rd1;\n"
+                        "or.b64 %rd2, %rd1, -1;\nst.global.u64 [%rd0+8], %rd2;\n"
+                        "mov.u32 %r1, -2147483648;\nst.global.u32 [%rd0+16], %r1;\n"));
+  ASSERT_TRUE(r.status) << r.status.message();
+  EXPECT_EQ(r.out[0], 0x8000000000000000ull);
+  EXPECT_EQ(r.out[1], ~0ull);
+  EXPECT_EQ(u32(r, 2), 0x80000000u);
+}
+
 TEST(PtxModule, ManagedVariablesAreMarkedAndUnknownAttributesRefused) {
   auto m = parsePtx(".version 9.0\n.target sm_80\n.address_size 64\n"
                     ".global .attribute(.managed) .align 4 .u32 counter = 5;\n.global .align 4 .u32 plain;\n");

@@ -154,7 +154,7 @@ bool parseImmediate(const std::string& t, uint64_t& bits) {
   uint64_t v = std::strtoull(p, &end, hex ? 16 : (p[0] == '0' && p[1] ? 8 : 10));
   if (*end == 'U') ++end;  // 123U
   if (*end) return false;
-  bits = neg ? static_cast<uint64_t>(-static_cast<int64_t>(v)) : v;
+  bits = neg ? 0 - v : v;  // two's complement, in unsigned arithmetic (-2^63 and wraps are defined)
   return true;
 }
 
