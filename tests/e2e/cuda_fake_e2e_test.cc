@@ -228,6 +228,17 @@ TEST_F(CudaFakeE2E, CooperativeLaunchesGoThroughCuLaunchKernelExWithTheAttribute
   EXPECT_NE(r.output.find("cooperative: all checks passed"), std::string::npos) << r.output;
 }
 
+// Without [checkpoint] device malloc is the driver's: the limit goes to
+// cuCtxSetLimit, and the driver refuses it once a kernel used the heap.
+TEST_F(CudaFakeE2E, DeviceMallocUsesTheDriversHeapOfTheLimitSet) {
+  RunResult r = program(testProgram("device_malloc"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("device_malloc: all checks passed"), std::string::npos) << r.output;
+  const std::string driver = readFile(dir_->file("driver.log"));
+  EXPECT_NE(driver.find("cuCtxSetLimit 2=16777216"), std::string::npos) << driver;
+  EXPECT_EQ(server_->log().find("malloc heap:"), std::string::npos) << "not rgpu's heap:\n" << server_->log();
+}
+
 TEST_F(CudaFakeE2E, LaunchesReachTheDriverWithTheirPackedParameterBlocks) {
   RunResult r = program(testProgram("launch_check"));
   ASSERT_EQ(r.code, 0) << r.output;

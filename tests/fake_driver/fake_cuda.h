@@ -41,6 +41,7 @@
 #include "common/fatbin.h"
 #include "common/launch_cluster.h"
 #include "server/sim/device_arena.h"
+#include "server/sim/ptx/device_heap.h"
 #include "server/sim/ptx/ptx_interp.h"
 #include "server/sim/ptx/ptx_parser.h"
 #include "server/sim/ptx/ptx_texture.h"
@@ -54,6 +55,11 @@ using ptx::Dim3;
 struct FakeContext {
   int device = 0;
   int refs = 0;
+  // The driver's malloc heap (CU_LIMIT_MALLOC_HEAP_SIZE): made in device
+  // memory at the first launch of a kernel that calls malloc, fixed from then
+  // on (CUDA_ERROR_INVALID_VALUE), never freed. Under Driver::mu.
+  uint64_t heap_limit = 8ull << 20;
+  std::shared_ptr<ptx::DeviceHeap> heap;
 };
 
 struct FakeStream;

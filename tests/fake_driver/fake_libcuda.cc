@@ -593,6 +593,11 @@ CUresult fakeFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction f) {
 CUresult fakeCtxSetLimit(CUlimit limit, size_t value) {
   ENTER("cuCtxSetLimit");
   if (limit == CU_LIMIT_PRINTF_FIFO_SIZE && value == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (limit == CU_LIMIT_MALLOC_HEAP_SIZE) {
+    FakeContext& c = drv().contexts[static_cast<size_t>(t_ctx->device)];
+    if (c.heap) return CUDA_ERROR_INVALID_VALUE;  // a kernel that calls malloc ran
+    c.heap_limit = std::max<size_t>(value, 16);
+  }
   record("cuCtxSetLimit " + std::to_string(static_cast<int>(limit)) + "=" + std::to_string(value));
   return CUDA_SUCCESS;
 }
@@ -797,7 +802,19 @@ CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, 
        << "," << bz << " shmem=" << smem << " params=" << hex(block.data(), block.size());
   record(line.str());
   std::shared_ptr<const ptx::Textures> textures = texturesLocked(streamOf(s)->device);  // as the kernel starts, as a GPU's
-  enqueue(streamOf(s), [fn, gx, gy, gz, bx, by, bz, smem, block, cooperative, cd, explicit_cluster, textures] {
+  std::shared_ptr<ptx::DeviceHeap> heap;
+  if (fn->code->uses_malloc) {
+    Driver& d = drv();
+    FakeContext& c = d.contexts[static_cast<size_t>(streamOf(s)->device)];
+    if (!c.heap) {
+      auto at = d.arena->allocate(c.heap_limit);
+      if (!at) return CUDA_ERROR_OUT_OF_MEMORY;
+      d.allocations[*at] = {c.device, c.heap_limit};
+      c.heap = std::make_shared<ptx::DeviceHeap>(*at, c.heap_limit);
+    }
+    heap = c.heap;
+  }
+  enqueue(streamOf(s), [fn, gx, gy, gz, bx, by, bz, smem, block, cooperative, cd, explicit_cluster, textures, heap] {
     ptx::MemoryRanges memory;
     {
       std::lock_guard l(drv().mu);
@@ -820,6 +837,7 @@ CUresult launchLocked(const char* name, CUfunction f, unsigned gx, unsigned gy, 
     L.cluster = cd;
     L.explicit_cluster = explicit_cluster;
     L.textures = textures.get();
+    L.heap = heap.get();
     ptx::LaunchResult r = drv().interp->run(L);
     if (!r.output.empty()) {
       std::fwrite(r.output.data(), 1, r.output.size(), stdout);
