@@ -13,6 +13,7 @@
 #include "common/spin.h"
 #include "protocol/frame.h"
 #include "server/backend/device_props.h"
+#include "server/cuda/device_heap_ptx.h"
 
 namespace rgpu::server::cuda {
 namespace {
@@ -867,9 +868,11 @@ Status CudaBackend::loadModule(uint32_t id, int device, const std::string& fatbi
   CUdeviceptr heap_var = 0;
   std::set<std::string> mallocs;
   if (opts_.fixed_addresses) {
-    // A module that may call device malloc goes on rgpu's heap where it can (cuda_heap.cc).
+    // A module that may call device malloc (or free) goes on rgpu's heap where it can (cuda_heap.cc).
     mallocs = common::kernelsCallingMalloc(*image);
-    if (!mallocs.empty()) {
+    bool frees = false;
+    for (auto& e : image->entries) frees |= e.kind == common::FatbinEntry::kPtx && namesHeapCalls(e.payload);
+    if (!mallocs.empty() || frees) {
       RGPU_TRY_ASSIGN(bound, loadOnOwnHeap(device, *image, &heap_var));
       m = bound;
     }

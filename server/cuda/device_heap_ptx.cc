@@ -312,6 +312,12 @@ const std::string& allocator() {
 
 }  // namespace
 
+bool namesHeapCalls(const std::string& ptx) {
+  for (const Token& t : tokens(ptx))
+    if (renamed(t.text)) return true;
+  return false;
+}
+
 Result<std::string> withRgpuHeap(const std::string& ptx) {
   const std::vector<Token> t = tokens(ptx);
   // The spans to drop (the external declarations) and the names to rename.

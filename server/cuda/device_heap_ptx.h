@@ -55,4 +55,8 @@ inline constexpr uint64_t kMinHeapBytes = kHeapHeaderBytes + 32;
 // function, defines one itself, or already has a symbol of rgpu's names.
 Result<std::string> withRgpuHeap(const std::string& ptx);
 
+// Whether `ptx` names malloc, free or __cuda_syscall_aligned_malloc at all (a
+// module that only frees blocks must be bound to the heap that made them).
+bool namesHeapCalls(const std::string& ptx);
+
 }  // namespace rgpu::server::cuda

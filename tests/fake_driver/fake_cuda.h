@@ -57,7 +57,8 @@ struct FakeContext {
   int refs = 0;
   // The driver's malloc heap (CU_LIMIT_MALLOC_HEAP_SIZE): made in device
   // memory at the first launch of a kernel that calls malloc, fixed from then
-  // on (CUDA_ERROR_INVALID_VALUE), never freed. Under Driver::mu.
+  // on (CUDA_ERROR_INVALID_VALUE), gone with the context's last release (its
+  // memory is not given back). Under Driver::mu.
   uint64_t heap_limit = 8ull << 20;
   std::shared_ptr<ptx::DeviceHeap> heap;
 };

@@ -234,7 +234,12 @@ CUresult fakePrimaryCtxRetain(CUcontext* ctx, CUdevice dev) {
 CUresult fakePrimaryCtxRelease(CUdevice dev) {
   ENTER("cuDevicePrimaryCtxRelease", false);
   if (dev < 0 || dev >= drv().device_count) return CUDA_ERROR_INVALID_DEVICE;
-  drv().contexts[dev].refs--;
+  FakeContext& c = drv().contexts[dev];
+  if (--c.refs == 0) {
+    // The context is gone, and its malloc heap with it (launches in flight keep theirs).
+    c.heap.reset();
+    c.heap_limit = 8ull << 20;
+  }
   record("cuDevicePrimaryCtxRelease " + std::to_string(dev));
   return CUDA_SUCCESS;
 }
@@ -958,11 +963,16 @@ __attribute__((visibility("default"))) void rgpu_fake_cuda_reset_sticky() {
   drv().sticky = CUDA_SUCCESS;
 }
 
-// Forgets every texture and surface object (a new process's handles start
-// afresh: a test's second backend standing for a new worker).
+// Forgets every texture and surface object and the contexts' malloc heaps
+// (a new process starts without them: a test's second backend standing for
+// a new worker).
 __attribute__((visibility("default"))) void rgpu_fake_cuda_drop_objects() {
   std::lock_guard lock(drv().mu);
   dropObjectsLocked();
+  for (FakeContext& c : drv().contexts) {
+    c.heap.reset();
+    c.heap_limit = 8ull << 20;
+  }
 }
 
 // Queues work of another fake library (the fake cuBLAS) on `stream`, in order

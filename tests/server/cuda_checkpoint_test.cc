@@ -543,6 +543,7 @@ TEST(CudaCheckpoint, WhatTheDriverKeepsMakesASessionUncheckpointableAndSaysWhy) 
   ASSERT_TRUE(syncDevice(*b));
   EXPECT_EQ(b->notCheckpointable(), "a kernel that may call device malloc ran, and the CUDA driver keeps the heap's blocks");
   b->stopThreads();
+  hooks().drop_objects();  // (the driver's heap would stay in this process's context)
 }
 
 // Device malloc on rgpu's own heap (cuda_heap.cc): made at the first launch
@@ -595,12 +596,58 @@ DONE:
 }
 )";
 
+// A module that only frees (blocks another module's kernels made) is bound
+// to the same heap: the blocks go back on its lists and are taken again.
+TEST(CudaCheckpoint, AModuleThatOnlyFreesIsBoundToTheSameHeap) {
+  constexpr char kFreeOnly[] = R"(
+.version 8.0
+.target sm_75
+.address_size 64
+.extern .func free(.param .b64 free_param_0);
+.visible .entry give(.param .u64 out) {
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<5>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd2, %r1, 8;
+  add.u64 %rd3, %rd1, %rd2;
+  ld.u64 %rd4, [%rd3];
+  { .param .b64 param0; st.param.b64 [param0], %rd4; call.uni free, (param0); }
+  ret;
+}
+)";
+  constexpr int kThreads = 64;
+  auto b = backend();
+  ASSERT_TRUE(b);
+  ASSERT_TRUE(b->loadModule(1, 0, kHeapKernels));
+  ASSERT_TRUE(b->loadModule(2, 0, kFreeOnly));
+  ASSERT_TRUE(b->registerFunction(1, 1, "keep"));
+  ASSERT_TRUE(b->registerFunction(2, 2, "give"));
+  auto o = b->allocate(0, kThreads * 8);
+  ASSERT_TRUE(o);
+  LaunchConfig cfg;
+  cfg.block = {kThreads, 1, 1};
+  auto* slots = reinterpret_cast<const DevPtr*>(*o);
+  ASSERT_TRUE(b->launch({0, 0}, 1, cfg, packed(*o, uint32_t{1}, uint32_t{0})));
+  ASSERT_TRUE(syncDevice(*b));
+  std::set<DevPtr> first(slots, slots + kThreads);
+  ASSERT_EQ(first.size(), static_cast<size_t>(kThreads));
+  ASSERT_FALSE(first.count(0));
+  ASSERT_TRUE(b->launch({0, 0}, 2, cfg, packed(*o)));
+  ASSERT_TRUE(b->launch({0, 0}, 1, cfg, packed(*o, uint32_t{2}, uint32_t{0})));
+  ASSERT_TRUE(syncDevice(*b));
+  EXPECT_EQ(std::set<DevPtr>(slots, slots + kThreads), first) << "the freed blocks were taken again";
+  EXPECT_EQ(b->notCheckpointable(), "");
+  b->stopThreads();
+}
+
 TEST(CudaCheckpoint, TheMallocHeapIsRgpusAndMovesWithTheSessionsBlocks) {
   constexpr int kThreads = 64;
   DeviceImage img;
   Sink image_file;
   DevPtr out = 0, heap_base = 0;
   std::vector<DevPtr> kept;
+  hooks().drop_objects();  // a fresh process's driver: no heap of its own yet
   {
     auto b = backend();
     ASSERT_TRUE(b);
@@ -648,6 +695,7 @@ TEST(CudaCheckpoint, TheMallocHeapIsRgpusAndMovesWithTheSessionsBlocks) {
     b->stopThreads();
   }
   hooks().clear();
+  hooks().drop_objects();  // the new worker is a new process
   auto b = backend();
   ASSERT_TRUE(b);
   size_t pos = 0;

@@ -97,6 +97,8 @@ TEST(DeviceHeapPtx, TheRewriteBindsTheCallsToRgpusAllocatorAndLeavesTheRestAlone
   ASSERT_TRUE(m) << m.status().message() << "\n" << *out;
   EXPECT_FALSE(m->functions.at("_Z1kPPim").uses_malloc) << "no call to the sim's own heap is left";
 
+  EXPECT_TRUE(namesHeapCalls(kNvccPtx));
+  EXPECT_FALSE(namesHeapCalls(".version 9.0\n// free and malloc in a comment\n.visible .entry k() { ret; }\n"));
   // Nothing to do: the text as it was.
   const std::string plain = ".version 9.0\n.target sm_90\n.address_size 64\n.visible .entry k() { ret; }\n";
   EXPECT_EQ(*withRgpuHeap(plain), plain);
