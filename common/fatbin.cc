@@ -9,6 +9,8 @@
 #include <cstring>
 #include <set>
 
+#include "common/ptx_lexer.h"
+
 namespace rgpu::common {
 namespace {
 
@@ -194,40 +196,6 @@ Result<std::map<std::string, KernelInfo>> kernelsFromElf(const std::string& elf)
 }
 
 namespace {
-
-// Tokenises PTX enough to read .entry signatures (comments are stripped by nvcc).
-struct PtxLexer {
-  const std::string& s;
-  size_t i = 0;
-  void skipSpace() {
-    while (i < s.size()) {
-      if (std::isspace(static_cast<unsigned char>(s[i]))) {
-        ++i;
-      } else if (s.compare(i, 2, "//") == 0) {
-        while (i < s.size() && s[i] != '\n') ++i;
-      } else if (s.compare(i, 2, "/*") == 0) {
-        auto e = s.find("*/", i + 2);
-        i = e == std::string::npos ? s.size() : e + 2;
-      } else {
-        break;
-      }
-    }
-  }
-  std::string token() {
-    skipSpace();
-    if (i >= s.size()) return {};
-    char c = s[i];
-    if (c == '(' || c == ')' || c == ',' || c == '[' || c == ']' || c == '{' || c == '}' || c == ';') {
-      ++i;
-      return std::string(1, c);
-    }
-    size_t st = i;
-    while (i < s.size() && !std::isspace(static_cast<unsigned char>(s[i])) &&
-           std::string_view("(),[]{};").find(s[i]) == std::string_view::npos)
-      ++i;
-    return s.substr(st, i - st);
-  }
-};
 
 uint32_t ptxTypeSize(const std::string& t) {
   if (t == ".u8" || t == ".s8" || t == ".b8") return 1;

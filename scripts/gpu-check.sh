@@ -155,6 +155,18 @@ for f in ca.pem check.pem check.key; do cp "$work/$f" "$mig/"; done
 mig_env=(env RGPU_CONFIG="$mig/client.toml" LD_LIBRARY_PATH="$build/client")
 program="$build/tests/e2e/migrate_client"
 steps() { grep -E '^(step|big:|timing:|done)' "$1"; }
+# migrate_client ARGS with its output in OUT, its session moved once at step AT:
+# prints rgpu-smi's answer once the program has ended.
+move_once() {
+  local out=$2 client sid
+  # shellcheck disable=SC2086  # ARGS are words
+  "${mig_env[@]}" "$program" $1 >"$out" 2>&1 &
+  client=$!
+  for _ in $(seq 600); do grep -q "^step $3 " "$out" && break; sleep 0.05; done
+  sid=$(grep -o "session [0-9]*: user 'check' placed" "$mig/server.log" | tail -1 | awk '{print $2}' | tr -d :)
+  "${mig_env[@]}" "$build/client/rgpu-smi" --migrate "$sid" 2>&1 | tail -1
+  wait $client
+}
 "${mig_env[@]}" "$program" 12 0 64 >"$mig/alone.out" 2>&1
 "${mig_env[@]}" "$program" 12 300 64 >"$mig/moved.out" 2>&1 &
 client=$!
@@ -167,21 +179,11 @@ done
 wait $client
 # A session holding a CUDA array with a texture and a surface object, moved
 # once: the driver must hand out the objects' handles again (docs/migration.md).
-"${mig_env[@]}" "$program" 6 300 0 array >"$mig/array.out" 2>&1 &
-client=$!
-for _ in $(seq 600); do grep -q "^step 2 " "$mig/array.out" && break; sleep 0.05; done
-sid=$(grep -o "session [0-9]*: user 'check' placed" "$mig/server.log" | tail -1 | awk '{print $2}' | tr -d :)
-array_move="$("${mig_env[@]}" "$build/client/rgpu-smi" --migrate "$sid" 2>&1 | tail -1)"
-wait $client
+array_move="$(move_once "6 300 0 array" "$mig/array.out" 2)"
 # Device malloc on rgpu's own heap (docs/cuda-backend.md): the driver JIT-compiles
 # rgpu's allocator; then a session keeping 144 blocks of it moved once.
 "${mig_env[@]}" "$build/tests/e2e/device_malloc" >"$mig/malloc.out" 2>&1
-"${mig_env[@]}" "$program" 8 300 0 heap >"$mig/heap.out" 2>&1 &
-client=$!
-for _ in $(seq 600); do grep -q "^step 3 " "$mig/heap.out" && break; sleep 0.05; done
-sid=$(grep -o "session [0-9]*: user 'check' placed" "$mig/server.log" | tail -1 | awk '{print $2}' | tr -d :)
-heap_move="$("${mig_env[@]}" "$build/client/rgpu-smi" --migrate "$sid" 2>&1 | tail -1)"
-wait $client
+heap_move="$(move_once "8 300 0 heap" "$mig/heap.out" 3)"
 if grep -q "device_malloc: all checks passed" "$mig/malloc.out" &&
    grep -q "heap: 0 words wrong in the 144 kept blocks" "$mig/heap.out" && grep -q "moved to a new worker" <<<"$heap_move"; then
   note "migration (cuda backend): device malloc on rgpu's heap passed; 144 kept blocks moved: $heap_move"

@@ -137,12 +137,7 @@ Status CudaBackend::arrayBytes(uint64_t array, uint64_t offset, uint64_t n, uint
   std::lock_guard peek(peek_mu_);
   Device& d = devices_[static_cast<size_t>(a.device)];
   RGPU_TRY(use(a.device));
-  {
-    std::lock_guard lock(mu_);
-    if (!d.peek_stream) RGPU_TRY(RGPU_CU(cuStreamCreateWithPriority(&d.peek_stream, CU_STREAM_NON_BLOCKING, 0)));
-    if (!d.peek_done) RGPU_TRY(RGPU_CU(cuEventCreate(&d.peek_done, CU_EVENT_DISABLE_TIMING)));
-    RGPU_TRY(afterScrubsLocked(d.peek_stream, &d.peek_scrub_seen));
-  }
+  RGPU_TRY(peekReady(d));
   RGPU_TRY_ASSIGN(pin, takePinned(std::min<uint64_t>(std::max<uint64_t>(n, 1), 4ull << 20)));
   Status s;
   auto levelBytes = [&](size_t i) { return levels[i].width * e * levels[i].height * levels[i].slices; };
@@ -188,8 +183,7 @@ Status CudaBackend::arrayBytes(uint64_t array, uint64_t offset, uint64_t n, uint
       s = RGPU_CU(cuMemcpy3DAsync(&m, d.peek_stream));
       at += width * rows;
     }
-    if (s) s = RGPU_CU(cuEventRecord(d.peek_done, d.peek_stream));
-    if (s) s = RGPU_CU(cuEventSynchronize(d.peek_done));
+    if (s) s = peekDone(d);
     if (s && to_host) std::memcpy(host + done, pin.data, chunk);
     done += chunk;
   }

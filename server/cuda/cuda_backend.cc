@@ -870,9 +870,10 @@ Status CudaBackend::loadModule(uint32_t id, int device, const std::string& fatbi
   if (opts_.fixed_addresses) {
     // A module that may call device malloc (or free) goes on rgpu's heap where it can (cuda_heap.cc).
     mallocs = common::kernelsCallingMalloc(*image);
-    bool frees = false;
-    for (auto& e : image->entries) frees |= e.kind == common::FatbinEntry::kPtx && namesHeapCalls(e.payload);
-    if (!mallocs.empty() || frees) {
+    bool heap_calls = !mallocs.empty();  // (else: a module that only frees)
+    for (auto& e : image->entries)
+      heap_calls = heap_calls || (e.kind == common::FatbinEntry::kPtx && namesHeapCalls(e.payload));
+    if (heap_calls) {
       RGPU_TRY_ASSIGN(bound, loadOnOwnHeap(device, *image, &heap_var));
       m = bound;
     }

@@ -382,6 +382,11 @@ class CudaBackend final : public Backend {
   Status scrubReady(int device, uint64_t zero_bytes);
   // An allocation in the device's address window (windows_), recorded.
   Result<DevPtr> windowed(int device, uint64_t size);
+  // The device's peek stream and event (made on first use), once it waits
+  // for every scrub queued so far; peekDone() waits for what was queued on
+  // it. The caller holds peek_mu_, with the device's context current.
+  Status peekReady(Device& d);
+  Status peekDone(Device& d);
   // rgpu's device heap (cuda_heap.cc). The module's image loaded as its
   // PTX bound to the heap, or null (and why, logged) when that cannot be --
   // an error instead where the device's heap was restored.

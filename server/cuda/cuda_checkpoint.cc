@@ -77,6 +77,20 @@ std::string CudaBackend::notCheckpointable() const {
   return "";
 }
 
+Status CudaBackend::peekReady(Device& d) {
+  DriverApi& api = *api_;
+  std::lock_guard lock(mu_);
+  if (!d.peek_stream) RGPU_TRY(RGPU_CU(cuStreamCreateWithPriority(&d.peek_stream, CU_STREAM_NON_BLOCKING, 0)));
+  if (!d.peek_done) RGPU_TRY(RGPU_CU(cuEventCreate(&d.peek_done, CU_EVENT_DISABLE_TIMING)));
+  return afterScrubsLocked(d.peek_stream, &d.peek_scrub_seen);
+}
+
+Status CudaBackend::peekDone(Device& d) {
+  DriverApi& api = *api_;
+  RGPU_TRY(RGPU_CU(cuEventRecord(d.peek_done, d.peek_stream)));
+  return RGPU_CU(cuEventSynchronize(d.peek_done));
+}
+
 Status CudaBackend::readWhileRunning(int device, DevPtr at, uint64_t size, uint8_t* out) {
   DriverApi& api = *api_;
   if (device < 0 || static_cast<size_t>(device) >= devices_.size())
@@ -90,19 +104,13 @@ Status CudaBackend::readWhileRunning(int device, DevPtr at, uint64_t size, uint8
     std::memset(out, 0, size);
     return Status::ok();
   }
-  {
-    std::lock_guard lock(mu_);
-    if (!d.peek_stream) RGPU_TRY(RGPU_CU(cuStreamCreateWithPriority(&d.peek_stream, CU_STREAM_NON_BLOCKING, 0)));
-    if (!d.peek_done) RGPU_TRY(RGPU_CU(cuEventCreate(&d.peek_done, CU_EVENT_DISABLE_TIMING)));
-    RGPU_TRY(afterScrubsLocked(d.peek_stream, &d.peek_scrub_seen));
-  }
+  RGPU_TRY(peekReady(d));
   RGPU_TRY_ASSIGN(pin, takePinned(std::min<uint64_t>(size, 4ull << 20)));
   Status s;
   for (uint64_t off = 0; s && off < size; off += pin.capacity) {
     const uint64_t n = std::min(pin.capacity, size - off);
     s = RGPU_CU(cuMemcpyDtoHAsync(pin.data, at + off, n, d.peek_stream));
-    if (s) s = RGPU_CU(cuEventRecord(d.peek_done, d.peek_stream));
-    if (s) s = RGPU_CU(cuEventSynchronize(d.peek_done));
+    if (s) s = peekDone(d);
     if (s) std::memcpy(out + off, pin.data, n);
   }
   givePinned(pin);

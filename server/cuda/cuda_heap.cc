@@ -103,12 +103,7 @@ Status CudaBackend::writeHeapVariables(int device, const std::vector<CUdeviceptr
   std::lock_guard peek(peek_mu_);
   Device& d = devices_[static_cast<size_t>(device)];
   RGPU_TRY(use(device));
-  {
-    std::lock_guard lock(mu_);
-    if (!d.peek_stream) RGPU_TRY(RGPU_CU(cuStreamCreateWithPriority(&d.peek_stream, CU_STREAM_NON_BLOCKING, 0)));
-    if (!d.peek_done) RGPU_TRY(RGPU_CU(cuEventCreate(&d.peek_done, CU_EVENT_DISABLE_TIMING)));
-    RGPU_TRY(afterScrubsLocked(d.peek_stream, &d.peek_scrub_seen));
-  }
+  RGPU_TRY(peekReady(d));
   RGPU_TRY_ASSIGN(pin, takePinned(16));
   const uint64_t value[2] = {base, size};
   std::memcpy(pin.data, value, sizeof value);
@@ -116,8 +111,7 @@ Status CudaBackend::writeHeapVariables(int device, const std::vector<CUdeviceptr
   if (zero_header) s = RGPU_CU(cuMemsetD8Async(base, 0, kHeapHeaderBytes, d.peek_stream));
   for (CUdeviceptr v : vars)
     if (s) s = RGPU_CU(cuMemcpyHtoDAsync(v, pin.data, sizeof value, d.peek_stream));
-  if (s) s = RGPU_CU(cuEventRecord(d.peek_done, d.peek_stream));
-  if (s) s = RGPU_CU(cuEventSynchronize(d.peek_done));
+  if (s) s = peekDone(d);
   givePinned(pin);
   return s;
 }

@@ -3,10 +3,11 @@
 #include "server/cuda/device_heap_ptx.h"
 
 #include <array>
-#include <cctype>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "common/ptx_lexer.h"
 
 namespace rgpu::server::cuda {
 namespace {
@@ -245,11 +246,7 @@ RGPU_FREE_DONE:
 }
 )";
 
-bool identStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%'; }
-bool identChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$'; }
-
-// One token of PTX: an identifier or directive (with its leading '.'), a
-// number, or a single punctuation character. Comments and strings skipped.
+// The module's tokens (common/ptx_lexer.h) with their places in the text.
 struct Token {
   size_t at = 0, end = 0;
   std::string_view text;
@@ -257,35 +254,8 @@ struct Token {
 
 std::vector<Token> tokens(const std::string& s) {
   std::vector<Token> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    const char c = s[i];
-    if (std::isspace(static_cast<unsigned char>(c))) {
-      ++i;
-    } else if (s.compare(i, 2, "//") == 0) {
-      while (i < s.size() && s[i] != '\n') ++i;
-    } else if (s.compare(i, 2, "/*") == 0) {
-      const size_t e = s.find("*/", i + 2);
-      i = e == std::string::npos ? s.size() : e + 2;
-    } else if (c == '"') {
-      size_t e = i + 1;
-      while (e < s.size() && s[e] != '"') e += s[e] == '\\' ? 2 : 1;
-      i = std::min(e + 1, s.size());
-    } else if (identStart(c) || (c == '.' && i + 1 < s.size() && identStart(s[i + 1]))) {
-      size_t e = i + 1;
-      while (e < s.size() && identChar(s[e])) ++e;
-      out.push_back({i, e, std::string_view(s).substr(i, e - i)});
-      i = e;
-    } else if (std::isdigit(static_cast<unsigned char>(c))) {
-      size_t e = i + 1;
-      while (e < s.size() && (std::isalnum(static_cast<unsigned char>(s[e])) || s[e] == '.')) ++e;
-      out.push_back({i, e, std::string_view(s).substr(i, e - i)});
-      i = e;
-    } else {
-      out.push_back({i, i + 1, std::string_view(s).substr(i, 1)});
-      ++i;
-    }
-  }
+  common::PtxLexer lx{s};
+  while (!lx.token().empty()) out.push_back({lx.start, lx.i, std::string_view(s).substr(lx.start, lx.i - lx.start)});
   return out;
 }
 

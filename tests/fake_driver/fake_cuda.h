@@ -61,6 +61,10 @@ struct FakeContext {
   // memory is not given back). Under Driver::mu.
   uint64_t heap_limit = 8ull << 20;
   std::shared_ptr<ptx::DeviceHeap> heap;
+  void dropHeap() {
+    heap.reset();
+    heap_limit = 8ull << 20;
+  }
 };
 
 struct FakeStream;

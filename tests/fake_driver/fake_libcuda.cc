@@ -235,11 +235,7 @@ CUresult fakePrimaryCtxRelease(CUdevice dev) {
   ENTER("cuDevicePrimaryCtxRelease", false);
   if (dev < 0 || dev >= drv().device_count) return CUDA_ERROR_INVALID_DEVICE;
   FakeContext& c = drv().contexts[dev];
-  if (--c.refs == 0) {
-    // The context is gone, and its malloc heap with it (launches in flight keep theirs).
-    c.heap.reset();
-    c.heap_limit = 8ull << 20;
-  }
+  if (--c.refs == 0) c.dropHeap();  // the context is gone, and its heap (launches in flight keep theirs)
   record("cuDevicePrimaryCtxRelease " + std::to_string(dev));
   return CUDA_SUCCESS;
 }
@@ -969,10 +965,7 @@ __attribute__((visibility("default"))) void rgpu_fake_cuda_reset_sticky() {
 __attribute__((visibility("default"))) void rgpu_fake_cuda_drop_objects() {
   std::lock_guard lock(drv().mu);
   dropObjectsLocked();
-  for (FakeContext& c : drv().contexts) {
-    c.heap.reset();
-    c.heap_limit = 8ull << 20;
-  }
+  for (FakeContext& c : drv().contexts) c.dropHeap();
 }
 
 // Queues work of another fake library (the fake cuBLAS) on `stream`, in order

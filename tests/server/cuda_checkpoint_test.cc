@@ -53,6 +53,16 @@ std::unique_ptr<CheckpointReader> readerOf(const Sink& in, size_t& pos) {
   return r ? std::move(*r) : nullptr;
 }
 
+// The device image in `file`, restored into `b` (read to its end when it succeeds).
+Result<DeviceImage> restoreFrom(Backend& b, const Sink& file) {
+  size_t pos = 0;
+  auto r = readerOf(file, pos);
+  if (!r) return Status(err::kInvalidValue, "no reader");
+  auto got = restoreDeviceImage(b, *r, DeviceImageLimits{});
+  if (got) RGPU_TRY(r->finish());
+  return got;
+}
+
 TEST(CudaCheckpoint, ASessionsStateComesBackAtTheSameAddressesInAFreshBackendAfterAPreCopy) {
   DeviceImage img;
   std::vector<std::vector<uint8_t>> contents;
@@ -199,9 +209,7 @@ TEST(CudaCheckpoint, AModuleVariableTheDriverPutsElsewhereCallsTheRestoreOff) {
   spec.format = {2, 1, 32, false};
   spec.width = 256;
   ASSERT_TRUE(b->createArray(spec));
-  size_t pos = 0;
-  auto r = readerOf(file, pos);
-  auto got = restoreDeviceImage(*b, *r, DeviceImageLimits{});
+  auto got = restoreFrom(*b, file);
   ASSERT_FALSE(got);
   EXPECT_EQ(got.status().code(), err::kNotSupported);
   EXPECT_NE(got.status().message().find("module 7's variable "), std::string::npos) << got.status().message();
@@ -238,9 +246,7 @@ TEST(CudaCheckpoint, ModulesAndArraysAreMadeAgainInTheOrderTheDriverPlacedThem) 
   }
   auto b = backend();
   ASSERT_TRUE(b);
-  size_t pos = 0;
-  auto r = readerOf(file, pos);
-  auto got = restoreDeviceImage(*b, *r, DeviceImageLimits{});
+  auto got = restoreFrom(*b, file);
   ASSERT_TRUE(got) << got.status().message();
   auto c = b->globalAddress(7, "counter", 0);
   ASSERT_TRUE(c);
@@ -415,11 +421,8 @@ TEST(CudaCheckpoint, ArraysComeBackWithTheirBytesAndTheirObjectsUnderThePrograms
   hooks().drop_objects();  // the new worker is a new process
   auto b = backend();
   ASSERT_TRUE(b);
-  size_t pos = 0;
-  auto r = readerOf(file, pos);
-  auto got = restoreDeviceImage(*b, *r, DeviceImageLimits{});
+  auto got = restoreFrom(*b, file);
   ASSERT_TRUE(got) << got.status().message();
-  ASSERT_TRUE(r->finish());
   for (const Made& m : made) {
     const auto dims = arrayLevels(m.spec);
     for (uint32_t l = 0; l < dims.size(); ++l)
@@ -488,9 +491,7 @@ TEST(CudaCheckpoint, AnObjectHandleTheDriverDoesNotHandOutAgainCallsTheRestoreOf
   hooks().drop_objects();  // the new worker is a new process
   auto b = backend();
   ASSERT_TRUE(b);
-  size_t pos = 0;
-  auto r = readerOf(file, pos);
-  auto got = restoreDeviceImage(*b, *r, DeviceImageLimits{});
+  auto got = restoreFrom(*b, file);
   ASSERT_FALSE(got);
   EXPECT_EQ(got.status().code(), err::kNotSupported);
   EXPECT_NE(got.status().message().find("texture object 65546 would take more than 65536 objects to reach in the new worker"),
@@ -698,11 +699,8 @@ TEST(CudaCheckpoint, TheMallocHeapIsRgpusAndMovesWithTheSessionsBlocks) {
   hooks().drop_objects();  // the new worker is a new process
   auto b = backend();
   ASSERT_TRUE(b);
-  size_t pos = 0;
-  auto ir = readerOf(image_file, pos);
-  auto got = restoreDeviceImage(*b, *ir, DeviceImageLimits{});
+  auto got = restoreFrom(*b, image_file);
   ASSERT_TRUE(got) << got.status().message();
-  ASSERT_TRUE(ir->finish());
   ASSERT_TRUE(syncDevice(*b));
   auto heaps = b->mallocHeaps();
   ASSERT_TRUE(heaps);
@@ -739,9 +737,7 @@ TEST(CudaCheckpoint, TheMallocHeapIsRgpusAndMovesWithTheSessionsBlocks) {
   auto c = backend();
   ASSERT_TRUE(c);
   hooks().fail("cuModuleLoadData", CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
-  pos = 0;
-  auto ir2 = readerOf(image_file, pos);
-  auto refused = restoreDeviceImage(*c, *ir2, DeviceImageLimits{});
+  auto refused = restoreFrom(*c, image_file);
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.status().message().find("cannot be bound to rgpu's heap on device 0 here"), std::string::npos)
       << refused.status().message();
