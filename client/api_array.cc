@@ -57,7 +57,7 @@ void levelShape(cudaExtent e, unsigned flags, uint32_t l, ArrayObject& a) {
 Result<uint64_t> createArray(const cudaChannelFormatDesc* desc, cudaExtent extent, unsigned flags, uint32_t levels,
                              int device) {
   RGPU_TRY(needPtr(desc, "desc"));
-  capnp::MallocMessageBuilder msg(64);
+  common::CallMessage msg(64);
   auto m = msg.initRoot<wire::Request>().initArrayCreate();
   m.setDevice(device);
   auto f = m.initFormat();
@@ -73,7 +73,7 @@ Result<uint64_t> createArray(const cudaChannelFormatDesc* desc, cudaExtent exten
 }
 
 Status destroyArray(uint64_t handle, int device) {
-  capnp::MallocMessageBuilder msg(32);
+  common::CallMessage msg(32);
   msg.initRoot<wire::Request>().initArrayDestroy().setHandle(handle);
   auto r = rt().callOn(device, msg);  // as cudaFreeArray: after the work that may use it
   return r ? Status::ok() : r.status();
@@ -183,7 +183,7 @@ Status copy3D(const CopyEnd& src_in, const CopyEnd& dst_in, size_t width, size_t
     }
     return Status::ok();
   }
-  capnp::MallocMessageBuilder msg(64);
+  common::CallMessage msg(64);
   auto m = msg.initRoot<wire::Request>().initCopy3D();
   fillCopy3D(m, src, sdev, dst, ddev, width, height, depth);
   setStream(m.initStream(), *s);

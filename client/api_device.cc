@@ -220,7 +220,7 @@ Status setFuncAttribute(const void* func, cudaFuncAttribute attr, int value, int
     if (!k) return k.status();
     RGPU_TRY(rt().device(dev).status());
     RGPU_TRY(rt().ensureShipped((*k)->module, dev));
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     auto m = msg.initRoot<wire::Request>().initFuncSetAttribute();
     m.setId(rt().serverKernelId(**k, dev));
     m.setAttr(attr);

@@ -69,7 +69,7 @@ Result<uint64_t> zeroedDeviceMemory(int dev, uint64_t bytes) {
   auto base = allocateDeviceMemory(dev, bytes);
   if (!base) return base;
   ManagedMemory::OwnRequests own;  // not the program's device work: other managed memory stays as it is
-  capnp::MallocMessageBuilder msg(32);
+  common::CallMessage msg(32);
   auto m = msg.initRoot<wire::Request>().initMemset();
   m.setDst(*base);
   m.setValue(0);
@@ -77,7 +77,7 @@ Result<uint64_t> zeroedDeviceMemory(int dev, uint64_t bytes) {
   setStream(m.initStream(), {0, dev});
   Status s = rt().post(msg);
   if (s) {
-    capnp::MallocMessageBuilder sync(32);
+    common::CallMessage sync(32);
     setStream(sync.initRoot<wire::Request>().initStreamSynchronize(), {0, dev});
     auto r = rt().call(sync);
     if (!r) s = r.status();
@@ -94,7 +94,7 @@ Result<uint64_t> zeroedDeviceMemory(int dev, uint64_t bytes) {
 namespace rgpu::client {
 
 void freeDeviceMemory(uint64_t base) {
-  capnp::MallocMessageBuilder msg(32);
+  common::CallMessage msg(32);
   msg.initRoot<wire::Request>().initFree().setPtr(base);
   (void)rt().call(msg);
   rt().untrackDevice(base);
@@ -193,7 +193,7 @@ RGPU_EXPORT cudaError_t cudaMemPrefetchAsync(const void* devPtr, size_t count, s
     ManagedMemory::get().setAdvice(base, a);
     if (location.type == cudaMemLocationTypeDevice) return ManagedMemory::get().beforeDeviceWork();
     // To the host: after the stream's work, fetched now (the call returns once it is).
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     setStream(msg.initRoot<wire::Request>().initStreamSynchronize(), *s);
     auto r = rt().call(msg);
     if (!r) return r.status();

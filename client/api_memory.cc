@@ -60,7 +60,7 @@ Result<cudaMemcpyKind> resolveKind(void* dst, const void* src, cudaMemcpyKind ki
 }  // namespace
 
 Status peerOn(void* dst, int dst_device, const void* src, int src_device, size_t count, StreamRef s, bool serialize) {
-  capnp::MallocMessageBuilder msg(64);
+  common::CallMessage msg(64);
   auto m = msg.initRoot<wire::Request>().initMemcpyPeer();
   m.setDst(reinterpret_cast<uint64_t>(dst));
   m.setDstDevice(dst_device);
@@ -147,7 +147,7 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                           reinterpret_cast<uint64_t>(src) + count <= pbase + psize;
       for (uint64_t off = 0; off < count; off += chunk) {
         uint64_t n = std::min<uint64_t>(chunk, count - off);
-        capnp::MallocMessageBuilder msg(64);
+        common::CallMessage msg(64);
         auto m = msg.initRoot<wire::Request>().initMemcpyHtoD();
         m.setDst(reinterpret_cast<uint64_t>(dst) + off);
         m.setSize(n);
@@ -173,7 +173,7 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
       bool deferred = async && rt().classify(dst) == MemKind::kPinned;
       for (uint64_t off = 0; off < count; off += chunk) {
         uint64_t n = std::min<uint64_t>(chunk, count - off);
-        capnp::MallocMessageBuilder msg(64);
+        common::CallMessage msg(64);
         auto m = msg.initRoot<wire::Request>().initMemcpyDtoH();
         m.setSrc(reinterpret_cast<uint64_t>(src) + off);
         m.setSize(n);
@@ -195,7 +195,7 @@ Status memcpyCore(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
       // Between devices it is a peer copy: cudaMemcpy is then ordered on both
       // devices as cudaMemcpyPeer is; cudaMemcpyAsync on its stream only.
       if (dd != s->device || sd != s->device) return peerImpl(dst, dd, src, sd, count, stream, ptsz, !async);
-      capnp::MallocMessageBuilder msg(64);
+      common::CallMessage msg(64);
       auto m = msg.initRoot<wire::Request>().initMemcpyDtoD();
       m.setDst(reinterpret_cast<uint64_t>(dst));
       m.setSrc(reinterpret_cast<uint64_t>(src));
@@ -239,7 +239,7 @@ Status memsetImpl(void* dst, int value, size_t count, cudaStream_t stream, bool 
   auto there = streamOfServerHolding(dst, *s);  // memory on another server than the stream's: done there
   if (!there) return there.status();
   if (*there) *s = **there;
-  capnp::MallocMessageBuilder msg(64);
+  common::CallMessage msg(64);
   auto m = msg.initRoot<wire::Request>().initMemset();
   m.setDst(reinterpret_cast<uint64_t>(dst));
   m.setValue(static_cast<uint8_t>(value));
@@ -289,7 +289,7 @@ Status memcpy2DCore(void* dst, size_t dpitch, const void* src, size_t spitch, si
     }
     return Status::ok();
   }
-  capnp::MallocMessageBuilder msg(64);
+  common::CallMessage msg(64);
   auto m = msg.initRoot<wire::Request>().initMemcpy2D();
   m.setDst(reinterpret_cast<uint64_t>(dst));
   m.setDpitch(dpitch);
@@ -338,7 +338,7 @@ Status memset2DImpl(void* dst, size_t pitch, int value, size_t width, size_t hei
   RGPU_TRY(needDevice(dst, (height - 1) * pitch + width, "destination"));
   auto s = rt().stream(stream, ptsz);
   if (!s) return s.status();
-  capnp::MallocMessageBuilder msg(64);
+  common::CallMessage msg(64);
   auto m = msg.initRoot<wire::Request>().initMemset2D();
   m.setDst(reinterpret_cast<uint64_t>(dst));
   m.setPitch(pitch);
@@ -378,7 +378,7 @@ Status symbolCopyImpl(const void* symbol, void* host, size_t count, size_t offse
 namespace {
 // Gives back device memory the program never saw (asynchronously).
 void freeQuietly(uint64_t p, int device) {
-  capnp::MallocMessageBuilder msg(32);
+  common::CallMessage msg(32);
   msg.initRoot<wire::Request>().initFree().setPtr(p);
   (void)rt().postOn(device, msg);  // (not tracked: its device says where)
 }
@@ -392,7 +392,7 @@ Result<uint64_t> deviceMemory(int dev, uint64_t size, uint64_t pitch_width = 0, 
   std::vector<uint64_t> collided;
   Result<uint64_t> out = Status(err::kMemoryAllocation, "");
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     auto m = msg.initRoot<wire::Request>().initMalloc();
     m.setDevice(dev);
     m.setSize(size);
@@ -486,7 +486,7 @@ RGPU_EXPORT cudaError_t cudaFree(void* devPtr) {
     // Managed memory: the allocation the server knows holds it.
     uint64_t target = reinterpret_cast<uint64_t>(devPtr);
     if (uint64_t base = ManagedMemory::get().remove(target)) target = base;
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     msg.initRoot<wire::Request>().initFree().setPtr(target);
     auto r = rt().call(msg);
     rt().untrackDevice(target);
@@ -639,7 +639,7 @@ RGPU_EXPORT cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   return guarded([&]() -> Status {
     RGPU_TRY(needPtr(free, "free"));
     RGPU_TRY(needPtr(total, "total"));
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     msg.initRoot<wire::Request>().initMemGetInfo().setDevice(rt().currentDevice());
     auto r = rt().call(msg);
     if (!r) return r.status();

@@ -12,7 +12,7 @@ namespace rgpu::client {
 Status streamSyncImpl(cudaStream_t stream, bool ptsz) {
   auto s = rt().stream(stream, ptsz);
   if (!s) return s.status();
-  capnp::MallocMessageBuilder msg(32);
+  common::CallMessage msg(32);
   setStream(msg.initRoot<wire::Request>().initStreamSynchronize(), *s);
   auto r = rt().call(msg);
   rt().flushDeviceOutput();
@@ -22,7 +22,7 @@ Status streamSyncImpl(cudaStream_t stream, bool ptsz) {
 Status streamQueryImpl(cudaStream_t stream, bool ptsz) {
   auto s = rt().stream(stream, ptsz);
   if (!s) return s.status();
-  capnp::MallocMessageBuilder msg(32);
+  common::CallMessage msg(32);
   setStream(msg.initRoot<wire::Request>().initStreamQuery(), *s);
   auto r = rt().call(msg);
   return r ? Status::ok() : r.status();
@@ -34,8 +34,10 @@ Status streamWaitEventImpl(cudaStream_t stream, cudaEvent_t event, unsigned flag
   auto e = rt().event(event);
   if (!e) return e.status();
   if (Status c; capturesActive() && captureEventWait(*s, event, *e, flags, &c)) return c;
-  if (const int ed = rt().eventDevice(*e); rt().acrossServers(ed, s->device)) return waitAcrossServers(*s, *e, ed);
-  capnp::MallocMessageBuilder msg(32);
+  if (rt().spread()) {  // (the event's device is looked up only where it may be another server's)
+    if (const int ed = rt().eventDevice(*e); rt().acrossServers(ed, s->device)) return waitAcrossServers(*s, *e, ed);
+  }
+  common::CallMessage msg(32);
   auto m = msg.initRoot<wire::Request>().initStreamWaitEvent();
   setStream(m.initStream(), *s);
   m.setEvent(*e);
@@ -49,9 +51,9 @@ Status eventRecordImpl(cudaEvent_t event, cudaStream_t stream, bool ptsz, unsign
   auto e = rt().event(event);
   if (!e) return e.status();
   if (Status c; capturesActive() && captureEventRecord(*s, event, *e, flags, &c)) return c;
-  if (rt().acrossServers(rt().eventDevice(*e), s->device))
+  if (rt().spread() && rt().acrossServers(rt().eventDevice(*e), s->device))
     return Status(err::kInvalidResourceHandle, "the event and the stream are on devices of two servers");
-  capnp::MallocMessageBuilder msg(32);
+  common::CallMessage msg(32);
   auto m = msg.initRoot<wire::Request>().initEventRecord();
   m.setId(*e);
   setStream(m.initStream(), *s);
@@ -66,7 +68,7 @@ Status launchHostFuncImpl(cudaStream_t stream, void (*fn)(void*), void* user, bo
     return c;
   // Runs here, on the client, when the server's stream reaches this point.
   uint64_t id = rt().addHostFunc(fn, user);
-  capnp::MallocMessageBuilder msg(32);
+  common::CallMessage msg(32);
   auto m = msg.initRoot<wire::Request>().initHostFuncEnqueue();
   m.setId(id);
   setStream(m.initStream(), *s);
@@ -84,7 +86,7 @@ Status createStream(cudaStream_t* pStream, unsigned flags, int priority) {
   int dev = rt().currentDevice();
   uint32_t id = 0;
   cudaStream_t h = rt().newStream(dev, flags, priority, &id);
-  capnp::MallocMessageBuilder msg(32);
+  common::CallMessage msg(32);
   auto m = msg.initRoot<wire::Request>().initStreamCreate();
   setStream(m.initStream(), {id, dev});
   m.setFlags(flags);
@@ -126,7 +128,7 @@ RGPU_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     StreamRef ref;
     RGPU_TRY(rt().dropStream(stream, &ref));
     if (capturesActive()) forgetCaptureStream(ref.id);
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     setStream(msg.initRoot<wire::Request>().initStreamDestroy(), ref);
     return rt().post(msg);
   });
@@ -230,7 +232,7 @@ RGPU_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned in
     int dev = rt().currentDevice();
     uint32_t id = 0;
     cudaEvent_t h = rt().newEvent(dev, flags, &id);
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     auto m = msg.initRoot<wire::Request>().initEventCreate();
     m.setId(id);
     m.setDevice(dev);
@@ -263,7 +265,7 @@ RGPU_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   return guarded([&]() -> Status {
     auto e = rt().event(event);
     if (!e) return e.status();
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     msg.initRoot<wire::Request>().initEventSynchronize().setId(*e);
     auto r = rt().call(msg);
     rt().flushDeviceOutput();
@@ -273,7 +275,7 @@ RGPU_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 RGPU_EXPORT cudaError_t cudaEventQuery(cudaEvent_t event) {
   auto e = rt().event(event);
   if (!e) return guarded([&] { return e.status(); });
-  capnp::MallocMessageBuilder msg(32);
+  common::CallMessage msg(32);
   msg.initRoot<wire::Request>().initEventQuery().setId(*e);
   auto r = rt().call(msg);
   if (!r && r.status().code() == err::kNotReady) return cudaErrorNotReady;
@@ -288,7 +290,7 @@ RGPU_EXPORT cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaE
     if (!b) return b.status();
     if (rt().acrossServers(rt().eventDevice(*a), rt().eventDevice(*b)))
       return Status(err::kInvalidResourceHandle, "the events are on devices of two servers: no common clock");
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     auto m = msg.initRoot<wire::Request>().initEventElapsedTime();
     m.setStart(*a);
     m.setEnd(*b);
@@ -303,7 +305,7 @@ RGPU_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event) {
     uint32_t id = 0;
     int device = 0;
     RGPU_TRY(rt().dropEvent(event, &id, &device));
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     msg.initRoot<wire::Request>().initEventDestroy().setId(id);
     return rt().postOn(device, msg);
   });
@@ -313,7 +315,7 @@ RGPU_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event) {
 
 RGPU_EXPORT cudaError_t cudaDeviceSynchronize(void) {
   return guarded([&]() -> Status {
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     msg.initRoot<wire::Request>().initDeviceSynchronize().setDevice(rt().currentDevice());
     auto r = rt().call(msg);
     rt().flushDeviceOutput();
@@ -324,7 +326,7 @@ RGPU_EXPORT cudaError_t cudaDeviceSynchronize(void) {
 RGPU_EXPORT cudaError_t cudaDeviceReset(void) {
   return guarded([&]() -> Status {
     int dev = rt().currentDevice();
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     msg.initRoot<wire::Request>().initDeviceReset().setDevice(dev);
     auto r = rt().call(msg);
     rt().flushDeviceOutput();

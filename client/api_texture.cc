@@ -75,7 +75,7 @@ void setFormat(rgpu::wire::ChannelFormat::Builder f, const cudaChannelFormatDesc
 }
 
 Status destroyOnServer(bool texture, uint64_t handle, int device) {
-  capnp::MallocMessageBuilder msg(32);
+  rgpu::common::CallMessage msg(32);
   auto req = msg.initRoot<rgpu::wire::Request>();
   auto ref = texture ? req.initTextureDestroy() : req.initSurfaceDestroy();
   ref.setHandle(handle);
@@ -93,7 +93,7 @@ Status createTexture(cudaTextureObject_t* out, const cudaResourceDesc* res, cons
                           "texture resource views (cudaResourceViewDesc) are not supported by rgpu (returns cudaErrorNotSupported)");
     return Status(err::kNotSupported, "texture resource views are not supported by rgpu");
   }
-  capnp::MallocMessageBuilder msg(128);
+  rgpu::common::CallMessage msg(128);
   auto m = msg.initRoot<rgpu::wire::Request>().initTextureCreate();
   int device = rt().currentDevice();
   switch (res->resType) {
@@ -237,7 +237,7 @@ RGPU_EXPORT cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t* pSurfObject
       return Status(err::kInvalidValue, "a surface object's resource is an array");
     auto a = arrayOf(pResDesc->res.array.array);
     if (!a) return a.status();
-    capnp::MallocMessageBuilder msg(32);
+    rgpu::common::CallMessage msg(32);
     auto m = msg.initRoot<rgpu::wire::Request>().initSurfaceCreate();
     m.setArray((*a)->handle);
     m.setLevel((*a)->level);

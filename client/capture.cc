@@ -222,7 +222,7 @@ Result<NodeParams> nodeOf(wire::Request::Reader r, int device) {
     case R::SPARSE:
     case R::DNN: {
       // cuBLAS, cuRAND, cuFFT, cuSOLVER, cuSPARSE and cuDNN: kept in their wire form (NVIDIA's capture makes kernel nodes of them).
-      capnp::MallocMessageBuilder msg(64);
+      common::CallMessage msg(64);
       msg.setRoot(r);
       auto words = capnp::messageToFlatArray(msg);
       NodeParams p;

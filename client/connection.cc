@@ -19,6 +19,7 @@ namespace {
 // A batch larger than this is written by the posting thread itself, which
 // bounds memory when the application outruns the link.
 constexpr size_t kMaxBatchBytes = 256 * 1024;
+constexpr size_t kMaxSpareBytes = 2 * kMaxBatchBytes;  // a written batch's buffer kept for the next
 // Poll this many times, yielding the CPU in between, before sleeping on a
 // reply: a loopback or LAN round trip often completes within it, and a futex
 // sleep and wake cost several microseconds. The receiver thread busy-polls the
@@ -253,7 +254,7 @@ void Connection::buildHello(capnp::MessageBuilder& msg, const ClientConfig& cfg,
 }
 
 Status Connection::handshake(const ClientConfig& cfg) {
-  capnp::MallocMessageBuilder msg;
+  common::CallMessage msg;
   buildHello(msg, cfg, false);
   std::vector<uint8_t> frame;
   common::appendFrame(frame, FrameType::kHello, 0, 0, msg, 0);
@@ -316,6 +317,7 @@ Status Connection::handshake(const ClientConfig& cfg) {
 }
 
 Status Connection::broken() const {
+  if (!is_broken_.load(std::memory_order_acquire)) return Status::ok();  // every asynchronous call asks
   std::lock_guard lock(slots_mu_);
   return broken_;
 }
@@ -349,6 +351,7 @@ void Connection::fail(const Status& s) {
       broken_ = s.code() == err::kDevicesUnavailable && s.message().rfind("lost the connection", 0) == 0
                     ? s
                     : Status(code, "lost the connection to rgpu server " + server() + ": " + s.message());
+      is_broken_.store(true, std::memory_order_release);
       if (!closing_.load()) RGPU_LOG_ERROR("{}", broken_.message());
     }
     for (auto& [seq, slot] : slots_) waiting.push_back(slot);
@@ -425,6 +428,8 @@ uint64_t Connection::keptBytes() {
 }
 
 Status Connection::waitForRoomLocked(std::unique_lock<std::mutex>& lock, uint64_t bytes) {
+  if ((kept_.empty() || kept_bytes_ + bytes <= resume_buffer_) && !is_broken_.load(std::memory_order_acquire))
+    return Status::ok();  // room, without slots_mu_ (every asynchronous call asks)
   room_cv_.wait(lock, [&] {
     std::lock_guard sl(slots_mu_);
     return kept_.empty() || kept_bytes_ + bytes <= resume_buffer_ || !broken_.isOk();
@@ -441,7 +446,7 @@ uint64_t Connection::repliesFloorLocked() {
 }
 
 void Connection::acknowledgeLocked(bool bye, uint32_t stripe_ready) {
-  capnp::MallocMessageBuilder msg(64);
+  common::CallMessage msg(64);
   auto a = msg.initRoot<wire::Ack>();
   a.setReplies(repliesFloorLocked());
   a.setNotifications(notify_floor_.load());
@@ -466,15 +471,28 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
                            Slot* slot, uint64_t* seq_out, bool pinned) {
   if (Status b = broken(); !b) return b;
   if (!now) {
+    // Encoded before batch_mu_ is taken, numbered under it: the flusher finds
+    // the lock free more often, and then needs no wake-up through the kernel.
+    // (On the stack, not in a thread_local buffer: a thread's exit may still
+    // post, from destructors of other thread_locals.)
+    uint8_t small[4096];
+    std::vector<uint8_t> large;
+    const size_t bytes = common::frameBytes(msg);
+    uint8_t* frame = small;
+    if (bytes > sizeof small) {
+      large.resize(bytes);
+      frame = large.data();
+    }
+    common::encodeFrame(frame, FrameType::kRequest, flags, 0, msg, 0);
     bool wake = false, self_flush = false;
     {
       std::unique_lock lock(batch_mu_);
       if (resume_) RGPU_TRY(waitForRoomLocked(lock, 0));
       wake = batch_.empty();
-      size_t at = batch_.size();
       uint64_t seq = next_seq_++;
-      common::appendFrame(batch_, FrameType::kRequest, flags, seq, msg, 0);
-      if (resume_) keepLocked(seq, batch_.data() + at, batch_.size() - at, nullptr, 0, false);
+      protocol::setHeaderSeq(frame, seq);
+      batch_.insert(batch_.end(), frame, frame + bytes);
+      if (resume_) keepLocked(seq, frame, bytes, nullptr, 0, false);
       self_flush = batch_.size() > kMaxBatchBytes;
     }
     if (!self_flush) {
@@ -500,7 +518,7 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
   size_t last = 0;
   {
     std::lock_guard lock(batch_mu_);
-    out.swap(batch_);
+    out = takeBatchLocked();
     if (now) {
       seq = next_seq_++;
       if (slot) {
@@ -518,6 +536,7 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
   common::TlsConnection& conn = *conn_.load();
   Status s = bulk_sender_.send(conn, out, last, bulk, now ? bulk_len : 0, compression_, &stripes_);
   if (tl_timing) tl_timing->written = monotonicNs();
+  spare_ = std::move(out);
   if (!s) RGPU_TRY(lost(conn, s));
   if (hold_bulk) {
     // Through a resume too: the replay writes from the caller's buffer (and
@@ -530,6 +549,16 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
     });
   }
   return Status::ok();
+}
+
+// The batch written next, leaving in its place the last written one's buffer
+// (emptied): a batch does not grow from nothing, a reallocation at a time.
+std::vector<uint8_t> Connection::takeBatchLocked() {
+  std::vector<uint8_t> out = std::move(spare_);
+  if (out.capacity() > kMaxSpareBytes) out = {};  // one large frame's buffer is not kept
+  out.clear();
+  out.swap(batch_);
+  return out;
 }
 
 Status Connection::post(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len, bool pinned) {
@@ -615,7 +644,7 @@ void Connection::waitForWritesInto(const void* p, uint64_t len) {
     // The server acknowledges kept requests only now and then: a ping's reply
     // acknowledges every request before it (or the connection is gone, and
     // fail() dropped them).
-    capnp::MallocMessageBuilder msg(64);
+    common::CallMessage msg(64);
     msg.initRoot<wire::Request>().setPing();
     (void)call(msg);
     std::unique_lock lock(batch_mu_);
@@ -697,19 +726,23 @@ void Connection::flusherLoop() {
   for (;;) {
     batch_cv_.wait(lock, [&] { return stopping_ || !batch_.empty(); });
     if (batch_.empty() && stopping_) return;
-    lock.unlock();
-    {
-      std::lock_guard wlock(write_mu_);
-      std::vector<uint8_t> out;
-      {
-        std::lock_guard l(batch_mu_);
-        out.swap(batch_);
-      }
-      if (!out.empty()) {
-        common::TlsConnection& conn = *conn_.load();
-        if (Status s = conn.write(out.data(), out.size()); !s) (void)lost(conn, s);
-      }
+    // write_mu_ comes before batch_mu_; with write_mu_ free the batch is taken
+    // under the lock held already (one acquisition of batch_mu_ per write, so
+    // fewer callers find it taken and must wake the flusher through the kernel).
+    std::unique_lock wlock(write_mu_, std::try_to_lock);
+    if (!wlock.owns_lock()) {
+      lock.unlock();
+      wlock.lock();
+      lock.lock();
     }
+    std::vector<uint8_t> out = takeBatchLocked();
+    lock.unlock();
+    if (!out.empty()) {
+      common::TlsConnection& conn = *conn_.load();
+      if (Status s = conn.write(out.data(), out.size()); !s) (void)lost(conn, s);
+    }
+    spare_ = std::move(out);
+    wlock.unlock();
     lock.lock();
   }
 }
@@ -928,7 +961,7 @@ Result<common::TlsConnection*> Connection::reconnect(const Status& why) {
     Result<common::TlsConnection*> taken = Status(err::kDevicesUnavailable, "");
     if (tc) {
       common::tuneSocket((*tc)->fd(), cfg_.dead_after_s);
-      capnp::MallocMessageBuilder msg;
+      common::CallMessage msg;
       buildHello(msg, cfg_, true);
       std::vector<uint8_t> frame;
       common::appendFrame(frame, FrameType::kHello, 0, 0, msg, 0);

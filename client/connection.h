@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "client/client_config.h"
+#include "common/call_message.h"
 #include "common/frame_io.h"
 #include "common/stripes.h"
 #include "common/tls.h"
@@ -210,6 +211,28 @@ class Connection {
     bool bulk_copied;          // the bulk follows the message in kept_buf_
     bool bulk_pinned;          // `bulk` is the program's pinned memory (waitForWritesInto)
   };
+  // Kept requests, oldest first: a vector read from `head` (a deque would
+  // allocate a block every ten asynchronous calls and free it again).
+  class KeptQueue {
+   public:
+    bool empty() const { return head_ == items_.size(); }
+    const Kept& front() const { return items_[head_]; }
+    void push_back(const Kept& k) { items_.push_back(k); }
+    void pop_front() {
+      if (++head_ == items_.size()) {
+        clear();
+      } else if (head_ >= 64 && head_ * 2 > items_.size()) {
+        items_.erase(items_.begin(), items_.begin() + static_cast<long>(head_));
+        head_ = 0;
+      }
+    }
+    void clear() { items_.clear(), head_ = 0; }
+    std::vector<Kept>::const_iterator begin() const { return items_.begin() + static_cast<long>(head_); }
+    std::vector<Kept>::const_iterator end() const { return items_.end(); }
+   private:
+    std::vector<Kept> items_;
+    size_t head_ = 0;
+  };
 
   Connection(std::unique_ptr<common::TlsConnection> conn, std::string server, common::Compression c);
   // Connects to cfg.server and says Hello (`redirected`: the pool sent us);
@@ -226,6 +249,7 @@ class Connection {
   Status enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void* bulk, uint64_t bulk_len, bool now,
                  Slot* slot, uint64_t* seq_out, bool pinned = false);
   void flusherLoop();
+  std::vector<uint8_t> takeBatchLocked();  // write_mu_ and batch_mu_ held
   void receiverLoop();
   // Reads frames from `conn` until it fails; returns why.
   Status receive(common::TlsConnection& conn);
@@ -287,12 +311,14 @@ class Connection {
   std::atomic<bool> closing_{false};
   std::mutex write_mu_;
   common::BulkSender bulk_sender_;  // guarded by write_mu_
+  std::vector<uint8_t> spare_;      // write_mu_: the last written batch's buffer (takeBatchLocked)
 
   std::atomic<int> sync_waiters_{0};  // callers waiting for a reply: the receiver busy-polls
   std::atomic<bool> timed_{false};    // setTimed
   mutable std::mutex slots_mu_;
   std::unordered_map<uint64_t, Slot*> slots_;
   Status broken_;
+  std::atomic<bool> is_broken_{false};  // broken_ is set: asynchronous calls ask without slots_mu_
   Status deferred_error_;
 
   // Target ranges of deferred slots whose data has not landed (start -> end).
@@ -316,7 +342,7 @@ class Connection {
   std::string resume_token_;
   std::string resume_id_;  // what the resume preamble names (16 random bytes)
   uint64_t resume_buffer_ = 0;     // bytes of kept requests before callers wait
-  std::deque<Kept> kept_;          // batch_mu_
+  KeptQueue kept_;                 // batch_mu_
   std::vector<uint8_t> kept_buf_;  // batch_mu_; kept_buf_[0] is absolute position kept_base_
   uint64_t kept_base_ = 0, kept_bytes_ = 0;
   std::condition_variable room_cv_;  // with batch_mu_: kept bytes fell, or the connection broke

@@ -98,7 +98,7 @@ void Connection::joinStripes(uint64_t epoch, uint32_t generation, uint32_t count
       break;
     }
     common::tuneSocket((*tc)->fd(), cfg_.dead_after_s);
-    capnp::MallocMessageBuilder msg;
+    common::CallMessage msg;
     buildHello(msg, cfg_, true);
     auto hello = msg.getRoot<wire::Hello>();
     hello.setStripe(true);

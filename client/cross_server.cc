@@ -13,7 +13,7 @@ namespace {
 
 // Copies [src, src + n) of device `device` to the host, done on return.
 Status toHost(void* dst, uint64_t src, uint64_t n, int device) {
-  capnp::MallocMessageBuilder msg(64);
+  common::CallMessage msg(64);
   auto m = msg.initRoot<wire::Request>().initMemcpyDtoH();
   m.setSrc(src);
   m.setSize(n);
@@ -24,7 +24,7 @@ Status toHost(void* dst, uint64_t src, uint64_t n, int device) {
 
 // Copies host bytes to device `device`; `last`: done (and checked) on return.
 Status toDevice(uint64_t dst, const void* src, uint64_t n, int device, bool last) {
-  capnp::MallocMessageBuilder msg(64);
+  common::CallMessage msg(64);
   auto m = msg.initRoot<wire::Request>().initMemcpyHtoD();
   m.setDst(dst);
   m.setSize(n);
@@ -65,7 +65,7 @@ Result<StreamRef> relayStream(int device) {
 }  // namespace
 
 Status synchronize(StreamRef s) {
-  capnp::MallocMessageBuilder msg(32);
+  common::CallMessage msg(32);
   setStream(msg.initRoot<wire::Request>().initStreamSynchronize(), s);
   auto r = rt().call(msg);
   return r ? Status::ok() : r.status();
@@ -97,19 +97,19 @@ Status waitAcrossServers(StreamRef s, uint32_t event, int event_device) {
   rt().addGate(opener, (*set)->partOf(event_device), waiter, (*set)->partOf(s.device));
   {
     // Where the event is: the private stream waits for it, then opens the gate.
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     auto m = msg.initRoot<wire::Request>().initStreamWaitEvent();
     setStream(m.initStream(), *p);
     m.setEvent(event);
     RGPU_TRY(rt().post(msg));
-    capnp::MallocMessageBuilder open(32);
+    common::CallMessage open(32);
     auto h = open.initRoot<wire::Request>().initHostFuncEnqueue();
     h.setId(opener);
     setStream(h.initStream(), *p);
     RGPU_TRY(rt().post(open));
   }
   // The waiting stream: a host function that finishes once the gate is open.
-  capnp::MallocMessageBuilder msg(32);
+  common::CallMessage msg(32);
   auto h = msg.initRoot<wire::Request>().initHostFuncEnqueue();
   h.setId(waiter);
   setStream(h.initStream(), s);

@@ -466,7 +466,7 @@ GraphAllocation::~GraphAllocation() {
   if (!ptr) return;
   try {
     rt().untrackDevice(ptr);
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     msg.initRoot<wire::Request>().initFree().setPtr(ptr);
     (void)rt().post(msg);  // the server frees once the work queued before is done
   } catch (...) {
@@ -518,7 +518,7 @@ std::unordered_set<cudaGraphConditionalHandle>& condHandles() {
 Result<cudaGraphConditionalHandle> conditionalHandle(cudaGraph_t g, unsigned default_value, unsigned flags) {
   RGPU_TRY(checkGraph(g));
   if (flags & ~unsigned{cudaGraphCondAssignDefault}) return Status(err::kInvalidValue, "unknown conditional handle flags");
-  capnp::MallocMessageBuilder msg(16);
+  common::CallMessage msg(16);
   msg.initRoot<wire::Request>().initConditionalHandleCreate().setDevice(rt().currentDevice());
   auto r = rt().call(msg);
   if (!r) return r.status();

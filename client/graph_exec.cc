@@ -40,7 +40,7 @@ using Buffers = std::vector<std::shared_ptr<GraphAllocation>>;
 
 template <typename F>
 WireNode request(F&& fill) {
-  capnp::MallocMessageBuilder msg(64);
+  common::CallMessage msg(64);
   fill(msg.initRoot<wire::Request>());
   WireNode w;
   w.request = capnp::messageToFlatArray(msg);
@@ -415,7 +415,7 @@ Status sendExec(CUgraphExec_st& e, bool sync, cudaGraphNode_t* err_node) {
     size_t end = begin, words = 0;
     while (end < nodes.size() && (end == begin || words + nodes[end].request.size() + nodes[end].bodies.size() + 8 < kGraphChunkWords))
       words += nodes[end].request.size() + nodes[end].bodies.size() + 8, ++end;
-    capnp::MallocMessageBuilder msg(static_cast<unsigned>(words + 64));
+    common::CallMessage msg(static_cast<unsigned>(words + 64));
     auto gc = msg.initRoot<wire::Request>().initGraphCreate();
     gc.setId(e.id);
     gc.setDevice(e.device);
@@ -544,7 +544,7 @@ Result<cudaGraphExec_t> instantiate(cudaGraph_t g, unsigned long long flags, cud
 void destroyExec(cudaGraphExec_t e) {
   for (auto& [o, n] : e->user_refs) releaseUserObject(o, n);
   if (e->mem_source && checkGraph(e->mem_source)) --e->mem_source->mem_execs;
-  capnp::MallocMessageBuilder msg(16);
+  common::CallMessage msg(16);
   msg.initRoot<wire::Request>().initGraphDestroy().setId(e->id);
   (void)rt().postOn(e->device, msg);  // launches already queued keep running on the server
   execs().erase(e);
@@ -570,7 +570,7 @@ Status launchExec(cudaGraphExec_t e, cudaStream_t stream, bool ptsz) {
                                           "; the stream is on device " + std::to_string(s->device));
   if (!e->sent) RGPU_TRY(sendExec(*e, false, nullptr));
   rt().flushDeviceOutput();
-  capnp::MallocMessageBuilder msg(64 + e->host_fns.size());
+  common::CallMessage msg(64 + e->host_fns.size());
   auto gl = msg.initRoot<wire::Request>().initGraphLaunch();
   gl.setId(e->id);
   setStream(gl.initStream(), *s);

@@ -193,7 +193,7 @@ Status ManagedMemory::fetchLocked(uint64_t base, Alloc& a, size_t first, size_t 
       std::vector<uint8_t> bytes(n);
       auto stream = ownStreamLocked(a.device);  // a fetch waits for no stream of the program's
       if (!stream) return stream.status();
-      capnp::MallocMessageBuilder msg(64);
+      common::CallMessage msg(64);
       auto m = msg.initRoot<wire::Request>().initMemcpyDtoH();
       m.setSrc(a.device_addr + off);
       m.setSize(n);
@@ -282,7 +282,7 @@ Status ManagedMemory::beforeDeviceWork() {
         st = stream.status();
         break;
       }
-      capnp::MallocMessageBuilder msg(64);
+      common::CallMessage msg(64);
       auto m = msg.initRoot<wire::Request>().initMemcpyHtoD();
       m.setDst(a.device_addr + off);
       m.setSize(n);

@@ -210,7 +210,7 @@ Status Runtime::setLimit(int device, cudaLimit which, size_t value) {
     // The device keeps printf output in a FIFO of this size, and kernels'
     // malloc draws on a heap of that one: the server's to allocate (and to
     // refuse past its bounds, or once a kernel that uses them ran).
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     auto m = msg.initRoot<wire::Request>().initSetLimit();
     m.setDevice(device);
     m.setLimit(static_cast<int>(which));
@@ -237,7 +237,7 @@ cudaStream_t Runtime::newStream(int device, unsigned flags, int priority, uint32
 Result<uint32_t> Runtime::newOwnStream(int device) {
   uint32_t id = 0;
   (void)newStream(device, cudaStreamNonBlocking, 0, &id);
-  capnp::MallocMessageBuilder msg(32);
+  common::CallMessage msg(32);
   auto m = msg.initRoot<wire::Request>().initStreamCreate();
   m.initStream().setId(id);
   m.getStream().setDevice(device);
@@ -261,7 +261,7 @@ Result<StreamRef> Runtime::stream(cudaStream_t s, bool per_thread_default) {
     if (it == mine.end()) {
       uint32_t id;
       cudaStream_t h = newStream(t_device, 0, 0, &id);
-      capnp::MallocMessageBuilder msg(64);
+      common::CallMessage msg(64);
       auto sc = msg.initRoot<wire::Request>().initStreamCreate();
       sc.initStream().setId(id);
       sc.getStream().setDevice(t_device);
@@ -283,7 +283,7 @@ void Runtime::releaseStream(cudaStream_t s) noexcept {
     if (exiting_.load() || forked_.load()) return;
     StreamRef ref;
     if (!dropStream(s, &ref)) return;
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     auto sr = msg.initRoot<wire::Request>().initStreamDestroy();
     sr.setId(ref.id);
     sr.setDevice(ref.device);
@@ -653,14 +653,14 @@ Status Runtime::ensureShipped(uint32_t module, int device) {
   // All asynchronous: the fatbin bulk is written now, errors surface at the
   // next synchronising call, and no round trip is spent.
   {
-    capnp::MallocMessageBuilder msg(64);
+    common::CallMessage msg(64);
     auto ml = msg.initRoot<wire::Request>().initModuleLoad();
     ml.setId(mid);
     ml.setDevice(device);
     RGPU_TRY(post(msg, m.fatbin.data(), m.fatbin.size()));
   }
   for (uint32_t kid : m.kernel_ids) {
-    capnp::MallocMessageBuilder msg(64);
+    common::CallMessage msg(64);
     auto fr = msg.initRoot<wire::Request>().initFunctionRegister();
     fr.setId(serverKernelId(kernels_[kid], device));
     fr.setModule(mid);
@@ -668,7 +668,7 @@ Status Runtime::ensureShipped(uint32_t module, int device) {
     RGPU_TRY(post(msg));
   }
   for (uint32_t vid : m.var_ids) {
-    capnp::MallocMessageBuilder msg(64);
+    common::CallMessage msg(64);
     auto vr = msg.initRoot<wire::Request>().initVarRegister();
     vr.setId((vid + 1) << 6 | static_cast<uint32_t>(device));
     vr.setModule(mid);
@@ -703,7 +703,7 @@ Result<std::pair<uint64_t, uint64_t>> Runtime::symbol(const void* host_var, int 
 }
 
 Result<std::pair<uint64_t, uint64_t>> Runtime::resolveVar(uint32_t vid, int device) {
-  capnp::MallocMessageBuilder msg(32);
+  common::CallMessage msg(32);
   msg.initRoot<wire::Request>().initSymbolAddress().setId((vid + 1) << 6 | static_cast<uint32_t>(device));
   auto r = call(msg);
   if (!r) return r.status();
@@ -731,7 +731,7 @@ Result<cudaFuncAttributes> Runtime::funcAttributes(const KernelRecord& k, int de
   std::memset(&attr, 0, sizeof attr);
   Status s = ensureShipped(k.module, device);
   if (s) {
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     msg.initRoot<wire::Request>().initFuncGetAttributes().setId(serverKernelId(k, device));
     auto r = call(msg);
     if (r) {
@@ -814,7 +814,7 @@ Status Runtime::launch(const KernelRecord& k, dim3 grid, dim3 block, void** args
     RGPU_TRY(checkCooperative(k, s->device, uint64_t{grid.x} * grid.y * grid.z, static_cast<int>(block.x * block.y * block.z),
                               shmem));
 
-  capnp::MallocMessageBuilder msg(128 + k.layout.param_bytes / 8);
+  common::CallMessage msg(128 + k.layout.param_bytes / 8);
   auto lk = msg.initRoot<wire::Request>().initLaunchKernel();
   lk.setFunction(serverKernelId(k, s->device));
   auto g = lk.initGrid();
@@ -847,7 +847,7 @@ Result<int> Runtime::blocksPerMultiprocessor(const KernelRecord& k, int device, 
     if (it != occupancy_.end()) return it->second;
   }
   RGPU_TRY(ensureShipped(k.module, device));
-  capnp::MallocMessageBuilder msg(32);
+  common::CallMessage msg(32);
   auto m = msg.initRoot<wire::Request>().initOccupancy();
   m.setId(serverKernelId(k, device));
   m.setBlockSize(block_threads);

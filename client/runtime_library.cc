@@ -63,7 +63,7 @@ Status Runtime::unloadLibrary(uint32_t module) {
   for (uint64_t a : addresses) untrackDevice(a);  // no longer device memory
   for (int d = 0; d < 64; ++d) {
     if (!(shipped & (1ull << d))) continue;
-    capnp::MallocMessageBuilder msg(32);
+    common::CallMessage msg(32);
     msg.initRoot<wire::Request>().initModuleUnload().setId((module + 1) << 6 | static_cast<uint32_t>(d));
     RGPU_TRY(post(msg));
   }
@@ -107,7 +107,7 @@ Result<std::pair<uint64_t, uint64_t>> Runtime::libraryGlobal(uint32_t module, co
   }
   RGPU_TRY(ensureShipped(module, device));
   if (post_now && !known) {
-    capnp::MallocMessageBuilder msg(64);
+    common::CallMessage msg(64);
     auto vr = msg.initRoot<wire::Request>().initVarRegister();
     vr.setId((vid + 1) << 6 | static_cast<uint32_t>(device));
     vr.setModule((module + 1) << 6 | static_cast<uint32_t>(device));

@@ -114,7 +114,7 @@ Status Runtime::postScatter(capnp::MessageBuilder& msg, std::vector<uint8_t> bul
 void Runtime::hostFuncDone(uint64_t id, size_t part) {
   ServerSet* set = servers_ptr_.load(std::memory_order_acquire);
   if (!set || part >= set->size()) return;  // exiting: the sessions are closed
-  capnp::MallocMessageBuilder msg(32);
+  common::CallMessage msg(32);
   msg.initRoot<wire::Request>().initHostFuncDone().setId(id);
   (void)set->part(part).post(msg);
 }

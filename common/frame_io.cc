@@ -18,10 +18,17 @@ Result<Compression> parseCompression(const std::string& s) {
   return Status(err::kInvalidValue, "compression must be off, auto or on (got '" + s + "')");
 }
 
-void appendFrame(std::vector<uint8_t>& out, protocol::FrameType type, uint8_t flags, uint64_t seq,
-                 capnp::MessageBuilder& message, uint64_t bulk_len) {
+size_t frameBytes(capnp::MessageBuilder& message) {
   auto segments = message.getSegmentsForOutput();
-  size_t table_words = (segments.size() + 2) / 2;  // u32 count-1, u32 sizes, padded to a word
+  size_t words = (segments.size() + 2) / 2;  // u32 count-1, u32 sizes, padded to a word
+  for (auto& s : segments) words += s.size();
+  return kFrameHeaderBytes + words * 8;
+}
+
+void encodeFrame(uint8_t* out, protocol::FrameType type, uint8_t flags, uint64_t seq, capnp::MessageBuilder& message,
+                 uint64_t bulk_len) {
+  auto segments = message.getSegmentsForOutput();
+  size_t table_words = (segments.size() + 2) / 2;
   size_t words = table_words;
   for (auto& s : segments) words += s.size();
   FrameHeader h;
@@ -30,9 +37,7 @@ void appendFrame(std::vector<uint8_t>& out, protocol::FrameType type, uint8_t fl
   h.message_len = static_cast<uint32_t>(words * 8);
   h.seq = seq;
   h.bulk_len = bulk_len;
-  size_t at = out.size();
-  out.resize(at + kFrameHeaderBytes + words * 8);
-  uint8_t* p = out.data() + at;
+  uint8_t* p = out;
   protocol::encodeHeader(h, p);
   p += kFrameHeaderBytes;
   auto* table = reinterpret_cast<uint32_t*>(p);
@@ -44,6 +49,13 @@ void appendFrame(std::vector<uint8_t>& out, protocol::FrameType type, uint8_t fl
     std::memcpy(p, s.begin(), s.size() * 8);
     p += s.size() * 8;
   }
+}
+
+void appendFrame(std::vector<uint8_t>& out, protocol::FrameType type, uint8_t flags, uint64_t seq,
+                 capnp::MessageBuilder& message, uint64_t bulk_len) {
+  size_t at = out.size();
+  out.resize(at + frameBytes(message));
+  encodeFrame(out.data() + at, type, flags, seq, message, bulk_len);
 }
 
 bool worthCompressing(double ratio, double compress, double link) {

@@ -30,6 +30,10 @@ Result<Compression> parseCompression(const std::string& s);
 // the bulk flag is decided later by sendBulk().
 void appendFrame(std::vector<uint8_t>& out, protocol::FrameType type, uint8_t flags, uint64_t seq,
                  capnp::MessageBuilder& message, uint64_t bulk_len);
+// The same into `out`, which holds frameBytes(message) bytes.
+size_t frameBytes(capnp::MessageBuilder& message);
+void encodeFrame(uint8_t* out, protocol::FrameType type, uint8_t flags, uint64_t seq, capnp::MessageBuilder& message,
+                 uint64_t bulk_len);
 
 // Whether lz4 pays on a link: sending `ratio` times fewer bytes at `link`
 // bytes/s after compressing at `compress` bytes/s must take at most 0.9 of

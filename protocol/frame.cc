@@ -1,5 +1,6 @@
 #include "protocol/frame.h"
 
+#include <cstddef>
 #include <cstring>
 
 namespace rgpu::protocol {
@@ -28,6 +29,11 @@ void encodeHeader(const FrameHeader& h, uint8_t out[kFrameHeaderBytes]) {
   put(p, h.reserved);
   put(p, h.seq);
   put(p, h.bulk_len);
+}
+
+void setHeaderSeq(uint8_t header[kFrameHeaderBytes], uint64_t seq) {
+  constexpr size_t kSeqAt = 4 + 2 + 1 + 1 + 4 + 4;  // after magic, version, type, flags, length, reserved
+  std::memcpy(header + kSeqAt, &seq, sizeof seq);
 }
 
 bool decodeHeader(const uint8_t in[kFrameHeaderBytes], FrameHeader& h, std::string& why,

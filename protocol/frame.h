@@ -66,6 +66,9 @@ struct FrameHeader {
 };
 
 void encodeHeader(const FrameHeader& h, uint8_t out[kFrameHeaderBytes]);
+// Sets the sequence number of an encoded header (a frame encoded before its
+// number was known: the client encodes outside the lock that numbers frames).
+void setHeaderSeq(uint8_t header[kFrameHeaderBytes], uint64_t seq);
 
 // Decodes and validates a header. On failure returns false and says why in
 // `why` (magic, version, type or a length past its limit).

@@ -30,13 +30,15 @@
 // It starts its own rgpu-server (sim backend) and raw TLS peer on loopback,
 // with throwaway certificates. Links rgpu's libcudart.so.13 like any program.
 //
-//   rgpu-bench [--quick] [--load] [--breakdown] [--only a|b|c|d|e] [--compression] [--stripes 0,1,3]
+//   rgpu-bench [--quick] [--load] [--breakdown] [--only a|b|c|d|e] [--async-calls N] [--compression] [--stripes 0,1,3]
 // --load: a CPU hog on every core (a busy loop per core, at normal priority)
 // for the whole measurement, as a compiler or a training job beside it would be.
 // Round trips are timed one by one: median and 99th percentile of all of them.
 // --breakdown: where a synchronous call's time goes, stage by stage (the
 // client and the server stamp each call: client/export_table.h CallTiming).
 // --only X: measurement X alone (for profiling it); the others print 0.
+// --async-calls N: (b)'s calls per round (200,000), more for a profile of
+// its steady state (`perf record -D` past the set-up).
 #include <cuda_runtime_api.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -443,6 +445,7 @@ int main(int argc, char** argv) {
   bool quick = false, load = false, split = false, compression = false;  // --quick: smoke test, tiny counts
   std::string only, child, stripe_counts;
   uint64_t copy_mib = 64;
+  int async_per_round = 200000;  // (b) calls per round
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--quick") quick = true;
     if (std::string(argv[i]) == "--load") load = true;
@@ -452,6 +455,7 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--copy-child" && i + 1 < argc) child = argv[++i];
     if (std::string(argv[i]) == "--copy-mib" && i + 1 < argc) copy_mib = std::strtoull(argv[++i], nullptr, 10);
     if (std::string(argv[i]) == "--stripes" && i + 1 < argc) stripe_counts = argv[++i];
+    if (std::string(argv[i]) == "--async-calls" && i + 1 < argc) async_per_round = std::atoi(argv[++i]);
   }
   if (!child.empty()) return copyChild(child, quick, copy_mib);
   if (compression) return compressionBench(quick);
@@ -459,7 +463,7 @@ int main(int argc, char** argv) {
   auto want = [&](const char* m) { return only.empty() || only == m; };
   const int rounds = quick ? 1 : 7;
   const int pings = quick ? 50 : 2000;
-  const int async_calls = quick ? 1000 : 200000;
+  const int async_calls = quick ? 1000 : async_per_round;
   const uint64_t bulk = quick ? (1 << 20) : (64ull << 20);
   const int copies = quick ? 1 : 4;
 

@@ -25,6 +25,22 @@ bool decodes(const FrameHeader& h, std::string* why = nullptr) {
   return ok;
 }
 
+TEST(FrameHeader, SetHeaderSeqNumbersAnEncodedFrameAndNothingElse) {
+  FrameHeader h = valid();
+  h.seq = 0;
+  uint8_t raw[kFrameHeaderBytes];
+  encodeHeader(h, raw);
+  setHeaderSeq(raw, 0x0102030405060708ull);
+  FrameHeader out;
+  std::string why;
+  ASSERT_TRUE(decodeHeader(raw, out, why)) << why;
+  EXPECT_EQ(out.seq, 0x0102030405060708ull);
+  EXPECT_EQ(out.type, FrameType::kRequest);
+  EXPECT_EQ(out.flags, kFlagAsync);
+  EXPECT_EQ(out.message_len, 64u);
+  EXPECT_EQ(out.bulk_len, 1000u);
+}
+
 TEST(FrameHeader, RoundTripsEveryField) {
   uint8_t raw[kFrameHeaderBytes];
   encodeHeader(valid(), raw);
