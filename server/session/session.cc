@@ -11,6 +11,7 @@
 
 #include <thread>
 
+#include "common/call_message.h"
 #include "common/log.h"
 #include "common/spin.h"
 #include "protocol/frame.h"
@@ -817,7 +818,7 @@ void Session::finish(const FrameHeader& h, const Status& s, const Fill& fill) {
 
 void Session::sendReply(uint64_t seq, const Status& status, const Fill& fill, const uint8_t* bulk, uint64_t bulk_len,
                         const OnWire& on_wire) {
-  capnp::MallocMessageBuilder out(256);
+  common::CallMessage out(256);  // (a scratch segment of this thread's: no allocation)
   auto r = out.initRoot<wire::Reply>();
   Status s = status;
   bool fault = false;
