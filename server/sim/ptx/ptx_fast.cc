@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "common/sanitizers.h"
 #include "server/sim/ptx/ptx_block.h"
 
 namespace rgpu::server::ptx::detail {
@@ -26,9 +27,15 @@ namespace {
 std::atomic<bool> g_fast{true};
 
 // fma.rn.f32 over the lanes: one rounding, which the FMA instruction gives
-// where the CPU has it (the same bits as libm's fmaf elsewhere).
-__attribute__((target_clones("fma", "default"))) void fmaLanes(uint64_t* D, const uint64_t* A, const uint64_t* B,
-                                                               const uint64_t* C, uint32_t m) {
+// where the CPU has it (the same bits as libm's fmaf elsewhere). Not cloned
+// under ThreadSanitizer: the clones' resolver is instrumented, and the dynamic
+// loader runs it before the sanitizer's runtime is set up (a crash at start).
+#if RGPU_TSAN
+#define RGPU_FMA_CLONES
+#else
+#define RGPU_FMA_CLONES __attribute__((target_clones("fma", "default")))
+#endif
+RGPU_FMA_CLONES void fmaLanes(uint64_t* D, const uint64_t* A, const uint64_t* B, const uint64_t* C, uint32_t m) {
   forLanes(m, [&](int l) {
     const float x = f32(A[l]), y = f32(B[l]), z = f32(C[l]);
     D[l] = b32(nanFirst(__builtin_fmaf(x, y, z), x, y, z));
