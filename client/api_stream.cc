@@ -34,9 +34,9 @@ Status streamWaitEventImpl(cudaStream_t stream, cudaEvent_t event, unsigned flag
   auto e = rt().event(event);
   if (!e) return e.status();
   if (Status c; capturesActive() && captureEventWait(*s, event, *e, flags, &c)) return c;
-  if (rt().spread()) {  // (the event's device is looked up only where it may be another server's)
-    if (const int ed = rt().eventDevice(*e); rt().acrossServers(ed, s->device)) return waitAcrossServers(*s, *e, ed);
-  }
+  // The event's device is looked up only where it may be another server's.
+  if (const int ed = rt().spread() ? rt().eventDevice(*e) : -1; rt().acrossServers(ed, s->device))
+    return waitAcrossServers(*s, *e, ed);
   common::CallMessage msg(32);
   auto m = msg.initRoot<wire::Request>().initStreamWaitEvent();
   setStream(m.initStream(), *s);

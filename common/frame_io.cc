@@ -18,19 +18,25 @@ Result<Compression> parseCompression(const std::string& s) {
   return Status(err::kInvalidValue, "compression must be off, auto or on (got '" + s + "')");
 }
 
-size_t frameBytes(capnp::MessageBuilder& message) {
-  auto segments = message.getSegmentsForOutput();
-  size_t words = (segments.size() + 2) / 2;  // u32 count-1, u32 sizes, padded to a word
+namespace {
+// The segment table's words: u32 count-1, u32 sizes, padded to a word.
+size_t tableWords(size_t segments) { return (segments + 2) / 2; }
+// The flat message's words: the table and every segment.
+size_t messageWords(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) {
+  size_t words = tableWords(segments.size());
   for (auto& s : segments) words += s.size();
-  return kFrameHeaderBytes + words * 8;
+  return words;
+}
+}  // namespace
+
+size_t frameBytes(capnp::MessageBuilder& message) {
+  return kFrameHeaderBytes + messageWords(message.getSegmentsForOutput()) * 8;
 }
 
 void encodeFrame(uint8_t* out, protocol::FrameType type, uint8_t flags, uint64_t seq, capnp::MessageBuilder& message,
                  uint64_t bulk_len) {
   auto segments = message.getSegmentsForOutput();
-  size_t table_words = (segments.size() + 2) / 2;
-  size_t words = table_words;
-  for (auto& s : segments) words += s.size();
+  const size_t table_words = tableWords(segments.size()), words = messageWords(segments);
   FrameHeader h;
   h.type = type;
   h.flags = flags;

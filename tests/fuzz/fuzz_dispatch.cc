@@ -43,8 +43,9 @@
 namespace {
 
 using namespace rgpu;
-// ThreadSanitizer runs the host-side math 100x slower or more (cuRAND's
-// MT19937 jump ahead: 0.1 s here, over 20 s under TSan), which is not a hang.
+// ThreadSanitizer runs some host-side math far slower (cuRAND's MT19937
+// jump-ahead, once per process: 0.1 s here, about 260 s under TSan), which is
+// not a hang.
 constexpr int kHangSeconds = RGPU_TSAN ? 600 : 20;
 
 // Small limits, so that mutations reach them quickly.
