@@ -22,10 +22,15 @@ constexpr size_t kMaxBatchBytes = 256 * 1024;
 constexpr size_t kMaxSpareBytes = 2 * kMaxBatchBytes;  // a written batch's buffer kept for the next
 // Poll this many times, yielding the CPU in between, before sleeping on a
 // reply: a loopback or LAN round trip often completes within it, and a futex
-// sleep and wake cost several microseconds. The receiver thread busy-polls the
-// socket meanwhile (bounded, see TlsConnection::readSome), so the reply is
-// picked up without a wake-up either.
+// sleep and wake cost several microseconds. The reader (the receiver thread,
+// or a caller reading for itself) busy-polls the socket meanwhile (bounded,
+// see TlsConnection::readSome), so the reply is picked up without a wake-up
+// either.
 constexpr int kSpinPolls = 50;
+// How long the receiver stays out of the way after a caller read its own
+// reply (Connection's read role): back-to-back calls wake no other thread, and
+// frames nobody waits for are read at most this late.
+constexpr auto kReceiverPark = std::chrono::milliseconds(1);
 // The client acknowledges what it received this often, so the server can drop
 // its copies (it keeps them for a resume).
 constexpr uint64_t kAckEveryReplies = 64;
@@ -183,6 +188,7 @@ void Connection::start(HostFuncHandler on_host_func) {
   on_host_func_ = std::move(on_host_func);
   stripes_.setMinBytes(cfg_.stripe_min_bytes);
   stripes_.bind(conn_.load());
+  frames_ = std::make_unique<common::FrameReader>(*conn_.load(), protocol::kMaxBulkBytes, &stripes_);
   flusher_ = std::thread([this] { flusherLoop(); });
   receiver_ = std::thread([this] { receiverLoop(); });
   callback_ = std::thread([this] { callbackLoop(); });
@@ -207,6 +213,7 @@ void Connection::close() {
     std::lock_guard wlock(write_mu_);
     conn_.load()->close();
   }
+  reader_cv_.notify_all();  // a parked receiver sees the connection closed now
   if (receiver_.joinable()) receiver_.join();
   if (replay_.joinable()) replay_.join();
   if (stripe_joiner_.joinable()) stripe_joiner_.join();  // (the receiver starts joiners)
@@ -430,6 +437,7 @@ uint64_t Connection::keptBytes() {
 Status Connection::waitForRoomLocked(std::unique_lock<std::mutex>& lock, uint64_t bytes) {
   if ((kept_.empty() || kept_bytes_ + bytes <= resume_buffer_) && !is_broken_.load(std::memory_order_acquire))
     return Status::ok();  // room, without slots_mu_ (every asynchronous call asks)
+  NeedsReceiver need(*this);  // room comes with what it reads
   room_cv_.wait(lock, [&] {
     std::lock_guard sl(slots_mu_);
     return kept_.empty() || kept_bytes_ + bytes <= resume_buffer_ || !broken_.isOk();
@@ -542,6 +550,7 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
     // Through a resume too: the replay writes from the caller's buffer (and
     // needs write_mu_).
     wlock.unlock();
+    NeedsReceiver need(*this);
     std::unique_lock lock(batch_mu_);
     room_cv_.wait(lock, [&] {
       std::lock_guard sl(slots_mu_);
@@ -647,9 +656,11 @@ void Connection::waitForWritesInto(const void* p, uint64_t len) {
     common::CallMessage msg(64);
     msg.initRoot<wire::Request>().setPing();
     (void)call(msg);
+    NeedsReceiver need(*this);
     std::unique_lock lock(batch_mu_);
     room_cv_.wait(lock, [&] { return !readsPending(); });
   }
+  NeedsReceiver need(*this);  // what lands comes with what the reader reads
   std::unique_lock lock(deferred_mu_);
   deferred_cv_.wait(lock, [&] {
     for (auto it = deferred_ranges_.begin(); it != deferred_ranges_.end() && it->first < end; ++it)
@@ -686,10 +697,16 @@ Reply Connection::call(capnp::MessageBuilder& msg, const void* bulk, uint64_t bu
     reply.status = s;
     return reply;
   }
-  // Spin a little while a core is free (common/spin.h: never on a busy machine).
-  for (int i = 0; i < kSpinPolls && slot.state.load(std::memory_order_acquire) == 0 && common::spinYield(); ++i) {
+  // The reply read by this thread while nobody else reads; or else by the
+  // reader: spin a little while a core is free (common/spin.h: never on a
+  // busy machine), then sleep.
+  if (slot.state.load(std::memory_order_acquire) == 0) (void)readFor(slot);
+  if (slot.state.load(std::memory_order_acquire) == 0) {
+    NeedsReceiver need(*this);
+    for (int i = 0; i < kSpinPolls && slot.state.load(std::memory_order_acquire) == 0 && common::spinYield(); ++i) {
+    }
+    while (slot.state.load(std::memory_order_acquire) == 0) slot.state.wait(0, std::memory_order_acquire);
   }
-  while (slot.state.load(std::memory_order_acquire) == 0) slot.state.wait(0, std::memory_order_acquire);
   if (slot.timed) timing.returned = monotonicNs();
   sync_waiters_.fetch_sub(1, std::memory_order_relaxed);
   reply.status = slot.status;
@@ -752,10 +769,10 @@ void Connection::flusherLoop() {
 void Connection::receiverLoop() {
   common::TlsConnection* conn = conn_.load();
   for (;;) {
-    Status s = receive(*conn);
+    Status s = receive(*conn);  // holding the read role from here on
     if (closing_.load() || !resume_ || session_over_) {
       fail(s);
-      return;
+      return;  // (with the role: nothing reads a failed connection again)
     }
     auto next = reconnect(s);
     if (!next) {
@@ -763,167 +780,240 @@ void Connection::receiverLoop() {
       return;
     }
     conn = *next;
+    frames_ = std::make_unique<common::FrameReader>(*conn, protocol::kMaxBulkBytes, &stripes_);
+    std::lock_guard lock(reader_mu_);
+    reader_ = Reader::kNone;
   }
 }
 
 Status Connection::receive(common::TlsConnection& conn) {
-  common::FrameReader reader(conn, protocol::kMaxBulkBytes, &stripes_);
   for (;;) {
-    FrameHeader h;
-    kj::ArrayPtr<const capnp::word> words;
-    Status s = reader.next(h, words);
-    if (!s) {
-      if (s.code() != err::kDevicesUnavailable) session_over_ = true;  // garbage from the server
-      return s;
+    {
+      // Out of the way while a caller reads, and for kReceiverPark after one
+      // did, unless someone waits on the receiver (timed waits: a caller
+      // gives the role back without a wake-up).
+      std::unique_lock lock(reader_mu_);
+      for (;;) {
+        if (!read_failed_.isOk()) {
+          Status s = std::move(read_failed_);
+          read_failed_ = Status::ok();
+          reader_ = Reader::kReceiver;
+          return s;
+        }
+        bool park = reader_ == Reader::kCaller ||
+                    (needs_receiver_ == 0 && std::chrono::steady_clock::now() < caller_read_ + kReceiverPark);
+        if (!park) break;
+        reader_cv_.wait_for(lock, kReceiverPark);
+      }
     }
-    if (h.type == FrameType::kAck) {
+    // Data comes (or the connection ends), waited for without the role.
+    (void)conn.readable(-1);
+    {
+      std::lock_guard lock(reader_mu_);
+      if (reader_ != Reader::kNone || !read_failed_.isOk()) continue;  // a caller has it
+      reader_ = Reader::kReceiver;
+    }
+    // A caller may have taken what woke this thread: the role goes back when
+    // nothing is there to read (a closed connection's read reports why).
+    Status s;
+    while (s && (!conn.isOpen() || conn.readable(0))) s = readFrame(*frames_);
+    if (!s) return s;
+    std::lock_guard lock(reader_mu_);
+    reader_ = Reader::kNone;
+  }
+}
+
+bool Connection::readFor(Slot& slot) {
+  {
+    std::lock_guard lock(reader_mu_);
+    if (reader_ != Reader::kNone || !read_failed_.isOk()) return false;
+    reader_ = Reader::kCaller;
+  }
+  Status s;
+  while (s && slot.state.load(std::memory_order_acquire) == 0) s = readFrame(*frames_);
+  if (s) caller_reads_.fetch_add(1, std::memory_order_relaxed);
+  bool wake;
+  {
+    std::lock_guard lock(reader_mu_);
+    reader_ = Reader::kNone;
+    caller_read_ = std::chrono::steady_clock::now();
+    if (!s) read_failed_ = s;  // the receiver reconnects or ends the session
+    wake = !s || needs_receiver_ > 0;
+  }
+  if (wake) reader_cv_.notify_all();
+  return true;
+}
+
+Connection::NeedsReceiver::NeedsReceiver(Connection& c) : c_(c) {
+  bool first;
+  {
+    std::lock_guard lock(c_.reader_mu_);
+    first = c_.needs_receiver_++ == 0;
+  }
+  if (first) c_.reader_cv_.notify_all();
+}
+
+Connection::NeedsReceiver::~NeedsReceiver() {
+  std::lock_guard lock(c_.reader_mu_);
+  --c_.needs_receiver_;
+}
+
+Status Connection::readFrame(common::FrameReader& reader) {
+  FrameHeader h;
+  kj::ArrayPtr<const capnp::word> words;
+  Status s = reader.next(h, words);
+  if (!s) {
+    if (s.code() != err::kDevicesUnavailable) session_over_ = true;  // garbage from the server
+    return s;
+  }
+  if (h.type == FrameType::kAck) {
+    try {
+      capnp::FlatArrayMessageReader r(words, common::readerOptions());
+      uint64_t done = r.getRoot<wire::Ack>().getDispatched();
+      std::lock_guard lock(batch_mu_);
+      dropKeptLocked(done);
+    } catch (const kj::Exception& e) {
+      session_over_ = true;
+      return Status(err::kUnknown, std::string("malformed acknowledgement: ") + e.getDescription().cStr());
+    }
+    return Status::ok();
+  }
+  if (h.type == FrameType::kNotify) {
+    // After a resume the server resends what it was not told arrived. A
+    // notification counts as arrived once handled: one whose bulk the
+    // connection lost comes again.
+    const bool duplicate = resume_ && (h.seq <= notify_floor_ || notify_seen_.count(h.seq));
+    auto arrived = [&] {
+      if (!resume_ || duplicate) return;
+      notify_seen_.insert(h.seq);
+      while (notify_seen_.count(notify_floor_ + 1)) notify_seen_.erase(++notify_floor_);  // only this thread writes it
+      if (++notifies_since_ack_ >= kAckEveryNotifications) {
+        std::lock_guard lock(batch_mu_);
+        acknowledgeLocked();
+        notifies_since_ack_ = 0;
+      }
+    };
+    bool bulk_read = false;
+    if (!duplicate) {
       try {
         capnp::FlatArrayMessageReader r(words, common::readerOptions());
-        uint64_t done = r.getRoot<wire::Ack>().getDispatched();
-        std::lock_guard lock(batch_mu_);
-        dropKeptLocked(done);
+        auto n = r.getRoot<wire::Notify>();
+        if (n.isGraphOutput()) {
+          // Lost in the middle of its bytes: it comes again after a resume.
+          RGPU_TRY(graphOutput(h, reader, n.getGraphOutput().getCall(), n.getGraphOutput().getOffset()));
+          bulk_read = true;
+        } else if (n.isHostFuncReady()) {
+          {
+            std::lock_guard lock(cb_mu_);
+            callbacks_.push_back(n.getHostFuncReady());
+          }
+          cb_cv_.notify_one();
+        } else if (n.isOutput()) {
+          // Device printf: this program's stdout at its next flush point.
+          auto text = n.getOutput();
+          std::lock_guard lock(output_mu_);
+          if (device_output_.size() + text.size() <= kMaxDeviceOutput) {
+            device_output_.append(reinterpret_cast<const char*>(text.begin()), text.size());
+            has_output_.store(true, std::memory_order_release);
+          } else if (!output_dropped_) {
+            output_dropped_ = true;
+            RGPU_LOG_WARN("more than {} bytes of device printf output arrived without a synchronisation point; "
+                          "the rest is dropped", kMaxDeviceOutput);
+          }
+        } else if (n.isGoodbye()) {
+          session_over_ = true;
+          int code = n.getGoodbyeError() ? n.getGoodbyeError() : err::kDevicesUnavailable;
+          return Status(code, "server closed the session: " + std::string(n.getGoodbye()));
+        }
       } catch (const kj::Exception& e) {
         session_over_ = true;
-        return Status(err::kUnknown, std::string("malformed acknowledgement: ") + e.getDescription().cStr());
+        return Status(err::kUnknown, std::string("malformed notification: ") + e.getDescription().cStr());
       }
-      continue;
     }
-    if (h.type == FrameType::kNotify) {
-      // After a resume the server resends what it was not told arrived. A
-      // notification counts as arrived once handled: one whose bulk the
-      // connection lost comes again.
-      const bool duplicate = resume_ && (h.seq <= notify_floor_ || notify_seen_.count(h.seq));
-      auto arrived = [&] {
-        if (!resume_ || duplicate) return;
-        notify_seen_.insert(h.seq);
-        while (notify_seen_.count(notify_floor_ + 1)) notify_seen_.erase(++notify_floor_);  // only this thread writes it
-        if (++notifies_since_ack_ >= kAckEveryNotifications) {
-          std::lock_guard lock(batch_mu_);
-          acknowledgeLocked();
-          notifies_since_ack_ = 0;
-        }
-      };
-      bool bulk_read = false;
-      if (!duplicate) {
-        try {
-          capnp::FlatArrayMessageReader r(words, common::readerOptions());
-          auto n = r.getRoot<wire::Notify>();
-          if (n.isGraphOutput()) {
-            // Lost in the middle of its bytes: it comes again after a resume.
-            RGPU_TRY(graphOutput(h, reader, n.getGraphOutput().getCall(), n.getGraphOutput().getOffset()));
-            bulk_read = true;
-          } else if (n.isHostFuncReady()) {
-            {
-              std::lock_guard lock(cb_mu_);
-              callbacks_.push_back(n.getHostFuncReady());
-            }
-            cb_cv_.notify_one();
-          } else if (n.isOutput()) {
-            // Device printf: this program's stdout at its next flush point.
-            auto text = n.getOutput();
-            std::lock_guard lock(output_mu_);
-            if (device_output_.size() + text.size() <= kMaxDeviceOutput) {
-              device_output_.append(reinterpret_cast<const char*>(text.begin()), text.size());
-              has_output_.store(true, std::memory_order_release);
-            } else if (!output_dropped_) {
-              output_dropped_ = true;
-              RGPU_LOG_WARN("more than {} bytes of device printf output arrived without a synchronisation point; "
-                            "the rest is dropped", kMaxDeviceOutput);
-            }
-          } else if (n.isGoodbye()) {
-            session_over_ = true;
-            int code = n.getGoodbyeError() ? n.getGoodbyeError() : err::kDevicesUnavailable;
-            return Status(code, "server closed the session: " + std::string(n.getGoodbye()));
-          }
-        } catch (const kj::Exception& e) {
-          session_over_ = true;
-          return Status(err::kUnknown, std::string("malformed notification: ") + e.getDescription().cStr());
-        }
-      }
-      if (h.bulk_len && !bulk_read && !reader.skipBulk(h)) {
-        session_over_ = true;
-        return Status(err::kUnknown, "bad notification bulk");
-      }
-      arrived();
-      continue;
-    }
-    if (h.type != FrameType::kReply) {
+    if (h.bulk_len && !bulk_read && !reader.skipBulk(h)) {
       session_over_ = true;
-      return Status(err::kUnknown, "unexpected frame type from server");
+      return Status(err::kUnknown, "bad notification bulk");
     }
-    Slot* slot = nullptr;
-    {
-      std::lock_guard lock(slots_mu_);
-      auto it = slots_.find(h.seq);
-      if (it != slots_.end()) {
-        slot = it->second;
-        slots_.erase(it);
-      }
-    }
-    if (!slot) {
-      // A reply nobody waits for: a resent duplicate after a resume; otherwise a server bug.
-      if (resume_) RGPU_LOG_DEBUG("duplicate reply for call {} from {}", h.seq, server());
-      else RGPU_LOG_WARN("reply for unknown call {} from {}", h.seq, server());
-      if (h.bulk_len && !reader.skipBulk(h)) return Status(err::kUnknown, "bad reply bulk");
-      continue;
-    }
-    slot->words.assign(reinterpret_cast<const uint64_t*>(words.begin()), reinterpret_cast<const uint64_t*>(words.end()));
-    if (h.bulk_len) {
-      if (h.bulk_len != slot->in_len || !slot->in) {
-        slot->status = Status(err::kUnknown, "reply carries " + std::to_string(h.bulk_len) + " bytes, expected " +
-                                                 std::to_string(slot->in_len));
-        s = reader.skipBulk(h);
-      } else {
-        s = reader.readBulk(h, slot->in);
-        if (s && !slot->parts.empty()) {
-          uint64_t off = 0;
-          for (size_t i = 0; i < slot->parts.size(); ++i) {
-            auto [p, n] = slot->parts[i];
-            if (i >= slot->delivered.size() || !slot->delivered[i]) std::memcpy(p, slot->scratch.data() + off, n);
-            off += n;
-          }
-        }
-      }
-      if (!s) {
-        // Lost in the middle of the data: the reply comes again after a resume.
-        std::lock_guard lock(slots_mu_);
-        slots_[h.seq] = slot;
-        return s;
-      }
-    }
-    if (resume_) {
-      // The server dispatched this request and everything before it; the
-      // kept copies go before the caller (whose buffer one may be) wakes.
-      std::lock_guard lock(batch_mu_);
-      dropKeptLocked(h.seq);
-      bulk_since_ack_ += h.bulk_len;
-      if (++replies_since_ack_ >= kAckEveryReplies || bulk_since_ack_ >= kAckEveryBulkBytes) {
-        replies_since_ack_ = bulk_since_ack_ = 0;
-        // This reply no longer counts as awaited once its slot is gone, so
-        // the floor can pass it.
-        acknowledgeLocked();
-      }
-    }
-    if (slot->deferred) {
-      // Deferred calls report through the asynchronous error channel.
-      try {
-        capnp::FlatArrayMessageReader r(common::asWords(slot->words), common::readerOptions());
-        auto rep = r.getRoot<wire::Reply>();
-        int e = rep.getError() ? rep.getError() : rep.getAsyncError();
-        if (e || !slot->status) {
-          std::lock_guard lock(slots_mu_);
-          if (deferred_error_.isOk())
-            deferred_error_ = slot->status ? Status(e, rep.getMessage()) : slot->status;
-        }
-      } catch (const kj::Exception&) {
-      }
-      endDeferred(slot);
-      continue;
-    }
-    if (slot->timed) slot->received = monotonicNs();
-    slot->state.store(1, std::memory_order_release);
-    slot->state.notify_one();
+    arrived();
+    return Status::ok();
   }
+  if (h.type != FrameType::kReply) {
+    session_over_ = true;
+    return Status(err::kUnknown, "unexpected frame type from server");
+  }
+  Slot* slot = nullptr;
+  {
+    std::lock_guard lock(slots_mu_);
+    auto it = slots_.find(h.seq);
+    if (it != slots_.end()) {
+      slot = it->second;
+      slots_.erase(it);
+    }
+  }
+  if (!slot) {
+    // A reply nobody waits for: a resent duplicate after a resume; otherwise a server bug.
+    if (resume_) RGPU_LOG_DEBUG("duplicate reply for call {} from {}", h.seq, server());
+    else RGPU_LOG_WARN("reply for unknown call {} from {}", h.seq, server());
+    if (h.bulk_len && !reader.skipBulk(h)) return Status(err::kUnknown, "bad reply bulk");
+    return Status::ok();
+  }
+  slot->words.assign(reinterpret_cast<const uint64_t*>(words.begin()), reinterpret_cast<const uint64_t*>(words.end()));
+  if (h.bulk_len) {
+    if (h.bulk_len != slot->in_len || !slot->in) {
+      slot->status = Status(err::kUnknown, "reply carries " + std::to_string(h.bulk_len) + " bytes, expected " +
+                                               std::to_string(slot->in_len));
+      s = reader.skipBulk(h);
+    } else {
+      s = reader.readBulk(h, slot->in);
+      if (s && !slot->parts.empty()) {
+        uint64_t off = 0;
+        for (size_t i = 0; i < slot->parts.size(); ++i) {
+          auto [p, n] = slot->parts[i];
+          if (i >= slot->delivered.size() || !slot->delivered[i]) std::memcpy(p, slot->scratch.data() + off, n);
+          off += n;
+        }
+      }
+    }
+    if (!s) {
+      // Lost in the middle of the data: the reply comes again after a resume.
+      std::lock_guard lock(slots_mu_);
+      slots_[h.seq] = slot;
+      return s;
+    }
+  }
+  if (resume_) {
+    // The server dispatched this request and everything before it; the
+    // kept copies go before the caller (whose buffer one may be) wakes.
+    std::lock_guard lock(batch_mu_);
+    dropKeptLocked(h.seq);
+    bulk_since_ack_ += h.bulk_len;
+    if (++replies_since_ack_ >= kAckEveryReplies || bulk_since_ack_ >= kAckEveryBulkBytes) {
+      replies_since_ack_ = bulk_since_ack_ = 0;
+      // This reply no longer counts as awaited once its slot is gone, so
+      // the floor can pass it.
+      acknowledgeLocked();
+    }
+  }
+  if (slot->deferred) {
+    // Deferred calls report through the asynchronous error channel.
+    try {
+      capnp::FlatArrayMessageReader r(common::asWords(slot->words), common::readerOptions());
+      auto rep = r.getRoot<wire::Reply>();
+      int e = rep.getError() ? rep.getError() : rep.getAsyncError();
+      if (e || !slot->status) {
+        std::lock_guard lock(slots_mu_);
+        if (deferred_error_.isOk())
+          deferred_error_ = slot->status ? Status(e, rep.getMessage()) : slot->status;
+      }
+    } catch (const kj::Exception&) {
+    }
+    endDeferred(slot);
+    return Status::ok();
+  }
+  if (slot->timed) slot->received = monotonicNs();
+  slot->state.store(1, std::memory_order_release);
+  slot->state.notify_one();
+  return Status::ok();
 }
 
 Result<common::TlsConnection*> Connection::reconnect(const Status& why) {

@@ -6,9 +6,19 @@
 //    reply; other threads keep going meanwhile);
 //  - a flusher thread writes batched asynchronous calls, so a burst of launches
 //    becomes one TLS record instead of one per call;
-//  - a receiver thread reads replies and routes each to its waiting caller by
-//    sequence number (device-to-host data goes straight into the caller's
-//    buffer), and hands host-function notifications to the callback thread.
+//  - whoever holds the read role reads frames and routes each reply to its
+//    waiting caller by sequence number (device-to-host data goes straight
+//    into the caller's buffer), and hands host-function notifications to the
+//    callback thread. A synchronous caller takes the role while it is free
+//    and reads until its own reply has come (no thread hand-off between the
+//    reply and the caller); otherwise the receiver thread holds it while
+//    frames arrive. The receiver waits for data without the role, and stays
+//    out of the way for kReceiverPark after a caller read (back-to-back
+//    calls then wake no other thread) unless someone waits on it
+//    (needs_receiver_). Only the role's holder reads the connection or
+//    touches the receiving state (frames_, notify_seen_, the ack counters,
+//    session_over_); a caller whose read fails leaves the failure in
+//    read_failed_ for the receiver, which alone reconnects or ends the session.
 // Frames reach the wire in sequence-number order: the sequence number is
 // assigned under the batch lock, and write_mu_ is held from taking a batch
 // until it is written.
@@ -25,6 +35,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -177,6 +188,9 @@ class Connection {
   }
   // How often this connection was resumed (tests, diagnostics).
   int resumes() const { return resumes_.load(); }
+  // Synchronous calls whose reply their own thread read (the read role;
+  // tests, diagnostics).
+  uint64_t callerReads() const { return caller_reads_.load(std::memory_order_relaxed); }
   // Bytes of requests (and copied bulk) kept for a replay and not yet
   // acknowledged (tests, diagnostics).
   uint64_t keptBytes();
@@ -251,8 +265,22 @@ class Connection {
   void flusherLoop();
   std::vector<uint8_t> takeBatchLocked();  // write_mu_ and batch_mu_ held
   void receiverLoop();
-  // Reads frames from `conn` until it fails; returns why.
+  // The receiver's reading of `conn`: returns why it failed, holding the read role.
   Status receive(common::TlsConnection& conn);
+  // Reads one frame and handles it (the read role's holder).
+  Status readFrame(common::FrameReader& reader);
+  // A synchronous caller reads until `slot` is done, if the read role is
+  // free; false when someone else holds it (the caller then waits).
+  bool readFor(Slot& slot);
+  // Someone waits for frames without reading (a caller without the role, a
+  // writer waiting for room): the receiver does not park meanwhile.
+  class NeedsReceiver {
+   public:
+    explicit NeedsReceiver(Connection& c);
+    ~NeedsReceiver();
+   private:
+    Connection& c_;
+  };
   void callbackLoop();
   // A graphOutput notification: its bulk straight into the launch's part (receiver thread).
   Status graphOutput(const protocol::FrameHeader& h, common::FrameReader& reader, uint64_t call, uint64_t offset);
@@ -313,7 +341,18 @@ class Connection {
   common::BulkSender bulk_sender_;  // guarded by write_mu_
   std::vector<uint8_t> spare_;      // write_mu_: the last written batch's buffer (takeBatchLocked)
 
-  std::atomic<int> sync_waiters_{0};  // callers waiting for a reply: the receiver busy-polls
+  std::atomic<int> sync_waiters_{0};  // callers waiting for a reply: the reader busy-polls
+
+  // The read role (see the top of this file).
+  enum class Reader { kNone, kReceiver, kCaller };
+  std::mutex reader_mu_;  // innermost: no other lock is taken while it is held
+  std::condition_variable reader_cv_;
+  Reader reader_ = Reader::kNone;                      // reader_mu_
+  int needs_receiver_ = 0;                             // reader_mu_ (NeedsReceiver)
+  std::chrono::steady_clock::time_point caller_read_;  // reader_mu_: a caller last gave the role back
+  Status read_failed_;                                 // reader_mu_: a caller's read failed
+  std::unique_ptr<common::FrameReader> frames_;        // the role's: the current connection's reader
+  std::atomic<uint64_t> caller_reads_{0};              // callerReads()
   std::atomic<bool> timed_{false};    // setTimed
   mutable std::mutex slots_mu_;
   std::unordered_map<uint64_t, Slot*> slots_;

@@ -727,6 +727,18 @@ Result<size_t> TlsConnection::readWaiting(void* dst, size_t len) {
   }
 }
 
+bool TlsConnection::readable(int timeout_ms) {
+  if (closed_.load()) return false;
+  if (ahead_at_ < ahead_end_) return true;
+  if (ssl_) {
+    std::lock_guard lock(ssl_mu_);
+    // Not SSL_pending: with read-ahead (set above) whole records may wait in
+    // OpenSSL's buffer undecrypted, and the socket then has nothing to say.
+    if (SSL_has_pending(ssl_)) return true;
+  }
+  return waitFor(POLLIN, timeout_ms);
+}
+
 Status TlsConnection::readExact(void* dst, size_t len) {
   auto* p = static_cast<char*>(dst);
   while (len > 0) {

@@ -209,8 +209,8 @@ int breakdown(cudaStream_t s, int calls) {
       {"to the server", "TLS write, loopback, the worker waking, TLS read of the frame", {}},
       {"server dispatch", "the request decoded and its handler found", {}},
       {"backend", "the handler: checks, the backend's answer", {}},
-      {"reply", "the reply encoded, written, read by the client's receiver thread", {}},
-      {"client wake-up", "the waiting caller running again", {}},
+      {"reply", "the reply encoded, written, read by the caller (or the receiver thread)", {}},
+      {"client wake-up", "the caller running again (none when it read its reply itself)", {}},
   };
   std::vector<double> total, write_call;
   for (int i = 0; i < calls; ++i) {

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -126,6 +127,34 @@ TEST_F(Tls, ShutdownWakesABlockedReader) {
   });
   (*pair.server)->shutdown();
   reader.join();
+}
+
+// readable() is what the client's receiver waits on before it takes the read
+// role: a record OpenSSL read ahead into its own buffer (the socket then has
+// nothing more to say) still counts, or a reply would sit there unread.
+TEST_F(Tls, ReadableCountsRecordsOpenSslReadAheadOfTheSocket) {
+  auto pair = test::makeTlsPair(dir_.path(), "alice");
+  ASSERT_TRUE(pair.client && pair.server);
+  TlsConnection& rx = **pair.client;
+  const std::string a(100, 'a'), b(200, 'b');
+  ASSERT_TRUE((*pair.server)->write(a.data(), a.size()));  // two records
+  ASSERT_TRUE((*pair.server)->write(b.data(), b.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // both in the client's socket
+  std::string got(a.size(), 0);
+  ASSERT_TRUE(rx.readExact(got.data(), got.size()));
+  EXPECT_EQ(got, a);
+  // The first record is taken whole; the second waits in OpenSSL's buffer.
+  pollfd p{rx.fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0) << "the socket still holds bytes: the test shows nothing";
+  EXPECT_TRUE(rx.readable(0));
+  got.assign(b.size(), 0);
+  ASSERT_TRUE(rx.readExact(got.data(), got.size()));
+  EXPECT_EQ(got, b);
+  EXPECT_FALSE(rx.readable(50));  // nothing more: a timeout
+  ASSERT_TRUE((*pair.server)->write(a.data(), 1));
+  EXPECT_TRUE(rx.readable(2000));
+  rx.shutdown();
+  EXPECT_FALSE(rx.readable(-1));  // shut down: false at once, data or not
 }
 
 TEST_F(Tls, PeerCloseIsReportedAsClosed) {
