@@ -189,6 +189,7 @@ void Connection::start(HostFuncHandler on_host_func) {
   stripes_.setMinBytes(cfg_.stripe_min_bytes);
   stripes_.bind(conn_.load());
   frames_ = std::make_unique<common::FrameReader>(*conn_.load(), protocol::kMaxBulkBytes, &stripes_);
+  reader_ = Reader::kReceiver;  // first it reads what came with the handshake
   flusher_ = std::thread([this] { flusherLoop(); });
   receiver_ = std::thread([this] { receiverLoop(); });
   callback_ = std::thread([this] { callbackLoop(); });
@@ -769,7 +770,7 @@ void Connection::flusherLoop() {
 void Connection::receiverLoop() {
   common::TlsConnection* conn = conn_.load();
   for (;;) {
-    Status s = receive(*conn);  // holding the read role from here on
+    Status s = receive(*conn);  // (called and returning with the read role)
     if (closing_.load() || !resume_ || session_over_) {
       fail(s);
       return;  // (with the role: nothing reads a failed connection again)
@@ -781,13 +782,22 @@ void Connection::receiverLoop() {
     }
     conn = *next;
     frames_ = std::make_unique<common::FrameReader>(*conn, protocol::kMaxBulkBytes, &stripes_);
-    std::lock_guard lock(reader_mu_);
-    reader_ = Reader::kNone;
   }
 }
 
 Status Connection::receive(common::TlsConnection& conn) {
-  for (;;) {
+  for (bool holding = true;;) {
+    if (holding) {
+      // What is there is read before the role goes back: nothing may stay
+      // buffered above the socket, which is all a waiter without the role
+      // sees (a closed connection's read reports why).
+      Status s;
+      while (s && (!conn.isOpen() || conn.readable(0))) s = readFrame(*frames_);
+      if (!s) return s;
+      std::lock_guard lock(reader_mu_);
+      reader_ = Reader::kNone;
+      holding = false;
+    }
     {
       // Out of the way while a caller reads, and for kReceiverPark after one
       // did, unless someone waits on the receiver (timed waits: a caller
@@ -807,19 +817,12 @@ Status Connection::receive(common::TlsConnection& conn) {
       }
     }
     // Data comes (or the connection ends), waited for without the role.
-    (void)conn.readable(-1);
-    {
-      std::lock_guard lock(reader_mu_);
-      if (reader_ != Reader::kNone || !read_failed_.isOk()) continue;  // a caller has it
-      reader_ = Reader::kReceiver;
-    }
-    // A caller may have taken what woke this thread: the role goes back when
-    // nothing is there to read (a closed connection's read reports why).
-    Status s;
-    while (s && (!conn.isOpen() || conn.readable(0))) s = readFrame(*frames_);
-    if (!s) return s;
+    (void)conn.socketReadable(-1);
     std::lock_guard lock(reader_mu_);
-    reader_ = Reader::kNone;
+    if (reader_ == Reader::kNone && read_failed_.isOk()) {  // (else a caller has it)
+      reader_ = Reader::kReceiver;
+      holding = true;
+    }
   }
 }
 
@@ -832,6 +835,9 @@ bool Connection::readFor(Slot& slot) {
   Status s;
   while (s && slot.state.load(std::memory_order_acquire) == 0) s = readFrame(*frames_);
   if (s) caller_reads_.fetch_add(1, std::memory_order_relaxed);
+  // Frames that came with the reply are handled too: the role goes back with
+  // nothing buffered above the socket (receive()).
+  while (s && frames_->connection().buffered()) s = readFrame(*frames_);
   bool wake;
   {
     std::lock_guard lock(reader_mu_);

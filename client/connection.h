@@ -12,10 +12,12 @@
 //    callback thread. A synchronous caller takes the role while it is free
 //    and reads until its own reply has come (no thread hand-off between the
 //    reply and the caller); otherwise the receiver thread holds it while
-//    frames arrive. The receiver waits for data without the role, and stays
-//    out of the way for kReceiverPark after a caller read (back-to-back
-//    calls then wake no other thread) unless someone waits on it
-//    (needs_receiver_). Only the role's holder reads the connection or
+//    frames arrive. The role goes back only with nothing buffered above the
+//    socket (read ahead, in OpenSSL), so the receiver can wait for data on
+//    the socket without the role. It stays out of the way for kReceiverPark
+//    after a caller read (back-to-back calls then wake no other thread)
+//    unless someone waits on it (needs_receiver_). Only the role's holder
+//    reads the connection or
 //    touches the receiving state (frames_, notify_seen_, the ack counters,
 //    session_over_); a caller whose read fails leaves the failure in
 //    read_failed_ for the receiver, which alone reconnects or ends the session.
@@ -265,7 +267,8 @@ class Connection {
   void flusherLoop();
   std::vector<uint8_t> takeBatchLocked();  // write_mu_ and batch_mu_ held
   void receiverLoop();
-  // The receiver's reading of `conn`: returns why it failed, holding the read role.
+  // The receiver's reading of `conn`, called holding the read role: returns
+  // why it failed, holding the role again.
   Status receive(common::TlsConnection& conn);
   // Reads one frame and handles it (the read role's holder).
   Status readFrame(common::FrameReader& reader);

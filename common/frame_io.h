@@ -76,6 +76,7 @@ class FrameReader {
   // Consumes and drops the bulk payload of the current frame.
   Status skipBulk(const protocol::FrameHeader& header);
   void setStripes(Stripes* stripes) { stripes_ = stripes; }
+  TlsConnection& connection() const { return conn_; }
 
  private:
   Status striped(const protocol::FrameHeader& header, void* dst);

@@ -727,17 +727,21 @@ Result<size_t> TlsConnection::readWaiting(void* dst, size_t len) {
   }
 }
 
+bool TlsConnection::buffered() {
+  if (ahead_at_ < ahead_end_) return true;
+  if (!ssl_) return false;
+  // Not SSL_pending: with read-ahead (set above) whole records may wait in
+  // OpenSSL's buffer undecrypted, and the socket then has nothing to say.
+  std::lock_guard lock(ssl_mu_);
+  return SSL_has_pending(ssl_) != 0;
+}
+
 bool TlsConnection::readable(int timeout_ms) {
   if (closed_.load()) return false;
-  if (ahead_at_ < ahead_end_) return true;
-  if (ssl_) {
-    std::lock_guard lock(ssl_mu_);
-    // Not SSL_pending: with read-ahead (set above) whole records may wait in
-    // OpenSSL's buffer undecrypted, and the socket then has nothing to say.
-    if (SSL_has_pending(ssl_)) return true;
-  }
-  return waitFor(POLLIN, timeout_ms);
+  return buffered() || waitFor(POLLIN, timeout_ms);
 }
+
+bool TlsConnection::socketReadable(int timeout_ms) { return waitFor(POLLIN, timeout_ms); }
 
 Status TlsConnection::readExact(void* dst, size_t len) {
   auto* p = static_cast<char*>(dst);

@@ -161,11 +161,17 @@ class TlsConnection {
   Result<size_t> readSome(void* dst, size_t len);
   static constexpr size_t kReadAhead = 16 * 1024;  // one TLS record's plaintext at most
 
-  // Whether a read would find data within `timeout_ms` (-1: no limit): read
-  // ahead, decrypted by TLS and not yet taken, or on the socket (or the
-  // socket failed, which the read then reports). False on a timeout and once
-  // shut down. Only the reader may ask; it need not read afterwards.
+  // Bytes read from the socket and not yet taken: read ahead, or in OpenSSL's
+  // buffer (decrypted or not). The reader's alone, like a read.
+  bool buffered();
+  // Whether a read would find data within `timeout_ms` (-1: no limit):
+  // buffered(), or on the socket (or the socket failed, which the read then
+  // reports). False on a timeout and once shut down. The reader's alone; it
+  // need not read afterwards.
   bool readable(int timeout_ms);
+  // The socket alone has data (or failed) within `timeout_ms`: any thread
+  // may wait on it while another reads, but it does not see buffered().
+  bool socketReadable(int timeout_ms);
 
   // While *counter > 0 the reader polls the socket with yields instead of
   // sleeping in poll(): a caller waiting for a reply is then not delayed by the

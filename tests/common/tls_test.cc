@@ -129,9 +129,10 @@ TEST_F(Tls, ShutdownWakesABlockedReader) {
   reader.join();
 }
 
-// readable() is what the client's receiver waits on before it takes the read
-// role: a record OpenSSL read ahead into its own buffer (the socket then has
-// nothing more to say) still counts, or a reply would sit there unread.
+// A record OpenSSL read ahead into its own buffer (the socket then has nothing
+// more to say) counts as buffered and readable: the client's read role goes
+// back only with nothing buffered, or a reply would sit there unread while the
+// receiver waits on the socket.
 TEST_F(Tls, ReadableCountsRecordsOpenSslReadAheadOfTheSocket) {
   auto pair = test::makeTlsPair(dir_.path(), "alice");
   ASSERT_TRUE(pair.client && pair.server);
@@ -146,10 +147,13 @@ TEST_F(Tls, ReadableCountsRecordsOpenSslReadAheadOfTheSocket) {
   // The first record is taken whole; the second waits in OpenSSL's buffer.
   pollfd p{rx.fd(), POLLIN, 0};
   EXPECT_EQ(::poll(&p, 1, 0), 0) << "the socket still holds bytes: the test shows nothing";
+  EXPECT_FALSE(rx.socketReadable(0));
+  EXPECT_TRUE(rx.buffered());
   EXPECT_TRUE(rx.readable(0));
   got.assign(b.size(), 0);
   ASSERT_TRUE(rx.readExact(got.data(), got.size()));
   EXPECT_EQ(got, b);
+  EXPECT_FALSE(rx.buffered());
   EXPECT_FALSE(rx.readable(50));  // nothing more: a timeout
   ASSERT_TRUE((*pair.server)->write(a.data(), 1));
   EXPECT_TRUE(rx.readable(2000));
