@@ -105,7 +105,7 @@ struct CallTiming {
   uint64_t entered = 0;   // call() began
   uint64_t built = 0;     // its frame was encoded
   uint64_t written = 0;   // the frame was written to the connection
-  uint64_t received = 0;  // the receiver thread had the reply
+  uint64_t received = 0;  // the reader (the caller itself, or another thread) had the reply
   uint64_t returned = 0;  // the caller was awake with it
   // The server's: the request read whole, its handler started, the reply built.
   uint64_t server_read = 0, server_dispatch = 0, server_replied = 0;
@@ -155,7 +155,7 @@ class Connection {
   Reply call(capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0, void* in = nullptr,
              uint64_t in_len = 0);
   // Sends a call whose reply (with `in_len` bytes for `in`) is consumed by the
-  // receiver thread later; its error surfaces as an asynchronous error.
+  // reader later; its error surfaces as an asynchronous error.
   Status postExpectingData(capnp::MessageBuilder& msg, void* in, uint64_t in_len);
   // A deferred call like postExpectingData whose request carries `bulk` (kept
   // until the reply, for replay after a resume) and whose reply's bytes are
@@ -285,7 +285,7 @@ class Connection {
     Connection& c_;
   };
   void callbackLoop();
-  // A graphOutput notification: its bulk straight into the launch's part (receiver thread).
+  // A graphOutput notification: its bulk straight into the launch's part (the read role).
   Status graphOutput(const protocol::FrameHeader& h, common::FrameReader& reader, uint64_t call, uint64_t offset);
   void fail(const Status& s);
   // A deferred slot is done (its data landed, or never will): forgets its

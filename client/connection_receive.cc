@@ -469,7 +469,7 @@ Status Connection::graphOutput(const protocol::FrameHeader& h, common::FrameRead
                   h.bulk_len);
     return h.bulk_len && !reader.skipBulk(h) ? Status(err::kUnknown, "bad notification bulk") : Status::ok();
   }
-  // The receiver is the only thread that touches a deferred slot's parts.
+  // Only the read role's holder touches a deferred slot's parts.
   RGPU_TRY(reader.readBulk(h, slot->parts[part].first));
   if (slot->delivered.size() < slot->parts.size()) slot->delivered.resize(slot->parts.size());
   slot->delivered[part] = true;
