@@ -17,10 +17,10 @@
 //    the socket without the role. It stays out of the way for kReceiverPark
 //    after a caller read (back-to-back calls then wake no other thread)
 //    unless someone waits on it (needs_receiver_). Only the role's holder
-//    reads the connection or
-//    touches the receiving state (frames_, notify_seen_, the ack counters,
-//    session_over_); a caller whose read fails leaves the failure in
-//    read_failed_ for the receiver, which alone reconnects or ends the session.
+//    reads the connection or touches the receiving state (frames_,
+//    notify_seen_, the ack counters, session_over_); a caller whose read
+//    fails leaves the failure in read_failed_ for the receiver, which alone
+//    reconnects or ends the session.
 // Frames reach the wire in sequence-number order: the sequence number is
 // assigned under the batch lock, and write_mu_ is held from taking a batch
 // until it is written.
@@ -267,11 +267,11 @@ class Connection {
   void flusherLoop();
   std::vector<uint8_t> takeBatchLocked();  // write_mu_ and batch_mu_ held
   void receiverLoop();
-  // The receiver's reading of `conn`, called holding the read role: returns
-  // why it failed, holding the role again.
-  Status receive(common::TlsConnection& conn);
-  // Reads one frame and handles it (the read role's holder).
-  Status readFrame(common::FrameReader& reader);
+  // The receiver's reading of the current connection (frames_), called
+  // holding the read role: returns why it failed, holding the role again.
+  Status receive();
+  // Reads one frame from frames_ and handles it (the read role's holder).
+  Status readFrame();
   // A synchronous caller reads until `slot` is done, if the read role is
   // free; false when someone else holds it (the caller then waits).
   bool readFor(Slot& slot);

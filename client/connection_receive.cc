@@ -32,9 +32,8 @@ constexpr size_t kMaxDeviceOutput = 64u << 20;
 }  // namespace
 
 void Connection::receiverLoop() {
-  common::TlsConnection* conn = conn_.load();
   for (;;) {
-    Status s = receive(*conn);  // (called and returning with the read role)
+    Status s = receive();  // (called and returning with the read role)
     if (closing_.load() || !resume_ || session_over_) {
       fail(s);
       return;  // (with the role: nothing reads a failed connection again)
@@ -44,19 +43,19 @@ void Connection::receiverLoop() {
       fail(next.status());
       return;
     }
-    conn = *next;
-    frames_ = std::make_unique<common::FrameReader>(*conn, protocol::kMaxBulkBytes, &stripes_);
+    frames_ = std::make_unique<common::FrameReader>(**next, protocol::kMaxBulkBytes, &stripes_);
   }
 }
 
-Status Connection::receive(common::TlsConnection& conn) {
+Status Connection::receive() {
+  common::TlsConnection& conn = frames_->connection();
   for (bool holding = true;;) {
     if (holding) {
       // What is there is read before the role goes back: nothing may stay
       // buffered above the socket, which is all a waiter without the role
       // sees (a closed connection's read reports why).
       Status s;
-      while (s && (!conn.isOpen() || conn.readable(0))) s = readFrame(*frames_);
+      while (s && (!conn.isOpen() || conn.readable(0))) s = readFrame();
       if (!s) return s;
       std::lock_guard lock(reader_mu_);
       reader_ = Reader::kNone;
@@ -97,11 +96,11 @@ bool Connection::readFor(Slot& slot) {
     reader_ = Reader::kCaller;
   }
   Status s;
-  while (s && slot.state.load(std::memory_order_acquire) == 0) s = readFrame(*frames_);
+  while (s && slot.state.load(std::memory_order_acquire) == 0) s = readFrame();
   if (s) caller_reads_.fetch_add(1, std::memory_order_relaxed);
   // Frames that came with the reply are handled too: the role goes back with
   // nothing buffered above the socket (receive()).
-  while (s && frames_->connection().buffered()) s = readFrame(*frames_);
+  while (s && frames_->connection().buffered()) s = readFrame();
   bool wake;
   {
     std::lock_guard lock(reader_mu_);
@@ -128,7 +127,8 @@ Connection::NeedsReceiver::~NeedsReceiver() {
   --c_.needs_receiver_;
 }
 
-Status Connection::readFrame(common::FrameReader& reader) {
+Status Connection::readFrame() {
+  common::FrameReader& reader = *frames_;
   FrameHeader h;
   kj::ArrayPtr<const capnp::word> words;
   Status s = reader.next(h, words);
