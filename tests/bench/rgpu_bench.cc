@@ -616,15 +616,21 @@ int main(int argc, char** argv) {
               std::thread::hardware_concurrency(), rounds, load ? ", a CPU hog on every core (--load)" : "",
               quick ? " (--quick: smoke test, figures meaningless)" : "");
   std::printf("%-34s %12s %12s %8s   %s\n", "measure", "rgpu", "raw TLS", "ratio", "target");
-  std::printf("%-34s %9.1f us %9.1f us %8.2f   <= 1.10\n", "(a) sync call round trip, median", a_rgpu, a_raw,
-              a_rgpu / a_raw);
-  std::printf("%-34s %9.1f us %9.1f us %8.2f   <= 1.10\n", "(a) sync call round trip, p99", p_rgpu, p_raw,
-              p_rgpu / p_raw);
-  std::printf("%-34s %10.0f/s %12s %8s   >= 1500000/s\n", "(b) async calls (no-op on server)", b, "-", "-");
-  std::printf("%-34s %8.2f GB/s %7.2f GB/s %8.2f   >= 1.60\n", "(c) H2D cudaMemcpy 64 MiB", up, up_raw, up / up_raw);
-  std::printf("%-34s %8.2f GB/s %7.2f GB/s %8.2f   >= 1.60\n", "(c) D2H cudaMemcpy 64 MiB", down, down_raw, down / down_raw);
-  std::printf("%-34s %12s %12s %8s\n", "", "pinned", "pageable", "ratio");
-  for (int p = 0; p < 2; ++p) {
+  // --only prints the rows it measured.
+  if (want("a")) {
+    std::printf("%-34s %9.1f us %9.1f us %8.2f   <= 1.10\n", "(a) sync call round trip, median", a_rgpu, a_raw,
+                a_rgpu / a_raw);
+    std::printf("%-34s %9.1f us %9.1f us %8.2f   <= 1.10\n", "(a) sync call round trip, p99", p_rgpu, p_raw,
+                p_rgpu / p_raw);
+  }
+  if (want("b")) std::printf("%-34s %10.0f/s %12s %8s   >= 1500000/s\n", "(b) async calls (no-op on server)", b, "-", "-");
+  if (want("c")) {
+    std::printf("%-34s %8.2f GB/s %7.2f GB/s %8.2f   >= 1.60\n", "(c) H2D cudaMemcpy 64 MiB", up, up_raw, up / up_raw);
+    std::printf("%-34s %8.2f GB/s %7.2f GB/s %8.2f   >= 1.60\n", "(c) D2H cudaMemcpy 64 MiB", down, down_raw,
+                down / down_raw);
+  }
+  if (want("e")) std::printf("%-34s %12s %12s %8s\n", "", "pinned", "pageable", "ratio");
+  for (int p = 0; p < (want("e") ? 2 : 0); ++p) {
     const double pin = median(async_up[p][1]), page = median(async_up[p][0]);
     std::string what = "(e) H2D async, " + std::to_string(pieces[p] >> 10) + " KiB pieces";
     std::printf("%-34s %7.2f GB/s %7.2f GB/s %8.2f   (64 MiB; pinned: no copy kept)\n", what.c_str(), pin, page,
@@ -639,9 +645,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   double solo = median(one_by_one), viag = median(graphed);
-  std::printf("%-34s %12s %12s %8s\n", "", "graph", "one by one", "ratio");
-  std::printf("%-34s %10.0f/s %10.0f/s %8.2f   (kernels/s; %.0f graph launches/s)\n",
-              "(d) 20-kernel graph vs 20 launches", viag, solo, viag / solo, median(graph_launches));
+  if (want("d")) {
+    std::printf("%-34s %12s %12s %8s\n", "", "graph", "one by one", "ratio");
+    std::printf("%-34s %10.0f/s %10.0f/s %8.2f   (kernels/s; %.0f graph launches/s)\n",
+                "(d) 20-kernel graph vs 20 launches", viag, solo, viag / solo, median(graph_launches));
+  }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaFree(counter);
