@@ -1,5 +1,6 @@
 #include "client/connection.h"
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -389,8 +390,13 @@ Status Connection::lost(common::TlsConnection& conn, const Status& s) {
 
 void Connection::keepLocked(uint64_t seq, const uint8_t* frame, size_t len, const void* bulk, uint64_t bulk_len,
                             bool copy, bool pinned) {
-  Kept k{seq, kept_base_ + kept_buf_.size(), 0, copy ? nullptr : bulk, bulk_len, copy && bulk_len > 0,
-         pinned && bulk_len > 0};
+  Kept& k = kept_.push_back();
+  k.seq = seq;
+  k.begin = kept_base_ + kept_buf_.size();
+  k.bulk = copy ? nullptr : bulk;
+  k.bulk_len = bulk_len;
+  k.bulk_copied = copy && bulk_len > 0;
+  k.bulk_pinned = pinned && bulk_len > 0;
   kept_buf_.insert(kept_buf_.end(), frame, frame + len);
   k.end = kept_base_ + kept_buf_.size();
   if (k.bulk_copied) {
@@ -398,7 +404,6 @@ void Connection::keepLocked(uint64_t seq, const uint8_t* frame, size_t len, cons
     kept_buf_.insert(kept_buf_.end(), b, b + bulk_len);
   }
   kept_bytes_ += len + (k.bulk_copied ? bulk_len : 0);
-  kept_.push_back(k);
 }
 
 void Connection::dropKeptLocked(uint64_t upto) {
@@ -449,9 +454,16 @@ void Connection::acknowledgeLocked(bool bye, uint32_t stripe_ready) {
   a.setNotifications(notify_floor_.load());
   a.setBye(bye);
   a.setStripeReady(stripe_ready);
-  bool wake = batch_.empty();
+  const size_t before = batch_.size();
   common::appendFrame(batch_, FrameType::kAck, 0, 0, msg, 0);
-  if (wake) batch_cv_.notify_one();
+  if (flusherWantsWakeLocked(before)) batch_cv_.notify_one();
+}
+
+bool Connection::flusherWantsWakeLocked(size_t before) const {
+  // A napping flusher comes back by itself (a wake-up costs the calling
+  // thread a system call, and the flusher a context switch, per batch).
+  if (flusher_napping_) return before < kNapWakeBytes && batch_.size() >= kNapWakeBytes;
+  return before == 0;
 }
 
 // ---- sending ---------------------------------------------------------------------
@@ -485,10 +497,11 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
     {
       std::unique_lock lock(batch_mu_);
       if (resume_) RGPU_TRY(waitForRoomLocked(lock, 0));
-      wake = batch_.empty();
+      const size_t before = batch_.size();
       uint64_t seq = next_seq_++;
       protocol::setHeaderSeq(frame, seq);
       batch_.insert(batch_.end(), frame, frame + bytes);
+      wake = flusherWantsWakeLocked(before);
       if (resume_) keepLocked(seq, frame, bytes, nullptr, 0, false);
       self_flush = batch_.size() > kMaxBatchBytes;
     }
@@ -728,6 +741,9 @@ Reply Connection::call(capnp::MessageBuilder& msg, const void* bulk, uint64_t bu
 }
 
 void Connection::flusherLoop() {
+  // The nap is short: keep the kernel from stretching it by its default
+  // 50 us timer slack.
+  prctl(PR_SET_TIMERSLACK, 5000UL, 0, 0, 0);
   std::unique_lock lock(batch_mu_);
   for (;;) {
     batch_cv_.wait(lock, [&] { return stopping_ || !batch_.empty(); });
@@ -746,10 +762,20 @@ void Connection::flusherLoop() {
     if (!out.empty()) {
       common::TlsConnection& conn = *conn_.load();
       if (Status s = conn.write(out.data(), out.size()); !s) (void)lost(conn, s);
+      flusher_writes_.fetch_add(1, std::memory_order_relaxed);
     }
     spare_ = std::move(out);
     wlock.unlock();
     lock.lock();
+    if (batch_.size() < kNapWakeBytes && !stopping_) {
+      // More of a burst of asynchronous calls is likely coming: gather it for
+      // kFlusherNap rather than write (and be woken) every few calls. A
+      // call's wait for the wire is bounded by the nap, or ends at once with
+      // the next synchronous call (which writes the batch itself).
+      flusher_napping_ = true;
+      batch_cv_.wait_for(lock, kFlusherNap, [&] { return stopping_ || batch_.size() >= kNapWakeBytes; });
+      flusher_napping_ = false;
+    }
   }
 }
 

@@ -5,7 +5,12 @@
 //    and never wait for the network) and call() (synchronous: waits for the
 //    reply; other threads keep going meanwhile);
 //  - a flusher thread writes batched asynchronous calls, so a burst of launches
-//    becomes one TLS record instead of one per call;
+//    becomes one TLS record instead of one per call. After each write it naps
+//    for kFlusherNap while the next batch gathers (a napping flusher is not
+//    woken, unless the batch reaches kNapWakeBytes); only a flusher asleep
+//    with nothing to write is woken by the next call. So an asynchronous
+//    call waits at most one nap for the wire, or until the next synchronous
+//    call, which writes the batch itself;
 //  - whoever holds the read role reads frames and routes each reply to its
 //    waiting caller by sequence number (device-to-host data goes straight
 //    into the caller's buffer), and hands host-function notifications to the
@@ -193,6 +198,16 @@ class Connection {
   // Synchronous calls whose reply their own thread read (the read role;
   // tests, diagnostics).
   uint64_t callerReads() const { return caller_reads_.load(std::memory_order_relaxed); }
+  // Batches the flusher thread wrote (tests, diagnostics).
+  uint64_t flusherWrites() const { return flusher_writes_.load(std::memory_order_relaxed); }
+
+  // After a write the flusher waits this long for more calls before it
+  // writes again or sleeps until woken; a batch that reaches kNapWakeBytes
+  // meanwhile wakes it at once. Without the nap a burst of asynchronous
+  // calls cost a wake-up (a system call on the posting thread, a context
+  // switch) every few calls.
+  static constexpr std::chrono::microseconds kFlusherNap{50};
+  static constexpr size_t kNapWakeBytes = 64 * 1024;
   // Bytes of requests (and copied bulk) kept for a replay and not yet
   // acknowledged (tests, diagnostics).
   uint64_t keptBytes();
@@ -233,7 +248,9 @@ class Connection {
    public:
     bool empty() const { return head_ == items_.size(); }
     const Kept& front() const { return items_[head_]; }
-    void push_back(const Kept& k) { items_.push_back(k); }
+    // The new entry, to be filled in place (a Kept built on the stack and
+    // copied stalled the posting thread on its partly written bytes).
+    Kept& push_back() { return items_.emplace_back(); }
     void pop_front() {
       if (++head_ == items_.size()) {
         clear();
@@ -266,6 +283,9 @@ class Connection {
                  Slot* slot, uint64_t* seq_out, bool pinned = false);
   void flusherLoop();
   std::vector<uint8_t> takeBatchLocked();  // write_mu_ and batch_mu_ held
+  // Whether a frame just appended to the batch (which held `before` bytes)
+  // must wake the flusher. batch_mu_ held.
+  bool flusherWantsWakeLocked(size_t before) const;
   void receiverLoop();
   // The receiver's reading of the current connection (frames_), called
   // holding the read role: returns why it failed, holding the role again.
@@ -339,6 +359,7 @@ class Connection {
   std::vector<uint8_t> batch_;
   uint64_t next_seq_ = 1;
   bool stopping_ = false;
+  bool flusher_napping_ = false;  // batch_mu_: the flusher waits for a batch to gather (flusherLoop)
   std::atomic<bool> closing_{false};
   std::mutex write_mu_;
   common::BulkSender bulk_sender_;  // guarded by write_mu_
@@ -356,6 +377,7 @@ class Connection {
   Status read_failed_;                                 // reader_mu_: a caller's read failed
   std::unique_ptr<common::FrameReader> frames_;        // the role's: the current connection's reader
   std::atomic<uint64_t> caller_reads_{0};              // callerReads()
+  std::atomic<uint64_t> flusher_writes_{0};            // flusherWrites()
   std::atomic<bool> timed_{false};    // setTimed
   mutable std::mutex slots_mu_;
   std::unordered_map<uint64_t, Slot*> slots_;

@@ -265,6 +265,72 @@ TEST_F(ClientConnection, ANotificationArrivesWhileNoCallWaits) {
   EXPECT_EQ(f.get(), 77u);
 }
 
+// A stream of asynchronous calls goes out in few writes: after each write the
+// flusher naps (Connection::kFlusherNap) while the next batch gathers, and
+// the posting thread does not wake it. So it writes at most once per nap,
+// besides batches that filled kNapWakeBytes. (Before the nap it wrote
+// whenever it found calls: every few calls, 1,000s of writes here.)
+TEST_F(ClientConnection, AStreamOfAsynchronousCallsIsWrittenAtMostOncePerNap) {
+  auto c = Connection::open(config(), nullptr);
+  ASSERT_TRUE(c) << c.status().message();
+  capnp::MallocMessageBuilder noop;
+  noop.initRoot<wire::Request>().setNoop();
+  const uint64_t frame_bytes = common::frameBytes(noop);
+  using Clock = std::chrono::steady_clock;
+  const uint64_t before = (*c)->flusherWrites();
+  const auto t0 = Clock::now();
+  uint64_t calls = 0;
+  // 30 ms of calls, 10 us apart (as a program's launches
+  // between bits of host work): the flusher always finds some.
+  while (Clock::now() - t0 < std::chrono::milliseconds(30)) {
+    ASSERT_TRUE((*c)->post(noop));
+    ++calls;
+    for (auto t = Clock::now(); Clock::now() - t < std::chrono::microseconds(10);) {
+    }
+  }
+  capnp::MallocMessageBuilder ping;
+  ping.initRoot<wire::Request>().setPing();
+  ASSERT_TRUE((*c)->call(ping).status);  // writes what is left itself
+  const auto elapsed = Clock::now() - t0;
+  const uint64_t writes = (*c)->flusherWrites() - before;
+  const uint64_t naps = static_cast<uint64_t>(elapsed / Connection::kFlusherNap);
+  const uint64_t full = calls * frame_bytes / Connection::kNapWakeBytes;
+  EXPECT_LE(writes, 2 + naps + full) << calls << " calls in " << std::chrono::duration<double, std::micro>(elapsed).count()
+                                     << " us";
+}
+
+// Calls posted while the flusher naps reach the server when the nap ends,
+// without a synchronous call to carry them (a host function's notification
+// comes back by itself).
+TEST_F(ClientConnection, CallsPostedDuringTheFlushersNapAreWrittenWhenItEnds) {
+  std::promise<uint64_t> ran;
+  Connection* conn_ptr = nullptr;
+  auto c = Connection::open(config(), [&](uint64_t id) {
+    ran.set_value(id);
+    capnp::MallocMessageBuilder msg;
+    msg.initRoot<wire::Request>().initHostFuncDone().setId(id);
+    (void)conn_ptr->post(msg);
+  });
+  ASSERT_TRUE(c) << c.status().message();
+  conn_ptr = c->get();
+  capnp::MallocMessageBuilder msg;
+  msg.initRoot<wire::Request>().initStreamCreate().initStream().setId(5);
+  const uint64_t before = (*c)->flusherWrites();
+  ASSERT_TRUE((*c)->post(msg));
+  // The flusher wrote it and naps now (or soon): the next call only joins
+  // the batch.
+  while ((*c)->flusherWrites() == before) std::this_thread::yield();
+  capnp::MallocMessageBuilder hf;
+  auto h = hf.initRoot<wire::Request>().initHostFuncEnqueue();
+  h.setId(78);
+  h.initStream().setId(5);
+  ASSERT_TRUE((*c)->post(hf));
+  auto f = ran.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_EQ(f.get(), 78u);
+  EXPECT_GE((*c)->flusherWrites(), before + 2);
+}
+
 TEST(ClientConnectionDeadServer, CallsFailCleanlyWhenTheServerGoesAway) {
   test::TempDir dir;
   test::makeCerts(dir.path());
