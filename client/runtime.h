@@ -331,6 +331,9 @@ class Runtime {
   std::unordered_map<uint32_t, StreamState> streams_;
   std::unordered_map<uint32_t, int> events_;
   std::atomic<uint32_t> next_stream_{1}, next_event_{1};
+  // Moves on whenever a stream or event is removed (under handle_mu_): the
+  // threads' caches of handles they found valid (runtime.cc) lapse.
+  std::atomic<uint64_t> handle_gen_{0};
 
   std::mutex host_fn_mu_;
   std::unordered_map<uint64_t, std::pair<void (*)(void*), void*>> host_fns_;

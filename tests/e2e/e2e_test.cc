@@ -291,6 +291,14 @@ TEST_F(E2E, HintsAndQueriesAreAcceptedAsNvidiasRuntimeAcceptsThem) {
   EXPECT_EQ(r.output.find("not supported by rgpu"), std::string::npos) << r.output;
 }
 
+// A destroyed stream or event is refused even right after calls that used it
+// (the client's per-thread cache of valid handles lapses with any removal).
+TEST_F(E2E, DestroyedStreamsAndEventsAreRefusedRightAfterUse) {
+  RunResult r = program(testProgram("handles"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("handles: all checks passed"), std::string::npos) << r.output;
+}
+
 TEST_F(E2E, CodeShapesTheCompilerEmitsRunAsOnAGpu) {
   RunResult r = program(testProgram("compiled_ptx"));
   EXPECT_EQ(r.code, 0) << r.output;
