@@ -456,10 +456,16 @@ void Connection::acknowledgeLocked(bool bye, uint32_t stripe_ready) {
   a.setStripeReady(stripe_ready);
   const size_t before = batch_.size();
   common::appendFrame(batch_, FrameType::kAck, 0, 0, msg, 0);
-  if (flusherWantsWakeLocked(before)) batch_cv_.notify_one();
+  // Urgent: the server may be waiting for it (a large reply's sender is held
+  // until acknowledged, server/session/outbox.h).
+  if (flusherWantsWakeLocked(before, true)) batch_cv_.notify_one();
 }
 
-bool Connection::flusherWantsWakeLocked(size_t before) const {
+bool Connection::flusherWantsWakeLocked(size_t before, bool urgent) {
+  if (urgent) {
+    flush_now_ = true;
+    return flusher_napping_ || before == 0;
+  }
   // A napping flusher comes back by itself (a wake-up costs the calling
   // thread a system call, and the flusher a context switch, per batch).
   if (flusher_napping_) return before < kNapWakeBytes && batch_.size() >= kNapWakeBytes;
@@ -501,7 +507,7 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
       uint64_t seq = next_seq_++;
       protocol::setHeaderSeq(frame, seq);
       batch_.insert(batch_.end(), frame, frame + bytes);
-      wake = flusherWantsWakeLocked(before);
+      wake = flusherWantsWakeLocked(before, false);
       if (resume_) keepLocked(seq, frame, bytes, nullptr, 0, false);
       self_flush = batch_.size() > kMaxBatchBytes;
     }
@@ -569,11 +575,16 @@ std::vector<uint8_t> Connection::takeBatchLocked() {
   if (out.capacity() > kMaxSpareBytes) out = {};  // one large frame's buffer is not kept
   out.clear();
   out.swap(batch_);
+  flush_now_ = false;
   return out;
 }
 
 Status Connection::post(capnp::MessageBuilder& msg, const void* bulk, uint64_t bulk_len, bool pinned) {
   return enqueue(msg, protocol::kFlagAsync, bulk, bulk_len, bulk_len > 0, nullptr, nullptr, pinned);
+}
+
+Status Connection::postNow(capnp::MessageBuilder& msg) {
+  return enqueue(msg, protocol::kFlagAsync, nullptr, 0, true, nullptr, nullptr, false);
 }
 
 Status Connection::postExpectingData(capnp::MessageBuilder& msg, void* in, uint64_t in_len) {
@@ -767,13 +778,14 @@ void Connection::flusherLoop() {
     spare_ = std::move(out);
     wlock.unlock();
     lock.lock();
-    if (batch_.size() < kNapWakeBytes && !stopping_) {
+    if (!flush_now_ && batch_.size() < kNapWakeBytes && !stopping_) {
       // More of a burst of asynchronous calls is likely coming: gather it for
       // kFlusherNap rather than write (and be woken) every few calls. A
       // call's wait for the wire is bounded by the nap, or ends at once with
       // the next synchronous call (which writes the batch itself).
       flusher_napping_ = true;
-      batch_cv_.wait_for(lock, kFlusherNap, [&] { return stopping_ || batch_.size() >= kNapWakeBytes; });
+      batch_cv_.wait_for(lock, kFlusherNap,
+                         [&] { return stopping_ || flush_now_ || batch_.size() >= kNapWakeBytes; });
       flusher_napping_ = false;
     }
   }

@@ -7,10 +7,12 @@
 //  - a flusher thread writes batched asynchronous calls, so a burst of launches
 //    becomes one TLS record instead of one per call. After each write it naps
 //    for kFlusherNap while the next batch gathers (a napping flusher is not
-//    woken, unless the batch reaches kNapWakeBytes); only a flusher asleep
-//    with nothing to write is woken by the next call. So an asynchronous
-//    call waits at most one nap for the wire, or until the next synchronous
-//    call, which writes the batch itself;
+//    woken, unless the batch reaches kNapWakeBytes or takes an urgent frame —
+//    an acknowledgement, which the server may be waiting for); only a flusher
+//    asleep with nothing to write is woken by the next call. So an
+//    asynchronous call waits at most one nap for the wire, or until the next
+//    synchronous call, which writes the batch itself (postNow() writes at
+//    once: a host function's end, which its stream waits for);
 //  - whoever holds the read role reads frames and routes each reply to its
 //    waiting caller by sequence number (device-to-host data goes straight
 //    into the caller's buffer), and hands host-function notifications to the
@@ -155,6 +157,10 @@ class Connection {
   // done the copy, which the server has then dispatched and no replay needs.
   // A kept request points into it until acknowledged (waitForWritesInto).
   Status post(capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0, bool pinned = false);
+  // An asynchronous call that something on the server waits for (a host
+  // function's end, which lets its stream go on): written by this thread at
+  // once, with whatever is batched before it, not after the flusher's nap.
+  Status postNow(capnp::MessageBuilder& msg);
   // Synchronous call: sends, waits for the reply. Reply bulk data (exactly
   // `in_len` bytes) is written to `in`.
   Reply call(capnp::MessageBuilder& msg, const void* bulk = nullptr, uint64_t bulk_len = 0, void* in = nullptr,
@@ -284,8 +290,9 @@ class Connection {
   void flusherLoop();
   std::vector<uint8_t> takeBatchLocked();  // write_mu_ and batch_mu_ held
   // Whether a frame just appended to the batch (which held `before` bytes)
-  // must wake the flusher. batch_mu_ held.
-  bool flusherWantsWakeLocked(size_t before) const;
+  // must wake the flusher; an `urgent` one (the server may wait for it) also
+  // cuts its nap short. batch_mu_ held.
+  bool flusherWantsWakeLocked(size_t before, bool urgent);
   void receiverLoop();
   // The receiver's reading of the current connection (frames_), called
   // holding the read role: returns why it failed, holding the role again.
@@ -360,6 +367,7 @@ class Connection {
   uint64_t next_seq_ = 1;
   bool stopping_ = false;
   bool flusher_napping_ = false;  // batch_mu_: the flusher waits for a batch to gather (flusherLoop)
+  bool flush_now_ = false;        // batch_mu_: the batch holds an urgent frame (flusherWantsWakeLocked)
   std::atomic<bool> closing_{false};
   std::mutex write_mu_;
   common::BulkSender bulk_sender_;  // guarded by write_mu_

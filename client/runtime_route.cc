@@ -116,7 +116,7 @@ void Runtime::hostFuncDone(uint64_t id, size_t part) {
   if (!set || part >= set->size()) return;  // exiting: the sessions are closed
   common::CallMessage msg(32);
   msg.initRoot<wire::Request>().initHostFuncDone().setId(id);
-  (void)set->part(part).post(msg);
+  (void)set->part(part).postNow(msg);  // the stream waits for it: not after a flusher's nap
 }
 
 void Runtime::addGate(uint64_t opener, size_t opener_part, uint64_t waiter, size_t waiter_part) {
