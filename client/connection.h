@@ -254,8 +254,7 @@ class Connection {
    public:
     bool empty() const { return head_ == items_.size(); }
     const Kept& front() const { return items_[head_]; }
-    // The new entry, to be filled in place (a Kept built on the stack and
-    // copied stalled the posting thread on its partly written bytes).
+    // The new entry, value-initialised, to be filled in place.
     Kept& push_back() { return items_.emplace_back(); }
     void pop_front() {
       if (++head_ == items_.size()) {
