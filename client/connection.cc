@@ -458,17 +458,15 @@ void Connection::acknowledgeLocked(bool bye, uint32_t stripe_ready) {
   common::appendFrame(batch_, FrameType::kAck, 0, 0, msg, 0);
   // Urgent: the server may be waiting for it (a large reply's sender is held
   // until acknowledged, server/session/outbox.h).
-  if (flusherWantsWakeLocked(before, true)) batch_cv_.notify_one();
+  flush_now_ = true;
+  if (flusherWantsWakeLocked(before)) batch_cv_.notify_one();
 }
 
-bool Connection::flusherWantsWakeLocked(size_t before, bool urgent) {
-  if (urgent) {
-    flush_now_ = true;
-    return flusher_napping_ || before == 0;
-  }
+bool Connection::flusherWantsWakeLocked(size_t before) const {
   // A napping flusher comes back by itself (a wake-up costs the calling
-  // thread a system call, and the flusher a context switch, per batch).
-  if (flusher_napping_) return before < kNapWakeBytes && batch_.size() >= kNapWakeBytes;
+  // thread a system call, and the flusher a context switch, per batch),
+  // unless the batch filled or holds an urgent frame.
+  if (flusher_napping_) return flush_now_ || (before < kNapWakeBytes && batch_.size() >= kNapWakeBytes);
   return before == 0;
 }
 
@@ -507,7 +505,7 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
       uint64_t seq = next_seq_++;
       protocol::setHeaderSeq(frame, seq);
       batch_.insert(batch_.end(), frame, frame + bytes);
-      wake = flusherWantsWakeLocked(before, false);
+      wake = flusherWantsWakeLocked(before);
       if (resume_) keepLocked(seq, frame, bytes, nullptr, 0, false);
       self_flush = batch_.size() > kMaxBatchBytes;
     }

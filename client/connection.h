@@ -289,9 +289,9 @@ class Connection {
   void flusherLoop();
   std::vector<uint8_t> takeBatchLocked();  // write_mu_ and batch_mu_ held
   // Whether a frame just appended to the batch (which held `before` bytes)
-  // must wake the flusher; an `urgent` one (the server may wait for it) also
-  // cuts its nap short. batch_mu_ held.
-  bool flusherWantsWakeLocked(size_t before, bool urgent);
+  // must wake the flusher; one after which flush_now_ is set (the server may
+  // wait for it) also cuts its nap short. batch_mu_ held.
+  bool flusherWantsWakeLocked(size_t before) const;
   void receiverLoop();
   // The receiver's reading of the current connection (frames_), called
   // holding the read role: returns why it failed, holding the role again.

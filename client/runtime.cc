@@ -27,25 +27,39 @@ struct PerThreadStreams {
 };
 thread_local PerThreadStreams t_default_streams;
 
-// Stream and event handles this thread found valid lately (Runtime::stream,
-// Runtime::event), trusted while Runtime::handle_gen_ is what it was when
+// Stream and event handles this thread found valid lately
+// (Runtime::streamDevice, Runtime::eventDevice), trusted while Runtime::handle_gen_ is what it was when
 // they were looked up: removing any handle moves it on. A program's hot
 // asynchronous calls then take no read lock of handle_mu_ (two per
 // cudaStreamWaitEvent were a seventh of its cost on the calling thread).
 struct HandleCache {
   static constexpr uint32_t kSlots = 8;  // by id: ids are never 0, so an empty slot matches none
-  uint64_t gen = ~0ull;
-  struct Stream {
+  struct Slot {
     uint32_t id = 0;
     int device = 0;
-  } streams[kSlots];
-  uint32_t events[kSlots] = {};
-  // For entries looked up under generation g (read before the lookup).
-  void renew(uint64_t g) {
-    if (gen != g) *this = HandleCache{}, gen = g;
-  }
+  };
+  uint64_t gen = ~0ull;
+  Slot streams[kSlots], events[kSlots];
 };
 thread_local HandleCache t_handles;
+
+// The device of handle `id` in `table` (the runtime's streams_ or events_,
+// under `mu`), or -1 where it has none; from `slots` of the thread's cache
+// while `gen` has not moved on since it was put there.
+template <typename Table, typename DeviceOf>
+int cachedDevice(HandleCache::Slot (&slots)[HandleCache::kSlots], const std::atomic<uint64_t>& gen,
+                 std::shared_mutex& mu, const Table& table, uint32_t id, DeviceOf device_of) {
+  HandleCache& c = t_handles;
+  const uint64_t now = gen.load(std::memory_order_acquire);  // before the lookup
+  HandleCache::Slot& slot = slots[id % HandleCache::kSlots];
+  if (c.gen == now && slot.id == id) return slot.device;
+  std::shared_lock lock(mu);
+  auto it = table.find(id);
+  if (it == table.end()) return -1;
+  if (c.gen != now) c = HandleCache{}, c.gen = now;
+  slot = {id, device_of(it->second)};
+  return slot.device;
+}
 
 constexpr uint64_t kTagMask = 0xffff'ffff'0000'0000ull;
 }  // namespace
@@ -273,11 +287,9 @@ Result<StreamRef> Runtime::stream(cudaStream_t s, bool per_thread_default) {
   if (v == 2) {
     auto& mine = t_default_streams.by_device;
     auto it = mine.find(t_device);
-    if (it != mine.end()) {
-      // cudaDeviceReset destroys the device's streams, this one too.
-      std::shared_lock lock(handle_mu_);
-      if (!streams_.count(static_cast<uint32_t>(reinterpret_cast<uint64_t>(it->second)))) it = mine.end();
-    }
+    // cudaDeviceReset destroys the device's streams, this one too.
+    if (it != mine.end() && streamDevice(static_cast<uint32_t>(reinterpret_cast<uint64_t>(it->second))) < 0)
+      it = mine.end();
     if (it == mine.end()) {
       uint32_t id;
       cudaStream_t h = newStream(t_device, 0, 0, &id);
@@ -292,16 +304,14 @@ Result<StreamRef> Runtime::stream(cudaStream_t s, bool per_thread_default) {
   }
   if ((v & kTagMask) != kStreamTag) return Status(err::kInvalidResourceHandle, "not a stream handle");
   auto id = static_cast<uint32_t>(v);
-  HandleCache& c = t_handles;
-  const uint64_t gen = handle_gen_.load(std::memory_order_acquire);
-  HandleCache::Stream& slot = c.streams[id % HandleCache::kSlots];
-  if (c.gen == gen && slot.id == id) return StreamRef{id, slot.device};
-  std::shared_lock lock(handle_mu_);
-  auto it = streams_.find(id);
-  if (it == streams_.end()) return Status(err::kInvalidResourceHandle, "stream was destroyed or never created");
-  c.renew(gen);
-  slot = {id, it->second.device};
-  return StreamRef{id, it->second.device};
+  const int device = streamDevice(id);
+  if (device < 0) return Status(err::kInvalidResourceHandle, "stream was destroyed or never created");
+  return StreamRef{id, device};
+}
+
+int Runtime::streamDevice(uint32_t id) {
+  return cachedDevice(t_handles.streams, handle_gen_, handle_mu_, streams_, id,
+                      [](const StreamState& s) { return s.device; });
 }
 
 void Runtime::releaseStream(cudaStream_t s) noexcept {
@@ -365,21 +375,12 @@ Result<uint32_t> Runtime::event(cudaEvent_t e) {
   auto v = reinterpret_cast<uint64_t>(e);
   if ((v & kTagMask) != kEventTag) return Status(err::kInvalidResourceHandle, "not an event handle");
   const auto id = static_cast<uint32_t>(v);
-  HandleCache& c = t_handles;
-  const uint64_t gen = handle_gen_.load(std::memory_order_acquire);
-  uint32_t& slot = c.events[id % HandleCache::kSlots];
-  if (c.gen == gen && slot == id) return id;
-  std::shared_lock lock(handle_mu_);
-  if (!events_.count(id)) return Status(err::kInvalidResourceHandle, "event was destroyed or never created");
-  c.renew(gen);
-  slot = id;
+  if (eventDevice(id) < 0) return Status(err::kInvalidResourceHandle, "event was destroyed or never created");
   return id;
 }
 
 int Runtime::eventDevice(uint32_t id) {
-  std::shared_lock lock(handle_mu_);
-  auto it = events_.find(id);
-  return it == events_.end() ? -1 : it->second;
+  return cachedDevice(t_handles.events, handle_gen_, handle_mu_, events_, id, [](int device) { return device; });
 }
 
 Status Runtime::dropEvent(cudaEvent_t e, uint32_t* id, int* device) {

@@ -175,8 +175,10 @@ class Runtime {
   Status setStreamPriority(cudaStream_t s, int priority);
   cudaEvent_t newEvent(int device, unsigned flags, uint32_t* id);
   Result<uint32_t> event(cudaEvent_t e);
-  // The device of event `id` (-1: none such).
+  // The device of event or stream `id` (-1: none such), without a lock while
+  // the thread looked it up before and no handle was removed since.
   int eventDevice(uint32_t id);
+  int streamDevice(uint32_t id);
   Status dropEvent(cudaEvent_t e, uint32_t* id, int* device = nullptr);
   uint64_t addHostFunc(void (*fn)(void*), void* user);
   // Runs host function `id` for the server of part `part`, then tells that

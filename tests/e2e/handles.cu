@@ -10,6 +10,15 @@
 
 #include "check.h"
 
+// A new stream and event, each used once (so this thread has found them valid).
+cudaError_t createAndUse(cudaStream_t* s, cudaEvent_t* e) {
+  cudaError_t err = cudaStreamCreate(s);
+  if (err == cudaSuccess) err = cudaEventCreate(e);
+  if (err == cudaSuccess) err = cudaEventRecord(*e, *s);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(*s, *e, 0);
+  return err;
+}
+
 int main() {
   // Used while valid, then destroyed by this thread.
   cudaStream_t s;
@@ -53,10 +62,7 @@ int main() {
   // Destroyed by another thread: refused here once that thread is done.
   cudaStream_t t;
   cudaEvent_t te;
-  CHECK(cudaStreamCreate(&t));
-  CHECK(cudaEventCreate(&te));
-  CHECK(cudaEventRecord(te, t));
-  CHECK(cudaStreamWaitEvent(t, te, 0));
+  CHECK(createAndUse(&t, &te));
   cudaError_t other = cudaErrorUnknown;
   std::thread([&] {
     other = cudaStreamDestroy(t);
@@ -69,10 +75,7 @@ int main() {
   // cudaDeviceReset ends every stream and event of the device.
   cudaStream_t r;
   cudaEvent_t re;
-  CHECK(cudaStreamCreate(&r));
-  CHECK(cudaEventCreate(&re));
-  CHECK(cudaEventRecord(re, r));
-  CHECK(cudaStreamWaitEvent(r, re, 0));
+  CHECK(createAndUse(&r, &re));
   CHECK(cudaDeviceReset());
   EXPECT_ERR(cudaStreamWaitEvent(r, re, 0), cudaErrorInvalidResourceHandle);
   EXPECT_ERR(cudaEventRecord(re, 0), cudaErrorInvalidResourceHandle);

@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
+#include <memory>
 #include <thread>
 
 #include "tests/support/test_env.h"
@@ -25,6 +27,19 @@ class ClientConnection : public ::testing::Test {
       c.cert = dir_.file(cert + ".pem");
       c.key = dir_.file(cert + ".key");
     }
+    return c;
+  }
+  // A connection that runs host functions as the runtime does: `ran(id)`,
+  // then their end goes back at once (postNow).
+  Result<std::unique_ptr<Connection>> openWithHostFuncs(std::function<void(uint64_t)> ran) {
+    auto conn = std::make_shared<Connection*>(nullptr);
+    auto c = Connection::open(config(), [ran = std::move(ran), conn](uint64_t id) {
+      ran(id);
+      capnp::MallocMessageBuilder msg;
+      msg.initRoot<wire::Request>().initHostFuncDone().setId(id);
+      (void)(*conn)->postNow(msg);
+    });
+    if (c) *conn = c->get();
     return c;
   }
   test::TempDir dir_;
@@ -83,15 +98,9 @@ TEST_F(ClientConnection, UnreachableServerFailsWithinTheTimeoutNamingAddressAndC
 TEST_F(ClientConnection, ABlockingCallDoesNotStallOtherThreads) {
   std::promise<void> release;
   auto released = release.get_future().share();
-  Connection* conn_ptr = nullptr;
-  auto c = Connection::open(config(), [&](uint64_t id) {
-    released.wait();  // the host function "runs" until the test releases it
-    capnp::MallocMessageBuilder msg;
-    msg.initRoot<wire::Request>().initHostFuncDone().setId(id);
-    (void)conn_ptr->post(msg);
-  });
+  // The host function "runs" until the test releases it.
+  auto c = openWithHostFuncs([&](uint64_t) { released.wait(); });
   ASSERT_TRUE(c) << c.status().message();
-  conn_ptr = c->get();
   Connection& conn = **c;
   {
     capnp::MallocMessageBuilder msg;
@@ -240,15 +249,8 @@ TEST_F(ClientConnection, ManySynchronousCallersEachGetTheirOwnBytes) {
 // briefly: a notification that comes while no call waits still arrives.
 TEST_F(ClientConnection, ANotificationArrivesWhileNoCallWaits) {
   std::promise<uint64_t> ran;
-  Connection* conn_ptr = nullptr;
-  auto c = Connection::open(config(), [&](uint64_t id) {
-    ran.set_value(id);
-    capnp::MallocMessageBuilder msg;
-    msg.initRoot<wire::Request>().initHostFuncDone().setId(id);
-    (void)conn_ptr->post(msg);
-  });
+  auto c = openWithHostFuncs([&](uint64_t id) { ran.set_value(id); });
   ASSERT_TRUE(c) << c.status().message();
-  conn_ptr = c->get();
   capnp::MallocMessageBuilder ping;
   ping.initRoot<wire::Request>().setPing();
   ASSERT_TRUE((*c)->call(ping).status);  // read by this thread: the receiver parks
@@ -304,15 +306,8 @@ TEST_F(ClientConnection, AStreamOfAsynchronousCallsIsWrittenAtMostOncePerNap) {
 // comes back by itself).
 TEST_F(ClientConnection, CallsPostedDuringTheFlushersNapAreWrittenWhenItEnds) {
   std::promise<uint64_t> ran;
-  Connection* conn_ptr = nullptr;
-  auto c = Connection::open(config(), [&](uint64_t id) {
-    ran.set_value(id);
-    capnp::MallocMessageBuilder msg;
-    msg.initRoot<wire::Request>().initHostFuncDone().setId(id);
-    (void)conn_ptr->post(msg);
-  });
+  auto c = openWithHostFuncs([&](uint64_t id) { ran.set_value(id); });
   ASSERT_TRUE(c) << c.status().message();
-  conn_ptr = c->get();
   capnp::MallocMessageBuilder msg;
   msg.initRoot<wire::Request>().initStreamCreate().initStream().setId(5);
   const uint64_t before = (*c)->flusherWrites();
@@ -339,15 +334,10 @@ TEST_F(ClientConnection, AHostFunctionsEndIsWrittenAtOnceByItsThread) {
   constexpr uint64_t kChain = 64;
   std::promise<void> all_ran;
   std::atomic<uint64_t> ran{0};
-  Connection* conn_ptr = nullptr;
-  auto c = Connection::open(config(), [&](uint64_t id) {
-    capnp::MallocMessageBuilder msg;
-    msg.initRoot<wire::Request>().initHostFuncDone().setId(id);
-    (void)conn_ptr->postNow(msg);
+  auto c = openWithHostFuncs([&](uint64_t) {
     if (++ran == kChain) all_ran.set_value();
   });
   ASSERT_TRUE(c) << c.status().message();
-  conn_ptr = c->get();
   capnp::MallocMessageBuilder sc;
   sc.initRoot<wire::Request>().initStreamCreate().initStream().setId(5);
   ASSERT_TRUE((*c)->post(sc));
