@@ -194,8 +194,9 @@ void Connection::close() {
     // An orderly end: the server frees the session now instead of waiting for a resume.
     if (resume_ && broken().isOk()) acknowledgeLocked(true);
     stopping_ = true;
+    wakeFlusherLocked();
   }
-  batch_cv_.notify_all();
+  flusher_bell_.ring();
   retry_cv_.notify_all();
   if (flusher_.joinable()) flusher_.join();
   dropStripes();
@@ -428,7 +429,7 @@ uint64_t Connection::keptBytes() {
   return kept_bytes_;
 }
 
-Status Connection::waitForRoomLocked(std::unique_lock<std::mutex>& lock, uint64_t bytes) {
+Status Connection::waitForRoomLocked(std::unique_lock<common::AdaptiveMutex>& lock, uint64_t bytes) {
   if ((kept_.empty() || kept_bytes_ + bytes <= resume_buffer_) && !is_broken_.load(std::memory_order_acquire))
     return Status::ok();  // room, without slots_mu_ (every asynchronous call asks)
   NeedsReceiver need(*this);  // room comes with what it reads
@@ -459,15 +460,23 @@ void Connection::acknowledgeLocked(bool bye, uint32_t stripe_ready) {
   // Urgent: the server may be waiting for it (a large reply's sender is held
   // until acknowledged, server/session/outbox.h).
   flush_now_ = true;
-  if (flusherWantsWakeLocked(before)) batch_cv_.notify_one();
+  if (flusherWantsWakeLocked(before)) {
+    wakeFlusherLocked();
+    flusher_bell_.ring();  // (batch_mu_ held: the caller's)
+  }
 }
 
 bool Connection::flusherWantsWakeLocked(size_t before) const {
   // A napping flusher comes back by itself (a wake-up costs the calling
   // thread a system call, and the flusher a context switch, per batch),
-  // unless the batch filled or holds an urgent frame.
-  if (flusher_napping_) return flush_now_ || (before < kNapWakeBytes && batch_.size() >= kNapWakeBytes);
-  return before == 0;
+  // unless the batch filled or holds an urgent frame; a busy one finds the
+  // batch when it looks next.
+  switch (flusher_state_) {
+    case Flusher::kNapping: return flush_now_ || (before < kNapWakeBytes && batch_.size() >= kNapWakeBytes);
+    case Flusher::kIdle: return true;
+    case Flusher::kBusy: return false;
+  }
+  return false;
 }
 
 // ---- sending ---------------------------------------------------------------------
@@ -506,13 +515,12 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
       protocol::setHeaderSeq(frame, seq);
       batch_.insert(batch_.end(), frame, frame + bytes);
       wake = flusherWantsWakeLocked(before);
+      if (wake) wakeFlusherLocked();  // (rung below, whoever writes this batch)
       if (resume_) keepLocked(seq, frame, bytes, nullptr, 0, false);
       self_flush = batch_.size() > kMaxBatchBytes;
     }
-    if (!self_flush) {
-      if (wake) batch_cv_.notify_one();
-      return Status::ok();
-    }
+    if (wake) flusher_bell_.ring();
+    if (!self_flush) return Status::ok();
   }
   // An asynchronous bulk is copied for replay, or (large) held until
   // dispatched; a synchronous call's buffer stays valid until its reply,
@@ -755,11 +763,11 @@ void Connection::flusherLoop() {
   prctl(PR_SET_TIMERSLACK, 5000UL, 0, 0, 0);
   std::unique_lock lock(batch_mu_);
   for (;;) {
-    batch_cv_.wait(lock, [&] { return stopping_ || !batch_.empty(); });
+    while (!stopping_ && batch_.empty()) flusherSleepLocked(lock, Flusher::kIdle, common::Doorbell::kForever);
     if (batch_.empty() && stopping_) return;
     // write_mu_ comes before batch_mu_; with write_mu_ free the batch is taken
     // under the lock held already (one acquisition of batch_mu_ per write, so
-    // fewer callers find it taken and must wake the flusher through the kernel).
+    // fewer callers find it taken).
     std::unique_lock wlock(write_mu_, std::try_to_lock);
     if (!wlock.owns_lock()) {
       lock.unlock();
@@ -781,12 +789,20 @@ void Connection::flusherLoop() {
       // kFlusherNap rather than write (and be woken) every few calls. A
       // call's wait for the wire is bounded by the nap, or ends at once with
       // the next synchronous call (which writes the batch itself).
-      flusher_napping_ = true;
-      batch_cv_.wait_for(lock, kFlusherNap,
-                         [&] { return stopping_ || flush_now_ || batch_.size() >= kNapWakeBytes; });
-      flusher_napping_ = false;
+      flusherSleepLocked(lock, Flusher::kNapping, kFlusherNap);
     }
   }
+}
+
+void Connection::flusherSleepLocked(std::unique_lock<common::AdaptiveMutex>& lock, Flusher why,
+                                    std::chrono::nanoseconds timeout) {
+  flusher_state_ = why;
+  flusher_sleeps_.fetch_add(1, std::memory_order_relaxed);
+  const uint32_t ticket = flusher_bell_.ticket();
+  lock.unlock();
+  flusher_bell_.wait(ticket, timeout);
+  lock.lock();
+  flusher_state_ = Flusher::kBusy;
 }
 
 }  // namespace rgpu::client

@@ -61,6 +61,7 @@
 #include "common/call_message.h"
 #include "common/frame_io.h"
 #include "common/stripes.h"
+#include "common/sync.h"
 #include "common/tls.h"
 #include "protocol/rgpu.capnp.h"
 
@@ -206,6 +207,10 @@ class Connection {
   uint64_t callerReads() const { return caller_reads_.load(std::memory_order_relaxed); }
   // Batches the flusher thread wrote (tests, diagnostics).
   uint64_t flusherWrites() const { return flusher_writes_.load(std::memory_order_relaxed); }
+  // Times the flusher went to sleep, and times a call (or close()) rang it
+  // awake: at most once per sleep (tests, diagnostics).
+  uint64_t flusherSleeps() const { return flusher_sleeps_.load(std::memory_order_relaxed); }
+  uint64_t flusherRings() const { return flusher_bell_.ticket(); }
 
   // After a write the flusher waits this long for more calls before it
   // writes again or sleeps until woken; a batch that reaches kNapWakeBytes
@@ -292,6 +297,13 @@ class Connection {
   // must wake the flusher; one after which flush_now_ is set (the server may
   // wait for it) also cuts its nap short. batch_mu_ held.
   bool flusherWantsWakeLocked(size_t before) const;
+  enum class Flusher { kBusy, kIdle, kNapping };
+  // Marks the flusher woken (batch_mu_ held); the caller rings flusher_bell_,
+  // after releasing batch_mu_ where it can.
+  void wakeFlusherLocked() { flusher_state_ = Flusher::kBusy; }
+  // The flusher sleeps as `why` until woken or `timeout` passes, batch_mu_
+  // released meanwhile.
+  void flusherSleepLocked(std::unique_lock<common::AdaptiveMutex>& lock, Flusher why, std::chrono::nanoseconds timeout);
   void receiverLoop();
   // The receiver's reading of the current connection (frames_), called
   // holding the read role: returns why it failed, holding the role again.
@@ -327,7 +339,7 @@ class Connection {
   void keepLocked(uint64_t seq, const uint8_t* frame, size_t len, const void* bulk, uint64_t bulk_len, bool copy,
                   bool pinned = false);
   void dropKeptLocked(uint64_t upto);
-  Status waitForRoomLocked(std::unique_lock<std::mutex>& lock, uint64_t bytes);
+  Status waitForRoomLocked(std::unique_lock<common::AdaptiveMutex>& lock, uint64_t bytes);
   uint64_t repliesFloorLocked();  // batch_mu_, takes slots_mu_
   // Tells the server what arrived (batch_mu_ held), so it can drop its copies.
   // `stripe_ready`: the client reads that stripe connection from now on.
@@ -360,13 +372,19 @@ class Connection {
   Welcome welcome_;
   HostFuncHandler on_host_func_;
 
-  std::mutex batch_mu_;
-  std::condition_variable batch_cv_;
+  // Taken by every asynchronous call and by the flusher for each batch
+  // (an AdaptiveMutex: common/sync.h).
+  common::AdaptiveMutex batch_mu_;
   std::vector<uint8_t> batch_;
   uint64_t next_seq_ = 1;
   bool stopping_ = false;
-  bool flusher_napping_ = false;  // batch_mu_: the flusher waits for a batch to gather (flusherLoop)
-  bool flush_now_ = false;        // batch_mu_: the batch holds an urgent frame (flusherWantsWakeLocked)
+  // batch_mu_: what the flusher is doing. Asleep (kIdle, kNapping), it is woken
+  // through flusher_bell_ by wakeFlusherLocked, which marks it kBusy at once:
+  // the next call finds it woken already and does not ring again.
+  Flusher flusher_state_ = Flusher::kBusy;
+  common::Doorbell flusher_bell_;
+  std::atomic<uint64_t> flusher_sleeps_{0};
+  bool flush_now_ = false;  // batch_mu_: the batch holds an urgent frame (flusherWantsWakeLocked)
   std::atomic<bool> closing_{false};
   std::mutex write_mu_;
   common::BulkSender bulk_sender_;  // guarded by write_mu_
@@ -416,7 +434,7 @@ class Connection {
   KeptQueue kept_;                 // batch_mu_
   std::vector<uint8_t> kept_buf_;  // batch_mu_; kept_buf_[0] is absolute position kept_base_
   uint64_t kept_base_ = 0, kept_bytes_ = 0;
-  std::condition_variable room_cv_;  // with batch_mu_: kept bytes fell, or the connection broke
+  std::condition_variable_any room_cv_;  // with batch_mu_: kept bytes fell, or the connection broke
   // The receiver's: notifications seen (floor and any beyond it), unacknowledged counts.
   std::atomic<uint64_t> notify_floor_{0};
   std::set<uint64_t> notify_seen_;

@@ -301,6 +301,39 @@ TEST_F(ClientConnection, AStreamOfAsynchronousCallsIsWrittenAtMostOncePerNap) {
                                      << " us";
 }
 
+// A call that finds the flusher asleep rings it awake and marks it woken, so
+// the calls after it, from any thread, do not ring again before it has run:
+// at most one ring per sleep. (Without the mark, every call between the ring
+// and the flusher's coming back rang again: 2 to 4 times as many rings as
+// sleeps here, each a system call on a posting thread.)
+TEST_F(ClientConnection, TheFlusherIsRungAtMostOncePerSleep) {
+  auto c = Connection::open(config(), nullptr);
+  ASSERT_TRUE(c) << c.status().message();
+  capnp::MallocMessageBuilder noop;
+  noop.initRoot<wire::Request>().setNoop();
+  const uint64_t rings0 = (*c)->flusherRings(), sleeps0 = (*c)->flusherSleeps();
+  std::vector<std::thread> threads;
+  std::atomic<bool> failed{false};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      // Bursts with gaps longer than a nap: each burst finds the flusher
+      // asleep, idle, and several threads meet it there.
+      for (int burst = 0; burst < 100; ++burst) {
+        for (int i = 0; i < 8; ++i)
+          if (!(*c)->post(noop)) failed = true;
+        std::this_thread::sleep_for(Connection::kFlusherNap * 4);
+      }
+    });
+  for (auto& t : threads) t.join();
+  ASSERT_FALSE(failed.load());
+  capnp::MallocMessageBuilder ping;
+  ping.initRoot<wire::Request>().setPing();
+  ASSERT_TRUE((*c)->call(ping).status);
+  const uint64_t rings = (*c)->flusherRings() - rings0, sleeps = (*c)->flusherSleeps() - sleeps0;
+  EXPECT_GT(rings, 10u) << "the bursts found the flusher asleep";
+  EXPECT_LE(rings, sleeps);
+}
+
 // Calls posted while the flusher naps reach the server when the nap ends,
 // without a synchronous call to carry them (a host function's notification
 // comes back by itself).
