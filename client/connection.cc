@@ -355,8 +355,6 @@ void Connection::fail(const Status& s) {
     for (auto& [seq, slot] : slots_) waiting.push_back(slot);
     slots_.clear();
     kept_.clear();
-    kept_buf_.clear();
-    kept_bytes_ = 0;
   }
   room_cv_.notify_all();
   for (Slot* slot : waiting) {
@@ -391,51 +389,27 @@ Status Connection::lost(common::TlsConnection& conn, const Status& s) {
 
 void Connection::keepLocked(uint64_t seq, const uint8_t* frame, size_t len, const void* bulk, uint64_t bulk_len,
                             bool copy, bool pinned) {
-  Kept& k = kept_.push_back();
-  k.seq = seq;
-  k.begin = kept_base_ + kept_buf_.size();
-  k.bulk = copy ? nullptr : bulk;
-  k.bulk_len = bulk_len;
-  k.bulk_copied = copy && bulk_len > 0;
-  k.bulk_pinned = pinned && bulk_len > 0;
-  kept_buf_.insert(kept_buf_.end(), frame, frame + len);
-  k.end = kept_base_ + kept_buf_.size();
-  if (k.bulk_copied) {
-    auto* b = static_cast<const uint8_t*>(bulk);
-    kept_buf_.insert(kept_buf_.end(), b, b + bulk_len);
-  }
-  kept_bytes_ += len + (k.bulk_copied ? bulk_len : 0);
+  kept_.push(seq, frame, len, bulk, bulk_len, copy, pinned);
 }
 
 void Connection::dropKeptLocked(uint64_t upto) {
   if (kept_.empty() || kept_.front().seq > upto) return;
-  while (!kept_.empty() && kept_.front().seq <= upto) {
-    const Kept& k = kept_.front();
-    kept_bytes_ -= (k.end - k.begin) + (k.bulk_copied ? k.bulk_len : 0);
-    kept_.pop_front();
-  }
-  if (kept_.empty()) {
-    kept_base_ += kept_buf_.size();
-    kept_buf_.clear();
-  } else if (uint64_t dead = kept_.front().begin - kept_base_; dead > kept_buf_.size() / 2) {
-    kept_buf_.erase(kept_buf_.begin(), kept_buf_.begin() + static_cast<long>(dead));
-    kept_base_ += dead;
-  }
+  kept_.dropThrough(upto);
   room_cv_.notify_all();
 }
 
 uint64_t Connection::keptBytes() {
   std::lock_guard lock(batch_mu_);
-  return kept_bytes_;
+  return kept_.bytes();
 }
 
 Status Connection::waitForRoomLocked(std::unique_lock<common::AdaptiveMutex>& lock, uint64_t bytes) {
-  if ((kept_.empty() || kept_bytes_ + bytes <= resume_buffer_) && !is_broken_.load(std::memory_order_acquire))
+  if ((kept_.empty() || kept_.bytes() + bytes <= resume_buffer_) && !is_broken_.load(std::memory_order_acquire))
     return Status::ok();  // room, without slots_mu_ (every asynchronous call asks)
   NeedsReceiver need(*this);  // room comes with what it reads
   room_cv_.wait(lock, [&] {
     std::lock_guard sl(slots_mu_);
-    return kept_.empty() || kept_bytes_ + bytes <= resume_buffer_ || !broken_.isOk();
+    return kept_.empty() || kept_.bytes() + bytes <= resume_buffer_ || !broken_.isOk();
   });
   std::lock_guard sl(slots_mu_);
   return broken_;
@@ -657,11 +631,10 @@ void Connection::waitForWritesInto(const void* p, uint64_t len) {
   auto start = reinterpret_cast<uint64_t>(p), end = start + len;
   // Kept requests that send from [p, p + len) (pinned memory, kept by pointer).
   auto readsPending = [&] {
-    for (const Kept& k : kept_)
-      if (k.bulk_pinned && reinterpret_cast<uint64_t>(k.bulk) < end &&
-          reinterpret_cast<uint64_t>(k.bulk) + k.bulk_len > start)
-        return true;
-    return false;
+    return kept_.any([&](const Kept& k) {
+      return k.bulk_pinned && reinterpret_cast<uint64_t>(k.bulk) < end &&
+             reinterpret_cast<uint64_t>(k.bulk) + k.bulk_len > start;
+    });
   };
   bool pending;
   {

@@ -58,6 +58,7 @@
 #include <vector>
 
 #include "client/client_config.h"
+#include "client/kept_log.h"
 #include "common/call_message.h"
 #include "common/frame_io.h"
 #include "common/stripes.h"
@@ -243,39 +244,7 @@ class Connection {
     uint64_t received = 0;
   };
 
-  // A request kept for replay until the server has dispatched it. Its frame
-  // (and a copied bulk payload) live in kept_buf_ at absolute positions.
-  struct Kept {
-    uint64_t seq;
-    uint64_t begin, end;       // header + message
-    const void* bulk;          // a synchronous call's own buffer (valid until its reply), or null
-    uint64_t bulk_len;
-    bool bulk_copied;          // the bulk follows the message in kept_buf_
-    bool bulk_pinned;          // `bulk` is the program's pinned memory (waitForWritesInto)
-  };
-  // Kept requests, oldest first: a vector read from `head` (a deque would
-  // allocate a block every ten asynchronous calls and free it again).
-  class KeptQueue {
-   public:
-    bool empty() const { return head_ == items_.size(); }
-    const Kept& front() const { return items_[head_]; }
-    // The new entry, value-initialised, to be filled in place.
-    Kept& push_back() { return items_.emplace_back(); }
-    void pop_front() {
-      if (++head_ == items_.size()) {
-        clear();
-      } else if (head_ >= 64 && head_ * 2 > items_.size()) {
-        items_.erase(items_.begin(), items_.begin() + static_cast<long>(head_));
-        head_ = 0;
-      }
-    }
-    void clear() { items_.clear(), head_ = 0; }
-    std::vector<Kept>::const_iterator begin() const { return items_.begin() + static_cast<long>(head_); }
-    std::vector<Kept>::const_iterator end() const { return items_.end(); }
-   private:
-    std::vector<Kept> items_;
-    size_t head_ = 0;
-  };
+  using Kept = KeptLog::Entry;
 
   Connection(std::unique_ptr<common::TlsConnection> conn, std::string server, common::Compression c);
   // Connects to cfg.server and says Hello (`redirected`: the pool sent us);
@@ -431,9 +400,7 @@ class Connection {
   std::string resume_token_;
   std::string resume_id_;  // what the resume preamble names (16 random bytes)
   uint64_t resume_buffer_ = 0;     // bytes of kept requests before callers wait
-  KeptQueue kept_;                 // batch_mu_
-  std::vector<uint8_t> kept_buf_;  // batch_mu_; kept_buf_[0] is absolute position kept_base_
-  uint64_t kept_base_ = 0, kept_bytes_ = 0;
+  KeptLog kept_;                   // batch_mu_: requests kept for replay (client/kept_log.h)
   std::condition_variable_any room_cv_;  // with batch_mu_: kept bytes fell, or the connection broke
   // The receiver's: notifications seen (floor and any beyond it), unacknowledged counts.
   std::atomic<uint64_t> notify_floor_{0};

@@ -397,13 +397,13 @@ Result<common::TlsConnection*> Connection::reconnect(const Status& why) {
             std::lock_guard lock(batch_mu_);
             batch_.clear();  // all of it is kept, and replayed below
             dropKeptLocked(dispatched);
-            for (const Kept& k : kept_) {
-              const uint8_t* f = kept_buf_.data() + (k.begin - kept_base_);
-              std::vector<uint8_t> frame(f, f + (k.end - k.begin));
+            for (size_t i = 0; i < kept_.size(); ++i) {
+              const Kept& k = kept_.at(i);
+              std::vector<uint8_t> frame(k.frame, k.frame + k.frame_len);
               const void* bulk = k.bulk;
               if (k.bulk_copied) {
-                // Copied out too: the receiver may compact kept_buf_ meanwhile.
-                frame.insert(frame.end(), f + (k.end - k.begin), f + (k.end - k.begin) + k.bulk_len);
+                // Copied out too: the receiver may drop it meanwhile.
+                frame.insert(frame.end(), k.copiedBulk(), k.copiedBulk() + k.bulk_len);
                 bulk = nullptr;
               }
               bytes += frame.size() + (bulk ? k.bulk_len : 0);

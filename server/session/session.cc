@@ -512,9 +512,10 @@ Status Session::serveConnection(common::TlsConnection& conn) {
       finish(h, Status(err::kInvalidValue, why));
     }
     ++next_seq_;
-    if (resume_ && (++unacked_requests_ >= kAckEveryRequests || (unacked_bulk_ += h.bulk_len) >= kAckEveryBulkBytes)) {
+    unacked_bytes_ += protocol::kFrameHeaderBytes + h.message_len + h.bulk_len;
+    if (resume_ && (++unacked_requests_ >= kAckEveryRequests || unacked_bytes_ >= kAckEveryBytes)) {
       // The client keeps every request until told it was carried out.
-      unacked_requests_ = unacked_bulk_ = 0;
+      unacked_requests_ = unacked_bytes_ = 0;
       capnp::MallocMessageBuilder a(64);
       a.initRoot<wire::Ack>().setDispatched(h.seq);
       std::vector<uint8_t> frame;
@@ -583,7 +584,7 @@ Status Session::awaitResume(const Status& why) {
   common::appendFrame(frame, FrameType::kWelcome, 0, 0, out, 0);
   std::string peer = p.conn->peerAddress();
   auto resent = outbox_.resume(std::move(p.conn), frame, p.replies, p.notifications);
-  unacked_requests_ = unacked_bulk_ = 0;
+  unacked_requests_ = unacked_bytes_ = 0;
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - lost_at).count();
   if (!resent) {
     RGPU_LOG_WARN("session {}: resumed connection from {} failed at once: {}", session_id_, peer, resent.status().message());

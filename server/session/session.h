@@ -66,12 +66,18 @@ struct ResumeSource {
 // handed over past it is closed. Each is bounded by the handshake timeout.
 inline constexpr int kMaxResumeHandshakes = 4;
 
-// The server acknowledges dispatched requests this often (so the client can
-// drop its copies) when no reply has done so already.
-inline constexpr uint64_t kAckEveryRequests = 1024;
+// The server acknowledges dispatched requests (so the client can drop its
+// copies) after this many of them, or after kAckEveryBytes of them (frames
+// and bulk), when no reply has done so already. Each acknowledgement costs
+// the worker a write and the client a wake-up of its receiver, which then
+// holds the batch lock while it drops the copies, so a stream of
+// asynchronous calls pays for each (docs/architecture.md: every 1,024
+// requests was too often). Once the worker has caught up, the client keeps
+// less than kAckEveryBytes.
+inline constexpr uint64_t kAckEveryRequests = 16384;
 // (1 MiB: a client waits for the acknowledgement of each large bulk payload it
 // did not copy, see client/connection.cc.)
-inline constexpr uint64_t kAckEveryBulkBytes = 1ull << 20;
+inline constexpr uint64_t kAckEveryBytes = 1ull << 20;
 // Replies whose bulk payload is at least this large go striped over the
 // session's stripe connections, when it has any (common/stripes.h).
 inline constexpr uint64_t kStripeReplyMinBytes = 4ull << 20;
@@ -429,7 +435,7 @@ class Session {
   // ns), written by the dispatch thread before it publishes the number.
   std::atomic<uint64_t> timed_seq_{0};
   uint64_t timed_read_ns_ = 0, timed_dispatch_ns_ = 0;
-  uint64_t unacked_requests_ = 0, unacked_bulk_ = 0;
+  uint64_t unacked_requests_ = 0, unacked_bytes_ = 0;  // dispatched since the last acknowledgement
   bool fatal_ = false;             // a protocol violation: the session ends, no resume
   bool bye_ = false;               // the client said goodbye: an orderly end
   bool resume_ = false;            // agreed in the handshake

@@ -5,10 +5,13 @@
 // once the server has acknowledged the copies that read the range.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "client/connection.h"
+#include "server/session/session.h"
 #include "tests/support/test_env.h"
 
 namespace rgpu::client {
@@ -64,6 +67,24 @@ class PinnedCopy : public ::testing::Test {
   int certs_;
   test::ServerProcess server_;
 };
+
+// The server acknowledges a stream of asynchronous calls every kAckEveryBytes
+// of them (frames and bulk), not only every kAckEveryRequests: the client's
+// copies for a replay stay within that much once the server has caught up,
+// however large the calls.
+TEST_F(PinnedCopy, AStreamOfCopiesIsAcknowledgedEveryMegabyte) {
+  auto c = open();
+  ASSERT_TRUE(c);
+  ASSERT_GT(c->welcome().resume_grace_ms, 0u);
+  constexpr uint64_t kPiece = 32 * 1024;
+  const uint64_t dev = deviceAlloc(*c, kPiece);
+  std::vector<uint8_t> piece(kPiece, 0x42);
+  for (int i = 0; i < 256; ++i) ASSERT_TRUE(upload(*c, dev, piece.data(), kPiece, false));  // 8 MiB, copied
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (c->keptBytes() >= server::kAckEveryBytes && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_LT(c->keptBytes(), server::kAckEveryBytes) << "256 copies: far fewer than kAckEveryRequests";
+}
 
 TEST_F(PinnedCopy, APinnedPayloadIsKeptByPointerAndAPageableOneIsCopied) {
   auto c = open();
