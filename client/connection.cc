@@ -32,6 +32,8 @@ constexpr int kSpinPolls = 50;
 // waits (one round trip) until the server has dispatched it, so the caller's
 // buffer can serve a replay meanwhile. Smaller ones are copied.
 constexpr uint64_t kHoldBulkBytes = 1 << 20;
+// A stream of copied payloads reuses the kept log's spare chunk.
+static_assert(KeptLog::kChunkBytes >= kHoldBulkBytes + 64 * 1024, "a copied bulk and its frame fit one kept chunk");
 }  // namespace
 
 // Must match the daemon's (server/daemon/daemon.h): "rgpu-rs2" + the session's

@@ -45,8 +45,10 @@ class KeptLog {
     uint64_t before_;  // bytes kept before this entry (the log's running total)
   };
 
-  // Chunks hold this much, or one frame and its copied bulk if larger.
-  static constexpr size_t kChunkBytes = 256 * 1024;
+  // Chunks hold this much, or one frame and its copied bulk if larger. Room
+  // for any copied bulk (the client copies less than 1 MiB, and holds larger
+  // payloads by pointer) and its frame: a stream of them reuses the spare.
+  static constexpr size_t kChunkBytes = 2 * 1024 * 1024;
 
   // Keeps request `seq` (larger than any kept): its frame, and `bulk` —
   // copied after it with `copy`, else by pointer (marked pinned with `pinned`).
