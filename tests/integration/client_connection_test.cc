@@ -304,8 +304,8 @@ TEST_F(ClientConnection, AStreamOfAsynchronousCallsIsWrittenAtMostOncePerNap) {
 // A call that finds the flusher asleep rings it awake and marks it woken, so
 // the calls after it, from any thread, do not ring again before it has run:
 // at most one ring per sleep. (Without the mark, every call between the ring
-// and the flusher's coming back rang again: 2 to 4 times as many rings as
-// sleeps here, each a system call on a posting thread.)
+// and the flusher's coming back rang again: several rings per sleep here,
+// each a system call on a posting thread.)
 TEST_F(ClientConnection, TheFlusherIsRungAtMostOncePerSleep) {
   auto c = Connection::open(config(), nullptr);
   ASSERT_TRUE(c) << c.status().message();
@@ -316,12 +316,13 @@ TEST_F(ClientConnection, TheFlusherIsRungAtMostOncePerSleep) {
   std::atomic<bool> failed{false};
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&] {
-      // Bursts with gaps longer than a nap: each burst finds the flusher
-      // asleep, idle, and several threads meet it there.
-      for (int burst = 0; burst < 100; ++burst) {
+      // Bursts with gaps far longer than a nap: a burst often finds the
+      // flusher asleep, and its own later calls (and other threads') meet it
+      // there before it has run.
+      for (int burst = 0; burst < 50; ++burst) {
         for (int i = 0; i < 8; ++i)
           if (!(*c)->post(noop)) failed = true;
-        std::this_thread::sleep_for(Connection::kFlusherNap * 4);
+        std::this_thread::sleep_for(Connection::kFlusherNap * 20);
       }
     });
   for (auto& t : threads) t.join();
@@ -330,7 +331,7 @@ TEST_F(ClientConnection, TheFlusherIsRungAtMostOncePerSleep) {
   ping.initRoot<wire::Request>().setPing();
   ASSERT_TRUE((*c)->call(ping).status);
   const uint64_t rings = (*c)->flusherRings() - rings0, sleeps = (*c)->flusherSleeps() - sleeps0;
-  EXPECT_GT(rings, 10u) << "the bursts found the flusher asleep";
+  EXPECT_GT(rings, 0u) << "the bursts found the flusher asleep";
   EXPECT_LE(rings, sleeps);
 }
 
