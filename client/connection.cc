@@ -196,7 +196,6 @@ void Connection::close() {
     // An orderly end: the server frees the session now instead of waiting for a resume.
     if (resume_ && broken().isOk()) acknowledgeLocked(true);
     stopping_ = true;
-    wakeFlusherLocked();
   }
   flusher_bell_.ring();
   retry_cv_.notify_all();
@@ -389,11 +388,6 @@ Status Connection::lost(common::TlsConnection& conn, const Status& s) {
 
 // ---- kept requests (resume) ------------------------------------------------
 
-void Connection::keepLocked(uint64_t seq, const uint8_t* frame, size_t len, const void* bulk, uint64_t bulk_len,
-                            bool copy, bool pinned) {
-  kept_.push(seq, frame, len, bulk, bulk_len, copy, pinned);
-}
-
 void Connection::dropKeptLocked(uint64_t upto) {
   if (kept_.empty() || kept_.front().seq > upto) return;
   kept_.dropThrough(upto);
@@ -436,23 +430,19 @@ void Connection::acknowledgeLocked(bool bye, uint32_t stripe_ready) {
   // Urgent: the server may be waiting for it (a large reply's sender is held
   // until acknowledged, server/session/outbox.h).
   flush_now_ = true;
-  if (flusherWantsWakeLocked(before)) {
-    wakeFlusherLocked();
-    flusher_bell_.ring();  // (batch_mu_ held: the caller's)
-  }
+  if (claimFlusherWakeLocked(before)) flusher_bell_.ring();  // (batch_mu_ held: the caller's)
 }
 
-bool Connection::flusherWantsWakeLocked(size_t before) const {
+bool Connection::claimFlusherWakeLocked(size_t before) {
   // A napping flusher comes back by itself (a wake-up costs the calling
   // thread a system call, and the flusher a context switch, per batch),
   // unless the batch filled or holds an urgent frame; a busy one finds the
   // batch when it looks next.
-  switch (flusher_state_) {
-    case Flusher::kNapping: return flush_now_ || (before < kNapWakeBytes && batch_.size() >= kNapWakeBytes);
-    case Flusher::kIdle: return true;
-    case Flusher::kBusy: return false;
-  }
-  return false;
+  const bool wake = flusher_state_ == Flusher::kIdle ||
+                    (flusher_state_ == Flusher::kNapping &&
+                     (flush_now_ || (before < kNapWakeBytes && batch_.size() >= kNapWakeBytes)));
+  if (wake) flusher_state_ = Flusher::kBusy;
+  return wake;
 }
 
 // ---- sending ---------------------------------------------------------------------
@@ -490,9 +480,8 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
       uint64_t seq = next_seq_++;
       protocol::setHeaderSeq(frame, seq);
       batch_.insert(batch_.end(), frame, frame + bytes);
-      wake = flusherWantsWakeLocked(before);
-      if (wake) wakeFlusherLocked();  // (rung below, whoever writes this batch)
-      if (resume_) keepLocked(seq, frame, bytes, nullptr, 0, false);
+      wake = claimFlusherWakeLocked(before);  // (rung below, whoever writes this batch)
+      if (resume_) kept_.push(seq, frame, bytes, nullptr, 0, false, false);
       self_flush = batch_.size() > kMaxBatchBytes;
     }
     if (wake) flusher_bell_.ring();
@@ -527,7 +516,7 @@ Status Connection::enqueue(capnp::MessageBuilder& msg, uint8_t flags, const void
       if (seq_out) *seq_out = seq;
       last = out.size();
       common::appendFrame(out, FrameType::kRequest, flags, seq, msg, bulk_len);
-      if (resume_) keepLocked(seq, out.data() + last, out.size() - last, bulk, bulk_len, copy_bulk, pinned);
+      if (resume_) kept_.push(seq, out.data() + last, out.size() - last, bulk, bulk_len, copy_bulk, pinned);
     }
   }
   if (tl_timing) tl_timing->built = monotonicNs();

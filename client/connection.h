@@ -264,12 +264,11 @@ class Connection {
   std::vector<uint8_t> takeBatchLocked();  // write_mu_ and batch_mu_ held
   // Whether a frame just appended to the batch (which held `before` bytes)
   // must wake the flusher; one after which flush_now_ is set (the server may
-  // wait for it) also cuts its nap short. batch_mu_ held.
-  bool flusherWantsWakeLocked(size_t before) const;
+  // wait for it) also cuts its nap short. If so, marks the flusher woken: the
+  // caller rings flusher_bell_ (after releasing batch_mu_ where it can), and
+  // no later call rings again. batch_mu_ held.
+  bool claimFlusherWakeLocked(size_t before);
   enum class Flusher { kBusy, kIdle, kNapping };
-  // Marks the flusher woken (batch_mu_ held); the caller rings flusher_bell_,
-  // after releasing batch_mu_ where it can.
-  void wakeFlusherLocked() { flusher_state_ = Flusher::kBusy; }
   // The flusher sleeps as `why` until woken or `timeout` passes, batch_mu_
   // released meanwhile.
   void flusherSleepLocked(std::unique_lock<common::AdaptiveMutex>& lock, Flusher why, std::chrono::nanoseconds timeout);
@@ -304,9 +303,6 @@ class Connection {
   Result<common::TlsConnection*> reconnect(const Status& why);
 
   // With batch_mu_ held.
-  // `copy`: the bulk is copied; `pinned`: pointed to (the program's pinned memory).
-  void keepLocked(uint64_t seq, const uint8_t* frame, size_t len, const void* bulk, uint64_t bulk_len, bool copy,
-                  bool pinned = false);
   void dropKeptLocked(uint64_t upto);
   Status waitForRoomLocked(std::unique_lock<common::AdaptiveMutex>& lock, uint64_t bytes);
   uint64_t repliesFloorLocked();  // batch_mu_, takes slots_mu_
@@ -348,12 +344,12 @@ class Connection {
   uint64_t next_seq_ = 1;
   bool stopping_ = false;
   // batch_mu_: what the flusher is doing. Asleep (kIdle, kNapping), it is woken
-  // through flusher_bell_ by wakeFlusherLocked, which marks it kBusy at once:
+  // through flusher_bell_ by claimFlusherWakeLocked, which marks it kBusy at once:
   // the next call finds it woken already and does not ring again.
   Flusher flusher_state_ = Flusher::kBusy;
   common::Doorbell flusher_bell_;
   std::atomic<uint64_t> flusher_sleeps_{0};
-  bool flush_now_ = false;  // batch_mu_: the batch holds an urgent frame (flusherWantsWakeLocked)
+  bool flush_now_ = false;  // batch_mu_: the batch holds an urgent frame (claimFlusherWakeLocked)
   std::atomic<bool> closing_{false};
   std::mutex write_mu_;
   common::BulkSender bulk_sender_;  // guarded by write_mu_

@@ -512,9 +512,10 @@ Status Session::serveConnection(common::TlsConnection& conn) {
       finish(h, Status(err::kInvalidValue, why));
     }
     ++next_seq_;
+    if (!resume_) continue;
+    // The client keeps every request until told it was carried out.
     unacked_bytes_ += protocol::kFrameHeaderBytes + h.message_len + h.bulk_len;
-    if (resume_ && (++unacked_requests_ >= kAckEveryRequests || unacked_bytes_ >= kAckEveryBytes)) {
-      // The client keeps every request until told it was carried out.
+    if (++unacked_requests_ >= kAckEveryRequests || unacked_bytes_ >= kAckEveryBytes) {
       unacked_requests_ = unacked_bytes_ = 0;
       capnp::MallocMessageBuilder a(64);
       a.initRoot<wire::Ack>().setDispatched(h.seq);
